@@ -1,0 +1,172 @@
+"""The `neurarch-trace` command: estimate one model (terminal, --json, --plan, --html), build, crawl."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from rich.console import Console
+
+from .errors import ConfigError, ModelNotFound, TraceError
+from .records import REPO_ID_RE, ModelRecord
+
+MAX_CONFIG_BYTES = 16 * 1024 * 1024  # the largest real config.json files are a few hundred KB
+
+
+def _model_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="neurarch-trace",
+        description="GPU memory and cost to fine-tune and serve a Hugging Face model, from its config.json alone. "
+                    "Other commands: `neurarch-trace build` (the site), `neurarch-trace crawl` (the Hub snapshot).",
+    )
+    p.add_argument("model", metavar="MODEL", help="a folder holding config.json, a config.json path, or a Hub repo id")
+    out = p.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true", help="print only the Report JSON on stdout")
+    out.add_argument("--html", metavar="FILE", type=Path, help="write the model's page as one self-contained HTML file")
+    p.add_argument("--plan", action="store_true", help="add the per-card plan: largest batches, splits and cost")
+    p.add_argument("--tokens", type=int, metavar="T", help="tokens per training sample (default from site_config.yaml)")
+    p.add_argument("--batch", type=int, metavar="B", help="micro batch of the priced job")
+    p.add_argument("--lora-rank", type=int, metavar="R", help="LoRA rank")
+    p.add_argument("--serve-tokens", type=int, metavar="T", help="tokens per served sequence")
+    p.add_argument("--config", type=Path, metavar="FILE", help="site_config.yaml to read (default: the project's)")
+    p.add_argument("--snapshot", type=Path, metavar="DIR", help="snapshot folder to look repo ids up in")
+    return p
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="neurarch-trace build", description="Build the static site from the snapshot.")
+    p.add_argument("--snapshot", type=Path, metavar="DIR", help="snapshot folder (default: the committed one)")
+    p.add_argument("--out", type=Path, default=Path("public"), metavar="DIR", help="output folder (default: public)")
+    p.add_argument("--strict", action="store_true", help="any skipped model makes the build fail (exit 1)")
+    p.add_argument("--config", type=Path, metavar="FILE", help="site_config.yaml to read")
+    return p
+
+
+def _crawl_parser(defaults: dict) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="neurarch-trace crawl", description="Refresh the snapshot from the Hugging Face Hub.")
+    p.add_argument("--limit", type=int, default=defaults.get("limit", 200), metavar="N", help="models to list")
+    p.add_argument("--pipeline-tag", default=defaults.get("pipeline_tag"), metavar="T", help="e.g. text-generation")
+    p.add_argument("--snapshot", type=Path, metavar="DIR", help="snapshot folder to update")
+    p.add_argument("--config", type=Path, metavar="FILE", help="site_config.yaml to read")
+    return p
+
+
+def read_config_file(path: Path, model: str) -> str:
+    """The text of a local config.json, refusing huge or unreadable files with one clear line."""
+    try:
+        size = path.stat().st_size
+        if size > MAX_CONFIG_BYTES:
+            raise ConfigError(model, None, None, f"config.json is {size:,} bytes, over the {MAX_CONFIG_BYTES:,}-byte limit")
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(model, None, None, "config.json is not UTF-8 text") from None
+    except OSError as exc:
+        raise ConfigError(model, None, None, f"cannot read config.json ({exc.strerror or exc})") from None
+
+
+def resolve_model(arg: str, snapshot_dir: Path | None) -> ModelRecord:
+    """MODEL → record: a local folder or file first, then the snapshot, then the Hub (hub/client.py)."""
+    path = Path(arg)
+    # A local model is named as the user typed it (less a trailing config.json), so that every
+    # message names the file they gave.
+    name = arg[: -len("config.json")].rstrip("/\\") if path.name == "config.json" else arg.rstrip("/\\")
+    if path.is_dir():
+        cfg = path / "config.json"
+        if not cfg.is_file():
+            raise ModelNotFound(arg, "folder holds no config.json")
+        return ModelRecord(id=name or arg, config_json=read_config_file(cfg, name or arg))
+    if path.is_file():
+        return ModelRecord(id=name or arg, config_json=read_config_file(path, name or arg))
+    if not REPO_ID_RE.fullmatch(arg):
+        raise ModelNotFound(arg, "no such file or folder, and not a Hub repo id (org/name)")
+    from .hub import snapshot
+
+    record = snapshot.load_record(snapshot_dir or snapshot.DEFAULT_SNAPSHOT_DIR, arg)
+    if record is not None:
+        return record
+    from .hub import client
+
+    return client.fetch_record(arg)
+
+
+def _run_model(argv: Sequence[str], console: Console, err: Console) -> int:
+    args = _model_parser().parse_args(argv)
+    from .pipeline import report_for_record
+    from .settings import DEFAULT_CONFIG, load_settings
+
+    overrides = {"train_tokens": args.tokens, "job_tokens": args.tokens, "job_batch": args.batch,
+                 "lora_rank": args.lora_rank, "serve_tokens": args.serve_tokens}
+    for flag, value in (("--tokens", args.tokens), ("--batch", args.batch), ("--lora-rank", args.lora_rank),
+                        ("--serve-tokens", args.serve_tokens)):
+        if value is not None and value < 1:
+            raise ConfigError("command line", flag, value, "must be a positive integer")
+    settings = load_settings(args.config or DEFAULT_CONFIG, **overrides)
+    record = resolve_model(args.model, args.snapshot)
+    report = report_for_record(record, settings)
+    if args.json:
+        sys.stdout.write(json.dumps(report.to_dict(), sort_keys=True, indent=1) + "\n")
+        return 0
+    if args.html:
+        from .site.build import render_model_page
+
+        page = render_model_page(report, record if record.sha or record.downloads else None, settings, standalone=True)
+        try:
+            args.html.write_text(page, encoding="utf-8")
+        except OSError as exc:
+            raise ModelNotFound(str(args.html), f"cannot write the page ({exc.strerror or exc})") from None
+        err.print(f"wrote {args.html} ({len(page.encode()):,} bytes)", markup=False, highlight=False)
+        return 0
+    from .terminal import print_summary
+
+    print_summary(console, report, plan=args.plan, settings=settings)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    console, err = Console(highlight=False), Console(stderr=True, highlight=False)
+    try:
+        if argv[:1] == ["build"]:
+            from .settings import DEFAULT_CONFIG, load_settings
+            from .site.build import run_build
+            from .hub.snapshot import DEFAULT_SNAPSHOT_DIR
+
+            args = _build_parser().parse_args(argv[1:])
+            settings = load_settings(args.config or DEFAULT_CONFIG)
+            return run_build(snapshot_dir=args.snapshot or DEFAULT_SNAPSHOT_DIR, out_dir=args.out,
+                             strict=args.strict, settings=settings, console=err)
+        if argv[:1] == ["crawl"]:
+            from .settings import DEFAULT_CONFIG, load_settings
+            from .hub.crawl import run_crawl
+            from .hub.snapshot import DEFAULT_SNAPSHOT_DIR
+
+            pre = argparse.ArgumentParser(add_help=False)
+            pre.add_argument("--config", type=Path)
+            known, _ = pre.parse_known_args(argv[1:])
+            settings = load_settings(known.config or DEFAULT_CONFIG)
+            args = _crawl_parser(dict(settings.crawl)).parse_args(argv[1:])
+            if args.limit < 1:
+                raise ConfigError("command line", "--limit", args.limit, "must be a positive integer")
+            return run_crawl(limit=args.limit, pipeline_tag=args.pipeline_tag,
+                             snapshot_dir=args.snapshot or DEFAULT_SNAPSHOT_DIR, console=err)
+        return _run_model(argv, console, err)
+    except TraceError as exc:
+        err.print(f"neurarch-trace: {exc}", markup=False, highlight=False, soft_wrap=True)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        err.print("neurarch-trace: interrupted", markup=False)
+        return 130
+    except RecursionError:
+        err.print("neurarch-trace: input is nested too deeply", markup=False)
+        return 2
+    except Exception as exc:  # noqa: BLE001 - the promise is "never a traceback"
+        err.print(f"neurarch-trace: internal error ({type(exc).__name__}: {exc}); please report it",
+                  markup=False, highlight=False, soft_wrap=True)
+        return 70
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

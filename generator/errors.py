@@ -1,0 +1,72 @@
+"""Typed errors: each names the model, the key and the value, and maps to a CLI exit code."""
+
+from __future__ import annotations
+
+
+def _show(value: object, limit: int = 80) -> str:
+    """A short, single-line repr of a hostile or huge value for an error message."""
+    text = repr(value)
+    text = text.replace("\n", "\\n").replace("\r", "\\r")
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+class TraceError(Exception):
+    """Base class of every error the project raises on purpose. Never shown as a traceback."""
+
+    exit_code = 1
+
+
+class ConfigError(TraceError):
+    """A config.json (or record) that cannot be read: bad JSON, wrong type, missing or absurd key."""
+
+    exit_code = 2
+
+    def __init__(self, model: str, key: str | None, value: object, reason: str) -> None:
+        self.model = model
+        self.key = key
+        self.value = value
+        self.reason = reason
+        where = f"{model}: " if model else ""
+        if key is None:
+            msg = f"{where}{reason}"
+        else:
+            msg = f"{where}key {key!r} = {_show(value)}: {reason}"
+        super().__init__(msg)
+
+
+class UnsupportedArchitecture(TraceError):
+    """A model_type the estimator cannot reconstruct yet."""
+
+    exit_code = 3
+
+    def __init__(self, model: str, model_type: object, supported: tuple[str, ...]) -> None:
+        self.model = model
+        self.model_type = model_type
+        self.supported = supported
+        super().__init__(
+            f"{model}: model_type {_show(model_type)} is not supported yet; "
+            f"supported: {', '.join(supported)}"
+        )
+
+
+class ModelNotFound(TraceError):
+    """MODEL is neither a local path, a snapshot id, nor reachable on the Hub."""
+
+    exit_code = 2
+
+    def __init__(self, model: str, reason: str) -> None:
+        self.model = model
+        self.reason = reason
+        super().__init__(f"{_show(model)}: {reason}")
+
+
+class RecordError(TraceError):
+    """A snapshot record that is unsafe or malformed (bad repo id, bad field)."""
+
+    exit_code = 2
+
+    def __init__(self, model: str, key: str, value: object, reason: str) -> None:
+        self.model = model
+        self.key = key
+        self.value = value
+        super().__init__(f"{_show(model)}: {key} = {_show(value)}: {reason}")

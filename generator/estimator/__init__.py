@@ -1,0 +1,7 @@
+"""The pure estimator: config.json dict → layer graph → parameters → memory → cost → checks → Report."""
+
+from .estimate import estimate
+from .inputs import Assumptions, Card, Gpu
+from .report import Report
+
+__all__ = ["Assumptions", "Card", "Gpu", "Report", "estimate"]

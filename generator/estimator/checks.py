@@ -1,0 +1,126 @@
+"""Checks on the reconstructed graph: each finding has a check name, a severity and a message."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .config import Arch
+from .graph import Graph
+
+
+@dataclass(frozen=True)
+class Finding:
+    check: str
+    severity: str  # "error", "warning" or "info"
+    message: str
+
+
+def _token_ids(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+def check_shapes(a: Arch) -> list[Finding]:
+    out = []
+    if a.heads * a.head_dim != a.hidden:
+        out.append(Finding("heads_divide_hidden", "info",
+                           f"num_attention_heads {a.heads} x head_dim {a.head_dim} = {a.heads * a.head_dim:,} "
+                           f"differs from hidden_size {a.hidden:,}; attention projects to that width."))
+    if a.kv_heads > a.heads or a.heads % a.kv_heads:
+        out.append(Finding("kv_heads_divide_heads", "error",
+                           f"num_key_value_heads {a.kv_heads} does not divide num_attention_heads {a.heads}: "
+                           "grouped-query attention cannot share K/V heads evenly."))
+    if a.rotary_dims > a.head_dim:
+        out.append(Finding("rope_dims", "error", f"rotary dims {a.rotary_dims} exceed head_dim {a.head_dim}."))
+    return out
+
+
+def check_special_tokens(a: Arch) -> list[Finding]:
+    out = []
+    for key in ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id"):
+        for tid in _token_ids(a.raw.get(key)):
+            if tid is None:
+                continue
+            if isinstance(tid, bool) or not isinstance(tid, int) or not 0 <= tid < a.vocab:
+                out.append(Finding("special_token_ids", "warning",
+                                   f"{key} {str(tid)[:40]} is not an id below vocab_size {a.vocab:,}: the embedding "
+                                   "has no row for it."))
+    return out
+
+
+def check_rope(a: Arch) -> list[Finding]:
+    if a.position != "rope":
+        return []
+    out = []
+    scaling = a.raw.get("rope_scaling") or a.raw.get("rope_parameters")
+    if isinstance(scaling, dict):
+        orig, factor = scaling.get("original_max_position_embeddings"), scaling.get("factor")
+        kind = scaling.get("rope_type", scaling.get("type"))
+        numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (orig, factor))
+        # Only linear and YaRN scaling stretch the trained context by `factor` (transformers
+        # modeling_rope_utils.py); llama3 and longrope rescale frequencies without that bound.
+        if kind in ("linear", "yarn") and numeric and orig * factor < a.max_context:
+            out.append(Finding("rope_context", "warning",
+                               f"rope scaling covers {orig:,} x {factor} = {int(orig * factor):,} tokens, below "
+                               f"max_position_embeddings {a.max_context:,}."))
+        theta = scaling.get("rope_theta")
+    else:
+        theta = a.raw.get("rope_theta")
+    theta = a.raw.get("rope_theta", theta)
+    if theta is not None and (isinstance(theta, bool) or not isinstance(theta, (int, float)) or theta <= 0):
+        out.append(Finding("rope_context", "error", f"rope_theta {str(theta)[:40]} is not a positive number."))
+    return out
+
+
+def explain_checkpoint_gap(a: Arch, g: Graph, checkpoint: int) -> tuple[str, str]:
+    """Severity and message for graph != checkpoint, naming the known cause where the numbers say so."""
+    gap = checkpoint - g.params_total
+    if a.text_tower_only and gap > 0:
+        return "warning", (f"the checkpoint also holds the parts outside the text tower (vision tower, projector; "
+                           f"{gap:,} scalars), which this estimate does not count.")
+    causes = {
+        "an untied copy of the tied lm_head": a.vocab * a.embed_dim if a.tie else None,
+        "rotary inv_freq buffers saved per layer": a.layers * (a.rotary_dims // 2) if a.rotary_dims else None,
+        "causal-mask attn.bias buffers": a.layers * a.max_context * a.max_context if a.family == "gpt2" else None,
+    }
+    known = {k: v for k, v in causes.items() if v}
+    for name, size in known.items():
+        if gap == size:
+            return "info", f"the checkpoint also stores {name} ({size:,} scalars)."
+    names = list(known)
+    for i, x in enumerate(names):
+        for y in names[i + 1:]:
+            if gap == known[x] + known[y]:
+                return "info", f"the checkpoint also stores {x} and {y} ({gap:,} scalars)."
+    pct = 100.0 * gap / max(checkpoint, 1)
+    return "warning", f"unexplained gap of {gap:+,} scalars ({pct:+.2f}% of the checkpoint)."
+
+
+def check_checkpoint(a: Arch, g: Graph, checkpoint: int | None) -> list[Finding]:
+    if checkpoint is None or checkpoint == g.params_total:
+        return []
+    severity, why = explain_checkpoint_gap(a, g, checkpoint)
+    return [Finding("checkpoint_count", severity,
+                    f"graph counts {g.params_total:,} parameters, checkpoint holds {checkpoint:,}: {why}")]
+
+
+def check_scope(a: Arch, train_tokens: int, requested_tokens: int) -> list[Finding]:
+    out = []
+    if a.custom_code:
+        out.append(Finding("custom_code", "info",
+                           f"config.json declares auto_map (custom modeling code); read under transformers "
+                           f"semantics as {a.family}, which is not necessarily what the repo's own code builds."))
+    if a.text_tower_only:
+        out.append(Finding("text_tower_only", "warning",
+                           f"model_type {a.model_type[:40]!r} is read through its text_config ({a.family}); "
+                           "the vision tower and projector are not counted, so memory is understated."))
+    window = a.raw.get("sliding_window")
+    if isinstance(window, int) and not isinstance(window, bool) and window < a.max_context \
+            and a.raw.get("use_sliding_window", True) is not False:
+        out.append(Finding("sliding_window", "info",
+                           f"sliding_window {window:,} is not modelled yet: the KV cache is counted at full "
+                           "length, an upper bound."))
+    if train_tokens < requested_tokens:
+        out.append(Finding("context", "info",
+                           f"training is sized at the model's context, {train_tokens:,} tokens, not {requested_tokens:,}."))
+    return out

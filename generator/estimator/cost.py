@@ -1,0 +1,65 @@
+"""Cost: roofline hours and USD of the reference fine-tuning job on each priced GPU.
+
+FLOPs per token (Kaplan et al. 2020, arXiv:2001.08361 §2.1; Narayanan et al. 2021, arXiv:2104.04473
+eq. 3): forward = 2 x matmul weights + attention 4 x layers x heads x head_dim x T, halved under the
+causal mask. Full fine-tune = 3 x forward (backward = input and weight gradients). LoRA skips the
+weight-gradient GEMMs of the frozen base: linears cost 2 x forward, attention (no weights) 3 x, and
+adapters 6 x their parameters. Time per step = max(FLOPs / peak, bytes / bandwidth) (roofline); the
+expected hours divide by an assumed MFU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .config import Arch
+from .graph import Graph
+from .inputs import Assumptions, Gpu
+
+
+@dataclass(frozen=True)
+class CostLine:
+    card: str  # GPU name
+    method: str  # "full" or "lora"
+    hours: float  # expected: roofline hours / MFU
+    usd: float | None  # hours x price; None when the GPU has no price
+    roofline_hours: float
+    bound: str  # "compute" or "memory"
+    peak_tflops: float
+    precision: str  # "bf16" or "fp16" (T4 has no bf16)
+    mfu: float
+    price_usd_per_hour: float | None
+    flops: float  # whole job
+
+
+def job_tokens(a: Arch, s: Assumptions) -> int:
+    return min(s.job_tokens, a.max_context)
+
+
+def flops_per_token(a: Arch, g: Graph, s: Assumptions, method: str, lora_params: int, tokens: int) -> float:
+    linear = 2.0 * g.params_matmul
+    attention = 4.0 * a.layers * a.heads * a.head_dim * tokens * 0.5  # causal mask halves QK^T and AV
+    if method == "full":
+        return 3.0 * (linear + attention)
+    return 2.0 * linear + 3.0 * attention + 6.0 * lora_params
+
+
+def job_cost(a: Arch, g: Graph, s: Assumptions, gpu: Gpu, method: str, lora_params: int,
+             weight_bytes: int, trainable: int, activation_bytes_per_sample: int) -> CostLine:
+    tokens = job_tokens(a, s)
+    steps = s.job_epochs * -(-s.job_samples // s.job_batch)
+    flops_step = flops_per_token(a, g, s, method, lora_params, tokens) * tokens * s.job_batch
+    # Bytes per step: weights read in forward and backward (x3 for full: dgrad and wgrad passes),
+    # AdamW reading master/grad/m/v and writing master/m/v (28 B per trainable parameter), and
+    # every saved activation written once and read once.
+    passes = 3 if method == "full" else 2
+    bytes_step = passes * weight_bytes + 28 * trainable + 2 * s.job_batch * activation_bytes_per_sample
+    bf16 = gpu.bf16_tflops is not None
+    peak = (gpu.bf16_tflops if bf16 else gpu.fp16_tflops) * 1e12
+    compute_s, memory_s = flops_step / peak, bytes_step / (gpu.bandwidth_gb_per_s * 1e9)
+    roofline_h = steps * max(compute_s, memory_s) / 3600.0
+    mfu = s.mfu_full if method == "full" else s.mfu_lora
+    hours = roofline_h / mfu
+    usd = None if gpu.price_usd_per_hour is None else hours * gpu.price_usd_per_hour
+    return CostLine(gpu.name, method, hours, usd, roofline_h, "compute" if compute_s >= memory_s else "memory",
+                    peak / 1e12, "bf16" if bf16 else "fp16", mfu, gpu.price_usd_per_hour, flops_step * steps)

@@ -1,0 +1,75 @@
+"""The estimator's inputs besides the config: the job, the memory assumptions, the cards and GPUs.
+
+Defaults here mirror site_config.yaml (which is what the site and CLI actually pass in); the test
+suite checks the two agree, so a maintainer changes one place: site_config.yaml.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+GIB = 1 << 30
+MIB = 1 << 20
+
+
+@dataclass(frozen=True)
+class Assumptions:
+    """Every memory and cost assumption, in the units its name says."""
+
+    train_tokens: int = 2048  # tokens per training sample (capped at the model's context)
+    lora_rank: int = 16
+    serve_tokens: int = 4096  # tokens per served sequence (prompt + generated)
+    headroom: float = 1.15  # allocator fragmentation / framework slack, applied to every card
+    cuda_context_bytes: int = GIB // 2  # PyTorch 2.x with lazy module loading: 0.47 GiB on A100 [ML-PERF]
+    # AMP full fine-tune (HF Trainer --bf16 on fp32 weights): fp32 master weights, fp32 grads,
+    # two fp32 AdamW moments; bf16 copies of every matmul weight saved by autocast for backward.
+    master_weight_bytes: int = 4
+    grad_bytes: int = 4
+    optimizer_state_bytes: int = 8
+    autocast_copy_bytes: int = 2
+    # torch.optim.AdamW(foreach=True), the CUDA default, allocates temporaries as large as the
+    # parameters it steps (DESIGN.md; anchors-estimators.md §2.13: 8B model 75.3 vs 62.3 GiB).
+    foreach_temp_bytes: int = 4
+    base_weight_bytes: int = 2  # LoRA: frozen bf16 base
+    compute_bytes: int = 2  # bf16 activations
+    # Per logit element at the loss: bf16 logits 2 + fp32 upcast 4 + fp32 log-softmax output 4 +
+    # its gradient 4 (DESIGN.md "The peak of a small-model step is the loss", MemTracker run).
+    logits_bytes: int = 14
+    serve_weight_bytes: int = 2
+    kv_bytes: int = 2
+    decode_logits_bytes: int = 4  # fp32 next-token logits per decoding sequence (sampling)
+    # The fine-tuning job priced in the cost section.
+    job_epochs: int = 10
+    job_batch: int = 32
+    job_tokens: int = 2048
+    job_samples: int = 50_000
+    # Model FLOPs utilisation assumed when turning roofline time into expected hours
+    # (gpu-and-hub-facts.md A5: 35-45% full fine-tune, 15-25% LoRA / small batches).
+    mfu_full: float = 0.40
+    mfu_lora: float = 0.20
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """One priced accelerator model. TFLOPS are dense (no 2:4 sparsity)."""
+
+    key: str
+    name: str
+    bf16_tflops: float | None  # None where the chip has no bf16 (T4: Turing)
+    fp16_tflops: float
+    bandwidth_gb_per_s: float
+    price_usd_per_hour: float | None
+    price_source: str = ""
+    price_date: str = ""
+    spec_source: str = ""
+
+
+@dataclass(frozen=True)
+class Card:
+    """A memory class of the per-card table (one row), and the GPUs priced under it."""
+
+    name: str
+    memory_marketed_bytes: int
+    memory_usable_bytes: int  # what the driver reports as total (nvidia-smi / mem_get_info)
+    usable_source: str
+    gpus: tuple[str, ...] = ()

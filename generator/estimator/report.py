@@ -1,0 +1,115 @@
+"""The Report: one frozen record of an estimate, and its JSON form (the contract in DESIGN.md)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from .checks import Finding
+from .cost import CostLine
+
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    id: str
+    family: str  # the family whose semantics were applied
+    model_type: str  # as config.json writes it
+    architectures: tuple[str, ...]
+    custom_code: bool
+    text_tower_only: bool
+    downloads: int | None
+    sha: str | None
+
+
+@dataclass(frozen=True)
+class Params:
+    graph: int
+    checkpoint: int | None
+    match: bool | None
+    embedding: int
+    lm_head: int
+    per_layer: int
+    layers: int
+    lora_adapter: int  # trainable parameters of LoRA at the job's rank
+
+
+@dataclass(frozen=True)
+class SplitPlan:
+    method: str  # "train_full", "train_lora" or "serve"
+    cards: int
+    cut_after_layer: int
+    stage_bytes_batch1: tuple[int, int]
+    max_batch: int
+
+
+@dataclass(frozen=True)
+class CardPlan:
+    name: str
+    memory_bytes: int  # marketed capacity
+    usable_bytes: int  # driver-reported total
+    budget_bytes: int  # usable less CUDA context, over headroom: what estimates are held against
+    train_full_max_batch: int
+    train_lora_max_batch: int
+    serve_max_batch: int
+    split: tuple[SplitPlan, ...] | None  # None when every method fits at batch 1
+
+
+@dataclass(frozen=True)
+class Memory:
+    assumptions: tuple[tuple[str, Any], ...]
+    train_tokens: int
+    serve_tokens: int
+    train_full_bytes_batch1: int
+    train_lora_bytes_batch1: int
+    serve_bytes_batch1: int
+    job_batch: int  # the priced job's micro batch (CLI --batch)
+    train_full_bytes_job_batch: int
+    train_lora_bytes_job_batch: int
+    kv_bytes_per_token: int
+    peak_phase: tuple[tuple[str, str], ...]
+    smallest_card_full: str | None
+    smallest_card_lora: str | None
+    smallest_card_serve: str | None
+    cards: tuple[CardPlan, ...]
+
+
+@dataclass(frozen=True)
+class StructureRow:
+    index: int
+    name: str
+    type: str
+    output_shape: tuple[int, ...]
+    params: int
+
+
+@dataclass(frozen=True)
+class Report:
+    schema_version: int
+    estimator_version: str
+    model: ModelInfo
+    params: Params
+    memory: Memory
+    cost: tuple[CostLine, ...]
+    structure: tuple[StructureRow, ...]
+    findings: tuple[Finding, ...]
+    provenance: tuple[tuple[str, Any], ...]  # config keys used (and their source) and formulas
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON twin: tuples become lists, pair-tuples become objects, keys stay stable."""
+        out = _plain(dataclasses.asdict(self))
+        mem = out["memory"]
+        mem["assumptions"] = dict(self.memory.assumptions)
+        mem["peak_phase"] = dict(self.memory.peak_phase)
+        out["provenance"] = {k: v for k, v in self.provenance}
+        return out
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value

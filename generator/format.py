@@ -1,0 +1,144 @@
+"""The one module that turns numbers into text: bytes, counts, hours, dollars, shapes, ratios.
+
+Units mean what they say: GB and MB are powers of ten (10^9, 10^6 bytes), as card makers and the
+card names in site_config.yaml use them; GiB and MiB are powers of two (2^30, 2^20), used only where
+a figure is a power of two by nature (the CUDA context). Parameter and download counts are decimal
+("2.44M", "8.03B"). Every function is pure and locale-independent, so pages are byte-identical on
+any machine.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+GB = 10**9
+MB = 10**6
+GIB = 1 << 30
+MIB = 1 << 20
+
+DASH = "\u2014"  # an em dash: "no value", never "zero"
+TIMES = "\u00d7"
+
+
+def count(n: int) -> str:
+    """An exact integer with thousands separators: 2435016 -> "2,435,016"."""
+    return f"{int(n):,}"
+
+
+def _three_significant(x: float) -> str:
+    """3 significant digits without an exponent: 4.403 -> "4.40", 19.34 -> "19.3", 550.2 -> "550"."""
+    if x >= 100:
+        return f"{x:,.0f}"
+    if x >= 10:
+        return f"{x:.1f}"
+    return f"{x:.2f}"
+
+
+def _smallest_unit(n: float, units: Sequence[tuple[float, str]], sep: str) -> str:
+    """n in the smallest unit (ascending list) that shows it below 1000 after rounding, so that
+    999,999 reads "1.00M" rather than "1000K"; the last unit takes whatever is left."""
+    for size, suffix in units:
+        text = _three_significant(n / size)
+        if "," not in text and float(text) < 1000 or suffix == units[-1][1]:
+            return f"{text}{sep}{suffix}"
+    raise AssertionError("unreachable: the last unit always returns")
+
+
+def short_count(n: int | None) -> str:
+    """Parameters or downloads at 3 significant digits: 2435016 -> "2.44M", 8030261248 -> "8.03B"."""
+    if n is None:
+        return DASH
+    if n < 1000:
+        return count(n)
+    return _smallest_unit(n, ((1e3, "K"), (1e6, "M"), (1e9, "B"), (1e12, "T")), "")
+
+
+def gb(n_bytes: int | float) -> str:
+    """Decimal bytes: 4403833728 -> "4.40 GB"; below 1 GB in MB, so that small models stay readable.
+    Large figures stay in GB (with separators) to compare at a glance with the cards' GB."""
+    if n_bytes < MB:
+        return byte_count(round(n_bytes))
+    return _smallest_unit(n_bytes, ((MB, "MB"), (GB, "GB")), " ")
+
+
+def gib(n_bytes: int | float) -> str:
+    """Binary bytes, trailing zeros dropped: 536870912 -> "0.5 GiB", 16106127360 -> "15 GiB"."""
+    value = n_bytes / GIB
+    text = f"{value:.2f}".rstrip("0").rstrip(".")
+    return f"{text} GiB"
+
+
+def mib(n_bytes: int) -> str:
+    """Binary megabytes as the driver prints them: 16106127360 -> "15,360 MiB"."""
+    return f"{n_bytes / MIB:,.0f} MiB"
+
+
+def byte_count(n: int) -> str:
+    """A small byte count, singular where it is one: 4 -> "4 bytes", 1 -> "1 byte"."""
+    return "1 byte" if n == 1 else f"{count(n)} bytes"
+
+
+def ratio(x: float) -> str:
+    """A multiplier: 1.15 -> "1.15x", 2.0 -> "2x"."""
+    return f"{x:.2f}".rstrip("0").rstrip(".") + "x"
+
+
+def percent(x: float) -> str:
+    """A fraction as a percentage: 0.4 -> "40%", 0.125 -> "12.5%"."""
+    return f"{x * 100:.1f}".rstrip("0").rstrip(".") + "%"
+
+
+def hours(h: float) -> str:
+    """Wall-clock hours: 0.63 -> "38 min", 9.47 -> "9.5 h", 1234.5 -> "1,235 h"."""
+    if not math.isfinite(h):
+        return DASH
+    minutes = h * 60
+    if minutes < 1:
+        return "<1 min"
+    if h < 1:
+        return f"{minutes:.0f} min"
+    if round(h, 1) < 100:
+        return f"{h:.1f} h"
+    return f"{h:,.0f} h"
+
+
+def usd(x: float | None) -> str:
+    """Dollars: 4.98276 -> "$4.98", 12345.6 -> "$12,346", None -> "—" (no price listed)."""
+    if x is None or not math.isfinite(x):
+        return DASH
+    if x < 0.01:
+        return "<$0.01"
+    if round(x, 2) < 1000:
+        return f"${x:,.2f}"
+    return f"${x:,.0f}"
+
+
+def usd_per_hour(x: float | None) -> str:
+    """A list price as written, at least cents: 0.526 -> "$0.526/h", 1.9 -> "$1.90/h"."""
+    if x is None:
+        return DASH
+    text = f"{x:.4f}".rstrip("0")
+    if len(text.split(".")[1]) < 2:
+        text = f"{x:.2f}"
+    return f"${text}/h"
+
+
+def tflops(x: float) -> str:
+    """Peak throughput: 65.0 -> "65 TFLOPS", 989.5 -> "989.5 TFLOPS"."""
+    return f"{x:.1f}".rstrip("0").rstrip(".") + " TFLOPS"
+
+
+def shape(dims: Sequence[int]) -> str:
+    """A tensor shape: (1, 32768, 8) -> "1 × 32,768 × 8"."""
+    return f" {TIMES} ".join(count(d) for d in dims)
+
+
+def batch(n: int) -> str:
+    """A largest batch: 7 -> "batch 7"; 0 (does not fit) -> "—"."""
+    return f"batch {count(n)}" if n > 0 else DASH
+
+
+def short_sha(sha: str | None) -> str:
+    """The first 7 hex digits of a commit id, as git shows it."""
+    return sha[:7] if sha else DASH

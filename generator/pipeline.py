@@ -1,0 +1,21 @@
+"""ModelRecord + Settings → Report: the one place that feeds a snapshot record to the pure estimator."""
+
+from __future__ import annotations
+
+from .estimator import Report, estimate
+from .records import ModelRecord
+from .settings import Settings
+
+
+def report_for_record(record: ModelRecord, settings: Settings) -> Report:
+    """Estimate one record; raises ConfigError / UnsupportedArchitecture naming the model."""
+    return estimate(
+        record.config(),
+        model_id=record.id,
+        assumptions=settings.assumptions,
+        cards=settings.cards,
+        gpus=settings.gpus,
+        checkpoint_params=record.checkpoint_params,
+        downloads=record.downloads,
+        sha=record.sha,
+    )

@@ -1,0 +1,77 @@
+"""ModelRecord: one Hub model as the snapshot stores it (config text, sha, checkpoint counts, downloads)."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from .errors import ConfigError, RecordError
+
+# A Hub repo id is "org/name" of [A-Za-z0-9._-]; ".." and leading dots are refused so that an id can
+# never name a parent folder once it becomes a path under public/ or the snapshot.
+_PART = r"[A-Za-z0-9_][A-Za-z0-9._-]{0,95}"
+REPO_ID_RE = re.compile(rf"^{_PART}/{_PART}$")
+
+RECORD_FORMAT = 1
+
+
+def validate_repo_id(repo_id: object) -> str:
+    """Return repo_id if it is a safe `org/name`, else raise RecordError naming it."""
+    if not isinstance(repo_id, str) or not REPO_ID_RE.fullmatch(repo_id):
+        raise RecordError(str(repo_id)[:100], "id", repo_id, "not an org/name repo id of [A-Za-z0-9._-]")
+    if any(part in {".", ".."} or ".." in part for part in repo_id.split("/")):
+        raise RecordError(repo_id, "id", repo_id, "'..' is not allowed in a repo id")
+    return repo_id
+
+
+@dataclass(frozen=True)
+class ModelRecord:
+    """What the snapshot (or a live Hub fetch) knows about one model. Counts are checkpoint scalars."""
+
+    id: str
+    config_json: str  # config.json exactly as published (text)
+    sha: str | None = None
+    checkpoint_params: int | None = None  # safetensors total over shards, stored scalars
+    checkpoint_params_by_dtype: Mapping[str, int] = field(default_factory=dict)
+    checkpoint_source: str | None = None
+    downloads: int | None = None  # the Hub's rolling 30-day count
+    downloads_source: str | None = None
+    likes: int | None = None
+    gated: str | bool | None = None  # False, "auto", "manual", or None when unknown
+    last_modified: str | None = None  # ISO 8601 from the Hub
+    pipeline_tag: str | None = None
+    library_name: str | None = None
+    tags: tuple[str, ...] = ()
+    config_source: str | None = None
+    stale: bool = False  # dropped out of the crawled top N; last data kept
+    problems: tuple[str, ...] = ()
+
+    def config(self) -> dict[str, Any]:
+        """Parse config_json; a non-object or malformed file raises ConfigError naming the model."""
+        return parse_config_text(self.config_json, self.id)
+
+    @property
+    def custom_code(self) -> bool:
+        try:
+            return "auto_map" in self.config()
+        except ConfigError:
+            return False
+
+
+def parse_config_text(text: str, model: str) -> dict[str, Any]:
+    """json.loads with the project's errors: NaN/Infinity refused, a top-level object required."""
+
+    def _no_constants(name: str) -> Any:
+        raise ValueError(f"non-standard JSON constant {name}")
+
+    try:
+        data = json.loads(text, parse_constant=_no_constants)
+    except RecursionError:
+        raise ConfigError(model, None, None, "config.json is nested too deeply") from None
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(model, None, None, f"config.json is not valid JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(model, None, None, f"config.json must hold a JSON object, not a {type(data).__name__}")
+    return data

@@ -1,0 +1,85 @@
+"""site_config.yaml → Assumptions, cards, GPUs and site settings (the only reader of that file)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from .errors import ConfigError
+from .estimator import Assumptions, Card, Gpu
+
+DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "site_config.yaml"
+
+# site_config.yaml job keys → Assumptions fields, where the names differ.
+_JOB_FIELDS = {"epochs": "job_epochs", "batch": "job_batch", "tokens": "job_tokens", "samples": "job_samples"}
+
+
+@dataclass(frozen=True)
+class Settings:
+    assumptions: Assumptions
+    cards: tuple[Card, ...]
+    gpus: Mapping[str, Gpu]
+    site: Mapping[str, str]
+    crawl: Mapping[str, Any]
+
+
+def _need(mapping: Any, key: str, where: str, kind: type | tuple[type, ...]) -> Any:
+    if not isinstance(mapping, dict) or key not in mapping:
+        raise ConfigError(where, key, None, "required key is missing")
+    value = mapping[key]
+    if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
+        raise ConfigError(where, key, value, f"must be {getattr(kind, '__name__', kind)}")
+    return value
+
+
+def load_settings(path: Path = DEFAULT_CONFIG, **job_overrides: Any) -> Settings:
+    """Read and validate site_config.yaml; job_overrides (e.g. train_tokens=4096) win over the file."""
+    where = str(path)
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(where, None, None, f"cannot read settings ({exc})") from None
+    job = dict(_need(data, "job", where, dict))
+    fields = {f.name: f.type for f in dataclasses.fields(Assumptions)}
+    values: dict[str, Any] = {}
+    for key, value in job.items():
+        name = _JOB_FIELDS.get(key, key)
+        if name not in fields:
+            raise ConfigError(where, f"job.{key}", value, "unknown job setting")
+        values[name] = value
+    values.update({k: v for k, v in job_overrides.items() if v is not None})
+    for name, value in values.items():
+        default = getattr(Assumptions(), name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0 \
+                or (isinstance(default, int) and not isinstance(value, int)):
+            raise ConfigError(where, name, value, "must be a positive " + type(default).__name__)
+    assumptions = Assumptions(**values)
+
+    gpus: dict[str, Gpu] = {}
+    for key, g in _need(data, "gpus", where, dict).items():
+        w = f"{where}: gpus.{key}"
+        bf16 = g.get("bf16_tflops") if isinstance(g, dict) else None
+        price = g.get("price_usd_per_hour") if isinstance(g, dict) else None
+        gpus[key] = Gpu(key=key, name=_need(g, "name", w, str), bf16_tflops=None if bf16 is None else float(bf16),
+                        fp16_tflops=float(_need(g, "fp16_tflops", w, (int, float))),
+                        bandwidth_gb_per_s=float(_need(g, "bandwidth_gb_per_s", w, (int, float))),
+                        price_usd_per_hour=None if price is None else float(price),
+                        price_source=str(g.get("price_source", "")), price_date=str(g.get("price_date", "")),
+                        spec_source=str(g.get("spec_source", "")))
+    cards = []
+    for i, c in enumerate(_need(data, "cards", where, list)):
+        w = f"{where}: cards[{i}]"
+        names = tuple(_need(c, "gpus", w, list))
+        for key in names:
+            if key not in gpus:
+                raise ConfigError(w, "gpus", key, "names no entry of gpus:")
+        cards.append(Card(name=_need(c, "name", w, str),
+                          memory_marketed_bytes=int(_need(c, "memory_marketed_gb", w, (int, float)) * 10**9),
+                          memory_usable_bytes=_need(c, "memory_usable_bytes", w, int),
+                          usable_source=str(c.get("usable_source", "")), gpus=names))
+    return Settings(assumptions, tuple(cards), gpus, dict(_need(data, "site", where, dict)),
+                    dict(data.get("crawl") or {}))

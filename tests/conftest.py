@@ -1,0 +1,52 @@
+"""Shared fixtures: the project's settings, snapshot configs by family, and a tiny-config factory."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SNAPSHOT = ROOT / "snapshot"
+
+
+@pytest.fixture(scope="session")
+def settings():
+    from generator.settings import load_settings
+
+    return load_settings()
+
+
+def snapshot_configs() -> list[tuple[str, dict, int | None]]:
+    """(repo id, config dict, checkpoint count) for every committed snapshot record."""
+    out = []
+    for path in sorted((SNAPSHOT / "models").glob("*/*.json")):
+        rec = json.loads(path.read_text(encoding="utf-8"))
+        try:
+            cfg = json.loads(rec["config_json"])
+        except ValueError:
+            continue
+        if isinstance(cfg, dict):
+            out.append((rec["id"], cfg, rec.get("checkpoint_params")))
+    return out
+
+
+def tiny_qwen2(**overrides) -> dict:
+    """The seed reference model's config (reference page tiny-Qwen2ForCausalLM-2.5)."""
+    cfg = {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 8,
+           "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2, "intermediate_size": 32,
+           "vocab_size": 152064, "max_position_embeddings": 32768, "tie_word_embeddings": False,
+           "hidden_act": "silu", "rms_norm_eps": 1e-06, "rope_theta": 1000000.0, "torch_dtype": "bfloat16"}
+    cfg.update(overrides)
+    return cfg
+
+
+def tiny_remote(**overrides) -> dict:
+    """The second reference page's model: the same shape under a custom auto_map."""
+    cfg = tiny_qwen2(architectures=["RemoteForCausalLM"], model_type="remote", vocab_size=128256,
+                     max_position_embeddings=131072, rms_norm_eps=1e-05, rope_theta=500000.0,
+                     auto_map={"AutoConfig": "configuration_remote.RemoteConfig",
+                               "AutoModelForCausalLM": "modeling_remote.RemoteForCausalLM"})
+    cfg.update(overrides)
+    return cfg

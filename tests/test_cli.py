@@ -1,0 +1,160 @@
+"""CLI: exit codes and output for good, bad, hostile and unsupported input. Never a traceback."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from generator.cli import main
+from tests.conftest import ROOT, tiny_qwen2
+
+SEED = "trl-internal-testing/tiny-Qwen2ForCausalLM-2.5"
+
+
+def run(capsys, *args):
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def write_config(tmp_path, cfg, name="model"):
+    folder = tmp_path / name
+    folder.mkdir()
+    text = cfg if isinstance(cfg, str) else json.dumps(cfg)
+    (folder / "config.json").write_text(text, encoding="utf-8")
+    return folder
+
+
+def test_folder_json_gives_a_full_report(tmp_path, capsys):
+    code, out, err = run(capsys, str(write_config(tmp_path, tiny_qwen2())), "--json")
+    assert code == 0 and err == ""
+    report = json.loads(out)  # stdout holds only the JSON
+    assert {"schema_version", "model", "params", "memory", "cost", "structure", "findings"} <= set(report)
+    assert report["params"]["graph"] == 2_435_016
+    card = report["memory"]["cards"][0]
+    assert {"name", "memory_bytes", "train_full_max_batch", "train_lora_max_batch", "serve_max_batch", "split"} <= set(card)
+    assert report["provenance"]["config_keys"]["hidden_size"] == {"value": 8, "source": "config:hidden_size"}
+
+
+def test_config_json_path_and_snapshot_id(tmp_path, capsys):
+    folder = write_config(tmp_path, tiny_qwen2())
+    code, out, _ = run(capsys, str(folder / "config.json"), "--json")
+    assert code == 0 and json.loads(out)["model"]["id"] == str(folder)
+    code, out, _ = run(capsys, SEED, "--json")
+    report = json.loads(out)
+    assert code == 0 and report["model"]["id"] == SEED and report["model"]["downloads"] == 17_900_000
+
+
+def test_terminal_summary_and_plan(capsys):
+    code, out, _ = run(capsys, SEED, "--plan")
+    assert code == 0
+    assert "4.40 GB for a full fine-tune (fits one T4 16 GB)" in " ".join(out.split())
+    assert "No finding on the reconstructed graph." in out
+    assert "H200 141 GB" in out and "batch 29" in out and "$" in out  # plan table + cost
+
+
+def test_job_overrides_change_the_report(capsys):
+    _, base, _ = run(capsys, SEED, "--json")
+    _, more, _ = run(capsys, SEED, "--json", "--tokens", "4096", "--batch", "8", "--lora-rank", "64",
+                     "--serve-tokens", "8192")
+    base, more = json.loads(base), json.loads(more)
+    a = more["memory"]["assumptions"]
+    assert (a["train_tokens"], a["job_batch"], a["lora_rank"], a["serve_tokens"]) == (4096, 8, 64, 8192)
+    assert more["memory"]["train_full_bytes_batch1"] > base["memory"]["train_full_bytes_batch1"]
+    assert more["params"]["lora_adapter"] == 4 * base["params"]["lora_adapter"]
+
+
+def test_two_card_split_is_reported_where_batch_1_does_not_fit(tmp_path, capsys):
+    big = tiny_qwen2(hidden_size=8192, num_attention_heads=64, num_key_value_heads=8, num_hidden_layers=80,
+                     intermediate_size=28672, vocab_size=128256)
+    code, out, _ = run(capsys, str(write_config(tmp_path, big)), "--json")
+    cards = json.loads(out)["memory"]["cards"]
+    h200 = cards[-1]
+    assert code == 0 and h200["train_full_max_batch"] == 0
+    split = {s["method"]: s for s in h200["split"]}
+    assert split["train_full"]["cards"] == 2 and 0 < split["train_full"]["cut_after_layer"] < 80
+
+
+HOSTILE = {
+    "script in model_type": (tiny_qwen2(model_type="<script>alert(1)</script>"), 3, "model_type"),
+    "markup in architectures": (tiny_qwen2(architectures=["[bold red]x[/]", "<img src=x onerror=alert(1)>"]), 0, None),
+    "negative size": (tiny_qwen2(hidden_size=-8), 2, "'hidden_size' = -8"),
+    "zero layers": (tiny_qwen2(num_hidden_layers=0), 2, "num_hidden_layers"),
+    "huge size": (tiny_qwen2(vocab_size=10**18), 2, "'vocab_size' = 1000000000000000000"),
+    "float size": (tiny_qwen2(intermediate_size=32.5), 2, "'intermediate_size' = 32.5"),
+    "string size": (tiny_qwen2(num_attention_heads="4"), 2, "'num_attention_heads' = '4'"),
+    "bool size": (tiny_qwen2(num_hidden_layers=True), 2, "num_hidden_layers"),
+    "missing key": ({k: v for k, v in tiny_qwen2().items() if k != "intermediate_size"}, 0, None),
+    "missing model_type": ({k: v for k, v in tiny_qwen2().items() if k != "model_type"}, 2, "model_type"),
+    "non-JSON": ("{not json", 2, "not valid JSON"),
+    "JSON list": ("[1, 2, 3]", 2, "JSON object"),
+    "NaN": ('{"model_type": "qwen2", "hidden_size": NaN}', 2, "not valid JSON"),
+    "heads not dividing": (tiny_qwen2(num_attention_heads=3), 2, "does not divide hidden_size"),
+    "architectures not a list": (tiny_qwen2(architectures="Qwen2ForCausalLM"), 2, "architectures"),
+    "unsupported": (tiny_qwen2(model_type="mamba"), 3, "supported: bloom"),
+    "deep nesting": ('{"model_type": "qwen2", "x": ' + "[" * 100_000 + "]" * 100_000 + "}", 2, "nested"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE))
+def test_hostile_config_gives_one_clean_line(tmp_path, capsys, case):
+    cfg, expected_code, needle = HOSTILE[case]
+    folder = write_config(tmp_path, cfg)
+    code, out, err = run(capsys, str(folder), "--json")
+    assert code == expected_code, err
+    if code:
+        assert out == ""
+        assert err.count("\n") == 1 and err.startswith("neurarch-trace: ") and "Traceback" not in err
+        assert str(folder) in err  # names the model
+        assert needle in err
+
+
+def test_missing_key_takes_the_transformers_default(tmp_path, capsys):
+    cfg = {k: v for k, v in tiny_qwen2().items() if k != "intermediate_size"}
+    code, out, _ = run(capsys, str(write_config(tmp_path, cfg)), "--json")
+    used = json.loads(out)["provenance"]["config_keys"]["intermediate_size"]
+    assert code == 0 and used == {"value": 22016, "source": "default:qwen2"}  # Qwen2Config(intermediate_size=22016)
+
+
+def test_hostile_strings_do_not_become_rich_markup(tmp_path, capsys):
+    cfg = tiny_qwen2(bos_token_id="[link=http://x]click[/link]")
+    code, out, _ = run(capsys, str(write_config(tmp_path, cfg)))
+    assert code == 0 and "[link=http://x]click[/link]" in out
+
+
+def test_unsupported_lists_what_is_supported(tmp_path, capsys):
+    code, _, err = run(capsys, str(write_config(tmp_path, tiny_qwen2(model_type="mamba"))))
+    assert code == 3 and "'mamba'" in err and "llama" in err and "qwen3" in err
+
+
+def test_bad_model_argument_and_bad_options(tmp_path, capsys):
+    code, _, err = run(capsys, str(tmp_path / "nope" / "config.json"))
+    assert code == 2 and "not a Hub repo id" in err
+    code, _, err = run(capsys, str(tmp_path))
+    assert code == 2 and "no config.json" in err
+    code, _, err = run(capsys, SEED, "--tokens", "0")
+    assert code == 2 and "--tokens" in err
+    with pytest.raises(SystemExit) as exc:
+        main([SEED, "--tokens", "many"])
+    assert exc.value.code == 2
+
+
+def test_oversized_config_is_refused_without_reading_it(tmp_path, capsys, monkeypatch):
+    import generator.cli as cli
+
+    monkeypatch.setattr(cli, "MAX_CONFIG_BYTES", 1000)
+    code, _, err = run(capsys, str(write_config(tmp_path, tiny_qwen2(padding="x" * 2000))))
+    assert code == 2 and "over the 1,000-byte limit" in err
+
+
+def test_console_script_end_to_end(tmp_path):
+    folder = write_config(tmp_path, tiny_qwen2())
+    proc = subprocess.run([sys.executable, "-m", "generator.cli", str(folder), "--json"], capture_output=True,
+                          text=True, cwd=ROOT)
+    assert proc.returncode == 0 and json.loads(proc.stdout)["params"]["graph"] == 2_435_016
+    proc = subprocess.run([sys.executable, "-m", "generator.cli", str(tmp_path / "x.json")], capture_output=True,
+                          text=True, cwd=ROOT)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr

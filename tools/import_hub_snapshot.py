@@ -1,0 +1,89 @@
+"""Dev-time, run once: turn the offline Hub corpus (configs/ + models.tsv) into the committed snapshot/."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import re
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from generator.hub.snapshot import (  # noqa: E402
+    DEFAULT_SNAPSHOT_DIR, index_entry, read_index, record_path, write_index, write_record,
+)
+from generator.records import ModelRecord, validate_repo_id  # noqa: E402
+
+DEFAULT_SOURCE = Path("/work/shared/hub-snapshot")
+# Only an explicit "at Hub revision <sha>" pins the file to a Hub commit; other rows carry no sha, so the
+# first crawl re-downloads them (a None sha never equals the Hub's).
+_REVISION_RE = re.compile(r"\bat Hub revision ([0-9a-f]{40})\b")
+_PER_DTYPE_RE = re.compile(r"per-dtype (\{[^{}]*\})")
+
+
+def _int_or_none(text: str) -> int | None:
+    text = text.strip()
+    return int(text) if text else None
+
+
+def row_to_record(row: dict[str, str], source: Path) -> ModelRecord:
+    repo_id = validate_repo_id(row["repo_id"])
+    config_path = source / "configs" / repo_id / "config.json"
+    # Byte-exact: decode only, no normalisation of whitespace, newlines or key order.
+    config_json = config_path.read_bytes().decode("utf-8")
+    config_source = row["config_source"].strip() or None
+    match = _REVISION_RE.search(config_source or "")
+    params_source = row["params_source"].strip() or None
+    by_dtype: dict[str, int] = {}
+    per_dtype = _PER_DTYPE_RE.search(params_source or "")
+    if per_dtype:
+        by_dtype = {str(k): int(v) for k, v in json.loads(per_dtype.group(1)).items()}
+    checkpoint = _int_or_none(row["checkpoint_params"])
+    if by_dtype and checkpoint is not None and sum(by_dtype.values()) != checkpoint:
+        raise SystemExit(f"{repo_id}: per-dtype split {by_dtype} does not sum to {checkpoint}")
+    return ModelRecord(
+        id=repo_id,
+        config_json=config_json,
+        sha=match.group(1) if match else None,
+        checkpoint_params=checkpoint,
+        checkpoint_params_by_dtype=by_dtype,
+        checkpoint_source=params_source,
+        downloads=_int_or_none(row["downloads"]),
+        downloads_source=row["downloads_source"].strip() or None,
+        gated=None,  # unknown: the corpus does not say
+        config_source=config_source,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--source", type=Path, default=DEFAULT_SOURCE)
+    parser.add_argument("--snapshot", type=Path, default=DEFAULT_SNAPSHOT_DIR)
+    args = parser.parse_args(argv)
+
+    with open(args.source / "models.tsv", encoding="utf-8", newline="") as handle:
+        rows = list(csv.DictReader(handle, delimiter="\t", quoting=csv.QUOTE_NONE))
+    entries = []
+    for row in rows:
+        record = row_to_record(row, args.source)
+        write_record(args.snapshot, record)
+        entries.append(index_entry(record))
+    on_disk = {p.relative_to(args.snapshot.resolve()).as_posix()
+               for p in (args.snapshot.resolve() / "models").rglob("*.json")}
+    extra = on_disk - {e["file"] for e in entries}
+    if extra:
+        raise SystemExit(f"records not in models.tsv already in {args.snapshot}: {sorted(extra)[:5]}")
+    write_index(args.snapshot, entries)
+    # Read back: every record must load and match the path the index names.
+    assert len(read_index(args.snapshot)) == len(entries)
+    assert all(record_path(args.snapshot, e["id"]).is_file() for e in entries)
+    skipped = sorted(p.relative_to(args.source).as_posix()
+                     for p in (args.source / "configs").rglob("*.json") if p.name != "config.json")
+    print(f"imported {len(entries)} records into {args.snapshot}; not imported: {', '.join(skipped) or 'none'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
