@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: help install build serve test golden crawl bench clean
+.PHONY: help install build serve test golden crawl bench fuzz clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -42,6 +42,9 @@ crawl: $(STAMP) ## refresh snapshot/ from the Hugging Face Hub (network)
 
 bench: $(TEST_STAMP) ## benchmarks (not tests): estimator speed against transformers on meta
 	$(BIN)/python benchmarks/bench_estimator.py
+
+fuzz: $(TEST_STAMP) ## long fuzz run: 10,000 mutated snapshot configs (FUZZ_EXAMPLES=N to change)
+	FUZZ_EXAMPLES=$${FUZZ_EXAMPLES:-10000} $(BIN)/python -m pytest -q tests/test_fuzz.py --hypothesis-show-statistics
 
 clean: ## remove build output
 	rm -rf public .pytest_cache
