@@ -1,0 +1,253 @@
+"""The one network seam: every huggingface_hub call of the project is made here, nowhere else."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Mapping
+
+from ..errors import ModelNotFound
+from ..records import ModelRecord, validate_repo_id
+from .listing import SHA_RE, Listed, build_record, config_problem, listed_from_info
+
+# huggingface_hub is imported inside functions only: it reads HF_ENDPOINT, HF_HOME and HF_HUB_OFFLINE once,
+# at import. Everything below reads those variables at call time and passes them explicitly instead.
+EXPAND = ["config", "safetensors", "sha", "downloads", "likes", "gated", "lastModified",
+          "pipeline_tag", "library_name", "tags"]
+DEFAULT_ENDPOINT = "https://huggingface.co"
+MAX_CONFIG_BYTES = 8 * 1024 * 1024  # real configs are KBs; a bigger file is not a config
+RETRY_NOTE = "retried on the next crawl"
+LISTING_COUNTS_SOURCE = "Hub API field safetensors (per-dtype parameters)"
+_TRUE = {"1", "ON", "YES", "TRUE"}
+
+# Fault reasons: the keys of the crawl's summary table.
+GATED, MISSING, NOT_FOUND = "gated", "missing config.json (404)", "repo not found"
+RATE_LIMITED, SERVER_ERROR, TIMEOUT, NETWORK = "rate limited (429)", "server error (5xx)", "timeout", "network error"
+MALFORMED, HEADER_TOO_BIG = "malformed JSON", "safetensors header > 25 MB"
+NO_SAFETENSORS, BAD_ID, OFFLINE, OTHER = "no safetensors", "invalid repo id", "offline", "other error"
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("neurarch-trace")
+    except PackageNotFoundError:
+        return "dev"
+
+
+def _seconds(text: str | None, default: float = 10.0) -> float:
+    try:
+        return float(text) if text else default
+    except ValueError:
+        return default
+
+
+@dataclass(frozen=True)
+class HubSettings:
+    """The standard HF_* variables, read when a client is made (not when huggingface_hub was imported)."""
+
+    endpoint: str
+    token: str | bool  # False: send no token at all
+    cache_dir: Path
+    offline: bool
+    etag_timeout: float
+    download_timeout: float
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> HubSettings:
+        env = os.environ if env is None else env
+        home = Path(env.get("HF_HOME") or Path(env.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "huggingface")
+        cache = env.get("HF_HUB_CACHE") or env.get("HUGGINGFACE_HUB_CACHE") or home / "hub"
+        token: str | bool = (env.get("HF_TOKEN") or "").strip() or False
+        token_file = Path(env.get("HF_TOKEN_PATH") or home / "token")
+        if not token and token_file.is_file():
+            token = token_file.read_text(encoding="utf-8").strip() or False
+        offline = any(env.get(k, "").upper() in _TRUE for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+        return cls(
+            endpoint=(env.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/"),
+            token=token,
+            cache_dir=Path(cache),
+            offline=offline,
+            etag_timeout=_seconds(env.get("HF_HUB_ETAG_TIMEOUT")),
+            download_timeout=_seconds(env.get("HF_HUB_DOWNLOAD_TIMEOUT")),
+        )
+
+
+class HubFault(Exception):
+    """One failed Hub call: `reason` keys the summary table, the message is the problem recorded."""
+
+    def __init__(self, reason: str, message: str, retry: bool = False) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.retry = retry  # transient: the next crawl tries again at the same sha
+
+
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen and len(seen) < 10:
+        seen.add(id(exc))
+        yield exc
+        exc = exc.__cause__ or exc.__context__
+
+
+def classify(exc: BaseException, what: str) -> HubFault:
+    """Map a huggingface_hub/httpx exception (and its causes) to one fault reason and a problem text."""
+    from huggingface_hub import errors as e
+    from huggingface_hub.utils import httpx  # httpx on hub 1.x, httpx2 on 2.x
+
+    retry = f"; {RETRY_NOTE}"
+    name = "config.json" if what == "config" else what  # "config not accessible (gated)" is the issue's wording
+    for x in _chain(exc):
+        if isinstance(x, HubFault):
+            return x
+        if isinstance(x, e.GatedRepoError):
+            return HubFault(GATED, f"{what} not accessible (gated)")
+        if isinstance(x, e.RemoteEntryNotFoundError):
+            return HubFault(MISSING, f"{name} not found (404)")
+        if isinstance(x, (e.RepositoryNotFoundError, e.RevisionNotFoundError)):
+            return HubFault(NOT_FOUND, f"{name}: repo or revision not found (or private)")
+        if isinstance(x, e.SafetensorsParsingError):
+            if "too big" in str(x) or "Maximum supported size" in str(x):  # > SAFETENSORS_MAX_HEADER_LENGTH
+                return HubFault(HEADER_TOO_BIG, "checkpoint count unknown: safetensors header declares more than 25 MB")
+            return HubFault(MALFORMED, "checkpoint count unknown: safetensors header is not valid")
+        if isinstance(x, e.NotASafetensorsRepoError):
+            return HubFault(NO_SAFETENSORS, "checkpoint count unknown: no safetensors checkpoint")
+        if isinstance(x, e.OfflineModeIsEnabled):
+            return HubFault(OFFLINE, f"{name}: offline mode is enabled", retry=True)
+        if isinstance(x, e.HfHubHTTPError) and getattr(x, "response", None) is not None:
+            status = x.response.status_code
+            if status == 429:
+                return HubFault(RATE_LIMITED, f"{name}: rate limited (429) after the library's retries{retry}", True)
+            if status >= 500:
+                return HubFault(SERVER_ERROR, f"{name}: server error (HTTP {status}) after retries{retry}", True)
+            if status in (401, 403):
+                return HubFault(GATED, f"{what} not accessible (gated or private, HTTP {status})")
+            return HubFault(OTHER, f"{name}: HTTP {status}")
+        if isinstance(x, httpx.TimeoutException):
+            return HubFault(TIMEOUT, f"{name}: timed out after retries{retry}", retry=True)
+        if isinstance(x, httpx.TransportError):
+            return HubFault(NETWORK, f"{name}: network error ({type(x).__name__}){retry}", retry=True)
+    if isinstance(exc, e.LocalEntryNotFoundError):  # raised by hf_hub_download after its own retries
+        return HubFault(NETWORK, f"{name}: the Hub could not be reached{retry}", retry=True)
+    return HubFault(OTHER, f"{name}: {type(exc).__name__}: {str(exc)[:200]}")
+
+
+class HubClient:
+    """HfApi and hf_hub_download with the endpoint, token, cache and timeouts passed explicitly."""
+
+    def __init__(self, settings: HubSettings | None = None) -> None:
+        from huggingface_hub import HfApi
+        from huggingface_hub.utils import disable_progress_bars
+
+        self.settings = settings or HubSettings.from_env()
+        disable_progress_bars()  # the crawl draws its own progress bar
+        self.api = HfApi(endpoint=self.settings.endpoint, token=self.settings.token, library_name="neurarch-trace",
+                         library_version=_version())
+
+    def list_models(self, limit: int, pipeline_tag: str | None) -> Iterator[Listed]:
+        """The top `limit` models by downloads, one page at a time (the library follows `Link`)."""
+        try:
+            for info in self.api.list_models(sort="downloads", limit=limit, pipeline_tag=pipeline_tag,
+                                             expand=EXPAND):
+                yield listed_from_info(info)
+        except Exception as exc:  # noqa: BLE001 - any failure ends the listing; the caller decides
+            raise classify(exc, "listing") from exc
+
+    def model_info(self, repo_id: str) -> Listed:
+        try:
+            return listed_from_info(self.api.model_info(validate_repo_id(repo_id), expand=EXPAND))
+        except Exception as exc:  # noqa: BLE001
+            raise classify(exc, "model info") from exc
+
+    def download_config(self, repo_id: str, revision: str, local_only: bool = False) -> tuple[str, str | None]:
+        """config.json text at `revision` through the HF cache, and the commit it came from."""
+        from huggingface_hub import hf_hub_download
+
+        s = self.settings
+        try:
+            path = Path(hf_hub_download(validate_repo_id(repo_id), "config.json", revision=revision,
+                                        endpoint=s.endpoint, token=s.token, cache_dir=s.cache_dir,
+                                        etag_timeout=s.etag_timeout, local_files_only=local_only or s.offline))
+        except Exception as exc:  # noqa: BLE001
+            raise classify(exc, "config") from exc
+        if path.stat().st_size > MAX_CONFIG_BYTES:
+            raise HubFault(MALFORMED, f"config.json is larger than {MAX_CONFIG_BYTES} bytes")
+        try:
+            text = path.read_bytes().decode("utf-8")
+        except UnicodeDecodeError:
+            raise HubFault(MALFORMED, "config.json is not UTF-8 text") from None
+        commit = path.parent.name  # <cache>/models--org--name/snapshots/<commit>/config.json
+        return text, commit if SHA_RE.fullmatch(commit) else None
+
+    def safetensors_counts(self, repo_id: str, revision: str | None) -> dict[str, int]:
+        """Per-dtype element counts from the safetensors headers (HTTP Range reads, no weights)."""
+        try:
+            meta = self.api.get_safetensors_metadata(validate_repo_id(repo_id), revision=revision,
+                                                     timeout=self.settings.download_timeout)
+            return {str(k): int(v) for k, v in meta.parameter_count.items()}
+        except Exception as exc:  # noqa: BLE001
+            raise classify(exc, "safetensors header") from exc
+
+
+def counts_of(client: HubClient, listed: Listed, revision: str | None
+              ) -> tuple[dict[str, int], str | None, HubFault | None]:
+    """Checkpoint counts: the listing's safetensors field, else the headers. Returns (by_dtype, source, fault)."""
+    if listed.params_by_dtype:
+        return dict(listed.params_by_dtype), LISTING_COUNTS_SOURCE, None
+    try:
+        counts = client.safetensors_counts(listed.id, revision)
+    except HubFault as fault:
+        return {}, None, fault
+    return counts, f"safetensors headers at revision {revision or 'main'} (get_safetensors_metadata)", None
+
+
+def fetch_record(repo_id: str) -> ModelRecord:
+    """One model that is not in the snapshot, through the HF cache; honours HF_HUB_OFFLINE."""
+    from datetime import date
+
+    validate_repo_id(repo_id)  # refused before any request or cache path
+    client = HubClient()
+    today = date.today().isoformat()
+    problems: list[str] = []
+    listed = Listed(id=repo_id)
+    unreachable: HubFault | None = None
+    if not client.settings.offline:
+        try:
+            listed = client.model_info(repo_id)
+        except HubFault as fault:
+            if not fault.retry:
+                raise ModelNotFound(repo_id, f"not found on the Hub ({fault})") from None
+            unreachable = fault  # a transient failure: the HF cache may still have it
+    cached_only = client.settings.offline or unreachable is not None
+    if cached_only:
+        why = "HF_HUB_OFFLINE is set" if unreachable is None else f"the Hub could not be reached ({unreachable.reason})"
+        problems.append(f"{why}: config.json from the Hugging Face cache, checkpoint counts unknown")
+    try:
+        # "main", not the sha: the cache then records refs/main, so the same id works offline later.
+        text, commit = client.download_config(repo_id, "main", local_only=cached_only)
+    except HubFault as fault:
+        if client.settings.offline:
+            raise ModelNotFound(repo_id, "not in the snapshot and not in the Hugging Face cache "
+                                         "(HF_HUB_OFFLINE is set)") from None
+        if unreachable is not None:
+            raise ModelNotFound(repo_id, f"the Hub could not be reached ({unreachable.reason}) and the model "
+                                         "is not in the Hugging Face cache") from None
+        if fault.reason == GATED:
+            raise ModelNotFound(repo_id, "the model is gated on the Hub: config.json needs a token that was "
+                                         "granted access (set HF_TOKEN)") from None
+        if fault.reason == MISSING:
+            raise ModelNotFound(repo_id, "the repo has no config.json (404)") from None
+        raise ModelNotFound(repo_id, f"config.json could not be fetched: {fault}") from None
+    if problem := config_problem(text, repo_id):
+        problems.append(problem)
+    by_dtype: dict[str, int] = {}
+    source = None
+    if not cached_only:
+        by_dtype, source, fault = counts_of(client, listed, commit)
+        if fault:
+            problems.append(str(fault))
+    return build_record(listed, config_json=text, sha=commit, by_dtype=by_dtype, checkpoint_source=source,
+                        config_source=f"Hub file config.json at revision {commit or 'main'} (fetched {today})",
+                        problems=problems, date=today)
