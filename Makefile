@@ -26,7 +26,7 @@ $(TEST_STAMP): $(STAMP) pyproject.toml
 install: $(STAMP) ## create .venv/ and install the project into it
 
 build: $(STAMP) ## build the site from the committed snapshot into public/ (offline)
-	$(BIN)/neurarch-trace build --out public
+	$(BIN)/neurarch-trace build --out public $(BUILD_FLAGS)
 
 serve: ## serve public/ on http://127.0.0.1:8000
 	$(BIN)/python -m http.server 8000 --bind 127.0.0.1 --directory public

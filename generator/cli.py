@@ -13,7 +13,8 @@ from rich.console import Console
 from .errors import ConfigError, ModelNotFound, TraceError
 from .records import REPO_ID_RE, ModelRecord
 
-MAX_CONFIG_BYTES = 16 * 1024 * 1024  # the largest real config.json files are a few hundred KB
+MAX_CONFIG_BYTES = 16 * 1024 * 1024
+LOCAL = "local config.json"  # config_source of a record read from the user's own file  # the largest real config.json files are a few hundred KB
 
 
 def _model_parser() -> argparse.ArgumentParser:
@@ -40,7 +41,9 @@ def _build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="neurarch-trace build", description="Build the static site from the snapshot.")
     p.add_argument("--snapshot", type=Path, metavar="DIR", help="snapshot folder (default: the committed one)")
     p.add_argument("--out", type=Path, default=Path("public"), metavar="DIR", help="output folder (default: public)")
-    p.add_argument("--strict", action="store_true", help="any skipped model makes the build fail (exit 1)")
+    p.add_argument("--strict", action="store_true", help="any failed model makes the build fail (exit 1)")
+    p.add_argument("--max-problems", type=int, metavar="N",
+                   help="fail (exit 1, previous site kept) when more than N models fail")
     p.add_argument("--config", type=Path, metavar="FILE", help="site_config.yaml to read")
     return p
 
@@ -77,9 +80,9 @@ def resolve_model(arg: str, snapshot_dir: Path | None) -> ModelRecord:
         cfg = path / "config.json"
         if not cfg.is_file():
             raise ModelNotFound(arg, "folder holds no config.json")
-        return ModelRecord(id=name or arg, config_json=read_config_file(cfg, name or arg))
+        return ModelRecord(id=name or arg, config_json=read_config_file(cfg, name or arg), config_source=LOCAL)
     if path.is_file():
-        return ModelRecord(id=name or arg, config_json=read_config_file(path, name or arg))
+        return ModelRecord(id=name or arg, config_json=read_config_file(path, name or arg), config_source=LOCAL)
     if not REPO_ID_RE.fullmatch(arg):
         raise ModelNotFound(arg, "no such file or folder, and not a Hub repo id (org/name)")
     from .hub import snapshot
@@ -112,7 +115,7 @@ def _run_model(argv: Sequence[str], console: Console, err: Console) -> int:
     if args.html:
         from .site.build import render_model_page
 
-        page = render_model_page(report, record if record.sha or record.downloads else None, settings, standalone=True)
+        page = render_model_page(report, None if record.config_source == LOCAL else record, settings, standalone=True)
         try:
             args.html.write_text(page, encoding="utf-8")
         except OSError as exc:
@@ -137,7 +140,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             args = _build_parser().parse_args(argv[1:])
             settings = load_settings(args.config or DEFAULT_CONFIG)
             return run_build(snapshot_dir=args.snapshot or DEFAULT_SNAPSHOT_DIR, out_dir=args.out,
-                             strict=args.strict, settings=settings, console=err)
+                             strict=args.strict, settings=settings, console=err, max_problems=args.max_problems)
         if argv[:1] == ["crawl"]:
             from .settings import DEFAULT_CONFIG, load_settings
             from .hub.crawl import run_crawl

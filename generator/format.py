@@ -81,7 +81,12 @@ def byte_count(n: int) -> str:
 
 def ratio(x: float) -> str:
     """A multiplier: 1.15 -> "1.15x", 2.0 -> "2x"."""
-    return f"{x:.2f}".rstrip("0").rstrip(".") + "x"
+    return decimal(round(x, 2)) + "x"
+
+
+def decimal(x: float) -> str:
+    """A plain decimal, trailing zeros dropped: 1.15 -> "1.15", 2.0 -> "2"."""
+    return f"{x:.4f}".rstrip("0").rstrip(".")
 
 
 def percent(x: float) -> str:

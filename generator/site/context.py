@@ -1,0 +1,249 @@
+"""Report (+ its record and the settings) → the dict the model page reads; all text via format.py.
+
+Nothing here estimates anything: values are looked up in the Report (and, for sources and prices,
+in the record and site_config.yaml) and turned into strings, so the template only places them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from .. import format as f
+from ..errors import ConfigError
+from ..estimator import Report
+from ..records import ModelRecord
+from ..settings import Settings
+
+MIN_LAYERS_TO_FOLD = 3  # with 1 or 2 layers folding saves nothing (the reference page shows all rows)
+METHODS = (("full", "train_full"), ("lora", "train_lora"), ("serve", "serve"))
+_PHASE_TEXT = {"loss (logits)": "the loss (the logits)", "optimizer step": "the optimizer step",
+               "backward (activations)": "backward (the saved activations)",
+               "decode (full KV cache)": "decoding with a full KV cache"}
+
+
+def model_context(report: Report, record: ModelRecord | None, settings: Settings, *, crumbs: list[dict],
+                  standalone: bool) -> dict[str, Any]:
+    """Everything model.html shows, as strings, booleans and lists of them."""
+    mem, model = report.memory, report.model
+    assumptions = dict(mem.assumptions)
+    findings = [{"severity": x.severity, "check": x.check, "message": x.message} for x in report.findings]
+    count = _count(report, record)
+    return {
+        "model_id": model.id,
+        "name": crumbs[-1]["text"],
+        "crumbs": crumbs,
+        "standalone": standalone,
+        "headline": {
+            "tokens": f.count(mem.train_tokens),
+            "full": f.gb(mem.train_full_bytes_batch1),
+            "full_card": mem.smallest_card_full,
+            "lora": f.gb(mem.train_lora_bytes_batch1),
+            "lora_card": mem.smallest_card_lora,
+            "rank": f.count(assumptions["lora_rank"]),
+            "custom_code": model.custom_code,
+        },
+        "provenance": _provenance(report, record),
+        "count": count,
+        "custom_code": {"present": model.custom_code, "auto_map": _auto_map(record)},
+        "text_tower": {"present": model.text_tower_only, "model_type": model.model_type, "family": model.family},
+        "cost": _cost(report, settings, assumptions),
+        "memory": _memory(report),
+        "assumptions": _assumptions(report, assumptions),
+        "validation": {"checkpoint": count["status"], "missing": count["missing"]},
+        "structure": structure_context(report),
+        "findings": findings,
+    }
+
+
+def _provenance(report: Report, record: ModelRecord | None) -> dict[str, Any]:
+    downloads = report.model.downloads
+    return {
+        "local": record is None,
+        "hub_url": None if record is None else f"https://huggingface.co/{record.id}",
+        "downloads": None if downloads is None else f.short_count(downloads),
+        "downloads_exact": None if downloads is None else f.count(downloads),
+        "downloads_source": record.downloads_source if record else None,
+        "sha": report.model.sha,
+        "sha_short": f.short_sha(report.model.sha),
+        "config_source": record.config_source if record else None,
+        "architectures": list(report.model.architectures),
+        "stale": bool(record and record.stale),
+    }
+
+
+def _count(report: Report, record: ModelRecord | None) -> dict[str, Any]:
+    p = report.params
+    gap = [x for x in report.findings if x.check == "checkpoint_count"]
+    status = "none" if p.checkpoint is None else "match" if p.match else "gap"
+    by_dtype = record.checkpoint_params_by_dtype if record else {}
+    return {
+        "graph": f.count(p.graph),
+        "graph_short": f.short_count(p.graph),
+        "checkpoint": f.DASH if p.checkpoint is None else f.count(p.checkpoint),
+        "status": status,
+        "missing": "no checkpoint count is read for a local config" if record is None
+        else "the snapshot has no such count for this model",
+        "gap": {"severity": gap[0].severity, "message": gap[0].message} if gap else None,
+        "source": record.checkpoint_source if record else None,
+        "by_dtype": [{"dtype": k, "count": f.count(v)} for k, v in sorted(by_dtype.items())],
+        "embedding": f.short_count(p.embedding),
+        "lm_head": None if p.lm_head == 0 else f.short_count(p.lm_head),
+        "layers": f.count(p.layers),
+        "per_layer": f.short_count(p.per_layer),
+        "lora_adapter": f.short_count(p.lora_adapter),
+    }
+
+
+def _auto_map(record: ModelRecord | None) -> list[str]:
+    """The classes config.json's auto_map points at (shown, escaped, never followed)."""
+    if record is None:
+        return []
+    try:
+        auto_map = record.config().get("auto_map")
+    except ConfigError:
+        return []
+    if not isinstance(auto_map, dict):
+        return []
+    items = sorted((str(k), str(v)) for k, v in auto_map.items())
+    return [f"{k}: {v}"[:160] for k, v in items[:4]]
+
+
+def _cost(report: Report, settings: Settings, assumptions: dict[str, Any]) -> dict[str, Any]:
+    gpu_by_name = {g.name: g for g in settings.gpus.values()}
+    card_of_gpu = {settings.gpus[k].name: card.name for card in settings.cards for k in card.gpus}
+    plans = {c.name: c for c in report.memory.cards}
+    rows: dict[str, dict[str, Any]] = {}
+    for line in report.cost:
+        gpu = gpu_by_name.get(line.card)
+        row = rows.setdefault(line.card, {
+            "gpu": line.card,
+            "precision": line.precision if line.precision == "bf16" else f"{line.precision} (no bf16)",
+            "peak": f.tflops(line.peak_tflops),
+            "price": f.usd_per_hour(line.price_usd_per_hour),
+            "source": gpu.price_source if gpu else "",
+            "date": gpu.price_date if gpu else "",
+            "full": None, "lora": None,
+        })
+        plan = plans.get(card_of_gpu.get(line.card, ""))
+        fits = None if plan is None else getattr(plan, f"train_{line.method}_max_batch") > 0
+        row[line.method] = {"hours": f.hours(line.hours), "usd": f.usd(line.usd),
+                            "roofline": f.hours(line.roofline_hours), "bound": line.bound,
+                            "no_fit": fits is False}
+    return {
+        "epochs": f.count(assumptions["job_epochs"]),
+        "batch": f.count(assumptions["job_batch"]),
+        "tokens": f.count(assumptions["job_tokens"]),
+        "samples": f.count(assumptions["job_samples"]),
+        "mfu_full": f.percent(assumptions["mfu_full"]),
+        "mfu_lora": f.percent(assumptions["mfu_lora"]),
+        "job_batch": f.count(report.memory.job_batch),
+        "full_job_batch": f.gb(report.memory.train_full_bytes_job_batch),
+        "lora_job_batch": f.gb(report.memory.train_lora_bytes_job_batch),
+        "rows": list(rows.values()),
+    }
+
+
+def _split(plan: Any) -> dict[str, Any] | None:
+    if plan is None:
+        return None
+    return {"cards": f.count(plan.cards), "cut": f.count(plan.cut_after_layer),
+            "stages": " + ".join(f.gb(b) for b in plan.stage_bytes_batch1),
+            "batch": f.batch(plan.max_batch) if plan.max_batch > 0 else None}
+
+
+def _memory(report: Report) -> dict[str, Any]:
+    rows = []
+    for card in report.memory.cards:
+        splits = {s.method: s for s in card.split or ()}
+        row: dict[str, Any] = {"card": card.name, "usable": f.gb(card.usable_bytes), "budget": f.gb(card.budget_bytes)}
+        for short, method in METHODS:
+            row[short] = {"batch": f.batch(getattr(card, f"{method}_max_batch")), "split": _split(splits.get(method))}
+        rows.append(row)
+    return {
+        "train_tokens": f.count(report.memory.train_tokens),
+        "serve_tokens": f.count(report.memory.serve_tokens),
+        "rank": f.count(dict(report.memory.assumptions)["lora_rank"]),
+        "any_split": any(card.split for card in report.memory.cards),
+        "rows": rows,
+    }
+
+
+def _assumptions(report: Report, a: dict[str, Any]) -> dict[str, Any]:
+    mem = report.memory
+    phase = dict(mem.peak_phase)
+    first = mem.cards[0] if mem.cards else None
+    return {
+        "train_tokens": f.count(mem.train_tokens),
+        "requested_tokens": f.count(a["train_tokens"]),
+        "capped": mem.train_tokens < a["train_tokens"],
+        "headroom": f.ratio(a["headroom"]),
+        "headroom_divisor": f.decimal(a["headroom"]),
+        "cuda_context": f.gib(a["cuda_context_bytes"]),
+        "master": f.byte_count(a["master_weight_bytes"]),
+        "grad": f.byte_count(a["grad_bytes"]),
+        "optimizer": f.byte_count(a["optimizer_state_bytes"]),
+        "autocast": f.byte_count(a["autocast_copy_bytes"]),
+        "foreach": f.byte_count(a["foreach_temp_bytes"]),
+        "base": f.byte_count(a["base_weight_bytes"]),
+        "compute": f.byte_count(a["compute_bytes"]),
+        "logits": f.byte_count(a["logits_bytes"]),
+        "rank": f.count(a["lora_rank"]),
+        "serve_tokens": f.count(mem.serve_tokens),
+        "serve_weight": f.byte_count(a["serve_weight_bytes"]),
+        "kv_per_token": f.byte_count(mem.kv_bytes_per_token),
+        "peak_full": _PHASE_TEXT.get(phase.get("train_full", ""), phase.get("train_full", "")),
+        "peak_lora": _PHASE_TEXT.get(phase.get("train_lora", ""), phase.get("train_lora", "")),
+        "peak_serve": _PHASE_TEXT.get(phase.get("serve", ""), phase.get("serve", "")),
+        "example": None if first is None else {
+            "card": first.name, "usable": f.mib(first.usable_bytes), "budget": f.gb(first.budget_bytes)},
+    }
+
+
+def _row(r: Any) -> dict[str, str]:
+    return {"index": f.count(r.index), "name": r.name, "type": r.type, "shape": f.shape(r.output_shape),
+            "params": f.count(r.params)}
+
+
+def find_layer_block(keys: Sequence[tuple], layers: int) -> tuple[int, int] | None:
+    """(start, rows per layer) of the first run of `layers` identical blocks, or None.
+
+    Rows are compared by (type, shape, params): the names differ per layer (Attention_1,
+    Attention_2) but a decoder stack repeats the same blocks, which is what makes folding honest."""
+    n = len(keys)
+    for per in range(1, n // max(layers, 1) + 1):
+        span = layers * per
+        for start in range(n - span + 1):
+            if all(keys[start + j] == keys[start + j % per] for j in range(per, span)):
+                return start, per
+    return None
+
+
+def structure_context(report: Report) -> dict[str, Any]:
+    """The structure table. A 126-layer model has 762 rows: the page shows the rows before the stack,
+    layer 1 and the rows after it, and keeps layers 2..L in a <details> element, so every row is on
+    the page (and in the JSON twin) while the table stays readable and the markup lean."""
+    rows = report.structure
+    layers = report.params.layers
+    first_shape = rows[0].output_shape if rows else ()
+    context = {
+        "nodes": f.count(len(rows)),
+        # The Input node's shape is (1, tokens): the context the shapes were propagated at.
+        "tokens": f.count(first_shape[-1]) if first_shape else f.DASH,
+        "train_tokens": f.count(report.memory.train_tokens),
+        "same_as_train": bool(first_shape) and first_shape[-1] == report.memory.train_tokens,
+        "head": [_row(r) for r in rows],
+        "fold": None,
+        "tail": [],
+    }
+    if layers < MIN_LAYERS_TO_FOLD:
+        return context
+    block = find_layer_block([(r.type, r.output_shape, r.params) for r in rows], layers)
+    if block is None:
+        return context
+    start, per = block
+    end = start + layers * per
+    context["head"] = [_row(r) for r in rows[: start + per]]
+    context["fold"] = {"first": "2", "last": f.count(layers), "per_layer": f.count(per),
+                       "rows": [_row(r) for r in rows[start + per:end]], "count": f.count(end - start - per)}
+    context["tail"] = [_row(r) for r in rows[end:]]
+    return context

@@ -1,0 +1,56 @@
+"""generator.format: the one place numbers become text; units mean what they say."""
+
+from __future__ import annotations
+
+import pytest
+
+from generator import format as f
+
+
+@pytest.mark.parametrize("n, text", [
+    (0, "0"), (999, "999"), (1000, "1.00K"), (6257, "6.26K"), (418_000, "418K"), (999_999, "1.00M"),
+    (2_435_016, "2.44M"), (17_900_000, "17.9M"), (124_439_808, "124M"), (8_030_261_248, "8.03B"),
+    (405_853_388_800, "406B"), (None, "\u2014"),
+])
+def test_short_count(n: int | None, text: str) -> None:
+    assert f.short_count(n) == text
+
+
+@pytest.mark.parametrize("n, text", [
+    (4_403_833_728, "4.40 GB"), (4_368_609_168, "4.37 GB"), (19_345_965_056, "19.3 GB"),
+    (550_284_111_872, "550 GB"), (8_117_067_776_000, "8,117 GB"), (6_526_864, "6.53 MB"),
+    (999_999_999, "1.00 GB"), (512, "512 bytes"),
+])
+def test_gb_is_decimal(n: int, text: str) -> None:
+    assert f.gb(n) == text
+
+
+def test_gib_is_binary_and_says_so() -> None:
+    assert f.gib(1 << 29) == "0.5 GiB"
+    assert f.gib(16_106_127_360) == "15 GiB"
+    assert f.mib(16_106_127_360) == "15,360 MiB"
+    assert f.gb(1 << 30) == "1.07 GB"  # the same bytes in the other unit
+
+
+@pytest.mark.parametrize("h, text", [(0.001, "<1 min"), (0.63, "38 min"), (9.47, "9.5 h"), (99.96, "100 h"),
+                                     (12_345.6, "12,346 h"), (float("inf"), "\u2014")])
+def test_hours(h: float, text: str) -> None:
+    assert f.hours(h) == text
+
+
+@pytest.mark.parametrize("x, text", [(4.982761, "$4.98"), (0.004, "<$0.01"), (999.999, "$1,000"),
+                                     (12_345.6, "$12,346"), (None, "\u2014")])
+def test_usd(x: float | None, text: str) -> None:
+    assert f.usd(x) == text
+
+
+def test_prices_ratios_and_shapes() -> None:
+    assert [f.usd_per_hour(x) for x in (0.526, 0.8048, 1.99, 1.9, None)] == [
+        "$0.526/h", "$0.8048/h", "$1.99/h", "$1.90/h", "\u2014"]
+    assert (f.ratio(1.15), f.ratio(2.0), f.decimal(1.15)) == ("1.15x", "2x", "1.15")
+    assert (f.percent(0.4), f.percent(0.125)) == ("40%", "12.5%")
+    assert f.tflops(65.0) == "65 TFLOPS"
+    assert f.shape((1, 32768, 8)) == "1 \u00d7 32,768 \u00d7 8"
+    assert (f.batch(0), f.batch(106_108)) == ("\u2014", "batch 106,108")
+    assert (f.byte_count(1), f.byte_count(14)) == ("1 byte", "14 bytes")
+    assert (f.count(2_435_016), f.short_sha("607a30d783df"), f.short_sha(None)) == ("2,435,016", "607a30d", "\u2014")

@@ -1,0 +1,81 @@
+"""`neurarch-trace MODEL --html FILE`: one self-contained page (CSS inlined, Report embedded), and the
+pieces of a model page that depend on the Report: headline, splits, custom code, folded layers."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import replace
+
+import pytest
+
+from generator.hub.snapshot import DEFAULT_SNAPSHOT_DIR, load_record
+from generator.pipeline import report_for_record
+from generator.settings import load_settings
+from generator.site.build import render_model_page
+from generator.site.context import find_layer_block
+
+SETTINGS = load_settings()
+
+
+def _report(model: str):
+    record = load_record(DEFAULT_SNAPSHOT_DIR, model)
+    assert record is not None
+    return report_for_record(record, SETTINGS), record
+
+
+def test_standalone_page_is_one_file_with_the_report_inside() -> None:
+    report, _ = _report("trl-internal-testing/tiny-RemoteForCausalLM")
+    html = render_model_page(report, None, SETTINGS, standalone=True)
+    assert "<style>" in html and 'rel="stylesheet"' not in html and 'rel="alternate"' not in html
+    hrefs = re.findall(r'(?:href|src)="([^"]*)"', html)
+    assert hrefs and all(h.startswith(("#", "https://")) for h in hrefs)  # nothing relative to resolve
+    assert "Reconstructed from a local config.json" in html and 'id="custom-code"' in html
+    embedded = re.search(r'<script type="application/json" id="report">(.*?)</script>', html, re.S)
+    assert embedded and json.loads(embedded.group(1)) == json.loads(json.dumps(report.to_dict()))
+
+
+def test_a_site_page_needs_its_record() -> None:
+    report, _ = _report("openai-community/gpt2")
+    with pytest.raises(ValueError):
+        render_model_page(report, None, SETTINGS, standalone=False)
+
+
+def test_headline_reads_like_the_reference_page() -> None:
+    report, record = _report("trl-internal-testing/tiny-Qwen2ForCausalLM-2.5")
+    html = render_model_page(report, record, SETTINGS, standalone=False)
+    text = re.sub(r"<[^>]+>", "", html)
+    assert ("Fine-tuning tiny-Qwen2ForCausalLM-2.5 at batch 1 and 2,048 tokens takes about 4.40 GB of GPU memory "
+            "for a full fine-tune (fits one T4 16 GB), and 4.37 GB with LoRA r=16 on a bf16 base (fits one T4 16 GB). "
+            "Estimated from the model's structure, not measured.") in text
+    assert "graph 2,435,016 vs checkpoint \u2014" in text
+    for phrase in ("1.15x headroom", "0.5 GiB CUDA context", "14 bytes: the bf16 logits",
+                   "torch.cuda.max_memory_allocated()", "not yet been checked against measured runs",
+                   "No finding on the reconstructed graph.",
+                   "neurarch-trace trl-internal-testing/tiny-Qwen2ForCausalLM-2.5 --plan",
+                   "fp16 (no bf16)"):
+        assert phrase in text, phrase
+
+
+def test_no_single_card_and_the_two_card_split() -> None:
+    report, record = _report("Qwen/Qwen3-0.6B")
+    mem = report.memory
+    none_fit = replace(mem, smallest_card_full=None, smallest_card_lora=None)
+    html = render_model_page(replace(report, memory=none_fit), record, SETTINGS, standalone=False)
+    assert html.count("fits no single card listed; see the two-card split") == 2
+    # The T4 cannot hold a full fine-tune at batch 1: the cell shows the split from cards[].split.
+    split = mem.cards[0].split[0]
+    assert mem.cards[0].train_full_max_batch == 0 and split.method == "train_full"
+    assert f"cut after layer {split.cut_after_layer}: 9.88 GB + 9.47 GB at batch 1; batch 1" in html
+    assert "batch 1 does not fit this GPU alone" in html  # the T4 cost row says so
+
+
+def test_repeated_layers_are_folded_but_kept() -> None:
+    report, record = _report("Qwen/Qwen3-0.6B")
+    html = render_model_page(report, record, SETTINGS, standalone=False)
+    assert "<details><summary>Layers 2 to 28: the same 6 rows as layer 1 (162 rows)</summary>" in html
+    for row in report.structure:  # every node is still on the page
+        assert f"<td>{row.name}<td>" in html
+    keys = [(r.type, r.output_shape, r.params) for r in report.structure]
+    assert find_layer_block(keys, report.params.layers) == (3, 6)
+    assert find_layer_block([("a",), ("b",), ("c",)], 3) is None
