@@ -61,13 +61,12 @@ class ModelRecord:
 
 
 def parse_config_text(text: str, model: str) -> dict[str, Any]:
-    """json.loads with the project's errors: NaN/Infinity refused, a top-level object required."""
+    """json.loads with the project's errors and a top-level object required.
 
-    def _no_constants(name: str) -> Any:
-        raise ValueError(f"non-standard JSON constant {name}")
-
+    NaN and Infinity are accepted as Python's json (and so transformers) reads them: real Hub files
+    use them (nvidia/Nemotron-H-56B-Base-8K). Sizes that are not integers are refused later, by key."""
     try:
-        data = json.loads(text, parse_constant=_no_constants)
+        data = json.loads(text)
     except RecursionError:
         raise ConfigError(model, None, None, "config.json is nested too deeply") from None
     except (ValueError, TypeError) as exc:

@@ -91,7 +91,7 @@ HOSTILE = {
     "missing model_type": ({k: v for k, v in tiny_qwen2().items() if k != "model_type"}, 2, "model_type"),
     "non-JSON": ("{not json", 2, "not valid JSON"),
     "JSON list": ("[1, 2, 3]", 2, "JSON object"),
-    "NaN": ('{"model_type": "qwen2", "hidden_size": NaN}', 2, "not valid JSON"),
+    "NaN": ('{"model_type": "qwen2", "hidden_size": NaN}', 2, "'hidden_size' = nan"),
     "heads not dividing": (tiny_qwen2(num_attention_heads=3), 2, "does not divide hidden_size"),
     "architectures not a list": (tiny_qwen2(architectures="Qwen2ForCausalLM"), 2, "architectures"),
     "unsupported": (tiny_qwen2(model_type="mamba"), 3, "supported: bloom"),
