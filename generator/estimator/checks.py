@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .config import Arch
+from .arch import Arch
 from .graph import Graph
 
 
@@ -72,39 +72,34 @@ def check_rope(a: Arch) -> list[Finding]:
     return out
 
 
-def explain_checkpoint_gap(a: Arch, g: Graph, checkpoint: int) -> tuple[str, str]:
+def explain_checkpoint_gap(a: Arch, g: Graph, checkpoint: int, stored: int | None = None) -> tuple[str, str]:
     """Severity and message for graph != checkpoint, naming the known cause where the numbers say so."""
-    gap = checkpoint - g.params_total
-    if a.text_tower_only and gap > 0:
-        return "warning", (f"the checkpoint also holds the parts outside the text tower (vision tower, projector; "
-                           f"{gap:,} scalars), which this estimate does not count.")
-    causes = {
-        "an untied copy of the tied lm_head": a.vocab * a.embed_dim if a.tie else None,
-        "rotary inv_freq buffers saved per layer": a.layers * (a.rotary_dims // 2) if a.rotary_dims else None,
-        "causal-mask attn.bias buffers": a.layers * a.max_context * a.max_context if a.family == "gpt2" else None,
-    }
-    known = {k: v for k, v in causes.items() if v}
-    for name, size in known.items():
-        if gap == size:
-            return "info", f"the checkpoint also stores {name} ({size:,} scalars)."
-    names = list(known)
-    for i, x in enumerate(names):
-        for y in names[i + 1:]:
-            if gap == known[x] + known[y]:
-                return "info", f"the checkpoint also stores {x} and {y} ({gap:,} scalars)."
-    pct = 100.0 * gap / max(checkpoint, 1)
-    return "warning", f"unexplained gap of {gap:+,} scalars ({pct:+.2f}% of the checkpoint)."
+    from .ckpt import explain
+
+    return explain(a, g, checkpoint, stored)
 
 
-def check_checkpoint(a: Arch, g: Graph, checkpoint: int | None) -> list[Finding]:
-    if checkpoint is None or checkpoint == g.params_total:
+def check_checkpoint(a: Arch, g: Graph, checkpoint: int | None, stored: int | None = None) -> list[Finding]:
+    if checkpoint is None or checkpoint == g.params_total or (stored is not None and checkpoint == stored):
         return []
-    severity, why = explain_checkpoint_gap(a, g, checkpoint)
+    severity, why = explain_checkpoint_gap(a, g, checkpoint, stored)
     return [Finding("checkpoint_count", severity,
                     f"graph counts {g.params_total:,} parameters, checkpoint holds {checkpoint:,}: {why}")]
 
 
-def check_scope(a: Arch, train_tokens: int, requested_tokens: int) -> list[Finding]:
+def check_quantization(a: Arch, g: Graph, stored: int | None) -> list[Finding]:
+    if a.quant is None:
+        return []
+    if stored is None:
+        return [Finding("quantization", "info", f"quantization_config {a.quant.method!r}: {a.quant.describes}; "
+                                                "weights are counted and served as bf16.")]
+    return [Finding("quantization", "info",
+                    f"quantised checkpoint: {a.quant.describes}. {g.params_total:,} logical parameters are stored as "
+                    f"{stored:,} elements; serving memory uses the stored format.")]
+
+
+def check_scope(a: Arch, train_tokens: int, requested_tokens: int, serve_tokens: int | None = None,
+                requested_serve: int | None = None) -> list[Finding]:
     out = []
     if a.custom_code:
         out.append(Finding("custom_code", "info",
@@ -114,13 +109,18 @@ def check_scope(a: Arch, train_tokens: int, requested_tokens: int) -> list[Findi
         out.append(Finding("text_tower_only", "warning",
                            f"model_type {a.model_type[:40]!r} is read through its text_config ({a.family}); "
                            "the vision tower and projector are not counted, so memory is understated."))
-    window = a.raw.get("sliding_window")
-    if isinstance(window, int) and not isinstance(window, bool) and window < a.max_context \
-            and a.raw.get("use_sliding_window", True) is not False:
+    windowed = [w for w in a.layer_windows if 0 < w < a.max_context]
+    if windowed:
         out.append(Finding("sliding_window", "info",
-                           f"sliding_window {window:,} is not modelled yet: the KV cache is counted at full "
-                           "length, an upper bound."))
+                           f"{len(windowed)} of {len(a.layer_windows)} layers attend to a sliding window of "
+                           f"{max(windowed):,} tokens: their KV cache is capped at the window."))
+    if a.approximate is not None and not a.custom_code and not a.text_tower_only:
+        out.append(Finding("approximate", "warning", f"approximate: {a.approximate}."))
     if train_tokens < requested_tokens:
         out.append(Finding("context", "info",
                            f"training is sized at the model's context, {train_tokens:,} tokens, not {requested_tokens:,}."))
+    if serve_tokens is not None and requested_serve is not None and serve_tokens < requested_serve:
+        out.append(Finding("context", "info",
+                           f"serving is sized at the model's context, {serve_tokens:,} tokens per sequence, not "
+                           f"{requested_serve:,} (an encoder reads whole sequences; no KV cache grows)."))
     return out

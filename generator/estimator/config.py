@@ -2,28 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
+import re
 from typing import Any, Mapping
 
 from ..errors import ConfigError, UnsupportedArchitecture
-import re
-
+from .arch import Arch
 from .families import CONFIG_DEFAULTS, FAMILIES, Family
+from .reader import LIMITS, KeyUse
 
-# Upper bounds far above any published model, so that a hostile value (10**18) is refused with a
-# clear message instead of overflowing a float later. The largest real values today are about
-# hidden 25,600 / layers 126 / vocab 262,208 / context 10M.
-LIMITS = {
-    "hidden_size": 1 << 20,
-    "num_hidden_layers": 100_000,
-    "num_attention_heads": 1 << 16,
-    "num_key_value_heads": 1 << 16,
-    "head_dim": 1 << 16,
-    "intermediate_size": 1 << 24,
-    "vocab_size": 100_000_000,
-    "max_position_embeddings": 1 << 32,
-    "word_embed_proj_dim": 1 << 20,
-}
+__all__ = ["Arch", "KeyUse", "LIMITS", "normalise"]
 
 # Keys llama reads; a custom-code (`auto_map`) config with all of them is read as llama...
 LLAMA_KEYS = ("hidden_size", "num_attention_heads", "num_hidden_layers", "intermediate_size", "vocab_size")
@@ -32,59 +20,6 @@ LLAMA_KEYS = ("hidden_size", "num_attention_heads", "num_hidden_layers", "interm
 NOT_LLAMA_KEY = re.compile(r"expert|moe|lora_rank|ssm|mamba|conv_|vision|encoder|hybrid|block_type|layer_type|"
                            r"linear_attn|router|first_k_dense|nextn|n_group|topk|parallel_attn|n_embd|rwkv|"
                            r"attention_layers|block_configs", re.IGNORECASE)
-
-
-@dataclass(frozen=True)
-class KeyUse:
-    """Where one normalised value came from: a config key, an alias, or the family default."""
-
-    name: str
-    value: Any
-    source: str  # "config:<key>", "default:<model_type>", or "derived:<formula>"
-
-
-@dataclass(frozen=True)
-class Arch:
-    """A dense decoder-only transformer, normalised. All sizes are element counts."""
-
-    model_type: str  # as written in config.json
-    family: str  # the family whose semantics we applied
-    architectures: tuple[str, ...]
-    custom_code: bool
-    text_tower_only: bool  # read from a nested text_config; the rest of the model is not counted
-    hidden: int
-    layers: int
-    heads: int
-    kv_heads: int
-    head_dim: int
-    intermediate: int
-    vocab: int
-    max_context: int
-    tie: bool
-    act: str
-    norm: str
-    layer_norms: tuple[str, ...]
-    parallel: bool
-    mlp: str
-    qkv_bias: bool
-    o_bias: bool
-    mlp_bias: bool
-    qk_norm: str | None
-    qk_norm_kind: str
-    position: str
-    learned_positions: int
-    embed_norm: bool
-    final_norm: bool
-    lm_head_bias: bool
-    embed_dim: int  # width of the token embedding (OPT's word_embed_proj_dim), usually == hidden
-    fused_qkv: bool
-    fused_gate_up: bool
-    rotary_dims: int  # rotated dims per head (partial rotary for phi, neox, stablelm, gptj)
-    uses: tuple[KeyUse, ...]
-    raw: Mapping[str, Any]  # the (text) config the values were read from, for the checks
-
-    def used(self) -> dict[str, dict[str, Any]]:
-        return {u.name: {"value": u.value, "source": u.source} for u in self.uses}
 
 
 class _Reader:
@@ -119,8 +54,9 @@ class _Reader:
             raise ConfigError(self.model, key, value, "must be a positive integer")
         if value < minimum:
             raise ConfigError(self.model, key, value, f"must be at least {minimum}")
-        if value > LIMITS.get(name, 1 << 40):
-            raise ConfigError(self.model, key, value, f"is larger than any supported model (max {LIMITS[name]:,})")
+        limit = LIMITS.get(name, 1 << 40)
+        if value > limit:
+            raise ConfigError(self.model, key, value, f"is larger than any supported model (max {limit:,})")
         self.uses.append(KeyUse(name, value, source))
         return value
 
@@ -150,29 +86,44 @@ class _Reader:
         return float(value)
 
 
-def _family_for(cfg: Mapping[str, Any], model: str) -> tuple[Family, Mapping[str, Any], bool]:
-    """Pick the family and the dict to read: the config itself, its text_config, or llama for custom code."""
+def model_type_of(cfg: Mapping[str, Any], model: str) -> str:
     model_type = cfg.get("model_type")
     if model_type is None:
         raise ConfigError(model, "model_type", None, "required key is missing")
     if not isinstance(model_type, str):
         raise ConfigError(model, "model_type", model_type, "must be a string")
-    if model_type in FAMILIES:
-        return FAMILIES[model_type], cfg, False
-    text = cfg.get("text_config")
-    if isinstance(text, dict) and isinstance(text.get("model_type"), str) and text["model_type"] in FAMILIES:
-        return FAMILIES[text["model_type"]], text, True
-    if "auto_map" in cfg and all(key in cfg for key in LLAMA_KEYS) \
-            and not any(NOT_LLAMA_KEY.search(key) for key in cfg):
-        return FAMILIES["llama"], cfg, False
-    raise UnsupportedArchitecture(model, model_type, tuple(sorted(FAMILIES)))
+    return model_type
 
 
 def normalise(cfg: Mapping[str, Any], model: str) -> Arch:
-    """Read a config.json dict the way transformers' config class and modeling file would."""
+    """Read a config.json dict the way transformers' config class and modeling file would.
+
+    In order: a dense family of families.py; a family with its own builder (registry.py); a custom-code
+    model_type read as its declared or nearest known family; a wrapper whose text_config is known
+    (text tower only); any config with the standard keys, read as a llama-style decoder and marked
+    approximate. Anything else is UnsupportedArchitecture.
+    """
     if not isinstance(cfg, Mapping):
         raise ConfigError(model, None, None, f"config must be a JSON object, not {type(cfg).__name__}")
-    fam, src, text_only = _family_for(cfg, model)
+    from . import registry  # builders import this module
+
+    model_type = model_type_of(cfg, model)
+    if model_type in FAMILIES:
+        arch = dense_arch(cfg, model, FAMILIES[model_type], cfg, False)
+    elif model_type in registry.BUILDERS:
+        arch = registry.BUILDERS[model_type](cfg, model)
+    else:
+        arch = registry.fallback(cfg, model, model_type)
+    arch = registry.finish(cfg, model, arch)
+    return arch
+
+
+def dense_arch(cfg: Mapping[str, Any], model: str, fam: Family, src: Mapping[str, Any], text_only: bool,
+               approximate: str | None = None) -> Arch:
+    """A dense family of families.py: read its keys, then build its spec (dense.py)."""
+    from .dense import dense_spec
+    from .windows import layer_windows
+
     r = _Reader(src, model, fam)
     hidden = r.int("hidden_size")
     layers = r.int("num_hidden_layers")
@@ -206,9 +157,10 @@ def normalise(cfg: Mapping[str, Any], model: str) -> Arch:
     norm = fam.norm
     if fam.model_type == "opt" and not r.flag("layer_norm_elementwise_affine", True):
         norm = "layernorm_noparams"
-    return Arch(
+    windows = layer_windows(src, model, fam.model_type, layers, r.uses)
+    arch = Arch(
         model_type=cfg["model_type"], family=fam.model_type,
-        architectures=_architectures(cfg, model), custom_code="auto_map" in cfg, text_tower_only=text_only,
+        architectures=architectures_of(cfg, model), custom_code="auto_map" in cfg, text_tower_only=text_only,
         hidden=hidden, layers=layers, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
         intermediate=intermediate, vocab=vocab, max_context=max_context, tie=tie, act=str(act)[:40],
         norm=norm, layer_norms=layer_norms, parallel=parallel, mlp=fam.mlp,
@@ -216,12 +168,14 @@ def normalise(cfg: Mapping[str, Any], model: str) -> Arch:
         qk_norm=qk_norm, qk_norm_kind=fam.qk_norm_kind or norm, position=fam.position,
         learned_positions=(max_context + fam.learned_position_offset) if fam.position == "learned" else 0,
         embed_norm=fam.embed_norm, final_norm=final_norm, lm_head_bias=fam.lm_head_bias, embed_dim=embed_dim,
-        fused_qkv=fam.fused_qkv, fused_gate_up=fam.fused_gate_up, rotary_dims=_rotary_dims(r, fam, head_dim), uses=tuple(r.uses), raw=src,
+        fused_qkv=fam.fused_qkv, fused_gate_up=fam.fused_gate_up, rotary_dims=_rotary_dims(r, fam, head_dim),
+        uses=tuple(r.uses), raw=src, layer_windows=windows, approximate=approximate,
     )
+    return dataclasses.replace(arch, spec=dense_spec(arch))
 
 
 def _kv_heads(r: _Reader, fam: Family, heads: int) -> int:
-    if fam.model_type in ("gpt2", "gptj", "opt", "bloom"):
+    if fam.model_type in ("gpt2", "gptj", "opt", "bloom", "gpt_neox"):
         return heads
     if fam.model_type == "falcon":
         # modeling_falcon.FalconAttention: new_decoder_architecture uses num_kv_heads; else
@@ -259,7 +213,7 @@ def _rotary_dims(r: _Reader, fam: Family, head_dim: int) -> int:
     return int(head_dim * factor)
 
 
-def _architectures(cfg: Mapping[str, Any], model: str) -> tuple[str, ...]:
+def architectures_of(cfg: Mapping[str, Any], model: str) -> tuple[str, ...]:
     archs = cfg.get("architectures")
     if archs is None:
         return ()

@@ -1,8 +1,9 @@
 """Cost: roofline hours and USD of the reference fine-tuning job on each priced GPU.
 
 FLOPs per token (Kaplan et al. 2020, arXiv:2001.08361 §2.1; Narayanan et al. 2021, arXiv:2104.04473
-eq. 3): forward = 2 x matmul weights + attention 4 x layers x heads x head_dim x T, halved under the
-causal mask. Full fine-tune = 3 x forward (backward = input and weight gradients). LoRA skips the
+eq. 3): forward = 2 x matmul weights used per token (an MoE's active experts only) + attention
+4 x heads x head_dim x keys per attention layer, keys = T/2 under the causal mask, capped by sliding
+windows. Full fine-tune = 3 x forward (backward = input and weight gradients). LoRA skips the
 weight-gradient GEMMs of the frozen base: linears cost 2 x forward, attention (no weights) 3 x, and
 adapters 6 x their parameters. Time per step = max(FLOPs / peak, bytes / bandwidth) (roofline); the
 expected hours divide by an assumed MFU.
@@ -36,9 +37,20 @@ def job_tokens(a: Arch, s: Assumptions) -> int:
     return min(s.job_tokens, a.max_context)
 
 
+def attention_keys(tokens: int, window: int, causal: bool) -> float:
+    """Average keys each query attends to: T/2 under a causal mask (halving QK^T and AV), the window
+    where it caps that (w - w^2 / 2T for T > w), all T for a bidirectional encoder."""
+    if not causal:
+        return float(min(tokens, window) if window > 0 else tokens)
+    if window <= 0 or tokens <= window:
+        return 0.5 * tokens
+    return window - window * window / (2.0 * tokens)
+
+
 def flops_per_token(a: Arch, g: Graph, s: Assumptions, method: str, lora_params: int, tokens: int) -> float:
-    linear = 2.0 * g.params_matmul
-    attention = 4.0 * a.layers * a.heads * a.head_dim * tokens * 0.5  # causal mask halves QK^T and AV
+    """Forward FLOPs per token from the active matmul weights (MoE: routed top-k + shared experts)."""
+    linear = 2.0 * g.active_matmul
+    attention = sum(flops * attention_keys(tokens, window, causal) for window, causal, flops in g.attention_terms)
     if method == "full":
         return 3.0 * (linear + attention)
     return 2.0 * linear + 3.0 * attention + 6.0 * lora_params

@@ -6,29 +6,33 @@ import dataclasses
 from typing import Any, Mapping
 
 from .. import __version__
-from .checks import Finding, check_checkpoint, check_rope, check_scope, check_shapes, check_special_tokens
+from .checks import (Finding, check_checkpoint, check_quantization, check_rope, check_scope, check_shapes,
+                     check_special_tokens)
 from .config import normalise
 from .cost import CostLine, job_cost
 from .graph import build_graph
 from .inputs import Assumptions, Card, Gpu
-from .memory import (Profile, budget_bytes, kv_bytes_per_token, lora_params, max_batch, serve_profile,
-                     train_profile, two_card_split)
+from .memory import (Profile, budget_bytes, kv_bytes_per_sequence, kv_bytes_per_token, lora_params,
+                     serve_profile, state_bytes_per_sequence, train_profile, two_card_split)
+from .quant import serve_weight_bytes, stored_elements
 from .report import SCHEMA_VERSION, CardPlan, Memory, ModelInfo, Params, Report, SplitPlan, StructureRow
 
 FORMULAS = {
     "params": "sum over graph nodes of Linear in*out (+bias), Embedding rows*width, norms (RMSNorm w, "
-              "LayerNorm 2w); tied lm_head counted once (transformers modeling files)",
+              "LayerNorm 2w); tied lm_head counted once (transformers modeling files); MoE: every expert",
+    "active_params": "parameters used per token: router + top-k routed experts + shared experts (+ the rest)",
     "train_full": "max((4+4+8) B x params + 2 B x matmul weights + activations, (4+4+8+4) B x params); "
                   "activations = layers x saved tensors per token (SDPA, no scores) + 14 B x vocab per token",
     "train_lora": "2 B x params (bf16 base) + 20 B x adapter params (r x (in+out) per Linear, head excluded) "
                   "+ activations (bf16 residual) + adapter inputs",
-    "serve": "2 B x params + one prefill chunk's largest layer transient + per sequence (2 x layers x kv_heads "
-             "x head_dim x 2 B per token + 4 B x vocab next-token logits)",
+    "serve": "2 B x params (or the quantised storage) + one prefill chunk's largest layer transient + per "
+             "sequence (per attention layer min(tokens, window) x 2 x kv_heads x head_dim x 2 B; MLA "
+             "(kv_lora_rank + qk_rope_head_dim) x 2 B; SSM/linear-attention state; 4 B x vocab logits)",
     "max_batch": "largest b with memory(b) <= (driver-reported memory - CUDA context) / headroom",
     "split": "two cards, contiguous layer cut minimising the larger stage (pipeline parallel), only where "
              "batch 1 does not fit one card",
-    "cost": "steps x max(FLOPs/peak, bytes/bandwidth) / MFU; FLOPs = 6 x matmul weights per token full, "
-            "4 x for LoRA, causal attention halved",
+    "cost": "steps x max(FLOPs/peak, bytes/bandwidth) / MFU; FLOPs = 6 x active matmul weights per token "
+            "full, 4 x for LoRA, causal attention halved, sliding windows capped",
 }
 
 
@@ -39,12 +43,16 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
     s = assumptions
     arch = normalise(config, model_id)
     graph = build_graph(arch)
+    spec = graph.spec
+    assert spec is not None
     train_tokens = min(s.train_tokens, arch.max_context)
+    # Encoders (and encoder-decoders) serve whole sequences of at most their context.
+    serve_tokens = s.serve_tokens if spec.kind == "decoder" else min(s.serve_tokens, arch.max_context)
     adapters = lora_params(graph, arch, s.lora_rank)
     profiles: dict[str, Profile] = {
         "train_full": train_profile(arch, graph, s, train_tokens, "full", s.lora_rank),
         "train_lora": train_profile(arch, graph, s, train_tokens, "lora", s.lora_rank),
-        "serve": serve_profile(arch, graph, s, s.serve_tokens),
+        "serve": serve_profile(arch, graph, s, serve_tokens),
     }
     plans = tuple(_card_plan(card, profiles, s) for card in cards)
 
@@ -53,8 +61,8 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
         return fitting[0].name if fitting else None
 
     memory = Memory(
-        assumptions=tuple(sorted(dataclasses.asdict(s).items())), train_tokens=train_tokens,
-        serve_tokens=s.serve_tokens,
+        assumptions=tuple(sorted(vars(s).items())), train_tokens=train_tokens,
+        serve_tokens=serve_tokens,
         train_full_bytes_batch1=profiles["train_full"].total(1),
         train_lora_bytes_batch1=profiles["train_lora"].total(1),
         serve_bytes_batch1=profiles["serve"].total(1), job_batch=s.job_batch,
@@ -63,18 +71,34 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
         peak_phase=tuple((k, p.peak_phase(1)) for k, p in profiles.items()),
         smallest_card_full=smallest("train_full_max_batch"), smallest_card_lora=smallest("train_lora_max_batch"),
         smallest_card_serve=smallest("serve_max_batch"), cards=plans,
+        kv_bytes_per_sequence=kv_bytes_per_sequence(arch, s, serve_tokens),
+        state_bytes_per_sequence=state_bytes_per_sequence(arch, s), image_tokens=spec.image_tokens,
+        serve_weight_bytes=serve_weight_bytes(arch, s)([*spec.embed, *(p for b in spec.blocks for p in b.parts),
+                                                        *spec.head]),
     )
     costs = _costs(arch, graph, s, cards, gpus, profiles, adapters)
-    match = None if checkpoint_params is None else checkpoint_params == graph.params_total
-    findings: list[Finding] = [*check_scope(arch, train_tokens, s.train_tokens), *check_shapes(arch),
-                               *check_special_tokens(arch), *check_rope(arch),
-                               *check_checkpoint(arch, graph, checkpoint_params)]
+    stored = stored_elements(arch)
+    match = None if checkpoint_params is None else checkpoint_params in (graph.params_total, stored)
+    findings: list[Finding] = [*check_scope(arch, train_tokens, s.train_tokens, serve_tokens, s.serve_tokens),
+                               *check_shapes(arch),
+                               *check_special_tokens(arch), *check_rope(arch), *check_quantization(arch, graph, stored),
+                               *check_checkpoint(arch, graph, checkpoint_params, stored)]
+    vision = sum(p.params for p in spec.embed if p.name.startswith(VISION_PREFIXES))
+    kinds: dict[str, int] = {}
+    for b in spec.blocks:
+        kinds[b.kind] = kinds.get(b.kind, 0) + 1
+    quant = None if arch.quant is None else (("method", arch.quant.method), ("bits", arch.quant.bits),
+                                              ("group_size", arch.quant.group_size),
+                                              ("describes", arch.quant.describes))
     return Report(
         schema_version=SCHEMA_VERSION, estimator_version=__version__,
         model=ModelInfo(model_id, arch.family, arch.model_type, arch.architectures, arch.custom_code,
-                        arch.text_tower_only, downloads, sha),
+                        arch.text_tower_only, downloads, sha, spec.kind, arch.approximate is not None,
+                        arch.approximate),
         params=Params(graph.params_total, checkpoint_params, match, graph.params_embedding, graph.params_lm_head,
-                      graph.params_per_layer, arch.layers, adapters),
+                      graph.params_per_layer, len(spec.blocks), adapters, graph.params_active, arch.experts,
+                      arch.experts_per_token, graph.params_total - vision, vision, stored, quant,
+                      tuple(kinds.items())),
         memory=memory, cost=costs,
         structure=tuple(StructureRow(n.index, n.name, n.type, n.output_shape, n.params) for n in graph.nodes),
         findings=tuple(findings),
@@ -82,9 +106,13 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
     )
 
 
+# Structure-table names of the parts outside the language model (vlm.py).
+VISION_PREFIXES = ("Vision", "Projector", "Audio")
+
+
 def _card_plan(card: Card, profiles: Mapping[str, Profile], s: Assumptions) -> CardPlan:
     budget = budget_bytes(card, s)
-    batches = {k: max_batch(p.total, budget) for k, p in profiles.items()}
+    batches = {k: p.max_batch(budget) for k, p in profiles.items()}
     splits = tuple(
         SplitPlan(k, sp.cards, sp.cut_after_layer, sp.stage_bytes_batch1, sp.max_batch)
         for k, p in profiles.items() if batches[k] == 0
@@ -100,10 +128,7 @@ def _costs(arch, graph, s: Assumptions, cards, gpus, profiles, adapters) -> tupl
         seen += [g for g in card.gpus if g not in seen]
     lines = []
     full, lora = profiles["train_full"], profiles["train_lora"]
-    per_sample = {
-        "full": full.embed_per_sample + full.layers * full.layer_per_sample + full.head_per_sample,
-        "lora": lora.embed_per_sample + lora.layers * lora.layer_per_sample + lora.head_per_sample,
-    }
+    per_sample = {"full": full.per_sample(), "lora": lora.per_sample()}
     for key in seen:
         gpu = gpus[key]
         if gpu.price_usd_per_hour is None:

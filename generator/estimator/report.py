@@ -22,6 +22,9 @@ class ModelInfo:
     text_tower_only: bool
     downloads: int | None
     sha: str | None
+    kind: str = "decoder"  # "decoder", "encoder" or "encoder-decoder"
+    approximate: bool = False  # the estimate is not exact under transformers semantics
+    approximate_reason: str | None = None  # what the page shows after "approximate: "
 
 
 @dataclass(frozen=True)
@@ -34,6 +37,14 @@ class Params:
     per_layer: int
     layers: int
     lora_adapter: int  # trainable parameters of LoRA at the job's rank
+    active: int = 0  # parameters used per token: routed top-k experts + shared (= graph when dense)
+    experts: int = 0  # routed experts per MoE layer (0: dense)
+    experts_per_token: int = 0
+    text: int = 0  # the language model (embeddings, layers, head)
+    vision: int = 0  # vision tower + projector (VLMs; 0 otherwise)
+    stored: int | None = None  # elements a quantised checkpoint stores (packed weights + scales)
+    quantization: tuple[tuple[str, Any], ...] | None = None  # method, bits, group size, description
+    layer_kinds: tuple[tuple[str, int], ...] = ()  # (kind, count) over the stack: attention, sliding, mla, ...
 
 
 @dataclass(frozen=True)
@@ -68,12 +79,16 @@ class Memory:
     job_batch: int  # the priced job's micro batch (CLI --batch)
     train_full_bytes_job_batch: int
     train_lora_bytes_job_batch: int
-    kv_bytes_per_token: int
+    kv_bytes_per_token: int  # every attention layer's K/V (or MLA latent) per token, windows not applied
     peak_phase: tuple[tuple[str, str], ...]
     smallest_card_full: str | None
     smallest_card_lora: str | None
     smallest_card_serve: str | None
     cards: tuple[CardPlan, ...]
+    kv_bytes_per_sequence: int = 0  # one sequence's cache at serve_tokens: windows capped, state included
+    state_bytes_per_sequence: int = 0  # fixed recurrent state per sequence (SSM, linear attention)
+    image_tokens: int = 0  # text tokens one image (audio models: one clip) takes, from the vision/audio config
+    serve_weight_bytes: int = 0  # weights as served: bf16, or the quantised checkpoint's storage
 
 
 @dataclass(frozen=True)
@@ -103,6 +118,9 @@ class Report:
         mem = out["memory"]
         mem["assumptions"] = dict(self.memory.assumptions)
         mem["peak_phase"] = dict(self.memory.peak_phase)
+        out["params"]["layer_kinds"] = dict(self.params.layer_kinds)
+        q = self.params.quantization
+        out["params"]["quantization"] = None if q is None else dict(q)
         out["provenance"] = {k: v for k, v in self.provenance}
         return out
 

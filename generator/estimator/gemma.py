@@ -1,0 +1,128 @@
+"""Gemma 4 text towers (modeling_gemma4.py, modeling_gemma4_unified.py): per-layer attention shapes.
+
+Full-attention layers use global_head_dim (and num_global_key_value_heads) unless `per_layer_config`
+overrides each layer; attention_k_eq_v drops v_proj on full layers (K doubles as V); the last
+num_kv_shared_layers layers reuse earlier K/V (no k/v projections, no KV cache of their own);
+Per-Layer Embeddings (hidden_size_per_layer_input) add a vocab x layers x width table, its projection
+and a per-layer gate/projection/norm; enable_moe_block adds routed experts beside the dense MLP.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping
+
+from ..errors import ConfigError
+from .arch import Arch
+from .config import architectures_of
+from .decoders import D, M, T, attention, build
+from .registry import register
+from .spec import Part
+
+
+def _overrides(d: D) -> dict[int, dict[str, int]]:
+    per = d.r.cfg.get("per_layer_config")
+    types = d.r.list("layer_types") or ["sliding_attention" if (i + 1) % 6 else "full_attention" for i in range(d.layers)]
+    types = list(types[:d.layers])
+    if types:
+        types[-1] = "full_attention"  # configuration_gemma4.py forces the last layer global
+    if per is None:
+        over: dict[str, int] = {"head_dim": d.k("global_head_dim", 512)}
+        kv = d.r.opt_int("num_global_key_value_heads")
+        if kv is not None and d.f("attention_k_eq_v", True):
+            over["num_key_value_heads"] = kv
+        return {i: over for i, t in enumerate(types) if t == "full_attention"}
+    if not isinstance(per, Mapping):
+        raise ConfigError(d.r.model, "per_layer_config", per, "must map layer indices to overrides")
+    out: dict[int, dict[str, int]] = {}
+    for k, v in per.items():
+        if not (isinstance(k, str) and k.isdigit() or isinstance(k, int)) or not isinstance(v, Mapping):
+            raise ConfigError(d.r.model, "per_layer_config", per, "must map layer indices to overrides")
+        out[int(k)] = {key: val for key, val in v.items() if isinstance(val, int) and not isinstance(val, bool)}
+    return out
+
+
+def _shared(d: D, i: int) -> bool:
+    return i >= d.layers - d.k("num_kv_shared_layers", 0, minimum=0)
+
+
+def _attention(t: T, d: D, n: int, window: int) -> Part:
+    i = n - 1
+    over = _overrides(d).get(i, {})
+    hd, kv = over.get("head_dim", d.hd), over.get("num_key_value_heads", d.kv)
+    q = d.heads * hd
+    if _shared(d, i):  # reuses an earlier layer's K/V: q_proj, q_norm, o_proj only, no cache
+        params = d.hidden * q + hd + q * d.hidden + (q + d.hidden if d.f("attention_bias") else 0)
+        return Part(f"Attention_{n}", "Shared-KV Attn", params, matmul=2 * d.hidden * q,
+                    linears=((d.hidden, q), (q, d.hidden)), act=5 * q, act32=d.heads, transient=2 * q, window=window,
+                    attn_flops=4 * d.heads * hd)
+    k_eq_v = d.f("attention_k_eq_v", False) and not window
+    p = attention(t, d, n, window, kv=kv, hd=hd, extra=2 * hd)  # q_norm, k_norm (v_norm has no scale)
+    if k_eq_v:  # no v_proj: the keys are the values
+        p = p._replace(params=p.params - d.hidden * kv * hd, matmul=p.matmul - d.hidden * kv * hd,
+                                linears=tuple(x for j, x in enumerate(p.linears) if j != 2), kv=kv * hd)
+    return p
+
+
+def _ple(d: D) -> int:
+    w = d.k("hidden_size_per_layer_input", 0, minimum=0)
+    if not w:
+        return 0
+    return d.k("vocab_size_per_layer_input", d.vocab) * d.layers * w + d.hidden * d.layers * w + w
+
+
+def _layer_ple(d: D) -> int:
+    w = d.k("hidden_size_per_layer_input", 0, minimum=0)
+    return 2 * d.hidden * w + d.hidden if w else 0
+
+
+def _mlp_width(d: D, i: int) -> int:
+    return d.inter * (2 if d.f("use_double_wide_mlp", False) and _shared(d, i) else 1)
+
+
+def gemma4_text(cfg: Mapping[str, Any], model: str, mt: str) -> Arch:
+    moe = M(top_k="top_k_experts", shared=lambda d: d.inter,
+            extra=lambda d: d.hidden + d.k("num_experts") + 3 * d.hidden)
+    t = T(norms=("pre_attn", "post_attn", "pre_mlp", "post_mlp"), qk_norm=None, tie=True, attn=_attention,
+          qkv_bias="attention_bias", o_bias="attention_bias",
+          top_extra=_ple, layer_extra=_layer_ple, moe=moe,
+          ffn=lambda d, i: "moe" if d.f("enable_moe_block", False) else "dense")
+    arch = build(cfg, model, mt, t)
+    spec = arch.spec
+    assert spec is not None
+    # use_double_wide_mlp doubles the MLP of KV-shared layers: rebuild those FFN parts at double width.
+    from .decoders import D as _D, mlp
+    from .reader import Reader
+    d = _D(Reader(cfg, model, mt), t)
+    blocks = []
+    for b in spec.blocks:
+        width = _mlp_width(d, b.index - 1)
+        if width != d.inter:
+            b = dataclasses.replace(b, parts=tuple(mlp(t, d, b.index, width) if p.name == f"FFN_{b.index}" else p
+                                                   for p in b.parts))
+        blocks.append(b)
+    return dataclasses.replace(arch, spec=dataclasses.replace(spec, blocks=tuple(blocks)))
+
+
+@register("gemma4_text", "gemma4_unified_text")
+def _text(cfg: Mapping[str, Any], model: str) -> Arch:
+    return gemma4_text(cfg, model, str(cfg.get("model_type")))
+
+
+@register("gemma4", "gemma4_unified")
+def gemma4(cfg: Mapping[str, Any], model: str) -> Arch:
+    """The multimodal wrappers: the text tower (text_config); vision/audio towers when configured are not
+    counted yet (known_gaps.py)."""
+    mt = str(cfg.get("model_type"))
+    text = cfg.get("text_config") or {}
+    if not isinstance(text, Mapping):
+        raise ConfigError(model, "text_config", text, "must be a JSON object")
+    inner = "gemma4_text" if mt == "gemma4" else "gemma4_unified_text"
+    arch = gemma4_text(dict(text, model_type=inner), model, inner)
+    from .reader import Reader
+    from .vlm import retie
+    arch = retie(arch, Reader(cfg, model, mt).flag("tie_word_embeddings", arch.tie))
+    towers = [k for k in ("vision_config", "audio_config") if cfg.get(k)]
+    why = f"its {' and '.join(towers)} tower(s) are not counted" if towers else None
+    return dataclasses.replace(arch, model_type=mt, family=mt, approximate=why, text_tower_only=bool(towers),
+                               architectures=architectures_of(cfg, model))

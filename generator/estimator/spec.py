@@ -1,0 +1,250 @@
+"""The generic model spec every family builder produces: parts (nodes) grouped into blocks (layers).
+
+A Part is one node of the structure table with its parameter count and, per token, what it adds to
+compute (matmul weights, attention FLOPs), to training memory (saved activations), and to serving
+(working set, KV cache or recurrent state). Builders (dense.py, decoders.py, moe.py, ssm.py,
+encoders.py, vlm.py) fill these from a config; graph.py, memory.py and cost.py only read them.
+The per-part formulas live in the helpers below and cite the modeling files they follow.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+# Parameters per width of each norm kind (torch.nn.LayerNorm: weight + bias; RMSNorm: weight).
+NORM_PARAMS_PER_WIDTH = {"rmsnorm": 1, "layernorm": 2, "layernorm_nobias": 1, "layernorm_noparams": 0}
+
+
+class Part(NamedTuple):
+    """One node: parameters, and per token its compute, saved activations, working set and cache."""
+
+    name: str  # node name in the structure table (already numbered by the builder)
+    type: str  # what the table shows as the node type
+    params: int = 0
+    width: int = 0  # last dim of the output shape; 0 = the model's hidden size
+    active: int = -1  # parameters used per token (MoE: routed top-k + shared); -1 = all
+    matmul: int = 0  # weights that take part in a matmul per token (all experts)
+    active_matmul: int = -1  # of those, used per token; -1 = all
+    linears: tuple[tuple[int, int], ...] = ()  # (in, out) of each nn.Linear a LoRA adapter wraps
+    act: int = 0  # saved-for-backward elements per token at compute precision (bf16)
+    act32: int = 0  # saved fp32 elements per token (softmax statistics)
+    norm_width: int = 0  # a norm: saves its input and output (+ a cast) of this width per token
+    transient: int = 0  # serving: largest working set of the part per token, elements
+    kv: int = 0  # serving: cached elements per token (K + V, or MLA's latent)
+    window: int = 0  # cached tokens capped at this window; 0 = every token
+    state: int = 0  # serving: fixed recurrent state per sequence, elements (SSM, linear attention)
+    attn_flops: int = 0  # attention FLOPs per token per attended key (QK^T and AV)
+    mats: tuple[tuple[int, int, int], ...] = ()  # (count, in, out) weight matrices a quantised
+    # checkpoint stores packed: every nn.Linear of the part and the experts' 3-D tensors. () = linears
+
+    @property
+    def weight_mats(self) -> tuple[tuple[int, int, int], ...]:
+        return self.mats or tuple((1, i, o) for i, o in self.linears)
+
+    @property
+    def active_params(self) -> int:
+        return self.params if self.active < 0 else self.active
+
+    @property
+    def active_matmul_params(self) -> int:
+        return self.matmul if self.active_matmul < 0 else self.active_matmul
+
+
+@dataclass(frozen=True)
+class Block:
+    """One layer of a stack: its parts in forward order, with the per-token sums memory.py and
+    graph.py need computed once (a layer's activations are linear in its parts' fields)."""
+
+    index: int  # 1-based within the model's layer sequence
+    kind: str  # "attention", "sliding", "mla", "mamba", "mamba2", "linear", "recurrent", "encoder", "cross"...
+    parts: tuple[Part, ...]
+    stack: str = "decoder"  # "decoder", "encoder" (encoder-decoder models), "vision"
+    params: int = field(init=False, repr=False, compare=False)
+    active: int = field(init=False, repr=False, compare=False)  # parameters used per token
+    matmul: int = field(init=False, repr=False, compare=False)
+    active_matmul: int = field(init=False, repr=False, compare=False)
+    norm_width: int = field(init=False, repr=False, compare=False)
+    act: int = field(init=False, repr=False, compare=False)
+    act32: int = field(init=False, repr=False, compare=False)
+    transient: int = field(init=False, repr=False, compare=False)  # the largest part's working set
+    state: int = field(init=False, repr=False, compare=False)
+    linears: tuple[tuple[int, int], ...] = field(init=False, repr=False, compare=False)
+    lora_in: int = field(init=False, repr=False, compare=False)  # sum of the Linears' inputs
+    lora_io: int = field(init=False, repr=False, compare=False)  # sum of in + out over the Linears
+    kv: tuple[tuple[int, int], ...] = field(init=False, repr=False, compare=False)  # (window, kv) per cached part
+    attn: tuple[tuple[int, int], ...] = field(init=False, repr=False, compare=False)  # (window, attn_flops)
+
+    def __post_init__(self) -> None:
+        params = active = matmul = active_mm = norm_w = act = act32 = transient = state = 0
+        linears: list[tuple[int, int]] = []
+        kv: list[tuple[int, int]] = []
+        attn: list[tuple[int, int]] = []
+        for p in self.parts:
+            params += p.params
+            active += p.params if p.active < 0 else p.active
+            matmul += p.matmul
+            active_mm += p.matmul if p.active_matmul < 0 else p.active_matmul
+            norm_w += p.norm_width
+            act += p.act
+            act32 += p.act32
+            state += p.state
+            if p.transient > transient:
+                transient = p.transient
+            if p.linears:
+                linears += p.linears
+            if p.kv:
+                kv.append((p.window, p.kv))
+            if p.attn_flops:
+                attn.append((p.window, p.attn_flops))
+        values = {"params": params, "active": active, "matmul": matmul, "active_matmul": active_mm,
+                  "norm_width": norm_w, "act": act, "act32": act32, "transient": transient, "state": state,
+                  "linears": tuple(linears), "lora_in": sum(i for i, _ in linears),
+                  "lora_io": sum(i + o for i, o in linears), "kv": tuple(kv), "attn": tuple(attn)}
+        for k, v in values.items():
+            object.__setattr__(self, k, v)
+
+    def total(self, attr: str) -> int:
+        return sum(getattr(p, attr) for p in self.parts)
+
+    def numbered(self, index: int) -> "Block":
+        """This layer as layer `index`: names with the placeholder "#" numbered, sums kept (a stack of
+        identical layers is built once: dense.py)."""
+        tag = str(index)
+        new = tuple.__new__  # a Part is a named tuple whose first field is the name
+        parts = tuple(new(Part, (p[0].replace("#", tag),) + p[1:]) for p in self.parts)
+        out = object.__new__(Block)
+        out.__dict__.update(self.__dict__, index=index, parts=parts)  # frozen: fields set once, here
+        return out
+
+
+@dataclass(frozen=True)
+class Spec:
+    """A whole model: what runs before the stack, the stack, and what runs after it."""
+
+    kind: str  # "decoder", "encoder", "encoder-decoder"
+    hidden: int
+    vocab: int
+    embed: tuple[Part, ...]  # token/position embeddings, vision tower and projector
+    blocks: tuple[Block, ...]
+    head: tuple[Part, ...]  # final norm(s), LM head (0 params when tied), output
+    logits: int  # logit elements per token at the loss (vocab for LM heads)
+    tied: bool = False
+    image_tokens: int = 0  # text-sequence tokens one image (or audio clip) takes, from the vision/audio config
+    vision_act: int = 0  # training: saved elements of the vision tower per image
+    vision_transient: int = 0  # serving: vision tower working set per image, elements
+    notes: tuple[str, ...] = field(default_factory=tuple)  # formulas and semantics to show
+
+    @property
+    def params(self) -> int:
+        return sum(p.params for p in self.embed) + sum(b.params for b in self.blocks) + sum(p.params for p in self.head)
+
+
+def linear(n_in: int, n_out: int, bias: bool = False) -> int:
+    return n_in * n_out + (n_out if bias else 0)
+
+
+def norm_params(kind: str, width: int) -> int:
+    return NORM_PARAMS_PER_WIDTH[kind] * width
+
+
+def norm_part(name: str, kind: str, width: int, out: int = 0) -> Part:
+    typ = "RMSNorm" if kind == "rmsnorm" else "LayerNorm"
+    return Part(name, typ, norm_params(kind, width), width=out, norm_width=width)
+
+
+def add_part(name: str) -> Part:
+    return Part(name, "Add")
+
+
+def dense_linear_part(name: str, typ: str, n_in: int, n_out: int, bias: bool = False, *, lora: bool = True,
+                      width: int = 0) -> Part:
+    """A lone nn.Linear (projector, adapter, ...): saves its input for backward."""
+    return Part(name, typ, linear(n_in, n_out, bias), width=width, matmul=n_in * n_out,
+                linears=((n_in, n_out),) if lora else (), act=n_in, transient=n_in + n_out)
+
+
+def attention_part(name: str, typ: str, hidden: int, heads: int, kv_heads: int, head_dim: int, *,
+                   qkv_bias: bool = False, o_bias: bool = False, extra: int = 0, v_dim: int = 0, q_mult: int = 1,
+                   fused_qkv: bool = False, o_in: int = 0, rope: bool = True, window: int = 0, kv_bias: bool | None = None,
+                   extra_linears: tuple[tuple[int, int], ...] = (), cached: bool = True) -> Part:
+    """Self-attention with q/k/v/o projections (modeling_llama.LlamaAttention and its descendants).
+
+    kv: 2 x kv_heads x head_dim per token (K and V; GQA/MQA share K/V heads: Ainslie et al. 2023,
+    arXiv:2305.13245). Saved per token: q/k/v before and after RoPE and rotate_half, the SDPA output and
+    o_proj input (no score matrix with fused kernels) and the fp32 log-sum-exp per head.
+    `q_mult` 2 for gated attention (q_proj also emits the output gate, modeling_qwen3_next.py).
+    """
+    v_dim = v_dim or head_dim
+    q, k, v = heads * head_dim, kv_heads * head_dim, kv_heads * v_dim
+    o_in = o_in or heads * v_dim
+    kb = qkv_bias if kv_bias is None else kv_bias
+    params = (linear(hidden, q * q_mult, qkv_bias) + linear(hidden, k, kb) + linear(hidden, v, kb)
+              + linear(o_in, hidden, o_bias) + extra)
+    mm = hidden * (q * q_mult + k + v) + o_in * hidden + sum(i * o for i, o in extra_linears)
+    lin = ((hidden, q * q_mult + k + v),) if fused_qkv else ((hidden, q * q_mult), (hidden, k), (hidden, v))
+    copies = 3 if rope else 1
+    return Part(name, typ, params, matmul=mm, linears=lin + ((o_in, hidden),) + extra_linears,
+                act=copies * (q + k) + v + 2 * q + (q if q_mult > 1 else 0), act32=heads,
+                transient=q * q_mult + q + k + v, kv=(k + v) if cached else 0, window=window,
+                attn_flops=2 * heads * (head_dim + v_dim))
+
+
+def mlp_part(name: str, typ: str, hidden: int, inter: int, gated: bool, bias: bool = False, *,
+             fused: bool = False, extra: int = 0, out: int = 0) -> Part:
+    """Feed-forward: gated (gate, up, down: SwiGLU/GeGLU, Shazeer 2020) or plain (fc1, act, fc2).
+
+    Saved per token: gate, act(gate), up, product (gated) or fc1 output and activation (plain).
+    """
+    out = out or hidden
+    n_up = 2 if gated else 1
+    params = n_up * linear(hidden, inter, bias) + linear(inter, out, bias) + extra
+    if gated:
+        lin = ((hidden, 2 * inter),) if fused else ((hidden, inter), (hidden, inter))
+    else:
+        lin = ((hidden, inter),)
+    return Part(name, typ, params, matmul=(n_up * hidden + out) * inter, linears=lin + ((inter, out),),
+                act=inter * (4 if gated else 2), transient=inter * (3 if gated else 2))
+
+
+def moe_part(name: str, hidden: int, experts: int, top_k: int, inter: int, *, gated: bool = True, bias: bool = False,
+             shared: int = 0, shared_gate: bool = False, router_bias: bool = False, extra: int = 0,
+             shared_lora: bool = True, expert_extra: int = 0, router_params: int | None = None) -> Part:
+    """Routed experts (+ shared experts): every expert is held, top_k of them run per token.
+
+    Parameters: router hidden x experts, experts x (gate/up/down), shared expert MLP of width `shared`
+    (+ its sigmoid gate hidden -> 1, modeling_qwen2_moe.py). Active per token: the router, top_k experts
+    and the shared expert. Saved per token: each chosen expert's gated MLP tensors (4 x inter), the
+    shared expert's, and the fp32 router logits. LoRA wraps the nn.Linear layers only (shared experts);
+    the fused 3-D expert tensors of transformers 5 are not nn.Linear.
+    """
+    per_expert = (2 if gated else 1) * linear(hidden, inter, bias) + linear(inter, hidden, bias) + expert_extra
+    router = linear(hidden, experts, router_bias) if router_params is None else router_params
+    shared_p = (3 if gated else 2) * hidden * shared + (hidden if shared_gate else 0) if shared else 0
+    params = router + experts * per_expert + shared_p + extra
+    mm_e = (3 if gated else 2) * hidden * inter
+    mm_s = (3 if gated else 2) * hidden * shared + (hidden if shared_gate else 0)
+    lin = (((hidden, shared), (hidden, shared), (shared, hidden)) if gated else ((hidden, shared), (shared, hidden))) \
+        if shared and shared_lora else ()
+    k = min(top_k, experts)
+    n_in = 2 if gated else 1
+    mats = ((experts * n_in, hidden, inter), (experts, inter, hidden)) + tuple((1, i, o) for i, o in lin)
+    return Part(name, "MoE", params, mats=mats, active=router + k * per_expert + shared_p + extra,
+                matmul=hidden * experts + experts * mm_e + mm_s, active_matmul=hidden * experts + k * mm_e + mm_s,
+                linears=lin, act=(k * inter + shared) * (4 if gated else 2) + hidden, act32=experts,
+                transient=k * inter * (3 if gated else 2) + shared * 3 + hidden)
+
+
+def with_name(p: Part, name: str) -> Part:
+    return p._replace(name=name)
+
+
+def combine(name: str, typ: str, *parts: Part) -> Part:
+    """Parts that run side by side in one node (falcon_h1's attention + Mamba-2): sums, one window."""
+    def total(attr: str) -> int:
+        return sum(getattr(p, attr) for p in parts)
+    return Part(name, typ, total("params"), active=sum(p.active_params for p in parts), matmul=total("matmul"),
+                active_matmul=sum(p.active_matmul_params for p in parts), linears=tuple(x for p in parts for x in p.linears),
+                act=total("act"), act32=total("act32"), transient=max(p.transient for p in parts), kv=total("kv"),
+                window=max(p.window for p in parts), state=total("state"), attn_flops=total("attn_flops"),
+                mats=tuple(x for p in parts for x in p.weight_mats))

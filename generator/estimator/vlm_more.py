@@ -1,0 +1,199 @@
+"""VLMs with their own layouts: Mllama (cross-attention), Fuyu (patches straight into the decoder), GIT."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping
+
+from ..errors import ConfigError
+from .arch import Arch
+from .config import architectures_of
+from .assemble import assemble, standard_block
+from .decoders import D, T, attention, build
+from .dense import attention_type
+from .reader import Reader
+from .registry import BUILDERS, register
+from .spec import Part, attention_part, linear, mlp_part, norm_part
+
+
+def _cross(t: T, d: D, n: int) -> Part:
+    # modeling_mllama.MllamaTextCrossAttention: q/k/v/o (keys and values from the vision states), q/k
+    # RMSNorm of head_dim, and the layer's two tanh gates (attention, MLP). Its KV is the image's
+    # cross-attention states, cached once per sequence (window -1: over the vision tokens).
+    p = attention(t, d, n, 0, extra=2 * d.hd + 2)
+    return p._replace(name=f"Cross_Attention_{n}", type="Cross Attn", window=-1)
+
+
+def mllama_text(cfg: Mapping[str, Any], model: str) -> Arch:
+    """modeling_mllama.MllamaForCausalLM: llama self-attention layers, cross-attention layers at
+    cross_attention_layers, an embedding of vocab_size + 8 rows, an untied head of vocab_size."""
+    r = Reader(cfg, model, "mllama_text_model")
+    cross = set(r.list("cross_attention_layers", int) or [])
+    t = T(mixer=lambda d, i: "cross" if i in cross else "attention", mixers={}, top_extra=lambda d: 8 * d.hidden)
+    t = dataclasses.replace(t, mixers={"cross": lambda d, n: _cross(t, d, n)})
+    return build(cfg, model, "mllama_text_model", t, family="mllama")
+
+
+def mllama_vision(vc: Mapping[str, Any], r: Reader) -> tuple[Part, int, int, int]:
+    """MllamaVisionModel: class embedding, patch conv, gated position/tile embeddings, a local transformer
+    (num_hidden_layers) and a gated global one (num_global_layers), LayerNorms with bias."""
+    v = r.child(vc, "mllama_vision_model", prefix="vision_config.")
+    h, inter, p = v.int("hidden_size"), v.int("intermediate_size"), v.int("patch_size")
+    n, g, tiles, size = v.int("num_hidden_layers"), v.int("num_global_layers"), v.int("max_num_tiles", 4), v.int("image_size")
+    ratios = v.list("supported_aspect_ratios", list)
+    ids = len(ratios) if ratios else 8
+    patches = (size // p) ** 2 + 1
+    layer = 4 * h * h + linear(h, inter, True) + linear(inter, h, True) + 4 * h
+    params = (h + v.int("num_channels", 3) * p * p * h + 1 + patches * h + (ids + 1) * tiles * patches * h
+              + 2 * (1 + (ids + 1) * tiles * h) + 4 * h + n * layer + g * (layer + 2))
+    out = v.int("vision_output_dim", h * 6)
+    return Part("Vision_Tower", f"Vision transformer ({n}+{g} layers)", params,
+                matmul=(n + g) * (4 * h * h + 2 * h * inter)), tiles * patches, out, h
+
+
+@register("mllama")
+def mllama(cfg: Mapping[str, Any], model: str) -> Arch:
+    archs = architectures_of(cfg, model)
+    text_cfg = cfg.get("text_config") or {}
+    if not isinstance(text_cfg, Mapping):
+        raise ConfigError(model, "text_config", text_cfg, "must be a JSON object")
+    text = mllama_text(dict(text_cfg, model_type="mllama_text_model"), model)
+    if archs and isinstance(archs[0], str) and archs[0].endswith("ForCausalLM"):
+        return dataclasses.replace(text, model_type="mllama", architectures=archs)
+    r = Reader(cfg, model, "mllama")
+    vc = cfg.get("vision_config") or {}
+    tower, vision_tokens, out, vh = mllama_vision(vc, r)
+    spec = text.spec
+    assert spec is not None
+    proj = Part("Projector", "Linear projector", linear(out, spec.hidden, True), matmul=out * spec.hidden)
+    # Image tokens do not enter the text sequence: the cross-attention layers cache K/V over them.
+    new = dataclasses.replace(spec, embed=(*spec.embed, tower, proj), image_tokens=0,
+                              vision_act=vision_tokens * 12 * vh, vision_transient=vision_tokens * 8 * vh,
+                              notes=(f"one image = {vision_tokens:,} vision tokens held as cross-attention K/V",))
+    return dataclasses.replace(text, model_type="mllama", family="mllama", spec=new, architectures=archs)
+
+
+register("mllama_text_model")(mllama_text)
+
+
+@register("fuyu")
+def fuyu(cfg: Mapping[str, Any], model: str) -> Arch:
+    """modeling_fuyu.py: a Persimmon decoder (text_config) and vision_embed_tokens, one Linear from a
+    patch (patch_size^2 x num_channels) to the hidden size; no vision encoder."""
+    r = Reader(cfg, model, "fuyu")
+    text_cfg = cfg.get("text_config") or {}
+    if not isinstance(text_cfg, Mapping):
+        raise ConfigError(model, "text_config", text_cfg, "must be a JSON object")
+    text = BUILDERS["persimmon"](dict(text_cfg, model_type="persimmon"), model)
+    spec = text.spec
+    assert spec is not None
+    p, ch = r.int("patch_size", 30), r.int("num_channels", 3)
+    patch = p * p * ch
+    proj = Part("Projector", "Patch embedding", linear(patch, spec.hidden, True), matmul=patch * spec.hidden)
+    tie = r.flag("tie_word_embeddings", False)
+    head = tuple(q._replace(params=0 if tie else spec.vocab * spec.hidden) if q.name == "LM_Head" else q
+                 for q in spec.head)
+    tokens = (r.int("image_size", 300) // p) ** 2
+    new = dataclasses.replace(spec, embed=(*spec.embed, proj), head=head, tied=tie, image_tokens=tokens,
+                              vision_transient=tokens * patch)
+    return dataclasses.replace(text, model_type="fuyu", family="fuyu", spec=new, tie=tie)
+
+
+@register("git")
+def git(cfg: Mapping[str, Any], model: str) -> Arch:
+    """modeling_git.py: a CLIP image encoder (vision_config), visual_projection (Linear + LayerNorm), BERT
+    layers over [image tokens; text] with word + position embeddings and LayerNorm, an untied output
+    Linear with bias."""
+    r = Reader(cfg, model, "git")
+    h, n, heads, vocab, inter = (r.int("hidden_size"), r.int("num_hidden_layers"), r.int("num_attention_heads"),
+                                 r.int("vocab_size"), r.int("intermediate_size"))
+    ctx = r.int("max_position_embeddings", 1024)
+    vc = cfg.get("vision_config") or {}
+    v = r.child(vc, "git_vision_model", prefix="vision_config.")
+    vh, vn, vi, vp, vs = (v.int("hidden_size"), v.int("num_hidden_layers"), v.int("intermediate_size"),
+                          v.int("patch_size"), v.int("image_size"))
+    patches = (vs // vp) ** 2
+    vlayer = 4 * linear(vh, vh, True) + linear(vh, vi, True) + linear(vi, vh, True) + 4 * vh
+    tower = vh + v.int("num_channels", 3) * vp * vp * vh + (patches + 1) * vh + 4 * vh + vn * vlayer
+    images = r.opt_int("num_image_with_embedding")
+    embed = [Part("Input", "Input", width=-1), Part("Embedding", "Embedding", vocab * h),
+             Part("Position_Embedding", "Embedding", ctx * h), norm_part("Embedding_LayerNorm", "layernorm", h),
+             Part("Vision_Tower", f"CLIP vision transformer ({vn} layers)", tower, matmul=vn * (4 * vh * vh + 2 * vh * vi)),
+             Part("Projector", "Linear + LayerNorm", linear(vh, h, True) + 2 * h + (images * vh if images else 0),
+                  matmul=vh * h)]
+    blocks = []
+    for i in range(1, n + 1):
+        attn = attention_part(f"Attention_{i}", attention_type(heads, heads), h, heads, heads, h // heads,
+                              qkv_bias=True, o_bias=True, rope=False)
+        blocks.append(standard_block(i, [], attn, mlp_part(f"FFN_{i}", "MLP", h, inter, False, True), "layernorm", h,
+                                     norms=("post_attn", "post_mlp")))
+    tie = r.flag("tie_word_embeddings", False)
+    head = [Part("LM_Head", "Linear", vocab + (0 if tie else h * vocab), width=vocab, matmul=h * vocab),
+            Part("Output", "Output", width=vocab)]
+    return assemble(cfg, model, r, hidden=h, layers=n, heads=heads, kv=heads, head_dim=h // heads, inter=inter,
+                    vocab=vocab, ctx=ctx, tie=tie, embed=embed, blocks=blocks, head=head, position="learned",
+                    image_tokens=patches + 1)
+
+
+@register("got_ocr2")
+def got_ocr2(cfg: Mapping[str, Any], model: str) -> Arch:
+    """modeling_got_ocr2.py: a SAM-style ViT (absolute positions, windowed layers with relative position
+    tables of 2 x window - 1 rows per axis, global layers of 2 x grid - 1), a conv neck to output_channels,
+    two strided convs up to the text width and a Linear projector; a Qwen2 text tower."""
+    from .vlm import text_tower
+    text = text_tower(cfg, model, "got_ocr2")
+    spec = text.spec
+    assert spec is not None
+    r = Reader(cfg, model, "got_ocr2")
+    v = r.child(cfg.get("vision_config") or {}, "got_ocr2_vision", prefix="vision_config.")
+    h, n, heads, p, size = (v.int("hidden_size"), v.int("num_hidden_layers"), v.int("num_attention_heads"),
+                            v.int("patch_size"), v.int("image_size"))
+    mlp, oc, win = v.int("mlp_dim"), v.int("output_channels", 256), v.int("window_size", 14)
+    grid, hd = size // p, h // heads
+    glob = set(v.list("global_attn_indexes", int) or [])
+    rel = v.flag("use_rel_pos", True)
+    params = v.int("num_channels", 3) * p * p * h + h + (grid * grid * h if v.flag("use_abs_pos", True) else 0)
+    for i in range(n):
+        side = grid if i in glob else win
+        params += (4 * h + linear(h, 3 * h, v.flag("qkv_bias", True)) + linear(h, h, True) + linear(h, mlp, True)
+                   + linear(mlp, h, True) + (2 * (2 * side - 1) * hd if rel else 0))
+    params += h * oc + 2 * oc + oc * oc * 9 + 2 * oc
+    th = spec.hidden
+    proj = Part("Projector", "Conv + Linear projector", oc * 2 * oc * 9 + 2 * oc * th * 9 + linear(th, th, True),
+                matmul=th * th)
+    tower = Part("Vision_Tower", f"SAM vision transformer ({n} layers)", params, matmul=n * (4 * h * h + 2 * h * mlp))
+    tokens = (grid // 4) ** 2  # two stride-2 convs
+    new = dataclasses.replace(spec, embed=(*spec.embed, tower, proj), image_tokens=tokens,
+                              vision_act=grid * grid * n * (8 * h + 2 * mlp), vision_transient=grid * grid * (4 * h + mlp))
+    from .vlm import retie
+    text = retie(dataclasses.replace(text, spec=new), r.flag("tie_word_embeddings", text.tie))
+    return dataclasses.replace(text, model_type="got_ocr2", family="got_ocr2",
+                               architectures=architectures_of(cfg, model))
+
+
+@register("moss_transcribe_diarize")
+def moss_transcribe_diarize(cfg: Mapping[str, Any], model: str) -> Arch:
+    """modeling_moss_transcribe_diarize.py: a Whisper-style audio encoder (conv1 num_mel_bins -> d and conv2
+    d -> d with kernel 3, max_source_positions positions, pre-norm layers whose k_proj has no bias, a final
+    LayerNorm), a projector over audio_merge_size stacked frames (linear_1, linear_2, LayerNorm) and a Qwen3
+    text tower whose head follows the top-level tie_word_embeddings."""
+    from .vlm import retie, text_tower
+    text = text_tower(cfg, model, "moss_transcribe_diarize")
+    r = Reader(cfg, model, "moss_transcribe_diarize")
+    text = retie(text, r.flag("tie_word_embeddings", True))
+    spec = text.spec
+    assert spec is not None
+    a = r.child(cfg.get("audio_config") or {}, "moss_transcribe_diarize_audio", prefix="audio_config.")
+    d, n, inter, mels = a.int("hidden_size"), a.int("num_hidden_layers"), a.int("intermediate_size"), a.int("num_mel_bins")
+    frames = a.int("max_source_positions")
+    layer = 4 * d * d + 3 * d + linear(d, inter, True) + linear(inter, d, True) + 4 * d
+    tower = mels * d * 3 + d + d * d * 3 + d + frames * d + n * layer + 2 * d
+    merged = d * r.int("audio_merge_size", 4)
+    th, bias = spec.hidden, r.flag("projector_bias", True)
+    proj = linear(merged, th, bias) + linear(th, th, bias) + 2 * th
+    embed = (*spec.embed, Part("Audio_Tower", f"Audio encoder ({n} layers)", tower, matmul=n * (4 * d * d + 2 * d * inter)),
+             Part("Projector", "Audio projector", proj, matmul=merged * th + th * th))
+    new = dataclasses.replace(spec, embed=embed, vision_act=frames * n * (8 * d + 2 * inter),
+                              vision_transient=frames * (4 * d + inter), image_tokens=frames // r.int("audio_merge_size", 4))
+    return dataclasses.replace(text, model_type="moss_transcribe_diarize", family="moss_transcribe_diarize", spec=new,
+                               architectures=architectures_of(cfg, model))
