@@ -1,0 +1,279 @@
+"""Accuracy of the current estimator against the measured dataset: error per method, fit verdicts per card.
+
+    python -m generator.accuracy            # print the table, write data/measurements/accuracy.json
+    python -m generator.accuracy --check    # exit 1 if accuracy.json differs from a fresh computation
+
+Inputs: data/measurements/*.jsonl (cpu-sim.jsonl, public.jsonl, and any gpu-*.jsonl the harness wrote),
+recomputed against the estimator as it is now (never the estimate stored in a row). Nothing is fitted:
+every figure compares the estimator's formulas, as shipped, with measured peaks.
+
+Definitions (also in the table's `definitions`):
+- compared rows: a measured peak (status ok/measured) whose setup the estimator has (measure.setup.estimator_supports,
+  and for public rows bf16/fp16 weights for LoRA and serving, fp32 master weights for full AMP).
+- tensor bytes of a row: the peak as the estimator models it, tensors only. MemTracker, max_memory_allocated,
+  torchtune's active peak and max_memory_reserved are taken as they are (reserved is an upper bound of
+  allocated); a metric that includes the CUDA context (NVML "used", allocated + non-torch) has the
+  estimator's cuda_context_bytes taken off.
+- error: (estimate - tensor bytes) / tensor bytes, in %. Median and p90 of its absolute value per method.
+- fits on a card: tensor bytes <= memory.budget_bytes(card) = (driver-reported memory - CUDA context) /
+  headroom, the line every estimate is held against. The estimator "flags" a job on a card when its estimate
+  is over that budget. An OOM row (public) is a non-fitting job on every card no larger than the GPU it ran
+  out of memory on. CPU-simulated rows are judged against every card.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+DATA_DIR = Path(__file__).resolve().parents[1] / "data" / "measurements"
+OUTPUT = DATA_DIR / "accuracy.json"
+CONTEXT_METRICS = ("nvml_used", "allocated_plus_non_torch")
+MEASURED = ("ok", "measured")
+
+
+@dataclass(frozen=True)
+class ErrorRow:
+    dataset: str
+    method: str  # full, lora, inference
+    compared: int
+    median_abs_pct: float | None
+    p90_abs_pct: float | None
+    max_abs_pct: float | None
+    mean_signed_pct: float | None  # > 0: the estimator says more than was measured
+
+
+@dataclass(frozen=True)
+class FitRow:
+    dataset: str
+    method: str
+    card: str
+    budget_bytes: int
+    jobs: int  # rows judged on this card
+    nonfit: int  # jobs that do not fit the budget (measured) or ran out of memory
+    nonfit_flagged: int  # ... of which the estimator also says "does not fit"
+    fit: int
+    false_wont_fit: int  # fitting jobs the estimator says do not fit
+
+
+@dataclass(frozen=True)
+class AccuracyTable:
+    estimator_version: str
+    rows: tuple[tuple[str, int, int], ...]  # (dataset, rows, compared)
+    errors: tuple[ErrorRow, ...]
+    fits: tuple[FitRow, ...]
+    definitions: tuple[tuple[str, str], ...]
+    fitted_constants: tuple[str, ...] = ()  # none: nothing here is fitted to the measurements
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["rows"] = [{"dataset": d, "rows": n, "compared": c} for d, n, c in self.rows]
+        out["definitions"] = dict(self.definitions)
+        out["fitted_constants"] = list(self.fitted_constants)
+        return out
+
+
+DEFINITIONS = (
+    ("compared", "measured rows whose setup the estimator has: full AMP AdamW (foreach, no checkpointing, SDPA), "
+                 "LoRA on every Linear of a bf16 base under AMP with AdamW, bf16 serving"),
+    ("tensor_bytes", "the measured peak, tensors only: metrics that include the CUDA context lose the "
+                     "estimator's cuda_context_bytes; max_memory_reserved is used as it is"),
+    ("error_pct", "(estimate - tensor bytes) / tensor bytes x 100; median and p90 of the absolute value"),
+    ("fits", "tensor bytes <= budget_bytes(card) = (driver-reported memory - CUDA context) / headroom"),
+    ("flagged", "the estimate is over the card's budget"),
+    ("oom_rows", "an OOM row is a non-fitting job on every card no larger than its GPU (an emulated card: "
+                 "the allocator's limit); public 'fits' rows are not used (fitting a card is not fitting its budget)"),
+    ("cpu_sim", "CPU-simulated rows are judged against every card"),
+)
+
+
+# --- pure functions ---------------------------------------------------------------------------------------
+
+def setup_of(row: Mapping[str, Any]):
+    """The row's Setup when the estimator has that setup, else None."""
+    from .measure.setup import Setup, estimator_supports
+
+    raw = row.get("setup")
+    if not raw or any(raw.get(k) is None for k in ("method", "batch", "tokens")):
+        return None
+    setup = Setup.from_dict({k: v for k, v in raw.items() if v is not None})
+    if not estimator_supports(setup):
+        return None
+    weights = str(raw.get("weights", "")).lower()
+    if weights:  # public rows say how the base is stored
+        if setup.method in ("lora", "inference") and not weights.startswith(("bf16", "fp16")):
+            return None
+        if setup.method == "full" and not weights.startswith("fp32"):
+            return None
+        if raw.get("grad_accum", 1) != 1:
+            return None
+    return setup
+
+
+def tensor_bytes(row: Mapping[str, Any], context_bytes: int) -> int | None:
+    """The measured peak as the estimator models it (tensors only), or None for a row without a number."""
+    m = row.get("measured") or {}
+    if m.get("status") not in MEASURED or not m.get("peak_bytes"):
+        return None
+    peak = int(m["peak_bytes"])
+    return peak - context_bytes if m.get("metric") in CONTEXT_METRICS else peak
+
+
+def estimate_bytes(row: Mapping[str, Any], assumptions) -> int | None:
+    """The current estimator's peak for the row's setup, or None (unsupported setup or refused config)."""
+    from .measure.setup import estimate_for
+
+    setup = setup_of(row)
+    if setup is None or not row.get("config"):
+        return None
+    try:
+        est = estimate_for(row["config"], row.get("model") or "model", setup, assumptions)
+    except Exception:  # noqa: BLE001 - a config the estimator refuses is not compared
+        return None
+    return None if est is None else int(est["peak_bytes"])
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Linear-interpolated percentile (numpy's default), q in [0, 100]."""
+    xs = sorted(values)
+    if not xs:
+        raise ValueError("no values")
+    k = (len(xs) - 1) * q / 100
+    lo, hi = math.floor(k), math.ceil(k)
+    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
+
+
+def error_row(dataset: str, method: str, pairs: Sequence[tuple[int, int]]) -> ErrorRow:
+    """pairs: (estimate, measured tensor bytes)."""
+    errs = [(e - m) / m * 100 for e, m in pairs if m > 0]
+    if not errs:
+        return ErrorRow(dataset, method, 0, None, None, None, None)
+    absolute = [abs(x) for x in errs]
+    return ErrorRow(dataset, method, len(errs), round(percentile(absolute, 50), 2), round(percentile(absolute, 90), 2),
+                    round(max(absolute), 2), round(sum(errs) / len(errs), 2))
+
+
+def _oom_cards(row: Mapping[str, Any], cards, context_bytes: int) -> list:
+    """Cards an out-of-memory row does not fit: those no larger than the GPU (public rows: its marketed GB;
+    harness rows on CUDA: the allocator's limit, plus the context the card would also hold)."""
+    gb = row.get("gpu_memory_gb")
+    if gb:
+        return [c for c in cards if c.memory_marketed_bytes <= gb * 10**9]
+    limit = (row.get("device") or {}).get("limit_bytes")
+    return [c for c in cards if c.memory_usable_bytes <= limit + context_bytes] if limit else []
+
+
+def compute(datasets: Mapping[str, Sequence[Mapping[str, Any]]], settings, estimator_version: str,
+            estimate_fn: Callable[[Mapping[str, Any], Any], int | None] = estimate_bytes) -> AccuracyTable:
+    """The table for {dataset name: rows}. `estimate_fn(row, assumptions)` defaults to the current estimator."""
+    from .estimator.memory import budget_bytes
+
+    s = settings.assumptions
+    budgets = [(c, budget_bytes(c, s)) for c in settings.cards]
+    errors, fits, counts = [], [], []
+    for name in sorted(datasets):
+        rows = datasets[name]
+        judged: list[tuple[str, int | None, int, Mapping]] = []  # (method, measured, estimate, row)
+        for row in rows:
+            setup = setup_of(row)
+            if setup is None:
+                continue
+            est = estimate_fn(row, s)
+            if est is None:
+                continue
+            status = (row.get("measured") or {}).get("status")
+            measured = tensor_bytes(row, s.cuda_context_bytes)
+            if measured is not None or status == "oom":
+                judged.append((setup.method, measured, est, row))
+        counts.append((name, len(rows), sum(1 for j in judged if j[1] is not None)))
+        for method in ("full", "lora", "inference"):
+            mine = [j for j in judged if j[0] == method]
+            if not mine:
+                continue
+            errors.append(error_row(name, method, [(e, m) for _, m, e, _ in mine if m is not None]))
+            for card, budget in budgets:
+                jobs = nonfit = flagged = fit = false_no = 0
+                for _, m, e, row in mine:
+                    if m is None:  # an OOM row: judged only on cards no larger than its GPU
+                        if card not in _oom_cards(row, settings.cards, s.cuda_context_bytes):
+                            continue
+                        does_fit = False
+                    else:
+                        does_fit = m <= budget
+                    jobs += 1
+                    if does_fit:
+                        fit += 1
+                        false_no += e > budget
+                    else:
+                        nonfit += 1
+                        flagged += e > budget
+                fits.append(FitRow(name, method, card.name, budget, jobs, nonfit, flagged, fit, false_no))
+    return AccuracyTable(estimator_version, tuple(counts), tuple(errors), tuple(fits), DEFINITIONS)
+
+
+# --- loader and command -----------------------------------------------------------------------------------
+
+def load_datasets(data_dir: Path = DATA_DIR) -> dict[str, list[dict[str, Any]]]:
+    """Every *.jsonl under data_dir, by file stem."""
+    out = {}
+    for path in sorted(Path(data_dir).glob("*.jsonl")):
+        rows = []
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if line.strip():
+                try:
+                    rows.append(json.loads(line))
+                except ValueError as exc:
+                    raise ValueError(f"{path}:{n}: not a JSON line ({exc})") from None
+        out[path.stem] = rows
+    return out
+
+
+def current_table(data_dir: Path = DATA_DIR) -> AccuracyTable:
+    from . import __version__
+    from .settings import load_settings
+
+    return compute(load_datasets(data_dir), load_settings(), __version__)
+
+
+def render(table: AccuracyTable) -> str:
+    """Plain-text table (the command's output)."""
+    lines = [f"estimator {table.estimator_version}; rows compared: "
+             + ", ".join(f"{d} {c}/{n}" for d, n, c in table.rows), "",
+             f"{'dataset':<10} {'method':<10} {'n':>4} {'median |err|%':>14} {'p90 |err|%':>11} {'max':>8} {'mean err%':>10}"]
+    for e in table.errors:
+        f = lambda v: "-" if v is None else f"{v:.1f}"  # noqa: E731
+        lines.append(f"{e.dataset:<10} {e.method:<10} {e.compared:>4} {f(e.median_abs_pct):>14} {f(e.p90_abs_pct):>11} "
+                     f"{f(e.max_abs_pct):>8} {f(e.mean_signed_pct):>10}")
+    lines += ["", f"{'dataset':<10} {'method':<10} {'card':<18} {'jobs':>5} {'non-fit flagged':>16} {'false no-fit':>13}"]
+    for r in table.fits:
+        lines.append(f"{r.dataset:<10} {r.method:<10} {r.card:<18} {r.jobs:>5} {f'{r.nonfit_flagged}/{r.nonfit}':>16} "
+                     f"{f'{r.false_wont_fit}/{r.fit}':>13}")
+    return "\n".join(lines)
+
+
+def main(argv: Iterable[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m generator.accuracy", description=__doc__.splitlines()[0])
+    ap.add_argument("--data", type=Path, default=DATA_DIR, help="folder of *.jsonl measurements")
+    ap.add_argument("--out", type=Path, default=None, help="JSON to write (default: DATA/accuracy.json)")
+    ap.add_argument("--check", action="store_true", help="compare with the JSON instead of writing it")
+    args = ap.parse_args(list(argv) if argv is not None else None)
+    table = current_table(args.data)
+    out = args.out or args.data / "accuracy.json"
+    text = json.dumps(table.to_dict(), indent=1, sort_keys=True) + "\n"
+    print(render(table))
+    if args.check:
+        same = out.is_file() and json.loads(out.read_text(encoding="utf-8")) == json.loads(text)
+        print(f"\n{out}: {'up to date' if same else 'DIFFERS (run python -m generator.accuracy)'}", file=sys.stderr)
+        return 0 if same else 1
+    out.write_text(text, encoding="utf-8")
+    print(f"\nwrote {out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,161 @@
+"""Build the model a Setup asks for from a config dict: random weights, the right dtypes, LoRA, the optimizer."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Mapping
+
+import torch
+
+from .setup import Setup
+
+
+class MeasureError(Exception):
+    """A run that cannot be made (unsupported config, missing library, CUDA-only option on CPU)."""
+
+
+def dtypes(setup: Setup) -> tuple[torch.dtype, torch.dtype, bool]:
+    """(dtype of the built weights, dtype of trainable adapters, autocast on) for a Setup.
+
+    full: amp = fp32 weights under bf16 autocast (HF Trainer --bf16); bf16 = everything bf16; fp32.
+    lora/qlora: the base is bf16 (qlora: nf4) unless fp32; adapters are fp32 under amp (peft's
+    autocast_adapter_dtype, the default) and bf16 under pure bf16.
+    inference: bf16 or fp32 weights; amp = fp32 weights under bf16 autocast.
+    """
+    amp = setup.precision == "amp"
+    if setup.precision == "fp32":
+        return torch.float32, torch.float32, False
+    if setup.method in ("lora", "qlora"):
+        return torch.bfloat16, torch.float32 if amp else torch.bfloat16, amp
+    return (torch.float32 if amp else torch.bfloat16), torch.float32, amp
+
+
+def hf_config(config: Mapping[str, Any], attention: str):
+    """transformers' config object for a config.json dict; refuses custom code (nothing is downloaded)."""
+    from transformers import AutoConfig
+
+    from transformers import CONFIG_MAPPING
+
+    cfg = dict(config)
+    model_type = cfg.pop("model_type", None)
+    if not isinstance(model_type, str):
+        raise MeasureError("config.json has no model_type")
+    if model_type not in CONFIG_MAPPING:
+        raise MeasureError(f"transformers has no model_type {model_type!r}; custom code (auto_map) is never run")
+    cfg.pop("auto_map", None)  # a known model_type is built with transformers' own class, as the estimator reads it
+    cfg.pop("quantization_config", None)  # weights are random bf16/fp32: a checkpoint's quantisation does not apply
+    try:
+        hf = AutoConfig.for_model(model_type, **cfg)
+    except (ValueError, KeyError) as exc:
+        raise MeasureError(f"transformers cannot build model_type {model_type!r}: {exc}") from None
+    hf._attn_implementation = attention
+    if getattr(hf, "text_config", None) is not None:
+        hf.text_config._attn_implementation = attention
+    return hf
+
+
+@contextlib.contextmanager
+def default_dtype(dtype: torch.dtype):
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(old)
+
+
+def build_on_meta(config: Mapping[str, Any], setup: Setup, with_lora: bool = True):
+    """The model on the meta device (no memory), LoRA applied where asked. Move it with `materialise`."""
+    from transformers import AutoModelForCausalLM
+
+    weight_dtype, adapter_dtype, amp = dtypes(setup)
+    hf = hf_config(config, setup.attention)
+    # The default dtype is set before building: .to(bfloat16) on fake tensors fails ("Couldn't swap").
+    with default_dtype(weight_dtype), torch.device("meta"):
+        try:
+            model = AutoModelForCausalLM.from_config(hf, dtype=weight_dtype)  # not config.json's torch_dtype
+        except ValueError as exc:
+            raise MeasureError(f"no causal-LM class for this config: {exc}") from None
+    if with_lora and setup.method in ("lora", "qlora"):
+        model = apply_lora(model, setup, adapter_dtype)
+    return model
+
+
+def apply_lora(model, setup: Setup, adapter_dtype: torch.dtype, device: str = "meta"):
+    """peft LoRA (r, alpha 2r, the Setup's targets and dropout); adapters land on the base weights' device."""
+    try:
+        from peft import LoraConfig, get_peft_model
+    except ImportError:
+        raise MeasureError("LoRA needs peft: pip install 'neurarch-trace[measure]'") from None
+    targets: Any = "all-linear" if setup.lora_targets == "all-linear" else [t.strip() for t in setup.lora_targets.split(",")]
+    cfg = LoraConfig(r=setup.lora_rank, lora_alpha=2 * setup.lora_rank, lora_dropout=setup.lora_dropout,
+                     target_modules=targets, task_type="CAUSAL_LM")
+    # Adapters are made in the default dtype, then peft casts them to fp32 when autocast_adapter_dtype.
+    with default_dtype(adapter_dtype), torch.device(device):
+        try:
+            return get_peft_model(model, cfg, autocast_adapter_dtype=adapter_dtype == torch.float32)
+        except ValueError as exc:
+            raise MeasureError(f"peft cannot adapt this model: {exc}") from None
+
+
+def materialise(model, device: str):
+    """meta → device with uninitialised storage; re-tie tied weights (to_empty unties them)."""
+    model = model.to_empty(device=device)
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    base.tie_weights()
+    if device == "cuda":  # real memory: give the weights values, so that no kernel meets NaN/denormal garbage
+        with torch.no_grad():
+            for p in model.parameters():
+                if p.dtype.is_floating_point:
+                    p.normal_(0.0, 0.02)
+            for b in model.buffers():
+                if b.dtype.is_floating_point:
+                    b.zero_()
+    return model
+
+
+def quantise_nf4(model) -> int:
+    """QLoRA base (CUDA, bitsandbytes; not yet run on a GPU here): every Linear but the head becomes nf4 in place,
+    before peft wraps it (as with from_pretrained(quantization_config=...)); returns the count."""
+    try:
+        import bitsandbytes as bnb
+    except ImportError:
+        raise MeasureError("--method qlora needs bitsandbytes (and a CUDA device)") from None
+    count = 0
+    for module in list(model.modules()):
+        for name, child in list(module.named_children()):
+            if type(child) is torch.nn.Linear and name != "lm_head":
+                q = bnb.nn.Linear4bit(child.in_features, child.out_features, bias=child.bias is not None,
+                                      compute_dtype=torch.bfloat16, quant_type="nf4", device="cpu")
+                q.weight = bnb.nn.Params4bit(child.weight.data.to("cpu"), requires_grad=False, quant_type="nf4")
+                if child.bias is not None:
+                    q.bias = child.bias
+                setattr(module, name, q.to("cuda"))
+                count += 1
+    return count
+
+
+def make_optimizer(model, setup: Setup):
+    params = [p for p in model.parameters() if p.requires_grad]
+    if setup.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=1e-4, momentum=0.0)  # plain SGD: no state
+    if setup.optimizer == "adamw8bit":
+        try:
+            import bitsandbytes as bnb
+        except ImportError:
+            raise MeasureError("--optimizer adamw8bit needs bitsandbytes (and a CUDA device)") from None
+        return bnb.optim.AdamW8bit(params, lr=1e-4)
+    impl = {"foreach": {"foreach": True}, "forloop": {"foreach": False}, "fused": {"fused": True}}[setup.adamw_impl]
+    return torch.optim.AdamW(params, lr=1e-4, **impl)
+
+
+def count_params(model) -> tuple[int, int]:
+    seen: set[int] = set()
+    total = trainable = 0
+    for p in model.parameters():
+        if id(p) in seen:
+            continue
+        seen.add(id(p))
+        total += p.numel()
+        trainable += p.numel() if p.requires_grad else 0
+    return total, trainable

@@ -1,0 +1,189 @@
+"""Run one Setup: a real training step or a serving run, simulated on fake CPU tensors or measured on CUDA."""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import time
+from typing import Any, Mapping
+
+import torch
+
+from .build import (MeasureError, apply_lora, build_on_meta, count_params, dtypes, make_optimizer, materialise,
+                    quantise_nf4)
+from .setup import Setup
+from .tracker import PeakTracker
+
+
+def _cache_of(out):
+    cache = getattr(out, "cache", None)
+    return cache if cache is not None else out.past_key_values
+
+
+def workload(model, setup: Setup, vocab: int, device: str, tracker: PeakTracker | None, sync=None) -> None:
+    """The measured work. Training: `steps` steps of forward + loss, backward, optimizer step, zero_grad.
+    Inference: a prefill of `tokens` (KV cache on, only the last position's logits), then `new_tokens`
+    greedy decode steps through the cache, with fp32 next-token logits as transformers' generate makes."""
+    _, _, amp = dtypes(setup)
+    autocast = torch.autocast(device, dtype=torch.bfloat16) if amp else contextlib.nullcontext()
+    ids = torch.randint(0, vocab, (setup.batch, setup.tokens), device=device)
+
+    def stage(name: str, key: str | None = None) -> None:
+        if tracker is not None:
+            tracker.stage = name
+            tracker.phase_key = key
+            tracker.reset_mod_stats()  # MemTracker refuses a second call of the root module otherwise
+
+    if setup.method == "inference":
+        model.eval()
+        with torch.no_grad():
+            stage("prefill", "prefill")
+            with autocast:
+                out = model(input_ids=ids, use_cache=True, logits_to_keep=1)
+            past = _cache_of(out)
+            logits = out.logits[:, -1, :].to(dtype=torch.float32, copy=True)
+            del out
+            cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+            for i in range(setup.new_tokens):
+                nxt = logits.argmax(dim=-1, keepdim=True)
+                del logits
+                stage(f"decode {i + 1}", "decode")
+                with autocast:
+                    out = model(input_ids=nxt, use_cache=True, **{cache_kw: past})
+                past = _cache_of(out)
+                logits = out.logits[:, -1, :].to(dtype=torch.float32, copy=True)
+                del out
+        return
+    model.train(setup.train_mode)
+    if setup.grad_ckpt:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    opt = make_optimizer(model, setup)
+    if tracker is not None:
+        tracker.track_external(model, opt)
+    for step in range(1, setup.steps + 1):
+        stage(f"step {step}", "last step" if step == setup.steps else None)
+        with autocast:
+            loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        del loss
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        if sync is not None:
+            sync()
+
+
+def run_cpu(config: Mapping[str, Any], setup: Setup, explain: bool = False) -> dict[str, Any]:
+    """MemTracker on fake CPU tensors: exact tensor bytes of the step, no allocator, no CUDA kernels' own choices."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    if setup.method == "qlora" or setup.optimizer == "adamw8bit":
+        raise MeasureError("qlora and adamw8bit need bitsandbytes on a CUDA device; the CPU simulation has neither")
+
+    def once(capture_at: int | None) -> tuple[PeakTracker, tuple[int, int]]:
+        meta = build_on_meta(config, setup)
+        vocab = meta.get_input_embeddings().num_embeddings
+        with FakeTensorMode(allow_non_fake_inputs=True):
+            model = materialise(meta, "cpu")
+            counts = count_params(model)
+            tracker = PeakTracker(explain=explain, capture_at=capture_at)
+            if setup.method == "inference":
+                tracker.track_external(model)
+            with tracker:
+                workload(model, setup, vocab, "cpu", tracker)
+        return tracker, counts
+
+    start = time.perf_counter()
+    tracker, (total, trainable) = once(None)
+    peak = tracker.peak_breakdown()
+    live = None
+    if explain:
+        again, _ = once(peak["total"])
+        live = again.live_at_peak
+    return {
+        "device": {"kind": "cpu-simulated", "name": "FakeTensorMode(cpu)"},
+        "measured": {"metric": "memtracker_fake_cpu", "status": "ok", "peak_bytes": peak["total"],
+                     "categories": {k: v for k, v in peak.items() if k != "total"}},
+        "peak": dict(tracker.peak_where, phase_peaks=dict(tracker.phase_peaks)),
+        "params": {"total": total, "trainable": trainable},
+        "live_at_peak": live,
+        "seconds": round(time.perf_counter() - start, 2),
+    }
+
+
+def run_cuda(config: Mapping[str, Any], setup: Setup, memory_fraction: float | None = None,
+             categories: bool = True) -> dict[str, Any]:
+    """A real step on the GPU: the caching allocator's peaks, the process's use per the driver, and an OOM flag.
+
+    Not yet run on a GPU in this repository (no GPU was lent when it was written): tools/gpu_sweep.sh is the
+    first check. Several runs may share one process: everything is freed and the memory fraction reset after
+    each, and `leftover_bytes` says what was still allocated before it started.
+    """
+    import gc
+
+    if not torch.cuda.is_available():
+        raise MeasureError("no CUDA device")
+    torch.empty(1, device="cuda")  # create the context
+    leftover = torch.cuda.memory_allocated()
+    free0, total_bytes = torch.cuda.mem_get_info()
+    context = total_bytes - free0 - torch.cuda.memory_reserved()  # driver + context (+ anything else on the GPU)
+    if memory_fraction is not None:
+        torch.cuda.set_per_process_memory_fraction(memory_fraction)
+    start = time.perf_counter()
+    status, error, total, trainable = "ok", None, None, None
+    tracker = PeakTracker() if categories else None
+    model = None
+    try:
+        torch.cuda.reset_peak_memory_stats()
+        if setup.method == "qlora":  # quantise first, then peft wraps the 4-bit Linears (its bnb LoRA layers)
+            _, adapter_dtype, _ = dtypes(setup)
+            model = materialise(build_on_meta(config, setup, with_lora=False), "cuda")
+            quantise_nf4(model)
+            model = apply_lora(model, setup, adapter_dtype, device="cuda")
+        else:
+            model = materialise(build_on_meta(config, setup), "cuda")
+        vocab = model.get_input_embeddings().num_embeddings
+        total, trainable = count_params(model)
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()  # the peak of the work, weights included (they are allocated)
+        if tracker is not None and setup.method == "inference":
+            tracker.track_external(model)
+        with tracker if tracker is not None else contextlib.nullcontext():
+            workload(model, setup, vocab, "cuda", tracker, sync=torch.cuda.synchronize)
+        torch.cuda.synchronize()
+    except torch.OutOfMemoryError as exc:
+        status, error = "oom", str(exc).splitlines()[0][:300]
+    free1, _ = torch.cuda.mem_get_info()
+    stats = torch.cuda.memory_stats()
+    measured: dict[str, Any] = {
+        "metric": "cuda_max_memory_allocated", "status": status,
+        "peak_bytes": int(torch.cuda.max_memory_allocated()),
+        "allocated_peak_bytes": int(torch.cuda.max_memory_allocated()),
+        "reserved_peak_bytes": int(torch.cuda.max_memory_reserved()),
+        "active_peak_bytes": int(stats.get("active_bytes.all.peak", 0)),
+        "process_used_bytes": int(total_bytes - free1),  # what nvidia-smi shows for the GPU, the context included
+        "context_bytes": int(context),
+        "leftover_bytes": int(leftover),
+        "num_alloc_retries": int(stats.get("num_alloc_retries", 0)),
+    }
+    if tracker is not None and status == "ok":
+        peak = tracker.peak_breakdown()
+        measured["tracker_peak_bytes"] = peak["total"]
+        measured["categories"] = {k: v for k, v in peak.items() if k != "total"}
+    if error:
+        measured["error"] = error
+    where = dict(tracker.peak_where, phase_peaks=dict(tracker.phase_peaks)) if tracker is not None and status == "ok" else None
+    del model, tracker
+    gc.collect()
+    torch.cuda.empty_cache()
+    if memory_fraction is not None:
+        torch.cuda.set_per_process_memory_fraction(1.0)
+    return {
+        "device": {"kind": "cuda", "name": torch.cuda.get_device_name(), "total_bytes": int(total_bytes),
+                   "memory_fraction": memory_fraction,
+                   "limit_bytes": int(total_bytes * memory_fraction) if memory_fraction else int(total_bytes)},
+        "measured": measured,
+        "peak": where,
+        "params": {"total": total, "trainable": trainable},
+        "live_at_peak": None,
+        "seconds": round(time.perf_counter() - start, 2),
+    }

@@ -1,0 +1,203 @@
+"""What one measured run is (Setup), its command line, the config hash, shrinking, and the estimator's figure for it."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+METHODS = ("full", "lora", "qlora", "inference")
+PRECISIONS = ("amp", "bf16", "fp32")
+OPTIMIZERS = ("adamw", "adamw8bit", "sgd")
+ADAMW_IMPLS = ("foreach", "forloop", "fused")
+# Shrink keys: the config keys a --max-* option caps, by what transformers reads for each family.
+LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers")
+
+
+@dataclass(frozen=True)
+class Setup:
+    """Every option of a run; the JSON line's `setup` object is exactly this, as a dict."""
+
+    method: str = "full"
+    precision: str = "amp"  # amp: bf16 autocast over fp32 trainable weights (LoRA: bf16 base); bf16: pure bf16; fp32
+    batch: int = 1
+    tokens: int = 512  # training: tokens per sample; inference: prompt tokens
+    new_tokens: int = 0  # inference: tokens decoded after the prompt, one at a time with the KV cache
+    lora_rank: int = 16
+    lora_targets: str = "all-linear"  # or a comma list of module names, e.g. q_proj,v_proj
+    lora_dropout: float = 0.0
+    optimizer: str = "adamw"
+    adamw_impl: str = "foreach"  # torch's CUDA default; CPU's default would be the for-loop
+    grad_ckpt: bool = False
+    attention: str = "sdpa"
+    steps: int = 2  # the peak is taken over all steps; step 2 is the first with optimizer state
+    train_mode: bool = True  # model.train(): dropout layers active as in a real fine-tune
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @staticmethod
+    def from_dict(data: Mapping[str, Any]) -> "Setup":
+        names = {f.name for f in dataclasses.fields(Setup)}
+        return Setup(**{k: v for k, v in data.items() if k in names})
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="neurarch-trace measure",
+        description="Measure the peak memory of one real training step or serving run of MODEL, built from its "
+                    "config.json with random weights (nothing is downloaded). On a CUDA device: the allocator's peak; "
+                    "elsewhere: PyTorch MemTracker on fake CPU tensors (simulated, no memory used). Writes one JSON line.")
+    p.add_argument("model", metavar="MODEL", help="a folder holding config.json, a config.json path, or a Hub repo id")
+    p.add_argument("--method", choices=METHODS, default="full")
+    p.add_argument("--precision", choices=PRECISIONS, default=None,
+                   help="amp (bf16 autocast, fp32 trainable weights; LoRA keeps a bf16 base), bf16 (pure), fp32; "
+                        "default amp for training, bf16 for inference")
+    p.add_argument("--batch", type=int, default=1, metavar="B")
+    p.add_argument("--tokens", type=int, default=512, metavar="T", help="tokens per sample (inference: prompt)")
+    p.add_argument("--new-tokens", type=int, default=None, metavar="N",
+                   help="inference: tokens decoded with the KV cache after the prompt (default 16)")
+    p.add_argument("--lora-rank", type=int, default=16, metavar="R")
+    p.add_argument("--lora-targets", default="all-linear", metavar="T", help="all-linear or a comma list (q_proj,v_proj)")
+    p.add_argument("--lora-dropout", type=float, default=0.0, metavar="P")
+    p.add_argument("--optimizer", choices=OPTIMIZERS, default="adamw")
+    p.add_argument("--adamw-impl", choices=ADAMW_IMPLS, default="foreach")
+    p.add_argument("--grad-ckpt", action="store_true", help="gradient checkpointing (non-reentrant)")
+    p.add_argument("--attention", choices=("sdpa", "eager"), default="sdpa")
+    p.add_argument("--steps", type=int, default=2, metavar="S", help="training steps (the peak is over all of them)")
+    p.add_argument("--eval-mode", action="store_true", help="train with dropout off (model.eval())")
+    p.add_argument("--max-layers", type=int, default=None, metavar="L",
+                   help="shrink the config to at most L layers (recorded in the JSON line's config_changes)")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE",
+                   help="override a top-level config key, e.g. attn_pdrop=0.0 (recorded in the JSON line)")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                   help="auto: cuda when available, else the CPU simulation")
+    p.add_argument("--memory-fraction", type=float, default=None, metavar="F",
+                   help="CUDA: torch.cuda.set_per_process_memory_fraction(F), to emulate a smaller card")
+    p.add_argument("--card", default=None, metavar="NAME",
+                   help="CUDA: emulate this card of site_config.yaml (its driver-reported memory) via the memory fraction")
+    p.add_argument("--explain", action="store_true",
+                   help="CPU: run twice and list the live tensors at the peak (op, shape, dtype) in the JSON line")
+    p.add_argument("--snapshot", default=None, metavar="DIR", help="snapshot folder to look repo ids up in")
+    p.add_argument("--out", default=None, metavar="FILE", help="append the JSON line to FILE (default: print it)")
+    return p
+
+
+def setup_from_args(args: argparse.Namespace) -> Setup:
+    """Validated Setup from parsed arguments; raises ValueError with the flag's name."""
+    precision = args.precision or ("bf16" if args.method == "inference" else "amp")
+    new_tokens = args.new_tokens if args.new_tokens is not None else (16 if args.method == "inference" else 0)
+    for flag, value in (("--batch", args.batch), ("--tokens", args.tokens), ("--lora-rank", args.lora_rank),
+                        ("--steps", args.steps)):
+        if value < 1:
+            raise ValueError(f"{flag} must be a positive integer, not {value}")
+    if new_tokens < 0 or (args.method != "inference" and new_tokens):
+        raise ValueError("--new-tokens is for --method inference, and must be >= 0")
+    if not 0.0 <= args.lora_dropout < 1.0:
+        raise ValueError("--lora-dropout must be in [0, 1)")
+    targets = args.lora_targets.strip()
+    if targets != "all-linear" and not all(t.strip().replace("_", "").replace(".", "").isalnum()
+                                           for t in targets.split(",")):
+        raise ValueError(f"--lora-targets must be all-linear or a comma list of module names, not {targets!r}")
+    return Setup(method=args.method, precision=precision, batch=args.batch, tokens=args.tokens, new_tokens=new_tokens,
+                 lora_rank=args.lora_rank, lora_targets=targets, lora_dropout=args.lora_dropout,
+                 optimizer=args.optimizer, adamw_impl=args.adamw_impl, grad_ckpt=args.grad_ckpt,
+                 attention=args.attention, steps=args.steps, train_mode=not args.eval_mode)
+
+
+def config_hash(config: Mapping[str, Any]) -> str:
+    """sha256 of the canonical JSON of a config dict (sorted keys, no spaces, UTF-8)."""
+    text = json.dumps(config, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def context_of(config: Mapping[str, Any]) -> int | None:
+    """The positions the model is built for (max_position_embeddings / n_positions / seq_length), if declared."""
+    cfg = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    for key in ("max_position_embeddings", "n_positions", "seq_length"):
+        if isinstance(cfg.get(key), int) and not isinstance(cfg.get(key), bool):
+            return cfg[key]
+    return None
+
+
+def shrink(config: Mapping[str, Any], max_layers: int | None = None,
+           overrides: Mapping[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """A copy of config with at most max_layers layers (also inside text_config) and `overrides` applied
+    (top-level keys); returns it and the changes as {key: [old, new]}, or None when nothing changed."""
+    out = json.loads(json.dumps(config))
+    changes: dict[str, Any] = {}
+    for where, cfg in (("", out), ("text_config.", out.get("text_config"))):
+        if not isinstance(cfg, dict) or not max_layers:
+            continue
+        for key in LAYER_KEYS:
+            value = cfg.get(key)
+            if isinstance(value, int) and value > max_layers:
+                changes[where + key] = [value, max_layers]
+                cfg[key] = max_layers
+                # Per-layer lists (gemma3's layer_types) must shrink with the count.
+                if isinstance(cfg.get("layer_types"), list) and len(cfg["layer_types"]) > max_layers:
+                    cfg["layer_types"] = cfg["layer_types"][:max_layers]
+    for key, value in (overrides or {}).items():
+        if out.get(key) != value:
+            changes[key] = [out.get(key), value]
+            out[key] = value
+    return out, changes or None
+
+
+def parse_overrides(items: list[str] | None) -> dict[str, Any]:
+    """--set KEY=VALUE items (VALUE read as JSON, else as a string) → dict."""
+    out: dict[str, Any] = {}
+    for item in items or []:
+        key, sep, text = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--set takes KEY=VALUE, not {item!r}")
+        try:
+            out[key.strip()] = json.loads(text)
+        except ValueError:
+            out[key.strip()] = text
+    return out
+
+
+def estimator_supports(setup: Setup) -> bool:
+    """The setups the current estimator claims: full AMP AdamW, LoRA (all linear, bf16 base) AMP AdamW, bf16 serving."""
+    plain = setup.attention == "sdpa" and not setup.grad_ckpt
+    if setup.method == "full":
+        return plain and setup.precision == "amp" and setup.optimizer == "adamw" and setup.adamw_impl == "foreach"
+    if setup.method == "lora":
+        return (plain and setup.precision == "amp" and setup.optimizer == "adamw" and setup.adamw_impl == "foreach"
+                and setup.lora_targets == "all-linear" and setup.lora_dropout == 0.0)
+    if setup.method == "inference":
+        return plain and setup.precision == "bf16"
+    return False
+
+
+def estimate_for(config: Mapping[str, Any], model_id: str, setup: Setup, assumptions: Any = None) -> dict[str, Any] | None:
+    """The current estimator's peak bytes and peak phase for this exact setup, or None where it has no such setup.
+
+    Training: the memory profile at `tokens` per sample and `batch` samples (the figure the site shows as
+    train_*_bytes at that batch). Serving: `tokens + new_tokens` per sequence, `batch` sequences.
+    Raises the estimator's own errors (ConfigError, UnsupportedArchitecture) for configs it refuses.
+    """
+    if not estimator_supports(setup):
+        return None
+    from ..estimator.config import normalise
+    from ..estimator.graph import build_graph
+    from ..estimator.memory import serve_profile, train_profile
+
+    if assumptions is None:
+        from ..settings import load_settings
+
+        assumptions = load_settings().assumptions
+    s = dataclasses.replace(assumptions, train_tokens=setup.tokens, lora_rank=setup.lora_rank,
+                            serve_tokens=setup.tokens + setup.new_tokens)
+    arch = normalise(config, model_id)
+    graph = build_graph(arch)
+    if setup.method == "inference":
+        profile = serve_profile(arch, graph, s, s.serve_tokens)
+    else:
+        profile = train_profile(arch, graph, s, setup.tokens, setup.method, setup.lora_rank)
+    return {"peak_bytes": int(profile.total(setup.batch)), "phase": profile.peak_phase(setup.batch),
+            "params": int(graph.params_total)}

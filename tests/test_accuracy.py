@@ -1,0 +1,96 @@
+"""generator/accuracy.py and the committed dataset in data/measurements/."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from generator import accuracy
+from generator.accuracy import AccuracyTable, compute, error_row, percentile, tensor_bytes
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "measurements"
+
+
+def test_accuracy_json_matches_a_fresh_computation():
+    """data/measurements/accuracy.json is what `python -m generator.accuracy` computes from the committed rows
+    and the current estimator. After an estimator change: rerun it (make accuracy) and review the diff."""
+    table = accuracy.current_table(DATA)
+    committed = json.loads((DATA / "accuracy.json").read_text(encoding="utf-8"))
+    fresh = json.loads(json.dumps(table.to_dict()))
+    assert fresh == committed
+
+
+def test_percentile_and_error_row():
+    assert percentile([3, 1, 2], 50) == 2
+    assert percentile([0, 10], 90) == 9
+    assert percentile([5], 90) == 5
+    row = error_row("d", "full", [(110, 100), (90, 100), (150, 100)])
+    assert (row.compared, row.median_abs_pct, row.max_abs_pct, row.mean_signed_pct) == (3, 10.0, 50.0, 16.67)
+    assert error_row("d", "full", []).median_abs_pct is None
+
+
+def test_tensor_bytes_takes_off_the_context_only_where_the_metric_has_it():
+    def row(metric, status="measured", peak=10_000):
+        return {"measured": {"metric": metric, "status": status, "peak_bytes": peak}}
+
+    assert tensor_bytes(row("max_memory_allocated"), 1000) == 10_000
+    assert tensor_bytes(row("memtracker_fake_cpu", "ok"), 1000) == 10_000
+    assert tensor_bytes(row("nvml_used"), 1000) == 9_000
+    assert tensor_bytes(row("allocated_plus_non_torch"), 1000) == 9_000
+    assert tensor_bytes(row("max_memory_allocated", "oom", None), 1000) is None
+
+
+def test_fit_verdicts_count_per_card():
+    from generator.estimator.inputs import Assumptions, Card
+
+    s = Assumptions(cuda_context_bytes=0, headroom=1.0)
+    cards = (Card("small", 100 * 10**9, 100, ""), Card("big", 200 * 10**9, 200, ""))
+    settings = SimpleNamespace(assumptions=s, cards=cards)
+    base = {"setup": {"method": "full", "precision": "amp", "batch": 1, "tokens": 8}, "config": {"x": 1}}
+    rows = [dict(base, measured={"metric": "memtracker_fake_cpu", "status": "ok", "peak_bytes": m}, est=e)
+            for m, e in ((50, 60), (150, 90), (150, 160), (250, 300))]
+    rows.append(dict(base, measured={"metric": "outcome", "status": "oom", "peak_bytes": None}, gpu_memory_gb=100,
+                     est=120))
+    table = compute({"d": rows}, settings, "t", estimate_fn=lambda row, _: row["est"])
+    assert isinstance(table, AccuracyTable)
+    small, big = [f for f in table.fits if f.method == "full"]
+    # small (budget 100): fits 50 (est 60, ok); non-fit 150 (est 90: missed), 150 (160: flagged), 250 (300: flagged),
+    # and the OOM row on a 100 GB GPU (est 120: flagged)
+    assert (small.jobs, small.nonfit, small.nonfit_flagged, small.fit, small.false_wont_fit) == (5, 4, 3, 1, 0)
+    # big (budget 200): fits 50, 150, 150 (est 60, 90, 160: all say fit); non-fit 250 (flagged); OOM row not judged
+    assert (big.jobs, big.nonfit, big.nonfit_flagged, big.fit, big.false_wont_fit) == (4, 1, 1, 3, 0)
+    assert table.errors[0].compared == 4 and table.rows == (("d", 5, 4),)
+
+
+def test_cpu_sim_dataset_is_whole():
+    rows = [json.loads(line) for line in (DATA / "cpu-sim.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert len(rows) >= 100
+    assert len({r["model_type"] for r in rows}) >= 12
+    assert {r["setup"]["method"] for r in rows} == {"full", "lora", "inference"}
+    for r in rows:
+        text = json.dumps(r["config"], sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        assert r["config_hash"] == hashlib.sha256(text.encode()).hexdigest()
+        assert r["measured"]["metric"] == "memtracker_fake_cpu" and r["measured"]["peak_bytes"] > 0
+        assert r["device"]["kind"] == "cpu-simulated" and r["versions"]["torch"]
+        assert (r["config_changes"] is None) == (r["source_config_hash"] is None)
+
+
+def test_public_rows_say_where_they_come_from_and_why_they_are_out():
+    rows = [json.loads(line) for line in (DATA / "public.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert len(rows) == 317
+    for r in rows:
+        assert r["source"].startswith("https://") and r["trust"] in ("A", "B", "C")
+        assert r["excluded"] or (r["setup"] and r["config"])
+    multi = [r for r in rows if r["gpus"].startswith(("2x", "4x", "8x"))]
+    assert multi and all(r["excluded"] for r in multi)
+    assert all(r["excluded"] for r in rows if r["measured"]["unit"] == "GB-ambiguous")
+
+
+@pytest.mark.parametrize("name", ["cpu-sim.jsonl", "public.jsonl"])
+def test_dataset_files_are_json_lines(name):
+    for n, line in enumerate((DATA / name).read_text(encoding="utf-8").splitlines(), 1):
+        assert isinstance(json.loads(line), dict), f"{name}:{n}"

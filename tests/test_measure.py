@@ -1,0 +1,203 @@
+"""The measurement harness (generator/measure): CPU-simulated steps of tiny configs against the estimator."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+
+import pytest
+
+from tests.conftest import tiny_qwen2
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from generator.measure.setup import (Setup, config_hash, context_of, estimate_for, estimator_supports,  # noqa: E402
+                                     parse_overrides, parser, setup_from_args, shrink)
+
+TOLERANCE = 0.10  # |estimate / measured - 1| for a tiny config, CPU simulation (exact tensor bytes, no allocator)
+
+TINY_LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,
+              "intermediate_size": 176, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+              "vocab_size": 32000, "max_position_embeddings": 2048, "tie_word_embeddings": False, "rms_norm_eps": 1e-5}
+TINY_GPT2 = {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4,
+             "vocab_size": 50257, "n_positions": 1024, "attn_pdrop": 0.0, "embd_pdrop": 0.0, "resid_pdrop": 0.0}
+
+# Why the current estimator is over by 16-20% on every training step below (data/measurements/FINDINGS.md):
+OVER = ("estimator counts 4 B/param of gradients at the loss-backward peak (none exist yet: zero_grad sets them "
+        "to None) and 14 B per logit where 12 are live (P1, P5); LoRA also over-counts per-layer activations (P3)")
+
+
+@functools.lru_cache(maxsize=None)
+def _run(config_text: str, setup: Setup):
+    from generator.measure.run import run_cpu
+
+    return run_cpu(json.loads(config_text), setup)
+
+
+def _peak(config, setup):
+    """One CPU-simulated run per (config, setup) for the whole module (about a second each)."""
+    return _run(json.dumps(config, sort_keys=True), setup)
+
+
+def _estimate(config, setup) -> int:
+    from generator.settings import load_settings
+
+    return estimate_for(config, "tiny", setup, load_settings().assumptions)["peak_bytes"]
+
+
+def _within(measured: int, estimate: int) -> bool:
+    return abs(estimate / measured - 1) <= TOLERANCE
+
+
+# --- tiny configs against the estimate ---------------------------------------------------------------------
+
+def test_tiny_qwen2_full_amp_peaks_in_the_loss_backward():
+    result = _peak(tiny_qwen2(), Setup("full", tokens=512))
+    assert result["peak"]["phase"] == "backward" and result["peak"]["stage"] == "step 2"
+    assert result["measured"]["categories"]["grad"] == 0  # before any gradient exists
+    assert set(result["peak"]["phase_peaks"]) == {"last step forward", "last step backward", "last step optimizer"}
+    logit = 512 * 152064
+    assert 3 * 4 * logit <= result["measured"]["categories"]["act"] + result["measured"]["categories"]["temp"]
+
+
+@pytest.mark.xfail(strict=True, reason=OVER)
+def test_tiny_qwen2_full_amp_within_tolerance():
+    # measured 966,542,556 B (loss backward: 3 fp32 B x T x V tensors); estimated 1,132,006,272 B (+17.1%);
+    # the proposal (tools/proposed_memory.py) gives +0.0%.
+    setup = Setup("full", tokens=512)
+    assert _within(_peak(tiny_qwen2(), setup)["measured"]["peak_bytes"], _estimate(tiny_qwen2(), setup))
+
+
+@pytest.mark.xfail(strict=True, reason=OVER)
+def test_tiny_qwen2_lora_within_tolerance():
+    # measured 939,966,736 B; estimated 1,095,831,440 B (+16.6%); the proposal gives +0.0%.
+    pytest.importorskip("peft")
+    setup = Setup("lora", tokens=512)
+    assert _within(_peak(tiny_qwen2(), setup)["measured"]["peak_bytes"], _estimate(tiny_qwen2(), setup))
+
+
+def test_tiny_qwen2_lora_trains_only_the_adapters():
+    pytest.importorskip("peft")
+    result = _peak(tiny_qwen2(), Setup("lora", tokens=512))
+    assert result["params"]["trainable"] == 5632  # r=16 on q, k, v, o, gate, up, down of 2 layers
+    assert result["params"]["total"] == 2435016 + 5632
+
+
+def test_tiny_qwen2_serving_within_tolerance():
+    # measured 5,803,168 B (decode: weights + KV cache + fp32 logits); estimated 5,611,408 B (-3.3%).
+    setup = Setup("inference", precision="bf16", tokens=512, new_tokens=8)
+    result = _peak(tiny_qwen2(), setup)
+    assert _within(result["measured"]["peak_bytes"], _estimate(tiny_qwen2(), setup))
+
+
+@pytest.mark.xfail(strict=True, reason=OVER)
+def test_tiny_llama_full_amp_within_tolerance():
+    # measured 255,113,116 B; estimated 304,817,152 B (+19.5%); the proposal gives +0.0%.
+    setup = Setup("full", tokens=512)
+    assert _within(_peak(TINY_LLAMA, setup)["measured"]["peak_bytes"], _estimate(TINY_LLAMA, setup))
+
+
+def test_tiny_llama_serving_within_tolerance():
+    # measured 9,351,872 B (prefill); estimated 9,320,320 B (-0.3%).
+    setup = Setup("inference", precision="bf16", tokens=512, new_tokens=8)
+    result = _peak(TINY_LLAMA, setup)
+    assert set(result["peak"]["phase_peaks"]) == {"prefill", "decode"}
+    assert _within(result["measured"]["peak_bytes"], _estimate(TINY_LLAMA, setup))
+
+
+@pytest.mark.xfail(strict=True, reason=OVER)
+def test_tiny_gpt2_lora_within_tolerance():
+    # measured 320,222,920 B; estimated 371,020,416 B (+15.9%); the proposal gives -0.1%.
+    pytest.importorskip("peft")
+    setup = Setup("lora", tokens=512)
+    assert _within(_peak(TINY_GPT2, setup)["measured"]["peak_bytes"], _estimate(TINY_GPT2, setup))
+
+
+# --- harness pieces ----------------------------------------------------------------------------------------
+
+def test_cli_writes_one_json_line(tmp_path, capsys):
+    from generator.measure.cli import run_measure
+
+    folder = tmp_path / "tiny"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(TINY_LLAMA), encoding="utf-8")
+    out = tmp_path / "runs.jsonl"
+    argv = [str(folder), "--method", "inference", "--tokens", "64", "--new-tokens", "2", "--device", "cpu", "--out", str(out)]
+    assert run_measure(argv, None) == 0
+    assert run_measure(argv, None) == 0  # appends
+    lines = out.read_text(encoding="utf-8").splitlines()
+    assert len(lines) == 2
+    rec = json.loads(lines[0])
+    for key in ("model", "config_hash", "config", "setup", "device", "versions", "measured", "peak", "estimate", "params"):
+        assert key in rec, key
+    assert rec["config_hash"] == hashlib.sha256(
+        json.dumps(TINY_LLAMA, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    assert rec["device"]["kind"] == "cpu-simulated" and rec["measured"]["metric"] == "memtracker_fake_cpu"
+    assert rec["setup"] == Setup("inference", precision="bf16", tokens=64, new_tokens=2).to_dict()
+    assert rec["versions"]["torch"] and rec["versions"]["transformers"]
+    assert rec["estimate"]["peak_bytes"] > 0
+    assert "peak" in capsys.readouterr().err  # the one-line summary goes to stderr
+
+
+def test_cli_refuses_what_it_cannot_run(tmp_path, capsys):
+    from generator.measure.cli import run_measure
+
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(TINY_GPT2), encoding="utf-8")
+    assert run_measure([str(cfg), "--method", "qlora", "--device", "cpu"], None) == 2
+    assert "bitsandbytes" in capsys.readouterr().err
+    assert run_measure([str(cfg), "--tokens", "2048", "--device", "cpu"], None) == 2  # n_positions is 1024
+    assert "1024 positions" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        run_measure([str(cfg), "--batch", "0"], None)
+    assert exc.value.code == 2
+
+
+def test_setup_options_and_support():
+    args = parser().parse_args(["m", "--method", "lora", "--lora-targets", "q_proj,v_proj", "--grad-ckpt"])
+    setup = setup_from_args(args)
+    assert setup.precision == "amp" and setup.lora_targets == "q_proj,v_proj" and setup.grad_ckpt
+    assert Setup.from_dict(setup.to_dict()) == setup
+    assert not estimator_supports(setup)
+    assert estimator_supports(Setup("lora")) and estimator_supports(Setup("full"))
+    assert estimator_supports(Setup("inference", precision="bf16"))
+    assert not estimator_supports(Setup("full", precision="bf16"))
+    assert setup_from_args(parser().parse_args(["m", "--method", "inference"])).new_tokens == 16
+    with pytest.raises(ValueError):
+        setup_from_args(parser().parse_args(["m", "--new-tokens", "4"]))  # training has no decode
+
+
+def test_shrink_overrides_and_hash():
+    cfg = {"model_type": "gemma3_text", "num_hidden_layers": 6, "layer_types": ["a"] * 6, "attn_pdrop": 0.1}
+    out, changes = shrink(cfg, 2, parse_overrides(["attn_pdrop=0.0", "name=x"]))
+    assert out["num_hidden_layers"] == 2 and out["layer_types"] == ["a", "a"] and out["attn_pdrop"] == 0.0
+    assert changes == {"num_hidden_layers": [6, 2], "attn_pdrop": [0.1, 0.0], "name": [None, "x"]}
+    assert cfg["num_hidden_layers"] == 6  # the source is not touched
+    assert shrink(cfg, None) == (cfg, None)
+    assert config_hash({"b": 1, "a": "é"}) == config_hash({"a": "é", "b": 1})
+    assert context_of({"n_positions": 1024}) == 1024 and context_of({}) is None
+    with pytest.raises(ValueError):
+        parse_overrides(["novalue"])
+
+
+def test_tracker_handles_a_frozen_base():
+    """MemTracker's own hooks raise on a frozen parameter; PeakTracker hooks only trainable ones."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from generator.measure.tracker import PeakTracker
+
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 2))
+        model[0].weight.requires_grad_(False)
+        opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], foreach=True)
+        tracker = PeakTracker()
+        tracker.track_external(model, opt)
+        with tracker:
+            tracker.stage = "step 1"
+            model(torch.randn(4, 8)).sum().backward()
+            opt.step()
+    peak = tracker.peak_breakdown()
+    assert peak["total"] > 0 and peak["grad"] > 0
+    assert tracker.peak_where["stage"] == "step 1"

@@ -1,0 +1,236 @@
+#!/usr/bin/env python3
+"""Map the public measured figures (shared/research/measured-memory-calibration.tsv) onto our setup fields.
+
+    python3 tools/import_public.py [--tsv PATH] [--out data/measurements/public.jsonl]
+
+One JSON line per TSV row, in TSV order. Every row is kept; a row that cannot be compared with an estimate
+carries `excluded` (why). A kept row has `setup` in the harness's vocabulary (method, precision, batch, tokens,
+new_tokens, lora_rank, lora_targets, optimizer, grad_ckpt, attention) plus `weights` and `grad_accum`, the
+measured bytes and the metric, the config it is compared with (snapshot/ or a vouched stand-in), its source
+URL and trust. Which rows the current estimator can be compared with is decided later (generator/accuracy.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+DEFAULT_TSV = ROOT.parent / "shared" / "research" / "measured-memory-calibration.tsv"
+
+# Hub ids whose config.json is not in snapshot/, but whose shapes equal a snapshot model's (vouched here).
+VOUCHED = {
+    "meta-llama/Llama-2-13b-chat-hf": ("meta-llama/Llama-2-13b-hf", {}, "chat release of the same network: config.json equal in every shape key"),
+    "meta-llama/Llama-2-70b-chat-hf": ("meta-llama/Llama-2-70b-hf", {}, "chat release of the same network: config.json equal in every shape key"),
+    "huggyllama/llama-7b": ("meta-llama/Llama-2-7b-hf", {"max_position_embeddings": 2048},
+                            "LLaMA-1 7B: Llama-2-7B's shapes (4096 x 32 layers, 32 heads, MLP 11008, vocab 32000), 2048 positions"),
+    "huggyllama/llama-13b": ("meta-llama/Llama-2-13b-hf", {"max_position_embeddings": 2048},
+                             "LLaMA-1 13B: Llama-2-13B's shapes (5120 x 40 layers, 40 heads, MLP 13824, vocab 32000), 2048 positions"),
+    "TinyLlama/TinyLlama-1.1B-intermediate-step-1431k-3T": ("TinyLlama/TinyLlama-1.1B-Chat-v1.0", {},
+                                                            "the chat model is this checkpoint fine-tuned: same config shapes"),
+}
+UNITS = {"GiB": 2**30, "MiB": 2**20, "GB": 10**9, "MB": 10**6}
+GPU_GB = re.compile(r"(\d+)\s*GB")
+
+
+def _snapshot_config(model_id: str) -> tuple[dict | None, str | None, str | None]:
+    """(config, where it came from, note) or (None, None, None)."""
+    from generator.hub.snapshot import DEFAULT_SNAPSHOT_DIR, load_record
+
+    target, overrides, note = VOUCHED.get(model_id, (model_id, {}, None))
+    record = load_record(DEFAULT_SNAPSHOT_DIR, target)
+    if record is None or not record.config_json:
+        return None, None, None
+    config = dict(record.config(), **overrides)
+    return config, f"snapshot/models/{target}.json" + (f" with {overrides}" if overrides else ""), note
+
+
+def _method(r: dict) -> str | None:
+    w, m = r["workload"], r["method"].lower()
+    if w.startswith("inference"):
+        return "inference"
+    if not w.startswith("train"):
+        return None
+    if "qlora" in m or (m.startswith("lora") and re.search(r"nf4|int4|int8|4bit|4-bit|8-bit", r["weights_dtype"] + m)):
+        return "qlora"
+    if m.startswith("lora"):
+        return "lora"
+    if m.startswith("full"):
+        return "full"
+    return m.split()[0]  # other PEFT methods (ia3, prompt_tuning, ...): kept, never estimated
+
+
+def _precision(r: dict, method: str) -> str:
+    c, w = r["compute"].lower(), r["weights_dtype"].lower()
+    if c.startswith("fp32") or (w.startswith("fp32") and "amp" not in c and "mixed" not in c):
+        return "fp32"
+    if "amp" in c or "mixed" in c or "fp32 master" in w or w.startswith("fp32"):
+        return "amp"
+    if method in ("lora", "qlora") and "trainer" in c:
+        return "amp"  # HF Trainer --bf16 on a bf16 base: autocast on, peft's adapters fp32
+    return "bf16"  # pure bf16 / fp16 (fp16 has bf16's bytes; `precision_as_published` keeps the text)
+
+
+def _optimizer(text: str) -> str:
+    t = text.lower()
+    if t.startswith("none"):
+        return "none"
+    if "paged" in t:
+        return "paged_adamw8bit" if "8bit" in t else "paged_adamw"
+    if "8bit" in t or "8-bit" in t:
+        return "adamw8bit"
+    if "in_bwd" in t or "into backward" in t:
+        return "adamw_in_backward"
+    if "sgd" in t:
+        return "sgd"
+    if "adafactor" in t:
+        return "adafactor"
+    if "adamw" in t or t.startswith("adam"):
+        return "adamw"
+    return "unknown"
+
+
+def _lora(adapter: str) -> tuple[int | None, str | None]:
+    """(rank, targets) in the harness's words: all-linear, all-linear+lm_head, q_proj,v_proj[,o_proj,mlp], c_attn."""
+    m = re.search(r"r=(\d+)", adapter)
+    a = adapter.lower()
+    if "all linear" in a or "q,k,v,o,gate,up,down" in a or "q,k,v,proj,mlp" in a:
+        targets = "all-linear+lm_head" if "head" in a else "all-linear"
+    elif "output_proj + mlp" in a:
+        targets = ("q_proj,k_proj,v_proj" if "q,k,v" in a else "q_proj,v_proj") + ",o_proj,mlp"
+    elif re.search(r"query\+value|q_proj,v_proj|\bq,v\b|q,v,", a):
+        targets = "q_proj,v_proj"
+    elif "c_attn" in a:
+        targets = "c_attn"
+    else:
+        targets = None
+    return (int(m.group(1)) if m else None), targets
+
+
+def _int(text: str) -> int | None:
+    m = re.fullmatch(r"\s*(\d+)\s*", text or "")
+    return int(m.group(1)) if m else None
+
+
+def _metric(text: str) -> str:
+    t = text.lower()
+    if "non-torch" in t or "nvml peak" in t:
+        return "allocated_plus_non_torch"
+    if "nvml" in t or "nvidia-smi" in t:
+        return "nvml_used"
+    if "active" in t:
+        return "active_peak"
+    if "reserved" in t:
+        return "max_memory_reserved"
+    if "allocated" in t:
+        return "max_memory_allocated"
+    if "oom" in t or "outofmemory" in t or "fit" in t:
+        return "outcome"
+    return "not_stated"
+
+
+def convert(r: dict) -> dict:
+    """One TSV row → one JSON line (see the module docstring)."""
+    method = _method(r)
+    status = r["status"].split()[0].lower().rstrip(":")
+    out: dict = {"id": r["id"], "model": r["model_id"], "family": r["family"], "source": r["source"],
+                 "trust": r["trust"], "workload": r["workload"], "status": status, "gpus": r["gpus"],
+                 "framework": r["framework"], "notes": r["notes"] or None, "excluded": None}
+    gb = GPU_GB.search(r["gpus"])
+    out["gpu_memory_gb"] = int(gb.group(1)) if gb else None
+    reasons = []
+    if method is None:
+        reasons.append(f"workload {r['workload']!r} is not a training step or a generate run")
+    if not r["parallelism"].startswith("single GPU"):
+        reasons.append(f"multi-GPU or offload ({r['parallelism']}): not one card's peak")
+    if "2x" in r["gpus"] or "4x" in r["gpus"] or "8x" in r["gpus"]:
+        reasons.append(f"run on {r['gpus']}")
+    if r["peak_unit"] == "GB-ambiguous":
+        reasons.append("unit ambiguous (GB or GiB, +-7%)")
+    if r["trust"] == "C":
+        reasons.append("trust C (ambiguous or inconsistent in the source)")
+    if status not in ("measured", "oom", "fits", "boundary"):
+        reasons.append(f"status {r['status']!r}")
+    metric = _metric(r["metric"])
+    if metric == "not_stated" and status == "measured":
+        reasons.append("the measuring tool is not stated")
+    config, config_source, vouch = _snapshot_config(r["model_id"])
+    if config is None:
+        reasons.append("no config.json for this model in snapshot/ (nor a vouched stand-in)")
+    tokens = _int(r["seq_len"])
+    seq_note = r["seq_note"].lower()
+    inexact = any(k in seq_note for k in ("padded to longest", "dynamic padding", "not padded", "upper bound",
+                                          "not stated", "untruncated"))
+    if method not in ("inference",) and "longest sample" in seq_note:
+        inexact = False  # LitGPT forces the longest sample first: the peak is at the stated length
+    new_tokens = 0
+    if method == "inference":
+        m = re.search(r"(\d+) new tokens|max_new_tokens=(\d+)|generate (\d+) tokens|(\d+) generated", r["seq_note"] + " " + r["seq_len"])
+        new_tokens = next((int(g) for g in m.groups() if g), 0) if m else 0
+        if "prefill" in r["workload"]:
+            new_tokens = 0
+        prompt = re.search(r"prompt (\d+)", r["seq_note"])
+        total = re.match(r"~(\d+)$", r["seq_len"].strip())
+        if prompt:
+            tokens = int(prompt.group(1))  # optimum: seq_len is prompt + new tokens
+        elif total and new_tokens:
+            tokens = int(total.group(1)) - new_tokens  # LitGPT: "~56" = a short prompt + 50 new tokens
+    if tokens is None or (inexact and status == "measured"):
+        reasons.append(f"sequence length not exact ({r['seq_len']!r}; {r['seq_note'][:80]})")
+    batch = _int(r["micro_batch"])
+    if batch is None:
+        reasons.append(f"micro batch not a number ({r['micro_batch']!r})")
+    ga = re.search(r"(?:grad(?:ient)? accumulation|GA) (\d+)", r["seq_note"], re.IGNORECASE)
+    rank, targets = _lora(r["adapter"]) if method in ("lora", "qlora") else (None, None)
+    setup = None
+    if method is not None:
+        setup = {"method": method, "precision": _precision(r, method), "batch": batch, "tokens": tokens,
+                 "new_tokens": new_tokens, "lora_rank": rank, "lora_targets": targets,
+                 "lora_dropout": 0.0, "optimizer": _optimizer(r["optimizer"]), "adamw_impl": "foreach",
+                 "grad_ckpt": r["grad_ckpt"].startswith("on"), "attention": _attention(r["attention"]),
+                 "steps": 2, "train_mode": True,
+                 "weights": r["weights_dtype"], "grad_accum": int(ga.group(1)) if ga else 1,
+                 "precision_as_published": r["compute"]}
+    value = r["peak_gib"]
+    peak = int(round(float(value) * 2**30)) if value and status == "measured" else None
+    if r["peak_value"] and r["peak_unit"] in UNITS and status == "measured":
+        peak = int(round(float(r["peak_value"]) * UNITS[r["peak_unit"]]))
+    out.update({"setup": setup, "config": config, "config_source": config_source, "config_vouched": vouch,
+                "measured": {"metric": metric, "metric_as_published": r["metric"], "status": status,
+                             "peak_bytes": peak, "value": r["peak_value"] or None, "unit": r["peak_unit"] or None}})
+    out["excluded"] = "; ".join(reasons) if reasons else None
+    return out
+
+
+def _attention(text: str) -> str:
+    t = text.lower()
+    if "eager" in t:
+        return "eager"
+    if "flash" in t:
+        return "flash_attention_2"
+    if "sdpa" in t:
+        return "sdpa"
+    return "unknown"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tsv", type=Path, default=DEFAULT_TSV)
+    ap.add_argument("--out", type=Path, default=ROOT / "data" / "measurements" / "public.jsonl")
+    args = ap.parse_args()
+    with open(args.tsv, encoding="utf-8", newline="") as fh:
+        rows = [convert(r) for r in csv.DictReader(fh, delimiter="\t")]
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text("".join(json.dumps(r, sort_keys=True, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    kept = [r for r in rows if not r["excluded"]]
+    print(f"{len(rows)} rows, {len(kept)} kept, {len(rows) - len(kept)} excluded -> {args.out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
