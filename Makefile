@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: help install build serve test golden crawl bench fuzz clean
+.PHONY: help install build serve test browser golden crawl bench fuzz accuracy clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -31,8 +31,18 @@ build: $(STAMP) ## build the site from the committed snapshot into public/ (offl
 serve: ## serve public/ on http://127.0.0.1:8000
 	$(BIN)/python -m http.server 8000 --bind 127.0.0.1 --directory public
 
-test: $(TEST_STAMP) ## run the test suite (installs torch CPU + transformers for the oracle)
+test: $(TEST_STAMP) browser ## run the test suite (installs torch CPU + transformers for the oracle, chromium)
 	$(BIN)/python -m pytest -q
+
+# tests/test_browser.py drives Debian's chromium headless over the DevTools protocol. Installed here
+# when missing (apt-get as root, else sudo -n); if that is impossible the test skips and says why.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo -n)
+browser: ## install chromium for the browser test when it is missing (apt-get)
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
+	  { echo "installing chromium for tests/test_browser.py (apt-get)"; \
+	    $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+	    $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } || \
+	  echo "chromium could not be installed: tests/test_browser.py will be skipped"
 
 golden: $(TEST_STAMP) ## regenerate the golden pages on purpose (review the diff!)
 	UPDATE_GOLDEN=1 $(BIN)/python -m pytest -q tests/test_site_golden.py
@@ -40,11 +50,15 @@ golden: $(TEST_STAMP) ## regenerate the golden pages on purpose (review the diff
 crawl: $(STAMP) ## refresh snapshot/ from the Hugging Face Hub (network)
 	$(BIN)/neurarch-trace crawl
 
-bench: $(TEST_STAMP) ## benchmarks (not tests): estimator speed against transformers on meta
+bench: $(TEST_STAMP) ## benchmarks (not tests): estimator vs transformers on meta; 1,000-model site build; no-change rebuild
 	$(BIN)/python benchmarks/bench_estimator.py
+	$(BIN)/python benchmarks/bench_site.py
 
 fuzz: $(TEST_STAMP) ## long fuzz run: 10,000 mutated snapshot configs (FUZZ_EXAMPLES=N to change)
 	FUZZ_EXAMPLES=$${FUZZ_EXAMPLES:-10000} $(BIN)/python -m pytest -q tests/test_fuzz.py --hypothesis-show-statistics
 
+accuracy: $(TEST_STAMP) ## recompute the published accuracy figures from data/measurements/ and the estimator
+	$(BIN)/python -m generator.accuracy
+
 clean: ## remove build output
-	rm -rf public .pytest_cache
+	rm -rf public .pytest_cache test-artifacts

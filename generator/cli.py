@@ -21,7 +21,8 @@ def _model_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="neurarch-trace",
         description="GPU memory and cost to fine-tune and serve a Hugging Face model, from its config.json alone. "
-                    "Other commands: `neurarch-trace build` (the site), `neurarch-trace crawl` (the Hub snapshot).",
+                    "Other commands: `neurarch-trace build` (the site), `neurarch-trace crawl` (the Hub snapshot), "
+                    "`neurarch-trace measure` (a measured run; needs the [measure] extra).",
     )
     p.add_argument("model", metavar="MODEL", help="a folder holding config.json, a config.json path, or a Hub repo id")
     out = p.add_mutually_exclusive_group()
@@ -45,6 +46,10 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-problems", type=int, metavar="N",
                    help="fail (exit 1, previous site kept) when more than N models fail")
     p.add_argument("--config", type=Path, metavar="FILE", help="site_config.yaml to read")
+    p.add_argument("--full", action="store_true",
+                   help="render every model again instead of copying the unchanged ones from the previous build")
+    p.add_argument("--jobs", type=int, metavar="N", help="worker processes (default: one per core)")
+    p.add_argument("--no-search", action="store_true", help="skip the Pagefind search index")
     return p
 
 
@@ -138,9 +143,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             from .hub.snapshot import DEFAULT_SNAPSHOT_DIR
 
             args = _build_parser().parse_args(argv[1:])
+            if args.jobs is not None and args.jobs < 1:
+                raise ConfigError("command line", "--jobs", args.jobs, "must be a positive integer")
             settings = load_settings(args.config or DEFAULT_CONFIG)
             return run_build(snapshot_dir=args.snapshot or DEFAULT_SNAPSHOT_DIR, out_dir=args.out,
-                             strict=args.strict, settings=settings, console=err, max_problems=args.max_problems)
+                             strict=args.strict, settings=settings, console=err, max_problems=args.max_problems,
+                             incremental=not args.full, jobs=args.jobs, search_index=not args.no_search,
+                             background_cleanup=True)
+        if argv[:1] == ["measure"]:
+            from .measure.cli import run_measure
+
+            return run_measure(argv[1:], err)
         if argv[:1] == ["crawl"]:
             from .settings import DEFAULT_CONFIG, load_settings
             from .hub.crawl import run_crawl

@@ -147,3 +147,69 @@ def batch(n: int) -> str:
 def short_sha(sha: str | None) -> str:
     """The first 7 hex digits of a commit id, as git shows it."""
     return sha[:7] if sha else DASH
+
+
+def round_count(n: int) -> str:
+    """A round size-band boundary: 1_000_000_000 -> "1B", 300_000_000 -> "300M", 500 -> "500"."""
+    for size, suffix in ((10**12, "T"), (10**9, "B"), (10**6, "M"), (10**3, "K")):
+        if n >= size:
+            return decimal(n / size) + suffix
+    return count(n)
+
+
+def tokens_short(n: int) -> str:
+    """A context length as LLM people write it, K = 1,024: 512 -> "512", 32768 -> "32K", 1536 -> "1.5K"."""
+    if n < 1024:
+        return count(n)
+    return decimal(round(n / 1024, 1)) + "K"
+
+
+def gb_tick(n_bytes: float) -> str:
+    """An axis tick in decimal bytes, trailing zeros dropped: 1e10 -> "10 GB", 5e8 -> "500 MB"."""
+    if n_bytes >= GB:
+        return decimal(round(n_bytes / GB, 2)) + " GB"
+    if n_bytes >= MB:
+        return decimal(round(n_bytes / MB, 2)) + " MB"
+    return decimal(round(n_bytes / 1000, 2)) + " kB"
+
+
+def tick_count(n: int) -> str:
+    """An axis tick for counts (batches): 1 -> "1", 1000 -> "1K", 20000 -> "20K"."""
+    return round_count(int(n))
+
+
+def coord(x: float) -> str:
+    """An SVG coordinate: one decimal, trailing zeros dropped, never "-0": 12.25 -> "12.2", 3.0 -> "3"."""
+    text = f"{x:.1f}".rstrip("0").rstrip(".")
+    return "0" if text in ("-0", "") else text
+
+
+def points(xy: Sequence[tuple[float, float]]) -> str:
+    """An SVG polyline's points attribute: [(1, 2.5), (3, 4)] -> "1,2.5 3,4"."""
+    return " ".join(f"{coord(x)},{coord(y)}" for x, y in xy)
+
+
+def w3c_datetime(iso: str | None) -> str | None:
+    """An ISO 8601 time from the Hub as a W3C/RFC 3339 UTC datetime, or None when absent or unreadable:
+    "2025-04-28T12:01:02.000Z" -> "2025-04-28T12:01:02Z"; "2025-04-28T14:01:02+02:00" -> "2025-04-28T12:01:02Z"."""
+    if not iso:
+        return None
+    from datetime import datetime, timezone
+
+    try:
+        when = datetime.fromisoformat(iso.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    return when.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def day(iso: str | None) -> str:
+    """The day of an RFC 3339 datetime as written in pages: "2025-04-28T12:01:02Z" -> "2025-04-28"."""
+    return iso[:10] if iso else DASH
+
+
+def change(old: str, new: str) -> str:
+    """A before/after pair: ("4.40 GB", "4.52 GB") -> "4.40 GB → 4.52 GB"."""
+    return f"{old} \u2192 {new}"

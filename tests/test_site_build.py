@@ -152,8 +152,11 @@ def test_home_lists_every_model_with_both_sort_orders(site: tuple[Path, str]) ->
         text = page.read_text(encoding="utf-8")
         rows = re.findall(r'<th scope="row"><a href="[^"]*">([^<]*)</a>', text)
         assert sorted(rows) == sorted(ids)
-        assert "<script" not in text  # sorting works without JavaScript: each order is a page
-    assert "not estimated yet: " in (out / "index.html").read_text(encoding="utf-8")
+        # Sorting works without JavaScript (each order is a page); the one script is our own filter's.
+        assert re.findall(r"<script[^>]*>", text) == [f'<script src="{"../" * page.relative_to(out).as_posix().count("/")}'
+                                                      'static/filter.js" defer>']
+    not_estimated = [p for p in out.glob("models/*/*/index.html") if not p.with_name("index.json").exists()]
+    assert ("not estimated yet: " in (out / "index.html").read_text(encoding="utf-8")) == bool(not_estimated)
     assert (out / "404.html").is_file() and (out / "static" / "style.css").is_file()
     assert "prefers-color-scheme: dark" in (out / "static" / "style.css").read_text(encoding="utf-8")
     assert (out / "families" / "qwen2" / "index.html").is_file()
@@ -162,7 +165,7 @@ def test_home_lists_every_model_with_both_sort_orders(site: tuple[Path, str]) ->
 def test_summary_reports_pages_problems_and_seconds(site: tuple[Path, str]) -> None:
     _, output = site
     assert re.search(r"pages written\s*│\s*\d+", output)
-    assert "unsupported architecture" in output and "seconds" in output
+    assert re.search(r"models rendered\s*│\s*\d+", output) and "seconds by phase: " in output
 
 
 def _snapshot_with_a_broken_record(tmp_path: Path) -> Path:
@@ -190,8 +193,20 @@ def test_strict_fails_and_keeps_the_previous_site(tmp_path: Path) -> None:
 
 
 def test_unsupported_models_are_not_estimated_pages_not_failures(tmp_path: Path) -> None:
-    rc, output = _build(DEFAULT_SNAPSHOT_DIR, tmp_path / "public", strict=True)
-    assert rc == 0 and "not estimated yet" in output
+    from generator.hub.snapshot import index_entry, iter_records, write_index, write_record
+    from generator.records import ModelRecord
+
+    snap = tmp_path / "snap"
+    new = ModelRecord(id="someone/totally-new", config_json=json.dumps(
+        {"model_type": "totally_new", "architectures": ["TotallyNewForCausalLM"], "d_state": 16}))
+    records = [*iter_records(GOLDEN_SNAPSHOT), new]
+    for record in records:
+        write_record(snap, record)
+    write_index(snap, [index_entry(r) for r in records])
+    rc, output = _build(snap, tmp_path / "public", strict=True)
+    assert rc == 0 and "not estimated yet" in output and "unsupported architecture" in output
+    page = (tmp_path / "public/models/someone/totally-new/index.html").read_text(encoding="utf-8")
+    assert "Not estimated yet: model_type &#39;totally_new&#39; is not supported yet." in page
 
 
 def test_max_problems_is_the_nightly_alarm(tmp_path: Path) -> None:
@@ -255,3 +270,65 @@ def test_leftovers_of_a_killed_swap_are_recovered(tmp_path: Path) -> None:
                   console=Console(file=io.StringIO()))
     assert _tree(out) == before
     assert [p.name for p in tmp_path.iterdir()] == ["public"]
+
+
+def _home_rows(out: Path) -> dict[str, dict[str, str]]:
+    """The home table's rows: model id -> the data attributes the filter matches."""
+    text = (out / "index.html").read_text(encoding="utf-8")
+    rows = {}
+    for attrs, model in re.findall(r'<tr (data-family="[^>]*)><th scope="row"><a href="[^"]*">([^<]*)</a>', text):
+        rows[model] = dict(re.findall(r'data-([a-z]+)="([^"]*)"', attrs))
+    return rows
+
+
+def test_each_card_page_lists_exactly_the_models_that_fit_it(site: tuple[Path, str]) -> None:
+    out, _ = site
+    rows = _home_rows(out)
+    settings = load_settings()
+    assert len(rows) > 100
+    for card in settings.cards:
+        slug = pages.card_slug(card.name)
+        text = (out / "cards" / slug / "index.html").read_text(encoding="utf-8")
+        listed = re.findall(r'<th scope="row"><a href="[^"]*">([^<]*)</a>', text)
+        fits = sorted(m for m, r in rows.items() if any(slug in r[k].split() for k in ("full", "lora", "serve")))
+        assert sorted(listed) == fits, card.name
+        assert f"<h1>What fits one {card.name}</h1>" in text
+    t4 = (out / "cards" / "t4-16-gb" / "index.html").read_text(encoding="utf-8")
+    assert "openai-community/gpt2</a></th><td class=\"num\">124M</td><td class=\"num\">batch " in t4
+    assert "meta-llama/Llama-3.1-405B" not in t4
+    cards_index = (out / "cards" / "index.html").read_text(encoding="utf-8")
+    assert cards_index.count('<tr><th scope="row"><a href="') == len(settings.cards)
+
+
+def test_the_home_filter_has_a_rule_for_every_option(site: tuple[Path, str]) -> None:
+    out, _ = site
+    text = (out / "index.html").read_text(encoding="utf-8")
+    style = text.split("<style>", 1)[1].split("</style>", 1)[0]
+    families = re.findall(r'<option value="([^"]+)">\1</option>', text)
+    assert "qwen2" in families and len(families) > 20
+    for family in families:
+        assert f'option[value="{family}"]:checked) tbody tr[data-family]:not([data-family="{family}"])' in style
+    for card in load_settings().cards:
+        slug = pages.card_slug(card.name)
+        for method in ("full", "lora", "serve"):
+            assert (f'#f-card option[value="{slug}"]:checked):has(#f-method option[value="{method}"]:checked) '
+                    f'tbody tr[data-family]:not([data-{method}~="{slug}"])') in style
+    rows = _home_rows(out)
+    assert rows["openai-community/gpt2"]["family"] == "gpt2" and rows["openai-community/gpt2"]["size"] == "s0"
+    assert "t4-16-gb" in rows["openai-community/gpt2"]["full"].split()
+    assert rows["meta-llama/Llama-3.1-405B"]["full"] == "" and rows["meta-llama/Llama-3.1-405B"]["size"] == "s5"
+
+
+def test_family_pages_compare_their_models_smallest_first(site: tuple[Path, str]) -> None:
+    out, _ = site
+    text = (out / "families" / "qwen3" / "index.html").read_text(encoding="utf-8")
+    assert '<table class="compare">' in text
+    heads = re.findall(r'<th scope="col"[^>]*>([^<]*)</th>', text)
+    assert heads[:1] == ["Model"] and {"Params", "Layers", "Context", "Full fine-tune", "LoRA", "Serve"} <= set(heads)
+    body = text.split("<tbody>")[1]
+    models = re.findall(r'<th scope="row"><a href="[^"]*">([^<]*)</a>', body)
+    assert "Qwen/Qwen3-0.6B" in models and len(models) > 3
+    params = re.findall(r'</a></th><td class="num">([0-9.]+)([KMBT])</td>', body)
+    scale = {"K": 1e3, "M": 1e6, "B": 1e9, "T": 1e12}
+    values = [float(n) * scale[u] for n, u in params]
+    assert values == sorted(values)

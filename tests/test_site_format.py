@@ -54,3 +54,19 @@ def test_prices_ratios_and_shapes() -> None:
     assert (f.batch(0), f.batch(106_108)) == ("\u2014", "batch 106,108")
     assert (f.byte_count(1), f.byte_count(14)) == ("1 byte", "14 bytes")
     assert (f.count(2_435_016), f.short_sha("607a30d783df"), f.short_sha(None)) == ("2,435,016", "607a30d", "\u2014")
+
+
+def test_chart_and_feed_text() -> None:
+    assert [f.round_count(n) for n in (500, 1_000, 300_000_000, 10**9, 3 * 10**9, 10**12)] == [
+        "500", "1K", "300M", "1B", "3B", "1T"]
+    assert [f.tokens_short(n) for n in (512, 1024, 1536, 32768, 131072, 1 << 20)] == [
+        "512", "1K", "1.5K", "32K", "128K", "1024K"]
+    assert [f.gb_tick(x) for x in (1e10, 2e9, 5e8, 2e5)] == ["10 GB", "2 GB", "500 MB", "200 kB"]
+    assert (f.tick_count(1), f.tick_count(10_000)) == ("1", "10K")
+    assert (f.coord(12.25), f.coord(3.0), f.coord(-0.01), f.points([(1, 2.5), (3, 4)])) == (
+        "12.2", "3", "0", "1,2.5 3,4")
+    assert f.w3c_datetime("2025-04-28T12:01:02.000Z") == "2025-04-28T12:01:02Z"
+    assert f.w3c_datetime("2025-04-28T14:01:02+02:00") == "2025-04-28T12:01:02Z"
+    assert (f.w3c_datetime(None), f.w3c_datetime("yesterday")) == (None, None)
+    assert (f.day("2025-04-28T12:01:02Z"), f.day(None)) == ("2025-04-28", "\u2014")
+    assert f.change("4.40 GB", "4.52 GB") == "4.40 GB \u2192 4.52 GB"

@@ -28,10 +28,14 @@ MODELS = ("trl-internal-testing/tiny-Qwen2ForCausalLM-2.5", "openai-community/gp
 UPDATE = os.environ.get("UPDATE_GOLDEN") == "1"
 
 
+# Not compared: the stylesheet and scripts (not pages; a CSS edit should not need a golden
+# regeneration), Pagefind's binary index, and the build manifest (its hashes cover the source code).
+SKIPPED = ("static/", "pagefind/", ".build-manifest.json")
+
+
 def _files(root: Path) -> dict[str, bytes]:
-    # The stylesheet is not a page; a CSS edit should not need a golden regeneration.
     return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*"))
-            if p.is_file() and not p.relative_to(root).as_posix().startswith("static/")}
+            if p.is_file() and not p.relative_to(root).as_posix().startswith(SKIPPED)}
 
 
 def _refresh_snapshot() -> None:
@@ -55,7 +59,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if UPDATE:
         if GOLDEN_SITE.exists():
             shutil.rmtree(GOLDEN_SITE)
-        shutil.copytree(out, GOLDEN_SITE, ignore=shutil.ignore_patterns("static"))
+        shutil.copytree(out, GOLDEN_SITE, ignore=shutil.ignore_patterns("static", "pagefind", ".build-manifest.json"))
     return out
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from pathlib import Path
 
 from rich.console import Console
@@ -66,13 +67,18 @@ def test_hostile_strings_are_escaped_everywhere_and_nothing_escapes(tmp_path: Pa
     assert written and all(p == out.parent or p.is_relative_to(out) for p in written)
     assert not any("pwned" in p.name or "escape" in p.name for p in tmp_path.rglob("*"))
 
-    files = [p for p in out.rglob("*") if p.is_file()]
+    # Every file we write (Pagefind's index under pagefind/ is compressed binary, rendered as text by
+    # static/search.js). The only scripts are our own two files, loaded from static/.
+    files = [p for p in out.rglob("*") if p.is_file() and not p.relative_to(out).as_posix().startswith("pagefind/")]
+    assert any(p.name == ".build-manifest.json" for p in files)
     for path in files:
         text = path.read_text(encoding="utf-8")
         for hostile in HOSTILE:
             assert hostile not in text, f"{path}: {hostile!r} unescaped"
-        assert "<script" not in text, path  # the site has no script at all
-        assert "<img" not in text and "<b>" not in text, path
+        if path.suffix != ".js":
+            scripts = re.findall(r"<script[^>]*>", text)
+            assert all(re.fullmatch(r'<script src="(\.\./)*static/(filter|search)\.js" defer>', s) for s in scripts), path
+            assert "<img" not in text and "<b>" not in text, path
 
     page = (out / "models/hostile/llama-like/index.html").read_text(encoding="utf-8")
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page  # shown, as text
@@ -82,7 +88,8 @@ def test_hostile_strings_are_escaped_everywhere_and_nothing_escapes(tmp_path: Pa
     assert twin["model"]["architectures"] == [XSS, ATTR, QUOTE]  # escaped in bytes, equal in value
 
     bad_type = (out / "models/hostile/bad-type/index.html").read_text(encoding="utf-8")
-    assert "Not estimated yet: " in bad_type and "&lt;script&gt;" in bad_type
+    # Estimated (read as a llama-style decoder) or not, the hostile model_type is shown as text.
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in bad_type
     assert not (out / "families").joinpath("pwned").exists()
     assert sorted(p.name for p in (out / "families").iterdir()) == ["index.html", "llama"]
 

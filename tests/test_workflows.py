@@ -53,10 +53,13 @@ def test_nightly_crawls_builds_and_deploys_with_caches_and_a_problem_threshold()
     assert nightly["on"]["schedule"][0]["cron"] and "workflow_dispatch" in nightly["on"]
     runs = "\n".join(_runs(nightly))
     assert runs.index("make crawl") < runs.index("make build")
-    assert "MAX_PROBLEM_PERCENT" in runs and "exit 1" in runs and 0 < int(nightly["env"]["MAX_PROBLEM_PERCENT"]) < 100
+    # The build itself fails (exit 1, previous public/ kept) above the threshold: --max-problems.
+    assert "MAX_PROBLEM_PERCENT" in runs and "--max-problems" in runs and "pipefail" in runs
+    assert 0 < int(nightly["env"]["MAX_PROBLEM_PERCENT"]) < 100
     uses = _uses(nightly)
     cached = uses["actions/cache/restore"]["path"].split()
-    assert cached == ["snapshot", "~/.cache/huggingface"] == uses["actions/cache/save"]["path"].split()
+    # public/ too: the incremental build and the changes feed compare against the previous site.
+    assert cached == ["snapshot", "public", "~/.cache/huggingface"] == uses["actions/cache/save"]["path"].split()
     assert uses["actions/upload-pages-artifact"]["path"] == "public/"
     assert "actions/deploy-pages" in uses
     deploy = nightly["jobs"]["deploy"]

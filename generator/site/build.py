@@ -1,5 +1,14 @@
 """The site build: snapshot → Reports → every page in a temporary folder, swapped in whole at the end.
 
+Records are streamed from the snapshot; worker processes (one per core) estimate and render each
+model, and this process writes every file in the snapshot's order, so the output never depends on
+the number of workers. Only a small row per model is kept for the index pages, never the Reports.
+
+Incremental: a model whose record and render inputs hash as in the previous build's manifest is
+not estimated again; its files are copied (hard-linked) from the previous out_dir. The index pages,
+card and family pages, changes page, feed, sitemap and manifest are always written, and the output
+is byte-identical to a full build (`incremental=False`) from the same previous site.
+
 A model that cannot be estimated or rendered becomes a listed problem and the rest is built; an
 error outside one model (a full disk, an interrupt) aborts the build and leaves the previous out_dir
 exactly as it was. With strict=True any problem aborts too, after all of them have been listed.
@@ -7,98 +16,135 @@ exactly as it was. With strict=True any problem aborts too, after all of them ha
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
 import tempfile
 import time
-from dataclasses import dataclass
+from collections import deque
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from ..errors import ConfigError, RecordError, TraceError, UnsupportedArchitecture
-from ..hub.snapshot import RecordProblem, iter_records
-from ..pipeline import report_for_record
-from ..records import ModelRecord, validate_repo_id
+from ..errors import RecordError
+from ..hub.snapshot import RecordProblem, iter_records, read_index
 from ..settings import Settings
-from . import listing, pages, render
+from . import changes, listing, manifest, pages, render, search, worker
 from .render import render_model_page, twin_json
+from .worker import Problem
 
-__all__ = ["Problem", "render_model_page", "run_build"]
+__all__ = ["Problem", "render_model_page", "run_build", "twin_json"]
 
-
-@dataclass(frozen=True)
-class Problem:
-    """One thing the build could not do for one model; `kind` groups the summary."""
-
-    model: str
-    kind: str  # "refused record", "unsupported architecture", "config error", "render error", "family"
-    message: str
-
-    @property
-    def fatal(self) -> bool:
-        """An unsupported architecture is an honest "not estimated yet" page, not a build failure."""
-        return self.kind != "unsupported architecture"
+LOOKAHEAD_PER_JOB = 8  # models in flight per worker: enough to keep both cores busy, few in memory
+REFRESH = 50  # redraw the progress bar every this many models
 
 
-def _kind(exc: TraceError) -> str:
-    if isinstance(exc, UnsupportedArchitecture):
-        return "unsupported architecture"
-    if isinstance(exc, ConfigError):
-        return "config error"
-    return "refused record" if isinstance(exc, RecordError) else "estimate error"
+@dataclass
+class _Stats:
+    rendered: int = 0
+    copied: int = 0
+    search: str = ""
+    notes: list[str] = field(default_factory=list)
+    phases: dict[str, float] = field(default_factory=dict)  # seconds per phase, for the summary
+    clock: float = field(default_factory=time.perf_counter)
+
+    def lap(self, phase: str) -> None:
+        now = time.perf_counter()
+        self.phases[phase] = self.phases.get(phase, 0.0) + now - self.clock
+        self.clock = now
 
 
-def _build_model(record: ModelRecord, settings: Settings, writer: pages.SiteWriter,
-                 problems: list[Problem]) -> listing.Entry | None:
-    """Estimate and write one model's page (or its honest "not estimated yet" page)."""
-    try:
-        validate_repo_id(record.id)  # iter_records validated it already; the path is built from it
-    except RecordError as exc:
-        problems.append(Problem(str(record.id)[:200], "refused record", str(exc)))
-        return None
-    folder = pages.model_dir(record.id)
-    try:
-        report = report_for_record(record, settings)
-    except TraceError as exc:
-        reason = listing.short_reason(exc, record.id)
-        problems.append(Problem(record.id, _kind(exc), reason))
-        html = render.render_not_estimated(record, reason, str(exc), settings)
-        writer.write(f"{folder}/index.html", html)
-        return listing.entry_for(record, None, reason)
-    try:
-        html = render_model_page(report, record, settings, standalone=False)
-        twin = twin_json(report)
-    except Exception as exc:  # a template or formatting bug for this model only: list it, build the rest
-        problems.append(Problem(record.id, "render error", f"{type(exc).__name__}: {exc}"))
-        return None
-    try:
-        writer.write(f"{folder}/index.html", html)
-        writer.write(f"{folder}/index.json", twin)
-    except RecordError as exc:  # two ids that differ only in case would share a folder on macOS
-        problems.append(Problem(record.id, "refused record", str(exc)))
-        return None
-    return listing.entry_for(record, report, None)
+def _copy_model(old_out: Path, entry: dict[str, Any], writer: pages.SiteWriter) -> None:
+    for rel in entry["files"]:
+        writer.copy(rel, old_out / rel)
 
 
-def _write_site(snapshot_dir: Path, work: Path, settings: Settings, console: Console,
-                problems: list[Problem]) -> pages.SiteWriter:
-    writer = pages.SiteWriter(work)
-    items = list(iter_records(snapshot_dir))
+def _reusable(old_out: Path | None, old: dict[str, Any] | None, key: str) -> bool:
+    return (old_out is not None and old is not None and old.get("key") == key
+            and all(isinstance(rel, str) and (old_out / rel).is_file() for rel in old["files"]))
+
+
+def _models(snapshot_dir: Path, settings: Settings, render_key: str, writer: pages.SiteWriter,
+            previous: manifest.Manifest | None, old_out: Path | None, jobs: int, console: Console,
+            problems: list[Problem], stats: _Stats) -> tuple[list[listing.Entry], dict[str, dict[str, Any]]]:
+    """Every model's files, in snapshot order; returns the index rows and the new manifest entries."""
     entries: list[listing.Entry] = []
+    models: dict[str, dict[str, Any]] = {}
+    pending: deque[tuple[str, Any, str, Any]] = deque()
+    total = len(read_index(snapshot_dir))
     columns = (TextColumn("[bold]building pages"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=console, transient=True) as progress:
-        task = progress.add_task("models", total=len(items))
-        for item in items:
-            if isinstance(item, RecordProblem):
-                problems.append(Problem(item.id, "refused record", item.reason))
-            else:
-                entry = _build_model(item, settings, writer, problems)
-                if entry is not None:
-                    entries.append(entry)
-            progress.advance(task)
+    pool: Any = None
+    started = False
+    try:
+        # auto_refresh=False: no refresh thread, so the pool may fork (lazily, at the first model
+        # that needs rendering) while the bar is up; the bar is redrawn every REFRESH models.
+        with Progress(*columns, console=console, transient=True, auto_refresh=False) as progress:
+            task = progress.add_task("models", total=total)
+
+            def drain_one() -> None:
+                kind, model, key, payload = pending.popleft()
+                if kind == "copy":
+                    _copy_model(old_out, payload, writer)  # type: ignore[arg-type]
+                    problems.extend(Problem(model, k, m) for k, m in payload.get("problems", []))
+                    entries.append(listing.Entry.from_dict(payload["row"]))
+                    models[model] = payload
+                    stats.copied += 1
+                else:
+                    result: worker.Result = payload.get()
+                    problems.extend(result.problems)
+                    try:
+                        for rel, text in result.files:
+                            writer.write(rel, text)
+                    except RecordError as exc:  # two ids that differ only in case would share a folder on macOS
+                        problems.append(Problem(model, "refused record", str(exc)))
+                    else:
+                        if result.row is not None:
+                            entries.append(listing.Entry.from_dict(result.row))
+                            models[model] = {"key": key, "files": [rel for rel, _ in result.files], "row": result.row,
+                                             "problems": [[p.kind, p.message] for p in result.problems]}
+                    stats.rendered += 1
+                progress.advance(task)
+                if progress.tasks[0].completed % REFRESH == 0:
+                    progress.refresh()
+
+            for item in iter_records(snapshot_dir):
+                if isinstance(item, RecordProblem):
+                    problems.append(Problem(item.id, "refused record", item.reason))
+                    progress.advance(task)
+                    continue
+                key = manifest.model_key(render_key, item)
+                old = previous.models.get(item.id) if previous is not None else None
+                if _reusable(old_out, old, key):
+                    pending.append(("copy", item.id, key, old))
+                else:
+                    if not started:
+                        pool, started = worker.start_pool(jobs, settings), True
+                    pending.append(("render", item.id, key, worker.submit(pool, item, settings)))
+                while len(pending) > LOOKAHEAD_PER_JOB * max(jobs, 1) or (pending and pending[0][0] == "copy"):
+                    drain_one()
+            while pending:
+                drain_one()
+    finally:
+        if pool is not None:
+            pool.terminate()
+            pool.join()
+    return entries, models
+
+
+def _write_site(snapshot_dir: Path, work: Path, settings: Settings, console: Console, problems: list[Problem],
+                previous: manifest.Manifest | None, old_out: Path | None, jobs: int, use_search: bool,
+                stats: _Stats) -> pages.SiteWriter:
+    writer = pages.SiteWriter(work)
+    render_key = manifest.render_key(settings)  # once: the manifest must hold the key the pages were built under
+    stats.lap("start")
+    entries, models = _models(snapshot_dir, settings, render_key, writer, previous, old_out, jobs, console,
+                              problems, stats)
+    stats.lap("models")
     for entry in entries:
         if entry.slug is None and entry.model_type is not None:  # a missing one is already a problem
             problems.append(Problem(entry.id, "family", f"no family page: model_type {entry.model_type!r} "
@@ -106,16 +152,75 @@ def _write_site(snapshot_dir: Path, work: Path, settings: Settings, console: Con
     writer.write(pages.HOME, render.render_home(entries, settings, sort="downloads"))
     writer.write(pages.HOME_BY_SIZE, render.render_home(entries, settings, sort="size"))
     writer.write(pages.FAMILIES_INDEX, render.render_families(entries, settings))
-    for slug in sorted({e.slug for e in entries if e.slug is not None}):
-        writer.write(f"{pages.family_dir(slug)}/index.html", render.render_family(slug, entries, settings))
+    groups: dict[str, list[listing.Entry]] = {}
+    for e in entries:
+        if e.slug is not None:
+            groups.setdefault(e.slug, []).append(e)
+    for slug in sorted(groups):
+        writer.write(f"{pages.family_dir(slug)}/index.html", render.render_family(slug, groups[slug], settings))
+    writer.write(pages.CARDS_INDEX, render.render_cards(entries, settings))
+    for i, card in enumerate(settings.cards):
+        writer.write(f"{pages.card_dir(card.name)}/index.html", render.render_card(i, entries, settings))
+    previous_rows = None if previous is None else {m: v["row"] for m, v in previous.models.items()}
+    history = changes.next_history(previous_rows, [] if previous is None else previous.history, entries,
+                                   changes.snapshot_date(entries))
+    live = set(models)
+    writer.write(pages.CHANGES, render.render_changes(history, live, settings))
+    writer.write(pages.SEARCH, render.render_search(settings))
     writer.write(pages.NOT_FOUND, render.render_404(settings))
     writer.write(pages.STYLESHEET, render.stylesheet())
+    writer.write(pages.FILTER_JS, render.static_file(pages.FILTER_JS))
+    writer.write(pages.SEARCH_JS, render.static_file(pages.SEARCH_JS))
+    if pages.site_url(settings.site):
+        _write_machine_files(writer, settings, entries, history, live)
+    else:
+        stats.notes.append("no site.url in site_config.yaml: no sitemap, feed, robots.txt or llms.txt written")
+    stats.lap("index pages")
+    search_key = None
+    if use_search:
+        documents = render.search_documents(entries, sorted(groups))
+        search_key = manifest.search_key([search.version(), *(part for doc in documents for part in doc)])
+        same = previous is not None and previous.search_key == search_key and old_out is not None
+        stats.search = search.build_index(work, documents, old_out / pages.PAGEFIND if same else None)
+        if stats.search.startswith("search index skipped"):
+            search_key = None
+    stats.lap("search")
+    writer.write(pages.MANIFEST, manifest.Manifest(render_key, models, history, search_key).dumps())
     writer.write(pages.MARKER, "Built by neurarch-trace. The next build replaces this whole folder.\n")
     return writer
 
 
-def _swap_in(work: Path, out_dir: Path) -> None:
-    """Replace out_dir by work: two renames in one folder, the old tree deleted only afterwards.
+def _write_machine_files(writer: pages.SiteWriter, settings: Settings, entries: list[listing.Entry],
+                         history: list[dict], live: set[str]) -> None:
+    """sitemap.xml (lastmod from each model's lastModified), robots.txt, the Atom feed, llms.txt."""
+    date = changes.snapshot_date(entries)
+    index_date = None if date == changes.EPOCH else date
+    modified = {f"{pages.model_dir(e.id)}/index.html": e.last_modified for e in entries}
+    urls = [(rel, modified.get(rel, index_date)) for rel in writer.pages()
+            if rel not in (pages.NOT_FOUND, pages.SEARCH)]
+    writer.write(pages.SITEMAP, render.render_sitemap(settings, urls))
+    writer.write(pages.ROBOTS, render.render_robots(settings))
+    writer.write(pages.FEED, render.render_feed(settings, history, live))
+    writer.write(pages.LLMS, render.render_llms(entries, settings))
+
+
+def _discard(old: Path, background: bool) -> None:
+    """Delete a replaced tree. Its MARKER goes first, so that whatever an interrupted deletion leaves
+    is never taken for a site by _recover; in the background, by a detached `rm -rf`."""
+    (old / pages.MARKER).unlink(missing_ok=True)
+    if background and os.name == "posix":
+        try:
+            subprocess.Popen(["rm", "-rf", "--", str(old)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, start_new_session=True)
+            return
+        except OSError:
+            pass
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _swap_in(work: Path, out_dir: Path, background_cleanup: bool = False) -> None:
+    """Replace out_dir by work: two renames in one folder, the old tree deleted only afterwards
+    (by a detached `rm -rf` when background_cleanup: the command then returns at once).
 
     Only an empty folder or an earlier build (it holds MARKER) is replaced: `--out ~` must not
     delete a home directory."""
@@ -129,27 +234,35 @@ def _swap_in(work: Path, out_dir: Path) -> None:
         old.rmdir()
         out_dir.rename(old)
         work.rename(out_dir)
-        shutil.rmtree(old, ignore_errors=True)
+        _discard(old, background_cleanup)
     else:
         work.rename(out_dir)
 
 
 def _recover(out_dir: Path) -> None:
     """Undo what a build killed outright (SIGKILL, power loss) left beside out_dir: an old tree moved
-    aside but not yet replaced goes back, and half-written temporary trees are deleted."""
+    aside but not yet replaced goes back (only a whole one: a tree being deleted has lost its MARKER),
+    and half-written temporary trees and half-deleted old ones are deleted."""
     olds = sorted(out_dir.parent.glob(f".{out_dir.name}-old-*"))
-    if olds and not out_dir.exists() and not out_dir.is_symlink():
-        olds.pop().rename(out_dir)
+    whole = [old for old in olds if (old / pages.MARKER).is_file()]
+    if whole and not out_dir.exists() and not out_dir.is_symlink():
+        whole[-1].rename(out_dir)
+        olds.remove(whole[-1])
     for stale in [*olds, *out_dir.parent.glob(f".{out_dir.name}-build-*")]:
         if stale.is_dir() and not stale.is_symlink():
             shutil.rmtree(stale, ignore_errors=True)
 
 
 def run_build(*, snapshot_dir: Path, out_dir: Path, strict: bool, settings: Settings, console: Console,
-              max_problems: int | None = None) -> int:
+              max_problems: int | None = None, incremental: bool = True, jobs: int | None = None,
+              search_index: bool = True, background_cleanup: bool = False) -> int:
     """Build the site into out_dir; returns 0, or 1 when strict and anything went wrong, or when more
     than max_problems models failed (the nightly's alarm). Unsupported architectures are listed but
     are not failures: their page says "not estimated yet".
+
+    incremental=False renders every model again (the previous build's manifest is still read, for the
+    change history). jobs: worker processes (default: one per core). search_index=False skips Pagefind.
+    background_cleanup: delete the replaced site in a detached process (the command line does).
 
     Raises (out_dir untouched) when the snapshot has no readable index, or on an error that is not
     about one model (disk full, interrupt)."""
@@ -157,34 +270,46 @@ def run_build(*, snapshot_dir: Path, out_dir: Path, strict: bool, settings: Sett
     out_dir = Path(out_dir).absolute()
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     _recover(out_dir)
+    is_site = out_dir.is_dir() and not out_dir.is_symlink() and (out_dir / pages.MARKER).is_file()
+    previous = manifest.load(out_dir) if is_site else None
+    old_out = out_dir if (incremental and previous is not None) else None
     work = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}-build-", dir=out_dir.parent))
     problems: list[Problem] = []
+    stats = _Stats()
     try:
         work.chmod(0o755)  # mkdtemp makes it 0700; a published site must be readable by a web server
-        writer = _write_site(Path(snapshot_dir), work, settings, console, problems)
+        writer = _write_site(Path(snapshot_dir), work, settings, console, problems, previous, old_out,
+                             worker.default_jobs() if jobs is None else jobs, search_index, stats)
         fatal = sum(p.fatal for p in problems)
         failed = (strict and fatal > 0) or (max_problems is not None and fatal > max_problems)
         if not failed:
-            _swap_in(work, out_dir)
+            stats.lap("manifest")
+            _swap_in(work, out_dir, background_cleanup)
+            stats.lap("swap")
     finally:
         if work.exists():
             shutil.rmtree(work, ignore_errors=True)
-    _summary(console, writer, problems, time.perf_counter() - started, out_dir, strict, failed, fatal)
+    _summary(console, writer, problems, time.perf_counter() - started, out_dir, strict, failed, fatal, stats)
     return 1 if failed else 0
 
 
 def _summary(console: Console, writer: pages.SiteWriter, problems: list[Problem], seconds: float,
-             out_dir: Path, strict: bool, failed: bool, fatal: int) -> None:
+             out_dir: Path, strict: bool, failed: bool, fatal: int, stats: _Stats) -> None:
     """Pages written, models skipped by reason, and seconds: console only, never in a page."""
     by_kind: dict[str, list[Problem]] = {}
     for p in problems:
         by_kind.setdefault(p.kind, []).append(p)
     table = Table(title="Build summary", show_header=False)
     table.add_row("pages written", str(writer.html_pages()) + ("" if not failed else " (discarded)"))
+    table.add_row("models rendered", str(stats.rendered))
+    table.add_row("models unchanged (copied)", str(stats.copied))
     for kind in sorted(by_kind):
         table.add_row(escape(kind), str(len(by_kind[kind])))
     table.add_row("seconds", f"{seconds:.1f}")
     console.print(table)
+    console.print("seconds by phase: " + ", ".join(f"{k} {v:.2f}" for k, v in stats.phases.items()), highlight=False)
+    for note in ([stats.search] if stats.search else []) + stats.notes:
+        console.print(escape(note), highlight=False)
     for kind in sorted(by_kind):
         console.print(f"[bold]{escape(kind)}[/bold]")
         for p in sorted(by_kind[kind], key=lambda p: p.model):

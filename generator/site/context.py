@@ -6,15 +6,22 @@ in the record and site_config.yaml) and turned into strings, so the template onl
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+import dataclasses
+from typing import Any, Mapping, Sequence
 
 from .. import format as f
 from ..errors import ConfigError
 from ..estimator import Report
 from ..records import ModelRecord
 from ..settings import Settings
+from . import charts, pages
 
 MIN_LAYERS_TO_FOLD = 3  # with 1 or 2 layers folding saves nothing (the reference page shows all rows)
+# The most structure rows a page shows (a row is ~80 bytes; the page budget is 60 KB). A 126-layer
+# model has 762 rows: beyond this, the repeated layers or the middle rows are named, not listed, and
+# the JSON twin beside the page has every row.
+MAX_STRUCTURE_ROWS = 200
+TAIL_ROWS = 4  # rows kept after a cut in a stack that does not fold (the final norm and the head)
 METHODS = (("full", "train_full"), ("lora", "train_lora"), ("serve", "serve"))
 _PHASE_TEXT = {"loss (logits)": "the loss (the logits)", "optimizer step": "the optimizer step",
                "backward (activations)": "backward (the saved activations)",
@@ -47,7 +54,8 @@ def model_context(report: Report, record: ModelRecord | None, settings: Settings
         "custom_code": {"present": model.custom_code, "auto_map": _auto_map(record)},
         "text_tower": {"present": model.text_tower_only, "model_type": model.model_type, "family": model.family},
         "cost": _cost(report, settings, assumptions),
-        "memory": _memory(report),
+        "memory": _memory(report, root=crumbs_root(crumbs)),
+        "charts": _charts(report),
         "assumptions": _assumptions(report, assumptions),
         "validation": {"checkpoint": count["status"], "missing": count["missing"]},
         "structure": structure_context(report),
@@ -151,11 +159,40 @@ def _split(plan: Any) -> dict[str, Any] | None:
             "batch": f.batch(plan.max_batch) if plan.max_batch > 0 else None}
 
 
-def _memory(report: Report) -> dict[str, Any]:
+def crumbs_root(crumbs: list[dict]) -> str | None:
+    """The relative root of a site page, from its "Models" crumb (`../../../index.html`); None standalone."""
+    home = crumbs[0]["href"] if crumbs else None
+    if home is None or "://" in home:
+        return None
+    return home[: -len("index.html")]
+
+
+def curve_of(report: Report) -> list[dict[str, int]] | None:
+    """`memory.curve` in its JSON shape, whichever form the Report holds it in (absent: None)."""
+    raw = getattr(report.memory, "curve", None)
+    if not raw:
+        return None
+    items = [dict(x) if isinstance(x, Mapping) else dataclasses.asdict(x) if dataclasses.is_dataclass(x) else x
+             for x in raw]
+    return charts.curve_points({"curve": items})
+
+
+def _charts(report: Report) -> dict[str, Any]:
+    mem = report.memory
+    curve = curve_of(report)
+    name = report.model.id
+    return {
+        "memory": None if curve is None or not mem.cards else charts.memory_chart(curve, mem.cards, model=name),
+        "batch": None if not mem.cards else charts.batch_chart(mem.cards, model=name, serve_tokens=mem.serve_tokens),
+    }
+
+
+def _memory(report: Report, root: str | None = None) -> dict[str, Any]:
     rows = []
     for card in report.memory.cards:
         splits = {s.method: s for s in card.split or ()}
-        row: dict[str, Any] = {"card": card.name, "usable": f.gb(card.usable_bytes), "budget": f.gb(card.budget_bytes)}
+        row: dict[str, Any] = {"card": card.name, "usable": f.gb(card.usable_bytes), "budget": f.gb(card.budget_bytes),
+                               "href": None if root is None else f"{root}{pages.card_dir(card.name)}/index.html"}
         for short, method in METHODS:
             row[short] = {"batch": f.batch(getattr(card, f"{method}_max_batch")), "split": _split(splits.get(method))}
         rows.append(row)
@@ -220,30 +257,40 @@ def find_layer_block(keys: Sequence[tuple], layers: int) -> tuple[int, int] | No
 
 def structure_context(report: Report) -> dict[str, Any]:
     """The structure table. A 126-layer model has 762 rows: the page shows the rows before the stack,
-    layer 1 and the rows after it, and keeps layers 2..L in a <details> element, so every row is on
-    the page (and in the JSON twin) while the table stays readable and the markup lean."""
+    layer 1 and the rows after it, and keeps layers 2..L in a <details> element while the page holds
+    at most MAX_STRUCTURE_ROWS rows; beyond that the repeated layers (or, in a stack that does not
+    repeat, the middle rows) are named by their row numbers and left to the JSON twin, which has
+    every row. Only the rows shown are formatted."""
     rows = report.structure
     layers = report.params.layers
     first_shape = rows[0].output_shape if rows else ()
-    context = {
+    context: dict[str, Any] = {
         "nodes": f.count(len(rows)),
         # The Input node's shape is (1, tokens): the context the shapes were propagated at.
         "tokens": f.count(first_shape[-1]) if first_shape else f.DASH,
         "train_tokens": f.count(report.memory.train_tokens),
         "same_as_train": bool(first_shape) and first_shape[-1] == report.memory.train_tokens,
-        "head": [_row(r) for r in rows],
-        "fold": None,
-        "tail": [],
+        "head": [], "fold": None, "cut": None, "tail": [],
     }
-    if layers < MIN_LAYERS_TO_FOLD:
-        return context
-    block = find_layer_block([(r.type, r.output_shape, r.params) for r in rows], layers)
+    block = None if layers < MIN_LAYERS_TO_FOLD else \
+        find_layer_block([(r.type, r.output_shape, r.params) for r in rows], layers)
     if block is None:
+        if len(rows) <= MAX_STRUCTURE_ROWS:
+            context["head"] = [_row(r) for r in rows]
+            return context
+        keep = MAX_STRUCTURE_ROWS - TAIL_ROWS
+        context["head"] = [_row(r) for r in rows[:keep]]
+        context["cut"] = {"first": f.count(rows[keep].index), "last": f.count(rows[-TAIL_ROWS - 1].index),
+                          "count": f.count(len(rows) - keep - TAIL_ROWS)}
+        context["tail"] = [_row(r) for r in rows[-TAIL_ROWS:]]
         return context
     start, per = block
     end = start + layers * per
+    folded = rows[start + per:end]
+    shown = len(rows) <= MAX_STRUCTURE_ROWS
     context["head"] = [_row(r) for r in rows[: start + per]]
     context["fold"] = {"first": "2", "last": f.count(layers), "per_layer": f.count(per),
-                       "rows": [_row(r) for r in rows[start + per:end]], "count": f.count(end - start - per)}
+                       "rows": [_row(r) for r in folded] if shown else None, "count": f.count(len(folded)),
+                       "from": f.count(folded[0].index), "to": f.count(folded[-1].index)}
     context["tail"] = [_row(r) for r in rows[end:]]
     return context

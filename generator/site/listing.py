@@ -1,24 +1,33 @@
-"""Index pages: one Entry per model (estimated or not), sorted for the home, family and size pages.
+"""Index pages: one small Entry per model (estimated or not), sorted and filtered for the home, family,
+card and size pages.
 
-Sorting is done here, once per page, in a fixed order with the repo id as the last key, so the
-pages are deterministic and need no JavaScript: each sort order is its own static page.
+An Entry is all an index page needs of a model: a few numbers, never the Report, so a build of
+100,000 models keeps one small row per model in memory (and in the build manifest, from which an
+incremental build takes the rows of the models it did not re-render). Sorting is done here, in a
+fixed order with the repo id as the last key, so the pages are deterministic.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Iterable
+from dataclasses import asdict, dataclass, fields
+from typing import Any, Iterable, Mapping, Sequence
 
 from .. import format as f
 from ..errors import TraceError, UnsupportedArchitecture
 from ..estimator import Report
 from ..records import ModelRecord
-from .pages import display_name, family_dir, family_slug, model_dir
+from .pages import card_dir, card_slug, display_name, family_dir, family_slug, model_dir
+
+METHODS = (("full", "full fine-tune"), ("lora", "LoRA"), ("serve", "serving"))
+# Size bands of the home page's filter: graph parameters in [low, high).
+SIZE_BANDS = ((0, 10**9), (10**9, 3 * 10**9), (3 * 10**9, 10 * 10**9), (10 * 10**9, 30 * 10**9),
+              (30 * 10**9, 100 * 10**9), (100 * 10**9, None))
 
 
 @dataclass(frozen=True)
 class Entry:
-    """One row of an index page."""
+    """One model as the index pages see it. `batches` holds, per card of site_config.yaml in order,
+    the largest batch for (full fine-tune, LoRA, serving); 0 where batch 1 does not fit."""
 
     id: str
     model_type: str | None  # as config.json writes it, for display (escaped by the template)
@@ -28,10 +37,29 @@ class Entry:
     smallest_full: str | None
     smallest_lora: str | None
     reason: str | None  # set when the model is not estimated yet
+    smallest_serve: str | None = None
+    full_bytes: int | None = None  # batch 1 at the job's tokens
+    lora_bytes: int | None = None
+    serve_bytes: int | None = None
+    batches: tuple[tuple[int, int, int], ...] = ()
+    layers: int | None = None
+    context: int | None = None  # the config's maximum context (the structure's input length)
+    active: int | None = None  # parameters per token when it differs from params (MoE)
+    last_modified: str | None = None  # RFC 3339 UTC, from the Hub's lastModified
 
     @property
     def estimated(self) -> bool:
         return self.reason is None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Entry:
+        known = {x.name for x in fields(cls)}
+        values = {k: v for k, v in data.items() if k in known}
+        values["batches"] = tuple(tuple(b) for b in values.get("batches", ()))
+        return cls(**values)
 
 
 def short_reason(exc: TraceError, model_id: str) -> str:
@@ -53,12 +81,22 @@ def config_model_type(record: ModelRecord) -> str | None:
 
 
 def entry_for(record: ModelRecord, report: Report | None, reason: str | None) -> Entry:
+    modified = f.w3c_datetime(record.last_modified)
     if report is None:
         model_type = config_model_type(record)
-        return Entry(record.id, model_type, family_slug(model_type), None, record.downloads, None, None, reason)
-    mem = report.memory
-    return Entry(record.id, report.model.model_type, family_slug(report.model.model_type), report.params.graph,
-                 report.model.downloads, mem.smallest_card_full, mem.smallest_card_lora, None)
+        return Entry(record.id, model_type, family_slug(model_type), None, record.downloads, None, None, reason,
+                     last_modified=modified)
+    mem, p = report.memory, report.params
+    first_shape = report.structure[0].output_shape if report.structure else ()
+    active = getattr(p, "active", 0)
+    return Entry(
+        record.id, report.model.model_type, family_slug(report.model.model_type), p.graph, report.model.downloads,
+        mem.smallest_card_full, mem.smallest_card_lora, None,
+        smallest_serve=mem.smallest_card_serve, full_bytes=mem.train_full_bytes_batch1,
+        lora_bytes=mem.train_lora_bytes_batch1, serve_bytes=mem.serve_bytes_batch1,
+        batches=tuple((c.train_full_max_batch, c.train_lora_max_batch, c.serve_max_batch) for c in mem.cards),
+        layers=p.layers, context=first_shape[-1] if first_shape else None,
+        active=active if active and active != p.graph else None, last_modified=modified)
 
 
 def by_downloads(entries: Iterable[Entry]) -> list[Entry]:
@@ -75,8 +113,34 @@ def _card(name: str | None) -> str:
     return name if name is not None else "no single card"
 
 
-def rows(entries: Iterable[Entry], root: str) -> list[dict[str, Any]]:
-    """Entries as table rows with links relative to the page at `root`."""
+def size_band(params: int | None) -> str:
+    """The filter value of a parameter count ("s0" .. "s5"), "" when not estimated."""
+    if params is None:
+        return ""
+    for i, (low, high) in enumerate(SIZE_BANDS):
+        if params >= low and (high is None or params < high):
+            return f"s{i}"
+    return ""
+
+
+def size_bands() -> list[dict[str, str]]:
+    out = []
+    for i, (low, high) in enumerate(SIZE_BANDS):
+        label = (f"under {f.round_count(high)}" if low == 0 else f"{f.round_count(low)} and more" if high is None
+                 else f"{f.round_count(low)} to {f.round_count(high)}")
+        out.append({"value": f"s{i}", "label": label + " parameters"})
+    return out
+
+
+def _fits(e: Entry, card_slugs: Sequence[str]) -> dict[str, str]:
+    """Per method, the cards (space-separated slugs) that hold batch 1 of it."""
+    return {m: " ".join(s for s, b in zip(card_slugs, e.batches) if b[i] > 0) for i, (m, _) in enumerate(METHODS)}
+
+
+def rows(entries: Iterable[Entry], root: str, card_names: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """Entries as table rows with links relative to the page at `root`, and the values the filters
+    match (family, size band, and per method the cards that hold batch 1)."""
+    slugs = [card_slug(n) for n in card_names]
     out = []
     for e in entries:
         out.append({
@@ -85,12 +149,73 @@ def rows(entries: Iterable[Entry], root: str) -> list[dict[str, Any]]:
             "name": display_name(e.id),
             "family": e.model_type if e.model_type is not None else f.DASH,
             "family_href": None if e.slug is None else f"{root}{family_dir(e.slug)}/index.html",
+            "slug": e.slug or "",
+            "band": size_band(e.params),
+            "fits": _fits(e, slugs),
             "params": f.short_count(e.params),
             "downloads": f.short_count(e.downloads),
             "full": _card(e.smallest_full) if e.estimated else None,
             "lora": _card(e.smallest_lora) if e.estimated else None,
             "reason": e.reason,
         })
+    return out
+
+
+def search_text(e: Entry) -> dict[str, str]:
+    """What the search index holds of a model: its id as the title, its headline as the summary, and
+    the words it should be found by (the id, its parts, the family)."""
+    org, name = e.id.split("/")
+    words = " ".join(x for x in (e.id, org, name, name.replace("-", " "), e.model_type, "family") if x)
+    if not e.estimated:
+        return {"title": e.id, "summary": f"Not estimated yet: {e.reason}", "words": words}
+    summary = (f"{f.short_count(e.params)} parameters. At batch 1: full fine-tune {f.gb(e.full_bytes or 0)} "
+               f"({_card(e.smallest_full)}), LoRA {f.gb(e.lora_bytes or 0)} ({_card(e.smallest_lora)}), "
+               f"serving {f.gb(e.serve_bytes or 0)} ({_card(e.smallest_serve)}).")
+    return {"title": e.id, "summary": summary, "words": words}
+
+
+def family_rows(entries: Iterable[Entry], root: str) -> list[dict[str, Any]]:
+    """A family's models side by side, smallest first: size, shape and memory per method."""
+    out = []
+    for e in by_size(entries):
+        out.append({
+            "href": f"{root}{model_dir(e.id)}/index.html", "id": e.id, "reason": e.reason,
+            "params": f.short_count(e.params),
+            "active": f.short_count(e.params if e.active is None else e.active),
+            "layers": f.DASH if e.layers is None else f.count(e.layers),
+            "context": f.DASH if e.context is None else f.count(e.context),
+            "full": f.DASH if e.full_bytes is None else f.gb(e.full_bytes),
+            "lora": f.DASH if e.lora_bytes is None else f.gb(e.lora_bytes),
+            "serve": f.DASH if e.serve_bytes is None else f.gb(e.serve_bytes),
+            "full_card": _card(e.smallest_full), "lora_card": _card(e.smallest_lora),
+            "serve_card": _card(e.smallest_serve),
+        })
+    return out
+
+
+def card_rows(entries: Iterable[Entry], index: int, root: str) -> tuple[list[dict[str, Any]], int]:
+    """Models with at least one method that fits card number `index`, most downloaded first, with the
+    largest batch per method; and how many estimated models fit it for no method."""
+    out, none_fit = [], 0
+    for e in by_downloads(entries):
+        if not e.estimated or index >= len(e.batches):
+            continue
+        full, lora, serve = e.batches[index]
+        if full == lora == serve == 0:
+            none_fit += 1
+            continue
+        out.append({"href": f"{root}{model_dir(e.id)}/index.html", "id": e.id, "params": f.short_count(e.params),
+                    "full": f.batch(full), "lora": f.batch(lora), "serve": f.batch(serve)})
+    return out, none_fit
+
+
+def cards(entries: list[Entry], card_names: Sequence[str], root: str) -> list[dict[str, Any]]:
+    """One row per card: how many models fit it for each method."""
+    out = []
+    for i, name in enumerate(card_names):
+        got = [e.batches[i] for e in entries if e.estimated and i < len(e.batches)]
+        out.append({"name": name, "href": f"{root}{card_dir(name)}/index.html",
+                    **{m: f.count(sum(b[j] > 0 for b in got)) for j, (m, _) in enumerate(METHODS)}})
     return out
 
 
@@ -109,3 +234,20 @@ def counts(entries: list[Entry]) -> dict[str, str]:
     estimated = sum(e.estimated for e in entries)
     return {"models": f.count(len(entries)), "estimated": f.count(estimated),
             "not_estimated": f.count(len(entries) - estimated)}
+
+
+def filter_css(family_slugs: Sequence[str], card_names: Sequence[str]) -> str:
+    """The rules that make the home page's filter work without JavaScript: `:has()` sees which option
+    of each <select> is chosen and hides the rows that do not match. Every value is a validated slug."""
+    hide = "{display:none}"
+    row = "tbody tr[data-family]"
+    rules = [f'main:has(#f-family option[value="{s}"]:checked) {row}:not([data-family="{s}"]){hide}'
+             for s in family_slugs]
+    rules += [f'main:has(#f-size option[value="{b["value"]}"]:checked) {row}:not([data-size="{b["value"]}"]){hide}'
+              for b in size_bands()]
+    for name in card_names:
+        slug = card_slug(name)
+        for method, _ in METHODS:
+            rules.append(f'main:has(#f-card option[value="{slug}"]:checked):has(#f-method option[value="{method}"]'
+                         f':checked) {row}:not([data-{method}~="{slug}"]){hide}')
+    return "\n".join(rules) + "\n"

@@ -6,7 +6,9 @@ SiteWriter checks again, after resolving, that the file lands inside the output 
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,7 +24,18 @@ HOME_BY_SIZE = "by-size/index.html"
 FAMILIES_INDEX = "families/index.html"
 NOT_FOUND = "404.html"
 STYLESHEET = "static/style.css"
+FILTER_JS = "static/filter.js"
+SEARCH_JS = "static/search.js"
+CARDS_INDEX = "cards/index.html"
+SEARCH = "search/index.html"
+CHANGES = "changes/index.html"
+FEED = "feeds/models.atom.xml"
+SITEMAP = "sitemap.xml"
+ROBOTS = "robots.txt"
+LLMS = "llms.txt"
+PAGEFIND = "pagefind"  # the search index folder Pagefind writes
 MARKER = ".neurarch-trace-site"  # marks a folder a build may replace whole
+MANIFEST = ".build-manifest.json"  # what the next build needs to skip unchanged models; never linked
 
 
 def family_slug(model_type: object) -> str | None:
@@ -40,6 +53,15 @@ def model_dir(repo_id: str) -> str:
 
 def family_dir(slug: str) -> str:
     return f"families/{slug}"
+
+
+def card_slug(name: str) -> str:
+    """A card's folder name from its configured name: "A100 / H100 80 GB" -> "a100-h100-80-gb"."""
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "card"
+
+
+def card_dir(name: str) -> str:
+    return f"cards/{card_slug(name)}"
 
 
 def root_from(page: str) -> str:
@@ -69,23 +91,48 @@ class SiteWriter:
 
     root: Path
     written: dict[str, str] = field(default_factory=dict)  # casefolded path -> path as first written
+    folders: set[str] = field(default_factory=set)  # folders made so far
 
     def __post_init__(self) -> None:
         self.root = Path(self.root).resolve()
+        self._prefix = str(self.root) + os.sep
 
-    def write(self, rel: str, text: str) -> Path:
-        path = (self.root / rel).resolve()
-        if not path.is_relative_to(self.root) or path == self.root:
+    def _claim(self, rel: str) -> Path:
+        # The tree is a fresh folder only this writer fills with plain files and folders (no links),
+        # so a lexical check is as strict as resolving, and far cheaper for 100,000 pages.
+        full = os.path.normpath(os.path.join(self._prefix, rel))
+        if not full.startswith(self._prefix):
             raise RecordError(rel[:100], "path", rel, "resolves outside the output folder")
         # Case-insensitive file systems (macOS, Windows) would merge "Org/M" and "org/m" silently.
-        key = path.relative_to(self.root).as_posix().casefold()
+        key = full[len(self._prefix):].replace(os.sep, "/").casefold()
         if key in self.written:
             raise RecordError(rel[:100], "path", rel, f"already written as {self.written[key]!r}")
         self.written[key] = rel
-        path.parent.mkdir(parents=True, exist_ok=True)
+        folder = os.path.dirname(full)
+        if folder not in self.folders:
+            os.makedirs(folder, exist_ok=True)
+            self.folders.add(folder)
+        return Path(full)
+
+    def write(self, rel: str, text: str) -> Path:
+        path = self._claim(rel)
         with open(path, "w", encoding="utf-8", newline="\n") as handle:
             handle.write(text)
         return path
+
+    def copy(self, rel: str, source: Path) -> Path:
+        """Take a file unchanged from the previous build: a hard link where possible (the previous
+        tree is deleted after the swap; the link keeps the bytes), else a copy."""
+        path = self._claim(rel)
+        try:
+            os.link(source, path)
+        except OSError:
+            shutil.copyfile(source, path)
+        return path
+
+    def pages(self) -> list[str]:
+        """The HTML pages written so far, in the order they were written."""
+        return [rel for rel in self.written.values() if rel.endswith(".html")]
 
     def html_pages(self) -> int:
         return sum(1 for rel in self.written.values() if rel.endswith(".html"))

@@ -11,16 +11,17 @@ from __future__ import annotations
 import functools
 import json
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
+from urllib.parse import urlsplit
 
-from jinja2 import Environment, FileSystemLoader, StrictUndefined
+from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 from markupsafe import Markup
 
 from .. import format as f
 from ..estimator import Report
 from ..records import ModelRecord
 from ..settings import Settings
-from . import listing, pages
+from . import changes, listing, pages
 from .context import model_context
 
 def _templates_dir() -> Path:
@@ -32,9 +33,26 @@ def _templates_dir() -> Path:
 TEMPLATES = _templates_dir()
 
 
+class _Environment(Environment):
+    """Jinja with a fast path for `row.key` on the plain dicts our contexts are made of: the base class
+    tries the attribute first and so raises and catches AttributeError on every cell of every table
+    (a third of an index page's render time). Templates call no dict methods."""
+
+    def getattr(self, obj: Any, attribute: str) -> Any:
+        if type(obj) is dict:
+            try:
+                return obj[attribute]
+            except KeyError:
+                pass
+        return super().getattr(obj, attribute)
+
+
 @functools.lru_cache(maxsize=1)
 def environment() -> Environment:
-    return Environment(loader=FileSystemLoader(str(TEMPLATES)), undefined=StrictUndefined, autoescape=True,
+    # HTML and XML are escaped; the two plain-text files (robots.txt, llms.txt) hold only validated
+    # ids, slugs, URLs and formatted numbers, and must not turn "&" into "&amp;".
+    escape = select_autoescape(enabled_extensions=("html", "xml"), disabled_extensions=("txt",), default=True)
+    return _Environment(loader=FileSystemLoader(str(TEMPLATES)), undefined=StrictUndefined, autoescape=escape,
                        trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
 
 
@@ -43,32 +61,51 @@ def stylesheet() -> str:
     return (TEMPLATES / "static" / "style.css").read_text(encoding="utf-8")
 
 
+def static_file(rel: str) -> str:
+    """A file of templates/static/ (our own scripts), written to public/ as it is."""
+    return (TEMPLATES / rel).read_text(encoding="utf-8")
+
+
 def twin_json(report: Report) -> str:
     """The JSON twin: sorted keys, ASCII only, and no raw `<`, `>`, `&` or `'` (they occur only inside
-    strings, where \\u003c is the same value), so it is safe to embed in a page and to serve."""
-    text = json.dumps(report.to_dict(), sort_keys=True, indent=1, ensure_ascii=True, allow_nan=False)
+    strings, where \\u003c is the same value), so it is safe to embed in a page and to serve. Compact
+    (no indentation): a third smaller, and written by json's C encoder, which indentation turns off."""
+    text = json.dumps(report.to_dict(), sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
     for char in "<>&'":
         text = text.replace(char, f"\\u{ord(char):04x}")
     return text + "\n"
 
 
 def _frame(settings: Settings, *, page: str | None, title: str, description: str,
-           alternate: str | None = None) -> dict[str, Any]:
-    """What base.html needs. page=None renders a self-contained file: CSS inline, absolute links."""
+           alternate: str | None = None, search: bool = True, feed: bool = False) -> dict[str, Any]:
+    """What base.html needs. page=None renders a self-contained file: CSS inline, absolute links
+    (the search box then goes to the public site's search page, when site.url is set)."""
     url = pages.site_url(settings.site)
     site_title = str(settings.site.get("title") or "neurarch-trace")
     if page is None:
         css = {"href": None, "inline": _inline_css()}
         home = url + "index.html" if url else None
         canonical = None
+        search_href = url + pages.SEARCH if url and search else None
+        feed_href = None
     else:
         root = pages.root_from(page)
         css = {"href": root + pages.STYLESHEET, "inline": None}
         home = root + "index.html"
         folder = page[: -len("index.html")] if page.endswith("index.html") else page
         canonical = url + folder if url else None
+        search_href = root + pages.SEARCH if search else None
+        feed_href = root + pages.FEED if feed and url else None
+    og = None if canonical is None else {"url": canonical, "title": title, "description": description,
+                                         "site_name": site_title}
+    base = (url if page is None else pages.root_from(page)) if (url or page is not None) else None
+    nav = [] if base is None or (page is None and not search) else [
+        {"text": text, "href": base + rel} for text, rel in (
+            ("Models", pages.HOME), ("Families", pages.FAMILIES_INDEX), ("Cards", pages.CARDS_INDEX),
+            ("Changes", pages.CHANGES), ("Search", pages.SEARCH))]
     return {"title": title, "description": description, "site_title": site_title, "css": css,
-            "home_href": home, "canonical": canonical, "alternate": alternate}
+            "home_href": home, "canonical": canonical, "alternate": alternate, "og": og,
+            "search_href": search_href, "feed_href": feed_href, "head_style": None, "scripts": [], "nav": nav}
 
 
 def _inline_css() -> Markup:
@@ -89,12 +126,15 @@ def _crumbs(model_type: str | None, name: str, family_href: str | None, home: st
 
 def render_model_page(report: Report, record: ModelRecord | None, settings: Settings, *, standalone: bool) -> str:
     """One model page; standalone=True makes it a single self-contained file (CSS inlined, the
-    Report embedded as JSON) for `neurarch-trace MODEL --html FILE`. record=None: a local config."""
+    Report embedded as JSON) for `neurarch-trace MODEL --html FILE`. record=None: a local config.
+
+    A site page depends only on its own Report, record and the settings (never on other models):
+    that is what lets an incremental build copy it unchanged."""
     name = pages.display_name(report.model.id)
     description = f"GPU memory and cost to fine-tune and serve {report.model.id}, estimated from its config.json."
     title = f"{name}: GPU memory to fine-tune"
     if standalone:
-        frame = _frame(settings, page=None, title=title, description=description)
+        frame = _frame(settings, page=None, title=title, description=description, search=False)
         crumbs = _crumbs(report.model.model_type, name, None, frame["home_href"])
         embedded = Markup(twin_json(report))
     else:
@@ -126,31 +166,52 @@ def render_not_estimated(record: ModelRecord, reason: str, detail: str, settings
                    downloads_source=record.downloads_source, problems=list(record.problems))
 
 
+def _card_names(settings: Settings) -> list[str]:
+    return [c.name for c in settings.cards]
+
+
 def render_home(entries: list[listing.Entry], settings: Settings, *, sort: str) -> str:
+    """The home table with its filter: family, size band, and "fits on <card> for <method>". The
+    filter works without JavaScript (CSS :has() on the chosen options, rules written here);
+    static/filter.js adds the count of models shown and keeps the choice in the address."""
     page = pages.HOME if sort == "downloads" else pages.HOME_BY_SIZE
     root = pages.root_from(page)
     ordered = listing.by_downloads(entries) if sort == "downloads" else listing.by_size(entries)
     frame = _frame(settings, page=page, title=str(settings.site.get("title") or "neurarch-trace"),
-                   description=str(settings.site.get("description") or ""))
+                   description=str(settings.site.get("description") or ""), feed=True)
+    names = _card_names(settings)
+    slugs = sorted({e.slug for e in entries if e.slug is not None})
+    css = listing.filter_css(slugs, names)
+    if "</" in css:  # built from validated slugs only; a closing tag would end the <style> early
+        raise ValueError("filter rules must not contain '</'")
+    frame.update(head_style=Markup(css), scripts=[root + pages.FILTER_JS])
     sort_links = {"downloads": root + pages.HOME, "size": root + pages.HOME_BY_SIZE}
-    return _render("home.html", **frame, crumbs=[], rows=listing.rows(ordered, root), sort=sort,
-                   sort_links=sort_links, counts=listing.counts(entries),
+    filters = {"families": slugs, "bands": listing.size_bands(),
+               "cards": [{"value": pages.card_slug(n), "label": n} for n in names],
+               "methods": [{"value": m, "label": label} for m, label in listing.METHODS]}
+    return _render("home.html", **frame, crumbs=[], rows=listing.rows(ordered, root, names), sort=sort,
+                   sort_links=sort_links, counts=listing.counts(entries), filters=filters,
                    site_description=str(settings.site.get("description") or ""),
-                   families_href=root + pages.FAMILIES_INDEX,
+                   families_href=root + pages.FAMILIES_INDEX, cards_href=root + pages.CARDS_INDEX,
+                   changes_href=root + pages.CHANGES,
+                   card_links=[{"name": n, "href": f"{root}{pages.card_dir(n)}/index.html"} for n in names],
                    caption="Every model in the snapshot, " + ("most downloaded first" if sort == "downloads"
                                                              else "smallest first"))
 
 
-def render_family(slug: str, entries: Iterable[listing.Entry], settings: Settings) -> str:
+def render_family(slug: str, members: list[listing.Entry], settings: Settings) -> str:
+    """A family's models side by side, smallest first (members: the entries whose slug is `slug`)."""
     page = f"{pages.family_dir(slug)}/index.html"
     root = pages.root_from(page)
-    members = listing.by_downloads(e for e in entries if e.slug == slug)
     frame = _frame(settings, page=page, title=f"{slug}: models and the GPU memory they need",
-                   description=f"Fine-tuning memory and cost of the {slug} models in the snapshot.")
+                   description=f"The {slug} models side by side: size, layers, context and GPU memory.")
     crumbs = [{"text": "Models", "href": root + pages.HOME}, {"text": slug, "href": None}]
-    return _render("family.html", **frame, crumbs=crumbs, slug=slug, rows=listing.rows(members, root),
-                   sort_links=None, counts=listing.counts(members), families_href=root + pages.FAMILIES_INDEX,
-                   caption=f"Models whose config.json says model_type {slug}, most downloaded first")
+    any_active = any(e.active is not None for e in members)
+    return _render("family.html", **frame, crumbs=crumbs, slug=slug, rows=listing.family_rows(members, root),
+                   any_active=any_active, na_span=str(7 if any_active else 6), counts=listing.counts(members),
+                   families_href=root + pages.FAMILIES_INDEX, tokens=f.count(settings.assumptions.train_tokens),
+                   serve_tokens=f.count(settings.assumptions.serve_tokens),
+                   caption=f"Models whose config.json says model_type {slug}, smallest first")
 
 
 def render_families(entries: list[listing.Entry], settings: Settings) -> str:
@@ -161,7 +222,106 @@ def render_families(entries: list[listing.Entry], settings: Settings) -> str:
     return _render("families.html", **frame, crumbs=crumbs, families=listing.families(entries, root))
 
 
+def render_cards(entries: list[listing.Entry], settings: Settings) -> str:
+    page = pages.CARDS_INDEX
+    root = pages.root_from(page)
+    frame = _frame(settings, page=page, title="Cards: which models fit",
+                   description="For each GPU card, how many models it can fine-tune or serve.")
+    crumbs = [{"text": "Models", "href": root + pages.HOME}, {"text": "Cards", "href": None}]
+    return _render("cards.html", **frame, crumbs=crumbs, cards=listing.cards(entries, _card_names(settings), root),
+                   counts=listing.counts(entries))
+
+
+def render_card(index: int, entries: list[listing.Entry], settings: Settings) -> str:
+    """Every model and method that fits card number `index` on its own, with its largest batch."""
+    card = settings.cards[index]
+    page = f"{pages.card_dir(card.name)}/index.html"
+    root = pages.root_from(page)
+    frame = _frame(settings, page=page, title=f"What fits one {card.name}",
+                   description=f"Every model you can fine-tune or serve on one {card.name}, with its largest batch.")
+    crumbs = [{"text": "Models", "href": root + pages.HOME}, {"text": "Cards", "href": root + pages.CARDS_INDEX},
+              {"text": card.name, "href": None}]
+    rows, none_fit = listing.card_rows(entries, index, root)
+    a = settings.assumptions
+    return _render("card.html", **frame, crumbs=crumbs, card=card.name, rows=rows, none_fit=f.count(none_fit),
+                   fits=f.count(len(rows)), usable=f.gb(card.memory_usable_bytes),
+                   tokens=f.count(a.train_tokens), serve_tokens=f.count(a.serve_tokens), rank=f.count(a.lora_rank),
+                   cards_href=root + pages.CARDS_INDEX)
+
+
+def render_changes(history: list[dict], live: set[str], settings: Settings) -> str:
+    page = pages.CHANGES
+    root = pages.root_from(page)
+    frame = _frame(settings, page=page, title="Changes between snapshots",
+                   description="Models added, estimates changed and models removed, snapshot by snapshot.", feed=True)
+    crumbs = [{"text": "Models", "href": root + pages.HOME}, {"text": "Changes", "href": None}]
+    return _render("changes.html", **frame, crumbs=crumbs, batches=changes.page_batches(history, live, root))
+
+
+def render_search(settings: Settings) -> str:
+    page = pages.SEARCH
+    root = pages.root_from(page)
+    frame = _frame(settings, page=page, title="Search models", description="Search the models by name or family.",
+                   search=False)
+    frame["scripts"] = [root + pages.SEARCH_JS]
+    crumbs = [{"text": "Models", "href": root + pages.HOME}, {"text": "Search", "href": None}]
+    return _render("search.html", **frame, crumbs=crumbs, families_href=root + pages.FAMILIES_INDEX,
+                   cards_href=root + pages.CARDS_INDEX)
+
+
+def search_documents(entries: list[listing.Entry], family_slugs: list[str]) -> list[tuple[str, str]]:
+    """One small document per model and per family for Pagefind, at the path of the page it stands
+    for (search.py explains why the pages themselves are not indexed)."""
+    template = environment().get_template("_search_doc.html")
+    docs = [(f"{pages.model_dir(e.id)}/index.html", template.render(**listing.search_text(e))) for e in entries]
+    docs += [(f"{pages.family_dir(s)}/index.html",
+              template.render(title=f"{s} (family)", summary=f"The {s} models side by side.", words=f"{s} family"))
+             for s in family_slugs]
+    return docs
+
+
 def render_404(settings: Settings) -> str:
     """Served for any missing path, at any depth: so it inlines its CSS and links home absolutely."""
     frame = _frame(settings, page=None, title="Page not found", description="This page does not exist.")
     return _render("404.html", **frame, crumbs=[])
+
+
+# --- files for machines: sitemap, feed, robots.txt, llms.txt (they need site.url: absolute URLs) ---
+
+def _host(url: str) -> str:
+    return urlsplit(url).hostname or "localhost"
+
+
+def render_sitemap(settings: Settings, urls: list[tuple[str, str | None]]) -> str:
+    """urls: (page path under public/, RFC 3339 lastmod or None), in the order to list them."""
+    site = pages.site_url(settings.site)
+    items = [{"loc": site + (p[: -len("index.html")] if p.endswith("index.html") else p), "lastmod": m}
+             for p, m in urls]
+    return _render("sitemap.xml", urls=items)
+
+
+def render_feed(settings: Settings, history: list[dict], live: set[str]) -> str:
+    site = pages.site_url(settings.site)
+    entries = changes.feed_entries(history, live, site, _host(site))
+    updated = history[-1]["date"] if history else changes.EPOCH
+    return _render("feed.xml", title=f"{settings.site.get('title') or 'neurarch-trace'}: model changes",
+                   feed_url=site + pages.FEED, site=site, changes_url=site + "changes/", updated=updated,
+                   feed_id=f"tag:{_host(site)},2026:feeds/models", entries=entries)
+
+
+def render_robots(settings: Settings) -> str:
+    return _render("robots.txt", sitemap=pages.site_url(settings.site) + pages.SITEMAP)
+
+
+def render_llms(entries: list[listing.Entry], settings: Settings) -> str:
+    """llms.txt: what the site is and one line per estimated model, most downloaded first."""
+    site = pages.site_url(settings.site)
+    models = [{"id": e.id, "url": f"{site}{pages.model_dir(e.id)}/index.json",
+               "page": f"{site}{pages.model_dir(e.id)}/",
+               "text": f"{f.short_count(e.params)} parameters; batch 1 at {f.count(settings.assumptions.train_tokens)} "
+                       f"tokens: full fine-tune {f.gb(e.full_bytes or 0)} ({e.smallest_full or 'no single card'}), "
+                       f"LoRA {f.gb(e.lora_bytes or 0)} ({e.smallest_lora or 'no single card'})"}
+              for e in listing.by_downloads(entries) if e.estimated]
+    return _render("llms.txt", title=str(settings.site.get("title") or "neurarch-trace"),
+                   description=str(settings.site.get("description") or ""), site=site, models=models,
+                   cards=[{"name": n, "url": f"{site}{pages.card_dir(n)}/"} for n in _card_names(settings)])

@@ -1,0 +1,132 @@
+"""One model's pages, computed in a worker process: record → Report → page + JSON twin + index row.
+
+Workers only compute; the parent writes every file, in the snapshot's order, so the output does not
+depend on how many workers there are or which finishes first. A failure of one model is returned as a
+problem, never raised: the rest of the build goes on.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import sys
+from dataclasses import dataclass
+from multiprocessing.pool import Pool
+from typing import Any
+
+from ..errors import ConfigError, RecordError, TraceError, UnsupportedArchitecture
+from ..pipeline import report_for_record
+from ..records import ModelRecord, validate_repo_id
+from ..settings import Settings
+from . import listing, pages, render
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing the build could not do for one model; `kind` groups the summary."""
+
+    model: str
+    kind: str  # "refused record", "unsupported architecture", "config error", "render error", "family"
+    message: str
+
+    @property
+    def fatal(self) -> bool:
+        """An unsupported architecture is an honest "not estimated yet" page, not a build failure."""
+        return self.kind != "unsupported architecture"
+
+
+@dataclass(frozen=True)
+class Result:
+    """What the parent writes for one model: files (path, text), its index row, and its problems."""
+
+    id: str
+    files: tuple[tuple[str, str], ...]
+    row: dict[str, Any] | None
+    problems: tuple[Problem, ...]
+
+
+def _kind(exc: TraceError) -> str:
+    if isinstance(exc, UnsupportedArchitecture):
+        return "unsupported architecture"
+    if isinstance(exc, ConfigError):
+        return "config error"
+    return "refused record" if isinstance(exc, RecordError) else "estimate error"
+
+
+def build_model(record: ModelRecord, settings: Settings) -> Result:
+    """Estimate and render one model's page (or its honest "not estimated yet" page)."""
+    try:
+        folder = pages.model_dir(record.id)  # iter_records validated the id already; the path is built from it
+        validate_repo_id(record.id)
+    except RecordError as exc:
+        return Result(str(record.id)[:200], (), None, (Problem(str(record.id)[:200], "refused record", str(exc)),))
+    try:
+        report = report_for_record(record, settings)
+    except TraceError as exc:
+        reason = listing.short_reason(exc, record.id)
+        problem = Problem(record.id, _kind(exc), reason)
+        try:
+            html = render.render_not_estimated(record, reason, str(exc), settings)
+        except Exception as bug:  # noqa: BLE001 - a template bug for this model only
+            return Result(record.id, (), None, (problem, Problem(record.id, "render error", _text(bug))))
+        return Result(record.id, ((f"{folder}/index.html", html),),
+                      listing.entry_for(record, None, reason).to_dict(), (problem,))
+    except Exception as bug:  # noqa: BLE001 - an estimator bug on one model: list it, build the rest
+        return Result(record.id, (), None, (Problem(record.id, "estimate error", _text(bug)),))
+    try:
+        html = render.render_model_page(report, record, settings, standalone=False)
+        twin = render.twin_json(report)
+        row = listing.entry_for(record, report, None).to_dict()
+    except Exception as bug:  # noqa: BLE001 - a template or formatting bug for this model only
+        return Result(record.id, (), None, (Problem(record.id, "render error", _text(bug)),))
+    return Result(record.id, ((f"{folder}/index.html", html), (f"{folder}/index.json", twin)), row, ())
+
+
+def _text(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+_SETTINGS: Settings | None = None
+
+
+def _init(settings: Settings) -> None:
+    global _SETTINGS
+    _SETTINGS = settings
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and stops the pool
+
+
+def _run(record: ModelRecord) -> Result:
+    assert _SETTINGS is not None, "worker not initialised"
+    return build_model(record, _SETTINGS)
+
+
+def default_jobs() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # macOS, Windows
+        return max(1, os.cpu_count() or 1)
+
+
+def start_pool(jobs: int, settings: Settings) -> Pool | None:
+    """A pool of `jobs` workers (None for 1: the build then runs in this process). Fork where the
+    platform has it (workers start in milliseconds with the modules already imported)."""
+    if jobs <= 1:
+        return None
+    method = "fork" if sys.platform.startswith("linux") else "spawn"
+    return multiprocessing.get_context(method).Pool(jobs, initializer=_init, initargs=(settings,))
+
+
+def submit(pool: Pool | None, record: ModelRecord, settings: Settings) -> Any:
+    """A handle whose .get() is the Result; computed now when there is no pool."""
+    if pool is None:
+        return _Done(build_model(record, settings))
+    return pool.apply_async(_run, (record,))
+
+
+@dataclass(frozen=True)
+class _Done:
+    value: Result
+
+    def get(self) -> Result:
+        return self.value
