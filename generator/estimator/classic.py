@@ -48,7 +48,8 @@ def _simple(cfg: Mapping[str, Any], model: str, mt: str, *, aliases: Mapping[str
                               qkv_bias=qkv_bias, o_bias=o_bias, fused_qkv=fused, rope=rope, window=w)
         ffn = mlp_part(f"FFN_{i}", "MLP", h, inter, False, mlp_bias)
         if parallel:  # one norm feeds attention and MLP (GPT-J)
-            blocks.append(Block(i, "attention", (norm_part(f"LayerNorm_{i}_1", norm, h), attn, ffn, Part(f"Add_{i}", "Add"))))
+            parts = (norm_part(f"LayerNorm_{i}_1", norm, h), attn, ffn, Part(f"Add_{i}", "Add"))
+            blocks.append(Block(i, "attention", parts))
         else:
             blocks.append(standard_block(i, [], attn, ffn, norm, h, norms=norms, kind="sliding" if w else "attention"))
     pos = ctx + kw.pop("pos_offset", 0) if positions is None else positions

@@ -43,8 +43,8 @@ def _chatglm(cfg: Mapping[str, Any]) -> dict[str, Any]:
     # ChatGLM2/3 (configuration_chatglm.py): fused query_key_value with bias (add_qkv_bias), grouped
     # K/V (multi_query_group_num x kv_channels), SwiGLU of ffn_hidden_size, RMSNorm: transformers' glm.
     out = _rename({"num_layers": "num_hidden_layers", "padded_vocab_size": "vocab_size",
-                   "ffn_hidden_size": "intermediate_size", "kv_channels": "head_dim", "seq_length": "max_position_embeddings",
-                   "add_qkv_bias": "attention_bias"})(cfg)
+                   "ffn_hidden_size": "intermediate_size", "kv_channels": "head_dim",
+                   "seq_length": "max_position_embeddings", "add_qkv_bias": "attention_bias"})(cfg)
     if cfg.get("multi_query_attention"):
         out["num_key_value_heads"] = cfg.get("multi_query_group_num", 1)
     return out

@@ -246,19 +246,8 @@ def _layers(t: T, d: D, windows: tuple[int, ...]) -> tuple[Block, ...]:
         b = layer(t, d, i, windows[i])
         out.append(b)
         if reuse and kind == "attention" and key not in seen:
-            seen[key] = _placeholder(b)
+            seen[key] = b.template()
     return tuple(out)
-
-
-def _placeholder(b: Block) -> Block | None:
-    """The layer with its number in every name replaced by "#" (None when a name does not hold it)."""
-    tag = f"_{b.index}"
-    names = [p.name.replace(tag, "_#", 1) if tag in p.name else None for p in b.parts]
-    if None in names:
-        return None
-    out = object.__new__(Block)
-    out.__dict__.update(b.__dict__, parts=tuple(p._replace(name=n) for p, n in zip(b.parts, names)))
-    return out if out.numbered(b.index).parts == b.parts else None
 
 
 def build(cfg: Mapping[str, Any], model: str, model_type: str, t: T, *, family: str | None = None) -> Arch:

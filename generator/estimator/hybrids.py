@@ -177,7 +177,8 @@ def _types_mixer(linear_name: str, default: Callable[[int], str] = lambda i: "fu
     return lambda d, i: linear_name if is_linear(layer_types(d, default)[i]) else "attention"
 
 
-TRAITS["lara_mini"] = T(qkv_bias="attention_bias", o_bias="attention_bias", qk_norm="head", tie=True, mixer=_types_mixer("gdn"),
+TRAITS["lara_mini"] = T(qkv_bias="attention_bias", o_bias="attention_bias", qk_norm="head", tie=True,
+                        mixer=_types_mixer("gdn"),
                         mixers={"gdn": lambda d, n: gdn_part(d, n, split=True)},
                         moe=M(shared=_width("shared_expert_intermediate_size")))
 

@@ -80,7 +80,8 @@ def xlnet(cfg: Mapping[str, Any], model: str) -> Arch:
                               rope=False, extra_linears=((h, q),))
         blocks.append(standard_block(i, [], attn, mlp_part(f"FFN_{i}", "MLP", h, inter, False, True), "layernorm", h,
                                      norms=("post_attn", "post_mlp")))
-    embed = [Part("Input", "Input", width=-1), Part("Embedding", "Embedding", vocab * h), Part("Mask_Embedding", "Parameters", h)]
+    embed = [Part("Input", "Input", width=-1), Part("Embedding", "Embedding", vocab * h),
+             Part("Mask_Embedding", "Parameters", h)]
     tie = r.flag("tie_word_embeddings", True)
     head = [lm_head_part(vocab, h, tie, True), Part("Output", "Output", width=vocab)]
     return assemble(cfg, model, r, hidden=h, layers=n, heads=heads, kv=heads, head_dim=hd, inter=inter, vocab=vocab,
@@ -103,7 +104,8 @@ def prophetnet(cfg: Mapping[str, Any], model: str) -> Arch:
     blocks = []
     if not causal:
         en, eh, ef = r.int("num_encoder_layers"), r.int("num_encoder_attention_heads"), r.int("encoder_ffn_dim")
-        embed += [Part("Encoder_Positions", "Embedding", ctx * h), Part("Encoder_LayerNorm", "LayerNorm", 2 * h, norm_width=h)]
+        embed += [Part("Encoder_Positions", "Embedding", ctx * h),
+                  Part("Encoder_LayerNorm", "LayerNorm", 2 * h, norm_width=h)]
         for i in range(1, en + 1):
             a = attention_part(f"Attention_{i}", "Multi-Head Attn", h, eh, eh, h // eh, qkv_bias=True, o_bias=True,
                                rope=False, cached=False)

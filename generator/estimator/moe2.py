@@ -88,11 +88,12 @@ def longcat_flash(cfg: Mapping[str, Any], model: str) -> Arch:
                       mla_part(f"Attention_{i}_{j}", r, h, heads, bias=r.flag("attention_bias", False)),
                       add_part(f"Add_{i}_{j}_attn"), norm_part(f"RMSNorm_{i}_{2 * j}", "rmsnorm", h),
                       mlp_part(f"FFN_{i}_{j}", "SwiGLU", h, ffn, True), add_part(f"Add_{i}_{j}_ffn")]
-        moe = moe_part(f"MoE_{i}", h, routed, k, e_inter, router_params=h * total + (total if r.flag("router_bias", False) else 0),
+        router = h * total + (total if r.flag("router_bias", False) else 0)
+        moe = moe_part(f"MoE_{i}", h, routed, k, e_inter, router_params=router,
                        extra=zero * 2 * e_inter * h)
         idle = zero * 2 * e_inter * h  # allocated for the zero experts, never multiplied
         parts.append(moe._replace(type=f"MoE ({routed} experts + {zero} zero, top-{k})",
-                                         active=moe.active_params - idle))
+                                  active=moe.active_params - idle))
         blocks.append(Block(i, "mla", tuple(parts)))
     tie = r.flag("tie_word_embeddings", False)
     embed = [Part("Input", "Input", width=-1), Part("Embedding", "Embedding", vocab * h), Part("RoPE", "RoPE")]

@@ -35,7 +35,8 @@ def limit_of(name: str) -> int:
     if name in LIMITS:
         return LIMITS[name]
     low = name.lower()
-    if ("layer" in low and "size" not in low and "dim" not in low) or low in ("depth", "num_blocks", "n_layer", "n_layers", "num_layers"):
+    counts = ("depth", "num_blocks", "n_layer", "n_layers", "num_layers")
+    if ("layer" in low and "size" not in low and "dim" not in low) or low in counts:
         return LIMITS["num_hidden_layers"]
     if "expert" in low or ("head" in low and "dim" not in low):
         return 1 << 16

@@ -117,6 +117,17 @@ class Block:
         out.__dict__.update(self.__dict__, index=index, parts=parts)  # frozen: fields set once, here
         return out
 
+    def template(self) -> "Block | None":
+        """This layer with its number in every name replaced by "#", for numbered(); None when a name
+        does not hold the number as "<name>_<index>"."""
+        tag = f"_{self.index}"
+        names = [p.name.replace(tag, "_#", 1) if tag in p.name else None for p in self.parts]
+        if None in names:
+            return None
+        out = object.__new__(Block)
+        out.__dict__.update(self.__dict__, parts=tuple(p._replace(name=n) for p, n in zip(self.parts, names)))
+        return out if out.numbered(self.index).parts == self.parts else None
+
 
 @dataclass(frozen=True)
 class Spec:

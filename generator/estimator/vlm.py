@@ -53,8 +53,9 @@ def vision_tower(vc: Mapping[str, Any], r: Reader, kind: str) -> tuple[Part, int
             layer = 4 * h * h + 4 * h + 3 * h * inter + 2 * inter + h + 2 * h  # gated MLP with biases, RMSNorms
         params = ch * tp * p * p * h + depth * layer
         patches = (448 // p) ** 2  # a nominal 448 x 448 image (the processor resizes dynamically)
-        return Part("Vision_Tower", f"Vision transformer ({depth} layers)", params, matmul=depth * (4 * h * h + 2 * h * inter)),\
-            patches, h, 8 * h + 3 * inter
+        tower = Part("Vision_Tower", f"Vision transformer ({depth} layers)", params,
+                     matmul=depth * (4 * h * h + 2 * h * inter))
+        return tower, patches, h, 8 * h + 3 * inter
     h, n, inter = v.int("hidden_size"), v.int("num_hidden_layers"), v.int("intermediate_size")
     p, ch, size = v.int("patch_size"), v.int("num_channels", 3), v.int("image_size")
     patches = (size // p) ** 2

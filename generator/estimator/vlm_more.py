@@ -39,7 +39,8 @@ def mllama_vision(vc: Mapping[str, Any], r: Reader) -> tuple[Part, int, int, int
     (num_hidden_layers) and a gated global one (num_global_layers), LayerNorms with bias."""
     v = r.child(vc, "mllama_vision_model", prefix="vision_config.")
     h, inter, p = v.int("hidden_size"), v.int("intermediate_size"), v.int("patch_size")
-    n, g, tiles, size = v.int("num_hidden_layers"), v.int("num_global_layers"), v.int("max_num_tiles", 4), v.int("image_size")
+    n, g = v.int("num_hidden_layers"), v.int("num_global_layers")
+    tiles, size = v.int("max_num_tiles", 4), v.int("image_size")
     ratios = v.list("supported_aspect_ratios", list)
     ids = len(ratios) if ratios else 8
     patches = (size // p) ** 2 + 1

@@ -83,8 +83,8 @@ def zamba_like(cfg: Mapping[str, Any], model: str, v2: bool) -> Arch:
             first = used < mem or not tie
             block_id = used % mem
             used += 1
-            attn = attention_part(f"Attention_{i}", "Shared Attn", ah, heads, kv, hd, rope=v2 and r.flag("use_mem_rope", False),
-                                  o_in=heads * hd)
+            attn = attention_part(f"Attention_{i}", "Shared Attn", ah, heads, kv, hd,
+                                  rope=v2 and r.flag("use_mem_rope", False), o_in=heads * hd)
             # attention_part assumed out == in (ah); the block projects back to h: fix params and matmul.
             attn = attn._replace(params=0, matmul=ah * heads * hd + 2 * ah * kv * hd + heads * hd * h)
             ffn = mlp_part(f"FFN_{i}", "SwiGLU", h, inter, True, bias, fused=v2)
@@ -93,7 +93,8 @@ def zamba_like(cfg: Mapping[str, Any], model: str, v2: bool) -> Arch:
             adapters = sum(1 for j in range(len(hybrids)) if j % mem == block_id) * per_use_adapter if v2 else 0
             block_params = ((shared + adapters) if first else 0) + h * h
             parts += [Part(f"Shared_Block_{i}", "Shared transformer (counted once)" if first else "Shared transformer",
-                           block_params, matmul=h * h, linears=((h, h),)), norm_part(f"RMSNorm_{i}_0", "layernorm_noparams", ah),
+                           block_params, matmul=h * h, linears=((h, h),)),
+                      norm_part(f"RMSNorm_{i}_0", "layernorm_noparams", ah),
                       attn, add_part(f"Add_{i}_attn"), ffn]
         parts += [norm_part(f"RMSNorm_{i}_1", "rmsnorm", h), mixer(i), add_part(f"Add_{i}")]
         blocks.append(Block(i, "hybrid" if t == "hybrid" else ("mamba2" if v2 else "mamba"), tuple(parts)))
