@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: help install build serve test browser golden crawl bench fuzz accuracy clean
+.PHONY: help install build serve test browser golden crawl bench fuzz accuracy bench-scale faults clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -59,6 +59,12 @@ fuzz: $(TEST_STAMP) ## long fuzz run: 10,000 mutated snapshot configs (FUZZ_EXAM
 
 accuracy: $(TEST_STAMP) ## recompute the published accuracy figures from data/measurements/ and the estimator
 	$(BIN)/python -m generator.accuracy
+
+bench-scale: $(STAMP) ## scale benchmark: synthetic 1k/10k/100k-model snapshots, full + 1%-changed builds (SIZES="1000 10000" to shorten)
+	$(BIN)/python benchmarks/bench_scale.py $(or $(SIZES),1000 10000 100000)
+
+faults: $(TEST_STAMP) ## the crawl and build kill tests at more random points (FAULT_RUNS=N, default 100)
+	FAULT_RUNS=$${FAULT_RUNS:-100} $(BIN)/python -m pytest -q -s tests/test_faults_crawl.py tests/test_faults_build.py
 
 clean: ## remove build output
 	rm -rf public .pytest_cache test-artifacts

@@ -81,12 +81,16 @@ def resolve_model(arg: str, snapshot_dir: Path | None) -> ModelRecord:
     # A local model is named as the user typed it (less a trailing config.json), so that every
     # message names the file they gave.
     name = arg[: -len("config.json")].rstrip("/\\") if path.name == "config.json" else arg.rstrip("/\\")
-    if path.is_dir():
+    try:
+        is_dir, is_file = path.is_dir(), path.is_file()
+    except OSError:  # a name the file system refuses (e.g. longer than 255 bytes) is no local path
+        is_dir = is_file = False
+    if is_dir:
         cfg = path / "config.json"
         if not cfg.is_file():
             raise ModelNotFound(arg, "folder holds no config.json")
         return ModelRecord(id=name or arg, config_json=read_config_file(cfg, name or arg), config_source=LOCAL)
-    if path.is_file():
+    if is_file:
         return ModelRecord(id=name or arg, config_json=read_config_file(path, name or arg), config_source=LOCAL)
     if not REPO_ID_RE.fullmatch(arg):
         raise ModelNotFound(arg, "no such file or folder, and not a Hub repo id (org/name)")

@@ -35,6 +35,7 @@ from ..errors import RecordError
 from ..hub.snapshot import RecordProblem, iter_records, read_index
 from ..settings import Settings
 from . import changes, listing, manifest, pages, render, search, worker
+from .lock import build_lock
 from .render import render_model_page, twin_json
 from .worker import Problem
 
@@ -269,6 +270,16 @@ def run_build(*, snapshot_dir: Path, out_dir: Path, strict: bool, settings: Sett
     started = time.perf_counter()
     out_dir = Path(out_dir).absolute()
     out_dir.parent.mkdir(parents=True, exist_ok=True)
+    # The lock comes before _recover: a second build's recovery would otherwise delete the first
+    # one's temporary folder mid-build. A second build of the same folder refuses (BuildLocked).
+    with build_lock(out_dir):
+        return _locked_build(started, snapshot_dir, out_dir, strict, settings, console, max_problems,
+                             incremental, jobs, search_index, background_cleanup)
+
+
+def _locked_build(started: float, snapshot_dir: Path, out_dir: Path, strict: bool, settings: Settings,
+                  console: Console, max_problems: int | None, incremental: bool, jobs: int | None,
+                  search_index: bool, background_cleanup: bool) -> int:
     _recover(out_dir)
     is_site = out_dir.is_dir() and not out_dir.is_symlink() and (out_dir / pages.MARKER).is_file()
     previous = manifest.load(out_dir) if is_site else None
