@@ -19,7 +19,7 @@ from .arch import Arch
 from .assemble import assemble, standard_block
 from .dense import lm_head_part
 from .reader import Reader
-from .registry import register
+from .registry import register, register_table
 from .spec import Block, Part, attention_part, mlp_part, norm_part
 
 BART_ALIASES = {"hidden_size": ("d_model",)}
@@ -114,14 +114,7 @@ BARTS: dict[str, B] = {
 }
 
 
-def _make(mt: str, b: B):
-    def builder(cfg: Mapping[str, Any], model: str) -> Arch:
-        return bart_like(cfg, model, mt, b)
-    return builder
-
-
-for _mt, _b in BARTS.items():
-    register(_mt)(_make(_mt, _b))
+register_table(BARTS, bart_like)
 
 
 T5_ALIASES = {"hidden_size": ("d_model",), "num_hidden_layers": ("num_layers",), "num_attention_heads": ("num_heads",),

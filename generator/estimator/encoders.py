@@ -18,7 +18,7 @@ from .arch import Arch
 from .assemble import assemble, standard_block
 from .dense import attention_type
 from .reader import Reader
-from .registry import register
+from .registry import register_table
 from .spec import Block, Part, attention_part, linear, mlp_part, norm_part
 
 
@@ -188,11 +188,4 @@ FAMILIES: dict[str, E] = {
 }
 
 
-def _make(mt: str, e: E):
-    def builder(cfg: Mapping[str, Any], model: str) -> Arch:
-        return bert_like(cfg, model, mt, e)
-    return builder
-
-
-for _mt, _e in FAMILIES.items():
-    register(_mt)(_make(_mt, _e))
+register_table(FAMILIES, bert_like)

@@ -8,13 +8,12 @@ arXiv:2412.06464; modeling_qwen3_next.Qwen3NextGatedDeltaNet and its cache), wha
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from typing import Callable
 
 from ..errors import ConfigError
-from .arch import Arch
 from .decoders import D, M, T, attention, build
 from .moe import _n_shared, _width, first_k_dense, qwen_sparse
-from .registry import register
+from .registry import register_table
 from .spec import Part, linear
 from .ssm import mamba2_part, mamba_part
 
@@ -132,14 +131,7 @@ TRAITS["granitemoehybrid"] = T(qkv_bias="attention_bias", o_bias="attention_bias
                                      sparse=lambda d, i: d.k("num_local_experts", 0, minimum=0) > 0))
 
 
-def _make(model_type: str, t: T):
-    def builder(cfg: Mapping[str, Any], model: str) -> Arch:
-        return build(cfg, model, model_type, t)
-    return builder
-
-
-for _mt, _t in TRAITS.items():
-    register(_mt)(_make(_mt, _t))
+register_table(TRAITS, build)
 
 __all__ = ["gdn_part", "layer_types", "mamba2_from", "is_linear", "linear", "_n_shared", "first_k_dense"]
 
@@ -244,5 +236,4 @@ def _olmo_gdn(d: D, n: int) -> Part:
 TRAITS["olmo_hybrid"] = T(norms=("post_attn", "post_mlp"), qkv_bias="attention_bias", o_bias="attention_bias",
                           qk_norm="flat", mixer=_types_mixer("gdn"), mixers={"gdn": _olmo_gdn})
 
-for _mt in ("falcon_h1", "minimax", "lara_mini", "kimi_linear", "bailing_hybrid", "olmo_hybrid"):
-    register(_mt)(_make(_mt, TRAITS[_mt]))
+register_table(TRAITS, build, only=("falcon_h1", "minimax", "lara_mini", "kimi_linear", "bailing_hybrid", "olmo_hybrid"))

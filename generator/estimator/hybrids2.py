@@ -11,9 +11,9 @@ from typing import Any, Mapping
 from ..errors import ConfigError
 from .arch import Arch
 from .decoders import D, M, T, attention, build
-from .hybrids import LEGACY, TRAITS, _make, layer_types
+from .hybrids import LEGACY, TRAITS, layer_types
 from .moe import first_k_dense
-from .registry import register
+from .registry import register, register_table
 from .spec import Part, linear
 from .ssm import mamba2_part
 
@@ -65,7 +65,7 @@ register("lfm2")(lfm2)
 
 TRAITS["lfm2_moe"] = T(qk_norm="head", tie=True, mixer=_lfm2_mixer, mixers={"conv": _lfm_conv},
                        moe=M(sparse=first_k_dense("num_dense_layers")))
-register("lfm2_moe")(_make("lfm2_moe", TRAITS["lfm2_moe"]))
+register_table(TRAITS, build, only=("lfm2_moe",))
 
 # modeling_lfm3.py: sandwich norms (4 per layer), attention with a per-head output gate (g_proj)
 TRAITS["lfm3"] = T(norms=("pre_attn", "post_attn", "pre_mlp", "post_mlp"), qk_norm="head", tie=True,
@@ -73,7 +73,7 @@ TRAITS["lfm3"] = T(norms=("pre_attn", "post_attn", "pre_mlp", "post_mlp"), qk_no
                    attn_linears=lambda d: ((d.hidden, d.heads),) if d.f("use_attention_gate", True) else (),
                    mixer=lambda d, i: "conv" if layer_types(d, lambda j: "full_attention")[i] == "conv" else "attention",
                    mixers={"conv": _lfm_conv})
-register("lfm3")(_make("lfm3", TRAITS["lfm3"]))
+register_table(TRAITS, build, only=("lfm3",))
 
 
 # --- RecurrentGemma (modeling_recurrent_gemma.py, Griffin: De et al. 2024, arXiv:2402.19427): block_types

@@ -9,7 +9,7 @@ from typing import Any, Mapping
 
 from .arch import Arch
 from .decoders import D, T, build
-from .registry import register
+from .registry import register, register_table
 from .spec import linear
 
 LLAMA = T(qkv_bias="attention_bias", o_bias="attention_bias", mlp_bias="mlp_bias")
@@ -91,13 +91,6 @@ def moshi(cfg: Mapping[str, Any], model: str) -> Arch:
 register("moshi")(moshi)
 
 
-def _make(model_type: str, t: T):
-    def builder(cfg: Mapping[str, Any], model: str) -> Arch:
-        return build(cfg, model, model_type, t)
-    return builder
-
-
-for _mt, _t in TRAITS.items():
-    register(_mt)(_make(_mt, _t))
+register_table(TRAITS, build)
 
 __all__ = ["TRAITS", "LLAMA", "linear"]

@@ -14,7 +14,7 @@ from ..errors import ConfigError
 from .arch import Arch
 from .decoders import D, M, T, attention, build
 from .spec import Part
-from .registry import register
+from .registry import register, register_table
 
 
 def sparse_by_types(default: Callable[[D, int], bool]) -> Callable[[D, int], bool]:
@@ -254,11 +254,4 @@ def dbrx(cfg: Mapping[str, Any], model: str) -> Arch:
 register("dbrx")(dbrx)
 
 
-def _make(model_type: str, t: T):
-    def builder(cfg: Mapping[str, Any], model: str) -> Arch:
-        return build(cfg, model, model_type, t)
-    return builder
-
-
-for _mt, _t in TRAITS.items():
-    register(_mt)(_make(_mt, _t))
+register_table(TRAITS, build)

@@ -11,8 +11,8 @@ from typing import Any, Mapping
 from ..errors import ConfigError
 from .arch import Arch
 from .decoders import D, M, T, build
-from .moe import TRAITS, _make, _n_shared, first_k_dense
-from .registry import register
+from .moe import TRAITS, _n_shared, first_k_dense
+from .registry import register, register_table
 from .spec import Part
 
 
@@ -46,7 +46,7 @@ def _dots3_attention(t: T, d: D, n: int, window: int) -> Part:
 TRAITS["dots3_note_text"] = T(mla=True, attn=_dots3_attention,
                               moe=M(experts="n_routed_experts", shared=lambda d: d.k("shared_experts_intermediate_size")
                                     * d.k("n_shared_experts", 1), sparse=first_k_dense()))
-register("dots3_note_text")(_make("dots3_note_text", TRAITS["dots3_note_text"]))
+register_table(TRAITS, build, only=("dots3_note_text",))
 
 
 @register("dots3_note")
@@ -126,4 +126,4 @@ TRAITS["axk2"] = T(mla=True, attn=_axk2_attention,
                    moe=M(experts="n_routed_experts", shared=_n_shared("n_shared_experts"),
                          sparse=first_k_dense(freq="moe_layer_freq", k0=1),
                          extra=lambda d: 2 * d.hidden * d.k("gated_norm_rank", 16)))
-register("axk2")(_make("axk2", TRAITS["axk2"]))
+register_table(TRAITS, build, only=("axk2",))

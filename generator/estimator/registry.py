@@ -30,6 +30,16 @@ def register(*model_types: str) -> Callable[[Builder], Builder]:
     return deco
 
 
+def register_table(table: Mapping[str, Any], build: Callable[[Mapping[str, Any], str, str, Any], Arch],
+                   only: tuple[str, ...] | None = None) -> None:
+    """Register build(cfg, model, model_type, traits) for every model_type of a traits table (or `only` these)."""
+    def bind(model_type: str, traits: Any) -> Builder:
+        return lambda cfg, model: build(cfg, model, model_type, traits)
+
+    for model_type in only or tuple(table):
+        BUILDERS[model_type] = bind(model_type, table[model_type])
+
+
 def _load() -> None:
     # Importing the builder modules fills BUILDERS (each registers its model_types).
     from . import classic, decoders, encdec, encoders, encoders2, gemma, hybrids, hybrids2  # noqa: F401
