@@ -8,7 +8,8 @@ from typing import Any, Mapping
 
 from ..errors import ConfigError, UnsupportedArchitecture
 from .arch import Arch
-from .families import CONFIG_DEFAULTS, FAMILIES, Family
+from .class_defaults import CLASS_DEFAULTS
+from .families import FAMILIES, Family
 from .reader import LIMITS, KeyUse
 
 __all__ = ["Arch", "KeyUse", "LIMITS", "normalise"]
@@ -35,8 +36,10 @@ class _Reader:
                 return self.cfg[key], f"config:{key}"
         if name in self.fam.defaults:
             return self.fam.defaults[name], f"default:{self.fam.model_type}"
-        if name in CONFIG_DEFAULTS.get(self.fam.model_type, {}):
-            return CONFIG_DEFAULTS[self.fam.model_type][name], f"default:{self.fam.model_type}"
+        class_defaults = CLASS_DEFAULTS.get(self.fam.model_type, {})  # the config class's constructor defaults
+        for key in (name, *self.fam.aliases.get(name, ())):
+            if class_defaults.get(key) is not None:
+                return class_defaults[key], f"default:{self.fam.model_type}"
         return None
 
     def int(self, name: str, default: int | None = None, *, required: bool = True, minimum: int = 1) -> int | None:

@@ -120,31 +120,5 @@ FAMILIES: dict[str, Family] = {
     )
 }
 
-# Constructor defaults of each transformers config class (transformers 5.24.0, read with
-# inspect.signature at development time): what a key missing from config.json becomes.
-CONFIG_DEFAULTS: dict[str, dict[str, int]] = {
-    "llama": {'vocab_size': 32000, 'hidden_size': 4096, 'num_hidden_layers': 32, 'num_attention_heads': 32, 'intermediate_size': 11008, 'max_position_embeddings': 2048},
-    "mistral": {'vocab_size': 32000, 'hidden_size': 4096, 'num_hidden_layers': 32, 'num_attention_heads': 32, 'num_key_value_heads': 8, 'intermediate_size': 14336, 'max_position_embeddings': 131072},
-    "qwen2": {'vocab_size': 151936, 'hidden_size': 4096, 'num_hidden_layers': 32, 'num_attention_heads': 32, 'num_key_value_heads': 32, 'intermediate_size': 22016, 'max_position_embeddings': 32768},
-    "qwen3": {'vocab_size': 151936, 'hidden_size': 4096, 'num_hidden_layers': 32, 'num_attention_heads': 32, 'num_key_value_heads': 32, 'head_dim': 128, 'intermediate_size': 22016, 'max_position_embeddings': 32768},
-    "gemma": {'vocab_size': 256000, 'hidden_size': 3072, 'num_hidden_layers': 28, 'num_attention_heads': 16, 'num_key_value_heads': 16, 'head_dim': 256, 'intermediate_size': 24576, 'max_position_embeddings': 8192},
-    "gemma2": {'vocab_size': 256000, 'hidden_size': 2304, 'num_hidden_layers': 26, 'num_attention_heads': 8, 'num_key_value_heads': 4, 'head_dim': 256, 'intermediate_size': 9216, 'max_position_embeddings': 8192},
-    "gemma3_text": {'vocab_size': 262208, 'hidden_size': 2304, 'num_hidden_layers': 26, 'num_attention_heads': 8, 'num_key_value_heads': 4, 'head_dim': 256, 'intermediate_size': 9216, 'max_position_embeddings': 131072},
-    "phi": {'vocab_size': 51200, 'hidden_size': 2048, 'num_hidden_layers': 24, 'num_attention_heads': 32, 'intermediate_size': 8192, 'max_position_embeddings': 2048},
-    "phi3": {'vocab_size': 32064, 'hidden_size': 3072, 'num_hidden_layers': 32, 'num_attention_heads': 32, 'intermediate_size': 8192, 'max_position_embeddings': 4096},
-    "olmo": {'vocab_size': 50304, 'hidden_size': 4096, 'num_hidden_layers': 32, 'num_attention_heads': 32, 'intermediate_size': 11008, 'max_position_embeddings': 2048},
-    "olmo2": {'vocab_size': 50304, 'hidden_size': 4096, 'num_hidden_layers': 32, 'num_attention_heads': 32, 'intermediate_size': 11008, 'max_position_embeddings': 2048},
-    "granite": {'vocab_size': 32000, 'hidden_size': 4096, 'num_hidden_layers': 32, 'num_attention_heads': 32, 'intermediate_size': 11008, 'max_position_embeddings': 2048},
-    "stablelm": {'vocab_size': 50304, 'hidden_size': 2560, 'num_hidden_layers': 32, 'num_attention_heads': 32, 'num_key_value_heads': 32, 'intermediate_size': 6912, 'max_position_embeddings': 4096},
-    "starcoder2": {'vocab_size': 49152, 'hidden_size': 3072, 'num_hidden_layers': 30, 'num_attention_heads': 24, 'num_key_value_heads': 2, 'intermediate_size': 12288, 'max_position_embeddings': 4096},
-    "cohere": {'vocab_size': 256000, 'hidden_size': 8192, 'num_hidden_layers': 40, 'num_attention_heads': 64, 'intermediate_size': 22528, 'max_position_embeddings': 8192},
-    "gpt2": {'vocab_size': 50257, 'hidden_size': 768, 'num_hidden_layers': 12, 'num_attention_heads': 12, 'max_position_embeddings': 1024},
-    "gpt_neox": {'vocab_size': 50432, 'hidden_size': 6144, 'num_hidden_layers': 44, 'num_attention_heads': 64, 'intermediate_size': 24576, 'max_position_embeddings': 2048},
-    "gptj": {'vocab_size': 50400, 'hidden_size': 4096, 'num_hidden_layers': 28, 'num_attention_heads': 16, 'max_position_embeddings': 2048},
-    "opt": {'vocab_size': 50272, 'hidden_size': 768, 'num_hidden_layers': 12, 'num_attention_heads': 12, 'max_position_embeddings': 2048, 'intermediate_size': 3072},
-    "bloom": {'vocab_size': 250880, 'hidden_size': 64, 'num_hidden_layers': 2, 'num_attention_heads': 8},
-    "falcon": {'vocab_size': 65024, 'hidden_size': 4544, 'num_hidden_layers': 32, 'num_attention_heads': 71, 'max_position_embeddings': 2048},
-}
-
 # Block type names shown in the structure table.
 ATTENTION_TYPE = {"mha": "Multi-Head Attn", "gqa": "Grouped Query Attn", "mqa": "Multi-Query Attn"}
