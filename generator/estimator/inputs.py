@@ -32,9 +32,10 @@ class Assumptions:
     foreach_temp_bytes: int = 4
     base_weight_bytes: int = 2  # LoRA: frozen bf16 base
     compute_bytes: int = 2  # bf16 activations
-    # Per logit element at the loss: bf16 logits 2 + fp32 upcast 4 + fp32 log-softmax output 4 +
-    # its gradient 4 (DESIGN.md "The peak of a small-model step is the loss", MemTracker run).
-    logits_bytes: int = 14
+    # Per logit element at the loss backward: the fp32 log-softmax output + the gradient of it + the gradient of
+    # its input; the bf16 logits and the fp32 upcast are freed before backward (+2 if the loop keeps the
+    # model's output alive during backward). Measured: data/measurements/FINDINGS.md F1 (tiny-Qwen2, T=2048).
+    logits_bytes: int = 12
     serve_weight_bytes: int = 2
     kv_bytes: int = 2
     decode_logits_bytes: int = 4  # fp32 next-token logits per decoding sequence (sampling)

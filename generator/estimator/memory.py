@@ -1,19 +1,24 @@
 """Memory: bytes to train (full, LoRA) and to serve, per card the largest batch, and two-card splits.
 
-Formulas (per parameter P and per token, see inputs.Assumptions for every byte size and its source):
-- full AMP: fwd/bwd peak = (4 master + 4 grad + 8 AdamW) P + 2 bytes x matmul weights (autocast
-  copies) + activations; the AdamW step peak = (4 + 4 + 8 + 4 foreach temporary) P. Peak = the larger.
-  Every expert of an MoE is held (and stepped); only the routed top-k save activations per token.
-- LoRA: 2 P (frozen bf16 base) + adapters at the same 20 bytes, + activations (+ adapter inputs).
-- activations per layer and token: saved tensors of SDPA attention (no score matrix; Korthikanti
-  et al. 2022, arXiv:2205.05198, Table 2, with the score/dropout terms removed for fused kernels)
-  and of the MLP (MoE: top_k x the expert's tensors + the shared expert); the loss adds
-  `logits_bytes` per logit element. VLMs add one image's vision-tower activations per sample.
-- serving: weights (bf16, or the checkpoint's quantised storage) + one prefill chunk's working set
-  + per sequence: per layer min(tokens, window) x its KV elements x 2 bytes (GQA/MQA K and V heads,
-  MLA's latent), recurrent state where a layer has one (SSM, linear attention), and the fp32
-  next-token logits. Encoders serve a batch of sequences at the context with no cache;
-  encoder-decoders hold the encoder output and the decoder's self- and cross-attention KV.
+Formulas (per parameter P and per token; inputs.Assumptions for every byte size and its source; what is live at
+each peak was read off CPU-simulated real steps, data/measurements/FINDINGS.md F1-F7):
+- full AMP, three candidate peaks (F2, F5, F6): the loss backward = (4 master + 8 AdamW) P + 2 bytes x matmul
+  weights (autocast copies) + activations, with no gradient yet (zero_grad(set_to_none=True)); the end of the
+  backward = (4 + 4 + 8) P + 2 x 4 x vocab x embed_dim when the embedding is tied (two gradients and their sum);
+  the AdamW step = (4 + 4 + 8 + 4 foreach temporary) P. Peak = the largest. Every expert of an MoE is held
+  (and stepped); only the routed top-k save activations per token.
+- LoRA: 2 P (frozen bf16 base) + adapters at 4 + 8 + 2 (autocast copy) bytes + activations with frozen
+  Linears saving no input (F4) + each adapter's bf16 input copy and rank output.
+- activations per layer and token (F3): norms (fp32 input, rsqrt or mean/rstd, the normalised output when the
+  weight trains, one bf16 cast per Linear reading it under AMP), attention (rope'd q and k once, v, SDPA output,
+  fp32 LSE; no score matrix: SDPA, Korthikanti et al. 2022 arXiv:2205.05198 Table 2 less the score terms),
+  the MLP (gate, act, up, product; frozen: no product); the loss adds `logits_bytes` (12) per logit (F1).
+  VLMs add one image's vision-tower activations per sample.
+- serving (the site's figure): a chunked-prefill server (vLLM): weights (bf16, or the checkpoint's quantised
+  storage) + one prefill chunk's working set + per sequence: per layer min(tokens, window) x its KV elements x
+  2 bytes (GQA/MQA K and V heads, MLA's latent), recurrent state (SSM, linear attention), the fp32 next-token
+  logits. HF generate's batched prefill (F7) is job.py's `--method inference`. Encoders serve a batch of
+  sequences at the context with no cache; encoder-decoders hold the encoder output and both KV caches.
 """
 
 from __future__ import annotations
@@ -25,25 +30,40 @@ from .arch import Arch
 from .graph import Graph
 from .inputs import Assumptions, Card
 from .quant import serve_weight_bytes
-from .spec import Block, Part
+from .spec import Block, Part, norm_sums
+
+# transformers' Python-written GELUs (activations.py NewGELUActivation, FastGELUActivation, QuickGELUActivation)
+# save three more MLP-width tensors than one fused op (FINDINGS.md F8: gpt2's gelu_new).
+PYTHON_GELU = ("gelu_new", "gelu_fast", "quick_gelu")
 
 
 @dataclass(frozen=True)
 class Profile:
-    """One method's memory as static bytes per stage + bytes per sample, split by where they live."""
+    """One method's memory per stage: the loss-backward branch (static + bytes per sample) and two batch-free
+    branches, the end of the backward and the optimizer step; a stage's peak is the largest of the three."""
 
     method: str
-    embed_static: int  # bytes held for the embedding stage (embeddings, vision tower, ...)
-    layer_static: tuple[int, ...]  # bytes per layer independent of batch
-    head_static: int  # final norm + head (+ tied-weight effects)
-    step_extra: int  # optimizer-step-only temporaries for the whole model (foreach AdamW)
+    embed_static: int  # loss-backward branch: bytes held for the embedding stage (embeddings, vision tower, ...)
+    layer_static: tuple[int, ...]  # per layer, independent of batch
+    head_static: int  # final norm + head
+    step_extra: int  # unused by the branches below; kept 0 (the step is layer_step / embed_step / head_step)
     embed_per_sample: int
     layer_per_sample: tuple[int, ...]
     head_per_sample: int  # final norm, head input, logits and loss
     layers: int
-    # prefix sums of layer_static / layer_per_sample, so that a stage costs O(1) (splits try every cut)
+    # The optimizer step (weights + gradients + state + foreach temporary) and the end of the backward
+    # (weights + gradients + state), per stage; () = the branch does not exist (serving).
+    layer_step: tuple[int, ...] = ()
+    embed_step: int = 0
+    head_step: int = 0
+    layer_eob: tuple[int, ...] = ()
+    embed_eob: int = 0
+    head_eob: int = 0
+    tied_eob: int = 0  # the tied embedding's two gradients at the end of the backward: only with both ends
     static_prefix: tuple[int, ...] = field(init=False, repr=False, compare=False)
     act_prefix: tuple[int, ...] = field(init=False, repr=False, compare=False)
+    step_prefix: tuple[int, ...] = field(init=False, repr=False, compare=False)
+    eob_prefix: tuple[int, ...] = field(init=False, repr=False, compare=False)
     total_static: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -55,6 +75,8 @@ class Profile:
             return tuple(out)
         object.__setattr__(self, "static_prefix", prefix(self.layer_static))
         object.__setattr__(self, "act_prefix", prefix(self.layer_per_sample))
+        object.__setattr__(self, "step_prefix", prefix(self.layer_step or (0,) * self.layers))
+        object.__setattr__(self, "eob_prefix", prefix(self.layer_eob or (0,) * self.layers))
         object.__setattr__(self, "total_static", self.embed_static + self.static_prefix[-1] + self.head_static)
 
     def total(self, batch: int) -> int:
@@ -63,67 +85,159 @@ class Profile:
     def per_sample(self) -> int:
         return self.embed_per_sample + self.act_prefix[-1] + self.head_per_sample
 
+    def _parts(self, first: int, last: int, with_embed: bool, with_head: bool) -> tuple[int, int, int]:
+        """(static, per sample, batch-free peak) of a contiguous slice of layers [first, last) and its ends."""
+        e, h = with_embed, with_head
+        static = self.static_prefix[last] - self.static_prefix[first] + (self.embed_static if e else 0) \
+            + (self.head_static if h else 0)
+        act = self.act_prefix[last] - self.act_prefix[first] + (self.embed_per_sample if e else 0) \
+            + (self.head_per_sample if h else 0)
+        step = self.step_prefix[last] - self.step_prefix[first] + (self.embed_step if e else 0) \
+            + (self.head_step if h else 0)
+        eob = self.eob_prefix[last] - self.eob_prefix[first] + (self.embed_eob if e else 0) \
+            + (self.head_eob if h else 0) + (self.tied_eob if e and h else 0)
+        return static, act, max(step, eob)
+
     def stage(self, batch: int, first: int, last: int, with_embed: bool, with_head: bool) -> int:
         """Bytes of a contiguous slice of layers [first, last) plus the ends it holds."""
-        static = self.static_prefix[last] - self.static_prefix[first] + (self.embed_static if with_embed else 0) \
-            + (self.head_static if with_head else 0)
-        act = self.act_prefix[last] - self.act_prefix[first] + (self.embed_per_sample if with_embed else 0) \
-            + (self.head_per_sample if with_head else 0)
-        step = self.step_extra * static // max(self.total_static, 1) if self.step_extra else 0
-        return max(static + batch * act, static + step)
+        static, act, fixed = self._parts(first, last, with_embed, with_head)
+        return max(static + batch * act, fixed)
 
     def max_batch(self, budget: int, first: int = 0, last: int = -1, with_embed: bool = True,
                   with_head: bool = True, cap: int = 1 << 40) -> int:
-        """Largest b with stage(b) <= budget, 0 when batch 1 does not fit: the stage is static + b x act
-        (or static + step, a constant), so b = (budget - static) // act: what max_batch() finds."""
+        """Largest b with stage(b) <= budget, 0 when batch 1 does not fit: the stage is max(static + b x act,
+        a batch-free branch), so b = (budget - static) // act: what max_batch() finds."""
         last = self.layers if last < 0 else last
         if self.stage(1, first, last, with_embed, with_head) > budget:
             return 0
-        static = self.static_prefix[last] - self.static_prefix[first] + (self.embed_static if with_embed else 0) \
-            + (self.head_static if with_head else 0)
-        act = self.act_prefix[last] - self.act_prefix[first] + (self.embed_per_sample if with_embed else 0) \
-            + (self.head_per_sample if with_head else 0)
+        static, act, _ = self._parts(first, last, with_embed, with_head)
         return cap if act <= 0 else min((budget - static) // act, cap)
 
     def peak_phase(self, batch: int) -> str:
-        """When the peak happens: the optimizer step, the loss (logits), backward, or prefill."""
+        """When the peak happens: the loss (logits), backward, the end of the backward, the optimizer step;
+        serving: the decode with its full KV cache."""
         if self.method == "serve":
             return "decode (full KV cache)"
-        act = self.per_sample()
-        if self.step_extra > batch * act:
-            return "optimizer step"
+        static, act, _ = self._parts(0, self.layers, True, True)
+        step = self.step_prefix[-1] + self.embed_step + self.head_step
+        eob = self.eob_prefix[-1] + self.embed_eob + self.head_eob + self.tied_eob
+        if max(step, eob) > static + batch * act:
+            return "optimizer step" if step >= eob else "end of backward (tied-embedding gradients)"
         return "loss (logits)" if self.head_per_sample * 2 > act else "backward (activations)"
 
 
-def part_activation_bytes(p: Part, s: Assumptions, residual_bytes: int, rank: int = 0) -> int:
-    """Saved-for-backward bytes of one part per token (bf16 compute, SDPA attention).
+@dataclass(frozen=True)
+class Regime:
+    """How a training step keeps its tensors: the residual stream's and the matmuls' bytes per element, whether
+    the base weights train, and whether autocast casts each Linear's input (FINDINGS.md F3/F4)."""
 
-    A norm saves its input and normalised output; under AMP (fp32 residual) the Linear after it
-    also saves a bf16 cast of that output. With a bf16 base there is no cast. Under LoRA, peft casts
-    each adapted Linear's input for lora_A and keeps A's output (rank) for B's gradient.
-    """
-    c = s.compute_bytes
-    cast = c if residual_bytes != c else 0
-    out = (2 * residual_bytes + cast) * p.norm_width + c * p.act + 4 * p.act32
-    if rank:
-        out += c * sum(i + rank for i, _ in p.linears)
+    residual_bytes: int
+    compute_bytes: int
+    trained: bool  # full fine-tune: the base weights take gradients; LoRA/QLoRA: frozen
+    amp: bool  # bf16 autocast: fp32 norm outputs and adapter inputs are cast per reading Linear
+
+
+def regime(method: str, precision: str) -> Regime:
+    """amp: fp32 weights under bf16 autocast for a full fine-tune (HF Trainer --bf16), a bf16 base with fp32
+    adapters for LoRA; bf16: everything bf16 (LitGPT bf16-true, torchtune); fp32: no autocast."""
+    trained = method == "full"
+    if precision == "fp32":
+        return Regime(4, 4, trained, False)
+    if precision == "bf16":
+        return Regime(2, 2, trained, False)
+    return Regime(4 if trained else 2, 2, trained, True)
+
+
+def norm_bytes(rms_width: int, width: int, stats: int, read: int, fed: int, r: Regime) -> int:
+    """Saved bytes per token of a group of norms (FINDINGS.md F3/F4; modeling_llama.LlamaRMSNorm upcasts to fp32,
+    torch's native_layer_norm saves its input, mean and rstd). `width` all norms, `rms_width` the RMSNorms',
+    `stats` their statistics bytes, `read` width x reading Linears, `fed` widths some Linear reads."""
+    ln = width - rms_width
+    if not r.trained:  # a frozen weight needs no normalised output: the fp32 input (+ rsqrt / mean, rstd)
+        return 4 * width + stats if r.amp else 4 * rms_width + r.residual_bytes * ln + stats
+    if r.amp:  # fp32 input; RMS: the fp32 normalised output for the weight's gradient; a bf16 cast per reader
+        return 4 * width + stats + 4 * rms_width + r.compute_bytes * read
+    # pure bf16 / fp32: RMS upcasts its input; the normalised output (weight gradient) and the scaled output
+    # (the Linears' shared input) in the weights' dtype
+    return 4 * rms_width + r.residual_bytes * ln + stats + r.residual_bytes * (rms_width + fed)
+
+
+# LoRA target roles of a part's nn.Linears, in the order the builders list them (spec.py attention_part,
+# mlp_part); a group is one input tensor that several adapters may share.
+ROLE_GROUP = {"q": "attn_in", "k": "attn_in", "v": "attn_in", "qkv": "attn_in", "o": "attn_out",
+              "gate": "mlp_in", "up": "mlp_in", "gate_up": "mlp_in", "down": "mlp_mid"}
+
+
+def linear_roles(p: Part) -> tuple[str, ...]:
+    """q, k, v, o / qkv, o for attention; gate, up, down / gate_up, down / up, down for MLPs; else 'linear'."""
+    n = len(p.linears)
+    if p.attn_flops and not p.type.startswith("MoE"):
+        if n >= 4 and p.linears[0][0] == p.linears[1][0] == p.linears[2][0]:
+            return ("q", "k", "v", "o") + ("linear",) * (n - 4)
+        if n >= 2:
+            return ("qkv", "o") + ("linear",) * (n - 2)
+    if p.type in ("SwiGLU", "GeGLU", "GLU") and n in (2, 3):
+        return ("gate_up", "down") if n == 2 else ("gate", "up", "down")
+    if p.type == "MLP" and n == 2:
+        return ("up", "down")
+    return ("linear",) * n
+
+
+def adapted_linears(b: Block, roles: frozenset[str] | None) -> list[tuple[int, int, str]]:
+    """(in, out, input group) of each adapted Linear of a layer; roles None = every Linear (all-linear)."""
+    out = []
+    for k, p in enumerate(b.parts):
+        for (i, o), role in zip(p.linears, linear_roles(p)):
+            if roles is None or role in roles:
+                out.append((i, o, ROLE_GROUP.get(role, f"{k}.{len(out)}")))
     return out
 
 
-def block_activation_bytes(b: Block, s: Assumptions, residual_bytes: int, rank: int = 0) -> int:
-    """The sum of part_activation_bytes over the block's parts, from the block's sums (it is linear)."""
-    c = s.compute_bytes
-    cast = c if residual_bytes != c else 0
-    out = (2 * residual_bytes + cast) * b.norm_width + c * b.act + 4 * b.act32
+def adapter_activation_bytes(adapted: list[tuple[int, int, str]], rank: int, r: Regime) -> int:
+    """Per token: under AMP, peft casts each adapted Linear's input to the fp32 adapter and autocast casts it back,
+    so every lora_A saves its own bf16 copy; else the input is the same tensor for adapters sharing it (counted
+    once; o_proj's is the SDPA output, already saved). Each lora_B saves A's output (rank)."""
+    c = r.compute_bytes
+    if r.amp:
+        return c * sum(i + rank for i, _, _ in adapted)
+    groups = {g: i for i, _, g in adapted if g != "attn_out"}
+    return c * (sum(groups.values()) + rank * len(adapted))
+
+
+def block_activation_bytes(a: Arch, b: Block, r: Regime, rank: int = 0,
+                           roles: frozenset[str] | None = None) -> int:
+    """Saved-for-backward bytes of one layer per token (SDPA attention): norms, the parts' saved tensors (frozen:
+    `act_frozen`), fp32 softmax statistics, q/k norms over head_dim and adapters' inputs."""
+    c = r.compute_bytes
+    out = norm_bytes(b.rms_width, b.norm_width, b.norm_stats_bytes, b.norm_read, b.norm_fed, r)
+    out += c * (b.act if r.trained else b.act_frozen) + 4 * b.act32
+    attention = sum(1 for p in b.parts if p.attn_flops and not p.type.startswith("MoE"))
+    if a.qk_norm and attention:
+        # q_norm / k_norm (qwen3, olmo2, gemma3): the fp32 upcast, plus the normalised output when it trains
+        qk = a.heads * a.head_dim + a.kv_heads * a.head_dim
+        out += attention * qk * (4 + (0 if not r.trained else 4 if r.amp else r.residual_bytes))
+    if a.act in PYTHON_GELU:
+        out += 3 * c * sum(p.act // 2 for p in b.parts if p.type == "MLP")  # act = 2 x inter for a plain MLP
     if rank:
-        out += c * (b.lora_in + rank * len(b.linears))
+        out += adapter_activation_bytes(adapted_linears(b, roles), rank, r)
     return out
 
 
-def lora_params(g: Graph, a: Arch, rank: int) -> int:
-    """LoRA A (r x in) and B (out x r) on every nn.Linear of every layer; the head is left out."""
+def head_activation_bytes(g: Graph, r: Regime, s: Assumptions) -> int:
+    """Per token after the stack: the final norm (read by the LM head) and `logits_bytes` per logit (F1)."""
+    spec = g.spec
+    assert spec is not None
+    rms, stats, read, fed = norm_sums(spec.head)
+    width = sum(p.norm_width for p in spec.head)
+    return norm_bytes(rms, width, stats, read, fed, r) + s.logits_bytes * spec.logits
+
+
+def lora_params(g: Graph, a: Arch, rank: int, roles: frozenset[str] | None = None) -> int:
+    """LoRA A (r x in) and B (out x r) on every adapted nn.Linear of every layer; the head is left out."""
     assert g.spec is not None
-    return sum(rank * b.lora_io for b in g.spec.blocks)
+    if roles is None:
+        return sum(rank * b.lora_io for b in g.spec.blocks)
+    return sum(rank * (i + o) for b in g.spec.blocks for i, o, _ in adapted_linears(b, roles))
 
 
 def _ends(g: Graph) -> tuple[list[Part], list[Part]]:
@@ -132,37 +246,50 @@ def _ends(g: Graph) -> tuple[list[Part], list[Part]]:
 
 
 def train_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, method: str, rank: int) -> Profile:
+    """The site's jobs: full AMP AdamW (foreach) and LoRA on every Linear of a bf16 base, AMP, AdamW."""
     spec = g.spec
     assert spec is not None
     embed, head = _ends(g)
-    c = s.compute_bytes
+    r = regime(method, "amp")
     layer_tokens = [_tokens_of(b, tokens) for b in spec.blocks]
+    adam = s.master_weight_bytes + s.optimizer_state_bytes
     if method == "full":
-        per_param = s.master_weight_bytes + s.grad_bytes + s.optimizer_state_bytes
-        residual = s.master_weight_bytes
         copy = s.autocast_copy_bytes
 
-        def static(parts: list[Part] | tuple[Part, ...]) -> int:
-            return sum(per_param * p.params + copy * p.matmul for p in parts)
+        def static(params: int, matmul: int) -> int:  # the loss backward: no gradient exists yet (F2)
+            return adam * params + copy * matmul
 
-        layer_static = tuple(per_param * b.params + copy * b.matmul for b in spec.blocks)
-        matmul = sum(p.matmul for p in [*embed, *head]) + sum(b.matmul for b in spec.blocks)
-        step = s.foreach_temp_bytes * g.params_total - copy * matmul
-        embed_static, head_static, lora_rank = static(embed), static(head), 0
+        def late(params: int, temp: int) -> int:  # the end of the backward (temp 0) and the AdamW step
+            return (adam + s.grad_bytes + temp) * params
+
+        ends = [sum(p.params for p in part) for part in (embed, head)]
+        layer_static = tuple(static(b.params, b.matmul) for b in spec.blocks)
+        embed_static, head_static = (static(n, sum(p.matmul for p in part)) for n, part in zip(ends, (embed, head)))
+        step = s.foreach_temp_bytes
+        layer_step = tuple(late(b.params, step) for b in spec.blocks)
+        layer_eob = tuple(late(b.params, 0) for b in spec.blocks)
+        embed_step, head_step = late(ends[0], step), late(ends[1], step)
+        embed_eob, head_eob = late(ends[0], 0), late(ends[1], 0)
+        # F6: a tied weight's two gradients (embedding, LM head) and their sum are live together.
+        tied = 2 * s.grad_bytes * spec.vocab * (a.embed_dim or a.hidden) if spec.tied else 0
+        embed_act = s.master_weight_bytes * spec.hidden
     else:
-        adapter_rate = s.master_weight_bytes + s.grad_bytes + s.optimizer_state_bytes
-        residual = s.base_weight_bytes
+        adapter_rate = adam + s.autocast_copy_bytes  # fp32 adapter, AdamW state, its bf16 autocast copy
         layer_static = tuple(s.base_weight_bytes * b.params + adapter_rate * rank * b.lora_io for b in spec.blocks)
         embed_static = s.base_weight_bytes * sum(p.params for p in embed)
         head_static = s.base_weight_bytes * sum(p.params for p in head)
-        step = s.foreach_temp_bytes * lora_params(g, a, rank)
-        lora_rank = rank
-    layer_act = tuple(n * block_activation_bytes(b, s, residual, lora_rank) for b, n in zip(spec.blocks, layer_tokens))
-    cast = c if residual != c else 0
-    head_act = tokens * ((2 * residual + cast) * spec.hidden + s.logits_bytes * spec.logits)
-    embed_act = tokens * residual * spec.hidden + c * spec.vision_act * (1 if spec.image_tokens else 0)
-    return Profile(method, embed_static, layer_static, head_static, max(step, 0), embed_act, layer_act, head_act,
-                   len(spec.blocks))
+        # the adapters' AdamW step: weights + adapters (4 + 4 + 8 + 4 foreach) B each
+        late_rate = adam + s.grad_bytes + s.foreach_temp_bytes
+        layer_step = tuple(s.base_weight_bytes * b.params + late_rate * rank * b.lora_io for b in spec.blocks)
+        layer_eob = ()
+        embed_step, head_step, embed_eob, head_eob, tied = embed_static, head_static, 0, 0, 0
+        embed_act = 0  # a frozen embedding saves nothing (F4)
+    layer_act = tuple(n * block_activation_bytes(a, b, r, rank if method != "full" else 0)
+                      for b, n in zip(spec.blocks, layer_tokens))
+    head_act = tokens * head_activation_bytes(g, r, s)
+    embed_act = tokens * embed_act + s.compute_bytes * spec.vision_act * (1 if spec.image_tokens else 0)
+    return Profile(method, embed_static, layer_static, head_static, 0, embed_act, layer_act, head_act,
+                   len(spec.blocks), layer_step, embed_step, head_step, layer_eob, embed_eob, head_eob, tied)
 
 
 def _tokens_of(b: Block, tokens: int) -> int:

@@ -29,6 +29,7 @@ class Part(NamedTuple):
     linears: tuple[tuple[int, int], ...] = ()  # (in, out) of each nn.Linear a LoRA adapter wraps
     act: int = 0  # saved-for-backward elements per token at compute precision (bf16)
     act32: int = 0  # saved fp32 elements per token (softmax statistics)
+    act_frozen: int = -1  # saved elements per token when the part's weights are frozen (LoRA); -1 = act
     norm_width: int = 0  # a norm: saves its input and output (+ a cast) of this width per token
     transient: int = 0  # serving: largest working set of the part per token, elements
     kv: int = 0  # serving: cached elements per token (K + V, or MLA's latent)
@@ -41,6 +42,17 @@ class Part(NamedTuple):
     @property
     def weight_mats(self) -> tuple[tuple[int, int, int], ...]:
         return self.mats or tuple((1, i, o) for i, o in self.linears)
+
+    @property
+    def frozen_act(self) -> int:
+        return self.act if self.act_frozen < 0 else self.act_frozen
+
+    @property
+    def readers(self) -> int:
+        """How many input projections read this part's input (q, k, v: 3; gate, up: 2; fused: 1): under AMP
+        autocast casts a norm's fp32 output once per Linear that reads it (FINDINGS.md F3)."""
+        n = len(self.linears)
+        return n - 1 if n >= 2 else (1 if self.matmul else 0)
 
     @property
     def active_params(self) -> int:
@@ -67,6 +79,13 @@ class Block:
     norm_width: int = field(init=False, repr=False, compare=False)
     act: int = field(init=False, repr=False, compare=False)
     act32: int = field(init=False, repr=False, compare=False)
+    act_frozen: int = field(init=False, repr=False, compare=False)  # act with the weights frozen (LoRA)
+    # Norms (FINDINGS.md F3): widths of RMSNorms, per-token statistics bytes (RMS: fp32 rsqrt 4; LayerNorm:
+    # fp32 mean + rstd 8), width x Linears reading each norm's output, and widths of norms some Linear reads.
+    rms_width: int = field(init=False, repr=False, compare=False)
+    norm_stats_bytes: int = field(init=False, repr=False, compare=False)
+    norm_read: int = field(init=False, repr=False, compare=False)
+    norm_fed: int = field(init=False, repr=False, compare=False)
     transient: int = field(init=False, repr=False, compare=False)  # the largest part's working set
     state: int = field(init=False, repr=False, compare=False)
     linears: tuple[tuple[int, int], ...] = field(init=False, repr=False, compare=False)
@@ -77,6 +96,7 @@ class Block:
 
     def __post_init__(self) -> None:
         params = active = matmul = active_mm = norm_w = act = act32 = transient = state = 0
+        act_frozen = rms = stats = read = fed = 0
         linears: list[tuple[int, int]] = []
         kv: list[tuple[int, int]] = []
         attn: list[tuple[int, int]] = []
@@ -88,6 +108,7 @@ class Block:
             norm_w += p.norm_width
             act += p.act
             act32 += p.act32
+            act_frozen += p.frozen_act
             state += p.state
             if p.transient > transient:
                 transient = p.transient
@@ -97,7 +118,9 @@ class Block:
                 kv.append((p.window, p.kv))
             if p.attn_flops:
                 attn.append((p.window, p.attn_flops))
-        values = {"params": params, "active": active, "matmul": matmul, "active_matmul": active_mm,
+        rms, stats, read, fed = norm_sums(self.parts)
+        values = {"act_frozen": act_frozen, "rms_width": rms, "norm_stats_bytes": stats, "norm_read": read,
+                  "norm_fed": fed, "params": params, "active": active, "matmul": matmul, "active_matmul": active_mm,
                   "norm_width": norm_w, "act": act, "act32": act32, "transient": transient, "state": state,
                   "linears": tuple(linears), "lora_in": sum(i for i, _ in linears),
                   "lora_io": sum(i + o for i, o in linears), "kv": tuple(kv), "attn": tuple(attn)}
@@ -151,6 +174,26 @@ class Spec:
         return sum(p.params for p in self.embed) + sum(b.params for b in self.blocks) + sum(p.params for p in self.head)
 
 
+def norm_sums(parts: tuple[Part, ...] | list[Part]) -> tuple[int, int, int, int]:
+    """(RMSNorm widths, statistics bytes, sum of width x readers, widths read by some Linear) over the norms
+    of a sequence of parts. A norm's readers are the input projections of the parts after it up to the next
+    norm: one norm of a parallel block (gptj, phi, cohere) feeds attention and MLP alike."""
+    rms = stats = read = fed = 0
+    for i, p in enumerate(parts):
+        if not p.norm_width:
+            continue
+        readers = 0
+        for q in parts[i + 1:]:
+            if q.norm_width:
+                break
+            readers += q.readers
+        rms += p.norm_width if p.type == "RMSNorm" else 0
+        stats += 4 if p.type == "RMSNorm" else 8
+        read += p.norm_width * readers
+        fed += p.norm_width if readers else 0
+    return rms, stats, read, fed
+
+
 def linear(n_in: int, n_out: int, bias: bool = False) -> int:
     return n_in * n_out + (n_out if bias else 0)
 
@@ -182,8 +225,9 @@ def attention_part(name: str, typ: str, hidden: int, heads: int, kv_heads: int, 
     """Self-attention with q/k/v/o projections (modeling_llama.LlamaAttention and its descendants).
 
     kv: 2 x kv_heads x head_dim per token (K and V; GQA/MQA share K/V heads: Ainslie et al. 2023,
-    arXiv:2305.13245). Saved per token: q/k/v before and after RoPE and rotate_half, the SDPA output and
-    o_proj input (no score matrix with fused kernels) and the fp32 log-sum-exp per head.
+    arXiv:2305.13245). Saved per token (measured, data/measurements/FINDINGS.md F3/F4): the rope'd q and k
+    once (RoPE's multiplies save only the shared cos/sin), v, the SDPA output (= o_proj's input; no score
+    matrix with fused kernels) and the fp32 log-sum-exp per head; the same with the weights frozen.
     `q_mult` 2 for gated attention (q_proj also emits the output gate, modeling_qwen3_next.py).
     """
     v_dim = v_dim or head_dim
@@ -194,9 +238,8 @@ def attention_part(name: str, typ: str, hidden: int, heads: int, kv_heads: int, 
               + linear(o_in, hidden, o_bias) + extra)
     mm = hidden * (q * q_mult + k + v) + o_in * hidden + sum(i * o for i, o in extra_linears)
     lin = ((hidden, q * q_mult + k + v),) if fused_qkv else ((hidden, q * q_mult), (hidden, k), (hidden, v))
-    copies = 3 if rope else 1
     return Part(name, typ, params, matmul=mm, linears=lin + ((o_in, hidden),) + extra_linears,
-                act=copies * (q + k) + v + 2 * q + (q if q_mult > 1 else 0), act32=heads,
+                act=2 * q + k + v + (q if q_mult > 1 else 0), act32=heads,
                 transient=q * q_mult + q + k + v, kv=(k + v) if cached else 0, window=window,
                 attn_flops=2 * heads * (head_dim + v_dim))
 
@@ -205,7 +248,8 @@ def mlp_part(name: str, typ: str, hidden: int, inter: int, gated: bool, bias: bo
              fused: bool = False, extra: int = 0, out: int = 0) -> Part:
     """Feed-forward: gated (gate, up, down: SwiGLU/GeGLU, Shazeer 2020) or plain (fc1, act, fc2).
 
-    Saved per token: gate, act(gate), up, product (gated) or fc1 output and activation (plain).
+    Saved per token: gate, act(gate), up, product (gated) or fc1 output and activation (plain). Frozen
+    (LoRA): a frozen down_proj saves no input, so the product (or activation) is not kept (FINDINGS.md F4).
     """
     out = out or hidden
     n_up = 2 if gated else 1
@@ -215,7 +259,8 @@ def mlp_part(name: str, typ: str, hidden: int, inter: int, gated: bool, bias: bo
     else:
         lin = ((hidden, inter),)
     return Part(name, typ, params, matmul=(n_up * hidden + out) * inter, linears=lin + ((inter, out),),
-                act=inter * (4 if gated else 2), transient=inter * (3 if gated else 2))
+                act=inter * (4 if gated else 2), act_frozen=inter * (3 if gated else 1),
+                transient=inter * (3 if gated else 2))
 
 
 def moe_part(name: str, hidden: int, experts: int, top_k: int, inter: int, *, gated: bool = True, bias: bool = False,
@@ -243,6 +288,7 @@ def moe_part(name: str, hidden: int, experts: int, top_k: int, inter: int, *, ga
     return Part(name, "MoE", params, mats=mats, active=router + k * per_expert + shared_p + extra,
                 matmul=hidden * experts + experts * mm_e + mm_s, active_matmul=hidden * experts + k * mm_e + mm_s,
                 linears=lin, act=(k * inter + shared) * (4 if gated else 2) + hidden, act32=experts,
+                act_frozen=(k * inter + shared) * (3 if gated else 1) + hidden,
                 transient=k * inter * (3 if gated else 2) + shared * 3 + hidden)
 
 
@@ -256,6 +302,6 @@ def combine(name: str, typ: str, *parts: Part) -> Part:
         return sum(getattr(p, attr) for p in parts)
     return Part(name, typ, total("params"), active=sum(p.active_params for p in parts), matmul=total("matmul"),
                 active_matmul=sum(p.active_matmul_params for p in parts), linears=tuple(x for p in parts for x in p.linears),
-                act=total("act"), act32=total("act32"), transient=max(p.transient for p in parts), kv=total("kv"),
+                act=total("act"), act32=total("act32"), act_frozen=sum(p.frozen_act for p in parts), transient=max(p.transient for p in parts), kv=total("kv"),
                 window=max(p.window for p in parts), state=total("state"), attn_flops=total("attn_flops"),
                 mats=tuple(x for p in parts for x in p.weight_mats))
