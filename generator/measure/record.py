@@ -7,7 +7,7 @@ import platform
 from importlib import metadata
 from typing import Any, Mapping
 
-from .setup import Setup, config_hash, estimate_for
+from .setup import Setup, config_hash, estimate_for, job_of
 
 RECORD_SCHEMA = 1
 
@@ -29,7 +29,7 @@ def estimate_or_reason(config: Mapping[str, Any], model_id: str, setup: Setup) -
     except Exception as exc:  # noqa: BLE001 - the estimator's own error (unsupported family, bad key) is data here
         return None, f"estimator refused: {type(exc).__name__}: {exc}"[:300]
     if est is None:
-        return None, "the estimator has no such setup"
+        return None, job_of(setup)[1] or "the estimator has no such setup"
     from .. import __version__
 
     est["estimator_version"] = __version__

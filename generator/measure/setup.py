@@ -35,6 +35,10 @@ class Setup:
     attention: str = "sdpa"
     steps: int = 2  # the peak is taken over all steps; step 2 is the first with optimizer state
     train_mode: bool = True  # model.train(): dropout layers active as in a real fine-tune
+    # How the base is stored ("" = follows precision) and what the peak is read as; the harness runs bf16/fp32
+    # bases and reports allocated tensors (CUDA: also reserved); public rows carry other values.
+    weights: str = ""
+    metric: str = "allocated"
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -161,43 +165,58 @@ def parse_overrides(items: list[str] | None) -> dict[str, Any]:
     return out
 
 
+def job_of(setup: Setup):
+    """The estimator's Job for this setup, or (None, why) where it has none; returns (job, reason)."""
+    from ..estimator.job import Job
+
+    if setup.lora_dropout:
+        return None, "LoRA dropout > 0 (peft saves a dropped copy of each adapter input): not modelled"
+    if setup.optimizer == "adamw" and setup.adamw_impl != "foreach":
+        return None, f"AdamW {setup.adamw_impl} step (FINDINGS.md P4, optional): not modelled"
+    if setup.method in ("lora", "qlora") and setup.lora_rank is None:
+        return None, "LoRA rank not given"
+    return Job(method=setup.method, precision=setup.precision, weights=setup.weights, optimizer=setup.optimizer,
+               grad_ckpt=setup.grad_ckpt, lora_rank=setup.lora_rank, lora_targets=setup.lora_targets,
+               batch=setup.batch, tokens=setup.tokens, new_tokens=setup.new_tokens, attention=setup.attention,
+               metric=setup.metric), ""
+
+
 def estimator_supports(setup: Setup) -> bool:
-    """The setups the current estimator claims: full AMP AdamW, LoRA (all linear, bf16 base) AMP AdamW, bf16 serving."""
-    plain = setup.attention == "sdpa" and not setup.grad_ckpt
-    if setup.method == "full":
-        return plain and setup.precision == "amp" and setup.optimizer == "adamw" and setup.adamw_impl == "foreach"
-    if setup.method == "lora":
-        return (plain and setup.precision == "amp" and setup.optimizer == "adamw" and setup.adamw_impl == "foreach"
-                and setup.lora_targets == "all-linear" and setup.lora_dropout == 0.0)
-    if setup.method == "inference":
-        return plain and setup.precision == "bf16"
-    return False
+    """The setups estimator.job prices: every method, precision, optimizer, checkpointing and attention the
+    harness runs, except LoRA dropout and the for-loop / fused AdamW step."""
+    from ..errors import ConfigError
+    from ..estimator.job import validate
+
+    job, _ = job_of(setup)
+    if job is None:
+        return False
+    try:
+        validate(job, "setup")
+    except ConfigError:
+        return False
+    return True
 
 
 def estimate_for(config: Mapping[str, Any], model_id: str, setup: Setup, assumptions: Any = None) -> dict[str, Any] | None:
-    """The current estimator's peak bytes and peak phase for this exact setup, or None where it has no such setup.
+    """estimator.job's peak bytes, phase and breakdown for this exact setup, or None where it has no such setup.
 
-    Training: the memory profile at `tokens` per sample and `batch` samples (the figure the site shows as
-    train_*_bytes at that batch). Serving: `tokens + new_tokens` per sequence, `batch` sequences.
-    Raises the estimator's own errors (ConfigError, UnsupportedArchitecture) for configs it refuses.
+    Training: `batch` samples of `tokens`; inference: HF generate, `batch` prompts of `tokens` then `new_tokens`
+    decoded (FINDINGS.md F7). Raises the estimator's own errors (ConfigError, UnsupportedArchitecture, JobError)
+    for configs or options it refuses.
     """
     if not estimator_supports(setup):
         return None
     from ..estimator.config import normalise
     from ..estimator.graph import build_graph
-    from ..estimator.memory import serve_profile, train_profile
+    from ..estimator.job import job_memory
 
     if assumptions is None:
         from ..settings import load_settings
 
         assumptions = load_settings().assumptions
-    s = dataclasses.replace(assumptions, train_tokens=setup.tokens, lora_rank=setup.lora_rank,
-                            serve_tokens=setup.tokens + setup.new_tokens)
+    job, _ = job_of(setup)
     arch = normalise(config, model_id)
     graph = build_graph(arch)
-    if setup.method == "inference":
-        profile = serve_profile(arch, graph, s, s.serve_tokens)
-    else:
-        profile = train_profile(arch, graph, s, setup.tokens, setup.method, setup.lora_rank)
-    return {"peak_bytes": int(profile.total(setup.batch)), "phase": profile.peak_phase(setup.batch),
+    mem = job_memory(arch, graph, assumptions, job, model_id)
+    return {"peak_bytes": int(mem.peak_bytes), "phase": mem.peak_phase, "breakdown": dict(mem.breakdown),
             "params": int(graph.params_total)}

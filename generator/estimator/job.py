@@ -1,0 +1,311 @@
+"""One exact job (method, precision, storage, optimizer, checkpointing, attention, metric) → its peak memory.
+
+The site's figures (memory.train_profile / serve_profile) are this module's default job; here every option of a
+real run is priced, phase by phase, from the same per-layer formulas (memory.block_activation_bytes):
+- training: the loss backward (no gradient yet, FINDINGS.md F2), the end of the backward (all gradients; a tied
+  embedding's two gradients, F6), the optimizer step with its temporaries (F5);
+- inference as transformers' `generate` runs it (the measurement harness): one prefill of all prompts, then
+  decode through the KV cache (F7). The site's serving figure is a chunked-prefill server instead (memory.py).
+Bytes per option, with sources, are in the functions below; `metric` turns tensor bytes into what a tool reports.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+from ..errors import ConfigError
+from .arch import Arch, Quant
+from .graph import Graph
+from .inputs import Assumptions
+from .memory import (adapted_linears, block_activation_bytes, head_activation_bytes, kv_bytes_of_block, linear_roles,
+                     lora_params, regime)
+from .quant import _mat_elements
+
+METHODS = ("full", "lora", "qlora", "inference")
+PRECISIONS = ("amp", "bf16", "fp32")
+WEIGHTS = ("bf16", "fp16", "fp32", "int8", "nf4", "gptq-int4", "fp8")
+OPTIMIZERS = ("adamw", "adamw8bit", "paged-adamw", "sgd")
+ATTENTIONS = ("sdpa", "eager")
+METRICS = ("allocated", "reserved", "nvidia-smi")
+PARTS = ("weights", "gradients", "optimizer_state", "activations", "logits", "kv_cache", "overhead")
+
+# Storage of a quantised base, per nn.Linear inside the layers (embeddings, norms and the LM head stay 16-bit:
+# bitsandbytes skips lm_head, transformers' get_keys_to_not_convert). Read with quant._mat_elements.
+QUANTS = {
+    # bnb NF4: 2 weights per uint8 + fp32 absmax per 64 (Dettmers et al. 2023, QLoRA, arXiv:2305.14314 §2)
+    "nf4": Quant("bitsandbytes", 4, 2, 64, 4.0, "bnb NF4, blocksize 64"),
+    # LLM.int8(): int8 weight + fp32 scale per output row (bitsandbytes Int8Params SCB)
+    "int8": Quant("bitsandbytes", 8, 1, 0, 4.0, "bnb LLM.int8()"),
+    # GPTQ int4 (AutoGPTQ / gptqmodel): packed int32 qweight, qzeros, fp16 scales per 128 inputs, g_idx
+    "gptq-int4": Quant("gptq", 4, 8, 128, 2.0, "GPTQ int4, group 128"),
+    # fp8 e4m3 weight + fp32 scale per output channel (transformers FbgemmFp8Linear)
+    "fp8": Quant("fp8", 8, 1, 0, 4.0, "fp8 e4m3, per-channel scale"),
+}
+# QLoRA's double quantisation: the fp32 absmax per 64 becomes uint8 + an fp32 absmax per 256 of them
+# (QLoRA §2 "Double Quantization": 0.5 -> 0.127 bits per parameter): 1/64 + 4/(64 x 256) bytes per weight.
+DOUBLE_QUANT_SAVING = 4 / 64 - (1 / 64 + 4 / (64 * 256))
+
+# bitsandbytes 8-bit optimizers: two uint8 states + one fp32 absmax per 256-element block each
+# (bitsandbytes/optim/optimizer.py Optimizer2State.init_state, blocksize 256; Dettmers et al. 2022,
+# arXiv:2110.02861). Tensors under 4,096 elements stay 32-bit (min_8bit_size); their share is ignored.
+ADAMW8BIT_STATE_BYTES = 2 + 2 * 4 / 256
+
+
+class JobError(ConfigError):
+    """An option the estimator cannot price for this model, named with its key and value."""
+
+
+@dataclass(frozen=True)
+class Job:
+    """The options of one run (the CLI's --method ... --metric). weights "" = follows precision (bf16 base for
+    LoRA, NF4 for QLoRA, bf16 served; fp32 with --precision fp32)."""
+
+    method: str = "full"
+    precision: str = "amp"
+    weights: str = ""
+    double_quant: bool = False  # QLoRA's nested absmax quantisation (nf4 only)
+    optimizer: str = "adamw"
+    grad_ckpt: bool = False
+    lora_rank: int = 16
+    lora_targets: str = "all-linear"
+    batch: int = 1
+    tokens: int = 2048
+    new_tokens: int = 0
+    attention: str = "sdpa"
+    metric: str = "allocated"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @property
+    def storage(self) -> str:
+        if self.weights:
+            return self.weights
+        if self.precision == "fp32":
+            return "fp32"
+        return "nf4" if self.method == "qlora" else "bf16"
+
+
+@dataclass(frozen=True)
+class JobMemory:
+    peak_bytes: int
+    peak_phase: str
+    breakdown: tuple[tuple[str, int], ...]  # PARTS at the peak phase; they sum to peak_bytes
+
+
+# Module names per LoRA role, as transformers' modeling files name them (peft matches target_modules by the
+# last name component). Default: modeling_llama and its descendants; plain MLPs default to fc1/fc2.
+NAMES = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "o_proj", "qkv": "qkv_proj", "gate": "gate_proj",
+         "up": "up_proj", "down": "down_proj", "gate_up": "gate_up_proj"}
+FAMILY_NAMES = {
+    "gpt2": {"qkv": "c_attn", "o": "c_proj", "up": "c_fc", "down": "c_proj"},
+    "gpt_bigcode": {"qkv": "c_attn", "o": "c_proj", "up": "c_fc", "down": "c_proj"},
+    "starcoder2": {"up": "c_fc", "down": "c_proj"},
+    "gpt_neox": {"qkv": "query_key_value", "o": "dense", "up": "dense_h_to_4h", "down": "dense_4h_to_h"},
+    "falcon": {"qkv": "query_key_value", "o": "dense", "up": "dense_h_to_4h", "down": "dense_4h_to_h"},
+    "bloom": {"qkv": "query_key_value", "o": "dense", "up": "dense_h_to_4h", "down": "dense_4h_to_h"},
+    "opt": {"o": "out_proj", "up": "fc1", "down": "fc2"},
+    "gptj": {"o": "out_proj", "up": "fc_in", "down": "fc_out"},
+    "phi": {"o": "dense", "up": "fc1", "down": "fc2"},
+}
+MLP_ROLES = frozenset({"gate", "up", "down", "gate_up"})
+
+
+def target_roles(a: Arch, g: Graph, targets: str, model: str) -> frozenset[str] | None:
+    """The roles the comma list names (None: all-linear). `mlp` is torchtune's apply_lora_to_mlp (every MLP
+    Linear). A name no Linear of this model carries is an error, never a silent default."""
+    if targets == "all-linear":
+        return None
+    spec = g.spec
+    assert spec is not None
+    present = {role for b in spec.blocks for p in b.parts for role in linear_roles(p)} - {"linear"}
+    plain = any(p.type == "MLP" for b in spec.blocks for p in b.parts)
+    names = dict(NAMES, **({"up": "fc1", "down": "fc2"} if plain else {}), **FAMILY_NAMES.get(a.family, {}))
+    roles: set[str] = set()
+    for name in (t.strip() for t in targets.split(",")):
+        hit = MLP_ROLES & present if name == "mlp" else {r for r in present if names.get(r) == name}
+        if not hit:
+            known = sorted({names[r] for r in present if r in names}) + ["mlp", "all-linear"]
+            raise JobError(model, "lora_targets", name, f"no Linear of this {a.model_type} model is named so; "
+                                                        f"its names: {', '.join(known)}")
+        roles |= hit
+    return frozenset(roles)
+
+
+def validate(job: Job, model: str) -> None:
+    for key, value, allowed in (("method", job.method, METHODS), ("precision", job.precision, PRECISIONS),
+                                ("weights", job.storage, WEIGHTS), ("optimizer", job.optimizer, OPTIMIZERS),
+                                ("attention", job.attention, ATTENTIONS), ("metric", job.metric, METRICS)):
+        if value not in allowed:
+            raise JobError(model, key, value, f"must be one of {', '.join(allowed)}")
+    for key, value in (("batch", job.batch), ("tokens", job.tokens), ("lora_rank", job.lora_rank)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise JobError(model, key, value, "must be a positive integer")
+    if job.new_tokens < 0 or (job.new_tokens and job.method != "inference"):
+        raise JobError(model, "new_tokens", job.new_tokens, "is for method inference, and must be >= 0")
+    if job.method == "full" and job.weights and job.weights != {"amp": "fp32"}.get(job.precision, job.precision):
+        raise JobError(model, "weights", job.weights, f"a full fine-tune trains the weights in its precision "
+                                                      f"({job.precision}); a quantised or other base is not trainable")
+    if job.method == "qlora" and job.storage not in ("nf4", "int8", "gptq-int4", "fp8"):
+        raise JobError(model, "weights", job.storage, "QLoRA needs a quantised base (nf4, int8, gptq-int4, fp8)")
+    if job.double_quant and job.storage != "nf4":
+        raise JobError(model, "double_quant", True, f"is for nf4 weights, not {job.storage}")
+
+
+def weight_bytes(g: Graph, storage: str, double_quant: bool = False) -> int:
+    """Bytes of the whole model's weights stored as `storage` (quantised: the layers' Linears; the rest 16-bit)."""
+    spec = g.spec
+    assert spec is not None
+    if storage in ("bf16", "fp16", "fp32"):
+        return (4 if storage == "fp32" else 2) * g.params_total
+    q = QUANTS[storage]
+    total = 2.0 * g.params_total
+    for b in spec.blocks:
+        for p in b.parts:
+            for count, i, o in p.weight_mats:
+                total += _mat_elements(q, count, i, o)[1] - 2 * count * i * o
+                if double_quant:
+                    total -= DOUBLE_QUANT_SAVING * count * i * o
+    return int(total)
+
+
+def dequant_transient_bytes(g: Graph, storage: str, c: int) -> int:
+    """A 4-bit or int8 base's largest Linear dequantised to the compute dtype for a matmul (bitsandbytes
+    MatMul4Bit: dequantize_4bit(W) @ x, freed after; its backward does the same); GPTQ and fp8 kernels read the
+    packed weight: 0."""
+    if storage not in ("nf4", "int8"):
+        return 0
+    spec = g.spec
+    assert spec is not None
+    return c * max((i * o for b in spec.blocks for p in b.parts for _, i, o in p.weight_mats), default=0)
+
+
+def eager_scores_bytes(g: Graph, tokens: int, c: int) -> int:
+    """Per sequence and attention layer list: transformers' eager_attention_forward materialises
+    softmax(QK^T, dtype=float32) (fp32, saved) and its cast to the query dtype (saved by the AV matmul):
+    heads x T x T x (4 + c); dropout 0 keeps no mask. Returns the per-layer bytes as a sum over layers."""
+    spec = g.spec
+    assert spec is not None
+    return sum(p.act32 * tokens * tokens * (4 + c) for b in spec.blocks for p in b.parts
+               if p.attn_flops and not p.type.startswith("MoE"))
+
+
+def _phase(name: str, **parts: int) -> tuple[str, dict[str, int]]:
+    return name, {k: int(parts.get(k, 0)) for k in PARTS}
+
+
+def job_memory(a: Arch, g: Graph, s: Assumptions, job: Job, model: str = "") -> JobMemory:
+    """The peak of `job` and its phase, with the breakdown at that phase, in the `metric`'s terms."""
+    model = model or a.model_type
+    validate(job, model)
+    if job.method == "inference":
+        phases = _inference(a, g, s, job)
+    else:
+        phases = _training(a, g, s, job, model)
+    name, parts = max(phases, key=lambda ph: sum(ph[1].values()))
+    parts = dict(parts)
+    _apply_metric(parts, s, job, g)
+    return JobMemory(sum(parts.values()), name, tuple((k, parts[k]) for k in PARTS))
+
+
+def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str) -> list[tuple[str, dict[str, int]]]:
+    spec = g.spec
+    assert spec is not None
+    r = regime("full" if job.method == "full" else "lora", job.precision)
+    c = r.compute_bytes
+    B, T = job.batch, job.tokens
+    P = g.params_total
+    if job.method == "full":
+        trainable, param_bytes = P, {"amp": 4, "bf16": 2, "fp32": 4}[job.precision]
+        weights = param_bytes * P
+        roles, rank = None, 0
+        copies = 2 * g.params_matmul if r.amp else 0  # autocast's bf16 weight copies, saved for backward
+    else:
+        roles = target_roles(a, g, job.lora_targets, model)
+        rank = job.lora_rank
+        trainable = lora_params(g, a, rank, roles)
+        param_bytes = 2 if job.precision == "bf16" else 4  # peft keeps adapters fp32 under AMP
+        weights = weight_bytes(g, job.storage, job.double_quant) + param_bytes * trainable
+        copies = 2 * trainable if r.amp else 0
+    grad = param_bytes * trainable  # gradients take the trainable weights' dtype
+    # Optimizer state per trainable parameter, and the step's temporaries:
+    # - adamw (torch.optim.AdamW, foreach on CUDA): exp_avg, exp_avg_sq as zeros_like(param) = 2 x param bytes;
+    #   the foreach step holds one temporary as large as the parameters (F5: 20 x P measured under AMP).
+    # - adamw8bit / paged-adamw (bitsandbytes): one fused kernel updates in place, no temporary.
+    # - sgd (no momentum): no state, torch._foreach_add_ in place.
+    state = {"adamw": 2 * param_bytes, "paged-adamw": 2 * param_bytes, "adamw8bit": ADAMW8BIT_STATE_BYTES,
+             "sgd": 0}[job.optimizer] * trainable
+    temp = param_bytes * trainable if job.optimizer == "adamw" else 0
+    layers = [block_activation_bytes(a, b, r, rank, roles) for b in spec.blocks]
+    embed = (r.residual_bytes * spec.hidden if r.trained else 0) * T
+    if job.grad_ckpt:
+        # non-reentrant checkpointing per decoder layer (transformers gradient_checkpointing_enable): each layer
+        # keeps its input; the backward recomputes one layer at a time, whose saved tensors then live.
+        per_seq = T * (len(layers) * r.residual_bytes * spec.hidden + max(layers, default=0)) + embed
+        eager_layers = max((p.act32 for b in spec.blocks for p in b.parts if p.attn_flops
+                            and not p.type.startswith("MoE")), default=0) * T * T * (4 + c)
+    else:
+        per_seq = T * sum(layers) + embed
+        eager_layers = eager_scores_bytes(g, T, c)
+    per_seq += c * spec.vision_act * (1 if spec.image_tokens else 0)
+    if job.attention == "eager":
+        per_seq += eager_layers
+    head = T * head_activation_bytes(g, r, s)
+    logits = T * s.logits_bytes * spec.logits
+    overhead = copies + dequant_transient_bytes(g, job.storage, c)
+    out = [_phase("loss (logits)" if logits * 2 > per_seq + head else "backward (activations)", weights=weights,
+                  optimizer_state=state, activations=B * (per_seq + head - logits), logits=B * logits,
+                  overhead=overhead)]
+    if job.method == "full" and spec.tied:  # F6: the tied weight's two gradients and their sum
+        tied = 2 * param_bytes * spec.vocab * (a.embed_dim or a.hidden)
+        out.append(_phase("end of backward (tied-embedding gradients)", weights=weights, gradients=grad + tied,
+                          optimizer_state=state))
+    out.append(_phase("optimizer step", weights=weights, gradients=grad, optimizer_state=state, overhead=temp))
+    return out
+
+
+def _inference(a: Arch, g: Graph, s: Assumptions, job: Job) -> list[tuple[str, dict[str, int]]]:
+    """HF generate (F7): prefill of all B prompts in one forward, then decode. Prefill: weights + the prompts'
+    KV cache + per prompt token c x (the largest part's working set + 4 hidden-wide tensors: inputs_embeds,
+    the layer input, the post-attention residual, the normed input) [+ eager scores of one layer]. Decode:
+    weights + the KV cache at prompt + new tokens + the next-token logits (bf16 + transformers' fp32 copy)."""
+    spec = g.spec
+    assert spec is not None
+    c = 4 if job.precision == "fp32" else 2
+    B, T, N = job.batch, job.tokens, job.new_tokens
+    weights = weight_bytes(g, job.storage, job.double_quant)
+    enc = T if spec.kind == "encoder-decoder" else 0
+
+    def kv(tokens: int) -> int:
+        per = sum(kv_bytes_of_block(b, s, tokens, enc) for b in spec.blocks if b.stack != "encoder")
+        return per * c // s.kv_bytes  # the cache takes the compute dtype
+
+    transient = max((b.transient for b in spec.blocks), default=0) + 4 * spec.hidden
+    acts = T * c * transient
+    if job.attention == "eager":
+        acts += max((p.act32 for b in spec.blocks for p in b.parts if p.attn_flops
+                     and not p.type.startswith("MoE")), default=0) * T * T * (4 + c)
+    dequant = dequant_transient_bytes(g, job.storage, c)
+    return [_phase("prefill", weights=weights, kv_cache=B * kv(T), activations=B * acts, overhead=dequant),
+            _phase("decode", weights=weights, kv_cache=B * kv(T + N), logits=B * (c + 4) * spec.vocab)]
+
+
+def _apply_metric(parts: dict[str, int], s: Assumptions, job: Job, g: Graph) -> None:
+    """allocated: live tensors (torch.cuda.max_memory_allocated). bitsandbytes' paged optimizers allocate their
+    state with cudaMallocManaged (bitsandbytes/functional.py get_paged), outside torch's caching allocator:
+    allocated and reserved do not see it, the driver (nvidia-smi) does while it is resident.
+    reserved: allocated + the freed blocks the allocator keeps and cannot reuse at the peak. The one modelled:
+    in training the bf16 logits (c x B x T x V) are freed before backward and their blocks are too small for the
+    4-byte gradients that follow (CUDACachingAllocator never splits across blocks nor returns them without
+    empty_cache). Rounding (512 B, 2 MiB for large blocks) is below 0.1% here and left out.
+    nvidia-smi: reserved + the CUDA context (Assumptions.cuda_context_bytes)."""
+    spec = g.spec
+    assert spec is not None
+    paged = job.optimizer == "paged-adamw"
+    if paged and job.metric != "nvidia-smi":
+        parts["optimizer_state"] = 0
+    if job.metric in ("reserved", "nvidia-smi") and job.method != "inference" and parts["logits"]:
+        parts["overhead"] += 2 * job.batch * job.tokens * spec.logits
+    if job.metric == "nvidia-smi":
+        parts["overhead"] += s.cuda_context_bytes
