@@ -33,6 +33,22 @@ def _model_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch", type=int, metavar="B", help="micro batch of the priced job")
     p.add_argument("--lora-rank", type=int, metavar="R", help="LoRA rank")
     p.add_argument("--serve-tokens", type=int, metavar="T", help="tokens per served sequence")
+    from .estimator import job as j
+
+    ex = p.add_argument_group("exact setup", "memory.peak_bytes / peak_phase / breakdown for one real run "
+                                             "(default: full AMP AdamW at batch 1 and the training tokens)")
+    ex.add_argument("--method", choices=j.METHODS, help="full, lora, qlora or inference (HF generate)")
+    ex.add_argument("--precision", choices=j.PRECISIONS,
+                    help="amp (fp32 master weights, bf16 autocast), bf16 (pure), fp32")
+    ex.add_argument("--weights", choices=j.WEIGHTS, help="how the base is stored (default: follows precision; "
+                                                         "nf4 for qlora)")
+    ex.add_argument("--optimizer", choices=j.OPTIMIZERS)
+    ex.add_argument("--grad-ckpt", action="store_true", help="gradient checkpointing")
+    ex.add_argument("--lora-targets", metavar="NAMES", help="all-linear, or comma-separated module names (q_proj,v_proj)")
+    ex.add_argument("--new-tokens", type=int, metavar="N", help="tokens generated after the prompt (inference)")
+    ex.add_argument("--attention", choices=j.ATTENTIONS)
+    ex.add_argument("--metric", choices=j.METRICS,
+                    help="allocated (tensors), reserved (+ the allocator's cache), nvidia-smi (+ CUDA context)")
     p.add_argument("--config", type=Path, metavar="FILE", help="site_config.yaml to read (default: the project's)")
     p.add_argument("--snapshot", type=Path, metavar="DIR", help="snapshot folder to look repo ids up in")
     return p
@@ -115,9 +131,11 @@ def _run_model(argv: Sequence[str], console: Console, err: Console) -> int:
                         ("--serve-tokens", args.serve_tokens)):
         if value is not None and value < 1:
             raise ConfigError("command line", flag, value, "must be a positive integer")
+    if args.new_tokens is not None and args.new_tokens < 0:
+        raise ConfigError("command line", "--new-tokens", args.new_tokens, "must be >= 0")
     settings = load_settings(args.config or DEFAULT_CONFIG, **overrides)
     record = resolve_model(args.model, args.snapshot)
-    report = report_for_record(record, settings)
+    report = report_for_record(record, settings, _job(args))
     if args.json:
         sys.stdout.write(json.dumps(report.to_dict(), sort_keys=True, indent=1) + "\n")
         return 0
@@ -135,6 +153,18 @@ def _run_model(argv: Sequence[str], console: Console, err: Console) -> int:
 
     print_summary(console, report, plan=args.plan, settings=settings)
     return 0
+
+
+def _job(args: argparse.Namespace):
+    """The exact setup the options name; tokens 0 = the site's training tokens (capped at the context)."""
+    from .estimator.job import Job
+
+    given = {k: v for k, v in (("method", args.method), ("precision", args.precision), ("weights", args.weights),
+                                ("optimizer", args.optimizer), ("lora_rank", args.lora_rank),
+                                ("lora_targets", args.lora_targets), ("batch", args.batch), ("tokens", args.tokens),
+                                ("new_tokens", args.new_tokens), ("attention", args.attention),
+                                ("metric", args.metric)) if v is not None}
+    return Job(**{"tokens": 0, **given, "grad_ckpt": bool(args.grad_ckpt)})
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -7,8 +7,9 @@ from .records import ModelRecord
 from .settings import Settings
 
 
-def report_for_record(record: ModelRecord, settings: Settings) -> Report:
-    """Estimate one record; raises ConfigError / UnsupportedArchitecture naming the model."""
+def report_for_record(record: ModelRecord, settings: Settings, job=None) -> Report:
+    """Estimate one record; raises ConfigError / UnsupportedArchitecture naming the model. `job`: an
+    estimator.job.Job for memory.peak_bytes (default: the site's job)."""
     return estimate(
         record.config(),
         model_id=record.id,
@@ -18,4 +19,5 @@ def report_for_record(record: ModelRecord, settings: Settings) -> Report:
         checkpoint_params=record.checkpoint_params,
         downloads=record.downloads,
         sha=record.sha,
+        job=job,
     )

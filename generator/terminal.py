@@ -37,6 +37,8 @@ def print_summary(console: Console, report: Report, *, plan: bool, settings: Set
     if m.job_batch != 1:
         console.print(Text(f"At the priced job's micro batch {m.job_batch}, on one device: full {fmt.gb(m.train_full_bytes_job_batch)}, "
                            f"LoRA {fmt.gb(m.train_lora_bytes_job_batch)}."))
+    if m.job:
+        console.print(_job_line(m))
     count = Text(f"Parameters: {fmt.count(p.graph)} from the graph")
     if p.checkpoint is None:
         count.append(", no checkpoint count to compare.")
@@ -53,6 +55,23 @@ def print_summary(console: Console, report: Report, *, plan: bool, settings: Set
         console.print(line)
     if plan:
         _print_plan(console, report, settings)
+
+
+def _job_line(m) -> Text:
+    """The exact job's peak, when it happens and what it is made of (estimator.job)."""
+    job = dict(m.job)
+    what = [job["method"], job["precision"]]
+    if job["method"] != "full":
+        what.append(f"{job['weights']} base")
+    if job["method"] in ("lora", "qlora"):
+        what.append(f"r={job['lora_rank']} on {job['lora_targets']}")
+    if job["method"] != "inference":
+        what.append(job["optimizer"] + (", checkpointed" if job["grad_ckpt"] else ""))
+    tokens = f"{fmt.count(job['tokens'])} tokens" + (f" + {fmt.count(job['new_tokens'])} generated"
+                                                    if job["new_tokens"] else "")
+    parts = ", ".join(f"{k.replace('_', ' ')} {fmt.gb(v)}" for k, v in m.breakdown if v)
+    return Text(f"This job ({', '.join(what)}, {job['attention']}, batch {job['batch']} x {tokens}) peaks at "
+                f"{fmt.gb(m.peak_bytes)} {job['metric']} during {m.peak_phase}: {parts}.")
 
 
 def _print_plan(console: Console, report: Report, settings: Settings) -> None:

@@ -51,9 +51,11 @@ def test_config_json_path_and_snapshot_id(tmp_path, capsys):
 def test_terminal_summary_and_plan(capsys):
     code, out, _ = run(capsys, SEED, "--plan")
     assert code == 0
-    assert "4.40 GB for a full fine-tune (fits one T4 16 GB)" in " ".join(out.split())
+    assert "3.77 GB for a full fine-tune (fits one T4 16 GB)" in " ".join(out.split())
     assert "No finding on the reconstructed graph." in out
-    assert "H200 141 GB" in out and "batch 29" in out and "$" in out  # plan table + cost
+    assert "H200 141 GB" in out and "batch 34" in out and "$" in out  # plan table + cost
+    # the default exact job is the site's full fine-tune at batch 1: its peak, phase and parts
+    assert "peaks at 3.77 GB allocated during loss (logits): weights 9.74 MB" in " ".join(out.split())
 
 
 def test_job_overrides_change_the_report(capsys):
@@ -65,6 +67,58 @@ def test_job_overrides_change_the_report(capsys):
     assert (a["train_tokens"], a["job_batch"], a["lora_rank"], a["serve_tokens"]) == (4096, 8, 64, 8192)
     assert more["memory"]["train_full_bytes_batch1"] > base["memory"]["train_full_bytes_batch1"]
     assert more["params"]["lora_adapter"] == 4 * base["params"]["lora_adapter"]
+
+
+EXACT = ("--method", "lora", "--precision", "bf16", "--optimizer", "sgd", "--grad-ckpt", "--lora-rank", "8",
+         "--lora-targets", "q_proj,v_proj", "--batch", "2", "--tokens", "256", "--attention", "eager",
+         "--metric", "reserved")
+
+
+def test_exact_setup_options_reach_the_report(capsys):
+    code, out, _ = run(capsys, SEED, "--json", *EXACT)
+    mem = json.loads(out)["memory"]
+    assert code == 0
+    assert mem["job"] == {"method": "lora", "precision": "bf16", "weights": "bf16", "double_quant": False,
+                          "optimizer": "sgd", "grad_ckpt": True, "lora_rank": 8, "lora_targets": "q_proj,v_proj",
+                          "batch": 2, "tokens": 256, "new_tokens": 0, "attention": "eager", "metric": "reserved"}
+    assert sum(mem["breakdown"].values()) == mem["peak_bytes"] and mem["peak_phase"] == "loss (logits)"
+    assert mem["breakdown"]["gradients"] == 0 and mem["breakdown"]["optimizer_state"] == 0  # SGD, no grads yet
+    assert set(mem["peak_phase_by_method"]) == {"train_full", "train_lora", "serve"}
+    _, base, _ = run(capsys, SEED, "--json")
+    base = json.loads(base)["memory"]
+    assert base["peak_bytes"] == base["train_full_bytes_batch1"]  # the default job is the site's
+    assert base["job"]["method"] == "full" and base["job"]["tokens"] == base["train_tokens"]
+    code, out, _ = run(capsys, SEED, *EXACT)
+    assert code == 0 and "This job (lora, bf16, bf16 base, r=8 on q_proj,v_proj, sgd, checkpointed, eager, batch 2" \
+        in " ".join(out.split())
+    code, out, _ = run(capsys, SEED, "--json", "--method", "inference", "--new-tokens", "32", "--batch", "4")
+    mem = json.loads(out)["memory"]
+    assert code == 0 and mem["job"]["precision"] == "bf16" and mem["peak_phase"] in ("prefill", "decode")
+    assert mem["breakdown"]["kv_cache"] > 0 and mem["breakdown"]["gradients"] == 0
+
+
+@pytest.mark.parametrize("args, needle", [
+    (("--method", "dpo"), "argument --method: invalid choice: 'dpo'"),
+    (("--weights", "int3"), "argument --weights: invalid choice: 'int3'"),
+    (("--metric", "rss"), "argument --metric: invalid choice: 'rss'"),
+    (("--batch", "x"), "argument --batch: invalid int value: 'x'"),
+])
+def test_bad_exact_setup_values_exit_2(capsys, args, needle):
+    with pytest.raises(SystemExit) as exc:
+        main([SEED, *args])
+    assert exc.value.code == 2 and needle in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args, needle", [
+    (("--method", "lora", "--lora-targets", "c_attn"), "key 'lora_targets' = 'c_attn': no Linear"),
+    (("--new-tokens", "8"), "key 'new_tokens' = 8: is for method inference"),
+    (("--new-tokens", "-1", "--method", "inference"), "'--new-tokens' = -1"),
+    (("--weights", "nf4"), "key 'weights' = 'nf4': a full fine-tune trains"),
+    (("--method", "qlora", "--weights", "bf16"), "key 'weights' = 'bf16': QLoRA needs a quantised base"),
+])
+def test_options_the_model_cannot_take_give_one_line(capsys, args, needle):
+    code, out, err = run(capsys, SEED, *args)
+    assert code == 2 and out == "" and err.count("\n") == 1 and needle in err, err
 
 
 def test_two_card_split_is_reported_where_batch_1_does_not_fit(tmp_path, capsys):

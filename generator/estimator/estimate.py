@@ -12,6 +12,7 @@ from .config import normalise
 from .cost import CostLine, job_cost
 from .graph import build_graph
 from .inputs import Assumptions, Card, Gpu
+from .job import Job, job_memory
 from .memory import (Profile, budget_bytes, kv_bytes_per_sequence, kv_bytes_per_token, lora_params,
                      serve_profile, state_bytes_per_sequence, train_profile, two_card_split)
 from .quant import serve_weight_bytes, stored_elements
@@ -38,8 +39,9 @@ FORMULAS = {
 
 def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptions, cards: tuple[Card, ...],
              gpus: Mapping[str, Gpu], checkpoint_params: int | None = None, downloads: int | None = None,
-             sha: str | None = None) -> Report:
-    """Estimate parameters, memory, cost and findings for one config.json (already parsed)."""
+             sha: str | None = None, job: Job | None = None) -> Report:
+    """Estimate parameters, memory, cost and findings for one config.json (already parsed). `job`: the exact
+    setup whose peak memory.peak_bytes reports (default: full AMP AdamW at batch 1 and the training tokens)."""
     s = assumptions
     arch = normalise(config, model_id)
     graph = build_graph(arch)
@@ -55,6 +57,12 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
         "serve": serve_profile(arch, graph, s, serve_tokens),
     }
     plans = tuple(_card_plan(card, profiles, s) for card in cards)
+    job = job or Job()
+    if not job.tokens:  # the site's tokens: training capped at the context, serving's prompt
+        job = dataclasses.replace(job, tokens=serve_tokens if job.method == "inference" else train_tokens)
+    if job.method == "inference" and job.precision == "amp":  # autocast is a training notion: bf16 serving
+        job = dataclasses.replace(job, precision="bf16")
+    exact = job_memory(arch, graph, s, job, model_id)
 
     def smallest(key: str) -> str | None:
         fitting = [c for c in sorted(plans, key=lambda c: c.budget_bytes) if getattr(c, key) >= 1]
@@ -68,7 +76,9 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
         serve_bytes_batch1=profiles["serve"].total(1), job_batch=s.job_batch,
         train_full_bytes_job_batch=profiles["train_full"].total(s.job_batch),
         train_lora_bytes_job_batch=profiles["train_lora"].total(s.job_batch), kv_bytes_per_token=kv_bytes_per_token(arch, s),
-        peak_phase=tuple((k, p.peak_phase(1)) for k, p in profiles.items()),
+        peak_phase_by_method=tuple((k, p.peak_phase(1)) for k, p in profiles.items()),
+        peak_bytes=exact.peak_bytes, peak_phase=exact.peak_phase, breakdown=exact.breakdown,
+        job=tuple(job.to_dict().items()),
         smallest_card_full=smallest("train_full_max_batch"), smallest_card_lora=smallest("train_lora_max_batch"),
         smallest_card_serve=smallest("serve_max_batch"), cards=plans,
         kv_bytes_per_sequence=kv_bytes_per_sequence(arch, s, serve_tokens),

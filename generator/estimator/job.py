@@ -76,7 +76,8 @@ class Job:
     metric: str = "allocated"
 
     def to_dict(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        """The options, with the storage the default resolves to."""
+        return {**{f.name: getattr(self, f.name) for f in fields(self)}, "weights": self.storage}
 
     @property
     def storage(self) -> str:
@@ -121,7 +122,7 @@ def target_roles(a: Arch, g: Graph, targets: str, model: str) -> frozenset[str] 
     assert spec is not None
     present = {role for b in spec.blocks for p in b.parts for role in linear_roles(p)} - {"linear"}
     plain = any(p.type == "MLP" for b in spec.blocks for p in b.parts)
-    names = dict(NAMES, **({"up": "fc1", "down": "fc2"} if plain else {}), **FAMILY_NAMES.get(a.family, {}))
+    names = {**NAMES, **({"up": "fc1", "down": "fc2"} if plain else {}), **FAMILY_NAMES.get(a.family, {})}
     roles: set[str] = set()
     for name in (t.strip() for t in targets.split(",")):
         hit = MLP_ROLES & present if name == "mlp" else {r for r in present if names.get(r) == name}
@@ -181,14 +182,21 @@ def dequant_transient_bytes(g: Graph, storage: str, c: int) -> int:
     return c * max((i * o for b in spec.blocks for p in b.parts for _, i, o in p.weight_mats), default=0)
 
 
-def eager_scores_bytes(g: Graph, tokens: int, c: int) -> int:
-    """Per sequence and attention layer list: transformers' eager_attention_forward materialises
-    softmax(QK^T, dtype=float32) (fp32, saved) and its cast to the query dtype (saved by the AV matmul):
-    heads x T x T x (4 + c); dropout 0 keeps no mask. Returns the per-layer bytes as a sum over layers."""
+def score_bytes(a: Arch, c: int) -> int:
+    """Bytes per attention-score element eager attention keeps (transformers' eager_attention_forward):
+    softmax(QK^T, dtype=float32) (fp32, saved by softmax) and its cast to the query dtype (saved by the AV
+    matmul); dropout 0 keeps no mask. Gemma-2's logit soft-capping adds tanh's saved output
+    (modeling_gemma2.eager_attention_forward)."""
+    return 4 + c + (c if a.raw.get("attn_logit_softcapping") else 0)
+
+
+def eager_scores_bytes(a: Arch, g: Graph, tokens: int, c: int, one_layer: bool = False) -> int:
+    """Per sequence: heads x T x T score elements per attention layer (every layer's, or the largest one's when
+    only one layer's tensors live: checkpointing's recomputation, serving)."""
     spec = g.spec
     assert spec is not None
-    return sum(p.act32 * tokens * tokens * (4 + c) for b in spec.blocks for p in b.parts
-               if p.attn_flops and not p.type.startswith("MoE"))
+    heads = [p.act32 for b in spec.blocks for p in b.parts if p.attn_flops and not p.type.startswith("MoE")]
+    return (max(heads, default=0) if one_layer else sum(heads)) * tokens * tokens * score_bytes(a, c)
 
 
 def _phase(name: str, **parts: int) -> tuple[str, dict[str, int]]:
@@ -243,14 +251,20 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str) -> list[t
         # non-reentrant checkpointing per decoder layer (transformers gradient_checkpointing_enable): each layer
         # keeps its input; the backward recomputes one layer at a time, whose saved tensors then live.
         per_seq = T * (len(layers) * r.residual_bytes * spec.hidden + max(layers, default=0)) + embed
-        eager_layers = max((p.act32 for b in spec.blocks for p in b.parts if p.attn_flops
-                            and not p.type.startswith("MoE")), default=0) * T * T * (4 + c)
     else:
         per_seq = T * sum(layers) + embed
-        eager_layers = eager_scores_bytes(g, T, c)
+    eager_layers = eager_scores_bytes(a, g, T, c, one_layer=job.grad_ckpt)
     per_seq += c * spec.vision_act * (1 if spec.image_tokens else 0)
     if job.attention == "eager":
         per_seq += eager_layers
+    if job.method == "qlora" and job.storage in ("nf4", "int8"):
+        # bitsandbytes' MatMul4Bit / MatMul8bitLt autograd functions save their input (ctx.tensors = (A, B)) even
+        # for a frozen weight (bitsandbytes/autograd/_functions.py), where nn.Linear would save none: per layer
+        # one copy of each distinct input not saved already (q/k/v and gate/up share theirs; o_proj reads the
+        # SDPA output, saved by SDPA).
+        inputs = [sum({g_: i for i, _, g_ in adapted_linears(b, None) if g_ != "attn_out"}.values())
+                  for b in spec.blocks]
+        per_seq += c * T * (max(inputs, default=0) if job.grad_ckpt else sum(inputs))
     head = T * head_activation_bytes(g, r, s)
     logits = T * s.logits_bytes * spec.logits
     overhead = copies + dequant_transient_bytes(g, job.storage, c)
@@ -284,8 +298,7 @@ def _inference(a: Arch, g: Graph, s: Assumptions, job: Job) -> list[tuple[str, d
     transient = max((b.transient for b in spec.blocks), default=0) + 4 * spec.hidden
     acts = T * c * transient
     if job.attention == "eager":
-        acts += max((p.act32 for b in spec.blocks for p in b.parts if p.attn_flops
-                     and not p.type.startswith("MoE")), default=0) * T * T * (4 + c)
+        acts += eager_scores_bytes(a, g, T, c, one_layer=True)
     dequant = dequant_transient_bytes(g, job.storage, c)
     return [_phase("prefill", weights=weights, kv_cache=B * kv(T), activations=B * acts, overhead=dequant),
             _phase("decode", weights=weights, kv_cache=B * kv(T + N), logits=B * (c + 4) * spec.vocab)]

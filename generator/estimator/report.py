@@ -80,7 +80,7 @@ class Memory:
     train_full_bytes_job_batch: int
     train_lora_bytes_job_batch: int
     kv_bytes_per_token: int  # every attention layer's K/V (or MLA latent) per token, windows not applied
-    peak_phase: tuple[tuple[str, str], ...]
+    peak_phase_by_method: tuple[tuple[str, str], ...]  # (train_full / train_lora / serve, when its peak happens)
     smallest_card_full: str | None
     smallest_card_lora: str | None
     smallest_card_serve: str | None
@@ -89,6 +89,12 @@ class Memory:
     state_bytes_per_sequence: int = 0  # fixed recurrent state per sequence (SSM, linear attention)
     image_tokens: int = 0  # text tokens one image (audio models: one clip) takes, from the vision/audio config
     serve_weight_bytes: int = 0  # weights as served: bf16, or the quantised checkpoint's storage
+    # The exact job (estimator.job; the CLI's --method ... --metric, default the site's full AMP AdamW job at
+    # batch 1): its peak, when it happens, the parts at that moment (they sum to the peak) and its options.
+    peak_bytes: int = 0
+    peak_phase: str = ""
+    breakdown: tuple[tuple[str, int], ...] = ()
+    job: tuple[tuple[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -117,7 +123,9 @@ class Report:
         out = _plain(dataclasses.asdict(self))
         mem = out["memory"]
         mem["assumptions"] = dict(self.memory.assumptions)
-        mem["peak_phase"] = dict(self.memory.peak_phase)
+        mem["peak_phase_by_method"] = dict(self.memory.peak_phase_by_method)
+        mem["breakdown"] = dict(self.memory.breakdown)
+        mem["job"] = dict(self.memory.job)
         out["params"]["layer_kinds"] = dict(self.params.layer_kinds)
         q = self.params.quantization
         out["params"]["quantization"] = None if q is None else dict(q)

@@ -207,7 +207,7 @@ def _memory(report: Report, root: str | None = None) -> dict[str, Any]:
 
 def _assumptions(report: Report, a: dict[str, Any]) -> dict[str, Any]:
     mem = report.memory
-    phase = dict(mem.peak_phase)
+    phase = dict(mem.peak_phase_by_method)
     first = mem.cards[0] if mem.cards else None
     return {
         "train_tokens": f.count(mem.train_tokens),
