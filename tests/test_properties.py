@@ -72,10 +72,11 @@ def test_lora_never_exceeds_full(cfg):
 
 
 def test_where_lora_can_exceed_full_is_known():
-    """Not a bug: peft casts each adapted Linear's input for lora_A (2 B x in per token, per adapter),
-    while LoRA saves 16 B per frozen parameter. For a toy model (hidden 32, 4 layers) the per-token
-    copies outweigh the saved optimizer state, so LoRA needs more memory than full fine-tuning."""
-    cfg = {"model_type": "llama", "hidden_size": 32, "num_attention_heads": 4, "num_hidden_layers": 4,
+    """Not a bug: peft casts each adapted Linear's input for lora_A and keeps A's output (2 B x (in + r) per
+    token, per adapter), while LoRA saves 12 B per frozen parameter at the loss backward (FINDINGS.md F2/F4).
+    For a toy model (hidden 16 < rank 16, 4 layers) the per-token copies outweigh the saved optimizer state,
+    so LoRA needs more memory than full fine-tuning."""
+    cfg = {"model_type": "llama", "hidden_size": 16, "num_attention_heads": 4, "num_hidden_layers": 4,
            "intermediate_size": 128, "vocab_size": 1000}
     full, lora, _ = _profiles(cfg)
     assert lora.total(1) > full.total(1)

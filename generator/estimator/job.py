@@ -256,7 +256,12 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str) -> list[t
     eager_layers = eager_scores_bytes(a, g, T, c, one_layer=job.grad_ckpt)
     per_seq += c * spec.vision_act * (1 if spec.image_tokens else 0)
     if job.attention == "eager":
-        per_seq += eager_layers
+        # eager_attention_forward's matmuls save q and the heads-wide repeat_kv copies of k and v in place of
+        # SDPA's q, k, v; its output is saved by o_proj when that trains (SDPA saved it itself); no fp32 LSE
+        q, kv = a.heads * a.head_dim, a.kv_heads * a.head_dim
+        delta = c * ((2 if r.trained else 1) * q - 2 * kv) - 4 * a.heads
+        attention = sum(1 for b in spec.blocks for p in b.parts if p.attn_flops and not p.type.startswith("MoE"))
+        per_seq += eager_layers + T * delta * (1 if job.grad_ckpt else attention)
     if job.method == "qlora" and job.storage in ("nf4", "int8"):
         # bitsandbytes' MatMul4Bit / MatMul8bitLt autograd functions save their input (ctx.tensors = (A, B)) even
         # for a frozen weight (bitsandbytes/autograd/_functions.py), where nn.Linear would save none: per layer
@@ -265,7 +270,7 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str) -> list[t
         inputs = [sum({g_: i for i, _, g_ in adapted_linears(b, None) if g_ != "attn_out"}.values())
                   for b in spec.blocks]
         per_seq += c * T * (max(inputs, default=0) if job.grad_ckpt else sum(inputs))
-    head = T * head_activation_bytes(g, r, s)
+    head = T * head_activation_bytes(a, g, r, s)
     logits = T * s.logits_bytes * spec.logits
     overhead = copies + dequant_transient_bytes(g, job.storage, c)
     out = [_phase("loss (logits)" if logits * 2 > per_seq + head else "backward (activations)", weights=weights,

@@ -223,13 +223,15 @@ def block_activation_bytes(a: Arch, b: Block, r: Regime, rank: int = 0,
     return out
 
 
-def head_activation_bytes(g: Graph, r: Regime, s: Assumptions) -> int:
-    """Per token after the stack: the final norm (read by the LM head) and `logits_bytes` per logit (F1)."""
+def head_activation_bytes(a: Arch, g: Graph, r: Regime, s: Assumptions) -> int:
+    """Per token after the stack: the final norm (read by the LM head) and `logits_bytes` per logit (F1);
+    final-logit soft-capping (gemma2: logits / cap, tanh, x cap) keeps tanh's output for its backward."""
     spec = g.spec
     assert spec is not None
     rms, stats, read, fed = norm_sums(spec.head)
     width = sum(p.norm_width for p in spec.head)
-    return norm_bytes(rms, width, stats, read, fed, r) + s.logits_bytes * spec.logits
+    softcap = r.compute_bytes * spec.logits if a.raw.get("final_logit_softcapping") else 0
+    return norm_bytes(rms, width, stats, read, fed, r) + s.logits_bytes * spec.logits + softcap
 
 
 def lora_params(g: Graph, a: Arch, rank: int, roles: frozenset[str] | None = None) -> int:
@@ -286,7 +288,7 @@ def train_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, method: str, r
         embed_act = 0  # a frozen embedding saves nothing (F4)
     layer_act = tuple(n * block_activation_bytes(a, b, r, rank if method != "full" else 0)
                       for b, n in zip(spec.blocks, layer_tokens))
-    head_act = tokens * head_activation_bytes(g, r, s)
+    head_act = tokens * head_activation_bytes(a, g, r, s)
     embed_act = tokens * embed_act + s.compute_bytes * spec.vision_act * (1 if spec.image_tokens else 0)
     return Profile(method, embed_static, layer_static, head_static, 0, embed_act, layer_act, head_act,
                    len(spec.blocks), layer_step, embed_step, head_step, layer_eob, embed_eob, head_eob, tied)
