@@ -245,42 +245,54 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str) -> list[t
     state = {"adamw": 2 * param_bytes, "paged-adamw": 2 * param_bytes, "adamw8bit": ADAMW8BIT_STATE_BYTES,
              "sgd": 0}[job.optimizer] * trainable
     temp = param_bytes * trainable if job.optimizer == "adamw" else 0
-    layers = [block_activation_bytes(a, b, r, rank, roles) for b in spec.blocks]
-    embed = (r.residual_bytes * spec.hidden if r.trained else 0) * T
-    if job.grad_ckpt:
-        # non-reentrant checkpointing per decoder layer (transformers gradient_checkpointing_enable): each layer
-        # keeps its input; the backward recomputes one layer at a time, whose saved tensors then live.
-        per_seq = T * (len(layers) * r.residual_bytes * spec.hidden + max(layers, default=0)) + embed
-    else:
-        per_seq = T * sum(layers) + embed
-    eager_layers = eager_scores_bytes(a, g, T, c, one_layer=job.grad_ckpt)
-    per_seq += c * spec.vision_act * (1 if spec.image_tokens else 0)
-    if job.attention == "eager":
-        # eager_attention_forward's matmuls save q and the heads-wide repeat_kv copies of k and v in place of
-        # SDPA's q, k, v; its output is saved by o_proj when that trains (SDPA saved it itself); no fp32 LSE
-        q, kv = a.heads * a.head_dim, a.kv_heads * a.head_dim
-        delta = c * ((2 if r.trained else 1) * q - 2 * kv) - 4 * a.heads
-        attention = sum(1 for b in spec.blocks for p in b.parts if p.attn_flops and not p.type.startswith("MoE"))
-        per_seq += eager_layers + T * delta * (1 if job.grad_ckpt else attention)
-    if job.method == "qlora" and job.storage in ("nf4", "int8"):
-        # bitsandbytes' MatMul4Bit / MatMul8bitLt autograd functions save their input (ctx.tensors = (A, B)) even
-        # for a frozen weight (bitsandbytes/autograd/_functions.py), where nn.Linear would save none: per layer
-        # one copy of each distinct input not saved already (q/k/v and gate/up share theirs; o_proj reads the
-        # SDPA output, saved by SDPA).
-        inputs = [sum({g_: i for i, _, g_ in adapted_linears(b, None) if g_ != "attn_out"}.values())
-                  for b in spec.blocks]
-        per_seq += c * T * (max(inputs, default=0) if job.grad_ckpt else sum(inputs))
+    layers = [T * _layer_bytes(a, b, r, rank, roles, job, T) for b in spec.blocks]
+    embed = (r.residual_bytes * spec.hidden if r.trained else 0) * T + c * spec.vision_act * (1 if spec.image_tokens
+                                                                                             else 0)
     head = T * head_activation_bytes(a, g, r, s)
     logits = T * s.logits_bytes * spec.logits
     overhead = copies + dequant_transient_bytes(g, job.storage, c)
-    out = [_phase("loss (logits)" if logits * 2 > per_seq + head else "backward (activations)", weights=weights,
-                  optimizer_state=state, activations=B * (per_seq + head - logits), logits=B * logits,
-                  overhead=overhead)]
+    if not job.grad_ckpt:
+        acts = embed + sum(layers) + head
+        out = [_phase("loss (logits)" if logits * 2 > acts else "backward (activations)", weights=weights,
+                      optimizer_state=state, activations=B * (acts - logits), logits=B * logits, overhead=overhead)]
+    else:
+        # non-reentrant checkpointing per decoder layer (transformers gradient_checkpointing_enable): each layer
+        # keeps only its input through the forward. At the loss nothing is recomputed; then the backward reruns
+        # one layer at a time, whose saved tensors live beside the gradients made so far (the head's).
+        inputs = embed + len(layers) * T * r.residual_bytes * spec.hidden
+        head_params = sum(p.params for p in spec.head) + (spec.vocab * (a.embed_dim or a.hidden)
+                                                          if spec.tied and r.trained else 0)
+        out = [_phase("loss (logits)", weights=weights, optimizer_state=state,
+                      activations=B * (inputs + head - logits), logits=B * logits, overhead=overhead),
+               _phase("backward (recomputing a checkpointed layer)", weights=weights, optimizer_state=state,
+                      gradients=param_bytes * head_params if r.trained else 0,
+                      activations=B * (inputs + max(layers, default=0)), overhead=overhead)]
     if job.method == "full" and spec.tied:  # F6: the tied weight's two gradients and their sum
         tied = 2 * param_bytes * spec.vocab * (a.embed_dim or a.hidden)
         out.append(_phase("end of backward (tied-embedding gradients)", weights=weights, gradients=grad + tied,
                           optimizer_state=state))
     out.append(_phase("optimizer step", weights=weights, gradients=grad, optimizer_state=state, overhead=temp))
+    return out
+
+
+def _layer_bytes(a: Arch, b, r, rank: int, roles, job: Job, T: int) -> int:
+    """Saved bytes per token of one layer for this job: memory.block_activation_bytes plus what eager attention
+    and a bitsandbytes base add."""
+    c = r.compute_bytes
+    out = block_activation_bytes(a, b, r, rank, roles)
+    attention = [p for p in b.parts if p.attn_flops and not p.type.startswith("MoE")]
+    if job.attention == "eager" and attention:
+        # eager_attention_forward's matmuls save q and the heads-wide repeat_kv copies of k and v in place of
+        # SDPA's q, k, v; its output is saved by o_proj when that trains (SDPA saved it itself); no fp32 LSE;
+        # and the heads x T x T scores (score_bytes) per token of the T
+        q, kv = a.heads * a.head_dim, a.kv_heads * a.head_dim
+        delta = c * ((2 if r.trained else 1) * q - 2 * kv) - 4 * a.heads
+        out += sum(delta + p.act32 * T * score_bytes(a, c) for p in attention)
+    if job.method == "qlora" and job.storage in ("nf4", "int8"):
+        # bitsandbytes' MatMul4Bit / MatMul8bitLt autograd functions save their input (ctx.tensors = (A, B)) even
+        # for a frozen weight (bitsandbytes/autograd/_functions.py), where nn.Linear would save none: one copy of
+        # each distinct input not saved already (q/k/v and gate/up share theirs; o_proj reads the SDPA output).
+        out += c * sum({g_: i for i, _, g_ in adapted_linears(b, None) if g_ != "attn_out"}.values())
     return out
 
 

@@ -1,0 +1,240 @@
+"""estimator.job: one exact setup's peak, phase and breakdown. Reference values with their source, the breakdown
+summing to the peak, and the peak never falling as a job grows."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from hypothesis import given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
+
+from generator.errors import ConfigError
+from generator.estimator.config import normalise
+from generator.estimator.graph import build_graph
+from generator.estimator.inputs import Assumptions
+from generator.estimator.job import (ADAMW8BIT_STATE_BYTES, METHODS, PARTS, Job, JobError, job_memory, weight_bytes)
+from generator.estimator.memory import serve_profile, train_profile
+from tests.conftest import tiny_qwen2
+
+S = Assumptions()
+# A 2-layer Llama small enough that the optimizer step is the peak at short sequences (vocab 1000).
+LLAMA = {"model_type": "llama", "hidden_size": 256, "intermediate_size": 688, "num_hidden_layers": 2,
+         "num_attention_heads": 8, "num_key_value_heads": 4, "vocab_size": 1000, "max_position_embeddings": 4096,
+         "tie_word_embeddings": False}
+
+
+def _ag(cfg):
+    a = normalise(cfg, "t")
+    return a, build_graph(a)
+
+
+def mem(cfg=LLAMA, **job):
+    a, g = _ag(cfg)
+    return job_memory(a, g, S, Job(**job))
+
+
+def parts(m) -> dict:
+    return dict(m.breakdown)
+
+
+# --- the default jobs are the site's figures --------------------------------------------------------------
+
+@pytest.mark.parametrize("method", ["full", "lora"])
+@pytest.mark.parametrize("tokens, batch", [(16, 1), (512, 1), (2048, 4)])
+def test_default_jobs_are_the_site_profiles(method, tokens, batch):
+    a, g = _ag(tiny_qwen2())
+    assert job_memory(a, g, S, Job(method=method, tokens=tokens, batch=batch)).peak_bytes == \
+        train_profile(a, g, S, tokens, method, 16).total(batch)
+
+
+# --- reference values per option, each with its source ----------------------------------------------------
+
+def test_full_amp_adamw_step_is_20_bytes_per_parameter():
+    # FINDINGS.md F5: Mistral-7B (2 layers) measured 13,320.4 MiB = (4 + 4 + 8 + 4) x P at the AdamW step
+    a, g = _ag(LLAMA)
+    m = mem(tokens=16)
+    assert m.peak_phase == "optimizer step" and m.peak_bytes == 20 * g.params_total
+    assert parts(m) == {"weights": 4 * g.params_total, "gradients": 4 * g.params_total,
+                        "optimizer_state": 8 * g.params_total, "activations": 0, "logits": 0, "kv_cache": 0,
+                        "overhead": 4 * g.params_total}
+
+
+def test_pure_bf16_and_fp32_states_take_the_parameter_dtype():
+    # torch.optim.AdamW: exp_avg / exp_avg_sq = zeros_like(param): bf16 weights -> 2 + 2 + 4 + 2 (foreach temp)
+    _, g = _ag(LLAMA)
+    P = g.params_total
+    assert mem(tokens=16, precision="bf16").peak_bytes == 10 * P
+    assert mem(tokens=16, precision="fp32").peak_bytes == 20 * P
+    # measured (cpu-sim.jsonl, Qwen2-0.5B, 4 layers, T=512): pure bf16 2.076 GiB vs AMP 3.932 GiB
+    assert mem(tokens=16, precision="bf16").peak_bytes / mem(tokens=16).peak_bytes == pytest.approx(0.5)
+
+
+def test_optimizers():
+    _, g = _ag(LLAMA)
+    P = g.params_total
+    # SGD without momentum: no state, in-place foreach add; the step holds weights + gradients
+    assert parts(mem(tokens=16, optimizer="sgd"))["optimizer_state"] == 0
+    assert mem(tokens=16, optimizer="sgd").peak_bytes == 8 * P
+    # bitsandbytes 8-bit AdamW: 2 uint8 states + 2 fp32 absmax per 256 (Optimizer2State, blocksize 256)
+    assert ADAMW8BIT_STATE_BYTES == 2 + 8 / 256
+    assert abs(parts(mem(tokens=16, optimizer="adamw8bit"))["optimizer_state"] - ADAMW8BIT_STATE_BYTES * P) < 1
+    # paged AdamW: states in CUDA managed memory, outside torch's allocator: only nvidia-smi sees them
+    paged = {metric: parts(mem(tokens=16, optimizer="paged-adamw", metric=metric))["optimizer_state"]
+             for metric in ("allocated", "reserved", "nvidia-smi")}
+    assert paged == {"allocated": 0, "reserved": 0, "nvidia-smi": 8 * P}
+
+
+def test_metrics():
+    base = mem(tokens=512)
+    reserved = mem(tokens=512, metric="reserved")
+    smi = mem(tokens=512, metric="nvidia-smi")
+    # reserved: + the freed bf16 logits block (2 B x T x V) the 4-byte gradients cannot reuse
+    assert reserved.peak_bytes - base.peak_bytes == 2 * 512 * 1000
+    # nvidia-smi: reserved + the CUDA context (site_config.yaml cuda_context_bytes, 0.5 GiB [ML-PERF])
+    assert smi.peak_bytes - reserved.peak_bytes == S.cuda_context_bytes
+
+
+def test_loss_backward_has_no_gradients_and_12_bytes_per_logit():
+    # FINDINGS.md F1/F2: tiny-Qwen2 (vocab 152,064), T=512: 3 fp32 T x V tensors, no gradient yet
+    m = mem(tiny_qwen2(), tokens=512)
+    assert m.peak_phase == "loss (logits)"
+    assert parts(m)["gradients"] == 0 and parts(m)["logits"] == 12 * 512 * 152064
+
+
+def test_tied_embedding_end_of_backward():
+    # FINDINGS.md F6: Qwen2-0.5B (2 layers, tied, T=128) peaks at the end of the backward: 2 x 4 B x V x E more
+    cfg = dict(LLAMA, vocab_size=150_000, tie_word_embeddings=True)
+    a, g = _ag(cfg)
+    m = mem(cfg, tokens=16)
+    assert m.peak_phase.startswith("end of backward")
+    assert parts(m)["gradients"] == 4 * g.params_total + 2 * 4 * 150_000 * 256
+
+
+def test_quantised_storage():
+    a, g = _ag(LLAMA)
+    lin = sum(i * o for b in g.spec.blocks for p in b.parts for _, i, o in p.weight_mats)
+    rest = g.params_total - lin
+    # NF4 (QLoRA arXiv:2305.14314): 0.5 B per weight + fp32 absmax per 64 = 0.5625 B; the rest stays bf16
+    assert weight_bytes(g, "nf4") == int(2 * rest + 0.5625 * lin)
+    # double quantisation: absmax as uint8 + fp32 per 256 of them: 0.5 + 1/64 + 4/(64 x 256) B
+    assert weight_bytes(g, "nf4", True) == pytest.approx(2 * rest + (0.5 + 1 / 64 + 4 / 16384) * lin, abs=2)
+    # LLM.int8(): 1 B + fp32 row scale; fp8: 1 B + fp32 channel scale
+    rows = sum(o for b in g.spec.blocks for p in b.parts for _, _, o in p.weight_mats)
+    assert weight_bytes(g, "int8") == 2 * rest + lin + 4 * rows
+    assert weight_bytes(g, "fp8") == 2 * rest + lin + 4 * rows
+    # GPTQ int4 g128: qweight 0.5 B + per 128 inputs an fp16 scale and a packed zero per column, + int32 g_idx
+    gptq = weight_bytes(g, "gptq-int4")
+    assert 2 * rest + 0.5 * lin < gptq < 2 * rest + 0.54 * lin
+    # QLoRA: the base in NF4, one dequantised Linear (the largest) as a bf16 transient
+    q = parts(mem(method="qlora", tokens=64))
+    assert q["weights"] > weight_bytes(g, "nf4") and q["overhead"] >= 2 * 688 * 256
+
+
+def test_lora_targets_and_rank():
+    a, g = _ag(LLAMA)
+    qv = mem(method="lora", lora_targets="q_proj,v_proj", tokens=512)
+    every = mem(method="lora", tokens=512)
+    assert qv.peak_bytes < every.peak_bytes  # measured: 4.182 vs 4.329 GiB (FINDINGS.md F8, Qwen2-0.5B)
+    # adapters: r x (in + out) on q (256 -> 256) and v (256 -> 128) of 2 layers; AdamW keeps 8 B each (fp32)
+    assert parts(qv)["optimizer_state"] == 8 * 2 * 16 * ((256 + 256) + (256 + 128))
+    assert parts(mem(method="lora", lora_targets="q_proj,v_proj", tokens=512, lora_rank=64))["optimizer_state"] == \
+        4 * parts(qv)["optimizer_state"]
+    assert mem(method="lora", lora_targets="mlp", tokens=512).peak_bytes > \
+        mem(method="lora", lora_targets="gate_proj", tokens=512).peak_bytes
+
+
+def test_gradient_checkpointing_keeps_layer_inputs():
+    plain = parts(mem(tiny_qwen2(), tokens=2048, batch=2))
+    ckpt = parts(mem(tiny_qwen2(), tokens=2048, batch=2, grad_ckpt=True))
+    assert ckpt["activations"] < plain["activations"] and ckpt["logits"] == plain["logits"]
+
+
+def test_eager_attention_adds_the_score_matrix():
+    sdpa = parts(mem(tokens=1024))
+    eager = parts(mem(tokens=1024, attention="eager"))
+    # per layer 8 heads x T x T x (4 B fp32 softmax + 2 B bf16 copy), 2 layers; + repeat_kv, - LSE
+    delta = 2 * 8 * 1024 * 1024 * 6 + 2 * 1024 * (2 * (2 * 256 - 2 * 128) - 4 * 8)
+    assert eager["activations"] - sdpa["activations"] == delta
+
+
+def test_inference_prefill_and_decode():
+    a, g = _ag(LLAMA)
+    m = mem(method="inference", precision="bf16", tokens=512, new_tokens=8, batch=4)
+    p = parts(m)
+    # KV: 2 layers x 2 (K, V) x 4 kv heads x 32 head_dim x 2 B per token
+    per_token = 2 * 2 * 4 * 32 * 2
+    assert m.peak_phase in ("prefill", "decode") and p["weights"] == 2 * g.params_total
+    assert p["kv_cache"] == 4 * per_token * (512 if m.peak_phase == "prefill" else 520)
+    long = mem(method="inference", precision="bf16", tokens=16, new_tokens=4000, batch=4)
+    assert long.peak_phase == "decode" and parts(long)["logits"] == 4 * 6 * 1000  # bf16 + fp32 next-token logits
+
+
+# --- what the estimator cannot price is an error naming the key ------------------------------------------
+
+@pytest.mark.parametrize("job, key", [
+    (Job(method="lora", lora_targets="c_attn"), "lora_targets"),
+    (Job(method="lora", lora_targets="q_proj,nope"), "lora_targets"),
+    (Job(method="full", weights="nf4"), "weights"),
+    (Job(method="qlora", weights="bf16"), "weights"),
+    (Job(method="sft"), "method"),
+    (Job(metric="rss"), "metric"),
+    (Job(batch=0), "batch"),
+    (Job(new_tokens=3), "new_tokens"),
+    (Job(method="lora", weights="bf16", double_quant=True), "double_quant"),
+])
+def test_what_it_cannot_price_is_a_typed_error(job, key):
+    a, g = _ag(LLAMA)
+    with pytest.raises(JobError) as exc:
+        job_memory(a, g, S, job, "m")
+    assert isinstance(exc.value, ConfigError) and exc.value.key == key and "m: key" in str(exc.value)
+
+
+# --- properties ------------------------------------------------------------------------------------------
+
+JOBS = st.builds(
+    Job, method=st.sampled_from(METHODS), precision=st.sampled_from(("amp", "bf16", "fp32")),
+    optimizer=st.sampled_from(("adamw", "adamw8bit", "paged-adamw", "sgd")), grad_ckpt=st.booleans(),
+    lora_rank=st.integers(1, 128), lora_targets=st.sampled_from(("all-linear", "q_proj,v_proj", "mlp")),
+    batch=st.integers(1, 16), tokens=st.integers(1, 4096), attention=st.sampled_from(("sdpa", "eager")),
+    metric=st.sampled_from(("allocated", "reserved", "nvidia-smi")))
+MODELS = [LLAMA, tiny_qwen2(), dict(LLAMA, tie_word_embeddings=True, vocab_size=50_000),
+          {"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4, "vocab_size": 5000, "n_positions": 8192}]
+
+
+def _valid(job: Job) -> Job:
+    if job.method == "qlora":
+        job = dataclasses.replace(job, weights="nf4")
+    if job.method != "inference":
+        job = dataclasses.replace(job, new_tokens=0)
+    if job.precision == "fp32" and job.method == "qlora":
+        job = dataclasses.replace(job, precision="bf16")
+    return job
+
+
+@given(st.sampled_from(range(len(MODELS))), JOBS, st.integers(1, 8), st.integers(0, 2048), st.integers(0, 512))
+@hsettings(max_examples=300, deadline=None)
+def test_peak_never_falls_as_the_job_grows(model, job, more_batch, more_tokens, more_new):
+    cfg = MODELS[model]
+    if cfg["model_type"] == "gpt2" and job.lora_targets == "q_proj,v_proj":
+        job = dataclasses.replace(job, lora_targets="c_attn")
+    job = _valid(job)
+    a, g = _ag(cfg)
+    small = job_memory(a, g, S, job)
+    bigger = dataclasses.replace(job, batch=job.batch + more_batch, tokens=job.tokens + more_tokens,
+                                 new_tokens=job.new_tokens + (more_new if job.method == "inference" else 0))
+    big = job_memory(a, g, S, bigger)
+    assert big.peak_bytes >= small.peak_bytes
+    for m in (small, big):  # the breakdown names every part and sums to the peak
+        assert [k for k, _ in m.breakdown] == list(PARTS) and sum(v for _, v in m.breakdown) == m.peak_bytes
+        assert all(v >= 0 for _, v in m.breakdown) and m.peak_phase
+
+
+def test_site_serving_stays_the_chunked_prefill_server():
+    # P7: the site's per-card serve figure models a chunked-prefill server (vLLM); `inference` models HF generate,
+    # whose batched prefill is larger at batch 8 (FINDINGS.md F7: -55% for the server model on generate's run)
+    a, g = _ag(LLAMA)
+    site = serve_profile(a, g, S, 2048 + 8).total(8)
+    generate = job_memory(a, g, S, Job(method="inference", precision="bf16", tokens=2048, new_tokens=8, batch=8))
+    assert generate.peak_bytes > site
