@@ -94,3 +94,38 @@ def test_public_rows_say_where_they_come_from_and_why_they_are_out():
 def test_dataset_files_are_json_lines(name):
     for n, line in enumerate((DATA / name).read_text(encoding="utf-8").splitlines(), 1):
         assert isinstance(json.loads(line), dict), f"{name}:{n}"
+
+
+def test_public_rows_map_onto_job_options():
+    from generator.accuracy import _double_quant, setup_and_reason
+
+    def row(**setup):
+        base = {"method": "qlora", "precision": "bf16", "batch": 1, "tokens": 512, "grad_accum": 1,
+                "lora_rank": 8, "lora_targets": "q_proj,v_proj", "optimizer": "paged_adamw",
+                "attention": "flash_attention_2", "weights": "nf4 + double-quant (bnb)"}
+        return {"setup": {**base, **setup}, "measured": {"metric": "allocated_plus_non_torch"}, "excluded": None}
+
+    setup, why = setup_and_reason(row())
+    assert why == "" and (setup.weights, setup.optimizer, setup.attention, setup.metric) == \
+        ("nf4", "paged-adamw", "sdpa", "nvidia-smi")  # flash_attention_2 saves no score matrix, as SDPA
+    assert _double_quant(row()) and not _double_quant(row(weights="nf4 (bnb)"))
+    assert setup_and_reason(row(weights="gptq-int4 (g128, no act-order)"))[0].weights == "gptq-int4"
+    assert setup_and_reason(row(weights="fp4 (bnb)"))[0].weights == "nf4"  # same storage as NF4
+    assert setup_and_reason(row(grad_accum=4))[1].startswith("gradient accumulation")
+    assert setup_and_reason(row(optimizer="adamw_in_backward"))[1] == "optimizer 'adamw_in_backward': not an estimator option"
+    assert setup_and_reason(row(weights="awq"))[1] == "base stored as 'awq': not an estimator option"
+    assert setup_and_reason(row(method="full", weights="bf16"))[0].weights == ""  # follows the precision
+    excluded = {"excluded": "multi-GPU or offload (FSDP (2 or 4 GPUs; per-GPU)): not one card's peak; trust C"}
+    assert setup_and_reason(excluded) == (None, "multi-GPU or offload: not one card's peak")
+
+
+def test_excluded_rows_are_counted_with_their_reason():
+    committed = json.loads((DATA / "accuracy.json").read_text(encoding="utf-8"))
+    counts = {r["dataset"]: 0 for r in committed["rows"]}
+    for e in committed["excluded"]:
+        assert e["reason"] and e["rows"] >= 1
+        counts[e["dataset"]] += e["rows"]
+    for r in committed["rows"]:  # every row is either compared (or an OOM row judged) or excluded with a reason
+        assert r["compared"] + counts[r["dataset"]] <= r["rows"]
+    public = {e["reason"]: e["rows"] for e in committed["excluded"] if e["dataset"] == "public"}
+    assert public["no config.json for this model in snapshot/"] == 78
