@@ -34,6 +34,10 @@ class ConfigError(TraceError):
         super().__init__(msg)
 
 
+class JobError(ConfigError):
+    """A job option (estimator.job) the estimator cannot price for this model, named with its key and value."""
+
+
 class UnsupportedArchitecture(TraceError):
     """A model_type the estimator cannot reconstruct yet."""
 

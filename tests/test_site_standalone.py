@@ -45,11 +45,11 @@ def test_headline_reads_like_the_reference_page() -> None:
     report, record = _report("trl-internal-testing/tiny-Qwen2ForCausalLM-2.5")
     html = render_model_page(report, record, SETTINGS, standalone=False)
     text = re.sub(r"<[^>]+>", "", html)
-    assert ("Fine-tuning tiny-Qwen2ForCausalLM-2.5 at batch 1 and 2,048 tokens takes about 4.40 GB of GPU memory "
-            "for a full fine-tune (fits one T4 16 GB), and 4.37 GB with LoRA r=16 on a bf16 base (fits one T4 16 GB). "
+    assert ("Fine-tuning tiny-Qwen2ForCausalLM-2.5 at batch 1 and 2,048 tokens takes about 3.77 GB of GPU memory "
+            "for a full fine-tune (fits one T4 16 GB), and 3.75 GB with LoRA r=16 on a bf16 base (fits one T4 16 GB). "
             "Estimated from the model's structure, not measured.") in text
     assert "graph 2,435,016 vs checkpoint \u2014" in text
-    for phrase in ("1.15x headroom", "0.5 GiB CUDA context", "14 bytes: the bf16 logits",
+    for phrase in ("1.15x headroom", "0.5 GiB CUDA context", "12 bytes: the bf16 logits",
                    "torch.cuda.max_memory_allocated()", "not yet been checked against measured runs",
                    "No finding on the reconstructed graph.",
                    "neurarch-trace trl-internal-testing/tiny-Qwen2ForCausalLM-2.5 --plan",
@@ -66,7 +66,7 @@ def test_no_single_card_and_the_two_card_split() -> None:
     # The T4 cannot hold a full fine-tune at batch 1: the cell shows the split from cards[].split.
     split = mem.cards[0].split[0]
     assert mem.cards[0].train_full_max_batch == 0 and split.method == "train_full"
-    assert f"cut after layer {split.cut_after_layer}: 9.88 GB + 9.47 GB at batch 1; batch 1" in html
+    assert f"cut after layer {split.cut_after_layer}: 8.69 GB + 8.47 GB at batch 1; batch 1" in html
     assert "batch 1 does not fit this GPU alone" in html  # the T4 cost row says so
 
 

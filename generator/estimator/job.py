@@ -14,12 +14,13 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
-from ..errors import ConfigError
+from ..errors import JobError
 from .arch import Arch, Quant
 from .graph import Graph
 from .inputs import Assumptions
-from .memory import (adapted_linears, block_activation_bytes, head_activation_bytes, kv_bytes_of_block, linear_roles,
-                     lora_params, regime)
+from .activations import block_activation_bytes, head_activation_bytes, regime
+from .lora import adapted_linears, lora_params, target_roles
+from .memory import kv_bytes_of_block
 from .quant import _mat_elements
 
 METHODS = ("full", "lora", "qlora", "inference")
@@ -50,10 +51,6 @@ DOUBLE_QUANT_SAVING = 4 / 64 - (1 / 64 + 4 / (64 * 256))
 # (bitsandbytes/optim/optimizer.py Optimizer2State.init_state, blocksize 256; Dettmers et al. 2022,
 # arXiv:2110.02861). Tensors under 4,096 elements stay 32-bit (min_8bit_size); their share is ignored.
 ADAMW8BIT_STATE_BYTES = 2 + 2 * 4 / 256
-
-
-class JobError(ConfigError):
-    """An option the estimator cannot price for this model, named with its key and value."""
 
 
 @dataclass(frozen=True)
@@ -93,45 +90,6 @@ class JobMemory:
     peak_bytes: int
     peak_phase: str
     breakdown: tuple[tuple[str, int], ...]  # PARTS at the peak phase; they sum to peak_bytes
-
-
-# Module names per LoRA role, as transformers' modeling files name them (peft matches target_modules by the
-# last name component). Default: modeling_llama and its descendants; plain MLPs default to fc1/fc2.
-NAMES = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "o_proj", "qkv": "qkv_proj", "gate": "gate_proj",
-         "up": "up_proj", "down": "down_proj", "gate_up": "gate_up_proj"}
-FAMILY_NAMES = {
-    "gpt2": {"qkv": "c_attn", "o": "c_proj", "up": "c_fc", "down": "c_proj"},
-    "gpt_bigcode": {"qkv": "c_attn", "o": "c_proj", "up": "c_fc", "down": "c_proj"},
-    "starcoder2": {"up": "c_fc", "down": "c_proj"},
-    "gpt_neox": {"qkv": "query_key_value", "o": "dense", "up": "dense_h_to_4h", "down": "dense_4h_to_h"},
-    "falcon": {"qkv": "query_key_value", "o": "dense", "up": "dense_h_to_4h", "down": "dense_4h_to_h"},
-    "bloom": {"qkv": "query_key_value", "o": "dense", "up": "dense_h_to_4h", "down": "dense_4h_to_h"},
-    "opt": {"o": "out_proj", "up": "fc1", "down": "fc2"},
-    "gptj": {"o": "out_proj", "up": "fc_in", "down": "fc_out"},
-    "phi": {"o": "dense", "up": "fc1", "down": "fc2"},
-}
-MLP_ROLES = frozenset({"gate", "up", "down", "gate_up"})
-
-
-def target_roles(a: Arch, g: Graph, targets: str, model: str) -> frozenset[str] | None:
-    """The roles the comma list names (None: all-linear). `mlp` is torchtune's apply_lora_to_mlp (every MLP
-    Linear). A name no Linear of this model carries is an error, never a silent default."""
-    if targets == "all-linear":
-        return None
-    spec = g.spec
-    assert spec is not None
-    present = {role for b in spec.blocks for p in b.parts for role in linear_roles(p)} - {"linear"}
-    plain = any(p.type == "MLP" for b in spec.blocks for p in b.parts)
-    names = {**NAMES, **({"up": "fc1", "down": "fc2"} if plain else {}), **FAMILY_NAMES.get(a.family, {})}
-    roles: set[str] = set()
-    for name in (t.strip() for t in targets.split(",")):
-        hit = MLP_ROLES & present if name == "mlp" else {r for r in present if names.get(r) == name}
-        if not hit:
-            known = sorted({names[r] for r in present if r in names}) + ["mlp", "all-linear"]
-            raise JobError(model, "lora_targets", name, f"no Linear of this {a.model_type} model is named so; "
-                                                        f"its names: {', '.join(known)}")
-        roles |= hit
-    return frozenset(roles)
 
 
 def validate(job: Job, model: str) -> None:

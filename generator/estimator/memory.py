@@ -26,15 +26,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
+from .activations import block_activation_bytes, head_activation_bytes, regime
 from .arch import Arch
 from .graph import Graph
 from .inputs import Assumptions, Card
+from .lora import lora_params  # noqa: F401 - estimate.py and tools read it here
 from .quant import serve_weight_bytes
-from .spec import Block, Part, norm_sums
-
-# transformers' Python-written GELUs (activations.py NewGELUActivation, FastGELUActivation, QuickGELUActivation)
-# save three more MLP-width tensors than one fused op (FINDINGS.md F8: gpt2's gelu_new).
-PYTHON_GELU = ("gelu_new", "gelu_fast", "quick_gelu")
+from .spec import Block, Part
 
 
 @dataclass(frozen=True)
@@ -124,122 +122,6 @@ class Profile:
         if max(step, eob) > static + batch * act:
             return "optimizer step" if step >= eob else "end of backward (tied-embedding gradients)"
         return "loss (logits)" if self.head_per_sample * 2 > act else "backward (activations)"
-
-
-@dataclass(frozen=True)
-class Regime:
-    """How a training step keeps its tensors: the residual stream's and the matmuls' bytes per element, whether
-    the base weights train, and whether autocast casts each Linear's input (FINDINGS.md F3/F4)."""
-
-    residual_bytes: int
-    compute_bytes: int
-    trained: bool  # full fine-tune: the base weights take gradients; LoRA/QLoRA: frozen
-    amp: bool  # bf16 autocast: fp32 norm outputs and adapter inputs are cast per reading Linear
-
-
-def regime(method: str, precision: str) -> Regime:
-    """amp: fp32 weights under bf16 autocast for a full fine-tune (HF Trainer --bf16), a bf16 base with fp32
-    adapters for LoRA; bf16: everything bf16 (LitGPT bf16-true, torchtune); fp32: no autocast."""
-    trained = method == "full"
-    if precision == "fp32":
-        return Regime(4, 4, trained, False)
-    if precision == "bf16":
-        return Regime(2, 2, trained, False)
-    return Regime(4 if trained else 2, 2, trained, True)
-
-
-def norm_bytes(rms_width: int, width: int, stats: int, read: int, fed: int, r: Regime) -> int:
-    """Saved bytes per token of a group of norms (FINDINGS.md F3/F4; modeling_llama.LlamaRMSNorm upcasts to fp32,
-    torch's native_layer_norm saves its input, mean and rstd). `width` all norms, `rms_width` the RMSNorms',
-    `stats` their statistics bytes, `read` width x reading Linears, `fed` widths some Linear reads."""
-    ln = width - rms_width
-    if not r.trained:  # a frozen weight needs no normalised output: the fp32 input (+ rsqrt / mean, rstd)
-        return 4 * width + stats if r.amp else 4 * rms_width + r.residual_bytes * ln + stats
-    if r.amp:  # fp32 input; RMS: the fp32 normalised output for the weight's gradient; a bf16 cast per reader
-        return 4 * width + stats + 4 * rms_width + r.compute_bytes * read
-    # pure bf16 / fp32: RMS upcasts its input; the normalised output (weight gradient) and the scaled output
-    # (the Linears' shared input) in the weights' dtype
-    return 4 * rms_width + r.residual_bytes * ln + stats + r.residual_bytes * (rms_width + fed)
-
-
-# LoRA target roles of a part's nn.Linears, in the order the builders list them (spec.py attention_part,
-# mlp_part); a group is one input tensor that several adapters may share.
-ROLE_GROUP = {"q": "attn_in", "k": "attn_in", "v": "attn_in", "qkv": "attn_in", "o": "attn_out",
-              "gate": "mlp_in", "up": "mlp_in", "gate_up": "mlp_in", "down": "mlp_mid"}
-
-
-def linear_roles(p: Part) -> tuple[str, ...]:
-    """q, k, v, o / qkv, o for attention; gate, up, down / gate_up, down / up, down for MLPs; else 'linear'."""
-    n = len(p.linears)
-    if p.attn_flops and not p.type.startswith("MoE"):
-        if n >= 4 and p.linears[0][0] == p.linears[1][0] == p.linears[2][0]:
-            return ("q", "k", "v", "o") + ("linear",) * (n - 4)
-        if n >= 2:
-            return ("qkv", "o") + ("linear",) * (n - 2)
-    if p.type in ("SwiGLU", "GeGLU", "GLU") and n in (2, 3):
-        return ("gate_up", "down") if n == 2 else ("gate", "up", "down")
-    if p.type == "MLP" and n == 2:
-        return ("up", "down")
-    return ("linear",) * n
-
-
-def adapted_linears(b: Block, roles: frozenset[str] | None) -> list[tuple[int, int, str]]:
-    """(in, out, input group) of each adapted Linear of a layer; roles None = every Linear (all-linear)."""
-    out = []
-    for k, p in enumerate(b.parts):
-        for (i, o), role in zip(p.linears, linear_roles(p)):
-            if roles is None or role in roles:
-                out.append((i, o, ROLE_GROUP.get(role, f"{k}.{len(out)}")))
-    return out
-
-
-def adapter_activation_bytes(adapted: list[tuple[int, int, str]], rank: int, r: Regime) -> int:
-    """Per token: under AMP, peft casts each adapted Linear's input to the fp32 adapter and autocast casts it back,
-    so every lora_A saves its own bf16 copy; else the input is the same tensor for adapters sharing it (counted
-    once; o_proj's is the SDPA output, already saved). Each lora_B saves A's output (rank)."""
-    c = r.compute_bytes
-    if r.amp:
-        return c * sum(i + rank for i, _, _ in adapted)
-    groups = {g: i for i, _, g in adapted if g != "attn_out"}
-    return c * (sum(groups.values()) + rank * len(adapted))
-
-
-def block_activation_bytes(a: Arch, b: Block, r: Regime, rank: int = 0,
-                           roles: frozenset[str] | None = None) -> int:
-    """Saved-for-backward bytes of one layer per token (SDPA attention): norms, the parts' saved tensors (frozen:
-    `act_frozen`), fp32 softmax statistics, q/k norms over head_dim and adapters' inputs."""
-    c = r.compute_bytes
-    out = norm_bytes(b.rms_width, b.norm_width, b.norm_stats_bytes, b.norm_read, b.norm_fed, r)
-    out += c * (b.act if r.trained else b.act_frozen) + 4 * b.act32
-    attention = sum(1 for p in b.parts if p.attn_flops and not p.type.startswith("MoE"))
-    if a.qk_norm and attention:
-        # q_norm / k_norm (qwen3, olmo2, gemma3): the fp32 upcast, plus the normalised output when it trains
-        qk = a.heads * a.head_dim + a.kv_heads * a.head_dim
-        out += attention * qk * (4 + (0 if not r.trained else 4 if r.amp else r.residual_bytes))
-    if a.act in PYTHON_GELU:
-        out += 3 * c * sum(p.act // 2 for p in b.parts if p.type == "MLP")  # act = 2 x inter for a plain MLP
-    if rank:
-        out += adapter_activation_bytes(adapted_linears(b, roles), rank, r)
-    return out
-
-
-def head_activation_bytes(a: Arch, g: Graph, r: Regime, s: Assumptions) -> int:
-    """Per token after the stack: the final norm (read by the LM head) and `logits_bytes` per logit (F1);
-    final-logit soft-capping (gemma2: logits / cap, tanh, x cap) keeps tanh's output for its backward."""
-    spec = g.spec
-    assert spec is not None
-    rms, stats, read, fed = norm_sums(spec.head)
-    width = sum(p.norm_width for p in spec.head)
-    softcap = r.compute_bytes * spec.logits if a.raw.get("final_logit_softcapping") else 0
-    return norm_bytes(rms, width, stats, read, fed, r) + s.logits_bytes * spec.logits + softcap
-
-
-def lora_params(g: Graph, a: Arch, rank: int, roles: frozenset[str] | None = None) -> int:
-    """LoRA A (r x in) and B (out x r) on every adapted nn.Linear of every layer; the head is left out."""
-    assert g.spec is not None
-    if roles is None:
-        return sum(rank * b.lora_io for b in g.spec.blocks)
-    return sum(rank * (i + o) for b in g.spec.blocks for i, o, _ in adapted_linears(b, roles))
 
 
 def _ends(g: Graph) -> tuple[list[Part], list[Part]]:
