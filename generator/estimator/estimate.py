@@ -22,13 +22,18 @@ FORMULAS = {
     "params": "sum over graph nodes of Linear in*out (+bias), Embedding rows*width, norms (RMSNorm w, "
               "LayerNorm 2w); tied lm_head counted once (transformers modeling files); MoE: every expert",
     "active_params": "parameters used per token: router + top-k routed experts + shared experts (+ the rest)",
-    "train_full": "max((4+4+8) B x params + 2 B x matmul weights + activations, (4+4+8+4) B x params); "
-                  "activations = layers x saved tensors per token (SDPA, no scores) + 14 B x vocab per token",
-    "train_lora": "2 B x params (bf16 base) + 20 B x adapter params (r x (in+out) per Linear, head excluded) "
-                  "+ activations (bf16 residual) + adapter inputs",
-    "serve": "2 B x params (or the quantised storage) + one prefill chunk's largest layer transient + per "
+    "train_full": "max((4+8) B x params + 2 B x matmul weights + activations (no gradient yet at the loss), "
+                  "(4+4+8) B x params + 2 x 4 B x vocab x width if tied (end of backward), (4+4+8+4) B x params "
+                  "(AdamW step)); activations = layers x saved tensors per token (SDPA, no scores) + 12 B x vocab "
+                  "per token",
+    "train_lora": "2 B x params (bf16 base) + 14 B x adapter params (r x (in+out) per Linear, head excluded) "
+                  "+ activations (frozen Linears save no input) + adapter inputs",
+    "serve": "chunked-prefill server: 2 B x params (or the quantised storage) + one prefill chunk's largest "
+             "layer transient + per "
              "sequence (per attention layer min(tokens, window) x 2 x kv_heads x head_dim x 2 B; MLA "
              "(kv_lora_rank + qk_rope_head_dim) x 2 B; SSM/linear-attention state; 4 B x vocab logits)",
+    "job": "memory.peak_bytes: the exact job (memory.job) priced phase by phase (loss, recomputed layer, end of "
+           "backward, optimizer step; prefill, decode of HF generate) in its metric; breakdown at the peak phase",
     "max_batch": "largest b with memory(b) <= (driver-reported memory - CUDA context) / headroom",
     "split": "two cards, contiguous layer cut minimising the larger stage (pipeline parallel), only where "
              "batch 1 does not fit one card",

@@ -302,6 +302,7 @@ def combine(name: str, typ: str, *parts: Part) -> Part:
         return sum(getattr(p, attr) for p in parts)
     return Part(name, typ, total("params"), active=sum(p.active_params for p in parts), matmul=total("matmul"),
                 active_matmul=sum(p.active_matmul_params for p in parts), linears=tuple(x for p in parts for x in p.linears),
-                act=total("act"), act32=total("act32"), act_frozen=sum(p.frozen_act for p in parts), transient=max(p.transient for p in parts), kv=total("kv"),
+                act=total("act"), act32=total("act32"), act_frozen=sum(p.frozen_act for p in parts),
+                transient=max(p.transient for p in parts), kv=total("kv"),
                 window=max(p.window for p in parts), state=total("state"), attn_flops=total("attn_flops"),
                 mats=tuple(x for p in parts for x in p.weight_mats))
