@@ -238,3 +238,10 @@ def test_site_serving_stays_the_chunked_prefill_server():
     site = serve_profile(a, g, S, 2048 + 8).total(8)
     generate = job_memory(a, g, S, Job(method="inference", precision="bf16", tokens=2048, new_tokens=8, batch=8))
     assert generate.peak_bytes > site
+
+
+def test_site_config_and_assumptions_agree():
+    """site_config.yaml is what the site and CLI pass in; Assumptions' defaults mirror it (logits_bytes 12, ...)."""
+    from generator.settings import load_settings
+
+    assert load_settings().assumptions == Assumptions()
