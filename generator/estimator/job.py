@@ -1,7 +1,7 @@
 """One exact job (method, precision, storage, optimizer, checkpointing, attention, metric) → its peak memory.
 
 The site's figures (memory.train_profile / serve_profile) are this module's default job; here every option of a
-real run is priced, phase by phase, from the same per-layer formulas (memory.block_activation_bytes):
+real run is priced, phase by phase, from the same per-layer formulas (activations.block_activation_bytes):
 - training: the loss backward (no gradient yet, FINDINGS.md F2), the end of the backward (all gradients; a tied
   embedding's two gradients, F6), the optimizer step with its temporaries (F5);
 - inference as transformers' `generate` runs it (the measurement harness): one prefill of all prompts, then
@@ -15,10 +15,10 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from ..errors import JobError
+from .activations import block_activation_bytes, head_activation_bytes, regime
 from .arch import Arch, Quant
 from .graph import Graph
 from .inputs import Assumptions
-from .activations import block_activation_bytes, head_activation_bytes, regime
 from .lora import adapted_linears, lora_params, target_roles
 from .memory import kv_bytes_of_block
 from .quant import _mat_elements
