@@ -95,9 +95,9 @@ def estimator_terms(config: dict, model: str, setup) -> dict[str, float]:
     layer_act = p.layer_per_sample if isinstance(p.layer_per_sample, (tuple, list)) else (p.layer_per_sample,) * p.layers
     terms = {
         "static: embeddings (+ serving's prefill transient)": p.embed_static / MIB,
-        "static: layers (weights, grads, AdamW, autocast copies / adapters)": sum(layer_static) / MIB,
+        "static at the loss: layers (weights, AdamW, autocast copies / adapters)": sum(layer_static) / MIB,
         "static: head": p.head_static / MIB,
-        "optimizer-step extra (foreach)": p.step_extra / MIB,
+        "optimizer step (weights, grads, AdamW, foreach temporary)": (p.step_prefix[-1] + p.embed_step + p.head_step) / MIB,
         "per batch: embedding output": B * p.embed_per_sample / MIB,
         "per batch: layers (activations / KV cache)": B * sum(layer_act) / MIB,
         "per batch: head (final norm, head input, logits / decode logits)": B * p.head_per_sample / MIB,

@@ -44,7 +44,6 @@ class Profile:
     embed_static: int  # loss-backward branch: bytes held for the embedding stage (embeddings, vision tower, ...)
     layer_static: tuple[int, ...]  # per layer, independent of batch
     head_static: int  # final norm + head
-    step_extra: int  # unused by the branches below; kept 0 (the step is layer_step / embed_step / head_step)
     embed_per_sample: int
     layer_per_sample: tuple[int, ...]
     head_per_sample: int  # final norm, head input, logits and loss
@@ -172,7 +171,7 @@ def train_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, method: str, r
                       for b, n in zip(spec.blocks, layer_tokens))
     head_act = tokens * head_activation_bytes(a, g, r, s)
     embed_act = tokens * embed_act + s.compute_bytes * spec.vision_act * (1 if spec.image_tokens else 0)
-    return Profile(method, embed_static, layer_static, head_static, 0, embed_act, layer_act, head_act,
+    return Profile(method, embed_static, layer_static, head_static, embed_act, layer_act, head_act,
                    len(spec.blocks), layer_step, embed_step, head_step, layer_eob, embed_eob, head_eob, tied)
 
 
@@ -207,13 +206,13 @@ def serve_profile(a: Arch, g: Graph, s: Assumptions, tokens: int) -> Profile:
     if spec.kind == "encoder":
         # A batch of sequences at the context, no cache: each sequence holds its own working set
         # and its output (the head's logits per token, fp32).
-        return Profile("serve", weights(embed), tuple(block_weights(b) for b in spec.blocks), weights(head), 0,
+        return Profile("serve", weights(embed), tuple(block_weights(b) for b in spec.blocks), weights(head),
                        transient + tokens * 4 * spec.logits, (0,) * len(spec.blocks), 0, len(spec.blocks))
     enc_tokens = tokens if spec.kind == "encoder-decoder" else 0
     per_layer = tuple(0 if b.stack == "encoder" else kv_bytes_of_block(b, s, tokens, enc_tokens) for b in spec.blocks)
     # An encoder-decoder keeps the encoder's output (tokens x hidden) per sequence for cross-attention.
     enc_out = enc_tokens * c * spec.hidden
-    return Profile("serve", weights(embed) + transient, tuple(block_weights(b) for b in spec.blocks), weights(head), 0,
+    return Profile("serve", weights(embed) + transient, tuple(block_weights(b) for b in spec.blocks), weights(head),
                    enc_out, per_layer, s.decode_logits_bytes * spec.vocab, len(spec.blocks))
 
 
