@@ -8,12 +8,13 @@ recomputed against the estimator as it is now (never the estimate stored in a ro
 every figure compares the estimator's formulas, as shipped, with measured peaks.
 
 Definitions (also in the table's `definitions`):
-- compared rows: a measured peak (status ok/measured) whose setup the estimator has (measure.setup.estimator_supports,
-  and for public rows bf16/fp16 weights for LoRA and serving, fp32 master weights for full AMP).
-- tensor bytes of a row: the peak as the estimator models it, tensors only. MemTracker, max_memory_allocated,
-  torchtune's active peak and max_memory_reserved are taken as they are (reserved is an upper bound of
-  allocated); a metric that includes the CUDA context (NVML "used", allocated + non-torch) has the
-  estimator's cuda_context_bytes taken off.
+- compared rows: a measured peak (status ok/measured) whose exact setup estimator.job prices: public rows are
+  mapped onto Job options (WEIGHTS, OPTIMIZERS, METRICS below; flash_attention_2 read as sdpa). Rows left out
+  are counted per reason in the table's `excluded`.
+- tensor bytes of a row: the measured peak, compared with the estimate in the row's own metric (MemTracker,
+  max_memory_allocated and torchtune's active peak: allocated; max_memory_reserved: reserved); a metric that
+  includes the CUDA context (NVML "used", allocated + non-torch) has the estimator's cuda_context_bytes taken
+  off both the measured peak and the nvidia-smi estimate.
 - error: (estimate - tensor bytes) / tensor bytes, in %. Median and p90 of its absolute value per method.
 - fits on a card: tensor bytes <= memory.budget_bytes(card) = (driver-reported memory - CUDA context) /
   headroom, the line every estimate is held against. The estimator "flags" a job on a card when its estimate
@@ -24,11 +25,11 @@ Definitions (also in the table's `definitions`):
 from __future__ import annotations
 
 import argparse
-import re
+import dataclasses
 import json
 import math
+import re
 import sys
-import dataclasses
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
@@ -83,16 +84,20 @@ class AccuracyTable:
 
 
 DEFINITIONS = (
-    ("compared", "measured rows whose setup the estimator has: full AMP AdamW (foreach, no checkpointing, SDPA), "
-                 "LoRA on every Linear of a bf16 base under AMP with AdamW, bf16 serving"),
-    ("tensor_bytes", "the measured peak, tensors only: metrics that include the CUDA context lose the "
-                     "estimator's cuda_context_bytes; max_memory_reserved is used as it is"),
+    ("compared", "measured rows whose exact setup estimator.job prices (method, precision, base storage, optimizer, "
+                 "checkpointing, attention, LoRA targets and rank, batch, tokens, metric); the rest are counted "
+                 "under 'excluded' with the reason"),
+    ("tensor_bytes", "the measured peak: metrics that include the CUDA context (nvidia-smi) lose the "
+                     "estimator's cuda_context_bytes on both sides; reserved rows are compared with the reserved "
+                     "estimate, allocated rows with the allocated one"),
     ("error_pct", "(estimate - tensor bytes) / tensor bytes x 100; median and p90 of the absolute value"),
     ("fits", "tensor bytes <= budget_bytes(card) = (driver-reported memory - CUDA context) / headroom"),
     ("flagged", "the estimate is over the card's budget"),
     ("oom_rows", "an OOM row is a non-fitting job on every card no larger than its GPU (an emulated card: "
                  "the allocator's limit); public 'fits' rows are not used (fitting a card is not fitting its budget)"),
     ("cpu_sim", "CPU-simulated rows are judged against every card"),
+    ("fitted_constants", "none: every byte count is read off the tensors PyTorch keeps (FINDINGS.md) or a "
+                         "library's source, so there is nothing to evaluate leave-one-family-out"),
 )
 
 
