@@ -69,6 +69,16 @@ class CardPlan:
 
 
 @dataclass(frozen=True)
+class CurvePoint:
+    """Peak bytes at batch 1 and `tokens` per sample for each method (estimator/curve.py)."""
+
+    tokens: int
+    train_full_bytes: int
+    train_lora_bytes: int
+    serve_bytes: int
+
+
+@dataclass(frozen=True)
 class Memory:
     assumptions: tuple[tuple[str, Any], ...]
     train_tokens: int
@@ -89,6 +99,7 @@ class Memory:
     state_bytes_per_sequence: int = 0  # fixed recurrent state per sequence (SSM, linear attention)
     image_tokens: int = 0  # text tokens one image (audio models: one clip) takes, from the vision/audio config
     serve_weight_bytes: int = 0  # weights as served: bf16, or the quantised checkpoint's storage
+    curve: tuple[CurvePoint, ...] = ()  # batch-1 peaks from 512 tokens to the context (estimator/curve.py)
 
 
 @dataclass(frozen=True)
