@@ -182,7 +182,9 @@ def _charts(report: Report) -> dict[str, Any]:
     curve = curve_of(report)
     name = report.model.id
     return {
-        "memory": None if curve is None or not mem.cards else charts.memory_chart(curve, mem.cards, model=name),
+        # One point (a context under 512 tokens) is not a line: the page then shows no memory chart.
+        "memory": None if curve is None or len(curve) < 2 or not mem.cards
+        else charts.memory_chart(curve, mem.cards, model=name),
         "batch": None if not mem.cards else charts.batch_chart(mem.cards, model=name, serve_tokens=mem.serve_tokens),
     }
 
