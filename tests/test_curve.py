@@ -26,7 +26,9 @@ def test_curve_tokens_examples() -> None:
     # Qwen3-0.6B: 40,960 is not a power of two, so it ends the curve after 32K.
     assert curve_tokens(40960) == (512, 1024, 2048, 4096, 8192, 16384, 32768, 40960)
     assert curve_tokens(2048) == (512, 1024, 2048)
-    assert curve_tokens(512) == (512,) and curve_tokens(100) == (100,) and curve_tokens(0) == ()
+    # Short contexts start at context / 8 (a power of two) so that they still draw a line.
+    assert curve_tokens(1024) == (128, 256, 512, 1024) and curve_tokens(512) == (64, 128, 256, 512)
+    assert curve_tokens(100) == (8, 16, 32, 64, 100) and curve_tokens(1) == (1,) and curve_tokens(0) == ()
     assert curve_tokens(1 << 20) == tuple(512 << i for i in range(12))  # 1M: exactly MAX_POINTS
     # 10M (Llama 4 Scout): 11 powers of two, then the context.
     assert curve_tokens(10_485_760) == (*(512 << i for i in range(11)), 10_485_760)
@@ -38,7 +40,8 @@ def test_curve_tokens_properties(context: int) -> None:
     points = curve_tokens(context)
     assert points[-1] == context and len(points) <= MAX_POINTS
     assert list(points) == sorted(set(points))
-    assert points[0] == (FIRST_TOKENS if context >= FIRST_TOKENS else context)
+    assert points[0] == FIRST_TOKENS if context >= 4 * FIRST_TOKENS else points[0] <= max(1, context // 8)
+    assert len(points) >= min(3, context.bit_length())  # a line wherever the context allows one
     assert all(b == 2 * a for a, b in zip(points[:-2], points[1:-1]))  # powers of two but the last
 
 
@@ -67,7 +70,7 @@ def test_reused_profiles_give_the_same_points_as_fresh_ones() -> None:
              ("lora", 1024): train_profile(a, g, s, 1024, "lora", s.lora_rank),
              ("serve", 1024): serve_profile(a, g, s, 1024)}
     assert memory_curve(a, g, s, known) == memory_curve(a, g, s)
-    assert [p.tokens for p in memory_curve(a, g, s)] == [512, 1024]
+    assert [p.tokens for p in memory_curve(a, g, s)] == [128, 256, 512, 1024]
 
 
 SNAPSHOT = snapshot_configs()

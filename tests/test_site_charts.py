@@ -110,7 +110,7 @@ def test_no_memory_chart_without_a_line_to_draw() -> None:
 def test_the_standalone_page_has_the_chart_too() -> None:
     report, _ = _report("openai-community/gpt2")
     html = render_model_page(report, None, SETTINGS, standalone=True)
-    assert 'id="memory-chart"' in html and html.count('<th scope="row" class="num">') == len(report.memory.curve) == 2
+    assert 'id="memory-chart"' in html and html.count('<th scope="row" class="num">') == len(report.memory.curve) == 4
 
 
 def test_memory_chart_geometry() -> None:

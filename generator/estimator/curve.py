@@ -3,7 +3,7 @@
 Each point is the same three peaks the Report gives at its own token counts (memory.train_profile
 for a full fine-tune and for LoRA, memory.serve_profile for serving, each `.total(1)`), evaluated at
 512, 1,024, 2,048, ... tokens up to the model's context, and at the context itself when it is not a
-power of two. Nothing here is a new formula: the curve is the estimator's own profiles swept over
+power of two (short contexts start lower, see curve_tokens). Nothing here is a new formula: the curve is the estimator's own profiles swept over
 tokens, so a change to memory.py moves the curve with the headline figures.
 
 Cost: a profile is a walk over the model's blocks; a 12-point curve would walk them 36 more times
@@ -21,7 +21,7 @@ from .inputs import Assumptions
 from .memory import Profile, serve_profile, train_profile
 from .report import CurvePoint
 
-FIRST_TOKENS = 512  # the shortest sequence anyone fine-tunes or serves at; the chart starts here
+FIRST_TOKENS = 512  # the chart starts here (lower only for contexts under 2,048: see curve_tokens)
 MAX_POINTS = 12  # 512 .. 1M tokens (2^9 .. 2^20): longer contexts keep their last point (see curve_tokens)
 
 
@@ -30,9 +30,13 @@ def curve_tokens(context: int, first: int = FIRST_TOKENS, max_points: int = MAX_
 
     With more than max_points, the first max_points - 1 powers of two are kept and the context
     ends the curve (a 10M-token context: 512 .. 512K, then 10M), so the chart always reaches the
-    model's context. A context shorter than `first` is one point (the context)."""
+    model's context. A context under 4 x first (BERT's and T5's 512, GPT-2's 1,024) starts at the
+    power of two at most context / 8 instead, so that it is still a line of four or five points
+    (512: 64, 128, 256, 512) rather than one or two."""
     if context <= 0:
         return ()
+    if context < 4 * first:
+        first = 1 << max(0, (context // 8).bit_length() - 1)
     points = []
     tokens = first
     while tokens <= context:
