@@ -18,6 +18,7 @@ from typing import Any
 from .. import accuracy as table_module
 from .. import format as f
 from ..accuracy import ErrorRow, FitRow
+from . import pages
 
 ACCURACY_JSON = table_module.OUTPUT  # tests point this elsewhere
 METHODS = (("full", "full fine-tuning"), ("lora", "LoRA"), ("inference", "serving"))
@@ -141,16 +142,24 @@ def source_bytes(path: Path | None = None) -> bytes:
 
 # --- the model page's line ---------------------------------------------------------------------------------
 
+def href(site: dict, root: str | None, standalone: bool) -> str | None:
+    """The accuracy page from a model page: relative on the site (root: the page's way back to the
+    site root), absolute from a standalone file, and none where there is no site (no site.url)."""
+    if standalone:
+        url = pages.site_url(site)
+        return url + pages.ACCURACY[: -len("index.html")] if url else None
+    return None if root is None else root + pages.ACCURACY
+
+
 def model_line(table: Accuracy | None, href: str | None) -> dict[str, Any] | None:
     """Per method, each dataset's compared runs with median and p90 absolute error; None without a table."""
     if table is None:
         return None
     methods = []
     for method, label in METHODS:
-        runs = [{"compared": f.count(e.compared), "dataset": dataset_name(e.dataset),
-                 "median": f.error_pct(e.median_abs_pct), "p90": f.error_pct(e.p90_abs_pct)}
-                for d in table.datasets() for e in (table.error(d, method),)
-                if e is not None and e.compared > 0 and e.median_abs_pct is not None and e.p90_abs_pct is not None]
+        errors = [e for e in (table.error(d, method) for d in table.datasets()) if e is not None and e.compared > 0]
+        runs = [{"compared": cells["compared"], "dataset": dataset_name(e.dataset), "median": cells["median"],
+                 "p90": cells["p90"]} for e in errors for cells in (_error_cells(e),)]
         methods.append({"label": label, "runs": runs, "none": NO_RUNS})
     return {"methods": methods, "href": href}
 
@@ -158,11 +167,13 @@ def model_line(table: Accuracy | None, href: str | None) -> dict[str, Any] | Non
 # --- the accuracy page ---------------------------------------------------------------------------------------
 
 def _error_cells(e: ErrorRow | None) -> dict[str, Any]:
-    if e is None or e.compared == 0 or e.median_abs_pct is None:
+    if e is None or e.compared == 0:
         return {"compared": f.count(0 if e is None else e.compared), "none": NO_RUNS}
-    return {"compared": f.count(e.compared), "none": None, "median": f.error_pct(e.median_abs_pct),
-            "p90": f.error_pct(e.p90_abs_pct or 0.0), "max": f.error_pct(e.max_abs_pct or 0.0),
-            "mean": f.signed_pct(e.mean_signed_pct or 0.0)}
+    figures = (e.median_abs_pct, e.p90_abs_pct, e.max_abs_pct, e.mean_signed_pct)
+    assert None not in figures, "parse() refuses null figures with compared rows"
+    median, p90, largest, mean = (float(x) for x in figures)  # type: ignore[arg-type]
+    return {"compared": f.count(e.compared), "none": None, "median": f.error_pct(median), "p90": f.error_pct(p90),
+            "max": f.error_pct(largest), "mean": f.signed_pct(mean)}
 
 
 def _fit_row(card: str, budget: str, jobs: int, nonfit: int, flagged: int, fit: int, false_no: int) -> dict[str, str]:

@@ -56,7 +56,8 @@ def model_context(report: Report, record: ModelRecord | None, settings: Settings
         "cost": _cost(report, settings, assumptions),
         "memory": _memory(report, root=crumbs_root(crumbs)),
         "charts": _charts(report),
-        "accuracy": accuracy_page.model_line(accuracy_page.load(), _accuracy_href(crumbs, settings, standalone)),
+        "accuracy": accuracy_page.model_line(accuracy_page.load(),
+                                             accuracy_page.href(settings.site, crumbs_root(crumbs), standalone)),
         "assumptions": _assumptions(report, assumptions),
         "validation": {"checkpoint": count["status"], "missing": count["missing"]},
         "structure": structure_context(report),
@@ -166,15 +167,6 @@ def crumbs_root(crumbs: list[dict]) -> str | None:
     if home is None or "://" in home:
         return None
     return home[: -len("index.html")]
-
-
-def _accuracy_href(crumbs: list[dict], settings: Settings, standalone: bool) -> str | None:
-    """The accuracy page: relative on the site, absolute from a standalone file (none without site.url)."""
-    if standalone:
-        url = pages.site_url(settings.site)
-        return url + pages.ACCURACY[: -len("index.html")] if url else None
-    root = crumbs_root(crumbs)
-    return None if root is None else root + pages.ACCURACY
 
 
 def curve_of(report: Report) -> list[dict[str, int]] | None:
