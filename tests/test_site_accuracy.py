@@ -304,3 +304,17 @@ def test_a_changed_table_rerenders_every_model_page(tmp_path: Path, monkeypatch:
     assert re.search(r"models rendered\s*│\s*3", buffer.getvalue())
     check_line((out / "models/openai-community/gpt2/index.html").read_text(encoding="utf-8"), _variant())
     check_page((out / "accuracy/index.html").read_text(encoding="utf-8"), _variant())
+
+
+def test_rendering_the_figures_measures_nothing() -> None:
+    """The build reads the table; it never imports the measuring side (torch, the harness)."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from generator.settings import load_settings; from generator.site.render import "
+            "render_accuracy; render_accuracy(load_settings()); "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers', 'peft') "
+            "or m.startswith('generator.measure')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).resolve().parents[1])
+    assert out.stdout.strip() == "[]"
