@@ -213,3 +213,21 @@ def day(iso: str | None) -> str:
 def change(old: str, new: str) -> str:
     """A before/after pair: ("4.40 GB", "4.52 GB") -> "4.40 GB → 4.52 GB"."""
     return f"{old} \u2192 {new}"
+
+
+def error_pct(x: float) -> str:
+    """An error already in percent, one decimal: 9.99 -> "10.0%", 0.56 -> "0.6%" (the accuracy table's figures)."""
+    return f"{x:.1f}%"
+
+
+def signed_pct(x: float) -> str:
+    """A signed error in percent: 9.12 -> "+9.1%" (over-estimates), -4.35 -> "-4.3%", 0 -> "0.0%"."""
+    text = f"{x:+.1f}%"
+    return "0.0%" if text in ("+0.0%", "-0.0%") else text
+
+
+def share(part: int, whole: int) -> str:
+    """k of n with its percentage: (113, 131) -> "113 of 131 (86.3%)"; (0, 0) -> "0 of 0" (no share to give)."""
+    if whole <= 0:
+        return f"{count(part)} of {count(whole)}"
+    return f"{count(part)} of {count(whole)} ({percent(part / whole)})"

@@ -247,6 +247,10 @@ def test_model_page_has_its_sections_and_charts(served: str, browser: Browser) -
         assert [i for i in ids if i in SECTIONS] == list(SECTIONS)
         assert browser.js("document.querySelector('#batch-chart title').textContent").startswith("Largest batch")
         assert browser.js("document.querySelector('#batch-chart').getBoundingClientRect().width") > 300
+        assert browser.js("document.querySelector('#memory-chart title').textContent").startswith("GPU memory of")
+        assert browser.js("document.querySelector('#memory-chart').getBoundingClientRect().width") > 300
+        assert browser.js("document.querySelectorAll('#memory-chart polyline').length") == 3
+        assert "median error" in browser.js("document.getElementById('accuracy-line').textContent")
         assert browser.js("document.querySelectorAll('table caption').length") >= 3
         if scheme == "dark":
             bg = browser.js("getComputedStyle(document.body).backgroundColor")
@@ -259,6 +263,17 @@ def test_model_page_has_its_sections_and_charts(served: str, browser: Browser) -
     assert browser.js("document.activeElement.className") == "skip"
     assert browser.js("getComputedStyle(document.activeElement).outlineStyle") == "solid"
     assert browser.js("document.activeElement.getBoundingClientRect().left") >= 0
+
+
+def test_accuracy_page_renders_in_both_schemes(served: str, browser: Browser) -> None:
+    for scheme in ("light", "dark"):
+        browser.scheme(scheme)
+        browser.goto(f"{served}accuracy/")
+        ids = browser.js("[...document.querySelectorAll('section[id]')].map(e => e.id)")
+        assert ids == ["datasets", "errors", "fits", "definitions", "fitted", "excluded"]
+        assert browser.js("document.querySelectorAll('table caption').length") >= 3
+        browser.screenshot(ARTIFACTS / f"accuracy-{scheme}.png", full=True)
+    browser.scheme("light")
 
 
 def test_search_finds_a_known_model(served: str, browser: Browser) -> None:

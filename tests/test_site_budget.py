@@ -1,7 +1,7 @@
 """Page budgets: a model page is at most 60 kB of HTML, and at most 150 kB with the stylesheet and any
 script it loads; the home page's own script and style stay small too. Checked on every page built
-from the committed snapshot, and on the largest ones again with the memory chart that
-`memory.curve` will add, at a 1M-token context (the longest curve)."""
+from the committed snapshot (each with its memory chart), and on the largest ones again with a synthetic
+`memory.curve` at a 1M-token context (the longest curve, 12 points)."""
 
 from __future__ import annotations
 

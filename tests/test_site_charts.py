@@ -1,13 +1,11 @@
 """Charts: SVG geometry computed in generator/site/charts.py, drawn inline at build time with no JS.
 
-`memory.curve` (memory against tokens per method) is not in the Report yet: these tests build it in
-the exact shape the estimator will write, `[{"tokens", "train_full_bytes", "train_lora_bytes",
-"serve_bytes"}]` for 512, 1024, ... up to the model's context, and check that a page shows the
-chart only when the key is there."""
+The memory chart draws the Report's `memory.curve` (estimator/curve.py): `[{"tokens",
+"train_full_bytes", "train_lora_bytes", "serve_bytes"}]` for 512, 1024, ... up to the model's context.
+`curve_for` makes a longer, synthetic curve (up to any context) for the geometry and budget tests."""
 
 from __future__ import annotations
 
-import dataclasses
 import re
 import xml.etree.ElementTree as ET
 from dataclasses import replace
@@ -16,7 +14,7 @@ from typing import Any
 import pytest
 
 from generator import format as f
-from generator.estimator.report import Memory
+from generator.estimator.report import CurvePoint
 from generator.hub.snapshot import DEFAULT_SNAPSHOT_DIR, load_record
 from generator.pipeline import report_for_record
 from generator.settings import load_settings
@@ -41,11 +39,8 @@ def curve_for(report: Any, context: int) -> list[dict[str, int]]:
 
 
 def with_curve(report: Any, curve: list[dict[str, int]]) -> Any:
-    """The Report with `memory.curve` added, as the estimator will add it (a field of Memory)."""
-    cls = dataclasses.make_dataclass("MemoryWithCurve", [("curve", tuple, dataclasses.field(default=()))],
-                                     bases=(Memory,), frozen=True)
-    fields = {x.name: getattr(report.memory, x.name) for x in dataclasses.fields(Memory)}
-    return replace(report, memory=cls(**fields, curve=tuple(curve)))
+    """The Report with its `memory.curve` replaced by `curve`."""
+    return replace(report, memory=replace(report.memory, curve=tuple(CurvePoint(**p) for p in curve)))
 
 
 def _report(model: str) -> tuple[Any, Any]:
@@ -75,12 +70,11 @@ def test_curve_points_takes_only_the_documented_shape() -> None:
         assert charts.curve_points({"curve": [good[1], bad]}) is None, bad
 
 
-def test_the_memory_chart_is_on_the_page_only_with_a_curve() -> None:
+def test_the_memory_chart_draws_the_reports_curve() -> None:
     report, record = _report("Qwen/Qwen3-0.6B")
-    plain = render_model_page(report, record, SETTINGS, standalone=False)
-    assert 'id="memory-chart"' not in plain and 'id="batch-chart"' in plain
-    html = render_model_page(with_curve(report, curve_for(report, 40960)), record, SETTINGS, standalone=False)
-    assert 'id="memory-chart"' in html
+    curve = report.memory.curve
+    assert [p.tokens for p in curve] == [512, 1024, 2048, 4096, 8192, 16384, 32768, 40960]
+    html = render_model_page(report, record, SETTINGS, standalone=False)
     assert html.index('id="memory-chart"') < html.index('id="batch-chart"') < html.index("Largest batch per card and")
     svg = _svg(html, "memory-chart")
     # Text alternatives: role img, labelled by its own title and desc, and a table of the numbers.
@@ -88,10 +82,35 @@ def test_the_memory_chart_is_on_the_page_only_with_a_curve() -> None:
     labelled = svg.get("aria-labelledby", "").split()
     assert [svg.find(f"{SVG}title").get("id"), svg.find(f"{SVG}desc").get("id")] == labelled  # type: ignore[union-attr]
     desc = svg.findtext(f"{SVG}desc") or ""
-    assert "Full fine-tune from" in desc and "40,960" not in desc and "32,768" in desc
+    first, last = curve[0], curve[-1]
+    assert (f"Full fine-tune from {f.gb(first.train_full_bytes)} at 512 tokens to {f.gb(last.train_full_bytes)} "
+            "at 40,960") in desc
+    assert f"Serving from {f.gb(first.serve_bytes)} at 512 tokens to {f.gb(last.serve_bytes)} at 40,960" in desc
     assert "T4 16 GB " + f.gb(report.memory.cards[0].budget_bytes) in desc
-    assert "<caption>Memory at batch 1 by tokens per sample</caption>" in html
-    assert html.count('<th scope="row" class="num">') == len(curve_for(report, 40960)) == 7
+    # One line per method, styled by the classes the light and dark colours are set on, one vertex per point.
+    lines = svg.findall(f"{SVG}polyline")
+    assert [x.get("class") for x in lines] == ["s full", "s lora", "s serve"]
+    assert all(len((x.get("points") or "").split()) == len(curve) for x in lines)
+    # The table under the chart holds the curve's own numbers, in the one format of the site.
+    table = html.split("<caption>Memory at batch 1 by tokens per sample</caption>", 1)[1].split("</table>", 1)[0]
+    rows = re.findall(r'<tr><th scope="row" class="num">([^<]*)</th><td class="num">([^<]*)</td>'
+                      r'<td class="num">([^<]*)</td><td class="num">([^<]*)</td></tr>', table)
+    assert rows == [(f.count(p.tokens), f.gb(p.train_full_bytes), f.gb(p.train_lora_bytes), f.gb(p.serve_bytes))
+                    for p in curve]
+
+
+def test_no_memory_chart_without_a_line_to_draw() -> None:
+    report, record = _report("Qwen/Qwen3-0.6B")
+    for curve in ((), report.memory.curve[:1]):
+        bare = replace(report, memory=replace(report.memory, curve=curve))
+        html = render_model_page(bare, record, SETTINGS, standalone=False)
+        assert 'id="memory-chart"' not in html and 'id="batch-chart"' in html
+
+
+def test_the_standalone_page_has_the_chart_too() -> None:
+    report, _ = _report("openai-community/gpt2")
+    html = render_model_page(report, None, SETTINGS, standalone=True)
+    assert 'id="memory-chart"' in html and html.count('<th scope="row" class="num">') == len(report.memory.curve) == 4
 
 
 def test_memory_chart_geometry() -> None:

@@ -70,3 +70,19 @@ def test_chart_and_feed_text() -> None:
     assert (f.w3c_datetime(None), f.w3c_datetime("yesterday")) == (None, None)
     assert (f.day("2025-04-28T12:01:02Z"), f.day(None)) == ("2025-04-28", "\u2014")
     assert f.change("4.40 GB", "4.52 GB") == "4.40 GB \u2192 4.52 GB"
+
+
+@pytest.mark.parametrize("x, text", [(9.99, "10.0%"), (0.56, "0.6%"), (0.0, "0.0%"), (51.29, "51.3%")])
+def test_error_pct_keeps_one_decimal(x: float, text: str) -> None:
+    assert f.error_pct(x) == text
+
+
+@pytest.mark.parametrize("x, text", [(9.12, "+9.1%"), (-4.35, "-4.3%"), (-0.01, "0.0%"), (0.0, "0.0%")])
+def test_signed_pct_says_which_way(x: float, text: str) -> None:
+    assert f.signed_pct(x) == text
+
+
+@pytest.mark.parametrize("part, whole, text", [(113, 131, "113 of 131 (86.3%)"), (24, 24, "24 of 24 (100%)"),
+                                               (0, 0, "0 of 0"), (1, 3, "1 of 3 (33.3%)")])
+def test_share_gives_the_count_and_the_percentage(part: int, whole: int, text: str) -> None:
+    assert f.share(part, whole) == text

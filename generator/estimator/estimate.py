@@ -10,6 +10,7 @@ from .checks import (Finding, check_checkpoint, check_quantization, check_rope, 
                      check_special_tokens)
 from .config import normalise
 from .cost import CostLine, job_cost
+from .curve import memory_curve
 from .graph import build_graph
 from .inputs import Assumptions, Card, Gpu
 from .job import Job, job_memory
@@ -90,6 +91,9 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
         state_bytes_per_sequence=state_bytes_per_sequence(arch, s), image_tokens=spec.image_tokens,
         serve_weight_bytes=serve_weight_bytes(arch, s)([*spec.embed, *(p for b in spec.blocks for p in b.parts),
                                                         *spec.head]),
+        curve=memory_curve(arch, graph, s, {("full", train_tokens): profiles["train_full"],
+                                            ("lora", train_tokens): profiles["train_lora"],
+                                            ("serve", serve_tokens): profiles["serve"]}),
     )
     costs = _costs(arch, graph, s, cards, gpus, profiles, adapters)
     stored = stored_elements(arch)

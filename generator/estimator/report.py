@@ -69,6 +69,16 @@ class CardPlan:
 
 
 @dataclass(frozen=True)
+class CurvePoint:
+    """Peak bytes at batch 1 and `tokens` per sample for each method (estimator/curve.py)."""
+
+    tokens: int
+    train_full_bytes: int
+    train_lora_bytes: int
+    serve_bytes: int
+
+
+@dataclass(frozen=True)
 class Memory:
     assumptions: tuple[tuple[str, Any], ...]
     train_tokens: int
@@ -95,6 +105,7 @@ class Memory:
     peak_phase: str = ""
     breakdown: tuple[tuple[str, int], ...] = ()
     job: tuple[tuple[str, Any], ...] = ()
+    curve: tuple[CurvePoint, ...] = ()  # batch-1 peaks from 512 tokens to the context (estimator/curve.py)
 
 
 @dataclass(frozen=True)

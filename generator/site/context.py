@@ -14,7 +14,7 @@ from ..errors import ConfigError
 from ..estimator import Report
 from ..records import ModelRecord
 from ..settings import Settings
-from . import charts, pages
+from . import accuracy_page, charts, pages
 
 MIN_LAYERS_TO_FOLD = 3  # with 1 or 2 layers folding saves nothing (the reference page shows all rows)
 # The most structure rows a page shows (a row is ~80 bytes; the page budget is 60 KB). A 126-layer
@@ -56,6 +56,8 @@ def model_context(report: Report, record: ModelRecord | None, settings: Settings
         "cost": _cost(report, settings, assumptions),
         "memory": _memory(report, root=crumbs_root(crumbs)),
         "charts": _charts(report),
+        "accuracy": accuracy_page.model_line(accuracy_page.load(),
+                                             accuracy_page.href(settings.site, crumbs_root(crumbs), standalone)),
         "assumptions": _assumptions(report, assumptions),
         "validation": {"checkpoint": count["status"], "missing": count["missing"]},
         "structure": structure_context(report),
@@ -182,7 +184,9 @@ def _charts(report: Report) -> dict[str, Any]:
     curve = curve_of(report)
     name = report.model.id
     return {
-        "memory": None if curve is None or not mem.cards else charts.memory_chart(curve, mem.cards, model=name),
+        # One point (a context under 512 tokens) is not a line: the page then shows no memory chart.
+        "memory": None if curve is None or len(curve) < 2 or not mem.cards
+        else charts.memory_chart(curve, mem.cards, model=name),
         "batch": None if not mem.cards else charts.batch_chart(mem.cards, model=name, serve_tokens=mem.serve_tokens),
     }
 

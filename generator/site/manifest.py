@@ -20,6 +20,7 @@ from .. import __version__
 from ..hub.snapshot import record_to_dict
 from ..records import ModelRecord
 from ..settings import Settings
+from . import accuracy_page
 from .render import TEMPLATES
 
 FORMAT = 1
@@ -50,6 +51,8 @@ def render_key(settings: Settings) -> str:
     for root, patterns in ((_PACKAGE, _SOURCES), (TEMPLATES, ("**/*",))):
         for path in _files(root, patterns):
             parts += [path.relative_to(root).as_posix(), path.read_bytes()]
+    # Every model page prints the accuracy table's figures (accuracy_page.model_line).
+    parts += ["accuracy.json", accuracy_page.source_bytes()]
     return _digest(*parts)
 
 

@@ -21,7 +21,7 @@ from .. import format as f
 from ..estimator import Report
 from ..records import ModelRecord
 from ..settings import Settings
-from . import changes, listing, pages
+from . import accuracy_page, changes, listing, pages
 from .context import model_context
 
 def _templates_dir() -> Path:
@@ -102,7 +102,7 @@ def _frame(settings: Settings, *, page: str | None, title: str, description: str
     nav = [] if base is None or (page is None and not search) else [
         {"text": text, "href": base + rel} for text, rel in (
             ("Models", pages.HOME), ("Families", pages.FAMILIES_INDEX), ("Cards", pages.CARDS_INDEX),
-            ("Changes", pages.CHANGES), ("Search", pages.SEARCH))]
+            ("Changes", pages.CHANGES), ("Accuracy", pages.ACCURACY), ("Search", pages.SEARCH))]
     return {"title": title, "description": description, "site_title": site_title, "css": css,
             "home_href": home, "canonical": canonical, "alternate": alternate, "og": og,
             "search_href": search_href, "feed_href": feed_href, "head_style": None, "scripts": [], "nav": nav}
@@ -258,6 +258,17 @@ def render_changes(history: list[dict], live: set[str], settings: Settings) -> s
     return _render("changes.html", **frame, crumbs=crumbs, batches=changes.page_batches(history, live, root))
 
 
+def render_accuracy(settings: Settings) -> str:
+    """/accuracy/: the committed accuracy table (data/measurements/accuracy.json) as a page; read, never recomputed."""
+    page = pages.ACCURACY
+    root = pages.root_from(page)
+    frame = _frame(settings, page=page, title="How accurate the memory estimates are",
+                   description="The estimated peak memory against measured training and serving runs: error per "
+                               "method and the fit verdicts per card.")
+    crumbs = [{"text": "Models", "href": root + pages.HOME}, {"text": "Accuracy", "href": None}]
+    return _render("accuracy.html", **frame, crumbs=crumbs, **accuracy_page.page_context(accuracy_page.load()))
+
+
 def render_search(settings: Settings) -> str:
     page = pages.SEARCH
     root = pages.root_from(page)
@@ -324,4 +335,5 @@ def render_llms(entries: list[listing.Entry], settings: Settings) -> str:
               for e in listing.by_downloads(entries) if e.estimated]
     return _render("llms.txt", title=str(settings.site.get("title") or "neurarch-trace"),
                    description=str(settings.site.get("description") or ""), site=site, models=models,
+                   accuracy=site + pages.ACCURACY[: -len("index.html")],
                    cards=[{"name": n, "url": f"{site}{pages.card_dir(n)}/"} for n in _card_names(settings)])

@@ -1,0 +1,212 @@
+"""The accuracy page and each model page's accuracy line, read from data/measurements/accuracy.json.
+
+The build only reads the committed table; `make accuracy` (generator/accuracy.py) is what recomputes it
+from the measured runs. Nothing here imports torch or measures anything. The table is read into frozen
+rows (generator.accuracy's own ErrorRow and FitRow), checked, and turned into strings by format.py; a
+figure the table does not have (a method with no measured run) reads "no measured runs", never 0.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .. import accuracy as table_module
+from .. import format as f
+from ..accuracy import ErrorRow, FitRow
+from . import pages
+
+ACCURACY_JSON = table_module.OUTPUT  # tests point this elsewhere
+METHODS = (("full", "full fine-tuning"), ("lora", "LoRA"), ("inference", "serving"))
+NO_RUNS = "no measured runs"
+# How each dataset file (data/measurements/<name>.jsonl) is named on the pages.
+DATASET_NAMES = {"cpu-sim": "CPU-simulated runs", "public": "public GPU measurements"}
+
+
+def dataset_name(name: str) -> str:
+    """"cpu-sim" -> "CPU-simulated runs"; a harness file gpu-<x> -> "GPU runs (gpu-<x>)"; else the file's name."""
+    if name in DATASET_NAMES:
+        return DATASET_NAMES[name]
+    return f"GPU runs ({name})" if name.startswith("gpu") else name
+
+
+@dataclass(frozen=True)
+class Excluded:
+    dataset: str
+    reason: str
+    rows: int
+
+
+@dataclass(frozen=True)
+class Accuracy:
+    """accuracy.json as read: what the pages show, nothing recomputed."""
+
+    estimator_version: str
+    rows: tuple[tuple[str, int, int], ...]  # (dataset, rows, compared)
+    errors: tuple[ErrorRow, ...]
+    fits: tuple[FitRow, ...]
+    definitions: tuple[tuple[str, str], ...]
+    fitted_constants: tuple[str, ...]
+    excluded: tuple[Excluded, ...] | None  # None: the table has no "excluded" list
+
+    def datasets(self) -> list[str]:
+        return [d for d, _, _ in self.rows]
+
+    def error(self, dataset: str, method: str) -> ErrorRow | None:
+        return next((e for e in self.errors if e.dataset == dataset and e.method == method), None)
+
+
+def _bad(path: Path, key: str, value: Any, why: str) -> ValueError:
+    return ValueError(f"{path}: key {key!r} = {str(value)[:80]!r}: {why} (rerun `make accuracy`)")
+
+
+def _count(path: Path, key: str, value: Any) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise _bad(path, key, value, "not a count")
+    return value
+
+
+def _pct(path: Path, key: str, value: Any) -> float | None:
+    if value is not None and (not isinstance(value, (int, float)) or isinstance(value, bool) or value != value):
+        raise _bad(path, key, value, "not a percentage or null")
+    return value
+
+
+def parse(data: Any, path: Path) -> Accuracy:
+    """accuracy.json's content as an Accuracy; a ValueError naming the file, key and value otherwise."""
+    if not isinstance(data, dict):
+        raise _bad(path, "(top level)", type(data).__name__, "not an object")
+    try:
+        errors = tuple(ErrorRow(**e) for e in data["errors"])
+        fits = tuple(FitRow(**x) for x in data["fits"])
+        rows = tuple((str(r["dataset"]), _count(path, "rows.rows", r["rows"]), _count(path, "rows.compared", r["compared"]))
+                     for r in data["rows"])
+        definitions = tuple((str(k), str(v)) for k, v in dict(data["definitions"]).items())
+        fitted = tuple(str(x) for x in data.get("fitted_constants") or ())
+        raw_excluded = data.get("excluded")
+        excluded = None if raw_excluded is None else tuple(
+            Excluded(str(x["dataset"]), str(x["reason"]),
+                     len(x["rows"]) if isinstance(x["rows"], list) else _count(path, "excluded.rows", x["rows"]))
+            for x in raw_excluded)
+    except KeyError as exc:
+        raise _bad(path, str(exc.args[0]), "(missing)", "missing") from None
+    except (TypeError, AttributeError) as exc:
+        raise _bad(path, "(rows)", exc, "a row of the wrong shape") from None
+    for e in errors:
+        _count(path, "errors.compared", e.compared)
+        for key in ("median_abs_pct", "p90_abs_pct", "max_abs_pct", "mean_signed_pct"):
+            if _pct(path, f"errors.{key}", getattr(e, key)) is None and e.compared:
+                raise _bad(path, f"errors.{key}", None, f"null although {e.compared} rows were compared")
+    for x in fits:
+        for key in ("budget_bytes", "jobs", "nonfit", "nonfit_flagged", "fit", "false_wont_fit"):
+            _count(path, f"fits.{key}", getattr(x, key))
+    return Accuracy(str(data.get("estimator_version", "")), rows, errors, fits, definitions, fitted, excluded)
+
+
+@functools.lru_cache(maxsize=4)
+def _read(path: str, stamp: tuple[int, int]) -> Accuracy | None:
+    del stamp  # part of the cache key only: a rewritten file is read again
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise _bad(Path(path), "(file)", exc, "not JSON") from None
+    return parse(data, Path(path))
+
+
+def load(path: Path | None = None) -> Accuracy | None:
+    """The committed table, or None when there is none (a wheel installed without data/)."""
+    p = Path(ACCURACY_JSON if path is None else path)
+    try:
+        st = os.stat(p)
+        stamp = (st.st_mtime_ns, st.st_size)
+    except OSError:
+        return None
+    return _read(str(p), stamp)
+
+
+def source_bytes(path: Path | None = None) -> bytes:
+    """The table's bytes, for the build manifest: a changed table re-renders every model page."""
+    try:
+        return Path(ACCURACY_JSON if path is None else path).read_bytes()
+    except OSError:
+        return b"(no accuracy.json)"
+
+
+# --- the model page's line ---------------------------------------------------------------------------------
+
+def href(site: dict, root: str | None, standalone: bool) -> str | None:
+    """The accuracy page from a model page: relative on the site (root: the page's way back to the
+    site root), absolute from a standalone file, and none where there is no site (no site.url)."""
+    if standalone:
+        url = pages.site_url(site)
+        return url + pages.ACCURACY[: -len("index.html")] if url else None
+    return None if root is None else root + pages.ACCURACY
+
+
+def model_line(table: Accuracy | None, href: str | None) -> dict[str, Any] | None:
+    """Per method, each dataset's compared runs with median and p90 absolute error; None without a table."""
+    if table is None:
+        return None
+    methods = []
+    for method, label in METHODS:
+        errors = [e for e in (table.error(d, method) for d in table.datasets()) if e is not None and e.compared > 0]
+        runs = [{"compared": cells["compared"], "dataset": dataset_name(e.dataset), "median": cells["median"],
+                 "p90": cells["p90"]} for e in errors for cells in (_error_cells(e),)]
+        methods.append({"label": label, "runs": runs, "none": NO_RUNS})
+    return {"methods": methods, "href": href}
+
+
+# --- the accuracy page ---------------------------------------------------------------------------------------
+
+def _error_cells(e: ErrorRow | None) -> dict[str, Any]:
+    if e is None or e.compared == 0:
+        return {"compared": f.count(0 if e is None else e.compared), "none": NO_RUNS}
+    figures = (e.median_abs_pct, e.p90_abs_pct, e.max_abs_pct, e.mean_signed_pct)
+    assert None not in figures, "parse() refuses null figures with compared rows"
+    median, p90, largest, mean = (float(x) for x in figures)  # type: ignore[arg-type]
+    return {"compared": f.count(e.compared), "none": None, "median": f.error_pct(median), "p90": f.error_pct(p90),
+            "max": f.error_pct(largest), "mean": f.signed_pct(mean)}
+
+
+def _fit_row(card: str, budget: str, jobs: int, nonfit: int, flagged: int, fit: int, false_no: int) -> dict[str, str]:
+    return {"card": card, "budget": budget, "jobs": f.count(jobs), "flagged": f.share(flagged, nonfit),
+            "false_no": f.share(false_no, fit)}
+
+
+def page_context(table: Accuracy | None) -> dict[str, Any]:
+    """Everything templates/accuracy.html shows, as strings."""
+    if table is None:
+        return {"table": None}
+    datasets = []
+    for name, rows, compared in table.rows:
+        methods = []
+        for method, label in METHODS:
+            fits = [x for x in table.fits if x.dataset == name and x.method == method]
+            cards = [_fit_row(x.card, f.gb(x.budget_bytes), x.jobs, x.nonfit, x.nonfit_flagged, x.fit,
+                              x.false_wont_fit) for x in fits]
+            total = None if not fits else _fit_row(
+                "all cards", f.DASH, sum(x.jobs for x in fits), sum(x.nonfit for x in fits),
+                sum(x.nonfit_flagged for x in fits), sum(x.fit for x in fits), sum(x.false_wont_fit for x in fits))
+            methods.append({"label": label, "error": _error_cells(table.error(name, method)), "cards": cards,
+                            "total": total})
+        datasets.append({"id": name, "name": dataset_name(name), "rows": f.count(rows), "compared": f.count(compared),
+                         "methods": methods})
+    return {
+        "table": True,
+        "version": table.estimator_version,
+        "datasets": datasets,
+        "definitions": [{"term": k, "text": v} for k, v in table.definitions],
+        "fitted": list(table.fitted_constants),
+        "excluded": None if not table.excluded else [
+            {"dataset": dataset_name(x.dataset), "reason": x.reason, "rows": f.count(x.rows)} for x in table.excluded],
+        "excluded_listed": table.excluded is not None,
+        "no_runs": NO_RUNS,
+    }

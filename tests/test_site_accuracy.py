@@ -1,0 +1,320 @@
+"""The accuracy page (/accuracy/) and each model page's accuracy line show accuracy.json's figures.
+
+tests/test_accuracy.py checks that data/measurements/accuracy.json is what the committed dataset gives;
+these tests parse the built pages and check every figure on them against that JSON (read here with
+json, not through the site code), so the chain dataset -> JSON -> page is tested end to end. Figures
+are compared as numbers: a page's "10.0%" must be within rounding (0.05) of the JSON's 9.99.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import shutil
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+from generator.settings import load_settings
+from generator.site import accuracy_page, manifest
+from generator.site.build import run_build
+from generator.site.render import render_accuracy, render_model_page
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "measurements" / "accuracy.json"
+GOLDEN_SNAPSHOT = Path(__file__).parent / "golden" / "snapshot"
+SETTINGS = load_settings()
+LABELS = {"full fine-tuning": "full", "LoRA": "lora", "serving": "inference"}  # as the pages name the methods
+ROUNDING = 0.05 + 1e-9  # one decimal shown
+
+
+class _Tables(HTMLParser):
+    """Every table of a page: its caption, its own data-dataset, and rows of (tr attributes, cell texts)."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.tables: list[dict[str, Any]] = []
+        self.cell: list[str] | None = None
+        self.in_caption = False
+        self.in_head = False
+        self.sections: dict[str, str] = {}
+        self.section: str | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = dict(attrs)
+        if tag == "section":
+            self.section = a.get("id")
+            self.sections[self.section or ""] = ""
+        elif tag == "table":
+            self.tables.append({"caption": "", "dataset": a.get("data-dataset"), "rows": []})
+        elif tag == "caption":
+            self.in_caption = True
+        elif tag == "thead":
+            self.in_head = True
+        elif tag == "tr" and not self.in_head:
+            self.tables[-1]["rows"].append((a, []))
+        elif tag in ("td", "th") and not self.in_head:
+            self.cell = []
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "caption":
+            self.in_caption = False
+        elif tag == "thead":
+            self.in_head = False
+        elif tag in ("td", "th") and self.cell is not None:
+            self.tables[-1]["rows"][-1][1].append("".join(self.cell).strip())
+            self.cell = None
+        elif tag == "section":
+            self.section = None
+
+    def handle_data(self, data: str) -> None:
+        if self.in_caption:
+            self.tables[-1]["caption"] += data
+        elif self.cell is not None:
+            self.cell.append(data)
+        if self.section:
+            self.sections[self.section] += data
+
+
+def _parse(html: str) -> _Tables:
+    parser = _Tables()
+    parser.feed(html)
+    return parser
+
+
+def _table(page: _Tables, caption_start: str, dataset: str | None = None) -> list[tuple[dict, list[str]]]:
+    """The body rows (not the header row) of the one table whose caption starts so."""
+    found = [t for t in page.tables if t["caption"].startswith(caption_start) and (dataset is None or t["dataset"] == dataset)]
+    assert len(found) == 1, caption_start
+    return found[0]["rows"]
+
+
+def _int(text: str) -> int:
+    assert re.fullmatch(r"\d{1,3}(,\d{3})*", text), text
+    return int(text.replace(",", ""))
+
+
+def _pct(text: str) -> float:
+    found = re.fullmatch(r"([+-]?\d+\.\d)%", text)
+    assert found, text
+    return float(found.group(1))
+
+
+def _share(text: str) -> tuple[int, int]:
+    """"24 of 24 (100%)" -> (24, 24); the percentage must be the share's."""
+    found = re.fullmatch(r"(\d[\d,]*) of (\d[\d,]*)(?: \((\d+(?:\.\d)?)%\))?", text)
+    assert found, text
+    part, whole = _int(found.group(1)), _int(found.group(2))
+    if whole:
+        assert found.group(3) is not None and abs(float(found.group(3)) - 100 * part / whole) <= ROUNDING, text
+    else:
+        assert found.group(3) is None, text
+    return part, whole
+
+
+def _gb(text: str) -> float:
+    found = re.fullmatch(r"([\d,.]+) (GB|MB)", text)
+    assert found, text
+    return float(found.group(1).replace(",", "")) * (1e9 if found.group(2) == "GB" else 1e6)
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("accuracy") / "public"
+    assert run_build(snapshot_dir=GOLDEN_SNAPSHOT, out_dir=out, strict=True, settings=SETTINGS,
+                     console=Console(file=io.StringIO()), search_index=False) == 0
+    return out
+
+
+def _committed() -> dict[str, Any]:
+    return json.loads(DATA.read_text(encoding="utf-8"))
+
+
+def check_page(html: str, table: dict[str, Any]) -> None:
+    """Every figure of the accuracy page against the JSON table it was built from."""
+    page = _parse(html)
+    # Rows per dataset.
+    rows = {a["data-dataset"]: cells for a, cells in _table(page, "Measured rows per dataset")}
+    assert rows == {r["dataset"]: rows[r["dataset"]] for r in table["rows"]}
+    for r in table["rows"]:
+        assert (_int(rows[r["dataset"]][1]), _int(rows[r["dataset"]][2])) == (r["rows"], r["compared"])
+    # Errors: every dataset x method, a row the JSON lacks or with 0 compared reads "no measured runs".
+    errors = {(a["data-dataset"], LABELS[a["data-method"]]): cells for a, cells in _table(page, "Error of the estimated")}
+    assert sorted(errors) == sorted((r["dataset"], m) for r in table["rows"] for m in ("full", "lora", "inference"))
+    for (dataset, method), cells in errors.items():
+        e = next((x for x in table["errors"] if x["dataset"] == dataset and x["method"] == method), None)
+        assert _int(cells[2]) == (0 if e is None else e["compared"])
+        if e is None or e["median_abs_pct"] is None:
+            assert cells[3:] == ["no measured runs"], cells
+            continue
+        shown = [_pct(c) for c in cells[3:]]
+        wanted = [e["median_abs_pct"], e["p90_abs_pct"], e["max_abs_pct"], e["mean_signed_pct"]]
+        assert all(abs(s - w) <= ROUNDING for s, w in zip(shown, wanted)) and len(shown) == 4, (cells, e)
+        assert cells[6].startswith("+") == (e["mean_signed_pct"] >= 0.05)
+    # Fit verdicts: per dataset, per method and card, and the all-cards sums.
+    for r in table["rows"]:
+        dataset = r["dataset"]
+        verdicts = _table(page, "Fit verdicts on", dataset)
+        for label, method in LABELS.items():
+            mine = [cells for a, cells in verdicts if a["data-method"] == label]
+            fits = [x for x in table["fits"] if x["dataset"] == dataset and x["method"] == method]
+            if not fits:
+                assert mine == [[label, "no measured runs"]]
+                continue
+            assert [c[1] for c in mine] == [x["card"] for x in fits] + ["all cards"]
+            for cells, x in zip(mine, fits):
+                assert abs(_gb(cells[2]) - x["budget_bytes"]) <= 0.005 * x["budget_bytes"], cells
+                assert _int(cells[3]) == x["jobs"]
+                assert _share(cells[4]) == (x["nonfit_flagged"], x["nonfit"])
+                assert _share(cells[5]) == (x["false_wont_fit"], x["fit"])
+            total = mine[-1]
+            assert _int(total[3]) == sum(x["jobs"] for x in fits)
+            assert _share(total[4]) == (sum(x["nonfit_flagged"] for x in fits), sum(x["nonfit"] for x in fits))
+            assert _share(total[5]) == (sum(x["false_wont_fit"] for x in fits), sum(x["fit"] for x in fits))
+    # Definitions, fitted constants, excluded rows.
+    for key, text in table["definitions"].items():
+        assert key in page.sections["definitions"] and text in page.sections["definitions"]
+    fitted = table.get("fitted_constants") or []
+    assert ("Nothing is fitted" in page.sections["fitted"]) == (not fitted)
+    assert all(x in page.sections["fitted"] for x in fitted)
+    excluded = table.get("excluded") or []
+    if not excluded:
+        assert page.sections["excluded"].split("Excluded rows", 1)[1].strip().startswith("None")
+    else:
+        listed = [cells for _, cells in _table(page, "Measured rows left out")]
+        assert [(c[1], _int(c[2])) for c in listed] == [
+            (x["reason"], len(x["rows"]) if isinstance(x["rows"], list) else x["rows"]) for x in excluded]
+
+
+def check_line(html: str, table: dict[str, Any]) -> None:
+    """The model page's accuracy line: per method, each dataset's compared runs, median and p90."""
+    found = re.search(r'<p id="accuracy-line">(.*?)</p>', html, re.S)
+    assert found
+    text = re.sub(r"<[^>]+>", "", found.group(1))
+    segments = dict(re.findall(r"(full fine-tuning|LoRA|serving): (.*?)(?=; (?:LoRA|serving): |\. How we|\.$)", text))
+    assert sorted(segments) == sorted(LABELS), text
+    for label, segment in segments.items():
+        method = LABELS[label]
+        runs = [e for e in table["errors"] if e["method"] == method and e["compared"] and e["median_abs_pct"] is not None]
+        if not runs:
+            assert segment == "no measured runs", segment
+            continue
+        said = re.findall(r"(\d[\d,]*) [^,]+, median error ([\d.]+%), p90 ([\d.]+%)", segment)
+        assert len(said) == len(runs), segment
+        for (n, median, p90), e in zip(said, runs):
+            assert _int(n) == e["compared"]
+            assert abs(_pct(median) - e["median_abs_pct"]) <= ROUNDING and abs(_pct(p90) - e["p90_abs_pct"]) <= ROUNDING
+
+
+def test_the_accuracy_page_shows_the_committed_tables_figures(site: Path) -> None:
+    check_page((site / "accuracy" / "index.html").read_text(encoding="utf-8"), _committed())
+
+
+def test_every_model_page_carries_the_line_and_links_the_page(site: Path) -> None:
+    table = _committed()
+    model_pages = sorted(site.glob("models/*/*/index.html"))
+    assert len(model_pages) == 3
+    for page in model_pages:
+        html = page.read_text(encoding="utf-8")
+        check_line(html, table)
+        assert '<a href="../../../accuracy/index.html">How we measure</a>' in html
+        assert html.index('id="accuracy-line"') < html.index('id="memory-chart"')
+    for page in site.rglob("*.html"):  # in every page's footer
+        text = page.read_text(encoding="utf-8")
+        assert 'accuracy/index.html">Accuracy</a>' in text or "https://neurarch-trace.github.io/accuracy/" in text or \
+            page.name == "404.html", page
+    assert "https://neurarch-trace.github.io/accuracy/" in (site / "sitemap.xml").read_text(encoding="utf-8")
+    assert "https://neurarch-trace.github.io/accuracy/" in (site / "llms.txt").read_text(encoding="utf-8")
+
+
+def _variant() -> dict[str, Any]:
+    """The committed table with LoRA never measured, a fitted constant and excluded rows."""
+    table = _committed()
+    table["errors"] = [dict(e, compared=0, median_abs_pct=None, p90_abs_pct=None, max_abs_pct=None, mean_signed_pct=None)
+                       if e["method"] == "lora" else e for e in table["errors"]]
+    table["fits"] = [x for x in table["fits"] if x["method"] != "lora"]
+    table["fitted_constants"] = ["allocator_rounding_bytes"]
+    table["excluded"] = [{"dataset": "public", "reason": "multi-GPU run <b>", "rows": 12},
+                         {"dataset": "public", "reason": "unit ambiguous", "rows": [{"id": 1}, {"id": 2}]}]
+    return table
+
+
+def test_missing_values_say_no_measured_runs_and_exclusions_are_listed(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "accuracy.json"
+    path.write_text(json.dumps(_variant()), encoding="utf-8")
+    monkeypatch.setattr(accuracy_page, "ACCURACY_JSON", path)
+    html = render_accuracy(SETTINGS)
+    check_page(html, _variant())
+    assert "multi-GPU run &lt;b&gt;" in html and "0.0%" not in _parse(html).sections["errors"].split("LoRA")[1][:40]
+    from generator.hub.snapshot import load_record
+    from generator.pipeline import report_for_record
+
+    record = load_record(GOLDEN_SNAPSHOT, "openai-community/gpt2")
+    assert record is not None
+    page = render_model_page(report_for_record(record, SETTINGS), record, SETTINGS, standalone=True)
+    check_line(page, _variant())
+    assert "LoRA: no measured runs;" in page and '<a href="https://neurarch-trace.github.io/accuracy/">' in page
+
+
+def test_without_a_table_the_pages_say_so_and_show_no_figure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(accuracy_page, "ACCURACY_JSON", tmp_path / "missing.json")
+    assert "No accuracy table" in render_accuracy(SETTINGS)
+    from generator.hub.snapshot import load_record
+    from generator.pipeline import report_for_record
+
+    record = load_record(GOLDEN_SNAPSHOT, "openai-community/gpt2")
+    assert record is not None
+    page = render_model_page(report_for_record(record, SETTINGS), record, SETTINGS, standalone=False)
+    assert 'id="accuracy-line"' not in page and "not yet been checked against measured runs" in page
+
+
+@pytest.mark.parametrize("broken, key", [("{not json", "(file)"), ('{"rows": []}', "errors"),
+                                         (json.dumps({**json.loads(DATA.read_text(encoding="utf-8")),
+                                                      "rows": [{"dataset": "x", "rows": -1, "compared": 0}]}),
+                                          "rows.rows")])
+def test_a_broken_table_is_one_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, broken: str,
+                                           key: str) -> None:
+    path = tmp_path / "accuracy.json"
+    path.write_text(broken, encoding="utf-8")
+    monkeypatch.setattr(accuracy_page, "ACCURACY_JSON", path)
+    with pytest.raises(ValueError, match=re.escape(f"{path}: key {key!r}")):
+        render_accuracy(SETTINGS)
+
+
+def test_a_changed_table_rerenders_every_model_page(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The incremental build keys model pages on the table too: a new accuracy.json is not served stale."""
+    path = tmp_path / "accuracy.json"
+    shutil.copyfile(DATA, path)
+    monkeypatch.setattr(accuracy_page, "ACCURACY_JSON", path)
+    out = tmp_path / "public"
+    build = dict(snapshot_dir=GOLDEN_SNAPSHOT, out_dir=out, strict=True, settings=SETTINGS, search_index=False, jobs=1)
+    assert run_build(console=Console(file=io.StringIO()), **build) == 0
+    key = manifest.render_key(SETTINGS)
+    buffer = io.StringIO()
+    assert run_build(console=Console(file=buffer, width=200), **build) == 0
+    assert re.search(r"models rendered\s*│\s*0", buffer.getvalue())  # unchanged: copied
+    path.write_text(json.dumps(_variant()), encoding="utf-8")
+    assert manifest.render_key(SETTINGS) != key
+    buffer = io.StringIO()
+    assert run_build(console=Console(file=buffer, width=200), **build) == 0
+    assert re.search(r"models rendered\s*│\s*3", buffer.getvalue())
+    check_line((out / "models/openai-community/gpt2/index.html").read_text(encoding="utf-8"), _variant())
+    check_page((out / "accuracy/index.html").read_text(encoding="utf-8"), _variant())
+
+
+def test_rendering_the_figures_measures_nothing() -> None:
+    """The build reads the table; it never imports the measuring side (torch, the harness)."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from generator.settings import load_settings; from generator.site.render import "
+            "render_accuracy; render_accuracy(load_settings()); "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers', 'peft') "
+            "or m.startswith('generator.measure')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).resolve().parents[1])
+    assert out.stdout.strip() == "[]"
