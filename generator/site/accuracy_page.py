@@ -21,10 +21,11 @@ from ..accuracy import ErrorRow, FitRow
 from . import pages
 
 ACCURACY_JSON = table_module.OUTPUT  # tests point this elsewhere
-METHODS = (("full", "full fine-tuning"), ("lora", "LoRA"), ("inference", "serving"))
+METHODS = (("full", "full fine-tuning"), ("lora", "LoRA"), ("qlora", "QLoRA"), ("inference", "serving"))
 NO_RUNS = "no measured runs"
 # How each dataset file (data/measurements/<name>.jsonl) is named on the pages.
-DATASET_NAMES = {"cpu-sim": "CPU-simulated runs", "public": "public GPU measurements"}
+DATASET_NAMES = {"cpu-sim": "CPU-simulated runs", "cpu-sim-extra": "CPU-simulated runs of other setups",
+                 "public": "public GPU measurements"}
 
 
 def dataset_name(name: str) -> str:
