@@ -27,7 +27,7 @@ from generator.site.render import render_accuracy, render_model_page
 DATA = Path(__file__).resolve().parents[1] / "data" / "measurements" / "accuracy.json"
 GOLDEN_SNAPSHOT = Path(__file__).parent / "golden" / "snapshot"
 SETTINGS = load_settings()
-LABELS = {"full fine-tuning": "full", "LoRA": "lora", "serving": "inference"}  # as the pages name the methods
+LABELS = {"full fine-tuning": "full", "LoRA": "lora", "QLoRA": "qlora", "serving": "inference"}  # as the pages name the methods
 ROUNDING = 0.05 + 1e-9  # one decimal shown
 
 
@@ -143,7 +143,8 @@ def check_page(html: str, table: dict[str, Any]) -> None:
         assert (_int(rows[r["dataset"]][1]), _int(rows[r["dataset"]][2])) == (r["rows"], r["compared"])
     # Errors: every dataset x method, a row the JSON lacks or with 0 compared reads "no measured runs".
     errors = {(a["data-dataset"], LABELS[a["data-method"]]): cells for a, cells in _table(page, "Error of the estimated")}
-    assert sorted(errors) == sorted((r["dataset"], m) for r in table["rows"] for m in ("full", "lora", "inference"))
+    assert sorted(errors) == sorted((r["dataset"], m) for r in table["rows"] for m in LABELS.values())
+    assert {(e["dataset"], e["method"]) for e in table["errors"]} <= set(errors), "a method the page does not show"
     for (dataset, method), cells in errors.items():
         e = next((x for x in table["errors"] if x["dataset"] == dataset and x["method"] == method), None)
         assert _int(cells[2]) == (0 if e is None else e["compared"])
@@ -194,7 +195,7 @@ def check_line(html: str, table: dict[str, Any]) -> None:
     found = re.search(r'<p id="accuracy-line">(.*?)</p>', html, re.S)
     assert found
     text = re.sub(r"<[^>]+>", "", found.group(1))
-    segments = dict(re.findall(r"(full fine-tuning|LoRA|serving): (.*?)(?=; (?:LoRA|serving): |\. How we|\.$)", text))
+    segments = dict(re.findall(r"(full fine-tuning|QLoRA|LoRA|serving): (.*?)(?=; (?:QLoRA|LoRA|serving): |\. How we|\.$)", text))
     assert sorted(segments) == sorted(LABELS), text
     for label, segment in segments.items():
         method = LABELS[label]
