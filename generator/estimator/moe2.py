@@ -51,7 +51,6 @@ register_table(TRAITS, build, only=("dots3_note_text",))
 
 @register("dots3_note")
 def dots3_note(cfg: Mapping[str, Any], model: str) -> Arch:
-    import dataclasses
     text = cfg.get("text_config") or {}
     if not isinstance(text, Mapping):
         raise ConfigError(model, "text_config", text, "must be a JSON object")
