@@ -1,4 +1,4 @@
-"""Gemma 4 text towers (modeling_gemma4.py, modeling_gemma4_unified.py): per-layer attention shapes.
+"""Gemma 4 text towers (modeling_gemma4.py, modeling_gemma4_unified.py) and their MTP assistants.
 
 Full-attention layers use global_head_dim (and num_global_key_value_heads) unless `per_layer_config`
 overrides each layer; attention_k_eq_v drops v_proj on full layers (K doubles as V); the last
@@ -126,3 +126,41 @@ def gemma4(cfg: Mapping[str, Any], model: str) -> Arch:
     why = f"its {' and '.join(towers)} tower(s) are not counted" if towers else None
     return dataclasses.replace(arch, model_type=mt, family=mt, approximate=why, text_tower_only=bool(towers),
                                architectures=architectures_of(cfg, model))
+
+
+# the text tower each assistant's config builds (sub_configs_defaults in configuration_gemma4_*assistant.py)
+_ASSISTANT = {"gemma4_assistant": "gemma4_text", "gemma4_unified_assistant": "gemma4_unified_text"}
+
+
+@register("gemma4_assistant", "gemma4_unified_assistant")
+def gemma4_assistant(cfg: Mapping[str, Any], model: str) -> Arch:
+    """The MTP drafters (modeling_gemma4_assistant.Gemma4AssistantForCausalLM): a text tower whose every
+    layer reuses the target's K/V (num_kv_shared_layers defaults to num_hidden_layers), a tied lm_head,
+    pre_projection (2 x backbone_hidden_size -> hidden: the target's embedding and last hidden state) and
+    post_projection (hidden -> backbone_hidden_size); use_ordered_embeddings adds a centroids Linear
+    (hidden -> num_centroids)."""
+    from .reader import Reader
+    from .vlm import retie
+    mt = str(cfg.get("model_type"))
+    inner = _ASSISTANT[mt]
+    text = cfg.get("text_config") or {}
+    if not isinstance(text, Mapping):
+        raise ConfigError(model, "text_config", text, "must be a JSON object")
+    text = dict(text, model_type=inner)
+    if not text.get("num_kv_shared_layers"):
+        text["num_kv_shared_layers"] = Reader(text, model, inner).int("num_hidden_layers")
+    arch = gemma4_text(text, model, inner)
+    r = Reader(cfg, model, mt)
+    arch = retie(arch, r.flag("tie_word_embeddings", True))
+    spec = arch.spec
+    assert spec is not None
+    h, back = spec.hidden, r.int("backbone_hidden_size")
+    pre = Part("Pre_Projection", "Linear", 2 * back * h, matmul=2 * back * h, linears=((2 * back, h),),
+               act=2 * back, transient=2 * back + h)
+    post = [Part("Post_Projection", "Linear", h * back, width=back, matmul=h * back, linears=((h, back),), act=h,
+                 transient=h + back)]
+    if r.flag("use_ordered_embeddings", False):
+        c = r.int("num_centroids")
+        post.append(Part("Centroids", "Linear", h * c, width=c, matmul=h * c, linears=((h, c),), act=h, transient=c))
+    spec = dataclasses.replace(spec, embed=(*spec.embed, pre), head=(*spec.head[:-1], *post, spec.head[-1]))
+    return dataclasses.replace(arch, model_type=mt, family=mt, spec=spec, architectures=architectures_of(cfg, model))

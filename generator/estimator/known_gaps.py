@@ -15,7 +15,6 @@ NO_BUILDER = "no layer builder yet"
 KNOWN_GAPS: dict[str, str] = {
     # transformers 5.24 cannot build the class's own default config (no oracle)
     "gemma3n": "transformers needs PIL for its TimmWrapper vision tower (not installed); " + NO_BUILDER,
-    "gemma4_assistant": "transformers rejects its default config (hidden_size_per_layer_input must be 0)",
     "musicgen": "AutoModelForCausalLM cannot build the composite config (MusicgenForCausalLM takes its decoder config)",
     "musicgen_melody": "AutoModelForCausalLM cannot build the composite config (the decoder config is nested)",
     "qwen4_exp": "transformers cannot build its default config (token_budget and compress_ratio are None)",
@@ -25,8 +24,6 @@ KNOWN_GAPS: dict[str, str] = {
     "deepseek_v4": "compressed sparse attention, hash-routed MoE and hyper-connections: " + NO_BUILDER,
     "dory": "recurrent-depth normalized transformer (looped layers): " + NO_BUILDER,
     "gemma3n_text": "AltUp, LAuReL and per-layer embeddings with KV sharing: " + NO_BUILDER,
-    "gemma4_unified_assistant": "the assistant's projections and KV-shared layers are not modelled; text tower read as "
-                                "gemma4_unified_text",
     "hy_v4": "hyper-connections (attn_hc/ffn_hc) and indexer layers: " + NO_BUILDER,
     "inkling_text": "short convolutions on K/V and relative-position networks: " + NO_BUILDER,
     "inkling2_text": "short convolutions, relative-position networks and message gates: " + NO_BUILDER,
@@ -41,4 +38,8 @@ KNOWN_GAPS: dict[str, str] = {
 
 APPROXIMATE: dict[str, str] = {
     "hrm_text": "the H/L recurrence re-runs the layers (H_cycles x L_cycles); compute and activations count one pass",
+    "gemma4_assistant": "an MTP drafter: it reads the target model's K/V cache and hidden states, whose memory is "
+                        "not counted here",
+    "gemma4_unified_assistant": "an MTP drafter: it reads the target model's K/V cache and hidden states, whose "
+                                "memory is not counted here",
 }
