@@ -22,7 +22,6 @@ KNOWN_GAPS: dict[str, str] = {
     # layers this estimator does not reconstruct yet
     "blt": "Byte Latent Transformer (local encoder/decoder, hash n-gram embeddings, patcher): " + NO_BUILDER,
     "deepseek_v4": "compressed sparse attention, hash-routed MoE and hyper-connections: " + NO_BUILDER,
-    "dory": "recurrent-depth normalized transformer (looped layers): " + NO_BUILDER,
     "gemma3n_text": "AltUp, LAuReL and per-layer embeddings with KV sharing: " + NO_BUILDER,
     "hy_v4": "hyper-connections (attn_hc/ffn_hc) and indexer layers: " + NO_BUILDER,
     "inkling_text": "short convolutions on K/V and relative-position networks: " + NO_BUILDER,
@@ -38,6 +37,8 @@ KNOWN_GAPS: dict[str, str] = {
 
 APPROXIMATE: dict[str, str] = {
     "hrm_text": "the H/L recurrence re-runs the layers (H_cycles x L_cycles); compute and activations count one pass",
+    "dory": "the recurrent section runs n_recurrent_loops times (and keeps a K/V copy per loop); compute, "
+            "activations and the KV cache count one pass",
     "gemma4_assistant": "an MTP drafter: it reads the target model's K/V cache and hidden states, whose memory is "
                         "not counted here",
     "gemma4_unified_assistant": "an MTP drafter: it reads the target model's K/V cache and hidden states, whose "

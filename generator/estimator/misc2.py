@@ -1,4 +1,4 @@
-"""More single families: CPM-Ant, HRM-Text, XLNet, ProphetNet (decoder), each from its modeling file."""
+"""More single families: CPM-Ant, HRM-Text, XLNet, ProphetNet (decoder), Dory, each from its modeling file."""
 
 from __future__ import annotations
 
@@ -129,3 +129,27 @@ def prophetnet(cfg: Mapping[str, Any], model: str) -> Arch:
     return assemble(cfg, model, r, hidden=h, layers=len(blocks), heads=dh, kv=dh, head_dim=h // dh, inter=df,
                     vocab=vocab, ctx=ctx, tie=tie, embed=embed, blocks=blocks, head=head,
                     kind="decoder" if causal else "encoder-decoder", position="learned")
+
+
+@register("dory")
+def dory(cfg: Mapping[str, Any], model: str) -> Arch:
+    """modeling_dory.py: nGPT-style layers on the unit sphere. Parameter-free L2 norms (four per layer, q/k,
+    sub-norms, final); attention q/k/v/o (attention_bias) plus a gate_proj (hidden -> heads x head_dim) and
+    sqk/s_gate scales (heads x head_dim each); a SwiGLU MLP with suv_gate/suv_up scales (intermediate each);
+    per-layer lambda_1/lambda_2 (hidden each); an lm_head with a logit_scale (vocab). Released configs list
+    each layer as ("<attention>", "mlp") blocks: configuration_dory.__post_init__ halves layer_types and the
+    layer counts, as here. Sliding layers: layer_types, or every 4th layer global. The recurrent section
+    (n_recurrent_layers) runs n_recurrent_loops times; compute and activations count one pass."""
+    from .decoders import T, build
+    r = Reader(cfg, model, "dory")
+    types = cfg.get("layer_types")
+    src = dict(cfg)
+    if isinstance(types, list) and "mlp" in types:
+        src["layer_types"] = types[::2]
+        src["num_hidden_layers"] = r.int("num_hidden_layers") // 2
+    t = T(norm="layernorm_noparams", norms=("pre_attn", "post_attn", "pre_mlp", "post_mlp"),
+          qkv_bias="attention_bias", o_bias="attention_bias", mlp_bias="mlp_bias",
+          attn_linears=lambda d: ((d.hidden, d.heads * d.hd),), attn_extra=lambda d: 2 * d.heads * d.hd,
+          mlp_extra=lambda d: 2 * d.inter, layer_extra=lambda d: 2 * d.hidden, extra_head=lambda d: d.vocab,
+          window_rule=lambda r, n, w: [0 if (i + 1) % 4 == 0 else w for i in range(n)])
+    return build(src, model, "dory", t)
