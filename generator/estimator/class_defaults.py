@@ -222,6 +222,7 @@ CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
     'youtu': {'attention_bias': False, 'hidden_act': 'silu', 'hidden_size': 2048, 'intermediate_size': 6144, 'kv_lora_rank': 512, 'max_position_embeddings': 131072, 'num_attention_heads': 16, 'num_hidden_layers': 32, 'num_key_value_heads': 16, 'q_lora_rank': 1536, 'qk_nope_head_dim': 128, 'qk_rope_head_dim': 64, 'rope_interleave': True, 'rope_parameters': None, 'tie_word_embeddings': True, 'v_head_dim': 128, 'vocab_size': 128256},
     'zamba': {'attention_head_dim': None, 'attention_hidden_size': None, 'attn_layer_offset': 4, 'attn_layer_period': 6, 'hidden_act': 'gelu', 'hidden_mamba_act': 'silu', 'hidden_size': 3712, 'intermediate_size': 14848, 'layers_block_type': None, 'mamba_conv_bias': True, 'mamba_d_conv': 4, 'mamba_d_state': 16, 'mamba_dt_rank': 'auto', 'mamba_expand': 2, 'mamba_proj_bias': False, 'max_position_embeddings': 4096, 'n_mamba_heads': 2, 'num_attention_heads': 16, 'num_hidden_layers': 76, 'num_key_value_heads': 16, 'num_logits_to_keep': 1, 'tie_word_embeddings': True, 'time_step_floor': 0.0001, 'time_step_max': 0.1, 'time_step_min': 0.001, 'use_associative_scan': True, 'use_mamba_kernels': True, 'vocab_size': 32000},
     'zamba2': {'adapter_rank': 128, 'add_bias_linear': False, 'chunk_size': 256, 'hidden_act': 'gelu', 'hidden_size': 2560, 'intermediate_size': None, 'layers_block_type': None, 'mamba_d_conv': 4, 'mamba_d_state': 64, 'mamba_expand': 2, 'mamba_ngroups': 1, 'max_position_embeddings': 4096, 'n_mamba_heads': 8, 'num_attention_heads': 32, 'num_hidden_layers': 54, 'num_key_value_heads': None, 'num_logits_to_keep': 1, 'num_mem_blocks': 1, 'rope_parameters': None, 'tie_word_embeddings': True, 'time_step_floor': 0.0001, 'time_step_max': 0.1, 'time_step_min': 0.001, 'use_conv_bias': True, 'use_long_context': False, 'use_mamba_kernels': True, 'use_mem_eff_path': False, 'use_mem_rope': False, 'use_shared_attention_adapter': False, 'vocab_size': 32000},
+    'zaya': {'attention_bias': False, 'cca_time0': 2, 'cca_time1': 2, 'head_dim': 128, 'hidden_act': 'silu', 'hidden_size': 2048, 'layer_types': None, 'lm_head_bias': False, 'max_position_embeddings': 131072, 'moe_intermediate_size': 2048, 'num_attention_heads': 8, 'num_experts': 16, 'num_experts_per_tok': 1, 'num_hidden_layers': 40, 'num_key_value_heads': 2, 'output_router_logits': False, 'rope_parameters': None, 'router_hidden_size': 256, 'sliding_window': None, 'tie_word_embeddings': True, 'vocab_size': 262272},
 }
 
 # Each config class's attribute_map: a key config.json may use instead of the field (alias -> field).
@@ -960,6 +961,8 @@ ARCHITECTURE_TYPES: dict[str, str] = {
     'ZambaForCausalLM': 'zamba',
     'ZambaForSequenceClassification': 'zamba',
     'ZambaModel': 'zamba',
+    'ZayaForCausalLM': 'zaya',
+    'ZayaModel': 'zaya',
     'xLSTMForCausalLM': 'xlstm',
     'xLSTMModel': 'xlstm',
 }

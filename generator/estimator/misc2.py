@@ -1,4 +1,4 @@
-"""More single families: CPM-Ant, HRM-Text, XLNet, ProphetNet (decoder), Dory, each from its modeling file."""
+"""More single families: CPM-Ant, HRM-Text, XLNet, ProphetNet (decoder), Dory, ZAYA, each from its modeling file."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from .assemble import assemble, standard_block
 from .dense import attention_type, lm_head_part
 from .reader import Reader
 from .registry import register
-from .spec import Part, attention_part, linear, mlp_part, norm_part
+from .spec import Block, Part, attention_part, linear, mlp_part, moe_part, norm_part
 
 
 def _attn(n: int, h: int, heads: int, hd: int, *, bias: bool = False, extra: int = 0, rope: bool = False,
@@ -153,3 +153,41 @@ def dory(cfg: Mapping[str, Any], model: str) -> Arch:
           mlp_extra=lambda d: 2 * d.inter, layer_extra=lambda d: 2 * d.hidden, extra_head=lambda d: d.vocab,
           window_rule=lambda r, n, w: [0 if (i + 1) % 4 == 0 else w for i in range(n)])
     return build(src, model, "dory", t)
+
+
+@register("zaya")
+def zaya(cfg: Mapping[str, Any], model: str) -> Arch:
+    """modeling_zaya.py: CCA attention (arXiv:2510.04476): q/k/v projections (v as current + delayed halves),
+    two causal Conv1d over the q+k channels (depthwise of cca_time0, grouped by heads + kv heads of cca_time1,
+    both with bias), a per-KV-head key temperature, o_proj; an MoE of num_experts SwiGLU experts with one
+    skip class and an MLP router (down_proj hidden -> router_hidden_size with bias, a router_states_scale from
+    the second layer on, RMSNorm, fc1/fc2 with bias, out_proj to experts + 1); two residual scalings of 4 x
+    hidden per layer, an input scale and bias, RMSNorms; "hybrid_sliding" layers attend to sliding_window."""
+    r = Reader(cfg, model, "zaya")
+    h, n, heads, kv, hd = (r.int("hidden_size"), r.int("num_hidden_layers"), r.int("num_attention_heads"),
+                           r.int("num_key_value_heads"), r.int("head_dim"))
+    vocab, inter, experts, top_k = (r.int("vocab_size"), r.int("moe_intermediate_size"), r.int("num_experts"),
+                                    r.int("num_experts_per_tok"))
+    rh, t0, t1, ab = r.int("router_hidden_size"), r.int("cca_time0"), r.int("cca_time1"), r.flag("attention_bias")
+    types = r.list("layer_types", length=n) or ["hybrid"] * n
+    window = r.opt_int("sliding_window") or 0
+    windows = tuple(window if t == "hybrid_sliding" else 0 for t in types[:n])
+    ch = (heads + kv) * hd  # conv channels: q and k
+    conv = ch * t0 + ch + ch * hd * t1 + ch  # grouped by heads + kv heads: hd input channels per group
+    blocks = []
+    for i in range(1, n + 1):
+        attn = attention_part(f"Attention_{i}", "CCA Attn", h, heads, kv, hd, qkv_bias=ab, o_bias=ab, extra=conv + kv,
+                              window=windows[i - 1])
+        router = linear(h, rh, True) + (rh if i > 1 else 0) + rh + 2 * linear(rh, rh, True) + rh * (experts + 1)
+        moe = moe_part(f"MoE_{i}", h, experts, top_k, inter, router_params=router)
+        moe = moe._replace(type=f"MoE ({experts} experts, top-{top_k})")
+        block = standard_block(i, [], attn, moe, "rmsnorm", h, kind="sliding" if windows[i - 1] else "attention")
+        blocks.append(Block(i, block.kind, (*block.parts, Part(f"Residual_Scales_{i}", "Parameters", 8 * h))))
+    tie = r.flag("tie_word_embeddings", True)
+    embed = [Part("Input", "Input", width=-1), Part("Embedding", "Embedding", vocab * h), Part("RoPE", "RoPE"),
+             Part("Input_Scale", "Parameters", 2 * h)]
+    head = [norm_part("Final_RMSNorm", "rmsnorm", h), lm_head_part(vocab, h, tie, r.flag("lm_head_bias")),
+            Part("Output", "Output", width=vocab)]
+    return assemble(cfg, model, r, hidden=h, layers=n, heads=heads, kv=kv, head_dim=hd, inter=inter, vocab=vocab,
+                    ctx=r.int("max_position_embeddings"), tie=tie, embed=embed, blocks=blocks, head=head,
+                    windows=windows, experts=experts, top_k=top_k, norm="rmsnorm")
