@@ -108,7 +108,8 @@ def test_the_explanations_hold_under_transformers_own_modules():
         cfg, checkpoint = records[repo_id]
         kwargs = {k: v for k, v in {**cfg, **extra}.items() if k != "model_type"}
         with torch.device("meta"):
-            model = getattr(transformers, cfg["architectures"][0])._from_config(CONFIG_MAPPING[cfg["model_type"]](**kwargs))
+            config = CONFIG_MAPPING[cfg["model_type"]](**kwargs)
+            model = getattr(transformers, cfg["architectures"][0])._from_config(config)
         total = sum(p.numel() for p in model.parameters())
         if extra:  # DeepSeek-V2-Lite as published (q_lora_rank null): exactly the checkpoint
             assert total == checkpoint

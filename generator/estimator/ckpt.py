@@ -137,7 +137,8 @@ def _uncounted(a: Arch, g: Graph) -> list[tuple[str, int]]:
         if rank == q["value"]:
             out.append((f"the q_a_proj, q_a_layernorm and q_b_proj that transformers' default q_lora_rank ({rank}) "
                         f"adds in {len(mla)} layers over one q_proj: this config.json omits the key, the checkpoint "
-                        f"has the q_proj (q_lora_rank null)", len(mla) * (hid * rank + bias + rank + rank * n - hid * n)))
+                        f"has the q_proj (q_lora_rank null)",
+                        len(mla) * (hid * rank + bias + rank + rank * n - hid * n)))
     return out
 
 
@@ -150,7 +151,8 @@ def _stores(combo: list[tuple[str, int]]) -> str:
         said.append(f"the checkpoint also stores {' and '.join(n for n, _ in extra)} "
                     f"({sum(s for _, s in extra):,} scalars)")
     if lacks:
-        said.append(f"{'its total' if extra else 'the checkpoint total'} is short of {' and '.join(n for n, _ in lacks)} "
+        who = "its total" if extra else "the checkpoint total"
+        said.append(f"{who} is short of {' and '.join(n for n, _ in lacks)} "
                     f"({sum(s for _, s in lacks):,} scalars)")
     return "; ".join(said)
 

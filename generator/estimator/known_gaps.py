@@ -14,7 +14,8 @@ NO_BUILDER = "no layer builder yet"
 
 KNOWN_GAPS: dict[str, str] = {
     # transformers 5.24 cannot build the class's own default config (no oracle)
-    "gemma3n": "transformers needs PIL for its TimmWrapper vision tower (not installed); " + NO_BUILDER,
+    "gemma3n": "transformers needs PIL for its TimmWrapper vision tower (not installed); only the text tower is "
+               "counted (its vision and audio towers and their embedders are not)",
     "musicgen": "AutoModelForCausalLM cannot build the composite config (MusicgenForCausalLM takes its decoder config)",
     "musicgen_melody": "AutoModelForCausalLM cannot build the composite config (the decoder config is nested)",
     "qwen4_exp": "transformers cannot build its default config (token_budget and compress_ratio are None)",
@@ -22,7 +23,6 @@ KNOWN_GAPS: dict[str, str] = {
     # layers this estimator does not reconstruct yet
     "blt": "Byte Latent Transformer (local encoder/decoder, hash n-gram embeddings, patcher): " + NO_BUILDER,
     "deepseek_v4": "compressed sparse attention, hash-routed MoE and hyper-connections: " + NO_BUILDER,
-    "gemma3n_text": "AltUp, LAuReL and per-layer embeddings with KV sharing: " + NO_BUILDER,
     "hy_v4": "hyper-connections (attn_hc/ffn_hc) and indexer layers: " + NO_BUILDER,
     "inkling_text": "short convolutions on K/V and relative-position networks: " + NO_BUILDER,
     "inkling2_text": "short convolutions, relative-position networks and message gates: " + NO_BUILDER,
@@ -40,6 +40,8 @@ APPROXIMATE: dict[str, str] = {
             "activations and the KV cache count one pass",
     "zaya": "CCA keeps a convolution state of the last cca_time0 + cca_time1 - 2 tokens per layer beside its K/V "
             "cache; serving memory counts the K/V cache only",
+    "gemma3n_text": "AltUp carries altup_num_inputs copies of the hidden state through every layer; activations "
+                    "count one copy",
     "gemma4_assistant": "an MTP drafter: it reads the target model's K/V cache and hidden states, whose memory is "
                         "not counted here",
     "gemma4_unified_assistant": "an MTP drafter: it reads the target model's K/V cache and hidden states, whose "
