@@ -28,7 +28,6 @@ KNOWN_GAPS: dict[str, str] = {
     "inkling2_text": "short convolutions, relative-position networks and message gates: " + NO_BUILDER,
     "inkling2_loop_text": "looped layers with message gates and short convolutions: " + NO_BUILDER,
     "phi4_multimodal": "the SigLIP vision and conformer audio towers (embed_tokens_extend) are not counted: " + NO_BUILDER,
-    "reformer": "LSH/local attention with axial position embeddings and reversible layers: " + NO_BUILDER,
     # custom code without a transformers class
     "nemotron-nas": "DeciLM's heterogeneous block_configs (per-layer attention and FFN widths, no-op layers) are "
                     "not modelled: " + NO_BUILDER,
@@ -38,6 +37,8 @@ APPROXIMATE: dict[str, str] = {
     "hrm_text": "the H/L recurrence re-runs the layers (H_cycles x L_cycles); compute and activations count one pass",
     "dory": "the recurrent section runs n_recurrent_loops times (and keeps a K/V copy per loop); compute, "
             "activations and the KV cache count one pass",
+    "reformer": "reversible layers recompute their activations in backward, and LSH/local attention works in chunks: "
+                "activations and the cache are those of a standard decoder",
     "zaya": "CCA keeps a convolution state of the last cca_time0 + cca_time1 - 2 tokens per layer beside its K/V "
             "cache; serving memory counts the K/V cache only",
     "gemma3n_text": "AltUp carries altup_num_inputs copies of the hidden state through every layer; activations "

@@ -1,4 +1,4 @@
-"""More single families: CPM-Ant, HRM-Text, XLNet, ProphetNet (decoder), Dory, ZAYA, each from its modeling file."""
+"""More single families: CPM-Ant, HRM-Text, XLNet, ProphetNet (decoder), Dory, ZAYA, Reformer, from their modeling files."""
 
 from __future__ import annotations
 
@@ -191,3 +191,38 @@ def zaya(cfg: Mapping[str, Any], model: str) -> Arch:
     return assemble(cfg, model, r, hidden=h, layers=n, heads=heads, kv=kv, head_dim=hd, inter=inter, vocab=vocab,
                     ctx=r.int("max_position_embeddings"), tie=tie, embed=embed, blocks=blocks, head=head,
                     windows=windows, experts=experts, top_k=top_k, norm="rmsnorm")
+
+
+@register("reformer")
+def reformer(cfg: Mapping[str, Any], model: str) -> Arch:
+    """modeling_reformer.ReformerModelWithLMHead: word embeddings and axial position embeddings (one table per
+    axis of axial_pos_shape, of axial_pos_embds_dim[axis] wide; or max_position_embeddings x hidden); per layer
+    (attn_layers[i]) LSH attention (shared query_key and value) or local attention (query, key, value), all
+    hidden -> heads x attention_head_size without bias, an output dense back, LayerNorms before attention and
+    the chunked feed-forward (dense + bias, output + bias); a final LayerNorm over the two reversible streams
+    (2 x hidden) and a head from 2 x hidden with its bias plus a separate bias vector."""
+    r = Reader(cfg, model, "reformer")
+    h, n, heads, hd = (r.int("hidden_size"), r.int("num_hidden_layers"), r.int("num_attention_heads"),
+                       r.int("attention_head_size"))
+    vocab, ff, ctx = r.int("vocab_size"), r.int("feed_forward_size"), r.int("max_position_embeddings")
+    kinds = r.list("attn_layers", length=n)
+    if r.flag("axial_pos_embds", True):
+        shape, dims = r.list("axial_pos_shape", int), r.list("axial_pos_embds_dim", int)
+        positions = sum(s * d for s, d in zip(shape, dims))
+    else:
+        positions = ctx * h
+    q = heads * hd
+    blocks = []
+    for i in range(1, n + 1):
+        lsh = kinds[i - 1] == "lsh"
+        attn = attention_part(f"Attention_{i}", "LSH Attn" if lsh else "Local Attn", h, heads, heads, hd, rope=False)
+        if lsh:  # one query_key projection serves as both queries and keys
+            attn = attn._replace(params=3 * h * q, matmul=3 * h * q, linears=((h, q), (h, q), (q, h)))
+        ffn = mlp_part(f"FFN_{i}", "FFN", h, ff, False, True)
+        blocks.append(standard_block(i, [], attn, ffn, "layernorm", h))
+    embed = [Part("Input", "Input", width=-1), Part("Embedding", "Embedding", vocab * h),
+             Part("Position_Embedding", "Embedding", positions)]
+    head = [norm_part("Final_LayerNorm", "layernorm", 2 * h, out=2 * h), lm_head_part(vocab, 2 * h, False, True),
+            Part("Head_Bias", "Parameters", vocab), Part("Output", "Output", width=vocab)]
+    return assemble(cfg, model, r, hidden=h, layers=n, heads=heads, kv=heads, head_dim=hd, inter=ff, vocab=vocab,
+                    ctx=ctx, tie=False, embed=embed, blocks=blocks, head=head, position="learned")
