@@ -20,7 +20,7 @@ ENCODER_FAMILIES = {"bert", "roberta", "xlm-roberta", "camembert", "data2vec-tex
                     "roberta-prelayernorm", "megatron-bert", "roc_bert", "big_bird", "distilbert", "rembert"}
 SCORE_BUFFER_FAMILIES = {"deepseek_v3", "deepseek_v32", "glm4_moe", "glm4_moe_lite", "glm_moe_dsa", "dots1", "sarvam_mla",
                          "sarvam_moe", "solar_open", "axk1", "axk2", "mimo_v2_flash", "longcat_flash", "nemotron_h",
-                         "exaone_moe", "hy_v3", "kimi_linear", "bailing_hybrid"}
+                         "exaone_moe", "hy_v3", "hy_v4", "kimi_linear", "bailing_hybrid"}
 
 # MTP layers a checkpoint stores although config.json declares no count (transformers skips them on load).
 MTP_LAYERS_UNDECLARED = {

@@ -23,7 +23,6 @@ KNOWN_GAPS: dict[str, str] = {
     # layers this estimator does not reconstruct yet
     "blt": "Byte Latent Transformer (local encoder/decoder, hash n-gram embeddings, patcher): " + NO_BUILDER,
     "deepseek_v4": "compressed sparse attention, hash-routed MoE and hyper-connections: " + NO_BUILDER,
-    "hy_v4": "hyper-connections (attn_hc/ffn_hc) and indexer layers: " + NO_BUILDER,
     "inkling_text": "short convolutions on K/V and relative-position networks: " + NO_BUILDER,
     "inkling2_text": "short convolutions, relative-position networks and message gates: " + NO_BUILDER,
     "inkling2_loop_text": "looped layers with message gates and short convolutions: " + NO_BUILDER,
@@ -37,6 +36,8 @@ APPROXIMATE: dict[str, str] = {
     "hrm_text": "the H/L recurrence re-runs the layers (H_cycles x L_cycles); compute and activations count one pass",
     "dory": "the recurrent section runs n_recurrent_loops times (and keeps a K/V copy per loop); compute, "
             "activations and the KV cache count one pass",
+    "hy_v4": "hyper-connections carry hc_mult copies of the hidden state (activations count one), and the indexer's "
+             "key cache is not in serving memory",
     "reformer": "reversible layers recompute their activations in backward, and LSH/local attention works in chunks: "
                 "activations and the cache are those of a standard decoder",
     "zaya": "CCA keeps a convolution state of the last cca_time0 + cca_time1 - 2 tokens per layer beside its K/V "
