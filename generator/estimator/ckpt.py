@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from .arch import Arch
 from .graph import Graph
+from .quant import part_stored_delta
 
 ENCODER_FAMILIES = {"bert", "roberta", "xlm-roberta", "camembert", "data2vec-text", "electra", "ernie", "xmod",
                     "roberta-prelayernorm", "megatron-bert", "roc_bert", "big_bird", "distilbert", "rembert"}
@@ -74,7 +75,11 @@ def gap_causes(a: Arch, g: Graph) -> list[tuple[str, int]]:
         # DeepSeek-V3's MTP module (arXiv:2412.19437 §2.2): a decoder layer (the last layer's kind),
         # enorm + hnorm + eh_proj (2 hidden -> hidden) and a final norm; some releases also store their
         # own copies of the embedding and the head.
-        last = _mtp_layer(a) or (moe_blocks or list(spec.blocks))[-1].params
+        block = (moe_blocks or list(spec.blocks))[-1]
+        last = _mtp_layer(a) or block.params
+        if a.quant is not None and a.quant.bits < 16 and a.family not in MTP_DENSE_SLIDING:
+            # stored elements: a quantised release stores its MTP layer like the others (packed FP4 experts)
+            last += sum(part_stored_delta(a, p)[0] for p in block.parts)
         core = n_mtp * (last + 3 * h + 2 * h * h)
         undeclared = "" if declared else f" ({n_mtp}; config.json declares no count)"
         out.append((f"the multi-token-prediction (MTP) layer(s) transformers does not build{undeclared}", core))

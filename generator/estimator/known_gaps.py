@@ -22,7 +22,6 @@ KNOWN_GAPS: dict[str, str] = {
     "qwen4_exp_text": "transformers cannot build its default config (token_budget and compress_ratio are None)",
     # layers this estimator does not reconstruct yet
     "blt": "Byte Latent Transformer (local encoder/decoder, hash n-gram embeddings, patcher): " + NO_BUILDER,
-    "deepseek_v4": "compressed sparse attention, hash-routed MoE and hyper-connections: " + NO_BUILDER,
     "inkling_text": "short convolutions on K/V and relative-position networks: " + NO_BUILDER,
     "inkling2_text": "short convolutions, relative-position networks and message gates: " + NO_BUILDER,
     "inkling2_loop_text": "looped layers with message gates and short convolutions: " + NO_BUILDER,
@@ -36,6 +35,9 @@ APPROXIMATE: dict[str, str] = {
     "hrm_text": "the H/L recurrence re-runs the layers (H_cycles x L_cycles); compute and activations count one pass",
     "dory": "the recurrent section runs n_recurrent_loops times (and keeps a K/V copy per loop); compute, "
             "activations and the KV cache count one pass",
+    "deepseek_v4": "its KV cache holds a sliding window plus compressed entries (1 per compress rate) and the "
+                   "indexer's keys: served as a single K=V head per token; hc_mult hidden streams count once in "
+                   "activations",
     "hy_v4": "hyper-connections carry hc_mult copies of the hidden state (activations count one), and the indexer's "
              "key cache is not in serving memory",
     "reformer": "reversible layers recompute their activations in backward, and LSH/local attention works in chunks: "

@@ -1,4 +1,4 @@
-"""MoE families with their own attention layouts: DOTS3 (per-layer MLA), LongCat-Flash, AXK2.
+"""MoE families with their own attention layouts: DOTS3 (per-layer MLA), LongCat-Flash, AXK2, DeepSeek-V4.
 
 Each builder follows its transformers 5.24 modeling file (cited per function).
 """
@@ -126,3 +126,66 @@ TRAITS["axk2"] = T(mla=True, attn=_axk2_attention,
                          sparse=first_k_dense(freq="moe_layer_freq", k0=1),
                          extra=lambda d: 2 * d.hidden * d.k("gated_norm_rank", 16)))
 register_table(TRAITS, build, only=("axk2",))
+
+
+_V4_RATIO_TYPES = {0: "sliding_attention", 4: "compressed_sparse_attention", 128: "heavily_compressed_attention"}
+
+
+def _v4_type(d: D, n: int) -> str:
+    """configuration_deepseek_v4.__post_init__: layer_types, else the legacy compress_ratios (0/4/128), else
+    two heavily compressed layers then CSA and HCA alternating."""
+    types = d.r.list("layer_types", length=d.layers)
+    if types:
+        return str(types[n - 1])
+    ratios = d.r.list("compress_ratios", int, d.layers)
+    if ratios:
+        if ratios[n - 1] not in _V4_RATIO_TYPES:
+            raise ConfigError(d.r.model, "compress_ratios", ratios, "entries must be 0, 4 or 128")
+        return _V4_RATIO_TYPES[ratios[n - 1]]
+    i = n - 1
+    return "heavily_compressed_attention" if i < 2 or (i - 2) % 2 == 0 else "compressed_sparse_attention"
+
+
+def _v4_rate(d: D, kind: str) -> int:
+    rates = d.r.cfg.get("compress_rates")
+    legacy = {"compressed_sparse_attention": "compress_rate_csa", "heavily_compressed_attention": "compress_rate_hca"}
+    if isinstance(rates, Mapping) and isinstance(rates.get(kind), int):
+        return int(rates[kind])
+    return d.k(legacy[kind], 4 if kind == "compressed_sparse_attention" else 128)
+
+
+def _v4_attention(t: T, d: D, n: int, window: int) -> Part:
+    # modeling_deepseek_v4.DeepseekV4Attention: q_a_proj (+ norm) -> q_b_proj to heads x head_dim, one shared K=V
+    # head (kv_proj + norm), grouped o_a_proj (o_groups blocks of heads x head_dim / o_groups -> o_lora_rank),
+    # o_b_proj, per-head sinks. CSA layers add a compressor (kv/gate hidden -> 2 x head_dim, position_bias of
+    # rate x 2 x head_dim, norm) with its indexer (the same at index_head_dim, q_b_proj from q_lora_rank,
+    # weights_proj hidden -> index_n_heads); HCA layers a compressor at head_dim.
+    h, heads, hd, rq = d.hidden, d.heads, d.k("head_dim"), d.k("q_lora_rank")
+    groups, rank = d.k("o_groups"), d.k("o_lora_rank")
+    # o_a_proj: one weight [groups x rank, heads x head_dim / groups], applied to each group of heads
+    lin = [(h, rq), (rq, heads * hd), (h, hd), (heads * hd // groups, groups * rank), (groups * rank, h)]
+    params = sum(i * o for i, o in lin) + rq + hd + heads
+    kind = _v4_type(d, n)
+    if kind == "compressed_sparse_attention":
+        ih, ihd, rate = d.k("index_n_heads"), d.k("index_head_dim"), _v4_rate(d, kind)
+        params += 2 * h * 2 * hd + rate * 2 * hd + hd + 2 * h * 2 * ihd + rate * 2 * ihd + ihd + rq * ih * ihd + h * ih
+    elif kind == "heavily_compressed_attention":
+        params += 2 * h * hd + _v4_rate(d, kind) * hd + hd
+    return Part(f"Attention_{n}", "Compressed MQA" if kind != "sliding_attention" else "Sliding MQA", params,
+                matmul=sum(i * o for i, o in lin), linears=tuple(lin[:3]) + ((groups * rank, h),),
+                act=rq + 4 * heads * hd + 2 * hd, act32=heads, transient=2 * heads * hd + hd, kv=hd, window=window,
+                attn_flops=4 * heads * hd)
+
+
+def _v4_hyper(d: D) -> int:
+    # DeepseekV4HyperConnection (attn_hc, ffn_hc): fn ((2 + m) m x m.hidden), base ((2 + m) m), scale (3)
+    m = d.k("hc_mult")
+    return 2 * ((2 + m) * m * m * d.hidden + (2 + m) * m + 3)
+
+
+TRAITS["deepseek_v4"] = T(attn=_v4_attention, inter_key=None, layer_extra=_v4_hyper, mha=False,
+                          # DeepseekV4HyperHead: hc_fn (m x m.hidden), hc_base (m), hc_scale (1)
+                          extra_head=lambda d: d.k("hc_mult") ** 2 * d.hidden + d.k("hc_mult") + 1,
+                          moe=M(experts="n_routed_experts", shared=lambda d: d.k("moe_intermediate_size"),
+                                shared_bias="mlp_bias"))
+register_table(TRAITS, build, only=("deepseek_v4",))
