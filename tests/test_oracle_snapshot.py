@@ -160,3 +160,25 @@ def test_graph_equals_the_declared_class_on_meta(repo_id, cfg):
     if meta is None:
         pytest.skip("transformers does not ship the declared class")
     assert build_graph(normalise(cfg, repo_id)).params_total == meta
+
+
+def test_fp8_releases_store_their_mtp_layer_quantised(settings):
+    """DeepSeek-V3/R1: checkpoint = our FP8 model + the routers' e_score_correction_bias (58 x 256) + one MTP
+    layer with its embedding and head copies, in stored elements, exactly. DeepSeek-V4-Flash's routed experts
+    are FP4, 2 per byte + a scale per 32: 43 x 256 x 3 x 4096 x 2048 expert weights count 17/32 of themselves."""
+    records = {repo_id: (cfg, checkpoint) for repo_id, cfg, checkpoint in RECORDS}
+    for repo_id in ("deepseek-ai/DeepSeek-V3", "deepseek-ai/DeepSeek-R1"):
+        cfg, checkpoint = records[repo_id]
+        r = estimate(cfg, model_id=repo_id, assumptions=settings.assumptions, cards=settings.cards, gpus=settings.gpus,
+                     checkpoint_params=checkpoint)
+        (finding,) = [f for f in r.findings if f.check == "checkpoint_count"]
+        assert f"({checkpoint - r.params.stored:,} scalars)" in finding.message, finding.message
+        assert "e_score_correction_bias" in finding.message and "(MTP)" in finding.message
+    cfg, checkpoint = records["deepseek-ai/DeepSeek-V4-Flash"]
+    r = estimate(cfg, model_id="deepseek-ai/DeepSeek-V4-Flash", assumptions=settings.assumptions, cards=settings.cards,
+                 gpus=settings.gpus, checkpoint_params=checkpoint)
+    experts = 43 * 256 * 3 * 4096 * 2048
+    assert r.params.graph == 284_332_230_231  # = DeepseekV4ForCausalLM on meta from this config
+    assert r.params.graph - r.params.stored > experts - (experts // 2 + experts // 32) - 1_000_000
+    (finding,) = [f for f in r.findings if f.check == "checkpoint_count"]
+    assert "FP4 experts" in finding.message and "(MTP)" in finding.message and "unexplained" not in finding.message

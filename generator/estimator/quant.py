@@ -8,7 +8,8 @@ What each format writes for one nn.Linear(in, out) (element counts of the safete
 - bitsandbytes 4-bit: weight uint8 [in*out/2] + absmax fp32 per 64-block (uint8 + nested absmax under
   double quantisation); 8-bit: int8 weight [out, in] + SCB fp32 [out].
 - fp8 (DeepSeek-V3 `weight_block_size`): fp8 weight [out, in] + fp32 weight_scale_inv per block; per
-  tensor or per channel otherwise.
+  tensor or per channel otherwise. DeepSeek-V4's `expert_dtype: fp4`: routed experts packed 2 per byte
+  with a ue8m0 scale per 32 (the Hub total counts w / 2 + w / 32; DeepSeek-V4-Flash: 158,069,433,298).
 - mxfp4 (gpt-oss): experts only, blocks uint8 [.., in/32, 16] (2 fp4 per byte) + scales uint8 per 32;
   the Hub's element total counts the blocks as 4-bit values, so stored = weights + weights / 32.
 - compressed-tensors: pack-quantized int4/int8 packed in int32 (weight_packed) + weight_scale per
