@@ -22,7 +22,6 @@ KNOWN_GAPS: dict[str, str] = {
     "qwen4_exp_text": "transformers cannot build its default config (token_budget and compress_ratio are None)",
     # layers this estimator does not reconstruct yet
     "blt": "Byte Latent Transformer (local encoder/decoder, hash n-gram embeddings, patcher): " + NO_BUILDER,
-    "inkling_text": "short convolutions on K/V and relative-position networks: " + NO_BUILDER,
     "inkling2_text": "short convolutions, relative-position networks and message gates: " + NO_BUILDER,
     "inkling2_loop_text": "looped layers with message gates and short convolutions: " + NO_BUILDER,
     "phi4_multimodal": "the SigLIP vision and conformer audio towers (embed_tokens_extend) are not counted: " + NO_BUILDER,
@@ -40,6 +39,8 @@ APPROXIMATE: dict[str, str] = {
                    "activations",
     "hy_v4": "hyper-connections carry hc_mult copies of the hidden state (activations count one), and the indexer's "
              "key cache is not in serving memory",
+    "inkling_text": "its four short convolutions per layer keep a state of conv_kernel_size - 1 tokens beside the K/V "
+                    "cache; serving memory counts the K/V cache only",
     "reformer": "reversible layers recompute their activations in backward, and LSH/local attention works in chunks: "
                 "activations and the cache are those of a standard decoder",
     "zaya": "CCA keeps a convolution state of the last cca_time0 + cca_time1 - 2 tokens per layer beside its K/V "

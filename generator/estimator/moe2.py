@@ -1,4 +1,4 @@
-"""MoE families with their own attention layouts: DOTS3 (per-layer MLA), LongCat-Flash, AXK2, DeepSeek-V4.
+"""MoE families with their own attention layouts: DOTS3 (per-layer MLA), LongCat-Flash, AXK2, DeepSeek-V4, Inkling.
 
 Each builder follows its transformers 5.24 modeling file (cited per function).
 """
@@ -189,3 +189,59 @@ TRAITS["deepseek_v4"] = T(attn=_v4_attention, inter_key=None, layer_extra=_v4_hy
                           moe=M(experts="n_routed_experts", shared=lambda d: d.k("moe_intermediate_size"),
                                 shared_bias="mlp_bias"))
 register_table(TRAITS, build, only=("deepseek_v4",))
+
+
+@register("inkling_text")
+def inkling_text(cfg: Mapping[str, Any], model: str) -> Arch:
+    """modeling_inkling.InklingForCausalLM: per layer q/k/v/o plus r_proj (hidden -> heads x d_rel) and a
+    relative-logits bank (d_rel x rel_extent; the window on "hybrid_sliding" layers, which also take the swa_*
+    head counts), per-head q/k RMSNorms, depthwise short convolutions without bias on K and V (kv width x
+    conv_kernel_size) and after attention and the MLP (hidden x conv_kernel_size); a dense SwiGLU or an MoE whose
+    router scores routed + shared experts (3-D shared experts), each with a global_scale; an RMS-normed embedding
+    and an untied head. `dense_intermediate_size`, when written, is the dense width and `intermediate_size` the
+    experts' (configuration_inkling.__post_init__)."""
+    from .assemble import assemble, standard_block
+    from .dense import lm_head_part
+    from .reader import Reader
+    from .spec import attention_part, mlp_part, moe_part, norm_part
+    r = Reader(cfg, model, "inkling_text")
+    h, n, vocab, kernel, d_rel = (r.int("hidden_size"), r.int("num_hidden_layers"), r.int("vocab_size"),
+                                  r.int("conv_kernel_size"), r.int("d_rel"))
+    dense, inter = r.int("intermediate_size"), r.int("moe_intermediate_size")
+    if r.opt_int("dense_intermediate_size") is not None:
+        dense, inter = r.int("dense_intermediate_size"), r.int("intermediate_size")
+    experts, top_k = r.int("n_routed_experts"), r.int("num_experts_per_tok")
+    shared = r.int("n_shared_experts", minimum=0)
+    window = r.int("sliding_window_size")
+    local = r.list("local_layer_ids", int)
+    types = r.list("layer_types", length=n) or [
+        "hybrid_sliding" if (i in local if local is not None else (i + 1) % 6) else "hybrid" for i in range(n)]
+    first_sparse = r.int("dense_mlp_idx", 0, minimum=0)
+    mlps = r.list("mlp_layer_types", length=n) or ["dense" if i < first_sparse else "sparse" for i in range(n)]
+    blocks = []
+    for i in range(1, n + 1):
+        sw = types[i - 1] == "hybrid_sliding"
+        pre = "swa_" if sw else ""
+        heads, kv, hd = r.int(pre + "num_attention_heads"), r.int(pre + "num_key_value_heads"), r.int(pre + "head_dim")
+        extent = window if sw else r.int("rel_extent")
+        attn = attention_part(f"Attention_{i}", "Relative Attn", h, heads, kv, hd, window=window if sw else 0,
+                              extra=h * heads * d_rel + 2 * kv * hd * kernel + 2 * hd + d_rel * extent,
+                              extra_linears=((h, heads * d_rel),))
+        if mlps[i - 1] == "sparse":
+            ffn = moe_part(f"MoE_{i}", h, experts, top_k, inter, shared=shared * inter,
+                           router_params=(experts + shared) * h + 1, shared_lora=False)
+            ffn = ffn._replace(type=f"MoE ({experts} experts, top-{top_k})")
+        else:
+            ffn = mlp_part(f"FFN_{i}", "SwiGLU", h, dense, True, extra=1)
+        block = standard_block(i, [], attn, ffn, "rmsnorm", h, kind="sliding" if sw else "attention")
+        convs = Part(f"Short_Convs_{i}", "Conv1d", 2 * h * kernel)  # attn_sconv and mlp_sconv
+        blocks.append(dataclasses.replace(block, parts=(*block.parts, convs)))
+    embed = [Part("Input", "Input", width=-1), Part("Embedding", "Embedding", vocab * h), Part("RoPE", "RoPE"),
+             norm_part("Embedding_RMSNorm", "rmsnorm", h)]
+    head = [norm_part("Final_RMSNorm", "rmsnorm", h), lm_head_part(vocab, h, False),
+            Part("Output", "Output", width=vocab)]
+    return assemble(cfg, model, r, hidden=h, layers=n, heads=r.int("num_attention_heads"),
+                    kv=r.int("num_key_value_heads"), head_dim=r.int("head_dim"), inter=dense, vocab=vocab,
+                    ctx=r.int("max_position_embeddings"), tie=False, embed=embed, blocks=blocks, head=head,
+                    windows=tuple(window if t == "hybrid_sliding" else 0 for t in types[:n]), experts=experts,
+                    top_k=top_k, norm="rmsnorm")
