@@ -23,6 +23,8 @@ REPAIRS: dict[str, dict[str, Any]] = {
                                                 "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}},
     "lfm2_moe": {"layer_types": (["conv", "conv", "full_attention"] * 11)[:32]},  # layer_types None
     "reformer": {"is_decoder": True},  # ReformerModelWithLMHead refuses is_decoder=False
+    # its default text_config has Per-Layer Embeddings, which validate_architecture refuses for an assistant
+    "gemma4_assistant": {"text_config": {"hidden_size_per_layer_input": 0, "vocab_size_per_layer_input": 0}},
 }
 
 

@@ -19,6 +19,7 @@ class Quant:
     group_size: int  # weights per scale (0: per channel / per tensor)
     scale_bytes: float  # bytes of scales/zeros per group
     describes: str  # one line for the page
+    fp4_experts: bool = False  # MoE expert tensors stored as packed FP4 (2 per byte) + a 1-byte scale per 32
 
 
 @dataclass(frozen=True)

@@ -130,7 +130,7 @@ def gpt_neox_japanese(cfg: Mapping[str, Any], model: str) -> Arch:
     # modeling_gpt_neox_japanese.py: fused qkv and MLP without bias; only the last layer's attention
     # has a dense_bias (hidden); intermediate = hidden x intermediate_multiple_size.
     r = Reader(cfg, model, "gpt_neox_japanese")
-    h, n = r.int("hidden_size"), r.int("num_hidden_layers")
+    h = r.int("hidden_size")
     arch = _simple(cfg, model, "gpt_neox_japanese", aliases={}, positions=0, qkv_bias=False, o_bias=False,
                    mlp_bias=False, fused=True, rope=True, inter=h * r.int("intermediate_multiple_size", 4))
     spec = arch.spec

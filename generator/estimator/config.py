@@ -6,7 +6,7 @@ import dataclasses
 import re
 from typing import Any, Mapping
 
-from ..errors import ConfigError, UnsupportedArchitecture
+from ..errors import ConfigError
 from .arch import Arch
 from .class_defaults import CLASS_DEFAULTS
 from .families import FAMILIES, Family

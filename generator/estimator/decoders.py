@@ -17,7 +17,7 @@ from .arch import Arch
 from .config import architectures_of
 from .dense import attention_type, ffn_type, lm_head_part
 from .reader import Reader
-from .spec import Block, Part, Spec, add_part, attention_part, linear, mlp_part, moe_part, norm_params, norm_part
+from .spec import Block, Part, Spec, add_part, attention_part, mlp_part, moe_part, norm_params, norm_part
 from .windows import Rule, layer_windows
 
 

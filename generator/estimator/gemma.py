@@ -1,4 +1,4 @@
-"""Gemma 4 text towers (modeling_gemma4.py, modeling_gemma4_unified.py): per-layer attention shapes.
+"""Gemma 4 text towers (modeling_gemma4.py, modeling_gemma4_unified.py), their MTP assistants, Gemma 3n text.
 
 Full-attention layers use global_head_dim (and num_global_key_value_heads) unless `per_layer_config`
 overrides each layer; attention_k_eq_v drops v_proj on full layers (K doubles as V); the last
@@ -126,3 +126,104 @@ def gemma4(cfg: Mapping[str, Any], model: str) -> Arch:
     why = f"its {' and '.join(towers)} tower(s) are not counted" if towers else None
     return dataclasses.replace(arch, model_type=mt, family=mt, approximate=why, text_tower_only=bool(towers),
                                architectures=architectures_of(cfg, model))
+
+
+# the text tower each assistant's config builds (sub_configs_defaults in configuration_gemma4_*assistant.py)
+_ASSISTANT = {"gemma4_assistant": "gemma4_text", "gemma4_unified_assistant": "gemma4_unified_text"}
+
+
+@register("gemma4_assistant", "gemma4_unified_assistant")
+def gemma4_assistant(cfg: Mapping[str, Any], model: str) -> Arch:
+    """The MTP drafters (modeling_gemma4_assistant.Gemma4AssistantForCausalLM): a text tower whose every
+    layer reuses the target's K/V (num_kv_shared_layers defaults to num_hidden_layers), a tied lm_head,
+    pre_projection (2 x backbone_hidden_size -> hidden: the target's embedding and last hidden state) and
+    post_projection (hidden -> backbone_hidden_size); use_ordered_embeddings adds a centroids Linear
+    (hidden -> num_centroids)."""
+    from .reader import Reader
+    from .vlm import retie
+    mt = str(cfg.get("model_type"))
+    inner = _ASSISTANT[mt]
+    text = cfg.get("text_config") or {}
+    if not isinstance(text, Mapping):
+        raise ConfigError(model, "text_config", text, "must be a JSON object")
+    text = dict(text, model_type=inner)
+    if not text.get("num_kv_shared_layers"):
+        text["num_kv_shared_layers"] = Reader(text, model, inner).int("num_hidden_layers")
+    arch = gemma4_text(text, model, inner)
+    r = Reader(cfg, model, mt)
+    arch = retie(arch, r.flag("tie_word_embeddings", True))
+    spec = arch.spec
+    assert spec is not None
+    h, back = spec.hidden, r.int("backbone_hidden_size")
+    pre = Part("Pre_Projection", "Linear", 2 * back * h, matmul=2 * back * h, linears=((2 * back, h),),
+               act=2 * back, transient=2 * back + h)
+    post = [Part("Post_Projection", "Linear", h * back, width=back, matmul=h * back, linears=((h, back),), act=h,
+                 transient=h + back)]
+    if r.flag("use_ordered_embeddings", False):
+        c = r.int("num_centroids")
+        post.append(Part("Centroids", "Linear", h * c, width=c, matmul=h * c, linears=((h, c),), act=h, transient=c))
+    spec = dataclasses.replace(spec, embed=(*spec.embed, pre), head=(*spec.head[:-1], *post, spec.head[-1]))
+    return dataclasses.replace(arch, model_type=mt, family=mt, spec=spec, architectures=architectures_of(cfg, model))
+
+
+@register("gemma3n_text")
+def gemma3n_text(cfg: Mapping[str, Any], model: str) -> Arch:
+    """modeling_gemma3n.Gemma3nTextModel. Per layer: four RMSNorms; attention with q_norm, and k/v projections
+    plus k_norm only on the first num_hidden_layers - num_kv_shared_layers layers (the rest reuse their K/V:
+    no projections, no cache); a GeGLU MLP of intermediate_size[i]; AltUp (correct_output_scale, router norm,
+    modality_router hidden -> n, correction n x n and prediction n x n^2 coefficients, n = altup_num_inputs);
+    LAuReL (hidden -> laurel_rank -> hidden, norm); the per-layer input gate and projection (hidden <->
+    hidden_size_per_layer_input, norm). Outside: the per-layer embedding table (vocab_size_per_layer_input x
+    layers x width), its projection from hidden and norm, n - 1 AltUp projections and as many unembedding ones."""
+    from .assemble import assemble, standard_block
+    from .dense import lm_head_part
+    from .reader import Reader
+    from .spec import attention_part, mlp_part, norm_part
+    r = Reader(cfg, model, "gemma3n_text")
+    h, n, heads, kv, hd = (r.int("hidden_size"), r.int("num_hidden_layers"), r.int("num_attention_heads"),
+                           r.int("num_key_value_heads"), r.int("head_dim"))
+    vocab, ple, alt, rank = (r.int("vocab_size"), r.int("hidden_size_per_layer_input"), r.int("altup_num_inputs"),
+                             r.int("laurel_rank"))
+    inter = r.list("intermediate_size", int, n) if isinstance(cfg.get("intermediate_size"), list) else \
+        [r.int("intermediate_size")] * n
+    shared_from = n - r.int("num_kv_shared_layers", minimum=0)
+    types = r.list("layer_types", length=n) or ["full_attention" if (i + 1) % 5 == 0 else "sliding_attention"
+                                                for i in range(n)]
+    window = r.int("sliding_window", minimum=0)
+    windows = tuple(window if "sliding" in str(t) else 0 for t in types[:n])
+    bias, q = r.flag("attention_bias"), heads * hd
+    blocks = []
+    for i in range(1, n + 1):
+        w = windows[i - 1]
+        if i - 1 >= shared_from:  # reuses an earlier layer's K/V (kv_sharing_modes "reuse")
+            attn = Part(f"Attention_{i}", "Shared-KV Attn", 2 * h * q + hd + (q + h if bias else 0), matmul=2 * h * q,
+                        linears=((h, q), (q, h)), act=5 * q, act32=heads, transient=2 * q, window=w,
+                        attn_flops=4 * heads * hd)
+        else:
+            attn = attention_part(f"Attention_{i}", "Grouped Query Attn", h, heads, kv, hd, qkv_bias=bias,
+                                  o_bias=bias, extra=2 * hd, window=w)
+        ffn = mlp_part(f"FFN_{i}", "GeGLU", h, inter[i - 1], True)
+        block = standard_block(i, [], attn, ffn, "rmsnorm", h, norms=("pre_attn", "post_attn", "pre_mlp", "post_mlp"),
+                               kind="sliding" if w else "attention")
+        coefs = h * alt + alt * alt + alt ** 3  # modality_router, correction_coefs, prediction_coefs
+        extras = (Part(f"AltUp_{i}", "AltUp", 2 * h + coefs, matmul=coefs,
+                       linears=((h, alt), (alt, alt), (alt, alt * alt))),
+                  Part(f"LAuReL_{i}", "LAuReL", 2 * h * rank + h, matmul=2 * h * rank, linears=((h, rank), (rank, h))),
+                  Part(f"Per_Layer_Input_{i}", "Per-layer input", 2 * h * ple + h, matmul=2 * h * ple,
+                       linears=((h, ple), (ple, h))))
+        blocks.append(dataclasses.replace(block, parts=(*block.parts, *extras)))
+    tie = r.flag("tie_word_embeddings", True)
+    table = r.int("vocab_size_per_layer_input") * n * ple
+    embed = [Part("Input", "Input", width=-1), Part("Embedding", "Embedding", vocab * h), Part("RoPE", "RoPE"),
+             Part("Per_Layer_Embedding", "Embedding", table, width=n * ple),
+             Part("Per_Layer_Projection", "Linear", h * n * ple + ple, width=n * ple, matmul=h * n * ple,
+                  linears=((h, n * ple),)),
+             Part("AltUp_Projections", "Linear", (alt - 1) * h * h, matmul=(alt - 1) * h * h,
+                  linears=((h, h),) * (alt - 1))]
+    head = [Part("AltUp_Unembed_Projections", "Linear", (alt - 1) * h * h, matmul=(alt - 1) * h * h,
+                 linears=((h, h),) * (alt - 1)),
+            norm_part("Final_RMSNorm", "rmsnorm", h), lm_head_part(vocab, h, tie),
+            Part("Output", "Output", width=vocab)]
+    return assemble(cfg, model, r, hidden=h, layers=n, heads=heads, kv=kv, head_dim=hd, inter=max(inter), vocab=vocab,
+                    ctx=r.int("max_position_embeddings"), tie=tie, embed=embed, blocks=blocks, head=head,
+                    windows=windows, norm="rmsnorm")

@@ -14,26 +14,17 @@ NO_BUILDER = "no layer builder yet"
 
 KNOWN_GAPS: dict[str, str] = {
     # transformers 5.24 cannot build the class's own default config (no oracle)
-    "gemma3n": "transformers needs PIL for its TimmWrapper vision tower (not installed); " + NO_BUILDER,
-    "gemma4_assistant": "transformers rejects its default config (hidden_size_per_layer_input must be 0)",
+    "gemma3n": "transformers needs PIL for its TimmWrapper vision tower (not installed); only the text tower is "
+               "counted (its vision and audio towers and their embedders are not)",
     "musicgen": "AutoModelForCausalLM cannot build the composite config (MusicgenForCausalLM takes its decoder config)",
     "musicgen_melody": "AutoModelForCausalLM cannot build the composite config (the decoder config is nested)",
     "qwen4_exp": "transformers cannot build its default config (token_budget and compress_ratio are None)",
     "qwen4_exp_text": "transformers cannot build its default config (token_budget and compress_ratio are None)",
     # layers this estimator does not reconstruct yet
     "blt": "Byte Latent Transformer (local encoder/decoder, hash n-gram embeddings, patcher): " + NO_BUILDER,
-    "deepseek_v4": "compressed sparse attention, hash-routed MoE and hyper-connections: " + NO_BUILDER,
-    "dory": "recurrent-depth normalized transformer (looped layers): " + NO_BUILDER,
-    "gemma3n_text": "AltUp, LAuReL and per-layer embeddings with KV sharing: " + NO_BUILDER,
-    "gemma4_unified_assistant": "the assistant's projections and KV-shared layers are not modelled; text tower read as "
-                                "gemma4_unified_text",
-    "hy_v4": "hyper-connections (attn_hc/ffn_hc) and indexer layers: " + NO_BUILDER,
-    "inkling_text": "short convolutions on K/V and relative-position networks: " + NO_BUILDER,
     "inkling2_text": "short convolutions, relative-position networks and message gates: " + NO_BUILDER,
     "inkling2_loop_text": "looped layers with message gates and short convolutions: " + NO_BUILDER,
     "phi4_multimodal": "the SigLIP vision and conformer audio towers (embed_tokens_extend) are not counted: " + NO_BUILDER,
-    "reformer": "LSH/local attention with axial position embeddings and reversible layers: " + NO_BUILDER,
-    "zaya": "convolutional CCA attention and an MLP router: " + NO_BUILDER,
     # custom code without a transformers class
     "nemotron-nas": "DeciLM's heterogeneous block_configs (per-layer attention and FFN widths, no-op layers) are "
                     "not modelled: " + NO_BUILDER,
@@ -41,4 +32,23 @@ KNOWN_GAPS: dict[str, str] = {
 
 APPROXIMATE: dict[str, str] = {
     "hrm_text": "the H/L recurrence re-runs the layers (H_cycles x L_cycles); compute and activations count one pass",
+    "dory": "the recurrent section runs n_recurrent_loops times (and keeps a K/V copy per loop); compute, "
+            "activations and the KV cache count one pass",
+    "deepseek_v4": "its KV cache holds a sliding window plus compressed entries (1 per compress rate) and the "
+                   "indexer's keys: served as a single K=V head per token; hc_mult hidden streams count once in "
+                   "activations",
+    "hy_v4": "hyper-connections carry hc_mult copies of the hidden state (activations count one), and the indexer's "
+             "key cache is not in serving memory",
+    "inkling_text": "its four short convolutions per layer keep a state of conv_kernel_size - 1 tokens beside the K/V "
+                    "cache; serving memory counts the K/V cache only",
+    "reformer": "reversible layers recompute their activations in backward, and LSH/local attention works in chunks: "
+                "activations and the cache are those of a standard decoder",
+    "zaya": "CCA keeps a convolution state of the last cca_time0 + cca_time1 - 2 tokens per layer beside its K/V "
+            "cache; serving memory counts the K/V cache only",
+    "gemma3n_text": "AltUp carries altup_num_inputs copies of the hidden state through every layer; activations "
+                    "count one copy",
+    "gemma4_assistant": "an MTP drafter: it reads the target model's K/V cache and hidden states, whose memory is "
+                        "not counted here",
+    "gemma4_unified_assistant": "an MTP drafter: it reads the target model's K/V cache and hidden states, whose "
+                                "memory is not counted here",
 }

@@ -1,4 +1,4 @@
-"""More single families: CPM-Ant, HRM-Text, XLNet, ProphetNet (decoder), each from its modeling file."""
+"""More single families: CPM-Ant, HRM-Text, XLNet, ProphetNet (decoder), Dory, ZAYA, Reformer, from their modeling files."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from .assemble import assemble, standard_block
 from .dense import attention_type, lm_head_part
 from .reader import Reader
 from .registry import register
-from .spec import Part, attention_part, linear, mlp_part, norm_part
+from .spec import Block, Part, attention_part, linear, mlp_part, moe_part, norm_part
 
 
 def _attn(n: int, h: int, heads: int, hd: int, *, bias: bool = False, extra: int = 0, rope: bool = False,
@@ -129,3 +129,100 @@ def prophetnet(cfg: Mapping[str, Any], model: str) -> Arch:
     return assemble(cfg, model, r, hidden=h, layers=len(blocks), heads=dh, kv=dh, head_dim=h // dh, inter=df,
                     vocab=vocab, ctx=ctx, tie=tie, embed=embed, blocks=blocks, head=head,
                     kind="decoder" if causal else "encoder-decoder", position="learned")
+
+
+@register("dory")
+def dory(cfg: Mapping[str, Any], model: str) -> Arch:
+    """modeling_dory.py: nGPT-style layers on the unit sphere. Parameter-free L2 norms (four per layer, q/k,
+    sub-norms, final); attention q/k/v/o (attention_bias) plus a gate_proj (hidden -> heads x head_dim) and
+    sqk/s_gate scales (heads x head_dim each); a SwiGLU MLP with suv_gate/suv_up scales (intermediate each);
+    per-layer lambda_1/lambda_2 (hidden each); an lm_head with a logit_scale (vocab). Released configs list
+    each layer as ("<attention>", "mlp") blocks: configuration_dory.__post_init__ halves layer_types and the
+    layer counts, as here. Sliding layers: layer_types, or every 4th layer global. The recurrent section
+    (n_recurrent_layers) runs n_recurrent_loops times; compute and activations count one pass."""
+    from .decoders import T, build
+    r = Reader(cfg, model, "dory")
+    types = cfg.get("layer_types")
+    src = dict(cfg)
+    if isinstance(types, list) and "mlp" in types:
+        src["layer_types"] = types[::2]
+        src["num_hidden_layers"] = r.int("num_hidden_layers") // 2
+    t = T(norm="layernorm_noparams", norms=("pre_attn", "post_attn", "pre_mlp", "post_mlp"),
+          qkv_bias="attention_bias", o_bias="attention_bias", mlp_bias="mlp_bias",
+          attn_linears=lambda d: ((d.hidden, d.heads * d.hd),), attn_extra=lambda d: 2 * d.heads * d.hd,
+          mlp_extra=lambda d: 2 * d.inter, layer_extra=lambda d: 2 * d.hidden, extra_head=lambda d: d.vocab,
+          window_rule=lambda r, n, w: [0 if (i + 1) % 4 == 0 else w for i in range(n)])
+    return build(src, model, "dory", t)
+
+
+@register("zaya")
+def zaya(cfg: Mapping[str, Any], model: str) -> Arch:
+    """modeling_zaya.py: CCA attention (arXiv:2510.04476): q/k/v projections (v as current + delayed halves),
+    two causal Conv1d over the q+k channels (depthwise of cca_time0, grouped by heads + kv heads of cca_time1,
+    both with bias), a per-KV-head key temperature, o_proj; an MoE of num_experts SwiGLU experts with one
+    skip class and an MLP router (down_proj hidden -> router_hidden_size with bias, a router_states_scale from
+    the second layer on, RMSNorm, fc1/fc2 with bias, out_proj to experts + 1); two residual scalings of 4 x
+    hidden per layer, an input scale and bias, RMSNorms; "hybrid_sliding" layers attend to sliding_window."""
+    r = Reader(cfg, model, "zaya")
+    h, n, heads, kv, hd = (r.int("hidden_size"), r.int("num_hidden_layers"), r.int("num_attention_heads"),
+                           r.int("num_key_value_heads"), r.int("head_dim"))
+    vocab, inter, experts, top_k = (r.int("vocab_size"), r.int("moe_intermediate_size"), r.int("num_experts"),
+                                    r.int("num_experts_per_tok"))
+    rh, t0, t1, ab = r.int("router_hidden_size"), r.int("cca_time0"), r.int("cca_time1"), r.flag("attention_bias")
+    types = r.list("layer_types", length=n) or ["hybrid"] * n
+    window = r.opt_int("sliding_window") or 0
+    windows = tuple(window if t == "hybrid_sliding" else 0 for t in types[:n])
+    ch = (heads + kv) * hd  # conv channels: q and k
+    conv = ch * t0 + ch + ch * hd * t1 + ch  # grouped by heads + kv heads: hd input channels per group
+    blocks = []
+    for i in range(1, n + 1):
+        attn = attention_part(f"Attention_{i}", "CCA Attn", h, heads, kv, hd, qkv_bias=ab, o_bias=ab, extra=conv + kv,
+                              window=windows[i - 1])
+        router = linear(h, rh, True) + (rh if i > 1 else 0) + rh + 2 * linear(rh, rh, True) + rh * (experts + 1)
+        moe = moe_part(f"MoE_{i}", h, experts, top_k, inter, router_params=router)
+        moe = moe._replace(type=f"MoE ({experts} experts, top-{top_k})")
+        block = standard_block(i, [], attn, moe, "rmsnorm", h, kind="sliding" if windows[i - 1] else "attention")
+        blocks.append(Block(i, block.kind, (*block.parts, Part(f"Residual_Scales_{i}", "Parameters", 8 * h))))
+    tie = r.flag("tie_word_embeddings", True)
+    embed = [Part("Input", "Input", width=-1), Part("Embedding", "Embedding", vocab * h), Part("RoPE", "RoPE"),
+             Part("Input_Scale", "Parameters", 2 * h)]
+    head = [norm_part("Final_RMSNorm", "rmsnorm", h), lm_head_part(vocab, h, tie, r.flag("lm_head_bias")),
+            Part("Output", "Output", width=vocab)]
+    return assemble(cfg, model, r, hidden=h, layers=n, heads=heads, kv=kv, head_dim=hd, inter=inter, vocab=vocab,
+                    ctx=r.int("max_position_embeddings"), tie=tie, embed=embed, blocks=blocks, head=head,
+                    windows=windows, experts=experts, top_k=top_k, norm="rmsnorm")
+
+
+@register("reformer")
+def reformer(cfg: Mapping[str, Any], model: str) -> Arch:
+    """modeling_reformer.ReformerModelWithLMHead: word embeddings and axial position embeddings (one table per
+    axis of axial_pos_shape, of axial_pos_embds_dim[axis] wide; or max_position_embeddings x hidden); per layer
+    (attn_layers[i]) LSH attention (shared query_key and value) or local attention (query, key, value), all
+    hidden -> heads x attention_head_size without bias, an output dense back, LayerNorms before attention and
+    the chunked feed-forward (dense + bias, output + bias); a final LayerNorm over the two reversible streams
+    (2 x hidden) and a head from 2 x hidden with its bias plus a separate bias vector."""
+    r = Reader(cfg, model, "reformer")
+    h, n, heads, hd = (r.int("hidden_size"), r.int("num_hidden_layers"), r.int("num_attention_heads"),
+                       r.int("attention_head_size"))
+    vocab, ff, ctx = r.int("vocab_size"), r.int("feed_forward_size"), r.int("max_position_embeddings")
+    kinds = r.list("attn_layers", length=n)
+    if r.flag("axial_pos_embds", True):
+        shape, dims = r.list("axial_pos_shape", int), r.list("axial_pos_embds_dim", int)
+        positions = sum(s * d for s, d in zip(shape, dims))
+    else:
+        positions = ctx * h
+    q = heads * hd
+    blocks = []
+    for i in range(1, n + 1):
+        lsh = kinds[i - 1] == "lsh"
+        attn = attention_part(f"Attention_{i}", "LSH Attn" if lsh else "Local Attn", h, heads, heads, hd, rope=False)
+        if lsh:  # one query_key projection serves as both queries and keys
+            attn = attn._replace(params=3 * h * q, matmul=3 * h * q, linears=((h, q), (h, q), (q, h)))
+        ffn = mlp_part(f"FFN_{i}", "FFN", h, ff, False, True)
+        blocks.append(standard_block(i, [], attn, ffn, "layernorm", h))
+    embed = [Part("Input", "Input", width=-1), Part("Embedding", "Embedding", vocab * h),
+             Part("Position_Embedding", "Embedding", positions)]
+    head = [norm_part("Final_LayerNorm", "layernorm", 2 * h, out=2 * h), lm_head_part(vocab, 2 * h, False, True),
+            Part("Head_Bias", "Parameters", vocab), Part("Output", "Output", width=vocab)]
+    return assemble(cfg, model, r, hidden=h, layers=n, heads=heads, kv=heads, head_dim=hd, inter=ff, vocab=vocab,
+                    ctx=ctx, tie=False, embed=embed, blocks=blocks, head=head, position="learned")

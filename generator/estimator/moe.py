@@ -156,7 +156,31 @@ def _mla_indexed(t: T, d: D, n: int, window: int) -> Part:
     return mla_part(f"Attention_{n}", d.r, d.hidden, d.heads, bias=d.f("attention_bias"), indexer=True, window=window)
 
 
+def _hy_v4_attention(t: T, d: D, n: int, window: int) -> Part:
+    # modeling_hy_v4.HYV4Attention: MLA with a sigmoid output gate (gate_proj hidden -> heads x v_head_dim)
+    # and per-head sinks; the DSA indexer only on indexer_types "full" layers (default: layer 0 and every
+    # 4th from layer 1), the others reuse its top-k.
+    from .mla import mla_part
+    types = d.r.list("indexer_types", length=d.layers)
+    full = types[n - 1] == "full" if types else n == 1 or (n - 2) % 4 == 0
+    gate = d.hidden * d.heads * d.k("v_head_dim")
+    p = mla_part(f"Attention_{n}", d.r, d.hidden, d.heads, bias=d.f("attention_bias"), extra=gate + d.heads,
+                 indexer=full, window=window)
+    return p._replace(matmul=p.matmul + gate, linears=(*p.linears, (d.hidden, gate // d.hidden)))
+
+
+def _hyper_connections(d: D) -> int:
+    # modeling_hy_v4.HYV4HyperConnection (attn_hc and ffn_hc per layer): fn (2m x m.hidden), base (2m), scale (2)
+    m = d.k("hc_mult")
+    return 2 * (2 * m * m * d.hidden + 2 * m + 2)
+
+
 TRAITS.update({
+    "hy_v4": T(mla=True, mha=True, attn=_hy_v4_attention, layer_extra=_hyper_connections,
+               # HYV4HyperHead: hc_fn (m x m.hidden), hc_base (m), hc_scale (1)
+               extra_head=lambda d: d.k("hc_mult") ** 2 * d.hidden + d.k("hc_mult") + 1,
+               moe=M(experts="n_routed_experts", shared=_n_shared("n_shared_experts"),
+                     sparse=sparse_by_types(lambda d, i: i >= 1))),
     "deepseek_v32": T(mla=True, attn=_mla_indexed, moe=DEEPSEEK),
     "glm_moe_dsa": T(mla=True, attn=_mla_indexed, moe=DEEPSEEK),
     "mimo_v2_flash": T(qkv_bias="attention_bias", attn=_mimo_attention,

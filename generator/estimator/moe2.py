@@ -1,4 +1,4 @@
-"""MoE families with their own attention layouts: DOTS3 (per-layer MLA), LongCat-Flash, AXK2.
+"""MoE families with their own attention layouts: DOTS3 (per-layer MLA), LongCat-Flash, AXK2, DeepSeek-V4, Inkling.
 
 Each builder follows its transformers 5.24 modeling file (cited per function).
 """
@@ -51,7 +51,6 @@ register_table(TRAITS, build, only=("dots3_note_text",))
 
 @register("dots3_note")
 def dots3_note(cfg: Mapping[str, Any], model: str) -> Arch:
-    import dataclasses
     text = cfg.get("text_config") or {}
     if not isinstance(text, Mapping):
         raise ConfigError(model, "text_config", text, "must be a JSON object")
@@ -127,3 +126,122 @@ TRAITS["axk2"] = T(mla=True, attn=_axk2_attention,
                          sparse=first_k_dense(freq="moe_layer_freq", k0=1),
                          extra=lambda d: 2 * d.hidden * d.k("gated_norm_rank", 16)))
 register_table(TRAITS, build, only=("axk2",))
+
+
+_V4_RATIO_TYPES = {0: "sliding_attention", 4: "compressed_sparse_attention", 128: "heavily_compressed_attention"}
+
+
+def _v4_type(d: D, n: int) -> str:
+    """configuration_deepseek_v4.__post_init__: layer_types, else the legacy compress_ratios (0/4/128), else
+    two heavily compressed layers then CSA and HCA alternating."""
+    types = d.r.list("layer_types", length=d.layers)
+    if types:
+        return str(types[n - 1])
+    ratios = d.r.list("compress_ratios", int, d.layers)
+    if ratios:
+        if ratios[n - 1] not in _V4_RATIO_TYPES:
+            raise ConfigError(d.r.model, "compress_ratios", ratios, "entries must be 0, 4 or 128")
+        return _V4_RATIO_TYPES[ratios[n - 1]]
+    i = n - 1
+    return "heavily_compressed_attention" if i < 2 or (i - 2) % 2 == 0 else "compressed_sparse_attention"
+
+
+def _v4_rate(d: D, kind: str) -> int:
+    rates = d.r.cfg.get("compress_rates")
+    legacy = {"compressed_sparse_attention": "compress_rate_csa", "heavily_compressed_attention": "compress_rate_hca"}
+    if isinstance(rates, Mapping) and isinstance(rates.get(kind), int):
+        return int(rates[kind])
+    return d.k(legacy[kind], 4 if kind == "compressed_sparse_attention" else 128)
+
+
+def _v4_attention(t: T, d: D, n: int, window: int) -> Part:
+    # modeling_deepseek_v4.DeepseekV4Attention: q_a_proj (+ norm) -> q_b_proj to heads x head_dim, one shared K=V
+    # head (kv_proj + norm), grouped o_a_proj (o_groups blocks of heads x head_dim / o_groups -> o_lora_rank),
+    # o_b_proj, per-head sinks. CSA layers add a compressor (kv/gate hidden -> 2 x head_dim, position_bias of
+    # rate x 2 x head_dim, norm) with its indexer (the same at index_head_dim, q_b_proj from q_lora_rank,
+    # weights_proj hidden -> index_n_heads); HCA layers a compressor at head_dim.
+    h, heads, hd, rq = d.hidden, d.heads, d.k("head_dim"), d.k("q_lora_rank")
+    groups, rank = d.k("o_groups"), d.k("o_lora_rank")
+    # o_a_proj: one weight [groups x rank, heads x head_dim / groups], applied to each group of heads
+    lin = [(h, rq), (rq, heads * hd), (h, hd), (heads * hd // groups, groups * rank), (groups * rank, h)]
+    params = sum(i * o for i, o in lin) + rq + hd + heads
+    kind = _v4_type(d, n)
+    if kind == "compressed_sparse_attention":
+        ih, ihd, rate = d.k("index_n_heads"), d.k("index_head_dim"), _v4_rate(d, kind)
+        params += 2 * h * 2 * hd + rate * 2 * hd + hd + 2 * h * 2 * ihd + rate * 2 * ihd + ihd + rq * ih * ihd + h * ih
+    elif kind == "heavily_compressed_attention":
+        params += 2 * h * hd + _v4_rate(d, kind) * hd + hd
+    return Part(f"Attention_{n}", "Compressed MQA" if kind != "sliding_attention" else "Sliding MQA", params,
+                matmul=sum(i * o for i, o in lin), linears=tuple(lin[:3]) + ((groups * rank, h),),
+                act=rq + 4 * heads * hd + 2 * hd, act32=heads, transient=2 * heads * hd + hd, kv=hd, window=window,
+                attn_flops=4 * heads * hd)
+
+
+def _v4_hyper(d: D) -> int:
+    # DeepseekV4HyperConnection (attn_hc, ffn_hc): fn ((2 + m) m x m.hidden), base ((2 + m) m), scale (3)
+    m = d.k("hc_mult")
+    return 2 * ((2 + m) * m * m * d.hidden + (2 + m) * m + 3)
+
+
+TRAITS["deepseek_v4"] = T(attn=_v4_attention, inter_key=None, layer_extra=_v4_hyper, mha=False,
+                          # DeepseekV4HyperHead: hc_fn (m x m.hidden), hc_base (m), hc_scale (1)
+                          extra_head=lambda d: d.k("hc_mult") ** 2 * d.hidden + d.k("hc_mult") + 1,
+                          moe=M(experts="n_routed_experts", shared=lambda d: d.k("moe_intermediate_size"),
+                                shared_bias="mlp_bias"))
+register_table(TRAITS, build, only=("deepseek_v4",))
+
+
+@register("inkling_text")
+def inkling_text(cfg: Mapping[str, Any], model: str) -> Arch:
+    """modeling_inkling.InklingForCausalLM: per layer q/k/v/o plus r_proj (hidden -> heads x d_rel) and a
+    relative-logits bank (d_rel x rel_extent; the window on "hybrid_sliding" layers, which also take the swa_*
+    head counts), per-head q/k RMSNorms, depthwise short convolutions without bias on K and V (kv width x
+    conv_kernel_size) and after attention and the MLP (hidden x conv_kernel_size); a dense SwiGLU or an MoE whose
+    router scores routed + shared experts (3-D shared experts), each with a global_scale; an RMS-normed embedding
+    and an untied head. `dense_intermediate_size`, when written, is the dense width and `intermediate_size` the
+    experts' (configuration_inkling.__post_init__)."""
+    from .assemble import assemble, standard_block
+    from .dense import lm_head_part
+    from .reader import Reader
+    from .spec import attention_part, mlp_part, moe_part, norm_part
+    r = Reader(cfg, model, "inkling_text")
+    h, n, vocab, kernel, d_rel = (r.int("hidden_size"), r.int("num_hidden_layers"), r.int("vocab_size"),
+                                  r.int("conv_kernel_size"), r.int("d_rel"))
+    dense, inter = r.int("intermediate_size"), r.int("moe_intermediate_size")
+    if r.opt_int("dense_intermediate_size") is not None:
+        dense, inter = r.int("dense_intermediate_size"), r.int("intermediate_size")
+    experts, top_k = r.int("n_routed_experts"), r.int("num_experts_per_tok")
+    shared = r.int("n_shared_experts", minimum=0)
+    window = r.int("sliding_window_size")
+    local = r.list("local_layer_ids", int)
+    types = r.list("layer_types", length=n) or [
+        "hybrid_sliding" if (i in local if local is not None else (i + 1) % 6) else "hybrid" for i in range(n)]
+    first_sparse = r.int("dense_mlp_idx", 0, minimum=0)
+    mlps = r.list("mlp_layer_types", length=n) or ["dense" if i < first_sparse else "sparse" for i in range(n)]
+    blocks = []
+    for i in range(1, n + 1):
+        sw = types[i - 1] == "hybrid_sliding"
+        pre = "swa_" if sw else ""
+        heads, kv, hd = r.int(pre + "num_attention_heads"), r.int(pre + "num_key_value_heads"), r.int(pre + "head_dim")
+        extent = window if sw else r.int("rel_extent")
+        attn = attention_part(f"Attention_{i}", "Relative Attn", h, heads, kv, hd, window=window if sw else 0,
+                              extra=h * heads * d_rel + 2 * kv * hd * kernel + 2 * hd + d_rel * extent,
+                              extra_linears=((h, heads * d_rel),))
+        if mlps[i - 1] == "sparse":
+            ffn = moe_part(f"MoE_{i}", h, experts, top_k, inter, shared=shared * inter,
+                           router_params=(experts + shared) * h + 1, shared_lora=False)
+            ffn = ffn._replace(type=f"MoE ({experts} experts, top-{top_k})")
+        else:
+            ffn = mlp_part(f"FFN_{i}", "SwiGLU", h, dense, True, extra=1)
+        block = standard_block(i, [], attn, ffn, "rmsnorm", h, kind="sliding" if sw else "attention")
+        convs = Part(f"Short_Convs_{i}", "Conv1d", 2 * h * kernel)  # attn_sconv and mlp_sconv
+        blocks.append(dataclasses.replace(block, parts=(*block.parts, convs)))
+    embed = [Part("Input", "Input", width=-1), Part("Embedding", "Embedding", vocab * h), Part("RoPE", "RoPE"),
+             norm_part("Embedding_RMSNorm", "rmsnorm", h)]
+    head = [norm_part("Final_RMSNorm", "rmsnorm", h), lm_head_part(vocab, h, False),
+            Part("Output", "Output", width=vocab)]
+    return assemble(cfg, model, r, hidden=h, layers=n, heads=r.int("num_attention_heads"),
+                    kv=r.int("num_key_value_heads"), head_dim=r.int("head_dim"), inter=dense, vocab=vocab,
+                    ctx=r.int("max_position_embeddings"), tie=False, embed=embed, blocks=blocks, head=head,
+                    windows=tuple(window if t == "hybrid_sliding" else 0 for t in types[:n]), experts=experts,
+                    top_k=top_k, norm="rmsnorm")

@@ -8,7 +8,8 @@ What each format writes for one nn.Linear(in, out) (element counts of the safete
 - bitsandbytes 4-bit: weight uint8 [in*out/2] + absmax fp32 per 64-block (uint8 + nested absmax under
   double quantisation); 8-bit: int8 weight [out, in] + SCB fp32 [out].
 - fp8 (DeepSeek-V3 `weight_block_size`): fp8 weight [out, in] + fp32 weight_scale_inv per block; per
-  tensor or per channel otherwise.
+  tensor or per channel otherwise. DeepSeek-V4's `expert_dtype: fp4`: routed experts packed 2 per byte
+  with a ue8m0 scale per 32 (the Hub total counts w / 2 + w / 32; DeepSeek-V4-Flash: 158,069,433,298).
 - mxfp4 (gpt-oss): experts only, blocks uint8 [.., in/32, 16] (2 fp4 per byte) + scales uint8 per 32;
   the Hub's element total counts the blocks as 4-bit values, so stored = weights + weights / 32.
 - compressed-tensors: pack-quantized int4/int8 packed in int32 (weight_packed) + weight_scale per
@@ -54,8 +55,12 @@ def read_quant(cfg: Mapping[str, Any], model: str) -> Quant | None:
         block = q.get("weight_block_size")
         group = block[0] * block[1] if isinstance(block, list) and len(block) == 2 and \
             all(isinstance(b, int) and b > 0 for b in block) else 0
+        # DeepSeek-V4 writes expert_dtype "fp4" beside the fp8 quantization_config (configuration_deepseek_v4
+        # moves it inside): its routed experts are FP4, two per byte, with a ue8m0 scale per 32 weights.
+        fp4 = q.get("expert_dtype", cfg.get("expert_dtype")) == "fp4"
         return Quant("fp8", 8, 1, group, 4.0, "FP8 (e4m3) weights" + (f", fp32 scale per {block[0]}x{block[1]} block"
-                                                                     if group else ", fp32 scale per channel"))
+                                                                     if group else ", fp32 scale per channel")
+                     + ("; FP4 experts, 2 per byte, a 1-byte scale per 32" if fp4 else ""), fp4_experts=fp4)
     if method == "mxfp4":
         return Quant(method, 4.25, 2, 32, 1.0, "MXFP4 experts: 2 fp4 weights per uint8 + one uint8 scale per 32")
     if method == "compressed-tensors":
@@ -113,6 +118,28 @@ def _mat_elements(q: Quant, count: int, n_in: int, n_out: int) -> tuple[int, flo
     return count * elems, count * nbytes
 
 
+def _fp4_experts(a: Arch, p: Part) -> tuple[tuple[int, int, int], ...]:
+    """The expert tensors of an MoE part stored as FP4 (Quant.fp4_experts), else ()."""
+    return p.weight_mats[:2] if a.quant is not None and a.quant.fp4_experts and p.type.startswith("MoE") else ()
+
+
+def part_stored_delta(a: Arch, p: Part) -> tuple[int, float]:
+    """(stored elements, stored bytes) of a part's quantised matrices minus their logical weights (elements)
+    and minus their bytes at 2 B each: what quantisation adds to (or removes from) the part."""
+    assert a.quant is not None
+    fp4 = _fp4_experts(a, p)
+    elems, nbytes = 0, 0.0
+    for j, (count, i, o) in enumerate(quantised_mats(a, p)):
+        w = count * i * o
+        if j < len(fp4):  # packed: the Hub's element total counts the bytes (w / 2) and the scales (w / 32)
+            e, b = w // 2 + w // 32, float(w // 2 + w // 32)
+        else:
+            e, b = _mat_elements(a.quant, count, i, o)
+        elems += e - w
+        nbytes += b - 2 * w
+    return elems, nbytes
+
+
 def quantised_mats(a: Arch, p: Part) -> tuple[tuple[int, int, int], ...]:
     """The matrices this format quantises in a part: experts only for MXFP4 (gpt-oss), else every
     Linear inside the layers (embeddings, norms, routers and the LM head stay in 16 bits)."""
@@ -129,8 +156,7 @@ def stored_elements(a: Arch) -> int | None:
     total = a.spec.params
     for b in a.spec.blocks:
         for p in b.parts:
-            for count, i, o in quantised_mats(a, p):
-                total += _mat_elements(a.quant, count, i, o)[0] - count * i * o
+            total += part_stored_delta(a, p)[0]
     return total
 
 
@@ -143,8 +169,8 @@ def serve_weight_bytes(a: Arch, s: Assumptions) -> Callable[[list[Part] | tuple[
         for p in parts:
             nbytes = float(s.serve_weight_bytes * p.params)
             if a.quant is not None and a.quant.bits < 16:
-                for count, i, o in quantised_mats(a, p):
-                    nbytes += _mat_elements(a.quant, count, i, o)[1] - s.serve_weight_bytes * count * i * o
+                w = sum(count * i * o for count, i, o in quantised_mats(a, p))
+                nbytes += part_stored_delta(a, p)[1] + (2 - s.serve_weight_bytes) * w
             total += nbytes
         return int(total)
     return weights
