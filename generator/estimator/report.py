@@ -114,7 +114,7 @@ class Report:
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON twin: tuples become lists, pair-tuples become objects, keys stay stable."""
-        out = _plain(dataclasses.asdict(self))
+        out = _plain(self)
         mem = out["memory"]
         mem["assumptions"] = dict(self.memory.assumptions)
         mem["peak_phase"] = dict(self.memory.peak_phase)
@@ -125,9 +125,37 @@ class Report:
         return out
 
 
+# What dataclasses.asdict() followed by list-for-tuple gives, without asdict's deep copy of every leaf
+# (a 1,100-row structure table made it most of an estimate's time): the leaves are immutable numbers,
+# strings and None, returned as they are. Fields are read with dataclasses.fields, so a field added to
+# any of these classes is in the JSON without a change here.
+_ATOMS = frozenset({int, float, str, bool, type(None)})
+
+
 def _plain(value: Any) -> Any:
+    cls = value.__class__
+    if cls in _ATOMS:
+        return value
+    if cls is tuple or cls is list:
+        return [v if v.__class__ in _ATOMS else _plain(v) for v in value]
+    if cls is dict:
+        return {k: _plain(v) for k, v in value.items()}
+    names = _FIELDS.get(cls)
+    if names is None and dataclasses.is_dataclass(cls):
+        names = tuple(f.name for f in dataclasses.fields(cls))
+    if names is not None:
+        return {n: _plain(getattr(value, n)) for n in names}
+    if isinstance(value, (list, tuple)):  # named tuples: lists, as asdict + JSON made them
+        return [_plain(v) for v in value]
     if isinstance(value, dict):
         return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value
+    if isinstance(value, (int, float, str)):
+        return value
+    raise TypeError(f"a Report field holds a {cls.__name__}, which has no JSON form")
+
+
+# Field names of the Report's own classes, read once (a structure table has up to ~1,100 rows).
+_FIELDS: dict[type, tuple[str, ...]] = {
+    cls: tuple(f.name for f in dataclasses.fields(cls))
+    for cls in (ModelInfo, Params, SplitPlan, CardPlan, Memory, StructureRow, Report, Finding, CostLine)
+}
