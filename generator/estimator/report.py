@@ -137,6 +137,8 @@ def _plain(value: Any) -> Any:
     if cls in _ATOMS:
         return value
     if cls is tuple or cls is list:
+        if _ATOMS.issuperset(map(type, value)):  # shapes, name lists: one C-level pass
+            return list(value)
         return [v if v.__class__ in _ATOMS else _plain(v) for v in value]
     if cls is dict:
         return {k: _plain(v) for k, v in value.items()}
@@ -144,6 +146,15 @@ def _plain(value: Any) -> Any:
     if names is None and dataclasses.is_dataclass(cls):
         names = tuple(f.name for f in dataclasses.fields(cls))
     if names is not None:
+        own = getattr(value, "__dict__", None)
+        if own is not None and len(own) == len(names):
+            # Every field set by __init__ (in field order) and nothing else: the instance dict is the
+            # field dict; copied, then its non-atomic values converted (most structure rows: one).
+            out = own.copy()
+            for k, v in own.items():
+                if v.__class__ not in _ATOMS:
+                    out[k] = _plain(v)
+            return out
         return {n: _plain(getattr(value, n)) for n in names}
     if isinstance(value, (list, tuple)):  # named tuples: lists, as asdict + JSON made them
         return [_plain(v) for v in value]
