@@ -157,9 +157,9 @@ def _mla_indexed(t: T, d: D, n: int, window: int) -> Part:
 
 
 TRAITS.update({
-    "deepseek_v32": T(mla=True, attn=_mla_indexed, moe=DEEPSEEK),
-    "glm_moe_dsa": T(mla=True, attn=_mla_indexed, moe=DEEPSEEK),
-    "mimo_v2_flash": T(qkv_bias="attention_bias", attn=_mimo_attention,
+    "deepseek_v32": T(mla=True, attn=_mla_indexed, attn_by_window=True, moe=DEEPSEEK),
+    "glm_moe_dsa": T(mla=True, attn=_mla_indexed, attn_by_window=True, moe=DEEPSEEK),
+    "mimo_v2_flash": T(qkv_bias="attention_bias", attn=_mimo_attention, attn_by_window=True,
                        moe=M(experts="n_routed_experts", sparse=sparse_by_types(lambda d, i: i >= 1))),
     "laguna": T(qkv_bias="attention_bias", o_bias="attention_bias", qk_norm="head", attn=_laguna_attention,
                 moe=M(shared=_width("shared_expert_intermediate_size"), score_bias=True,
