@@ -144,9 +144,9 @@ def _layout(cls: type) -> tuple[tuple[str, ...], tuple[str, ...], bool]:
 
 
 def _records(values: Any, names: tuple[str, ...], containers: tuple[str, ...], has_dict: bool) -> list | None:
-    """Instances of one dataclass as dicts, from copies of their instance dicts; None when an instance
-    dict is not exactly its fields (then the caller reads the fields one by one). The dicts hold the
-    fields in the order __init__ set them, field order."""
+    """Instances of one dataclass as dicts, from copies of their instance dicts; None when one holds
+    more or fewer entries than the class has fields (then the caller reads the fields one by one). A
+    frozen dataclass's instance dict is its fields, in the order __init__ set them: field order."""
     if not has_dict:
         return None
     out = [v.__dict__.copy() for v in values]
