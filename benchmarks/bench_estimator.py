@@ -1,13 +1,11 @@
 """Benchmark (not a test): estimator time per model against transformers building it on the meta device.
 
-Run with `make bench` (`--per-model` lists every model, `--no-freeze` skips the gc.freeze() below). Both sides get the same snapshot configs, warm
+Run with `make bench` (`--per-model` lists every model). Both sides get the same snapshot configs, warm
 imports (each transformers model class is built once untimed first: its first build imports its
 modeling file) and the median of repeats, timed in CPU time (time.process_time), so that other work on
 a loaded machine does not count. Ours is the whole path the site and CLI run: config dict -> Report ->
 its JSON twin (Report.to_dict()). Theirs is AutoModelForCausalLM.from_config under torch.device("meta")
-from an already built config object. The objects alive after the imports (torch and transformers: about
-200,000) are moved out of the cyclic collector's way (gc.freeze()), as they are not in the site build's
-process: otherwise each side's collections would scan them. The target is >= 50x faster.
+from an already built config object. The target is >= 50x faster.
 """
 
 from __future__ import annotations
@@ -40,7 +38,7 @@ def _median_cpu_seconds(fn, repeat: int) -> float:
     return statistics.median(times)
 
 
-def bench_estimator_vs_meta(per_model: bool = False, freeze: bool = True) -> None:
+def bench_estimator_vs_meta(per_model: bool = False) -> None:
     warnings.filterwarnings("ignore")
     import torch
     import transformers
@@ -48,9 +46,6 @@ def bench_estimator_vs_meta(per_model: bool = False, freeze: bool = True) -> Non
 
     transformers.logging.set_verbosity_error()
     settings = load_settings()
-    gc.collect()
-    if freeze:
-        gc.freeze()
     rows = []  # (repo id, ours s, theirs s, ours without to_dict s)
     for repo_id, cfg, checkpoint in snapshot_configs():
         model_type = cfg.get("model_type")
@@ -100,4 +95,4 @@ def bench_estimator_vs_meta(per_model: bool = False, freeze: bool = True) -> Non
 
 
 if __name__ == "__main__":
-    bench_estimator_vs_meta(per_model="--per-model" in sys.argv, freeze="--no-freeze" not in sys.argv)
+    bench_estimator_vs_meta(per_model="--per-model" in sys.argv)
