@@ -116,6 +116,7 @@ class T:
     ffn: Callable[[D, int], str] | None = None  # per layer: "dense", "moe", "none"
     extra_head: Count | None = None
     attn: Callable[["T", D, int, int], Part] | None = None  # custom attention (layer index from 1, window)
+    attn_by_window: bool = False  # the custom attention depends on its layer only through the name and window
     never_tie: bool = False  # the class has no tied-weights map: tie_word_embeddings is ignored
     mha: bool = False  # every head has its own K/V whatever num_key_value_heads says
 
@@ -231,9 +232,10 @@ def layer(t: T, d: D, i: int, window: int) -> Block:
 
 
 def _layers(t: T, d: D, windows: tuple[int, ...]) -> tuple[Block, ...]:
-    """Every layer. Standard attention layers depend on their index only through their names, the
-    window and the feed-forward kind: each such layer is built once and numbered for the others."""
-    reuse = t.attn is None and not (t.moe and isinstance(d.r.cfg.get(t.moe.top_k), list))
+    """Every layer. Standard attention layers (and custom ones marked attn_by_window) depend on their
+    index only through their names, the window and the feed-forward kind: each such layer is built once
+    and numbered for the others."""
+    reuse = (t.attn is None or t.attn_by_window) and not (t.moe and isinstance(d.r.cfg.get(t.moe.top_k), list))
     seen: dict[tuple[int, str], Block | None] = {}
     out = []
     for i in range(d.layers):

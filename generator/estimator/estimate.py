@@ -11,7 +11,7 @@ from .checks import (Finding, check_checkpoint, check_quantization, check_rope, 
 from .config import normalise
 from .cost import CostLine, job_cost
 from .curve import memory_curve
-from .graph import build_graph
+from .graph import Node, build_graph
 from .inputs import Assumptions, Card, Gpu
 from .job import Job, job_memory
 from .memory import (Profile, budget_bytes, kv_bytes_per_sequence, kv_bytes_per_token, lora_params,
@@ -119,7 +119,7 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
                       arch.experts_per_token, graph.params_total - vision, vision, stored, quant,
                       tuple(kinds.items())),
         memory=memory, cost=costs,
-        structure=tuple(StructureRow(n.index, n.name, n.type, n.output_shape, n.params) for n in graph.nodes),
+        structure=_structure(graph.nodes),
         findings=tuple(findings),
         provenance=(("config_keys", arch.used()), ("formulas", dict(FORMULAS))),
     )
@@ -127,6 +127,23 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
 
 # Structure-table names of the parts outside the language model (vlm.py).
 VISION_PREFIXES = ("Vision", "Projector", "Audio")
+
+# A structure row holds a graph node's first fields under the same names (checked here, at import).
+_ROW_FIELDS = tuple(f.name for f in dataclasses.fields(StructureRow))
+if Node._fields[:len(_ROW_FIELDS)] != _ROW_FIELDS:
+    raise TypeError(f"StructureRow fields {_ROW_FIELDS} must be graph.Node's first fields {Node._fields}")
+
+
+def _structure(nodes: tuple[Node, ...]) -> tuple[StructureRow, ...]:
+    """One row per node. A 1,100-node model makes 1,100 rows: each is set up directly (what the frozen
+    dataclass __init__ does, field by field through object.__setattr__, at three times the cost)."""
+    new, names = object.__new__, _ROW_FIELDS
+    rows = []
+    for n in nodes:
+        row = new(StructureRow)
+        row.__dict__.update(zip(names, n))
+        rows.append(row)
+    return tuple(rows)
 
 
 def _card_plan(card: Card, profiles: Mapping[str, Profile], s: Assumptions) -> CardPlan:

@@ -154,9 +154,13 @@ def stored_elements(a: Arch) -> int | None:
     if a.quant is None or a.quant.bits >= 16 or a.spec is None:
         return None
     total = a.spec.params
+    extra: dict[tuple[object, ...], int] = {}  # per distinct part: the layers of a stack repeat a few parts
     for b in a.spec.blocks:
         for p in b.parts:
-            total += part_stored_delta(a, p)[0]
+            key = (p.type, p.mats, p.linears)
+            if key not in extra:
+                extra[key] = part_stored_delta(a, p)[0]
+            total += extra[key]
     return total
 
 
@@ -167,10 +171,18 @@ def serve_weight_bytes(a: Arch, s: Assumptions) -> Callable[[list[Part] | tuple[
             return int(s.serve_weight_bytes * sum(p.params for p in parts))
         total = 0.0
         for p in parts:
-            nbytes = float(s.serve_weight_bytes * p.params)
-            if a.quant is not None and a.quant.bits < 16:
-                w = sum(count * i * o for count, i, o in quantised_mats(a, p))
-                nbytes += part_stored_delta(a, p)[1] + (2 - s.serve_weight_bytes) * w
+            key = (p.params, p.type, p.mats, p.linears)
+            nbytes = seen.get(key)
+            if nbytes is None:
+                nbytes = float(s.serve_weight_bytes * p.params)
+                if a.quant is not None and a.quant.bits < 16:
+                    w = sum(count * i * o for count, i, o in quantised_mats(a, p))
+                    nbytes += part_stored_delta(a, p)[1] + (2 - s.serve_weight_bytes) * w
+                seen[key] = nbytes
             total += nbytes
         return int(total)
+
+    # Bytes per distinct part (what the loop above reads of it), for this model and job only: the
+    # layers of a stack repeat a few parts, and memory.py asks per layer, then estimate.py for all.
+    seen: dict[tuple[object, ...], float] = {}
     return weights

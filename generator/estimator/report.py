@@ -131,7 +131,7 @@ class Report:
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON twin: tuples become lists, pair-tuples become objects, keys stay stable."""
-        out = _plain(dataclasses.asdict(self))
+        out = _plain(self)
         mem = out["memory"]
         mem["assumptions"] = dict(self.memory.assumptions)
         mem["peak_phase_by_method"] = dict(self.memory.peak_phase_by_method)
@@ -144,9 +144,76 @@ class Report:
         return out
 
 
+# What dataclasses.asdict() followed by list-for-tuple gives, without asdict's deep copy of every leaf
+# (a 1,100-row structure table made it most of an estimate's time): the leaves are immutable numbers,
+# strings and None, returned as they are. Fields are read with dataclasses.fields, so a field added to
+# any of these classes is in the JSON without a change here.
+_ATOMS = frozenset({int, float, str, bool, type(None)})
+# Annotations of fields that hold a leaf (the modules use `from __future__ import annotations`, so
+# these are strings): such a field is copied as it is, the others are converted.
+_ATOM_HINTS = frozenset({"int", "float", "str", "bool", "int | None", "float | None", "str | None", "bool | None"})
+
+
+def _layout(cls: type) -> tuple[tuple[str, ...], tuple[str, ...], bool]:
+    """A dataclass's field names, those whose annotation allows a container, and whether its instances
+    keep their fields in a __dict__ (not __slots__)."""
+    fields = dataclasses.fields(cls)
+    return (tuple(f.name for f in fields), tuple(f.name for f in fields if f.type not in _ATOM_HINTS),
+            not hasattr(cls, "__slots__"))
+
+
+def _records(values: Any, names: tuple[str, ...], containers: tuple[str, ...], has_dict: bool) -> list | None:
+    """Instances of one dataclass as dicts, from copies of their instance dicts; None when one holds
+    more or fewer entries than the class has fields (then the caller reads the fields one by one). A
+    frozen dataclass's instance dict is its fields, in the order __init__ set them: field order."""
+    if not has_dict:
+        return None
+    out = [v.__dict__.copy() for v in values]
+    if set(map(len, out)) != {len(names)}:
+        return None
+    atoms = _ATOMS.issuperset
+    for d in out:
+        for k in containers:
+            v = d[k]
+            if v.__class__ is tuple and atoms(map(type, v)):  # a shape: the common case, one C-level pass
+                d[k] = list(v)
+            elif v.__class__ not in _ATOMS:
+                d[k] = _plain(v)
+    return out
+
+
 def _plain(value: Any) -> Any:
+    cls = value.__class__
+    if cls in _ATOMS:
+        return value
+    if cls is tuple or cls is list:
+        if _ATOMS.issuperset(map(type, value)):  # shapes, name lists: one C-level pass
+            return list(value)
+        kinds = set(map(type, value))
+        if len(kinds) == 1 and (layout := _LAYOUTS.get(kinds.pop())) is not None:
+            rows = _records(value, *layout)
+            if rows is not None:
+                return rows
+        return [v if v.__class__ in _ATOMS else _plain(v) for v in value]
+    if cls is dict:
+        return {k: _plain(v) for k, v in value.items()}
+    layout = _LAYOUTS.get(cls)
+    if layout is None and dataclasses.is_dataclass(cls):
+        layout = _layout(cls)
+    if layout is not None:
+        rows = _records((value,), *layout)
+        return rows[0] if rows is not None else {n: _plain(getattr(value, n)) for n in layout[0]}
+    if isinstance(value, (list, tuple)):  # named tuples: lists, as asdict + JSON made them
+        return [_plain(v) for v in value]
     if isinstance(value, dict):
         return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value
+    if isinstance(value, (int, float, str)):
+        return value
+    raise TypeError(f"a Report field holds a {cls.__name__}, which has no JSON form")
+
+
+# The layouts of the Report's own classes, read once (a structure table has up to ~1,100 rows).
+_LAYOUTS: dict[type, tuple[tuple[str, ...], tuple[str, ...], bool]] = {
+    cls: _layout(cls) for cls in (ModelInfo, Params, SplitPlan, CardPlan, Memory, StructureRow, Report, Finding,
+                                  CostLine)
+}
