@@ -29,7 +29,8 @@ def _asdict_reference(report: Report) -> dict:
 
     out = plain(dataclasses.asdict(report))
     out["memory"]["assumptions"] = dict(report.memory.assumptions)
-    out["memory"]["peak_phase"] = dict(report.memory.peak_phase)
+    for key in ("peak_phase_by_method", "breakdown", "job"):
+        out["memory"][key] = dict(getattr(report.memory, key))
     out["params"]["layer_kinds"] = dict(report.params.layer_kinds)
     q = report.params.quantization
     out["params"]["quantization"] = None if q is None else dict(q)
