@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings as hsettings, strategies as st
 
 from generator.estimator.config import normalise
+from generator.estimator.report import CurvePoint
 from generator.estimator.curve import FIRST_TOKENS, MAX_POINTS, curve_tokens, memory_curve
 from generator.estimator.graph import build_graph
 from generator.estimator.memory import serve_profile, train_profile
@@ -88,6 +89,22 @@ def test_no_series_falls_as_tokens_grow_on_snapshot_configs(model: str, config: 
     for key in SERIES:
         values = [getattr(p, key) for p in curve]
         assert all(v > 0 for v in values) and values == sorted(values), (key, values)
+
+
+@pytest.mark.parametrize("model,config", [(m, c) for m, c, _ in SNAPSHOT], ids=[m for m, _, _ in SNAPSHOT])
+def test_moved_profiles_equal_profiles_built_at_each_point(model: str, config: dict) -> None:
+    # The curve moves one profile per method to every token count (Profile.total_at, serve_token_bytes)
+    # instead of building a profile per point: that must be exactly what building them gives.
+    try:
+        a = normalise(config, model)
+        g = build_graph(a)
+    except Exception as exc:  # noqa: BLE001
+        pytest.skip(f"not estimated: {type(exc).__name__}")
+    s = SETTINGS.assumptions
+    built = tuple(CurvePoint(t, train_profile(a, g, s, t, "full", s.lora_rank).total(1),
+                             train_profile(a, g, s, t, "lora", s.lora_rank).total(1), serve_profile(a, g, s, t).total(1))
+                  for t in curve_tokens(a.max_context))
+    assert memory_curve(a, g, s) == built
 
 
 @given(configs())

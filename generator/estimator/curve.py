@@ -6,9 +6,10 @@ for a full fine-tune and for LoRA, memory.serve_profile for serving, each `.tota
 power of two (short contexts start lower, see curve_tokens). Nothing here is a new formula: the curve is the estimator's own profiles swept over
 tokens, so a change to memory.py moves the curve with the headline figures.
 
-Cost: a profile is a walk over the model's blocks; a 12-point curve would walk them 36 more times
-per model. Profiles the estimate already built (training at train_tokens, serving at serve_tokens)
-are passed in and reused, so those points cost nothing.
+Cost: a profile is a walk over the model's blocks; a 12-point curve built naively would walk them 36 more
+times per model. The profiles the estimate already built (training at train_tokens, serving at
+serve_tokens) are moved to each point instead: O(1) per training point, one pass over the caches per
+serving point.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Mapping
 from .arch import Arch
 from .graph import Graph
 from .inputs import Assumptions
-from .memory import Profile, serve_profile, train_profile
+from .memory import Profile, cache_block, serve_profile, serve_token_bytes, train_profile
 from .report import CurvePoint
 
 FIRST_TOKENS = 512  # the chart starts here (lower only for contexts under 2,048: see curve_tokens)
@@ -53,13 +54,19 @@ def memory_curve(a: Arch, g: Graph, s: Assumptions, known: Mapping[tuple[str, in
                  tokens: tuple[int, ...] | None = None) -> tuple[CurvePoint, ...]:
     """The curve at batch 1 for every token count of curve_tokens(a.max_context) (or `tokens`).
 
-    known: profiles already built, by (method, tokens) with method "full", "lora" or "serve"; they
-    are used as they are instead of being built again."""
-    known = known or {}
-    points = []
-    for t in (curve_tokens(a.max_context) if tokens is None else tokens):
-        full = known.get(("full", t)) or train_profile(a, g, s, t, "full", s.lora_rank)
-        lora = known.get(("lora", t)) or train_profile(a, g, s, t, "lora", s.lora_rank)
-        serve = known.get(("serve", t)) or serve_profile(a, g, s, t)
-        points.append(CurvePoint(t, full.total(1), lora.total(1), serve.total(1)))
-    return tuple(points)
+    known: profiles already built, by (method, tokens) with method "full", "lora" or "serve". One profile per
+    method is enough: a training profile moves to other token counts with Profile.total_at (its per-sample
+    bytes are linear in tokens), serving by swapping its token-dependent bytes (memory.serve_token_bytes).
+    Both are held equal to building each profile at each point by tests/test_curve.py."""
+    points = curve_tokens(a.max_context) if tokens is None else tokens
+    if not points:
+        return ()
+    have = {method: (t, p) for (method, t), p in (known or {}).items()}
+    full = have.get("full", (0, None))[1] or train_profile(a, g, s, points[0], "full", s.lora_rank)
+    lora = have.get("lora", (0, None))[1] or train_profile(a, g, s, points[0], "lora", s.lora_rank)
+    serve_tokens, serve = have.get("serve", (points[0], None))
+    serve = serve or serve_profile(a, g, s, serve_tokens)
+    cache = cache_block(g)
+    serve_fixed = serve.total(1) - serve_token_bytes(g, s, serve_tokens, cache)
+    return tuple(CurvePoint(t, full.total_at(t), lora.total_at(t), serve_fixed + serve_token_bytes(g, s, t, cache))
+                 for t in points)

@@ -15,8 +15,9 @@ from .graph import Node, build_graph
 from .inputs import Assumptions, Card, Gpu
 from .job import Job, job_memory
 from .memory import (Profile, budget_bytes, kv_bytes_per_sequence, kv_bytes_per_token, lora_params,
-                     serve_profile, state_bytes_per_sequence, train_profile, two_card_split)
+                     serve_profile, state_bytes_per_sequence, train_profile)
 from .quant import serve_weight_bytes, stored_elements
+from .splits import best_cut, two_card_split
 from .report import SCHEMA_VERSION, CardPlan, Memory, ModelInfo, Params, Report, SplitPlan, StructureRow
 
 FORMULAS = {
@@ -62,7 +63,8 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
         "train_lora": train_profile(arch, graph, s, train_tokens, "lora", s.lora_rank),
         "serve": serve_profile(arch, graph, s, serve_tokens),
     }
-    plans = tuple(_card_plan(card, profiles, s) for card in cards)
+    cuts: dict[str, tuple[int, int, int]] = {}  # the best two-card cut per method (the same on every card)
+    plans = tuple(_card_plan(card, profiles, s, cuts) for card in cards)
     job = job or Job()
     if not job.tokens:  # the site's tokens: training capped at the context, serving's prompt
         job = dataclasses.replace(job, tokens=serve_tokens if job.method == "inference" else train_tokens)
@@ -146,16 +148,19 @@ def _structure(nodes: tuple[Node, ...]) -> tuple[StructureRow, ...]:
     return tuple(rows)
 
 
-def _card_plan(card: Card, profiles: Mapping[str, Profile], s: Assumptions) -> CardPlan:
+def _card_plan(card: Card, profiles: Mapping[str, Profile], s: Assumptions,
+               cuts: dict[str, tuple[int, int, int]]) -> CardPlan:
     budget = budget_bytes(card, s)
     batches = {k: p.max_batch(budget) for k, p in profiles.items()}
-    splits = tuple(
-        SplitPlan(k, sp.cards, sp.cut_after_layer, sp.stage_bytes_batch1, sp.max_batch)
-        for k, p in profiles.items() if batches[k] == 0
-        for sp in (two_card_split(p, budget),)
-    )
+    splits: list[SplitPlan] = []
+    for k, p in profiles.items():
+        if batches[k] == 0:
+            if k not in cuts:
+                cuts[k] = best_cut(p)
+            sp = two_card_split(p, budget, cuts[k])
+            splits.append(SplitPlan(k, sp.cards, sp.cut_after_layer, sp.stage_bytes_batch1, sp.max_batch))
     return CardPlan(card.name, card.memory_marketed_bytes, card.memory_usable_bytes, budget,
-                    batches["train_full"], batches["train_lora"], batches["serve"], splits or None)
+                    batches["train_full"], batches["train_lora"], batches["serve"], tuple(splits) or None)
 
 
 def _costs(arch, graph, s: Assumptions, cards, gpus, profiles, adapters) -> tuple[CostLine, ...]:

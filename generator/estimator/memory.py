@@ -1,4 +1,4 @@
-"""Memory: bytes to train (full, LoRA) and to serve, per card the largest batch, and two-card splits.
+"""Memory: bytes to train (full, LoRA) and to serve, per stage of the layer stack (splits.py cuts it over two cards).
 
 Formulas (per parameter P and per token; inputs.Assumptions for every byte size and its source; what is live at
 each peak was read off CPU-simulated real steps, data/measurements/FINDINGS.md F1-F7):
@@ -24,7 +24,7 @@ each peak was read off CPU-simulated real steps, data/measurements/FINDINGS.md F
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import NamedTuple
 
 from .activations import block_activation_bytes, head_activation_bytes, regime
 from .arch import Arch
@@ -57,6 +57,11 @@ class Profile:
     embed_eob: int = 0
     head_eob: int = 0
     tied_eob: int = 0  # the tied embedding's two gradients at the end of the backward: only with both ends
+    # Training: the per-sample bytes are tokens x per_token + per_sample_fixed (every saved tensor is per
+    # token under SDPA; the fixed part is a VLM's image), so total_at() moves the profile to other token
+    # counts in O(1) (the memory curve). 0 for serving, whose caches are capped at windows.
+    per_token: int = 0
+    per_sample_fixed: int = 0
     static_prefix: tuple[int, ...] = field(init=False, repr=False, compare=False)
     act_prefix: tuple[int, ...] = field(init=False, repr=False, compare=False)
     step_prefix: tuple[int, ...] = field(init=False, repr=False, compare=False)
@@ -78,6 +83,13 @@ class Profile:
 
     def total(self, batch: int) -> int:
         return self.stage(batch, 0, self.layers, True, True)
+
+    def total_at(self, tokens: int, batch: int = 1) -> int:
+        """total(batch) of the same training profile built at `tokens` per sample (train_profile's
+        per-sample bytes are linear in tokens: the test suite holds the two equal on every snapshot model)."""
+        assert self.method != "serve", "serving caches are capped at windows: not linear in tokens"
+        static, _, fixed = self._parts(0, self.layers, True, True)
+        return max(static + batch * (tokens * self.per_token + self.per_sample_fixed), fixed)
 
     def per_sample(self) -> int:
         return self.embed_per_sample + self.act_prefix[-1] + self.head_per_sample
@@ -167,19 +179,34 @@ def train_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, method: str, r
         layer_eob = ()
         embed_step, head_step, embed_eob, head_eob, tied = embed_static, head_static, 0, 0, 0
         embed_act = 0  # a frozen embedding saves nothing (F4)
-    layer_act = tuple(n * block_activation_bytes(a, b, r, rank if method != "full" else 0)
-                      for b, n in zip(spec.blocks, layer_tokens))
-    head_act = tokens * head_activation_bytes(a, g, r, s)
-    embed_act = tokens * embed_act + s.compute_bytes * spec.vision_act * (1 if spec.image_tokens else 0)
-    return Profile(method, embed_static, layer_static, head_static, embed_act, layer_act, head_act,
-                   len(spec.blocks), layer_step, embed_step, head_step, layer_eob, embed_eob, head_eob, tied)
+    rates = _layer_rates(a, spec.blocks, r, rank if method != "full" else 0)
+    layer_act = tuple(n * rate for rate, n in zip(rates, layer_tokens))
+    head_rate = head_activation_bytes(a, g, r, s)
+    vision = s.compute_bytes * spec.vision_act * (1 if spec.image_tokens else 0)
+    return Profile(method, embed_static, layer_static, head_static, tokens * embed_act + vision, layer_act,
+                   tokens * head_rate, len(spec.blocks), layer_step, embed_step, head_step, layer_eob, embed_eob,
+                   head_eob, tied, embed_act + sum(rates) + head_rate, vision)
+
+
+def _layer_rates(a: Arch, blocks: tuple[Block, ...], r, rank: int) -> list[int]:
+    """block_activation_bytes of every layer, computed once per distinct layer: the layers of a stack repeat a
+    few shapes, and only their part names differ (Part.name is the one field left out of the key)."""
+    seen: dict[tuple, int] = {}
+    out = []
+    for b in blocks:
+        key = (b.kind, b.stack, tuple(p[1:] for p in b.parts))
+        rate = seen.get(key)
+        if rate is None:
+            rate = seen[key] = block_activation_bytes(a, b, r, rank)
+        out.append(rate)
+    return out
 
 
 def _tokens_of(b: Block, tokens: int) -> int:
     return tokens  # encoder and decoder stacks of an encoder-decoder both run at the job's tokens
 
 
-def kv_bytes_of_block(b: Block, s: Assumptions, tokens: int, encoder_tokens: int = 0) -> int:
+def kv_bytes_of_block(b: Block | CacheTerms, s: Assumptions, tokens: int, encoder_tokens: int = 0) -> int:
     """Cache bytes one sequence holds in this layer after `tokens` tokens: KV capped at each window,
     cross-attention KV over the encoder's tokens, and fixed recurrent state."""
     out = b.state * s.kv_bytes
@@ -199,10 +226,7 @@ def serve_profile(a: Arch, g: Graph, s: Assumptions, tokens: int) -> Profile:
 
     def block_weights(b: Block) -> int:
         return weights(b.parts) if a.quant is not None and a.quant.bits < 16 else int(s.serve_weight_bytes * b.params)
-    transient_width = max((b.transient for b in spec.blocks), default=0) + 2 * spec.hidden
-    # Prefill runs one sequence-sized chunk at a time (vLLM's chunked prefill, HF generate at batch 1):
-    # the largest layer transient (q/k/v/output or the MLP intermediates) plus two residual copies.
-    transient = tokens * c * transient_width + c * spec.vision_transient
+    transient = _serve_transient(g, s, tokens)
     if spec.kind == "encoder":
         # A batch of sequences at the context, no cache: each sequence holds its own working set
         # and its output (the head's logits per token, fp32).
@@ -214,6 +238,51 @@ def serve_profile(a: Arch, g: Graph, s: Assumptions, tokens: int) -> Profile:
     enc_out = enc_tokens * c * spec.hidden
     return Profile("serve", weights(embed) + transient, tuple(block_weights(b) for b in spec.blocks), weights(head),
                    enc_out, per_layer, s.decode_logits_bytes * spec.vocab, len(spec.blocks))
+
+
+def _serve_transient(g: Graph, s: Assumptions, tokens: int) -> int:
+    """Prefill runs one sequence-sized chunk at a time (vLLM's chunked prefill, HF generate at batch 1): the
+    largest layer transient (q/k/v/output or the MLP intermediates) plus two residual copies."""
+    spec = g.spec
+    assert spec is not None
+    c = s.compute_bytes
+    width = max((b.transient for b in spec.blocks), default=0) + 2 * spec.hidden
+    return tokens * c * width + c * spec.vision_transient
+
+
+def serve_token_bytes(g: Graph, s: Assumptions, tokens: int, cache: CacheTerms | None = None) -> int:
+    """The part of serve_profile(..., tokens).total(1) that depends on tokens (the prefill chunk, one
+    sequence's caches, an encoder's logits or an encoder-decoder's encoder output), by the same formulas:
+    the memory curve moves the serving peak to other token counts without rebuilding the profile.
+    `cache`: cache_block(g), when the caller asks at many token counts."""
+    spec = g.spec
+    assert spec is not None
+    transient = _serve_transient(g, s, tokens)
+    if spec.kind == "encoder":
+        return transient + tokens * 4 * spec.logits
+    enc_tokens = tokens if spec.kind == "encoder-decoder" else 0
+    return transient + enc_tokens * s.compute_bytes * spec.hidden + kv_bytes_of_block(cache or cache_block(g), s,
+                                                                                      tokens, enc_tokens)
+
+
+def cache_block(g: Graph) -> CacheTerms:
+    """One block holding every cached layer's state and (window, KV) terms: kv_bytes_of_block is a sum over
+    them, so this block's cache is the whole model's, in one pass over its distinct windows."""
+    spec = g.spec
+    assert spec is not None
+    state, kv = 0, {}
+    for b in spec.blocks:
+        if b.stack != "encoder":
+            state += b.state
+            for window, n in b.kv:
+                kv[window] = kv.get(window, 0) + n
+    return CacheTerms(state, tuple(kv.items()))
+
+
+class CacheTerms(NamedTuple):
+    """What kv_bytes_of_block reads of a Block (state, kv), summed over the layers."""
+    state: int
+    kv: tuple[tuple[int, int], ...]
 
 
 def kv_bytes_per_token(a: Arch, s: Assumptions) -> int:
@@ -241,57 +310,3 @@ def state_bytes_per_sequence(a: Arch, s: Assumptions) -> int:
 def budget_bytes(card: Card, s: Assumptions) -> int:
     """What one card offers an estimate: driver-reported total, less the CUDA context, over headroom."""
     return int((card.memory_usable_bytes - s.cuda_context_bytes) / s.headroom)
-
-
-def max_batch(need: Callable[[int], int], budget: int, cap: int = 1 << 40) -> int:
-    """Largest b with need(b) <= budget (need is non-decreasing in b); 0 when batch 1 does not fit."""
-    if need(1) > budget:
-        return 0
-    lo, hi = 1, 2
-    while hi < cap and need(hi) <= budget:
-        lo, hi = hi, hi * 2
-    hi = min(hi, cap)
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if need(mid) <= budget:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
-
-
-@dataclass(frozen=True)
-class Split:
-    cards: int
-    cut_after_layer: int
-    stage_bytes_batch1: tuple[int, int]
-    max_batch: int  # 0 when even two cards cannot hold batch 1
-
-
-def two_card_split(p: Profile, budget: int) -> Split:
-    """Best contiguous layer cut over two cards (pipeline parallel): minimise the larger stage.
-
-    The first stage grows and the second shrinks with the cut, so the best cut is where they cross:
-    found by bisection, then the neighbours are compared (the lowest cut wins a tie)."""
-    def stages(k: int) -> tuple[int, int]:
-        return p.stage(1, 0, k, True, False), p.stage(1, k, p.layers, False, True)
-
-    lo, hi = 0, p.layers
-    while lo < hi:  # smallest k with first(k) >= second(k)
-        mid = (lo + hi) // 2
-        first, second = stages(mid)
-        if first >= second:
-            hi = mid
-        else:
-            lo = mid + 1
-    best = None
-    for k in (lo - 1, lo):
-        if 0 <= k <= p.layers:
-            first, second = stages(k)
-            if best is None or max(first, second) < max(best[1], best[2]):
-                best = (k, first, second)
-    k, first, second = best  # type: ignore[misc]
-
-    # The larger stage fits b when both do: the smaller of the two stages' largest batches.
-    return Split(2, k, (first, second), min(p.max_batch(budget, 0, k, True, False),
-                                            p.max_batch(budget, k, p.layers, False, True)))
