@@ -4,9 +4,11 @@ Records are streamed from the snapshot; worker processes (one per core) estimate
 model, and this process writes every file in the snapshot's order, so the output never depends on
 the number of workers. Only a small row per model is kept for the index pages, never the Reports.
 
-Incremental: a model whose record and render inputs hash as in the previous build's manifest is
-not estimated again; its files are copied (hard-linked) from the previous out_dir. The index pages,
-card and family pages, changes page, feed, sitemap and manifest are always written, and the output
+Incremental: a model whose page record (its record less the nightly Hub metadata, which only the
+index pages show) and render inputs hash as in the previous build's manifest is not estimated
+again; its files are copied (hard-linked) from the previous out_dir. The index pages, card and
+family pages, changes page, feed and sitemap are copied the same way when their inputs (the rows,
+the history, the page list) hash the same, else rendered; the Pagefind index likewise. The output
 is byte-identical to a full build (`incremental=False`) from the same previous site.
 
 A model that cannot be estimated or rendered becomes a listed problem and the rest is built; an
@@ -90,10 +92,12 @@ def _models(snapshot_dir: Path, settings: Settings, render_key: str, writer: pag
             def drain_one() -> None:
                 kind, model, key, payload = pending.popleft()
                 if kind == "copy":
-                    _copy_model(old_out, payload, writer)  # type: ignore[arg-type]
-                    problems.extend(Problem(model, k, m) for k, m in payload.get("problems", []))
-                    entries.append(listing.Entry.from_dict(payload["row"]))
-                    models[model] = payload
+                    old, record = payload
+                    _copy_model(old_out, old, writer)  # type: ignore[arg-type]
+                    problems.extend(Problem(model, k, m) for k, m in old.get("problems", []))
+                    row = {**old["row"], **listing.live_fields(record)}  # the page is the same, the counts live
+                    entries.append(listing.Entry.from_dict(row))
+                    models[model] = {**old, "row": row}
                     stats.copied += 1
                 else:
                     result: worker.Result = payload.get()
@@ -121,7 +125,7 @@ def _models(snapshot_dir: Path, settings: Settings, render_key: str, writer: pag
                 key = manifest.model_key(render_key, item)
                 old = previous.models.get(item.id) if previous is not None else None
                 if _reusable(old_out, old, key):
-                    pending.append(("copy", item.id, key, old))
+                    pending.append(("copy", item.id, key, (old, item)))
                 else:
                     if not started:
                         pool, started = worker.start_pool(jobs, settings), True
@@ -150,22 +154,63 @@ def _write_site(snapshot_dir: Path, work: Path, settings: Settings, console: Con
         if entry.slug is None and entry.model_type is not None:  # a missing one is already a problem
             problems.append(Problem(entry.id, "family", f"no family page: model_type {entry.model_type!r} "
                                                         "is missing or not a plain name"))
-    writer.write(pages.HOME, render.render_home(entries, settings, sort="downloads"))
-    writer.write(pages.HOME_BY_SIZE, render.render_home(entries, settings, sort="size"))
-    writer.write(pages.FAMILIES_INDEX, render.render_families(entries, settings))
     groups: dict[str, list[listing.Entry]] = {}
     for e in entries:
         if e.slug is not None:
             groups.setdefault(e.slug, []).append(e)
+    previous_rows = None if previous is None else {m: v["row"] for m, v in previous.models.items()}
+    history = changes.next_history(previous_rows, [] if previous is None else previous.history, entries,
+                                   changes.snapshot_date(entries))
+    live = set(models)
+    if not pages.site_url(settings.site):
+        stats.notes.append("no site.url in site_config.yaml: no sitemap, feed, robots.txt or llms.txt written")
+    # Every input of the index pages: the rows in snapshot order, the history, the snapshot's date
+    # (SOURCE_DATE_EPOCH when no record has one) and the pages written so far (the sitemap lists them).
+    index_key = manifest.index_key(render_key, [models[e.id]["row"] for e in entries], history,
+                                   changes.snapshot_date(entries), writer.pages())
+    first = len(writer.written)
+    if (previous is not None and old_out is not None and previous.index_key == index_key
+            and all((old_out / rel).is_file() for rel in previous.index_files)):
+        for rel in previous.index_files:
+            writer.copy(rel, old_out / rel)
+        stats.notes.append("index pages unchanged (copied)")
+    else:
+        _write_index_pages(writer, settings, entries, groups, history, live)
+    index_files = list(writer.written.values())[first:]
+    stats.lap("index pages")
+    search_key = _search_index(work, entries, sorted(groups), previous, old_out, stats) if use_search else None
+    stats.lap("search")
+    writer.write(pages.MANIFEST, manifest.Manifest(render_key, models, history, search_key, index_key,
+                                                   index_files).dumps())
+    writer.write(pages.MARKER, "Built by neurarch-trace. The next build replaces this whole folder.\n")
+    return writer
+
+
+def _search_index(work: Path, entries: list[listing.Entry], family_slugs: list[str],
+                  previous: manifest.Manifest | None, old_out: Path | None, stats: _Stats) -> str | None:
+    """Pagefind over the search documents, or the previous index when they hash the same; returns the
+    key for the manifest (None when Pagefind is not installed). The documents are made as they are
+    hashed and again as they are written, never held all at once."""
+    key = manifest.search_key([search.version(), *(part for doc in render.search_documents(entries, family_slugs)
+                                                   for part in doc)])
+    same = previous is not None and previous.search_key == key and old_out is not None
+    stats.search = search.build_index(work, render.search_documents(entries, family_slugs),
+                                      old_out / pages.PAGEFIND if same else None, scratch=work.parent)
+    return None if stats.search.startswith("search index skipped") else key
+
+
+def _write_index_pages(writer: pages.SiteWriter, settings: Settings, entries: list[listing.Entry],
+                       groups: dict[str, list[listing.Entry]], history: list[dict], live: set[str]) -> None:
+    """Every page that is not one model's: home, families, cards, changes, search, 404, static files,
+    and (with site.url) sitemap, robots.txt, feed and llms.txt."""
+    writer.write(pages.HOME, render.render_home(entries, settings, sort="downloads"))
+    writer.write(pages.HOME_BY_SIZE, render.render_home(entries, settings, sort="size"))
+    writer.write(pages.FAMILIES_INDEX, render.render_families(entries, settings))
     for slug in sorted(groups):
         writer.write(f"{pages.family_dir(slug)}/index.html", render.render_family(slug, groups[slug], settings))
     writer.write(pages.CARDS_INDEX, render.render_cards(entries, settings))
     for i, card in enumerate(settings.cards):
         writer.write(f"{pages.card_dir(card.name)}/index.html", render.render_card(i, entries, settings))
-    previous_rows = None if previous is None else {m: v["row"] for m, v in previous.models.items()}
-    history = changes.next_history(previous_rows, [] if previous is None else previous.history, entries,
-                                   changes.snapshot_date(entries))
-    live = set(models)
     writer.write(pages.CHANGES, render.render_changes(history, live, settings))
     writer.write(pages.SEARCH, render.render_search(settings))
     writer.write(pages.NOT_FOUND, render.render_404(settings))
@@ -174,21 +219,6 @@ def _write_site(snapshot_dir: Path, work: Path, settings: Settings, console: Con
     writer.write(pages.SEARCH_JS, render.static_file(pages.SEARCH_JS))
     if pages.site_url(settings.site):
         _write_machine_files(writer, settings, entries, history, live)
-    else:
-        stats.notes.append("no site.url in site_config.yaml: no sitemap, feed, robots.txt or llms.txt written")
-    stats.lap("index pages")
-    search_key = None
-    if use_search:
-        documents = render.search_documents(entries, sorted(groups))
-        search_key = manifest.search_key([search.version(), *(part for doc in documents for part in doc)])
-        same = previous is not None and previous.search_key == search_key and old_out is not None
-        stats.search = search.build_index(work, documents, old_out / pages.PAGEFIND if same else None)
-        if stats.search.startswith("search index skipped"):
-            search_key = None
-    stats.lap("search")
-    writer.write(pages.MANIFEST, manifest.Manifest(render_key, models, history, search_key).dumps())
-    writer.write(pages.MARKER, "Built by neurarch-trace. The next build replaces this whole folder.\n")
-    return writer
 
 
 def _write_machine_files(writer: pages.SiteWriter, settings: Settings, entries: list[listing.Entry],

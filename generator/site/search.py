@@ -61,10 +61,14 @@ def link_tree(src: Path, dst: Path) -> None:
     shutil.copytree(src, dst, copy_function=link)
 
 
-def build_index(site: Path, documents: Iterable[tuple[str, str]], previous: Path | None) -> str:
-    """Index `documents` ((page path under the site, HTML)) into site/pagefind, or copy `previous`,
-    the earlier build's index of the same documents; returns what was done, for the build summary.
-    Raises RuntimeError when Pagefind fails."""
+def build_index(site: Path, documents: Iterable[tuple[str, str]], previous: Path | None, scratch: Path) -> str:
+    """Index `documents` ((page path under the site, HTML), streamed: never all in memory) into
+    site/pagefind, or copy `previous`, the earlier build's index of the same documents; returns what
+    was done, for the build summary. Raises RuntimeError when Pagefind fails.
+
+    The documents are written into a temporary folder made in `scratch`, the build's staging folder
+    beside the site, never /tmp: a build killed while Pagefind runs leaves it where the next build's
+    recovery (build._recover) deletes it."""
     target = site / PAGEFIND
     if previous is not None and previous.is_dir():
         link_tree(previous, target)
@@ -72,7 +76,7 @@ def build_index(site: Path, documents: Iterable[tuple[str, str]], previous: Path
     binary = executable()
     if binary is None:
         return "search index skipped: Pagefind is not installed (pip install 'pagefind[bin]')"
-    source = Path(tempfile.mkdtemp(prefix="neurarch-trace-search-"))
+    source = Path(tempfile.mkdtemp(prefix=f"{site.name}-search-", dir=scratch))
     try:
         made: set[str] = set()
         for rel, html in documents:

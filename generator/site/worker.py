@@ -11,7 +11,7 @@ import multiprocessing
 import os
 import signal
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from multiprocessing.pool import Pool
 from typing import Any
 
@@ -54,13 +54,30 @@ def _kind(exc: TraceError) -> str:
     return "refused record" if isinstance(exc, RecordError) else "estimate error"
 
 
+# The Hub metadata a crawl rewrites every night without the config changing (crawl._refresh): the
+# model's page and JSON twin do not show it, so that a nightly re-renders only the models whose
+# config, sha or checkpoint changed. Downloads and lastModified reach the index pages, the sitemap and
+# llms.txt through the model's row (listing.live_fields), which is taken from the record every build.
+NIGHTLY_FIELDS = ("downloads", "downloads_source", "likes", "gated", "last_modified", "pipeline_tag",
+                  "library_name", "tags")
+
+
+def page_record(record: ModelRecord) -> ModelRecord:
+    """The record a model's page is made from: the record without NIGHTLY_FIELDS. The manifest keys
+    the page on exactly this (manifest.model_key), so a page can never show a field it is not keyed on."""
+    return replace(record, downloads=None, downloads_source=None, likes=None, gated=None, last_modified=None,
+                   pipeline_tag=None, library_name=None, tags=())
+
+
 def build_model(record: ModelRecord, settings: Settings) -> Result:
-    """Estimate and render one model's page (or its honest "not estimated yet" page)."""
+    """Estimate and render one model's page (or its honest "not estimated yet" page) from its
+    page_record; the row takes the live fields from the record itself."""
     try:
         folder = pages.model_dir(record.id)  # iter_records validated the id already; the path is built from it
         validate_repo_id(record.id)
     except RecordError as exc:
         return Result(str(record.id)[:200], (), None, (Problem(str(record.id)[:200], "refused record", str(exc)),))
+    live, record = record, page_record(record)
     try:
         report = report_for_record(record, settings)
     except TraceError as exc:
@@ -71,13 +88,13 @@ def build_model(record: ModelRecord, settings: Settings) -> Result:
         except Exception as bug:  # noqa: BLE001 - a template bug for this model only
             return Result(record.id, (), None, (problem, Problem(record.id, "render error", _text(bug))))
         return Result(record.id, ((f"{folder}/index.html", html),),
-                      listing.entry_for(record, None, reason).to_dict(), (problem,))
+                      listing.entry_for(live, None, reason).to_dict(), (problem,))
     except Exception as bug:  # noqa: BLE001 - an estimator bug on one model: list it, build the rest
         return Result(record.id, (), None, (Problem(record.id, "estimate error", _text(bug)),))
     try:
         html = render.render_model_page(report, record, settings, standalone=False)
         twin = render.twin_json(report)
-        row = listing.entry_for(record, report, None).to_dict()
+        row = listing.entry_for(live, report, None).to_dict()
     except Exception as bug:  # noqa: BLE001 - a template or formatting bug for this model only
         return Result(record.id, (), None, (Problem(record.id, "render error", _text(bug)),))
     return Result(record.id, ((f"{folder}/index.html", html), (f"{folder}/index.json", twin)), row, ())
