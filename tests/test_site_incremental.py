@@ -142,6 +142,17 @@ def test_a_rebuild_with_nothing_changed_renders_nothing_and_changes_nothing(two_
     assert _count(summary, "models rendered") == 0
     assert "search index unchanged (copied)" in summary and "index pages unchanged (copied)" in summary
     assert _tree(out) == before
+    # Decided from the manifest: nothing staged, nothing swapped, the problems listed all the same.
+    assert "left as it is" in summary and "broken/config: config.json is not valid JSON" in summary
+    assert sorted(p.name for p in out.parent.iterdir()) == ["public"]
+
+
+def test_a_rebuild_without_search_is_not_taken_for_no_change(two_snapshots: dict, tmp_path: Path) -> None:
+    out = tmp_path / "public"
+    shutil.copytree(two_snapshots["out"], out)
+    summary = _build(two_snapshots["snap2"], out, search_index=False)
+    assert "left as it is" not in summary and not (out / pages.PAGEFIND).exists()
+    assert _count(summary, "models rendered") == 0  # the pages are still copied
 
 
 def test_a_nightly_with_new_counts_everywhere_renders_only_the_changed_configs(two_snapshots: dict,

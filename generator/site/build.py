@@ -18,10 +18,7 @@ exactly as it was. With strict=True any problem aborts too, after all of them ha
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
-import tempfile
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -36,7 +33,7 @@ from rich.table import Table
 from ..errors import RecordError
 from ..hub.snapshot import RecordProblem, iter_records, read_index
 from ..settings import Settings
-from . import changes, listing, manifest, pages, render, search, worker
+from . import changes, listing, manifest, pages, render, search, staging, unchanged, worker
 from .lock import build_lock
 from .render import render_model_page, twin_json
 from .worker import Problem
@@ -104,8 +101,11 @@ def _models(snapshot_dir: Path, settings: Settings, render_key: str, writer: pag
                     problems.extend(result.problems)
                     try:
                         for rel, text in result.files:
-                            writer.write(rel, text)
-                    except RecordError as exc:  # two ids that differ only in case would share a folder on macOS
+                            if result.written:
+                                writer.adopt(rel)
+                            else:
+                                writer.write(rel, text)
+                    except RecordError as exc:
                         problems.append(Problem(model, "refused record", str(exc)))
                     else:
                         if result.row is not None:
@@ -117,7 +117,13 @@ def _models(snapshot_dir: Path, settings: Settings, render_key: str, writer: pag
                 if progress.tasks[0].completed % REFRESH == 0:
                     progress.refresh()
 
+            folders: dict[str, str] = {}  # casefolded id -> id: each model's folder, claimed in snapshot order
             for item in iter_records(snapshot_dir):
+                if not isinstance(item, RecordProblem) and folders.setdefault(item.id.casefold(), item.id) != item.id:
+                    # Two ids that differ only in case would share a folder on macOS and Windows.
+                    item = RecordProblem(item.id, str(RecordError(item.id, "id", item.id, "shares its folder with "
+                                                                  f"{folders[item.id.casefold()]!r} where file names "
+                                                                  "are case-insensitive")))
                 if isinstance(item, RecordProblem):
                     problems.append(Problem(item.id, "refused record", item.reason))
                     progress.advance(task)
@@ -128,7 +134,7 @@ def _models(snapshot_dir: Path, settings: Settings, render_key: str, writer: pag
                     pending.append(("copy", item.id, key, (old, item)))
                 else:
                     if not started:
-                        pool, started = worker.start_pool(jobs, settings), True
+                        pool, started = worker.start_pool(jobs, settings, writer.root), True
                     pending.append(("render", item.id, key, worker.submit(pool, item, settings)))
                 while len(pending) > LOOKAHEAD_PER_JOB * max(jobs, 1) or (pending and pending[0][0] == "copy"):
                     drain_one()
@@ -150,10 +156,7 @@ def _write_site(snapshot_dir: Path, work: Path, settings: Settings, console: Con
     entries, models = _models(snapshot_dir, settings, render_key, writer, previous, old_out, jobs, console,
                               problems, stats)
     stats.lap("models")
-    for entry in entries:
-        if entry.slug is None and entry.model_type is not None:  # a missing one is already a problem
-            problems.append(Problem(entry.id, "family", f"no family page: model_type {entry.model_type!r} "
-                                                        "is missing or not a plain name"))
+    problems.extend(unchanged.family_problems(entries))
     groups: dict[str, list[listing.Entry]] = {}
     for e in entries:
         if e.slug is not None:
@@ -235,55 +238,6 @@ def _write_machine_files(writer: pages.SiteWriter, settings: Settings, entries: 
     writer.write(pages.LLMS, render.render_llms(entries, settings))
 
 
-def _discard(old: Path, background: bool) -> None:
-    """Delete a replaced tree. Its MARKER goes first, so that whatever an interrupted deletion leaves
-    is never taken for a site by _recover; in the background, by a detached `rm -rf`."""
-    (old / pages.MARKER).unlink(missing_ok=True)
-    if background and os.name == "posix":
-        try:
-            subprocess.Popen(["rm", "-rf", "--", str(old)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL, start_new_session=True)
-            return
-        except OSError:
-            pass
-    shutil.rmtree(old, ignore_errors=True)
-
-
-def _swap_in(work: Path, out_dir: Path, background_cleanup: bool = False) -> None:
-    """Replace out_dir by work: two renames in one folder, the old tree deleted only afterwards
-    (by a detached `rm -rf` when background_cleanup: the command then returns at once).
-
-    Only an empty folder or an earlier build (it holds MARKER) is replaced: `--out ~` must not
-    delete a home directory."""
-    if out_dir.exists() or out_dir.is_symlink():
-        if not out_dir.is_dir() or out_dir.is_symlink():
-            raise RecordError(str(out_dir), "out", str(out_dir), "exists and is not a folder; not replacing it")
-        if not (out_dir / pages.MARKER).is_file() and any(out_dir.iterdir()):
-            raise RecordError(str(out_dir), "out", str(out_dir),
-                              f"is not empty and holds no {pages.MARKER} from an earlier build; not replacing it")
-        old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}-old-", dir=out_dir.parent))
-        old.rmdir()
-        out_dir.rename(old)
-        work.rename(out_dir)
-        _discard(old, background_cleanup)
-    else:
-        work.rename(out_dir)
-
-
-def _recover(out_dir: Path) -> None:
-    """Undo what a build killed outright (SIGKILL, power loss) left beside out_dir: an old tree moved
-    aside but not yet replaced goes back (only a whole one: a tree being deleted has lost its MARKER),
-    and half-written temporary trees and half-deleted old ones are deleted."""
-    olds = sorted(out_dir.parent.glob(f".{out_dir.name}-old-*"))
-    whole = [old for old in olds if (old / pages.MARKER).is_file()]
-    if whole and not out_dir.exists() and not out_dir.is_symlink():
-        whole[-1].rename(out_dir)
-        olds.remove(whole[-1])
-    for stale in [*olds, *out_dir.parent.glob(f".{out_dir.name}-build-*")]:
-        if stale.is_dir() and not stale.is_symlink():
-            shutil.rmtree(stale, ignore_errors=True)
-
-
 def run_build(*, snapshot_dir: Path, out_dir: Path, strict: bool, settings: Settings, console: Console,
               max_problems: int | None = None, incremental: bool = True, jobs: int | None = None,
               search_index: bool = True, background_cleanup: bool = False) -> int:
@@ -300,7 +254,7 @@ def run_build(*, snapshot_dir: Path, out_dir: Path, strict: bool, settings: Sett
     started = time.perf_counter()
     out_dir = Path(out_dir).absolute()
     out_dir.parent.mkdir(parents=True, exist_ok=True)
-    # The lock comes before _recover: a second build's recovery would otherwise delete the first
+    # The lock comes before staging.recover: a second build's recovery would otherwise delete the first
     # one's temporary folder mid-build. A second build of the same folder refuses (BuildLocked).
     with build_lock(out_dir):
         return _locked_build(started, snapshot_dir, out_dir, strict, settings, console, max_problems,
@@ -310,38 +264,62 @@ def run_build(*, snapshot_dir: Path, out_dir: Path, strict: bool, settings: Sett
 def _locked_build(started: float, snapshot_dir: Path, out_dir: Path, strict: bool, settings: Settings,
                   console: Console, max_problems: int | None, incremental: bool, jobs: int | None,
                   search_index: bool, background_cleanup: bool) -> int:
-    _recover(out_dir)
+    staging.recover(out_dir)
     is_site = out_dir.is_dir() and not out_dir.is_symlink() and (out_dir / pages.MARKER).is_file()
     previous = manifest.load(out_dir) if is_site else None
     old_out = out_dir if (incremental and previous is not None) else None
-    work = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}-build-", dir=out_dir.parent))
-    problems: list[Problem] = []
     stats = _Stats()
+    if old_out is not None and previous is not None:
+        found = unchanged.check(Path(snapshot_dir), out_dir, settings, manifest.render_key(settings), previous,
+                                search_index)
+        if found is not None:
+            return _finish(console, found, started, out_dir, strict, max_problems, stats, len(previous.models),
+                           sum(rel.endswith(".html") for v in previous.models.values() for rel in v["files"])
+                           + sum(rel.endswith(".html") for rel in previous.index_files))
+    work = staging.make_work(out_dir)
+    problems: list[Problem] = []
     try:
-        work.chmod(0o755)  # mkdtemp makes it 0700; a published site must be readable by a web server
         writer = _write_site(Path(snapshot_dir), work, settings, console, problems, previous, old_out,
                              worker.default_jobs() if jobs is None else jobs, search_index, stats)
-        fatal = sum(p.fatal for p in problems)
-        failed = (strict and fatal > 0) or (max_problems is not None and fatal > max_problems)
-        if not failed:
+        if not _failed(problems, strict, max_problems):
             stats.lap("manifest")
-            _swap_in(work, out_dir, background_cleanup)
+            staging.swap_in(work, out_dir, background_cleanup)
             stats.lap("swap")
     finally:
         if work.exists():
             shutil.rmtree(work, ignore_errors=True)
-    _summary(console, writer, problems, time.perf_counter() - started, out_dir, strict, failed, fatal, stats)
+    return _finish(console, problems, started, out_dir, strict, max_problems, stats, None, writer.html_pages())
+
+
+def _failed(problems: list[Problem], strict: bool, max_problems: int | None) -> bool:
+    fatal = sum(p.fatal for p in problems)
+    return (strict and fatal > 0) or (max_problems is not None and fatal > max_problems)
+
+
+def _finish(console: Console, problems: list[Problem], started: float, out_dir: Path, strict: bool,
+            max_problems: int | None, stats: _Stats, kept: int | None, html_pages: int) -> int:
+    """The summary and the exit code; kept: the number of models when out_dir was already this build."""
+    if kept is not None:
+        stats.copied = kept
+        stats.search = "search index unchanged (copied)"
+        stats.notes += ["index pages unchanged (copied)",
+                        "nothing changed since the last build: the site in place is this build's output, "
+                        "left as it is"]
+        stats.lap("no-change check")
+    failed = _failed(problems, strict, max_problems)
+    _summary(console, html_pages, problems, time.perf_counter() - started, out_dir, strict, failed,
+             sum(p.fatal for p in problems), stats)
     return 1 if failed else 0
 
 
-def _summary(console: Console, writer: pages.SiteWriter, problems: list[Problem], seconds: float,
+def _summary(console: Console, html_pages: int, problems: list[Problem], seconds: float,
              out_dir: Path, strict: bool, failed: bool, fatal: int, stats: _Stats) -> None:
     """Pages written, models skipped by reason, and seconds: console only, never in a page."""
     by_kind: dict[str, list[Problem]] = {}
     for p in problems:
         by_kind.setdefault(p.kind, []).append(p)
     table = Table(title="Build summary", show_header=False)
-    table.add_row("pages written", str(writer.html_pages()) + ("" if not failed else " (discarded)"))
+    table.add_row("pages written", str(html_pages) + ("" if not failed else " (discarded)"))
     table.add_row("models rendered", str(stats.rendered))
     table.add_row("models unchanged (copied)", str(stats.copied))
     for kind in sorted(by_kind):
