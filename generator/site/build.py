@@ -1,8 +1,9 @@
 """The site build: snapshot → Reports → every page in a temporary folder, swapped in whole at the end.
 
 Records are streamed from the snapshot; worker processes (one per core) estimate and render each
-model, and this process writes every file in the snapshot's order, so the output never depends on
-the number of workers. Only a small row per model is kept for the index pages, never the Reports.
+model and write its folder, and this process records the files and writes everything else in the
+snapshot's order, so the output never depends on the number of workers. Only a small row per model
+is kept for the index pages, never the Reports.
 
 Incremental: a model whose page record (its record less the nightly Hub metadata, which only the
 index pages show) and render inputs hash as in the previous build's manifest is not estimated
@@ -167,19 +168,8 @@ def _write_site(snapshot_dir: Path, work: Path, settings: Settings, console: Con
     live = set(models)
     if not pages.site_url(settings.site):
         stats.notes.append("no site.url in site_config.yaml: no sitemap, feed, robots.txt or llms.txt written")
-    # Every input of the index pages: the rows in snapshot order, the history, the snapshot's date
-    # (SOURCE_DATE_EPOCH when no record has one) and the pages written so far (the sitemap lists them).
-    index_key = manifest.index_key(render_key, [models[e.id]["row"] for e in entries], history,
-                                   changes.snapshot_date(entries), writer.pages())
-    first = len(writer.written)
-    if (previous is not None and old_out is not None and previous.index_key == index_key
-            and all((old_out / rel).is_file() for rel in previous.index_files)):
-        for rel in previous.index_files:
-            writer.copy(rel, old_out / rel)
-        stats.notes.append("index pages unchanged (copied)")
-    else:
-        _write_index_pages(writer, settings, entries, groups, history, live)
-    index_files = list(writer.written.values())[first:]
+    index_key, index_files = _index_pages(writer, settings, render_key, entries, models, groups, history, live,
+                                          previous, old_out, stats)
     stats.lap("index pages")
     search_key = _search_index(work, entries, sorted(groups), previous, old_out, stats) if use_search else None
     stats.lap("search")
@@ -189,13 +179,33 @@ def _write_site(snapshot_dir: Path, work: Path, settings: Settings, console: Con
     return writer
 
 
+def _index_pages(writer: pages.SiteWriter, settings: Settings, render_key: str, entries: list[listing.Entry],
+                 models: dict[str, dict[str, Any]], groups: dict[str, list[listing.Entry]], history: list[dict],
+                 live: set[str], previous: manifest.Manifest | None, old_out: Path | None,
+                 stats: _Stats) -> tuple[str, list[str]]:
+    """The index pages, rendered, or copied from old_out when everything they are made from hashes as
+    in the previous build; returns that hash and the files written, for the manifest."""
+    # Every input of the index pages: the rows in snapshot order, the history, the snapshot's date
+    # (SOURCE_DATE_EPOCH when no record has one) and the pages written so far (the sitemap lists them).
+    key = manifest.index_key(render_key, [models[e.id]["row"] for e in entries], history,
+                             changes.snapshot_date(entries), writer.pages())
+    first = len(writer.written)
+    if (previous is not None and old_out is not None and previous.index_key == key
+            and all((old_out / rel).is_file() for rel in previous.index_files)):
+        for rel in previous.index_files:
+            writer.copy(rel, old_out / rel)
+        stats.notes.append("index pages unchanged (copied)")
+    else:
+        _write_index_pages(writer, settings, entries, groups, history, live)
+    return key, list(writer.written.values())[first:]
+
+
 def _search_index(work: Path, entries: list[listing.Entry], family_slugs: list[str],
                   previous: manifest.Manifest | None, old_out: Path | None, stats: _Stats) -> str | None:
     """Pagefind over the search documents, or the previous index when they hash the same; returns the
     key for the manifest (None when Pagefind is not installed). The documents are made as they are
     hashed and again as they are written, never held all at once."""
-    key = manifest.search_key([search.version(), *(part for doc in render.search_documents(entries, family_slugs)
-                                                   for part in doc)])
+    key = manifest.search_key(search.parts(render.search_documents(entries, family_slugs)))
     same = previous is not None and previous.search_key == key and old_out is not None
     stats.search = search.build_index(work, render.search_documents(entries, family_slugs),
                                       old_out / pages.PAGEFIND if same else None, scratch=work.parent)

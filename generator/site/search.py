@@ -17,7 +17,7 @@ import shutil
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Iterator
 
 from .pages import PAGEFIND
 
@@ -48,6 +48,14 @@ def version() -> str:
         return importlib.metadata.version("pagefind_bin")
     except Exception:  # noqa: BLE001
         return str(binary)
+
+
+def parts(documents: Iterable[tuple[str, str]]) -> Iterator[str]:
+    """What the search key hashes: the Pagefind version, then each document's path and HTML, streamed."""
+    yield version()
+    for rel, html in documents:
+        yield rel
+        yield html
 
 
 def link_tree(src: Path, dst: Path) -> None:

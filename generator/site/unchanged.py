@@ -50,8 +50,7 @@ def check(snapshot_dir: Path, out_dir: Path, settings: Settings, render_key: str
     search_key = None
     if use_search and search.executable() is not None:
         slugs = sorted({e.slug for e in entries if e.slug is not None})
-        search_key = manifest.search_key([search.version(), *(part for doc in render.search_documents(entries, slugs)
-                                                              for part in doc)])
+        search_key = manifest.search_key(search.parts(render.search_documents(entries, slugs)))
     text = manifest.Manifest(render_key, models, previous.history, search_key, index_key,
                              previous.index_files).dumps()
     try:
