@@ -348,6 +348,6 @@ def test_two_ids_that_differ_only_in_case_get_one_folder(tmp_path: Path) -> None
     rc = run_build(snapshot_dir=snap, out_dir=tmp_path / "public", strict=False, settings=load_settings(),
                    console=Console(file=buffer, width=250), jobs=2, search_index=False)
     assert rc == 0
-    assert "case/model: case/model: id 'case/model': shares its folder with 'Case/Model'" in buffer.getvalue()
+    assert "case/model: 'case/model': id = 'case/model': shares its folder with 'Case/Model'" in buffer.getvalue()
     assert (tmp_path / "public/models/Case/Model/index.html").is_file()
     assert not (tmp_path / "public/models/case").exists()
