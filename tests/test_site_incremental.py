@@ -228,6 +228,18 @@ def test_an_unreadable_manifest_means_a_full_build(two_snapshots: dict, tmp_path
     assert "the first build this history knows of" in (out / pages.CHANGES).read_text(encoding="utf-8")
 
 
+def test_a_manifest_with_odd_file_entries_means_those_models_are_rendered(two_snapshots: dict,
+                                                                           tmp_path: Path) -> None:
+    out = tmp_path / "public"
+    shutil.copytree(two_snapshots["out"], out)
+    data = json.loads((out / pages.MANIFEST).read_text(encoding="utf-8"))
+    data["models"]["Qwen/Qwen3-0.6B"]["files"] = [1, None]
+    (out / pages.MANIFEST).write_text(json.dumps(data), encoding="utf-8")
+    summary = _build(two_snapshots["snap2"], out)
+    assert _count(summary, "models rendered") == 1 and "left as it is" not in summary
+    assert _tree(out) == _tree(two_snapshots["out"])
+
+
 def test_a_replaced_page_on_disk_is_rendered_again(two_snapshots: dict, tmp_path: Path) -> None:
     out = tmp_path / "public"
     shutil.copytree(two_snapshots["out"], out)

@@ -30,7 +30,8 @@ def check(snapshot_dir: Path, out_dir: Path, settings: Settings, render_key: str
             problems.append(Problem(item.id, "refused record", item.reason))
             continue
         old = previous.models.get(item.id)
-        if old is None or old["key"] != manifest.model_key(render_key, item):
+        if (old is None or old["key"] != manifest.model_key(render_key, item)
+                or not all(isinstance(rel, str) for rel in old["files"])):
             return None
         if {**old["row"], **listing.live_fields(item)} != old["row"]:
             return None
