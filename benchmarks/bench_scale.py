@@ -14,7 +14,9 @@ Reported per build: wall seconds; CPU seconds of the build and all its processes
 machine the steadier measure of linearity; on an idle 2-core one, wall is about CPU / 2); models per
 second; peak memory of the whole process tree (PSS, so pages shared by forked workers count once;
 sampled every 0.2 s from /proc, Linux only); the largest single process's peak RSS (VmHWM) and which
-process it was; the output's size and file count; and the models rendered / copied, as the build's
+process it was; the peak RSS of the main build process, of the largest worker and of Pagefind
+(a separate process: its index grows with the site, the build's own memory should not); the output's
+size and file count; and the models rendered / copied, as the build's
 own summary says. Linear time: seconds per 1,000 models do not grow with N. Flat memory: the peak
 does not grow with N.
 
@@ -91,6 +93,7 @@ class TreeMemory(threading.Thread):
     def __init__(self, pid: int, every: float = 0.2) -> None:
         super().__init__(daemon=True)
         self.pid, self.every, self.peak, self.peak_procs, self.max_rss, self.max_rss_name = pid, every, 0, 0, 0, ""
+        self.by_role: dict[str, int] = {}  # "build" (the main process), "worker", "pagefind", ...: largest VmHWM
         self._halt = threading.Event()
 
     def run(self) -> None:
@@ -102,8 +105,11 @@ class TreeMemory(threading.Thread):
             # VmHWM: each process's own peak RSS so far (a process that lived between samples is missed).
             for p in pids:
                 rss = _field_kib(f"/proc/{p}/status", "VmHWM:") * 1024
+                name = _comm(p)
+                role = "main" if p == self.pid else ("worker" if name == "build" else name)
+                self.by_role[role] = max(self.by_role.get(role, 0), rss)
                 if rss > self.max_rss:
-                    self.max_rss, self.max_rss_name = rss, _comm(p)
+                    self.max_rss, self.max_rss_name = rss, name
             self._halt.wait(self.every)
 
     def stop(self) -> None:
@@ -151,6 +157,7 @@ def build(snapshot: Path, out: Path, log: Path) -> dict:
     size, files = _tree_size(out)
     return {"seconds": round(seconds, 2), "cpu_seconds": round(cpu, 2), "peak_tree_pss_bytes": memory.peak, "processes": memory.peak_procs,
             "max_process_rss_bytes": memory.max_rss or None, "max_process": memory.max_rss_name,
+            "peak_rss_by_process_bytes": dict(sorted(memory.by_role.items())),
             "output_bytes": size, "output_files": files,
             "rendered": _summary_count(text, "models rendered"),
             "copied": _summary_count(text, "models unchanged (copied)"),
@@ -183,7 +190,7 @@ def _mb(value: int | None) -> str:
 
 def table(results: list[dict]) -> str:
     head = ("models", "build", "wall s", "s / 1k models", "CPU s / 1k models", "models/s", "peak PSS (tree)",
-            "max RSS (1 proc)",
+            "max RSS (1 proc)", "RSS main", "RSS worker", "RSS pagefind",
             "output", "files", "rendered", "copied")
     rows = []
     for r in results:
@@ -193,7 +200,9 @@ def table(results: list[dict]) -> str:
             rows.append((f"{r['models']:,}", label, f"{b['seconds']:,.1f}", f"{1000 * b['seconds'] / r['models']:.2f}",
                          f"{1000 * b['cpu_seconds'] / r['models']:.2f}",
                          f"{r['models'] / b['seconds']:,.0f}", _mb(b["peak_tree_pss_bytes"]),
-                         f"{_mb(b['max_process_rss_bytes'])} ({b.get('max_process') or '?'})", _mb(b["output_bytes"]), f"{b['output_files']:,}",
+                         f"{_mb(b['max_process_rss_bytes'])} ({b.get('max_process') or '?'})",
+                         *(_mb(b.get("peak_rss_by_process_bytes", {}).get(k)) for k in ("main", "worker", "pagefind")),
+                         _mb(b["output_bytes"]), f"{b['output_files']:,}",
                          f"{b['rendered']:,}" if b["rendered"] is not None else "-",
                          f"{b['copied']:,}" if b["copied"] is not None else "-"))
     widths = [max(len(str(x)) for x in col) for col in zip(head, *rows)]

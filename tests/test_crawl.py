@@ -68,8 +68,10 @@ def test_incremental_crawl_counts_requests(sleeps, monkeypatch, tmp_path):
         code, out = crawl(monkeypatch, hub, snap)
     assert code == 0
     assert hub.file_downloads() == 1
-    assert hub.count(contains="/resolve/") == 2  # HEAD + GET of that one config.json
-    assert hub.count(contains="facebook/opt-125m/resolve/" + changed.sha + "/config.json") == 2
+    # That one config.json: the dry run's HEAD (its size, checked before any body is requested), then
+    # hf_hub_download's own HEAD and the GET.
+    assert hub.count(contains="/resolve/") == 3 and hub.count("HEAD", "/resolve/") == 2
+    assert hub.count(contains="facebook/opt-125m/resolve/" + changed.sha + "/config.json") == 3
     assert load_record(snap, changed.id).config_json.encode() == changed.config
     changed_files = {k for k, v in snapshot_files(snap).items() if before.get(k) != v}
     assert changed_files == {"index.json", "models/facebook/opt-125m.json"}

@@ -405,9 +405,9 @@ def test_a_50_mb_config_is_refused_everywhere_and_the_rest_goes_on(sleeps, monke
         tracemalloc.stop()
         elapsed = time.monotonic() - started
     assert code == 0 and elapsed < 30, (code, elapsed)
-    # huggingface_hub streams the download to disk in 10 MB chunks (a peak of ~42 MB for a 50 MB or a
-    # 100 MB file alike); the crawler checks the size on disk and never reads it.
+    # The crawler learns the size from the HEAD of a dry run and never requests the body.
     assert peak < 64 * 2**20, f"the crawl held {peak:,} bytes at once for a 50 MB file"
+    assert hub.count("GET", "hostile/fifty-mb/resolve/") == 0 and hub.count("HEAD", "hostile/fifty-mb/resolve/") == 1
     record = load_record(snap, "hostile/fifty-mb")
     assert record.config_json == "" and any("larger than" in p for p in record.problems), record.problems
     assert load_record(snap, "hostile/plain").config_json == json.dumps(LLAMA)

@@ -135,3 +135,32 @@ def test_fake_hub_speaks_range_and_resolve_headers(sleeps):
         with urllib.request.urlopen(urllib.request.Request(url.replace("model.safetensors", "config.json"),
                                                            method="HEAD")) as resp:
             assert int(resp.headers["Content-Length"]) == len(CONFIG)
+
+
+def test_an_oversized_config_is_refused_before_its_body_is_requested(sleeps, monkeypatch):
+    """The size comes from the HEAD of the dry run; the GET of config.json is never made (crawl and
+    `neurarch-trace org/name` alike), and the refusal names the model, the file and the size."""
+    from generator.hub import client as client_mod
+
+    big = b'{"model_type": "llama", "pad": "' + b"x" * 5000 + b'"}'
+    monkeypatch.setattr(client_mod, "MAX_CONFIG_BYTES", 4096)
+    with FakeHub([FakeModel(id="org/big-config", sha=fake_sha("big"), config=big, downloads=1)]) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        client = client_mod.HubClient()
+        with pytest.raises(client_mod.HubFault, match=rf"config.json of org/big-config is {len(big):,} bytes, "
+                                                     r"larger than 4,096 bytes: refused before downloading it"):
+            client.download_config("org/big-config", hub.model("org/big-config").sha)
+        with pytest.raises(ModelNotFound, match=r"org/big-config.*config.json of org/big-config is 5,"):
+            fetch_record("org/big-config")
+        assert hub.count("HEAD", "/resolve/") >= 2 and hub.count("GET", "config.json") == 0
+        assert hub.file_downloads() == 0
+
+
+def test_a_config_under_the_limit_is_downloaded_once(sleeps, monkeypatch):
+    with _hub() as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        from generator.hub.client import HubClient
+
+        text, commit = HubClient().download_config("org/tiny-llama", hub.model("org/tiny-llama").sha)
+        assert text.encode() == CONFIG and commit == hub.model("org/tiny-llama").sha
+        assert hub.count("GET", "config.json", 200) == 1

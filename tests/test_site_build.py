@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import re
+from dataclasses import replace
 from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
@@ -15,7 +16,7 @@ import pytest
 from rich.console import Console
 
 from generator.errors import RecordError
-from generator.hub.snapshot import DEFAULT_SNAPSHOT_DIR
+from generator.hub.snapshot import DEFAULT_SNAPSHOT_DIR, index_entry, load_record, write_index, write_record
 from generator.settings import load_settings
 from generator.site import build as build_mod
 from generator.site import pages
@@ -332,3 +333,21 @@ def test_family_pages_compare_their_models_smallest_first(site: tuple[Path, str]
     scale = {"K": 1e3, "M": 1e6, "B": 1e9, "T": 1e12}
     values = [float(n) * scale[u] for n, u in params]
     assert values == sorted(values)
+
+
+def test_two_ids_that_differ_only_in_case_get_one_folder(tmp_path: Path) -> None:
+    """Workers write each model's folder themselves: the parent claims the folders in snapshot order
+    first, so the second of two ids that would share a folder on macOS is refused, never written."""
+    gpt2 = load_record(DEFAULT_SNAPSHOT_DIR, "openai-community/gpt2")
+    records = [replace(gpt2, id="Case/Model"), replace(gpt2, id="case/model")]
+    snap = tmp_path / "snap"
+    for record in records:
+        write_record(snap, record)
+    write_index(snap, [index_entry(r) for r in records])
+    buffer = io.StringIO()
+    rc = run_build(snapshot_dir=snap, out_dir=tmp_path / "public", strict=False, settings=load_settings(),
+                   console=Console(file=buffer, width=250), jobs=2, search_index=False)
+    assert rc == 0
+    assert "case/model: 'case/model': id = 'case/model': shares its folder with 'Case/Model'" in buffer.getvalue()
+    assert (tmp_path / "public/models/Case/Model/index.html").is_file()
+    assert not (tmp_path / "public/models/case").exists()

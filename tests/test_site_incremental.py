@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from generator.format import short_count
 from generator.hub.snapshot import DEFAULT_SNAPSHOT_DIR, index_entry, load_record, write_index, write_record
 from generator.records import ModelRecord
 from generator.settings import load_settings
@@ -118,10 +119,10 @@ def test_incremental_output_equals_a_full_build_byte_for_byte(two_snapshots: dic
 
 
 def test_only_changed_models_are_rendered(two_snapshots: dict) -> None:
-    # gpt2 (deeper), Qwen3-0.6B (new downloads count) and distilgpt2 (new) are rendered; the tiny Qwen2
-    # and broken/config (not estimated) are copied.
-    assert _count(two_snapshots["incremental"], "models rendered") == 3
-    assert _count(two_snapshots["incremental"], "models unchanged \\(copied\\)") == 2
+    # gpt2 (deeper) and distilgpt2 (new) are rendered; Qwen3-0.6B (only its downloads count changed: its
+    # page does not show it), the tiny Qwen2 and broken/config (not estimated) are copied.
+    assert _count(two_snapshots["incremental"], "models rendered") == 2
+    assert _count(two_snapshots["incremental"], "models unchanged \\(copied\\)") == 3
     assert _count(two_snapshots["fullsummary"], "models rendered") == 5
     # A copied model still reports its problem, as a full build would.
     assert "broken/config: config.json is not valid JSON" in two_snapshots["incremental"]
@@ -139,8 +140,47 @@ def test_a_rebuild_with_nothing_changed_renders_nothing_and_changes_nothing(two_
     before = _tree(out)
     summary = _build(two_snapshots["snap2"], out)
     assert _count(summary, "models rendered") == 0
-    assert "search index unchanged (copied)" in summary
+    assert "search index unchanged (copied)" in summary and "index pages unchanged (copied)" in summary
     assert _tree(out) == before
+    # Decided from the manifest: nothing staged, nothing swapped, the problems listed all the same.
+    assert "left as it is" in summary and "broken/config: config.json is not valid JSON" in summary
+    assert sorted(p.name for p in out.parent.iterdir()) == ["public"]
+
+
+def test_a_rebuild_without_search_is_not_taken_for_no_change(two_snapshots: dict, tmp_path: Path) -> None:
+    out = tmp_path / "public"
+    shutil.copytree(two_snapshots["out"], out)
+    summary = _build(two_snapshots["snap2"], out, search_index=False)
+    assert "left as it is" not in summary and not (out / pages.PAGEFIND).exists()
+    assert _count(summary, "models rendered") == 0  # the pages are still copied
+
+
+def test_a_nightly_with_new_counts_everywhere_renders_only_the_changed_configs(two_snapshots: dict,
+                                                                              tmp_path: Path) -> None:
+    """What a crawl does every night: every record gets new downloads (a new downloads_source date,
+    likes, tags), one config changes. Only that model is rendered; the home page shows the new
+    counts of the copied ones; the output equals a full build byte for byte."""
+    records = [load_record(two_snapshots["snap2"], m) for m in MODELS if m != "facebook/opt-125m"]
+    night = [replace(r, downloads=(r.downloads or 0) * 3 + 7, likes=(r.likes or 0) + 1, tags=("nightly",),
+                     downloads_source="Hub API field downloads (rolling 30-day count) on 2026-03-02")
+             for r in records if r is not None]
+    night = [_deeper(r) if r.id == "Qwen/Qwen3-0.6B" else r for r in night] + [BROKEN]
+    snap3 = _snapshot(tmp_path / "snap3", night)
+    out, full = tmp_path / "public", tmp_path / "full"
+    shutil.copytree(two_snapshots["out"], out)
+    shutil.copytree(two_snapshots["out"], full)
+    summary = _build(snap3, out)
+    assert _count(summary, "models rendered") == 1 and _count(summary, "models unchanged \\(copied\\)") == 4
+    assert "index pages unchanged" not in summary
+    _build(snap3, full, incremental=False)
+    inc, ref = _tree(out), _tree(full)
+    assert sorted(inc) == sorted(ref) and [k for k in inc if inc[k] != ref[k]] == []
+    home = inc["index.html"].decode("utf-8")
+    gpt2 = next(r for r in night if r.id == "openai-community/gpt2")  # copied: its row's count is live
+    row = home.split('>openai-community/gpt2</a>')[1].split("</tr>")[0]
+    assert f'<td class="num">{short_count(gpt2.downloads)}</td>' in row
+    page = inc["models/openai-community/gpt2/index.html"].decode("utf-8")
+    assert "downloads on Hugging Face" not in page and "2026-03-02" not in page  # no nightly value on the page
 
 
 def test_the_changes_page_lists_added_changed_and_removed_models(two_snapshots: dict) -> None:
@@ -186,6 +226,18 @@ def test_an_unreadable_manifest_means_a_full_build(two_snapshots: dict, tmp_path
     summary = _build(two_snapshots["snap2"], out)
     assert _count(summary, "models rendered") == 5
     assert "the first build this history knows of" in (out / pages.CHANGES).read_text(encoding="utf-8")
+
+
+def test_a_manifest_with_odd_file_entries_means_those_models_are_rendered(two_snapshots: dict,
+                                                                           tmp_path: Path) -> None:
+    out = tmp_path / "public"
+    shutil.copytree(two_snapshots["out"], out)
+    data = json.loads((out / pages.MANIFEST).read_text(encoding="utf-8"))
+    data["models"]["Qwen/Qwen3-0.6B"]["files"] = [1, None]
+    (out / pages.MANIFEST).write_text(json.dumps(data), encoding="utf-8")
+    summary = _build(two_snapshots["snap2"], out)
+    assert _count(summary, "models rendered") == 1 and "left as it is" not in summary
+    assert _tree(out) == _tree(two_snapshots["out"])
 
 
 def test_a_replaced_page_on_disk_is_rendered_again(two_snapshots: dict, tmp_path: Path) -> None:

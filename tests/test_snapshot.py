@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from dataclasses import replace
 from pathlib import Path
 
@@ -194,3 +195,22 @@ def test_committed_snapshot_loads_without_problems(tmp_path):
 def test_replace_keeps_a_record_valid():
     record = _record()
     assert record_from_dict(record_to_dict(replace(record, stale=False, problems=()))).stale is False
+
+
+def test_reading_refuses_a_symlinked_org_folder_or_record_file_that_leaves_the_snapshot(tmp_path):
+    """iter_records resolves each org folder once and each record file only when it is a link: the
+    same refusals as record_path, for the org folder and for the file itself."""
+    root = tmp_path / "snapshot"
+    records = [_record("evil/x"), _record("org/linked"), _record("org/plain")]
+    for record in records:
+        write_record(root, record)
+    write_index(root, [index_entry(r) for r in records])
+    outside = tmp_path / "outside"
+    shutil.move(root / "models" / "evil", outside)
+    os.symlink(outside, root / "models" / "evil")
+    shutil.move(root / "models" / "org" / "linked.json", tmp_path / "linked.json")
+    os.symlink(tmp_path / "linked.json", root / "models" / "org" / "linked.json")
+    got = {getattr(r, "id"): r for r in iter_records(root)}
+    assert "resolves outside the snapshot folder" in got["evil/x"].reason
+    assert "resolves outside the snapshot folder" in got["org/linked"].reason
+    assert got["org/plain"].config_json == records[2].config_json

@@ -12,8 +12,9 @@ page then shows a gap, which is what a real page with a wrong count shows). Reco
 JSON objects are copied unchanged. Records are written without fsync (the snapshot writer's atomic
 fsync'd writes cost more than the build they feed here); the index last, in the snapshot format.
 
-`change`: rewrites round(fraction * N) records picked with the seed: one more layer, a new sha.
-The ids changed are printed on stdout, one a line.
+`change`: the next night as a crawl makes it: every record gets a new downloads count (within 5%)
+and a new downloads_source date, and round(fraction * N) records picked with the seed also get one
+more layer and a new sha. The ids whose config changed are printed on stdout, one a line.
 
 Nothing here is used by the site or the tests; it writes only under --out / --snapshot.
 """
@@ -115,13 +116,21 @@ def make(models: int, out: Path, source: Path, seed: int) -> float:
 
 
 def change(snapshot: Path, fraction: float, seed: int) -> list[str]:
-    """The next night: a fraction of the models get a new sha and one more layer."""
+    """The next night: every model gets new downloads, a fraction a new sha and one more layer."""
     index = read_index(snapshot)
     count = round(fraction * len(index))
-    chosen = sorted(random.Random(seed).sample([e["id"] for e in index], count))
+    rng = random.Random(seed)
+    chosen = sorted(rng.sample([e["id"] for e in index], count))
+    picked = set(chosen)
     entries = {e["id"]: e for e in index}
-    for repo_id in chosen:
+    for repo_id in entries:
         record = load_record(snapshot, repo_id)
+        downloads = None if record.downloads is None else max(0, round(record.downloads * rng.uniform(0.95, 1.05)))
+        record = replace(record, downloads=downloads, downloads_source="Hub API field downloads (rolling 30-day "
+                                                                        f"count) on night {seed}")
+        if repo_id not in picked:
+            entries[repo_id] = _write(snapshot, record)
+            continue
         try:
             cfg = json.loads(record.config_json)
         except ValueError:

@@ -162,18 +162,25 @@ class HubClient:
             raise classify(exc, "model info") from exc
 
     def download_config(self, repo_id: str, revision: str, local_only: bool = False) -> tuple[str, str | None]:
-        """config.json text at `revision` through the HF cache, and the commit it came from."""
+        """config.json text at `revision` through the HF cache, and the commit it came from.
+
+        A file larger than MAX_CONFIG_BYTES is refused before its body is requested: a dry run
+        (`hf_hub_download(dry_run=True)`, huggingface_hub >= 1.1; one HEAD, or the cache) gives its size
+        from X-Linked-Size / Content-Length. The size on disk is checked again after the download, for
+        a server whose HEAD does not tell the size or tells it wrong."""
         from huggingface_hub import hf_hub_download
 
         s = self.settings
+        repo_id = validate_repo_id(repo_id)
+        where = dict(revision=revision, endpoint=s.endpoint, token=s.token, cache_dir=s.cache_dir,
+                     etag_timeout=s.etag_timeout, local_files_only=local_only or s.offline)
         try:
-            path = Path(hf_hub_download(validate_repo_id(repo_id), "config.json", revision=revision,
-                                        endpoint=s.endpoint, token=s.token, cache_dir=s.cache_dir,
-                                        etag_timeout=s.etag_timeout, local_files_only=local_only or s.offline))
+            planned = hf_hub_download(repo_id, "config.json", dry_run=True, **where)
+            _check_config_size(repo_id, getattr(planned, "file_size", None), "refused before downloading it")
+            path = Path(hf_hub_download(repo_id, "config.json", **where))
         except Exception as exc:  # noqa: BLE001
             raise classify(exc, "config") from exc
-        if path.stat().st_size > MAX_CONFIG_BYTES:
-            raise HubFault(MALFORMED, f"config.json is larger than {MAX_CONFIG_BYTES} bytes")
+        _check_config_size(repo_id, path.stat().st_size, "refused unread")
         try:
             text = path.read_bytes().decode("utf-8")
         except UnicodeDecodeError:
@@ -189,6 +196,13 @@ class HubClient:
             return {str(k): int(v) for k, v in meta.parameter_count.items()}
         except Exception as exc:  # noqa: BLE001
             raise classify(exc, "safetensors header") from exc
+
+
+def _check_config_size(repo_id: str, size: int | None, what: str) -> None:
+    """Refuse a config.json over MAX_CONFIG_BYTES: one problem naming the model, the file and the size."""
+    if size is not None and size > MAX_CONFIG_BYTES:
+        raise HubFault(MALFORMED, f"config.json of {repo_id} is {size:,} bytes, larger than {MAX_CONFIG_BYTES:,} "
+                                  f"bytes: {what}")
 
 
 def counts_of(client: HubClient, listed: Listed, revision: str | None

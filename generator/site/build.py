@@ -1,12 +1,15 @@
 """The site build: snapshot → Reports → every page in a temporary folder, swapped in whole at the end.
 
 Records are streamed from the snapshot; worker processes (one per core) estimate and render each
-model, and this process writes every file in the snapshot's order, so the output never depends on
-the number of workers. Only a small row per model is kept for the index pages, never the Reports.
+model and write its folder, and this process records the files and writes everything else in the
+snapshot's order, so the output never depends on the number of workers. Only a small row per model
+is kept for the index pages, never the Reports.
 
-Incremental: a model whose record and render inputs hash as in the previous build's manifest is
-not estimated again; its files are copied (hard-linked) from the previous out_dir. The index pages,
-card and family pages, changes page, feed, sitemap and manifest are always written, and the output
+Incremental: a model whose page record (its record less the nightly Hub metadata, which only the
+index pages show) and render inputs hash as in the previous build's manifest is not estimated
+again; its files are copied (hard-linked) from the previous out_dir. The index pages, card and
+family pages, changes page, feed and sitemap are copied the same way when their inputs (the rows,
+the history, the page list) hash the same, else rendered; the Pagefind index likewise. The output
 is byte-identical to a full build (`incremental=False`) from the same previous site.
 
 A model that cannot be estimated or rendered becomes a listed problem and the rest is built; an
@@ -16,10 +19,7 @@ exactly as it was. With strict=True any problem aborts too, after all of them ha
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
-import tempfile
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -34,7 +34,7 @@ from rich.table import Table
 from ..errors import RecordError
 from ..hub.snapshot import RecordProblem, iter_records, read_index
 from ..settings import Settings
-from . import changes, listing, manifest, pages, render, search, worker
+from . import changes, listing, manifest, pages, render, search, staging, unchanged, worker
 from .lock import build_lock
 from .render import render_model_page, twin_json
 from .worker import Problem
@@ -90,18 +90,23 @@ def _models(snapshot_dir: Path, settings: Settings, render_key: str, writer: pag
             def drain_one() -> None:
                 kind, model, key, payload = pending.popleft()
                 if kind == "copy":
-                    _copy_model(old_out, payload, writer)  # type: ignore[arg-type]
-                    problems.extend(Problem(model, k, m) for k, m in payload.get("problems", []))
-                    entries.append(listing.Entry.from_dict(payload["row"]))
-                    models[model] = payload
+                    old, record = payload
+                    _copy_model(old_out, old, writer)  # type: ignore[arg-type]
+                    problems.extend(Problem(model, k, m) for k, m in old.get("problems", []))
+                    row = {**old["row"], **listing.live_fields(record)}  # the page is the same, the counts live
+                    entries.append(listing.Entry.from_dict(row))
+                    models[model] = {**old, "row": row}
                     stats.copied += 1
                 else:
                     result: worker.Result = payload.get()
                     problems.extend(result.problems)
                     try:
                         for rel, text in result.files:
-                            writer.write(rel, text)
-                    except RecordError as exc:  # two ids that differ only in case would share a folder on macOS
+                            if result.written:
+                                writer.adopt(rel)
+                            else:
+                                writer.write(rel, text)
+                    except RecordError as exc:
                         problems.append(Problem(model, "refused record", str(exc)))
                     else:
                         if result.row is not None:
@@ -113,7 +118,13 @@ def _models(snapshot_dir: Path, settings: Settings, render_key: str, writer: pag
                 if progress.tasks[0].completed % REFRESH == 0:
                     progress.refresh()
 
+            folders: dict[str, str] = {}  # casefolded id -> id: each model's folder, claimed in snapshot order
             for item in iter_records(snapshot_dir):
+                if not isinstance(item, RecordProblem) and folders.setdefault(item.id.casefold(), item.id) != item.id:
+                    # Two ids that differ only in case would share a folder on macOS and Windows.
+                    item = RecordProblem(item.id, str(RecordError(item.id, "id", item.id, "shares its folder with "
+                                                                  f"{folders[item.id.casefold()]!r} where file names "
+                                                                  "are case-insensitive")))
                 if isinstance(item, RecordProblem):
                     problems.append(Problem(item.id, "refused record", item.reason))
                     progress.advance(task)
@@ -121,10 +132,10 @@ def _models(snapshot_dir: Path, settings: Settings, render_key: str, writer: pag
                 key = manifest.model_key(render_key, item)
                 old = previous.models.get(item.id) if previous is not None else None
                 if _reusable(old_out, old, key):
-                    pending.append(("copy", item.id, key, old))
+                    pending.append(("copy", item.id, key, (old, item)))
                 else:
                     if not started:
-                        pool, started = worker.start_pool(jobs, settings), True
+                        pool, started = worker.start_pool(jobs, settings, writer.root), True
                     pending.append(("render", item.id, key, worker.submit(pool, item, settings)))
                 while len(pending) > LOOKAHEAD_PER_JOB * max(jobs, 1) or (pending and pending[0][0] == "copy"):
                     drain_one()
@@ -146,26 +157,73 @@ def _write_site(snapshot_dir: Path, work: Path, settings: Settings, console: Con
     entries, models = _models(snapshot_dir, settings, render_key, writer, previous, old_out, jobs, console,
                               problems, stats)
     stats.lap("models")
-    for entry in entries:
-        if entry.slug is None and entry.model_type is not None:  # a missing one is already a problem
-            problems.append(Problem(entry.id, "family", f"no family page: model_type {entry.model_type!r} "
-                                                        "is missing or not a plain name"))
-    writer.write(pages.HOME, render.render_home(entries, settings, sort="downloads"))
-    writer.write(pages.HOME_BY_SIZE, render.render_home(entries, settings, sort="size"))
-    writer.write(pages.FAMILIES_INDEX, render.render_families(entries, settings))
+    problems.extend(unchanged.family_problems(entries))
     groups: dict[str, list[listing.Entry]] = {}
     for e in entries:
         if e.slug is not None:
             groups.setdefault(e.slug, []).append(e)
+    previous_rows = None if previous is None else {m: v["row"] for m, v in previous.models.items()}
+    history = changes.next_history(previous_rows, [] if previous is None else previous.history, entries,
+                                   changes.snapshot_date(entries))
+    live = set(models)
+    if not pages.site_url(settings.site):
+        stats.notes.append("no site.url in site_config.yaml: no sitemap, feed, robots.txt or llms.txt written")
+    index_key, index_files = _index_pages(writer, settings, render_key, entries, models, groups, history, live,
+                                          previous, old_out, stats)
+    stats.lap("index pages")
+    search_key = _search_index(work, entries, sorted(groups), previous, old_out, stats) if use_search else None
+    stats.lap("search")
+    writer.write(pages.MANIFEST, manifest.Manifest(render_key, models, history, search_key, index_key,
+                                                   index_files).dumps())
+    writer.write(pages.MARKER, "Built by neurarch-trace. The next build replaces this whole folder.\n")
+    return writer
+
+
+def _index_pages(writer: pages.SiteWriter, settings: Settings, render_key: str, entries: list[listing.Entry],
+                 models: dict[str, dict[str, Any]], groups: dict[str, list[listing.Entry]], history: list[dict],
+                 live: set[str], previous: manifest.Manifest | None, old_out: Path | None,
+                 stats: _Stats) -> tuple[str, list[str]]:
+    """The index pages, rendered, or copied from old_out when everything they are made from hashes as
+    in the previous build; returns that hash and the files written, for the manifest."""
+    # Every input of the index pages: the rows in snapshot order, the history, the snapshot's date
+    # (SOURCE_DATE_EPOCH when no record has one) and the pages written so far (the sitemap lists them).
+    key = manifest.index_key(render_key, [models[e.id]["row"] for e in entries], history,
+                             changes.snapshot_date(entries), writer.pages())
+    first = len(writer.written)
+    if (previous is not None and old_out is not None and previous.index_key == key
+            and all((old_out / rel).is_file() for rel in previous.index_files)):
+        for rel in previous.index_files:
+            writer.copy(rel, old_out / rel)
+        stats.notes.append("index pages unchanged (copied)")
+    else:
+        _write_index_pages(writer, settings, entries, groups, history, live)
+    return key, list(writer.written.values())[first:]
+
+
+def _search_index(work: Path, entries: list[listing.Entry], family_slugs: list[str],
+                  previous: manifest.Manifest | None, old_out: Path | None, stats: _Stats) -> str | None:
+    """Pagefind over the search documents, or the previous index when they hash the same; returns the
+    key for the manifest (None when Pagefind is not installed). The documents are made as they are
+    hashed and again as they are written, never held all at once."""
+    key = manifest.search_key(search.parts(render.search_documents(entries, family_slugs)))
+    same = previous is not None and previous.search_key == key and old_out is not None
+    stats.search = search.build_index(work, render.search_documents(entries, family_slugs),
+                                      old_out / pages.PAGEFIND if same else None, scratch=work.parent)
+    return None if stats.search.startswith("search index skipped") else key
+
+
+def _write_index_pages(writer: pages.SiteWriter, settings: Settings, entries: list[listing.Entry],
+                       groups: dict[str, list[listing.Entry]], history: list[dict], live: set[str]) -> None:
+    """Every page that is not one model's: home, families, cards, changes, search, 404, static files,
+    and (with site.url) sitemap, robots.txt, feed and llms.txt."""
+    writer.write(pages.HOME, render.render_home(entries, settings, sort="downloads"))
+    writer.write(pages.HOME_BY_SIZE, render.render_home(entries, settings, sort="size"))
+    writer.write(pages.FAMILIES_INDEX, render.render_families(entries, settings))
     for slug in sorted(groups):
         writer.write(f"{pages.family_dir(slug)}/index.html", render.render_family(slug, groups[slug], settings))
     writer.write(pages.CARDS_INDEX, render.render_cards(entries, settings))
     for i, card in enumerate(settings.cards):
         writer.write(f"{pages.card_dir(card.name)}/index.html", render.render_card(i, entries, settings))
-    previous_rows = None if previous is None else {m: v["row"] for m, v in previous.models.items()}
-    history = changes.next_history(previous_rows, [] if previous is None else previous.history, entries,
-                                   changes.snapshot_date(entries))
-    live = set(models)
     writer.write(pages.CHANGES, render.render_changes(history, live, settings))
     writer.write(pages.SEARCH, render.render_search(settings))
     writer.write(pages.ACCURACY, render.render_accuracy(settings))  # from data/measurements/accuracy.json
@@ -175,21 +233,6 @@ def _write_site(snapshot_dir: Path, work: Path, settings: Settings, console: Con
     writer.write(pages.SEARCH_JS, render.static_file(pages.SEARCH_JS))
     if pages.site_url(settings.site):
         _write_machine_files(writer, settings, entries, history, live)
-    else:
-        stats.notes.append("no site.url in site_config.yaml: no sitemap, feed, robots.txt or llms.txt written")
-    stats.lap("index pages")
-    search_key = None
-    if use_search:
-        documents = render.search_documents(entries, sorted(groups))
-        search_key = manifest.search_key([search.version(), *(part for doc in documents for part in doc)])
-        same = previous is not None and previous.search_key == search_key and old_out is not None
-        stats.search = search.build_index(work, documents, old_out / pages.PAGEFIND if same else None)
-        if stats.search.startswith("search index skipped"):
-            search_key = None
-    stats.lap("search")
-    writer.write(pages.MANIFEST, manifest.Manifest(render_key, models, history, search_key).dumps())
-    writer.write(pages.MARKER, "Built by neurarch-trace. The next build replaces this whole folder.\n")
-    return writer
 
 
 def _write_machine_files(writer: pages.SiteWriter, settings: Settings, entries: list[listing.Entry],
@@ -204,55 +247,6 @@ def _write_machine_files(writer: pages.SiteWriter, settings: Settings, entries: 
     writer.write(pages.ROBOTS, render.render_robots(settings))
     writer.write(pages.FEED, render.render_feed(settings, history, live))
     writer.write(pages.LLMS, render.render_llms(entries, settings))
-
-
-def _discard(old: Path, background: bool) -> None:
-    """Delete a replaced tree. Its MARKER goes first, so that whatever an interrupted deletion leaves
-    is never taken for a site by _recover; in the background, by a detached `rm -rf`."""
-    (old / pages.MARKER).unlink(missing_ok=True)
-    if background and os.name == "posix":
-        try:
-            subprocess.Popen(["rm", "-rf", "--", str(old)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL, start_new_session=True)
-            return
-        except OSError:
-            pass
-    shutil.rmtree(old, ignore_errors=True)
-
-
-def _swap_in(work: Path, out_dir: Path, background_cleanup: bool = False) -> None:
-    """Replace out_dir by work: two renames in one folder, the old tree deleted only afterwards
-    (by a detached `rm -rf` when background_cleanup: the command then returns at once).
-
-    Only an empty folder or an earlier build (it holds MARKER) is replaced: `--out ~` must not
-    delete a home directory."""
-    if out_dir.exists() or out_dir.is_symlink():
-        if not out_dir.is_dir() or out_dir.is_symlink():
-            raise RecordError(str(out_dir), "out", str(out_dir), "exists and is not a folder; not replacing it")
-        if not (out_dir / pages.MARKER).is_file() and any(out_dir.iterdir()):
-            raise RecordError(str(out_dir), "out", str(out_dir),
-                              f"is not empty and holds no {pages.MARKER} from an earlier build; not replacing it")
-        old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}-old-", dir=out_dir.parent))
-        old.rmdir()
-        out_dir.rename(old)
-        work.rename(out_dir)
-        _discard(old, background_cleanup)
-    else:
-        work.rename(out_dir)
-
-
-def _recover(out_dir: Path) -> None:
-    """Undo what a build killed outright (SIGKILL, power loss) left beside out_dir: an old tree moved
-    aside but not yet replaced goes back (only a whole one: a tree being deleted has lost its MARKER),
-    and half-written temporary trees and half-deleted old ones are deleted."""
-    olds = sorted(out_dir.parent.glob(f".{out_dir.name}-old-*"))
-    whole = [old for old in olds if (old / pages.MARKER).is_file()]
-    if whole and not out_dir.exists() and not out_dir.is_symlink():
-        whole[-1].rename(out_dir)
-        olds.remove(whole[-1])
-    for stale in [*olds, *out_dir.parent.glob(f".{out_dir.name}-build-*")]:
-        if stale.is_dir() and not stale.is_symlink():
-            shutil.rmtree(stale, ignore_errors=True)
 
 
 def run_build(*, snapshot_dir: Path, out_dir: Path, strict: bool, settings: Settings, console: Console,
@@ -271,7 +265,7 @@ def run_build(*, snapshot_dir: Path, out_dir: Path, strict: bool, settings: Sett
     started = time.perf_counter()
     out_dir = Path(out_dir).absolute()
     out_dir.parent.mkdir(parents=True, exist_ok=True)
-    # The lock comes before _recover: a second build's recovery would otherwise delete the first
+    # The lock comes before staging.recover: a second build's recovery would otherwise delete the first
     # one's temporary folder mid-build. A second build of the same folder refuses (BuildLocked).
     with build_lock(out_dir):
         return _locked_build(started, snapshot_dir, out_dir, strict, settings, console, max_problems,
@@ -281,38 +275,62 @@ def run_build(*, snapshot_dir: Path, out_dir: Path, strict: bool, settings: Sett
 def _locked_build(started: float, snapshot_dir: Path, out_dir: Path, strict: bool, settings: Settings,
                   console: Console, max_problems: int | None, incremental: bool, jobs: int | None,
                   search_index: bool, background_cleanup: bool) -> int:
-    _recover(out_dir)
+    staging.recover(out_dir)
     is_site = out_dir.is_dir() and not out_dir.is_symlink() and (out_dir / pages.MARKER).is_file()
     previous = manifest.load(out_dir) if is_site else None
     old_out = out_dir if (incremental and previous is not None) else None
-    work = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}-build-", dir=out_dir.parent))
-    problems: list[Problem] = []
     stats = _Stats()
+    if old_out is not None and previous is not None:
+        found = unchanged.check(Path(snapshot_dir), out_dir, settings, manifest.render_key(settings), previous,
+                                search_index)
+        if found is not None:
+            return _finish(console, found, started, out_dir, strict, max_problems, stats, len(previous.models),
+                           sum(rel.endswith(".html") for v in previous.models.values() for rel in v["files"])
+                           + sum(rel.endswith(".html") for rel in previous.index_files))
+    work = staging.make_work(out_dir)
+    problems: list[Problem] = []
     try:
-        work.chmod(0o755)  # mkdtemp makes it 0700; a published site must be readable by a web server
         writer = _write_site(Path(snapshot_dir), work, settings, console, problems, previous, old_out,
                              worker.default_jobs() if jobs is None else jobs, search_index, stats)
-        fatal = sum(p.fatal for p in problems)
-        failed = (strict and fatal > 0) or (max_problems is not None and fatal > max_problems)
-        if not failed:
+        if not _failed(problems, strict, max_problems):
             stats.lap("manifest")
-            _swap_in(work, out_dir, background_cleanup)
+            staging.swap_in(work, out_dir, background_cleanup)
             stats.lap("swap")
     finally:
         if work.exists():
             shutil.rmtree(work, ignore_errors=True)
-    _summary(console, writer, problems, time.perf_counter() - started, out_dir, strict, failed, fatal, stats)
+    return _finish(console, problems, started, out_dir, strict, max_problems, stats, None, writer.html_pages())
+
+
+def _failed(problems: list[Problem], strict: bool, max_problems: int | None) -> bool:
+    fatal = sum(p.fatal for p in problems)
+    return (strict and fatal > 0) or (max_problems is not None and fatal > max_problems)
+
+
+def _finish(console: Console, problems: list[Problem], started: float, out_dir: Path, strict: bool,
+            max_problems: int | None, stats: _Stats, kept: int | None, html_pages: int) -> int:
+    """The summary and the exit code; kept: the number of models when out_dir was already this build."""
+    if kept is not None:
+        stats.copied = kept
+        stats.search = "search index unchanged (copied)"
+        stats.notes += ["index pages unchanged (copied)",
+                        "nothing changed since the last build: the site in place is this build's output, "
+                        "left as it is"]
+        stats.lap("no-change check")
+    failed = _failed(problems, strict, max_problems)
+    _summary(console, html_pages, problems, time.perf_counter() - started, out_dir, strict, failed,
+             sum(p.fatal for p in problems), stats)
     return 1 if failed else 0
 
 
-def _summary(console: Console, writer: pages.SiteWriter, problems: list[Problem], seconds: float,
+def _summary(console: Console, html_pages: int, problems: list[Problem], seconds: float,
              out_dir: Path, strict: bool, failed: bool, fatal: int, stats: _Stats) -> None:
     """Pages written, models skipped by reason, and seconds: console only, never in a page."""
     by_kind: dict[str, list[Problem]] = {}
     for p in problems:
         by_kind.setdefault(p.kind, []).append(p)
     table = Table(title="Build summary", show_header=False)
-    table.add_row("pages written", str(writer.html_pages()) + ("" if not failed else " (discarded)"))
+    table.add_row("pages written", str(html_pages) + ("" if not failed else " (discarded)"))
     table.add_row("models rendered", str(stats.rendered))
     table.add_row("models unchanged (copied)", str(stats.copied))
     for kind in sorted(by_kind):

@@ -80,23 +80,30 @@ def config_model_type(record: ModelRecord) -> str | None:
     return value if isinstance(value, str) else None
 
 
+def live_fields(record: ModelRecord) -> dict[str, Any]:
+    """The row's values taken from the record at every build, never from the page or the manifest:
+    the Hub metadata a crawl refreshes nightly (worker.NIGHTLY_FIELDS) that an index page shows."""
+    return {"downloads": record.downloads, "last_modified": f.w3c_datetime(record.last_modified)}
+
+
 def entry_for(record: ModelRecord, report: Report | None, reason: str | None) -> Entry:
-    modified = f.w3c_datetime(record.last_modified)
+    """The row of a model: what its Report (or its reason) says, and the record's live fields."""
+    live = live_fields(record)
     if report is None:
         model_type = config_model_type(record)
-        return Entry(record.id, model_type, family_slug(model_type), None, record.downloads, None, None, reason,
-                     last_modified=modified)
+        return Entry(record.id, model_type, family_slug(model_type), None, live["downloads"], None, None, reason,
+                     last_modified=live["last_modified"])
     mem, p = report.memory, report.params
     first_shape = report.structure[0].output_shape if report.structure else ()
     active = getattr(p, "active", 0)
     return Entry(
-        record.id, report.model.model_type, family_slug(report.model.model_type), p.graph, report.model.downloads,
+        record.id, report.model.model_type, family_slug(report.model.model_type), p.graph, live["downloads"],
         mem.smallest_card_full, mem.smallest_card_lora, None,
         smallest_serve=mem.smallest_card_serve, full_bytes=mem.train_full_bytes_batch1,
         lora_bytes=mem.train_lora_bytes_batch1, serve_bytes=mem.serve_bytes_batch1,
         batches=tuple((c.train_full_max_batch, c.train_lora_max_batch, c.serve_max_batch) for c in mem.cards),
         layers=p.layers, context=first_shape[-1] if first_shape else None,
-        active=active if active and active != p.graph else None, last_modified=modified)
+        active=active if active and active != p.graph else None, last_modified=live["last_modified"])
 
 
 def by_downloads(entries: Iterable[Entry]) -> list[Entry]:

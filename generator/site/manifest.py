@@ -1,11 +1,14 @@
 """The build manifest: what the next build needs to re-render only what changed, and to say what changed.
 
-public/.build-manifest.json (never linked, deterministic) maps each model to the hash of its record
-and of everything its page depends on (the estimator's version and source, the site code, the
-templates and static files, site_config.yaml), the files its page wrote, and its index row. A model
-whose hash is unchanged has byte-identical pages by construction, so a rebuild copies them from the
-previous public/ and takes its row from here; the index pages, feeds and sitemap are always written.
-It also carries the change history that the changes page and the Atom feed show.
+public/.build-manifest.json (never linked, deterministic) maps each model to the hash of what its
+page is made from (its record less the nightly Hub metadata, worker.page_record) and of everything
+its page depends on (the estimator's version and source, the site code, the templates and static
+files, site_config.yaml), the files its page wrote, and its index row. A model whose hash is
+unchanged has byte-identical pages by construction, so a rebuild copies them from the previous
+public/ and takes its row from here (its downloads and lastModified from the record). The index
+pages, feeds and sitemap are copied too when everything they are made from hashes the same
+(index_key), else rendered. It also carries the change history that the changes page and the Atom
+feed show.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 from .. import __version__
 from ..hub.snapshot import record_to_dict
@@ -22,6 +25,7 @@ from ..records import ModelRecord
 from ..settings import Settings
 from . import accuracy_page
 from .render import TEMPLATES
+from .worker import page_record
 
 FORMAT = 1
 _PACKAGE = Path(__file__).resolve().parents[1]
@@ -32,6 +36,10 @@ _SOURCES = ("*.py", "estimator/*.py", "site/*.py", "site/*.json")
 
 
 def _digest(*parts: bytes | str) -> str:
+    return _digest_all(parts)
+
+
+def _digest_all(parts: Iterable[bytes | str]) -> str:
     h = hashlib.sha256()
     for part in parts:
         data = part.encode("utf-8") if isinstance(part, str) else part
@@ -57,27 +65,41 @@ def render_key(settings: Settings) -> str:
 
 
 def model_key(render: str, record: ModelRecord) -> str:
-    """The hash of one model's record under a render key: equal keys, byte-identical pages."""
-    return _digest(render, json.dumps(record_to_dict(record), sort_keys=True, ensure_ascii=True))
+    """The hash of what one model's page is made from (worker.page_record: the record less the Hub
+    metadata a crawl refreshes nightly) under a render key: equal keys, byte-identical pages."""
+    return _digest(render, json.dumps(record_to_dict(page_record(record)), sort_keys=True, ensure_ascii=True))
 
 
-def search_key(parts: list[str]) -> str:
-    return _digest(*parts)
+def search_key(parts: Iterable[str]) -> str:
+    """The hash of the search documents, taken as they stream by (never all in memory)."""
+    return _digest_all(parts)
+
+
+def index_key(render: str, *inputs: Any) -> str:
+    """The hash of everything the index pages (home, families, cards, changes, feeds, sitemap, ...)
+    are made from: the render key and the inputs the build hands their renderers."""
+    return _digest(render, *(json.dumps(x, sort_keys=True, ensure_ascii=True, separators=(",", ":"))
+                             for x in inputs))
 
 
 @dataclass
 class Manifest:
-    """models: id -> {"key", "files", "row"}; history: the change batches, oldest first."""
+    """models: id -> {"key", "files", "row"}; history: the change batches, oldest first; index_files:
+    the index pages (everything but the models' own files, the search index and this manifest), which
+    a build whose index_key is unchanged copies instead of rendering."""
 
     render_key: str = ""
     models: dict[str, dict[str, Any]] = field(default_factory=dict)
     history: list[dict[str, Any]] = field(default_factory=list)
     search_key: str | None = None
+    index_key: str | None = None
+    index_files: list[str] = field(default_factory=list)
 
     def dumps(self) -> str:
         """Sorted keys, ASCII, and `<`, `>`, `&`, `'` \\u-escaped like the JSON twins (hub strings
         inside the rows must not appear raw in any published file)."""
         data = {"format": FORMAT, "render_key": self.render_key, "search_key": self.search_key,
+                "index_key": self.index_key, "index_files": self.index_files,
                 "history": self.history, "models": self.models}
         text = json.dumps(data, sort_keys=True, ensure_ascii=True, separators=(",", ":"), allow_nan=False)
         for char in "<>&'":
@@ -99,5 +121,8 @@ def load(out_dir: Path) -> Manifest | None:
         return None
     good = {k: v for k, v in models.items() if isinstance(v, dict) and isinstance(v.get("key"), str)
             and isinstance(v.get("files"), list) and isinstance(v.get("row"), dict)}
+    files = data.get("index_files")
+    files = files if isinstance(files, list) and all(isinstance(x, str) for x in files) else []
     return Manifest(str(data.get("render_key") or ""), good, [h for h in history if isinstance(h, dict)],
-                    data.get("search_key") if isinstance(data.get("search_key"), str) else None)
+                    data.get("search_key") if isinstance(data.get("search_key"), str) else None,
+                    data.get("index_key") if isinstance(data.get("index_key"), str) and files else None, files)

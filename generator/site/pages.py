@@ -98,7 +98,7 @@ class SiteWriter:
         self.root = Path(self.root).resolve()
         self._prefix = str(self.root) + os.sep
 
-    def _claim(self, rel: str) -> Path:
+    def _claim(self, rel: str, make: bool = True) -> Path:
         # The tree is a fresh folder only this writer fills with plain files and folders (no links),
         # so a lexical check is as strict as resolving, and far cheaper for 100,000 pages.
         full = os.path.normpath(os.path.join(self._prefix, rel))
@@ -110,7 +110,7 @@ class SiteWriter:
             raise RecordError(rel[:100], "path", rel, f"already written as {self.written[key]!r}")
         self.written[key] = rel
         folder = os.path.dirname(full)
-        if folder not in self.folders:
+        if make and folder not in self.folders:
             os.makedirs(folder, exist_ok=True)
             self.folders.add(folder)
         return Path(full)
@@ -130,6 +130,11 @@ class SiteWriter:
         except OSError:
             shutil.copyfile(source, path)
         return path
+
+    def adopt(self, rel: str) -> Path:
+        """Count a file a build worker wrote under root itself (worker.py) as written here: the same
+        checks as write(), no I/O."""
+        return self._claim(rel, make=False)
 
     def pages(self) -> list[str]:
         """The HTML pages written so far, in the order they were written."""

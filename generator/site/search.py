@@ -17,7 +17,7 @@ import shutil
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Iterator
 
 from .pages import PAGEFIND
 
@@ -50,6 +50,14 @@ def version() -> str:
         return str(binary)
 
 
+def parts(documents: Iterable[tuple[str, str]]) -> Iterator[str]:
+    """What the search key hashes: the Pagefind version, then each document's path and HTML, streamed."""
+    yield version()
+    for rel, html in documents:
+        yield rel
+        yield html
+
+
 def link_tree(src: Path, dst: Path) -> None:
     """Copy a folder by hard links (a plain copy where links are not possible)."""
     def link(s: str, d: str) -> None:
@@ -61,10 +69,14 @@ def link_tree(src: Path, dst: Path) -> None:
     shutil.copytree(src, dst, copy_function=link)
 
 
-def build_index(site: Path, documents: Iterable[tuple[str, str]], previous: Path | None) -> str:
-    """Index `documents` ((page path under the site, HTML)) into site/pagefind, or copy `previous`,
-    the earlier build's index of the same documents; returns what was done, for the build summary.
-    Raises RuntimeError when Pagefind fails."""
+def build_index(site: Path, documents: Iterable[tuple[str, str]], previous: Path | None, scratch: Path) -> str:
+    """Index `documents` ((page path under the site, HTML), streamed: never all in memory) into
+    site/pagefind, or copy `previous`, the earlier build's index of the same documents; returns what
+    was done, for the build summary. Raises RuntimeError when Pagefind fails.
+
+    The documents are written into a temporary folder made in `scratch`, the build's staging folder
+    beside the site, never /tmp: a build killed while Pagefind runs leaves it where the next build's
+    recovery (build._recover) deletes it."""
     target = site / PAGEFIND
     if previous is not None and previous.is_dir():
         link_tree(previous, target)
@@ -72,7 +84,7 @@ def build_index(site: Path, documents: Iterable[tuple[str, str]], previous: Path
     binary = executable()
     if binary is None:
         return "search index skipped: Pagefind is not installed (pip install 'pagefind[bin]')"
-    source = Path(tempfile.mkdtemp(prefix="neurarch-trace-search-"))
+    source = Path(tempfile.mkdtemp(prefix=f"{site.name}-search-", dir=scratch))
     try:
         made: set[str] = set()
         for rel, html in documents:
