@@ -8,7 +8,6 @@ the Hub. The only strings marked safe are our own stylesheet and the JSON twin w
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import json
 from pathlib import Path
@@ -20,7 +19,6 @@ from markupsafe import Markup
 
 from .. import format as f
 from ..estimator import Report
-from ..estimator.report import Memory, Params
 from ..records import ModelRecord
 from ..settings import Settings
 from . import accuracy_page, changes, listing, pages
@@ -68,37 +66,11 @@ def static_file(rel: str) -> str:
     return (TEMPLATES / rel).read_text(encoding="utf-8")
 
 
-# Report.to_dict() turns these pair-tuples into JSON objects; every other tuple becomes a list.
-_PAIR_FIELDS: dict[type, tuple[str, ...]] = {Report: ("provenance",), Memory: ("assumptions", "peak_phase"),
-                                            Params: ("layer_kinds", "quantization")}
-
-
-@functools.lru_cache(maxsize=None)
-def _field_names(cls: type) -> tuple[str, ...]:
-    return tuple(x.name for x in dataclasses.fields(cls))
-
-
-def _twin_default(obj: Any) -> dict[str, Any]:
-    """json's hook for a dataclass of the Report: its fields, one level (the C encoder walks the rest)."""
-    if not dataclasses.is_dataclass(obj) or isinstance(obj, type):
-        raise TypeError(f"{type(obj).__name__} is not JSON serialisable")
-    out = {name: getattr(obj, name) for name in _field_names(type(obj))}
-    for name in _PAIR_FIELDS.get(type(obj), ()):
-        if out[name] is not None:
-            out[name] = dict(out[name])
-    return out
-
-
 def twin_json(report: Report) -> str:
     """The JSON twin: sorted keys, ASCII only, and no raw `<`, `>`, `&` or `'` (they occur only inside
     strings, where \\u003c is the same value), so it is safe to embed in a page and to serve. Compact
-    (no indentation): a third smaller, and written by json's C encoder, which indentation turns off.
-
-    The same JSON as `report.to_dict()` (tests/test_site_twin.py holds them equal on every snapshot
-    model), without building it first: dataclasses.asdict deep-copies every leaf and was half of a
-    model's build time; here the C encoder walks the tuples and calls _twin_default per dataclass."""
-    text = json.dumps(report, default=_twin_default, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
-                      allow_nan=False)
+    (no indentation): a third smaller, and written by json's C encoder, which indentation turns off."""
+    text = json.dumps(report.to_dict(), sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
     for char in "<>&'":
         text = text.replace(char, f"\\u{ord(char):04x}")
     return text + "\n"
