@@ -27,6 +27,14 @@ METRICS = {"memtracker_fake_cpu": "allocated", "cuda_max_memory_allocated": "all
            "nvml_used": "nvidia-smi", "allocated_plus_non_torch": "nvidia-smi", "outcome": "allocated"}
 
 
+# The importer's terse reasons (tools/import_public.py), as the accuracy page words them.
+IMPORT_REASONS = {
+    "unit ambiguous": "unit ambiguous: GB or GiB is not stated (a 7% difference)",
+    "trust C": "trust C: the source's figure is ambiguous or inconsistent",
+    "sequence length not exact": "sequence length not exact: the source gives an approximate length or a cap (dynamic padding)",
+}
+
+
 def setup_and_reason(row: Mapping[str, Any]):
     """(the row's Setup in estimator.job's terms, "") or (None, why the row is not compared)."""
     from .measure.setup import Setup, job_of
@@ -35,7 +43,8 @@ def setup_and_reason(row: Mapping[str, Any]):
         text, prev = str(row["excluded"]), ""
         while prev != text:
             prev, text = text, re.sub(r"\s*\([^()]*\)", "", text)
-        return None, re.split(r"[;(]", text)[0].strip()
+        reason = re.split(r"[;(]", text)[0].strip()
+        return None, IMPORT_REASONS.get(reason, reason)
     raw = row.get("setup")
     if not raw or any(raw.get(k) is None for k in ("method", "batch", "tokens")):
         return None, "no setup (method, batch, tokens)"
