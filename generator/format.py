@@ -231,3 +231,17 @@ def share(part: int, whole: int) -> str:
     if whole <= 0:
         return f"{count(part)} of {count(whole)}"
     return f"{count(part)} of {count(whole)} ({percent(part / whole)})"
+
+
+def serve_weights(quantization: Sequence[tuple[str, object]] | None) -> str:
+    """How the served weights are stored, as a column head says it: "bf16", or the checkpoint's own format
+    (Report.params.quantization: method and bits), e.g. "fp8", "mxfp4", "gptq 4-bit"."""
+    if not quantization:
+        return "bf16"
+    q = dict(quantization)
+    method, bits = str(q.get("method", "")), q.get("bits")
+    if not isinstance(bits, (int, float)) or bits >= 16:  # a method the estimator reads as bf16 (quant.read_quant)
+        return "bf16"
+    if method in ("fp8", "mxfp4"):
+        return method
+    return f"{method} {bits:g}-bit"

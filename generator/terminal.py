@@ -31,7 +31,8 @@ def print_summary(console: Console, report: Report, *, plan: bool, settings: Set
         f"Fine-tuning at batch 1 and {fmt.count(m.train_tokens)} tokens takes about "
         f"{fmt.gb(m.train_full_bytes_batch1)} for a full fine-tune ({_fits(m.smallest_card_full)}), and "
         f"{fmt.gb(m.train_lora_bytes_batch1)} with LoRA r={a['lora_rank']} on a bf16 base "
-        f"({_fits(m.smallest_card_lora)}). Serving in bf16 at {fmt.count(m.serve_tokens)} tokens per sequence "
+        f"({_fits(m.smallest_card_lora)}). Serving {fmt.serve_weights(p.quantization)} weights at "
+        f"{fmt.count(m.serve_tokens)} tokens per sequence "
         f"starts at {fmt.gb(m.serve_bytes_batch1)} ({_fits(m.smallest_card_serve)}). "
         "Estimated from the config's structure, not measured."))
     if m.job_batch != 1:
@@ -79,7 +80,8 @@ def _print_plan(console: Console, report: Report, settings: Settings) -> None:
     a = dict(m.assumptions)
     table = Table(title=f"Largest batch per card (training {fmt.count(m.train_tokens)} tokens per sample, "
                         f"serving {fmt.count(m.serve_tokens)} tokens per sequence)")
-    for col in ("Card", "Budget", "Full fine-tune", f"LoRA r={a['lora_rank']}", "Serve bf16"):
+    for col in ("Card", "Budget", "Full fine-tune", f"LoRA r={a['lora_rank']}",
+                f"Serve {fmt.serve_weights(report.params.quantization)}"):
         table.add_column(col)
     for c in m.cards:
         table.add_row(c.name, fmt.gb(c.budget_bytes), fmt.batch(c.train_full_max_batch),

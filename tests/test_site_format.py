@@ -86,3 +86,14 @@ def test_signed_pct_says_which_way(x: float, text: str) -> None:
                                                (0, 0, "0 of 0"), (1, 3, "1 of 3 (33.3%)")])
 def test_share_gives_the_count_and_the_percentage(part: int, whole: int, text: str) -> None:
     assert f.share(part, whole) == text
+
+
+def test_serve_weights_names_the_checkpoint_storage() -> None:
+    # What the serving column and the terminal say: bf16 unless the checkpoint is quantised (quant.read_quant).
+    assert f.serve_weights(None) == "bf16"
+    assert f.serve_weights((("method", "fp8"), ("bits", 8), ("group_size", 16384), ("describes", "FP8"))) == "fp8"
+    assert f.serve_weights((("method", "mxfp4"), ("bits", 4.25), ("group_size", 32), ("describes", "x"))) == "mxfp4"
+    assert f.serve_weights((("method", "gptq"), ("bits", 4), ("group_size", 128), ("describes", "x"))) == "gptq 4-bit"
+    assert f.serve_weights((("method", "awq"), ("bits", 4), ("group_size", 128), ("describes", "x"))) == "awq 4-bit"
+    # a method not modelled is read as bf16, and said so
+    assert f.serve_weights((("method", "hqq"), ("bits", 16), ("group_size", 0), ("describes", "x"))) == "bf16"

@@ -203,6 +203,7 @@ def _memory(report: Report, root: str | None = None) -> dict[str, Any]:
     return {
         "train_tokens": f.count(report.memory.train_tokens),
         "serve_tokens": f.count(report.memory.serve_tokens),
+        "serve_weights": f.serve_weights(report.params.quantization),
         "rank": f.count(dict(report.memory.assumptions)["lora_rank"]),
         "any_split": any(card.split for card in report.memory.cards),
         "rows": rows,
