@@ -240,14 +240,15 @@ def serve_profile(a: Arch, g: Graph, s: Assumptions, tokens: int) -> Profile:
                    enc_out, per_layer, s.decode_logits_bytes * spec.vocab, len(spec.blocks))
 
 
-def _serve_transient(g: Graph, s: Assumptions, tokens: int) -> int:
+def _serve_transient(g: Graph, s: Assumptions, tokens: int, width: int | None = None) -> int:
     """Prefill runs one sequence-sized chunk at a time (vLLM's chunked prefill, HF generate at batch 1): the
     largest layer transient (q/k/v/output or the MLP intermediates) plus two residual copies."""
     spec = g.spec
     assert spec is not None
     c = s.compute_bytes
-    width = max((b.transient for b in spec.blocks), default=0) + 2 * spec.hidden
-    return tokens * c * width + c * spec.vision_transient
+    if width is None:
+        width = max((b.transient for b in spec.blocks), default=0)
+    return tokens * c * (width + 2 * spec.hidden) + c * spec.vision_transient
 
 
 def serve_token_bytes(g: Graph, s: Assumptions, tokens: int, cache: CacheTerms | None = None) -> int:
@@ -257,12 +258,12 @@ def serve_token_bytes(g: Graph, s: Assumptions, tokens: int, cache: CacheTerms |
     `cache`: cache_block(g), when the caller asks at many token counts."""
     spec = g.spec
     assert spec is not None
-    transient = _serve_transient(g, s, tokens)
+    cache = cache or cache_block(g)
+    transient = _serve_transient(g, s, tokens, cache.transient)
     if spec.kind == "encoder":
         return transient + tokens * 4 * spec.logits
     enc_tokens = tokens if spec.kind == "encoder-decoder" else 0
-    return transient + enc_tokens * s.compute_bytes * spec.hidden + kv_bytes_of_block(cache or cache_block(g), s,
-                                                                                      tokens, enc_tokens)
+    return transient + enc_tokens * s.compute_bytes * spec.hidden + kv_bytes_of_block(cache, s, tokens, enc_tokens)
 
 
 def cache_block(g: Graph) -> CacheTerms:
@@ -270,19 +271,22 @@ def cache_block(g: Graph) -> CacheTerms:
     them, so this block's cache is the whole model's, in one pass over its distinct windows."""
     spec = g.spec
     assert spec is not None
-    state, kv = 0, {}
+    state, kv, transient = 0, {}, 0
     for b in spec.blocks:
+        transient = max(transient, b.transient)
         if b.stack != "encoder":
             state += b.state
             for window, n in b.kv:
                 kv[window] = kv.get(window, 0) + n
-    return CacheTerms(state, tuple(kv.items()))
+    return CacheTerms(state, tuple(kv.items()), transient)
 
 
 class CacheTerms(NamedTuple):
-    """What kv_bytes_of_block reads of a Block (state, kv), summed over the layers."""
+    """What kv_bytes_of_block reads of a Block (state, kv), summed over the layers, and the largest layer
+    transient (_serve_transient)."""
     state: int
     kv: tuple[tuple[int, int], ...]
+    transient: int
 
 
 def kv_bytes_per_token(a: Arch, s: Assumptions) -> int:
