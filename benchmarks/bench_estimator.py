@@ -21,6 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from generator.errors import TraceError  # noqa: E402
 from generator.estimator import estimate  # noqa: E402
+from generator.estimator.config import normalise  # noqa: E402
+from generator.estimator.graph import build_graph  # noqa: E402
 from generator.settings import load_settings  # noqa: E402
 from tests.conftest import snapshot_configs  # noqa: E402
 
@@ -46,7 +48,7 @@ def bench_estimator_vs_meta(per_model: bool = False) -> None:
 
     transformers.logging.set_verbosity_error()
     settings = load_settings()
-    rows = []  # (repo id, ours s, theirs s, ours without to_dict s)
+    rows = []  # (repo id, ours s, theirs s, ours without to_dict s, graph only s)
     for repo_id, cfg, checkpoint in snapshot_configs():
         model_type = cfg.get("model_type")
         if "auto_map" in cfg or "text_config" in cfg or model_type not in CONFIG_MAPPING:
@@ -73,15 +75,18 @@ def bench_estimator_vs_meta(per_model: bool = False) -> None:
             meta()  # warm: the first build of a class imports its modeling file
         except Exception:  # noqa: BLE001 - a class transformers cannot build is not a benchmark point
             continue
+        def graph(cfg=cfg, repo_id=repo_id):  # the same work as the meta build: the layer graph and its count
+            build_graph(normalise(cfg, repo_id))
+
         rows.append((repo_id, _median_cpu_seconds(ours, OURS_REPEAT), _median_cpu_seconds(meta, THEIRS_REPEAT),
-                     _median_cpu_seconds(report, OURS_REPEAT)))
+                     _median_cpu_seconds(report, OURS_REPEAT), _median_cpu_seconds(graph, OURS_REPEAT)))
 
     o = statistics.median(r[1] for r in rows)
     t = statistics.median(r[2] for r in rows)
     ratios = sorted((r[2] / r[1], r[0]) for r in rows)
     if per_model:
         print(f"{'model':60s} {'ours ms':>9s} {'meta ms':>9s} {'ratio':>7s}")
-        for repo_id, ours_s, theirs_s, _ in sorted(rows, key=lambda r: r[2] / r[1]):
+        for repo_id, ours_s, theirs_s, *_ in sorted(rows, key=lambda r: r[2] / r[1]):
             print(f"{repo_id:60s} {ours_s * 1e3:9.3f} {theirs_s * 1e3:9.2f} {theirs_s / ours_s:6.0f}x")
     print(f"estimator (config -> Report -> to_dict) vs transformers on meta, {len(rows)} snapshot models,")
     print(f"median CPU time (process_time) per model, {OURS_REPEAT} / {THEIRS_REPEAT} repeats each:")
@@ -90,6 +95,9 @@ def bench_estimator_vs_meta(per_model: bool = False) -> None:
     print(f"  ratio of medians    {t / o:8.1f}x  (target >= 50x)")
     bare = statistics.median(r[3] for r in rows)
     print(f"  without to_dict     {bare * 1e3:8.3f} ms  ratio {t / bare:.1f}x  (config -> Report only)")
+    graph_only = statistics.median(r[4] for r in rows)
+    print(f"  graph only          {graph_only * 1e3:8.3f} ms  ratio {t / graph_only:.1f}x  (config -> layer graph and "
+          "parameter count: what the meta build gives)")
     print(f"  per-model ratio     median {statistics.median(r for r, _ in ratios):.1f}x, "
           f"lowest {ratios[0][0]:.1f}x ({ratios[0][1]})")
 
