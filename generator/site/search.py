@@ -95,7 +95,8 @@ def shard_of(model_id: str, count: int) -> int:
 
 @dataclass(frozen=True)
 class Plan:
-    """The shards of one build: keys[k] is shard k's key, built the shards that have documents."""
+    """The search shards of one build: keys[k] is shard k's key; built, the shards that have documents
+    (an empty one is neither indexed nor listed); documents makes the documents again, for indexing."""
 
     count: int
     keys: tuple[str, ...]
@@ -124,10 +125,10 @@ def plan(entries: list[listing.Entry], family_slugs: list[str], shard_size: int)
             _feed(hashes[k], part)
         sizes[k] += 1
     built = tuple(k for k in range(count) if sizes[k])
-    keys = []
+    keys, pagefind = [], version()  # a new Pagefind may index the same documents differently
     for k, h in enumerate(hashes):
         key = hashlib.sha256()
-        for part in (version(), str(count), str(k), h.hexdigest()):
+        for part in (pagefind, str(count), str(k), h.hexdigest()):
             _feed(key, part)
         if k == 0:  # shard 0's folder holds the list of shards
             _feed(key, json.dumps(built))
