@@ -60,8 +60,8 @@ fuzz: $(TEST_STAMP) ## long fuzz run: 10,000 mutated snapshot configs (FUZZ_EXAM
 accuracy: $(TEST_STAMP) ## recompute the published accuracy figures from data/measurements/ and the estimator
 	$(BIN)/python -m generator.accuracy
 
-bench-scale: $(STAMP) ## scale benchmark: synthetic 1k/10k/100k-model snapshots, full + 1%-changed builds (SIZES="1000 10000" to shorten)
-	$(BIN)/python benchmarks/bench_scale.py $(or $(SIZES),1000 10000 100000)
+bench-scale: $(STAMP) ## scale benchmark: synthetic 1k/10k/100k-model snapshots, full + 1%-changed builds (SIZES="1000 10000" to shorten, SHARD_SIZE=N search shard size)
+	$(BIN)/python benchmarks/bench_scale.py $(or $(SIZES),1000 10000 100000) $(if $(SHARD_SIZE),--shard-size $(SHARD_SIZE))
 
 faults: $(TEST_STAMP) ## the crawl and build kill tests at more random points (FAULT_RUNS=N, default 100)
 	FAULT_RUNS=$${FAULT_RUNS:-100} $(BIN)/python -m pytest -q -s tests/test_faults_crawl.py tests/test_faults_build.py

@@ -1,6 +1,6 @@
 """Scale benchmark (not a test): the site build on synthetic snapshots of 1k / 10k / 100k models.
 
-    python benchmarks/bench_scale.py [SIZES ...] [--work DIR] [--change 0.01] [--keep]
+    python benchmarks/bench_scale.py [SIZES ...] [--work DIR] [--change 0.01] [--shard-size N] [--keep]
     make bench-scale                      # 1000 10000 100000
     make bench-scale SIZES="1000 10000"   # a quicker run
 
@@ -14,8 +14,9 @@ Reported per build: wall seconds; CPU seconds of the build and all its processes
 machine the steadier measure of linearity; on an idle 2-core one, wall is about CPU / 2); models per
 second; peak memory of the whole process tree (PSS, so pages shared by forked workers count once;
 sampled every 0.2 s from /proc, Linux only); the largest single process's peak RSS (VmHWM) and which
-process it was; the peak RSS of the main build process, of the largest worker and of Pagefind
-(a separate process: its index grows with the site, the build's own memory should not); the output's
+process it was; the peak RSS of the main build process, of the largest worker and of the largest
+Pagefind run (one per search shard, one after another: its peak follows the shard size, --shard-size,
+default generator.site.search.SHARD_SIZE, not the site) and the number of shards; the output's
 size and file count; and the models rendered / copied, as the build's
 own summary says. Linear time: seconds per 1,000 models do not grow with N. Flat memory: the peak
 does not grow with N.
@@ -136,14 +137,15 @@ def _summary_count(text: str, label: str) -> int | None:
     return int(found.group(1).replace(",", "")) if found else None
 
 
-def build(snapshot: Path, out: Path, log: Path) -> dict:
+def build(snapshot: Path, out: Path, log: Path, shard_size: int | None = None) -> dict:
     """One `neurarch-trace build` in its own process; wall time, memory, output, the summary's counts."""
     env = {**os.environ, "COLUMNS": "200", "PYTHONPATH": str(ROOT)}
     cpu_before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     with open(log, "w", encoding="utf-8") as err:
+        shards = [] if shard_size is None else ["--search-shard-size", str(shard_size)]
         proc = subprocess.Popen([sys.executable, "-m", "generator.cli", "build", "--snapshot", str(snapshot),
-                                 "--out", str(out)], cwd=ROOT, env=env, stdout=err, stderr=subprocess.STDOUT)
+                                 "--out", str(out), *shards], cwd=ROOT, env=env, stdout=err, stderr=subprocess.STDOUT)
         memory = TreeMemory(proc.pid)
         memory.start()
         code = proc.wait()
@@ -161,10 +163,12 @@ def build(snapshot: Path, out: Path, log: Path) -> dict:
             "output_bytes": size, "output_files": files,
             "rendered": _summary_count(text, "models rendered"),
             "copied": _summary_count(text, "models unchanged (copied)"),
-            "pages": _summary_count(text, "pages written")}
+            "pages": _summary_count(text, "pages written"),
+            "search_shards": sum(1 for p in out.iterdir() if p.is_dir() and re.fullmatch(r"pagefind(-\d+)?", p.name)),
+            "search": next((line.strip() for line in text.splitlines() if line.startswith("search index")), "")}
 
 
-def run_size(models: int, work: Path, change: float) -> dict:
+def run_size(models: int, work: Path, change: float, shard_size: int | None = None) -> dict:
     folder = work / f"n{models}"
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
@@ -174,11 +178,11 @@ def run_size(models: int, work: Path, change: float) -> dict:
                    check=True, cwd=ROOT, stderr=subprocess.DEVNULL)
     synth_seconds = time.perf_counter() - started
     print(f"[{models}] snapshot written in {synth_seconds:.0f} s; full build ...", file=sys.stderr, flush=True)
-    full = build(snapshot, out, folder / "full.log")
+    full = build(snapshot, out, folder / "full.log", shard_size)
     print(f"[{models}] full build {full['seconds']:.0f} s; changing {change:.0%} ...", file=sys.stderr, flush=True)
     changed = subprocess.run([sys.executable, str(SYNTH), "change", "--snapshot", str(snapshot),
                               "--fraction", str(change)], check=True, cwd=ROOT, capture_output=True, text=True)
-    incremental = build(snapshot, out, folder / "incremental.log")
+    incremental = build(snapshot, out, folder / "incremental.log", shard_size)
     incremental["changed"] = len(changed.stdout.split())
     print(f"[{models}] incremental build {incremental['seconds']:.0f} s", file=sys.stderr, flush=True)
     return {"models": models, "synth_seconds": round(synth_seconds, 1), "full": full, "incremental": incremental}
@@ -190,7 +194,7 @@ def _mb(value: int | None) -> str:
 
 def table(results: list[dict]) -> str:
     head = ("models", "build", "wall s", "s / 1k models", "CPU s / 1k models", "models/s", "peak PSS (tree)",
-            "max RSS (1 proc)", "RSS main", "RSS worker", "RSS pagefind",
+            "max RSS (1 proc)", "RSS main", "RSS worker", "RSS pagefind", "shards",
             "output", "files", "rendered", "copied")
     rows = []
     for r in results:
@@ -202,6 +206,7 @@ def table(results: list[dict]) -> str:
                          f"{r['models'] / b['seconds']:,.0f}", _mb(b["peak_tree_pss_bytes"]),
                          f"{_mb(b['max_process_rss_bytes'])} ({b.get('max_process') or '?'})",
                          *(_mb(b.get("peak_rss_by_process_bytes", {}).get(k)) for k in ("main", "worker", "pagefind")),
+                         str(b.get("search_shards", "-")),
                          _mb(b["output_bytes"]), f"{b['output_files']:,}",
                          f"{b['rendered']:,}" if b["rendered"] is not None else "-",
                          f"{b['copied']:,}" if b["copied"] is not None else "-"))
@@ -217,6 +222,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("sizes", nargs="*", type=int, default=list(DEFAULT_SIZES), metavar="N")
     parser.add_argument("--work", type=Path, help="folder for snapshots and sites (default: a temp folder)")
     parser.add_argument("--change", type=float, default=0.01, help="fraction changed before the incremental build")
+    parser.add_argument("--shard-size", type=int, metavar="N",
+                        help="models per search shard (the build's --search-shard-size; default: the build's)")
     parser.add_argument("--keep", action="store_true", help="keep the snapshots and sites")
     args = parser.parse_args(argv)
     if not Path("/proc/self/smaps_rollup").exists():
@@ -226,8 +233,9 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     try:
         for models in args.sizes:
-            results.append(run_size(models, work, args.change))
-            (work / "bench-scale.json").write_text(json.dumps({"cores": os.cpu_count(), "results": results},
+            results.append(run_size(models, work, args.change, args.shard_size))
+            (work / "bench-scale.json").write_text(json.dumps({"cores": os.cpu_count(), "shard_size": args.shard_size,
+                                                               "results": results},
                                                               indent=1), encoding="utf-8")
             if not args.keep:
                 shutil.rmtree(work / f"n{models}", ignore_errors=True)

@@ -66,6 +66,8 @@ def _build_parser() -> argparse.ArgumentParser:
                    help="render every model again instead of copying the unchanged ones from the previous build")
     p.add_argument("--jobs", type=int, metavar="N", help="worker processes (default: one per core)")
     p.add_argument("--no-search", action="store_true", help="skip the Pagefind search index")
+    p.add_argument("--search-shard-size", type=int, metavar="N",
+                   help="models per search-index shard, each indexed by its own Pagefind run (default: 5000)")
     return p
 
 
@@ -174,16 +176,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         if argv[:1] == ["build"]:
             from .settings import DEFAULT_CONFIG, load_settings
             from .site.build import run_build
+            from .site.search import SHARD_SIZE
             from .hub.snapshot import DEFAULT_SNAPSHOT_DIR
 
             args = _build_parser().parse_args(argv[1:])
             if args.jobs is not None and args.jobs < 1:
                 raise ConfigError("command line", "--jobs", args.jobs, "must be a positive integer")
+            if args.search_shard_size is not None and args.search_shard_size < 1:
+                raise ConfigError("command line", "--search-shard-size", args.search_shard_size,
+                                  "must be a positive integer")
             settings = load_settings(args.config or DEFAULT_CONFIG)
             return run_build(snapshot_dir=args.snapshot or DEFAULT_SNAPSHOT_DIR, out_dir=args.out,
                              strict=args.strict, settings=settings, console=err, max_problems=args.max_problems,
                              incremental=not args.full, jobs=args.jobs, search_index=not args.no_search,
-                             background_cleanup=True)
+                             background_cleanup=True, search_shard_size=args.search_shard_size or SHARD_SIZE)
         if argv[:1] == ["measure"]:
             from .measure.cli import run_measure
 

@@ -25,6 +25,7 @@ import subprocess
 import tempfile
 import threading
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -42,6 +43,7 @@ FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-
          "--remote-debugging-port=0", "--window-size=1280,900")
 MODEL = "openai-community/gpt2"  # small: fits every card
 BIG = "meta-llama/Llama-3.1-405B"  # fits no single card for a full fine-tune
+SHARD_SIZE = 60  # the sharded case: the snapshot's ~157 models in 3 search shards, gpt2 in shard 2
 SECTIONS = ("headline", "provenance", "count", "cost", "memory", "assumptions", "validation", "structure",
             "findings", "own-model")
 
@@ -161,11 +163,20 @@ class Browser:
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    yield from _serve(tmp_path_factory.mktemp("browser") / "public")
+
+
+@pytest.fixture(scope="module")
+def served_sharded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    yield from _serve(tmp_path_factory.mktemp("browser-sharded") / "public", search_shard_size=SHARD_SIZE)
+
+
+def _serve(out: Path, **kwargs: Any) -> Iterator[str]:
+    """Build the committed snapshot into out and serve it over http://127.0.0.1 while the tests run."""
     if search.executable() is None:
         pytest.fail("Pagefind is not installed: pip install 'pagefind[bin]' (a dependency of the project)")
-    out = tmp_path_factory.mktemp("browser") / "public"
     rc = run_build(snapshot_dir=DEFAULT_SNAPSHOT_DIR, out_dir=out, strict=False, settings=load_settings(),
-                   console=Console(file=io.StringIO(), width=200))
+                   console=Console(file=io.StringIO(), width=200), **kwargs)
     assert rc == 0
     handler = functools.partial(_QuietHandler, directory=str(out))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
@@ -294,3 +305,23 @@ def test_search_finds_a_known_model(served: str, browser: Browser) -> None:
     titles = browser.js("[...document.querySelectorAll('#search-results a')].map(a => a.textContent)")
     assert "Qwen/Qwen3-0.6B" in titles, titles
     assert os.path.getsize(ARTIFACTS / "search-gpt2.png") > 1000
+
+
+def test_search_finds_a_model_outside_the_first_shard(served_sharded: str, browser: Browser) -> None:
+    """The index in 3 shards: gpt2 and Qwen3-0.6B are in shards 2 and 1, found only if search.js
+    merges the shards listed in pagefind/shards.json into the first."""
+    with urllib.request.urlopen(served_sharded + "pagefind/shards.json", timeout=10) as response:
+        assert json.load(response) == {"shards": ["pagefind/", "pagefind-1/", "pagefind-2/"]}
+    assert search.shard_of(MODEL, 3) == 2 and search.shard_of("Qwen/Qwen3-0.6B", 3) == 1
+    browser.goto(f"{served_sharded}search/?q=gpt2")
+    browser.wait_for("(() => { const s = document.getElementById('search-status').textContent; "
+                     "return /result/.test(s) ? s : ''; })()")
+    links = browser.js("[...document.querySelectorAll('#search-results a')].map(a => [a.textContent, a.href])")
+    assert any(title == MODEL and href == f"{served_sharded}models/{MODEL}/" for title, href in links), links
+    # The gpt2 family page's document is in shard 0: found in the same search as the shards' models.
+    assert any(href == f"{served_sharded}families/gpt2/" for _, href in links), links
+    browser.screenshot(ARTIFACTS / "search-gpt2-sharded.png")
+    browser.goto(f"{served_sharded}search/?q=Qwen3-0.6B")
+    browser.wait_for("document.querySelectorAll('#search-results a').length > 0")
+    titles = browser.js("[...document.querySelectorAll('#search-results a')].map(a => a.textContent)")
+    assert "Qwen/Qwen3-0.6B" in titles, titles

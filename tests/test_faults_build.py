@@ -49,7 +49,7 @@ WIRED = "build_lock" in inspect.getsource(build_mod.run_build)
 
 BUILD = KILLER + r'''
 from generator.cli import main
-sys.exit(main(["build", "--snapshot", sys.argv[1], "--out", sys.argv[2]]))
+sys.exit(main(["build", "--snapshot", sys.argv[1], "--out", sys.argv[2], *sys.argv[3:]]))
 '''
 
 LOCKED_BUILD = r'''
@@ -69,10 +69,10 @@ with build_lock(Path(sys.argv[2])):
 '''
 
 
-def locked_build(snapshot: Path, out: Path) -> tuple[int, str]:
+def locked_build(snapshot: Path, out: Path, **options: object) -> tuple[int, str]:
     console = io.StringIO()
     kwargs = dict(snapshot_dir=snapshot, out_dir=out, strict=False, settings=load_settings(),
-                  console=Console(file=console, width=200))
+                  console=Console(file=console, width=200), **options)
     if WIRED:
         return run_build(**kwargs), console.getvalue()
     with build_lock(out):
@@ -108,7 +108,8 @@ def _snapshots(root: Path) -> tuple[Path, Path]:
     return out[0], out[1]
 
 
-def _kill_build(snapshot: Path, out: Path, kill_at: int, event_log: Path | None = None) -> tuple[int, int, int]:
+def _kill_build(snapshot: Path, out: Path, kill_at: int, event_log: Path | None = None,
+                args: tuple[str, ...] = ()) -> tuple[int, int, int]:
     """Run the CLI build, killed before disk event kill_at; returns (exit code, events, lingering procs).
     Its temp dir is a `tmp` folder beside out (what a killed build leaves there is not in /tmp)."""
     (out.parent / "tmp").mkdir(exist_ok=True)
@@ -116,7 +117,7 @@ def _kill_build(snapshot: Path, out: Path, kill_at: int, event_log: Path | None 
            "TMPDIR": str(out.parent / "tmp")}
     if event_log is not None:
         env["EVENT_LOG"] = str(event_log)
-    proc = subprocess.Popen([sys.executable, "-c", BUILD, str(snapshot), str(out)], env=env, cwd=REPO,
+    proc = subprocess.Popen([sys.executable, "-c", BUILD, str(snapshot), str(out), *args], env=env, cwd=REPO,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         _, err = proc.communicate(timeout=120)
@@ -211,6 +212,42 @@ def test_a_build_killed_at_random_points_leaves_the_previous_site(tmp_path):
           f"{len(temp_left)} file(s) left in TMPDIR")
     assert set(outcomes) == {"previous site", "new site", "between the swap's renames"}
     assert temp_left == [], f"a killed build left temporary files outside its staging area: {temp_left}"
+
+
+def test_a_sharded_build_killed_between_its_pagefind_runs_leaves_the_previous_site(tmp_path):
+    """The search index in 3 shards (6 models each), one Pagefind run each: killed as each run starts
+    and just after each (its documents being deleted), the previous site stays whole, nothing is left
+    outside the staging area, and the next build recovers and makes the uninterrupted build's site."""
+    snap_a, snap_b = _snapshots(tmp_path)
+    shards = ("--search-shard-size", "6")
+    previous = tmp_path / "previous" / "public"
+    assert locked_build(snap_a, previous, search_shard_size=6)[0] == 0
+    before = _tree(previous)
+    assert {"pagefind/shards.json", "pagefind-1/pagefind.js", "pagefind-2/pagefind.js"} <= set(before)
+    reference = tmp_path / "reference" / "public"
+    shutil.copytree(previous, reference)
+    code, total, _ = _kill_build(snap_b, reference, 0, event_log=tmp_path / "events.log", args=shards)
+    assert code == 0
+    shutil.rmtree(reference.parent / "tmp")
+    after = _tree(reference)
+    rows = [line.split("\t") for line in (tmp_path / "events.log").read_text(encoding="utf-8").splitlines() if line]
+    runs = [int(n) for n, event, arg in rows if event == "subprocess.Popen" and "pagefind" in arg.lower()]
+    assert len(runs) >= 2, rows[-20:]  # night B re-indexes every shard here (3 runs), at least two
+    print(f"\nPagefind runs at disk events {runs} of {total}")
+    for point in sorted({p for n in runs for p in (n, n + 1)}):
+        out = tmp_path / f"kill{point}" / "public"
+        shutil.copytree(previous, out)
+        code, _, lingering = _kill_build(snap_b, out, point, args=shards)
+        assert code == -9 and not lingering, f"kill at disk event {point}/{total}"
+        assert list((out.parent / "tmp").iterdir()) == [], f"kill at {point}: files left in TMPDIR"
+        shutil.rmtree(out.parent / "tmp")
+        assert _tree(out) == before, f"kill at {point}/{total}: the previous site changed"
+        assert any(p.name.startswith(".public-build-") for p in out.parent.iterdir())  # staged beside public/
+        code, output = locked_build(snap_b, out, search_shard_size=6)
+        assert code == 0, output
+        assert _tree(out) == after, f"kill at {point}/{total}"
+        assert _settled(out.parent, ["public"]) == ["public"], f"kill at {point}/{total}: leftovers"
+        shutil.rmtree(out.parent)
 
 
 def _wait_for(predicate, proc: subprocess.Popen, what: str, timeout: float = 60) -> None:

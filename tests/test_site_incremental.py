@@ -4,6 +4,7 @@ Atom feed say what changed between the two snapshots."""
 
 from __future__ import annotations
 
+import gzip
 import io
 import json
 import re
@@ -18,7 +19,7 @@ from generator.format import short_count
 from generator.hub.snapshot import DEFAULT_SNAPSHOT_DIR, index_entry, load_record, write_index, write_record
 from generator.records import ModelRecord
 from generator.settings import load_settings
-from generator.site import manifest, pages
+from generator.site import manifest, pages, search
 from generator.site.build import run_build
 
 # Small and quick, of three families; plus one whose config.json is broken (a "not estimated" page).
@@ -84,12 +85,21 @@ def _deeper(record: ModelRecord) -> ModelRecord:
 def two_snapshots(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     """A first build, then the second snapshot (gpt2 deeper, opt-125m removed, a model added, one record
     touched without changing its estimate) built both ways from a copy of the first site."""
-    root = tmp_path_factory.mktemp("incremental")
+    return _two_builds(tmp_path_factory.mktemp("incremental"))
+
+
+@pytest.fixture(scope="module")
+def sharded(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+    """The same two builds with a search shard of 2 models: 5 models, 3 shards."""
+    return _two_builds(tmp_path_factory.mktemp("sharded"), search_shard_size=2)
+
+
+def _two_builds(root: Path, **kwargs: object) -> dict[str, object]:
     records = _records()
     first = [r for m, r in records.items() if m != "distilbert/distilgpt2"]
     first[0] = replace(first[0], last_modified="2026-01-15T08:00:00.000Z")
     out = root / "public"
-    _build(_snapshot(root / "snap1", first), out)
+    _build(_snapshot(root / "snap1", first), out, **kwargs)
     before = _tree(out)
     shutil.copytree(out, root / "full")
 
@@ -105,10 +115,76 @@ def two_snapshots(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]
             second.append(record)
     second.append(records["distilbert/distilgpt2"])
     snap2 = _snapshot(root / "snap2", second)
-    incremental = _build(snap2, out)
-    full = _build(snap2, root / "full", incremental=False)
+    incremental = _build(snap2, out, **kwargs)
+    full = _build(snap2, root / "full", incremental=False, **kwargs)
     return {"out": out, "full": root / "full", "before": before, "incremental": incremental, "fullsummary": full,
             "snap2": snap2, "root": root}
+
+
+def _shard_pages(folder: Path) -> set[str]:
+    """The page URLs a Pagefind index holds (its fragments: gzip, then `pagefind_dcd` and JSON)."""
+    urls = set()
+    for path in folder.glob("fragment/*.pf_fragment"):
+        data = gzip.decompress(path.read_bytes())
+        assert data.startswith(b"pagefind_dcd"), path
+        urls.add(json.loads(data[len(b"pagefind_dcd"):])["url"])
+    return urls
+
+
+def test_the_shard_of_a_model_is_stable() -> None:
+    # sha256 of the id, not Python's salted hash(): a model must stay in its shard across runs and
+    # machines, or every nightly would re-index every shard. Values from the first sharded build.
+    assert [search.shard_of(m, 3) for m in MODELS] == [2, 2, 1, 2, 0]
+    assert search.shard_count(10_000, True, 2_500) == 4 and search.shard_count(10_001, True, 2_500) == 5
+    assert search.shard_count(10_000, False, 2_500) == 1  # no family for shard 0: one shard
+    with pytest.raises(ValueError, match="shard size"):
+        search.shard_count(10, True, 0)
+
+
+def test_a_sharded_index_splits_by_id_and_reindexes_only_the_changed_shards(sharded: dict) -> None:
+    """Second snapshot, 5 models in 3 shards: shard 0 (opt-125m and the families: opt's family is
+    gone) and shard 2 (gpt2 deeper, distilgpt2 added) change; shard 1 (Qwen3-0.6B, whose downloads
+    are not in its document, and broken/config) is copied. The output equals a full build."""
+    inc, full = _tree(sharded["out"]), _tree(sharded["full"])
+    assert sorted(inc) == sorted(full) and [k for k in inc if inc[k] != full[k]] == []
+    assert "search index: 2 of 3 shards indexed, 1 unchanged (copied)" in sharded["incremental"]
+    assert "search index: 3 of 3 shards indexed, 0 unchanged (copied)" in sharded["fullsummary"]
+    out = sharded["out"]
+    listing = json.loads((out / "pagefind" / search.SHARDS_FILE).read_text(encoding="utf-8"))
+    assert listing == {"shards": ["pagefind/", "pagefind-1/", "pagefind-2/"]}
+    assert sorted(p.name for p in out.iterdir() if p.name.startswith("pagefind")) == ["pagefind", "pagefind-1",
+                                                                                      "pagefind-2"]
+    models = [m for m in (*MODELS, BROKEN.id) if m != "facebook/opt-125m"]
+    for k in range(3):
+        want = {f"/models/{m}/" for m in models if search.shard_of(m, 3) == k}
+        if k == 0:
+            want |= {f"/families/{s}/" for s in ("gpt2", "qwen2", "qwen3")}
+        assert _shard_pages(out / search.folder(k)) == want, k
+    old = json.loads(sharded["before"][pages.MANIFEST])["search_keys"]
+    new = json.loads(inc[pages.MANIFEST])["search_keys"]
+    assert [a == b for a, b in zip(old, new)] == [False, True, False]
+
+
+def test_a_sharded_site_with_nothing_changed_is_left_as_it_is(sharded: dict, tmp_path: Path) -> None:
+    out = tmp_path / "public"
+    shutil.copytree(sharded["out"], out)
+    before = _tree(out)
+    summary = _build(sharded["snap2"], out, search_shard_size=2)
+    assert "left as it is" in summary and _tree(out) == before
+    shutil.rmtree(out / "pagefind-1")  # a shard missing from the site: not taken for no change
+    summary = _build(sharded["snap2"], out, search_shard_size=2)
+    assert "left as it is" not in summary and "search index: 1 of 3 shards indexed" in summary
+    assert _tree(out) == before
+
+
+def test_a_new_shard_size_reindexes_and_leaves_no_stale_shard(sharded: dict, two_snapshots: dict,
+                                                              tmp_path: Path) -> None:
+    """The same site rebuilt with the default shard size: one shard, exactly the unsharded build."""
+    out = tmp_path / "public"
+    shutil.copytree(sharded["out"], out)
+    summary = _build(sharded["snap2"], out)
+    assert "left as it is" not in summary and _count(summary, "models rendered") == 0
+    assert _tree(out) == _tree(two_snapshots["out"])
 
 
 def test_incremental_output_equals_a_full_build_byte_for_byte(two_snapshots: dict) -> None:

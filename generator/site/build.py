@@ -31,7 +31,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from ..errors import RecordError
+from ..errors import ConfigError, RecordError
 from ..hub.snapshot import RecordProblem, iter_records, read_index
 from ..settings import Settings
 from . import changes, listing, manifest, pages, render, search, staging, unchanged, worker
@@ -150,7 +150,7 @@ def _models(snapshot_dir: Path, settings: Settings, render_key: str, writer: pag
 
 def _write_site(snapshot_dir: Path, work: Path, settings: Settings, console: Console, problems: list[Problem],
                 previous: manifest.Manifest | None, old_out: Path | None, jobs: int, use_search: bool,
-                stats: _Stats) -> pages.SiteWriter:
+                shard_size: int, stats: _Stats) -> pages.SiteWriter:
     writer = pages.SiteWriter(work)
     render_key = manifest.render_key(settings)  # once: the manifest must hold the key the pages were built under
     stats.lap("start")
@@ -171,9 +171,10 @@ def _write_site(snapshot_dir: Path, work: Path, settings: Settings, console: Con
     index_key, index_files = _index_pages(writer, settings, render_key, entries, models, groups, history, live,
                                           previous, old_out, stats)
     stats.lap("index pages")
-    search_key = _search_index(work, entries, sorted(groups), previous, old_out, stats) if use_search else None
+    search_keys = (_search_index(work, entries, sorted(groups), shard_size, previous, old_out, stats)
+                   if use_search else None)
     stats.lap("search")
-    writer.write(pages.MANIFEST, manifest.Manifest(render_key, models, history, search_key, index_key,
+    writer.write(pages.MANIFEST, manifest.Manifest(render_key, models, history, search_keys, index_key,
                                                    index_files).dumps())
     writer.write(pages.MARKER, "Built by neurarch-trace. The next build replaces this whole folder.\n")
     return writer
@@ -200,16 +201,16 @@ def _index_pages(writer: pages.SiteWriter, settings: Settings, render_key: str, 
     return key, list(writer.written.values())[first:]
 
 
-def _search_index(work: Path, entries: list[listing.Entry], family_slugs: list[str],
-                  previous: manifest.Manifest | None, old_out: Path | None, stats: _Stats) -> str | None:
-    """Pagefind over the search documents, or the previous index when they hash the same; returns the
-    key for the manifest (None when Pagefind is not installed). The documents are made as they are
-    hashed and again as they are written, never held all at once."""
-    key = manifest.search_key(search.parts(render.search_documents(entries, family_slugs)))
-    same = previous is not None and previous.search_key == key and old_out is not None
-    stats.search = search.build_index(work, render.search_documents(entries, family_slugs),
-                                      old_out / pages.PAGEFIND if same else None, scratch=work.parent)
-    return None if stats.search.startswith("search index skipped") else key
+def _search_index(work: Path, entries: list[listing.Entry], family_slugs: list[str], shard_size: int,
+                  previous: manifest.Manifest | None, old_out: Path | None, stats: _Stats) -> list[str] | None:
+    """Pagefind over the search documents, shard by shard, copying the shards whose documents hash as
+    in the previous build (search.py); returns the shard keys for the manifest (None when Pagefind is
+    not installed). The documents are made as they are hashed and again as they are written, never
+    held all at once."""
+    shards = search.plan(entries, family_slugs, shard_size)
+    stats.search = search.build_index(work, shards, None if previous is None else previous.search_keys, old_out,
+                                      scratch=work.parent)
+    return None if stats.search.startswith("search index skipped") else list(shards.keys)
 
 
 def _write_index_pages(writer: pages.SiteWriter, settings: Settings, entries: list[listing.Entry],
@@ -251,30 +252,34 @@ def _write_machine_files(writer: pages.SiteWriter, settings: Settings, entries: 
 
 def run_build(*, snapshot_dir: Path, out_dir: Path, strict: bool, settings: Settings, console: Console,
               max_problems: int | None = None, incremental: bool = True, jobs: int | None = None,
-              search_index: bool = True, background_cleanup: bool = False) -> int:
+              search_index: bool = True, background_cleanup: bool = False,
+              search_shard_size: int = search.SHARD_SIZE) -> int:
     """Build the site into out_dir; returns 0, or 1 when strict and anything went wrong, or when more
     than max_problems models failed (the nightly's alarm). Unsupported architectures are listed but
     are not failures: their page says "not estimated yet".
 
     incremental=False renders every model again (the previous build's manifest is still read, for the
-    change history). jobs: worker processes (default: one per core). search_index=False skips Pagefind.
+    change history). jobs: worker processes (default: one per core). search_index=False skips Pagefind;
+    search_shard_size: models per search shard on average (search.py).
     background_cleanup: delete the replaced site in a detached process (the command line does).
 
     Raises (out_dir untouched) when the snapshot has no readable index, or on an error that is not
     about one model (disk full, interrupt)."""
     started = time.perf_counter()
+    if isinstance(search_shard_size, bool) or not isinstance(search_shard_size, int) or search_shard_size < 1:
+        raise ConfigError("build", "search_shard_size", search_shard_size, "must be a positive integer")
     out_dir = Path(out_dir).absolute()
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     # The lock comes before staging.recover: a second build's recovery would otherwise delete the first
     # one's temporary folder mid-build. A second build of the same folder refuses (BuildLocked).
     with build_lock(out_dir):
         return _locked_build(started, snapshot_dir, out_dir, strict, settings, console, max_problems,
-                             incremental, jobs, search_index, background_cleanup)
+                             incremental, jobs, search_index, background_cleanup, search_shard_size)
 
 
 def _locked_build(started: float, snapshot_dir: Path, out_dir: Path, strict: bool, settings: Settings,
                   console: Console, max_problems: int | None, incremental: bool, jobs: int | None,
-                  search_index: bool, background_cleanup: bool) -> int:
+                  search_index: bool, background_cleanup: bool, shard_size: int) -> int:
     staging.recover(out_dir)
     is_site = out_dir.is_dir() and not out_dir.is_symlink() and (out_dir / pages.MARKER).is_file()
     previous = manifest.load(out_dir) if is_site else None
@@ -282,7 +287,7 @@ def _locked_build(started: float, snapshot_dir: Path, out_dir: Path, strict: boo
     stats = _Stats()
     if old_out is not None and previous is not None:
         found = unchanged.check(Path(snapshot_dir), out_dir, settings, manifest.render_key(settings), previous,
-                                search_index)
+                                search_index, shard_size)
         if found is not None:
             return _finish(console, found, started, out_dir, strict, max_problems, stats, len(previous.models),
                            sum(rel.endswith(".html") for v in previous.models.values() for rel in v["files"])
@@ -291,7 +296,7 @@ def _locked_build(started: float, snapshot_dir: Path, out_dir: Path, strict: boo
     problems: list[Problem] = []
     try:
         writer = _write_site(Path(snapshot_dir), work, settings, console, problems, previous, old_out,
-                             worker.default_jobs() if jobs is None else jobs, search_index, stats)
+                             worker.default_jobs() if jobs is None else jobs, search_index, shard_size, stats)
         if not _failed(problems, strict, max_problems):
             stats.lap("manifest")
             staging.swap_in(work, out_dir, background_cleanup)

@@ -70,11 +70,6 @@ def model_key(render: str, record: ModelRecord) -> str:
     return _digest(render, json.dumps(record_to_dict(page_record(record)), sort_keys=True, ensure_ascii=True))
 
 
-def search_key(parts: Iterable[str]) -> str:
-    """The hash of the search documents, taken as they stream by (never all in memory)."""
-    return _digest_all(parts)
-
-
 def index_key(render: str, *inputs: Any) -> str:
     """The hash of everything the index pages (home, families, cards, changes, feeds, sitemap, ...)
     are made from: the render key and the inputs the build hands their renderers."""
@@ -84,21 +79,22 @@ def index_key(render: str, *inputs: Any) -> str:
 
 @dataclass
 class Manifest:
-    """models: id -> {"key", "files", "row"}; history: the change batches, oldest first; index_files:
+    """models: id -> {"key", "files", "row"}; history: the change batches, oldest first; search_keys:
+    each search shard's key (search.Plan; None without a search index); index_files:
     the index pages (everything but the models' own files, the search index and this manifest), which
     a build whose index_key is unchanged copies instead of rendering."""
 
     render_key: str = ""
     models: dict[str, dict[str, Any]] = field(default_factory=dict)
     history: list[dict[str, Any]] = field(default_factory=list)
-    search_key: str | None = None
+    search_keys: list[str] | None = None
     index_key: str | None = None
     index_files: list[str] = field(default_factory=list)
 
     def dumps(self) -> str:
         """Sorted keys, ASCII, and `<`, `>`, `&`, `'` \\u-escaped like the JSON twins (hub strings
         inside the rows must not appear raw in any published file)."""
-        data = {"format": FORMAT, "render_key": self.render_key, "search_key": self.search_key,
+        data = {"format": FORMAT, "render_key": self.render_key, "search_keys": self.search_keys,
                 "index_key": self.index_key, "index_files": self.index_files,
                 "history": self.history, "models": self.models}
         text = json.dumps(data, sort_keys=True, ensure_ascii=True, separators=(",", ":"), allow_nan=False)
@@ -121,8 +117,10 @@ def load(out_dir: Path) -> Manifest | None:
         return None
     good = {k: v for k, v in models.items() if isinstance(v, dict) and isinstance(v.get("key"), str)
             and isinstance(v.get("files"), list) and isinstance(v.get("row"), dict)}
+    keys = data.get("search_keys")  # a manifest from before the shards has none: every shard is indexed
+    keys = keys if isinstance(keys, list) and all(isinstance(x, str) for x in keys) else None
     files = data.get("index_files")
     files = files if isinstance(files, list) and all(isinstance(x, str) for x in files) else []
     return Manifest(str(data.get("render_key") or ""), good, [h for h in history if isinstance(h, dict)],
-                    data.get("search_key") if isinstance(data.get("search_key"), str) else None,
+                    keys,
                     data.get("index_key") if isinstance(data.get("index_key"), str) and files else None, files)

@@ -3,7 +3,7 @@ from the records and the previous manifest without estimating, rendering or writ
 
 An incremental build copies a model whose key is unchanged, and the index pages and the search index
 whose inputs hash the same; so when every model's key and row, the history, the index key and the
-search key are those of the previous build, and the manifest it would write is byte for byte the one
+search shard keys are those of the previous build, and the manifest it would write is byte for byte the one
 in out_dir, the whole new tree would equal the old one. The build then leaves out_dir in place (no
 staging tree, no swap). Anything else (a record changed, added or gone, a file missing, new code or
 settings) returns None and the build runs as usual.
@@ -16,12 +16,12 @@ from pathlib import Path
 
 from ..hub.snapshot import RecordProblem, iter_records
 from ..settings import Settings
-from . import changes, listing, manifest, pages, render, search
+from . import changes, listing, manifest, pages, search
 from .worker import Problem
 
 
 def check(snapshot_dir: Path, out_dir: Path, settings: Settings, render_key: str, previous: manifest.Manifest,
-          use_search: bool) -> list[Problem] | None:
+          use_search: bool, shard_size: int) -> list[Problem] | None:
     """The problems the build would list when out_dir is already its output; None when it is not."""
     problems: list[Problem] = []
     models: dict[str, dict] = {}
@@ -48,11 +48,12 @@ def check(snapshot_dir: Path, out_dir: Path, settings: Settings, render_key: str
     index_key = manifest.index_key(render_key, [v["row"] for v in models.values()], previous.history, date, html)
     if index_key != previous.index_key:
         return None
-    search_key = None
+    search_keys, search_dirs = None, set()
     if use_search and search.executable() is not None:
-        slugs = sorted({e.slug for e in entries if e.slug is not None})
-        search_key = manifest.search_key(search.parts(render.search_documents(entries, slugs)))
-    text = manifest.Manifest(render_key, models, previous.history, search_key, index_key,
+        shards = search.plan(entries, sorted({e.slug for e in entries if e.slug is not None}), shard_size)
+        if shards.built:
+            search_keys, search_dirs = list(shards.keys), {search.folder(k) for k in shards.built}
+    text = manifest.Manifest(render_key, models, previous.history, search_keys, index_key,
                              previous.index_files).dumps()
     try:
         same = (out_dir / pages.MANIFEST).read_text(encoding="utf-8") == text
@@ -60,32 +61,33 @@ def check(snapshot_dir: Path, out_dir: Path, settings: Settings, render_key: str
         return None
     expected = {rel for v in models.values() for rel in v["files"]} | set(previous.index_files) | {
         pages.MANIFEST, pages.MARKER}
-    if not same or not _holds_exactly(out_dir, expected, search_key is not None):
+    if not same or not _holds_exactly(out_dir, expected, search_dirs):
         return None
     return problems + family_problems(entries)
 
 
-def _holds_exactly(out_dir: Path, expected: set[str], search_index: bool) -> bool:
+def _holds_exactly(out_dir: Path, expected: set[str], search_dirs: set[str]) -> bool:
     """out_dir holds the expected files and folders and nothing else (a file left there by hand would
-    not survive a build); pagefind/ is taken whole, as an incremental build copies it."""
+    not survive a build); the search shards' folders (pagefind/, pagefind-1/, ...) are taken whole, as
+    an incremental build copies them, and must be exactly search_dirs."""
     found: set[str] = set()
     folders, frontier = {""}, {os.path.dirname(rel) for rel in expected}
     while frontier - folders:  # every folder above an expected file
         folders |= frontier
         frontier = {os.path.dirname(f) for f in frontier if f}
-    has_search = False
+    found_search: set[str] = set()
     for folder, dirs, files in os.walk(out_dir):
         rel = os.path.relpath(folder, out_dir).replace(os.sep, "/")
         rel = "" if rel == "." else rel
-        if rel == "" and pages.PAGEFIND in dirs:
-            dirs.remove(pages.PAGEFIND)
-            has_search = True
+        if rel == "":
+            found_search = {d for d in dirs if d == pages.PAGEFIND or d.startswith(f"{pages.PAGEFIND}-")}
+            dirs[:] = [d for d in dirs if d not in found_search]
         if rel not in folders:
             return False
         found.update(f"{rel}/{name}" if rel else name for name in files)
         if len(found) > len(expected):
             return False
-    return found == expected and has_search == search_index
+    return found == expected and found_search == search_dirs
 
 
 def family_problems(entries: list[listing.Entry]) -> list[Problem]:

@@ -1,6 +1,9 @@
 // neurarch-trace: the search page. It loads the Pagefind index that `make build` writes into this
 // site (pagefind/, beside static/), so search works offline from public/ and talks to no other host.
-// Results are built as text nodes: nothing from the index is parsed as HTML.
+// The index is split into shards (pagefind/, pagefind-1/, ...; generator/site/search.py says why);
+// pagefind/shards.json lists them, and every shard after the first is merged into the first with
+// Pagefind's mergeIndex, so one search covers them all. Results are built as text nodes: nothing
+// from the index is parsed as HTML.
 (function () {
   "use strict";
   var script = document.currentScript;
@@ -12,10 +15,24 @@
   var engine = null;
   var SHOWN = 30;
 
+  function shards() {
+    return fetch(new URL("pagefind/shards.json", root).href).then(function (response) {
+      if (!response.ok) { throw new Error("no shard list"); }
+      return response.json();
+    }).then(function (list) { return list.shards; });
+  }
+
   function load() {
     if (!engine) {
-      engine = import(new URL("pagefind/pagefind.js", root).href).then(function (pagefind) {
-        return pagefind.options({ baseUrl: root.pathname }).then(function () { return pagefind; });
+      // The first shard's pagefind.js and the shard list load side by side; the other shards merge in.
+      engine = Promise.all([import(new URL("pagefind/pagefind.js", root).href), shards()]).then(function (got) {
+        var pagefind = got[0];
+        var others = got[1].slice(1);
+        return pagefind.options({ baseUrl: root.pathname }).then(function () {
+          return Promise.all(others.map(function (folder) {
+            return pagefind.mergeIndex(new URL(folder, root).href, { baseUrl: root.pathname });
+          }));
+        }).then(function () { return pagefind; });
       });
     }
     return engine;
