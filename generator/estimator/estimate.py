@@ -14,7 +14,8 @@ from .curve import memory_curve
 from .graph import Node, build_graph
 from .inputs import Assumptions, Card, Gpu
 from .job import Job, job_memory
-from .memory import (Profile, budget_bytes, kv_bytes_per_sequence, kv_bytes_per_token, lora_params,
+from .lora import lora_params
+from .memory import (Profile, budget_bytes, kv_bytes_per_sequence, kv_bytes_per_token,
                      serve_profile, state_bytes_per_sequence, train_profile)
 from .quant import serve_weight_bytes, stored_elements
 from .splits import best_cut, two_card_split

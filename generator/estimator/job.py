@@ -20,7 +20,7 @@ from .arch import Arch, Quant
 from .graph import Graph
 from .inputs import Assumptions
 from .lora import adapted_linears, lora_params, target_roles
-from .memory import kv_bytes_of_block
+from .memory import kv_bytes_of_block, per_distinct_layer
 from .quant import _mat_elements
 
 METHODS = ("full", "lora", "qlora", "inference")
@@ -203,13 +203,7 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str) -> list[t
     state = {"adamw": 2 * param_bytes, "paged-adamw": 2 * param_bytes, "adamw8bit": ADAMW8BIT_STATE_BYTES,
              "sgd": 0}[job.optimizer] * trainable
     temp = param_bytes * trainable if job.optimizer == "adamw" else 0
-    seen: dict[tuple, int] = {}  # per distinct layer (memory._layer_rates): only the part names differ
-    layers = []
-    for b in spec.blocks:
-        key = (b.kind, b.stack, tuple(p[1:] for p in b.parts))
-        if key not in seen:
-            seen[key] = T * _layer_bytes(a, b, r, rank, roles, job, T)
-        layers.append(seen[key])
+    layers = per_distinct_layer(spec.blocks, lambda b: T * _layer_bytes(a, b, r, rank, roles, job, T))
     embed = (r.residual_bytes * spec.hidden if r.trained else 0) * T + c * spec.vision_act * (1 if spec.image_tokens
                                                                                              else 0)
     head = T * head_activation_bytes(a, g, r, s)

@@ -24,13 +24,12 @@ each peak was read off CPU-simulated real steps, data/measurements/FINDINGS.md F
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 from .activations import block_activation_bytes, head_activation_bytes, regime
 from .arch import Arch
 from .graph import Graph
 from .inputs import Assumptions, Card
-from .lora import lora_params  # noqa: F401 - estimate.py and tools read it here
 from .quant import serve_weight_bytes
 from .spec import Block, Part
 
@@ -189,16 +188,21 @@ def train_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, method: str, r
 
 
 def _layer_rates(a: Arch, blocks: tuple[Block, ...], r, rank: int) -> list[int]:
-    """block_activation_bytes of every layer, computed once per distinct layer: the layers of a stack repeat a
-    few shapes, and only their part names differ (Part.name is the one field left out of the key)."""
+    """block_activation_bytes of every layer (per_distinct_layer)."""
+    return per_distinct_layer(blocks, lambda b: block_activation_bytes(a, b, r, rank))
+
+
+def per_distinct_layer(blocks: tuple[Block, ...], bytes_of: Callable[[Block], int]) -> list[int]:
+    """bytes_of(b) for every layer, computed once per distinct layer: the layers of a stack repeat a few shapes,
+    and only their part names differ (Part.name is the one field left out of the key)."""
     seen: dict[tuple, int] = {}
     out = []
     for b in blocks:
         key = (b.kind, b.stack, tuple(p[1:] for p in b.parts))
-        rate = seen.get(key)
-        if rate is None:
-            rate = seen[key] = block_activation_bytes(a, b, r, rank)
-        out.append(rate)
+        value = seen.get(key)
+        if value is None:
+            value = seen[key] = bytes_of(b)
+        out.append(value)
     return out
 
 
