@@ -15,7 +15,7 @@ import multiprocessing
 import os
 import signal
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from multiprocessing.pool import Pool
 from pathlib import Path
 from typing import Any
@@ -71,8 +71,13 @@ NIGHTLY_FIELDS = ("downloads", "downloads_source", "likes", "gated", "last_modif
 def page_record(record: ModelRecord) -> ModelRecord:
     """The record a model's page is made from: the record without NIGHTLY_FIELDS. The manifest keys
     the page on exactly this (manifest.model_key), so a page can never show a field it is not keyed on."""
-    return replace(record, downloads=None, downloads_source=None, likes=None, gated=None, last_modified=None,
-                   pipeline_tag=None, library_name=None, tags=())
+    return replace(record, **_NIGHTLY_DEFAULTS)
+
+
+# NIGHTLY_FIELDS at ModelRecord's defaults (None, or () for tags): what "not shown" means for each.
+_NIGHTLY_DEFAULTS = {f.name: f.default for f in fields(ModelRecord) if f.name in NIGHTLY_FIELDS}
+if set(_NIGHTLY_DEFAULTS) != set(NIGHTLY_FIELDS):
+    raise TypeError(f"NIGHTLY_FIELDS names a field ModelRecord lacks: {set(NIGHTLY_FIELDS) - set(_NIGHTLY_DEFAULTS)}")
 
 
 def build_model(record: ModelRecord, settings: Settings) -> Result:
