@@ -18,6 +18,9 @@ def test_every_estimate_is_unchanged_or_the_guard_says_why():
 
 
 def test_differences_name_the_figure_that_moved():
-    old = {"a": {"sha256": "1", "params.graph": 10}, "b": {"sha256": "2"}}
-    new = {"a": {"sha256": "3", "params.graph": 11}, "c": {"sha256": "4"}}
-    assert differences(old, new) == ["a: params.graph 10 -> 11", "b: removed", "c: added"]
+    old = {"a": {"sha256": "1", "params.graph": 10, "sections": {"params": "p", "cost": "c"}}, "b": {"sha256": "2"},
+           "d": {"sha256": "5", "params.graph": 1, "sections": {"provenance": "x"}}}
+    new = {"a": {"sha256": "3", "params.graph": 11, "sections": {"params": "q", "cost": "c"}}, "c": {"sha256": "4"},
+           "d": {"sha256": "6", "params.graph": 1, "sections": {"provenance": "y"}}}
+    assert differences(old, new) == ["a: params.graph 10 -> 11 [params changed]", "b: removed", "c: added",
+                                     "d: no headline figure moved [provenance changed]"]

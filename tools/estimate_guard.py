@@ -66,8 +66,12 @@ def outcome(case: str, cfg: dict[str, Any], settings: Any) -> dict[str, Any]:
         return {"error": f"{type(exc).__name__}: {exc}"[:300]}
     d = report.to_dict()
     d.pop("estimator_version", None)
-    text = json.dumps(d, sort_keys=True, separators=(",", ":"))
-    return {"sha256": hashlib.sha256(text.encode()).hexdigest()[:16], **{p: _dig(d, p) for p in FIGURES}}
+    return {"sha256": _hash(d), "sections": {k: _hash(v) for k, v in sorted(d.items())},
+            **{p: _dig(d, p) for p in FIGURES}}
+
+
+def _hash(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]
 
 
 def current() -> dict[str, dict[str, Any]]:
@@ -86,8 +90,11 @@ def differences(old: dict[str, dict[str, Any]], new: dict[str, dict[str, Any]]) 
             out.append(f"{case}: {'added' if a is None else 'removed'}")
             continue
         moved = [f"{k} {a.get(k)!r} -> {b.get(k)!r}" for k in sorted(set(a) | set(b))
-                 if k != "sha256" and a.get(k) != b.get(k)]
-        out.append(f"{case}: {'; '.join(moved) if moved else 'hash only (a figure outside the headline)'}")
+                 if k not in ("sha256", "sections") and a.get(k) != b.get(k)]
+        sa, sb = a.get("sections") or {}, b.get("sections") or {}
+        sections = sorted(k for k in set(sa) | set(sb) if sa.get(k) != sb.get(k))
+        where = f" [{', '.join(sections)} changed]" if sections else ""
+        out.append(f"{case}: {'; '.join(moved) if moved else 'no headline figure moved'}{where}")
     return out
 
 
