@@ -147,7 +147,7 @@ HOSTILE = {
     "non-JSON": ("{not json", 2, "not valid JSON"),
     "JSON list": ("[1, 2, 3]", 2, "JSON object"),
     "NaN": ('{"model_type": "qwen2", "hidden_size": NaN}', 2, "'hidden_size' = nan"),
-    "heads not dividing": (tiny_qwen2(num_attention_heads=3), 2, "does not divide hidden_size"),
+    "heads not dividing": (tiny_qwen2(num_attention_heads=3), 2, "does not divide num_attention_heads 3"),
     "architectures not a list": (tiny_qwen2(architectures="Qwen2ForCausalLM"), 2, "architectures"),
     "unsupported": ({"model_type": "totally_unknown_arch", "width": 8}, 3, "is not supported yet; supported: "),
     "deep nesting": ('{"model_type": "qwen2", "x": ' + "[" * 100_000 + "]" * 100_000 + "}", 2, "nested"),

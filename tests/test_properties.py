@@ -9,7 +9,7 @@ from hypothesis import given, settings as hsettings, strategies as st
 
 from generator.estimator import Assumptions, estimate
 from generator.estimator.config import normalise
-from generator.estimator.families import FAMILIES
+from generator.estimator.dense_traits_tmp import TRAITS as FAMILIES
 from generator.estimator.graph import build_graph
 from generator.estimator.memory import serve_profile, train_profile
 from generator.settings import load_settings

@@ -92,7 +92,6 @@ def head_activation_bytes(a: Arch, g: Graph, r: Regime, s: Assumptions) -> int:
     """Per token after the stack: the final norm (read by the LM head) and `logits_bytes` per logit (F1);
     final-logit soft-capping (gemma2: logits / cap, tanh, x cap) keeps tanh's output for its backward."""
     spec = g.spec
-    assert spec is not None
     rms, stats, read, fed = norm_sums(spec.head)
     width = sum(p.norm_width for p in spec.head)
     softcap = r.compute_bytes * spec.logits if a.raw.get("final_logit_softcapping") else 0

@@ -24,7 +24,7 @@ class Quant:
 
 @dataclass(frozen=True)
 class Arch:
-    """A model, normalised. All sizes are element counts. Dense-only traits have defaults."""
+    """A model, normalised: what every builder fills. All sizes are element counts; the layers are in `spec`."""
 
     model_type: str  # as written in config.json
     family: str  # the family whose semantics we applied
@@ -40,30 +40,16 @@ class Arch:
     vocab: int
     max_context: int
     tie: bool
-    act: str = "silu"
-    norm: str = "rmsnorm"
-    layer_norms: tuple[str, ...] = ("pre_attn", "pre_mlp")
-    parallel: bool = False
-    mlp: str = "gated"
-    qkv_bias: bool = False
-    o_bias: bool = False
-    mlp_bias: bool = False
-    qk_norm: str | None = None
-    qk_norm_kind: str = "rmsnorm"
-    position: str = "rope"
-    learned_positions: int = 0
-    embed_norm: bool = False
-    final_norm: bool = True
-    lm_head_bias: bool = False
-    embed_dim: int = 0  # width of the token embedding (OPT's word_embed_proj_dim), usually == hidden
-    fused_qkv: bool = False
-    fused_gate_up: bool = False
+    spec: Spec  # the layer graph's parts, grouped in blocks
+    act: str = "silu"  # the MLP's activation (activations.py prices the Python-written GELUs)
+    qk_norm: str | None = None  # q/k norms inside attention (activations.py prices their saved tensors)
+    position: str = "rope"  # "rope", "learned", "alibi", ...
+    embed_dim: int = 0  # width of the token embedding when it differs from hidden (OPT's word_embed_proj_dim)
     rotary_dims: int = 0  # rotated dims per head (partial rotary for phi, neox, stablelm, gptj)
     uses: tuple[KeyUse, ...] = ()
     raw: Mapping[str, Any] = field(default_factory=dict)  # the (text) config the values were read from
     kind: str = "decoder"  # "decoder", "encoder", "encoder-decoder"
     layer_windows: tuple[int, ...] = ()  # per layer: sliding window (0 = full attention)
-    spec: Spec | None = None
     approximate: str | None = None  # why the estimate is not exact (None: exact under transformers)
     quant: Quant | None = None
     experts: int = 0  # routed experts per MoE layer (0: dense)

@@ -71,7 +71,7 @@ def gap_causes(a: Arch, g: Graph) -> list[tuple[str, int]]:
         out.append(("the routers' e_score_correction_bias buffers", len(moe_blocks) * a.experts))
     declared = _int(a.raw.get("num_nextn_predict_layers")) or _int(a.raw.get("mtp_num_hidden_layers"))
     n_mtp = declared or MTP_LAYERS_UNDECLARED.get(a.family, 0)
-    if n_mtp and spec is not None and spec.blocks:
+    if n_mtp and spec.blocks:
         # DeepSeek-V3's MTP module (arXiv:2412.19437 §2.2): a decoder layer (the last layer's kind),
         # enorm + hnorm + eh_proj (2 hidden -> hidden) and a final norm; some releases also store their
         # own copies of the embedding and the head.
@@ -95,7 +95,7 @@ def _mtp_layer(a: Arch) -> int:
     """One MTP decoder layer where it is not the last layer's kind (0: it is): a sliding-window layer's
     norms and attention with the first dense layer's FFN (MTP_DENSE_SLIDING)."""
     spec = a.spec
-    if a.family not in MTP_DENSE_SLIDING or spec is None:
+    if a.family not in MTP_DENSE_SLIDING:
         return 0
     sliding = [b for b in spec.blocks if b.kind == "sliding"]
     ffn = [p for b in spec.blocks for p in b.parts if p.name.startswith("FFN_")]
@@ -109,8 +109,6 @@ def _vector_params(a: Arch, g: Graph) -> int:
     [1, hidden] gates (Qwen2-MoE's shared_expert_gate): a part's parameters outside its weight
     matrices and its router (experts x hidden); parts without listed matrices count none."""
     spec = g.spec
-    if spec is None:
-        return 0
     total = 0
     for p in (*spec.embed, *(p for b in spec.blocks for p in b.parts), *spec.head):
         if "Norm" in p.type:

@@ -7,7 +7,7 @@ from typing import Any, Mapping
 
 from .arch import Arch
 from .assemble import assemble, standard_block
-from .dense import attention_type, lm_head_part
+from .spec import attention_type, lm_head_part
 from .reader import Reader
 from .registry import register
 from .spec import Block, Part, attention_part, linear, mlp_part, norm_part
@@ -134,7 +134,6 @@ def gpt_neox_japanese(cfg: Mapping[str, Any], model: str) -> Arch:
     arch = _simple(cfg, model, "gpt_neox_japanese", aliases={}, positions=0, qkv_bias=False, o_bias=False,
                    mlp_bias=False, fused=True, rope=True, inter=h * r.int("intermediate_multiple_size", 4))
     spec = arch.spec
-    assert spec is not None
     extra = Part("Dense_Bias", "Parameters", h)
     last = spec.blocks[-1]
     blocks = (*spec.blocks[:-1], Block(last.index, last.kind, (*last.parts, extra), last.stack))

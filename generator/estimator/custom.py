@@ -56,6 +56,10 @@ def _qwen1(cfg: Mapping[str, Any]) -> dict[str, Any]:
     out = _rename({"seq_length": "max_position_embeddings"})(cfg)
     if isinstance(cfg.get("intermediate_size"), int):
         out["intermediate_size"] = cfg["intermediate_size"] // 2
+    # Multi-head: QWenAttention projects K and V to num_attention_heads heads (Qwen2Config's default of 32
+    # K/V heads would be read otherwise).
+    if "num_key_value_heads" not in cfg and isinstance(cfg.get("num_attention_heads"), int):
+        out["num_key_value_heads"] = cfg["num_attention_heads"]
     return out
 
 

@@ -15,9 +15,10 @@ from typing import Any, Callable, Mapping
 from ..errors import ConfigError
 from .arch import Arch
 from .config import architectures_of
-from .dense import attention_type, ffn_type, lm_head_part
-from .reader import Reader
-from .spec import Block, Part, Spec, add_part, attention_part, mlp_part, moe_part, norm_params, norm_part
+from .spec import attention_type, ffn_type, lm_head_part
+from .reader import Reader, activation_name
+from .assemble import standard_block
+from .spec import Block, Part, Spec, add_part, attention_part, linear, mlp_part, moe_part, norm_params, norm_part
 from .windows import Rule, layer_windows
 
 
@@ -29,7 +30,7 @@ class D:
         self.hidden = r.int("hidden_size")
         self.layers = r.int("num_hidden_layers")
         self.heads = r.int("num_attention_heads")
-        self.kv = self.heads if t.mha else r.int("num_key_value_heads", self.heads)
+        self.kv = t.kv_rule(self) if t.kv_rule else self.heads if t.mha else r.int("num_key_value_heads", self.heads)
         if self.heads % self.kv:
             raise ConfigError(r.model, "num_key_value_heads", self.kv, f"does not divide num_attention_heads {self.heads}")
         hd = r.opt_int("head_dim") if t.head_dim_key else None
@@ -39,11 +40,19 @@ class D:
                 raise ConfigError(r.model, "num_attention_heads", self.heads, f"exceeds hidden_size {self.hidden}")
             hd = r.derived("head_dim", self.hidden // self.heads, "hidden_size // num_attention_heads")
         self.hd = hd
-        self.inter = (r.int(t.inter_key, 4 * self.hidden if t.inter_x4 else None, required=not t.moe) or 0) \
-            if t.inter_key else 0
+        if t.inter_x4_always:  # modeling_bloom.BloomMLP: 4 x hidden, no config key
+            self.inter = 4 * self.hidden
+        else:
+            self.inter = (r.int(t.inter_key, 4 * self.hidden if t.inter_x4 else None, required=not t.moe) or 0) \
+                if t.inter_key else 0
         self.vocab = r.int("vocab_size")
         self.ctx = r.int("max_position_embeddings", t.default_context or None, required=False) or \
             r.derived("max_position_embeddings", 131072, "not in the config; assumed 131,072")
+        # OPT's word_embed_proj_dim: embeddings narrower than the stack, projected in and out
+        self.embed_dim = r.int(t.embed_proj_key, self.hidden) if t.embed_proj_key else self.hidden
+        self.norms, self.parallel = t.layout(self) if t.layout else (t.norms, t.parallel)
+        self.norm = t.norm_rule(self) if t.norm_rule else t.norm
+        self.act = activation_name(r) or t.act_default
 
     def k(self, key: str, default: int | None = None, minimum: int = 1) -> Any:
         return self.r.int(key, default, minimum=minimum)
@@ -119,10 +128,43 @@ class T:
     attn_by_window: bool = False  # the custom attention depends on its layer only through the name and window
     never_tie: bool = False  # the class has no tied-weights map: tie_word_embeddings is ignored
     mha: bool = False  # every head has its own K/V whatever num_key_value_heads says
+    act_default: str = "silu"  # the activation when neither the config nor its class names one
+    # Positions: "rope"; "learned" (a table of max_position_embeddings + position_offset rows: GPT-2, OPT's 2
+    # extra rows); "alibi" (no parameters: BLOOM)
+    position: str = "rope"
+    position_offset: int = 0
+    embed_proj_key: str | None = None  # config key of a narrower embedding width, projected in and out (OPT)
+    inter_x4_always: bool = False  # the MLP is 4 x hidden whatever the config says (BLOOM)
+    o_in_hidden: bool = False  # o_proj reads hidden_size features whatever heads x head_dim is (StableLM)
+    defaults: Mapping[str, Any] = field(default_factory=dict)  # values the family's class documents elsewhere
+    # Config-dependent quirks of a few families (gpt2_era: Falcon, GPT-NeoX, StableLM, OPT), each a rule over D:
+    kv_rule: Callable[[D], int] | None = None  # K/V heads (Falcon's multi_query / num_kv_heads)
+    layout: Callable[[D], tuple[tuple[str, ...], bool]] | None = None  # (norms, parallel) per config
+    norm_rule: Callable[[D], str] | None = None  # the norm kind per config (OPT without affine weights)
+    final_norm_rule: Callable[[D], bool] | None = None  # whether the final norm exists (OPT)
+    rotary: Callable[[D], int] | None = None  # rotated dims per head (partial rotary); None: all of head_dim
+
+
+def has_qk_norm(t: T, d: D) -> bool:
+    return t.qk_norm is not None and not (t.qk_norm_key and not d.f(t.qk_norm_key))
+
+
+def partial_rotary(default: float, neox_key: bool = False) -> Callable[[D], int]:
+    """Rotated dims per head: head_dim x partial_rotary_factor (in rope_parameters or at the top level; GPT-NeoX
+    names it rotary_pct). modeling_phi.py 0.5, modeling_stablelm.py 0.25, modeling_gpt_neox.py 0.25."""
+    def rule(d: D) -> int:
+        rope = d.r.cfg.get("rope_parameters")
+        fallback = rope.get("partial_rotary_factor", default) if isinstance(rope, dict) else default
+        key = "rotary_pct" if neox_key and "rotary_pct" in d.r.cfg else "partial_rotary_factor"
+        return int(d.hd * d.r.number(key, fallback))
+    return rule
+
 
 
 def qk_norm_params(t: T, d: D, norm: str) -> int:
-    if t.qk_norm is None or (t.qk_norm_key and not d.f(t.qk_norm_key)):
+    """q/k norms: one over head_dim shared by the heads ("head": qwen3, gemma3, phi), else over heads x head_dim
+    ("flat": olmo2; "per_head": cohere, stablelm, one weight per head and dim)."""
+    if not has_qk_norm(t, d):
         return 0
     kind = t.qk_norm_kind or norm
     if t.qk_norm == "head":
@@ -134,20 +176,21 @@ def attention(t: T, d: D, i: int, window: int, *, heads: int = 0, kv: int = 0, v
               extra: int = 0, hd: int = 0) -> Part:
     """Attention of layer i (from 1); heads / kv heads / head_dim / v_dim override the config's (per-layer variants)."""
     heads, kv, hd = heads or d.heads, kv or d.kv, hd or d.hd
-    extra += qk_norm_params(t, d, t.norm) + (t.attn_extra(d) if t.attn_extra else 0)
+    extra += qk_norm_params(t, d, d.norm) + (t.attn_extra(d) if t.attn_extra else 0)
     lin = t.attn_linears(d) if t.attn_linears else ()
     extra += sum(a * b for a, b in lin)
     kvb = None if t.kv_bias is None else d.f(t.kv_bias)
     return attention_part(f"Attention_{i}", attention_type(heads, kv), d.hidden, heads, kv, hd,
                           qkv_bias=d.f(t.qkv_bias), kv_bias=kvb, o_bias=d.f(t.o_bias), extra=extra, q_mult=t.q_mult,
-                          fused_qkv=t.fused_qkv, window=window, extra_linears=lin, v_dim=v_dim)
+                          fused_qkv=t.fused_qkv, window=window, extra_linears=lin, v_dim=v_dim,
+                          o_in=d.hidden if t.o_in_hidden else 0, rope=t.position == "rope")
 
 
 def mlp(t: T, d: D, i: int, inter: int | None = None) -> Part:
     extra = t.mlp_extra(d) if t.mlp_extra else 0
     if not (inter or d.inter):
         raise ConfigError(d.r.model, t.inter_key, None, "required key is missing (a dense MLP layer needs it)")
-    return mlp_part(f"FFN_{i}", ffn_type(t.mlp == "gated", d.r.str("hidden_act", "silu") or "silu"), d.hidden,
+    return mlp_part(f"FFN_{i}", ffn_type(t.mlp == "gated", d.act), d.hidden,
                     inter or d.inter, t.mlp == "gated", d.f(t.mlp_bias), fused=t.fused_gate_up, extra=extra)
 
 
@@ -198,33 +241,13 @@ def layer(t: T, d: D, i: int, window: int) -> Block:
     fk = ffn_kind(t, d, i)
     ffn = moe(t, d, n) if fk == "moe" else mlp(t, d, n, d.k(t.moe.dense_inter) if t.moe else None) \
         if fk == "dense" else None
-    norm_type = "RMSNorm" if t.norm == "rmsnorm" else "LayerNorm"
     parts: list[Part] = []
-    k = 0
-
-    def norm() -> None:
-        nonlocal k
-        k += 1
-        parts.append(norm_part(f"{norm_type}_{n}_{k}", t.norm, d.hidden))
-
-    if t.parallel:
-        for _ in t.norms:
-            norm()
+    if d.parallel:
+        norm_type = "RMSNorm" if d.norm == "rmsnorm" else "LayerNorm"
+        parts += [norm_part(f"{norm_type}_{n}_{k}", d.norm, d.hidden) for k in range(1, len(d.norms) + 1)]
         parts += [mix] + ([ffn] if ffn else []) + [add_part(f"Add_{n}")]
     else:
-        if "pre_attn" in t.norms:
-            norm()
-        parts.append(mix)
-        if "post_attn" in t.norms:
-            norm()
-        parts.append(add_part(f"Add_{n}_attn"))
-        if ffn is not None:
-            if "pre_mlp" in t.norms:
-                norm()
-            parts.append(ffn)
-            if "post_mlp" in t.norms:
-                norm()
-            parts.append(add_part(f"Add_{n}_ffn"))
+        parts += standard_block(n, [], mix, ffn, d.norm, d.hidden, norms=d.norms).parts
     if t.layer_extra:
         parts.append(Part(f"Extra_{n}", "Parameters", t.layer_extra(d)))
     bkind = kind if kind != "attention" else ("mla" if t.mla else "sliding" if window else "attention")
@@ -258,36 +281,46 @@ def build(cfg: Mapping[str, Any], model: str, model_type: str, t: T, *, family: 
     if t.text_config:
         sub = cfg.get("text_config")
         src = sub if isinstance(sub, Mapping) else {}
-    r = Reader(src, model, model_type, t.aliases)
+    r = Reader(src, model, model_type, t.aliases, t.defaults)
     d = D(r, t)
     windows = layer_windows(src, model, model_type, d.layers, r.uses, t.window_rule)
     blocks = _layers(t, d, windows)
     tie = r.flag("tie_word_embeddings", t.tie) and not t.never_tie
-    norm_type = "RMSNorm" if t.norm == "rmsnorm" else "LayerNorm"
-    embed: list[Part] = [Part("Input", "Input", width=-1), Part("Embedding", "Embedding", d.vocab * d.hidden),
-                         Part("RoPE", "RoPE")]
+    h, e = d.hidden, d.embed_dim
+    norm_type = "RMSNorm" if d.norm == "rmsnorm" else "LayerNorm"
+    embed: list[Part] = [Part("Input", "Input", width=-1),
+                         Part("Embedding", "Embedding", d.vocab * e, width=e if t.embed_proj_key else 0)]
+    if e != h:
+        embed.append(Part("Project_In", "Linear", linear(e, h), matmul=e * h))
+    if t.position == "learned":
+        embed.append(Part("Position_Embedding", "Embedding", (d.ctx + t.position_offset) * h))
+    else:
+        embed.append(Part("ALiBi", "ALiBi") if t.position == "alibi" else Part("RoPE", "RoPE"))
     if t.embed_norm:
-        embed.append(norm_part(f"Embedding_{norm_type}", t.norm, d.hidden))
+        embed.append(norm_part(f"Embedding_{norm_type}", d.norm, h))
     if t.top_extra:
         embed.append(Part("Extra", "Parameters", t.top_extra(d)))
     head: list[Part] = []
-    if t.final_norm:
-        head.append(norm_part(f"Final_{norm_type}", t.norm, d.hidden))
+    if t.final_norm_rule(d) if t.final_norm_rule else t.final_norm:
+        head.append(norm_part(f"Final_{norm_type}", d.norm, h))
     if t.extra_head:
         head.append(Part("Head_Extra", "Parameters", t.extra_head(d)))
-    head += [lm_head_part(d.vocab, d.hidden, tie, d.f(t.head_bias)), Part("Output", "Output", width=d.vocab)]
+    if e != h:
+        head.append(Part("Project_Out", "Linear", linear(h, e), width=e, matmul=h * e))
+    head += [lm_head_part(d.vocab, e, tie, d.f(t.head_bias)), Part("Output", "Output", width=d.vocab)]
     spec = Spec("decoder", d.hidden, d.vocab, tuple(embed), blocks, tuple(head), d.vocab, tied=tie)
     m = t.moe
     has_moe = any(p.name.startswith("MoE_") for b in blocks for p in b.parts)
     experts = r.int(m.experts) if m and has_moe else 0
     # MLA's per-head width is qk_nope + qk_rope (the K/V head dims of DeepseekV3Attention)
     head_dim = (r.int("qk_nope_head_dim", minimum=0) + r.int("qk_rope_head_dim")) if t.mla else d.hd
+    rotary = (r.opt_int("qk_rope_head_dim") or d.hd) if t.mla else t.rotary(d) if t.rotary else partial_rotary(1.0)(d)
     return Arch(model_type=str(cfg.get("model_type")), family=family or model_type,
                 architectures=architectures_of(cfg, model), custom_code="auto_map" in cfg, text_tower_only=False,
                 hidden=d.hidden, layers=d.layers, heads=d.heads, kv_heads=d.kv, head_dim=head_dim,
-                intermediate=d.inter, vocab=d.vocab, max_context=d.ctx, tie=tie, norm=t.norm,
-                layer_norms=t.norms, parallel=t.parallel, mlp=t.mlp, uses=tuple(r.uses), raw=src,
-                rotary_dims=(r.opt_int("qk_rope_head_dim") or d.hd) if t.mla else d.hd,
+                intermediate=d.inter, vocab=d.vocab, max_context=d.ctx, tie=tie, act=d.act,
+                qk_norm=t.qk_norm if has_qk_norm(t, d) else None, position=t.position,
+                embed_dim=e if e != h else 0, uses=tuple(r.uses), raw=src, rotary_dims=rotary if t.position == "rope" else 0,
                 layer_windows=windows, spec=spec, experts=experts, experts_per_token=_top_k(r, m, experts) if experts else 0)
 
 

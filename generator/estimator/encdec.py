@@ -17,7 +17,7 @@ from typing import Any, Mapping
 
 from .arch import Arch
 from .assemble import assemble, standard_block
-from .dense import lm_head_part
+from .spec import lm_head_part
 from .reader import Reader
 from .registry import register, register_table
 from .spec import Block, Part, attention_part, mlp_part, norm_part
@@ -155,7 +155,7 @@ def t5(cfg: Mapping[str, Any], model: str) -> Arch:
     ctx = r.int("n_positions", 512)
     arch = assemble(cfg, model, r, hidden=d, layers=len(blocks), heads=heads, kv=heads, head_dim=d_kv, inter=ff,
                     vocab=vocab, ctx=ctx, tie=True, embed=[*embed, encoder_final], blocks=blocks, head=head,
-                    kind="encoder-decoder", norm="rmsnorm", position="relative")
+                    kind="encoder-decoder", position="relative")
     return arch
 
 

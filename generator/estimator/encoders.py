@@ -16,7 +16,7 @@ from typing import Any, Mapping
 
 from .arch import Arch
 from .assemble import assemble, standard_block
-from .dense import attention_type
+from .spec import attention_type
 from .reader import Reader
 from .registry import register_table
 from .spec import Block, Part, attention_part, linear, mlp_part, norm_part

@@ -54,7 +54,6 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
     arch = normalise(config, model_id)
     graph = build_graph(arch)
     spec = graph.spec
-    assert spec is not None
     train_tokens = min(s.train_tokens, arch.max_context)
     # Encoders (and encoder-decoders) serve whole sequences of at most their context.
     serve_tokens = s.serve_tokens if spec.kind == "decoder" else min(s.serve_tokens, arch.max_context)

@@ -89,7 +89,6 @@ def gemma4_text(cfg: Mapping[str, Any], model: str, mt: str) -> Arch:
           ffn=lambda d, i: "moe" if d.f("enable_moe_block", False) else "dense")
     arch = build(cfg, model, mt, t)
     spec = arch.spec
-    assert spec is not None
     # use_double_wide_mlp doubles the MLP of KV-shared layers: rebuild those FFN parts at double width.
     from .decoders import D as _D, mlp
     from .reader import Reader
@@ -153,7 +152,6 @@ def gemma4_assistant(cfg: Mapping[str, Any], model: str) -> Arch:
     r = Reader(cfg, model, mt)
     arch = retie(arch, r.flag("tie_word_embeddings", True))
     spec = arch.spec
-    assert spec is not None
     h, back = spec.hidden, r.int("backbone_hidden_size")
     pre = Part("Pre_Projection", "Linear", 2 * back * h, matmul=2 * back * h, linears=((2 * back, h),),
                act=2 * back, transient=2 * back + h)
@@ -176,7 +174,7 @@ def gemma3n_text(cfg: Mapping[str, Any], model: str) -> Arch:
     hidden_size_per_layer_input, norm). Outside: the per-layer embedding table (vocab_size_per_layer_input x
     layers x width), its projection from hidden and norm, n - 1 AltUp projections and as many unembedding ones."""
     from .assemble import assemble, standard_block
-    from .dense import lm_head_part
+    from .spec import lm_head_part
     from .reader import Reader
     from .spec import attention_part, mlp_part, norm_part
     r = Reader(cfg, model, "gemma3n_text")
@@ -226,4 +224,4 @@ def gemma3n_text(cfg: Mapping[str, Any], model: str) -> Arch:
             Part("Output", "Output", width=vocab)]
     return assemble(cfg, model, r, hidden=h, layers=n, heads=heads, kv=kv, head_dim=hd, inter=max(inter), vocab=vocab,
                     ctx=r.int("max_position_embeddings"), tie=tie, embed=embed, blocks=blocks, head=head,
-                    windows=windows, norm="rmsnorm")
+                    windows=windows)

@@ -31,7 +31,7 @@ class Graph:
     params_per_layer: int  # the largest layer (every layer where all are alike)
     params_matmul: int  # weights that take part in a matmul per token (all Linears incl. the head)
     linears_per_layer: tuple[tuple[int, int], ...]  # (in, out) of each Linear of the first layer
-    spec: Spec | None = None
+    spec: Spec
     params_active: int = 0  # parameters used per token (MoE: routed top-k + shared); = total when dense
     active_matmul: int = 0  # matmul weights used per token
     # attention FLOPs per token per attended key, summed per (window, causal): cost.py's attention term
@@ -47,7 +47,6 @@ def _shape(p: Part, t: int, hidden: int) -> tuple[int, ...]:
 def build_graph(a: Arch) -> Graph:
     """Nodes in forward order, as the structure table shows them."""
     spec = a.spec
-    assert spec is not None, "normalise() always attaches a spec"
     t, h = a.max_context, spec.hidden
     nodes: list[Node] = []
     new = tuple.__new__  # Node is a named tuple: built directly (a 405B model has 1,100 nodes)

@@ -115,7 +115,6 @@ def validate(job: Job, model: str) -> None:
 def weight_bytes(g: Graph, storage: str, double_quant: bool = False) -> int:
     """Bytes of the whole model's weights stored as `storage` (quantised: the layers' Linears; the rest 16-bit)."""
     spec = g.spec
-    assert spec is not None
     if storage in ("bf16", "fp16", "fp32"):
         return (4 if storage == "fp32" else 2) * g.params_total
     q = QUANTS[storage]
@@ -136,7 +135,6 @@ def dequant_transient_bytes(g: Graph, storage: str, c: int) -> int:
     if storage not in ("nf4", "int8"):
         return 0
     spec = g.spec
-    assert spec is not None
     return c * max((i * o for b in spec.blocks for p in b.parts for _, i, o in p.weight_mats), default=0)
 
 
@@ -152,7 +150,6 @@ def eager_scores_bytes(a: Arch, g: Graph, tokens: int, c: int, one_layer: bool =
     """Per sequence: heads x T x T score elements per attention layer (every layer's, or the largest one's when
     only one layer's tensors live: checkpointing's recomputation, serving)."""
     spec = g.spec
-    assert spec is not None
     heads = [p.act32 for b in spec.blocks for p in b.parts if p.attn_flops and not p.type.startswith("MoE")]
     return (max(heads, default=0) if one_layer else sum(heads)) * tokens * tokens * score_bytes(a, c)
 
@@ -177,7 +174,6 @@ def job_memory(a: Arch, g: Graph, s: Assumptions, job: Job, model: str = "") -> 
 
 def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str) -> list[tuple[str, dict[str, int]]]:
     spec = g.spec
-    assert spec is not None
     r = regime("full" if job.method == "full" else "lora", job.precision)
     c = r.compute_bytes
     B, T = job.batch, job.tokens
@@ -260,7 +256,6 @@ def _inference(a: Arch, g: Graph, s: Assumptions, job: Job) -> list[tuple[str, d
     the layer input, the post-attention residual, the normed input) [+ eager scores of one layer]. Decode:
     weights + the KV cache at prompt + new tokens + the next-token logits (bf16 + transformers' fp32 copy)."""
     spec = g.spec
-    assert spec is not None
     c = 4 if job.precision == "fp32" else 2
     B, T, N = job.batch, job.tokens, job.new_tokens
     weights = weight_bytes(g, job.storage, job.double_quant)
@@ -289,7 +284,6 @@ def _apply_metric(parts: dict[str, int], s: Assumptions, job: Job, g: Graph) -> 
     empty_cache). Rounding (512 B, 2 MiB for large blocks) is below 0.1% here and left out.
     nvidia-smi: reserved + the CUDA context (Assumptions.cuda_context_bytes)."""
     spec = g.spec
-    assert spec is not None
     paged = job.optimizer == "paged-adamw"
     if paged and job.metric != "nvidia-smi":
         parts["optimizer_state"] = 0

@@ -63,7 +63,6 @@ def target_roles(a: Arch, g: Graph, targets: str, model: str) -> frozenset[str] 
     if targets == "all-linear":
         return None
     spec = g.spec
-    assert spec is not None
     present = {role for b in spec.blocks for p in b.parts for role in linear_roles(p)} - {"linear"}
     plain = any(p.type == "MLP" for b in spec.blocks for p in b.parts)
     names = {**NAMES, **({"up": "fc1", "down": "fc2"} if plain else {}), **FAMILY_NAMES.get(a.family, {})}
@@ -80,7 +79,6 @@ def target_roles(a: Arch, g: Graph, targets: str, model: str) -> frozenset[str] 
 
 def lora_params(g: Graph, a: Arch, rank: int, roles: frozenset[str] | None = None) -> int:
     """LoRA A (r x in) and B (out x r) on every adapted nn.Linear of every layer; the head is left out."""
-    assert g.spec is not None
     if roles is None:
         return sum(rank * b.lora_io for b in g.spec.blocks)
     return sum(rank * (i + o) for b in g.spec.blocks for i, o, _ in adapted_linears(b, roles))

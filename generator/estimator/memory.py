@@ -135,14 +135,12 @@ class Profile:
 
 
 def _ends(g: Graph) -> tuple[list[Part], list[Part]]:
-    assert g.spec is not None
     return list(g.spec.embed), list(g.spec.head)
 
 
 def train_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, method: str, rank: int) -> Profile:
     """The site's jobs: full AMP AdamW (foreach) and LoRA on every Linear of a bf16 base, AMP, AdamW."""
     spec = g.spec
-    assert spec is not None
     embed, head = _ends(g)
     r = regime(method, "amp")
     layer_tokens = [_tokens_of(b, tokens) for b in spec.blocks]
@@ -223,7 +221,6 @@ def kv_bytes_of_block(b: Block | CacheTerms, s: Assumptions, tokens: int, encode
 def serve_profile(a: Arch, g: Graph, s: Assumptions, tokens: int) -> Profile:
     """Weights + one prefill chunk's working set (fixed) + per sequence its caches and logits."""
     spec = g.spec
-    assert spec is not None
     c = s.compute_bytes
     embed, head = _ends(g)
     weights = serve_weight_bytes(a, s)
@@ -248,7 +245,6 @@ def _serve_transient(g: Graph, s: Assumptions, tokens: int, width: int | None = 
     """Prefill runs one sequence-sized chunk at a time (vLLM's chunked prefill, HF generate at batch 1): the
     largest layer transient (q/k/v/output or the MLP intermediates) plus two residual copies."""
     spec = g.spec
-    assert spec is not None
     c = s.compute_bytes
     if width is None:
         width = max((b.transient for b in spec.blocks), default=0)
@@ -261,7 +257,6 @@ def serve_token_bytes(g: Graph, s: Assumptions, tokens: int, cache: CacheTerms |
     the memory curve moves the serving peak to other token counts without rebuilding the profile.
     `cache`: cache_block(g), when the caller asks at many token counts."""
     spec = g.spec
-    assert spec is not None
     cache = cache or cache_block(g)
     transient = _serve_transient(g, s, tokens, cache.transient)
     if spec.kind == "encoder":
@@ -274,7 +269,6 @@ def cache_block(g: Graph) -> CacheTerms:
     """One block holding every cached layer's state and (window, KV) terms: kv_bytes_of_block is a sum over
     them, so this block's cache is the whole model's, in one pass over its distinct windows."""
     spec = g.spec
-    assert spec is not None
     state, kv, transient = 0, {}, 0
     for b in spec.blocks:
         transient = max(transient, b.transient)
@@ -296,13 +290,11 @@ class CacheTerms(NamedTuple):
 def kv_bytes_per_token(a: Arch, s: Assumptions) -> int:
     """K and V for every layer at full attention, per token: 2 x kv_heads x head_dim x bytes per
     attention layer (GQA/MQA aware), kv_lora_rank + qk_rope_head_dim for MLA; windows not applied."""
-    assert a.spec is not None
     return sum(kv * s.kv_bytes for b in a.spec.blocks for window, kv in b.kv if window >= 0)
 
 
 def kv_bytes_per_sequence(a: Arch, s: Assumptions, tokens: int) -> int:
     """One sequence's whole cache at `tokens`: windows capped, recurrent state included."""
-    assert a.spec is not None
     enc = tokens if a.spec.kind == "encoder-decoder" else 0
     if a.spec.kind == "encoder":
         return 0
@@ -311,7 +303,6 @@ def kv_bytes_per_sequence(a: Arch, s: Assumptions, tokens: int) -> int:
 
 def state_bytes_per_sequence(a: Arch, s: Assumptions) -> int:
     """Fixed recurrent state per sequence (SSM conv + SSM state, linear-attention state)."""
-    assert a.spec is not None
     return sum(b.state * s.kv_bytes for b in a.spec.blocks)
 
 

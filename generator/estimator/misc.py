@@ -6,7 +6,7 @@ from typing import Any, Mapping
 
 from .arch import Arch
 from .assemble import assemble, standard_block
-from .dense import attention_type, lm_head_part
+from .spec import attention_type, lm_head_part
 from .encoders import head_kind, logits_of, num_labels
 from .reader import Reader
 from .registry import register
@@ -77,7 +77,7 @@ def xlstm(cfg: Mapping[str, Any], model: str) -> Arch:
         head = head[1:]
     return assemble(cfg, model, r, hidden=h, layers=n, heads=heads, kv=heads, head_dim=qk // heads, inter=ffn,
                     vocab=vocab, ctx=r.int("max_position_embeddings", 1 << 20), tie=tie, embed=embed, blocks=blocks,
-                    head=head, norm="rmsnorm", position="none")
+                    head=head, position="none")
 
 
 @register("xlm")

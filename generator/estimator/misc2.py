@@ -6,7 +6,7 @@ from typing import Any, Mapping
 
 from .arch import Arch
 from .assemble import assemble, standard_block
-from .dense import attention_type, lm_head_part
+from .spec import attention_type, lm_head_part
 from .reader import Reader
 from .registry import register
 from .spec import Block, Part, attention_part, linear, mlp_part, moe_part, norm_part
@@ -190,7 +190,7 @@ def zaya(cfg: Mapping[str, Any], model: str) -> Arch:
             Part("Output", "Output", width=vocab)]
     return assemble(cfg, model, r, hidden=h, layers=n, heads=heads, kv=kv, head_dim=hd, inter=inter, vocab=vocab,
                     ctx=r.int("max_position_embeddings"), tie=tie, embed=embed, blocks=blocks, head=head,
-                    windows=windows, experts=experts, top_k=top_k, norm="rmsnorm")
+                    windows=windows, experts=experts, top_k=top_k)
 
 
 @register("reformer")

@@ -70,7 +70,7 @@ def longcat_flash(cfg: Mapping[str, Any], model: str) -> Arch:
     shortcut MoE whose router scores n_routed_experts + zero_expert_num experts (zero experts are
     identities, yet gate_up_proj is allocated for all of them); e_score_correction_bias is a buffer."""
     from .assemble import assemble
-    from .dense import lm_head_part
+    from .spec import lm_head_part
     from .mla import mla_part
     from .reader import Reader
     from .spec import Block, add_part, mlp_part, moe_part, norm_part
@@ -99,7 +99,7 @@ def longcat_flash(cfg: Mapping[str, Any], model: str) -> Arch:
     head = [norm_part("Final_RMSNorm", "rmsnorm", h), lm_head_part(vocab, h, tie), Part("Output", "Output", width=vocab)]
     return assemble(cfg, model, r, hidden=h, layers=n, heads=heads, kv=heads, head_dim=r.int("qk_nope_head_dim"),
                     inter=ffn, vocab=vocab, ctx=r.int("max_position_embeddings", 131072), tie=tie, embed=embed,
-                    blocks=blocks, head=head, norm="rmsnorm", experts=routed, top_k=k)
+                    blocks=blocks, head=head, experts=routed, top_k=k)
 
 
 def _axk2_attention(t: T, d: D, n: int, window: int) -> Part:
@@ -201,7 +201,7 @@ def inkling_text(cfg: Mapping[str, Any], model: str) -> Arch:
     and an untied head. `dense_intermediate_size`, when written, is the dense width and `intermediate_size` the
     experts' (configuration_inkling.__post_init__)."""
     from .assemble import assemble, standard_block
-    from .dense import lm_head_part
+    from .spec import lm_head_part
     from .reader import Reader
     from .spec import attention_part, mlp_part, moe_part, norm_part
     r = Reader(cfg, model, "inkling_text")
@@ -244,4 +244,4 @@ def inkling_text(cfg: Mapping[str, Any], model: str) -> Arch:
                     kv=r.int("num_key_value_heads"), head_dim=r.int("head_dim"), inter=dense, vocab=vocab,
                     ctx=r.int("max_position_embeddings"), tie=False, embed=embed, blocks=blocks, head=head,
                     windows=tuple(window if t == "hybrid_sliding" else 0 for t in types[:n]), experts=experts,
-                    top_k=top_k, norm="rmsnorm")
+                    top_k=top_k)

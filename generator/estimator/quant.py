@@ -151,7 +151,7 @@ def quantised_mats(a: Arch, p: Part) -> tuple[tuple[int, int, int], ...]:
 
 def stored_elements(a: Arch) -> int | None:
     """Elements a quantised checkpoint stores (what safetensors totals count); None when unquantised."""
-    if a.quant is None or a.quant.bits >= 16 or a.spec is None:
+    if a.quant is None or a.quant.bits >= 16:
         return None
     total = a.spec.params
     extra: dict[tuple[object, ...], int] = {}  # per distinct part: the layers of a stack repeat a few parts

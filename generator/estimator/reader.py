@@ -52,6 +52,16 @@ class KeyUse:
     source: str  # "config:<key>", "default:<model_type>", or "derived:<formula>"
 
 
+def activation_name(r: Reader) -> str | None:
+    """The MLP's activation as the config (or its class) names it, under any of its spellings; not recorded
+    as a key use (the structure table shows it), and a non-string value reads as unknown."""
+    keys = ("hidden_act", "activation_function", "hidden_activation", "afn")
+    for value in [r.cfg.get(k) for k in keys] + [r.defaults.get(k) for k in keys]:  # the config before its class
+        if isinstance(value, str):
+            return value[:40]
+    return None
+
+
 class Reader:
     """Reads keys of one config dict; a missing or null key takes the config class's default."""
 

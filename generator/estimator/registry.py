@@ -13,7 +13,6 @@ from typing import Any, Callable, Mapping
 
 from ..errors import UnsupportedArchitecture
 from .arch import Arch
-from .families import FAMILIES
 from .known_gaps import APPROXIMATE, KNOWN_GAPS
 from .quant import read_quant
 
@@ -43,7 +42,7 @@ def register_table(table: Mapping[str, Any], build: Callable[[Mapping[str, Any],
 def _load() -> None:
     # Importing the builder modules fills BUILDERS (each registers its model_types).
     from . import classic, decoders, encdec, encoders, encoders2, gemma, hybrids, hybrids2  # noqa: F401
-    from . import llama_like, misc, misc2, moe, moe2, ssm, vlm, vlm_more, zamba  # noqa: F401
+    from . import dense_traits_tmp, llama_like, misc, misc2, moe, moe2, ssm, vlm, vlm_more, zamba  # noqa: F401
 
 
 # Keys every transformer config has in some spelling; with them, an unknown model_type still gets a
@@ -72,20 +71,22 @@ def _declared_type(cfg: Mapping[str, Any]) -> str | None:
     archs = cfg.get("architectures")
     if isinstance(archs, list) and archs and isinstance(archs[0], str):
         t = ARCHITECTURE_TYPES.get(archs[0])
-        if t is not None and (t in FAMILIES or t in BUILDERS):
+        if t is not None and t in BUILDERS:
             return t
     return None
 
 
 def fallback(cfg: Mapping[str, Any], model: str, model_type: str) -> Arch:
     """A model_type without a builder: custom code, a known text tower, or standard keys (approximate)."""
-    from .config import architectures_of, dense_arch
+    from .config import architectures_of
+    from .decoders import build
+    from .llama_like import LLAMA
     from .custom import CUSTOM, NOTES
 
     if model_type in CUSTOM:
         family, translate = CUSTOM[model_type]
         src = dict(translate(cfg), model_type=family)
-        arch = dense_arch(src, model, FAMILIES[family], src, False) if family in FAMILIES else BUILDERS[family](src, model)
+        arch = BUILDERS[family](src, model)
         how = "custom modeling code (auto_map)" if "auto_map" in cfg else "a model_type transformers does not ship"
         why = f"{how} read as {family}" + (f"; {NOTES[model_type]}" if model_type in NOTES else "")
         return dataclasses.replace(arch, model_type=model_type, custom_code="auto_map" in cfg, approximate=why)
@@ -96,9 +97,6 @@ def fallback(cfg: Mapping[str, Any], model: str, model_type: str) -> Arch:
         # A ForCausalLM class of a multimodal wrapper (Qwen3_5ForCausalLM, Llama4ForCausalLM) is the text tower.
         text_only_class = bool(archs) and archs[0].endswith("ForCausalLM")
         why = None if text_only_class else f"only the text tower ({inner}) is counted"
-        if inner in FAMILIES:
-            arch = dense_arch(cfg, model, FAMILIES[inner], text, not text_only_class)
-            return dataclasses.replace(arch, approximate=why)
         if inner in BUILDERS:
             arch = BUILDERS[inner](text, model)
             return dataclasses.replace(arch, model_type=model_type, text_tower_only=not text_only_class,
@@ -107,8 +105,7 @@ def fallback(cfg: Mapping[str, Any], model: str, model_type: str) -> Arch:
     declared = _declared_type(cfg)
     if declared is not None:  # an unknown (custom-code) model_type whose `architectures` names a transformers class
         src = dict(cfg, model_type=declared)
-        arch = dense_arch(src, model, FAMILIES[declared], src, False) if declared in FAMILIES \
-            else BUILDERS[declared](src, model)
+        arch = BUILDERS[declared](src, model)
         how = "custom modeling code (auto_map)" if "auto_map" in cfg else "an unknown model_type"
         return dataclasses.replace(arch, model_type=model_type, custom_code="auto_map" in cfg,
                                    approximate=f"{how} read as {declared}, the family of its declared class")
@@ -118,20 +115,20 @@ def fallback(cfg: Mapping[str, Any], model: str, model_type: str) -> Arch:
         if all(inner_found.values()):  # an unknown wrapper around a text model: its text tower, approximately
             src = _flatten({**text, **{k: text[a] for k, a in inner_found.items() if a}})  # type: ignore[index]
             why = KNOWN_GAPS.get(model_type, "architecture not known")
-            arch = dense_arch(dict(src, model_type=model_type), model, FAMILIES["llama"], src, True,
-                              approximate=f"{why}: its text tower read as a llama-style decoder")
-            return arch
+            arch = build(dict(src, model_type=model_type), model, "llama", LLAMA)
+            return dataclasses.replace(arch, text_tower_only=True, approximate=f"{why}: its text tower read as a llama-style decoder")
     if all(found.values()):
-        src = _flatten(dict(cfg))
+        # A best-effort reading: a key the unknown class leaves null takes llama's default, as a missing one does.
+        src = _flatten({k: v for k, v in cfg.items() if v is not None})
         for k, alias in found.items():
-            src.setdefault(k, cfg[alias])  # type: ignore[index]
+            if cfg[alias] is not None:  # type: ignore[index]
+                src.setdefault(k, cfg[alias])  # type: ignore[index]
         why = KNOWN_GAPS.get(model_type, "architecture not known")
         if "auto_map" in cfg:
             why = f"custom modeling code (auto_map), {why}"
-        arch = dense_arch(dict(src, model_type=model_type), model, FAMILIES["llama"], src, False,
-                          approximate=f"{why}: read as a llama-style decoder")
-        return arch
-    raise UnsupportedArchitecture(model, model_type, tuple(sorted({*FAMILIES, *BUILDERS})))
+        arch = build(dict(src, model_type=model_type), model, "llama", LLAMA)
+        return dataclasses.replace(arch, approximate=f"{why}: read as a llama-style decoder")
+    raise UnsupportedArchitecture(model, model_type, tuple(sorted(BUILDERS)))
 
 
 def finish(cfg: Mapping[str, Any], model: str, arch: Arch) -> Arch:
@@ -150,4 +147,4 @@ def finish(cfg: Mapping[str, Any], model: str, arch: Arch) -> Arch:
 _load()
 
 # Every config class whose defaults the estimator may read (class_defaults.py is generated from these).
-READ_TYPES: tuple[str, ...] = tuple(sorted({*BUILDERS, *FAMILIES, "gpt-sw3"}))
+READ_TYPES: tuple[str, ...] = tuple(sorted({*BUILDERS, "gpt-sw3"}))

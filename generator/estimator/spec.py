@@ -306,3 +306,25 @@ def combine(name: str, typ: str, *parts: Part) -> Part:
                 transient=max(p.transient for p in parts), kv=total("kv"),
                 window=max(p.window for p in parts), state=total("state"), attn_flops=total("attn_flops"),
                 mats=tuple(x for p in parts for x in p.weight_mats))
+
+
+# Block type names shown in the structure table.
+ATTENTION_TYPE = {"mha": "Multi-Head Attn", "gqa": "Grouped Query Attn", "mqa": "Multi-Query Attn"}
+
+
+def attention_type(heads: int, kv_heads: int) -> str:
+    if kv_heads == heads:
+        return ATTENTION_TYPE["mha"]
+    return ATTENTION_TYPE["mqa"] if kv_heads == 1 else ATTENTION_TYPE["gqa"]
+
+
+def ffn_type(gated: bool, act: str) -> str:
+    if gated:
+        return "SwiGLU" if act in ("silu", "swish") else "GeGLU" if act.startswith("gelu") else "GLU"
+    return "MLP"
+
+
+def lm_head_part(vocab: int, width: int, tied: bool, bias: bool = False, name: str = "LM_Head") -> Part:
+    """The output projection; a tied head shares the embedding's weight (counted there once)."""
+    return Part(name, "Linear", (0 if tied else vocab * width) + (vocab if bias else 0), width=vocab,
+                matmul=vocab * width)

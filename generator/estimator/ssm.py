@@ -18,7 +18,7 @@ from typing import Any, Mapping
 
 from .arch import Arch
 from .assemble import assemble
-from .dense import lm_head_part
+from .spec import lm_head_part
 from .reader import Reader
 from .registry import register
 from .spec import Block, Part, add_part, linear, norm_part
@@ -75,7 +75,7 @@ def ssm_model(cfg: Mapping[str, Any], model: str, mt: str, v2: bool) -> Arch:
     # No positions: an SSM has no context limit; its "context" is the serving length we are asked about.
     ctx = r.int("max_position_embeddings", 1 << 20)
     return assemble(cfg, model, r, hidden=h, layers=n, heads=1, kv=1, head_dim=h, inter=inner, vocab=vocab, ctx=ctx,
-                    tie=tie, embed=embed, blocks=blocks, head=head, norm="rmsnorm", position="none")
+                    tie=tie, embed=embed, blocks=blocks, head=head, position="none")
 
 
 @register("mamba", "falcon_mamba")

@@ -110,9 +110,6 @@ def projector(mt: str, r: Reader, vh: int, th: int, cfg: Mapping[str, Any]) -> t
 
 
 def text_tower(cfg: Mapping[str, Any], model: str, mt: str) -> Arch:
-    from .config import dense_arch
-    from .families import FAMILIES
-
     text = cfg.get("text_config")
     if text is None:  # older Qwen2-VL / Qwen2.5-VL files keep the text keys at the top level
         text = {k: v for k, v in cfg.items() if k not in ("vision_config", "model_type", "architectures", "auto_map")}
@@ -123,8 +120,6 @@ def text_tower(cfg: Mapping[str, Any], model: str, mt: str) -> Arch:
         raise ConfigError(model, "text_config.model_type", tt, "is missing")
     base = TEXT_AS.get(tt, tt)
     sub = dict(text, model_type=base)
-    if base in FAMILIES:
-        return dense_arch(sub, model, FAMILIES[base], sub, False)
     if base in BUILDERS:
         return BUILDERS[base](sub, model)
     raise ConfigError(model, "text_config.model_type", tt, "is not a supported text model")
@@ -140,7 +135,6 @@ def _retie(p: Part, tie: bool, vocab: int, hidden: int) -> Part:
 def retie(arch: Arch, tie: bool) -> Arch:
     """The wrapper's tie_word_embeddings decides whether its LM head shares the text embedding."""
     spec = arch.spec
-    assert spec is not None
     head = tuple(_retie(p, tie, spec.vocab, spec.hidden) for p in spec.head)
     return dataclasses.replace(arch, tie=tie, spec=dataclasses.replace(spec, head=head, tied=tie))
 
@@ -149,7 +143,6 @@ def vlm(cfg: Mapping[str, Any], model: str) -> Arch:
     mt = str(cfg.get("model_type"))
     text = text_tower(cfg, model, mt)
     spec = text.spec
-    assert spec is not None
     r = Reader(cfg, model, mt)
     vc = cfg.get("vision_config") or {}
     if not isinstance(vc, Mapping):

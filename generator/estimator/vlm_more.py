@@ -10,7 +10,7 @@ from .arch import Arch
 from .config import architectures_of
 from .assemble import assemble, standard_block
 from .decoders import D, T, attention, build
-from .dense import attention_type
+from .spec import attention_type
 from .reader import Reader
 from .registry import BUILDERS, register
 from .spec import Part, attention_part, linear, mlp_part, norm_part
@@ -65,7 +65,6 @@ def mllama(cfg: Mapping[str, Any], model: str) -> Arch:
     vc = cfg.get("vision_config") or {}
     tower, vision_tokens, out, vh = mllama_vision(vc, r)
     spec = text.spec
-    assert spec is not None
     proj = Part("Projector", "Linear projector", linear(out, spec.hidden, True), matmul=out * spec.hidden)
     # Image tokens do not enter the text sequence: the cross-attention layers cache K/V over them.
     new = dataclasses.replace(spec, embed=(*spec.embed, tower, proj), image_tokens=0,
@@ -87,7 +86,6 @@ def fuyu(cfg: Mapping[str, Any], model: str) -> Arch:
         raise ConfigError(model, "text_config", text_cfg, "must be a JSON object")
     text = BUILDERS["persimmon"](dict(text_cfg, model_type="persimmon"), model)
     spec = text.spec
-    assert spec is not None
     p, ch = r.int("patch_size", 30), r.int("num_channels", 3)
     patch = p * p * ch
     proj = Part("Projector", "Patch embedding", linear(patch, spec.hidden, True), matmul=patch * spec.hidden)
@@ -144,7 +142,6 @@ def got_ocr2(cfg: Mapping[str, Any], model: str) -> Arch:
     from .vlm import text_tower
     text = text_tower(cfg, model, "got_ocr2")
     spec = text.spec
-    assert spec is not None
     r = Reader(cfg, model, "got_ocr2")
     v = r.child(cfg.get("vision_config") or {}, "got_ocr2_vision", prefix="vision_config.")
     h, n, heads, p, size = (v.int("hidden_size"), v.int("num_hidden_layers"), v.int("num_attention_heads"),
@@ -183,7 +180,6 @@ def moss_transcribe_diarize(cfg: Mapping[str, Any], model: str) -> Arch:
     r = Reader(cfg, model, "moss_transcribe_diarize")
     text = retie(text, r.flag("tie_word_embeddings", True))
     spec = text.spec
-    assert spec is not None
     a = r.child(cfg.get("audio_config") or {}, "moss_transcribe_diarize_audio", prefix="audio_config.")
     d, n, inter, mels = a.int("hidden_size"), a.int("num_hidden_layers"), a.int("intermediate_size"), a.int("num_mel_bins")
     frames = a.int("max_source_positions")

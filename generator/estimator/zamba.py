@@ -15,7 +15,7 @@ from typing import Any, Mapping
 from ..errors import ConfigError
 from .arch import Arch
 from .assemble import assemble
-from .dense import lm_head_part
+from .spec import lm_head_part
 from .reader import Reader
 from .registry import register
 from .spec import Block, Part, add_part, attention_part, linear, mlp_part, norm_part
@@ -102,7 +102,7 @@ def zamba_like(cfg: Mapping[str, Any], model: str, v2: bool) -> Arch:
     head = [norm_part("Final_RMSNorm", "rmsnorm", h), lm_head_part(vocab, h, tie), Part("Output", "Output", width=vocab)]
     return assemble(cfg, model, r, hidden=h, layers=len(blocks), heads=heads, kv=kv, head_dim=hd, inter=inter,
                     vocab=vocab, ctx=r.int("max_position_embeddings", 4096), tie=tie, embed=embed, blocks=blocks,
-                    head=head, norm="rmsnorm", position="none")
+                    head=head, position="none")
 
 
 @register("zamba")
