@@ -136,7 +136,7 @@ def _oom_cards(row: Mapping[str, Any], cards, context_bytes: int) -> list:
 def compute(datasets: Mapping[str, Sequence[Mapping[str, Any]]], settings, estimator_version: str,
             estimate_fn: Callable[[Mapping[str, Any], Any], int | None] = estimate_bytes) -> AccuracyTable:
     """The table for {dataset name: rows}. `estimate_fn(row, assumptions)` defaults to the current estimator."""
-    from .estimator.memory import budget_bytes
+    from .estimator.memory.profile import budget_bytes
 
     s = settings.assumptions
     budgets = [(c, budget_bytes(c, s)) for c in settings.cards]

@@ -113,9 +113,9 @@ def estimate_bytes(row: Mapping[str, Any], assumptions) -> int | None:
 
 
 def estimate_or_reason(row: Mapping[str, Any], assumptions) -> tuple[int | None, str]:
-    from .estimator.config import normalise
-    from .estimator.graph import build_graph
-    from .estimator.job import job_memory
+    from .estimator.normalise import normalise
+    from .estimator.graph.nodes import build_graph
+    from .estimator.memory.job import job_memory
     from .measure.setup import job_of
 
     setup, why = setup_and_reason(row)

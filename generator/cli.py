@@ -33,7 +33,7 @@ def _model_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch", type=int, metavar="B", help="micro batch of the priced job")
     p.add_argument("--lora-rank", type=int, metavar="R", help="LoRA rank")
     p.add_argument("--serve-tokens", type=int, metavar="T", help="tokens per served sequence")
-    from .estimator import job as j
+    from .estimator.memory import job as j
 
     ex = p.add_argument_group("exact setup", "memory.peak_bytes / peak_phase / breakdown for one real run "
                                              "(default: full AMP AdamW at batch 1 and the training tokens)")
@@ -159,7 +159,7 @@ def _run_model(argv: Sequence[str], console: Console, err: Console) -> int:
 
 def _job(args: argparse.Namespace):
     """The exact setup the options name; tokens 0 = the site's training tokens (capped at the context)."""
-    from .estimator.job import Job
+    from .estimator.memory.job import Job
 
     given = {k: v for k, v in (("method", args.method), ("precision", args.precision), ("weights", args.weights),
                                 ("optimizer", args.optimizer), ("lora_rank", args.lora_rank),

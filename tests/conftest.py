@@ -10,6 +10,12 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 SNAPSHOT = ROOT / "snapshot"
 
+# The first decoders (GPT-2 era, llama and its first descendants, Gemma 1-3, granite): the families the property
+# and oracle tests draw from their class defaults (the other families: test_oracle_causal.py, the group tests).
+FIRST_DECODERS = ("gpt2", "gpt_neox", "gptj", "opt", "bloom", "falcon", "phi", "llama", "mistral", "qwen2", "qwen3",
+                  "phi3", "olmo", "olmo2", "stablelm", "starcoder2", "cohere", "gemma", "gemma2", "gemma3_text",
+                  "granite")
+
 
 @pytest.fixture(scope="session")
 def settings():

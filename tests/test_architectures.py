@@ -9,9 +9,9 @@ import pytest
 
 from generator.errors import ConfigError, UnsupportedArchitecture
 from generator.estimator import estimate
-from generator.estimator.config import normalise
-from generator.estimator.graph import build_graph
-from generator.estimator.memory import serve_profile, train_profile
+from generator.estimator.normalise import normalise
+from generator.estimator.graph.nodes import build_graph
+from generator.estimator.memory.profile import serve_profile, train_profile
 from tests.conftest import snapshot_configs, tiny_qwen2
 
 SNAP = {repo_id: (cfg, ck) for repo_id, cfg, ck in snapshot_configs()}

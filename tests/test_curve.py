@@ -8,11 +8,11 @@ import json
 import pytest
 from hypothesis import given, settings as hsettings, strategies as st
 
-from generator.estimator.config import normalise
+from generator.estimator.normalise import normalise
 from generator.estimator.report import CurvePoint
-from generator.estimator.curve import FIRST_TOKENS, MAX_POINTS, curve_tokens, memory_curve
-from generator.estimator.graph import build_graph
-from generator.estimator.memory import serve_profile, train_profile
+from generator.estimator.memory.curve import FIRST_TOKENS, MAX_POINTS, curve_tokens, memory_curve
+from generator.estimator.graph.nodes import build_graph
+from generator.estimator.memory.profile import serve_profile, train_profile
 from generator.hub.snapshot import DEFAULT_SNAPSHOT_DIR, load_record
 from generator.pipeline import report_for_record
 from generator.settings import load_settings

@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 
 from generator.estimator import Assumptions
-from generator.estimator.config import normalise
-from generator.estimator.memory import kv_bytes_per_sequence, kv_bytes_per_token, state_bytes_per_sequence
+from generator.estimator.normalise import normalise
+from generator.estimator.memory.profile import kv_bytes_per_sequence, kv_bytes_per_token, state_bytes_per_sequence
 from tests.conftest import snapshot_configs
 
 S = Assumptions()

@@ -16,14 +16,11 @@ transformers = pytest.importorskip("transformers")
 
 from generator.errors import TraceError  # noqa: E402
 from generator.estimator.checks import check_checkpoint  # noqa: E402
-from generator.estimator.config import normalise  # noqa: E402
-from generator.estimator.dense_traits_tmp import TRAITS  # noqa: E402
+from generator.estimator.normalise import normalise  # noqa: E402
+from generator.estimator.graph.nodes import build_graph  # noqa: E402
+from tests.conftest import FIRST_DECODERS, snapshot_configs  # noqa: E402
 
-# The first decoders (gpt2_era and llama's first descendants) and granite: the families counted here, each
-# from its class defaults and from every snapshot config of it.
-FAMILIES = {*TRAITS, "granite"}
-from generator.estimator.graph import build_graph  # noqa: E402
-from tests.conftest import snapshot_configs  # noqa: E402
+FAMILIES = set(FIRST_DECODERS)
 
 transformers.logging.set_verbosity_error()
 warnings.filterwarnings("ignore")

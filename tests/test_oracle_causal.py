@@ -13,7 +13,7 @@ import pytest
 pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from generator.estimator.known_gaps import KNOWN_GAPS  # noqa: E402
+from generator.estimator.config.known_gaps import KNOWN_GAPS  # noqa: E402
 from tests.test_oracle_support import outcome  # noqa: E402
 
 FORMS = ("defaults", "sparse")

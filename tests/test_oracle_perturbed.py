@@ -14,7 +14,7 @@ pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from generator.errors import TraceError  # noqa: E402
-from generator.estimator.known_gaps import KNOWN_GAPS  # noqa: E402
+from generator.estimator.config.known_gaps import KNOWN_GAPS  # noqa: E402
 from tests.test_oracle_causal import TYPES  # noqa: E402
 from tests.test_oracle_support import REPAIRS, meta_count, our_count, quiet  # noqa: E402
 

@@ -17,8 +17,8 @@ import pytest
 
 from generator.errors import TraceError
 from generator.estimator import estimate
-from generator.estimator.config import normalise
-from generator.estimator.graph import build_graph
+from generator.estimator.normalise import normalise
+from generator.estimator.graph.nodes import build_graph
 from tests.conftest import snapshot_configs
 
 RECORDS = snapshot_configs()

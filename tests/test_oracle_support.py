@@ -7,8 +7,8 @@ import warnings
 from typing import Any, Callable
 
 from generator.errors import TraceError
-from generator.estimator.config import normalise
-from generator.estimator.graph import build_graph
+from generator.estimator.normalise import normalise
+from generator.estimator.graph.nodes import build_graph
 
 # Configs transformers 5.24 cannot build from its own class defaults, and the smallest repair that makes
 # them build: each names the default that is missing or inconsistent (the repaired value is a realistic one).

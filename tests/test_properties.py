@@ -8,10 +8,10 @@ import dataclasses
 from hypothesis import given, settings as hsettings, strategies as st
 
 from generator.estimator import Assumptions, estimate
-from generator.estimator.config import normalise
-from generator.estimator.dense_traits_tmp import TRAITS as FAMILIES
-from generator.estimator.graph import build_graph
-from generator.estimator.memory import serve_profile, train_profile
+from generator.estimator.normalise import normalise
+from tests.conftest import FIRST_DECODERS as FAMILIES
+from generator.estimator.graph.nodes import build_graph
+from generator.estimator.memory.profile import serve_profile, train_profile
 from generator.settings import load_settings
 
 SETTINGS = load_settings()

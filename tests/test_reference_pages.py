@@ -52,8 +52,8 @@ def test_under_page_assumptions_every_number_within_10pct(name, settings):
 
 
 def test_structure_table_matches_the_page():
-    from generator.estimator.config import normalise
-    from generator.estimator.graph import build_graph
+    from generator.estimator.normalise import normalise
+    from generator.estimator.graph.nodes import build_graph
 
     g = build_graph(normalise(tiny_qwen2(), "tiny"))
     rows = [(n.index, n.name, n.type, n.output_shape) for n in g.nodes]

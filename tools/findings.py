@@ -77,9 +77,9 @@ def per_layer_per_token(live: list[dict], tokens: int, layer: int = 1) -> list[t
 
 def estimator_terms(config: dict, model: str, setup) -> dict[str, float]:
     """The estimator's profile for the setup, in MiB (per-layer activations also in bytes per token)."""
-    from generator.estimator.config import normalise
-    from generator.estimator.graph import build_graph
-    from generator.estimator.memory import serve_profile, train_profile
+    from generator.estimator.normalise import normalise
+    from generator.estimator.graph.nodes import build_graph
+    from generator.estimator.memory.profile import serve_profile, train_profile
     from generator.settings import load_settings
 
     s = dataclasses.replace(load_settings().assumptions, train_tokens=setup.tokens, lora_rank=setup.lora_rank,

@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .arch import Arch
-from .graph import Graph
+from .config.arch import Arch
+from .checkpoint import explain
+from .graph.nodes import Graph
 
 
 @dataclass(frozen=True)
@@ -74,7 +75,6 @@ def check_rope(a: Arch) -> list[Finding]:
 
 def explain_checkpoint_gap(a: Arch, g: Graph, checkpoint: int, stored: int | None = None) -> tuple[str, str]:
     """Severity and message for graph != checkpoint, naming the known cause where the numbers say so."""
-    from .ckpt import explain
 
     return explain(a, g, checkpoint, stored)
 

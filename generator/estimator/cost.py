@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .config import Arch
-from .graph import Graph
+from .config.arch import Arch
+from .graph.nodes import Graph
 from .inputs import Assumptions, Gpu
 
 

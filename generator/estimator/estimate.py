@@ -6,20 +6,43 @@ import dataclasses
 from typing import Any, Mapping
 
 from .. import __version__
-from .checks import (Finding, check_checkpoint, check_quantization, check_rope, check_scope, check_shapes,
-                     check_special_tokens)
-from .config import normalise
+from .checks import (
+    Finding,
+    check_checkpoint,
+    check_quantization,
+    check_rope,
+    check_scope,
+    check_shapes,
+    check_special_tokens,
+)
 from .cost import CostLine, job_cost
-from .curve import memory_curve
-from .graph import Node, build_graph
+from .graph.nodes import Node, build_graph
 from .inputs import Assumptions, Card, Gpu
-from .job import Job, job_memory
-from .lora import lora_params
-from .memory import (Profile, budget_bytes, kv_bytes_per_sequence, kv_bytes_per_token,
-                     serve_profile, state_bytes_per_sequence, train_profile)
-from .quant import serve_weight_bytes, stored_elements
-from .splits import best_cut, two_card_split
-from .report import SCHEMA_VERSION, CardPlan, Memory, ModelInfo, Params, Report, SplitPlan, StructureRow
+from .memory.curve import memory_curve
+from .memory.job import Job, job_memory
+from .memory.lora import lora_params
+from .memory.profile import (
+    Profile,
+    budget_bytes,
+    kv_bytes_per_sequence,
+    kv_bytes_per_token,
+    serve_profile,
+    state_bytes_per_sequence,
+    train_profile,
+)
+from .memory.splits import best_cut, two_card_split
+from .memory.storage import serve_weight_bytes, stored_elements
+from .normalise import normalise
+from .report import (
+    SCHEMA_VERSION,
+    CardPlan,
+    Memory,
+    ModelInfo,
+    Params,
+    Report,
+    SplitPlan,
+    StructureRow,
+)
 
 FORMULAS = {
     "params": "sum over graph nodes of Linear in*out (+bias), Embedding rows*width, norms (RMSNorm w, "

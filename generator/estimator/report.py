@@ -8,6 +8,7 @@ from typing import Any
 
 from .checks import Finding
 from .cost import CostLine
+from .memory.curve import CurvePoint
 
 SCHEMA_VERSION = 1
 
@@ -66,16 +67,6 @@ class CardPlan:
     train_lora_max_batch: int
     serve_max_batch: int
     split: tuple[SplitPlan, ...] | None  # None when every method fits at batch 1
-
-
-@dataclass(frozen=True)
-class CurvePoint:
-    """Peak bytes at batch 1 and `tokens` per sample for each method (estimator/curve.py)."""
-
-    tokens: int
-    train_full_bytes: int
-    train_lora_bytes: int
-    serve_bytes: int
 
 
 @dataclass(frozen=True)

@@ -167,7 +167,7 @@ def parse_overrides(items: list[str] | None) -> dict[str, Any]:
 
 def job_of(setup: Setup):
     """The estimator's Job for this setup, or (None, why) where it has none; returns (job, reason)."""
-    from ..estimator.job import Job
+    from ..estimator.memory.job import Job
 
     if setup.lora_dropout:
         return None, "LoRA dropout > 0 (peft saves a dropped copy of each adapter input): not modelled"
@@ -185,7 +185,7 @@ def estimator_supports(setup: Setup) -> bool:
     """The setups estimator.job prices: every method, precision, optimizer, checkpointing and attention the
     harness runs, except LoRA dropout and the for-loop / fused AdamW step."""
     from ..errors import ConfigError
-    from ..estimator.job import validate
+    from ..estimator.memory.job import validate
 
     job, _ = job_of(setup)
     if job is None:
@@ -206,9 +206,9 @@ def estimate_for(config: Mapping[str, Any], model_id: str, setup: Setup, assumpt
     """
     if not estimator_supports(setup):
         return None
-    from ..estimator.config import normalise
-    from ..estimator.graph import build_graph
-    from ..estimator.job import job_memory
+    from ..estimator.normalise import normalise
+    from ..estimator.graph.nodes import build_graph
+    from ..estimator.memory.job import job_memory
 
     if assumptions is None:
         from ..settings import load_settings

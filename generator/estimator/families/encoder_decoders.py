@@ -1,0 +1,270 @@
+"""Encoder-decoders (BART family: modeling_bart.py and relatives; T5: modeling_t5.py) and their decoders.
+
+BART-style layer: self-attention (q/k/v/out with biases) + LayerNorm, in the decoder cross-attention
+over the encoder output + LayerNorm, fc1/fc2 + LayerNorm; post-norm (bart, marian, plbart) or pre-norm
+with a final norm per stack (mbart, pegasus, blenderbot). Embeddings are shared by encoder, decoder
+and LM head. T5: no biases, RMS-style LayerNorm of weight only, relative attention bias in the first
+layer of each stack, gated or plain feed-forward; transformers 5.24 always ties the LM head
+(configuration_t5.py forces tie_word_embeddings = True).
+Serving (memory.py): the encoder output (tokens x d_model) plus the decoder's self-attention KV and
+the cross-attention KV over the encoder's tokens, per sequence.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from ..config.arch import Arch
+from ..config.reader import Reader
+from ..graph.layout import standard_block
+from ..graph.parts import (
+    Block,
+    Part,
+    attention_part,
+    linear,
+    lm_head_part,
+    mlp_part,
+    norm_part,
+)
+from .assembly import Builder, assemble, bind
+
+BART_ALIASES = {"hidden_size": ("d_model",)}
+
+
+@dataclass(frozen=True)
+class B:
+    pos_offset: int | None = 2  # learned positions = max_position_embeddings + offset; None: sinusoidal table
+    pre_norm: bool = False
+    embed_norm: bool = True  # layernorm_embedding
+    final_norm: bool = False  # layer_norm at the end of each stack
+    bias: bool | str = True
+    k_bias: bool = True
+    causal_tied: bool = True  # the ForCausalLM head is tied to the decoder embedding
+    positions_key: str = "max_position_embeddings"
+
+
+def is_causal_lm(cfg: Mapping[str, Any]) -> bool:
+    archs = cfg.get("architectures")
+    return isinstance(archs, list) and bool(archs) and isinstance(archs[0], str) and archs[0].endswith("ForCausalLM")
+
+
+def _attn(name: str, typ: str, d: int, heads: int, bias: bool, k_bias: bool, *, cross: bool = False,
+          cached: bool = True) -> Part:
+    return attention_part(name, typ, d, heads, heads, d // heads, qkv_bias=bias, kv_bias=None if k_bias else False,
+                          o_bias=bias, rope=False, window=-1 if cross else 0, cached=cached)
+
+
+def _v_bias_fix(p: Part, d: int, bias: bool, k_bias: bool) -> Part:
+    # whisper: k_proj has no bias but v_proj does; attention_part gave k and v the same.
+    if bias and not k_bias:
+        return p._replace(params=p.params + d)
+    return p
+
+
+def bart_stack(r: Reader, b: B, stack: str, layers: int, heads: int, ffn: int, d: int, first: int,
+               bias: bool) -> list[Block]:
+    out = []
+    norms = ("pre_attn", "pre_mlp") if b.pre_norm else ("post_attn", "post_mlp")
+    for i in range(first, first + layers):
+        attn = _v_bias_fix(_attn(f"Attention_{i}", "Multi-Head Attn", d, heads, bias, b.k_bias,
+                                 cached=stack == "decoder"), d, bias, b.k_bias)
+        cross = _v_bias_fix(_attn(f"Cross_Attention_{i}", "Cross Attn", d, heads, bias, b.k_bias, cross=True), d,
+                            bias, b.k_bias) if stack == "decoder" else None
+        mlp = mlp_part(f"FFN_{i}", "MLP", d, ffn, False, True)  # fc1/fc2 keep biases even without attention bias
+        out.append(standard_block(i, [], attn, mlp, "layernorm", d, norms=norms, kind=stack, stack=stack, cross=cross))
+    return out
+
+
+def _positions(r: Reader, b: B, d: int, name: str) -> Part:
+    n = r.int(b.positions_key)
+    if b.pos_offset is None:  # sinusoidal table kept as an nn.Embedding (pegasus, marian)
+        return Part(name, "Embedding", n * d)
+    return Part(name, "Embedding", (n + b.pos_offset) * d)
+
+
+def bart_like(cfg: Mapping[str, Any], model: str, mt: str, b: B) -> Arch:
+    r = Reader(cfg, model, mt, BART_ALIASES)
+    d, vocab = r.int("hidden_size"), r.int("vocab_size")
+    bias = r.flag(b.bias, True) if isinstance(b.bias, str) else b.bias
+    dec_n, dec_h, dec_f = r.int("decoder_layers"), r.int("decoder_attention_heads"), r.int("decoder_ffn_dim")
+    ctx = r.int(b.positions_key)
+    causal = is_causal_lm(cfg)
+    embed: list[Part] = [Part("Input", "Input", width=-1), Part("Embedding", "Embedding", vocab * d)]
+    blocks: list[Block] = []
+    stack_norms = (2 * d if b.embed_norm else 0) + (2 * d if b.final_norm else 0)
+    if not causal:
+        enc_n, enc_h, enc_f = r.int("encoder_layers"), r.int("encoder_attention_heads"), r.int("encoder_ffn_dim")
+        embed.append(_positions(r, b, d, "Encoder_Positions"))
+        if stack_norms:
+            embed.append(Part("Encoder_Norms", "LayerNorm", stack_norms, norm_width=d))
+        blocks += bart_stack(r, b, "encoder", enc_n, enc_h, enc_f, d, 1, bias)
+    embed.append(_positions(r, b, d, "Position_Embedding"))
+    if b.embed_norm:
+        embed.append(norm_part("Embedding_LayerNorm", "layernorm", d))
+    blocks += bart_stack(r, b, "decoder", dec_n, dec_h, dec_f, d, len(blocks) + 1, bias)
+    head: list[Part] = [norm_part("Final_LayerNorm", "layernorm", d)] if b.final_norm else []
+    tie = (b.causal_tied if causal else True) and r.flag("tie_word_embeddings", True)
+    head += [lm_head_part(vocab, d, tie), Part("Output", "Output", width=vocab)]
+    return assemble(cfg, model, r, hidden=d, layers=len(blocks), heads=dec_h, kv=dec_h, head_dim=d // dec_h,
+                    inter=dec_f, vocab=vocab, ctx=ctx, tie=tie, embed=embed, blocks=blocks, head=head,
+                    kind="decoder" if causal else "encoder-decoder", position="learned")
+
+
+BARTS: dict[str, B] = {
+    "bart": B(), "mbart": B(pre_norm=True, final_norm=True), "plbart": B(), "mvp": B(),
+    "pegasus": B(pos_offset=None, pre_norm=True, embed_norm=False, final_norm=True),
+    "marian": B(pos_offset=None, embed_norm=False),
+    "blenderbot": B(pos_offset=0, pre_norm=True, embed_norm=False, final_norm=True),
+    "blenderbot-small": B(pos_offset=0),
+    "bigbird_pegasus": B(pos_offset=0, pre_norm=True, bias="use_bias", causal_tied=False),
+}
+
+
+T5_ALIASES = {"hidden_size": ("d_model",), "num_hidden_layers": ("num_layers",), "num_attention_heads": ("num_heads",),
+              "intermediate_size": ("d_ff",)}
+
+
+def t5(cfg: Mapping[str, Any], model: str) -> Arch:
+    mt = str(cfg.get("model_type"))
+    r = Reader(cfg, model, mt, T5_ALIASES)
+    d, heads, d_kv, ff = r.int("hidden_size"), r.int("num_attention_heads"), r.int("d_kv"), r.int("intermediate_size")
+    n_enc = r.int("num_hidden_layers")
+    n_dec = r.int("num_decoder_layers", n_enc)
+    vocab, buckets = r.int("vocab_size"), r.int("relative_attention_num_buckets", 32)
+    proj = r.str("feed_forward_proj", "relu") or "relu"
+    gated = proj.startswith("gated")
+    per_layer_bias = mt == "umt5"  # modeling_umt5.py: every layer has its own relative_attention_bias
+    embed: list[Part] = [Part("Input", "Input", width=-1), Part("Embedding", "Embedding", vocab * d),
+                         Part("Relative_Position_Bias", "Parameters", 0)]
+    blocks: list[Block] = []
+
+    def att(name: str, typ: str, first: bool, cross: bool = False) -> Part:
+        extra = buckets * heads if (first or per_layer_bias) and not cross else 0
+        return attention_part(name, typ, d, heads, heads, d_kv, rope=False, extra=extra, window=-1 if cross else 0)
+
+    for stack, n in (("encoder", n_enc), ("decoder", n_dec)):
+        for j in range(n):
+            i = len(blocks) + 1
+            a = att(f"Attention_{i}", "Multi-Head Attn", j == 0)
+            if stack == "encoder":
+                a = a._replace(kv=0)
+            cross = att(f"Cross_Attention_{i}", "Cross Attn", False, True) if stack == "decoder" else None
+            f = mlp_part(f"FFN_{i}", "GeGLU" if gated else "MLP", d, ff, gated, False)
+            blocks.append(standard_block(i, [], a, f, "rmsnorm", d, kind=stack, stack=stack, cross=cross))
+    encoder_final = Part("Encoder_Final_Norm", "RMSNorm", d, norm_width=d)
+    head = [norm_part("Final_RMSNorm", "rmsnorm", d), lm_head_part(vocab, d, True), Part("Output", "Output", width=vocab)]
+    # T5 uses relative positions: no hard context; n_positions (512) is the trained length.
+    ctx = r.int("n_positions", 512)
+    arch = assemble(cfg, model, r, hidden=d, layers=len(blocks), heads=heads, kv=heads, head_dim=d_kv, inter=ff,
+                    vocab=vocab, ctx=ctx, tie=True, embed=[*embed, encoder_final], blocks=blocks, head=head,
+                    kind="encoder-decoder", position="relative")
+    return arch
+
+
+def trocr(cfg: Mapping[str, Any], model: str) -> Arch:
+    # modeling_trocr.py: a BART-style post-norm decoder; positions learned (+2) or a sinusoidal buffer;
+    # cross-attention k/v read cross_attention_hidden_size when set.
+    r = Reader(cfg, model, "trocr", {"hidden_size": ("d_model",)})
+    d, vocab = r.int("hidden_size"), r.int("vocab_size")
+    n, heads, ffn = r.int("decoder_layers"), r.int("decoder_attention_heads"), r.int("decoder_ffn_dim")
+    ctx = r.int("max_position_embeddings", 512)
+    learned = r.flag("use_learned_position_embeddings", True)
+    cross_in = r.int("cross_attention_hidden_size", d)
+    embed: list[Part] = [Part("Input", "Input", width=-1), Part("Embedding", "Embedding", vocab * d),
+                         Part("Position_Embedding", "Embedding", (ctx + 2) * d if learned else 0)]
+    if r.flag("layernorm_embedding", True):
+        embed.append(norm_part("Embedding_LayerNorm", "layernorm", d))
+    blocks = []
+    for i in range(1, n + 1):
+        attn = _attn(f"Attention_{i}", "Multi-Head Attn", d, heads, True, True)
+        cross = _attn(f"Cross_Attention_{i}", "Cross Attn", d, heads, True, True, cross=True)
+        if cross_in != d:
+            cross = cross._replace(params=cross.params + 2 * (cross_in - d) * d)
+        mlp = mlp_part(f"FFN_{i}", "MLP", d, ffn, False, True)
+        blocks.append(standard_block(i, [], attn, mlp, "layernorm", d, norms=("post_attn", "post_mlp"), cross=cross))
+    tie = r.flag("tie_word_embeddings", True)
+    head = [lm_head_part(vocab, d, tie), Part("Output", "Output", width=vocab)]
+    return assemble(cfg, model, r, hidden=d, layers=n, heads=heads, kv=heads, head_dim=d // heads, inter=ffn,
+                    vocab=vocab, ctx=ctx, tie=tie, embed=embed, blocks=blocks, head=head, position="learned")
+
+
+def whisper(cfg: Mapping[str, Any], model: str) -> Arch:
+    # modeling_whisper.py: pre-norm BART layers whose k_proj has no bias; the encoder reads log-mel
+    # frames through conv1 (num_mel_bins -> d, k=3) and conv2 (d -> d, k=3) and max_source_positions
+    # positions; the decoder learns max_target_positions positions; proj_out is tied.
+    b = B(pos_offset=0, pre_norm=True, embed_norm=False, final_norm=True, k_bias=False,
+          positions_key="max_target_positions")
+    r = Reader(cfg, model, "whisper", BART_ALIASES)
+    d, vocab = r.int("hidden_size"), r.int("vocab_size")
+    causal = is_causal_lm(cfg)
+    embed: list[Part] = [Part("Input", "Input", width=-1), Part("Embedding", "Embedding", vocab * d)]
+    blocks: list[Block] = []
+    if not causal:
+        mels, src = r.int("num_mel_bins"), r.int("max_source_positions")
+        embed.append(Part("Audio_Conv", "Conv1d", mels * d * 3 + d + d * d * 3 + d))
+        embed.append(Part("Audio_Positions", "Embedding", src * d))
+        embed.append(Part("Audio_Final_Norm", "LayerNorm", 2 * d, norm_width=d))
+        blocks += bart_stack(r, b, "encoder", r.int("encoder_layers"), r.int("encoder_attention_heads"),
+                             r.int("encoder_ffn_dim"), d, 1, True)
+    tgt = r.int("max_target_positions")
+    embed.append(Part("Position_Embedding", "Embedding", tgt * d))
+    heads = r.int("decoder_attention_heads")
+    blocks += bart_stack(r, b, "decoder", r.int("decoder_layers"), heads, r.int("decoder_ffn_dim"), d,
+                         len(blocks) + 1, True)
+    tie = r.flag("tie_word_embeddings", True)
+    head = [norm_part("Final_LayerNorm", "layernorm", d), lm_head_part(vocab, d, tie),
+            Part("Output", "Output", width=vocab)]
+    return assemble(cfg, model, r, hidden=d, layers=len(blocks), heads=heads, kv=heads, head_dim=d // heads,
+                    inter=r.int("decoder_ffn_dim"), vocab=vocab, ctx=tgt, tie=tie, embed=embed, blocks=blocks,
+                    head=head, kind="decoder" if causal else "encoder-decoder", position="learned")
+
+
+def prophetnet(cfg: Mapping[str, Any], model: str) -> Arch:
+    """modeling_prophetnet.py: post-norm layers with biased projections; the decoder's n-gram self-attention
+    adds relative_pos_embeddings (hidden -> buckets x heads); ngram embeddings; shared word embeddings and
+    a tied head. ForCausalLM is the decoder alone; otherwise encoder + decoder."""
+    r = Reader(cfg, model, "prophetnet")
+    h, vocab = r.int("hidden_size"), r.int("vocab_size")
+    ctx = r.int("max_position_embeddings", 512)
+    buckets = r.int("num_buckets", 32)
+    causal = is_causal_lm(cfg)
+    embed = [Part("Input", "Input", width=-1), Part("Embedding", "Embedding", vocab * h)]
+    blocks = []
+    if not causal:
+        en, eh, ef = r.int("num_encoder_layers"), r.int("num_encoder_attention_heads"), r.int("encoder_ffn_dim")
+        embed += [Part("Encoder_Positions", "Embedding", ctx * h),
+                  Part("Encoder_LayerNorm", "LayerNorm", 2 * h, norm_width=h)]
+        for i in range(1, en + 1):
+            a = attention_part(f"Attention_{i}", "Multi-Head Attn", h, eh, eh, h // eh, qkv_bias=True, o_bias=True,
+                               rope=False, cached=False)
+            blocks.append(standard_block(i, [], a, mlp_part(f"FFN_{i}", "MLP", h, ef, False, True), "layernorm", h,
+                                         norms=("post_attn", "post_mlp"), kind="encoder", stack="encoder"))
+    dn, dh, df = r.int("num_decoder_layers"), r.int("num_decoder_attention_heads"), r.int("decoder_ffn_dim")
+    embed += [Part("Position_Embedding", "Embedding", ctx * h), Part("Ngram_Embedding", "Embedding", r.int("ngram", 2) * h),
+              norm_part("Embedding_LayerNorm", "layernorm", h)]
+    for j in range(1, dn + 1):
+        i = len(blocks) + 1
+        a = attention_part(f"Attention_{i}", "N-gram Attn", h, dh, dh, h // dh, qkv_bias=True, o_bias=True, rope=False,
+                           extra=linear(h, buckets * dh, True))
+        c = attention_part(f"Cross_Attention_{i}", "Cross Attn", h, dh, dh, h // dh, qkv_bias=True, o_bias=True,
+                           rope=False, window=-1)
+        blocks.append(standard_block(i, [], a, mlp_part(f"FFN_{i}", "MLP", h, df, False, True), "layernorm", h,
+                                     norms=("post_attn", "post_mlp"), cross=c))
+    tie = r.flag("tie_word_embeddings", True)
+    if causal and not tie:  # the decoder wrapper's own word embeddings are then a third copy
+        embed.append(Part("Decoder_Embedding", "Embedding", vocab * h))
+    head = [lm_head_part(vocab, h, tie), Part("Output", "Output", width=vocab)]
+    return assemble(cfg, model, r, hidden=h, layers=len(blocks), heads=dh, kv=dh, head_dim=h // dh, inter=df,
+                    vocab=vocab, ctx=ctx, tie=tie, embed=embed, blocks=blocks, head=head,
+                    kind="decoder" if causal else "encoder-decoder", position="learned")
+
+BUILDERS: dict[str, Builder] = {
+    **bind(BARTS, bart_like),
+    "t5": t5,
+    "mt5": t5,
+    "umt5": t5,
+    "trocr": trocr,
+    "whisper": whisper,
+    "prophetnet": prophetnet,
+}

@@ -1,0 +1,387 @@
+"""Encoder-only models (BERT and its descendants) with their heads (modeling_bert.py and relatives).
+
+A BERT layer: q/k/v/o with biases, post-attention LayerNorm, intermediate (fc1) and output (fc2)
+with biases, post-MLP LayerNorm (pre-norm variants move the norms before each sub-block and add a
+final one). Embeddings: word + absolute positions + token types + LayerNorm, projected when the
+embedding width differs from the hidden size. The head follows `architectures` (masked LM, sequence
+or token classification, QA, bare model with pooler); without one, the masked-LM head.
+Memory semantics (memory.py): training at the job's tokens capped at the context; serving is a
+batch of sequences at the context, with no KV cache.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from ..config.arch import Arch
+from ..config.reader import Reader
+from ..graph.layout import standard_block
+from ..graph.parts import (
+    Block,
+    Part,
+    add_part,
+    attention_part,
+    attention_type,
+    linear,
+    mlp_part,
+    norm_part,
+)
+from .assembly import Builder, assemble, bind
+
+
+@dataclass(frozen=True)
+class E:
+    """Traits of a BERT-like family."""
+
+    emb_key: str | None = None  # embedding width key when it may differ from hidden_size
+    positions: str = "absolute"  # "absolute", "none", "roformer" (sinusoidal table of head_dim in the encoder)
+    token_types: bool = True
+    embed_norm: bool = True
+    pre_norm: bool = False  # norms before attention / MLP, + a final encoder norm (megatron, xlm-roberta-xl)
+    lm_head: str = "bert"  # "bert" (cls.predictions), "roberta" (lm_head), "electra", "rembert", "none"
+    lm_pooler: bool = False  # the LM classes keep the pooler (big_bird)
+    cls_head: str = "bert"  # sequence classification: "bert" (pooler + classifier), "roberta" (dense + out_proj)
+    pos_offset: int = 0
+    extra: Any = None  # callable(reader, hidden) -> extra embedding parameters
+    layer_extra: Any = None  # callable(reader, hidden) -> extra parameters per layer
+
+
+def num_labels(cfg: Mapping[str, Any]) -> int:
+    labels = cfg.get("id2label")
+    if isinstance(labels, Mapping) and labels:
+        return len(labels)
+    n = cfg.get("num_labels")
+    return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else 2
+
+
+def head_kind(cfg: Mapping[str, Any]) -> str:
+    """What the checkpoint's class puts on top: mlm, seq, token, qa, choice, pretrain or base."""
+    archs = cfg.get("architectures")
+    name = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else ""
+    for suffix, kind in (("ForSequenceClassification", "seq"), ("ForTokenClassification", "token"),
+                         ("ForQuestionAnswering", "qa"), ("ForMultipleChoice", "choice"),
+                         ("ForPreTraining", "pretrain"), ("ForMaskedLM", "mlm"), ("ForCausalLM", "mlm"),
+                         ("LMHeadModel", "mlm"), ("Model", "base")):
+        if name.endswith(suffix):
+            return kind
+    return "mlm"
+
+
+def _decoder(vocab: int, emb: int, tie: bool) -> int:
+    """The MLM decoder: tied to the word embeddings (only the bias vector is new), or, untied, its own
+    weight and bias beside the head's bias parameter."""
+    return vocab if tie else vocab * emb + 2 * vocab
+
+
+def _lm_head(e: E, r: Reader, h: int, emb: int, vocab: int, tie: bool) -> list[Part]:
+    if e.lm_head == "electra":  # generator_predictions: dense h -> emb + LayerNorm(emb); generator_lm_head
+        return [Part("LM_Transform", "Linear", linear(h, emb, True) + 2 * emb, matmul=h * emb),
+                Part("LM_Head", "Linear", vocab + (0 if tie else vocab * emb), width=vocab, matmul=vocab * emb)]
+    if e.lm_head == "rembert":  # cls.predictions: dense h -> output_embedding_size + LayerNorm, untied decoder
+        out = r.int("output_embedding_size", h)
+        return [Part("LM_Transform", "Linear", linear(h, out, True) + 2 * out, matmul=h * out),
+                Part("LM_Head", "Linear", linear(out, vocab, True), width=vocab, matmul=vocab * out)]
+    if e.lm_head == "plain":  # modeling_bert_generation.py: only the (tied) decoder and its bias
+        return [Part("LM_Head", "Linear", _decoder(vocab, emb, tie), width=vocab, matmul=vocab * emb)]
+    # bert: transform.dense + LayerNorm, decoder tied to the word embeddings, bias of vocab
+    return [Part("LM_Transform", "Linear", linear(h, h, True) + 2 * h, matmul=h * h),
+            Part("LM_Head", "Linear", _decoder(vocab, emb, tie), width=vocab, matmul=vocab * emb)]
+
+
+def heads(e: E, r: Reader, kind: str, h: int, emb: int, vocab: int, tie: bool, cfg: Mapping[str, Any]) -> list[Part]:
+    labels = num_labels(cfg)
+    pooler = Part("Pooler", "Linear", linear(h, h, True), matmul=h * h)
+    if kind == "mlm":
+        return ([pooler] if e.lm_pooler else []) + _lm_head(e, r, h, emb, vocab, tie)
+    if kind == "pretrain":
+        return [pooler] + _lm_head(e, r, h, emb, vocab, tie) + [Part("NSP_Head", "Linear", linear(h, 2, True))]
+    if kind == "seq":
+        if e.cls_head == "roberta":  # dense + out_proj on the first token
+            return [Part("Classifier", "Linear", linear(h, h, True) + linear(h, labels, True), matmul=h * h,
+                         width=labels)]
+        return [pooler, Part("Classifier", "Linear", linear(h, labels, True), width=labels)]
+    if kind == "token":
+        return [Part("Classifier", "Linear", linear(h, labels, True), width=labels)]
+    if kind == "qa":
+        return [Part("QA_Head", "Linear", linear(h, 2, True), width=2)]
+    if kind == "choice":
+        return [pooler, Part("Classifier", "Linear", linear(h, 1, True), width=1)]
+    return [pooler]
+
+
+def logits_of(kind: str, vocab: int, cfg: Mapping[str, Any]) -> int:
+    return vocab if kind in ("mlm", "pretrain") else 2 if kind == "qa" else num_labels(cfg) if kind != "base" else 0
+
+
+def bert_like(cfg: Mapping[str, Any], model: str, mt: str, e: E) -> Arch:
+    r = Reader(cfg, model, mt)
+    h, n, heads_n = r.int("hidden_size"), r.int("num_hidden_layers"), r.int("num_attention_heads")
+    vocab, inter = r.int("vocab_size"), r.int("intermediate_size")
+    ctx = r.int("max_position_embeddings", 512)
+    emb = r.int(e.emb_key, h) if e.emb_key else h
+    tie = r.flag("tie_word_embeddings", True)
+    hd = h // heads_n
+    embed = [Part("Input", "Input", width=-1), Part("Embedding", "Embedding", vocab * emb, width=emb)]
+    if e.positions == "absolute":
+        embed.append(Part("Position_Embedding", "Embedding", (ctx + e.pos_offset) * emb, width=emb))
+    if e.token_types:
+        types = r.int("type_vocab_size", 2, minimum=0)
+        if types:
+            embed.append(Part("Token_Type_Embedding", "Embedding", types * emb, width=emb))
+    if e.extra:
+        embed.append(Part("Embedding_Extra", "Parameters", e.extra(r, h)))
+    if e.embed_norm:
+        embed.append(norm_part("Embedding_LayerNorm", "layernorm", emb, emb))
+    if emb != h:
+        embed.append(Part("Project_In", "Linear", linear(emb, h, True), matmul=emb * h))
+    if e.positions == "roformer":
+        embed.append(Part("Sinusoidal_Positions", "Embedding", ctx * hd))
+    blocks = []
+    norms = ("pre_attn", "pre_mlp") if e.pre_norm else ("post_attn", "post_mlp")
+    for i in range(1, n + 1):
+        attn = attention_part(f"Attention_{i}", attention_type(heads_n, heads_n), h, heads_n, heads_n, hd,
+                              qkv_bias=True, o_bias=True, rope=e.positions == "roformer", cached=False)
+        ffn = mlp_part(f"FFN_{i}", "MLP", h, inter, False, True)
+        b = standard_block(i, [], attn, ffn, "layernorm", h, norms=norms, kind="encoder", stack="encoder")
+        if e.layer_extra:
+            b = Block(b.index, b.kind, (*b.parts, Part(f"Extra_{i}", "Parameters", e.layer_extra(r, h))), b.stack)
+        blocks.append(b)
+    head: list[Part] = [norm_part("Final_LayerNorm", "layernorm", h)] if e.pre_norm else []
+    kind = head_kind(cfg)
+    head += heads(e, r, kind, h, emb, vocab, tie, cfg)
+    head.append(Part("Output", "Output", width=logits_of(kind, vocab, cfg) or h))
+    return assemble(cfg, model, r, hidden=h, layers=n, heads=heads_n, kv=heads_n, head_dim=hd, inter=inter,
+                    vocab=vocab, ctx=ctx, tie=tie, embed=embed, blocks=blocks, head=head, kind="encoder",
+                    logits=logits_of(kind, vocab, cfg), position="learned")
+
+
+def _roc_bert(r: Reader, h: int) -> int:
+    # modeling_roc_bert.py: pronunciation and shape embeddings concatenated and mapped back to hidden.
+    out, width = 0, h
+    if r.flag("enable_pronunciation", True):
+        d = r.int("pronunciation_embed_dim", 768)
+        out += r.int("pronunciation_vocab_size", 910) * d
+        width += d
+    if r.flag("enable_shape", True):
+        d = r.int("shape_embed_dim", 512)
+        out += r.int("shape_vocab_size", 24858) * d
+        width += d
+    if r.flag("concat_input", True):
+        out += linear(width, h, True)
+    return out
+
+
+def _xmod_adapters(r: Reader, h: int) -> int:
+    # modeling_xmod.py: one bottleneck adapter (h -> h / reduction -> h, biases) per language per layer.
+    langs = r.list("languages") or ["en_XX"]
+    b = h // r.int("adapter_reduction_factor", 2)
+    per = linear(h, b, True) + linear(b, h, True)
+    return len(langs) * per + (2 * h if r.flag("adapter_layer_norm", False) else 0)
+
+
+FAMILIES: dict[str, E] = {
+    "bert": E(), "megatron-bert": E(pre_norm=True, embed_norm=False),
+    "ernie": E(extra=lambda r, h: r.int("task_type_vocab_size", 3) * h if r.flag("use_task_id", False) else 0),
+    "big_bird": E(lm_pooler=True), "roc_bert": E(extra=_roc_bert),
+    "roberta": E(lm_head="roberta", cls_head="roberta"), "camembert": E(lm_head="roberta", cls_head="roberta"),
+    "xlm-roberta": E(lm_head="roberta", cls_head="roberta"), "data2vec-text": E(lm_head="roberta", cls_head="roberta"),
+    "roberta-prelayernorm": E(lm_head="roberta", cls_head="roberta", pre_norm=True),
+    "xlm-roberta-xl": E(lm_head="roberta", cls_head="roberta", pre_norm=True, embed_norm=False),
+    "xmod": E(lm_head="roberta", cls_head="roberta", layer_extra=_xmod_adapters),
+    "bert-generation": E(token_types=False, lm_head="plain"),
+    "electra": E(emb_key="embedding_size", lm_head="electra", cls_head="roberta"),
+    "rembert": E(emb_key="input_embedding_size", lm_head="rembert"),
+    "roformer": E(emb_key="embedding_size", positions="roformer"),
+}
+
+
+def _encoder_blocks(n: int, h: int, heads: int, inter: int, extra: int = 0) -> list:
+    out = []
+    for i in range(1, n + 1):
+        attn = attention_part(f"Attention_{i}", "Multi-Head Attn", h, heads, heads, h // heads, qkv_bias=True, o_bias=True,
+                              rope=False, cached=False, extra=extra)
+        out.append(standard_block(i, [], attn, mlp_part(f"FFN_{i}", "MLP", h, inter, False, True), "layernorm", h,
+                                  norms=("post_attn", "post_mlp"), kind="encoder", stack="encoder"))
+    return out
+
+
+def _tail(kind: str, cfg: Mapping[str, Any], h: int, vocab: int, tie: bool, transform: int,
+          seq: list[Part]) -> list[Part]:
+    labels = num_labels(cfg)
+    if kind in ("mlm", "pretrain"):
+        head = [Part("LM_Transform", "Linear", transform, matmul=h * h),
+                Part("LM_Head", "Linear", vocab if tie else vocab * h + 2 * vocab, width=vocab, matmul=vocab * h)]
+    elif kind == "seq":
+        head = seq
+    elif kind in ("token", "qa"):
+        out = 2 if kind == "qa" else labels
+        head = [Part("Classifier", "Linear", linear(h, out, True), width=out)]
+    elif kind == "choice":
+        head = seq[:-1] + [Part("Classifier", "Linear", linear(seq[-1].width or h, 1, True), width=1)]
+    else:
+        head = []
+    return head + [Part("Output", "Output", width=logits_of(kind, vocab, cfg) or h)]
+
+
+def distilbert(cfg: Mapping[str, Any], model: str) -> Arch:
+    """Embeddings (word + positions, sinusoidal or learned, both nn.Embedding) + LayerNorm; post-norm
+    layers with biased q/k/v/out_lin and lin1/lin2; MLM head: vocab_transform, vocab_layer_norm and the
+    tied vocab_projector with its bias; classification: pre_classifier + classifier."""
+    r = Reader(cfg, model, "distilbert", {"hidden_size": ("dim",), "num_hidden_layers": ("n_layers",),
+                                          "num_attention_heads": ("n_heads",), "intermediate_size": ("hidden_dim",)})
+    h, n, heads, inter, vocab = (r.int("hidden_size"), r.int("num_hidden_layers"), r.int("num_attention_heads"),
+                                 r.int("intermediate_size"), r.int("vocab_size"))
+    ctx = r.int("max_position_embeddings", 512)
+    tie = r.flag("tie_word_embeddings", True)
+    embed = [Part("Input", "Input", width=-1), Part("Embedding", "Embedding", vocab * h),
+             Part("Position_Embedding", "Embedding", ctx * h), norm_part("Embedding_LayerNorm", "layernorm", h)]
+    labels = num_labels(cfg)
+    kind = head_kind(cfg)
+    seq = [Part("Pre_Classifier", "Linear", linear(h, h, True), matmul=h * h),
+           Part("Classifier", "Linear", linear(h, labels, True), width=labels)]
+    head = _tail(kind, cfg, h, vocab, tie, linear(h, h, True) + 2 * h, seq)
+    return assemble(cfg, model, r, hidden=h, layers=n, heads=heads, kv=heads, head_dim=h // heads, inter=inter,
+                    vocab=vocab, ctx=ctx, tie=tie, embed=embed, blocks=_encoder_blocks(n, h, heads, inter), head=head,
+                    kind="encoder", logits=logits_of(kind, vocab, cfg), position="learned")
+
+
+def deberta_v2(cfg: Mapping[str, Any], model: str) -> Arch:
+    """Embeddings (word of embedding_size, positions when position_biased_input, token types when
+    type_vocab_size > 0, embed_proj to hidden without bias, LayerNorm); BERT-style post-norm layers;
+    with relative_attention the encoder holds rel_embeddings (2 x position_buckets, else 2 x
+    max_relative_positions, rows of hidden) and a LayerNorm when norm_rel_ebd says layer_norm;
+    pos_key_proj / pos_query_proj per layer when share_att_key is false; an optional ConvLayer."""
+    r = Reader(cfg, model, "deberta-v2")
+    h, n, heads, inter, vocab = (r.int("hidden_size"), r.int("num_hidden_layers"), r.int("num_attention_heads"),
+                                 r.int("intermediate_size"), r.int("vocab_size"))
+    ctx = r.int("max_position_embeddings", 512)
+    emb = r.int("embedding_size", h)
+    tie = r.flag("tie_word_embeddings", True)
+    embed = [Part("Input", "Input", width=-1), Part("Embedding", "Embedding", vocab * emb, width=emb)]
+    if r.flag("position_biased_input", True):
+        embed.append(Part("Position_Embedding", "Embedding", ctx * emb, width=emb))
+    types = r.int("type_vocab_size", 0, minimum=0)
+    if types:
+        embed.append(Part("Token_Type_Embedding", "Embedding", types * emb, width=emb))
+    if emb != h:
+        embed.append(Part("Project_In", "Linear", emb * h, matmul=emb * h))
+    embed.append(norm_part("Embedding_LayerNorm", "layernorm", h))
+    extra = 0
+    if r.flag("relative_attention", False):
+        max_rel = r.int("max_relative_positions", -1, minimum=-1)
+        max_rel = ctx if max_rel < 1 else max_rel
+        buckets = r.int("position_buckets", -1, minimum=-1)
+        rows = 2 * buckets if buckets > 0 else 2 * max_rel
+        norm_rel = str(r.cfg.get("norm_rel_ebd") or "none").lower()
+        embed.append(Part("Relative_Embeddings", "Embedding", rows * h + (2 * h if "layer_norm" in norm_rel else 0)))
+        pos_types = r.cfg.get("pos_att_type") or []
+        if isinstance(pos_types, str):
+            pos_types = pos_types.lower().split("|")
+        if not r.flag("share_att_key", False):
+            extra = sum(linear(h, h, True) for t in ("c2p", "p2c") if t in pos_types)
+    k = r.int("conv_kernel_size", 0, minimum=0)
+    if k:
+        groups = r.int("conv_groups", 1)
+        embed.append(Part("Conv_Layer", "Conv1d", h * (h // groups) * k + h + 2 * h))
+    kind = head_kind(cfg)
+    pooled = r.int("pooler_hidden_size", h)
+    labels = num_labels(cfg)
+    seq = [Part("Pooler", "Linear", linear(pooled, pooled, True), matmul=pooled * pooled),
+           Part("Classifier", "Linear", linear(pooled, labels, True), width=labels)]
+    # the MLM transform maps hidden -> embedding_size (the tied decoder's width)
+    head = _tail(kind, cfg, h, vocab, tie, linear(h, emb, True) + 2 * emb, seq)
+    return assemble(cfg, model, r, hidden=h, layers=n, heads=heads, kv=heads, head_dim=h // heads, inter=inter,
+                    vocab=vocab, ctx=ctx, tie=tie, embed=embed, blocks=_encoder_blocks(n, h, heads, inter, extra),
+                    head=head, kind="encoder", logits=logits_of(kind, vocab, cfg), position="relative")
+
+
+def xlm(cfg: Mapping[str, Any], model: str) -> Arch:
+    """modeling_xlm.py: post-norm BERT-style layers (q/k/v/out_lin, lin1/lin2 of 4 x emb_dim, biases),
+    learned positions, language embeddings when n_langs > 1 and use_lang_emb, a tied prediction head
+    with a bias."""
+    r = Reader(cfg, model, "xlm", {"hidden_size": ("emb_dim",), "num_hidden_layers": ("n_layers",),
+                                   "num_attention_heads": ("n_heads",)})
+    h, n, heads, vocab = r.int("hidden_size"), r.int("num_hidden_layers"), r.int("num_attention_heads"), r.int("vocab_size")
+    ctx = r.int("max_position_embeddings", 512)
+    embed = [Part("Input", "Input", width=-1), Part("Embedding", "Embedding", vocab * h),
+             Part("Position_Embedding", "Embedding", ctx * h)]
+    if r.int("n_langs", 1) > 1 and r.flag("use_lang_emb", True):
+        embed.append(Part("Language_Embedding", "Embedding", r.int("n_langs") * h))
+    embed.append(norm_part("Embedding_LayerNorm", "layernorm", h))
+    blocks = []
+    for i in range(1, n + 1):
+        attn = attention_part(f"Attention_{i}", attention_type(heads, heads), h, heads, heads, h // heads, qkv_bias=True,
+                              o_bias=True, rope=False)
+        blocks.append(standard_block(i, [], attn, mlp_part(f"FFN_{i}", "MLP", h, 4 * h, False, True), "layernorm", h,
+                                     norms=("post_attn", "post_mlp")))
+    tie = r.flag("tie_word_embeddings", True)
+    head = [Part("LM_Head", "Linear", vocab + (0 if tie else vocab * h), width=vocab, matmul=vocab * h),
+            Part("Output", "Output", width=vocab)]
+    return assemble(cfg, model, r, hidden=h, layers=n, heads=heads, kv=heads, head_dim=h // heads, inter=4 * h,
+                    vocab=vocab, ctx=ctx, tie=tie, embed=embed, blocks=blocks, head=head, position="learned")
+
+
+def modernbert_like(cfg: Mapping[str, Any], model: str, mt: str, decoder: bool) -> Arch:
+    """modeling_modernbert.py / modeling_modernbert_decoder.py: LayerNorms without bias (norm_bias), fused
+    Wqkv (encoder) or q/k/v (decoder), a GeGLU Wi (hidden -> 2 x intermediate) and Wo, no attn_norm in layer 0,
+    local (sliding) attention on layers other than every global_attn_every_n_layers-th; head: dense + norm,
+    tied decoder with a bias (decoder_bias)."""
+    r = Reader(cfg, model, mt)
+    h, n, heads, vocab, inter = (r.int("hidden_size"), r.int("num_hidden_layers"), r.int("num_attention_heads"),
+                                 r.int("vocab_size"), r.int("intermediate_size"))
+    ctx = r.int("max_position_embeddings", 8192)
+    norm = "layernorm" if r.flag("norm_bias", False) else "layernorm_nobias"
+    ab, mb = r.flag("attention_bias", False), r.flag("mlp_bias", False)
+    every = r.int("global_attn_every_n_layers", 3)
+    local = r.int("local_attention", 128)
+    types = r.cfg.get("layer_types")
+    blocks = []
+    for i in range(1, n + 1):
+        t = types[i - 1] if isinstance(types, list) and len(types) >= n else \
+            ("full_attention" if (i - 1) % every == 0 else "sliding_attention")
+        w = (local // 2 if not decoder else r.int("sliding_window", local // 2)) if "sliding" in str(t) else 0
+        attn = attention_part(f"Attention_{i}", attention_type(heads, heads), h, heads, heads, h // heads,
+                              qkv_bias=ab, o_bias=ab, fused_qkv=not decoder, window=w, cached=decoder)
+        ffn = mlp_part(f"FFN_{i}", "GeGLU", h, inter, True, mb, fused=True)
+        pre = [] if i == 1 else [norm_part(f"LayerNorm_{i}_1", norm, h)]
+        blocks.append(Block(i, "attention" if decoder else "encoder",
+                            (*pre, attn, add_part(f"Add_{i}_attn"), norm_part(f"LayerNorm_{i}_2", norm, h), ffn,
+                             add_part(f"Add_{i}_ffn")), "decoder" if decoder else "encoder"))
+    tie = r.flag("tie_word_embeddings", True)
+    embed = [Part("Input", "Input", width=-1), Part("Embedding", "Embedding", vocab * h),
+             norm_part("Embedding_LayerNorm", norm, h)]
+    cls_bias = r.flag("classifier_bias", False)
+    transform = Part("LM_Transform", "Linear", linear(h, h, cls_bias) + (2 if norm == "layernorm" else 1) * h,
+                     matmul=h * h)
+    kind = "mlm" if decoder else head_kind(cfg)
+    head: list[Part] = [norm_part("Final_LayerNorm", norm, h)]
+    if kind in ("mlm", "pretrain"):
+        head += [transform, Part("LM_Head", "Linear", (vocab if r.flag("decoder_bias", True) else 0)
+                                 + (0 if tie else vocab * h), width=vocab, matmul=vocab * h)]
+    elif kind == "seq":
+        head += [transform, Part("Classifier", "Linear", linear(h, num_labels(cfg), True), width=num_labels(cfg))]
+    elif kind in ("token", "qa"):
+        out = 2 if kind == "qa" else num_labels(cfg)
+        head += [transform, Part("Classifier", "Linear", linear(h, out, True), width=out)]
+    head.append(Part("Output", "Output", width=logits_of(kind, vocab, cfg) or h))
+    return assemble(cfg, model, r, hidden=h, layers=n, heads=heads, kv=heads, head_dim=h // heads, inter=inter,
+                    vocab=vocab, ctx=ctx, tie=tie, embed=embed, blocks=blocks, head=head,
+                    kind="decoder" if decoder else "encoder", logits=logits_of(kind, vocab, cfg), position="rope")
+
+
+def modernbert(cfg: Mapping[str, Any], model: str) -> Arch:
+    return modernbert_like(cfg, model, "modernbert", False)
+
+
+def modernbert_decoder(cfg: Mapping[str, Any], model: str) -> Arch:
+    return modernbert_like(cfg, model, "modernbert-decoder", True)
+
+BUILDERS: dict[str, Builder] = {
+    **bind(FAMILIES, bert_like),
+    "distilbert": distilbert,
+    "deberta-v2": deberta_v2,
+    "xlm": xlm,
+    "modernbert": modernbert,
+    "modernbert-decoder": modernbert_decoder,
+}

@@ -1,0 +1,160 @@
+"""llama and the decoders that descend from it: traits per model_type (transformers 5.24 modeling_<type>.py), and HRM-Text and Dory, which vary its layer."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from ..config.arch import Arch
+from ..config.reader import Reader
+from ..graph.layout import standard_block
+from ..graph.parts import (
+    Part,
+    attention_part,
+    attention_type,
+    linear,
+    lm_head_part,
+    mlp_part,
+)
+from .assembly import Builder, assemble
+from .decoder import D, T, build, partial_rotary
+
+
+def _stablelm_layout(d: D) -> tuple[tuple[str, ...], bool]:
+    return (("pre_attn",), True) if d.f("use_parallel_residual") else (("pre_attn", "pre_mlp"), False)
+
+
+LLAMA = T(qkv_bias="attention_bias", o_bias="attention_bias", mlp_bias="mlp_bias")
+
+
+def _xielu(d: D) -> int:
+    # modeling_apertus.py: the xIELU activation holds alpha_p and alpha_n (one scalar each).
+    return 2 if (d.r.str("hidden_act", "xielu") or "") == "xielu" else 0
+
+
+def _hyperclovax(d: D) -> int:
+    # modeling_hyperclovax.py: post_norm1 / post_norm2 after attention and MLP when use_post_norm.
+    return 2 * d.hidden if d.f("use_post_norm", True) else 0
+
+
+def moshi(cfg: Mapping[str, Any], model: str) -> Arch:
+    # modeling_moshi.py (MoshiForCausalLM): gated fc1 (hidden -> ffn_dim = 2 x width) / fc2 (width -> hidden),
+    # an embedding of vocab_size + 1 rows, an untied head of vocab_size.
+    r = Reader(cfg, model, "moshi")
+    t = T(fused_gate_up=True, inter_key="intermediate_size", top_extra=lambda d: d.hidden, never_tie=True)
+    return build(dict(cfg, intermediate_size=r.int("ffn_dim") // 2), model, "moshi", t)
+
+
+def hrm_text(cfg: Mapping[str, Any], model: str) -> Arch:
+    """modeling_hrm_text.py: two stacks (L and H modules) of num_layers_per_stack layers with gated
+    attention (gate_proj hidden -> hidden) and SwiGLU, parameter-free norms, a learned z_L_init. Parameters
+    are counted once; the recurrence (H_cycles x L_cycles passes) is not multiplied into compute."""
+    r = Reader(cfg, model, "hrm_text")
+    h, heads, hd, inter, vocab = (r.int("hidden_size"), r.int("num_attention_heads"), r.int("head_dim"),
+                                  r.int("intermediate_size"), r.int("vocab_size"))
+    per = r.int("num_layers_per_stack")
+    kv = r.int("num_key_value_heads", heads)
+    ab, mb = r.flag("attention_bias", False), r.flag("mlp_bias", False)
+    blocks = []
+    for i in range(1, 2 * per + 1):
+        attn = attention_part(f"Attention_{i}", attention_type(heads, kv), h, heads, kv, hd, qkv_bias=ab, o_bias=ab,
+                              extra=linear(h, heads * hd, ab), extra_linears=((h, heads * hd),))
+        blocks.append(standard_block(i, [], attn, mlp_part(f"FFN_{i}", "SwiGLU", h, inter, True, mb),
+                                     "layernorm_noparams", h, norms=("post_attn", "post_mlp")))
+    tie = r.flag("tie_word_embeddings", False)
+    embed = [Part("Input", "Input", width=-1), Part("Embedding", "Embedding", vocab * h), Part("Z_L_Init", "Parameters", h)]
+    head = [lm_head_part(vocab, h, tie), Part("Output", "Output", width=vocab)]
+    return assemble(cfg, model, r, hidden=h, layers=2 * per, heads=heads, kv=kv, head_dim=hd, inter=inter, vocab=vocab,
+                    ctx=r.int("max_position_embeddings", 2048), tie=tie, embed=embed, blocks=blocks, head=head)
+
+
+def dory(cfg: Mapping[str, Any], model: str) -> Arch:
+    """modeling_dory.py: nGPT-style layers on the unit sphere. Parameter-free L2 norms (four per layer, q/k,
+    sub-norms, final); attention q/k/v/o (attention_bias) plus a gate_proj (hidden -> heads x head_dim) and
+    sqk/s_gate scales (heads x head_dim each); a SwiGLU MLP with suv_gate/suv_up scales (intermediate each);
+    per-layer lambda_1/lambda_2 (hidden each); an lm_head with a logit_scale (vocab). Released configs list
+    each layer as ("<attention>", "mlp") blocks: configuration_dory.__post_init__ halves layer_types and the
+    layer counts, as here. Sliding layers: layer_types, or every 4th layer global. The recurrent section
+    (n_recurrent_layers) runs n_recurrent_loops times; compute and activations count one pass."""
+    r = Reader(cfg, model, "dory")
+    types = cfg.get("layer_types")
+    src = dict(cfg)
+    if isinstance(types, list) and "mlp" in types:
+        src["layer_types"] = types[::2]
+        src["num_hidden_layers"] = r.int("num_hidden_layers") // 2
+    t = T(norm="layernorm_noparams", norms=("pre_attn", "post_attn", "pre_mlp", "post_mlp"),
+          qkv_bias="attention_bias", o_bias="attention_bias", mlp_bias="mlp_bias",
+          attn_linears=lambda d: ((d.hidden, d.heads * d.hd),), attn_extra=lambda d: 2 * d.heads * d.hd,
+          mlp_extra=lambda d: 2 * d.inter, layer_extra=lambda d: 2 * d.hidden, extra_head=lambda d: d.vocab,
+          window_rule=lambda r, n, w: [0 if (i + 1) % 4 == 0 else w for i in range(n)])
+    return build(src, model, "dory", t)
+
+
+TRAITS: dict[str, T] = {
+    # llama and its first descendants (modeling_llama.py, modeling_mistral.py, modeling_qwen2.py, ...)
+    "llama": T(qkv_bias="attention_bias", o_bias="attention_bias", mlp_bias="mlp_bias"),
+    "mistral": T(),
+    "qwen2": T(qkv_bias=True),
+    "qwen3": T(qkv_bias="attention_bias", o_bias="attention_bias", qk_norm="head"),
+    "phi3": T(fused_qkv=True, fused_gate_up=True),
+    "olmo": T(norm="layernorm_noparams", qkv_bias="attention_bias", o_bias="attention_bias"),
+    "olmo2": T(norms=("post_attn", "post_mlp"), qkv_bias="attention_bias", o_bias="attention_bias", qk_norm="flat"),
+    "stablelm": T(norm="layernorm", qkv_bias="use_qkv_bias", qk_norm="head", qk_norm_kind="layernorm_nobias",
+                  qk_norm_key="qk_layernorm", layout=_stablelm_layout, o_in_hidden=True, rotary=partial_rotary(0.25)),
+    "starcoder2": T(norm="layernorm", mlp="plain", qkv_bias="use_bias", o_bias="use_bias", mlp_bias="use_bias",
+                    tie=True, act_default="gelu_pytorch_tanh", defaults={"use_bias": True}),
+    "cohere": T(norm="layernorm_nobias", norms=("pre_attn",), parallel=True, qkv_bias="attention_bias",
+                o_bias="attention_bias", qk_norm="per_head", qk_norm_key="use_qk_norm", tie=True),
+    # modeling_llama.py descendants with llama's keys
+    "arcee": T(qkv_bias="attention_bias", o_bias="attention_bias", mlp_bias="mlp_bias", mlp="plain"),
+    "cwm": T(mlp_bias="mlp_bias"),
+    "exaone": LLAMA,
+    "internlm3": LLAMA,
+    "iquestcoder": LLAMA,
+    "helium": T(qkv_bias="attention_bias", mlp_bias="mlp_bias"),
+    "granite": LLAMA,
+    "ministral": T(),
+    "ministral3": T(),
+    "smollm3": T(qkv_bias="attention_bias", o_bias="attention_bias", mlp_bias="mlp_bias", tie=True),
+    "emu3": T(qkv_bias="attention_bias", o_bias="attention_bias", mlp_bias="mlp_bias", text_config=True),
+    # modeling_apertus.py: up/down MLP with xIELU, q/k RMSNorm over head_dim
+    "apertus": T(qkv_bias="attention_bias", o_bias="attention_bias", mlp="plain", qk_norm="head", mlp_extra=_xielu),
+    "apertus1p5_text": T(qkv_bias="attention_bias", o_bias="attention_bias", mlp="plain", qk_norm="head",
+                         mlp_extra=_xielu),
+    "ernie4_5": T(qkv_bias="use_bias", o_bias="use_bias", mlp_bias="use_bias", tie=True),
+    "exaone4": T(norms=("post_attn", "post_mlp"), qk_norm="head"),
+    "glm": T(qkv_bias="attention_bias", fused_gate_up=True),
+    "glm4": T(norms=("pre_attn", "post_attn", "pre_mlp", "post_mlp"), qkv_bias="attention_bias", fused_gate_up=True),
+    # modeling_granite_swa.py: per-head attention sinks
+    "granite_swa": T(qkv_bias="attention_bias", o_bias="attention_bias", mlp_bias="mlp_bias", tie=True,
+                     attn_extra=lambda d: d.heads),
+    "jais2": T(norm="layernorm", qkv_bias="attention_bias", o_bias="attention_bias", mlp="plain", mlp_bias="mlp_bias"),
+    # modeling_nanochat.py: RMSNorm without weights, fc1/fc2 MLP, parameter-free q/k norm
+    "nanochat": T(norm="layernorm_noparams", qkv_bias="attention_bias", o_bias="attention_bias", mlp="plain"),
+    "olmo3": T(norms=("post_attn", "post_mlp"), qkv_bias="attention_bias", o_bias="attention_bias", qk_norm="flat"),
+    "seed_oss": T(qkv_bias="attention_bias", o_bias="attention_out_bias", mlp_bias="mlp_bias"),
+    "vaultgemma": T(norms=("pre_attn", "pre_mlp"), qkv_bias="attention_bias", o_bias="attention_bias", tie=True),
+    # modeling_diffllama.py: lambda_q1, lambda_k1, lambda_q2, lambda_k2 of head_dim each
+    "diffllama": T(qkv_bias="attention_bias", o_bias="attention_bias", attn_extra=lambda d: 4 * d.hd),
+    # modeling_bitnet.py: sub-norms before o_proj (hidden) and down_proj (intermediate)
+    "bitnet": T(qkv_bias="attention_bias", o_bias="attention_bias", attn_extra=lambda d: d.hidden,
+                mlp_extra=lambda d: d.inter),
+    "cohere2": T(norm="layernorm_nobias", norms=("pre_attn",), parallel=True, qkv_bias="attention_bias",
+                 o_bias="attention_bias", tie=True),
+    "persimmon": T(norm="layernorm", mha=True, qkv_bias=True, o_bias=True, mlp="plain", mlp_bias=True, qk_norm="head",
+                   qk_norm_key="qk_layernorm", fused_qkv=True),
+    "hyperclovax": T(qkv_bias="attention_bias", o_bias="attention_bias", mlp_bias="mlp_bias",
+                          layer_extra=_hyperclovax),
+    "cohere_compass_text": T(norm="layernorm_nobias", norms=("pre_attn",), parallel=True, qkv_bias="attention_bias",
+                             o_bias="attention_bias", tie=True),
+    # modeling_doge.py: q/k RMSNorm, dynamic-mask A (heads) and dt_proj (hidden -> heads); residual scales
+    "doge": T(qkv_bias="attention_bias", o_bias="attention_bias", mlp_bias="mlp_bias", qk_norm="head",
+              attn_extra=lambda d: d.heads + (d.heads if d.f("attention_bias") else 0),
+              attn_linears=lambda d: ((d.hidden, d.heads),),
+              layer_extra=lambda d: 2 * d.hidden),
+}
+
+BUILDERS: dict[str, Builder] = {
+    "moshi": moshi,
+    "hrm_text": hrm_text,
+    "dory": dory,
+}

@@ -1,0 +1,90 @@
+"""State-space mixers (Mamba, Mamba-2) and the pure-SSM models (mamba, falcon_mamba, mamba2).
+
+Mamba (Gu & Dao 2023, arXiv:2312.00752; modeling_mamba.MambaMixer), inner = expand x hidden:
+in_proj hidden -> 2 inner, depthwise conv1d (inner x kernel + bias), x_proj inner -> dt_rank + 2 state,
+dt_proj dt_rank -> inner (+ bias), A_log inner x state, D inner, out_proj inner -> hidden.
+Mamba-2 (Dao & Gu 2024, arXiv:2405.21060; modeling_mamba2.Mamba2Mixer): in_proj hidden ->
+2 inner + 2 groups x state + heads, conv1d over inner + 2 groups x state, dt_bias / A_log / D per
+head, a gated RMSNorm of inner, out_proj inner -> hidden.
+Serving: no KV cache; each sequence holds a fixed recurrent state per layer (MambaCache /
+Mamba2Cache): conv state (conv channels x kernel) + SSM state (inner x state, or heads x head_dim x
+state). Saved activations per token are an estimate: the projections' outputs, the conv output, the
+scan output and the gate (the fused scan kernel recomputes its internals in backward).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from ..config.arch import Arch
+from ..config.reader import Reader
+from ..graph.parts import Block, Part, add_part, linear, lm_head_part, norm_part
+from .assembly import Builder, assemble
+
+
+def mamba_part(name: str, hidden: int, inner: int, state: int, kernel: int, dt_rank: int, *, bias: bool = False,
+               conv_bias: bool = True, extra: int = 0, typ: str = "Mamba") -> Part:
+    params = (linear(hidden, 2 * inner, bias) + inner * kernel + (inner if conv_bias else 0)
+              + linear(inner, dt_rank + 2 * state) + linear(dt_rank, inner, True) + inner * state + inner
+              + linear(inner, hidden, bias) + extra)
+    lin = ((hidden, 2 * inner), (inner, dt_rank + 2 * state), (dt_rank, inner), (inner, hidden))
+    return Part(name, typ, params, matmul=sum(i * o for i, o in lin), linears=lin,
+                act=7 * inner + dt_rank + 2 * state, act32=0, transient=3 * inner + dt_rank + 2 * state,
+                state=inner * kernel + inner * state)
+
+
+def mamba2_part(name: str, hidden: int, inner: int, heads: int, head_dim: int, groups: int, state: int,
+                kernel: int, *, bias: bool = False, conv_bias: bool = True, norm: bool = True, extra: int = 0,
+                typ: str = "Mamba-2") -> Part:
+    conv = inner + 2 * groups * state
+    proj = 2 * inner + 2 * groups * state + heads
+    params = (linear(hidden, proj, bias) + conv * kernel + (conv if conv_bias else 0) + 3 * heads
+              + (inner if norm else 0) + linear(inner, hidden, bias) + extra)
+    lin = ((hidden, proj), (inner, hidden))
+    return Part(name, typ, params, matmul=hidden * proj + inner * hidden, linears=lin,
+                act=proj + conv + 4 * inner, act32=heads, transient=proj + conv + inner,
+                state=conv * kernel + heads * head_dim * state)
+
+
+def ssm_model(cfg: Mapping[str, Any], model: str, mt: str, v2: bool) -> Arch:
+    r = Reader(cfg, model, mt)
+    h, n, vocab = r.int("hidden_size"), r.int("num_hidden_layers"), r.int("vocab_size")
+    expand = r.int("expand", 2)
+    state, kernel = r.int("state_size"), r.int("conv_kernel", 4)
+    bias, conv_bias = r.flag("use_bias", False), r.flag("use_conv_bias", True)
+    blocks = []
+    if v2:
+        heads, hd, groups = r.int("num_heads"), r.int("head_dim"), r.int("n_groups", 1)
+        inner = r.derived("intermediate_size", expand * h, "expand x hidden_size")
+        mixer = lambda i: mamba2_part(f"Mamba2_{i}", h, inner, heads, hd, groups, state, kernel, bias=bias,  # noqa: E731
+                                      conv_bias=conv_bias)
+    else:
+        inner = r.int("intermediate_size", expand * h)
+        rank = cfg.get("time_step_rank")
+        dt_rank = -(-h // 16) if rank in (None, "auto") else r.int("time_step_rank")
+        mixer = lambda i: mamba_part(f"Mamba_{i}", h, inner, state, kernel, dt_rank, bias=bias,  # noqa: E731
+                                     conv_bias=conv_bias)
+    for i in range(1, n + 1):
+        blocks.append(Block(i, "mamba2" if v2 else "mamba",
+                            (norm_part(f"RMSNorm_{i}_1", "rmsnorm", h), mixer(i), add_part(f"Add_{i}"))))
+    tie = r.flag("tie_word_embeddings", not v2)
+    embed = [Part("Input", "Input", width=-1), Part("Embedding", "Embedding", vocab * h)]
+    head = [norm_part("Final_RMSNorm", "rmsnorm", h), lm_head_part(vocab, h, tie), Part("Output", "Output", width=vocab)]
+    # No positions: an SSM has no context limit; its "context" is the serving length we are asked about.
+    ctx = r.int("max_position_embeddings", 1 << 20)
+    return assemble(cfg, model, r, hidden=h, layers=n, heads=1, kv=1, head_dim=h, inter=inner, vocab=vocab, ctx=ctx,
+                    tie=tie, embed=embed, blocks=blocks, head=head, position="none")
+
+
+def mamba(cfg: Mapping[str, Any], model: str) -> Arch:
+    return ssm_model(cfg, model, str(cfg.get("model_type")), False)
+
+
+def mamba2(cfg: Mapping[str, Any], model: str) -> Arch:
+    return ssm_model(cfg, model, "mamba2", True)
+
+BUILDERS: dict[str, Builder] = {
+    "mamba": mamba,
+    "falcon_mamba": mamba,
+    "mamba2": mamba2,
+}

@@ -1,0 +1,372 @@
+"""Vision-language models: the text tower (its own builder), the vision tower and the projector.
+
+Vision towers (each a stack of pre-norm ViT layers): CLIP (modeling_clip.CLIPVisionTransformer: class
+embedding, pre- and post-LayerNorm), SigLIP (modeling_siglip.py: patch conv with bias, post-LayerNorm,
+optional attention-pooling head), Idefics3/SmolVLM (SigLIP-like), Pixtral (RMSNorm, gated MLP),
+Qwen2-VL / Qwen2.5-VL (3-D patch conv, fused qkv, patch merger MLP). Projectors per family.
+Memory for images (memory.py): `image_tokens` is what one image adds to the text sequence, from the
+vision config (patches, merges, tokens-per-image keys); each training sample and each served
+sequence carries one image, whose vision-tower activations are added per sample.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping
+
+from ...errors import ConfigError
+from ..config.arch import Arch
+from ..config.reader import Reader, architectures_of
+from ..graph.layout import standard_block
+from ..graph.parts import (
+    Part,
+    attention_part,
+    attention_type,
+    linear,
+    mlp_part,
+    norm_part,
+)
+from .assembly import Builder, TextReader, Wrapper, assemble
+from .llama import TRAITS as LLAMA_TRAITS
+from .decoder import D, T, attention, build
+
+# Default text model_type of each VLM when text_config omits it, and text types read as a base family.
+DEFAULT_TEXT = {"llava": "llama", "llava_next": "llama", "paligemma": "gemma", "idefics3": "llama", "smolvlm": "llama",
+                "gemma3": "gemma3_text", "qwen2_vl": "qwen2_vl_text", "qwen2_5_vl": "qwen2_5_vl_text",
+                "mistral3": "mistral", "llava_onevision": "qwen2", "aya_vision": "cohere2", "got_ocr2": "qwen2",
+                "fuyu": "persimmon", "internvl": "qwen2", "moss_transcribe_diarize": "qwen3"}
+
+
+TEXT_AS = {"qwen2_vl_text": "qwen2", "qwen2_5_vl_text": "qwen2"}
+
+
+DEFAULT_VISION = {"llava": "clip_vision_model", "llava_next": "clip_vision_model", "paligemma": "siglip_vision_model",
+                  "gemma3": "siglip_vision_model", "idefics3": "idefics3_vision", "smolvlm": "smolvlm_vision",
+                  "qwen2_vl": "qwen2_vl_vision", "qwen2_5_vl": "qwen2_5_vl_vision", "mistral3": "pixtral",
+                  "llava_onevision": "siglip_vision_model", "aya_vision": "siglip_vision_model"}
+
+
+def _vit_layer(h: int, inter: int, *, bias: bool = True, rms: bool = False, gated: bool = False) -> int:
+    attn = 4 * linear(h, h, bias)
+    mlp = (3 if gated else 2) * h * inter + ((2 * inter + h if gated else inter + h) if bias else 0)
+    return attn + mlp + 2 * (h if rms else 2 * h)
+
+
+def vision_tower(vc: Mapping[str, Any], r: Reader, kind: str) -> tuple[Part, int, int, int]:
+    """(tower part, patches per image, hidden width out, per-patch activation elements per layer)."""
+    v = r.child(vc, kind, prefix="vision_config.")
+    if kind in ("qwen2_vl_vision", "qwen2_5_vl_vision"):
+        h = v.int("embed_dim") if kind == "qwen2_vl_vision" else v.int("hidden_size")
+        depth, p, tp, ch = v.int("depth"), v.int("patch_size", 14), v.int("temporal_patch_size", 2), v.int("in_channels", 3)
+        if kind == "qwen2_vl_vision":
+            inter = h * v.int("mlp_ratio", 4)
+            layer = 4 * h * h + 3 * h + h + 2 * h * inter + inter + h + 4 * h  # fused qkv + proj (biases), LayerNorms
+        else:
+            inter = v.int("intermediate_size")
+            layer = 4 * h * h + 4 * h + 3 * h * inter + 2 * inter + h + 2 * h  # gated MLP with biases, RMSNorms
+        params = ch * tp * p * p * h + depth * layer
+        patches = (448 // p) ** 2  # a nominal 448 x 448 image (the processor resizes dynamically)
+        tower = Part("Vision_Tower", f"Vision transformer ({depth} layers)", params,
+                     matmul=depth * (4 * h * h + 2 * h * inter))
+        return tower, patches, h, 8 * h + 3 * inter
+    h, n, inter = v.int("hidden_size"), v.int("num_hidden_layers"), v.int("intermediate_size")
+    p, ch, size = v.int("patch_size"), v.int("num_channels", 3), v.int("image_size")
+    patches = (size // p) ** 2
+    if kind == "pixtral":
+        params = ch * p * p * h + h + n * _vit_layer(h, inter, bias=False, rms=True, gated=True)
+        patches = min(patches, (1024 // p) ** 2)  # a nominal 1024 x 1024 image
+    elif kind == "clip_vision_model":
+        params = h + ch * p * p * h + (patches + 1) * h + 4 * h + n * _vit_layer(h, inter)
+    elif kind in ("siglip_vision_model", "idefics3_vision", "smolvlm_vision"):
+        params = ch * p * p * h + h + patches * h + 2 * h + n * _vit_layer(h, inter)
+        if kind == "siglip_vision_model" and v.flag("vision_use_head", True):
+            # attention-pooling head: probe, nn.MultiheadAttention (in_proj 3h x h + 3h, out_proj), LayerNorm, MLP
+            params += h + 3 * h * h + 3 * h + h * h + h + 2 * h + 2 * h * inter + inter + h
+    else:
+        raise ConfigError(r.model, "vision_config.model_type", kind, "is not a supported vision tower")
+    return Part("Vision_Tower", f"Vision transformer ({n} layers)", params, matmul=n * (4 * h * h + 2 * h * inter)), \
+        patches, h, 8 * h + 2 * inter
+
+
+def projector(mt: str, r: Reader, vh: int, th: int, cfg: Mapping[str, Any]) -> tuple[Part, int]:
+    """(projector part, how many text tokens one vision patch grid becomes / patches factor as divisor)."""
+    if mt in ("llava", "llava_next", "llava_onevision"):
+        # modeling_llava.LlavaMultiModalProjector: linear_1 (vision x feature layers -> text), GELU, linear_2
+        layers = cfg.get("vision_feature_layer", -2)
+        n = len(layers) if isinstance(layers, list) else 1
+        bias = r.flag("multimodal_projector_bias", True)
+        params = linear(vh * n, th, bias) + linear(th, th, bias) + (th if mt != "llava" else 0)  # image_newline
+        return Part("Projector", "MLP projector", params, matmul=vh * n * th + th * th), 1
+    if mt == "paligemma":
+        pd = r.int("projection_dim", th)
+        return Part("Projector", "Linear projector", linear(vh, pd, True), matmul=vh * pd), 1
+    if mt == "gemma3":  # mm_input_projection_weight (vision x text) + mm_soft_emb_norm (vision)
+        return Part("Projector", "Linear projector", vh * th + vh, matmul=vh * th), 1
+    if mt in ("idefics3", "smolvlm"):  # pixel shuffle by scale_factor, then modality_projection without bias
+        s = r.int("scale_factor", 2)
+        return Part("Projector", "Pixel-shuffle projector", vh * s * s * th, matmul=vh * s * s * th), s * s
+    if mt == "mistral3":  # RMSNorm, patch merger (vision x m^2 -> vision), linear_1, GELU, linear_2
+        m = r.int("spatial_merge_size", 2)
+        bias = r.flag("multimodal_projector_bias", False)
+        params = vh + vh * m * m * vh + linear(vh, th, bias) + linear(th, th, bias)
+        return Part("Projector", "Patch-merger projector", params, matmul=vh * m * m * vh + vh * th + th * th), m * m
+    if mt in ("qwen2_vl", "qwen2_5_vl"):  # merger: norm, Linear(4 v, 4 v), GELU, Linear(4 v, text)
+        vc = cfg.get("vision_config") or {}
+        v = r.child(vc, mt + "_vision")
+        m = v.int("spatial_merge_size", 2)
+        out = v.int("hidden_size", th) if mt == "qwen2_vl" else v.int("out_hidden_size", th)
+        wide = vh * m * m
+        norm = 2 * vh if mt == "qwen2_vl" else vh
+        return Part("Projector", "Patch merger", norm + linear(wide, wide, True) + linear(wide, out, True),
+                    matmul=wide * wide + wide * out), m * m
+    raise ConfigError(r.model, "model_type", mt, "has no projector rule")
+
+
+def text_tower(cfg: Mapping[str, Any], model: str, mt: str, read_text: TextReader) -> Arch:
+    """The language model inside a wrapper, read by its own family's builder (`read_text`: normalise's)."""
+    text = cfg.get("text_config")
+    if text is None:  # older Qwen2-VL / Qwen2.5-VL files keep the text keys at the top level
+        text = {k: v for k, v in cfg.items() if k not in ("vision_config", "model_type", "architectures", "auto_map")}
+    if not isinstance(text, Mapping):
+        raise ConfigError(model, "text_config", text, "must be a JSON object")
+    tt = text.get("model_type") or DEFAULT_TEXT.get(mt)
+    if not isinstance(tt, str):
+        raise ConfigError(model, "text_config.model_type", tt, "is missing")
+    base = TEXT_AS.get(tt, tt)
+    sub = dict(text, model_type=base)
+    return read_text(sub, model)
+
+
+def _retie(p: Part, tie: bool, vocab: int, hidden: int) -> Part:
+    if not p.name.startswith("LM_Head"):
+        return p
+    bias = p.params % (vocab * hidden) if p.params else 0
+    return p._replace(params=(0 if tie else vocab * hidden) + bias)
+
+
+def retie(arch: Arch, tie: bool) -> Arch:
+    """The wrapper's tie_word_embeddings decides whether its LM head shares the text embedding."""
+    spec = arch.spec
+    head = tuple(_retie(p, tie, spec.vocab, spec.hidden) for p in spec.head)
+    return dataclasses.replace(arch, tie=tie, spec=dataclasses.replace(spec, head=head, tied=tie))
+
+
+def vlm(cfg: Mapping[str, Any], model: str, read_text: TextReader) -> Arch:
+    mt = str(cfg.get("model_type"))
+    text = text_tower(cfg, model, mt, read_text)
+    spec = text.spec
+    r = Reader(cfg, model, mt)
+    vc = cfg.get("vision_config") or {}
+    if not isinstance(vc, Mapping):
+        raise ConfigError(model, "vision_config", vc, "must be a JSON object")
+    vkind = vc.get("model_type") or DEFAULT_VISION.get(mt)
+    tower, patches, vh, per_patch = vision_tower(vc, r, str(vkind))
+    proj, shrink = projector(mt, r, vh, spec.hidden, cfg)
+    tokens = patches // shrink
+    if mt == "gemma3":
+        tokens = r.int("mm_tokens_per_image", 256)
+    elif mt in ("llava", "llava_next") and isinstance(cfg.get("image_seq_length"), int):
+        tokens = r.int("image_seq_length")
+    if mt == "llava_next":  # anyres: the base image plus up to 4 tiles (image_grid_pinpoints)
+        tokens *= 5
+    vlayers = tower.matmul and 1
+    vision_act = patches * per_patch * max(1, tower.params // max(1, 12 * vh * vh)) if vlayers else 0
+    embed = (*spec.embed, tower, proj)
+    # The LM head hangs on the top-level model: its tie_word_embeddings decides (not text_config's).
+    tie = r.flag("tie_word_embeddings", text.tie)
+    head = tuple(_retie(p, tie, spec.vocab, spec.hidden) for p in spec.head)
+    new = dataclasses.replace(spec, embed=embed, head=head, tied=tie, image_tokens=tokens, vision_act=vision_act,
+                              vision_transient=patches * (per_patch + 2 * vh))
+    return dataclasses.replace(text, model_type=mt, family=mt, spec=new, tie=tie, uses=tuple(r.uses) + text.uses,
+                               architectures=architectures_of(cfg, model))
+
+
+def _cross(t: T, d: D, n: int) -> Part:
+    # modeling_mllama.MllamaTextCrossAttention: q/k/v/o (keys and values from the vision states), q/k
+    # RMSNorm of head_dim, and the layer's two tanh gates (attention, MLP). Its KV is the image's
+    # cross-attention states, cached once per sequence (window -1: over the vision tokens).
+    p = attention(t, d, n, 0, extra=2 * d.hd + 2)
+    return p._replace(name=f"Cross_Attention_{n}", type="Cross Attn", window=-1)
+
+
+def mllama_text(cfg: Mapping[str, Any], model: str) -> Arch:
+    """modeling_mllama.MllamaForCausalLM: llama self-attention layers, cross-attention layers at
+    cross_attention_layers, an embedding of vocab_size + 8 rows, an untied head of vocab_size."""
+    r = Reader(cfg, model, "mllama_text_model")
+    cross = set(r.list("cross_attention_layers", int) or [])
+    t = T(mixer=lambda d, i: "cross" if i in cross else "attention", mixers={}, top_extra=lambda d: 8 * d.hidden)
+    t = dataclasses.replace(t, mixers={"cross": lambda d, n: _cross(t, d, n)})
+    return build(cfg, model, "mllama_text_model", t, family="mllama")
+
+
+def mllama_vision(vc: Mapping[str, Any], r: Reader) -> tuple[Part, int, int, int]:
+    """MllamaVisionModel: class embedding, patch conv, gated position/tile embeddings, a local transformer
+    (num_hidden_layers) and a gated global one (num_global_layers), LayerNorms with bias."""
+    v = r.child(vc, "mllama_vision_model", prefix="vision_config.")
+    h, inter, p = v.int("hidden_size"), v.int("intermediate_size"), v.int("patch_size")
+    n, g = v.int("num_hidden_layers"), v.int("num_global_layers")
+    tiles, size = v.int("max_num_tiles", 4), v.int("image_size")
+    ratios = v.list("supported_aspect_ratios", list)
+    ids = len(ratios) if ratios else 8
+    patches = (size // p) ** 2 + 1
+    layer = 4 * h * h + linear(h, inter, True) + linear(inter, h, True) + 4 * h
+    params = (h + v.int("num_channels", 3) * p * p * h + 1 + patches * h + (ids + 1) * tiles * patches * h
+              + 2 * (1 + (ids + 1) * tiles * h) + 4 * h + n * layer + g * (layer + 2))
+    out = v.int("vision_output_dim", h * 6)
+    return Part("Vision_Tower", f"Vision transformer ({n}+{g} layers)", params,
+                matmul=(n + g) * (4 * h * h + 2 * h * inter)), tiles * patches, out, h
+
+
+def mllama(cfg: Mapping[str, Any], model: str) -> Arch:
+    archs = architectures_of(cfg, model)
+    text_cfg = cfg.get("text_config") or {}
+    if not isinstance(text_cfg, Mapping):
+        raise ConfigError(model, "text_config", text_cfg, "must be a JSON object")
+    text = mllama_text(dict(text_cfg, model_type="mllama_text_model"), model)
+    if archs and isinstance(archs[0], str) and archs[0].endswith("ForCausalLM"):
+        return dataclasses.replace(text, model_type="mllama", architectures=archs)
+    r = Reader(cfg, model, "mllama")
+    vc = cfg.get("vision_config") or {}
+    tower, vision_tokens, out, vh = mllama_vision(vc, r)
+    spec = text.spec
+    proj = Part("Projector", "Linear projector", linear(out, spec.hidden, True), matmul=out * spec.hidden)
+    # Image tokens do not enter the text sequence: the cross-attention layers cache K/V over them.
+    new = dataclasses.replace(spec, embed=(*spec.embed, tower, proj), image_tokens=0,
+                              vision_act=vision_tokens * 12 * vh, vision_transient=vision_tokens * 8 * vh,
+                              notes=(f"one image = {vision_tokens:,} vision tokens held as cross-attention K/V",))
+    return dataclasses.replace(text, model_type="mllama", family="mllama", spec=new, architectures=archs)
+
+
+def fuyu(cfg: Mapping[str, Any], model: str) -> Arch:
+    """modeling_fuyu.py: a Persimmon decoder (text_config) and vision_embed_tokens, one Linear from a
+    patch (patch_size^2 x num_channels) to the hidden size; no vision encoder."""
+    r = Reader(cfg, model, "fuyu")
+    text_cfg = cfg.get("text_config") or {}
+    if not isinstance(text_cfg, Mapping):
+        raise ConfigError(model, "text_config", text_cfg, "must be a JSON object")
+    text = build(dict(text_cfg, model_type="persimmon"), model, "persimmon", LLAMA_TRAITS["persimmon"])
+    spec = text.spec
+    p, ch = r.int("patch_size", 30), r.int("num_channels", 3)
+    patch = p * p * ch
+    proj = Part("Projector", "Patch embedding", linear(patch, spec.hidden, True), matmul=patch * spec.hidden)
+    tie = r.flag("tie_word_embeddings", False)
+    head = tuple(q._replace(params=0 if tie else spec.vocab * spec.hidden) if q.name == "LM_Head" else q
+                 for q in spec.head)
+    tokens = (r.int("image_size", 300) // p) ** 2
+    new = dataclasses.replace(spec, embed=(*spec.embed, proj), head=head, tied=tie, image_tokens=tokens,
+                              vision_transient=tokens * patch)
+    return dataclasses.replace(text, model_type="fuyu", family="fuyu", spec=new, tie=tie)
+
+
+def git(cfg: Mapping[str, Any], model: str) -> Arch:
+    """modeling_git.py: a CLIP image encoder (vision_config), visual_projection (Linear + LayerNorm), BERT
+    layers over [image tokens; text] with word + position embeddings and LayerNorm, an untied output
+    Linear with bias."""
+    r = Reader(cfg, model, "git")
+    h, n, heads, vocab, inter = (r.int("hidden_size"), r.int("num_hidden_layers"), r.int("num_attention_heads"),
+                                 r.int("vocab_size"), r.int("intermediate_size"))
+    ctx = r.int("max_position_embeddings", 1024)
+    vc = cfg.get("vision_config") or {}
+    v = r.child(vc, "git_vision_model", prefix="vision_config.")
+    vh, vn, vi, vp, vs = (v.int("hidden_size"), v.int("num_hidden_layers"), v.int("intermediate_size"),
+                          v.int("patch_size"), v.int("image_size"))
+    patches = (vs // vp) ** 2
+    vlayer = 4 * linear(vh, vh, True) + linear(vh, vi, True) + linear(vi, vh, True) + 4 * vh
+    tower = vh + v.int("num_channels", 3) * vp * vp * vh + (patches + 1) * vh + 4 * vh + vn * vlayer
+    images = r.opt_int("num_image_with_embedding")
+    embed = [Part("Input", "Input", width=-1), Part("Embedding", "Embedding", vocab * h),
+             Part("Position_Embedding", "Embedding", ctx * h), norm_part("Embedding_LayerNorm", "layernorm", h),
+             Part("Vision_Tower", f"CLIP vision transformer ({vn} layers)", tower, matmul=vn * (4 * vh * vh + 2 * vh * vi)),
+             Part("Projector", "Linear + LayerNorm", linear(vh, h, True) + 2 * h + (images * vh if images else 0),
+                  matmul=vh * h)]
+    blocks = []
+    for i in range(1, n + 1):
+        attn = attention_part(f"Attention_{i}", attention_type(heads, heads), h, heads, heads, h // heads,
+                              qkv_bias=True, o_bias=True, rope=False)
+        blocks.append(standard_block(i, [], attn, mlp_part(f"FFN_{i}", "MLP", h, inter, False, True), "layernorm", h,
+                                     norms=("post_attn", "post_mlp")))
+    tie = r.flag("tie_word_embeddings", False)
+    head = [Part("LM_Head", "Linear", vocab + (0 if tie else h * vocab), width=vocab, matmul=h * vocab),
+            Part("Output", "Output", width=vocab)]
+    return assemble(cfg, model, r, hidden=h, layers=n, heads=heads, kv=heads, head_dim=h // heads, inter=inter,
+                    vocab=vocab, ctx=ctx, tie=tie, embed=embed, blocks=blocks, head=head, position="learned",
+                    image_tokens=patches + 1)
+
+
+def got_ocr2(cfg: Mapping[str, Any], model: str, read_text: TextReader) -> Arch:
+    """modeling_got_ocr2.py: a SAM-style ViT (absolute positions, windowed layers with relative position
+    tables of 2 x window - 1 rows per axis, global layers of 2 x grid - 1), a conv neck to output_channels,
+    two strided convs up to the text width and a Linear projector; a Qwen2 text tower."""
+    text = text_tower(cfg, model, "got_ocr2", read_text)
+    spec = text.spec
+    r = Reader(cfg, model, "got_ocr2")
+    v = r.child(cfg.get("vision_config") or {}, "got_ocr2_vision", prefix="vision_config.")
+    h, n, heads, p, size = (v.int("hidden_size"), v.int("num_hidden_layers"), v.int("num_attention_heads"),
+                            v.int("patch_size"), v.int("image_size"))
+    mlp, oc, win = v.int("mlp_dim"), v.int("output_channels", 256), v.int("window_size", 14)
+    grid, hd = size // p, h // heads
+    glob = set(v.list("global_attn_indexes", int) or [])
+    rel = v.flag("use_rel_pos", True)
+    params = v.int("num_channels", 3) * p * p * h + h + (grid * grid * h if v.flag("use_abs_pos", True) else 0)
+    for i in range(n):
+        side = grid if i in glob else win
+        params += (4 * h + linear(h, 3 * h, v.flag("qkv_bias", True)) + linear(h, h, True) + linear(h, mlp, True)
+                   + linear(mlp, h, True) + (2 * (2 * side - 1) * hd if rel else 0))
+    params += h * oc + 2 * oc + oc * oc * 9 + 2 * oc
+    th = spec.hidden
+    proj = Part("Projector", "Conv + Linear projector", oc * 2 * oc * 9 + 2 * oc * th * 9 + linear(th, th, True),
+                matmul=th * th)
+    tower = Part("Vision_Tower", f"SAM vision transformer ({n} layers)", params, matmul=n * (4 * h * h + 2 * h * mlp))
+    tokens = (grid // 4) ** 2  # two stride-2 convs
+    new = dataclasses.replace(spec, embed=(*spec.embed, tower, proj), image_tokens=tokens,
+                              vision_act=grid * grid * n * (8 * h + 2 * mlp), vision_transient=grid * grid * (4 * h + mlp))
+    text = retie(dataclasses.replace(text, spec=new), r.flag("tie_word_embeddings", text.tie))
+    return dataclasses.replace(text, model_type="got_ocr2", family="got_ocr2",
+                               architectures=architectures_of(cfg, model))
+
+
+def moss_transcribe_diarize(cfg: Mapping[str, Any], model: str, read_text: TextReader) -> Arch:
+    """modeling_moss_transcribe_diarize.py: a Whisper-style audio encoder (conv1 num_mel_bins -> d and conv2
+    d -> d with kernel 3, max_source_positions positions, pre-norm layers whose k_proj has no bias, a final
+    LayerNorm), a projector over audio_merge_size stacked frames (linear_1, linear_2, LayerNorm) and a Qwen3
+    text tower whose head follows the top-level tie_word_embeddings."""
+    text = text_tower(cfg, model, "moss_transcribe_diarize", read_text)
+    r = Reader(cfg, model, "moss_transcribe_diarize")
+    text = retie(text, r.flag("tie_word_embeddings", True))
+    spec = text.spec
+    a = r.child(cfg.get("audio_config") or {}, "moss_transcribe_diarize_audio", prefix="audio_config.")
+    d, n, inter, mels = a.int("hidden_size"), a.int("num_hidden_layers"), a.int("intermediate_size"), a.int("num_mel_bins")
+    frames = a.int("max_source_positions")
+    layer = 4 * d * d + 3 * d + linear(d, inter, True) + linear(inter, d, True) + 4 * d
+    tower = mels * d * 3 + d + d * d * 3 + d + frames * d + n * layer + 2 * d
+    merged = d * r.int("audio_merge_size", 4)
+    th, bias = spec.hidden, r.flag("projector_bias", True)
+    proj = linear(merged, th, bias) + linear(th, th, bias) + 2 * th
+    embed = (*spec.embed, Part("Audio_Tower", f"Audio encoder ({n} layers)", tower, matmul=n * (4 * d * d + 2 * d * inter)),
+             Part("Projector", "Audio projector", proj, matmul=merged * th + th * th))
+    new = dataclasses.replace(spec, embed=embed, vision_act=frames * n * (8 * d + 2 * inter),
+                              vision_transient=frames * (4 * d + inter), image_tokens=frames // r.int("audio_merge_size", 4))
+    return dataclasses.replace(text, model_type="moss_transcribe_diarize", family="moss_transcribe_diarize", spec=new,
+                               architectures=architectures_of(cfg, model))
+
+BUILDERS: dict[str, Builder] = {
+    "mllama": mllama,
+    "mllama_text_model": mllama_text,
+    "fuyu": fuyu,
+    "git": git,
+}
+
+# Wrappers around a language model of any family: normalise passes them its own reader for the text tower.
+WRAPPERS: dict[str, Wrapper] = {
+    "llava": vlm,
+    "llava_next": vlm,
+    "paligemma": vlm,
+    "gemma3": vlm,
+    "idefics3": vlm,
+    "smolvlm": vlm,
+    "qwen2_vl": vlm,
+    "qwen2_5_vl": vlm,
+    "mistral3": vlm,
+    "got_ocr2": got_ocr2,
+    "moss_transcribe_diarize": moss_transcribe_diarize,
+}

@@ -1,0 +1,311 @@
+"""Memory: bytes to train (full, LoRA) and to serve, per stage of the layer stack (splits.py cuts it over two cards).
+
+Formulas (per parameter P and per token; inputs.Assumptions for every byte size and its source; what is live at
+each peak was read off CPU-simulated real steps, data/measurements/FINDINGS.md F1-F7):
+- full AMP, three candidate peaks (F2, F5, F6): the loss backward = (4 master + 8 AdamW) P + 2 bytes x matmul
+  weights (autocast copies) + activations, with no gradient yet (zero_grad(set_to_none=True)); the end of the
+  backward = (4 + 4 + 8) P + 2 x 4 x vocab x embed_dim when the embedding is tied (two gradients and their sum);
+  the AdamW step = (4 + 4 + 8 + 4 foreach temporary) P. Peak = the largest. Every expert of an MoE is held
+  (and stepped); only the routed top-k save activations per token.
+- LoRA: 2 P (frozen bf16 base) + adapters at 4 + 8 + 2 (autocast copy) bytes + activations with frozen
+  Linears saving no input (F4) + each adapter's bf16 input copy and rank output.
+- activations per layer and token (F3): norms (fp32 input, rsqrt or mean/rstd, the normalised output when the
+  weight trains, one bf16 cast per Linear reading it under AMP), attention (rope'd q and k once, v, SDPA output,
+  fp32 LSE; no score matrix: SDPA, Korthikanti et al. 2022 arXiv:2205.05198 Table 2 less the score terms),
+  the MLP (gate, act, up, product; frozen: no product); the loss adds `logits_bytes` (12) per logit (F1).
+  VLMs add one image's vision-tower activations per sample.
+- serving (the site's figure): a chunked-prefill server (vLLM): weights (bf16, or the checkpoint's quantised
+  storage) + one prefill chunk's working set + per sequence: per layer min(tokens, window) x its KV elements x
+  2 bytes (GQA/MQA K and V heads, MLA's latent), recurrent state (SSM, linear attention), the fp32 next-token
+  logits. HF generate's batched prefill (F7) is job.py's `--method inference`. Encoders serve a batch of
+  sequences at the context with no cache; encoder-decoders hold the encoder output and both KV caches.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, NamedTuple
+
+from ..config.arch import Arch
+from ..graph.nodes import Graph
+from ..graph.parts import Block, Part
+from ..inputs import Assumptions, Card
+from .activations import block_activation_bytes, head_activation_bytes, regime
+from .storage import serve_weight_bytes
+
+
+@dataclass(frozen=True)
+class Profile:
+    """One method's memory per stage: the loss-backward branch (static + bytes per sample) and two batch-free
+    branches, the end of the backward and the optimizer step; a stage's peak is the largest of the three."""
+
+    method: str
+    embed_static: int  # loss-backward branch: bytes held for the embedding stage (embeddings, vision tower, ...)
+    layer_static: tuple[int, ...]  # per layer, independent of batch
+    head_static: int  # final norm + head
+    embed_per_sample: int
+    layer_per_sample: tuple[int, ...]
+    head_per_sample: int  # final norm, head input, logits and loss
+    layers: int
+    # The optimizer step (weights + gradients + state + foreach temporary) and the end of the backward
+    # (weights + gradients + state), per stage; () = the branch does not exist (serving).
+    layer_step: tuple[int, ...] = ()
+    embed_step: int = 0
+    head_step: int = 0
+    layer_eob: tuple[int, ...] = ()
+    embed_eob: int = 0
+    head_eob: int = 0
+    tied_eob: int = 0  # the tied embedding's two gradients at the end of the backward: only with both ends
+    # Training: the per-sample bytes are tokens x per_token + per_sample_fixed (every saved tensor is per
+    # token under SDPA; the fixed part is a VLM's image), so total_at() moves the profile to other token
+    # counts in O(1) (the memory curve). 0 for serving, whose caches are capped at windows.
+    per_token: int = 0
+    per_sample_fixed: int = 0
+    static_prefix: tuple[int, ...] = field(init=False, repr=False, compare=False)
+    act_prefix: tuple[int, ...] = field(init=False, repr=False, compare=False)
+    step_prefix: tuple[int, ...] = field(init=False, repr=False, compare=False)
+    eob_prefix: tuple[int, ...] = field(init=False, repr=False, compare=False)
+    total_static: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        def prefix(values: tuple[int, ...]) -> tuple[int, ...]:
+            out, run = [0], 0
+            for v in values:
+                run += v
+                out.append(run)
+            return tuple(out)
+        object.__setattr__(self, "static_prefix", prefix(self.layer_static))
+        object.__setattr__(self, "act_prefix", prefix(self.layer_per_sample))
+        object.__setattr__(self, "step_prefix", prefix(self.layer_step or (0,) * self.layers))
+        object.__setattr__(self, "eob_prefix", prefix(self.layer_eob or (0,) * self.layers))
+        object.__setattr__(self, "total_static", self.embed_static + self.static_prefix[-1] + self.head_static)
+
+    def total(self, batch: int) -> int:
+        return self.stage(batch, 0, self.layers, True, True)
+
+    def total_at(self, tokens: int, batch: int = 1) -> int:
+        """total(batch) of the same training profile built at `tokens` per sample (train_profile's
+        per-sample bytes are linear in tokens: the test suite holds the two equal on every snapshot model)."""
+        assert self.method != "serve", "serving caches are capped at windows: not linear in tokens"
+        static, _, fixed = self._parts(0, self.layers, True, True)
+        return max(static + batch * (tokens * self.per_token + self.per_sample_fixed), fixed)
+
+    def per_sample(self) -> int:
+        return self.embed_per_sample + self.act_prefix[-1] + self.head_per_sample
+
+    def _parts(self, first: int, last: int, with_embed: bool, with_head: bool) -> tuple[int, int, int]:
+        """(static, per sample, batch-free peak) of a contiguous slice of layers [first, last) and its ends."""
+        e, h = with_embed, with_head
+        static = self.static_prefix[last] - self.static_prefix[first] + (self.embed_static if e else 0) \
+            + (self.head_static if h else 0)
+        act = self.act_prefix[last] - self.act_prefix[first] + (self.embed_per_sample if e else 0) \
+            + (self.head_per_sample if h else 0)
+        step = self.step_prefix[last] - self.step_prefix[first] + (self.embed_step if e else 0) \
+            + (self.head_step if h else 0)
+        eob = self.eob_prefix[last] - self.eob_prefix[first] + (self.embed_eob if e else 0) \
+            + (self.head_eob if h else 0) + (self.tied_eob if e and h else 0)
+        return static, act, max(step, eob)
+
+    def stage(self, batch: int, first: int, last: int, with_embed: bool, with_head: bool) -> int:
+        """Bytes of a contiguous slice of layers [first, last) plus the ends it holds."""
+        static, act, fixed = self._parts(first, last, with_embed, with_head)
+        return max(static + batch * act, fixed)
+
+    def max_batch(self, budget: int, first: int = 0, last: int = -1, with_embed: bool = True,
+                  with_head: bool = True, cap: int = 1 << 40) -> int:
+        """Largest b with stage(b) <= budget, 0 when batch 1 does not fit: the stage is max(static + b x act,
+        a batch-free branch), so b = (budget - static) // act: what max_batch() finds."""
+        last = self.layers if last < 0 else last
+        if self.stage(1, first, last, with_embed, with_head) > budget:
+            return 0
+        static, act, _ = self._parts(first, last, with_embed, with_head)
+        return cap if act <= 0 else min((budget - static) // act, cap)
+
+    def peak_phase(self, batch: int) -> str:
+        """When the peak happens: the loss (logits), backward, the end of the backward, the optimizer step;
+        serving: the decode with its full KV cache."""
+        if self.method == "serve":
+            return "decode (full KV cache)"
+        static, act, _ = self._parts(0, self.layers, True, True)
+        step = self.step_prefix[-1] + self.embed_step + self.head_step
+        eob = self.eob_prefix[-1] + self.embed_eob + self.head_eob + self.tied_eob
+        if max(step, eob) > static + batch * act:
+            return "optimizer step" if step >= eob else "end of backward (tied-embedding gradients)"
+        return "loss (logits)" if self.head_per_sample * 2 > act else "backward (activations)"
+
+
+def _ends(g: Graph) -> tuple[list[Part], list[Part]]:
+    return list(g.spec.embed), list(g.spec.head)
+
+
+def train_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, method: str, rank: int) -> Profile:
+    """The site's jobs: full AMP AdamW (foreach) and LoRA on every Linear of a bf16 base, AMP, AdamW."""
+    spec = g.spec
+    embed, head = _ends(g)
+    r = regime(method, "amp")
+    layer_tokens = [_tokens_of(b, tokens) for b in spec.blocks]
+    adam = s.master_weight_bytes + s.optimizer_state_bytes
+    if method == "full":
+        copy = s.autocast_copy_bytes
+
+        def static(params: int, matmul: int) -> int:  # the loss backward: no gradient exists yet (F2)
+            return adam * params + copy * matmul
+
+        def late(params: int, temp: int) -> int:  # the end of the backward (temp 0) and the AdamW step
+            return (adam + s.grad_bytes + temp) * params
+
+        ends = [sum(p.params for p in part) for part in (embed, head)]
+        layer_static = tuple(static(b.params, b.matmul) for b in spec.blocks)
+        embed_static, head_static = (static(n, sum(p.matmul for p in part)) for n, part in zip(ends, (embed, head)))
+        step = s.foreach_temp_bytes
+        layer_step = tuple(late(b.params, step) for b in spec.blocks)
+        layer_eob = tuple(late(b.params, 0) for b in spec.blocks)
+        embed_step, head_step = late(ends[0], step), late(ends[1], step)
+        embed_eob, head_eob = late(ends[0], 0), late(ends[1], 0)
+        # F6: a tied weight's two gradients (embedding, LM head) and their sum are live together.
+        tied = 2 * s.grad_bytes * spec.vocab * (a.embed_dim or a.hidden) if spec.tied else 0
+        embed_act = s.master_weight_bytes * spec.hidden
+    else:
+        adapter_rate = adam + s.autocast_copy_bytes  # fp32 adapter, AdamW state, its bf16 autocast copy
+        layer_static = tuple(s.base_weight_bytes * b.params + adapter_rate * rank * b.lora_io for b in spec.blocks)
+        embed_static = s.base_weight_bytes * sum(p.params for p in embed)
+        head_static = s.base_weight_bytes * sum(p.params for p in head)
+        # the adapters' AdamW step: weights + adapters (4 + 4 + 8 + 4 foreach) B each
+        late_rate = adam + s.grad_bytes + s.foreach_temp_bytes
+        layer_step = tuple(s.base_weight_bytes * b.params + late_rate * rank * b.lora_io for b in spec.blocks)
+        layer_eob = ()
+        embed_step, head_step, embed_eob, head_eob, tied = embed_static, head_static, 0, 0, 0
+        embed_act = 0  # a frozen embedding saves nothing (F4)
+    rates = _layer_rates(a, spec.blocks, r, rank if method != "full" else 0)
+    layer_act = tuple(n * rate for rate, n in zip(rates, layer_tokens))
+    head_rate = head_activation_bytes(a, g, r, s)
+    vision = s.compute_bytes * spec.vision_act * (1 if spec.image_tokens else 0)
+    return Profile(method, embed_static, layer_static, head_static, tokens * embed_act + vision, layer_act,
+                   tokens * head_rate, len(spec.blocks), layer_step, embed_step, head_step, layer_eob, embed_eob,
+                   head_eob, tied, embed_act + sum(rates) + head_rate, vision)
+
+
+def _layer_rates(a: Arch, blocks: tuple[Block, ...], r, rank: int) -> list[int]:
+    """block_activation_bytes of every layer (per_distinct_layer)."""
+    return per_distinct_layer(blocks, lambda b: block_activation_bytes(a, b, r, rank))
+
+
+def per_distinct_layer(blocks: tuple[Block, ...], bytes_of: Callable[[Block], int]) -> list[int]:
+    """bytes_of(b) for every layer, computed once per distinct layer: the layers of a stack repeat a few shapes,
+    and only their part names differ (Part.name is the one field left out of the key)."""
+    seen: dict[tuple, int] = {}
+    out = []
+    for b in blocks:
+        key = (b.kind, b.stack, tuple(p[1:] for p in b.parts))
+        value = seen.get(key)
+        if value is None:
+            value = seen[key] = bytes_of(b)
+        out.append(value)
+    return out
+
+
+def _tokens_of(b: Block, tokens: int) -> int:
+    return tokens  # encoder and decoder stacks of an encoder-decoder both run at the job's tokens
+
+
+def kv_bytes_of_block(b: Block | CacheTerms, s: Assumptions, tokens: int, encoder_tokens: int = 0) -> int:
+    """Cache bytes one sequence holds in this layer after `tokens` tokens: KV capped at each window,
+    cross-attention KV over the encoder's tokens, and fixed recurrent state."""
+    out = b.state * s.kv_bytes
+    for window, kv in b.kv:
+        n = encoder_tokens if window < 0 else (min(tokens, window) if window > 0 else tokens)
+        out += n * kv * s.kv_bytes
+    return out
+
+
+def serve_profile(a: Arch, g: Graph, s: Assumptions, tokens: int) -> Profile:
+    """Weights + one prefill chunk's working set (fixed) + per sequence its caches and logits."""
+    spec = g.spec
+    c = s.compute_bytes
+    embed, head = _ends(g)
+    weights = serve_weight_bytes(a, s)
+
+    def block_weights(b: Block) -> int:
+        return weights(b.parts) if a.quant is not None and a.quant.bits < 16 else int(s.serve_weight_bytes * b.params)
+    transient = _serve_transient(g, s, tokens)
+    if spec.kind == "encoder":
+        # A batch of sequences at the context, no cache: each sequence holds its own working set
+        # and its output (the head's logits per token, fp32).
+        return Profile("serve", weights(embed), tuple(block_weights(b) for b in spec.blocks), weights(head),
+                       transient + tokens * 4 * spec.logits, (0,) * len(spec.blocks), 0, len(spec.blocks))
+    enc_tokens = tokens if spec.kind == "encoder-decoder" else 0
+    per_layer = tuple(0 if b.stack == "encoder" else kv_bytes_of_block(b, s, tokens, enc_tokens) for b in spec.blocks)
+    # An encoder-decoder keeps the encoder's output (tokens x hidden) per sequence for cross-attention.
+    enc_out = enc_tokens * c * spec.hidden
+    return Profile("serve", weights(embed) + transient, tuple(block_weights(b) for b in spec.blocks), weights(head),
+                   enc_out, per_layer, s.decode_logits_bytes * spec.vocab, len(spec.blocks))
+
+
+def _serve_transient(g: Graph, s: Assumptions, tokens: int, width: int | None = None) -> int:
+    """Prefill runs one sequence-sized chunk at a time (vLLM's chunked prefill, HF generate at batch 1): the
+    largest layer transient (q/k/v/output or the MLP intermediates) plus two residual copies."""
+    spec = g.spec
+    c = s.compute_bytes
+    if width is None:
+        width = max((b.transient for b in spec.blocks), default=0)
+    return tokens * c * (width + 2 * spec.hidden) + c * spec.vision_transient
+
+
+def serve_token_bytes(g: Graph, s: Assumptions, tokens: int, cache: CacheTerms | None = None) -> int:
+    """The part of serve_profile(..., tokens).total(1) that depends on tokens (the prefill chunk, one
+    sequence's caches, an encoder's logits or an encoder-decoder's encoder output), by the same formulas:
+    the memory curve moves the serving peak to other token counts without rebuilding the profile.
+    `cache`: cache_block(g), when the caller asks at many token counts."""
+    spec = g.spec
+    cache = cache or cache_block(g)
+    transient = _serve_transient(g, s, tokens, cache.transient)
+    if spec.kind == "encoder":
+        return transient + tokens * 4 * spec.logits
+    enc_tokens = tokens if spec.kind == "encoder-decoder" else 0
+    return transient + enc_tokens * s.compute_bytes * spec.hidden + kv_bytes_of_block(cache, s, tokens, enc_tokens)
+
+
+def cache_block(g: Graph) -> CacheTerms:
+    """One block holding every cached layer's state and (window, KV) terms: kv_bytes_of_block is a sum over
+    them, so this block's cache is the whole model's, in one pass over its distinct windows."""
+    spec = g.spec
+    state, kv, transient = 0, {}, 0
+    for b in spec.blocks:
+        transient = max(transient, b.transient)
+        if b.stack != "encoder":
+            state += b.state
+            for window, n in b.kv:
+                kv[window] = kv.get(window, 0) + n
+    return CacheTerms(state, tuple(kv.items()), transient)
+
+
+class CacheTerms(NamedTuple):
+    """What kv_bytes_of_block reads of a Block (state, kv), summed over the layers, and the largest layer
+    transient (_serve_transient)."""
+    state: int
+    kv: tuple[tuple[int, int], ...]
+    transient: int
+
+
+def kv_bytes_per_token(a: Arch, s: Assumptions) -> int:
+    """K and V for every layer at full attention, per token: 2 x kv_heads x head_dim x bytes per
+    attention layer (GQA/MQA aware), kv_lora_rank + qk_rope_head_dim for MLA; windows not applied."""
+    return sum(kv * s.kv_bytes for b in a.spec.blocks for window, kv in b.kv if window >= 0)
+
+
+def kv_bytes_per_sequence(a: Arch, s: Assumptions, tokens: int) -> int:
+    """One sequence's whole cache at `tokens`: windows capped, recurrent state included."""
+    enc = tokens if a.spec.kind == "encoder-decoder" else 0
+    if a.spec.kind == "encoder":
+        return 0
+    return sum(kv_bytes_of_block(b, s, tokens, enc) for b in a.spec.blocks if b.stack != "encoder")
+
+
+def state_bytes_per_sequence(a: Arch, s: Assumptions) -> int:
+    """Fixed recurrent state per sequence (SSM conv + SSM state, linear-attention state)."""
+    return sum(b.state * s.kv_bytes for b in a.spec.blocks)
+
+
+def budget_bytes(card: Card, s: Assumptions) -> int:
+    """What one card offers an estimate: driver-reported total, less the CUDA context, over headroom."""
+    return int((card.memory_usable_bytes - s.cuda_context_bytes) / s.headroom)

@@ -1,0 +1,114 @@
+"""Stored bytes of a (quantised) checkpoint's weights: packed elements, scales, served weight bytes."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from ..config.arch import Arch, Quant
+from ..graph.parts import Part
+from ..inputs import Assumptions
+
+
+def _mat_elements(q: Quant, count: int, n_in: int, n_out: int) -> tuple[int, float]:
+    """(stored elements, stored bytes) of `count` matrices in x out."""
+    w = n_in * n_out
+    groups = max(1, n_in // q.group_size) if q.group_size else 1
+    if q.method in ("gptq", "awq"):
+        pack = max(q.packed_per_element, 1)
+        elems = w // pack + groups * n_out // pack + groups * n_out + (n_in if q.method == "gptq" else 0)
+        nbytes = 4 * (w // pack + groups * n_out // pack) + 2 * groups * n_out + (4 * n_in if q.method == "gptq" else 0)
+    elif q.method == "bitsandbytes":
+        if q.bits == 4:
+            elems = w // 2 + max(1, w // 64)
+            nbytes = w // 2 + 4 * max(1, w // 64)
+        else:
+            elems, nbytes = w + n_out, w + 4 * n_out
+    elif q.method == "fp8":
+        blocks = -(-w // q.group_size) if q.group_size else n_out
+        if q.group_size:  # weight_block_size [b0, b1] on (out, in)
+            side = int(q.group_size ** 0.5)
+            blocks = -(-n_out // side) * -(-n_in // side)
+        elems, nbytes = w + blocks, w + 4 * blocks
+    elif q.method == "mxfp4":
+        # 2 fp4 per uint8 byte + one uint8 scale per 32 weights; the Hub's safetensors total for gpt-oss
+        # counts the blocks as 4-bit values (logical weights) plus the scales: gpt-oss-20b holds
+        # 20,914,757,184 + 597,196,800 (= expert weights / 32).
+        elems, nbytes = w + w // 32, w // 2 + w // 32
+    elif q.method == "compressed-tensors":
+        pack = max(q.packed_per_element, 1)
+        scales = groups * n_out if q.group_size else n_out
+        elems = w // pack + scales + (2 if pack > 1 else 0)
+        nbytes = (4 * (w // pack) if pack > 1 else w * q.bits / 8) + 2 * scales
+    else:
+        elems, nbytes = w, 2 * w
+    return count * elems, count * nbytes
+
+
+def _fp4_experts(a: Arch, p: Part) -> tuple[tuple[int, int, int], ...]:
+    """The expert tensors of an MoE part stored as FP4 (Quant.fp4_experts), else ()."""
+    return p.weight_mats[:2] if a.quant is not None and a.quant.fp4_experts and p.type.startswith("MoE") else ()
+
+
+def part_stored_delta(a: Arch, p: Part) -> tuple[int, float]:
+    """(stored elements, stored bytes) of a part's quantised matrices minus their logical weights (elements)
+    and minus their bytes at 2 B each: what quantisation adds to (or removes from) the part."""
+    assert a.quant is not None
+    fp4 = _fp4_experts(a, p)
+    elems, nbytes = 0, 0.0
+    for j, (count, i, o) in enumerate(quantised_mats(a, p)):
+        w = count * i * o
+        if j < len(fp4):  # packed: the Hub's element total counts the bytes (w / 2) and the scales (w / 32)
+            e, b = w // 2 + w // 32, float(w // 2 + w // 32)
+        else:
+            e, b = _mat_elements(a.quant, count, i, o)
+        elems += e - w
+        nbytes += b - 2 * w
+    return elems, nbytes
+
+
+def quantised_mats(a: Arch, p: Part) -> tuple[tuple[int, int, int], ...]:
+    """The matrices this format quantises in a part: experts only for MXFP4 (gpt-oss), else every
+    Linear inside the layers (embeddings, norms, routers and the LM head stay in 16 bits)."""
+    mats = p.weight_mats
+    if a.quant is not None and a.quant.method == "mxfp4":
+        return mats[:2] if p.type.startswith("MoE") else ()
+    return mats
+
+
+def stored_elements(a: Arch) -> int | None:
+    """Elements a quantised checkpoint stores (what safetensors totals count); None when unquantised."""
+    if a.quant is None or a.quant.bits >= 16:
+        return None
+    total = a.spec.params
+    extra: dict[tuple[object, ...], int] = {}  # per distinct part: the layers of a stack repeat a few parts
+    for b in a.spec.blocks:
+        for p in b.parts:
+            key = (p.type, p.mats, p.linears)
+            if key not in extra:
+                extra[key] = part_stored_delta(a, p)[0]
+            total += extra[key]
+    return total
+
+
+def serve_weight_bytes(a: Arch, s: Assumptions) -> Callable[[list[Part] | tuple[Part, ...]], int]:
+    """Bytes of a group of parts' weights when served: bf16, or the checkpoint's quantised storage."""
+    def weights(parts: list[Part] | tuple[Part, ...]) -> int:
+        if a.quant is None or a.quant.bits >= 16:
+            return int(s.serve_weight_bytes * sum(p.params for p in parts))
+        total = 0.0
+        for p in parts:
+            key = (p.params, p.type, p.mats, p.linears)
+            nbytes = seen.get(key)
+            if nbytes is None:
+                nbytes = float(s.serve_weight_bytes * p.params)
+                if a.quant is not None and a.quant.bits < 16:
+                    w = sum(count * i * o for count, i, o in quantised_mats(a, p))
+                    nbytes += part_stored_delta(a, p)[1] + (2 - s.serve_weight_bytes) * w
+                seen[key] = nbytes
+            total += nbytes
+        return int(total)
+
+    # Bytes per distinct part (what the loop above reads of it), for this model and job only: the
+    # layers of a stack repeat a few parts, and memory.py asks per layer, then estimate.py for all.
+    seen: dict[tuple[object, ...], float] = {}
+    return weights

@@ -1,0 +1,135 @@
+#!/usr/bin/env python3
+"""Writes generator/estimator/config/transformers_defaults.py from the installed transformers (a generated file).
+
+    .venv/bin/python tools/write_transformers_defaults.py
+
+The estimator is pure, so it cannot ask transformers what a key missing from config.json becomes; the table holds
+the constructor default of every scalar field of every config class the estimator reads, each class's
+attribute_map, and the model classes of those model_types. tests/test_oracle_defaults.py fails when the table and
+the installed transformers differ (after a transformers upgrade: run this, review the diff).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import transformers  # noqa: E402
+from transformers import CONFIG_MAPPING  # noqa: E402
+from transformers.models.auto import modeling_auto  # noqa: E402
+
+from generator.estimator.normalise import READ_TYPES  # noqa: E402
+
+TABLE = ROOT / "generator" / "estimator" / "config" / "transformers_defaults.py"
+
+# Fields that never shape the model (token ids, dropout, init, bookkeeping).
+SKIP = {"transformers_version", "architectures", "output_hidden_states", "return_dict", "dtype", "id2label",
+        "label2id", "problem_type", "pad_token_id", "bos_token_id", "eos_token_id", "sep_token_id",
+        "decoder_start_token_id", "initializer_range", "use_cache", "tokenizer_class", "prefix",
+        "task_specific_params", "finetuning_task", "output_attentions", "torchscript", "pruned_heads",
+        "chunk_size_feed_forward", "is_encoder_decoder", "forced_bos_token_id", "forced_eos_token_id",
+        "suppress_tokens", "begin_suppress_tokens", "attn_implementation", "cls_token_id", "mask_token_id",
+        "unk_token_id", "image_token_id", "video_token_id", "image_token_index", "video_token_index"}
+SKIP_PARTS = ("dropout", "eps", "init", "std", "epsilon", "_token_id")
+
+
+def model_types() -> list[str]:
+    """Every config class the estimator may read: its builders' model_types and their sub-configs."""
+
+    seen: list[str] = []
+    todo = [t for t in READ_TYPES if t in CONFIG_MAPPING]
+    while todo:
+        t = todo.pop(0)
+        if t in seen:
+            continue
+        seen.append(t)
+        for sub in getattr(CONFIG_MAPPING[t], "sub_configs", {}).values():
+            st = getattr(sub, "model_type", None)
+            if isinstance(st, str) and st in CONFIG_MAPPING and st not in seen:
+                todo.append(st)
+    return sorted(seen)
+
+
+def _scalar(v):
+    if isinstance(v, float) and (v != v or v in (float("inf"), float("-inf"))):
+        return False  # not a Python literal; no shape depends on it
+    return isinstance(v, (int, float, str, bool)) or v is None
+
+
+def field_defaults(model_type: str) -> dict:
+    out = {}
+    for f in dataclasses.fields(CONFIG_MAPPING[model_type]):
+        if f.name in SKIP or any(p in f.name for p in SKIP_PARTS) or f.name.startswith("_"):
+            continue
+        v = f.default
+        if v is dataclasses.MISSING:
+            if f.default_factory is dataclasses.MISSING:
+                continue
+            try:
+                v = f.default_factory()
+            except Exception:  # noqa: BLE001 - a factory that needs arguments has no default
+                continue
+        if isinstance(v, float) and v != v:
+            continue
+        if _scalar(v) or (isinstance(v, (list, tuple)) and len(v) <= 128 and all(_scalar(x) for x in v)):
+            out[f.name] = list(v) if isinstance(v, tuple) else v
+        elif isinstance(v, dict) and all(isinstance(k, str) and _scalar(x) for k, x in v.items()):
+            out[f.name] = dict(v)
+    return out
+
+
+def render() -> str:
+    lines = ['"""Constructor defaults of every transformers config class the estimator reads (generated).',
+             "",
+             f"transformers {transformers.__version__}; regenerate with `python tools/write_transformers_defaults.py`.",
+             "A key missing from config.json (or null) takes this value, as the config class would; a None",
+             "here means the class derives the value (e.g. head_dim = hidden_size // num_attention_heads).",
+             '"""', "", "from __future__ import annotations", "", "from typing import Any", "",
+             "CLASS_DEFAULTS: dict[str, dict[str, Any]] = {"]
+    for t in model_types():
+        d = field_defaults(t)
+        lines.append(f"    {t!r}: {{{', '.join(f'{k!r}: {v!r}' for k, v in sorted(d.items()))}}},")
+    lines.append("}")
+    lines += ["", "# Each config class's attribute_map: a key config.json may use instead of the field (alias -> field).",
+              "ATTRIBUTE_MAPS: dict[str, dict[str, str]] = {"]
+    for t in model_types():
+        amap = {k: v for k, v in getattr(CONFIG_MAPPING[t], "attribute_map", {}).items() if isinstance(v, str)}
+        if amap:
+            lines.append(f"    {t!r}: {{{', '.join(f'{k!r}: {v!r}' for k, v in sorted(amap.items()))}}},")
+    lines.append("}")
+    lines += ["", "# Model classes (config.json `architectures`) of the model_types we read -> their model_type, for",
+              "# custom-code configs whose own model_type is unknown but whose declared class is a transformers one.",
+              "ARCHITECTURE_TYPES: dict[str, str] = {"]
+    candidates: dict[str, list[str]] = {}
+    read = set(model_types())
+    for name in sorted(dir(modeling_auto)):
+        table = getattr(modeling_auto, name)
+        if name.startswith("MODEL_") and name.endswith("_MAPPING_NAMES") and isinstance(table, dict):
+            for t, cls in table.items():
+                if t in read and isinstance(cls, str) and t not in candidates.setdefault(cls, []):
+                    candidates[cls].append(t)
+
+    def squash(text: str) -> str:
+        return text.lower().replace("_", "").replace("-", "")
+
+    # A class shared by several model_types (LlamaForCausalLM serves exaone too) belongs to its namesake.
+    classes = {cls: max(ts, key=lambda t: (squash(cls).startswith(squash(t)), len(t), t)) for cls, ts in
+               candidates.items()}
+    lines += [f"    {c!r}: {t!r}," for c, t in sorted(classes.items())]
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+
+def main() -> int:
+    TABLE.write_text(render(), encoding="utf-8")
+    print(f"wrote {TABLE.relative_to(ROOT)}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
