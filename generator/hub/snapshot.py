@@ -13,7 +13,9 @@ from typing import Any, Iterable, Iterator, Mapping
 from ..errors import ConfigError, RecordError
 from ..records import RECORD_FORMAT, ModelRecord, parse_config_text, validate_repo_id
 
-DEFAULT_SNAPSHOT_DIR = Path(__file__).resolve().parents[2] / "snapshot"
+_CHECKOUT = Path(__file__).resolve().parents[2]
+# The committed snapshot in a checkout; installed as a package, ./snapshot of the working directory.
+DEFAULT_SNAPSHOT_DIR = _CHECKOUT / "snapshot" if (_CHECKOUT / "pyproject.toml").is_file() else Path("snapshot")
 INDEX_NAME = "index.json"
 INDEX_FORMAT = 1
 # A record is a config.json plus a few scalars; anything this large is not ours, so it is not read.
