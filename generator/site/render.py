@@ -105,7 +105,8 @@ def _frame(settings: Settings, *, page: str | None, title: str, description: str
             ("Changes", pages.CHANGES), ("Accuracy", pages.ACCURACY), ("Search", pages.SEARCH))]
     return {"title": title, "description": description, "site_title": site_title, "css": css,
             "home_href": home, "canonical": canonical, "alternate": alternate, "og": og,
-            "search_href": search_href, "feed_href": feed_href, "head_style": None, "scripts": [], "nav": nav}
+            "search_href": search_href, "feed_href": feed_href, "head_style": None, "scripts": [], "nav": nav,
+            "install_command": pages.install_command(settings.site)}
 
 
 def _inline_css() -> Markup:
