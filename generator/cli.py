@@ -111,9 +111,11 @@ def resolve_model(arg: str, snapshot_dir: Path | None) -> ModelRecord:
         cfg = path / "config.json"
         if not cfg.is_file():
             raise ModelNotFound(arg, "folder holds no config.json")
-        return ModelRecord(id=name or arg, config_json=read_config_file(cfg, name or arg), config_source=LOCAL)
+        return ModelRecord(id=name or arg, config_json=read_config_file(cfg, name or arg), config_source=LOCAL,
+                           config_provenance="local")
     if is_file:
-        return ModelRecord(id=name or arg, config_json=read_config_file(path, name or arg), config_source=LOCAL)
+        return ModelRecord(id=name or arg, config_json=read_config_file(path, name or arg), config_source=LOCAL,
+                           config_provenance="local")
     if not REPO_ID_RE.fullmatch(arg):
         raise ModelNotFound(arg, "no such file or folder, and not a Hub repo id (org/name)")
     from .hub import snapshot

@@ -42,6 +42,7 @@ def test_first_crawl_lists_pages_and_stores_exact_configs(sleeps, monkeypatch, t
         record = load_record(snap, model.id)
         assert record.config_json.encode() == model.config  # byte-exact
         assert record.sha == model.sha and not record.stale and record.problems == ()
+        assert record.config_provenance == "hub"  # a crawled config is the Hub's own file
         assert record.checkpoint_params == sum(model.params.values())
         assert record.downloads == model.downloads and record.pipeline_tag == "text-generation"
     assert "listed" in out and "fetched" in out

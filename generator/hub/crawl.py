@@ -15,7 +15,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from ..errors import ConfigError, RecordError
-from ..records import ModelRecord, validate_repo_id
+from ..records import HUB, ModelRecord, validate_repo_id
 from ..settings import load_settings
 from .client import (BAD_ID, LISTING_COUNTS_SOURCE, MALFORMED, RETRY_NOTE, HubClient, HubFault, HubSettings,
                      counts_of)
@@ -115,6 +115,7 @@ def _fetch(client: HubClient, item: Listed, previous: ModelRecord | None, summar
     """New model or new sha: download config.json at that sha, then the checkpoint counts."""
     problems: list[str] = []
     fresh_config = False
+    provenance: str | None = HUB
     try:
         text, commit = client.download_config(item.id, item.sha or "main")
         sha, config_source, fresh_config = commit or item.sha, f"Hub file config.json at revision {commit}", True
@@ -128,8 +129,9 @@ def _fetch(client: HubClient, item: Listed, previous: ModelRecord | None, summar
         problems.append(str(fault))
         if previous is not None:  # keep the last good data; its older sha makes the next crawl try again
             text, sha, config_source = previous.config_json, previous.sha, previous.config_source
+            provenance = previous.config_provenance
         else:
-            text, sha, config_source = "", item.sha, None
+            text, sha, config_source, provenance = "", item.sha, None, None
     by_dtype: dict[str, int] = {}
     source = None
     if item.params_by_dtype or fresh_config:  # a gated or failing repo would refuse the headers too
@@ -140,7 +142,7 @@ def _fetch(client: HubClient, item: Listed, previous: ModelRecord | None, summar
     if not by_dtype and previous is not None and previous.checkpoint_params_by_dtype:
         by_dtype, source = dict(previous.checkpoint_params_by_dtype), previous.checkpoint_source
     return build_record(item, config_json=text, sha=sha, by_dtype=by_dtype, checkpoint_source=source,
-                        config_source=config_source, problems=problems, date=date)
+                        config_source=config_source, problems=problems, date=date, config_provenance=provenance)
 
 
 def _crawl_one(client: HubClient, item: Listed, snapshot_dir: Path, summary: Summary, date: str) -> ModelRecord:
