@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -49,7 +50,8 @@ def _model_parser() -> argparse.ArgumentParser:
     ex.add_argument("--attention", choices=j.ATTENTIONS)
     ex.add_argument("--metric", choices=j.METRICS,
                     help="allocated (tensors), reserved (+ the allocator's cache), nvidia-smi (+ CUDA context)")
-    p.add_argument("--config", type=Path, metavar="FILE", help="site_config.yaml to read (default: the project's)")
+    p.add_argument("--config", type=Path, metavar="FILE",
+                   help="site_config.yaml whose keys override the defaults (default: ./site_config.yaml when present)")
     p.add_argument("--snapshot", type=Path, metavar="DIR", help="snapshot folder to look repo ids up in")
     return p
 
@@ -61,7 +63,9 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--strict", action="store_true", help="any failed model makes the build fail (exit 1)")
     p.add_argument("--max-problems", type=int, metavar="N",
                    help="fail (exit 1, previous site kept) when more than N models fail")
-    p.add_argument("--config", type=Path, metavar="FILE", help="site_config.yaml to read")
+    p.add_argument("--config", type=Path, metavar="FILE",
+                   help="site_config.yaml whose keys override the defaults (default: ./site_config.yaml when present)")
+    p.add_argument("--site-url", metavar="URL", help="the public URL the site is served from (default: site.url)")
     p.add_argument("--full", action="store_true",
                    help="render every model again instead of copying the unchanged ones from the previous build")
     p.add_argument("--jobs", type=int, metavar="N", help="worker processes (default: one per core)")
@@ -71,12 +75,12 @@ def _build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _crawl_parser(defaults: dict) -> argparse.ArgumentParser:
+def _crawl_parser(site_config: Path | None) -> argparse.ArgumentParser:
+    from .hub.crawl import add_crawl_arguments
+
     p = argparse.ArgumentParser(prog="neurarch-trace crawl", description="Refresh the snapshot from the Hugging Face Hub.")
-    p.add_argument("--limit", type=int, default=defaults.get("limit", 200), metavar="N", help="models to list")
-    p.add_argument("--pipeline-tag", default=defaults.get("pipeline_tag"), metavar="T", help="e.g. text-generation")
-    p.add_argument("--snapshot", type=Path, metavar="DIR", help="snapshot folder to update")
-    p.add_argument("--config", type=Path, metavar="FILE", help="site_config.yaml to read")
+    add_crawl_arguments(p, site_config)
+    p.add_argument("--config", type=Path, metavar="FILE", help="site_config.yaml whose keys override the defaults")
     return p
 
 
@@ -107,9 +111,11 @@ def resolve_model(arg: str, snapshot_dir: Path | None) -> ModelRecord:
         cfg = path / "config.json"
         if not cfg.is_file():
             raise ModelNotFound(arg, "folder holds no config.json")
-        return ModelRecord(id=name or arg, config_json=read_config_file(cfg, name or arg), config_source=LOCAL)
+        return ModelRecord(id=name or arg, config_json=read_config_file(cfg, name or arg), config_source=LOCAL,
+                           config_provenance="local")
     if is_file:
-        return ModelRecord(id=name or arg, config_json=read_config_file(path, name or arg), config_source=LOCAL)
+        return ModelRecord(id=name or arg, config_json=read_config_file(path, name or arg), config_source=LOCAL,
+                           config_provenance="local")
     if not REPO_ID_RE.fullmatch(arg):
         raise ModelNotFound(arg, "no such file or folder, and not a Hub repo id (org/name)")
     from .hub import snapshot
@@ -125,7 +131,7 @@ def resolve_model(arg: str, snapshot_dir: Path | None) -> ModelRecord:
 def _run_model(argv: Sequence[str], console: Console, err: Console) -> int:
     args = _model_parser().parse_args(argv)
     from .pipeline import report_for_record
-    from .settings import DEFAULT_CONFIG, load_settings
+    from .settings import load_settings
 
     overrides = {"train_tokens": args.tokens, "job_tokens": args.tokens, "job_batch": args.batch,
                  "lora_rank": args.lora_rank, "serve_tokens": args.serve_tokens}
@@ -135,7 +141,7 @@ def _run_model(argv: Sequence[str], console: Console, err: Console) -> int:
             raise ConfigError("command line", flag, value, "must be a positive integer")
     if args.new_tokens is not None and args.new_tokens < 0:
         raise ConfigError("command line", "--new-tokens", args.new_tokens, "must be >= 0")
-    settings = load_settings(args.config or DEFAULT_CONFIG, **overrides)
+    settings = load_settings(args.config, **overrides)
     record = resolve_model(args.model, args.snapshot)
     report = report_for_record(record, settings, _job(args))
     if args.json:
@@ -174,7 +180,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     console, err = Console(highlight=False), Console(stderr=True, highlight=False)
     try:
         if argv[:1] == ["build"]:
-            from .settings import DEFAULT_CONFIG, load_settings
+            from .settings import load_settings
             from .site.build import run_build
             from .site.search import SHARD_SIZE
             from .hub.snapshot import DEFAULT_SNAPSHOT_DIR
@@ -185,7 +191,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.search_shard_size is not None and args.search_shard_size < 1:
                 raise ConfigError("command line", "--search-shard-size", args.search_shard_size,
                                   "must be a positive integer")
-            settings = load_settings(args.config or DEFAULT_CONFIG)
+            settings = load_settings(args.config)
+            if args.site_url is not None:
+                settings = dataclasses.replace(settings, site={**settings.site, "url": args.site_url})
             return run_build(snapshot_dir=args.snapshot or DEFAULT_SNAPSHOT_DIR, out_dir=args.out,
                              strict=args.strict, settings=settings, console=err, max_problems=args.max_problems,
                              incremental=not args.full, jobs=args.jobs, search_index=not args.no_search,
@@ -195,19 +203,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             return run_measure(argv[1:], err)
         if argv[:1] == ["crawl"]:
-            from .settings import DEFAULT_CONFIG, load_settings
-            from .hub.crawl import run_crawl
-            from .hub.snapshot import DEFAULT_SNAPSHOT_DIR
+            from .hub.crawl import chosen_tags, run_crawl
 
             pre = argparse.ArgumentParser(add_help=False)
             pre.add_argument("--config", type=Path)
             known, _ = pre.parse_known_args(argv[1:])
-            settings = load_settings(known.config or DEFAULT_CONFIG)
-            args = _crawl_parser(dict(settings.crawl)).parse_args(argv[1:])
-            if args.limit < 1:
-                raise ConfigError("command line", "--limit", args.limit, "must be a positive integer")
-            return run_crawl(limit=args.limit, pipeline_tag=args.pipeline_tag,
-                             snapshot_dir=args.snapshot or DEFAULT_SNAPSHOT_DIR, console=err)
+            args = _crawl_parser(known.config).parse_args(argv[1:])
+            return run_crawl(limit=args.limit, pipeline_tags=chosen_tags(args), snapshot_dir=args.snapshot,
+                             console=err)
         return _run_model(argv, console, err)
     except TraceError as exc:
         err.print(f"neurarch-trace: {exc}", markup=False, highlight=False, soft_wrap=True)

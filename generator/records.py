@@ -16,6 +16,18 @@ REPO_ID_RE = re.compile(rf"^{_PART}/{_PART}$")
 
 RECORD_FORMAT = 1
 
+# Where a record's config.json comes from (config_provenance); config_source names the exact place.
+HUB = "hub"  # the Hub's own file at a known revision (every crawled record)
+PROVENANCES = (
+    HUB,
+    "copy",  # a verbatim copy kept in another public repository or Hub page, not read from the Hub here
+    "preset",  # a preset of MLC-LLM (mlc-ai/mlc-llm model_preset.py) re-serialised: often an older revision
+    "resaved",  # re-saved or printed through transformers by a third party: saver-made keys differ
+    "repaired",  # copied from third-party test code, with documented repairs
+    "reconstructed",  # rebuilt from what a published page states
+    "local",  # the user's own file (the command line)
+)
+
 
 def validate_repo_id(repo_id: object) -> str:
     """Return repo_id if it is a safe `org/name`, else raise RecordError naming it."""
@@ -45,6 +57,7 @@ class ModelRecord:
     library_name: str | None = None
     tags: tuple[str, ...] = ()
     config_source: str | None = None
+    config_provenance: str | None = None  # one of PROVENANCES; None: not recorded
     stale: bool = False  # dropped out of the crawled top N; last data kept
     problems: tuple[str, ...] = ()
 

@@ -1,8 +1,13 @@
-"""site_config.yaml → Assumptions, cards, GPUs and site settings (the only reader of that file)."""
+"""site_config.yaml → Assumptions, cards, GPUs and site settings (the only reader of that file).
+
+The defaults ship inside the package (generator/site_config.yaml, a link to the repository's
+site_config.yaml); a site_config.yaml in the working directory, or --config FILE, overrides them key by
+key (mappings merge, any other value replaces the default)."""
 
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -12,7 +17,11 @@ import yaml
 from .errors import ConfigError
 from .estimator import Assumptions, Card, Gpu
 
-DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "site_config.yaml"
+DEFAULT_CONFIG = Path(__file__).resolve().parent / "site_config.yaml"  # the packaged defaults
+LOCAL_CONFIG = Path("site_config.yaml")  # in the working directory, when there is one
+
+# site.repository goes into the pages' `pip install git+<url>` line: a plain https URL, nothing a shell reads.
+REPOSITORY_RE = re.compile(r"^https://[A-Za-z0-9.-]+(/[A-Za-z0-9._~-]+)*/?$")
 
 # site_config.yaml job keys → Assumptions fields, where the names differ.
 _JOB_FIELDS = {"epochs": "job_epochs", "batch": "job_batch", "tokens": "job_tokens", "samples": "job_samples"}
@@ -36,13 +45,39 @@ def _need(mapping: Any, key: str, where: str, kind: type | tuple[type, ...]) -> 
     return value
 
 
-def load_settings(path: Path = DEFAULT_CONFIG, **job_overrides: Any) -> Settings:
-    """Read and validate site_config.yaml; job_overrides (e.g. train_tokens=4096) win over the file."""
-    where = str(path)
+def _read_yaml(path: Path) -> Any:
     try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        return yaml.safe_load(Path(path).read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(where, None, None, f"cannot read settings ({exc})") from None
+        raise ConfigError(str(path), None, None, f"cannot read settings ({exc})") from None
+
+
+def _merge(base: Any, override: Any) -> Any:
+    """override over base: mappings merge key by key, anything else replaces."""
+    if not isinstance(base, dict) or not isinstance(override, dict):
+        return override
+    return {**base, **{k: _merge(base.get(k), v) for k, v in override.items()}}
+
+
+def settings_file(given: Path | None = None) -> Path | None:
+    """The file that overrides the packaged defaults: --config FILE, else ./site_config.yaml, else None."""
+    if given is not None:
+        return Path(given)
+    return LOCAL_CONFIG if LOCAL_CONFIG.is_file() else None
+
+
+def load_settings(path: Path | None = None, **job_overrides: Any) -> Settings:
+    """The packaged defaults, overridden by `path` (or ./site_config.yaml when path is None), validated;
+    job_overrides (e.g. train_tokens=4096) win over both."""
+    data = _read_yaml(DEFAULT_CONFIG)
+    override = settings_file(path)
+    where = str(DEFAULT_CONFIG)
+    if override is not None and not _same_file(override, DEFAULT_CONFIG):
+        where = str(override)
+        extra = _read_yaml(override)
+        if extra is not None and not isinstance(extra, dict):
+            raise ConfigError(where, None, None, "cannot read settings (not a mapping of keys)")
+        data = _merge(data, extra or {})
     job = dict(_need(data, "job", where, dict))
     fields = {f.name: f.type for f in dataclasses.fields(Assumptions)}
     values: dict[str, Any] = {}
@@ -81,5 +116,14 @@ def load_settings(path: Path = DEFAULT_CONFIG, **job_overrides: Any) -> Settings
                           memory_marketed_bytes=int(_need(c, "memory_marketed_gb", w, (int, float)) * 10**9),
                           memory_usable_bytes=_need(c, "memory_usable_bytes", w, int),
                           usable_source=str(c.get("usable_source", "")), gpus=names))
-    return Settings(assumptions, tuple(cards), gpus, dict(_need(data, "site", where, dict)),
-                    dict(data.get("crawl") or {}))
+    site = dict(_need(data, "site", where, dict))
+    if not REPOSITORY_RE.fullmatch(str(_need(site, "repository", f"{where}: site", str))):
+        raise ConfigError(f"{where}: site", "repository", site["repository"], "must be an https:// URL")
+    return Settings(assumptions, tuple(cards), gpus, site, dict(data.get("crawl") or {}))
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return Path(a).resolve() == Path(b).resolve()
+    except OSError:
+        return False

@@ -65,7 +65,7 @@ def crawl_models(salt: str = "v1") -> list[FakeModel]:
 def crawl(monkeypatch, hub: FakeHub, snap: Path, limit: int = 50) -> tuple[int, str]:
     monkeypatch.setenv("HF_ENDPOINT", hub.url)
     out = io.StringIO()
-    code = run_crawl(limit=limit, pipeline_tag="text-generation", snapshot_dir=snap,
+    code = run_crawl(limit=limit, pipeline_tags=["text-generation"], snapshot_dir=snap,
                      console=Console(file=out, width=110))
     return code, out.getvalue()
 

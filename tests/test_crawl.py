@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 import subprocess
 import sys
@@ -10,9 +11,11 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from rich.console import Console
 
 from fakehub import FakeHub, FakeModel, fake_sha
 from generator.hub.client import EXPAND, RETRY_NOTE
+from generator.hub.crawl import run_crawl
 from generator.hub.snapshot import DEFAULT_SNAPSHOT_DIR, RecordProblem, iter_records, load_record, read_index
 from hubkit import IDS, crawl, crawl_models, hub_environment, seed_snapshot, snapshot_files, summary_rows
 
@@ -39,6 +42,7 @@ def test_first_crawl_lists_pages_and_stores_exact_configs(sleeps, monkeypatch, t
         record = load_record(snap, model.id)
         assert record.config_json.encode() == model.config  # byte-exact
         assert record.sha == model.sha and not record.stale and record.problems == ()
+        assert record.config_provenance == "hub"  # a crawled config is the Hub's own file
         assert record.checkpoint_params == sum(model.params.values())
         assert record.downloads == model.downloads and record.pipeline_tag == "text-generation"
     assert "listed" in out and "fetched" in out
@@ -236,7 +240,7 @@ def test_a_crawl_killed_halfway_leaves_the_previous_snapshot_whole(sleeps, monke
     next(m for m in models if m.id == hang).fault = "hang"
     script = ("import sys; from pathlib import Path; from rich.console import Console; "
               "from generator.hub.crawl import run_crawl; "
-              "sys.exit(run_crawl(limit=50, pipeline_tag=None, snapshot_dir=Path(sys.argv[1]), console=Console()))")
+              "sys.exit(run_crawl(limit=50, pipeline_tags=[None], snapshot_dir=Path(sys.argv[1]), console=Console()))")
     with FakeHub(models, page_size=50) as hub:
         env = {**os.environ, "HF_ENDPOINT": hub.url, "PYTHONPATH": str(REPO)}
         proc = subprocess.Popen([sys.executable, "-c", script, str(snap)], env=env, cwd=REPO,
@@ -273,15 +277,75 @@ def test_a_crawl_killed_halfway_leaves_the_previous_snapshot_whole(sleeps, monke
 def test_cli_options_default_to_site_config(tmp_path):
     import argparse
 
-    from generator.hub.crawl import add_crawl_arguments
+    from generator.hub.crawl import add_crawl_arguments, chosen_tags
 
     config = tmp_path / "site_config.yaml"
-    config.write_text("crawl: {limit: 7, pipeline_tag: text2text-generation}\n")
+    config.write_text("crawl: {limit: 7, pipeline_tags: [text2text-generation]}\n")
     parser = argparse.ArgumentParser()
     add_crawl_arguments(parser, config)
     args = parser.parse_args([])
-    assert (args.limit, args.pipeline_tag, args.snapshot) == (7, "text2text-generation", DEFAULT_SNAPSHOT_DIR)
+    assert (args.limit, chosen_tags(args), args.snapshot) == (7, ("text2text-generation",), DEFAULT_SNAPSHOT_DIR)
     args = parser.parse_args(["--limit", "3", "--pipeline-tag", "", "--snapshot", str(tmp_path)])
-    assert (args.limit, args.pipeline_tag, args.snapshot) == (3, "", tmp_path)
+    assert (args.limit, chosen_tags(args), args.snapshot) == (3, ("",), tmp_path)
+    args = parser.parse_args(["--pipeline-tag", "fill-mask", "--pipeline-tag", "feature-extraction"])
+    assert chosen_tags(args) == ("fill-mask", "feature-extraction")
     with pytest.raises(SystemExit):
         parser.parse_args(["--limit", "0"])
+
+
+def test_the_default_crawl_lists_every_task_the_estimator_covers():
+    """The project's settings list encoders, embedders, encoder-decoders and VLMs, not only decoders."""
+    from generator.hub.crawl import DEFAULT_PIPELINE_TAGS, crawl_defaults
+
+    limit, tags = crawl_defaults()
+    assert limit == 200 and tags == DEFAULT_PIPELINE_TAGS
+    for tag in ("text-generation", "image-text-to-text", "text2text-generation", "fill-mask",
+                "feature-extraction", "sentence-similarity", "text-classification"):
+        assert tag in tags
+
+
+def test_a_crawl_over_several_tags_keeps_encoders_embedders_and_vlms_fresh(sleeps, monkeypatch, tmp_path):
+    from generator.hub.crawl import DEFAULT_PIPELINE_TAGS
+
+    snap = tmp_path / "snap"
+    models = crawl_models()
+    tags = {"google-bert/bert-base-uncased": "fill-mask", "distilbert/distilgpt2": "feature-extraction",
+            "facebook/opt-125m": "image-text-to-text", "Qwen/Qwen2.5-3B-Instruct": "text-to-image"}
+    for model in models:
+        model.pipeline_tag = tags.get(model.id, "text-generation")
+    with FakeHub(models, page_size=50) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        out = io.StringIO()
+        code = run_crawl(limit=50, pipeline_tags=DEFAULT_PIPELINE_TAGS, snapshot_dir=snap,
+                         console=Console(file=out, width=110))
+        assert code == 0, out.getvalue()
+        assert [q["pipeline_tag"] for q in hub.queries] == [[t] for t in DEFAULT_PIPELINE_TAGS]
+        listed = {e["id"]: e for e in read_index(snap)}
+        # Every model of a covered task is listed; the text-to-image one is not.
+        assert set(listed) == set(IDS) - {"Qwen/Qwen2.5-3B-Instruct"}
+        assert load_record(snap, "google-bert/bert-base-uncased").pipeline_tag == "fill-mask"
+        # The next night: an encoder, an embedder and a VLM are still listed, so none is marked stale.
+        code = run_crawl(limit=50, pipeline_tags=DEFAULT_PIPELINE_TAGS, snapshot_dir=snap,
+                         console=Console(file=out, width=110))
+        assert code == 0 and not [e for e in read_index(snap) if e["stale"]]
+        # A night listing text-generation only (the old default) would have marked them stale.
+        crawl(monkeypatch, hub, snap)
+        stale = {e["id"] for e in read_index(snap) if e["stale"]}
+        assert stale == {"google-bert/bert-base-uncased", "distilbert/distilgpt2", "facebook/opt-125m"}
+
+
+def test_crawl_command_takes_repeated_tags_and_exits_0(sleeps, monkeypatch, tmp_path, capsys):
+    from generator.cli import main
+
+    snap = tmp_path / "snap"
+    models = crawl_models()
+    for model in models:
+        model.pipeline_tag = "fill-mask" if model.id == "google-bert/bert-base-uncased" else "text-generation"
+    with FakeHub(models, page_size=50) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        code = main(["crawl", "--limit", "3", "--pipeline-tag", "fill-mask", "--pipeline-tag", "text-generation",
+                     "--snapshot", str(snap)])
+        assert code == 0, capsys.readouterr().err
+        assert [q["pipeline_tag"] for q in hub.queries] == [["fill-mask"], ["text-generation"]]
+    assert len(read_index(snap)) == 4  # 1 fill-mask + the top 3 text-generation models
+    assert "listed" in capsys.readouterr().err

@@ -77,7 +77,7 @@ CRAWL = KILLER + r'''
 from pathlib import Path
 from rich.console import Console
 from generator.hub.crawl import run_crawl
-sys.exit(run_crawl(limit=50, pipeline_tag=None, snapshot_dir=Path(sys.argv[1]), console=Console(stderr=True)))
+sys.exit(run_crawl(limit=50, pipeline_tags=[None], snapshot_dir=Path(sys.argv[1]), console=Console(stderr=True)))
 '''
 
 

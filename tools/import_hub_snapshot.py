@@ -23,6 +23,56 @@ _REVISION_RE = re.compile(r"\bat Hub revision ([0-9a-f]{40})\b")
 _PER_DTYPE_RE = re.compile(r"per-dtype (\{[^{}]*\})")
 
 
+# config_provenance from the corpus's config_source (its README's tiers A-F): the owner/repo, or the
+# Hub page, each row names.
+_PROVENANCE_BY_SOURCE = (
+    ("github:daniel-p-green/alain-ai-learning-platform@", "hub"),  # tier A: raw Hub files, sha256 checked
+    ("github:mlc-ai/mlc-llm@", "preset"),  # tier D
+    ("github:vllm-project/vllm-spyre@", "resaved"),  # tier E
+    ("github:Retruth/deontic@", "resaved"),
+    ("github:kevinstephano/thunder_model_blocks@", "resaved"),  # tier E, and F for Llama-3.2-1B (below)
+    ("github:NVIDIA/TensorRT-LLM@", "repaired"),  # tier F
+    ("github:vkeilo/GlmStateVisualization@", "repaired"),
+    ("reconstructed", "reconstructed"),  # the two reference-page models
+)
+_REPAIRED_IDS = {"meta-llama/Llama-3.2-1B", "meta-llama/Llama-3.3-70B-Instruct"}  # tier F rows of tier-E/B repos
+_RESAVED_IDS = {"google/gemma-3-27b-it"}  # tier E: the aws-neuron asset printed through AutoConfig
+
+# Keys known to be wrong in a corpus copy: repo id -> ((key, copy's value, Hub value), ...). The facts and
+# their sources are listed in snapshot/README.md ("Corrected keys").
+CORRECTIONS = {
+    "meta-llama/Llama-2-7b-hf": (("max_position_embeddings", 2048, 4096),),
+    "meta-llama/Llama-2-13b-hf": (("max_position_embeddings", 2048, 4096),),
+    "meta-llama/Llama-2-70b-hf": (("max_position_embeddings", 2048, 4096),),
+}
+
+
+def provenance_of(repo_id: str, config_source: str) -> str:
+    """Where the corpus's config.json of repo_id comes from, as one of records.PROVENANCES."""
+    if repo_id in _REPAIRED_IDS:
+        return "repaired"
+    if repo_id in _RESAVED_IDS:
+        return "resaved"
+    for prefix, provenance in _PROVENANCE_BY_SOURCE:
+        if config_source.startswith(prefix):
+            return provenance
+    return "copy"  # tier B (verbatim JSON in other repositories) and C (rebuilt from rendered Hub pages)
+
+
+def corrected(repo_id: str, config_json: str) -> tuple[str, str]:
+    """config_json with the CORRECTIONS of repo_id applied in place (the copy's layout kept), and the
+    note config_source gets; unchanged text and "" when there is none."""
+    notes = []
+    for key, old, new in CORRECTIONS.get(repo_id, ()):
+        before = f'"{key}": {json.dumps(old)}'
+        if config_json.count(before) != 1:
+            raise SystemExit(f"{repo_id}: expected one {before} to correct")
+        config_json = config_json.replace(before, f'"{key}": {json.dumps(new)}')
+        notes.append(f"{key} {old} -> {new}")
+    note = f" [corrected: {'; '.join(notes)}, the Hub value (snapshot/README.md, Corrected keys)]" if notes else ""
+    return config_json, note
+
+
 def _int_or_none(text: str) -> int | None:
     text = text.strip()
     return int(text) if text else None
@@ -34,6 +84,9 @@ def row_to_record(row: dict[str, str], source: Path) -> ModelRecord:
     # Byte-exact: decode only, no normalisation of whitespace, newlines or key order.
     config_json = config_path.read_bytes().decode("utf-8")
     config_source = row["config_source"].strip() or None
+    provenance = provenance_of(repo_id, config_source or "")
+    config_json, note = corrected(repo_id, config_json)
+    config_source = None if config_source is None else config_source + note
     match = _REVISION_RE.search(config_source or "")
     params_source = row["params_source"].strip() or None
     by_dtype: dict[str, int] = {}
@@ -54,6 +107,7 @@ def row_to_record(row: dict[str, str], source: Path) -> ModelRecord:
         downloads_source=row["downloads_source"].strip() or None,
         gated=None,  # unknown: the corpus does not say
         config_source=config_source,
+        config_provenance=provenance,
     )
 
 

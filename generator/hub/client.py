@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Mapping
 
+from .. import DISTRIBUTION
 from ..errors import ModelNotFound
 from ..records import ModelRecord, validate_repo_id
 from .listing import SHA_RE, Listed, build_record, config_problem, listed_from_info
@@ -32,7 +33,7 @@ def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
     try:
-        return version("neurarch-trace")
+        return version(DISTRIBUTION)
     except PackageNotFoundError:
         return "dev"
 

@@ -7,22 +7,30 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Sequence
 
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from ..errors import RecordError
-from ..records import ModelRecord, validate_repo_id
+from ..errors import ConfigError, RecordError
+from ..records import HUB, ModelRecord, validate_repo_id
+from ..settings import load_settings
 from .client import (BAD_ID, LISTING_COUNTS_SOURCE, MALFORMED, RETRY_NOTE, HubClient, HubFault, HubSettings,
                      counts_of)
 from .listing import Listed, build_record, config_problem
 from .snapshot import (DEFAULT_SNAPSHOT_DIR, INDEX_NAME, index_entry, load_record, read_index, record_relpath,
                        record_to_dict, remove_temp_files, write_index, write_record)
 
-DEFAULT_LIMIT = 200
-DEFAULT_PIPELINE_TAG = "text-generation"
+DEFAULT_LIMIT = 200  # models listed per pipeline tag
+# The Hub tasks whose popular models the estimator covers: decoders (text-generation), vision-language
+# models (image-text-to-text), encoder-decoders (text2text-generation, translation, summarization) and
+# encoders / embedders (the rest). site_config.yaml's crawl.pipeline_tags overrides this list.
+DEFAULT_PIPELINE_TAGS = ("text-generation", "image-text-to-text", "text2text-generation", "translation",
+                         "summarization", "fill-mask", "feature-extraction", "sentence-similarity",
+                         "text-classification", "token-classification", "question-answering",
+                         "zero-shot-classification")
 _COUNT_UNKNOWN = "checkpoint count unknown"
 _GATED_PREFIXES = ("config not accessible",)
 
@@ -41,20 +49,19 @@ class Summary:
     listing_error: str | None = None
 
 
-def crawl_defaults(site_config: Path | None = None) -> tuple[int, str | None]:
-    """`crawl.limit` and `crawl.pipeline_tag` from site_config.yaml (repo root), else 200 / text-generation."""
-    import yaml
-
-    path = site_config or DEFAULT_SNAPSHOT_DIR.parent / "site_config.yaml"
-    try:
-        crawl = (yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("crawl") or {}
-    except FileNotFoundError:
-        crawl = {}
+def crawl_defaults(site_config: Path | None = None) -> tuple[int, tuple[str, ...]]:
+    """`crawl.limit` and `crawl.pipeline_tags` of the settings (settings.load_settings), else 200 and
+    DEFAULT_PIPELINE_TAGS. A tag '' lists every task."""
+    crawl = load_settings(site_config).crawl
+    where = str(site_config or "site_config.yaml")
     limit = crawl.get("limit", DEFAULT_LIMIT)
-    tag = crawl.get("pipeline_tag", DEFAULT_PIPELINE_TAG)
+    tags = crawl.get("pipeline_tags", DEFAULT_PIPELINE_TAGS)
     if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
-        raise ValueError(f"{path}: crawl.limit must be a positive integer, not {limit!r}")
-    return limit, (tag or None)
+        raise ConfigError(where, "crawl.limit", limit, "must be a positive integer")
+    if isinstance(tags, str) or not isinstance(tags, (list, tuple)) or not tags \
+            or not all(isinstance(t, str) for t in tags):
+        raise ConfigError(where, "crawl.pipeline_tags", tags, "must be a list of Hub pipeline tags")
+    return limit, tuple(tags)
 
 
 def _positive_int(text: str) -> int:
@@ -65,14 +72,20 @@ def _positive_int(text: str) -> int:
 
 
 def add_crawl_arguments(parser: argparse.ArgumentParser, site_config: Path | None = None) -> None:
-    """--limit N, --pipeline-tag T ('' for every task), --snapshot DIR; defaults from site_config.yaml."""
-    limit, tag = crawl_defaults(site_config)
+    """--limit N, --pipeline-tag T (repeatable; '' for every task), --snapshot DIR; defaults from the settings."""
+    limit, tags = crawl_defaults(site_config)
     parser.add_argument("--limit", type=_positive_int, default=limit, metavar="N",
-                        help=f"how many of the most downloaded models to list (default {limit})")
-    parser.add_argument("--pipeline-tag", default=tag, metavar="T",
-                        help=f"only models of this task; '' for all (default {tag})")
+                        help=f"how many of the most downloaded models to list per tag (default {limit})")
+    parser.add_argument("--pipeline-tag", dest="pipeline_tags", action="append", metavar="T",
+                        help=f"list this task (repeatable); '' for every task (default: {', '.join(tags)})")
+    parser.set_defaults(pipeline_tags_default=tags)
     parser.add_argument("--snapshot", type=Path, default=DEFAULT_SNAPSHOT_DIR, metavar="DIR",
                         help="snapshot folder to update (default: snapshot/ at the repo root)")
+
+
+def chosen_tags(args: argparse.Namespace) -> tuple[str, ...]:
+    """The tags of the command line, else the defaults add_crawl_arguments read."""
+    return tuple(args.pipeline_tags or args.pipeline_tags_default)
 
 
 def _needs_fetch(previous: ModelRecord, item: Listed, has_token: bool) -> bool:
@@ -102,6 +115,7 @@ def _fetch(client: HubClient, item: Listed, previous: ModelRecord | None, summar
     """New model or new sha: download config.json at that sha, then the checkpoint counts."""
     problems: list[str] = []
     fresh_config = False
+    provenance: str | None = HUB
     try:
         text, commit = client.download_config(item.id, item.sha or "main")
         sha, config_source, fresh_config = commit or item.sha, f"Hub file config.json at revision {commit}", True
@@ -115,8 +129,9 @@ def _fetch(client: HubClient, item: Listed, previous: ModelRecord | None, summar
         problems.append(str(fault))
         if previous is not None:  # keep the last good data; its older sha makes the next crawl try again
             text, sha, config_source = previous.config_json, previous.sha, previous.config_source
+            provenance = previous.config_provenance
         else:
-            text, sha, config_source = "", item.sha, None
+            text, sha, config_source, provenance = "", item.sha, None, None
     by_dtype: dict[str, int] = {}
     source = None
     if item.params_by_dtype or fresh_config:  # a gated or failing repo would refuse the headers too
@@ -127,7 +142,7 @@ def _fetch(client: HubClient, item: Listed, previous: ModelRecord | None, summar
     if not by_dtype and previous is not None and previous.checkpoint_params_by_dtype:
         by_dtype, source = dict(previous.checkpoint_params_by_dtype), previous.checkpoint_source
     return build_record(item, config_json=text, sha=sha, by_dtype=by_dtype, checkpoint_source=source,
-                        config_source=config_source, problems=problems, date=date)
+                        config_source=config_source, problems=problems, date=date, config_provenance=provenance)
 
 
 def _crawl_one(client: HubClient, item: Listed, snapshot_dir: Path, summary: Summary, date: str) -> ModelRecord:
@@ -177,11 +192,11 @@ def summary_table(summary: Summary) -> Table:
     return table
 
 
-def run_crawl(*, limit: int, pipeline_tag: str | None, snapshot_dir: Path, console: Console) -> int:
-    """Crawl the top `limit` models into snapshot_dir. 0 when it finished (problems or not), 1 when
-    nothing could be listed (the snapshot is then left untouched)."""
+def run_crawl(*, limit: int, pipeline_tags: Sequence[str | None], snapshot_dir: Path, console: Console) -> int:
+    """Crawl the top `limit` models of each pipeline tag ('' or None: every task) into snapshot_dir. 0 when
+    it finished (problems or not), 1 when nothing could be listed (the snapshot is then left untouched)."""
     snapshot_dir = Path(snapshot_dir)
-    pipeline_tag = pipeline_tag or None  # '' on the command line means every task
+    tags = list(dict.fromkeys(tag or None for tag in pipeline_tags)) or [None]
     settings = HubSettings.from_env()
     if settings.offline:
         console.print("[red]crawl: HF_HUB_OFFLINE is set; the crawl needs the Hub.[/red]")
@@ -204,13 +219,15 @@ def run_crawl(*, limit: int, pipeline_tag: str | None, snapshot_dir: Path, conso
     listed: list[Listed] = []
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console) as progress:
-        task = progress.add_task("listing", total=limit)
-        try:
-            for item in client.list_models(limit, pipeline_tag):
-                listed.append(item)
-                progress.advance(task)
-        except HubFault as fault:
-            summary.listing_error = str(fault)
+        task = progress.add_task("listing", total=limit * len(tags))
+        for tag in tags:
+            progress.update(task, description=escape(f"listing {tag or 'every task'}"))
+            try:
+                for item in client.list_models(limit, tag):
+                    listed.append(item)
+                    progress.advance(task)
+            except HubFault as fault:  # the other tags are still listed; nothing is marked stale
+                summary.listing_error = f"{tag or 'every task'}: {fault}"
         if not listed:
             progress.stop()
             console.print(f"[red]crawl: nothing could be listed from {escape(settings.endpoint)}: "

@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any, Mapping
 
 from ..errors import ConfigError
-from ..records import ModelRecord, parse_config_text, validate_repo_id
+from ..records import HUB, ModelRecord, parse_config_text, validate_repo_id
 
 SHA_RE = re.compile(r"^[0-9a-f]{40}$")
 _DTYPE_RE = re.compile(r"^[A-Za-z0-9_]{1,16}$")
@@ -77,7 +77,7 @@ def config_problem(text: str, repo_id: str) -> str | None:
 
 def build_record(listed: Listed, *, config_json: str, sha: str | None, by_dtype: Mapping[str, int],
                  checkpoint_source: str | None, config_source: str | None, problems: list[str],
-                 date: str) -> ModelRecord:
+                 date: str, config_provenance: str | None = HUB) -> ModelRecord:
     """A snapshot record from what the Hub said about one model on `date` (YYYY-MM-DD)."""
     return ModelRecord(
         id=validate_repo_id(listed.id),
@@ -96,5 +96,6 @@ def build_record(listed: Listed, *, config_json: str, sha: str | None, by_dtype:
         library_name=listed.library_name,
         tags=listed.tags,
         config_source=config_source,
+        config_provenance=config_provenance if config_json else None,
         problems=tuple(dict.fromkeys(problems)),
     )

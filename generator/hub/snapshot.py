@@ -11,9 +11,11 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
 from ..errors import ConfigError, RecordError
-from ..records import RECORD_FORMAT, ModelRecord, parse_config_text, validate_repo_id
+from ..records import PROVENANCES, RECORD_FORMAT, ModelRecord, parse_config_text, validate_repo_id
 
-DEFAULT_SNAPSHOT_DIR = Path(__file__).resolve().parents[2] / "snapshot"
+_CHECKOUT = Path(__file__).resolve().parents[2]
+# The committed snapshot in a checkout; installed as a package, ./snapshot of the working directory.
+DEFAULT_SNAPSHOT_DIR = _CHECKOUT / "snapshot" if (_CHECKOUT / "pyproject.toml").is_file() else Path("snapshot")
 INDEX_NAME = "index.json"
 INDEX_FORMAT = 1
 # A record is a config.json plus a few scalars; anything this large is not ours, so it is not read.
@@ -23,7 +25,7 @@ _DTYPE_RE = re.compile(r"^[A-Za-z0-9_]{1,16}$")
 _FIELDS = {f.name: f for f in fields(ModelRecord)}
 _INT_FIELDS = ("checkpoint_params", "downloads", "likes")
 _STR_FIELDS = ("checkpoint_source", "downloads_source", "last_modified", "pipeline_tag",
-               "library_name", "config_source")
+               "library_name", "config_source", "config_provenance")
 
 
 @dataclass(frozen=True)
@@ -116,6 +118,8 @@ def record_from_dict(data: object) -> ModelRecord:
         value = data.get(key, [])
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise bad(key, "must be a list of strings")
+    if data.get("config_provenance") not in (None, *PROVENANCES):
+        raise bad("config_provenance", f"must be one of {', '.join(PROVENANCES)} or null")
     if not isinstance(data.get("stale", False), bool):
         raise bad("stale", "must be true or false")
 

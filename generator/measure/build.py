@@ -86,7 +86,7 @@ def apply_lora(model, setup: Setup, adapter_dtype: torch.dtype, device: str = "m
     try:
         from peft import LoraConfig, get_peft_model
     except ImportError:
-        raise MeasureError("LoRA needs peft: pip install 'neurarch-trace[measure]'") from None
+        raise MeasureError("LoRA needs peft: pip install -e '.[measure]' in the repository") from None
     targets: Any = "all-linear" if setup.lora_targets == "all-linear" else [t.strip() for t in setup.lora_targets.split(",")]
     cfg = LoraConfig(r=setup.lora_rank, lora_alpha=2 * setup.lora_rank, lora_dropout=setup.lora_dropout,
                      target_modules=targets, task_type="CAUSAL_LM")

@@ -55,7 +55,7 @@ def measure(model: str, setup, *, device: str = "auto", max_layers: int | None =
     try:
         import torch
     except ImportError:
-        raise RuntimeError("measuring needs the [measure] extra: pip install 'neurarch-trace[measure]'") from None
+        raise RuntimeError("measuring needs the [measure] extra: pip install -e '.[measure]' in the repository") from None
     from .run import run_cpu, run_cuda
 
     if device == "auto":

@@ -28,6 +28,26 @@ _PHASE_TEXT = {"loss (logits)": "the loss (the logits)", "optimizer step": "the 
                "decode (full KV cache)": "decoding with a full KV cache"}
 
 
+_NOT_HUB = "This config.json is not the Hub's file: "
+_CRAWL = " The nightly crawl replaces it with the Hub's file."
+# What the page says about a config.json that is not the Hub's own file (records.PROVENANCES).
+CONFIG_NOTICES = {
+    "copy": _NOT_HUB + "it is a copy kept in another public repository or page, named below." + _CRAWL,
+    "preset": _NOT_HUB + "it is MLC-LLM's preset for this model (mlc-ai/mlc-llm), written out again as JSON, "
+                         "often from an older revision; the source below says what differs." + _CRAWL,
+    "resaved": _NOT_HUB + "a third party saved it again through transformers, so some keys come from the "
+                          "saver, not the Hub; the source is named below." + _CRAWL,
+    "repaired": _NOT_HUB + "it comes from third-party test code, with the repairs named below." + _CRAWL,
+    "reconstructed": _NOT_HUB + "it was rebuilt from what a published page states, named below." + _CRAWL,
+    None: "Where this config.json comes from is not recorded; it may not be the Hub's file." + _CRAWL,
+}
+
+
+def config_notice(provenance: str | None) -> str | None:
+    """The plain-words notice for a config that is not the Hub's own file (None for a Hub file or a local one)."""
+    return None if provenance in ("hub", "local") else CONFIG_NOTICES.get(provenance, CONFIG_NOTICES[None])
+
+
 def model_context(report: Report, record: ModelRecord | None, settings: Settings, *, crumbs: list[dict],
                   standalone: bool) -> dict[str, Any]:
     """Everything model.html shows, as strings, booleans and lists of them."""
@@ -76,6 +96,9 @@ def _provenance(report: Report, record: ModelRecord | None) -> dict[str, Any]:
         "sha": report.model.sha,
         "sha_short": f.short_sha(report.model.sha),
         "config_source": record.config_source if record else None,
+        "config_what": "its own config.json" if record is None or record.config_provenance == "hub"
+        else "a copy of its config.json, not the Hub's file",
+        "config_notice": None if record is None else config_notice(record.config_provenance),
         "architectures": list(report.model.architectures),
         "stale": bool(record and record.stale),
     }

@@ -12,8 +12,9 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import RecordError
+from ..errors import ConfigError, RecordError
 from ..records import validate_repo_id
+from ..settings import REPOSITORY_RE
 
 # A model_type becomes a folder name under families/; the same character set as repo id parts,
 # and no dot at the start, so ".." and hidden folders are impossible.
@@ -84,6 +85,15 @@ def site_url(settings_site: dict) -> str:
     """The configured public URL with one trailing slash ("" when unset)."""
     url = str(settings_site.get("url") or "")
     return url if not url or url.endswith("/") else url + "/"
+
+
+def install_command(settings_site: dict) -> str:
+    """`pip install git+<site.repository>`: this project from its repository (the PyPI name
+    `neurarch-trace` is another project's). A missing or unusual URL is refused, naming the key."""
+    repo = settings_site.get("repository")
+    if not isinstance(repo, str) or not REPOSITORY_RE.fullmatch(repo):
+        raise ConfigError("site_config.yaml", "site.repository", repo, "must be the https:// URL of the repository")
+    return f"pip install git+{repo}"
 
 
 @dataclass

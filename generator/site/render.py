@@ -22,7 +22,7 @@ from ..estimator import Report
 from ..records import ModelRecord
 from ..settings import Settings
 from . import accuracy_page, changes, listing, pages
-from .context import model_context
+from .context import config_notice, model_context
 
 def _templates_dir() -> Path:
     """templates/ of the checkout (editable install), else the copy the wheel ships as generator/templates."""
@@ -105,7 +105,8 @@ def _frame(settings: Settings, *, page: str | None, title: str, description: str
             ("Changes", pages.CHANGES), ("Accuracy", pages.ACCURACY), ("Search", pages.SEARCH))]
     return {"title": title, "description": description, "site_title": site_title, "css": css,
             "home_href": home, "canonical": canonical, "alternate": alternate, "og": og,
-            "search_href": search_href, "feed_href": feed_href, "head_style": None, "scripts": [], "nav": nav}
+            "search_href": search_href, "feed_href": feed_href, "head_style": None, "scripts": [], "nav": nav,
+            "install_command": pages.install_command(settings.site)}
 
 
 def _inline_css() -> Markup:
@@ -163,6 +164,7 @@ def render_not_estimated(record: ModelRecord, reason: str, detail: str, settings
     return _render("not_estimated.html", **frame, crumbs=_crumbs(model_type, name, family_href, frame["home_href"]),
                    name=name, model_id=record.id, reason=reason, detail=detail, downloads=downloads,
                    hub_url=f"https://huggingface.co/{record.id}", config_source=record.config_source,
+                   config_notice=config_notice(record.config_provenance),
                    downloads_source=record.downloads_source, problems=list(record.problems))
 
 
