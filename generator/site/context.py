@@ -194,11 +194,14 @@ def _charts(report: Report) -> dict[str, Any]:
     mem = report.memory
     curve = curve_of(report)
     name = report.model.id
-    return {
-        # One point (a context under 512 tokens) is not a line: the page then shows no memory chart.
-        "memory": None if curve is None or len(curve) < 2 or not mem.cards
-        else charts.memory_chart(curve, mem.cards, model=name),
+    # One point (a context under 512 tokens) is not a line: the page then shows no memory chart.
+    line = curve if curve is not None and len(curve) > 1 and mem.cards else None
+    return {  # each chart twice: for wide screens and for a phone (the stylesheet shows one)
+        "memory": None if line is None else charts.memory_chart(line, mem.cards, model=name),
+        "memory_narrow": None if line is None else charts.memory_chart(line, mem.cards, model=name, narrow=True),
         "batch": None if not mem.cards else charts.batch_chart(mem.cards, model=name, serve_tokens=mem.serve_tokens),
+        "batch_narrow": None if not mem.cards
+        else charts.batch_chart(mem.cards, model=name, serve_tokens=mem.serve_tokens, narrow=True),
     }
 
 
