@@ -1,8 +1,9 @@
 """The one module that turns numbers into text: bytes, counts, hours, dollars, shapes, ratios.
 
 Units mean what they say: GB and MB are powers of ten (10^9, 10^6 bytes), as card makers and the
-card names in site_config.yaml use them; GiB and MiB are powers of two (2^30, 2^20), used only where
-a figure is a power of two by nature (the CUDA context). Parameter and download counts are decimal
+card names in site_config.yaml use them; GiB and MiB are powers of two (2^30, 2^20). Pages give every
+figure in GB, and GiB only once, where they say what the driver of a card reports in both units, so
+that no line mixes the two. Parameter and download counts are decimal
 ("2.44M", "8.03B"). Every function is pure and locale-independent, so pages are byte-identical on
 any machine.
 """
@@ -10,6 +11,8 @@ any machine.
 from __future__ import annotations
 
 import math
+import re
+from datetime import date, datetime, timezone
 from typing import Sequence
 
 GB = 10**9
@@ -18,7 +21,9 @@ GIB = 1 << 30
 MIB = 1 << 20
 
 DASH = "\u2014"  # an em dash: "no value", never "zero"
+UNKNOWN = "not known"  # a value the data does not give (a count nobody published), said in words
 TIMES = "\u00d7"
+_DAY_RE = re.compile(r"(?<![0-9])(\d{4}-\d{2}-\d{2})(?![0-9])")
 
 
 def count(n: int) -> str:
@@ -194,8 +199,6 @@ def w3c_datetime(iso: str | None) -> str | None:
     "2025-04-28T12:01:02.000Z" -> "2025-04-28T12:01:02Z"; "2025-04-28T14:01:02+02:00" -> "2025-04-28T12:01:02Z"."""
     if not iso:
         return None
-    from datetime import datetime, timezone
-
     try:
         when = datetime.fromisoformat(iso.replace("Z", "+00:00"))
     except ValueError:
@@ -203,6 +206,21 @@ def w3c_datetime(iso: str | None) -> str | None:
     if when.tzinfo is None:
         when = when.replace(tzinfo=timezone.utc)
     return when.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def latest_day(text: str | None) -> str | None:
+    """The latest YYYY-MM-DD date written in a source note, as an RFC 3339 UTC midnight, or None:
+    "... scraped around 2026-05-17" -> "2026-05-17T00:00:00Z" (the day a record's Hub data was read)."""
+    days = [d for d in _DAY_RE.findall(text or "") if _valid_day(d)]
+    return f"{max(days)}T00:00:00Z" if days else None
+
+
+def _valid_day(text: str) -> bool:
+    try:
+        date.fromisoformat(text)
+    except ValueError:
+        return False
+    return True
 
 
 def day(iso: str | None) -> str:

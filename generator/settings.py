@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -23,8 +23,20 @@ LOCAL_CONFIG = Path("site_config.yaml")  # in the working directory, when there 
 # site.repository goes into the pages' `pip install git+<url>` line: a plain https URL, nothing a shell reads.
 REPOSITORY_RE = re.compile(r"^https://[A-Za-z0-9.-]+(/[A-Za-z0-9._~-]+)*/?$")
 
+# A citation in a source note: "[SILY]", "[AWS-SKY]". Every key cited must be listed under sources:.
+CITATION_RE = re.compile(r"\[([A-Z0-9][A-Z0-9-]*)\]")
+
 # site_config.yaml job keys → Assumptions fields, where the names differ.
 _JOB_FIELDS = {"epochs": "job_epochs", "batch": "job_batch", "tokens": "job_tokens", "samples": "job_samples"}
+
+
+@dataclass(frozen=True)
+class Source:
+    """One citation key of site_config.yaml: what the source is, and its address (None: none to give)."""
+
+    key: str
+    title: str
+    url: str | None
 
 
 @dataclass(frozen=True)
@@ -34,6 +46,36 @@ class Settings:
     gpus: Mapping[str, Gpu]
     site: Mapping[str, str]
     crawl: Mapping[str, Any]
+    sources: Mapping[str, Source] = field(default_factory=dict)  # by key, in the file's order
+
+
+def cited(text: str) -> list[str]:
+    """The citation keys a source note cites, in order: "RunPod [SILY] [X]" -> ["SILY", "X"]."""
+    return CITATION_RE.findall(text)
+
+
+def _sources(data: Any, where: str, cards: list[Card], gpus: Mapping[str, Gpu]) -> dict[str, Source]:
+    """sources: read and checked against every key the cards and GPUs cite, so that no page shows a
+    citation the sources page does not explain."""
+    raw = data.get("sources") if isinstance(data, dict) else None
+    if not isinstance(raw, dict):
+        raise ConfigError(where, "sources", raw, "must list every citation key the cards and prices use")
+    out = {}
+    for key, entry in raw.items():
+        w = f"{where}: sources.{key}"
+        if not isinstance(key, str) or not CITATION_RE.fullmatch(f"[{key}]"):
+            raise ConfigError(where, "sources", key, "a key is capitals, digits and dashes")
+        url = entry.get("url") if isinstance(entry, dict) else None
+        if url is not None and not (isinstance(url, str) and url.startswith("https://")):
+            raise ConfigError(w, "url", url, "must be an https:// address or null")
+        out[key] = Source(key, _need(entry, "title", w, str), url)
+    notes = [(f"cards: {c.name}", c.usable_source) for c in cards]
+    notes += [(f"gpus.{k}", text) for k, g in gpus.items() for text in (g.price_source, g.spec_source)]
+    for owner, text in notes:
+        for key in cited(text):
+            if key not in out:
+                raise ConfigError(where, owner, f"[{key}]", "cites a key that sources: does not list")
+    return out
 
 
 def _need(mapping: Any, key: str, where: str, kind: type | tuple[type, ...]) -> Any:
@@ -119,7 +161,8 @@ def load_settings(path: Path | None = None, **job_overrides: Any) -> Settings:
     site = dict(_need(data, "site", where, dict))
     if not REPOSITORY_RE.fullmatch(str(_need(site, "repository", f"{where}: site", str))):
         raise ConfigError(f"{where}: site", "repository", site["repository"], "must be an https:// URL")
-    return Settings(assumptions, tuple(cards), gpus, site, dict(data.get("crawl") or {}))
+    return Settings(assumptions, tuple(cards), gpus, site, dict(data.get("crawl") or {}),
+                    _sources(data, where, cards, gpus))
 
 
 def _same_file(a: Path, b: Path) -> bool:

@@ -48,6 +48,10 @@ def print_summary(console: Console, report: Report, *, plan: bool, settings: Set
     else:
         count.append(f" vs {fmt.count(p.checkpoint)} in the checkpoint (see findings).", style="yellow")
     console.print(count)
+    if p.experts and p.active and p.active != p.graph:
+        console.print(Text(f"Active per token: {fmt.count(p.active)} of {fmt.count(p.graph)} "
+                           f"({p.experts_per_token} of {p.experts} routed experts per MoE layer); training and "
+                           "serving hold all of them, the cost's compute counts the active ones."))
     if not report.findings:
         console.print(Text("No finding on the reconstructed graph.", style="green"))
     for f in report.findings:
@@ -92,7 +96,7 @@ def _print_plan(console: Console, report: Report, settings: Settings) -> None:
             stages = " + ".join(fmt.gb(b) for b in s.stage_bytes_batch1)
             console.print(Text(f"{c.name}, {s.method}: two cards, cut after layer {s.cut_after_layer} "
                                f"({stages} at batch 1): {fmt.batch(s.max_batch)}"))
-    console.print(Text(f"Budget = (driver-reported memory - {fmt.gib(a['cuda_context_bytes'])} CUDA context) / "
+    console.print(Text(f"Budget = (driver-reported memory - {fmt.gb(a['cuda_context_bytes'])} CUDA context) / "
                        f"{fmt.ratio(a['headroom'])} headroom.", style="dim"))
     cost = Table(title=f"Cost: {a['job_epochs']} epochs x {fmt.count(a['job_samples'])} samples at batch "
                        f"{a['job_batch']} x {fmt.count(a['job_tokens'])} tokens (roofline / MFU)")

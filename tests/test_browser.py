@@ -219,7 +219,7 @@ def test_home_page_filters_with_and_without_javascript(served: str, browser: Bro
     browser.goto(served)
     assert browser.js("document.documentElement.lang") == "en"
     assert browser.js("document.querySelector('a.skip').getAttribute('href')") == "#main"
-    total = browser.js("document.querySelectorAll('table.models tbody tr').length")
+    total = browser.js("document.querySelectorAll('table.models tbody tr[data-family]').length")
     assert total > 100
     assert browser.wait_for("document.getElementById('f-count').textContent") == f"{total} of {total} models shown"
     browser.screenshot(ARTIFACTS / "home.png")
@@ -229,7 +229,7 @@ def test_home_page_filters_with_and_without_javascript(served: str, browser: Bro
               "f.elements.method.value = 'full'; f.dispatchEvent(new Event('change')); return true; })()")
     browser.js(choose)
     assert not browser.js(_visible(BIG)) and browser.js(_visible(MODEL))
-    shown = browser.js("document.querySelectorAll('table.models tbody tr:not([hidden])').length")
+    shown = browser.js("document.querySelectorAll('table.models tbody tr[data-family]:not([hidden])').length")
     assert 0 < shown < total
     assert "card=t4-16-gb" in browser.js("location.search")
     browser.screenshot(ARTIFACTS / "home-filtered-t4-full.png")
@@ -325,3 +325,68 @@ def test_search_finds_a_model_outside_the_first_shard(served_sharded: str, brows
     browser.wait_for("document.querySelectorAll('#search-results a').length > 0")
     titles = browser.js("[...document.querySelectorAll('#search-results a')].map(a => a.textContent)")
     assert "Qwen/Qwen3-0.6B" in titles, titles
+
+
+# At 390 px (a phone): no sideways scroll of the page, no text under 11 px (SVG text measured as
+# drawn, generated column names included), and the answer cells on screen.
+NARROW_PAGES = ("", f"models/{MODEL}/", f"models/{BIG}/", "cards/t4-16-gb/", "accuracy/", "sources/")
+SMALL_TEXT = """(() => {
+  const small = [];
+  const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+    if (!node.textContent.trim()) continue;
+    const el = node.parentElement;
+    const range = document.createRange(); range.selectNodeContents(node);
+    const rects = [...range.getClientRects()].filter(r => r.width > 1 && r.height > 1);
+    if (!rects.length || el.closest('title, desc, style, script')) continue;
+    let size = parseFloat(getComputedStyle(el).fontSize);
+    if (el instanceof SVGElement) size *= el.getScreenCTM().a;
+    if (size < 11) small.push([el.tagName, node.textContent.trim().slice(0, 30), size]);
+  }
+  for (const el of document.querySelectorAll('td[data-label]')) {
+    const before = getComputedStyle(el, '::before');
+    if (before.content !== 'none' && el.getClientRects().length && parseFloat(before.fontSize) < 11)
+      small.push(['::before', el.dataset.label, parseFloat(before.fontSize)]);
+  }
+  return small.slice(0, 10);
+})()"""
+
+
+def _narrow(browser: Browser, on: bool) -> None:
+    if on:
+        browser.send("Emulation.setDeviceMetricsOverride", width=390, height=844, deviceScaleFactor=1, mobile=True)
+    else:
+        browser.send("Emulation.clearDeviceMetricsOverride")
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_pages_fit_a_390_px_screen(served: str, browser: Browser, scheme: str) -> None:
+    browser.scheme(scheme)
+    _narrow(browser, True)
+    try:
+        for path in NARROW_PAGES:
+            browser.goto(served + path)
+            assert browser.js("window.innerWidth") == 390
+            assert browser.js("document.documentElement.scrollWidth") <= 390, path
+            assert browser.js(SMALL_TEXT) == [], path
+            if scheme == "dark":
+                assert browser.js("getComputedStyle(document.body).backgroundColor") == "rgb(21, 23, 26)"
+            name = path.strip("/").replace("/", "-") or "home"
+            browser.screenshot(ARTIFACTS / "narrow" / f"{name}-{scheme}.png", full=True)
+        # The answers are on screen: the home table's smallest cards, a card page's batches, and the
+        # model page's largest batch per card, each inside the 390 px.
+        for path, cells in (("", "table.models tbody tr td.answer"), ("cards/t4-16-gb/", "table.fits td.answer"),
+                            (f"models/{MODEL}/", "#memory table.stack td.answer")):
+            browser.goto(served + path)
+            edges = browser.js(f"[...document.querySelectorAll({json.dumps(cells)})].slice(0, 12)"
+                               ".map(td => {{ const r = td.getBoundingClientRect(); return [r.left, r.right]; }})")
+            assert edges and all(0 <= left and right <= 390 for left, right in edges), (path, edges)
+        # A long model id breaks at the end of a line, not every few characters.
+        browser.goto(served)
+        lines = browser.js("(() => { const a = [...document.querySelectorAll('table.models tbody th a')]"
+                           ".find(a => a.textContent.length > 40); const h = parseFloat(getComputedStyle(a).lineHeight);"
+                           " return a.getClientRects().length || a.getBoundingClientRect().height / h; })()")
+        assert lines <= 2
+    finally:
+        _narrow(browser, False)
+        browser.scheme("light")

@@ -213,3 +213,13 @@ def test_console_script_end_to_end(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "generator.cli", str(tmp_path / "x.json")], capture_output=True,
                           text=True, cwd=ROOT)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
+
+
+def test_summary_gives_a_mixture_of_experts_its_active_parameters(capsys):
+    """Issue 16 item 8: the JSON had params.active; the summary now says it (Qwen3-30B-A3B: 3,353,032,704)."""
+    code, out, _ = run(capsys, "Qwen/Qwen3-30B-A3B")
+    assert code == 0
+    assert "Active per token: 3,353,032,704 of 30,532,122,624 (8 of 128 routed experts per MoE layer)" in \
+        " ".join(out.split())
+    code, out, _ = run(capsys, "Qwen/Qwen3-8B")
+    assert code == 0 and "Active per token" not in out

@@ -6,6 +6,8 @@ The memory chart draws the Report's `memory.curve` (estimator/curve.py): `[{"tok
 
 from __future__ import annotations
 
+import dataclasses
+
 import re
 import xml.etree.ElementTree as ET
 from dataclasses import replace
@@ -175,3 +177,18 @@ def test_a_chart_without_cards_is_not_drawn() -> None:
     bare = replace(report, memory=replace(report.memory, cards=()))
     html = render_model_page(with_curve(bare, curve_for(report, 1024)), record, SETTINGS, standalone=False)
     assert "<svg" not in html
+
+
+def test_tick_labels_that_would_touch_are_dropped() -> None:
+    """Issue 16 item 15: a 40K context beside the 32K tick read "32K40K"; the context's own tick stays."""
+    ticks = [(64.0, "512"), (128.2, "1K"), (192.4, "2K"), (385.1, "16K"), (449.3, "32K"), (470.0, "40K")]
+    assert [label for _, label in charts._thin(ticks)] == ["512", "1K", "2K", "16K", "40K"]
+    assert charts._thin([(0.0, "1K"), (5.0, "2K")]) == [(5.0, "2K")]
+    assert charts._thin([]) == []
+    report, _ = _report("Qwen/Qwen3-8B")  # a 40,960-token context: the Report's curve ends there
+    curve = charts.curve_points({"curve": [dataclasses.asdict(p) for p in report.memory.curve]})
+    assert curve is not None and curve[-1]["tokens"] == 40960
+    chart = charts.memory_chart(curve, report.memory.cards, model="m")
+    xs = [(float(t["x"]), t["label"]) for t in chart["x_ticks"]]
+    assert xs[-1][1] == "40K" and "32K" not in [label for _, label in xs]
+    assert all(b[0] - a[0] >= (len(a[1]) + len(b[1])) / 2 * charts.CHAR_WIDTH for a, b in zip(xs, xs[1:]))

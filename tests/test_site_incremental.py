@@ -254,7 +254,7 @@ def test_a_nightly_with_new_counts_everywhere_renders_only_the_changed_configs(t
     home = inc["index.html"].decode("utf-8")
     gpt2 = next(r for r in night if r.id == "openai-community/gpt2")  # copied: its row's count is live
     row = home.split('>openai-community/gpt2</a>')[1].split("</tr>")[0]
-    assert f'<td class="num">{short_count(gpt2.downloads)}</td>' in row
+    assert f'<td class="num" data-label="Downloads">{short_count(gpt2.downloads)}</td>' in row
     page = inc["models/openai-community/gpt2/index.html"].decode("utf-8")
     assert "downloads on Hugging Face" not in page and "2026-03-02" not in page  # no nightly value on the page
 

@@ -228,6 +228,7 @@ def _write_index_pages(writer: pages.SiteWriter, settings: Settings, entries: li
     writer.write(pages.CHANGES, render.render_changes(history, live, settings))
     writer.write(pages.SEARCH, render.render_search(settings))
     writer.write(pages.ACCURACY, render.render_accuracy(settings))  # from data/measurements/accuracy.json
+    writer.write(pages.SOURCES, render.render_sources(settings))
     writer.write(pages.NOT_FOUND, render.render_404(settings))
     writer.write(pages.STYLESHEET, render.stylesheet())
     writer.write(pages.FILTER_JS, render.static_file(pages.FILTER_JS))

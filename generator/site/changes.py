@@ -2,9 +2,10 @@
 history in the build manifest and shown by the changes page and the Atom feed.
 
 Each build compares its rows with the previous build's (public/.build-manifest.json) and, when
-anything differs, appends one batch dated by the snapshot: the latest lastModified among its
-records (SOURCE_DATE_EPOCH, then 1970-01-01, when no record has one). Never the clock, so two builds
-of the same snapshot on the same previous site are byte-identical.
+anything differs, appends one batch dated by the snapshot: the latest day its records' Hub data was
+read (the crawl's date, written in each record's downloads_source) or lastModified, whichever is
+later (SOURCE_DATE_EPOCH, then 1970-01-01, when no record has either). Never the clock, so two
+builds of the same snapshot on the same previous site are byte-identical.
 """
 
 from __future__ import annotations
@@ -27,8 +28,9 @@ EPOCH = "1970-01-01T00:00:00Z"
 
 
 def snapshot_date(entries: Iterable[Entry]) -> str:
-    """The snapshot's date: its newest record's lastModified, else SOURCE_DATE_EPOCH, else 1970."""
-    dates = [e.last_modified for e in entries if e.last_modified]
+    """The snapshot's date: the latest day a record's Hub data was read or a repo was last modified,
+    else SOURCE_DATE_EPOCH, else 1970."""
+    dates = [d for e in entries for d in (e.last_modified, e.read_date) if d]
     if dates:
         return max(dates)
     epoch = os.environ.get("SOURCE_DATE_EPOCH", "")
@@ -100,7 +102,7 @@ def page_batches(history: list[dict[str, Any]], live: set[str], root: str) -> li
         added_n, changed_n, removed_n = b.get("counts", [0, 0, 0])
         out.append({
             "n": f.count(b["n"]), "anchor": f"snapshot-{b['n']}",
-            "date": "undated (its records carry no lastModified)" if b["date"] == EPOCH else f.day(b["date"]),
+            "date": "undated (its records carry no date)" if b["date"] == EPOCH else f.day(b["date"]),
             "first": None if not first else f"{f.count(first['models'])} models, {f.count(first['estimated'])} "
                                             "estimated: the first build this history knows of",
             "added": [{"id": s["id"], "href": link(s["id"]), "text": _headline(s)} for s in b["added"]],

@@ -19,11 +19,33 @@ from typing import Any, Mapping, Sequence
 from .. import format as f
 
 WIDTH = 640
+# A phone's chart: 380 units drawn across ~366 px keeps the 12-unit type at 11.5 px, where the wide
+# chart would shrink it to about 7 px. Pages carry both; the stylesheet shows the one that fits.
+NARROW_WIDTH = 380
 SERIES = (("train_full_bytes", "full", "Full fine-tune"), ("train_lora_bytes", "lora", "LoRA"),
           ("serve_bytes", "serve", "Serving"))
 BATCHES = (("train_full_max_batch", "full", "Full fine-tune"), ("train_lora_max_batch", "lora", "LoRA"),
            ("serve_max_batch", "serve", "Serving"))
 LABEL_GAP = 13  # the least vertical distance between two right-hand labels (font size 12)
+CHAR_WIDTH = 7.0  # the widest a digit or "K" of the 12-unit tick font is, to keep tick labels apart
+TICK_PAD = 6.0  # the least space between two tick labels
+
+
+def _thin(ticks: list[tuple[float, str]]) -> list[tuple[float, str]]:
+    """Ticks (x, label) whose labels would touch are dropped, keeping the first and the last (the
+    model's context): 32K and 40K side by side read "32K40K"."""
+    def room(a: tuple[float, str], b: tuple[float, str]) -> bool:
+        return b[0] - a[0] >= (len(a[1]) + len(b[1])) / 2 * CHAR_WIDTH + TICK_PAD
+
+    kept: list[tuple[float, str]] = []
+    for tick in ticks:
+        if not kept or room(kept[-1], tick):
+            kept.append(tick)
+    if ticks and kept[-1] != ticks[-1]:
+        while kept and not room(kept[-1], ticks[-1]):
+            kept.pop()
+        kept.append(ticks[-1])
+    return kept
 
 
 def curve_points(memory: Mapping[str, Any] | None) -> list[dict[str, int]] | None:
@@ -81,59 +103,68 @@ class _Scale:
         return self.a + t * (self.b - self.a)
 
 
-def memory_chart(curve: list[dict[str, int]], cards: Sequence[Any], *, model: str) -> dict[str, Any]:
+def memory_chart(curve: list[dict[str, int]], cards: Sequence[Any], *, model: str,
+                 narrow: bool = False) -> dict[str, Any]:
     """Memory against tokens per sample for each method, and each card's budget as a horizontal line.
 
-    `curve` is curve_points()'s output; `cards` the Report's CardPlans (name, budget_bytes)."""
-    left, right, top, bottom = 64, 170, 34, 44
+    `curve` is curve_points()'s output; `cards` the Report's CardPlans (name, budget_bytes). narrow:
+    the phone's layout, card names inside the plot above their lines instead of in a right margin."""
+    width = NARROW_WIDTH if narrow else WIDTH
+    left, right, top, bottom = (52, 8, 34, 44) if narrow else (64, 170, 34, 44)
     height = 300
-    x0, x1, y0, y1 = left, WIDTH - right, top, height - bottom
+    x0, x1, y0, y1 = left, width - right, top, height - bottom
     tokens = [p["tokens"] for p in curve]
     values = [p[k] for p in curve for k, _, _ in SERIES] + [c.budget_bytes for c in cards if c.budget_bytes > 0]
     lo, hi = min(values) / 1.3, max(values) * 1.3
     ys = _Scale(lo, hi, y1, y0)
     xs = _Scale(tokens[0], tokens[-1], x0, x1, base=2)
     y_ticks = [{"y": f.coord(ys(v)), "label": f.gb_tick(v)} for v in _log_ticks(lo, hi)]
-    x_ticks = [{"x": f.coord(xs(t)), "label": f.tokens_short(t)} for t in tokens]
+    x_ticks = [{"x": f.coord(x), "label": label} for x, label in _thin([(xs(t), f.tokens_short(t)) for t in tokens])]
     series = [{"cls": cls, "label": label, "points": f.points([(xs(p["tokens"]), ys(p[key])) for p in curve])}
               for key, cls, label in SERIES]
     ordered = sorted(cards, key=lambda c: -c.budget_bytes)  # top of the chart first
-    label_ys = _spread([ys(c.budget_bytes) for c in ordered], y0 + 4, y1)
+    if narrow:  # the label sits just above its line, inside the plot
+        label_ys = _spread([ys(c.budget_bytes) - 7 for c in ordered], y0 + 4, y1 - 7)
+    else:
+        label_ys = _spread([ys(c.budget_bytes) for c in ordered], y0 + 4, y1)
     card_lines = [{"y": f.coord(ys(c.budget_bytes)), "label": c.name, "label_y": f.coord(ly + 4)}
                   for c, ly in zip(ordered, label_ys)]
-    legend = [{"cls": cls, "label": label, "x1": f.coord(x0 + i * 150), "x2": f.coord(x0 + i * 150 + 28),
-               "tx": f.coord(x0 + i * 150 + 34)} for i, (_, cls, label) in enumerate(SERIES)]
+    start, step, sample = (8, (width - 8) / 3, 20) if narrow else (x0, 150, 28)
+    legend = [{"cls": cls, "label": label, "x1": f.coord(start + i * step), "x2": f.coord(start + i * step + sample),
+               "tx": f.coord(start + i * step + sample + 6)} for i, (_, cls, label) in enumerate(SERIES)]
     first, last = curve[0], curve[-1]
     grows = "; ".join(f"{label} from {f.gb(first[key])} at {f.count(first['tokens'])} tokens to "
                       f"{f.gb(last[key])} at {f.count(last['tokens'])}" for key, _, label in SERIES)
     budgets = ", ".join(f"{c.name} {f.gb(c.budget_bytes)}" for c in cards)
     return {
-        "id": "memory-chart",
-        "view_box": f"0 0 {WIDTH} {height}",
+        "id": "memory-chart-narrow" if narrow else "memory-chart",
+        "view_box": f"0 0 {width} {height}",
         "title": f"GPU memory of {model} at batch 1 against tokens per sample",
         "desc": f"Log scales. Memory grows with the tokens per sample: {grows}. "
                 f"Horizontal lines are each card's budget: {budgets}.",
         "plot": {"x0": f.coord(x0), "x1": f.coord(x1), "y0": f.coord(y0), "y1": f.coord(y1)},
         "x_ticks": x_ticks, "x_tick_y": f.coord(y1 + 16),
         "x_title": {"x": f.coord((x0 + x1) / 2), "y": f.coord(height - 6),
-                    "text": "tokens per sample (log scale, K = 1,024)"},
+                    "text": "tokens per sample (log, K = 1,024)" if narrow
+                    else "tokens per sample (log scale, K = 1,024)"},
         "y_ticks": y_ticks, "y_tick_x": f.coord(x0 - 6),
         "legend": legend, "legend_y": f.coord(14), "legend_ty": f.coord(18),
         "series": series,
-        "cards": card_lines, "card_label_x": f.coord(x1 + 6),
+        "cards": card_lines, "card_label_x": f.coord(x0 + 4 if narrow else x1 + 6),
         "table": [{"tokens": f.count(p["tokens"]), **{cls: f.gb(p[key]) for key, cls, _ in SERIES}}
                   for p in curve],
     }
 
 
-def batch_chart(cards: Sequence[Any], *, model: str, serve_tokens: int) -> dict[str, Any]:
+def batch_chart(cards: Sequence[Any], *, model: str, serve_tokens: int, narrow: bool = False) -> dict[str, Any]:
     """The largest batch per card for each method as horizontal bars on a log scale (batch 1 is the
-    shortest visible bar; a method that does not fit has no bar and says so)."""
-    left, right, top = 132, 58, 30
+    shortest visible bar; a method that does not fit has no bar and says so). narrow: the phone's layout."""
+    chart_width = NARROW_WIDTH if narrow else WIDTH
+    left, right, top = (128, 40, 30) if narrow else (132, 58, 30)
     bar, gap, group_gap = 10, 2, 14
     group = 3 * bar + 2 * gap
     height = top + len(cards) * (group + group_gap) + 26
-    x0, x1 = left, WIDTH - right
+    x0, x1 = left, chart_width - right
     peak = max([getattr(c, key) for c in cards for key, _, _ in BATCHES] + [10])
     span = math.log10(peak)
     groups, axis_bottom = [], top + len(cards) * (group + group_gap) - group_gap + 4
@@ -151,13 +182,14 @@ def batch_chart(cards: Sequence[Any], *, model: str, serve_tokens: int) -> dict[
         groups.append({"name": card.name, "name_y": f.coord(gy + group / 2 + 4), "bars": bars})
     ticks = [{"x": f.coord(x0 + 3 + (x1 - x0 - 3) * math.log10(v) / span), "label": f.tick_count(int(v))}
              for v in _log_ticks(1, peak) if v == int(v) and str(int(v))[0] == "1"]
-    legend = [{"cls": cls, "label": label, "x": f.coord(x0 + i * 130), "tx": f.coord(x0 + i * 130 + 16)}
+    start, step = (8, (chart_width - 8) / 3) if narrow else (x0, 130)
+    legend = [{"cls": cls, "label": label, "x": f.coord(start + i * step), "tx": f.coord(start + i * step + 16)}
               for i, (_, cls, label) in enumerate(BATCHES)]
     said = "; ".join(f"{c.name}: " + ", ".join(f"{label} {f.count(getattr(c, key)) if getattr(c, key) else 'none'}"
                                                for key, _, label in BATCHES) for c in cards)
     return {
-        "id": "batch-chart",
-        "view_box": f"0 0 {WIDTH} {height}",
+        "id": "batch-chart-narrow" if narrow else "batch-chart",
+        "view_box": f"0 0 {chart_width} {height}",
         "title": f"Largest batch of {model} per card",
         "desc": f"Log scale. Largest batch that fits one card, training at the job's tokens per sample and "
                 f"serving at {f.count(serve_tokens)} tokens per sequence. {said}. The table below gives "

@@ -14,7 +14,7 @@ from ..errors import ConfigError
 from ..estimator import Report
 from ..records import ModelRecord
 from ..settings import Settings
-from . import accuracy_page, charts, pages
+from . import accuracy_page, charts, pages, sources
 
 MIN_LAYERS_TO_FOLD = 3  # with 1 or 2 layers folding saves nothing (the reference page shows all rows)
 # The most structure rows a page shows (a row is ~80 bytes; the page budget is 60 KB). A 126-layer
@@ -73,7 +73,8 @@ def model_context(report: Report, record: ModelRecord | None, settings: Settings
         "count": count,
         "custom_code": {"present": model.custom_code, "auto_map": _auto_map(record)},
         "text_tower": {"present": model.text_tower_only, "model_type": model.model_type, "family": model.family},
-        "cost": _cost(report, settings, assumptions),
+        "cost": _cost(report, settings, assumptions,
+                      sources.href(settings.site, crumbs_root(crumbs), standalone)),
         "memory": _memory(report, root=crumbs_root(crumbs)),
         "charts": _charts(report),
         "accuracy": accuracy_page.model_line(accuracy_page.load(),
@@ -112,7 +113,7 @@ def _count(report: Report, record: ModelRecord | None) -> dict[str, Any]:
     return {
         "graph": f.count(p.graph),
         "graph_short": f.short_count(p.graph),
-        "checkpoint": f.DASH if p.checkpoint is None else f.count(p.checkpoint),
+        "checkpoint": f.UNKNOWN if p.checkpoint is None else f.count(p.checkpoint),
         "status": status,
         "missing": "no checkpoint count is read for a local config" if record is None
         else "the snapshot has no such count for this model",
@@ -124,7 +125,16 @@ def _count(report: Report, record: ModelRecord | None) -> dict[str, Any]:
         "layers": f.count(p.layers),
         "per_layer": f.short_count(p.per_layer),
         "lora_adapter": f.short_count(p.lora_adapter),
+        "moe": _moe(p),
     }
+
+
+def _moe(p: Any) -> dict[str, str] | None:
+    """A mixture of experts' parameters per token (Report.params.active), None for a dense model."""
+    if not p.experts or not p.active or p.active == p.graph:
+        return None
+    return {"active": f.short_count(p.active), "active_exact": f.count(p.active), "total": f.short_count(p.graph),
+            "experts": f.count(p.experts), "per_token": f.count(p.experts_per_token)}
 
 
 def _auto_map(record: ModelRecord | None) -> list[str]:
@@ -141,7 +151,7 @@ def _auto_map(record: ModelRecord | None) -> list[str]:
     return [f"{k}: {v}"[:160] for k, v in items[:4]]
 
 
-def _cost(report: Report, settings: Settings, assumptions: dict[str, Any]) -> dict[str, Any]:
+def _cost(report: Report, settings: Settings, assumptions: dict[str, Any], sources_href: str | None) -> dict[str, Any]:
     gpu_by_name = {g.name: g for g in settings.gpus.values()}
     card_of_gpu = {settings.gpus[k].name: card.name for card in settings.cards for k in card.gpus}
     plans = {c.name: c for c in report.memory.cards}
@@ -153,7 +163,7 @@ def _cost(report: Report, settings: Settings, assumptions: dict[str, Any]) -> di
             "precision": line.precision if line.precision == "bf16" else f"{line.precision} (no bf16)",
             "peak": f.tflops(line.peak_tflops),
             "price": f.usd_per_hour(line.price_usd_per_hour),
-            "source": gpu.price_source if gpu else "",
+            "source": sources.note(gpu.price_source, settings.sources, sources_href) if gpu else [],
             "date": gpu.price_date if gpu else "",
             "full": None, "lora": None,
         })
@@ -173,6 +183,7 @@ def _cost(report: Report, settings: Settings, assumptions: dict[str, Any]) -> di
         "full_job_batch": f.gb(report.memory.train_full_bytes_job_batch),
         "lora_job_batch": f.gb(report.memory.train_lora_bytes_job_batch),
         "rows": list(rows.values()),
+        "sources_href": sources_href,
     }
 
 
@@ -206,11 +217,14 @@ def _charts(report: Report) -> dict[str, Any]:
     mem = report.memory
     curve = curve_of(report)
     name = report.model.id
-    return {
-        # One point (a context under 512 tokens) is not a line: the page then shows no memory chart.
-        "memory": None if curve is None or len(curve) < 2 or not mem.cards
-        else charts.memory_chart(curve, mem.cards, model=name),
+    # One point (a context under 512 tokens) is not a line: the page then shows no memory chart.
+    line = curve if curve is not None and len(curve) > 1 and mem.cards else None
+    return {  # each chart twice: for wide screens and for a phone (the stylesheet shows one)
+        "memory": None if line is None else charts.memory_chart(line, mem.cards, model=name),
+        "memory_narrow": None if line is None else charts.memory_chart(line, mem.cards, model=name, narrow=True),
         "batch": None if not mem.cards else charts.batch_chart(mem.cards, model=name, serve_tokens=mem.serve_tokens),
+        "batch_narrow": None if not mem.cards
+        else charts.batch_chart(mem.cards, model=name, serve_tokens=mem.serve_tokens, narrow=True),
     }
 
 
@@ -230,7 +244,17 @@ def _memory(report: Report, root: str | None = None) -> dict[str, Any]:
         "rank": f.count(dict(report.memory.assumptions)["lora_rank"]),
         "any_split": any(card.split for card in report.memory.cards),
         "rows": rows,
+        "units": _units_example(report.memory.cards),
     }
+
+
+def _units_example(cards: Sequence[Any]) -> dict[str, str] | None:
+    """The one place a page says GiB: the largest card's driver-reported memory in both units, so that
+    "H200 141 GB" beside "151 GB usable" reads as the maker's label against the driver's count."""
+    if not cards:
+        return None
+    card = max(cards, key=lambda c: c.usable_bytes)
+    return {"card": card.name, "gb": f.gb(card.usable_bytes), "gib": f.gib(card.usable_bytes)}
 
 
 def _assumptions(report: Report, a: dict[str, Any]) -> dict[str, Any]:
@@ -243,7 +267,7 @@ def _assumptions(report: Report, a: dict[str, Any]) -> dict[str, Any]:
         "capped": mem.train_tokens < a["train_tokens"],
         "headroom": f.ratio(a["headroom"]),
         "headroom_divisor": f.decimal(a["headroom"]),
-        "cuda_context": f.gib(a["cuda_context_bytes"]),
+        "cuda_context": f.gb(a["cuda_context_bytes"]),
         "master": f.byte_count(a["master_weight_bytes"]),
         "grad": f.byte_count(a["grad_bytes"]),
         "optimizer": f.byte_count(a["optimizer_state_bytes"]),
@@ -255,13 +279,24 @@ def _assumptions(report: Report, a: dict[str, Any]) -> dict[str, Any]:
         "rank": f.count(a["lora_rank"]),
         "serve_tokens": f.count(mem.serve_tokens),
         "serve_weight": f.byte_count(a["serve_weight_bytes"]),
+        "serve_storage": _serve_storage(report),
+        "serve_weights_total": f.gb(mem.serve_weight_bytes),
         "kv_per_token": f.byte_count(mem.kv_bytes_per_token),
         "peak_full": _PHASE_TEXT.get(phase.get("train_full", ""), phase.get("train_full", "")),
         "peak_lora": _PHASE_TEXT.get(phase.get("train_lora", ""), phase.get("train_lora", "")),
         "peak_serve": _PHASE_TEXT.get(phase.get("serve", ""), phase.get("serve", "")),
         "example": None if first is None else {
-            "card": first.name, "usable": f.mib(first.usable_bytes), "budget": f.gb(first.budget_bytes)},
+            "card": first.name, "usable": f.gb(first.usable_bytes), "budget": f.gb(first.budget_bytes)},
     }
+
+
+def _serve_storage(report: Report) -> dict[str, str] | None:
+    """How a quantised checkpoint's weights are served (the storage the serving column is priced at,
+    Report.params.quantization), None when they are served in bf16."""
+    name = f.serve_weights(report.params.quantization)
+    if name == "bf16":
+        return None
+    return {"name": name, "describes": str(dict(report.params.quantization or ()).get("describes") or "")}
 
 
 def _row(r: Any) -> dict[str, str]:

@@ -46,6 +46,8 @@ class Entry:
     context: int | None = None  # the config's maximum context (the structure's input length)
     active: int | None = None  # parameters per token when it differs from params (MoE)
     last_modified: str | None = None  # RFC 3339 UTC, from the Hub's lastModified
+    read_date: str | None = None  # RFC 3339 UTC: the day its Hub data was read (the crawl), from downloads_source
+    train_tokens: int | None = None  # tokens per training sample the estimate used (the job's, capped at the context)
 
     @property
     def estimated(self) -> bool:
@@ -83,7 +85,8 @@ def config_model_type(record: ModelRecord) -> str | None:
 def live_fields(record: ModelRecord) -> dict[str, Any]:
     """The row's values taken from the record at every build, never from the page or the manifest:
     the Hub metadata a crawl refreshes nightly (worker.NIGHTLY_FIELDS) that an index page shows."""
-    return {"downloads": record.downloads, "last_modified": f.w3c_datetime(record.last_modified)}
+    return {"downloads": record.downloads, "last_modified": f.w3c_datetime(record.last_modified),
+            "read_date": f.latest_day(record.downloads_source)}
 
 
 def entry_for(record: ModelRecord, report: Report | None, reason: str | None) -> Entry:
@@ -92,7 +95,7 @@ def entry_for(record: ModelRecord, report: Report | None, reason: str | None) ->
     if report is None:
         model_type = config_model_type(record)
         return Entry(record.id, model_type, family_slug(model_type), None, live["downloads"], None, None, reason,
-                     last_modified=live["last_modified"])
+                     last_modified=live["last_modified"], read_date=live["read_date"])
     mem, p = report.memory, report.params
     first_shape = report.structure[0].output_shape if report.structure else ()
     active = getattr(p, "active", 0)
@@ -103,12 +106,21 @@ def entry_for(record: ModelRecord, report: Report | None, reason: str | None) ->
         lora_bytes=mem.train_lora_bytes_batch1, serve_bytes=mem.serve_bytes_batch1,
         batches=tuple((c.train_full_max_batch, c.train_lora_max_batch, c.serve_max_batch) for c in mem.cards),
         layers=p.layers, context=first_shape[-1] if first_shape else None,
-        active=active if active and active != p.graph else None, last_modified=live["last_modified"])
+        active=active if active and active != p.graph else None, last_modified=live["last_modified"],
+        read_date=live["read_date"], train_tokens=mem.train_tokens)
 
 
 def by_downloads(entries: Iterable[Entry]) -> list[Entry]:
     """Most downloaded first; unknown counts last; ties by id."""
     return sorted(entries, key=lambda e: (e.downloads is None, -(e.downloads or 0), e.id))
+
+
+def split_by_downloads(entries: Iterable[Entry]) -> tuple[list[Entry], list[Entry]]:
+    """(models with a download count, most downloaded first; models without one, by id). Kept apart so
+    that an unknown count never reads as the smallest: a model nobody counted is not one nobody uses."""
+    ordered = by_downloads(entries)
+    known = [e for e in ordered if e.downloads is not None]
+    return known, ordered[len(known):]
 
 
 def by_size(entries: Iterable[Entry]) -> list[Entry]:
@@ -160,7 +172,7 @@ def rows(entries: Iterable[Entry], root: str, card_names: Sequence[str] = ()) ->
             "band": size_band(e.params),
             "fits": _fits(e, slugs),
             "params": f.short_count(e.params),
-            "downloads": f.short_count(e.downloads),
+            "downloads": f.UNKNOWN if e.downloads is None else f.short_count(e.downloads),
             "full": _card(e.smallest_full) if e.estimated else None,
             "lora": _card(e.smallest_lora) if e.estimated else None,
             "reason": e.reason,
@@ -200,20 +212,24 @@ def family_rows(entries: Iterable[Entry], root: str) -> list[dict[str, Any]]:
     return out
 
 
-def card_rows(entries: Iterable[Entry], index: int, root: str) -> tuple[list[dict[str, Any]], int]:
-    """Models with at least one method that fits card number `index`, most downloaded first, with the
-    largest batch per method; and how many estimated models fit it for no method."""
-    out, none_fit = [], 0
-    for e in by_downloads(entries):
-        if not e.estimated or index >= len(e.batches):
-            continue
-        full, lora, serve = e.batches[index]
-        if full == lora == serve == 0:
-            none_fit += 1
-            continue
-        out.append({"href": f"{root}{model_dir(e.id)}/index.html", "id": e.id, "params": f.short_count(e.params),
-                    "full": f.batch(full), "lora": f.batch(lora), "serve": f.batch(serve)})
-    return out, none_fit
+def card_rows(entries: Iterable[Entry], index: int, root: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]], int]:
+    """Models with at least one method that fits card number `index`, with the largest batch per
+    method: those with a download count, most downloaded first, and those without one, by id; and how
+    many estimated models fit it for no method."""
+    groups: tuple[list[dict[str, Any]], list[dict[str, Any]]] = ([], [])
+    none_fit = 0
+    for group, part in zip(groups, split_by_downloads(entries)):
+        for e in part:
+            if not e.estimated or index >= len(e.batches):
+                continue
+            full, lora, serve = e.batches[index]
+            if full == lora == serve == 0:
+                none_fit += 1
+                continue
+            group.append({"href": f"{root}{model_dir(e.id)}/index.html", "id": e.id,
+                          "params": f.short_count(e.params), "full": f.batch(full), "lora": f.batch(lora),
+                          "serve": f.batch(serve)})
+    return groups[0], groups[1], none_fit
 
 
 def cards(entries: list[Entry], card_names: Sequence[str], root: str) -> list[dict[str, Any]]:

@@ -21,7 +21,7 @@ from .. import format as f
 from ..estimator import Report
 from ..records import ModelRecord
 from ..settings import Settings
-from . import accuracy_page, changes, listing, pages
+from . import accuracy_page, changes, listing, pages, sources
 from .context import config_notice, model_context
 
 def _templates_dir() -> Path:
@@ -102,7 +102,8 @@ def _frame(settings: Settings, *, page: str | None, title: str, description: str
     nav = [] if base is None or (page is None and not search) else [
         {"text": text, "href": base + rel} for text, rel in (
             ("Models", pages.HOME), ("Families", pages.FAMILIES_INDEX), ("Cards", pages.CARDS_INDEX),
-            ("Changes", pages.CHANGES), ("Accuracy", pages.ACCURACY), ("Search", pages.SEARCH))]
+            ("Changes", pages.CHANGES), ("Accuracy", pages.ACCURACY), ("Sources", pages.SOURCES),
+            ("Search", pages.SEARCH))]
     return {"title": title, "description": description, "site_title": site_title, "css": css,
             "home_href": home, "canonical": canonical, "alternate": alternate, "og": og,
             "search_href": search_href, "feed_href": feed_href, "head_style": None, "scripts": [], "nav": nav,
@@ -178,7 +179,7 @@ def render_home(entries: list[listing.Entry], settings: Settings, *, sort: str) 
     static/filter.js adds the count of models shown and keeps the choice in the address."""
     page = pages.HOME if sort == "downloads" else pages.HOME_BY_SIZE
     root = pages.root_from(page)
-    ordered = listing.by_downloads(entries) if sort == "downloads" else listing.by_size(entries)
+    known, unknown = listing.split_by_downloads(entries) if sort == "downloads" else (listing.by_size(entries), [])
     frame = _frame(settings, page=page, title=str(settings.site.get("title") or "neurarch-trace"),
                    description=str(settings.site.get("description") or ""), feed=True)
     names = _card_names(settings)
@@ -191,14 +192,16 @@ def render_home(entries: list[listing.Entry], settings: Settings, *, sort: str) 
     filters = {"families": slugs, "bands": listing.size_bands(),
                "cards": [{"value": pages.card_slug(n), "label": n} for n in names],
                "methods": [{"value": m, "label": label} for m, label in listing.METHODS]}
-    return _render("home.html", **frame, crumbs=[], rows=listing.rows(ordered, root, names), sort=sort,
+    return _render("home.html", **frame, crumbs=[], rows=listing.rows(known, root, names),
+                   unknown_rows=listing.rows(unknown, root, names), unknown_count=f.count(len(unknown)), sort=sort,
                    sort_links=sort_links, counts=listing.counts(entries), filters=filters,
                    site_description=str(settings.site.get("description") or ""),
                    families_href=root + pages.FAMILIES_INDEX, cards_href=root + pages.CARDS_INDEX,
                    changes_href=root + pages.CHANGES,
                    card_links=[{"name": n, "href": f"{root}{pages.card_dir(n)}/index.html"} for n in names],
-                   caption="Every model in the snapshot, " + ("most downloaded first" if sort == "downloads"
-                                                             else "smallest first"))
+                   caption="Every model in the snapshot, " + (
+                       "most downloaded first; those whose download count is not known follow, apart"
+                       if unknown else "most downloaded first" if sort == "downloads" else "smallest first"))
 
 
 def render_family(slug: str, members: list[listing.Entry], settings: Settings) -> str:
@@ -243,10 +246,12 @@ def render_card(index: int, entries: list[listing.Entry], settings: Settings) ->
                    description=f"Every model you can fine-tune or serve on one {card.name}, with its largest batch.")
     crumbs = [{"text": "Models", "href": root + pages.HOME}, {"text": "Cards", "href": root + pages.CARDS_INDEX},
               {"text": card.name, "href": None}]
-    rows, none_fit = listing.card_rows(entries, index, root)
+    rows, unknown_rows, none_fit = listing.card_rows(entries, index, root)
     a = settings.assumptions
-    return _render("card.html", **frame, crumbs=crumbs, card=card.name, rows=rows, none_fit=f.count(none_fit),
-                   fits=f.count(len(rows)), usable=f.gb(card.memory_usable_bytes),
+    return _render("card.html", **frame, crumbs=crumbs, card=card.name, rows=rows, unknown_rows=unknown_rows,
+                   unknown_count=f.count(len(unknown_rows)), none_fit=f.count(none_fit),
+                   fits=f.count(len(rows) + len(unknown_rows)), usable=f.gb(card.memory_usable_bytes),
+                   usable_gib=f.gib(card.memory_usable_bytes),
                    tokens=f.count(a.train_tokens), serve_tokens=f.count(a.serve_tokens), rank=f.count(a.lora_rank),
                    cards_href=root + pages.CARDS_INDEX)
 
@@ -269,6 +274,16 @@ def render_accuracy(settings: Settings) -> str:
                                "method and the fit verdicts per card.")
     crumbs = [{"text": "Models", "href": root + pages.HOME}, {"text": "Accuracy", "href": None}]
     return _render("accuracy.html", **frame, crumbs=crumbs, **accuracy_page.page_context(accuracy_page.load()))
+
+
+def render_sources(settings: Settings) -> str:
+    """/sources/: where every card's memory and every GPU's specs and price come from, and each citation key."""
+    page = pages.SOURCES
+    root = pages.root_from(page)
+    frame = _frame(settings, page=page, title="Sources",
+                   description="Where the cards' memory, the GPUs' specifications and their prices come from.")
+    crumbs = [{"text": "Models", "href": root + pages.HOME}, {"text": "Sources", "href": None}]
+    return _render("sources.html", **frame, crumbs=crumbs, **sources.page_context(settings))
 
 
 def render_search(settings: Settings) -> str:
@@ -326,14 +341,20 @@ def render_robots(settings: Settings) -> str:
     return _render("robots.txt", sitemap=pages.site_url(settings.site) + pages.SITEMAP)
 
 
+def _llms_line(e: listing.Entry) -> str:
+    """One model in llms.txt, at the tokens its own estimate used (the job's, or its context when shorter)."""
+    active = "" if e.active is None else f" ({f.short_count(e.active)} active per token)"
+    tokens = f.UNKNOWN if e.train_tokens is None else f.count(e.train_tokens)
+    return (f"{f.short_count(e.params)} parameters{active}; batch 1 at {tokens} tokens: "
+            f"full fine-tune {f.gb(e.full_bytes or 0)} ({e.smallest_full or 'no single card'}), "
+            f"LoRA {f.gb(e.lora_bytes or 0)} ({e.smallest_lora or 'no single card'})")
+
+
 def render_llms(entries: list[listing.Entry], settings: Settings) -> str:
     """llms.txt: what the site is and one line per estimated model, most downloaded first."""
     site = pages.site_url(settings.site)
     models = [{"id": e.id, "url": f"{site}{pages.model_dir(e.id)}/index.json",
-               "page": f"{site}{pages.model_dir(e.id)}/",
-               "text": f"{f.short_count(e.params)} parameters; batch 1 at {f.count(settings.assumptions.train_tokens)} "
-                       f"tokens: full fine-tune {f.gb(e.full_bytes or 0)} ({e.smallest_full or 'no single card'}), "
-                       f"LoRA {f.gb(e.lora_bytes or 0)} ({e.smallest_lora or 'no single card'})"}
+               "page": f"{site}{pages.model_dir(e.id)}/", "text": _llms_line(e)}
               for e in listing.by_downloads(entries) if e.estimated]
     return _render("llms.txt", title=str(settings.site.get("title") or "neurarch-trace"),
                    description=str(settings.site.get("description") or ""), site=site, models=models,

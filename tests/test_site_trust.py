@@ -1,0 +1,183 @@
+"""What a new user checks first, on the whole site built from the committed snapshot: every page's
+units, serving precision, token counts, unknown values, dates and citations agree with the data."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+from rich.console import Console
+
+from generator import format as f
+from generator.errors import ConfigError
+from generator.hub.snapshot import DEFAULT_SNAPSHOT_DIR, iter_records
+from generator.settings import DEFAULT_CONFIG, cited, load_settings
+from generator.site import changes, listing
+from generator.site.build import run_build
+
+SETTINGS = load_settings()
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("trust") / "public"
+    rc = run_build(snapshot_dir=DEFAULT_SNAPSHOT_DIR, out_dir=out, strict=False, settings=SETTINGS,
+                   console=Console(file=io.StringIO(), width=200), search_index=False)
+    assert rc == 0
+    return out
+
+
+def _twins(site: Path) -> dict[str, dict]:
+    return {p.parent.relative_to(site / "models").as_posix(): json.loads(p.read_text(encoding="utf-8"))
+            for p in sorted((site / "models").glob("*/*/index.json"))}
+
+
+def _text(html: str) -> str:
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", html))
+
+
+def test_serving_column_and_assumptions_name_the_same_storage(site: Path) -> None:
+    """Item 3: a page headed "Serve fp8" says in its Assumptions that fp8 is what serving is priced at."""
+    quantised = 0
+    for model, twin in _twins(site).items():
+        text = _text((site / "models" / model / "index.html").read_text(encoding="utf-8"))
+        q = twin["params"]["quantization"]
+        name = f.serve_weights(tuple(q.items()) if q else None)
+        assert f"Serve {name}, " in text, model
+        serving = text.split("pipeline parallel), computed only where one card cannot hold batch 1. Serving: ",
+                             1)[1].split("; the peak is")[0]
+        total = f.gb(twin["memory"]["serve_weight_bytes"])
+        if name == "bf16":
+            assert serving.startswith("bf16 weights (2 bytes per parameter)"), model
+        else:
+            quantised += 1
+            assert serving.startswith(f"the weights as the checkpoint stores them, {name} ({q['describes']};"), model
+            assert "bf16 weights" not in serving, model
+        assert f"{total} in all" in serving, model
+    assert quantised >= 12  # the snapshot's fp8 and mxfp4 checkpoints
+
+
+def test_no_line_mixes_gb_and_gib_and_the_units_are_explained_once(site: Path) -> None:
+    """Item 6: pages speak GB; GiB appears once, in the note that explains a card's label."""
+    for page in [*sorted((site / "models").glob("*/*/index.html")), *sorted((site / "cards").glob("*/index.html"))]:
+        html = page.read_text(encoding="utf-8")
+        notes = re.findall(r'<p class="units">.*?</p>', html)
+        assert len(notes) == 1, page
+        assert "GiB" in notes[0] and "10<sup>9</sup> bytes" in notes[0]
+        rest = html.replace(notes[0], "")
+        assert "GiB" not in rest and "MiB" not in rest, page
+    h200 = (site / "models" / "Qwen" / "Qwen3-8B" / "index.html").read_text(encoding="utf-8")
+    assert "140.4 GiB (GiB, 2<sup>30</sup> bytes) for the H200 141 GB, which is 151 GB" in h200
+
+
+def test_llms_txt_gives_each_model_the_tokens_its_page_uses(site: Path) -> None:
+    """Item 7: encoders with a 512-token context say 512 in llms.txt, as their page does."""
+    twins = _twins(site)
+    models = (site / "llms.txt").read_text(encoding="utf-8").split("## Models")[1]
+    lines = re.findall(r"^- \[([^\]]+)\]\([^)]*\): (.*)$", models, re.M)
+    assert len(lines) == len(twins)
+    seen = set()
+    for model, text in lines:
+        tokens = twins[model]["memory"]["train_tokens"]
+        assert f"batch 1 at {f.count(tokens)} tokens:" in text, model
+        page = (site / "models" / model / "index.html").read_text(encoding="utf-8")
+        assert f"at batch 1 and {f.count(tokens)} tokens" in page
+        seen.add(tokens)
+    assert {512, 2048} <= seen
+
+
+def test_moe_pages_and_llms_txt_show_active_parameters(site: Path) -> None:
+    """Item 8: Qwen3-30B-A3B's 3,353,032,704 active parameters (the Report's params.active) are shown."""
+    twin = _twins(site)["Qwen/Qwen3-30B-A3B"]
+    assert twin["params"]["active"] == 3_353_032_704
+    html = (site / "models" / "Qwen" / "Qwen3-30B-A3B" / "index.html").read_text(encoding="utf-8")
+    assert '<strong title="3,353,032,704">3.35B</strong> of its 30.5B parameters are active per token' in html
+    assert "(8 of 128 routed experts per MoE layer)" in html
+    assert "Qwen3-30B-A3B/): 30.5B parameters (3.35B active per token);" in (site / "llms.txt").read_text()
+    dense = (site / "models" / "Qwen" / "Qwen3-8B" / "index.html").read_text(encoding="utf-8")
+    assert 'id="active"' not in dense
+
+
+def test_no_page_shows_a_path_of_the_project_itself(site: Path) -> None:
+    """Item 10: the tiny models' config notes once pointed at reference-pages/...txt."""
+    for page in site.rglob("*"):
+        if page.suffix in (".html", ".txt", ".xml", ".json"):
+            text = page.read_text(encoding="utf-8")
+            assert "reference-pages/" not in text and "/work/" not in text and "gpu-and-hub-facts" not in text, page
+    tiny = (site / "models" / "trl-internal-testing" / "tiny-Qwen2ForCausalLM-2.5" / "index.html").read_text()
+    assert "Config: reconstructed [from the shape published for this model" in tiny
+
+
+def test_unknown_values_say_so_and_sort_apart(site: Path) -> None:
+    """Item 11: no "vs checkpoint —"; models without a download count follow the counted ones apart."""
+    for model, twin in _twins(site).items():
+        html = (site / "models" / model / "index.html").read_text(encoding="utf-8")
+        want = "not known" if twin["params"]["checkpoint"] is None else f.count(twin["params"]["checkpoint"])
+        assert f"vs checkpoint <strong>{want}</strong>" in html, model
+    records = {r.id: r for r in iter_records(DEFAULT_SNAPSHOT_DIR) if not hasattr(r, "reason")}
+    unknown = sorted(m for m, r in records.items() if r.downloads is None)
+    assert "google-bert/bert-base-uncased" in unknown
+    home = (site / "index.html").read_text(encoding="utf-8")
+    counted, apart = home.split('<tbody class="unknown">')
+    assert f"Download count not known ({len(unknown)} models, by name)" in apart
+    listed = re.findall(r'<th scope="row"><a href="[^"]*">([^<]*)</a>', apart)
+    assert listed == unknown
+    downloads = [c for c in re.findall(r'data-label="Downloads">([^<]*)<', apart)]
+    assert set(downloads) == {"not known"}
+    assert "not known" not in re.findall(r'data-label="Downloads">([^<]*)<', counted)
+    t4 = (site / "cards" / "t4-16-gb" / "index.html").read_text(encoding="utf-8")
+    assert "bert-base-uncased" in t4.split('<tbody class="unknown">')[1]
+
+
+def test_the_feed_and_changes_are_dated_from_the_snapshot(site: Path) -> None:
+    """Item 12: the newest day a record's Hub data was read (2026-05-17 in downloads_source), not 1970."""
+    feed = (site / "feeds" / "models.atom.xml").read_text(encoding="utf-8")
+    assert "1970" not in feed
+    assert "<updated>2026-05-17T00:00:00Z</updated>" in feed
+    assert "2026-05-17" in (site / "changes" / "index.html").read_text(encoding="utf-8")
+
+
+def test_snapshot_date_reads_the_crawl_day_and_never_the_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SOURCE_DATE_EPOCH", raising=False)
+    entry = listing.Entry("a/b", None, None, None, None, None, None, "x")
+    assert changes.snapshot_date([entry]) == changes.EPOCH
+    read = listing.Entry("a/b", None, None, None, None, None, None, "x",
+                         read_date=f.latest_day("Hub API field downloads (rolling 30-day count) on 2026-11-02"))
+    modified = listing.Entry("c/d", None, None, None, None, None, None, "x", last_modified="2026-10-01T08:00:00Z")
+    assert changes.snapshot_date([read, modified]) == "2026-11-02T00:00:00Z"
+    assert f.latest_day("saved 2025-09-23; scraped around 2026-05-17, not 2026-13-45") == "2026-05-17T00:00:00Z"
+    assert f.latest_day(None) is None and f.latest_day("sha 2026abc") is None
+
+
+def test_every_citation_on_the_site_is_explained_on_the_sources_page(site: Path) -> None:
+    """Item 13: [SILY], [AWS-SKY] and every other key a page shows link to their entry on /sources/."""
+    sources = (site / "sources" / "index.html").read_text(encoding="utf-8")
+    entries = set(re.findall(r'<dt id="src-([A-Z0-9-]+)">', sources))
+    assert {"SILY", "AWS-SKY", "LAMBDA-YML"} <= entries
+    shown = set()
+    for page in site.rglob("*.html"):
+        html = page.read_text(encoding="utf-8")
+        for key in re.findall(r"\[([A-Z][A-Z0-9-]+)\]", _text(html)):
+            shown.add(key)
+            assert key in entries, (page, key)
+        for key in re.findall(r'sources/index\.html#src-([A-Z0-9-]+)"', html):
+            assert key in entries
+    assert {"SILY", "AWS-SKY"} <= shown
+    gpt2 = (site / "models" / "openai-community" / "gpt2" / "index.html").read_text(encoding="utf-8")
+    assert '<a href="../../../sources/index.html#src-SILY"' in gpt2
+    assert "docs/sources.md" not in DEFAULT_CONFIG.read_text(encoding="utf-8")
+
+
+def test_a_citation_without_a_source_is_refused(tmp_path: Path) -> None:
+    data = yaml.safe_load(DEFAULT_CONFIG.read_text(encoding="utf-8"))
+    data["gpus"]["h200"]["price_source"] = "somewhere [NOWHERE]"
+    path = tmp_path / "site_config.yaml"
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    with pytest.raises(ConfigError, match="NOWHERE"):
+        load_settings(path)
+    for g in SETTINGS.gpus.values():
+        assert set(cited(g.price_source + g.spec_source)) <= set(SETTINGS.sources)
