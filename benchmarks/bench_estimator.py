@@ -21,8 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from generator.errors import TraceError  # noqa: E402
 from generator.estimator import estimate  # noqa: E402
-from generator.estimator.config import normalise  # noqa: E402
-from generator.estimator.graph import build_graph  # noqa: E402
+from generator.estimator.normalise import normalise  # noqa: E402
+from generator.estimator.graph.nodes import build_graph  # noqa: E402
 from generator.settings import load_settings  # noqa: E402
 from tests.conftest import snapshot_configs  # noqa: E402
 
