@@ -25,7 +25,7 @@ from . import (
     vision_language,
 )
 from .assembly import Builder, Wrapper
-from .decoder import T
+from .decoder import DecoderTraits
 
 
 def merged(*tables: Mapping[str, Any]) -> dict[str, Any]:
@@ -39,7 +39,7 @@ def merged(*tables: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-DECODERS: dict[str, T] = merged(gpt2_era.TRAITS, llama.TRAITS, gemma.TRAITS, mixture_of_experts.TRAITS,
+DECODERS: dict[str, DecoderTraits] = merged(gpt2_era.TRAITS, llama.TRAITS, gemma.TRAITS, mixture_of_experts.TRAITS,
                                 latent_attention.TRAITS, linear_attention.TRAITS, mamba_hybrids.TRAITS,
                                 short_convolution.TRAITS)
 BUILDERS: dict[str, Builder] = merged(gpt2_era.BUILDERS, llama.BUILDERS, gemma.BUILDERS, mixture_of_experts.BUILDERS,

@@ -34,10 +34,10 @@ from ..graph.parts import (
 from .assembly import mla_part
 
 
-class D:
+class Dims:
     """The standard dimensions of one config, read once, plus the reader for anything else."""
 
-    def __init__(self, r: Reader, t: "T") -> None:
+    def __init__(self, r: Reader, t: "DecoderTraits") -> None:
         self.r = r
         self.hidden = r.int("hidden_size")
         self.layers = r.int("num_hidden_layers")
@@ -73,14 +73,14 @@ class D:
         return self.r.flag(key, default)
 
 
-Count = Callable[[D], int]
+Count = Callable[[Dims], int]
 
 
-Linears = Callable[[D], tuple[tuple[int, int], ...]]
+Linears = Callable[[Dims], tuple[tuple[int, int], ...]]
 
 
 @dataclass(frozen=True)
-class M:
+class ExpertTraits:
     """MoE traits: the keys of the routed experts, the shared expert, and which layers are sparse."""
 
     experts: str = "num_experts"
@@ -93,13 +93,13 @@ class M:
     score_bias: bool = False  # e_score_correction_bias stored as a parameter (not a buffer)
     shared_bias: bool | str = False  # the shared expert's Linears have biases (config key, usually mlp_bias)
     gated: bool = True
-    sparse: Callable[[D, int], bool] | None = None  # layer i has experts (None: every layer)
+    sparse: Callable[[Dims, int], bool] | None = None  # layer i has experts (None: every layer)
     dense_inter: str = "intermediate_size"  # width of the dense layers' MLP
     extra: Count | None = None  # other per-MoE-layer parameters
 
 
 @dataclass(frozen=True)
-class T:
+class DecoderTraits:
     """Traits of one decoder family (defaults: llama)."""
 
     norm: str = "rmsnorm"
@@ -129,16 +129,16 @@ class T:
     top_extra: Count | None = None  # outside the layers (embedding norms, projections)
     embed_norm: bool = False
     q_mult: int = 1  # 2: q_proj also emits the output gate
-    moe: M | None = None
+    moe: ExpertTraits | None = None
     mla: bool = False
     window_rule: Rule | None = None
     text_config: bool = False  # the CausalLM reads config.text_config (emu3, ...)
     aliases: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    mixer: Callable[[D, int], str] | None = None  # per layer: "attention" or a hybrid mixer (hybrids.py)
-    mixers: Mapping[str, Callable[[D, int], Part]] = field(default_factory=dict)  # hybrid mixer builders
-    ffn: Callable[[D, int], str] | None = None  # per layer: "dense", "moe", "none"
+    mixer: Callable[[Dims, int], str] | None = None  # per layer: "attention" or a hybrid mixer (hybrids.py)
+    mixers: Mapping[str, Callable[[Dims, int], Part]] = field(default_factory=dict)  # hybrid mixer builders
+    ffn: Callable[[Dims, int], str] | None = None  # per layer: "dense", "moe", "none"
     extra_head: Count | None = None
-    attn: Callable[["T", D, int, int], Part] | None = None  # custom attention (layer index from 1, window)
+    attn: Callable[["DecoderTraits", Dims, int, int], Part] | None = None  # custom attention (layer index from 1, window)
     attn_by_window: bool = False  # the custom attention depends on its layer only through the name and window
     never_tie: bool = False  # the class has no tied-weights map: tie_word_embeddings is ignored
     mha: bool = False  # every head has its own K/V whatever num_key_value_heads says
@@ -152,21 +152,21 @@ class T:
     o_in_hidden: bool = False  # o_proj reads hidden_size features whatever heads x head_dim is (StableLM)
     defaults: Mapping[str, Any] = field(default_factory=dict)  # values the family's class documents elsewhere
     # Config-dependent quirks of a few families (gpt2_era: Falcon, GPT-NeoX, StableLM, OPT), each a rule over D:
-    kv_rule: Callable[[D], int] | None = None  # K/V heads (Falcon's multi_query / num_kv_heads)
-    layout: Callable[[D], tuple[tuple[str, ...], bool]] | None = None  # (norms, parallel) per config
-    norm_rule: Callable[[D], str] | None = None  # the norm kind per config (OPT without affine weights)
-    final_norm_rule: Callable[[D], bool] | None = None  # whether the final norm exists (OPT)
-    rotary: Callable[[D], int] | None = None  # rotated dims per head (partial rotary); None: all of head_dim
+    kv_rule: Callable[[Dims], int] | None = None  # K/V heads (Falcon's multi_query / num_kv_heads)
+    layout: Callable[[Dims], tuple[tuple[str, ...], bool]] | None = None  # (norms, parallel) per config
+    norm_rule: Callable[[Dims], str] | None = None  # the norm kind per config (OPT without affine weights)
+    final_norm_rule: Callable[[Dims], bool] | None = None  # whether the final norm exists (OPT)
+    rotary: Callable[[Dims], int] | None = None  # rotated dims per head (partial rotary); None: all of head_dim
 
 
-def has_qk_norm(t: T, d: D) -> bool:
+def has_qk_norm(t: DecoderTraits, d: Dims) -> bool:
     return t.qk_norm is not None and not (t.qk_norm_key and not d.f(t.qk_norm_key))
 
 
-def partial_rotary(default: float, neox_key: bool = False) -> Callable[[D], int]:
+def partial_rotary(default: float, neox_key: bool = False) -> Callable[[Dims], int]:
     """Rotated dims per head: head_dim x partial_rotary_factor (in rope_parameters or at the top level; GPT-NeoX
     names it rotary_pct). modeling_phi.py 0.5, modeling_stablelm.py 0.25, modeling_gpt_neox.py 0.25."""
-    def rule(d: D) -> int:
+    def rule(d: Dims) -> int:
         rope = d.r.cfg.get("rope_parameters")
         fallback = rope.get("partial_rotary_factor", default) if isinstance(rope, dict) else default
         key = "rotary_pct" if neox_key and "rotary_pct" in d.r.cfg else "partial_rotary_factor"
@@ -174,7 +174,7 @@ def partial_rotary(default: float, neox_key: bool = False) -> Callable[[D], int]
     return rule
 
 
-def qk_norm_params(t: T, d: D, norm: str) -> int:
+def qk_norm_params(t: DecoderTraits, d: Dims, norm: str) -> int:
     """q/k norms: one over head_dim shared by the heads ("head": qwen3, gemma3, phi), else over heads x head_dim
     ("flat": olmo2; "per_head": cohere, stablelm, one weight per head and dim)."""
     if not has_qk_norm(t, d):
@@ -185,7 +185,7 @@ def qk_norm_params(t: T, d: D, norm: str) -> int:
     return norm_params(kind, d.heads * d.hd) + norm_params(kind, d.kv * d.hd)
 
 
-def attention(t: T, d: D, i: int, window: int, *, heads: int = 0, kv: int = 0, v_dim: int = 0,
+def attention(t: DecoderTraits, d: Dims, i: int, window: int, *, heads: int = 0, kv: int = 0, v_dim: int = 0,
               extra: int = 0, hd: int = 0) -> Part:
     """Attention of layer i (from 1); heads / kv heads / head_dim / v_dim override the config's (per-layer variants)."""
     heads, kv, hd = heads or d.heads, kv or d.kv, hd or d.hd
@@ -199,7 +199,7 @@ def attention(t: T, d: D, i: int, window: int, *, heads: int = 0, kv: int = 0, v
                           o_in=d.hidden if t.o_in_hidden else 0, rope=t.position == "rope")
 
 
-def mlp(t: T, d: D, i: int, inter: int | None = None) -> Part:
+def mlp(t: DecoderTraits, d: Dims, i: int, inter: int | None = None) -> Part:
     extra = t.mlp_extra(d) if t.mlp_extra else 0
     if not (inter or d.inter):
         raise ConfigError(d.r.model, t.inter_key, None, "required key is missing (a dense MLP layer needs it)")
@@ -207,7 +207,7 @@ def mlp(t: T, d: D, i: int, inter: int | None = None) -> Part:
                     inter or d.inter, t.mlp == "gated", d.f(t.mlp_bias), fused=t.fused_gate_up, extra=extra)
 
 
-def moe(t: T, d: D, i: int) -> Part:
+def moe(t: DecoderTraits, d: Dims, i: int) -> Part:
     m = t.moe
     assert m is not None
     r = d.r
@@ -229,7 +229,7 @@ def moe(t: T, d: D, i: int) -> Part:
     return part._replace(type=f"MoE ({experts} experts, top-{k})")
 
 
-def ffn_kind(t: T, d: D, i: int) -> str:
+def ffn_kind(t: DecoderTraits, d: Dims, i: int) -> str:
     if t.ffn is not None:
         return t.ffn(d, i)
     if t.moe is None:
@@ -237,7 +237,7 @@ def ffn_kind(t: T, d: D, i: int) -> str:
     return "moe" if t.moe.sparse is None or t.moe.sparse(d, i) else "dense"
 
 
-def layer(t: T, d: D, i: int, window: int) -> Block:
+def layer(t: DecoderTraits, d: Dims, i: int, window: int) -> Block:
     """Layer i (0-based) in forward order: norms around the mixer and the feed-forward."""
     n = i + 1
     kind = t.mixer(d, i) if t.mixer else "attention"
@@ -260,7 +260,7 @@ def layer(t: T, d: D, i: int, window: int) -> Block:
     return Block(n, bkind, tuple(parts))
 
 
-def _layers(t: T, d: D, windows: tuple[int, ...]) -> tuple[Block, ...]:
+def _layers(t: DecoderTraits, d: Dims, windows: tuple[int, ...]) -> tuple[Block, ...]:
     """Every layer. Standard attention layers (and custom ones marked attn_by_window) depend on their
     index only through their names, the window and the feed-forward kind: each such layer is built once
     and numbered for the others."""
@@ -281,14 +281,14 @@ def _layers(t: T, d: D, windows: tuple[int, ...]) -> tuple[Block, ...]:
     return tuple(out)
 
 
-def build(cfg: Mapping[str, Any], model: str, model_type: str, t: T, *, family: str | None = None) -> Arch:
+def build(cfg: Mapping[str, Any], model: str, model_type: str, t: DecoderTraits, *, family: str | None = None) -> Arch:
     """Read the config under the family's traits and build the spec."""
     src = cfg
     if t.text_config:
         sub = cfg.get("text_config")
         src = sub if isinstance(sub, Mapping) else {}
     r = Reader(src, model, model_type, t.aliases, t.defaults)
-    d = D(r, t)
+    d = Dims(r, t)
     windows = layer_windows(src, model, model_type, d.layers, r.uses, t.window_rule)
     blocks = _layers(t, d, windows)
     tie = r.flag("tie_word_embeddings", t.tie) and not t.never_tie
@@ -330,7 +330,7 @@ def build(cfg: Mapping[str, Any], model: str, model_type: str, t: T, *, family: 
                 layer_windows=windows, spec=spec, experts=experts, experts_per_token=_top_k(r, m, experts) if experts else 0)
 
 
-def _top_k(r: Reader, m: M, experts: int) -> int:
+def _top_k(r: Reader, m: ExpertTraits, experts: int) -> int:
     v = r.cfg.get(m.top_k)
     if isinstance(v, list) and v and all(isinstance(x, int) for x in v):
         return max(v)

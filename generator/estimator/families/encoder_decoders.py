@@ -33,7 +33,7 @@ BART_ALIASES = {"hidden_size": ("d_model",)}
 
 
 @dataclass(frozen=True)
-class B:
+class BartTraits:
     pos_offset: int | None = 2  # learned positions = max_position_embeddings + offset; None: sinusoidal table
     pre_norm: bool = False
     embed_norm: bool = True  # layernorm_embedding
@@ -62,7 +62,7 @@ def _v_bias_fix(p: Part, d: int, bias: bool, k_bias: bool) -> Part:
     return p
 
 
-def bart_stack(r: Reader, b: B, stack: str, layers: int, heads: int, ffn: int, d: int, first: int,
+def bart_stack(r: Reader, b: BartTraits, stack: str, layers: int, heads: int, ffn: int, d: int, first: int,
                bias: bool) -> list[Block]:
     out = []
     norms = ("pre_attn", "pre_mlp") if b.pre_norm else ("post_attn", "post_mlp")
@@ -76,14 +76,14 @@ def bart_stack(r: Reader, b: B, stack: str, layers: int, heads: int, ffn: int, d
     return out
 
 
-def _positions(r: Reader, b: B, d: int, name: str) -> Part:
+def _positions(r: Reader, b: BartTraits, d: int, name: str) -> Part:
     n = r.int(b.positions_key)
     if b.pos_offset is None:  # sinusoidal table kept as an nn.Embedding (pegasus, marian)
         return Part(name, "Embedding", n * d)
     return Part(name, "Embedding", (n + b.pos_offset) * d)
 
 
-def bart_like(cfg: Mapping[str, Any], model: str, mt: str, b: B) -> Arch:
+def bart_like(cfg: Mapping[str, Any], model: str, mt: str, b: BartTraits) -> Arch:
     r = Reader(cfg, model, mt, BART_ALIASES)
     d, vocab = r.int("hidden_size"), r.int("vocab_size")
     bias = r.flag(b.bias, True) if isinstance(b.bias, str) else b.bias
@@ -111,13 +111,13 @@ def bart_like(cfg: Mapping[str, Any], model: str, mt: str, b: B) -> Arch:
                     kind="decoder" if causal else "encoder-decoder", position="learned")
 
 
-BARTS: dict[str, B] = {
-    "bart": B(), "mbart": B(pre_norm=True, final_norm=True), "plbart": B(), "mvp": B(),
-    "pegasus": B(pos_offset=None, pre_norm=True, embed_norm=False, final_norm=True),
-    "marian": B(pos_offset=None, embed_norm=False),
-    "blenderbot": B(pos_offset=0, pre_norm=True, embed_norm=False, final_norm=True),
-    "blenderbot-small": B(pos_offset=0),
-    "bigbird_pegasus": B(pos_offset=0, pre_norm=True, bias="use_bias", causal_tied=False),
+BARTS: dict[str, BartTraits] = {
+    "bart": BartTraits(), "mbart": BartTraits(pre_norm=True, final_norm=True), "plbart": BartTraits(), "mvp": BartTraits(),
+    "pegasus": BartTraits(pos_offset=None, pre_norm=True, embed_norm=False, final_norm=True),
+    "marian": BartTraits(pos_offset=None, embed_norm=False),
+    "blenderbot": BartTraits(pos_offset=0, pre_norm=True, embed_norm=False, final_norm=True),
+    "blenderbot-small": BartTraits(pos_offset=0),
+    "bigbird_pegasus": BartTraits(pos_offset=0, pre_norm=True, bias="use_bias", causal_tied=False),
 }
 
 
@@ -193,7 +193,7 @@ def whisper(cfg: Mapping[str, Any], model: str) -> Arch:
     # modeling_whisper.py: pre-norm BART layers whose k_proj has no bias; the encoder reads log-mel
     # frames through conv1 (num_mel_bins -> d, k=3) and conv2 (d -> d, k=3) and max_source_positions
     # positions; the decoder learns max_target_positions positions; proj_out is tied.
-    b = B(pos_offset=0, pre_norm=True, embed_norm=False, final_norm=True, k_bias=False,
+    b = BartTraits(pos_offset=0, pre_norm=True, embed_norm=False, final_norm=True, k_bias=False,
           positions_key="max_target_positions")
     r = Reader(cfg, model, "whisper", BART_ALIASES)
     d, vocab = r.int("hidden_size"), r.int("vocab_size")

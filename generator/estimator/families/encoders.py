@@ -31,7 +31,7 @@ from .assembly import Builder, assemble, bind
 
 
 @dataclass(frozen=True)
-class E:
+class EncoderTraits:
     """Traits of a BERT-like family."""
 
     emb_key: str | None = None  # embedding width key when it may differ from hidden_size
@@ -74,7 +74,7 @@ def _decoder(vocab: int, emb: int, tie: bool) -> int:
     return vocab if tie else vocab * emb + 2 * vocab
 
 
-def _lm_head(e: E, r: Reader, h: int, emb: int, vocab: int, tie: bool) -> list[Part]:
+def _lm_head(e: EncoderTraits, r: Reader, h: int, emb: int, vocab: int, tie: bool) -> list[Part]:
     if e.lm_head == "electra":  # generator_predictions: dense h -> emb + LayerNorm(emb); generator_lm_head
         return [Part("LM_Transform", "Linear", linear(h, emb, True) + 2 * emb, matmul=h * emb),
                 Part("LM_Head", "Linear", vocab + (0 if tie else vocab * emb), width=vocab, matmul=vocab * emb)]
@@ -89,7 +89,7 @@ def _lm_head(e: E, r: Reader, h: int, emb: int, vocab: int, tie: bool) -> list[P
             Part("LM_Head", "Linear", _decoder(vocab, emb, tie), width=vocab, matmul=vocab * emb)]
 
 
-def heads(e: E, r: Reader, kind: str, h: int, emb: int, vocab: int, tie: bool, cfg: Mapping[str, Any]) -> list[Part]:
+def heads(e: EncoderTraits, r: Reader, kind: str, h: int, emb: int, vocab: int, tie: bool, cfg: Mapping[str, Any]) -> list[Part]:
     labels = num_labels(cfg)
     pooler = Part("Pooler", "Linear", linear(h, h, True), matmul=h * h)
     if kind == "mlm":
@@ -114,7 +114,7 @@ def logits_of(kind: str, vocab: int, cfg: Mapping[str, Any]) -> int:
     return vocab if kind in ("mlm", "pretrain") else 2 if kind == "qa" else num_labels(cfg) if kind != "base" else 0
 
 
-def bert_like(cfg: Mapping[str, Any], model: str, mt: str, e: E) -> Arch:
+def bert_like(cfg: Mapping[str, Any], model: str, mt: str, e: EncoderTraits) -> Arch:
     r = Reader(cfg, model, mt)
     h, n, heads_n = r.int("hidden_size"), r.int("num_hidden_layers"), r.int("num_attention_heads")
     vocab, inter = r.int("vocab_size"), r.int("intermediate_size")
@@ -180,19 +180,19 @@ def _xmod_adapters(r: Reader, h: int) -> int:
     return len(langs) * per + (2 * h if r.flag("adapter_layer_norm", False) else 0)
 
 
-FAMILIES: dict[str, E] = {
-    "bert": E(), "megatron-bert": E(pre_norm=True, embed_norm=False),
-    "ernie": E(extra=lambda r, h: r.int("task_type_vocab_size", 3) * h if r.flag("use_task_id", False) else 0),
-    "big_bird": E(lm_pooler=True), "roc_bert": E(extra=_roc_bert),
-    "roberta": E(lm_head="roberta", cls_head="roberta"), "camembert": E(lm_head="roberta", cls_head="roberta"),
-    "xlm-roberta": E(lm_head="roberta", cls_head="roberta"), "data2vec-text": E(lm_head="roberta", cls_head="roberta"),
-    "roberta-prelayernorm": E(lm_head="roberta", cls_head="roberta", pre_norm=True),
-    "xlm-roberta-xl": E(lm_head="roberta", cls_head="roberta", pre_norm=True, embed_norm=False),
-    "xmod": E(lm_head="roberta", cls_head="roberta", layer_extra=_xmod_adapters),
-    "bert-generation": E(token_types=False, lm_head="plain"),
-    "electra": E(emb_key="embedding_size", lm_head="electra", cls_head="roberta"),
-    "rembert": E(emb_key="input_embedding_size", lm_head="rembert"),
-    "roformer": E(emb_key="embedding_size", positions="roformer"),
+FAMILIES: dict[str, EncoderTraits] = {
+    "bert": EncoderTraits(), "megatron-bert": EncoderTraits(pre_norm=True, embed_norm=False),
+    "ernie": EncoderTraits(extra=lambda r, h: r.int("task_type_vocab_size", 3) * h if r.flag("use_task_id", False) else 0),
+    "big_bird": EncoderTraits(lm_pooler=True), "roc_bert": EncoderTraits(extra=_roc_bert),
+    "roberta": EncoderTraits(lm_head="roberta", cls_head="roberta"), "camembert": EncoderTraits(lm_head="roberta", cls_head="roberta"),
+    "xlm-roberta": EncoderTraits(lm_head="roberta", cls_head="roberta"), "data2vec-text": EncoderTraits(lm_head="roberta", cls_head="roberta"),
+    "roberta-prelayernorm": EncoderTraits(lm_head="roberta", cls_head="roberta", pre_norm=True),
+    "xlm-roberta-xl": EncoderTraits(lm_head="roberta", cls_head="roberta", pre_norm=True, embed_norm=False),
+    "xmod": EncoderTraits(lm_head="roberta", cls_head="roberta", layer_extra=_xmod_adapters),
+    "bert-generation": EncoderTraits(token_types=False, lm_head="plain"),
+    "electra": EncoderTraits(emb_key="embedding_size", lm_head="electra", cls_head="roberta"),
+    "rembert": EncoderTraits(emb_key="input_embedding_size", lm_head="rembert"),
+    "roformer": EncoderTraits(emb_key="embedding_size", positions="roformer"),
 }
 
 

@@ -18,12 +18,12 @@ from ..graph.parts import (
     norm_part,
 )
 from .assembly import Builder, assemble
-from .decoder import D, M, T, attention, build, mlp
-from .decoder import D as _D
+from .decoder import Dims, ExpertTraits, DecoderTraits, attention, build, mlp
+from .decoder import Dims as _D
 from .vision_language import retie
 
 
-def _overrides(d: D) -> dict[int, dict[str, int]]:
+def _overrides(d: Dims) -> dict[int, dict[str, int]]:
     per = d.r.cfg.get("per_layer_config")
     types = d.r.list("layer_types") or ["sliding_attention" if (i + 1) % 6 else "full_attention" for i in range(d.layers)]
     types = list(types[:d.layers])
@@ -45,11 +45,11 @@ def _overrides(d: D) -> dict[int, dict[str, int]]:
     return out
 
 
-def _shared(d: D, i: int) -> bool:
+def _shared(d: Dims, i: int) -> bool:
     return i >= d.layers - d.k("num_kv_shared_layers", 0, minimum=0)
 
 
-def _attention(t: T, d: D, n: int, window: int) -> Part:
+def _attention(t: DecoderTraits, d: Dims, n: int, window: int) -> Part:
     i = n - 1
     over = _overrides(d).get(i, {})
     hd, kv = over.get("head_dim", d.hd), over.get("num_key_value_heads", d.kv)
@@ -67,26 +67,26 @@ def _attention(t: T, d: D, n: int, window: int) -> Part:
     return p
 
 
-def _ple(d: D) -> int:
+def _ple(d: Dims) -> int:
     w = d.k("hidden_size_per_layer_input", 0, minimum=0)
     if not w:
         return 0
     return d.k("vocab_size_per_layer_input", d.vocab) * d.layers * w + d.hidden * d.layers * w + w
 
 
-def _layer_ple(d: D) -> int:
+def _layer_ple(d: Dims) -> int:
     w = d.k("hidden_size_per_layer_input", 0, minimum=0)
     return 2 * d.hidden * w + d.hidden if w else 0
 
 
-def _mlp_width(d: D, i: int) -> int:
+def _mlp_width(d: Dims, i: int) -> int:
     return d.inter * (2 if d.f("use_double_wide_mlp", False) and _shared(d, i) else 1)
 
 
 def gemma4_text(cfg: Mapping[str, Any], model: str, mt: str) -> Arch:
-    moe = M(top_k="top_k_experts", shared=lambda d: d.inter,
+    moe = ExpertTraits(top_k="top_k_experts", shared=lambda d: d.inter,
             extra=lambda d: d.hidden + d.k("num_experts") + 3 * d.hidden)
-    t = T(norms=("pre_attn", "post_attn", "pre_mlp", "post_mlp"), qk_norm=None, tie=True, attn=_attention,
+    t = DecoderTraits(norms=("pre_attn", "post_attn", "pre_mlp", "post_mlp"), qk_norm=None, tie=True, attn=_attention,
           qkv_bias="attention_bias", o_bias="attention_bias",
           top_extra=_ple, layer_extra=_layer_ple, moe=moe,
           ffn=lambda d, i: "moe" if d.f("enable_moe_block", False) else "dense")
@@ -218,7 +218,7 @@ def gemma3n_text(cfg: Mapping[str, Any], model: str) -> Arch:
 
 # --- RecurrentGemma (modeling_recurrent_gemma.py, Griffin: De et al. 2024, arXiv:2402.19427): block_types
 # cycle over "recurrent" (RG-LRU) and "attention" (local, attention_window_size) temporal blocks.
-def _rglru(d: D, n: int) -> Part:
+def _rglru(d: Dims, n: int) -> Part:
     r = d.r
     h, lru, k = d.hidden, r.int("lru_width", d.hidden), r.int("conv1d_width", 4)
     bs = lru // d.heads
@@ -228,12 +228,12 @@ def _rglru(d: D, n: int) -> Part:
                 transient=4 * lru, state=lru * k + lru)
 
 
-def _griffin_types(d: D) -> list[str]:
+def _griffin_types(d: Dims) -> list[str]:
     types = d.r.list("block_types") or ["recurrent", "recurrent", "attention"]
     return [types[i % len(types)] for i in range(d.layers)]
 
 
-def _griffin_attention(t: T, d: D, n: int, window: int) -> Part:
+def _griffin_attention(t: DecoderTraits, d: Dims, n: int, window: int) -> Part:
     p = attention(t, d, n, d.k("attention_window_size", 2048))
     return p._replace(params=p.params + d.hidden)  # o_proj has a bias, q/k/v do not
 
@@ -243,7 +243,7 @@ def recurrent_gemma(cfg: Mapping[str, Any], model: str) -> Arch:
     inter = r.int("intermediate_size") // 2  # modeling_recurrent_gemma.py: MLP width intermediate_size // 2
     return build(dict(cfg, intermediate_size=inter), model, "recurrent_gemma", RECURRENT_GEMMA)
 
-RECURRENT_GEMMA = T(tie=True, mlp_bias=True, qkv_bias="attention_bias", attn=_griffin_attention,
+RECURRENT_GEMMA = DecoderTraits(tie=True, mlp_bias=True, qkv_bias="attention_bias", attn=_griffin_attention,
                               mixer=lambda d, i: "rglru" if _griffin_types(d)[i] == "recurrent" else "attention",
                               mixers={"rglru": _rglru})
 
@@ -259,10 +259,10 @@ BUILDERS: dict[str, Builder] = {
 }
 
 
-TRAITS: dict[str, T] = {
-    "gemma": T(qkv_bias="attention_bias", o_bias="attention_bias", tie=True, act_default="gelu_pytorch_tanh"),
-    "gemma2": T(norms=("pre_attn", "post_attn", "pre_mlp", "post_mlp"), qkv_bias="attention_bias",
+TRAITS: dict[str, DecoderTraits] = {
+    "gemma": DecoderTraits(qkv_bias="attention_bias", o_bias="attention_bias", tie=True, act_default="gelu_pytorch_tanh"),
+    "gemma2": DecoderTraits(norms=("pre_attn", "post_attn", "pre_mlp", "post_mlp"), qkv_bias="attention_bias",
                 o_bias="attention_bias", tie=True, act_default="gelu_pytorch_tanh"),
-    "gemma3_text": T(norms=("pre_attn", "post_attn", "pre_mlp", "post_mlp"), qkv_bias="attention_bias",
+    "gemma3_text": DecoderTraits(norms=("pre_attn", "post_attn", "pre_mlp", "post_mlp"), qkv_bias="attention_bias",
                      o_bias="attention_bias", qk_norm="head", tie=True, act_default="gelu_pytorch_tanh"),
 }

@@ -18,7 +18,7 @@ from ..graph.parts import (
     norm_part,
 )
 from .assembly import Builder, assemble, plain_attention
-from .decoder import D, T, partial_rotary
+from .decoder import Dims, DecoderTraits, partial_rotary
 
 GPT2_KEYS = {
     "hidden_size": ("n_embd",),
@@ -29,11 +29,11 @@ GPT2_KEYS = {
 }
 
 
-def _gptj_rotary(d: D) -> int:  # modeling_gptj.py: rotary_dim of each head (None: all of it)
+def _gptj_rotary(d: Dims) -> int:  # modeling_gptj.py: rotary_dim of each head (None: all of it)
     return d.r.int("rotary_dim", d.hd) or d.hd
 
 
-def _falcon_kv(d: D) -> int:
+def _falcon_kv(d: Dims) -> int:
     # modeling_falcon.FalconAttention: new_decoder_architecture uses num_kv_heads; else multi_query (default
     # true) means one K/V head; else full multi-head.
     if d.f("new_decoder_architecture"):
@@ -41,7 +41,7 @@ def _falcon_kv(d: D) -> int:
     return 1 if d.f("multi_query", True) else d.heads
 
 
-def _falcon_layout(d: D) -> tuple[tuple[str, ...], bool]:
+def _falcon_layout(d: Dims) -> tuple[tuple[str, ...], bool]:
     if d.f("new_decoder_architecture"):
         n = d.r.int("num_ln_in_parallel_attn", 2)
         return (("pre_attn", "pre_mlp") if n == 2 else ("pre_attn",)), True
@@ -50,17 +50,17 @@ def _falcon_layout(d: D) -> tuple[tuple[str, ...], bool]:
     return ("pre_attn", "pre_mlp"), False
 
 
-def _neox_layout(d: D) -> tuple[tuple[str, ...], bool]:
+def _neox_layout(d: Dims) -> tuple[tuple[str, ...], bool]:
     return ("pre_attn", "pre_mlp"), d.f("use_parallel_residual", True)
 
 
 
 
-def _opt_norm(d: D) -> str:  # modeling_opt.py: layer_norm_elementwise_affine=False drops the norms' weights
+def _opt_norm(d: Dims) -> str:  # modeling_opt.py: layer_norm_elementwise_affine=False drops the norms' weights
     return "layernorm" if d.f("layer_norm_elementwise_affine", True) else "layernorm_noparams"
 
 
-def _opt_final_norm(d: D) -> bool:  # OPT-350m: do_layer_norm_before=False has no final norm
+def _opt_final_norm(d: Dims) -> bool:  # OPT-350m: do_layer_norm_before=False has no final norm
     return d.f("do_layer_norm_before", True) and not d.r.cfg.get("_remove_final_layer_norm", False)
 
 
@@ -262,34 +262,34 @@ def reformer(cfg: Mapping[str, Any], model: str) -> Arch:
                     ctx=ctx, tie=False, embed=embed, blocks=blocks, head=head, position="learned")
 
 
-TRAITS: dict[str, T] = {
-    "gpt2": T(norm="layernorm", fused_qkv=True, mlp="plain", qkv_bias=True, o_bias=True, mlp_bias=True,
+TRAITS: dict[str, DecoderTraits] = {
+    "gpt2": DecoderTraits(norm="layernorm", fused_qkv=True, mlp="plain", qkv_bias=True, o_bias=True, mlp_bias=True,
               position="learned", tie=True, act_default="gelu_new", aliases=GPT2_KEYS, head_dim_key=False,
               inter_x4=True, mha=True, rotary=lambda d: d.hd,
               defaults={"max_position_embeddings": 1024, "vocab_size": 50257, "hidden_size": 768,
                         "num_hidden_layers": 12, "num_attention_heads": 12}),
-    "gpt_neox": T(norm="layernorm", fused_qkv=True, mlp="plain", qkv_bias="attention_bias", o_bias="attention_bias",
+    "gpt_neox": DecoderTraits(norm="layernorm", fused_qkv=True, mlp="plain", qkv_bias="attention_bias", o_bias="attention_bias",
                   mlp_bias=True, act_default="gelu", mha=True, layout=_neox_layout,
                   rotary=partial_rotary(0.25, neox_key=True), defaults={"attention_bias": True}),
-    "gptj": T(norm="layernorm", norms=("pre_attn",), parallel=True, mlp="plain", mlp_bias=True, head_bias=True,
+    "gptj": DecoderTraits(norm="layernorm", norms=("pre_attn",), parallel=True, mlp="plain", mlp_bias=True, head_bias=True,
               act_default="gelu_new", aliases=GPT2_KEYS, head_dim_key=False, inter_x4=True, mha=True,
               rotary=_gptj_rotary, defaults={"max_position_embeddings": 2048}),
-    "opt": T(norm="layernorm", mlp="plain", qkv_bias="enable_bias", o_bias="enable_bias", mlp_bias="enable_bias",
+    "opt": DecoderTraits(norm="layernorm", mlp="plain", qkv_bias="enable_bias", o_bias="enable_bias", mlp_bias="enable_bias",
              position="learned", position_offset=2, tie=True, act_default="relu",
              aliases={"intermediate_size": ("ffn_dim",)}, head_dim_key=False, mha=True,
              embed_proj_key="word_embed_proj_dim", norm_rule=_opt_norm, final_norm_rule=_opt_final_norm,
              defaults={"enable_bias": True}),
-    "bloom": T(norm="layernorm", fused_qkv=True, mlp="plain", qkv_bias=True, o_bias=True, mlp_bias=True,
+    "bloom": DecoderTraits(norm="layernorm", fused_qkv=True, mlp="plain", qkv_bias=True, o_bias=True, mlp_bias=True,
                position="alibi", embed_norm=True, tie=True, act_default="gelu", head_dim_key=False,
                inter_x4_always=True, mha=True, default_context=2048,
                aliases={"hidden_size": ("n_embed",), "num_hidden_layers": ("n_layer",),
                         "num_attention_heads": ("n_head",), "max_position_embeddings": ("seq_length",)}),
-    "falcon": T(norm="layernorm", fused_qkv=True, mlp="plain", qkv_bias="bias", o_bias="bias", mlp_bias="bias",
+    "falcon": DecoderTraits(norm="layernorm", fused_qkv=True, mlp="plain", qkv_bias="bias", o_bias="bias", mlp_bias="bias",
                 tie=True, act_default="gelu", head_dim_key=False, inter_x4=True, kv_rule=_falcon_kv,
                 layout=_falcon_layout, aliases={"num_hidden_layers": ("n_layer",), "num_attention_heads": ("n_head",),
                                                 "intermediate_size": ("ffn_hidden_size",)},
                 defaults={"max_position_embeddings": 2048}),
-    "phi": T(norm="layernorm", norms=("pre_attn",), parallel=True, mlp="plain", qkv_bias=True, o_bias=True,
+    "phi": DecoderTraits(norm="layernorm", norms=("pre_attn",), parallel=True, mlp="plain", qkv_bias=True, o_bias=True,
              mlp_bias=True, qk_norm="head", qk_norm_kind="layernorm", qk_norm_key="qk_layernorm", head_bias=True,
              act_default="gelu_new", rotary=partial_rotary(0.5)),
 }

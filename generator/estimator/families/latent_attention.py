@@ -18,11 +18,11 @@ from ..graph.parts import (
     norm_part,
 )
 from .assembly import Builder, assemble, mla_part
-from .decoder import D, M, T, build
+from .decoder import Dims, ExpertTraits, DecoderTraits, build
 from .mixture_of_experts import _n_shared, first_k_dense
 
 
-def reader_at(d: D, i: int):
+def reader_at(d: Dims, i: int):
     """A reader of layer i's config: `per_layer_config` overrides (keys "02" or 2) over the config."""
     per = d.r.cfg.get("per_layer_config")
     if not isinstance(per, Mapping):
@@ -35,7 +35,7 @@ def reader_at(d: D, i: int):
     return sub
 
 
-def _dots3_attention(t: T, d: D, n: int, window: int) -> Part:
+def _dots3_attention(t: DecoderTraits, d: Dims, n: int, window: int) -> Part:
     # modeling_dots3_note.py: MLA with per-layer shapes (per_layer_config), a RMSNorm on the rotary key
     # (qk_rope_head_dim), a per-head output gate g_proj (hidden -> heads), and the DSA indexer on
     # "indexed_attention" layers.
@@ -92,7 +92,7 @@ def longcat_flash(cfg: Mapping[str, Any], model: str) -> Arch:
                     blocks=blocks, head=head, experts=routed, top_k=k)
 
 
-def _axk2_attention(t: T, d: D, n: int, window: int) -> Part:
+def _axk2_attention(t: DecoderTraits, d: Dims, n: int, window: int) -> Part:
     # modeling_axk2.py: MLA without q_b_proj; q_gate_proj (2 x q_lora_rank -> heads x (qk + v)) fuses the
     # query and an output gate; the DSA indexer on every layer; the input norm is a gated RMSNorm
     # (+ fc1 hidden -> gated_norm_rank, fc2 back), counted here with the attention it feeds.
@@ -114,7 +114,7 @@ def _axk2_attention(t: T, d: D, n: int, window: int) -> Part:
 _V4_RATIO_TYPES = {0: "sliding_attention", 4: "compressed_sparse_attention", 128: "heavily_compressed_attention"}
 
 
-def _v4_type(d: D, n: int) -> str:
+def _v4_type(d: Dims, n: int) -> str:
     """configuration_deepseek_v4.__post_init__: layer_types, else the legacy compress_ratios (0/4/128), else
     two heavily compressed layers then CSA and HCA alternating."""
     types = d.r.list("layer_types", length=d.layers)
@@ -129,7 +129,7 @@ def _v4_type(d: D, n: int) -> str:
     return "heavily_compressed_attention" if i < 2 or (i - 2) % 2 == 0 else "compressed_sparse_attention"
 
 
-def _v4_rate(d: D, kind: str) -> int:
+def _v4_rate(d: Dims, kind: str) -> int:
     rates = d.r.cfg.get("compress_rates")
     legacy = {"compressed_sparse_attention": "compress_rate_csa", "heavily_compressed_attention": "compress_rate_hca"}
     if isinstance(rates, Mapping) and isinstance(rates.get(kind), int):
@@ -137,7 +137,7 @@ def _v4_rate(d: D, kind: str) -> int:
     return d.k(legacy[kind], 4 if kind == "compressed_sparse_attention" else 128)
 
 
-def _v4_attention(t: T, d: D, n: int, window: int) -> Part:
+def _v4_attention(t: DecoderTraits, d: Dims, n: int, window: int) -> Part:
     # modeling_deepseek_v4.DeepseekV4Attention: q_a_proj (+ norm) -> q_b_proj to heads x head_dim, one shared K=V
     # head (kv_proj + norm), grouped o_a_proj (o_groups blocks of heads x head_dim / o_groups -> o_lora_rank),
     # o_b_proj, per-head sinks. CSA layers add a compressor (kv/gate hidden -> 2 x head_dim, position_bias of
@@ -160,25 +160,25 @@ def _v4_attention(t: T, d: D, n: int, window: int) -> Part:
                 attn_flops=4 * heads * hd)
 
 
-def _v4_hyper(d: D) -> int:
+def _v4_hyper(d: Dims) -> int:
     # DeepseekV4HyperConnection (attn_hc, ffn_hc): fn ((2 + m) m x m.hidden), base ((2 + m) m), scale (3)
     m = d.k("hc_mult")
     return 2 * ((2 + m) * m * m * d.hidden + (2 + m) * m + 3)
 
 
-TRAITS: dict[str, T] = {
-    "dots3_note_text": T(mla=True, attn=_dots3_attention,
-                              moe=M(experts="n_routed_experts", shared=lambda d: d.k("shared_experts_intermediate_size")
+TRAITS: dict[str, DecoderTraits] = {
+    "dots3_note_text": DecoderTraits(mla=True, attn=_dots3_attention,
+                              moe=ExpertTraits(experts="n_routed_experts", shared=lambda d: d.k("shared_experts_intermediate_size")
                                     * d.k("n_shared_experts", 1), sparse=first_k_dense())),
-    "axk2": T(mla=True, attn=_axk2_attention,
-                   moe=M(experts="n_routed_experts", shared=_n_shared("n_shared_experts"),
+    "axk2": DecoderTraits(mla=True, attn=_axk2_attention,
+                   moe=ExpertTraits(experts="n_routed_experts", shared=_n_shared("n_shared_experts"),
                          sparse=first_k_dense(freq="moe_layer_freq", k0=1),
                          extra=lambda d: 2 * d.hidden * d.k("gated_norm_rank", 16))),
     # DeepseekV4HyperHead: hc_fn (m x m.hidden), hc_base (m), hc_scale (1)
-"deepseek_v4": T(attn=_v4_attention, inter_key=None, layer_extra=_v4_hyper, mha=False,
+"deepseek_v4": DecoderTraits(attn=_v4_attention, inter_key=None, layer_extra=_v4_hyper, mha=False,
                           # DeepseekV4HyperHead: hc_fn (m x m.hidden), hc_base (m), hc_scale (1)
                           extra_head=lambda d: d.k("hc_mult") ** 2 * d.hidden + d.k("hc_mult") + 1,
-                          moe=M(experts="n_routed_experts", shared=lambda d: d.k("moe_intermediate_size"),
+                          moe=ExpertTraits(experts="n_routed_experts", shared=lambda d: d.k("moe_intermediate_size"),
                                 shared_bias="mlp_bias")),
 }
 

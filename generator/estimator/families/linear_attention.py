@@ -10,14 +10,14 @@ from typing import Callable
 
 from ...errors import ConfigError
 from ..graph.parts import Part
-from .decoder import D, M, T
+from .decoder import Dims, ExpertTraits, DecoderTraits
 from .assembly import mla_part
 from .mixture_of_experts import _n_shared, _width, first_k_dense, qwen_sparse
 
 LEGACY = {"mamba": "linear_attention", "attention": "full_attention", "hybrid": "full_attention"}
 
 
-def layer_types(d: D, default: Callable[[int], str]) -> list[str]:
+def layer_types(d: Dims, default: Callable[[int], str]) -> list[str]:
     """The config's layer_types (legacy names remapped, configuration_utils._LEGACY_LAYER_TYPE_REMAP)."""
     types = d.r.cfg.get("layer_types")
     if types is None:
@@ -31,7 +31,7 @@ def is_linear(name: str) -> bool:
     return name in ("linear_attention", "mamba", "conv", "recurrent", "lightning_attention")
 
 
-def gdn_part(d: D, n: int, *, split: bool = False, prefix: str = "linear_") -> Part:
+def gdn_part(d: Dims, n: int, *, split: bool = False, prefix: str = "linear_") -> Part:
     """Gated DeltaNet (modeling_qwen3_next.py / modeling_qwen3_5.py): in_proj to q, k (key heads x d_k),
     v and z (value heads x d_v), b and a (value heads); conv1d over q, k, v; dt_bias and A_log per value
     head; a gated RMSNorm of d_v; out_proj. State per sequence: conv (conv_dim x kernel) + heads x d_k x d_v."""
@@ -50,7 +50,7 @@ def gdn_part(d: D, n: int, *, split: bool = False, prefix: str = "linear_") -> P
                 state=conv * kernel + nv * dk * dv)
 
 
-def _qwen_next_types(d: D) -> list[str]:
+def _qwen_next_types(d: Dims) -> list[str]:
     interval = d.k("full_attention_interval", 4)
     return layer_types(d, lambda i: "full_attention" if (i + 1) % interval == 0 else "linear_attention")
 
@@ -60,7 +60,7 @@ QWEN_NEXT_MIXER = lambda d, i: "attention" if _qwen_next_types(d)[i] == "full_at
 
 # --- minimax (modeling_minimax.py): lightning (linear) attention layers with a fused qkv_proj, an RMSNorm
 # of heads x head_dim, out_proj and an output gate; state per layer heads x head_dim x head_dim.
-def _lightning(d: D, n: int) -> Part:
+def _lightning(d: Dims, n: int) -> Part:
     inner = d.heads * d.hd
     params = d.hidden * 3 * inner + inner + inner * d.hidden + d.hidden * inner
     lin = ((d.hidden, 3 * inner), (inner, d.hidden), (d.hidden, inner))
@@ -68,14 +68,14 @@ def _lightning(d: D, n: int) -> Part:
                 act=6 * inner, transient=5 * inner, state=d.heads * d.hd * d.hd)
 
 
-def _types_mixer(linear_name: str, default: Callable[[int], str] = lambda i: "full_attention") -> Callable[[D, int], str]:
+def _types_mixer(linear_name: str, default: Callable[[int], str] = lambda i: "full_attention") -> Callable[[Dims, int], str]:
     return lambda d, i: linear_name if is_linear(layer_types(d, default)[i]) else "attention"
 
 
 # --- Kimi Delta Attention (modeling_kimi_linear.py) and bailing_hybrid's linear attention: q/k/v of
 # heads x head_dim, a short conv over each, a low-rank (kimi) or full (bailing) forget gate, beta per
 # head, an output gate, an RMSNorm of head_dim. State: conv (3 x heads x head_dim x kernel) + heads x d x d.
-def _kda(d: D, n: int, *, low_rank: bool) -> Part:
+def _kda(d: Dims, n: int, *, low_rank: bool) -> Part:
     r = d.r
     nh, hd = r.int("linear_num_heads"), r.int("linear_head_dim")
     k = r.int("linear_conv_kernel_dim", 4)
@@ -93,17 +93,17 @@ def _kda(d: D, n: int, *, low_rank: bool) -> Part:
                 state=3 * inner * k + nh * hd * hd)
 
 
-def _kimi_mla(t: T, d: D, n: int, window: int) -> Part:
+def _kimi_mla(t: DecoderTraits, d: Dims, n: int, window: int) -> Part:
     return mla_part(f"Attention_{n}", d.r, d.hidden, d.heads, window=window, bias=d.f("attention_bias"))
 
 
-KIMI_MOE = M(top_k="num_experts_per_token", shared=_n_shared("num_shared_experts"), sparse=first_k_dense())
+KIMI_MOE = ExpertTraits(top_k="num_experts_per_token", shared=_n_shared("num_shared_experts"), sparse=first_k_dense())
 
 
 CTX = {"max_position_embeddings": ("model_max_length",)}
 
 
-def _bailing_mla(t: T, d: D, n: int, window: int) -> Part:
+def _bailing_mla(t: DecoderTraits, d: Dims, n: int, window: int) -> Part:
     # modeling_bailing_hybrid.py: MLA layers also gate their output per head (g_proj hidden -> heads).
     return mla_part(f"Attention_{n}", d.r, d.hidden, d.heads, window=window, extra=d.hidden * d.heads,
                     bias=d.f("attention_bias"))
@@ -111,7 +111,7 @@ def _bailing_mla(t: T, d: D, n: int, window: int) -> Part:
 
 # --- olmo_hybrid (modeling_olmo_hybrid.py): Gated DeltaNet with separate q/k/v/a/b/g projections, olmo3
 # attention (flat q/k RMSNorm) elsewhere; two hidden-width norms per layer either way.
-def _olmo_gdn(d: D, n: int) -> Part:
+def _olmo_gdn(d: Dims, n: int) -> Part:
     r = d.r
     nk, nv = r.int("linear_num_key_heads"), r.int("linear_num_value_heads")
     dk, dv = r.int("linear_key_head_dim"), r.int("linear_value_head_dim")
@@ -124,28 +124,28 @@ def _olmo_gdn(d: D, n: int) -> Part:
                 act=2 * conv + 3 * value, act32=nv, transient=2 * conv + value, state=conv * kernel + nv * dk * dv)
 
 
-TRAITS: dict[str, T] = {
+TRAITS: dict[str, DecoderTraits] = {
     # modeling_qwen3_next.py: gated attention (q_proj also emits the gate) with q/k RMSNorm every
     # full_attention_interval-th layer, Gated DeltaNet elsewhere; qwen2-MoE experts.
-    "qwen3_next": T(qkv_bias="attention_bias", o_bias="attention_bias", qk_norm="head", q_mult=2,
+    "qwen3_next": DecoderTraits(qkv_bias="attention_bias", o_bias="attention_bias", qk_norm="head", q_mult=2,
                     mixer=QWEN_NEXT_MIXER, mixers={"gdn": lambda d, n: gdn_part(d, n)},
-                    moe=M(shared=_width("shared_expert_intermediate_size"), shared_gate=True, sparse=qwen_sparse)),
-    "qwen3_5_text": T(qkv_bias="attention_bias", o_bias="attention_bias", qk_norm="head", q_mult=2,
+                    moe=ExpertTraits(shared=_width("shared_expert_intermediate_size"), shared_gate=True, sparse=qwen_sparse)),
+    "qwen3_5_text": DecoderTraits(qkv_bias="attention_bias", o_bias="attention_bias", qk_norm="head", q_mult=2,
                       mixer=QWEN_NEXT_MIXER, mixers={"gdn": lambda d, n: gdn_part(d, n, split=True)}),
-    "qwen3_5_moe_text": T(qkv_bias="attention_bias", o_bias="attention_bias", qk_norm="head", q_mult=2,
+    "qwen3_5_moe_text": DecoderTraits(qkv_bias="attention_bias", o_bias="attention_bias", qk_norm="head", q_mult=2,
                           mixer=QWEN_NEXT_MIXER, mixers={"gdn": lambda d, n: gdn_part(d, n, split=True)},
-                          moe=M(shared=_width("shared_expert_intermediate_size"), shared_gate=True)),
-    "minimax": T(mixer=lambda d, i: "lightning" if is_linear(
+                          moe=ExpertTraits(shared=_width("shared_expert_intermediate_size"), shared_gate=True)),
+    "minimax": DecoderTraits(mixer=lambda d, i: "lightning" if is_linear(
     layer_types(d, lambda j: "full_attention" if (j + 1) % 2 else "linear_attention")[i]) else "attention",
-    mixers={"lightning": _lightning}, moe=M(experts="num_local_experts", inter="intermediate_size")),
-    "lara_mini": T(qkv_bias="attention_bias", o_bias="attention_bias", qk_norm="head", tie=True,
+    mixers={"lightning": _lightning}, moe=ExpertTraits(experts="num_local_experts", inter="intermediate_size")),
+    "lara_mini": DecoderTraits(qkv_bias="attention_bias", o_bias="attention_bias", qk_norm="head", tie=True,
                         mixer=_types_mixer("gdn"),
                         mixers={"gdn": lambda d, n: gdn_part(d, n, split=True)},
-                        moe=M(shared=_width("shared_expert_intermediate_size"))),
-    "kimi_linear": T(aliases=CTX, never_tie=True, mla=True, attn=_kimi_mla, mixer=_types_mixer("kda"),
+                        moe=ExpertTraits(shared=_width("shared_expert_intermediate_size"))),
+    "kimi_linear": DecoderTraits(aliases=CTX, never_tie=True, mla=True, attn=_kimi_mla, mixer=_types_mixer("kda"),
                           mixers={"kda": lambda d, n: _kda(d, n, low_rank=True)}, moe=KIMI_MOE),
-    "bailing_hybrid": T(aliases=CTX, never_tie=True, mla=True, attn=_bailing_mla, mixer=_types_mixer("kda"),
+    "bailing_hybrid": DecoderTraits(aliases=CTX, never_tie=True, mla=True, attn=_bailing_mla, mixer=_types_mixer("kda"),
                              mixers={"kda": lambda d, n: _kda(d, n, low_rank=False)}, moe=KIMI_MOE),
-    "olmo_hybrid": T(norms=("post_attn", "post_mlp"), qkv_bias="attention_bias", o_bias="attention_bias",
+    "olmo_hybrid": DecoderTraits(norms=("post_attn", "post_mlp"), qkv_bias="attention_bias", o_bias="attention_bias",
                           qk_norm="flat", mixer=_types_mixer("gdn"), mixers={"gdn": _olmo_gdn}),
 }

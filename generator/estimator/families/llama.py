@@ -16,22 +16,22 @@ from ..graph.parts import (
     mlp_part,
 )
 from .assembly import Builder, assemble
-from .decoder import D, T, build, partial_rotary
+from .decoder import Dims, DecoderTraits, build, partial_rotary
 
 
-def _stablelm_layout(d: D) -> tuple[tuple[str, ...], bool]:
+def _stablelm_layout(d: Dims) -> tuple[tuple[str, ...], bool]:
     return (("pre_attn",), True) if d.f("use_parallel_residual") else (("pre_attn", "pre_mlp"), False)
 
 
-LLAMA = T(qkv_bias="attention_bias", o_bias="attention_bias", mlp_bias="mlp_bias")
+LLAMA = DecoderTraits(qkv_bias="attention_bias", o_bias="attention_bias", mlp_bias="mlp_bias")
 
 
-def _xielu(d: D) -> int:
+def _xielu(d: Dims) -> int:
     # modeling_apertus.py: the xIELU activation holds alpha_p and alpha_n (one scalar each).
     return 2 if (d.r.str("hidden_act", "xielu") or "") == "xielu" else 0
 
 
-def _hyperclovax(d: D) -> int:
+def _hyperclovax(d: Dims) -> int:
     # modeling_hyperclovax.py: post_norm1 / post_norm2 after attention and MLP when use_post_norm.
     return 2 * d.hidden if d.f("use_post_norm", True) else 0
 
@@ -40,7 +40,7 @@ def moshi(cfg: Mapping[str, Any], model: str) -> Arch:
     # modeling_moshi.py (MoshiForCausalLM): gated fc1 (hidden -> ffn_dim = 2 x width) / fc2 (width -> hidden),
     # an embedding of vocab_size + 1 rows, an untied head of vocab_size.
     r = Reader(cfg, model, "moshi")
-    t = T(fused_gate_up=True, inter_key="intermediate_size", top_extra=lambda d: d.hidden, never_tie=True)
+    t = DecoderTraits(fused_gate_up=True, inter_key="intermediate_size", top_extra=lambda d: d.hidden, never_tie=True)
     return build(dict(cfg, intermediate_size=r.int("ffn_dim") // 2), model, "moshi", t)
 
 
@@ -81,7 +81,7 @@ def dory(cfg: Mapping[str, Any], model: str) -> Arch:
     if isinstance(types, list) and "mlp" in types:
         src["layer_types"] = types[::2]
         src["num_hidden_layers"] = r.int("num_hidden_layers") // 2
-    t = T(norm="layernorm_noparams", norms=("pre_attn", "post_attn", "pre_mlp", "post_mlp"),
+    t = DecoderTraits(norm="layernorm_noparams", norms=("pre_attn", "post_attn", "pre_mlp", "post_mlp"),
           qkv_bias="attention_bias", o_bias="attention_bias", mlp_bias="mlp_bias",
           attn_linears=lambda d: ((d.hidden, d.heads * d.hd),), attn_extra=lambda d: 2 * d.heads * d.hd,
           mlp_extra=lambda d: 2 * d.inter, layer_extra=lambda d: 2 * d.hidden, extra_head=lambda d: d.vocab,
@@ -89,65 +89,65 @@ def dory(cfg: Mapping[str, Any], model: str) -> Arch:
     return build(src, model, "dory", t)
 
 
-TRAITS: dict[str, T] = {
+TRAITS: dict[str, DecoderTraits] = {
     # llama and its first descendants (modeling_llama.py, modeling_mistral.py, modeling_qwen2.py, ...)
-    "llama": T(qkv_bias="attention_bias", o_bias="attention_bias", mlp_bias="mlp_bias"),
-    "mistral": T(),
-    "qwen2": T(qkv_bias=True),
-    "qwen3": T(qkv_bias="attention_bias", o_bias="attention_bias", qk_norm="head"),
-    "phi3": T(fused_qkv=True, fused_gate_up=True),
-    "olmo": T(norm="layernorm_noparams", qkv_bias="attention_bias", o_bias="attention_bias"),
-    "olmo2": T(norms=("post_attn", "post_mlp"), qkv_bias="attention_bias", o_bias="attention_bias", qk_norm="flat"),
-    "stablelm": T(norm="layernorm", qkv_bias="use_qkv_bias", qk_norm="head", qk_norm_kind="layernorm_nobias",
+    "llama": DecoderTraits(qkv_bias="attention_bias", o_bias="attention_bias", mlp_bias="mlp_bias"),
+    "mistral": DecoderTraits(),
+    "qwen2": DecoderTraits(qkv_bias=True),
+    "qwen3": DecoderTraits(qkv_bias="attention_bias", o_bias="attention_bias", qk_norm="head"),
+    "phi3": DecoderTraits(fused_qkv=True, fused_gate_up=True),
+    "olmo": DecoderTraits(norm="layernorm_noparams", qkv_bias="attention_bias", o_bias="attention_bias"),
+    "olmo2": DecoderTraits(norms=("post_attn", "post_mlp"), qkv_bias="attention_bias", o_bias="attention_bias", qk_norm="flat"),
+    "stablelm": DecoderTraits(norm="layernorm", qkv_bias="use_qkv_bias", qk_norm="head", qk_norm_kind="layernorm_nobias",
                   qk_norm_key="qk_layernorm", layout=_stablelm_layout, o_in_hidden=True, rotary=partial_rotary(0.25)),
-    "starcoder2": T(norm="layernorm", mlp="plain", qkv_bias="use_bias", o_bias="use_bias", mlp_bias="use_bias",
+    "starcoder2": DecoderTraits(norm="layernorm", mlp="plain", qkv_bias="use_bias", o_bias="use_bias", mlp_bias="use_bias",
                     tie=True, act_default="gelu_pytorch_tanh", defaults={"use_bias": True}),
-    "cohere": T(norm="layernorm_nobias", norms=("pre_attn",), parallel=True, qkv_bias="attention_bias",
+    "cohere": DecoderTraits(norm="layernorm_nobias", norms=("pre_attn",), parallel=True, qkv_bias="attention_bias",
                 o_bias="attention_bias", qk_norm="per_head", qk_norm_key="use_qk_norm", tie=True),
     # modeling_llama.py descendants with llama's keys
-    "arcee": T(qkv_bias="attention_bias", o_bias="attention_bias", mlp_bias="mlp_bias", mlp="plain"),
-    "cwm": T(mlp_bias="mlp_bias"),
+    "arcee": DecoderTraits(qkv_bias="attention_bias", o_bias="attention_bias", mlp_bias="mlp_bias", mlp="plain"),
+    "cwm": DecoderTraits(mlp_bias="mlp_bias"),
     "exaone": LLAMA,
     "internlm3": LLAMA,
     "iquestcoder": LLAMA,
-    "helium": T(qkv_bias="attention_bias", mlp_bias="mlp_bias"),
+    "helium": DecoderTraits(qkv_bias="attention_bias", mlp_bias="mlp_bias"),
     "granite": LLAMA,
-    "ministral": T(),
-    "ministral3": T(),
-    "smollm3": T(qkv_bias="attention_bias", o_bias="attention_bias", mlp_bias="mlp_bias", tie=True),
-    "emu3": T(qkv_bias="attention_bias", o_bias="attention_bias", mlp_bias="mlp_bias", text_config=True),
+    "ministral": DecoderTraits(),
+    "ministral3": DecoderTraits(),
+    "smollm3": DecoderTraits(qkv_bias="attention_bias", o_bias="attention_bias", mlp_bias="mlp_bias", tie=True),
+    "emu3": DecoderTraits(qkv_bias="attention_bias", o_bias="attention_bias", mlp_bias="mlp_bias", text_config=True),
     # modeling_apertus.py: up/down MLP with xIELU, q/k RMSNorm over head_dim
-    "apertus": T(qkv_bias="attention_bias", o_bias="attention_bias", mlp="plain", qk_norm="head", mlp_extra=_xielu),
-    "apertus1p5_text": T(qkv_bias="attention_bias", o_bias="attention_bias", mlp="plain", qk_norm="head",
+    "apertus": DecoderTraits(qkv_bias="attention_bias", o_bias="attention_bias", mlp="plain", qk_norm="head", mlp_extra=_xielu),
+    "apertus1p5_text": DecoderTraits(qkv_bias="attention_bias", o_bias="attention_bias", mlp="plain", qk_norm="head",
                          mlp_extra=_xielu),
-    "ernie4_5": T(qkv_bias="use_bias", o_bias="use_bias", mlp_bias="use_bias", tie=True),
-    "exaone4": T(norms=("post_attn", "post_mlp"), qk_norm="head"),
-    "glm": T(qkv_bias="attention_bias", fused_gate_up=True),
-    "glm4": T(norms=("pre_attn", "post_attn", "pre_mlp", "post_mlp"), qkv_bias="attention_bias", fused_gate_up=True),
+    "ernie4_5": DecoderTraits(qkv_bias="use_bias", o_bias="use_bias", mlp_bias="use_bias", tie=True),
+    "exaone4": DecoderTraits(norms=("post_attn", "post_mlp"), qk_norm="head"),
+    "glm": DecoderTraits(qkv_bias="attention_bias", fused_gate_up=True),
+    "glm4": DecoderTraits(norms=("pre_attn", "post_attn", "pre_mlp", "post_mlp"), qkv_bias="attention_bias", fused_gate_up=True),
     # modeling_granite_swa.py: per-head attention sinks
-    "granite_swa": T(qkv_bias="attention_bias", o_bias="attention_bias", mlp_bias="mlp_bias", tie=True,
+    "granite_swa": DecoderTraits(qkv_bias="attention_bias", o_bias="attention_bias", mlp_bias="mlp_bias", tie=True,
                      attn_extra=lambda d: d.heads),
-    "jais2": T(norm="layernorm", qkv_bias="attention_bias", o_bias="attention_bias", mlp="plain", mlp_bias="mlp_bias"),
+    "jais2": DecoderTraits(norm="layernorm", qkv_bias="attention_bias", o_bias="attention_bias", mlp="plain", mlp_bias="mlp_bias"),
     # modeling_nanochat.py: RMSNorm without weights, fc1/fc2 MLP, parameter-free q/k norm
-    "nanochat": T(norm="layernorm_noparams", qkv_bias="attention_bias", o_bias="attention_bias", mlp="plain"),
-    "olmo3": T(norms=("post_attn", "post_mlp"), qkv_bias="attention_bias", o_bias="attention_bias", qk_norm="flat"),
-    "seed_oss": T(qkv_bias="attention_bias", o_bias="attention_out_bias", mlp_bias="mlp_bias"),
-    "vaultgemma": T(norms=("pre_attn", "pre_mlp"), qkv_bias="attention_bias", o_bias="attention_bias", tie=True),
+    "nanochat": DecoderTraits(norm="layernorm_noparams", qkv_bias="attention_bias", o_bias="attention_bias", mlp="plain"),
+    "olmo3": DecoderTraits(norms=("post_attn", "post_mlp"), qkv_bias="attention_bias", o_bias="attention_bias", qk_norm="flat"),
+    "seed_oss": DecoderTraits(qkv_bias="attention_bias", o_bias="attention_out_bias", mlp_bias="mlp_bias"),
+    "vaultgemma": DecoderTraits(norms=("pre_attn", "pre_mlp"), qkv_bias="attention_bias", o_bias="attention_bias", tie=True),
     # modeling_diffllama.py: lambda_q1, lambda_k1, lambda_q2, lambda_k2 of head_dim each
-    "diffllama": T(qkv_bias="attention_bias", o_bias="attention_bias", attn_extra=lambda d: 4 * d.hd),
+    "diffllama": DecoderTraits(qkv_bias="attention_bias", o_bias="attention_bias", attn_extra=lambda d: 4 * d.hd),
     # modeling_bitnet.py: sub-norms before o_proj (hidden) and down_proj (intermediate)
-    "bitnet": T(qkv_bias="attention_bias", o_bias="attention_bias", attn_extra=lambda d: d.hidden,
+    "bitnet": DecoderTraits(qkv_bias="attention_bias", o_bias="attention_bias", attn_extra=lambda d: d.hidden,
                 mlp_extra=lambda d: d.inter),
-    "cohere2": T(norm="layernorm_nobias", norms=("pre_attn",), parallel=True, qkv_bias="attention_bias",
+    "cohere2": DecoderTraits(norm="layernorm_nobias", norms=("pre_attn",), parallel=True, qkv_bias="attention_bias",
                  o_bias="attention_bias", tie=True),
-    "persimmon": T(norm="layernorm", mha=True, qkv_bias=True, o_bias=True, mlp="plain", mlp_bias=True, qk_norm="head",
+    "persimmon": DecoderTraits(norm="layernorm", mha=True, qkv_bias=True, o_bias=True, mlp="plain", mlp_bias=True, qk_norm="head",
                    qk_norm_key="qk_layernorm", fused_qkv=True),
-    "hyperclovax": T(qkv_bias="attention_bias", o_bias="attention_bias", mlp_bias="mlp_bias",
+    "hyperclovax": DecoderTraits(qkv_bias="attention_bias", o_bias="attention_bias", mlp_bias="mlp_bias",
                           layer_extra=_hyperclovax),
-    "cohere_compass_text": T(norm="layernorm_nobias", norms=("pre_attn",), parallel=True, qkv_bias="attention_bias",
+    "cohere_compass_text": DecoderTraits(norm="layernorm_nobias", norms=("pre_attn",), parallel=True, qkv_bias="attention_bias",
                              o_bias="attention_bias", tie=True),
     # modeling_doge.py: q/k RMSNorm, dynamic-mask A (heads) and dt_proj (hidden -> heads); residual scales
-    "doge": T(qkv_bias="attention_bias", o_bias="attention_bias", mlp_bias="mlp_bias", qk_norm="head",
+    "doge": DecoderTraits(qkv_bias="attention_bias", o_bias="attention_bias", mlp_bias="mlp_bias", qk_norm="head",
               attn_extra=lambda d: d.heads + (d.heads if d.f("attention_bias") else 0),
               attn_linears=lambda d: ((d.hidden, d.heads),),
               layer_extra=lambda d: 2 * d.hidden),

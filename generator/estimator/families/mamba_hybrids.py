@@ -22,7 +22,7 @@ from ..graph.parts import (
     norm_part,
 )
 from .assembly import Builder, assemble
-from .decoder import D, M, T, attention, build
+from .decoder import Dims, ExpertTraits, DecoderTraits, attention, build
 from .linear_attention import LEGACY, layer_types
 from .mamba import mamba2_part, mamba_part
 from .mixture_of_experts import _width
@@ -30,7 +30,7 @@ from .mixture_of_experts import _width
 
 # --- Jamba (modeling_jamba.py): attention every attn_layer_period-th layer at attn_layer_offset,
 # experts every expert_layer_period-th at expert_layer_offset; Mamba with dt/B/C RMSNorms.
-def _jamba_mamba(d: D, n: int) -> Part:
+def _jamba_mamba(d: Dims, n: int) -> Part:
     r = d.r
     inner = r.int("mamba_expand", 2) * d.hidden
     state, rank = r.int("mamba_d_state", 16), r.opt_int("mamba_dt_rank")
@@ -40,11 +40,11 @@ def _jamba_mamba(d: D, n: int) -> Part:
                       extra=rank + 2 * state)
 
 
-def _periodic(key: str, offset: str, p: int, o: int) -> Callable[[D, int], bool]:
+def _periodic(key: str, offset: str, p: int, o: int) -> Callable[[Dims, int], bool]:
     return lambda d, i: i % d.k(key, p) == d.k(offset, o, minimum=0)
 
 
-def mamba2_from(d: D, n: int, prefix: str = "mamba_", *, inner: int | None = None, norm: bool = True) -> Part:
+def mamba2_from(d: Dims, n: int, prefix: str = "mamba_", *, inner: int | None = None, norm: bool = True) -> Part:
     """Mamba-2 mixer with the hybrid families' mamba_* keys (bamba, granitemoehybrid, falcon_h1)."""
     r = d.r
     heads = r.int(prefix + "n_heads")
@@ -57,17 +57,17 @@ def mamba2_from(d: D, n: int, prefix: str = "mamba_", *, inner: int | None = Non
                        conv_bias=r.flag(prefix + "conv_bias", True), norm=norm)
 
 
-def _bamba_mixer(d: D, i: int) -> str:
+def _bamba_mixer(d: Dims, i: int) -> str:
     idx = d.r.list("attn_layer_indices", int) or []
     return "attention" if i in idx else "mamba2"
 
 
-def _granite_hybrid_mixer(d: D, i: int) -> str:
+def _granite_hybrid_mixer(d: Dims, i: int) -> str:
     return "attention" if layer_types(d, lambda i: "linear_attention")[i] == "full_attention" else "mamba2"
 
 
 # --- falcon_h1 (modeling_falcon_h1.py): every layer runs attention and a Mamba-2 mixer side by side.
-def _falcon_h1_attn(t: T, d: D, n: int, window: int) -> Part:
+def _falcon_h1_attn(t: DecoderTraits, d: Dims, n: int, window: int) -> Part:
     r = d.r
     inner = r.opt_int("mamba_d_ssm") or r.int("mamba_expand", 2) * d.hidden
     m = mamba2_from(d, n, inner=inner, norm=r.flag("mamba_rms_norm", False))
@@ -96,7 +96,7 @@ def _nemotron_types(cfg: Mapping[str, Any], model: str) -> list[str]:
     return [LEGACY.get(t, t) for t in types]
 
 
-def _nemotron_mamba(d: D, n: int) -> Part:
+def _nemotron_mamba(d: Dims, n: int) -> Part:
     r = d.r
     heads, hd = r.int("mamba_num_heads"), r.int("mamba_head_dim")
     return mamba2_part(f"Mamba2_{n}", d.hidden, heads * hd, heads, hd, r.int("n_groups", 1), r.int("ssm_state_size"),
@@ -104,11 +104,11 @@ def _nemotron_mamba(d: D, n: int) -> Part:
                        conv_bias=r.flag("use_conv_bias", True))
 
 
-def _nemotron_mlp(d: D, n: int) -> Part:
+def _nemotron_mlp(d: Dims, n: int) -> Part:
     return mlp_part(f"FFN_{n}", "MLP (ReLU²)", d.hidden, d.inter, False, d.f("mlp_bias", False))
 
 
-def _nemotron_moe(d: D, n: int) -> Part:
+def _nemotron_moe(d: Dims, n: int) -> Part:
     r = d.r
     e, k = r.int("n_routed_experts"), r.int("num_experts_per_tok")
     latent = r.opt_int("moe_latent_size")
@@ -131,7 +131,7 @@ def nemotron_h(cfg: Mapping[str, Any], model: str) -> Arch:
     for t in types:
         if t not in kinds:
             raise ConfigError(model, "layers_block_type", t, "is not a Nemotron-H layer kind")
-    t = T(norms=("pre_attn",), never_tie=True,
+    t = DecoderTraits(norms=("pre_attn",), never_tie=True,
           mixer=lambda d, i: kinds[types[i]], ffn=lambda d, i: "none",
           mixers={"mamba2": _nemotron_mamba, "mlp": _nemotron_mlp, "moe": _nemotron_moe})
     src = {k: v for k, v in cfg.items() if k != "layer_types"}
@@ -232,19 +232,19 @@ def zamba2(cfg: Mapping[str, Any], model: str) -> Arch:
     return zamba_like(cfg, model, True)
 
 
-TRAITS: dict[str, T] = {
-    "jamba": T(mixer=lambda d, i: "attention" if _periodic("attn_layer_period", "attn_layer_offset", 8, 4)(d, i)
+TRAITS: dict[str, DecoderTraits] = {
+    "jamba": DecoderTraits(mixer=lambda d, i: "attention" if _periodic("attn_layer_period", "attn_layer_offset", 8, 4)(d, i)
                     else "mamba", mixers={"mamba": _jamba_mamba},
-                    moe=M(inter="intermediate_size", sparse=_periodic("expert_layer_period", "expert_layer_offset",
+                    moe=ExpertTraits(inter="intermediate_size", sparse=_periodic("expert_layer_period", "expert_layer_offset",
                                                                         2, 1))),
-    "bamba": T(mixer=_bamba_mixer, mixers={"mamba2": lambda d, n: mamba2_from(d, n)}, mlp_bias="mlp_bias",
+    "bamba": DecoderTraits(mixer=_bamba_mixer, mixers={"mamba2": lambda d, n: mamba2_from(d, n)}, mlp_bias="mlp_bias",
                     qkv_bias="attention_bias", o_bias="attention_bias"),
-    "granitemoehybrid": T(qkv_bias="attention_bias", o_bias="attention_bias", mixer=_granite_hybrid_mixer,
+    "granitemoehybrid": DecoderTraits(qkv_bias="attention_bias", o_bias="attention_bias", mixer=_granite_hybrid_mixer,
                                mixers={"mamba2": lambda d, n: mamba2_from(d, n)},
-                               moe=M(experts="num_local_experts", inter="intermediate_size",
+                               moe=ExpertTraits(experts="num_local_experts", inter="intermediate_size",
                                      shared=_width("shared_intermediate_size"),
                                      sparse=lambda d, i: d.k("num_local_experts", 0, minimum=0) > 0)),
-    "falcon_h1": T(qkv_bias="attention_bias", o_bias="attention_bias", mlp_bias="mlp_bias", attn=_falcon_h1_attn),
+    "falcon_h1": DecoderTraits(qkv_bias="attention_bias", o_bias="attention_bias", mlp_bias="mlp_bias", attn=_falcon_h1_attn),
 }
 
 BUILDERS: dict[str, Builder] = {

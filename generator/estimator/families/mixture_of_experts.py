@@ -26,13 +26,13 @@ from ..graph.parts import (
     norm_part,
 )
 from .assembly import Builder, assemble
-from .decoder import D, M, T, attention, build
+from .decoder import Dims, ExpertTraits, DecoderTraits, attention, build
 from .assembly import mla_part
 
 
-def sparse_by_types(default: Callable[[D, int], bool]) -> Callable[[D, int], bool]:
+def sparse_by_types(default: Callable[[Dims, int], bool]) -> Callable[[Dims, int], bool]:
     """`mlp_layer_types` ("dense"/"sparse") when the config writes it, else the family's rule."""
-    def rule(d: D, i: int) -> bool:
+    def rule(d: Dims, i: int) -> bool:
         types = d.r.cfg.get("mlp_layer_types")
         if types is not None:
             if not isinstance(types, list) or len(types) < d.layers or not all(isinstance(t, str) for t in types):
@@ -42,17 +42,17 @@ def sparse_by_types(default: Callable[[D, int], bool]) -> Callable[[D, int], boo
     return rule
 
 
-def first_k_dense(key: str = "first_k_dense_replace", freq: str | None = None, k0: int = 0) -> Callable[[D, int], bool]:
+def first_k_dense(key: str = "first_k_dense_replace", freq: str | None = None, k0: int = 0) -> Callable[[Dims, int], bool]:
     # modeling_deepseek_v3.py: layer_idx >= first_k_dense_replace (and layer_idx % moe_layer_freq == 0 in v2);
     # k0 is the configuration file's default when the key is popped rather than stored.
-    def rule(d: D, i: int) -> bool:
+    def rule(d: Dims, i: int) -> bool:
         k = d.k(key, k0, minimum=0)
         f = d.k(freq, 1) if freq else 1
         return i >= k and i % f == 0
     return sparse_by_types(rule)
 
 
-def qwen_sparse(d: D, i: int) -> bool:
+def qwen_sparse(d: Dims, i: int) -> bool:
     # modeling_qwen2_moe.py: (layer_idx not in mlp_only_layers) and num_experts > 0 and
     # (layer_idx + 1) % decoder_sparse_step == 0
     only = d.r.list("mlp_only_layers", int) or []
@@ -60,15 +60,15 @@ def qwen_sparse(d: D, i: int) -> bool:
     return i not in only and (i + 1) % step == 0
 
 
-def _n_shared(count_key: str, width_key: str = "moe_intermediate_size") -> Callable[[D], int]:
+def _n_shared(count_key: str, width_key: str = "moe_intermediate_size") -> Callable[[Dims], int]:
     return lambda d: d.k(count_key, 0, minimum=0) * d.k(width_key)
 
 
-def _width(key: str) -> Callable[[D], int]:
+def _width(key: str) -> Callable[[Dims], int]:
     return lambda d: d.k(key, 0, minimum=0)
 
 
-def _ernie_sparse(d: D, i: int) -> bool:
+def _ernie_sparse(d: Dims, i: int) -> bool:
     # modeling_ernie4_5_moe.py: experts from moe_layer_start_index to moe_layer_end_index (-1: the last
     # layer), every moe_layer_interval-th layer.
     start = d.k("moe_layer_start_index", 0, minimum=0)
@@ -77,19 +77,19 @@ def _ernie_sparse(d: D, i: int) -> bool:
     return start <= i <= end and (i - start) % d.k("moe_layer_interval", 1) == 0
 
 
-MIXTRAL = M(experts="num_local_experts", inter="intermediate_size")
+MIXTRAL = ExpertTraits(experts="num_local_experts", inter="intermediate_size")
 
 
-DEEPSEEK = M(experts="n_routed_experts", shared=_n_shared("n_shared_experts"), sparse=first_k_dense())
+DEEPSEEK = ExpertTraits(experts="n_routed_experts", shared=_n_shared("n_shared_experts"), sparse=first_k_dense())
 
 
-def _mimo_attention(t: T, d: D, n: int, window: int) -> Part:
+def _mimo_attention(t: DecoderTraits, d: Dims, n: int, window: int) -> Part:
     # modeling_mimo_v2_flash.py: sliding layers double the KV heads and add per-head sinks; V has v_head_dim.
     swa = window > 0
     return attention(t, d, n, window, kv=d.kv * (2 if swa else 1), v_dim=d.k("v_head_dim"), extra=d.heads if swa else 0)
 
 
-def _laguna_attention(t: T, d: D, n: int, window: int) -> Part:
+def _laguna_attention(t: DecoderTraits, d: Dims, n: int, window: int) -> Part:
     # modeling_laguna.py: heads per layer (num_attention_heads_per_layer); g_proj hidden -> heads gates.
     per = d.r.list("num_attention_heads_per_layer", int)
     heads = per[n - 1] if per and len(per) >= n else d.heads
@@ -97,7 +97,7 @@ def _laguna_attention(t: T, d: D, n: int, window: int) -> Part:
     return attention(t, d, n, window, heads=heads, extra=gate)
 
 
-def _llama4_sparse(d: D, i: int) -> bool:
+def _llama4_sparse(d: Dims, i: int) -> bool:
     # configuration_llama4.py: moe_layers, else every interleave_moe_layer_step-th layer.
     layers = d.r.list("moe_layers", int)
     if layers is None:
@@ -106,7 +106,7 @@ def _llama4_sparse(d: D, i: int) -> bool:
     return i in layers
 
 
-def _minimax_m3_attention(t: T, d: D, n: int, window: int) -> Part:
+def _minimax_m3_attention(t: DecoderTraits, d: Dims, n: int, window: int) -> Part:
     # modeling_minimax_m3_vl.py: per-head q/k RMSNorm; a sparse indexer on "minimax_m3_sparse" layers.
     types = d.r.cfg.get("layer_types")
     extra = 0
@@ -116,12 +116,12 @@ def _minimax_m3_attention(t: T, d: D, n: int, window: int) -> Part:
     return attention(t, d, n, window, extra=extra)
 
 
-def _mla_indexed(t: T, d: D, n: int, window: int) -> Part:
+def _mla_indexed(t: DecoderTraits, d: Dims, n: int, window: int) -> Part:
     # modeling_deepseek_v32.py / modeling_glm_moe_dsa.py: MLA + the sparse-attention indexer on every layer.
     return mla_part(f"Attention_{n}", d.r, d.hidden, d.heads, bias=d.f("attention_bias"), indexer=True, window=window)
 
 
-def _hy_v4_attention(t: T, d: D, n: int, window: int) -> Part:
+def _hy_v4_attention(t: DecoderTraits, d: Dims, n: int, window: int) -> Part:
     # modeling_hy_v4.HYV4Attention: MLA with a sigmoid output gate (gate_proj hidden -> heads x v_head_dim)
     # and per-head sinks; the DSA indexer only on indexer_types "full" layers (default: layer 0 and every
     # 4th from layer 1), the others reuse its top-k.
@@ -133,13 +133,13 @@ def _hy_v4_attention(t: T, d: D, n: int, window: int) -> Part:
     return p._replace(matmul=p.matmul + gate, linears=(*p.linears, (d.hidden, gate // d.hidden)))
 
 
-def _hyper_connections(d: D) -> int:
+def _hyper_connections(d: Dims) -> int:
     # modeling_hy_v4.HYV4HyperConnection (attn_hc and ffn_hc per layer): fn (2m x m.hidden), base (2m), scale (2)
     m = d.k("hc_mult")
     return 2 * (2 * m * m * d.hidden + 2 * m + 2)
 
 
-def _jetmoe_attention(t: T, d: D, n: int, window: int) -> Part:
+def _jetmoe_attention(t: DecoderTraits, d: Dims, n: int, window: int) -> Part:
     # modeling_jetmoe.py (mixture of attention heads): kv_proj hidden -> 2 x kv_heads x kv_channels shared,
     # per expert input_linear (q) and output_linear of kv_heads x kv_channels, a router, an output bias.
     r = d.r
@@ -171,9 +171,9 @@ def dbrx(cfg: Mapping[str, Any], model: str) -> Arch:
     flat.setdefault("num_experts", 4)
     flat.setdefault("num_experts_per_tok", 1)
     flat.setdefault("moe_intermediate_size", 3584)
-    t = T(norm="layernorm_nobias", fused_qkv=True, inter_key=None,
+    t = DecoderTraits(norm="layernorm_nobias", fused_qkv=True, inter_key=None,
           aliases={"hidden_size": ("d_model",), "num_attention_heads": ("n_heads",), "num_hidden_layers": ("n_layers",),
-                   "max_position_embeddings": ("max_seq_len",)}, moe=M())
+                   "max_position_embeddings": ("max_seq_len",)}, moe=ExpertTraits())
     return build(flat, model, "dbrx", t)
 
 
@@ -265,103 +265,103 @@ def inkling_text(cfg: Mapping[str, Any], model: str) -> Arch:
                     top_k=top_k)
 
 
-TRAITS: dict[str, T] = {
-    "mixtral": T(moe=MIXTRAL),
-    "minimax_m2": T(moe=MIXTRAL, qk_norm="flat"),
-    "qwen2_moe": T(qkv_bias="qkv_bias", moe=M(shared=_width("shared_expert_intermediate_size"), shared_gate=True,
+TRAITS: dict[str, DecoderTraits] = {
+    "mixtral": DecoderTraits(moe=MIXTRAL),
+    "minimax_m2": DecoderTraits(moe=MIXTRAL, qk_norm="flat"),
+    "qwen2_moe": DecoderTraits(qkv_bias="qkv_bias", moe=ExpertTraits(shared=_width("shared_expert_intermediate_size"), shared_gate=True,
                                               sparse=qwen_sparse)),
-    "qwen3_moe": T(qkv_bias="attention_bias", o_bias="attention_bias", qk_norm="head",
-                   moe=M(experts="num_local_experts", sparse=qwen_sparse)),
-    "olmoe": T(qkv_bias="attention_bias", o_bias="attention_bias", qk_norm="flat", moe=M(inter="intermediate_size")),
-    "flex_olmo": T(norms=("post_attn", "post_mlp"), qkv_bias="attention_bias", o_bias="attention_bias",
-                   qk_norm="flat", moe=M(inter="intermediate_size")),
-    "granitemoe": T(qkv_bias="attention_bias", o_bias="attention_bias", moe=MIXTRAL),
-    "granitemoeshared": T(qkv_bias="attention_bias", o_bias="attention_bias",
-                          moe=M(experts="num_local_experts", inter="intermediate_size",
+    "qwen3_moe": DecoderTraits(qkv_bias="attention_bias", o_bias="attention_bias", qk_norm="head",
+                   moe=ExpertTraits(experts="num_local_experts", sparse=qwen_sparse)),
+    "olmoe": DecoderTraits(qkv_bias="attention_bias", o_bias="attention_bias", qk_norm="flat", moe=ExpertTraits(inter="intermediate_size")),
+    "flex_olmo": DecoderTraits(norms=("post_attn", "post_mlp"), qkv_bias="attention_bias", o_bias="attention_bias",
+                   qk_norm="flat", moe=ExpertTraits(inter="intermediate_size")),
+    "granitemoe": DecoderTraits(qkv_bias="attention_bias", o_bias="attention_bias", moe=MIXTRAL),
+    "granitemoeshared": DecoderTraits(qkv_bias="attention_bias", o_bias="attention_bias",
+                          moe=ExpertTraits(experts="num_local_experts", inter="intermediate_size",
                                 shared=_width("shared_intermediate_size"))),
-    "granitemoe_swa": T(qkv_bias="attention_bias", o_bias="attention_bias", attn_extra=lambda d: d.heads,
-                        moe=M(experts="num_local_experts", inter="intermediate_size",
+    "granitemoe_swa": DecoderTraits(qkv_bias="attention_bias", o_bias="attention_bias", attn_extra=lambda d: d.heads,
+                        moe=ExpertTraits(experts="num_local_experts", inter="intermediate_size",
                               shared=_width("shared_intermediate_size"))),
-    "phimoe": T(norm="layernorm", qkv_bias="attention_bias", o_bias="attention_bias", head_bias="lm_head_bias",
+    "phimoe": DecoderTraits(norm="layernorm", qkv_bias="attention_bias", o_bias="attention_bias", head_bias="lm_head_bias",
                 moe=MIXTRAL),
-    "deepseek_v2": T(mla=True, mlp_bias="mlp_bias",
-                     moe=M(experts="n_routed_experts", shared=_n_shared("n_shared_experts"), shared_bias="mlp_bias",
+    "deepseek_v2": DecoderTraits(mla=True, mlp_bias="mlp_bias",
+                     moe=ExpertTraits(experts="n_routed_experts", shared=_n_shared("n_shared_experts"), shared_bias="mlp_bias",
                            sparse=first_k_dense(freq="moe_layer_freq"))),
-    "deepseek_v3": T(mla=True, moe=DEEPSEEK),
-    "sarvam_mla": T(mla=True, moe=DEEPSEEK),
-    "axk1": T(mla=True, moe=M(experts="n_routed_experts", shared=_n_shared("n_shared_experts"),
+    "deepseek_v3": DecoderTraits(mla=True, moe=DEEPSEEK),
+    "sarvam_mla": DecoderTraits(mla=True, moe=DEEPSEEK),
+    "axk1": DecoderTraits(mla=True, moe=ExpertTraits(experts="n_routed_experts", shared=_n_shared("n_shared_experts"),
                               sparse=first_k_dense(freq="moe_layer_freq", k0=1), extra=lambda d: d.hidden)),
-    "glm4_moe": T(qkv_bias="attention_bias", qk_norm="head", qk_norm_key="use_qk_norm", moe=DEEPSEEK),
-    "sarvam_moe": T(qkv_bias="attention_bias", qk_norm="head", qk_norm_key="use_qk_norm", moe=DEEPSEEK),
-    "glm4_moe_lite": T(mla=True, moe=M(experts="n_routed_experts", shared=_n_shared("n_shared_experts"),
+    "glm4_moe": DecoderTraits(qkv_bias="attention_bias", qk_norm="head", qk_norm_key="use_qk_norm", moe=DEEPSEEK),
+    "sarvam_moe": DecoderTraits(qkv_bias="attention_bias", qk_norm="head", qk_norm_key="use_qk_norm", moe=DEEPSEEK),
+    "glm4_moe_lite": DecoderTraits(mla=True, moe=ExpertTraits(experts="n_routed_experts", shared=_n_shared("n_shared_experts"),
                                        sparse=first_k_dense(k0=1))),
-    "solar_open": T(qkv_bias="attention_bias", moe=DEEPSEEK),
-    "ernie4_5_moe": T(qkv_bias="use_bias", o_bias="use_bias", mlp_bias="use_bias", tie=True,
-                      moe=M(experts="moe_num_experts", top_k="moe_k",
+    "solar_open": DecoderTraits(qkv_bias="attention_bias", moe=DEEPSEEK),
+    "ernie4_5_moe": DecoderTraits(qkv_bias="use_bias", o_bias="use_bias", mlp_bias="use_bias", tie=True,
+                      moe=ExpertTraits(experts="moe_num_experts", top_k="moe_k",
                             shared=_n_shared("moe_num_shared_experts"), score_bias=True,
                             sparse=_ernie_sparse)),
-    "exaone_moe": T(qk_norm="head", moe=M(shared=_n_shared("num_shared_experts"), sparse=first_k_dense())),
-    "hy_v3": T(qkv_bias="attention_bias", o_bias="attention_bias", qk_norm="head", mlp_bias="mlp_bias",
-                moe=M(shared=_n_shared("num_shared_experts"), shared_bias="mlp_bias", sparse=first_k_dense(k0=1))),
-    "mellum": T(qkv_bias="attention_bias", o_bias="attention_bias", qk_norm="head",
-                moe=M(experts="num_local_experts", sparse=sparse_by_types(lambda d, i: True))),
-    "aria_text": T(mlp_bias="mlp_bias", qkv_bias="attention_bias", o_bias="attention_bias",
-                   moe=M(experts="moe_num_experts", top_k="moe_topk", inter="intermediate_size",
+    "exaone_moe": DecoderTraits(qk_norm="head", moe=ExpertTraits(shared=_n_shared("num_shared_experts"), sparse=first_k_dense())),
+    "hy_v3": DecoderTraits(qkv_bias="attention_bias", o_bias="attention_bias", qk_norm="head", mlp_bias="mlp_bias",
+                moe=ExpertTraits(shared=_n_shared("num_shared_experts"), shared_bias="mlp_bias", sparse=first_k_dense(k0=1))),
+    "mellum": DecoderTraits(qkv_bias="attention_bias", o_bias="attention_bias", qk_norm="head",
+                moe=ExpertTraits(experts="num_local_experts", sparse=sparse_by_types(lambda d, i: True))),
+    "aria_text": DecoderTraits(mlp_bias="mlp_bias", qkv_bias="attention_bias", o_bias="attention_bias",
+                   moe=ExpertTraits(experts="moe_num_experts", top_k="moe_topk", inter="intermediate_size",
                          shared=_n_shared("moe_num_shared_experts", "intermediate_size"), shared_bias="mlp_bias")),
-    "cohere2_moe": T(qkv_bias="attention_bias", o_bias="attention_bias", norm="layernorm_nobias", norms=("pre_attn",),
+    "cohere2_moe": DecoderTraits(qkv_bias="attention_bias", o_bias="attention_bias", norm="layernorm_nobias", norms=("pre_attn",),
                      parallel=True, tie=True,
-                     moe=M(shared=_n_shared("num_shared_experts", "intermediate_size"), inter="intermediate_size",
+                     moe=ExpertTraits(shared=_n_shared("num_shared_experts", "intermediate_size"), inter="intermediate_size",
                            sparse=first_k_dense(k0=0))),
-    "hy_v4": T(mla=True, mha=True, attn=_hy_v4_attention, layer_extra=_hyper_connections,
+    "hy_v4": DecoderTraits(mla=True, mha=True, attn=_hy_v4_attention, layer_extra=_hyper_connections,
                # HYV4HyperHead: hc_fn (m x m.hidden), hc_base (m), hc_scale (1)
                extra_head=lambda d: d.k("hc_mult") ** 2 * d.hidden + d.k("hc_mult") + 1,
-               moe=M(experts="n_routed_experts", shared=_n_shared("n_shared_experts"),
+               moe=ExpertTraits(experts="n_routed_experts", shared=_n_shared("n_shared_experts"),
                      sparse=sparse_by_types(lambda d, i: i >= 1))),
-    "deepseek_v32": T(mla=True, attn=_mla_indexed, attn_by_window=True, moe=DEEPSEEK),
-    "glm_moe_dsa": T(mla=True, attn=_mla_indexed, attn_by_window=True, moe=DEEPSEEK),
-    "mimo_v2_flash": T(qkv_bias="attention_bias", attn=_mimo_attention, attn_by_window=True,
-                       moe=M(experts="n_routed_experts", sparse=sparse_by_types(lambda d, i: i >= 1))),
-    "laguna": T(qkv_bias="attention_bias", o_bias="attention_bias", qk_norm="head", attn=_laguna_attention,
-                moe=M(shared=_width("shared_expert_intermediate_size"), score_bias=True,
+    "deepseek_v32": DecoderTraits(mla=True, attn=_mla_indexed, attn_by_window=True, moe=DEEPSEEK),
+    "glm_moe_dsa": DecoderTraits(mla=True, attn=_mla_indexed, attn_by_window=True, moe=DEEPSEEK),
+    "mimo_v2_flash": DecoderTraits(qkv_bias="attention_bias", attn=_mimo_attention, attn_by_window=True,
+                       moe=ExpertTraits(experts="n_routed_experts", sparse=sparse_by_types(lambda d, i: i >= 1))),
+    "laguna": DecoderTraits(qkv_bias="attention_bias", o_bias="attention_bias", qk_norm="head", attn=_laguna_attention,
+                moe=ExpertTraits(shared=_width("shared_expert_intermediate_size"), score_bias=True,
                       sparse=sparse_by_types(lambda d, i: i >= 1))),
-    "llama4_text": T(qkv_bias="attention_bias", o_bias="attention_bias",
-                     moe=M(experts="num_local_experts", inter="intermediate_size", shared=_width("intermediate_size"),
+    "llama4_text": DecoderTraits(qkv_bias="attention_bias", o_bias="attention_bias",
+                     moe=ExpertTraits(experts="num_local_experts", inter="intermediate_size", shared=_width("intermediate_size"),
                            sparse=_llama4_sparse, dense_inter="intermediate_size_mlp")),
-    "minimax_m3_vl_text": T(qk_norm="head", attn=_minimax_m3_attention,
-                            moe=M(experts="num_local_experts", inter="intermediate_size",
+    "minimax_m3_vl_text": DecoderTraits(qk_norm="head", attn=_minimax_m3_attention,
+                            moe=ExpertTraits(experts="num_local_experts", inter="intermediate_size",
                                   shared=_width("shared_intermediate_size"), dense_inter="dense_intermediate_size",
                                   sparse=sparse_by_types(lambda d, i: True))),
     # modeling_gpt_oss.py: biases everywhere, per-head sinks, router bias, experts' biases
-    "gpt_oss": T(qkv_bias="attention_bias", o_bias="attention_bias", attn_extra=lambda d: d.heads,
-                 moe=M(experts="num_local_experts", inter="intermediate_size", router_bias=True, expert_bias=True)),
-    "flint": T(qkv_bias="attention_bias", o_bias="attention_bias", qk_norm="head", attn_extra=lambda d: d.heads,
-               moe=M(shared=_width("shared_expert_intermediate_size"), sparse=qwen_sparse)),
-    "kolibri1": T(norms=("pre_attn", "post_attn", "pre_mlp", "post_mlp"), qk_norm="head",
-                  moe=M(experts="num_local_experts", shared=_width("shared_expert_intermediate_size"))),
+    "gpt_oss": DecoderTraits(qkv_bias="attention_bias", o_bias="attention_bias", attn_extra=lambda d: d.heads,
+                 moe=ExpertTraits(experts="num_local_experts", inter="intermediate_size", router_bias=True, expert_bias=True)),
+    "flint": DecoderTraits(qkv_bias="attention_bias", o_bias="attention_bias", qk_norm="head", attn_extra=lambda d: d.heads,
+               moe=ExpertTraits(shared=_width("shared_expert_intermediate_size"), sparse=qwen_sparse)),
+    "kolibri1": DecoderTraits(norms=("pre_attn", "post_attn", "pre_mlp", "post_mlp"), qk_norm="head",
+                  moe=ExpertTraits(experts="num_local_experts", shared=_width("shared_expert_intermediate_size"))),
     # modeling_afmoe.py: attention output gate (hidden -> heads x head_dim), expert_bias, dense first layers
-    "afmoe": T(qkv_bias="attention_bias", o_bias="attention_bias", norms=("pre_attn", "post_attn", "pre_mlp", "post_mlp"),
+    "afmoe": DecoderTraits(qkv_bias="attention_bias", o_bias="attention_bias", norms=("pre_attn", "post_attn", "pre_mlp", "post_mlp"),
                qk_norm="head",
                attn_linears=lambda d: ((d.hidden, d.heads * d.hd),),
-               moe=M(shared=_n_shared("num_shared_experts"), score_bias=True,
+               moe=ExpertTraits(shared=_n_shared("num_shared_experts"), score_bias=True,
                      sparse=first_k_dense("num_dense_layers"))),
     # modeling_beam.py: gate_proj (hidden -> heads x head_dim) and gate_bias (heads) on attention
-    "beam": T(qkv_bias="attention_bias", o_bias="attention_bias", norms=("pre_attn", "post_attn", "pre_mlp", "post_mlp"),
+    "beam": DecoderTraits(qkv_bias="attention_bias", o_bias="attention_bias", norms=("pre_attn", "post_attn", "pre_mlp", "post_mlp"),
               qk_norm="head",
               attn_linears=lambda d: ((d.hidden, d.heads * d.hd),), attn_extra=lambda d: d.heads,
-              moe=M(sparse=sparse_by_types(lambda d, i: i >= min(3, d.layers)))),
+              moe=ExpertTraits(sparse=sparse_by_types(lambda d, i: i >= min(3, d.layers)))),
     # MLA without experts (modeling_minicpm3.py, modeling_youtu.py)
-    "minicpm3": T(mla=True, tie=True, mlp_bias="mlp_bias"),
-    "youtu": T(mla=True, tie=True),
+    "minicpm3": DecoderTraits(mla=True, tie=True, mlp_bias="mlp_bias"),
+    "youtu": DecoderTraits(mla=True, tie=True),
     # modeling_hunyuan_v1_*.py: q/k RMSNorm of head_dim; MoE adds a shared MLP of intermediate_size
-    "hunyuan_v1_dense": T(qkv_bias="attention_bias", o_bias="attention_bias", qk_norm="head"),
-    "hunyuan_v1_moe": T(qkv_bias="attention_bias", o_bias="attention_bias", qk_norm="head",
-                        moe=M(top_k="moe_topk", inter="intermediate_size", shared=_width("intermediate_size"))),
+    "hunyuan_v1_dense": DecoderTraits(qkv_bias="attention_bias", o_bias="attention_bias", qk_norm="head"),
+    "hunyuan_v1_moe": DecoderTraits(qkv_bias="attention_bias", o_bias="attention_bias", qk_norm="head",
+                        moe=ExpertTraits(top_k="moe_topk", inter="intermediate_size", shared=_width("intermediate_size"))),
     # modeling_nemotron.py: LayerNorm1P (weight + bias), squared-ReLU up/down MLP
-    "nemotron": T(norm="layernorm", mlp="plain", qkv_bias="attention_bias", o_bias="attention_bias",
+    "nemotron": DecoderTraits(norm="layernorm", mlp="plain", qkv_bias="attention_bias", o_bias="attention_bias",
                   mlp_bias="mlp_bias"),
-    "dots1": T(qkv_bias="attention_bias", o_bias="attention_bias", qk_norm="head", moe=DEEPSEEK),
-    "jetmoe": T(tie=True, attn=_jetmoe_attention,
-                     moe=M(experts="num_local_experts", inter="intermediate_size", extra=lambda d: d.hidden)),
+    "dots1": DecoderTraits(qkv_bias="attention_bias", o_bias="attention_bias", qk_norm="head", moe=DEEPSEEK),
+    "jetmoe": DecoderTraits(tie=True, attn=_jetmoe_attention,
+                     moe=ExpertTraits(experts="num_local_experts", inter="intermediate_size", extra=lambda d: d.hidden)),
 }
 
 BUILDERS: dict[str, Builder] = {

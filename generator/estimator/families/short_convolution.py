@@ -8,8 +8,8 @@ from ..config.arch import Arch
 from ..config.reader import Reader
 from ..graph.parts import Part, linear
 from .assembly import Builder
-from .decoder import D, M, T, build
-from .decoder import D as _D
+from .decoder import Dims, ExpertTraits, DecoderTraits, build
+from .decoder import Dims as _D
 from .linear_attention import layer_types
 from .mixture_of_experts import first_k_dense
 
@@ -17,7 +17,7 @@ from .mixture_of_experts import first_k_dense
 # --- LFM2 (modeling_lfm2.py): short-convolution layers (in_proj hidden -> 3 hidden, depthwise conv of
 # conv_L_cache, out_proj) and attention layers (q/k LayerNorm of head_dim); the SwiGLU width is
 # adjusted (2/3, multiplier, rounded up to block_multiple_of); the final norm is embedding_norm.
-def _lfm_conv(d: D, n: int) -> Part:
+def _lfm_conv(d: Dims, n: int) -> Part:
     r = d.r
     h, k = d.hidden, r.int("conv_L_cache", 3)
     bias = r.flag("conv_bias", False)
@@ -27,7 +27,7 @@ def _lfm_conv(d: D, n: int) -> Part:
                 state=h * k)
 
 
-def _lfm2_inter(d: D) -> int:
+def _lfm2_inter(d: Dims) -> int:
     inter = d.inter
     if d.f("block_auto_adjust_ff_dim", True):
         inter = int(2 * inter / 3)
@@ -39,13 +39,13 @@ def _lfm2_inter(d: D) -> int:
     return inter
 
 
-def _lfm2_mixer(d: D, i: int) -> str:
+def _lfm2_mixer(d: Dims, i: int) -> str:
     idx = d.r.list("full_attn_idxs", int)
     default = (lambda j: "full_attention" if idx is None or j in idx else "conv")
     return "attention" if layer_types(d, default)[i] in ("full_attention", "sliding_attention") else "conv"
 
 
-LFM2 = T(qk_norm="head", tie=True, mixer=_lfm2_mixer, mixers={"conv": _lfm_conv})
+LFM2 = DecoderTraits(qk_norm="head", tie=True, mixer=_lfm2_mixer, mixers={"conv": _lfm_conv})
 
 
 def lfm2(cfg: Mapping[str, Any], model: str) -> Arch:
@@ -55,11 +55,11 @@ def lfm2(cfg: Mapping[str, Any], model: str) -> Arch:
     return build(dict(cfg, intermediate_size=inter), model, "lfm2", LFM2)
 
 
-TRAITS: dict[str, T] = {
-    "lfm2_moe": T(qk_norm="head", tie=True, mixer=_lfm2_mixer, mixers={"conv": _lfm_conv},
-                       moe=M(sparse=first_k_dense("num_dense_layers"))),
+TRAITS: dict[str, DecoderTraits] = {
+    "lfm2_moe": DecoderTraits(qk_norm="head", tie=True, mixer=_lfm2_mixer, mixers={"conv": _lfm_conv},
+                       moe=ExpertTraits(sparse=first_k_dense("num_dense_layers"))),
     # modeling_lfm3.py: sandwich norms (4 per layer), attention with a per-head output gate (g_proj)
-"lfm3": T(norms=("pre_attn", "post_attn", "pre_mlp", "post_mlp"), qk_norm="head", tie=True,
+"lfm3": DecoderTraits(norms=("pre_attn", "post_attn", "pre_mlp", "post_mlp"), qk_norm="head", tie=True,
                    qkv_bias="attention_bias", o_bias="attention_bias",
                    attn_linears=lambda d: ((d.hidden, d.heads),) if d.f("use_attention_gate", True) else (),
                    mixer=lambda d, i: "conv" if layer_types(d, lambda j: "full_attention")[i] == "conv" else "attention",

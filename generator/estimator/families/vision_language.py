@@ -28,7 +28,7 @@ from ..graph.parts import (
 )
 from .assembly import Builder, TextReader, Wrapper, assemble
 from .llama import TRAITS as LLAMA_TRAITS
-from .decoder import D, T, attention, build
+from .decoder import Dims, DecoderTraits, attention, build
 
 # Default text model_type of each VLM when text_config omits it, and text types read as a base family.
 DEFAULT_TEXT = {"llava": "llama", "llava_next": "llama", "paligemma": "gemma", "idefics3": "llama", "smolvlm": "llama",
@@ -181,7 +181,7 @@ def vlm(cfg: Mapping[str, Any], model: str, read_text: TextReader) -> Arch:
                                architectures=architectures_of(cfg, model))
 
 
-def _cross(t: T, d: D, n: int) -> Part:
+def _cross(t: DecoderTraits, d: Dims, n: int) -> Part:
     # modeling_mllama.MllamaTextCrossAttention: q/k/v/o (keys and values from the vision states), q/k
     # RMSNorm of head_dim, and the layer's two tanh gates (attention, MLP). Its KV is the image's
     # cross-attention states, cached once per sequence (window -1: over the vision tokens).
@@ -194,7 +194,7 @@ def mllama_text(cfg: Mapping[str, Any], model: str) -> Arch:
     cross_attention_layers, an embedding of vocab_size + 8 rows, an untied head of vocab_size."""
     r = Reader(cfg, model, "mllama_text_model")
     cross = set(r.list("cross_attention_layers", int) or [])
-    t = T(mixer=lambda d, i: "cross" if i in cross else "attention", mixers={}, top_extra=lambda d: 8 * d.hidden)
+    t = DecoderTraits(mixer=lambda d, i: "cross" if i in cross else "attention", mixers={}, top_extra=lambda d: 8 * d.hidden)
     t = dataclasses.replace(t, mixers={"cross": lambda d, n: _cross(t, d, n)})
     return build(cfg, model, "mllama_text_model", t, family="mllama")
 
