@@ -6,9 +6,10 @@ For each (strategy, world size) in fsdp x {2, 4} and ddp x {2, 4}: spawn that ma
 build a tiny llama (transformers LlamaForCausalLM from a config, random init, nothing downloaded, fp32 weights, no
 mixed precision), wrap it (FSDP2: `fully_shard` on every decoder layer, then on the root; DDP: default options), and
 run one step: forward on one sequence per rank (labels = inputs), backward, AdamW (foreach=True), under PyTorch's
-trackers (torch/distributed/_tools): FSDP, FSDPMemTracker over forward + backward, then a fresh one over the step
-(each phase's own peak and categories: sharded / unsharded params, all-gather and reduce-scatter buffers, grads,
-optimizer state); DDP, MemTracker over the whole step with DDP built inside it (its gradient buckets show as ACT). Real tensors, a few MB: seconds on two cores.
+trackers (torch/distributed/_tools): FSDP, FSDPMemTracker over forward + backward, then a fresh one over the
+step (each phase's own peak and categories: sharded / unsharded params, all-gather and reduce-scatter buffers,
+grads, optimizer state); DDP, MemTracker over the whole step with DDP built inside it (its gradient buckets show
+as ACT). Real tensors, a few MB: seconds on two cores.
 """
 
 from __future__ import annotations
@@ -26,6 +27,12 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+import transformers
+from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
+from torch.distributed._tools.mem_tracker import MemTracker
+from torch.distributed.fsdp import fully_shard
+from torch.nn.parallel import DistributedDataParallel
+from transformers import LlamaConfig, LlamaForCausalLM
 
 CONFIG = {"hidden_size": 128, "intermediate_size": 352, "num_hidden_layers": 4, "num_attention_heads": 4,
           "num_key_value_heads": 2, "vocab_size": 512, "max_position_embeddings": 256, "tie_word_embeddings": False,
@@ -41,8 +48,6 @@ def _free_port() -> int:
 
 
 def _model():
-    from transformers import LlamaConfig, LlamaForCausalLM
-
     torch.manual_seed(0)
     cfg = LlamaConfig(**CONFIG)
     cfg._attn_implementation = "sdpa"
@@ -58,11 +63,6 @@ def _categories(snapshot: dict) -> dict[str, int]:
 
 
 def _rank(rank: int, world: int, strategy: str, port: int, out_dir: str) -> None:
-    from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
-    from torch.distributed._tools.mem_tracker import MemTracker
-    from torch.distributed.fsdp import fully_shard
-    from torch.nn.parallel import DistributedDataParallel
-
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world)
@@ -116,8 +116,6 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path("data/measurements/parallel-cpu.json"))
     args = ap.parse_args(argv)
-    import transformers
-
     runs = []
     start = time.monotonic()
     with tempfile.TemporaryDirectory() as tmp:

@@ -182,6 +182,8 @@ def per_gpu(job: SingleGpuJob, setup: Setup, model: str = "") -> PerGpu:
     if s in ("pp", "tp+pp"):
         stages = n if s == "pp" else n // GPUS_PER_NODE
         stage_layers, rows = _pp(job, phases, stages)
+    elif s == "tp":
+        rows = [(ph.name, _parts(ph, ph.overhead_weights + ph.overhead_step + ph.overhead_fixed)) for ph in phases]
     else:
         rows = [_data_parallel(job, ph, setup) for ph in phases]
     name, parts = max(rows, key=lambda r: sum(r[1].values()))
@@ -224,13 +226,13 @@ def _data_parallel(job: SingleGpuJob, ph: Phase, setup: Setup) -> tuple[str, dic
         # root, do not reshard after forward"): gathered through forward and backward beside the layer units.
         root = job.first_stage_params + job.last_stage_params if s == "fsdp" and ph.computing else 0
         gathered = c * (units * job.unit_params + root)
-        grads += _ceil(c * job.unit_params * trainable_share) if ph.computing else 0
+        grads += _ceil(c * job.unit_params * trainable_share) if ph.computing else 0  # reduce-scatter input
+    buffer = _ceil(c * job.unit_params * trainable_share) if ph.computing and s != "zero2" else 0
     if setup.offload == "optimizer":  # ZeRO-Offload: master, gradients, state and the step on the CPU
         weights -= _ceil(master / n)
-        grads, state, step = 0, 0, 0
+        grads, state, step = buffer, 0, 0
     elif setup.offload == "params":  # everything on the CPU; the GPU holds the gathered units and their gradients
-        weights, state, step = 0, 0, 0
-        grads = _ceil(c * job.unit_params * trainable_share) if ph.computing else 0
+        weights, grads, state, step = 0, buffer, 0, 0
     parts = _parts(ph, copies + step + ph.overhead_fixed)
     parts.update(weights=weights + gathered, gradients=grads, optimizer_state=state)
     return ph.name, parts
