@@ -12,8 +12,8 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
 from generator.errors import TraceError
-from generator.estimator.parallel import ParallelError, Phase, Setup, SingleGpuJob, per_gpu
-from generator.estimator.plans import MAX_GPUS, GpuOffer, search_plans
+from generator.estimator.memory.parallel import ParallelError, Phase, Setup, SingleGpuJob, per_gpu
+from generator.estimator.memory.plans import MAX_GPUS, GpuOffer, search_plans
 from generator.estimator.serving_speed import (ServingModel, decode_upper_bound, serving_speed)
 from tests.conftest import ROOT
 

@@ -46,7 +46,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ..errors import JobError
+from ...errors import JobError
 
 PARTS = ("weights", "gradients", "optimizer_state", "activations", "logits", "kv_cache", "overhead")
 STRATEGIES = ("single", "ddp", "zero2", "zero3", "fsdp", "tp", "pp", "tp+pp")
