@@ -42,6 +42,7 @@ class BartTraits:
     k_bias: bool = True
     causal_tied: bool = True  # the ForCausalLM head is tied to the decoder embedding
     positions_key: str = "max_position_embeddings"
+    decoder_vocab: bool = False  # the decoder-only class embeds decoder_vocab_size rows (Marian)
 
 
 def is_causal_lm(cfg: Mapping[str, Any]) -> bool:
@@ -90,7 +91,14 @@ def bart_like(cfg: Mapping[str, Any], model: str, mt: str, b: BartTraits) -> Arc
     dec_n, dec_h, dec_f = r.int("decoder_layers"), r.int("decoder_attention_heads"), r.int("decoder_ffn_dim")
     ctx = r.int(b.positions_key)
     causal = is_causal_lm(cfg)
-    embed: list[Part] = [Part("Input", "Input", width=-1), Part("Embedding", "Embedding", vocab * d)]
+    # Marian's decoder embeds decoder_vocab_size rows (None: vocab_size); its LM head keeps vocab_size
+    # (modeling_marian.MarianDecoder, MarianForCausalLM, MarianMTModel).
+    dec_vocab = r.int("decoder_vocab_size", vocab) if b.decoder_vocab else vocab
+    tie = (b.causal_tied if causal else True) and r.flag("tie_word_embeddings", True)
+    # Untied (tie_word_embeddings false), transformers 5.24 keeps the shared table, the encoder's and the decoder's
+    # embed_tokens as three tensors (_tied_weights_keys applies only when tying).
+    rows = dec_vocab if causal else (vocab if tie else 2 * vocab + dec_vocab)
+    embed: list[Part] = [Part("Input", "Input", width=-1), Part("Embedding", "Embedding", rows * d)]
     blocks: list[Block] = []
     stack_norms = (2 * d if b.embed_norm else 0) + (2 * d if b.final_norm else 0)
     if not causal:
@@ -104,7 +112,6 @@ def bart_like(cfg: Mapping[str, Any], model: str, mt: str, b: BartTraits) -> Arc
         embed.append(norm_part("Embedding_LayerNorm", "layernorm", d))
     blocks += bart_stack(r, b, "decoder", dec_n, dec_h, dec_f, d, len(blocks) + 1, bias)
     head: list[Part] = [norm_part("Final_LayerNorm", "layernorm", d)] if b.final_norm else []
-    tie = (b.causal_tied if causal else True) and r.flag("tie_word_embeddings", True)
     head += [lm_head_part(vocab, d, tie), Part("Output", "Output", width=vocab)]
     return assemble(cfg, model, r, hidden=d, layers=len(blocks), heads=dec_h, kv=dec_h, head_dim=d // dec_h,
                     inter=dec_f, vocab=vocab, ctx=ctx, tie=tie, embed=embed, blocks=blocks, head=head,
@@ -114,7 +121,7 @@ def bart_like(cfg: Mapping[str, Any], model: str, mt: str, b: BartTraits) -> Arc
 BARTS: dict[str, BartTraits] = {
     "bart": BartTraits(), "mbart": BartTraits(pre_norm=True, final_norm=True), "plbart": BartTraits(), "mvp": BartTraits(),
     "pegasus": BartTraits(pos_offset=None, pre_norm=True, embed_norm=False, final_norm=True),
-    "marian": BartTraits(pos_offset=None, embed_norm=False),
+    "marian": BartTraits(pos_offset=None, embed_norm=False, decoder_vocab=True),
     "blenderbot": BartTraits(pos_offset=0, pre_norm=True, embed_norm=False, final_norm=True),
     "blenderbot-small": BartTraits(pos_offset=0),
     "bigbird_pegasus": BartTraits(pos_offset=0, pre_norm=True, bias="use_bias", causal_tied=False),
@@ -198,7 +205,14 @@ def whisper(cfg: Mapping[str, Any], model: str) -> Arch:
     r = Reader(cfg, model, "whisper", BART_ALIASES)
     d, vocab = r.int("hidden_size"), r.int("vocab_size")
     causal = is_causal_lm(cfg)
-    embed: list[Part] = [Part("Input", "Input", width=-1), Part("Embedding", "Embedding", vocab * d)]
+    # Marian's decoder embeds decoder_vocab_size rows (None: vocab_size); its LM head keeps vocab_size
+    # (modeling_marian.MarianDecoder, MarianForCausalLM, MarianMTModel).
+    dec_vocab = r.int("decoder_vocab_size", vocab) if b.decoder_vocab else vocab
+    tie = (b.causal_tied if causal else True) and r.flag("tie_word_embeddings", True)
+    # Untied (tie_word_embeddings false), transformers 5.24 keeps the shared table, the encoder's and the decoder's
+    # embed_tokens as three tensors (_tied_weights_keys applies only when tying).
+    rows = dec_vocab if causal else (vocab if tie else 2 * vocab + dec_vocab)
+    embed: list[Part] = [Part("Input", "Input", width=-1), Part("Embedding", "Embedding", rows * d)]
     blocks: list[Block] = []
     if not causal:
         mels, src = r.int("num_mel_bins"), r.int("max_source_positions")
@@ -252,8 +266,8 @@ def prophetnet(cfg: Mapping[str, Any], model: str) -> Arch:
         blocks.append(standard_block(i, [], a, mlp_part(f"FFN_{i}", "MLP", h, df, False, True), "layernorm", h,
                                      norms=("post_attn", "post_mlp"), cross=c))
     tie = r.flag("tie_word_embeddings", True)
-    if causal and not tie:  # the decoder wrapper's own word embeddings are then a third copy
-        embed.append(Part("Decoder_Embedding", "Embedding", vocab * h))
+    if not tie:  # the decoder wrapper's own word embeddings are then a third copy; with an encoder, a fourth too
+        embed.append(Part("Decoder_Embedding", "Embedding", (1 if causal else 2) * vocab * h))
     head = [lm_head_part(vocab, h, tie), Part("Output", "Output", width=vocab)]
     return assemble(cfg, model, r, hidden=h, layers=len(blocks), heads=dh, kv=dh, head_dim=h // dh, inter=df,
                     vocab=vocab, ctx=ctx, tie=tie, embed=embed, blocks=blocks, head=head,

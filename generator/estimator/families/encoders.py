@@ -78,6 +78,9 @@ def _lm_head(e: EncoderTraits, r: Reader, h: int, emb: int, vocab: int, tie: boo
     if e.lm_head == "electra":  # generator_predictions: dense h -> emb + LayerNorm(emb); generator_lm_head
         return [Part("LM_Transform", "Linear", linear(h, emb, True) + 2 * emb, matmul=h * emb),
                 Part("LM_Head", "Linear", vocab + (0 if tie else vocab * emb), width=vocab, matmul=vocab * emb)]
+    if e.lm_head == "roformer":  # as electra's, but cls.predictions keeps its own bias beside the decoder's
+        return [Part("LM_Transform", "Linear", linear(h, emb, True) + 2 * emb, matmul=h * emb),
+                Part("LM_Head", "Linear", vocab + (0 if tie else vocab * emb + vocab), width=vocab, matmul=vocab * emb)]
     if e.lm_head == "rembert":  # cls.predictions: dense h -> output_embedding_size + LayerNorm, untied decoder
         out = r.int("output_embedding_size", h)
         return [Part("LM_Transform", "Linear", linear(h, out, True) + 2 * out, matmul=h * out),
@@ -192,7 +195,8 @@ FAMILIES: dict[str, EncoderTraits] = {
     "bert-generation": EncoderTraits(token_types=False, lm_head="plain"),
     "electra": EncoderTraits(emb_key="embedding_size", lm_head="electra", cls_head="roberta"),
     "rembert": EncoderTraits(emb_key="input_embedding_size", lm_head="rembert"),
-    "roformer": EncoderTraits(emb_key="embedding_size", positions="roformer"),
+    # modeling_roformer.py: cls.predictions.transform maps hidden_size -> embedding_size (+ LayerNorm)
+    "roformer": EncoderTraits(emb_key="embedding_size", positions="roformer", lm_head="roformer"),
 }
 
 

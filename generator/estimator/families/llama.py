@@ -146,10 +146,11 @@ TRAITS: dict[str, DecoderTraits] = {
                           layer_extra=_hyperclovax),
     "cohere_compass_text": DecoderTraits(norm="layernorm_nobias", norms=("pre_attn",), parallel=True, qkv_bias="attention_bias",
                              o_bias="attention_bias", tie=True),
-    # modeling_doge.py: q/k RMSNorm, dynamic-mask A (heads) and dt_proj (hidden -> heads); residual scales
+    # modeling_doge.py: q/k RMSNorm, dynamic-mask A (K/V heads) and dt_proj (K/V heads x head_dim -> K/V heads,
+    # biased with attention_bias); residual scales
     "doge": DecoderTraits(qkv_bias="attention_bias", o_bias="attention_bias", mlp_bias="mlp_bias", qk_norm="head",
-              attn_extra=lambda d: d.heads + (d.heads if d.f("attention_bias") else 0),
-              attn_linears=lambda d: ((d.hidden, d.heads),),
+              attn_extra=lambda d: d.kv + (d.kv if d.f("attention_bias") else 0),
+              attn_linears=lambda d: ((d.kv * d.hd, d.kv),),
               layer_extra=lambda d: 2 * d.hidden),
 }
 

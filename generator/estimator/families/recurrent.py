@@ -55,14 +55,19 @@ def _round_up(x: float, m: int) -> int:
 
 def xlstm(cfg: Mapping[str, Any], model: str) -> Arch:
     """modeling_xlstm.py (Beck et al. 2024, arXiv:2405.04517): mLSTM blocks. q/k of qk_dim, v and the
-    output gate of v_dim (rounded up to 64), input/forget gates per head (with bias), a multi-head norm,
+    output gate of v_dim, input/forget gates per head (with bias), a multi-head norm,
     out_proj; a SwiGLU of hidden x ffn_proj_factor (rounded up). State per layer: the matrix memory
     heads x d_qk x d_v plus the normaliser (heads x d_qk) and max (heads)."""
     r = Reader(cfg, model, "xlstm", {"num_hidden_layers": ("num_blocks",), "hidden_size": ("embedding_dim",)})
-    h, n, vocab, heads = r.int("hidden_size"), r.int("num_hidden_layers"), r.int("vocab_size"), r.int("num_heads")
+    # xLSTMConfig keeps num_blocks and embedding_dim beside num_hidden_layers and hidden_size: the model stacks
+    # num_blocks blocks of hidden_size and embeds at embedding_dim (modeling_xlstm.xLSTMModel).
+    h, vocab, heads = r.int("hidden_size"), r.int("vocab_size"), r.int("num_heads")
+    n = r.int("num_blocks") if r.has("num_blocks") else r.int("num_hidden_layers")
+    emb = r.int("embedding_dim") if r.has("embedding_dim") else h
     bias = r.flag("use_bias", False)
-    qk = _round_up(h * r.number("qk_dim_factor", 0.5, high=64), 64)
-    v = _round_up(h * r.number("v_dim_factor", 1.0, high=64), 64)
+    # modeling_xlstm.xLSTMLayer: v_dim / qk_dim = int(hidden_size x factor), not rounded (only the FFN is)
+    qk = int(h * r.number("qk_dim_factor", 0.5, high=64))
+    v = int(h * r.number("v_dim_factor", 1.0, high=64))
     ffn = _round_up(h * r.number("ffn_proj_factor", 2.667, high=64), r.int("ffn_round_up_to_multiple_of", 64))
     blocks = []
     for i in range(1, n + 1):
@@ -75,6 +80,7 @@ def xlstm(cfg: Mapping[str, Any], model: str) -> Arch:
         blocks.append(standard_block(i, [], m, f, "rmsnorm", h, kind="recurrent"))
     tie = False  # modeling_xlstm.py ties nothing, whatever tie_word_embeddings says
     embed, head = _ends(vocab, h, tie, "rmsnorm")
+    embed = [p._replace(params=vocab * emb) if p.type == "Embedding" else p for p in embed]
     if not r.flag("add_out_norm", True):
         head = head[1:]
     return assemble(cfg, model, r, hidden=h, layers=n, heads=heads, kv=heads, head_dim=qk // heads, inter=ffn,
