@@ -78,8 +78,13 @@ def bench_estimator_vs_meta(per_model: bool = False) -> None:
         def graph(cfg=cfg, repo_id=repo_id):  # the same work as the meta build: the layer graph and its count
             build_graph(normalise(cfg, repo_id))
 
+        def summary(cfg=cfg, repo_id=repo_id, checkpoint=checkpoint):  # the terminal summary: no structure table
+            estimate(cfg, model_id=repo_id, assumptions=settings.assumptions, cards=settings.cards,
+                     gpus=settings.gpus, checkpoint_params=checkpoint, structure=False).to_dict()
+
         rows.append((repo_id, _median_cpu_seconds(ours, OURS_REPEAT), _median_cpu_seconds(meta, THEIRS_REPEAT),
-                     _median_cpu_seconds(report, OURS_REPEAT), _median_cpu_seconds(graph, OURS_REPEAT)))
+                     _median_cpu_seconds(report, OURS_REPEAT), _median_cpu_seconds(graph, OURS_REPEAT),
+                     _median_cpu_seconds(summary, OURS_REPEAT)))
 
     o = statistics.median(r[1] for r in rows)
     t = statistics.median(r[2] for r in rows)
@@ -95,6 +100,9 @@ def bench_estimator_vs_meta(per_model: bool = False) -> None:
     print(f"  ratio of medians    {t / o:8.1f}x  (target >= 50x)")
     bare = statistics.median(r[3] for r in rows)
     print(f"  without to_dict     {bare * 1e3:8.3f} ms  ratio {t / bare:.1f}x  (config -> Report only)")
+    no_table = statistics.median(r[5] for r in rows)
+    print(f"  without structure   {no_table * 1e3:8.3f} ms  ratio {t / no_table:.1f}x  (Report + JSON without the "
+          "structure table: the terminal summary)")
     graph_only = statistics.median(r[4] for r in rows)
     print(f"  graph only          {graph_only * 1e3:8.3f} ms  ratio {t / graph_only:.1f}x  (config -> layer graph and "
           "parameter count: what the meta build gives)")

@@ -143,7 +143,8 @@ def _run_model(argv: Sequence[str], console: Console, err: Console) -> int:
         raise ConfigError("command line", "--new-tokens", args.new_tokens, "must be >= 0")
     settings = load_settings(args.config, **overrides)
     record = resolve_model(args.model, args.snapshot)
-    report = report_for_record(record, settings, _job(args))
+    # The structure table is for the JSON twin and the page; the terminal summary does without it.
+    report = report_for_record(record, settings, _job(args), structure=bool(args.json or args.html))
     if args.json:
         sys.stdout.write(json.dumps(report.to_dict(), sort_keys=True, indent=1) + "\n")
         return 0

@@ -7,7 +7,7 @@ from .records import ModelRecord
 from .settings import Settings
 
 
-def report_for_record(record: ModelRecord, settings: Settings, job=None) -> Report:
+def report_for_record(record: ModelRecord, settings: Settings, job=None, structure: bool = True) -> Report:
     """Estimate one record; raises ConfigError / UnsupportedArchitecture naming the model. `job`: an
     estimator.job.Job for memory.peak_bytes (default: the site's job)."""
     return estimate(
@@ -20,4 +20,5 @@ def report_for_record(record: ModelRecord, settings: Settings, job=None) -> Repo
         downloads=record.downloads,
         sha=record.sha,
         job=job,
+        structure=structure,
     )

@@ -93,3 +93,13 @@ def test_a_leaf_with_no_json_form_is_refused(settings):
     report = next(_reports(settings))
     with pytest.raises(TypeError, match="set"):
         dataclasses.replace(report, findings=({1, 2},)).to_dict()
+
+
+def test_the_structure_table_is_built_only_when_asked(settings):
+    """estimate(structure=False) (the terminal summary) skips the table and changes nothing else."""
+    from tests.conftest import tiny_qwen2
+
+    kw = {"model_id": "tiny", "assumptions": settings.assumptions, "cards": settings.cards, "gpus": settings.gpus}
+    full, bare = estimate(tiny_qwen2(), **kw).to_dict(), estimate(tiny_qwen2(), structure=False, **kw).to_dict()
+    assert full["structure"] and bare["structure"] == []
+    assert {k: v for k, v in full.items() if k != "structure"} == {k: v for k, v in bare.items() if k != "structure"}

@@ -70,9 +70,11 @@ FORMULAS = {
 
 def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptions, cards: tuple[Card, ...],
              gpus: Mapping[str, Gpu], checkpoint_params: int | None = None, downloads: int | None = None,
-             sha: str | None = None, job: Job | None = None) -> Report:
+             sha: str | None = None, job: Job | None = None, structure: bool = True) -> Report:
     """Estimate parameters, memory, cost and findings for one config.json (already parsed). `job`: the exact
-    setup whose peak memory.peak_bytes reports (default: full AMP AdamW at batch 1 and the training tokens)."""
+    setup whose peak memory.peak_bytes reports (default: full AMP AdamW at batch 1 and the training tokens).
+    `structure`: whether the Report carries the structure table (pages and the JSON twin do; the terminal
+    summary does not, and skips its cost)."""
     s = assumptions
     arch = normalise(config, model_id)
     graph = build_graph(arch)
@@ -144,7 +146,7 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
                       arch.experts_per_token, graph.params_total - vision, vision, stored, quant,
                       tuple(kinds.items())),
         memory=memory, cost=costs,
-        structure=_structure(graph.nodes),
+        structure=_structure(graph.nodes) if structure else (),
         findings=tuple(findings),
         provenance=(("config_keys", arch.used()), ("formulas", dict(FORMULAS))),
     )

@@ -6,6 +6,8 @@ transformers modeling files; here they are numbered, shaped and summed.
 
 from __future__ import annotations
 
+import functools
+
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -24,7 +26,8 @@ class Node(NamedTuple):
 
 @dataclass(frozen=True)
 class Graph:
-    nodes: tuple[Node, ...]
+    """The layer graph's totals; its nodes (the structure table) are built only when read."""
+
     params_total: int
     params_embedding: int  # token (+ position) embeddings, counted once even when tied
     params_lm_head: int  # 0 when tied to the embedding
@@ -36,6 +39,13 @@ class Graph:
     active_matmul: int = 0  # matmul weights used per token
     # attention FLOPs per token per attended key, summed per (window, causal): cost.py's attention term
     attention_terms: tuple[tuple[int, bool, int], ...] = ()
+    context: int = 0  # tokens the structure table's output shapes are given at (the config's maximum context)
+
+    @functools.cached_property
+    def nodes(self) -> tuple[Node, ...]:
+        """Nodes in forward order, as the structure table shows them: a third of an estimate's time for a deep
+        model, so built only where a page or the JSON twin asks for the table."""
+        return structure_nodes(self.spec, self.context)
 
 
 def _shape(p: Part, t: int, hidden: int) -> tuple[int, ...]:
@@ -44,10 +54,9 @@ def _shape(p: Part, t: int, hidden: int) -> tuple[int, ...]:
     return (1, t, p.width or hidden)
 
 
-def build_graph(a: Arch) -> Graph:
-    """Nodes in forward order, as the structure table shows them."""
-    spec = a.spec
-    t, h = a.max_context, spec.hidden
+def structure_nodes(spec: Spec, t: int) -> tuple[Node, ...]:
+    """One node per part, output shapes at `t` tokens."""
+    h = spec.hidden
     nodes: list[Node] = []
     new = tuple.__new__  # Node is a named tuple: built directly (a 405B model has 1,100 nodes)
     hidden = (1, t, h)
@@ -59,6 +68,12 @@ def build_graph(a: Arch) -> Graph:
                                     p.params, b.index)))
     for p in spec.head:
         nodes.append(Node(len(nodes) + 1, p.name, p.type, _shape(p, t, h), p.params))
+    return tuple(nodes)
+
+
+def build_graph(a: Arch) -> Graph:
+    """The totals of the model's graph (parameters, matmul weights, attention terms); nodes on demand."""
+    spec = a.spec
     total = spec.params
     embedding = sum(p.params for p in spec.embed if p.type == "Embedding")
     head = sum(p.params for p in spec.head if p.name.startswith("LM_Head") or p.type == "LM Head")
@@ -74,5 +89,5 @@ def build_graph(a: Arch) -> Graph:
         for window, flops in b.attn:
             key = (max(window, 0), causal)
             terms[key] = terms.get(key, 0) + flops
-    return Graph(tuple(nodes), total, embedding, head, per_layer, matmul, first.linears if first else (), spec,
-                 active, active_mm, tuple((w, c, f) for (w, c), f in sorted(terms.items())))
+    return Graph(total, embedding, head, per_layer, matmul, first.linears if first else (), spec,
+                 active, active_mm, tuple((w, c, f) for (w, c), f in sorted(terms.items())), a.max_context)
