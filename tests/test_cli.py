@@ -198,11 +198,28 @@ def test_bad_model_argument_and_bad_options(tmp_path, capsys):
 
 
 def test_oversized_config_is_refused_without_reading_it(tmp_path, capsys, monkeypatch):
-    import generator.cli as cli
+    import generator.resolve as resolve
 
-    monkeypatch.setattr(cli, "MAX_CONFIG_BYTES", 1000)
+    monkeypatch.setattr(resolve, "MAX_CONFIG_BYTES", 1000)
     code, _, err = run(capsys, str(write_config(tmp_path, tiny_qwen2(padding="x" * 2000))))
     assert code == 2 and "over the 1,000-byte limit" in err
+
+
+def test_one_config_size_limit_for_local_files_and_the_hub(tmp_path, capsys):
+    """resolve.py (local files) and hub/client.py (the Hub) refuse above the same 8 MiB, as the README says."""
+    from generator import records, resolve
+    from generator.hub import client
+
+    assert resolve.MAX_CONFIG_BYTES == client.MAX_CONFIG_BYTES == records.MAX_CONFIG_BYTES == 8 * 2**20
+    readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    assert "A `config.json` over 8 MiB, a local file or on the Hub, is refused" in readme
+    assert "config.json` over 8 MiB is refused from the size its HEAD reports" in readme
+    big = tmp_path / "config.json"
+    with big.open("wb") as fh:
+        fh.truncate(8 * 2**20 + 1)
+    code, out, err = run(capsys, str(big))
+    assert code == 2 and out == ""
+    assert f"{tmp_path}: config.json is 8,388,609 bytes, over the 8,388,608-byte limit" in err
 
 
 def test_console_script_end_to_end(tmp_path):

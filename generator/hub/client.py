@@ -9,7 +9,7 @@ from typing import Iterator, Mapping
 
 from .. import DISTRIBUTION
 from ..errors import ModelNotFound
-from ..records import ModelRecord, validate_repo_id
+from ..records import MAX_CONFIG_BYTES, ModelRecord, validate_repo_id
 from .listing import SHA_RE, Listed, build_record, config_problem, listed_from_info
 
 # huggingface_hub is imported inside functions only: it reads HF_ENDPOINT, HF_HOME and HF_HUB_OFFLINE once,
@@ -17,7 +17,6 @@ from .listing import SHA_RE, Listed, build_record, config_problem, listed_from_i
 EXPAND = ["config", "safetensors", "sha", "downloads", "likes", "gated", "lastModified",
           "pipeline_tag", "library_name", "tags"]
 DEFAULT_ENDPOINT = "https://huggingface.co"
-MAX_CONFIG_BYTES = 8 * 1024 * 1024  # real configs are KBs; a bigger file is not a config
 RETRY_NOTE = "retried on the next crawl"
 LISTING_COUNTS_SOURCE = "Hub API field safetensors (per-dtype parameters)"
 _TRUE = {"1", "ON", "YES", "TRUE"}

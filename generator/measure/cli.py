@@ -41,7 +41,7 @@ def measure(model: str, setup, *, device: str = "auto", max_layers: int | None =
             overrides: dict[str, Any] | None = None, memory_fraction: float | None = None, explain: bool = False, snapshot: str | None = None,
             note: str | None = None) -> dict[str, Any]:
     """Resolve MODEL (folder, config.json, or repo id in the snapshot / on the Hub), run, and return the record."""
-    from ..cli import resolve_model
+    from ..resolve import resolve_model
     from .record import make_record
     from .setup import context_of, shrink
 
