@@ -74,3 +74,38 @@ class RecordError(TraceError):
         self.key = key
         self.value = value
         super().__init__(f"{_show(model)}: {key} = {_show(value)}: {reason}")
+
+
+class MeasureError(TraceError):
+    """A measured run (`neurarch-trace measure`) that cannot be made here: a config transformers cannot build, a
+    CUDA-only option on the CPU, a missing library. Names the model, the key and the value where it knows them."""
+
+    exit_code = 2
+
+    def __init__(self, reason: str, model: str = "", key: str | None = None, value: object = None) -> None:
+        self.model = model
+        self.key = key
+        self.value = value
+        self.reason = reason
+        where = f"{model}: " if model else ""
+        what = f"{key} = {_show(value)}: " if key is not None else ""
+        super().__init__(f"{where}{what}{reason}")
+
+    def for_model(self, model: str) -> MeasureError:
+        """The same error naming the model (the code that raised it knew only the config)."""
+        return self if self.model else MeasureError(self.reason, model, self.key, self.value)
+
+
+class RunFailure(TraceError):
+    """A measured run that torch (or transformers, peft) stopped with an error of its own: the run failed, the
+    input was not refused. Names the model, the setup and the library's error."""
+
+    exit_code = 1
+
+    def __init__(self, model: str, setup: str, error: BaseException) -> None:
+        self.model = model
+        self.setup = setup
+        self.error = error
+        first = (str(error).strip().splitlines() or [""])[0]
+        first = first if len(first) <= 300 else first[:297] + "..."
+        super().__init__(f"{model}: the run ({setup}) failed in torch: {type(error).__name__}: {first}")
