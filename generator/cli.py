@@ -11,7 +11,7 @@ from typing import Sequence
 
 from rich.console import Console
 
-from .errors import ConfigError, ModelNotFound, TraceError
+from .errors import ConfigError, FileAccessError, InternalError, TraceError
 from .resolve import LOCAL, resolve_model
 
 
@@ -73,13 +73,29 @@ def _build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _crawl_parser(site_config: Path | None) -> argparse.ArgumentParser:
-    from .hub.crawl import add_crawl_arguments
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
 
+
+def _crawl_parser(site_config: Path | None) -> tuple[argparse.ArgumentParser, tuple[str, ...]]:
+    """The crawl's options, their defaults read from the settings (crawl.limit, crawl.pipeline_tags); returns the
+    parser and the pipeline tags crawled when no --pipeline-tag is given."""
+    from .hub.crawl import crawl_defaults
+    from .hub.snapshot import DEFAULT_SNAPSHOT_DIR
+
+    limit, tags = crawl_defaults(site_config)
     p = argparse.ArgumentParser(prog="neurarch-trace crawl", description="Refresh the snapshot from the Hugging Face Hub.")
-    add_crawl_arguments(p, site_config)
+    p.add_argument("--limit", type=_positive_int, default=limit, metavar="N",
+                   help=f"how many of the most downloaded models to list per tag (default {limit})")
+    p.add_argument("--pipeline-tag", dest="pipeline_tags", action="append", metavar="T",
+                   help=f"list this task (repeatable); '' for every task (default: {', '.join(tags)})")
+    p.add_argument("--snapshot", type=Path, default=DEFAULT_SNAPSHOT_DIR, metavar="DIR",
+                   help="snapshot folder to update (default: snapshot/ at the repo root)")
     p.add_argument("--config", type=Path, metavar="FILE", help="site_config.yaml whose keys override the defaults")
-    return p
+    return p, tags
 
 
 def _run_model(argv: Sequence[str], console: Console, err: Console) -> int:
@@ -108,7 +124,8 @@ def _run_model(argv: Sequence[str], console: Console, err: Console) -> int:
         try:
             args.html.write_text(page, encoding="utf-8")
         except OSError as exc:
-            raise ModelNotFound(str(args.html), f"cannot write the page ({exc.strerror or exc})") from None
+            raise ConfigError("command line", "--html", str(args.html),
+                              f"cannot write the page ({exc.strerror or exc})") from None
         err.print(f"wrote {args.html} ({len(page.encode()):,} bytes)", markup=False, highlight=False)
         return 0
     from .terminal import print_summary
@@ -157,29 +174,36 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             return run_measure(argv[1:], err)
         if argv[:1] == ["crawl"]:
-            from .hub.crawl import chosen_tags, run_crawl
+            from .hub.crawl import run_crawl
 
             pre = argparse.ArgumentParser(add_help=False)
             pre.add_argument("--config", type=Path)
             known, _ = pre.parse_known_args(argv[1:])
-            args = _crawl_parser(known.config).parse_args(argv[1:])
-            return run_crawl(limit=args.limit, pipeline_tags=chosen_tags(args), snapshot_dir=args.snapshot,
-                             console=err)
+            parser, default_tags = _crawl_parser(known.config)
+            args = parser.parse_args(argv[1:])
+            return run_crawl(limit=args.limit, pipeline_tags=tuple(args.pipeline_tags or default_tags),
+                             snapshot_dir=args.snapshot, console=err)
         return _run_model(argv, console, err)
-    except TraceError as exc:
-        err.print(f"neurarch-trace: {exc}", markup=False, highlight=False, soft_wrap=True)
-        return exc.exit_code
     except KeyboardInterrupt:
         err.print("neurarch-trace: interrupted", markup=False)
         return 130
-    except RecursionError:
-        err.print("neurarch-trace: input is nested too deeply", markup=False)
-        return 2
-    except Exception as exc:  # noqa: BLE001 - the promise is "never a traceback"
-        err.print(f"neurarch-trace: internal error ({type(exc).__name__}: {exc}); please report it",
-                  markup=False, highlight=False, soft_wrap=True)
-        return 70
+    except Exception as exc:  # noqa: BLE001 - the promise is "never a traceback": one line, a TraceError
+        error = _as_trace_error(exc, argv)
+        err.print(f"neurarch-trace: {error}", markup=False, highlight=False, soft_wrap=True)
+        return error.exit_code
 
+
+def _as_trace_error(exc: Exception, argv: Sequence[str]) -> TraceError:
+    """Every error the command prints is a TraceError: the project's own as they are; input nested too deeply
+    for Python, a file the system refuses, and anything unexpected (a bug) named with the command they hit."""
+    if isinstance(exc, TraceError):
+        return exc
+    command = " ".join(argv[:1]) if argv[:1] in (["build"], ["crawl"], ["measure"]) else (argv[0] if argv else "")
+    if isinstance(exc, RecursionError):
+        return ConfigError(command, None, None, "input is nested too deeply")
+    if isinstance(exc, OSError):
+        return FileAccessError(command, exc)
+    return InternalError(command, exc)
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
+from ..errors import ToolFailure
 from . import listing, render
 from .pages import PAGEFIND
 
@@ -205,8 +206,8 @@ def _index(binary: Path, site: Path, shards: Plan, todo: set[int], scratch: Path
             done = subprocess.run([str(binary), "--site", str(source / str(k)), "--output-path", str(target),
                                    "--silent"], capture_output=True, text=True, check=False)
             if done.returncode != 0:
-                raise RuntimeError(f"pagefind failed on search shard {k} ({done.returncode}): "
-                                   f"{(done.stderr or done.stdout).strip()[:500]}")
+                raise ToolFailure("pagefind", "search shard", k, f"exit {done.returncode}: "
+                                  f"{(done.stderr or done.stdout).strip()[:500]}")
             shutil.rmtree(source / str(k), ignore_errors=True)
             for name in _UNUSED:
                 (target / name).unlink(missing_ok=True)
