@@ -6,14 +6,13 @@ import argparse
 import dataclasses
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from rich.console import Console
 
 from .errors import ConfigError, FileAccessError, InternalError, TraceError
 from .resolve import LOCAL, resolve_model
-
 
 
 def _model_parser() -> argparse.ArgumentParser:
@@ -151,10 +150,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     console, err = Console(highlight=False), Console(stderr=True, highlight=False)
     try:
         if argv[:1] == ["build"]:
+            from .hub.snapshot import DEFAULT_SNAPSHOT_DIR
             from .settings import load_settings
             from .site.build import run_build
             from .site.search import SHARD_SIZE
-            from .hub.snapshot import DEFAULT_SNAPSHOT_DIR
 
             args = _build_parser().parse_args(argv[1:])
             if args.jobs is not None and args.jobs < 1:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import os
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Sequence
 
 from rich.console import Console
 from rich.markup import escape
@@ -17,11 +17,19 @@ from rich.table import Table
 from ..errors import ConfigError, CrawlError, RecordError
 from ..records import HUB, ModelRecord, validate_repo_id
 from ..settings import load_settings
-from .client import (BAD_ID, LISTING_COUNTS_SOURCE, MALFORMED, RETRY_NOTE, HubClient, HubFault, HubSettings,
-                     counts_of)
+from .client import BAD_ID, LISTING_COUNTS_SOURCE, MALFORMED, RETRY_NOTE, HubClient, HubFault, HubSettings, counts_of
 from .listing import Listed, build_record, config_problem
-from .snapshot import (INDEX_NAME, index_entry, load_record, read_index, record_relpath,
-                       record_to_dict, remove_temp_files, write_index, write_record)
+from .snapshot import (
+    INDEX_NAME,
+    index_entry,
+    load_record,
+    read_index,
+    record_relpath,
+    record_to_dict,
+    remove_temp_files,
+    write_index,
+    write_record,
+)
 
 DEFAULT_LIMIT = 200  # models listed per pipeline tag
 # The Hub tasks whose popular models the estimator covers: decoders (text-generation), vision-language

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 
@@ -29,9 +30,7 @@ def dtypes(setup: Setup) -> tuple[torch.dtype, torch.dtype, bool]:
 
 def hf_config(config: Mapping[str, Any], attention: str):
     """transformers' config object for a config.json dict; refuses custom code (nothing is downloaded)."""
-    from transformers import AutoConfig
-
-    from transformers import CONFIG_MAPPING
+    from transformers import CONFIG_MAPPING, AutoConfig
 
     cfg = dict(config)
     model_type = cfg.pop("model_type", None)

@@ -6,8 +6,9 @@ import argparse
 import os
 import sys
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from ..errors import ConfigError, MeasureError, RunFailure, TraceError
 

@@ -36,9 +36,9 @@ import os
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
 
 from ..errors import ToolFailure
 from . import listing, render
@@ -137,7 +137,7 @@ def plan(entries: list[listing.Entry], family_slugs: list[str], shard_size: int)
     return Plan(count, tuple(keys), built, documents)
 
 
-def _feed(h: "hashlib._Hash", part: str) -> None:
+def _feed(h: hashlib._Hash, part: str) -> None:
     data = part.encode("utf-8")
     h.update(len(data).to_bytes(8, "little"))
     h.update(data)

@@ -6,8 +6,9 @@ bad value raises a ConfigError naming the model, the key and the value.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from ...errors import ConfigError
 from .transformers_defaults import ATTRIBUTE_MAPS, CLASS_DEFAULTS
@@ -207,7 +208,7 @@ class Reader:
         return value
 
     def child(self, cfg: Mapping[str, Any], model_type: str, aliases: Mapping[str, tuple[str, ...]] | None = None,
-              prefix: str = "") -> "Reader":
+              prefix: str = "") -> Reader:
         """A reader for a nested config that records its uses into this one, under `prefix`."""
         if not isinstance(cfg, Mapping):
             raise ConfigError(self.model, prefix.rstrip(".") or model_type, cfg, "must be a JSON object")
