@@ -86,10 +86,11 @@ class HubFault(Exception):
 
 def _chain(exc: BaseException) -> Iterator[BaseException]:
     seen: set[int] = set()
-    while exc is not None and id(exc) not in seen and len(seen) < 10:
-        seen.add(id(exc))
-        yield exc
-        exc = exc.__cause__ or exc.__context__
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen and len(seen) < 10:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or current.__context__
 
 
 def classify(exc: BaseException, what: str) -> HubFault:
@@ -259,9 +260,9 @@ def fetch_record(repo_id: str) -> ModelRecord:
     by_dtype: dict[str, int] = {}
     source = None
     if not cached_only:
-        by_dtype, source, fault = counts_of(client, listed, commit)
-        if fault:
-            problems.append(str(fault))
+        by_dtype, source, count_fault = counts_of(client, listed, commit)
+        if count_fault:
+            problems.append(str(count_fault))
     return build_record(listed, config_json=text, sha=commit, by_dtype=by_dtype, checkpoint_source=source,
                         config_source=f"Hub file config.json at revision {commit or 'main'} (fetched {today})",
                         problems=problems, date=today)

@@ -119,10 +119,10 @@ def _fetch(client: HubClient, item: Listed, previous: ModelRecord | None, summar
     by_dtype: dict[str, int] = {}
     source = None
     if item.params_by_dtype or fresh_config:  # a gated or failing repo would refuse the headers too
-        by_dtype, source, fault = counts_of(client, item, sha)
-        if fault is not None:
-            problems.append(str(fault))
-            summary.problems[fault.reason] += 1
+        by_dtype, source, count_fault = counts_of(client, item, sha)
+        if count_fault is not None:
+            problems.append(str(count_fault))
+            summary.problems[count_fault.reason] += 1
     if not by_dtype and previous is not None and previous.checkpoint_params_by_dtype:
         by_dtype, source = dict(previous.checkpoint_params_by_dtype), previous.checkpoint_source
     return build_record(item, config_json=text, sha=sha, by_dtype=by_dtype, checkpoint_source=source,

@@ -57,7 +57,7 @@ Documents = Callable[[], Iterator[tuple[int, str, str]]]  # (shard, page path un
 def executable() -> Path | None:
     """The Pagefind binary that `pip install 'pagefind[bin]'` ships, or None when it is not installed."""
     try:
-        from pagefind_bin import get_executable  # type: ignore[import-not-found]
+        from pagefind_bin import get_executable
     except ImportError:
         return None
     try:

@@ -270,7 +270,8 @@ def cache_block(g: Graph) -> CacheTerms:
     """One block holding every cached layer's state and (window, KV) terms: kv_bytes_of_block is a sum over
     them, so this block's cache is the whole model's, in one pass over its distinct windows."""
     spec = g.spec
-    state, kv, transient = 0, {}, 0
+    kv: dict[int | None, int] = {}
+    state, transient = 0, 0
     for b in spec.blocks:
         transient = max(transient, b.transient)
         if b.stack != "encoder":
