@@ -9,8 +9,9 @@ oracle (tests/test_oracle_causal.py) builds each one on the meta device and comp
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from ...errors import ConfigError
 from ..config.arch import Arch
@@ -37,7 +38,7 @@ from .assembly import mla_part
 class D:
     """The standard dimensions of one config, read once, plus the reader for anything else."""
 
-    def __init__(self, r: Reader, t: "T") -> None:
+    def __init__(self, r: Reader, t: T) -> None:
         self.r = r
         self.hidden = r.int("hidden_size")
         self.layers = r.int("num_hidden_layers")
@@ -138,7 +139,7 @@ class T:
     mixers: Mapping[str, Callable[[D, int], Part]] = field(default_factory=dict)  # hybrid mixer builders
     ffn: Callable[[D, int], str] | None = None  # per layer: "dense", "moe", "none"
     extra_head: Count | None = None
-    attn: Callable[["T", D, int, int], Part] | None = None  # custom attention (layer index from 1, window)
+    attn: Callable[[T, D, int, int], Part] | None = None  # custom attention (layer index from 1, window)
     attn_by_window: bool = False  # the custom attention depends on its layer only through the name and window
     never_tie: bool = False  # the class has no tied-weights map: tie_word_embeddings is ignored
     mha: bool = False  # every head has its own K/V whatever num_key_value_heads says

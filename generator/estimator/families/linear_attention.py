@@ -6,12 +6,12 @@ modeling_qwen3_next.Qwen3NextGatedDeltaNet and its cache), whatever the length."
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from ...errors import ConfigError
 from ..graph.parts import Part
-from .decoder import D, M, T
 from .assembly import mla_part
+from .decoder import D, M, T
 from .mixture_of_experts import _n_shared, _width, first_k_dense, qwen_sparse
 
 LEGACY = {"mamba": "linear_attention", "attention": "full_attention", "hybrid": "full_attention"}
