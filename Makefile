@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: help install build serve test browser golden crawl bench fuzz accuracy bench-scale faults clean
+.PHONY: help install build serve test lint browser golden crawl bench fuzz accuracy bench-scale faults clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -42,6 +42,10 @@ serve: ## serve public/ on http://127.0.0.1:8000
 
 test: $(TEST_STAMP) browser ## run the test suite (installs torch 2.13.0 + transformers for the oracle; chromium via apt-get when it can)
 	$(BIN)/python -m pytest -q
+
+lint: $(TEST_STAMP) ## ruff (rules F, B, I, UP) and mypy over generator/ (settings in pyproject.toml)
+	$(BIN)/ruff check generator
+	$(BIN)/mypy
 
 # tests/test_browser.py drives Debian's chromium headless over the DevTools protocol. When it is missing,
 # `make browser` installs it with apt-get (as root, or with passwordless sudo); where that is not

@@ -28,13 +28,25 @@ import argparse
 import json
 import math
 import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 # Row-level helpers live in accuracy_rows.py; re-exported here for callers of generator.accuracy.
-from .accuracy_rows import (CONTEXT_METRICS, MEASURED, METRICS, OPTIMIZERS, WEIGHTS, _double_quant,  # noqa: F401
-                            estimate_bytes, estimate_or_reason, setup_and_reason, setup_of, tensor_bytes)
+from .accuracy_rows import (  # noqa: F401
+    CONTEXT_METRICS,
+    MEASURED,
+    METRICS,
+    OPTIMIZERS,
+    WEIGHTS,
+    _double_quant,
+    estimate_bytes,
+    estimate_or_reason,
+    setup_and_reason,
+    setup_of,
+    tensor_bytes,
+)
 
 DATA_DIR = Path(__file__).resolve().parents[1] / "data" / "measurements"
 OUTPUT = DATA_DIR / "accuracy.json"

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 CONTEXT_METRICS = ("nvml_used", "allocated_plus_non_torch")
 MEASURED = ("ok", "measured")
@@ -113,9 +114,9 @@ def estimate_bytes(row: Mapping[str, Any], assumptions) -> int | None:
 
 
 def estimate_or_reason(row: Mapping[str, Any], assumptions) -> tuple[int | None, str]:
-    from .estimator.normalise import normalise
     from .estimator.graph.nodes import build_graph
     from .estimator.memory.job import job_memory
+    from .estimator.normalise import normalise
     from .measure.setup import job_of
 
     setup, why = setup_and_reason(row)

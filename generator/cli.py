@@ -6,16 +6,13 @@ import argparse
 import dataclasses
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from rich.console import Console
 
-from .errors import ConfigError, ModelNotFound, TraceError
-from .records import REPO_ID_RE, ModelRecord
-
-MAX_CONFIG_BYTES = 16 * 1024 * 1024
-LOCAL = "local config.json"  # config_source of a record read from the user's own file  # the largest real config.json files are a few hundred KB
+from .errors import ConfigError, FileAccessError, InternalError, TraceError
+from .resolve import LOCAL, resolve_model
 
 
 def _model_parser() -> argparse.ArgumentParser:
@@ -75,57 +72,29 @@ def _build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _crawl_parser(site_config: Path | None) -> argparse.ArgumentParser:
-    from .hub.crawl import add_crawl_arguments
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
 
+
+def _crawl_parser(site_config: Path | None) -> tuple[argparse.ArgumentParser, tuple[str, ...]]:
+    """The crawl's options, their defaults read from the settings (crawl.limit, crawl.pipeline_tags); returns the
+    parser and the pipeline tags crawled when no --pipeline-tag is given."""
+    from .hub.crawl import crawl_defaults
+    from .hub.snapshot import DEFAULT_SNAPSHOT_DIR
+
+    limit, tags = crawl_defaults(site_config)
     p = argparse.ArgumentParser(prog="neurarch-trace crawl", description="Refresh the snapshot from the Hugging Face Hub.")
-    add_crawl_arguments(p, site_config)
+    p.add_argument("--limit", type=_positive_int, default=limit, metavar="N",
+                   help=f"how many of the most downloaded models to list per tag (default {limit})")
+    p.add_argument("--pipeline-tag", dest="pipeline_tags", action="append", metavar="T",
+                   help=f"list this task (repeatable); '' for every task (default: {', '.join(tags)})")
+    p.add_argument("--snapshot", type=Path, default=DEFAULT_SNAPSHOT_DIR, metavar="DIR",
+                   help="snapshot folder to update (default: snapshot/ at the repo root)")
     p.add_argument("--config", type=Path, metavar="FILE", help="site_config.yaml whose keys override the defaults")
-    return p
-
-
-def read_config_file(path: Path, model: str) -> str:
-    """The text of a local config.json, refusing huge or unreadable files with one clear line."""
-    try:
-        size = path.stat().st_size
-        if size > MAX_CONFIG_BYTES:
-            raise ConfigError(model, None, None, f"config.json is {size:,} bytes, over the {MAX_CONFIG_BYTES:,}-byte limit")
-        return path.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise ConfigError(model, None, None, "config.json is not UTF-8 text") from None
-    except OSError as exc:
-        raise ConfigError(model, None, None, f"cannot read config.json ({exc.strerror or exc})") from None
-
-
-def resolve_model(arg: str, snapshot_dir: Path | None) -> ModelRecord:
-    """MODEL → record: a local folder or file first, then the snapshot, then the Hub (hub/client.py)."""
-    path = Path(arg)
-    # A local model is named as the user typed it (less a trailing config.json), so that every
-    # message names the file they gave.
-    name = arg[: -len("config.json")].rstrip("/\\") if path.name == "config.json" else arg.rstrip("/\\")
-    try:
-        is_dir, is_file = path.is_dir(), path.is_file()
-    except OSError:  # a name the file system refuses (e.g. longer than 255 bytes) is no local path
-        is_dir = is_file = False
-    if is_dir:
-        cfg = path / "config.json"
-        if not cfg.is_file():
-            raise ModelNotFound(arg, "folder holds no config.json")
-        return ModelRecord(id=name or arg, config_json=read_config_file(cfg, name or arg), config_source=LOCAL,
-                           config_provenance="local")
-    if is_file:
-        return ModelRecord(id=name or arg, config_json=read_config_file(path, name or arg), config_source=LOCAL,
-                           config_provenance="local")
-    if not REPO_ID_RE.fullmatch(arg):
-        raise ModelNotFound(arg, "no such file or folder, and not a Hub repo id (org/name)")
-    from .hub import snapshot
-
-    record = snapshot.load_record(snapshot_dir or snapshot.DEFAULT_SNAPSHOT_DIR, arg)
-    if record is not None:
-        return record
-    from .hub import client
-
-    return client.fetch_record(arg)
+    return p, tags
 
 
 def _run_model(argv: Sequence[str], console: Console, err: Console) -> int:
@@ -155,7 +124,8 @@ def _run_model(argv: Sequence[str], console: Console, err: Console) -> int:
         try:
             args.html.write_text(page, encoding="utf-8")
         except OSError as exc:
-            raise ModelNotFound(str(args.html), f"cannot write the page ({exc.strerror or exc})") from None
+            raise ConfigError("command line", "--html", str(args.html),
+                              f"cannot write the page ({exc.strerror or exc})") from None
         err.print(f"wrote {args.html} ({len(page.encode()):,} bytes)", markup=False, highlight=False)
         return 0
     from .terminal import print_summary
@@ -181,10 +151,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     console, err = Console(highlight=False), Console(stderr=True, highlight=False)
     try:
         if argv[:1] == ["build"]:
+            from .hub.snapshot import DEFAULT_SNAPSHOT_DIR
             from .settings import load_settings
             from .site.build import run_build
             from .site.search import SHARD_SIZE
-            from .hub.snapshot import DEFAULT_SNAPSHOT_DIR
 
             args = _build_parser().parse_args(argv[1:])
             if args.jobs is not None and args.jobs < 1:
@@ -204,29 +174,36 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             return run_measure(argv[1:], err)
         if argv[:1] == ["crawl"]:
-            from .hub.crawl import chosen_tags, run_crawl
+            from .hub.crawl import run_crawl
 
             pre = argparse.ArgumentParser(add_help=False)
             pre.add_argument("--config", type=Path)
             known, _ = pre.parse_known_args(argv[1:])
-            args = _crawl_parser(known.config).parse_args(argv[1:])
-            return run_crawl(limit=args.limit, pipeline_tags=chosen_tags(args), snapshot_dir=args.snapshot,
-                             console=err)
+            parser, default_tags = _crawl_parser(known.config)
+            args = parser.parse_args(argv[1:])
+            return run_crawl(limit=args.limit, pipeline_tags=tuple(args.pipeline_tags or default_tags),
+                             snapshot_dir=args.snapshot, console=err)
         return _run_model(argv, console, err)
-    except TraceError as exc:
-        err.print(f"neurarch-trace: {exc}", markup=False, highlight=False, soft_wrap=True)
-        return exc.exit_code
     except KeyboardInterrupt:
         err.print("neurarch-trace: interrupted", markup=False)
         return 130
-    except RecursionError:
-        err.print("neurarch-trace: input is nested too deeply", markup=False)
-        return 2
-    except Exception as exc:  # noqa: BLE001 - the promise is "never a traceback"
-        err.print(f"neurarch-trace: internal error ({type(exc).__name__}: {exc}); please report it",
-                  markup=False, highlight=False, soft_wrap=True)
-        return 70
+    except Exception as exc:  # noqa: BLE001 - the promise is "never a traceback": one line, a TraceError
+        error = _as_trace_error(exc, argv)
+        err.print(f"neurarch-trace: {error}", markup=False, highlight=False, soft_wrap=True)
+        return error.exit_code
 
+
+def _as_trace_error(exc: Exception, argv: Sequence[str]) -> TraceError:
+    """Every error the command prints is a TraceError: the project's own as they are; input nested too deeply
+    for Python, a file the system refuses, and anything unexpected (a bug) named with the command they hit."""
+    if isinstance(exc, TraceError):
+        return exc
+    command = " ".join(argv[:1]) if argv[:1] in (["build"], ["crawl"], ["measure"]) else (argv[0] if argv else "")
+    if isinstance(exc, RecursionError):
+        return ConfigError(command, None, None, "input is nested too deeply")
+    if isinstance(exc, OSError):
+        return FileAccessError(command, exc)
+    return InternalError(command, exc)
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from datetime import date, datetime, timezone
-from typing import Sequence
 
 GB = 10**9
 MB = 10**6

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from .errors import ConfigError, RecordError
 
@@ -15,6 +16,9 @@ _PART = r"[A-Za-z0-9_][A-Za-z0-9._-]{0,95}"
 REPO_ID_RE = re.compile(rf"^{_PART}/{_PART}$")
 
 RECORD_FORMAT = 1
+# The largest config.json the project reads, from a local file (resolve.py) or the Hub (hub/client.py):
+# real configs are a few hundred KB at most, a bigger file is not a config.
+MAX_CONFIG_BYTES = 8 * 1024 * 1024
 
 # Where a record's config.json comes from (config_provenance); config_source names the exact place.
 HUB = "hub"  # the Hub's own file at a known revision (every crawled record)

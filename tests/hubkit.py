@@ -70,6 +70,16 @@ def crawl(monkeypatch, hub: FakeHub, snap: Path, limit: int = 50) -> tuple[int, 
     return code, out.getvalue()
 
 
+def crawl_command(monkeypatch, capsys, hub, *args: str) -> tuple[int, str]:
+    """`neurarch-trace crawl ARGS` (the real command) against the fake Hub: (exit code, stderr)."""
+    from generator.cli import main
+
+    monkeypatch.setenv("HF_ENDPOINT", hub.url)
+    capsys.readouterr()
+    code = main(["crawl", *args])
+    return code, capsys.readouterr().err
+
+
 def summary_rows(out: str) -> dict[str, int]:
     """The summary table as {label: count}."""
     cells = [line.split("│") for line in out.splitlines() if line.count("│") == 3]

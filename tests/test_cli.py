@@ -198,11 +198,28 @@ def test_bad_model_argument_and_bad_options(tmp_path, capsys):
 
 
 def test_oversized_config_is_refused_without_reading_it(tmp_path, capsys, monkeypatch):
-    import generator.cli as cli
+    import generator.resolve as resolve
 
-    monkeypatch.setattr(cli, "MAX_CONFIG_BYTES", 1000)
+    monkeypatch.setattr(resolve, "MAX_CONFIG_BYTES", 1000)
     code, _, err = run(capsys, str(write_config(tmp_path, tiny_qwen2(padding="x" * 2000))))
     assert code == 2 and "over the 1,000-byte limit" in err
+
+
+def test_one_config_size_limit_for_local_files_and_the_hub(tmp_path, capsys):
+    """resolve.py (local files) and hub/client.py (the Hub) refuse above the same 8 MiB, as the README says."""
+    from generator import records, resolve
+    from generator.hub import client
+
+    assert resolve.MAX_CONFIG_BYTES == client.MAX_CONFIG_BYTES == records.MAX_CONFIG_BYTES == 8 * 2**20
+    readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    assert "A `config.json` over 8 MiB, a local file or on the Hub, is refused" in readme
+    assert "config.json` over 8 MiB is refused from the size its HEAD reports" in readme
+    big = tmp_path / "config.json"
+    with big.open("wb") as fh:
+        fh.truncate(8 * 2**20 + 1)
+    code, out, err = run(capsys, str(big))
+    assert code == 2 and out == ""
+    assert f"{tmp_path}: config.json is 8,388,609 bytes, over the 8,388,608-byte limit" in err
 
 
 def test_console_script_end_to_end(tmp_path):
@@ -223,3 +240,64 @@ def test_summary_gives_a_mixture_of_experts_its_active_parameters(capsys):
         " ".join(out.split())
     code, out, _ = run(capsys, "Qwen/Qwen3-8B")
     assert code == 0 and "Active per token" not in out
+
+
+# --- every error the command prints is a TraceError ------------------------------------------------------
+
+def test_a_page_that_cannot_be_written_names_the_option_and_the_path(tmp_path, capsys):
+    target = tmp_path / "no-such-folder" / "page.html"
+    code, out, err = run(capsys, SEED, "--html", str(target))
+    assert (code, out) == (2, "")
+    assert err.startswith("neurarch-trace: command line: key '--html' = '") and err.count("\n") == 1
+    assert err.endswith(": cannot write the page (No such file or directory)\n")
+
+
+def test_a_file_the_system_refuses_is_one_line_naming_the_command_and_the_file(tmp_path, capsys):
+    (tmp_path / "file").write_text("")
+    code, out, err = run(capsys, "build", "--out", str(tmp_path / "file" / "public"), "--no-search", "--jobs", "1")
+    assert (code, out) == (2, "") and err.count("\n") == 1, err
+    assert err.startswith("neurarch-trace: build: file ") and str(tmp_path / "file") in err
+
+
+@pytest.mark.parametrize(("raised", "code", "message"), [
+    (KeyError("layers"), 70, f"neurarch-trace: {SEED}: internal error (KeyError: 'layers'); please report it\n"),
+    (RecursionError("maximum recursion depth exceeded"), 2, f"neurarch-trace: {SEED}: input is nested too deeply\n"),
+    (PermissionError(13, "Permission denied", "/x/y"), 2, f"neurarch-trace: {SEED}: file '/x/y': Permission denied\n"),
+])
+def test_an_unexpected_exception_is_printed_as_a_trace_error(monkeypatch, capsys, raised, code, message):
+    """Whatever escapes (a bug, input too deep for Python, a refused file) is shown as a TraceError: one line
+    naming the model, with its own exit code, never a traceback."""
+    import generator.pipeline as pipeline
+
+    def fails(*args, **kwargs):
+        raise raised
+
+    monkeypatch.setattr(pipeline, "report_for_record", fails)
+    assert run(capsys, SEED) == (code, "", message)
+
+
+def test_the_command_modules_raise_only_trace_errors():
+    """cli.py, resolve.py, measure/cli.py and hub/crawl.py raise TraceError subclasses only (argparse's own
+    ArgumentTypeError aside, which argparse prints as a usage error, exit 2)."""
+    import ast
+    import importlib
+
+    from generator.errors import TraceError
+
+    offenders = []
+    for name in ("generator.cli", "generator.resolve", "generator.measure.cli", "generator.hub.crawl"):
+        module = importlib.import_module(name)
+        for node in ast.walk(ast.parse(open(module.__file__, encoding="utf-8").read())):
+            if not (isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call)):
+                continue
+            what = ast.unparse(node.exc.func)
+            if what in ("SystemExit", "argparse.ArgumentTypeError"):  # the exit status; argparse's usage error
+                continue
+            if what == "exc.for_model":  # MeasureError.for_model: the same MeasureError, naming the model
+                continue
+            raised = getattr(module, what, None) if isinstance(node.exc.func, ast.Name) else None
+            if callable(raised) and not isinstance(raised, type):  # a function making the error: its return type
+                raised = getattr(module, raised.__annotations__.get("return", ""), None)
+            if not (isinstance(raised, type) and issubclass(raised, TraceError)):
+                offenders.append(f"{name}:{node.lineno} raises {what}")
+    assert offenders == []

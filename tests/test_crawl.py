@@ -17,7 +17,7 @@ from fakehub import FakeHub, FakeModel, fake_sha
 from generator.hub.client import EXPAND, RETRY_NOTE
 from generator.hub.crawl import run_crawl
 from generator.hub.snapshot import DEFAULT_SNAPSHOT_DIR, RecordProblem, iter_records, load_record, read_index
-from hubkit import IDS, crawl, crawl_models, hub_environment, seed_snapshot, snapshot_files, summary_rows
+from hubkit import IDS, crawl, crawl_command, crawl_models, hub_environment, seed_snapshot, snapshot_files, summary_rows
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -193,26 +193,41 @@ def test_transient_and_gated_problems_are_retried_only_when_they_can_pass(sleeps
 
 
 @pytest.mark.parametrize("fault", [{"status": 500}, {"status": 429, "retry_after": 7}])
-def test_nothing_listed_exits_non_zero_and_leaves_the_snapshot(sleeps, monkeypatch, tmp_path, fault):
+def test_nothing_listed_exits_non_zero_and_leaves_the_snapshot(sleeps, monkeypatch, capsys, tmp_path, fault):
     snap = tmp_path / "snap"
     seed_snapshot(snap, IDS[:3])
     before = snapshot_files(snap)
     with FakeHub(crawl_models(), list_fault=fault) as hub:
-        code, out = crawl(monkeypatch, hub, snap)
-    assert code == 1 and "nothing could be listed" in out
+        code, err = crawl_command(monkeypatch, capsys, hub, "--limit", "50", "--pipeline-tag", "text-generation",
+                                  "--snapshot", str(snap))
+    assert code == 1
+    last = err.strip().splitlines()[-1]
+    assert last.startswith(f"neurarch-trace: crawl: {hub.url}: pipeline_tags = ['text-generation']: nothing could "
+                           f"be listed (text-generation: listing: ") and last.endswith(f"{RETRY_NOTE})"), last
     assert snapshot_files(snap) == before
     assert hub.count("GET", "/api/models") == 6  # bounded: 1 + 5 retries
     assert sleeps == ([1, 2, 4, 8, 8] if fault["status"] == 500 else [8.0] * 5)
 
 
-def test_unreachable_endpoint_exits_non_zero(sleeps, monkeypatch, tmp_path):
+def test_unreachable_endpoint_exits_non_zero(sleeps, monkeypatch, capsys, tmp_path):
     import socket
 
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]  # closed once the block ends: connection refused
-    code, out = crawl(monkeypatch, SimpleNamespace(url=f"http://127.0.0.1:{port}"), tmp_path / "s")
-    assert code == 1 and "nothing could be listed" in out and not (tmp_path / "s").exists()
+    code, err = crawl_command(monkeypatch, capsys, SimpleNamespace(url=f"http://127.0.0.1:{port}"),
+                              "--pipeline-tag", "text-generation", "--snapshot", str(tmp_path / "s"))
+    assert code == 1 and "pipeline_tags = ['text-generation']: nothing could be listed" in err
+    assert "Traceback" not in err and not (tmp_path / "s").exists()
+
+
+def test_an_offline_crawl_is_refused_naming_the_variable(monkeypatch, capsys, tmp_path):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    code, err = crawl_command(monkeypatch, capsys, SimpleNamespace(url="http://127.0.0.1:9"),
+                              "--snapshot", str(tmp_path / "s"))
+    assert code == 1 and not (tmp_path / "s").exists()
+    assert err == ("neurarch-trace: crawl: http://127.0.0.1:9: HF_HUB_OFFLINE = '1': is set; the crawl needs the "
+                   "Hub\n")
 
 
 def test_listing_429_on_a_later_page_is_retried(sleeps, monkeypatch, tmp_path):
@@ -238,12 +253,11 @@ def test_a_crawl_killed_halfway_leaves_the_previous_snapshot_whole(sleeps, monke
     models = crawl_models(salt="moved")  # every sha moved: every model is re-downloaded and rewritten
     hang = IDS[4]
     next(m for m in models if m.id == hang).fault = "hang"
-    script = ("import sys; from pathlib import Path; from rich.console import Console; "
-              "from generator.hub.crawl import run_crawl; "
-              "sys.exit(run_crawl(limit=50, pipeline_tags=[None], snapshot_dir=Path(sys.argv[1]), console=Console()))")
+    command = [sys.executable, "-m", "generator.cli", "crawl", "--limit", "50", "--pipeline-tag", "",
+               "--snapshot", str(snap)]  # the one crawl command, every task
     with FakeHub(models, page_size=50) as hub:
         env = {**os.environ, "HF_ENDPOINT": hub.url, "PYTHONPATH": str(REPO)}
-        proc = subprocess.Popen([sys.executable, "-c", script, str(snap)], env=env, cwd=REPO,
+        proc = subprocess.Popen(command, env=env, cwd=REPO,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         try:
             deadline = time.monotonic() + 30
@@ -274,23 +288,31 @@ def test_a_crawl_killed_halfway_leaves_the_previous_snapshot_whole(sleeps, monke
     assert all(load_record(snap, i).sha == hub.model(i).sha for i in IDS)
 
 
-def test_cli_options_default_to_site_config(tmp_path):
-    import argparse
-
-    from generator.hub.crawl import add_crawl_arguments, chosen_tags
-
+def test_the_crawl_command_takes_its_defaults_from_site_config(sleeps, monkeypatch, capsys, tmp_path):
+    """`neurarch-trace crawl --config FILE`: crawl.limit and crawl.pipeline_tags of FILE, unless the options say
+    otherwise (--pipeline-tag repeatable, '' for every task); --limit 0 is refused."""
     config = tmp_path / "site_config.yaml"
     config.write_text("crawl: {limit: 7, pipeline_tags: [text2text-generation]}\n")
-    parser = argparse.ArgumentParser()
-    add_crawl_arguments(parser, config)
-    args = parser.parse_args([])
-    assert (args.limit, chosen_tags(args), args.snapshot) == (7, ("text2text-generation",), DEFAULT_SNAPSHOT_DIR)
-    args = parser.parse_args(["--limit", "3", "--pipeline-tag", "", "--snapshot", str(tmp_path)])
-    assert (args.limit, chosen_tags(args), args.snapshot) == (3, ("",), tmp_path)
-    args = parser.parse_args(["--pipeline-tag", "fill-mask", "--pipeline-tag", "feature-extraction"])
-    assert chosen_tags(args) == ("fill-mask", "feature-extraction")
-    with pytest.raises(SystemExit):
-        parser.parse_args(["--limit", "0"])
+    snap = tmp_path / "snap"
+    models = crawl_models()
+    for model, tag in zip(models, ("text2text-generation", "fill-mask", "feature-extraction")):
+        model.pipeline_tag = tag
+    with FakeHub(models, page_size=50) as hub:
+        code, err = crawl_command(monkeypatch, capsys, hub, "--config", str(config), "--snapshot", str(snap))
+        assert code == 0, err
+        assert [(q["limit"], q["pipeline_tag"]) for q in hub.queries] == [(["7"], ["text2text-generation"])]
+        hub.queries.clear()
+        code, _ = crawl_command(monkeypatch, capsys, hub, "--config", str(config), "--limit", "3", "--pipeline-tag",
+                                "", "--snapshot", str(snap))
+        assert code == 0 and [(q["limit"], q.get("pipeline_tag")) for q in hub.queries] == [(["3"], None)]
+        hub.queries.clear()
+        code, _ = crawl_command(monkeypatch, capsys, hub, "--config", str(config), "--pipeline-tag", "fill-mask",
+                                "--pipeline-tag", "feature-extraction", "--snapshot", str(snap))
+        assert code == 0
+        assert [q["pipeline_tag"] for q in hub.queries] == [["fill-mask"], ["feature-extraction"]]
+    with pytest.raises(SystemExit) as exc:
+        crawl_command(monkeypatch, capsys, hub, "--limit", "0")
+    assert exc.value.code == 2 and "argument --limit: must be at least 1" in capsys.readouterr().err
 
 
 def test_the_default_crawl_lists_every_task_the_estimator_covers():

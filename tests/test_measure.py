@@ -144,9 +144,74 @@ def test_cli_refuses_what_it_cannot_run(tmp_path, capsys):
     assert "bitsandbytes" in capsys.readouterr().err
     assert run_measure([str(cfg), "--tokens", "2048", "--device", "cpu"], None) == 2  # n_positions is 1024
     assert "1024 positions" in capsys.readouterr().err
-    with pytest.raises(SystemExit) as exc:
-        run_measure([str(cfg), "--batch", "0"], None)
-    assert exc.value.code == 2
+    assert run_measure([str(cfg), "--batch", "0"], None) == 2
+    assert "command line: key '--batch' = 0: must be a positive integer, not 0" in capsys.readouterr().err
+
+
+def _measure_cli(capsys, *argv):
+    """`neurarch-trace measure ARGV` through the real command: (exit code, stdout, stderr)."""
+    from generator.cli import main
+
+    code = main(["measure", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_measure_errors_name_the_key_and_the_value(tmp_path, capsys):
+    """Every refusal of `neurarch-trace measure` is one line naming the model or the command line, the key and
+    the value, exit 2, nothing on stdout and no traceback."""
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(TINY_GPT2), encoding="utf-8")
+    model = str(tmp_path)
+    cases = [
+        (["--batch", "0"], "command line: key '--batch' = 0: must be a positive integer"),
+        (["--lora-dropout", "1.5"], "command line: key '--lora-dropout' = 1.5: must be in [0, 1)"),
+        (["--set", "novalue"], "command line: key '--set' = ['novalue']: takes KEY=VALUE"),
+        (["--memory-fraction", "2"], "command line: key '--memory-fraction' = 2.0: must be in (0, 1]"),
+        (["--card", "No Such Card"], "command line: key '--card' = 'No Such Card': is not a card of site_config.yaml"),
+        (["--device", "cpu", "--memory-fraction", "0.5"], f"{model}: key '--memory-fraction' = 0.5: needs a CUDA"),
+        (["--device", "cpu", "--method", "qlora"], f"{model}: --method = 'qlora': needs bitsandbytes"),
+        (["--device", "cpu", "--optimizer", "adamw8bit"], f"{model}: --optimizer = 'adamw8bit': needs bitsandbytes"),
+        (["--device", "cpu", "--tokens", "2048"], f"{model}: key '--tokens + --new-tokens' = 2048: is over the "
+                                                 "model's 1024 positions"),
+        (["--device", "cpu", "--out", str(tmp_path)], f"command line: key '--out' = {str(tmp_path)!r}: cannot write"),
+    ]
+    for argv, message in cases:
+        code, out, err = _measure_cli(capsys, str(cfg), *argv)
+        assert (code, err.count("\n")) == (2, 1) and message in err, (argv, code, err)
+        assert err.startswith("neurarch-trace measure: ") and "Traceback" not in err
+        assert out == "" or argv[-2] == "--out", (argv, out)
+    unknown = tmp_path / "unknown"
+    unknown.mkdir()
+    (unknown / "config.json").write_text(json.dumps({**TINY_GPT2, "model_type": "not-a-transformers-type"}))
+    code, out, err = _measure_cli(capsys, str(unknown), "--device", "cpu")
+    assert code == 2 and out == ""
+    assert f"{unknown}: model_type = 'not-a-transformers-type': transformers has no such model_type" in err
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="a CUDA device is here")
+def test_measure_on_cuda_without_one_names_the_device(tmp_path, capsys):
+    (tmp_path / "config.json").write_text(json.dumps(TINY_GPT2), encoding="utf-8")
+    code, out, err = _measure_cli(capsys, str(tmp_path), "--device", "cuda")
+    assert (code, out) == (2, "") and f"{tmp_path}: --device = 'cuda': no CUDA device here" in err
+    code, out, err = _measure_cli(capsys, str(tmp_path), "--card", "T4 16 GB")
+    assert code == 2 and "command line: --card = 'T4 16 GB': emulating a card needs a CUDA device" in err
+
+
+def test_a_torch_failure_is_reported_as_a_failed_run_not_as_bad_input(tmp_path, capsys, monkeypatch):
+    """A run torch stops with its own error exits 1 and says so (the model, the setup, the library's error);
+    it is not a usage error (exit 2) and not an internal error (exit 70)."""
+    from generator.measure import run
+
+    def fails(config, setup, explain=False):
+        raise RuntimeError("Expected all tensors to be on the same device\nsecond line")
+
+    monkeypatch.setattr(run, "run_cpu", fails)
+    (tmp_path / "config.json").write_text(json.dumps(TINY_GPT2), encoding="utf-8")
+    code, out, err = _measure_cli(capsys, str(tmp_path), "--device", "cpu", "--batch", "2")
+    assert (code, out) == (1, "")
+    assert err == (f"neurarch-trace measure: {tmp_path}: the run (--method full --batch 2 --tokens 512) failed in "
+                   "torch: RuntimeError: Expected all tensors to be on the same device\n")
 
 
 def test_setup_options_and_support():

@@ -71,7 +71,7 @@ def test_the_record_round_trips_and_refuses_an_unknown_provenance():
 
 
 def test_a_local_config_is_local_and_its_page_makes_no_hub_claim(tmp_path):
-    from generator.cli import resolve_model
+    from generator.resolve import resolve_model
 
     (tmp_path / "config.json").write_text(load_record(DEFAULT_SNAPSHOT_DIR, "openai-community/gpt2").config_json)
     assert resolve_model(str(tmp_path), None).config_provenance == "local"

@@ -16,7 +16,7 @@ import pytest
 from tests.conftest import ROOT, tiny_qwen2
 
 ESTIMATOR = ROOT / "generator" / "estimator"
-ALLOWED_STDLIB = {"__future__", "dataclasses", "typing", "re", "math"}
+ALLOWED_STDLIB = {"__future__", "collections.abc", "dataclasses", "typing", "re", "math"}  # collections.abc: types only
 ALLOWED_PROJECT = {"generator", "generator.errors", "generator.estimator"}  # errors.py: pure exception classes
 
 

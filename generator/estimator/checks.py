@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .config.arch import Arch
 from .checkpoint import explain
+from .config.arch import Arch
 from .graph.nodes import Graph
 
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from .. import __version__
 from .checks import (
@@ -168,7 +169,7 @@ def _structure(nodes: tuple[Node, ...]) -> tuple[StructureRow, ...]:
     rows = []
     for n in nodes:
         row = new(StructureRow)
-        row.__dict__.update(zip(names, n))
+        row.__dict__.update(zip(names, n, strict=False))  # the row is the first fields of the node
         rows.append(row)
     return tuple(rows)
 

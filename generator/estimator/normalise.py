@@ -11,7 +11,8 @@ config/known_gaps.py. This is the only module that imports families/.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from ..errors import ConfigError, UnsupportedArchitecture
 from .config.arch import Arch

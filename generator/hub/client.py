@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Mapping
 
 from .. import DISTRIBUTION
 from ..errors import ModelNotFound
-from ..records import ModelRecord, validate_repo_id
+from ..records import MAX_CONFIG_BYTES, ModelRecord, validate_repo_id
 from .listing import SHA_RE, Listed, build_record, config_problem, listed_from_info
 
 # huggingface_hub is imported inside functions only: it reads HF_ENDPOINT, HF_HOME and HF_HUB_OFFLINE once,
@@ -17,7 +17,6 @@ from .listing import SHA_RE, Listed, build_record, config_problem, listed_from_i
 EXPAND = ["config", "safetensors", "sha", "downloads", "likes", "gated", "lastModified",
           "pipeline_tag", "library_name", "tags"]
 DEFAULT_ENDPOINT = "https://huggingface.co"
-MAX_CONFIG_BYTES = 8 * 1024 * 1024  # real configs are KBs; a bigger file is not a config
 RETRY_NOTE = "retried on the next crawl"
 LISTING_COUNTS_SOURCE = "Hub API field safetensors (per-dtype parameters)"
 _TRUE = {"1", "ON", "YES", "TRUE"}
@@ -87,10 +86,11 @@ class HubFault(Exception):
 
 def _chain(exc: BaseException) -> Iterator[BaseException]:
     seen: set[int] = set()
-    while exc is not None and id(exc) not in seen and len(seen) < 10:
-        seen.add(id(exc))
-        yield exc
-        exc = exc.__cause__ or exc.__context__
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen and len(seen) < 10:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or current.__context__
 
 
 def classify(exc: BaseException, what: str) -> HubFault:
@@ -260,9 +260,9 @@ def fetch_record(repo_id: str) -> ModelRecord:
     by_dtype: dict[str, int] = {}
     source = None
     if not cached_only:
-        by_dtype, source, fault = counts_of(client, listed, commit)
-        if fault:
-            problems.append(str(fault))
+        by_dtype, source, count_fault = counts_of(client, listed, commit)
+        if count_fault:
+            problems.append(str(count_fault))
     return build_record(listed, config_json=text, sha=commit, by_dtype=by_dtype, checkpoint_source=source,
                         config_source=f"Hub file config.json at revision {commit or 'main'} (fetched {today})",
                         problems=problems, date=today)

@@ -2,26 +2,34 @@
 
 from __future__ import annotations
 
-import argparse
+import os
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Sequence
 
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from ..errors import ConfigError, RecordError
+from ..errors import ConfigError, CrawlError, RecordError
 from ..records import HUB, ModelRecord, validate_repo_id
 from ..settings import load_settings
-from .client import (BAD_ID, LISTING_COUNTS_SOURCE, MALFORMED, RETRY_NOTE, HubClient, HubFault, HubSettings,
-                     counts_of)
+from .client import BAD_ID, LISTING_COUNTS_SOURCE, MALFORMED, RETRY_NOTE, HubClient, HubFault, HubSettings, counts_of
 from .listing import Listed, build_record, config_problem
-from .snapshot import (DEFAULT_SNAPSHOT_DIR, INDEX_NAME, index_entry, load_record, read_index, record_relpath,
-                       record_to_dict, remove_temp_files, write_index, write_record)
+from .snapshot import (
+    INDEX_NAME,
+    index_entry,
+    load_record,
+    read_index,
+    record_relpath,
+    record_to_dict,
+    remove_temp_files,
+    write_index,
+    write_record,
+)
 
 DEFAULT_LIMIT = 200  # models listed per pipeline tag
 # The Hub tasks whose popular models the estimator covers: decoders (text-generation), vision-language
@@ -62,30 +70,6 @@ def crawl_defaults(site_config: Path | None = None) -> tuple[int, tuple[str, ...
             or not all(isinstance(t, str) for t in tags):
         raise ConfigError(where, "crawl.pipeline_tags", tags, "must be a list of Hub pipeline tags")
     return limit, tuple(tags)
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be at least 1")
-    return value
-
-
-def add_crawl_arguments(parser: argparse.ArgumentParser, site_config: Path | None = None) -> None:
-    """--limit N, --pipeline-tag T (repeatable; '' for every task), --snapshot DIR; defaults from the settings."""
-    limit, tags = crawl_defaults(site_config)
-    parser.add_argument("--limit", type=_positive_int, default=limit, metavar="N",
-                        help=f"how many of the most downloaded models to list per tag (default {limit})")
-    parser.add_argument("--pipeline-tag", dest="pipeline_tags", action="append", metavar="T",
-                        help=f"list this task (repeatable); '' for every task (default: {', '.join(tags)})")
-    parser.set_defaults(pipeline_tags_default=tags)
-    parser.add_argument("--snapshot", type=Path, default=DEFAULT_SNAPSHOT_DIR, metavar="DIR",
-                        help="snapshot folder to update (default: snapshot/ at the repo root)")
-
-
-def chosen_tags(args: argparse.Namespace) -> tuple[str, ...]:
-    """The tags of the command line, else the defaults add_crawl_arguments read."""
-    return tuple(args.pipeline_tags or args.pipeline_tags_default)
 
 
 def _needs_fetch(previous: ModelRecord, item: Listed, has_token: bool) -> bool:
@@ -135,10 +119,10 @@ def _fetch(client: HubClient, item: Listed, previous: ModelRecord | None, summar
     by_dtype: dict[str, int] = {}
     source = None
     if item.params_by_dtype or fresh_config:  # a gated or failing repo would refuse the headers too
-        by_dtype, source, fault = counts_of(client, item, sha)
-        if fault is not None:
-            problems.append(str(fault))
-            summary.problems[fault.reason] += 1
+        by_dtype, source, count_fault = counts_of(client, item, sha)
+        if count_fault is not None:
+            problems.append(str(count_fault))
+            summary.problems[count_fault.reason] += 1
     if not by_dtype and previous is not None and previous.checkpoint_params_by_dtype:
         by_dtype, source = dict(previous.checkpoint_params_by_dtype), previous.checkpoint_source
     return build_record(item, config_json=text, sha=sha, by_dtype=by_dtype, checkpoint_source=source,
@@ -194,18 +178,15 @@ def summary_table(summary: Summary) -> Table:
 
 def run_crawl(*, limit: int, pipeline_tags: Sequence[str | None], snapshot_dir: Path, console: Console) -> int:
     """Crawl the top `limit` models of each pipeline tag ('' or None: every task) into snapshot_dir. 0 when
-    it finished (problems or not), 1 when nothing could be listed (the snapshot is then left untouched)."""
+    it finished (problems or not); CrawlError (exit 1) when it could not start or list anything, RecordError when
+    the snapshot's index is unreadable: the snapshot is then left untouched."""
     snapshot_dir = Path(snapshot_dir)
     tags = list(dict.fromkeys(tag or None for tag in pipeline_tags)) or [None]
     settings = HubSettings.from_env()
     if settings.offline:
-        console.print("[red]crawl: HF_HUB_OFFLINE is set; the crawl needs the Hub.[/red]")
-        return 1
-    try:
-        old = read_index(snapshot_dir) if (snapshot_dir / INDEX_NAME).exists() else []
-    except RecordError as exc:
-        console.print(f"[red]crawl: {escape(str(exc))}[/red]")
-        return 1
+        raise CrawlError(settings.endpoint, "HF_HUB_OFFLINE", os.environ.get("HF_HUB_OFFLINE"),
+                         "is set; the crawl needs the Hub")
+    old = read_index(snapshot_dir) if (snapshot_dir / INDEX_NAME).exists() else []  # RecordError: left as it is
     entries: dict[str, dict] = {}
     for entry in old:
         try:
@@ -230,9 +211,8 @@ def run_crawl(*, limit: int, pipeline_tags: Sequence[str | None], snapshot_dir: 
                 summary.listing_error = f"{tag or 'every task'}: {fault}"
         if not listed:
             progress.stop()
-            console.print(f"[red]crawl: nothing could be listed from {escape(settings.endpoint)}: "
-                          f"{escape(summary.listing_error or 'the listing is empty')}[/red]")
-            return 1
+            raise CrawlError(settings.endpoint, "pipeline_tags", [tag or "" for tag in tags],
+                             f"nothing could be listed ({summary.listing_error or 'the listing is empty'})")
         remove_temp_files(snapshot_dir)
         summary.listed = len(listed)
         progress.update(task, description="fetching", completed=0, total=len(listed))

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Mapping
+from typing import Any
 
 from ..errors import ConfigError
 from ..records import HUB, ModelRecord, parse_config_text, validate_repo_id

@@ -6,9 +6,10 @@ import json
 import os
 import re
 import tempfile
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any
 
 from ..errors import ConfigError, RecordError
 from ..records import PROVENANCES, RECORD_FORMAT, ModelRecord, parse_config_text, validate_repo_id

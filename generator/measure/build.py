@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 
+from ..errors import MeasureError
 from .setup import Setup
-
-
-class MeasureError(Exception):
-    """A run that cannot be made (unsupported config, missing library, CUDA-only option on CPU)."""
 
 
 def dtypes(setup: Setup) -> tuple[torch.dtype, torch.dtype, bool]:
@@ -32,22 +30,22 @@ def dtypes(setup: Setup) -> tuple[torch.dtype, torch.dtype, bool]:
 
 def hf_config(config: Mapping[str, Any], attention: str):
     """transformers' config object for a config.json dict; refuses custom code (nothing is downloaded)."""
-    from transformers import AutoConfig
-
-    from transformers import CONFIG_MAPPING
+    from transformers import CONFIG_MAPPING, AutoConfig
 
     cfg = dict(config)
     model_type = cfg.pop("model_type", None)
     if not isinstance(model_type, str):
-        raise MeasureError("config.json has no model_type")
+        raise MeasureError("config.json has no model_type", key="model_type", value=None)
     if model_type not in CONFIG_MAPPING:
-        raise MeasureError(f"transformers has no model_type {model_type!r}; custom code (auto_map) is never run")
+        raise MeasureError("transformers has no such model_type; custom code (auto_map) is never run",
+                           key="model_type", value=model_type)
     cfg.pop("auto_map", None)  # a known model_type is built with transformers' own class, as the estimator reads it
     cfg.pop("quantization_config", None)  # weights are random bf16/fp32: a checkpoint's quantisation does not apply
     try:
         hf = AutoConfig.for_model(model_type, **cfg)
     except (ValueError, KeyError) as exc:
-        raise MeasureError(f"transformers cannot build model_type {model_type!r}: {exc}") from None
+        raise MeasureError(f"transformers cannot build this model_type: {exc}", key="model_type",
+                           value=model_type) from None
     hf._attn_implementation = attention
     if getattr(hf, "text_config", None) is not None:
         hf.text_config._attn_implementation = attention
@@ -75,7 +73,8 @@ def build_on_meta(config: Mapping[str, Any], setup: Setup, with_lora: bool = Tru
         try:
             model = AutoModelForCausalLM.from_config(hf, dtype=weight_dtype)  # not config.json's torch_dtype
         except ValueError as exc:
-            raise MeasureError(f"no causal-LM class for this config: {exc}") from None
+            raise MeasureError(f"no causal-LM class for this config: {exc}", key="model_type",
+                                   value=config.get("model_type")) from None
     if with_lora and setup.method in ("lora", "qlora"):
         model = apply_lora(model, setup, adapter_dtype)
     return model
@@ -86,7 +85,8 @@ def apply_lora(model, setup: Setup, adapter_dtype: torch.dtype, device: str = "m
     try:
         from peft import LoraConfig, get_peft_model
     except ImportError:
-        raise MeasureError("LoRA needs peft: pip install -e '.[measure]' in the repository") from None
+        raise MeasureError("LoRA needs peft: pip install -e '.[measure]' in the repository", key="--method",
+                           value=setup.method) from None
     targets: Any = "all-linear" if setup.lora_targets == "all-linear" else [t.strip() for t in setup.lora_targets.split(",")]
     cfg = LoraConfig(r=setup.lora_rank, lora_alpha=2 * setup.lora_rank, lora_dropout=setup.lora_dropout,
                      target_modules=targets, task_type="CAUSAL_LM")
@@ -95,7 +95,8 @@ def apply_lora(model, setup: Setup, adapter_dtype: torch.dtype, device: str = "m
         try:
             return get_peft_model(model, cfg, autocast_adapter_dtype=adapter_dtype == torch.float32)
         except ValueError as exc:
-            raise MeasureError(f"peft cannot adapt this model: {exc}") from None
+            raise MeasureError(f"peft cannot adapt this model: {exc}", key="--lora-targets",
+                               value=setup.lora_targets) from None
 
 
 def materialise(model, device: str):
@@ -120,7 +121,7 @@ def quantise_nf4(model) -> int:
     try:
         import bitsandbytes as bnb
     except ImportError:
-        raise MeasureError("--method qlora needs bitsandbytes (and a CUDA device)") from None
+        raise MeasureError("needs bitsandbytes (and a CUDA device)", key="--method", value="qlora") from None
     count = 0
     for module in list(model.modules()):
         for name, child in list(module.named_children()):
@@ -143,7 +144,8 @@ def make_optimizer(model, setup: Setup):
         try:
             import bitsandbytes as bnb
         except ImportError:
-            raise MeasureError("--optimizer adamw8bit needs bitsandbytes (and a CUDA device)") from None
+            raise MeasureError("needs bitsandbytes (and a CUDA device)", key="--optimizer",
+                               value="adamw8bit") from None
         return bnb.optim.AdamW8bit(params, lr=1e-4)
     impl = {"foreach": {"foreach": True}, "forloop": {"foreach": False}, "fused": {"fused": True}}[setup.adamw_impl]
     return torch.optim.AdamW(params, lr=1e-4, **impl)

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 import platform
+from collections.abc import Mapping
 from importlib import metadata
-from typing import Any, Mapping
+from typing import Any
 
 from .setup import Setup, config_hash, estimate_for, job_of
 

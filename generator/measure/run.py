@@ -5,12 +5,21 @@ from __future__ import annotations
 import contextlib
 import inspect
 import time
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 
-from .build import (MeasureError, apply_lora, build_on_meta, count_params, dtypes, make_optimizer, materialise,
-                    quantise_nf4)
+from .build import (
+    MeasureError,
+    apply_lora,
+    build_on_meta,
+    count_params,
+    dtypes,
+    make_optimizer,
+    materialise,
+    quantise_nf4,
+)
 from .setup import Setup
 from .tracker import PeakTracker
 

@@ -6,8 +6,9 @@ import argparse
 import dataclasses
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 METHODS = ("full", "lora", "qlora", "inference")
 PRECISIONS = ("amp", "bf16", "fp32")
@@ -44,7 +45,7 @@ class Setup:
         return dataclasses.asdict(self)
 
     @staticmethod
-    def from_dict(data: Mapping[str, Any]) -> "Setup":
+    def from_dict(data: Mapping[str, Any]) -> Setup:
         names = {f.name for f in dataclasses.fields(Setup)}
         return Setup(**{k: v for k, v in data.items() if k in names})
 
@@ -206,9 +207,9 @@ def estimate_for(config: Mapping[str, Any], model_id: str, setup: Setup, assumpt
     """
     if not estimator_supports(setup):
         return None
-    from ..estimator.normalise import normalise
     from ..estimator.graph.nodes import build_graph
     from ..estimator.memory.job import job_memory
+    from ..estimator.normalise import normalise
 
     if assumptions is None:
         from ..settings import load_settings

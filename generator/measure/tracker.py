@@ -81,7 +81,7 @@ class PeakTracker(MemTracker):
                 if self.capture_at is not None and self.live_at_peak is None and total >= self.capture_at:
                     self.live_at_peak = self.live_tensors()
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         self._op = getattr(func, "__name__", str(func))
         return super().__torch_dispatch__(func, types, args, kwargs)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -143,7 +144,7 @@ def source_bytes(path: Path | None = None) -> bytes:
 
 # --- the model page's line ---------------------------------------------------------------------------------
 
-def href(site: dict, root: str | None, standalone: bool) -> str | None:
+def href(site: Mapping[str, Any], root: str | None, standalone: bool) -> str | None:
     """The accuracy page from a model page: relative on the site (root: the page's way back to the
     site root), absolute from a standalone file, and none where there is no site (no site.url)."""
     if standalone:

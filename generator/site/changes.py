@@ -11,8 +11,9 @@ builds of the same snapshot on the same previous site are byte-identical.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Mapping
 from datetime import datetime, timezone
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from .. import format as f
 from .listing import Entry, by_downloads

@@ -14,7 +14,8 @@ pattern as well as colour, and carry a <title>, a <desc> that says what the char
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from .. import format as f
 
@@ -128,7 +129,7 @@ def memory_chart(curve: list[dict[str, int]], cards: Sequence[Any], *, model: st
     else:
         label_ys = _spread([ys(c.budget_bytes) for c in ordered], y0 + 4, y1)
     card_lines = [{"y": f.coord(ys(c.budget_bytes)), "label": c.name, "label_y": f.coord(ly + 4)}
-                  for c, ly in zip(ordered, label_ys)]
+                  for c, ly in zip(ordered, label_ys, strict=True)]
     start, step, sample = (8, (width - 8) / 3, 20) if narrow else (x0, 150, 28)
     legend = [{"cls": cls, "label": label, "x1": f.coord(start + i * step), "x2": f.coord(start + i * step + sample),
                "tx": f.coord(start + i * step + sample + 6)} for i, (_, cls, label) in enumerate(SERIES)]

@@ -7,7 +7,8 @@ in the record and site_config.yaml) and turned into strings, so the template onl
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from .. import format as f
 from ..errors import ConfigError

@@ -9,8 +9,9 @@ fixed order with the repo id as the last key, so the pages are deterministic.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from .. import format as f
 from ..errors import TraceError, UnsupportedArchitecture
@@ -152,8 +153,8 @@ def size_bands() -> list[dict[str, str]]:
 
 
 def _fits(e: Entry, card_slugs: Sequence[str]) -> dict[str, str]:
-    """Per method, the cards (space-separated slugs) that hold batch 1 of it."""
-    return {m: " ".join(s for s, b in zip(card_slugs, e.batches) if b[i] > 0) for i, (m, _) in enumerate(METHODS)}
+    """Per method, the cards (space-separated slugs) that hold batch 1 of it (none for a model not estimated: it has no batches)."""
+    return {m: " ".join(s for s, b in zip(card_slugs, e.batches, strict=False) if b[i] > 0) for i, (m, _) in enumerate(METHODS)}
 
 
 def rows(entries: Iterable[Entry], root: str, card_names: Sequence[str] = ()) -> list[dict[str, Any]]:
@@ -218,7 +219,7 @@ def card_rows(entries: Iterable[Entry], index: int, root: str) -> tuple[list[dic
     many estimated models fit it for no method."""
     groups: tuple[list[dict[str, Any]], list[dict[str, Any]]] = ([], [])
     none_fit = 0
-    for group, part in zip(groups, split_by_downloads(entries)):
+    for group, part in zip(groups, split_by_downloads(entries), strict=True):
         for e in part:
             if not e.estimated or index >= len(e.batches):
                 continue

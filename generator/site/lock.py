@@ -20,9 +20,9 @@ import errno
 import fcntl
 import os
 import threading
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 from ..errors import TraceError
 

@@ -9,8 +9,10 @@ from __future__ import annotations
 import os
 import re
 import shutil
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ..errors import ConfigError, RecordError
 from ..records import validate_repo_id
@@ -82,13 +84,13 @@ def display_name(model_id: str) -> str:
     return trimmed or model_id
 
 
-def site_url(settings_site: dict) -> str:
+def site_url(settings_site: Mapping[str, Any]) -> str:
     """The configured public URL with one trailing slash ("" when unset)."""
     url = str(settings_site.get("url") or "")
     return url if not url or url.endswith("/") else url + "/"
 
 
-def install_command(settings_site: dict) -> str:
+def install_command(settings_site: Mapping[str, Any]) -> str:
     """`pip install git+<site.repository>`: this project from its repository (the PyPI name
     `neurarch-trace` is another project's). A missing or unusual URL is refused, naming the key."""
     repo = settings_site.get("repository")

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 from urllib.parse import urlsplit
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
@@ -23,6 +24,7 @@ from ..records import ModelRecord
 from ..settings import Settings
 from . import accuracy_page, changes, listing, pages, sources
 from .context import config_notice, model_context
+
 
 def _templates_dir() -> Path:
     """templates/ of the checkout (editable install), else the copy the wheel ships as generator/templates."""

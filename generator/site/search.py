@@ -36,10 +36,11 @@ import os
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
 
+from ..errors import ToolFailure
 from . import listing, render
 from .pages import PAGEFIND
 
@@ -56,7 +57,7 @@ Documents = Callable[[], Iterator[tuple[int, str, str]]]  # (shard, page path un
 def executable() -> Path | None:
     """The Pagefind binary that `pip install 'pagefind[bin]'` ships, or None when it is not installed."""
     try:
-        from pagefind_bin import get_executable  # type: ignore[import-not-found]
+        from pagefind_bin import get_executable
     except ImportError:
         return None
     try:
@@ -136,7 +137,7 @@ def plan(entries: list[listing.Entry], family_slugs: list[str], shard_size: int)
     return Plan(count, tuple(keys), built, documents)
 
 
-def _feed(h: "hashlib._Hash", part: str) -> None:
+def _feed(h: hashlib._Hash, part: str) -> None:
     data = part.encode("utf-8")
     h.update(len(data).to_bytes(8, "little"))
     h.update(data)
@@ -205,8 +206,8 @@ def _index(binary: Path, site: Path, shards: Plan, todo: set[int], scratch: Path
             done = subprocess.run([str(binary), "--site", str(source / str(k)), "--output-path", str(target),
                                    "--silent"], capture_output=True, text=True, check=False)
             if done.returncode != 0:
-                raise RuntimeError(f"pagefind failed on search shard {k} ({done.returncode}): "
-                                   f"{(done.stderr or done.stdout).strip()[:500]}")
+                raise ToolFailure("pagefind", "search shard", k, f"exit {done.returncode}: "
+                                  f"{(done.stderr or done.stdout).strip()[:500]}")
             shutil.rmtree(source / str(k), ignore_errors=True)
             for name in _UNUSED:
                 (target / name).unlink(missing_ok=True)

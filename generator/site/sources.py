@@ -7,7 +7,8 @@ on the site. settings.py has already refused a note citing a key that sources: d
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from .. import format as f
 from ..settings import CITATION_RE, Settings, Source

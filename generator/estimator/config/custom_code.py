@@ -8,7 +8,8 @@ stablelm, kimi_k2 -> deepseek_v3 per its `architectures`).
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 Translate = Callable[[Mapping[str, Any]], dict[str, Any]]
 

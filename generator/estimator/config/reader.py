@@ -6,8 +6,9 @@ bad value raises a ConfigError naming the model, the key and the value.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, TypeAlias
 
 from ...errors import ConfigError
 from .transformers_defaults import ATTRIBUTE_MAPS, CLASS_DEFAULTS
@@ -64,6 +65,11 @@ def activation_name(r: Reader) -> str | None:
     return None
 
 
+# The builtins, for annotations inside Reader, whose methods int() and str() shadow them there.
+_Int: TypeAlias = int
+_Str: TypeAlias = str
+
+
 class Reader:
     """Reads keys of one config dict; a missing or null key takes the config class's default."""
 
@@ -115,7 +121,7 @@ class Reader:
         self._memo[memo] = value = self._int(name, default, required, minimum)
         return value
 
-    def _int(self, name: str, default: int | None, required: bool, minimum: int) -> Any:
+    def _int(self, name: _Str, default: _Int | None, required: bool, minimum: _Int) -> Any:
         found = self.lookup(name)
         if found is None:
             if default is not None:
@@ -136,10 +142,10 @@ class Reader:
         self._record(name, value, source)
         return value
 
-    def opt_int(self, name: str, minimum: int = 1) -> int | None:
+    def opt_int(self, name: _Str, minimum: _Int = 1) -> _Int | None:
         return self.int(name, required=False, minimum=minimum)
 
-    def flag(self, spec: bool | str | None, default: bool = False) -> bool:
+    def flag(self, spec: bool | _Str | None, default: bool = False) -> bool:
         """A trait that is either fixed by the family (bool) or read from a config key (str)."""
         if spec is None:
             return default
@@ -155,7 +161,7 @@ class Reader:
         self._record(spec, value, source)
         return value
 
-    def number(self, name: str, default: float, *, low: float = 0.0, high: float = 1.0) -> float:
+    def number(self, name: _Str, default: float, *, low: float = 0.0, high: float = 1.0) -> float:
         found = self.lookup(name)
         if found is None:
             return default
@@ -165,7 +171,7 @@ class Reader:
         self._record(name, value, source)
         return float(value)
 
-    def str(self, name: str, default: str | None = None) -> Any:
+    def str(self, name: _Str, default: _Str | None = None) -> Any:
         found = self.lookup(name)
         if found is None:
             return default
@@ -175,13 +181,13 @@ class Reader:
         self._record(name, value[:40], source)
         return value
 
-    def list(self, name: str, kind: Any = None, length: int | None = None) -> Any:
+    def list(self, name: _Str, kind: Any = None, length: _Int | None = None) -> Any:
         memo = ("list", name, kind, length)
         if memo not in self._memo:
             self._memo[memo] = self._list(name, kind, length)
         return self._memo[memo]
 
-    def _list(self, name: str, kind: Any, length: int | None) -> Any:
+    def _list(self, name: _Str, kind: Any, length: _Int | None) -> Any:
         kind = kind or "".__class__  # `str` in this class body is the method above
         found = self.lookup(name)
         if found is None:
@@ -197,7 +203,7 @@ class Reader:
         self._record(name, f"list of {len(value)}", source)
         return value
 
-    def sub(self, name: str) -> Mapping[str, Any] | None:
+    def sub(self, name: _Str) -> Mapping[_Str, Any] | None:
         """A nested config dict (text_config, vision_config, attn_config...), or None."""
         value = self.cfg.get(name)
         if value is None:
@@ -206,13 +212,13 @@ class Reader:
             raise ConfigError(self.model, name, value, "must be a JSON object")
         return value
 
-    def child(self, cfg: Mapping[str, Any], model_type: str, aliases: Mapping[str, tuple[str, ...]] | None = None,
-              prefix: str = "") -> "Reader":
+    def child(self, cfg: Mapping[_Str, Any], model_type: _Str, aliases: Mapping[_Str, tuple[_Str, ...]] | None = None,
+              prefix: _Str = "") -> Reader:
         """A reader for a nested config that records its uses into this one, under `prefix`."""
         if not isinstance(cfg, Mapping):
             raise ConfigError(self.model, prefix.rstrip(".") or model_type, cfg, "must be a JSON object")
         child = Reader(cfg, self.model, model_type, aliases)
-        child.uses = _Prefixed(self.uses, prefix)  # type: ignore[assignment]
+        child.uses = _Prefixed(self.uses, prefix)
         return child
 
 
@@ -223,7 +229,7 @@ class _Prefixed(list):
         super().__init__()
         self.target, self.prefix = target, prefix
 
-    def append(self, use: KeyUse) -> None:  # type: ignore[override]
+    def append(self, use: KeyUse) -> None:
         self.target.append(KeyUse(self.prefix + use.name, use.value, use.source) if self.prefix else use)
 
 

@@ -8,7 +8,8 @@ otherwise each family's configuration file derives them (rules below, transforme
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from ...errors import ConfigError
 from .reader import KeyUse, Reader

@@ -7,7 +7,8 @@ around a language model of any family, WRAPPERS. normalise.py is the only reader
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from . import (
     encoder_decoders,

@@ -12,8 +12,9 @@ the cross-attention KV over the encoder's tokens, per sequence.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from ..config.arch import Arch
 from ..config.reader import Reader
@@ -257,7 +258,7 @@ def prophetnet(cfg: Mapping[str, Any], model: str) -> Arch:
     dn, dh, df = r.int("num_decoder_layers"), r.int("num_decoder_attention_heads"), r.int("decoder_ffn_dim")
     embed += [Part("Position_Embedding", "Embedding", ctx * h), Part("Ngram_Embedding", "Embedding", r.int("ngram", 2) * h),
               norm_part("Embedding_LayerNorm", "layernorm", h)]
-    for j in range(1, dn + 1):
+    for _ in range(dn):
         i = len(blocks) + 1
         a = attention_part(f"Attention_{i}", "N-gram Attn", h, dh, dh, h // dh, qkv_bias=True, o_bias=True, rope=False,
                            extra=linear(h, buckets * dh, True))

@@ -11,8 +11,9 @@ batch of sequences at the context, with no KV cache.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from ..config.arch import Arch
 from ..config.reader import Reader

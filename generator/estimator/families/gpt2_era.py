@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from ..config.arch import Arch
 from ..config.reader import Reader
@@ -242,7 +243,7 @@ def reformer(cfg: Mapping[str, Any], model: str) -> Arch:
     kinds = r.list("attn_layers", length=n)
     if r.flag("axial_pos_embds", True):
         shape, dims = r.list("axial_pos_shape", int), r.list("axial_pos_embds_dim", int)
-        positions = sum(s * d for s, d in zip(shape, dims))
+        positions = sum(s * d for s, d in zip(shape, dims, strict=False))
     else:
         positions = ctx * h
     q = heads * hd

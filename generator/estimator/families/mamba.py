@@ -14,7 +14,8 @@ scan output and the gate (the fused scan kernel recomputes its internals in back
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from ..config.arch import Arch
 from ..config.reader import Reader

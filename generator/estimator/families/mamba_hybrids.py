@@ -4,7 +4,8 @@ Attention layers cache K/V; Mamba/Mamba-2 layers hold conv + SSM state whatever 
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from ...errors import ConfigError
 from ..config.arch import Arch

@@ -130,7 +130,7 @@ class Block:
     def total(self, attr: str) -> int:
         return sum(getattr(p, attr) for p in self.parts)
 
-    def numbered(self, index: int) -> "Block":
+    def numbered(self, index: int) -> Block:
         """This layer as layer `index`: names with the placeholder "#" numbered, sums kept (a stack of
         identical layers is built once: dense.py)."""
         tag = str(index)
@@ -140,7 +140,7 @@ class Block:
         out.__dict__.update(self.__dict__, index=index, parts=parts)  # frozen: fields set once, here
         return out
 
-    def template(self) -> "Block | None":
+    def template(self) -> Block | None:
         """This layer with its number in every name replaced by "#", for numbered(); None when a name
         does not hold the number as "<name>_<index>"."""
         tag = f"_{self.index}"
@@ -148,7 +148,7 @@ class Block:
         if None in names:
             return None
         out = object.__new__(Block)
-        out.__dict__.update(self.__dict__, parts=tuple(p._replace(name=n) for p, n in zip(self.parts, names)))
+        out.__dict__.update(self.__dict__, parts=tuple(p._replace(name=n) for p, n in zip(self.parts, names, strict=True)))
         return out if out.numbered(self.index).parts == self.parts else None
 
 

@@ -14,8 +14,8 @@ serving point.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 from ..config.arch import Arch
 from ..graph.nodes import Graph

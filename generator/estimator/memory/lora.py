@@ -33,7 +33,7 @@ def adapted_linears(b: Block, roles: frozenset[str] | None) -> list[tuple[int, i
     """(in, out, input group) of each adapted Linear of a layer; roles None = every Linear (all-linear)."""
     out = []
     for k, p in enumerate(b.parts):
-        for (i, o), role in zip(p.linears, linear_roles(p)):
+        for (i, o), role in zip(p.linears, linear_roles(p), strict=True):
             if roles is None or role in roles:
                 out.append((i, o, ROLE_GROUP.get(role, f"{k}.{len(out)}")))
     return out

@@ -23,8 +23,9 @@ each peak was read off CPU-simulated real steps, data/measurements/FINDINGS.md F
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 from ..config.arch import Arch
 from ..graph.nodes import Graph
@@ -156,7 +157,7 @@ def train_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, method: str, r
 
         ends = [sum(p.params for p in part) for part in (embed, head)]
         layer_static = tuple(static(b.params, b.matmul) for b in spec.blocks)
-        embed_static, head_static = (static(n, sum(p.matmul for p in part)) for n, part in zip(ends, (embed, head)))
+        embed_static, head_static = (static(n, sum(p.matmul for p in part)) for n, part in zip(ends, (embed, head), strict=True))
         step = s.foreach_temp_bytes
         layer_step = tuple(late(b.params, step) for b in spec.blocks)
         layer_eob = tuple(late(b.params, 0) for b in spec.blocks)
@@ -177,7 +178,7 @@ def train_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, method: str, r
         embed_step, head_step, embed_eob, head_eob, tied = embed_static, head_static, 0, 0, 0
         embed_act = 0  # a frozen embedding saves nothing (F4)
     rates = _layer_rates(a, spec.blocks, r, rank if method != "full" else 0)
-    layer_act = tuple(n * rate for rate, n in zip(rates, layer_tokens))
+    layer_act = tuple(n * rate for rate, n in zip(rates, layer_tokens, strict=True))
     head_rate = head_activation_bytes(a, g, r, s)
     vision = s.compute_bytes * spec.vision_act * (1 if spec.image_tokens else 0)
     return Profile(method, embed_static, layer_static, head_static, tokens * embed_act + vision, layer_act,
@@ -269,7 +270,8 @@ def cache_block(g: Graph) -> CacheTerms:
     """One block holding every cached layer's state and (window, KV) terms: kv_bytes_of_block is a sum over
     them, so this block's cache is the whole model's, in one pass over its distinct windows."""
     spec = g.spec
-    state, kv, transient = 0, {}, 0
+    kv: dict[int | None, int] = {}
+    state, transient = 0, 0
     for b in spec.blocks:
         transient = max(transient, b.transient)
         if b.stack != "encoder":

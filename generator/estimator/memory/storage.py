@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from ..config.arch import Arch, Quant
 from ..graph.parts import Part
