@@ -8,7 +8,6 @@ import ast
 import re
 from pathlib import Path
 
-import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "generator"
@@ -68,14 +67,8 @@ def _class_offenders() -> list[str]:
             if isinstance(node, ast.ClassDef) and len(node.name.strip("_")) < 2]
 
 
-@pytest.mark.xfail(strict=True, reason="families' one-letter trait classes are being renamed")
 def test_classes_have_words_for_names():
     assert _class_offenders() == []
-
-
-def test_the_only_one_letter_classes_are_the_families_traits():
-    """Until they are renamed, no other module adds one (the strict xfail above then starts passing)."""
-    assert all(name.startswith("generator.estimator.families.") for name in _class_offenders())
 
 
 _MUTATORS = {"update", "setdefault", "pop", "popitem", "clear", "append", "extend", "insert", "remove"}
