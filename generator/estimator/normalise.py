@@ -98,10 +98,10 @@ def fallback(cfg: Mapping[str, Any], model: str, model_type: str) -> Arch:
         archs = architectures_of(cfg, model)
         # A ForCausalLM class of a multimodal wrapper (Qwen3_5ForCausalLM, Llama4ForCausalLM) is the text tower.
         text_only_class = bool(archs) and archs[0].endswith("ForCausalLM")
-        why = None if text_only_class else f"only the text tower ({inner}) is counted"
+        text_why: str | None = None if text_only_class else f"only the text tower ({inner}) is counted"
         arch = read_known(text, model, inner)
         return dataclasses.replace(arch, model_type=model_type, text_tower_only=not text_only_class,
-                                   custom_code="auto_map" in cfg, approximate=why, architectures=archs)
+                                   custom_code="auto_map" in cfg, approximate=text_why, architectures=archs)
     declared = _declared_type(cfg)
     if declared is not None:  # an unknown (custom-code) model_type whose `architectures` names a transformers class
         arch = read_known(dict(cfg, model_type=declared), model, declared)

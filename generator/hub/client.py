@@ -6,6 +6,7 @@ import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .. import DISTRIBUTION
 from ..errors import ModelNotFound
@@ -14,7 +15,8 @@ from .listing import SHA_RE, Listed, build_record, config_problem, listed_from_i
 
 # huggingface_hub is imported inside functions only: it reads HF_ENDPOINT, HF_HOME and HF_HUB_OFFLINE once,
 # at import. Everything below reads those variables at call time and passes them explicitly instead.
-EXPAND = ["config", "safetensors", "sha", "downloads", "likes", "gated", "lastModified",
+# (typed as the strings they are: huggingface_hub's own Literal of expand properties is checked by its server)
+EXPAND: Any = ["config", "safetensors", "sha", "downloads", "likes", "gated", "lastModified",
           "pipeline_tag", "library_name", "tags"]
 DEFAULT_ENDPOINT = "https://huggingface.co"
 RETRY_NOTE = "retried on the next crawl"
@@ -173,12 +175,13 @@ class HubClient:
 
         s = self.settings
         repo_id = validate_repo_id(repo_id)
+        # one set of options for the dry run and the download (the overloads are keyed on dry_run's literal)
         where = dict(revision=revision, endpoint=s.endpoint, token=s.token, cache_dir=s.cache_dir,
                      etag_timeout=s.etag_timeout, local_files_only=local_only or s.offline)
         try:
-            planned = hf_hub_download(repo_id, "config.json", dry_run=True, **where)
+            planned = hf_hub_download(repo_id, "config.json", dry_run=True, **where)  # type: ignore[call-overload]
             _check_config_size(repo_id, getattr(planned, "file_size", None), "refused before downloading it")
-            path = Path(hf_hub_download(repo_id, "config.json", **where))
+            path = Path(hf_hub_download(repo_id, "config.json", **where))  # type: ignore[call-overload]
         except Exception as exc:  # noqa: BLE001
             raise classify(exc, "config") from exc
         _check_config_size(repo_id, path.stat().st_size, "refused unread")

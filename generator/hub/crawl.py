@@ -100,6 +100,7 @@ def _fetch(client: HubClient, item: Listed, previous: ModelRecord | None, summar
     problems: list[str] = []
     fresh_config = False
     provenance: str | None = HUB
+    config_source: str | None
     try:
         text, commit = client.download_config(item.id, item.sha or "main")
         sha, config_source, fresh_config = commit or item.sha, f"Hub file config.json at revision {commit}", True

@@ -75,7 +75,7 @@ def page_record(record: ModelRecord) -> ModelRecord:
 
 
 # NIGHTLY_FIELDS at ModelRecord's defaults (None, or () for tags): what "not shown" means for each.
-_NIGHTLY_DEFAULTS = {f.name: f.default for f in fields(ModelRecord) if f.name in NIGHTLY_FIELDS}
+_NIGHTLY_DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(ModelRecord) if f.name in NIGHTLY_FIELDS}
 if set(_NIGHTLY_DEFAULTS) != set(NIGHTLY_FIELDS):
     raise TypeError(f"NIGHTLY_FIELDS names a field ModelRecord lacks: {set(NIGHTLY_FIELDS) - set(_NIGHTLY_DEFAULTS)}")
 
