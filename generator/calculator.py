@@ -55,7 +55,8 @@ def flag_spec(parser: argparse.ArgumentParser | None = None) -> list[dict[str, A
         kind = ("switch" if a.nargs == 0 and a.const is True else "choice" if a.choices is not None
                 else "int" if a.type is int else "text")
         title = groups.get(id(a))
-        spec.append({"key": flag[2:], "flag": flag, "kind": kind, "help": a.help or "",
+        text = a.help or ("one of " + ", ".join(map(str, a.choices)) if a.choices is not None else flag)
+        spec.append({"key": flag[2:], "flag": flag, "kind": kind, "help": text,
                      "choices": list(a.choices) if a.choices is not None else None, "metavar": a.metavar,
                      "group": title if title not in (None, "options", "optional arguments") else BASE_GROUP})
     return spec
