@@ -216,11 +216,13 @@ def largest_batch(peak: Callable[[int], int], budget: int) -> int:
     return lo
 
 
-def run_page(model_text: str, site_text: str, query: str) -> str:
-    """The page's entry point (static/calc.js): the page's own inputs ({"id", "config"}, the text of its
-    calc-model element), site.json's text and the query → calculate()'s answer as JSON text."""
+def run_page(model_text: str, site_text: str, query: str, config_text: str | None = None) -> str:
+    """The page's entry point (static/calc.js): the page's own inputs (the text of its calc-model element:
+    {"id", "config"}, or {"id"} with the config in config_text, from the file beside a page whose config is
+    large), site.json's text and the query → calculate()'s answer as JSON text."""
     model = json.loads(model_text)
-    return json.dumps(calculate(json.dumps(model["config"]), model["id"], _site(site_text), query))
+    config = json.dumps(model["config"]) if config_text is None else config_text
+    return json.dumps(calculate(config, model["id"], _site(site_text), query))
 
 
 @functools.lru_cache(maxsize=2)

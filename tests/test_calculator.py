@@ -276,6 +276,7 @@ def test_the_build_ships_the_runtime_and_the_page_its_own_inputs(tmp_path: Path)
     assert inputs == {"id": "openai-community/gpt2",
                       "config": load_record(DEFAULT_SNAPSHOT_DIR, "openai-community/gpt2").config()}
     assert '<script type="module" src="../../../static/calc.js"></script>' in html
+    assert not (out / "models/openai-community/gpt2/config.json").exists()  # small: inline
     # Without JavaScript: the CLI's peak with no flags, exact, in calc-peak.
     bytes_ = int(re.search(r'<output id="calc-peak"[^>]* data-bytes="(\d+)"', html).group(1))
     assert bytes_ == cli_json("openai-community/gpt2", [])[1]["memory"]["peak_bytes"]

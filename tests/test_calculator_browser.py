@@ -35,6 +35,7 @@ from generator.site.build import run_build
 from test_browser import ARTIFACTS, SMALL_TEXT, Browser, _chromium, _narrow, _QuietHandler
 from test_calculator import available_models, cli_json, setups
 
+BIG_CONFIG = "nvidia/Llama-3_3-Nemotron-Super-49B-v1"  # a 24 kB config.json: beside its page, not in it
 TIMINGS: dict[str, int] = {}
 SETUPS_RUN: list[tuple[str, str, bool]] = []  # (model, method, byte-equal) of every drawn setup
 
@@ -46,7 +47,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         pytest.fail("node_modules/pyodide is missing: run `make install` (npm ci)")
     tmp = tmp_path_factory.mktemp("calc-site")
     snap = tmp / "snapshot"
-    records = [load_record(DEFAULT_SNAPSHOT_DIR, m) for m in available_models()]
+    records = [load_record(DEFAULT_SNAPSHOT_DIR, m) for m in (*available_models(), BIG_CONFIG)]
     for r in records:
         write_record(snap, r)
     write_index(snap, [index_entry(r) for r in records])
@@ -174,6 +175,16 @@ def test_a_query_round_trips_through_the_form_and_the_address(site: str, browser
     open_page(browser, url)
     assert browser.js("document.getElementById('calc-peak').dataset.bytes") == second
     assert browser.js("document.getElementById('calc-method').value") == "inference"
+
+
+def test_a_page_whose_config_is_beside_it(site: str, browser: Browser) -> None:
+    """A config.json too large to be inline (Nemotron's per-layer block list) is fetched from beside the page."""
+    model = BIG_CONFIG
+    Page.current = None
+    open_page(browser, f"{site}models/{model}/?method=lora&batch=2&grad-ckpt=1")
+    assert browser.js("document.getElementById('calc-model').dataset.config") == "config.json"
+    assert browser.js("document.getElementById('calc-peak').dataset.bytes") == \
+        str(cli_json(model, ["--batch", "2", "--method", "lora", "--grad-ckpt"])[1]["memory"]["peak_bytes"])
 
 
 def test_the_copy_button_gives_the_cli_command(site: str, browser: Browser) -> None:

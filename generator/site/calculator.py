@@ -172,21 +172,41 @@ def write_assets(writer: Any, settings: Settings, script: str) -> bool:
     return available
 
 
-def model_json(report: Report, config: dict[str, Any]) -> str:
-    """The page's own inputs (model id, config.json as the estimator reads it) as JSON safe inside a
-    <script> element: ASCII, and no raw `<`, `>`, `&` or `'` (they occur only inside strings, where \\u003c
-    is the same value)."""
-    text = json.dumps({"id": report.model.id, "config": config}, sort_keys=True, separators=(",", ":"),
-                      ensure_ascii=True, allow_nan=True)
+# A config.json up to this size is inline in its page; a larger one (a per-layer block list, a long list of
+# unquantised modules) is a file beside the page, config.json, fetched when the calculator is used, so that
+# no page passes its 60 kB budget for its calculator's sake.
+INLINE_MAX = 4_000
+CONFIG_FILE = "config.json"
+
+
+def _safe_json(value: Any) -> str:
+    """JSON safe inside a <script> element: ASCII, and no raw `<`, `>`, `&` or `'` (they occur only inside
+    strings, where \\u003c is the same value). Keys keep the config's order, as the estimator reads it."""
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=True, allow_nan=True)
     for char in "<>&'":
         text = text.replace(char, f"\\u{ord(char):04x}")
     return text
+
+
+def config_file(config: dict[str, Any]) -> str | None:
+    """The text of the config file beside the page, for a config too large to be inline (None otherwise)."""
+    text = _safe_json(config)
+    return text + "\n" if len(text) > INLINE_MAX else None
+
+
+def model_files(folder: str, config: dict[str, Any]) -> tuple[tuple[str, str], ...]:
+    """The files beside a model's page that its calculator reads: config.json when it is not inline."""
+    text = config_file(config)
+    return () if text is None else ((f"{folder}/{CONFIG_FILE}", text),)
 
 
 def page_context(report: Report, config: dict[str, Any], root: str) -> dict[str, Any]:
     """What _calculator.html places: the script, the page's inputs, and the figure shown before (or
     without) JavaScript: the site's full fine-tune at batch 1, which is the CLI's peak with no flags."""
     mem = report.memory
-    return {"script": root + SCRIPT, "model_json": Markup(model_json(report, config)),
+    inline = config_file(config) is None
+    inputs = {"id": report.model.id, "config": config} if inline else {"id": report.model.id}
+    return {"script": root + SCRIPT, "model_json": Markup(_safe_json(inputs)),
+            "config_file": None if inline else CONFIG_FILE,
             "peak_bytes": str(mem.train_full_bytes_batch1), "peak": f.gb(mem.train_full_bytes_batch1),
             "tokens": f.count(mem.train_tokens), "command": calculator.command(report.model.id, [])}

@@ -83,8 +83,13 @@ async function loadRunner() {
     py.FS.writeFile("/neurarch-calc.zip", new Uint8Array(zip));
     py.runPython("import sys; sys.path.insert(0, '/neurarch-calc.zip')");
     const run = py.pyimport("generator.calculator").run_page;
+    const file = $("calc-model").dataset.config; // a large config.json is beside the page, not in it
+    const config = file ? await fetch(new URL(file, location.href)).then((r) => {
+      if (!r.ok) throw new Error("config.json " + r.status);
+      return r.text();
+    }) : undefined; // undefined reaches Python as None (null would be pyodide's jsnull)
     window.neurarchCalc.loadMs = Math.round(performance.now() - started);
-    return (query) => JSON.parse(run(modelText, siteText, query));
+    return (query) => JSON.parse(run(modelText, siteText, query, config));
   })();
   return runner;
 }
