@@ -142,7 +142,10 @@ def zip_name() -> str:
 def site_json(settings: Settings, available: bool) -> str:
     data = calculator.site_data(settings.assumptions, settings.cards, settings.gpus)
     data.update(estimator=zip_name(), pyodide=f"../pyodide/{PYODIDE_VERSION}/" if available else None)
-    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False) + "\n"
+    text = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+    for char in "<>&'":  # as every JSON file the site serves: these only inside strings, \\u-escaped
+        text = text.replace(char, f"\\u{ord(char):04x}")
+    return text + "\n"
 
 
 def _trimmed_lock(directory: Path) -> str:
