@@ -32,15 +32,25 @@ $(TEST_STAMP): $(STAMP) pyproject.toml
 	@$(PIP_INSTALL) $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) -e '.[test]'
 	@touch $@
 
-install: $(STAMP) ## create .venv/ and install the project into it
+# The model pages' calculator runs the estimator in the browser with Pyodide, pinned exactly in package.json and
+# package-lock.json (version and integrity): `npm ci` installs it into node_modules/, which the site build copies
+# from. Without npm the build still works, and its summary says the calculator is missing.
+NODE_STAMP := node_modules/.installed
+$(NODE_STAMP): package.json package-lock.json
+	@if command -v npm >/dev/null 2>&1; then echo "installing Pyodide for the calculator (npm ci)"; \
+	  { npm ci --ignore-scripts --no-audit --no-fund --loglevel=error && touch $@; } || \
+	  echo "npm ci failed: the site's calculator will not be built (pages keep their static figures)"; \
+	else echo "npm is missing: the site's calculator will not be built (pages keep their static figures)"; fi
 
-build: $(STAMP) ## build the site from the committed snapshot into public/ (offline)
+install: $(STAMP) $(NODE_STAMP) ## create .venv/ and install the project into it (and Pyodide, with npm ci)
+
+build: $(STAMP) $(NODE_STAMP) ## build the site from the committed snapshot into public/ (offline)
 	$(BIN)/neurarch-trace build --out public $(BUILD_FLAGS)
 
 serve: ## serve public/ on http://127.0.0.1:8000
 	$(BIN)/python -m http.server 8000 --bind 127.0.0.1 --directory public
 
-test: $(TEST_STAMP) browser ## run the test suite (installs torch 2.13.0 + transformers for the oracle; chromium via apt-get when it can)
+test: $(TEST_STAMP) $(NODE_STAMP) browser ## run the test suite (installs torch 2.13.0 + transformers for the oracle; chromium via apt-get when it can)
 	$(BIN)/python -m pytest -q
 
 lint: $(TEST_STAMP) ## ruff (rules F, B, I, UP) and mypy over generator/ (settings in pyproject.toml)

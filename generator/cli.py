@@ -27,26 +27,9 @@ def _model_parser() -> argparse.ArgumentParser:
     out.add_argument("--json", action="store_true", help="print only the Report JSON on stdout")
     out.add_argument("--html", metavar="FILE", type=Path, help="write the model's page as one self-contained HTML file")
     p.add_argument("--plan", action="store_true", help="add the per-card plan: largest batches, splits and cost")
-    p.add_argument("--tokens", type=int, metavar="T", help="tokens per training sample (default from site_config.yaml)")
-    p.add_argument("--batch", type=int, metavar="B", help="micro batch of the priced job")
-    p.add_argument("--lora-rank", type=int, metavar="R", help="LoRA rank")
-    p.add_argument("--serve-tokens", type=int, metavar="T", help="tokens per served sequence")
-    from .estimator.memory import job as j
+    from . import job_flags
 
-    ex = p.add_argument_group("exact setup", "memory.peak_bytes / peak_phase / breakdown for one real run "
-                                             "(default: full AMP AdamW at batch 1 and the training tokens)")
-    ex.add_argument("--method", choices=j.METHODS, help="full, lora, qlora or inference (HF generate)")
-    ex.add_argument("--precision", choices=j.PRECISIONS,
-                    help="amp (fp32 master weights, bf16 autocast), bf16 (pure), fp32")
-    ex.add_argument("--weights", choices=j.WEIGHTS, help="how the base is stored (default: follows precision; "
-                                                         "nf4 for qlora)")
-    ex.add_argument("--optimizer", choices=j.OPTIMIZERS)
-    ex.add_argument("--grad-ckpt", action="store_true", help="gradient checkpointing")
-    ex.add_argument("--lora-targets", metavar="NAMES", help="all-linear, or comma-separated module names (q_proj,v_proj)")
-    ex.add_argument("--new-tokens", type=int, metavar="N", help="tokens generated after the prompt (inference)")
-    ex.add_argument("--attention", choices=j.ATTENTIONS)
-    ex.add_argument("--metric", choices=j.METRICS,
-                    help="allocated (tensors), reserved (+ the allocator's cache), nvidia-smi (+ CUDA context)")
+    job_flags.add_setup_arguments(p)  # --tokens ... --metric: the page's calculator reads the same flags
     p.add_argument("--config", type=Path, metavar="FILE",
                    help="site_config.yaml whose keys override the defaults (default: ./site_config.yaml when present)")
     p.add_argument("--snapshot", type=Path, metavar="DIR", help="snapshot folder to look repo ids up in")
@@ -102,18 +85,13 @@ def _run_model(argv: Sequence[str], console: Console, err: Console) -> int:
     from .pipeline import report_for_record
     from .settings import load_settings
 
-    overrides = {"train_tokens": args.tokens, "job_tokens": args.tokens, "job_batch": args.batch,
-                 "lora_rank": args.lora_rank, "serve_tokens": args.serve_tokens}
-    for flag, value in (("--tokens", args.tokens), ("--batch", args.batch), ("--lora-rank", args.lora_rank),
-                        ("--serve-tokens", args.serve_tokens)):
-        if value is not None and value < 1:
-            raise ConfigError("command line", flag, value, "must be a positive integer")
-    if args.new_tokens is not None and args.new_tokens < 0:
-        raise ConfigError("command line", "--new-tokens", args.new_tokens, "must be >= 0")
-    settings = load_settings(args.config, **overrides)
+    from . import job_flags
+
+    job_flags.check(args)
+    settings = load_settings(args.config, **job_flags.overrides(args))
     record = resolve_model(args.model, args.snapshot)
     # The structure table is for the JSON twin and the page; the terminal summary does without it.
-    report = report_for_record(record, settings, _job(args), structure=bool(args.json or args.html))
+    report = report_for_record(record, settings, job_flags.job(args), structure=bool(args.json or args.html))
     if args.json:
         sys.stdout.write(json.dumps(report.to_dict(), sort_keys=True, indent=1) + "\n")
         return 0
@@ -132,18 +110,6 @@ def _run_model(argv: Sequence[str], console: Console, err: Console) -> int:
 
     print_summary(console, report, plan=args.plan, settings=settings)
     return 0
-
-
-def _job(args: argparse.Namespace):
-    """The exact setup the options name; tokens 0 = the site's training tokens (capped at the context)."""
-    from .estimator.memory.job import Job
-
-    given = {k: v for k, v in (("method", args.method), ("precision", args.precision), ("weights", args.weights),
-                                ("optimizer", args.optimizer), ("lora_rank", args.lora_rank),
-                                ("lora_targets", args.lora_targets), ("batch", args.batch), ("tokens", args.tokens),
-                                ("new_tokens", args.new_tokens), ("attention", args.attention),
-                                ("metric", args.metric)) if v is not None}
-    return Job(**{"tokens": 0, **given, "grad_ckpt": bool(args.grad_ckpt)})
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -73,3 +73,15 @@ def test_estimate_runs_with_files_sockets_clock_and_env_forbidden(monkeypatch, s
     again = estimate(tiny_qwen2(), model_id="pure", assumptions=settings.assumptions, cards=settings.cards,
                      gpus=settings.gpus)
     assert report == again  # same inputs, same Report: no hidden state
+
+
+def test_the_calculators_modules_are_pure_too():
+    """job_flags (the CLI's and the page's flags) and calculator (the page's entry point) run in the browser
+    beside the estimator: the standard library, the estimator, errors and format only (the zip's check,
+    site/calculator.check_imports, holds every shipped module to the same list)."""
+    allowed = {"__future__", "argparse", "contextlib", "dataclasses", "functools", "io", "json", "shlex", "typing",
+               "urllib.parse", "generator", "generator.errors", "generator.estimator",
+               "generator.estimator.memory", "generator.estimator.memory.job"}
+    for name in ("job_flags.py", "calculator.py"):
+        bad = {m for m in _imports(ROOT / "generator" / name) if m not in allowed}
+        assert not bad, f"{name} imports {bad}"

@@ -36,7 +36,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _loaded(page: Path, out: Path) -> list[Path]:
     """The stylesheet and scripts a page loads (all relative: nothing comes from another host)."""
     text = page.read_text(encoding="utf-8")
-    refs = re.findall(r'<link rel="stylesheet" href="([^"]+)"', text) + re.findall(r'<script src="([^"]+)"', text)
+    refs = re.findall(r'<link rel="stylesheet" href="([^"]+)"', text) + re.findall(r'<script[^>]* src="([^"]+)"', text)
     return [(page.parent / ref).resolve() for ref in refs]
 
 
@@ -52,7 +52,8 @@ def test_every_model_page_is_within_budget(site: Path) -> None:
     heavy = [(_weight(p, site), p) for p in model_pages if _weight(p, site) > TOTAL_BUDGET]
     assert heavy == []
     for page in model_pages[:3]:
-        assert [p.name for p in _loaded(page, site)] == ["style.css"]  # a model page runs no script
+        # A model page runs one script of its own: the calculator's, which loads the rest on demand.
+        assert [p.name for p in _loaded(page, site)] == ["style.css", "calc.js"]
 
 
 def test_the_largest_pages_stay_within_budget_with_the_memory_chart(site: Path) -> None:
@@ -77,3 +78,36 @@ def test_index_pages_load_little(site: Path) -> None:
         assert sum(p.stat().st_size for p in assets) < 20_000, rel
     # The search page loads Pagefind's own script only when a query is made; it is in public/ itself.
     assert "pagefind/pagefind.js" in (site / pages.SEARCH_JS).read_text(encoding="utf-8")
+
+
+def _calculator_section(html: str) -> str:
+    start = html.index('<section id="calculator"')
+    return html[start:html.index("</section>", start) + len("</section>")]
+
+
+def test_the_calculator_adds_little_to_a_page_and_its_shared_files_are_once_per_site(site: Path) -> None:
+    """What one model page adds (its calculator section: the form's frame and the page's own inputs, its
+    config.json) and what every page shares once (the script, site.json, the estimator's zip, Pyodide's
+    runtime: fetched when the calculator is used, then cached). The figures go to test-artifacts/."""
+    import json
+
+    from generator.site import calculator
+
+    model_pages = sorted(site.glob("models/*/*/index.html"))
+    added = sorted(len(_calculator_section(p.read_text(encoding="utf-8")).encode()) for p in model_pages)
+    median, largest = added[len(added) // 2], added[-1]
+    assert median < 3_000 and largest < 30_000
+    shared = {rel: (site / rel).stat().st_size for rel in (calculator.SCRIPT, calculator.SITE_JSON)}
+    shared.update({p.relative_to(site).as_posix(): p.stat().st_size
+                   for p in (site / calculator.CALC_DIR).glob("estimator-*.zip")})
+    shared.update({p.relative_to(site).as_posix(): p.stat().st_size
+                   for p in sorted((site / calculator.RUNTIME_DIR).glob("*"))})
+    assert shared[calculator.SCRIPT] < 12_000 and shared[calculator.SITE_JSON] < 12_000
+    assert sum(v for k, v in shared.items() if k.endswith(".zip") and "estimator-" in k) < 300_000
+    assert sum(shared.values()) < 16_000_000  # Pyodide's runtime is most of it (the wasm: 9.6 MB)
+    artifacts = Path(__file__).resolve().parents[1] / "test-artifacts"
+    artifacts.mkdir(exist_ok=True)
+    (artifacts / "calculator-bytes.json").write_text(json.dumps(
+        {"per_page_section_bytes": {"median": median, "largest": largest, "smallest": added[0]},
+         "largest_page_bytes": max(p.stat().st_size for p in model_pages),
+         "shared_bytes": shared, "shared_total": sum(shared.values())}, indent=1) + "\n")

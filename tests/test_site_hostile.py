@@ -69,7 +69,9 @@ def test_hostile_strings_are_escaped_everywhere_and_nothing_escapes(tmp_path: Pa
 
     # Every file we write (Pagefind's index under pagefind/ is compressed binary, rendered as text by
     # static/search.js). The only scripts are our own two files, loaded from static/.
-    files = [p for p in out.rglob("*") if p.is_file() and not p.relative_to(out).as_posix().startswith("pagefind/")]
+    # The calculator's runtime (Pyodide) and the estimator's zip are our own binaries, made from no Hub data.
+    files = [p for p in out.rglob("*") if p.is_file() and not p.relative_to(out).as_posix().startswith(
+        ("pagefind/", "static/pyodide/")) and p.suffix != ".zip"]
     assert any(p.name == ".build-manifest.json" for p in files)
     for path in files:
         text = path.read_text(encoding="utf-8")
@@ -77,7 +79,10 @@ def test_hostile_strings_are_escaped_everywhere_and_nothing_escapes(tmp_path: Pa
             assert hostile not in text, f"{path}: {hostile!r} unescaped"
         if path.suffix != ".js":
             scripts = re.findall(r"<script[^>]*>", text)
-            assert all(re.fullmatch(r'<script src="(\.\./)*static/(filter|search)\.js" defer>', s) for s in scripts), path
+            assert all(re.fullmatch(r'<script src="(\.\./)*static/(filter|search)\.js" defer>', s)
+                       or re.fullmatch(r'<script type="module" src="(\.\./)*static/calc\.js">', s)
+                       or re.fullmatch(r'<script type="application/json" id="calc-model"( data-config="config\.json")?>', s)
+                       for s in scripts), path
             assert "<img" not in text and "<b>" not in text, path
 
     page = (out / "models/hostile/llama-like/index.html").read_text(encoding="utf-8")
@@ -86,6 +91,9 @@ def test_hostile_strings_are_escaped_everywhere_and_nothing_escapes(tmp_path: Pa
     assert "&#39;onmouseover=&#39;alert(3)" in page
     twin = json.loads((out / "models/hostile/llama-like/index.json").read_text(encoding="utf-8"))
     assert twin["model"]["architectures"] == [XSS, ATTR, QUOTE]  # escaped in bytes, equal in value
+    # The calculator's copy of the config: escaped in bytes, equal in value, inside its one script element.
+    inputs = re.search(r'<script type="application/json" id="calc-model">(.*?)</script>', page, re.S).group(1)
+    assert json.loads(inputs)["config"]["architectures"] == [XSS, ATTR, QUOTE]
 
     bad_type = (out / "models/hostile/bad-type/index.html").read_text(encoding="utf-8")
     # Estimated (read as a llama-style decoder) or not, the hostile model_type is shown as text.

@@ -34,7 +34,7 @@ from rich.table import Table
 from ..errors import ConfigError, RecordError
 from ..hub.snapshot import RecordProblem, iter_records, read_index
 from ..settings import Settings
-from . import changes, listing, manifest, pages, render, search, staging, unchanged, worker
+from . import calculator, changes, listing, manifest, pages, render, search, staging, unchanged, worker
 from .lock import build_lock
 from .render import render_model_page, twin_json
 from .worker import Problem
@@ -166,6 +166,8 @@ def _write_site(snapshot_dir: Path, work: Path, settings: Settings, console: Con
     history = changes.next_history(previous_rows, [] if previous is None else previous.history, entries,
                                    changes.snapshot_date(entries))
     live = set(models)
+    if not calculator.runtime_available():
+        stats.notes.append(calculator.MISSING)
     if not pages.site_url(settings.site):
         stats.notes.append("no site.url in site_config.yaml: no sitemap, feed, robots.txt or llms.txt written")
     index_key, index_files = _index_pages(writer, settings, render_key, entries, models, groups, history, live,
@@ -233,6 +235,7 @@ def _write_index_pages(writer: pages.SiteWriter, settings: Settings, entries: li
     writer.write(pages.STYLESHEET, render.stylesheet())
     writer.write(pages.FILTER_JS, render.static_file(pages.FILTER_JS))
     writer.write(pages.SEARCH_JS, render.static_file(pages.SEARCH_JS))
+    calculator.write_assets(writer, settings, render.static_file(calculator.SCRIPT))
     if pages.site_url(settings.site):
         _write_machine_files(writer, settings, entries, history, live)
 

@@ -24,7 +24,7 @@ from .. import __version__
 from ..hub.snapshot import record_to_dict
 from ..records import ModelRecord
 from ..settings import Settings
-from . import accuracy_page
+from . import accuracy_page, calculator
 from .render import TEMPLATES
 from .worker import page_record
 
@@ -62,6 +62,8 @@ def render_key(settings: Settings) -> str:
             parts += [path.relative_to(root).as_posix(), path.read_bytes()]
     # Every model page prints the accuracy table's figures (accuracy_page.model_line).
     parts += ["accuracy.json", accuracy_page.source_bytes()]
+    # The calculator's shared files: every shipped module (estimator/** included), site.json, the runtime's presence.
+    parts += ["calculator", calculator.assets_key(settings)]
     return _digest(*parts)
 
 

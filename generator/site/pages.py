@@ -134,6 +134,11 @@ class SiteWriter:
             handle.write(text)
         return path
 
+    def write_bytes(self, rel: str, data: bytes) -> Path:
+        path = self._claim(rel)
+        path.write_bytes(data)
+        return path
+
     def copy(self, rel: str, source: Path) -> Path:
         """Take a file unchanged from the previous build: a hard link where possible (the previous
         tree is deleted after the swap; the link keeps the bytes), else a copy."""

@@ -22,7 +22,7 @@ from .. import format as f
 from ..estimator import Report
 from ..records import ModelRecord
 from ..settings import Settings
-from . import accuracy_page, changes, listing, pages, sources
+from . import accuracy_page, calculator, changes, listing, pages, sources
 from .context import config_notice, model_context
 
 
@@ -151,7 +151,9 @@ def render_model_page(report: Report, record: ModelRecord | None, settings: Sett
         crumbs = _crumbs(report.model.model_type, name, family_href, frame["home_href"])
         embedded = None
     context = model_context(report, record, settings, crumbs=crumbs, standalone=standalone)
-    return _render("model.html", **frame, **context, embedded_json=embedded)
+    calc = None if standalone or record is None else calculator.page_context(report, record.config(),
+                                                                              pages.root_from(page))
+    return _render("model.html", **frame, **context, embedded_json=embedded, calculator=calc)
 
 
 def render_not_estimated(record: ModelRecord, reason: str, detail: str, settings: Settings) -> str:

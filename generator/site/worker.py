@@ -24,7 +24,7 @@ from ..errors import ConfigError, RecordError, TraceError, UnsupportedArchitectu
 from ..pipeline import report_for_record
 from ..records import ModelRecord, validate_repo_id
 from ..settings import Settings
-from . import listing, pages, render
+from . import calculator, listing, pages, render
 
 
 @dataclass(frozen=True)
@@ -108,7 +108,8 @@ def build_model(record: ModelRecord, settings: Settings) -> Result:
         row = listing.entry_for(live, report, None).to_dict()
     except Exception as bug:  # noqa: BLE001 - a template or formatting bug for this model only
         return Result(record.id, (), None, (Problem(record.id, "render error", _text(bug)),))
-    return Result(record.id, ((f"{folder}/index.html", html), (f"{folder}/index.json", twin)), row, ())
+    extra = calculator.model_files(folder, record.config())  # a large config.json beside the page
+    return Result(record.id, ((f"{folder}/index.html", html), (f"{folder}/index.json", twin), *extra), row, ())
 
 
 def _text(exc: BaseException) -> str:

@@ -1,0 +1,81 @@
+"""The model command's setup flags (--tokens ... --metric) → the exact Job and the settings they override.
+
+One place for both sides: the CLI (cli.py) adds these flags to its parser and builds its job here, and the
+model pages' calculator (calculator.py, run in the browser by Pyodide) parses the page's URL query with the
+same parser and builds the same job, so the page's peak is the CLI's `memory.peak_bytes` for the same flags.
+A flag added here is a field of the page's form and a key of its query, with no change to the page's script.
+
+Pure: argparse, the estimator's Job and the typed errors; no file, network, clock or environment.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from .errors import ConfigError
+from .estimator.memory import job as j
+from .estimator.memory.job import Job
+
+PROG = "neurarch-trace"
+
+
+def add_setup_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags that say what job is priced: the site's sizes, then the exact setup."""
+    p.add_argument("--tokens", type=int, metavar="T", help="tokens per training sample (default from site_config.yaml)")
+    p.add_argument("--batch", type=int, metavar="B", help="micro batch of the priced job")
+    p.add_argument("--lora-rank", type=int, metavar="R", help="LoRA rank")
+    p.add_argument("--serve-tokens", type=int, metavar="T", help="tokens per served sequence")
+
+    ex = p.add_argument_group("exact setup", "memory.peak_bytes / peak_phase / breakdown for one real run "
+                                             "(default: full AMP AdamW at batch 1 and the training tokens)")
+    ex.add_argument("--method", choices=j.METHODS, help="full, lora, qlora or inference (HF generate)")
+    ex.add_argument("--precision", choices=j.PRECISIONS,
+                    help="amp (fp32 master weights, bf16 autocast), bf16 (pure), fp32")
+    ex.add_argument("--weights", choices=j.WEIGHTS, help="how the base is stored (default: follows precision; "
+                                                         "nf4 for qlora)")
+    ex.add_argument("--optimizer", choices=j.OPTIMIZERS)
+    ex.add_argument("--grad-ckpt", action="store_true", help="gradient checkpointing")
+    ex.add_argument("--lora-targets", metavar="NAMES", help="all-linear, or comma-separated module names (q_proj,v_proj)")
+    ex.add_argument("--new-tokens", type=int, metavar="N", help="tokens generated after the prompt (inference)")
+    ex.add_argument("--attention", choices=j.ATTENTIONS)
+    ex.add_argument("--metric", choices=j.METRICS,
+                    help="allocated (tensors), reserved (+ the allocator's cache), nvidia-smi (+ CUDA context)")
+
+
+def setup_parser() -> argparse.ArgumentParser:
+    """A parser of the setup flags alone (the calculator's: no model, no output options)."""
+    p = argparse.ArgumentParser(prog=PROG, add_help=False)
+    add_setup_arguments(p)
+    return p
+
+
+def setup_actions(p: argparse.ArgumentParser) -> list[argparse.Action]:
+    """The setup flags of a parser, in its order (what add_setup_arguments added)."""
+    names = {a.dest for a in setup_parser()._actions}
+    return [a for a in p._actions if a.dest in names and a.option_strings]
+
+
+def check(args: argparse.Namespace) -> None:
+    """The flags' own bounds, named as typed (the job's are checked by estimator.memory.job.validate)."""
+    for flag, value in (("--tokens", args.tokens), ("--batch", args.batch), ("--lora-rank", args.lora_rank),
+                        ("--serve-tokens", args.serve_tokens)):
+        if value is not None and value < 1:
+            raise ConfigError("command line", flag, value, "must be a positive integer")
+    if args.new_tokens is not None and args.new_tokens < 0:
+        raise ConfigError("command line", "--new-tokens", args.new_tokens, "must be >= 0")
+
+
+def overrides(args: argparse.Namespace) -> dict[str, int | None]:
+    """The assumptions (settings.load_settings keyword overrides) the flags replace; None: not given."""
+    return {"train_tokens": args.tokens, "job_tokens": args.tokens, "job_batch": args.batch,
+            "lora_rank": args.lora_rank, "serve_tokens": args.serve_tokens}
+
+
+def job(args: argparse.Namespace) -> Job:
+    """The exact setup the options name; tokens 0 = the site's training tokens (capped at the context)."""
+    given = {k: v for k, v in (("method", args.method), ("precision", args.precision), ("weights", args.weights),
+                                ("optimizer", args.optimizer), ("lora_rank", args.lora_rank),
+                                ("lora_targets", args.lora_targets), ("batch", args.batch), ("tokens", args.tokens),
+                                ("new_tokens", args.new_tokens), ("attention", args.attention),
+                                ("metric", args.metric)) if v is not None}
+    return Job(**{"tokens": 0, **given, "grad_ckpt": bool(args.grad_ckpt)})
