@@ -1,6 +1,6 @@
 """Layer graph: Arch → ordered nodes with types, output shapes at the maximum context, and parameters.
 
-The nodes come from the Arch's spec (spec.py), which the family builders fill following the
+The nodes come from the Arch's spec (graph/parts.py), which the family builders fill following the
 transformers modeling files; here they are numbered, shaped and summed.
 """
 

@@ -2,8 +2,8 @@
 
 A Part is one node of the structure table with its parameter count and, per token, what it adds to
 compute (matmul weights, attention FLOPs), to training memory (saved activations), and to serving
-(working set, KV cache or recurrent state). Builders (dense.py, decoders.py, moe.py, ssm.py,
-encoders.py, vlm.py) fill these from a config; graph.py, memory.py and cost.py only read them.
+(working set, KV cache or recurrent state). The family builders (families/) fill these from a config;
+graph/nodes.py, memory/ and cost.py only read them.
 The per-part formulas live in the helpers below and cite the modeling files they follow.
 """
 
@@ -65,7 +65,7 @@ class Part(NamedTuple):
 
 @dataclass(frozen=True)
 class Block:
-    """One layer of a stack: its parts in forward order, with the per-token sums memory.py and
+    """One layer of a stack: its parts in forward order, with the per-token sums memory/profile.py and
     graph.py need computed once (a layer's activations are linear in its parts' fields)."""
 
     index: int  # 1-based within the model's layer sequence
@@ -132,7 +132,7 @@ class Block:
 
     def numbered(self, index: int) -> Block:
         """This layer as layer `index`: names with the placeholder "#" numbered, sums kept (a stack of
-        identical layers is built once: dense.py)."""
+        identical layers is built once: families/decoder.py)."""
         tag = str(index)
         new = tuple.__new__  # a Part is a named tuple whose first field is the name
         parts = tuple(new(Part, (p[0].replace("#", tag),) + p[1:]) for p in self.parts)

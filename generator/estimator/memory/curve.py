@@ -4,7 +4,7 @@ Each point is the same three peaks the Report gives at its own token counts (mem
 for a full fine-tune and for LoRA, memory.serve_profile for serving, each `.total(1)`), evaluated at
 512, 1,024, 2,048, ... tokens up to the model's context, and at the context itself when it is not a
 power of two (short contexts start lower, see curve_tokens). Nothing here is a new formula: the curve is the estimator's own profiles swept over
-tokens, so a change to memory.py moves the curve with the headline figures.
+tokens, so a change to memory/profile.py moves the curve with the headline figures.
 
 Cost: a profile is a walk over the model's blocks; a 12-point curve built naively would walk them 36 more
 times per model. The profiles the estimate already built (training at train_tokens, serving at

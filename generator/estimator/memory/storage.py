@@ -109,6 +109,6 @@ def serve_weight_bytes(a: Arch, s: Assumptions) -> Callable[[list[Part] | tuple[
         return int(total)
 
     # Bytes per distinct part (what the loop above reads of it), for this model and job only: the
-    # layers of a stack repeat a few parts, and memory.py asks per layer, then estimate.py for all.
+    # layers of a stack repeat a few parts, and memory/profile.py asks per layer, then estimate.py for all.
     seen: dict[tuple[object, ...], float] = {}
     return weights
