@@ -1,0 +1,118 @@
+"""Vision towers of vision-language models: each a stack of pre-norm ViT layers over image patches.
+
+One rule per tower kind (the vision_config's model_type), each following its modeling file. A tower is returned as
+(part, patches per image, output width, per-patch activation elements per layer) for vision_language.vlm.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping
+
+from ...errors import ConfigError
+from ..config.reader import Reader
+from ..graph.parts import NORM_PARAMS_PER_WIDTH, Part, linear
+
+TowerResult = tuple[Part, int, int, int]
+
+
+def vit_layer(h: int, inter: int, *, bias: bool = True, o_bias: bool | None = None, mlp_bias: bool | None = None,
+              norm: str = "layernorm", gated: bool = False, extra: int = 0) -> int:
+    """One pre-norm ViT layer: q/k/v/o of h x h, an MLP (fc1/fc2, or gate/up/down when gated), two norms."""
+    o_bias = bias if o_bias is None else o_bias
+    mlp_bias = bias if mlp_bias is None else mlp_bias
+    attn = 3 * linear(h, h, bias) + linear(h, h, o_bias)
+    mlp = (2 if gated else 1) * linear(h, inter, mlp_bias) + linear(inter, h, mlp_bias)
+    return attn + mlp + 2 * NORM_PARAMS_PER_WIDTH[norm] * h + extra
+
+
+def _side(v: Reader, name: str, default: int | None = None) -> int:
+    """image_size / patch_size given as an int or as [height, width] (square towers read the first)."""
+    raw = v.cfg.get(name, v.defaults.get(name, default))
+    if isinstance(raw, (list, tuple)) and raw and isinstance(raw[0], int):
+        return int(raw[0])
+    return v.int(name, default)
+
+
+def _part(params: int, n: int, h: int, inter: int, patches: int, per_patch: int) -> TowerResult:
+    return (Part("Vision_Tower", f"Vision transformer ({n} layers)", params, matmul=n * (4 * h * h + 2 * h * inter)),
+            patches, h, per_patch)
+
+
+def qwen_vl(v: Reader, kind: str) -> TowerResult:
+    """modeling_qwen2_vl.Qwen2VisionTransformerPretrainedModel / modeling_qwen2_5_vl: 3-D patch conv, fused qkv."""
+    h = v.int("embed_dim") if kind == "qwen2_vl_vision" else v.int("hidden_size")
+    depth, p, tp, ch = v.int("depth"), v.int("patch_size", 14), v.int("temporal_patch_size", 2), v.int("in_channels", 3)
+    if kind == "qwen2_vl_vision":
+        inter = h * v.int("mlp_ratio", 4)
+        layer = 4 * h * h + 3 * h + h + 2 * h * inter + inter + h + 4 * h  # fused qkv + proj (biases), LayerNorms
+    else:
+        inter = v.int("intermediate_size")
+        layer = 4 * h * h + 4 * h + 3 * h * inter + 2 * inter + h + 2 * h  # gated MLP with biases, RMSNorms
+    params = ch * tp * p * p * h + depth * layer
+    patches = (448 // p) ** 2  # a nominal 448 x 448 image (the processor resizes dynamically)
+    part, _, _, _ = _part(params, depth, h, inter, patches, 0)
+    return part, patches, h, 8 * h + 3 * inter
+
+
+def pixtral(v: Reader, kind: str) -> TowerResult:
+    """modeling_pixtral.PixtralVisionModel: patch conv without bias, ln_pre, RMSNorm layers with a gated MLP."""
+    h, n, inter = v.int("hidden_size"), v.int("num_hidden_layers"), v.int("intermediate_size")
+    p, ch, size = v.int("patch_size"), v.int("num_channels", 3), v.int("image_size")
+    params = ch * p * p * h + h + n * vit_layer(h, inter, bias=False, norm="rmsnorm", gated=True)
+    patches = min((size // p) ** 2, (1024 // p) ** 2)  # a nominal 1024 x 1024 image
+    return _part(params, n, h, inter, patches, 8 * h + 2 * inter)
+
+
+def clip(v: Reader, kind: str) -> TowerResult:
+    """modeling_clip.CLIPVisionTransformer: class embedding, patch conv, positions, pre- and post-LayerNorm."""
+    h, n, inter = v.int("hidden_size"), v.int("num_hidden_layers"), v.int("intermediate_size")
+    p, ch, size = v.int("patch_size"), v.int("num_channels", 3), v.int("image_size")
+    patches = (size // p) ** 2
+    params = h + ch * p * p * h + (patches + 1) * h + 4 * h + n * vit_layer(h, inter)
+    return _part(params, n, h, inter, patches, 8 * h + 2 * inter)
+
+
+def siglip(v: Reader, kind: str) -> TowerResult:
+    """modeling_siglip.SiglipVisionTransformer (Idefics3 / SmolVLM alike): patch conv with bias, positions,
+    post-LayerNorm, and (SigLIP, vision_use_head) an attention-pooling head."""
+    h, n, inter = v.int("hidden_size"), v.int("num_hidden_layers"), v.int("intermediate_size")
+    p, ch, size = v.int("patch_size"), v.int("num_channels", 3), v.int("image_size")
+    patches = (size // p) ** 2
+    params = ch * p * p * h + h + patches * h + 2 * h + n * vit_layer(h, inter)
+    if kind == "siglip_vision_model" and v.flag("vision_use_head", True):
+        # attention-pooling head: probe, nn.MultiheadAttention (in_proj 3h x h + 3h, out_proj), LayerNorm, MLP
+        params += h + 3 * h * h + 3 * h + h * h + h + 2 * h + 2 * h * inter + inter + h
+    return _part(params, n, h, inter, patches, 8 * h + 2 * inter)
+
+
+def internvl(v: Reader, kind: str) -> TowerResult:
+    """modeling_internvl.InternVLVisionModel (Qianfan-OCR alike): cls token, optional mask token, absolute
+    positions, patch conv with bias; layers with q/k/v (attention_bias), a biased projection_layer, optional q/k
+    RMSNorms of the full width, layer-scale lambda_1/lambda_2 and LayerNorm or RMSNorm (norm_type); a final
+    LayerNorm unless use_mean_pooling."""
+    h, n, inter = v.int("hidden_size"), v.int("num_hidden_layers"), v.int("intermediate_size")
+    p, ch, size = _side(v, "patch_size"), v.int("num_channels", 3), _side(v, "image_size")
+    patches = (size // p) ** 2
+    norm = "rmsnorm" if v.str("norm_type", "layer_norm") == "rms_norm" else "layernorm"
+    qk = 2 * h if v.flag("use_qk_norm", False) else 0
+    layer = vit_layer(h, inter, bias=v.flag("attention_bias", False), o_bias=True, mlp_bias=True, norm=norm,
+                      extra=qk + 2 * h)
+    params = h + ch * p * p * h + h + n * layer
+    params += h if v.flag("use_mask_token", False) else 0
+    params += (patches + 1) * h if v.flag("use_absolute_position_embeddings", True) else 0
+    params += 0 if v.flag("use_mean_pooling", True) else 2 * h
+    return _part(params, n, h, inter, patches, 8 * h + 2 * inter)
+
+
+TOWERS: dict[str, Callable[[Reader, str], TowerResult]] = {
+    "qwen2_vl_vision": qwen_vl, "qwen2_5_vl_vision": qwen_vl, "pixtral": pixtral, "clip_vision_model": clip,
+    "siglip_vision_model": siglip, "idefics3_vision": siglip, "smolvlm_vision": siglip,
+    "internvl_vision": internvl, "qianfan_ocr_vision": internvl,
+}
+
+
+def vision_tower(vc: Mapping[str, Any], r: Reader, kind: str) -> TowerResult:
+    """(tower part, patches per image, hidden width out, per-patch activation elements per layer)."""
+    if kind not in TOWERS:
+        raise ConfigError(r.model, "vision_config.model_type", kind, "is not a supported vision tower")
+    return TOWERS[kind](r.child(vc, kind, prefix="vision_config."), kind)
