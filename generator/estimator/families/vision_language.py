@@ -17,6 +17,7 @@ from typing import Any, Mapping
 from ...errors import ConfigError
 from ..config.arch import Arch
 from ..config.reader import Reader, architectures_of
+from ..config.transformers_defaults import CLASS_DEFAULTS
 from ..graph.layout import standard_block
 from ..graph.parts import (
     Part,
@@ -28,7 +29,7 @@ from ..graph.parts import (
 )
 from .assembly import Builder, TextReader, Wrapper, assemble
 from .vision_projectors import PROJECTORS, projector
-from .vision_towers import vision_tower
+from .vision_towers import tower_kind, vision_tower
 from .llama import TRAITS as LLAMA_TRAITS
 from .decoder import Dims, DecoderTraits, attention, build
 
@@ -44,17 +45,15 @@ DEFAULT_TEXT = {"llava": "llama", "llava_next": "llama", "paligemma": "gemma", "
 # Wrappers whose image_seq_length (when the config gives it) is the tokens one image adds.
 IMAGE_SEQ_LENGTH = ("llava", "llava_next", "llava_next_video", "vipllava", "video_llava", "internvl", "qianfan_ocr")
 
-TEXT_AS = {"qwen2_vl_text": "qwen2", "qwen2_5_vl_text": "qwen2"}
+# What a text tower's modeling file fixes that its base family reads from a key: GLM-OCR's text attention has no
+# q/k/v bias (modeling_glm_ocr.GlmOcrTextAttention).
+TEXT_FIXED: dict[str, dict[str, Any]] = {"glm_ocr_text": {"attention_bias": False}}
+
+TEXT_AS = {"qwen2_vl_text": "qwen2", "qwen2_5_vl_text": "qwen2", "qwen3_vl_text": "qwen3",
+           "qwen3_vl_moe_text": "qwen3_moe", "glm4v_text": "glm4", "glm4v_moe_text": "glm4_moe", "glm_ocr_text": "glm4",
+           "paddleocr_vl_text": "ernie4_5"}
 
 
-DEFAULT_VISION = {"llava": "clip_vision_model", "llava_next": "clip_vision_model", "paligemma": "siglip_vision_model",
-                  "gemma3": "siglip_vision_model", "idefics3": "idefics3_vision", "smolvlm": "smolvlm_vision",
-                  "qwen2_vl": "qwen2_vl_vision", "qwen2_5_vl": "qwen2_5_vl_vision", "mistral3": "pixtral",
-                  "llava_onevision": "siglip_vision_model", "aya_vision": "siglip_vision_model",
-                  "llava_next_video": "clip_vision_model", "vipllava": "clip_vision_model",
-                  "video_llava": "clip_vision_model", "shieldgemma2": "siglip_vision_model",
-                  "deepseek_vl": "siglip_vision_model", "cohere2_vision": "siglip_vision_model",
-                  "internvl": "internvl_vision", "qianfan_ocr": "qianfan_ocr_vision", "lighton_ocr": "pixtral"}
 
 
 def text_tower(cfg: Mapping[str, Any], model: str, mt: str, read_text: TextReader) -> Arch:
@@ -68,8 +67,16 @@ def text_tower(cfg: Mapping[str, Any], model: str, mt: str, read_text: TextReade
     if not isinstance(tt, str):
         raise ConfigError(model, "text_config.model_type", tt, "is missing")
     base = TEXT_AS.get(tt, tt)
-    sub = dict(text, model_type=base)
-    return read_text(sub, model)
+    if base == tt:
+        return read_text(dict(text, model_type=tt), model)
+    # Read as `base`, but a key the file leaves out takes the text config class's own default, and a class
+    # without head_dim derives it (hidden_size // num_attention_heads in its modeling file).
+    own = CLASS_DEFAULTS.get(tt, {})
+    sub = {**{k: v for k, v in own.items() if v is not None}, **{k: v for k, v in text.items() if v is not None},
+           **TEXT_FIXED.get(tt, {})}
+    if tt in CLASS_DEFAULTS and "head_dim" not in own and "head_dim" not in sub:
+        sub["head_dim"] = int(sub.get("hidden_size", 0)) // max(1, int(sub.get("num_attention_heads", 1)))
+    return read_text(dict(sub, model_type=base), model)
 
 
 def _retie(p: Part, tie: bool, vocab: int, hidden: int) -> Part:
@@ -94,8 +101,7 @@ def vlm(cfg: Mapping[str, Any], model: str, read_text: TextReader) -> Arch:
     vc = cfg.get("vision_config") or {}
     if not isinstance(vc, Mapping):
         raise ConfigError(model, "vision_config", vc, "must be a JSON object")
-    vkind = vc.get("model_type") or DEFAULT_VISION.get(mt)
-    tower, patches, vh, per_patch = vision_tower(vc, r, str(vkind))
+    tower, patches, vh, per_patch = vision_tower(vc, r, tower_kind(mt, vc))
     proj, shrink = projector(mt, r, vh, spec.hidden, cfg)
     tokens = patches // shrink
     if mt in ("gemma3", "shieldgemma2"):

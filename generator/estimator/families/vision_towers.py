@@ -54,6 +54,31 @@ def qwen_vl(v: Reader, kind: str) -> TowerResult:
     return part, patches, h, 8 * h + 3 * inter
 
 
+def exaone4_5(v: Reader, kind: str) -> TowerResult:
+    """modeling_exaone4_5.Exaone4_5_VisionModel: Qwen2.5-VL's tower with grouped K/V heads: a fused biased qkv of
+    hidden + 2 x num_key_value_heads x head_dim, a biased proj, a biased gated MLP, RMSNorms; patch conv without
+    bias. The merger is the projector."""
+    h, depth, inter = v.int("hidden_size"), v.int("depth"), v.int("intermediate_size")
+    p, tp, ch = v.int("patch_size", 14), v.int("temporal_patch_size", 2), v.int("in_channels", 3)
+    heads = v.int("num_heads")
+    kv = v.int("num_key_value_heads", heads) * (h // heads)
+    layer = 2 * h + linear(h, h + 2 * kv, True) + linear(h, h, True) + 2 * linear(h, inter, True) \
+        + linear(inter, h, True)
+    patches = (448 // p) ** 2  # a nominal 448 x 448 image (the processor resizes dynamically)
+    return _part(ch * tp * p * p * h + depth * layer, depth, h, inter, patches, 8 * h + 3 * inter)
+
+
+def siglip2(v: Reader, kind: str) -> TowerResult:
+    """modeling_siglip2.Siglip2VisionTransformer: a Linear patch embedding (channels x patch^2 -> hidden, bias),
+    num_patches learned positions, SigLIP layers, post-LayerNorm and (vision_use_head) the attention-pooling head."""
+    h, n, inter = v.int("hidden_size"), v.int("num_hidden_layers"), v.int("intermediate_size")
+    p, ch, patches = v.int("patch_size"), v.int("num_channels", 3), v.int("num_patches")
+    params = linear(ch * p * p, h, True) + patches * h + 2 * h + n * vit_layer(h, inter)
+    if v.flag("vision_use_head", True):
+        params += h + 3 * h * h + 3 * h + h * h + h + 2 * h + 2 * h * inter + inter + h
+    return _part(params, n, h, inter, patches, 8 * h + 2 * inter)
+
+
 def pixtral(v: Reader, kind: str) -> TowerResult:
     """modeling_pixtral.PixtralVisionModel: patch conv without bias, ln_pre, RMSNorm layers with a gated MLP."""
     h, n, inter = v.int("hidden_size"), v.int("num_hidden_layers"), v.int("intermediate_size")
@@ -104,11 +129,73 @@ def internvl(v: Reader, kind: str) -> TowerResult:
     return _part(params, n, h, inter, patches, 8 * h + 2 * inter)
 
 
+def qwen3_vl(v: Reader, kind: str) -> TowerResult:
+    """modeling_qwen3_vl.Qwen3VLVisionModel (Qwen3.5 alike): 3-D patch conv with bias, learned positions
+    (num_position_embeddings), LayerNorm layers with a fused biased qkv, biased proj and fc1/fc2. The merger and the
+    DeepStack mergers are the projector (vision_projectors.qwen3_vl)."""
+    h, depth, inter = v.int("hidden_size"), v.int("depth"), v.int("intermediate_size")
+    p, tp, ch = v.int("patch_size", 16), v.int("temporal_patch_size", 2), v.int("in_channels", 3)
+    params = ch * tp * p * p * h + h + v.int("num_position_embeddings") * h + depth * vit_layer(h, inter)
+    patches = (448 // p) ** 2  # a nominal 448 x 448 image (the processor resizes dynamically)
+    return _part(params, depth, h, inter, patches, 8 * h + 2 * inter)
+
+
+def glm4v(v: Reader, kind: str) -> TowerResult:
+    """modeling_glm4v.Glm4vVisionModel: learned positions ((image_size / patch_size)^2), 3-D patch conv with bias,
+    RMSNorm layers with a fused qkv (attention_bias), proj without bias and a gated MLP as wide as out_hidden_size
+    (no bias); post_conv_layernorm, the merge conv (hidden -> out_hidden_size, kernel spatial_merge_size, bias) and
+    post_layernorm. The patch merger is the projector (vision_projectors.glm4v)."""
+    h, depth, out = v.int("hidden_size"), v.int("depth"), v.int("out_hidden_size")
+    p, tp, ch, m = v.int("patch_size", 14), v.int("temporal_patch_size", 2), v.int("in_channels", 3), \
+        v.int("spatial_merge_size", 2)
+    patches = (v.int("image_size") // p) ** 2
+    layer = 2 * h + linear(h, 3 * h, v.flag("attention_bias", False)) + h * h + 3 * h * out
+    params = patches * h + ch * tp * p * p * h + h + depth * layer + h + linear(h * m * m, out, True) + h
+    return _part(params, depth, h, out, patches, 8 * h + 3 * out)
+
+
+def glm_ocr(v: Reader, kind: str) -> TowerResult:
+    """modeling_glm_ocr.GlmOcrVisionModel: 3-D patch conv with bias, RMSNorm layers with qkv and proj biased by
+    attention_bias, q/k RMSNorms of head_dim, a gated MLP of intermediate_size (biases by attention_bias); the merge
+    conv and post_layernorm. No learned positions, no post-conv norm. The patch merger is the projector."""
+    h, depth, out, inter = v.int("hidden_size"), v.int("depth"), v.int("out_hidden_size"), v.int("intermediate_size")
+    p, tp, ch, m = v.int("patch_size", 14), v.int("temporal_patch_size", 2), v.int("in_channels", 3), \
+        v.int("spatial_merge_size", 2)
+    bias = v.flag("attention_bias", True)
+    hd = h // v.int("num_heads")
+    layer = 2 * h + linear(h, 3 * h, bias) + linear(h, h, bias) + 2 * hd + 2 * linear(h, inter, bias) \
+        + linear(inter, h, bias)
+    params = ch * tp * p * p * h + h + depth * layer + linear(h * m * m, out, True) + h
+    return _part(params, depth, h, inter, (v.int("image_size") // p) ** 2, 8 * h + 3 * inter)
+
+
 TOWERS: dict[str, Callable[[Reader, str], TowerResult]] = {
     "qwen2_vl_vision": qwen_vl, "qwen2_5_vl_vision": qwen_vl, "pixtral": pixtral, "clip_vision_model": clip,
     "siglip_vision_model": siglip, "idefics3_vision": siglip, "smolvlm_vision": siglip,
+    "paddleocr_vl_vision": siglip, "siglip2_vision_model": siglip2, "exaone4_5_vision": exaone4_5,
     "internvl_vision": internvl, "qianfan_ocr_vision": internvl,
+    "qwen3_vl_vision": qwen3_vl, "qwen3_vl_moe_vision": qwen3_vl, "qwen3_5_vision": qwen3_vl,
+    "qwen3_5_moe_vision": qwen3_vl, "glm4v_vision": glm4v, "glm4v_moe_vision": glm4v, "glm_ocr_vision": glm_ocr,
 }
+
+
+# Wrappers whose config class fixes the vision config class (sub_configs): the file's vision_config.model_type does
+# not choose the tower (Qwen3.5 files name it "qwen3_5"). Others take any (AutoConfig): the file's, else a default.
+FIXED_VISION = {mt: mt + "_vision" for mt in ("exaone4_5", "glm4v", "glm4v_moe", "glm_ocr", "idefics3", "internvl",
+                                               "paddleocr_vl", "qianfan_ocr", "qwen2_5_vl", "qwen2_vl", "qwen3_5",
+                                               "qwen3_5_moe", "qwen3_vl", "qwen3_vl_moe", "smolvlm")}
+DEFAULT_VISION = {  # AutoConfig wrappers whose vision_config names no model_type
+    **dict.fromkeys(("llava", "llava_next", "llava_next_video", "vipllava", "video_llava"), "clip_vision_model"),
+    **dict.fromkeys(("paligemma", "gemma3", "shieldgemma2", "llava_onevision", "aya_vision", "deepseek_vl",
+                     "cohere2_vision"), "siglip_vision_model"),
+    "mistral3": "pixtral", "lighton_ocr": "pixtral",
+}
+
+
+def tower_kind(mt: str, vc: Mapping[str, Any]) -> str:
+    """The vision tower a wrapper builds: its fixed vision config class, else the file's, else the default."""
+    given = vc.get("model_type") if isinstance(vc, Mapping) else None
+    return FIXED_VISION.get(mt) or (given if isinstance(given, str) else DEFAULT_VISION.get(mt, ""))
 
 
 def vision_tower(vc: Mapping[str, Any], r: Reader, kind: str) -> TowerResult:
