@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from . import (
+    bert_descendants,
     encoder_decoders,
     encoders,
     gemma,
@@ -44,7 +45,7 @@ DECODERS: dict[str, DecoderTraits] = merged(gpt2_era.TRAITS, llama.TRAITS, gemma
                                 short_convolution.TRAITS)
 BUILDERS: dict[str, Builder] = merged(gpt2_era.BUILDERS, llama.BUILDERS, gemma.BUILDERS, mixture_of_experts.BUILDERS,
                                       latent_attention.BUILDERS, mamba.BUILDERS, mamba_hybrids.BUILDERS,
-                                      short_convolution.BUILDERS, recurrent.BUILDERS, encoders.BUILDERS,
+                                      short_convolution.BUILDERS, recurrent.BUILDERS, encoders.BUILDERS, bert_descendants.BUILDERS,
                                       encoder_decoders.BUILDERS, vision_language.BUILDERS)
 WRAPPERS: dict[str, Wrapper] = vision_language.WRAPPERS
 # Every model_type read, by whichever table: the three never share one.
