@@ -109,7 +109,8 @@ def aya_vision(mt: str, r: Reader, vh: int, th: int, cfg: Mapping[str, Any]) -> 
 
 
 def two_linear(mt: str, r: Reader, vh: int, th: int, cfg: Mapping[str, Any]) -> ProjectorResult:
-    """modeling_deepseek_vl.DeepseekVLAligner: linear1 (vision -> text), GELU, linear2 (biases)."""
+    """modeling_deepseek_vl.DeepseekVLAligner (VideoLLaMA3's readout alike): linear1 (vision -> text), GELU,
+    linear2 (biases)."""
     return _mlp("MLP projector", linear(vh, th, True) + linear(th, th, True), vh * th + th * th)
 
 
@@ -156,7 +157,7 @@ PROJECTORS: dict[str, Callable[[str, Reader, int, int, Mapping[str, Any]], Proje
     "idefics3": idefics3, "smolvlm": idefics3, "mistral3": mistral3, "lighton_ocr": mistral3,
     "qwen2_vl": qwen_vl, "qwen2_5_vl": qwen_vl, "exaone4_5": qwen_vl, "hyperclovax_vision_v2": qwen_vl,
     "paddleocr_vl": paddleocr_vl, "lfm2_vl": lfm2_vl, "aya_vision": aya_vision, "cohere2_vision": aya_vision,
-    "deepseek_vl": two_linear, "internvl": internvl, "qianfan_ocr": internvl,
+    "deepseek_vl": two_linear, "video_llama_3": two_linear, "internvl": internvl, "qianfan_ocr": internvl,
     **dict.fromkeys(("qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe", "cosmos3_omni"), qwen3_vl),
     **dict.fromkeys(("glm4v", "glm46v", "glmga", "glm4v_moe", "glm_ocr"), glm4v),
 }

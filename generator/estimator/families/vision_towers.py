@@ -79,6 +79,15 @@ def siglip2(v: Reader, kind: str) -> TowerResult:
     return _part(params, n, h, inter, patches, 8 * h + 2 * inter)
 
 
+def video_llama_3(v: Reader, kind: str) -> TowerResult:
+    """modeling_video_llama_3.VideoLlama3VisionModel: a SigLIP tower with rotary positions instead of learned ones:
+    patch conv with bias, SigLIP layers, post-LayerNorm."""
+    h, n, inter = v.int("hidden_size"), v.int("num_hidden_layers"), v.int("intermediate_size")
+    p, ch = v.int("patch_size"), v.int("num_channels", 3)
+    patches = (448 // p) ** 2  # a nominal 448 x 448 image (the processor resizes dynamically)
+    return _part(ch * p * p * h + h + 2 * h + n * vit_layer(h, inter), n, h, inter, patches, 8 * h + 2 * inter)
+
+
 def pixtral(v: Reader, kind: str) -> TowerResult:
     """modeling_pixtral.PixtralVisionModel: patch conv without bias, ln_pre, RMSNorm layers with a gated MLP."""
     h, n, inter = v.int("hidden_size"), v.int("num_hidden_layers"), v.int("intermediate_size")
@@ -172,7 +181,7 @@ def glm_ocr(v: Reader, kind: str) -> TowerResult:
 TOWERS: dict[str, Callable[[Reader, str], TowerResult]] = {
     "qwen2_vl_vision": qwen_vl, "qwen2_5_vl_vision": qwen_vl, "pixtral": pixtral, "clip_vision_model": clip,
     "siglip_vision_model": siglip, "idefics3_vision": siglip, "smolvlm_vision": siglip,
-    "paddleocr_vl_vision": siglip, "siglip2_vision_model": siglip2, "exaone4_5_vision": exaone4_5,
+    "paddleocr_vl_vision": siglip, "video_llama_3_vision": video_llama_3, "siglip2_vision_model": siglip2, "exaone4_5_vision": exaone4_5,
     "internvl_vision": internvl, "qianfan_ocr_vision": internvl,
     "qwen3_vl_vision": qwen3_vl, "qwen3_vl_moe_vision": qwen3_vl, "qwen3_5_vision": qwen3_vl,
     "qwen3_5_moe_vision": qwen3_vl, "glm4v_vision": glm4v, "glm4v_moe_vision": glm4v, "glm_ocr_vision": glm_ocr,
@@ -183,7 +192,8 @@ TOWERS: dict[str, Callable[[Reader, str], TowerResult]] = {
 # not choose the tower (Qwen3.5 files name it "qwen3_5"). Others take any (AutoConfig): the file's, else a default.
 FIXED_VISION = {mt: mt + "_vision" for mt in ("exaone4_5", "glm4v", "glm4v_moe", "glm_ocr", "idefics3", "internvl",
                                                "paddleocr_vl", "qianfan_ocr", "qwen2_5_vl", "qwen2_vl", "qwen3_5",
-                                               "qwen3_5_moe", "qwen3_vl", "qwen3_vl_moe", "smolvlm")}
+                                               "qwen3_5_moe", "qwen3_vl", "qwen3_vl_moe", "smolvlm",
+                                               "video_llama_3")}
 DEFAULT_VISION = {  # AutoConfig wrappers whose vision_config names no model_type
     **dict.fromkeys(("llava", "llava_next", "llava_next_video", "vipllava", "video_llava"), "clip_vision_model"),
     **dict.fromkeys(("paligemma", "gemma3", "shieldgemma2", "llava_onevision", "aya_vision", "deepseek_vl",
