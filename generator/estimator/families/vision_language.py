@@ -96,6 +96,9 @@ def retie(arch: Arch, tie: bool) -> Arch:
 def vlm(cfg: Mapping[str, Any], model: str, read_text: TextReader) -> Arch:
     mt = str(cfg.get("model_type"))
     text = text_tower(cfg, model, mt, read_text)
+    archs = architectures_of(cfg, model)
+    if archs and archs[0].endswith("ForCausalLM"):  # Qwen3_5ForCausalLM and alike: the text tower alone
+        return dataclasses.replace(text, model_type=mt, architectures=archs)
     spec = text.spec
     r = Reader(cfg, model, mt)
     vc = cfg.get("vision_config") or {}
