@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from . import (
+    bert_descendants,
     encoder_decoders,
     encoders,
     gemma,
@@ -45,7 +46,7 @@ DECODERS: dict[str, DecoderTraits] = merged(gpt2_era.TRAITS, llama.TRAITS, gemma
                                 short_convolution.TRAITS)
 BUILDERS: dict[str, Builder] = merged(gpt2_era.BUILDERS, llama.BUILDERS, gemma.BUILDERS, mixture_of_experts.BUILDERS,
                                       latent_attention.BUILDERS, mamba.BUILDERS, mamba_hybrids.BUILDERS,
-                                      short_convolution.BUILDERS, recurrent.BUILDERS, encoders.BUILDERS,
+                                      short_convolution.BUILDERS, recurrent.BUILDERS, encoders.BUILDERS, bert_descendants.BUILDERS,
                                       encoder_decoders.BUILDERS, vision_language.BUILDERS)
 WRAPPERS: dict[str, Wrapper] = vision_language.WRAPPERS
 # Every model_type read, by whichever table: the three never share one.

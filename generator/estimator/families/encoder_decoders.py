@@ -44,6 +44,7 @@ class BartTraits:
     causal_tied: bool = True  # the ForCausalLM head is tied to the decoder embedding
     positions_key: str = "max_position_embeddings"
     decoder_vocab: bool = False  # the decoder-only class embeds decoder_vocab_size rows (Marian)
+    table_params: bool = True  # the sinusoidal table is a parameter (pegasus, marian), not a buffer (m2m_100)
 
 
 def is_causal_lm(cfg: Mapping[str, Any]) -> bool:
@@ -80,8 +81,8 @@ def bart_stack(r: Reader, b: BartTraits, stack: str, layers: int, heads: int, ff
 
 def _positions(r: Reader, b: BartTraits, d: int, name: str) -> Part:
     n = r.int(b.positions_key)
-    if b.pos_offset is None:  # sinusoidal table kept as an nn.Embedding (pegasus, marian)
-        return Part(name, "Embedding", n * d)
+    if b.pos_offset is None:  # sinusoidal table kept as an nn.Embedding (pegasus, marian) or a buffer (m2m_100)
+        return Part(name, "Embedding", n * d if b.table_params else 0)
     return Part(name, "Embedding", (n + b.pos_offset) * d)
 
 
@@ -123,6 +124,8 @@ BARTS: dict[str, BartTraits] = {
     "bart": BartTraits(), "mbart": BartTraits(pre_norm=True, final_norm=True), "plbart": BartTraits(), "mvp": BartTraits(),
     "pegasus": BartTraits(pos_offset=None, pre_norm=True, embed_norm=False, final_norm=True),
     "marian": BartTraits(pos_offset=None, embed_norm=False, decoder_vocab=True),
+    # modeling_m2m_100.py: sinusoidal positions (a buffer), pre-norm layers, a LayerNorm closing each stack
+    "m2m_100": BartTraits(pos_offset=None, pre_norm=True, embed_norm=False, final_norm=True, table_params=False),
     "blenderbot": BartTraits(pos_offset=0, pre_norm=True, embed_norm=False, final_norm=True),
     "blenderbot-small": BartTraits(pos_offset=0),
     "bigbird_pegasus": BartTraits(pos_offset=0, pre_norm=True, bias="use_bias", causal_tied=False),

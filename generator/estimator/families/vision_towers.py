@@ -1,0 +1,215 @@
+"""Vision towers of vision-language models: each a stack of pre-norm ViT layers over image patches.
+
+One rule per tower kind (the vision_config's model_type), each following its modeling file. A tower is returned as
+(part, patches per image, output width, per-patch activation elements per layer) for vision_language.vlm.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping
+
+from ...errors import ConfigError
+from ..config.reader import Reader
+from ..graph.parts import NORM_PARAMS_PER_WIDTH, Part, linear
+
+TowerResult = tuple[Part, int, int, int]
+
+
+def vit_layer(h: int, inter: int, *, bias: bool = True, o_bias: bool | None = None, mlp_bias: bool | None = None,
+              norm: str = "layernorm", gated: bool = False, extra: int = 0) -> int:
+    """One pre-norm ViT layer: q/k/v/o of h x h, an MLP (fc1/fc2, or gate/up/down when gated), two norms."""
+    o_bias = bias if o_bias is None else o_bias
+    mlp_bias = bias if mlp_bias is None else mlp_bias
+    attn = 3 * linear(h, h, bias) + linear(h, h, o_bias)
+    mlp = (2 if gated else 1) * linear(h, inter, mlp_bias) + linear(inter, h, mlp_bias)
+    return attn + mlp + 2 * NORM_PARAMS_PER_WIDTH[norm] * h + extra
+
+
+def _side(v: Reader, name: str, default: int | None = None) -> int:
+    """image_size / patch_size given as an int or as [height, width] (square towers read the first)."""
+    raw = v.cfg.get(name, v.defaults.get(name, default))
+    if isinstance(raw, (list, tuple)) and raw and isinstance(raw[0], int):
+        return int(raw[0])
+    return v.int(name, default)
+
+
+def _part(params: int, n: int, h: int, inter: int, patches: int, per_patch: int) -> TowerResult:
+    return (Part("Vision_Tower", f"Vision transformer ({n} layers)", params, matmul=n * (4 * h * h + 2 * h * inter)),
+            patches, h, per_patch)
+
+
+def qwen_vl(v: Reader, kind: str) -> TowerResult:
+    """modeling_qwen2_vl.Qwen2VisionTransformerPretrainedModel / modeling_qwen2_5_vl: 3-D patch conv, fused qkv."""
+    h = v.int("embed_dim") if kind == "qwen2_vl_vision" else v.int("hidden_size")
+    depth, p, tp, ch = v.int("depth"), v.int("patch_size", 14), v.int("temporal_patch_size", 2), v.int("in_channels", 3)
+    if kind == "qwen2_vl_vision":
+        inter = h * v.int("mlp_ratio", 4)
+        layer = 4 * h * h + 3 * h + h + 2 * h * inter + inter + h + 4 * h  # fused qkv + proj (biases), LayerNorms
+    else:
+        inter = v.int("intermediate_size")
+        layer = 4 * h * h + 4 * h + 3 * h * inter + 2 * inter + h + 2 * h  # gated MLP with biases, RMSNorms
+    params = ch * tp * p * p * h + depth * layer
+    patches = (448 // p) ** 2  # a nominal 448 x 448 image (the processor resizes dynamically)
+    part, _, _, _ = _part(params, depth, h, inter, patches, 0)
+    return part, patches, h, 8 * h + 3 * inter
+
+
+def exaone4_5(v: Reader, kind: str) -> TowerResult:
+    """modeling_exaone4_5.Exaone4_5_VisionModel: Qwen2.5-VL's tower with grouped K/V heads: a fused biased qkv of
+    hidden + 2 x num_key_value_heads x head_dim, a biased proj, a biased gated MLP, RMSNorms; patch conv without
+    bias. The merger is the projector."""
+    h, depth, inter = v.int("hidden_size"), v.int("depth"), v.int("intermediate_size")
+    p, tp, ch = v.int("patch_size", 14), v.int("temporal_patch_size", 2), v.int("in_channels", 3)
+    heads = v.int("num_heads")
+    kv = v.int("num_key_value_heads", heads) * (h // heads)
+    layer = 2 * h + linear(h, h + 2 * kv, True) + linear(h, h, True) + 2 * linear(h, inter, True) \
+        + linear(inter, h, True)
+    patches = (448 // p) ** 2  # a nominal 448 x 448 image (the processor resizes dynamically)
+    return _part(ch * tp * p * p * h + depth * layer, depth, h, inter, patches, 8 * h + 3 * inter)
+
+
+def siglip2(v: Reader, kind: str) -> TowerResult:
+    """modeling_siglip2.Siglip2VisionTransformer: a Linear patch embedding (channels x patch^2 -> hidden, bias),
+    num_patches learned positions, SigLIP layers, post-LayerNorm and (vision_use_head) the attention-pooling head."""
+    h, n, inter = v.int("hidden_size"), v.int("num_hidden_layers"), v.int("intermediate_size")
+    p, ch, patches = v.int("patch_size"), v.int("num_channels", 3), v.int("num_patches")
+    params = linear(ch * p * p, h, True) + patches * h + 2 * h + n * vit_layer(h, inter)
+    if v.flag("vision_use_head", True):
+        params += h + 3 * h * h + 3 * h + h * h + h + 2 * h + 2 * h * inter + inter + h
+    return _part(params, n, h, inter, patches, 8 * h + 2 * inter)
+
+
+def video_llama_3(v: Reader, kind: str) -> TowerResult:
+    """modeling_video_llama_3.VideoLlama3VisionModel: a SigLIP tower with rotary positions instead of learned ones:
+    patch conv with bias, SigLIP layers, post-LayerNorm."""
+    h, n, inter = v.int("hidden_size"), v.int("num_hidden_layers"), v.int("intermediate_size")
+    p, ch = v.int("patch_size"), v.int("num_channels", 3)
+    patches = (448 // p) ** 2  # a nominal 448 x 448 image (the processor resizes dynamically)
+    return _part(ch * p * p * h + h + 2 * h + n * vit_layer(h, inter), n, h, inter, patches, 8 * h + 2 * inter)
+
+
+def pixtral(v: Reader, kind: str) -> TowerResult:
+    """modeling_pixtral.PixtralVisionModel: patch conv without bias, ln_pre, RMSNorm layers with a gated MLP."""
+    h, n, inter = v.int("hidden_size"), v.int("num_hidden_layers"), v.int("intermediate_size")
+    p, ch, size = v.int("patch_size"), v.int("num_channels", 3), v.int("image_size")
+    params = ch * p * p * h + h + n * vit_layer(h, inter, bias=False, norm="rmsnorm", gated=True)
+    patches = min((size // p) ** 2, (1024 // p) ** 2)  # a nominal 1024 x 1024 image
+    return _part(params, n, h, inter, patches, 8 * h + 2 * inter)
+
+
+def clip(v: Reader, kind: str) -> TowerResult:
+    """modeling_clip.CLIPVisionTransformer: class embedding, patch conv, positions, pre- and post-LayerNorm."""
+    h, n, inter = v.int("hidden_size"), v.int("num_hidden_layers"), v.int("intermediate_size")
+    p, ch, size = v.int("patch_size"), v.int("num_channels", 3), v.int("image_size")
+    patches = (size // p) ** 2
+    params = h + ch * p * p * h + (patches + 1) * h + 4 * h + n * vit_layer(h, inter)
+    return _part(params, n, h, inter, patches, 8 * h + 2 * inter)
+
+
+def siglip(v: Reader, kind: str) -> TowerResult:
+    """modeling_siglip.SiglipVisionTransformer (Idefics3 / SmolVLM alike): patch conv with bias, positions,
+    post-LayerNorm, and (SigLIP, vision_use_head) an attention-pooling head."""
+    h, n, inter = v.int("hidden_size"), v.int("num_hidden_layers"), v.int("intermediate_size")
+    p, ch, size = v.int("patch_size"), v.int("num_channels", 3), v.int("image_size")
+    patches = (size // p) ** 2
+    params = ch * p * p * h + h + patches * h + 2 * h + n * vit_layer(h, inter)
+    if kind == "siglip_vision_model" and v.flag("vision_use_head", True):
+        # attention-pooling head: probe, nn.MultiheadAttention (in_proj 3h x h + 3h, out_proj), LayerNorm, MLP
+        params += h + 3 * h * h + 3 * h + h * h + h + 2 * h + 2 * h * inter + inter + h
+    return _part(params, n, h, inter, patches, 8 * h + 2 * inter)
+
+
+def internvl(v: Reader, kind: str) -> TowerResult:
+    """modeling_internvl.InternVLVisionModel (Qianfan-OCR alike): cls token, optional mask token, absolute
+    positions, patch conv with bias; layers with q/k/v (attention_bias), a biased projection_layer, optional q/k
+    RMSNorms of the full width, layer-scale lambda_1/lambda_2 and LayerNorm or RMSNorm (norm_type); a final
+    LayerNorm unless use_mean_pooling."""
+    h, n, inter = v.int("hidden_size"), v.int("num_hidden_layers"), v.int("intermediate_size")
+    p, ch, size = _side(v, "patch_size"), v.int("num_channels", 3), _side(v, "image_size")
+    patches = (size // p) ** 2
+    norm = "rmsnorm" if v.str("norm_type", "layer_norm") == "rms_norm" else "layernorm"
+    qk = 2 * h if v.flag("use_qk_norm", False) else 0
+    layer = vit_layer(h, inter, bias=v.flag("attention_bias", False), o_bias=True, mlp_bias=True, norm=norm,
+                      extra=qk + 2 * h)
+    params = h + ch * p * p * h + h + n * layer
+    params += h if v.flag("use_mask_token", False) else 0
+    params += (patches + 1) * h if v.flag("use_absolute_position_embeddings", True) else 0
+    params += 0 if v.flag("use_mean_pooling", True) else 2 * h
+    return _part(params, n, h, inter, patches, 8 * h + 2 * inter)
+
+
+def qwen3_vl(v: Reader, kind: str) -> TowerResult:
+    """modeling_qwen3_vl.Qwen3VLVisionModel (Qwen3.5 alike): 3-D patch conv with bias, learned positions
+    (num_position_embeddings), LayerNorm layers with a fused biased qkv, biased proj and fc1/fc2. The merger and the
+    DeepStack mergers are the projector (vision_projectors.qwen3_vl)."""
+    h, depth, inter = v.int("hidden_size"), v.int("depth"), v.int("intermediate_size")
+    p, tp, ch = v.int("patch_size", 16), v.int("temporal_patch_size", 2), v.int("in_channels", 3)
+    params = ch * tp * p * p * h + h + v.int("num_position_embeddings") * h + depth * vit_layer(h, inter)
+    patches = (448 // p) ** 2  # a nominal 448 x 448 image (the processor resizes dynamically)
+    return _part(params, depth, h, inter, patches, 8 * h + 2 * inter)
+
+
+def glm4v(v: Reader, kind: str) -> TowerResult:
+    """modeling_glm4v.Glm4vVisionModel: learned positions ((image_size / patch_size)^2), 3-D patch conv with bias,
+    RMSNorm layers with a fused qkv (attention_bias), proj without bias and a gated MLP as wide as out_hidden_size
+    (no bias); post_conv_layernorm, the merge conv (hidden -> out_hidden_size, kernel spatial_merge_size, bias) and
+    post_layernorm. The patch merger is the projector (vision_projectors.glm4v)."""
+    h, depth, out = v.int("hidden_size"), v.int("depth"), v.int("out_hidden_size")
+    p, tp, ch, m = v.int("patch_size", 14), v.int("temporal_patch_size", 2), v.int("in_channels", 3), \
+        v.int("spatial_merge_size", 2)
+    patches = (v.int("image_size") // p) ** 2
+    layer = 2 * h + linear(h, 3 * h, v.flag("attention_bias", False)) + h * h + 3 * h * out
+    params = patches * h + ch * tp * p * p * h + h + depth * layer + h + linear(h * m * m, out, True) + h
+    return _part(params, depth, h, out, patches, 8 * h + 3 * out)
+
+
+def glm_ocr(v: Reader, kind: str) -> TowerResult:
+    """modeling_glm_ocr.GlmOcrVisionModel: 3-D patch conv with bias, RMSNorm layers with qkv and proj biased by
+    attention_bias, q/k RMSNorms of head_dim, a gated MLP of intermediate_size (biases by attention_bias); the merge
+    conv and post_layernorm. No learned positions, no post-conv norm. The patch merger is the projector."""
+    h, depth, out, inter = v.int("hidden_size"), v.int("depth"), v.int("out_hidden_size"), v.int("intermediate_size")
+    p, tp, ch, m = v.int("patch_size", 14), v.int("temporal_patch_size", 2), v.int("in_channels", 3), \
+        v.int("spatial_merge_size", 2)
+    bias = v.flag("attention_bias", True)
+    hd = h // v.int("num_heads")
+    layer = 2 * h + linear(h, 3 * h, bias) + linear(h, h, bias) + 2 * hd + 2 * linear(h, inter, bias) \
+        + linear(inter, h, bias)
+    params = ch * tp * p * p * h + h + depth * layer + linear(h * m * m, out, True) + h
+    return _part(params, depth, h, inter, (v.int("image_size") // p) ** 2, 8 * h + 3 * inter)
+
+
+TOWERS: dict[str, Callable[[Reader, str], TowerResult]] = {
+    "qwen2_vl_vision": qwen_vl, "qwen2_5_vl_vision": qwen_vl, "pixtral": pixtral, "clip_vision_model": clip,
+    "siglip_vision_model": siglip, "idefics3_vision": siglip, "smolvlm_vision": siglip,
+    "paddleocr_vl_vision": siglip, "video_llama_3_vision": video_llama_3, "siglip2_vision_model": siglip2, "exaone4_5_vision": exaone4_5,
+    "internvl_vision": internvl, "qianfan_ocr_vision": internvl,
+    "qwen3_vl_vision": qwen3_vl, "qwen3_vl_moe_vision": qwen3_vl, "qwen3_5_vision": qwen3_vl,
+    "qwen3_5_moe_vision": qwen3_vl, "glm4v_vision": glm4v, "glm4v_moe_vision": glm4v, "glm_ocr_vision": glm_ocr,
+}
+
+
+# Wrappers whose config class fixes the vision config class (sub_configs): the file's vision_config.model_type does
+# not choose the tower (Qwen3.5 files name it "qwen3_5"). Others take any (AutoConfig): the file's, else a default.
+FIXED_VISION = {mt: mt + "_vision" for mt in ("exaone4_5", "glm4v", "glm4v_moe", "glm_ocr", "idefics3", "internvl",
+                                               "paddleocr_vl", "qianfan_ocr", "qwen2_5_vl", "qwen2_vl", "qwen3_5",
+                                               "qwen3_5_moe", "qwen3_vl", "qwen3_vl_moe", "smolvlm",
+                                               "video_llama_3")}
+DEFAULT_VISION = {  # AutoConfig wrappers whose vision_config names no model_type
+    **dict.fromkeys(("llava", "llava_next", "llava_next_video", "vipllava", "video_llava"), "clip_vision_model"),
+    **dict.fromkeys(("paligemma", "gemma3", "shieldgemma2", "llava_onevision", "aya_vision", "deepseek_vl",
+                     "cohere2_vision"), "siglip_vision_model"),
+    "mistral3": "pixtral", "lighton_ocr": "pixtral",
+}
+
+
+def tower_kind(mt: str, vc: Mapping[str, Any]) -> str:
+    """The vision tower a wrapper builds: its fixed vision config class, else the file's, else the default."""
+    given = vc.get("model_type") if isinstance(vc, Mapping) else None
+    return FIXED_VISION.get(mt) or (given if isinstance(given, str) else DEFAULT_VISION.get(mt, ""))
+
+
+def vision_tower(vc: Mapping[str, Any], r: Reader, kind: str) -> TowerResult:
+    """(tower part, patches per image, hidden width out, per-patch activation elements per layer)."""
+    if kind not in TOWERS:
+        raise ConfigError(r.model, "vision_config.model_type", kind, "is not a supported vision tower")
+    return TOWERS[kind](r.child(vc, kind, prefix="vision_config."), kind)
