@@ -73,6 +73,11 @@ class AccuracyTable:
     definitions: tuple[tuple[str, str], ...]
     fitted_constants: tuple[str, ...] = ()  # none: nothing here is fitted to the measurements
     excluded: tuple[tuple[str, str, int], ...] = ()  # (dataset, reason, rows) not compared
+    # CPU-simulated rows of every dataset, by setup (ErrorRow.method = setup_label) and by held-out family
+    # (ErrorRow.dataset = model_type, method "training"): nothing is fitted, so each family's error is its
+    # leave-one-family-out error.
+    setups: tuple[ErrorRow, ...] = ()
+    families: tuple[ErrorRow, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -80,7 +85,36 @@ class AccuracyTable:
         out["rows"] = [{"dataset": d, "rows": n, "compared": c} for d, n, c in self.rows]
         out["definitions"] = dict(self.definitions)
         out["fitted_constants"] = list(self.fitted_constants)
+        out["setups"] = [asdict(e) for e in self.setups]
+        out["families"] = [asdict(e) for e in self.families]
         return out
+
+
+# The setups the site's pages price (estimate.py's profiles): their accuracy line reads these rows.
+SITE_SETUPS = {"full": "full, AMP", "lora": "LoRA, AMP, fp32 adapters, all-linear"}
+
+
+def setup_label(setup) -> str:
+    """A run's setup in words, for the by-setup table: method, precision, adapters, targets, dropout,
+    checkpointing, attention, optimizer, outputs kept (rank, batch and tokens are pooled)."""
+    if setup.method == "inference":
+        return "serving, HF generate" + (", eager" if setup.attention == "eager" else "")
+    words = ["full" if setup.method == "full" else setup.method.replace("qlora", "QLoRA").replace("lora", "LoRA"),
+             {"amp": "AMP", "bf16": "pure bf16", "fp32": "fp32"}[setup.precision]]
+    if setup.method != "full":
+        adapter = setup.adapter_dtype or ("bf16" if setup.precision == "bf16" else "fp32")
+        words += [f"{adapter} adapters", "all-linear" if setup.lora_targets == "all-linear" else "some Linears"]
+        if setup.lora_dropout:
+            words.append("LoRA dropout")
+    if setup.grad_ckpt:
+        words.append("checkpointing")
+    if setup.attention == "eager":
+        words.append("eager")
+    if setup.optimizer != "adamw" or setup.adamw_impl != "foreach":
+        words.append(setup.optimizer if setup.optimizer != "adamw" else f"AdamW {setup.adamw_impl}")
+    if getattr(setup, "keep_outputs", False):
+        words.append("outputs kept")
+    return ", ".join(words)
 
 
 DEFINITIONS = (
@@ -97,7 +131,11 @@ DEFINITIONS = (
                  "the allocator's limit); public 'fits' rows are not used (fitting a card is not fitting its budget)"),
     ("cpu_sim", "CPU-simulated rows are judged against every card"),
     ("fitted_constants", "none: every byte count is read off the tensors PyTorch keeps (FINDINGS.md) or a "
-                         "library's source, so there is nothing to evaluate leave-one-family-out"),
+                         "library's source, so each family's error is already its leave-one-family-out error"),
+    ("setup", "the options of a run in words (method, precision, adapters' dtype, LoRA targets, LoRA dropout, "
+              "checkpointing, attention, optimizer, outputs kept); ranks, batches and token counts are pooled"),
+    ("cpu_kernels", "CPU-simulated rows are estimated with the CPU's kernels (estimator.job kernels='cpu'): dropout "
+                    "masks in the input's dtype, not bool, and layer_norm run in bf16 under autocast"),
 )
 
 
@@ -141,6 +179,8 @@ def compute(datasets: Mapping[str, Sequence[Mapping[str, Any]]], settings, estim
     s = settings.assumptions
     budgets = [(c, budget_bytes(c, s)) for c in settings.cards]
     errors, fits, counts = [], [], []
+    by_setup: dict[str, list[tuple[int, int]]] = {}
+    by_family: dict[str, list[tuple[int, int]]] = {}
     excluded: dict[tuple[str, str], int] = {}
     for name in sorted(datasets):
         rows = datasets[name]
@@ -159,6 +199,10 @@ def compute(datasets: Mapping[str, Sequence[Mapping[str, Any]]], settings, estim
                 continue
             assert setup is not None and est is not None
             judged.append((setup.method, measured, est, row))
+            if measured is not None and (row.get("device") or {}).get("kind") == "cpu-simulated":
+                by_setup.setdefault(setup_label(setup), []).append((est, measured))
+                if setup.method != "inference":
+                    by_family.setdefault(str(row.get("model_type")), []).append((est, measured))
         counts.append((name, len(rows), sum(1 for j in judged if j[1] is not None)))
         for method in ("full", "lora", "qlora", "inference"):
             mine = [j for j in judged if j[0] == method]
@@ -183,7 +227,9 @@ def compute(datasets: Mapping[str, Sequence[Mapping[str, Any]]], settings, estim
                         flagged += e > budget
                 fits.append(FitRow(name, method, card.name, budget, jobs, nonfit, flagged, fit, false_no))
     return AccuracyTable(estimator_version, tuple(counts), tuple(errors), tuple(fits), DEFINITIONS, (),
-                         tuple((d, r, n) for (d, r), n in sorted(excluded.items(), key=lambda kv: (kv[0][0], -kv[1], kv[0][1]))))
+                         tuple((d, r, n) for (d, r), n in sorted(excluded.items(), key=lambda kv: (kv[0][0], -kv[1], kv[0][1]))),
+                         tuple(error_row("cpu-sim", k, v) for k, v in sorted(by_setup.items())),
+                         tuple(error_row(k, "training", v) for k, v in sorted(by_family.items())))
 
 
 # --- loader and command -----------------------------------------------------------------------------------
@@ -223,6 +269,12 @@ def render(table: AccuracyTable) -> str:
     for r in table.fits:
         lines.append(f"{r.dataset:<10} {r.method:<10} {r.card:<18} {r.jobs:>5} {f'{r.nonfit_flagged}/{r.nonfit}':>16} "
                      f"{f'{r.false_wont_fit}/{r.fit}':>13}")
+    lines += ["", "CPU-simulated rows by setup:"]
+    lines += [f"  {e.method:<62} {e.compared:>4} {f(e.median_abs_pct):>6} {f(e.p90_abs_pct):>6} {f(e.max_abs_pct):>6}"
+              for e in table.setups]
+    lines += ["", "CPU-simulated training rows by family (leave-one-family-out: nothing is fitted):"]
+    lines += [f"  {e.dataset:<16} {e.compared:>4} {f(e.median_abs_pct):>6} {f(e.p90_abs_pct):>6} {f(e.max_abs_pct):>6}"
+              for e in table.families]
     if table.excluded:
         lines += ["", "not compared (dataset, rows, why):"]
         lines += [f"  {d:<10} {n:>4}  {r}" for d, r, n in table.excluded]
