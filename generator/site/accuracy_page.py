@@ -55,6 +55,7 @@ class Accuracy:
     excluded: tuple[Excluded, ...] | None  # None: the table has no "excluded" list
     setups: tuple[ErrorRow, ...] = ()  # CPU-simulated rows by setup (method = the setup in words)
     families: tuple[ErrorRow, ...] = ()  # ... by family (dataset = model_type): leave-one-family-out
+    misses: tuple[tuple[str, str, str, float, str], ...] = ()  # public rows over 10%: (id, model, method, %, cause)
 
     def datasets(self) -> list[str]:
         return [d for d, _, _ in self.rows]
@@ -97,6 +98,8 @@ def parse(data: Any, path: Path) -> Accuracy:
             for x in raw_excluded)
         setups = tuple(ErrorRow(**e) for e in data.get("setups") or ())
         families = tuple(ErrorRow(**e) for e in data.get("families") or ())
+        misses = tuple((str(x["id"]), str(x["model"]), str(x["method"]), float(x["error_pct"]), str(x["cause"]))
+                       for x in data.get("misses") or ())
     except KeyError as exc:
         raise _bad(path, str(exc.args[0]), "(missing)", "missing") from None
     except (TypeError, AttributeError) as exc:
@@ -110,7 +113,7 @@ def parse(data: Any, path: Path) -> Accuracy:
         for key in ("budget_bytes", "jobs", "nonfit", "nonfit_flagged", "fit", "false_wont_fit"):
             _count(path, f"fits.{key}", getattr(x, key))
     return Accuracy(str(data.get("estimator_version", "")), rows, errors, fits, definitions, fitted, excluded, setups,
-                    families)
+                    families, misses)
 
 
 @functools.lru_cache(maxsize=4)
@@ -223,5 +226,7 @@ def page_context(table: Accuracy | None) -> dict[str, Any]:
         "excluded_listed": table.excluded is not None,
         "setups": [{"setup": e.method, **_error_cells(e)} for e in table.setups],
         "families": [{"family": e.dataset, **_error_cells(e)} for e in table.families],
+        "misses": [{"id": i, "model": m, "method": k, "error": f.signed_pct(e), "cause": c}
+                   for i, m, k, e, c in table.misses],
         "no_runs": NO_RUNS,
     }
