@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -85,6 +86,14 @@ class AccuracyTable:
     definitions: tuple[tuple[str, str], ...]
     fitted_constants: tuple[str, ...] = ()  # none: nothing here is fitted to the measurements
     excluded: tuple[tuple[str, str, int], ...] = ()  # (dataset, reason, rows) not compared
+    # CPU-simulated rows of every dataset, by setup (ErrorRow.method = setup_label) and by held-out family
+    # (ErrorRow.dataset = model_type, method "training"): nothing is fitted, so each family's error is its
+    # leave-one-family-out error.
+    setups: tuple[ErrorRow, ...] = ()
+    families: tuple[ErrorRow, ...] = ()
+    # Public rows missed by more than MISS_PCT, each with its named cause (issue 13 item 6), not a silent exclusion:
+    # (row id, model, method, signed error %, cause)
+    misses: tuple[tuple[str, str, str, float, str], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -92,7 +101,64 @@ class AccuracyTable:
         out["rows"] = [{"dataset": d, "rows": n, "compared": c} for d, n, c in self.rows]
         out["definitions"] = dict(self.definitions)
         out["fitted_constants"] = list(self.fitted_constants)
+        out["setups"] = [asdict(e) for e in self.setups]
+        out["families"] = [asdict(e) for e in self.families]
+        out["misses"] = [{"id": i, "model": m, "method": k, "error_pct": e, "cause": c} for i, m, k, e, c in self.misses]
         return out
+
+
+MISS_PCT = 10.0
+
+
+def miss_cause(row: Mapping[str, Any], setup) -> str:
+    """A public row's framework, stack, recipe and metric, in words: what differs from the run the estimator prices
+    (the most likely cause of a miss, named rather than excluded). bitsandbytes before 0.43.2 (July 2024, #1270)
+    saved each 4-bit matmul's input; the estimate follows today's."""
+    m = row.get("measured") or {}
+    parts = [str(row.get("framework") or "framework not stated")]
+    source = str(row.get("source") or "")
+    year = next((y for y in ("2022", "2023", "2024", "2025") if y in str(row.get("notes") or "") + source), "")
+    text = " ".join(str(row.get(k) or "") for k in ("framework", "notes")) + " " + source
+    if setup.method == "qlora" and (re.search(r"bnb 0\.(3\d|4[0-2])\b|(Jan|Feb|Mar|Apr|May|Jun) 2024", text) or "torchtune" in text
+                                    or year in ("2022", "2023")):
+        parts.append("stack before bitsandbytes 0.43.2, whose MatMul4Bit saved its input (or torchao NF4): the "
+                     "estimate follows today's bitsandbytes")
+    if "auto_map" in (row.get("config") or {}):
+        parts.append("the snapshot's config is custom code (auto_map), priced as keeping its attention scores; "
+                     "this framework runs its own SDPA implementation")
+    parts.append(f"recipe: {setup.method}, {setup.precision}, {setup.optimizer}"
+                 + (", checkpointing" if setup.grad_ckpt else "") + f", {setup.attention or 'sdpa'}")
+    parts.append(f"metric {m.get('metric')}")
+    if str(row.get("trust")) != "A":
+        parts.append(f"trust {row.get('trust')}")
+    return "; ".join(parts)
+
+
+# The setups the site's pages price (estimate.py's profiles): their accuracy line reads these rows.
+SITE_SETUPS = {"full": "full, AMP", "lora": "LoRA, AMP, fp32 adapters, all-linear"}
+
+
+def setup_label(setup) -> str:
+    """A run's setup in words, for the by-setup table: method, precision, adapters, targets, dropout,
+    checkpointing, attention, optimizer, outputs kept (rank, batch and tokens are pooled)."""
+    if setup.method == "inference":
+        return "serving, HF generate" + (", eager" if setup.attention == "eager" else "")
+    words = ["full" if setup.method == "full" else setup.method.replace("qlora", "QLoRA").replace("lora", "LoRA"),
+             {"amp": "AMP", "bf16": "pure bf16", "fp32": "fp32"}[setup.precision]]
+    if setup.method != "full":
+        adapter = setup.adapter_dtype or ("bf16" if setup.precision == "bf16" else "fp32")
+        words += [f"{adapter} adapters", "all-linear" if setup.lora_targets == "all-linear" else "some Linears"]
+        if setup.lora_dropout:
+            words.append("LoRA dropout")
+    if setup.grad_ckpt:
+        words.append("checkpointing")
+    if setup.attention == "eager":
+        words.append("eager")
+    if setup.optimizer != "adamw" or setup.adamw_impl != "foreach":
+        words.append(setup.optimizer if setup.optimizer != "adamw" else f"AdamW {setup.adamw_impl}")
+    if getattr(setup, "keep_outputs", False):
+        words.append("outputs kept")
+    return ", ".join(words)
 
 
 DEFINITIONS = (
@@ -109,7 +175,11 @@ DEFINITIONS = (
                  "the allocator's limit); public 'fits' rows are not used (fitting a card is not fitting its budget)"),
     ("cpu_sim", "CPU-simulated rows are judged against every card"),
     ("fitted_constants", "none: every byte count is read off the tensors PyTorch keeps (FINDINGS.md) or a "
-                         "library's source, so there is nothing to evaluate leave-one-family-out"),
+                         "library's source, so each family's error is already its leave-one-family-out error"),
+    ("setup", "the options of a run in words (method, precision, adapters' dtype, LoRA targets, LoRA dropout, "
+              "checkpointing, attention, optimizer, outputs kept); ranks, batches and token counts are pooled"),
+    ("cpu_kernels", "CPU-simulated rows are estimated with the CPU's kernels (estimator.job kernels='cpu'): dropout "
+                    "masks in the input's dtype, not bool, and layer_norm run in bf16 under autocast"),
 )
 
 
@@ -153,6 +223,9 @@ def compute(datasets: Mapping[str, Sequence[Mapping[str, Any]]], settings, estim
     s = settings.assumptions
     budgets = [(c, budget_bytes(c, s)) for c in settings.cards]
     errors, fits, counts = [], [], []
+    by_setup: dict[str, list[tuple[int, int]]] = {}
+    by_family: dict[str, list[tuple[int, int]]] = {}
+    misses: list[tuple[str, str, str, float, str]] = []
     excluded: dict[tuple[str, str], int] = {}
     for name in sorted(datasets):
         rows = datasets[name]
@@ -171,6 +244,13 @@ def compute(datasets: Mapping[str, Sequence[Mapping[str, Any]]], settings, estim
                 continue
             assert setup is not None and est is not None
             judged.append((setup.method, measured, est, row))
+            if measured and name == "public" and abs(est - measured) / measured * 100 > MISS_PCT:
+                misses.append((str(row.get("id")), str(row.get("model")), setup.method,
+                               round((est - measured) / measured * 100, 1), miss_cause(row, setup)))
+            if measured is not None and (row.get("device") or {}).get("kind") == "cpu-simulated":
+                by_setup.setdefault(setup_label(setup), []).append((est, measured))
+                if setup.method != "inference":
+                    by_family.setdefault(str(row.get("model_type")), []).append((est, measured))
         counts.append((name, len(rows), sum(1 for j in judged if j[1] is not None)))
         for method in ("full", "lora", "qlora", "inference"):
             mine = [j for j in judged if j[0] == method]
@@ -195,7 +275,9 @@ def compute(datasets: Mapping[str, Sequence[Mapping[str, Any]]], settings, estim
                         flagged += e > budget
                 fits.append(FitRow(name, method, card.name, budget, jobs, nonfit, flagged, fit, false_no))
     return AccuracyTable(estimator_version, tuple(counts), tuple(errors), tuple(fits), DEFINITIONS, (),
-                         tuple((d, r, n) for (d, r), n in sorted(excluded.items(), key=lambda kv: (kv[0][0], -kv[1], kv[0][1]))))
+                         tuple((d, r, n) for (d, r), n in sorted(excluded.items(), key=lambda kv: (kv[0][0], -kv[1], kv[0][1]))),
+                         tuple(error_row("cpu-sim", k, v) for k, v in sorted(by_setup.items())),
+                         tuple(error_row(k, "training", v) for k, v in sorted(by_family.items())), tuple(misses))
 
 
 # --- loader and command -----------------------------------------------------------------------------------
@@ -235,6 +317,14 @@ def render(table: AccuracyTable) -> str:
     for r in table.fits:
         lines.append(f"{r.dataset:<10} {r.method:<10} {r.card:<18} {r.jobs:>5} {f'{r.nonfit_flagged}/{r.nonfit}':>16} "
                      f"{f'{r.false_wont_fit}/{r.fit}':>13}")
+    lines += ["", "CPU-simulated rows by setup:"]
+    lines += [f"  {e.method:<62} {e.compared:>4} {f(e.median_abs_pct):>6} {f(e.p90_abs_pct):>6} {f(e.max_abs_pct):>6}"
+              for e in table.setups]
+    lines += ["", "CPU-simulated training rows by family (leave-one-family-out: nothing is fitted):"]
+    lines += [f"  {e.dataset:<16} {e.compared:>4} {f(e.median_abs_pct):>6} {f(e.p90_abs_pct):>6} {f(e.max_abs_pct):>6}"
+              for e in table.families]
+    lines += ["", f"public rows missed by more than {MISS_PCT:.0f}%, with their named cause:"]
+    lines += [f"  {i:<6} {m[:36]:<36} {k:<9} {e:+6.1f}%  {c}" for i, m, k, e, c in table.misses]
     if table.excluded:
         lines += ["", "not compared (dataset, rows, why):"]
         lines += [f"  {d:<10} {n:>4}  {r}" for d, r, n in table.excluded]

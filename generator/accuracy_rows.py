@@ -124,7 +124,8 @@ def estimate_or_reason(row: Mapping[str, Any], assumptions) -> tuple[int | None,
         return None, why
     if not row.get("config"):
         return None, "no config.json"
-    job, why = job_of(setup)
+    kernels = "cpu" if (row.get("device") or {}).get("kind") == "cpu-simulated" else "cuda"
+    job, why = job_of(setup, kernels)
     if job is None:
         return None, why
     job = dataclasses.replace(job, double_quant=_double_quant(row))

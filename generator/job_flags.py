@@ -15,6 +15,7 @@ import argparse
 from .errors import ConfigError
 from .estimator.memory import job as j
 from .estimator.memory.job import Job
+from .estimator.memory.recipes import RECIPES
 
 PROG = "neurarch-trace"
 
@@ -28,16 +29,27 @@ def add_setup_arguments(p: argparse.ArgumentParser) -> None:
 
     ex = p.add_argument_group("exact setup", "memory.peak_bytes / peak_phase / breakdown for one real run "
                                              "(default: full AMP AdamW at batch 1 and the training tokens)")
+    ex.add_argument("--recipe", choices=tuple(RECIPES), help="the options of a framework's usual run, read from its "
+                                                             "source (explicit flags override it): "
+                                                             + "; ".join(f"{r.name}: {r.summary}"
+                                                                         for r in RECIPES.values()))
     ex.add_argument("--method", choices=j.METHODS, help="full, lora, qlora or inference (HF generate)")
     ex.add_argument("--precision", choices=j.PRECISIONS,
                     help="amp (fp32 master weights, bf16 autocast), bf16 (pure), fp32")
     ex.add_argument("--weights", choices=j.WEIGHTS, help="how the base is stored (default: follows precision; "
                                                          "nf4 for qlora)")
     ex.add_argument("--optimizer", choices=j.OPTIMIZERS)
-    ex.add_argument("--grad-ckpt", action="store_true", help="gradient checkpointing")
+    ex.add_argument("--grad-ckpt", action=argparse.BooleanOptionalAction, default=None,
+                    help="gradient checkpointing (--no-grad-ckpt turns a recipe's off)")
+    ex.add_argument("--adapter-dtype", choices=j.ADAPTER_DTYPES,
+                    help="LoRA adapters' dtype (default: peft's autocast_adapter_dtype, fp32 on a bf16 base under "
+                         "AMP; bf16 under --precision bf16)")
+    ex.add_argument("--lora-dropout", type=float, metavar="P", help="LoRA dropout probability (default 0)")
     ex.add_argument("--lora-targets", metavar="NAMES", help="all-linear, or comma-separated module names (q_proj,v_proj)")
     ex.add_argument("--new-tokens", type=int, metavar="N", help="tokens generated after the prompt (inference)")
-    ex.add_argument("--attention", choices=j.ATTENTIONS)
+    ex.add_argument("--attention", choices=j.ATTENTIONS,
+                    help="default: the model class's (eager where transformers' class has no SDPA, and for custom "
+                         "code not known to use it)")
     ex.add_argument("--metric", choices=j.METRICS,
                     help="allocated (tensors), reserved (+ the allocator's cache), nvidia-smi (+ CUDA context)")
 
@@ -77,5 +89,7 @@ def job(args: argparse.Namespace) -> Job:
                                 ("optimizer", args.optimizer), ("lora_rank", args.lora_rank),
                                 ("lora_targets", args.lora_targets), ("batch", args.batch), ("tokens", args.tokens),
                                 ("new_tokens", args.new_tokens), ("attention", args.attention),
-                                ("metric", args.metric)) if v is not None}
-    return Job(**{"tokens": 0, **given, "grad_ckpt": bool(args.grad_ckpt)})
+                                ("metric", args.metric), ("grad_ckpt", args.grad_ckpt),
+                                ("adapter_dtype", args.adapter_dtype), ("lora_dropout", args.lora_dropout))
+             if v is not None}
+    return Job.from_options(args.recipe or "", **{"tokens": 0, **given})

@@ -129,3 +129,14 @@ def test_excluded_rows_are_counted_with_their_reason():
         assert r["compared"] + counts[r["dataset"]] <= r["rows"]
     public = {e["reason"]: e["rows"] for e in committed["excluded"] if e["dataset"] == "public"}
     assert public["no config.json for this model in snapshot/"] == 78
+
+
+def test_every_public_row_missed_by_more_than_10pct_has_a_named_cause():
+    """Issue 13 item 6: a public row the estimate misses by over 10% is listed with its cause, not left silent."""
+    import json as _json
+    from pathlib import Path as _Path
+
+    data = _json.loads((_Path(__file__).resolve().parents[1] / "data/measurements/accuracy.json").read_text())
+    assert data["misses"], "the committed table lists its misses"
+    for m in data["misses"]:
+        assert abs(m["error_pct"]) > 10 and "metric" in m["cause"] and m["cause"].split(";")[0].strip()

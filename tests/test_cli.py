@@ -80,7 +80,9 @@ def test_exact_setup_options_reach_the_report(capsys):
     assert code == 0
     assert mem["job"] == {"method": "lora", "precision": "bf16", "weights": "bf16", "double_quant": False,
                           "optimizer": "sgd", "grad_ckpt": True, "lora_rank": 8, "lora_targets": "q_proj,v_proj",
-                          "batch": 2, "tokens": 256, "new_tokens": 0, "attention": "eager", "metric": "reserved"}
+                          "batch": 2, "tokens": 256, "new_tokens": 0, "attention": "eager", "metric": "reserved",
+                          "recipe": "", "adapter_dtype": "", "lora_dropout": 0.0, "keep_outputs": False,
+                          "upcast_fp32": False, "loss": "hf", "kernels": "cuda"}
     assert sum(mem["breakdown"].values()) == mem["peak_bytes"] and mem["peak_phase"] == "loss (logits)"
     assert mem["breakdown"]["gradients"] == 0 and mem["breakdown"]["optimizer_state"] == 0  # SGD, no grads yet
     assert set(mem["peak_phase_by_method"]) == {"train_full", "train_lora", "serve"}
@@ -301,3 +303,26 @@ def test_the_command_modules_raise_only_trace_errors():
             if not (isinstance(raised, type) and issubclass(raised, TraceError)):
                 offenders.append(f"{name}:{node.lineno} raises {what}")
     assert offenders == []
+
+
+def test_a_recipe_sets_its_options_and_explicit_flags_override_it(capsys):
+    code, out, _ = run(capsys, SEED, "--json", "--recipe", "trl-sft-qlora")
+    job = json.loads(out)["memory"]["job"]
+    assert code == 0
+    assert (job["recipe"], job["method"], job["weights"], job["double_quant"], job["optimizer"], job["grad_ckpt"],
+            job["upcast_fp32"], job["lora_dropout"], job["loss"]) == \
+        ("trl-sft-qlora", "qlora", "nf4", True, "paged-adamw", True, True, 0.05, "trl-chunked")
+    _, out, _ = run(capsys, SEED, "--json", "--recipe", "trl-sft-qlora", "--no-grad-ckpt", "--lora-dropout", "0",
+                    "--adapter-dtype", "bf16")
+    job = json.loads(out)["memory"]["job"]
+    assert (job["grad_ckpt"], job["lora_dropout"], job["adapter_dtype"]) == (False, 0.0, "bf16")
+
+
+def test_lora_dropout_and_fp32_adapters_cost_memory(capsys):
+    def peak(*flags):
+        _, out, _ = run(capsys, SEED, "--json", "--method", "lora", "--precision", "bf16", *flags)
+        return json.loads(out)["memory"]["peak_bytes"]
+
+    plain = peak("--adapter-dtype", "bf16")
+    assert peak("--adapter-dtype", "fp32") > plain
+    assert peak("--adapter-dtype", "bf16", "--lora-dropout", "0.05") > plain

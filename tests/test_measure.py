@@ -223,7 +223,8 @@ def test_setup_options_and_support():
     assert estimator_supports(Setup("lora")) and estimator_supports(Setup("full"))
     assert estimator_supports(Setup("inference", precision="bf16"))
     assert estimator_supports(Setup("full", precision="bf16"))
-    assert not estimator_supports(Setup("lora", lora_dropout=0.1))  # peft's dropped input copy: not modelled
+    assert estimator_supports(Setup("lora", lora_dropout=0.1))  # peft's dropped input copies and masks: priced
+    assert estimator_supports(Setup("full", adamw_impl="fused"))  # Trainer's adamw_torch_fused
     assert not estimator_supports(Setup("full", adamw_impl="forloop"))
     assert not estimator_supports(Setup("full", weights="nf4"))  # a quantised base does not train
     assert Setup.from_dict({"method": "full", "unknown_key": 1}) == Setup("full")  # old and future lines read

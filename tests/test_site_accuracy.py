@@ -20,6 +20,7 @@ import pytest
 from rich.console import Console
 
 from generator.settings import load_settings
+from generator.accuracy import SITE_SETUPS
 from generator.site import accuracy_page, manifest
 from generator.site.build import run_build
 from generator.site.render import render_accuracy, render_model_page
@@ -200,6 +201,11 @@ def check_line(html: str, table: dict[str, Any]) -> None:
     for label, segment in segments.items():
         method = LABELS[label]
         runs = [e for e in table["errors"] if e["method"] == method and e["compared"] and e["median_abs_pct"] is not None]
+        setup = SITE_SETUPS.get(method)  # the setup the page prices, when the table has its row: that row alone
+        mine = [e for e in table.get("setups", []) if setup and e["method"] == setup and e["compared"]]
+        if mine:
+            runs = mine
+            assert f"of this setup ({setup.replace(', ', ' / ')})" in segment, segment
         if not runs:
             assert segment == "no measured runs", segment
             continue
@@ -237,6 +243,7 @@ def _variant() -> dict[str, Any]:
     table["errors"] = [dict(e, compared=0, median_abs_pct=None, p90_abs_pct=None, max_abs_pct=None, mean_signed_pct=None)
                        if e["method"] == "lora" else e for e in table["errors"]]
     table["fits"] = [x for x in table["fits"] if x["method"] != "lora"]
+    table["setups"] = [x for x in table.get("setups", []) if not x["method"].startswith("LoRA")]
     table["fitted_constants"] = ["allocator_rounding_bytes"]
     table["excluded"] = [{"dataset": "public", "reason": "multi-GPU run <b>", "rows": 12},
                          {"dataset": "public", "reason": "unit ambiguous", "rows": [{"id": 1}, {"id": 2}]}]

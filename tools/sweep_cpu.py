@@ -136,6 +136,11 @@ def main() -> int:
             print(model, f"--max-layers {layers}" if layers else "", " ".join(opts))
         print(f"{len(runs)} runs")
         return 0
+    return run_plan(runs, args.out)
+
+
+def run_plan(runs: list[tuple[str, int | None, list[str]]], out: Path) -> int:
+    """Run every (model, max layers, options) in one process and write the JSON lines to `out` (whole)."""
     from generator.measure.cli import _quiet, measure
     from generator.measure.record import dumps
     from generator.measure.setup import parse_overrides, parser, setup_from_args
@@ -156,9 +161,9 @@ def main() -> int:
         est = rec["estimate"]
         print(f"[{n}/{len(runs)}] {rec['seconds']:5.1f}s {' '.join(argv)}: {rec['measured']['peak_bytes'] / 2**30:.3f} GiB"
               + (f", estimate {est['peak_bytes'] / 2**30:.3f}" if est else ""), file=sys.stderr, flush=True)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
-    print(f"{len(lines)} runs written to {args.out}, {failures} failed, {time.perf_counter() - start:.0f} s",
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    print(f"{len(lines)} runs written to {out}, {failures} failed, {time.perf_counter() - start:.0f} s",
           file=sys.stderr)
     return 1 if failures else 0
 

@@ -8,6 +8,7 @@ from typing import Any
 from .checkpoint import explain
 from .config.arch import Arch
 from .graph.nodes import Graph
+from .memory.attention import default_attention
 
 
 @dataclass(frozen=True)
@@ -109,6 +110,15 @@ def check_scope(a: Arch, train_tokens: int, requested_tokens: int, serve_tokens:
         out.append(Finding("text_tower_only", "warning",
                            f"model_type {a.model_type[:40]!r} is read through its text_config ({a.family}); "
                            "the vision tower and projector are not counted, so memory is understated."))
+    attention, why = default_attention(a)
+    if attention == "eager":
+        out.append(Finding("attention_default", "warning",
+                           f"{why}. Training memory here includes the attention scores (they grow with the square of "
+                           "the tokens); --attention sdpa prices a run that asks for SDPA or FlashAttention."))
+    elif a.custom_code:
+        out.append(Finding("attention_default", "info",
+                           "with trust_remote_code the repository's own modeling code runs; its attention was not "
+                           "read. Priced as transformers' own class runs it (SDPA: no score matrix kept)."))
     windowed = [w for w in a.layer_windows if 0 < w < a.max_context]
     if windowed:
         out.append(Finding("sliding_window", "info",

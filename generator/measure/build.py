@@ -24,6 +24,8 @@ def dtypes(setup: Setup) -> tuple[torch.dtype, torch.dtype, bool]:
     if setup.precision == "fp32":
         return torch.float32, torch.float32, False
     if setup.method in ("lora", "qlora"):
+        if setup.adapter_dtype:  # asked: fp32 = peft's autocast_adapter_dtype=True, bf16 = the base's dtype
+            return torch.bfloat16, {"fp32": torch.float32, "bf16": torch.bfloat16}[setup.adapter_dtype], amp
         return torch.bfloat16, torch.float32 if amp else torch.bfloat16, amp
     return (torch.float32 if amp else torch.bfloat16), torch.float32, amp
 

@@ -23,10 +23,11 @@ def versions() -> dict[str, str | None]:
     return out
 
 
-def estimate_or_reason(config: Mapping[str, Any], model_id: str, setup: Setup) -> tuple[dict | None, str | None]:
+def estimate_or_reason(config: Mapping[str, Any], model_id: str, setup: Setup,
+                       kernels: str = "cuda") -> tuple[dict | None, str | None]:
     """The estimator's figure for the setup, or None with why (unsupported setup, or the estimator refused)."""
     try:
-        est = estimate_for(config, model_id, setup)
+        est = estimate_for(config, model_id, setup, kernels=kernels)
     except Exception as exc:  # noqa: BLE001 - the estimator's own error (unsupported family, bad key) is data here
         return None, f"estimator refused: {type(exc).__name__}: {exc}"[:300]
     if est is None:
@@ -41,7 +42,8 @@ def make_record(model_id: str, config: Mapping[str, Any], source_config: Mapping
                 shrunk: Mapping[str, Any] | None, setup: Setup, result: Mapping[str, Any],
                 note: str | None = None) -> dict[str, Any]:
     """The JSON-line object. `result` is run_cpu's or run_cuda's dict."""
-    estimate, why = estimate_or_reason(config, model_id, setup)
+    kernels = "cpu" if result["device"].get("kind") == "cpu-simulated" else "cuda"
+    estimate, why = estimate_or_reason(config, model_id, setup, kernels)
     measured = dict(result["measured"])
     rec: dict[str, Any] = {
         "schema": RECORD_SCHEMA,

@@ -72,9 +72,13 @@ def workload(model, setup: Setup, vocab: int, device: str, tracker: PeakTracker 
     for step in range(1, setup.steps + 1):
         stage(f"step {step}", "last step" if step == setup.steps else None)
         with autocast:
-            loss = model(input_ids=ids, labels=ids).loss
+            out = model(input_ids=ids, labels=ids)
+        loss = out.loss
+        if not setup.keep_outputs:  # HF Trainer's compute_loss keeps only the loss; a hand-written loop may not
+            del out
         loss.backward()
         del loss
+        out = None
         opt.step()
         opt.zero_grad(set_to_none=True)
         if sync is not None:

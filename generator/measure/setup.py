@@ -13,6 +13,7 @@ from typing import Any
 METHODS = ("full", "lora", "qlora", "inference")
 PRECISIONS = ("amp", "bf16", "fp32")
 OPTIMIZERS = ("adamw", "adamw8bit", "sgd")
+ADAPTER_DTYPES = ("", "fp32", "bf16")
 ADAMW_IMPLS = ("foreach", "forloop", "fused")
 # Shrink keys: the config keys a --max-* option caps, by what transformers reads for each family.
 LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers")
@@ -40,6 +41,8 @@ class Setup:
     # bases and reports allocated tensors (CUDA: also reserved); public rows carry other values.
     weights: str = ""
     metric: str = "allocated"
+    adapter_dtype: str = ""  # "" = fp32 under amp/fp32, bf16 under pure bf16; fp32 = peft's autocast_adapter_dtype
+    keep_outputs: bool = False  # a loop that keeps the model's output alive through backward (recipe custom-loop)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -68,6 +71,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--lora-rank", type=int, default=16, metavar="R")
     p.add_argument("--lora-targets", default="all-linear", metavar="T", help="all-linear or a comma list (q_proj,v_proj)")
     p.add_argument("--lora-dropout", type=float, default=0.0, metavar="P")
+    p.add_argument("--adapter-dtype", choices=ADAPTER_DTYPES[1:], default="",
+                   help="LoRA adapters' dtype (default fp32 under amp, bf16 under --precision bf16)")
+    p.add_argument("--keep-outputs", action="store_true",
+                   help="keep the model's output object alive through backward (a hand-written loop)")
     p.add_argument("--optimizer", choices=OPTIMIZERS, default="adamw")
     p.add_argument("--adamw-impl", choices=ADAMW_IMPLS, default="foreach")
     p.add_argument("--grad-ckpt", action="store_true", help="gradient checkpointing (non-reentrant)")
@@ -110,7 +117,8 @@ def setup_from_args(args: argparse.Namespace) -> Setup:
     return Setup(method=args.method, precision=precision, batch=args.batch, tokens=args.tokens, new_tokens=new_tokens,
                  lora_rank=args.lora_rank, lora_targets=targets, lora_dropout=args.lora_dropout,
                  optimizer=args.optimizer, adamw_impl=args.adamw_impl, grad_ckpt=args.grad_ckpt,
-                 attention=args.attention, steps=args.steps, train_mode=not args.eval_mode)
+                 attention=args.attention, steps=args.steps, train_mode=not args.eval_mode,
+                 adapter_dtype=args.adapter_dtype, keep_outputs=args.keep_outputs)
 
 
 def config_hash(config: Mapping[str, Any]) -> str:
@@ -166,20 +174,21 @@ def parse_overrides(items: list[str] | None) -> dict[str, Any]:
     return out
 
 
-def job_of(setup: Setup):
-    """The estimator's Job for this setup, or (None, why) where it has none; returns (job, reason)."""
+def job_of(setup: Setup, kernels: str = "cuda"):
+    """The estimator's Job for this setup, or (None, why) where it has none; returns (job, reason). kernels "cpu":
+    the run was simulated on the CPU, whose kernels keep some tensors in other dtypes (estimator.job KERNELS)."""
     from ..estimator.memory.job import Job
 
-    if setup.lora_dropout:
-        return None, "LoRA dropout > 0 (peft saves a dropped copy of each adapter input): not modelled"
-    if setup.optimizer == "adamw" and setup.adamw_impl != "foreach":
-        return None, f"AdamW {setup.adamw_impl} step (FINDINGS.md P4, optional): not modelled"
+    if setup.optimizer == "adamw" and setup.adamw_impl == "forloop":
+        return None, "AdamW for-loop step (FINDINGS.md P4, optional): not modelled"
     if setup.method in ("lora", "qlora") and setup.lora_rank is None:
         return None, "LoRA rank not given"
-    return Job(method=setup.method, precision=setup.precision, weights=setup.weights, optimizer=setup.optimizer,
+    optimizer = "adamw-fused" if setup.optimizer == "adamw" and setup.adamw_impl == "fused" else setup.optimizer
+    return Job(method=setup.method, precision=setup.precision, weights=setup.weights, optimizer=optimizer,
                grad_ckpt=setup.grad_ckpt, lora_rank=setup.lora_rank, lora_targets=setup.lora_targets,
                batch=setup.batch, tokens=setup.tokens, new_tokens=setup.new_tokens, attention=setup.attention,
-               metric=setup.metric), ""
+               metric=setup.metric, adapter_dtype=setup.adapter_dtype, lora_dropout=setup.lora_dropout or 0.0,
+               keep_outputs=setup.keep_outputs, kernels=kernels), ""
 
 
 def estimator_supports(setup: Setup) -> bool:
@@ -198,7 +207,8 @@ def estimator_supports(setup: Setup) -> bool:
     return True
 
 
-def estimate_for(config: Mapping[str, Any], model_id: str, setup: Setup, assumptions: Any = None) -> dict[str, Any] | None:
+def estimate_for(config: Mapping[str, Any], model_id: str, setup: Setup, assumptions: Any = None,
+                 kernels: str = "cuda") -> dict[str, Any] | None:
     """estimator.job's peak bytes, phase and breakdown for this exact setup, or None where it has no such setup.
 
     Training: `batch` samples of `tokens`; inference: HF generate, `batch` prompts of `tokens` then `new_tokens`
@@ -215,7 +225,7 @@ def estimate_for(config: Mapping[str, Any], model_id: str, setup: Setup, assumpt
         from ..settings import load_settings
 
         assumptions = load_settings().assumptions
-    job, _ = job_of(setup)
+    job, _ = job_of(setup, kernels)
     arch = normalise(config, model_id)
     graph = build_graph(arch)
     mem = job_memory(arch, graph, assumptions, job, model_id)

@@ -26,7 +26,7 @@ METHODS = (("full", "full fine-tuning"), ("lora", "LoRA"), ("qlora", "QLoRA"), (
 NO_RUNS = "no measured runs"
 # How each dataset file (data/measurements/<name>.jsonl) is named on the pages.
 DATASET_NAMES = {"cpu-sim": "CPU-simulated runs", "cpu-sim-extra": "CPU-simulated runs of other setups",
-                 "public": "public GPU measurements"}
+                 "cpu-sim-matrix": "CPU-simulated setups matrix", "public": "public GPU measurements"}
 
 
 def dataset_name(name: str) -> str:
@@ -54,6 +54,9 @@ class Accuracy:
     definitions: tuple[tuple[str, str], ...]
     fitted_constants: tuple[str, ...]
     excluded: tuple[Excluded, ...] | None  # None: the table has no "excluded" list
+    setups: tuple[ErrorRow, ...] = ()  # CPU-simulated rows by setup (method = the setup in words)
+    families: tuple[ErrorRow, ...] = ()  # ... by family (dataset = model_type): leave-one-family-out
+    misses: tuple[tuple[str, str, str, float, str], ...] = ()  # public rows over 10%: (id, model, method, %, cause)
 
     def datasets(self) -> list[str]:
         return [d for d, _, _ in self.rows]
@@ -94,11 +97,15 @@ def parse(data: Any, path: Path) -> Accuracy:
             Excluded(str(x["dataset"]), str(x["reason"]),
                      len(x["rows"]) if isinstance(x["rows"], list) else _count(path, "excluded.rows", x["rows"]))
             for x in raw_excluded)
+        setups = tuple(ErrorRow(**e) for e in data.get("setups") or ())
+        families = tuple(ErrorRow(**e) for e in data.get("families") or ())
+        misses = tuple((str(x["id"]), str(x["model"]), str(x["method"]), float(x["error_pct"]), str(x["cause"]))
+                       for x in data.get("misses") or ())
     except KeyError as exc:
         raise _bad(path, str(exc.args[0]), "(missing)", "missing") from None
     except (TypeError, AttributeError) as exc:
         raise _bad(path, "(rows)", exc, "a row of the wrong shape") from None
-    for e in errors:
+    for e in errors + setups + families:
         _count(path, "errors.compared", e.compared)
         for key in ("median_abs_pct", "p90_abs_pct", "max_abs_pct", "mean_signed_pct"):
             if _pct(path, f"errors.{key}", getattr(e, key)) is None and e.compared:
@@ -106,7 +113,8 @@ def parse(data: Any, path: Path) -> Accuracy:
     for x in fits:
         for key in ("budget_bytes", "jobs", "nonfit", "nonfit_flagged", "fit", "false_wont_fit"):
             _count(path, f"fits.{key}", getattr(x, key))
-    return Accuracy(str(data.get("estimator_version", "")), rows, errors, fits, definitions, fitted, excluded)
+    return Accuracy(str(data.get("estimator_version", "")), rows, errors, fits, definitions, fitted, excluded, setups,
+                    families, misses)
 
 
 @functools.lru_cache(maxsize=4)
@@ -159,8 +167,15 @@ def model_line(table: Accuracy | None, href: str | None) -> dict[str, Any] | Non
         return None
     methods = []
     for method, label in METHODS:
-        errors = [e for e in (table.error(d, method) for d in table.datasets()) if e is not None and e.compared > 0]
-        runs = [{"compared": cells["compared"], "dataset": dataset_name(e.dataset), "median": cells["median"],
+        setup = table_module.SITE_SETUPS.get(method)
+        mine = next((e for e in table.setups if setup and e.method == setup and e.compared > 0), None)
+        if mine is not None:  # the setup this page prices, not every setup pooled
+            errors = [mine]
+            names = {id(mine): f"CPU-simulated runs of this setup ({setup.replace(', ', ' / ')})"}
+        else:
+            errors = [e for e in (table.error(d, method) for d in table.datasets()) if e is not None and e.compared > 0]
+            names = {id(e): dataset_name(e.dataset) for e in errors}
+        runs = [{"compared": cells["compared"], "dataset": names[id(e)], "median": cells["median"],
                  "p90": cells["p90"]} for e in errors for cells in (_error_cells(e),)]
         methods.append({"label": label, "runs": runs, "none": NO_RUNS})
     return {"methods": methods, "href": href}
@@ -210,5 +225,9 @@ def page_context(table: Accuracy | None) -> dict[str, Any]:
         "excluded": None if not table.excluded else [
             {"dataset": dataset_name(x.dataset), "reason": x.reason, "rows": f.count(x.rows)} for x in table.excluded],
         "excluded_listed": table.excluded is not None,
+        "setups": [{"setup": e.method, **_error_cells(e)} for e in table.setups],
+        "families": [{"family": e.dataset, **_error_cells(e)} for e in table.families],
+        "misses": [{"id": i, "model": m, "method": k, "error": f.signed_pct(e), "cause": c}
+                   for i, m, k, e, c in table.misses],
         "no_runs": NO_RUNS,
     }

@@ -21,6 +21,28 @@ from .lora import adapted_linears
 # save three more MLP-width tensors than one fused op (FINDINGS.md F8: gpt2's gelu_new).
 PYTHON_GELU = ("gelu_new", "gelu_fast", "quick_gelu")
 
+# Config keys naming the MLP's activation, in the order transformers' config classes read them
+# (config/reader.activation_name reads the same keys).
+ACT_KEYS = ("hidden_act", "activation_function", "hidden_activation", "afn")
+
+# The model's own dropouts in train mode, per model_type: (config key, dropouts per layer on hidden-wide tensors,
+# dropouts on the embedding output). Read off transformers 5.24's modeling files: gpt2/gptj/gpt_bigcode
+# (attn.resid_dropout + mlp.dropout, wte drop), gpt_neo (resid_dropout x 2, embed_dropout), opt (two
+# nn.functional.dropout per OPTDecoderLayer), phi (resid_dropout on both branches, embed_dropout), starcoder2
+# (attention and MLP residual_dropout, embedding_dropout), gpt_neox (post_attention/post_mlp_dropout, emb_dropout),
+# bloom (dropout_add after attention and MLP), xglm (two per layer + the embeddings'). A dropout with p > 0 keeps
+# a mask per element for its backward: bool on CUDA (at::native_dropout, the fused kernel), the input's dtype on
+# CPU (at::_dropout_impl multiplies by a noise tensor of the input's dtype and autograd saves it); p = 0 returns
+# its input (no mask).
+DROPOUTS = {
+    "gpt2": (("resid_pdrop", 2), ("embd_pdrop", 1)), "gptj": (("resid_pdrop", 2), ("embd_pdrop", 1)),
+    "gpt_bigcode": (("resid_pdrop", 2), ("embd_pdrop", 1)), "gpt_neo": (("resid_dropout", 2), ("embed_dropout", 1)),
+    "opt": (("dropout", 2),), "phi": (("resid_pdrop", 2), ("embd_pdrop", 1)),
+    "starcoder2": (("residual_dropout", 2), ("embedding_dropout", 1)),
+    "gpt_neox": (("hidden_dropout", 2), ("hidden_dropout", 1)), "bloom": (("hidden_dropout", 2),),
+    "xglm": (("dropout", 2), ("dropout", 1)),
+}
+
 
 @dataclass(frozen=True)
 class Regime:
@@ -31,17 +53,49 @@ class Regime:
     compute_bytes: int
     trained: bool  # full fine-tune: the base weights take gradients; LoRA/QLoRA: frozen
     amp: bool  # bf16 autocast: fp32 norm outputs and adapter inputs are cast per reading Linear
+    adapter_bytes: int = 0  # LoRA adapters' dtype (peft autocast_adapter_dtype=True: fp32 on a bf16 base)
+    lora_dropout: bool = False  # LoRA dropout p > 0 (peft: nn.Dropout on each adapter's input, else Identity)
+    cpu: bool = False  # CPU kernels (the simulation): dropout masks in the input dtype, layer_norm in bf16
+    dropout: bool = True  # train mode: the model's own dropouts (DROPOUTS) are active
 
 
-def regime(method: str, precision: str) -> Regime:
+def mask_bytes(r: Regime, input_bytes: int) -> int:
+    """Bytes per element of a dropout mask kept for backward (DROPOUTS): bool on CUDA, the input's dtype on CPU."""
+    return input_bytes if r.cpu else 1
+
+
+def mlp_act(a: Arch) -> str:
+    """The MLP's activation as transformers reads it: the config's key, else the family's Arch.act."""
+    for key in ACT_KEYS:
+        value = a.raw.get(key)
+        if isinstance(value, str):
+            return value
+    return a.act
+
+
+def model_dropouts(a: Arch) -> tuple[int, int]:
+    """(hidden-wide dropouts per layer, on the embedding output) with p > 0, in train mode (DROPOUTS)."""
+    per_layer = embed = 0
+    for i, (key, n) in enumerate(DROPOUTS.get(a.model_type, ())):
+        p = a.raw.get(key)
+        if isinstance(p, (int, float)) and not isinstance(p, bool) and p > 0:
+            per_layer, embed = (n, embed) if i == 0 else (per_layer, n)
+    return per_layer, embed
+
+
+def regime(method: str, precision: str, adapter_bytes: int = 0, lora_dropout: bool = False, cpu: bool = False,
+           upcast: bool = False) -> Regime:
     """amp: fp32 weights under bf16 autocast for a full fine-tune (HF Trainer --bf16), a bf16 base with fp32
-    adapters for LoRA; bf16: everything bf16 (LitGPT bf16-true, torchtune); fp32: no autocast."""
+    adapters for LoRA; bf16: everything bf16 (LitGPT bf16-true, torchtune); fp32: no autocast. adapter_bytes 0:
+    peft's default (fp32 adapters under AMP and fp32, the base's dtype under pure bf16, as LitGPT and torchtune
+    make them). upcast: peft's prepare_model_for_kbit_training cast every non-quantised parameter (embeddings,
+    norms, LM head) to fp32 (peft/utils/other.py), so the residual stream is fp32."""
     trained = method == "full"
     if precision == "fp32":
-        return Regime(4, 4, trained, False)
+        return Regime(4, 4, trained, False, adapter_bytes or 4, lora_dropout, cpu)
     if precision == "bf16":
-        return Regime(2, 2, trained, False)
-    return Regime(4 if trained else 2, 2, trained, True)
+        return Regime(4 if upcast else 2, 2, trained, False, adapter_bytes or 2, lora_dropout, cpu)
+    return Regime(4 if trained or upcast else 2, 2, trained, True, adapter_bytes or 4, lora_dropout, cpu)
 
 
 def norm_bytes(rms_width: int, width: int, stats: int, read: int, fed: int, r: Regime) -> int:
@@ -50,6 +104,8 @@ def norm_bytes(rms_width: int, width: int, stats: int, read: int, fed: int, r: R
     `stats` their statistics bytes, `read` width x reading Linears, `fed` widths some Linear reads."""
     ln = width - rms_width
     if not r.trained:  # a frozen weight needs no normalised output: the fp32 input (+ rsqrt / mean, rstd)
+        if r.amp and r.cpu:  # CPU autocast runs layer_norm in bf16 on its bf16 input (CUDA: fp32, FINDINGS F8)
+            return 4 * rms_width + r.residual_bytes * ln + stats
         return 4 * width + stats if r.amp else 4 * rms_width + r.residual_bytes * ln + stats
     if r.amp:  # fp32 input; RMS: the fp32 normalised output for the weight's gradient; a bf16 cast per reader
         return 4 * width + stats + 4 * rms_width + r.compute_bytes * read
@@ -59,14 +115,28 @@ def norm_bytes(rms_width: int, width: int, stats: int, read: int, fed: int, r: R
 
 
 def adapter_activation_bytes(adapted: list[tuple[int, int, str]], rank: int, r: Regime) -> int:
-    """Per token: under AMP, peft casts each adapted Linear's input to the fp32 adapter and autocast casts it back,
-    so every lora_A saves its own bf16 copy; else the input is the same tensor for adapters sharing it (counted
-    once; o_proj's is the SDPA output, already saved). Each lora_B saves A's output (rank)."""
-    c = r.compute_bytes
+    """Per token, from peft's lora.Linear.forward (peft/tuners/lora/layer.py: x = self._cast_input_dtype(x,
+    lora_A.weight.dtype); result + lora_B(lora_A(dropout(x))) * scaling):
+    - the input is cast to the adapter's dtype when it differs (a new tensor per adapter). Under AMP autocast casts
+      it back to bf16 for lora_A, and that bf16 copy is what lora_A saves (c x in); without autocast lora_A saves
+      the cast itself (adapter bytes x in);
+    - with no cast and no dropout, adapters reading one tensor share it (counted once; o_proj's is the SDPA output,
+      already saved);
+    - LoRA dropout (p > 0) makes a dropped copy per adapter, saved by lora_A (under AMP: its bf16 autocast copy),
+      plus the dropout's mask (mask_bytes of the adapter-dtype input);
+    - lora_B saves A's output: rank x (c under AMP, else adapter bytes)."""
+    c, ab = r.compute_bytes, r.adapter_bytes or r.compute_bytes
+    cast = ab != c
+    mask = mask_bytes(r, ab) if r.lora_dropout else 0
     if r.amp:
-        return c * sum(i + rank for i, _, _ in adapted)
+        if cast or r.lora_dropout:
+            return sum((c + mask) * i + c * rank for i, _, _ in adapted)
+        groups = {g: i for i, _, g in adapted if g != "attn_out"}
+        return c * (sum(groups.values()) + rank * len(adapted))
+    if cast or r.lora_dropout:
+        return sum((ab + mask) * i + ab * rank for i, _, _ in adapted)
     groups = {g: i for i, _, g in adapted if g != "attn_out"}
-    return c * (sum(groups.values()) + rank * len(adapted))
+    return ab * (sum(groups.values()) + rank * len(adapted))
 
 
 def block_activation_bytes(a: Arch, b: Block, r: Regime, rank: int = 0,
@@ -81,8 +151,11 @@ def block_activation_bytes(a: Arch, b: Block, r: Regime, rank: int = 0,
         # q_norm / k_norm (qwen3, olmo2, gemma3): the fp32 upcast, plus the normalised output when it trains
         qk = a.heads * a.head_dim + a.kv_heads * a.head_dim
         out += attention * qk * (4 + (0 if not r.trained else 4 if r.amp else r.residual_bytes))
-    if a.act in PYTHON_GELU:
+    if mlp_act(a) in PYTHON_GELU:
         out += 3 * c * sum(p.act // 2 for p in b.parts if p.type == "MLP")  # act = 2 x inter for a plain MLP
+    per_layer, _ = model_dropouts(a) if r.dropout else (0, 0)
+    if per_layer:  # masks of the residual-branch dropouts, on the branch outputs (compute dtype)
+        out += per_layer * a.hidden * mask_bytes(r, c)
     if rank:
         out += adapter_activation_bytes(adapted_linears(b, roles), rank, r)
     return out
@@ -96,3 +169,9 @@ def head_activation_bytes(a: Arch, g: Graph, r: Regime, s: Assumptions) -> int:
     width = sum(p.norm_width for p in spec.head)
     softcap = r.compute_bytes * spec.logits if a.raw.get("final_logit_softcapping") else 0
     return norm_bytes(rms, width, stats, read, fed, r) + s.logits_bytes * spec.logits + softcap
+
+
+def embed_dropout_bytes(a: Arch, g: Graph, r: Regime) -> int:
+    """Per token: the embedding dropout's mask (DROPOUTS), on the embedding output (residual dtype)."""
+    _, embed = model_dropouts(a) if r.dropout else (0, 0)
+    return embed * g.spec.hidden * mask_bytes(r, r.residual_bytes)

@@ -11,6 +11,7 @@ Bytes per option, with sources, are in the functions below; `metric` turns tenso
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -18,9 +19,11 @@ from ...errors import JobError
 from ..config.arch import Arch, Quant
 from ..graph.nodes import Graph
 from ..inputs import Assumptions
-from .activations import block_activation_bytes, head_activation_bytes, regime
+from .attention import default_attention, eager_layer_terms, eager_scores_bytes
+from .activations import block_activation_bytes, embed_dropout_bytes, head_activation_bytes, regime
 from .lora import adapted_linears, lora_params, target_roles
 from .profile import kv_bytes_of_block, per_distinct_layer
+from .recipes import LITGPT_CHUNK_TOKENS, RECIPES, TRL_CHUNK_TOKENS
 from .storage import _mat_elements
 
 METHODS = ("full", "lora", "qlora", "inference")
@@ -32,10 +35,23 @@ PRECISIONS = ("amp", "bf16", "fp32")
 WEIGHTS = ("bf16", "fp16", "fp32", "int8", "nf4", "gptq-int4", "fp8")
 
 
-OPTIMIZERS = ("adamw", "adamw8bit", "paged-adamw", "sgd")
+OPTIMIZERS = ("adamw", "adamw-fused", "adamw8bit", "paged-adamw", "sgd")
 
 
 ATTENTIONS = ("sdpa", "eager")
+
+
+ADAPTER_DTYPES = ("fp32", "bf16")
+
+
+# How the loss meets the logits: transformers' ForCausalLMLoss (F1: 12 B per logit), TRL's chunked_nll (one
+# checkpointed 256-token chunk of fp32 logits at a time), LitGPT's chunked_cross_entropy (bf16 logits kept).
+LOSSES = ("hf", "trl-chunked", "litgpt-chunked")
+
+
+# Which kernels save the tensors: CUDA's (the estimate), or the CPU's (the simulation harness): CPU dropout masks
+# take the input's dtype and CPU autocast runs layer_norm in bf16 (data/measurements/FINDINGS.md F8).
+KERNELS = ("cuda", "cpu")
 
 
 METRICS = ("allocated", "reserved", "nvidia-smi")
@@ -85,12 +101,32 @@ class Job:
     batch: int = 1
     tokens: int = 2048
     new_tokens: int = 0
-    attention: str = "sdpa"
+    attention: str = ""  # "" = the model class's default (default_attention)
     metric: str = "allocated"
+    recipe: str = ""  # the recipe the options came from (recipes.RECIPES), echoed
+    adapter_dtype: str = ""  # "" = peft's default: fp32 under AMP and fp32, the base's dtype under pure bf16
+    lora_dropout: float = 0.0
+    keep_outputs: bool = False  # the loop keeps the model's output (logits, KV cache) alive through backward
+    upcast_fp32: bool = False  # peft prepare_model_for_kbit_training: non-quantised parameters cast to fp32
+    loss: str = "hf"
+    kernels: str = "cuda"
 
     def to_dict(self) -> dict[str, Any]:
         """The options, with the storage the default resolves to."""
         return {**{f.name: getattr(self, f.name) for f in fields(self)}, "weights": self.storage}
+
+    @staticmethod
+    def from_options(recipe: str = "", **given: Any) -> "Job":
+        """A recipe's fields under the explicitly given options (given wins); an unknown recipe is an error."""
+        if recipe and recipe not in RECIPES:
+            raise JobError("command line", "recipe", recipe, f"must be one of {', '.join(RECIPES)}")
+        fields_ = dict(RECIPES[recipe].fields) if recipe else {}
+        if given.get("method") and given["method"] != fields_.get("method", given["method"]):
+            # a QLoRA recipe run as plain LoRA keeps a bf16 base: its quantisation fields do not apply
+            for key in ("weights", "double_quant", "upcast_fp32"):
+                fields_.pop(key, None)
+            fields_.pop("method", None)
+        return Job(**{**fields_, **given, "recipe": recipe})
 
     @property
     def storage(self) -> str:
@@ -108,12 +144,24 @@ class JobMemory:
     breakdown: tuple[tuple[str, int], ...]  # PARTS at the peak phase; they sum to peak_bytes
 
 
+def resolve(job: Job, a: Arch) -> Job:
+    """The job with its defaults filled for this model: attention from the model class."""
+    if not job.attention:
+        return dataclasses.replace(job, attention=default_attention(a)[0])
+    return job
+
+
 def validate(job: Job, model: str) -> None:
     for key, value, allowed in (("method", job.method, METHODS), ("precision", job.precision, PRECISIONS),
                                 ("weights", job.storage, WEIGHTS), ("optimizer", job.optimizer, OPTIMIZERS),
-                                ("attention", job.attention, ATTENTIONS), ("metric", job.metric, METRICS)):
+                                ("attention", job.attention or "sdpa", ATTENTIONS), ("metric", job.metric, METRICS),
+                                ("adapter_dtype", job.adapter_dtype or "fp32", ADAPTER_DTYPES),
+                                ("loss", job.loss, LOSSES), ("kernels", job.kernels, KERNELS)):
         if value not in allowed:
             raise JobError(model, key, value, f"must be one of {', '.join(allowed)}")
+    if isinstance(job.lora_dropout, bool) or not isinstance(job.lora_dropout, (int, float)) \
+            or not 0 <= job.lora_dropout < 1:
+        raise JobError(model, "lora_dropout", job.lora_dropout, "must be in [0, 1)")
     for key, value in (("batch", job.batch), ("tokens", job.tokens), ("lora_rank", job.lora_rank)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise JobError(model, key, value, "must be a positive integer")
@@ -154,22 +202,6 @@ def dequant_transient_bytes(g: Graph, storage: str, c: int) -> int:
     return c * max((i * o for b in spec.blocks for p in b.parts for _, i, o in p.weight_mats), default=0)
 
 
-def score_bytes(a: Arch, c: int) -> int:
-    """Bytes per attention-score element eager attention keeps (transformers' eager_attention_forward):
-    softmax(QK^T, dtype=float32) (fp32, saved by softmax) and its cast to the query dtype (saved by the AV
-    matmul); dropout 0 keeps no mask. Gemma-2's logit soft-capping adds tanh's saved output
-    (modeling_gemma2.eager_attention_forward)."""
-    return 4 + c + (c if a.raw.get("attn_logit_softcapping") else 0)
-
-
-def eager_scores_bytes(a: Arch, g: Graph, tokens: int, c: int, one_layer: bool = False) -> int:
-    """Per sequence: heads x T x T score elements per attention layer (every layer's, or the largest one's when
-    only one layer's tensors live: checkpointing's recomputation, serving)."""
-    spec = g.spec
-    heads = [p.act32 for b in spec.blocks for p in b.parts if p.attn_flops and not p.type.startswith("MoE")]
-    return (max(heads, default=0) if one_layer else sum(heads)) * tokens * tokens * score_bytes(a, c)
-
-
 def _phase(name: str, **parts: int) -> tuple[str, dict[str, int]]:
     return name, {k: int(parts.get(k, 0)) for k in PARTS}
 
@@ -178,6 +210,7 @@ def job_memory(a: Arch, g: Graph, s: Assumptions, job: Job, model: str = "") -> 
     """The peak of `job` and its phase, with the breakdown at that phase, in the `metric`'s terms."""
     model = model or a.model_type
     validate(job, model)
+    job = resolve(job, a)
     if job.method == "inference":
         phases = _inference(a, g, s, job)
     else:
@@ -188,39 +221,64 @@ def job_memory(a: Arch, g: Graph, s: Assumptions, job: Job, model: str = "") -> 
     return JobMemory(sum(parts.values()), name, tuple((k, parts[k]) for k in PARTS))
 
 
+def _adapter_bytes(job: Job) -> int:
+    if job.adapter_dtype:
+        return {"fp32": 4, "bf16": 2}[job.adapter_dtype]
+    return 2 if job.precision == "bf16" else 4  # peft autocast_adapter_dtype=True; LitGPT/torchtune: bf16
+
+
 def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str) -> list[tuple[str, dict[str, int]]]:
     spec = g.spec
-    r = regime("full" if job.method == "full" else "lora", job.precision)
+    lora = job.method != "full"
+    r = regime("lora" if lora else "full", job.precision, _adapter_bytes(job) if lora else 0,
+               lora and job.lora_dropout > 0, job.kernels == "cpu", lora and job.upcast_fp32)
     c = r.compute_bytes
     B, T = job.batch, job.tokens
     P = g.params_total
-    if job.method == "full":
+    head_mm = sum(p.matmul for p in spec.head) or (spec.vocab * (a.embed_dim or a.hidden) if spec.tied else 0)
+    layer_mm = max((b.matmul for b in spec.blocks), default=0)
+    if not lora:
         trainable, param_bytes = P, {"amp": 4, "bf16": 2, "fp32": 4}[job.precision]
         weights = param_bytes * P
         roles, rank = None, 0
-        copies = 2 * g.params_matmul if r.amp else 0  # autocast's bf16 weight copies, saved for backward
+        # autocast's bf16 weight copies, saved for backward (F2). With checkpointing a layer's copies are made
+        # inside its checkpointed forward and not kept: only the LM head's live at the loss, one layer's in the
+        # recomputation (torch/utils/checkpoint.py: the recomputed forward's saved tensors).
+        copies = 2 * g.params_matmul if r.amp else 0
+        ckpt_copies = (2 * head_mm, 2 * layer_mm) if r.amp else (0, 0)
     else:
         roles = target_roles(a, g, job.lora_targets, model)
         rank = job.lora_rank
         trainable = lora_params(g, a, rank, roles)
-        param_bytes = 2 if job.precision == "bf16" else 4  # peft keeps adapters fp32 under AMP
+        param_bytes = r.adapter_bytes
         weights = weight_bytes(g, job.storage, job.double_quant) + param_bytes * trainable
-        copies = 2 * trainable if r.amp else 0
+        if job.upcast_fp32:  # prepare_model_for_kbit_training: every non-quantised fp16/bf16 parameter to fp32
+            weights += 2 * (P - _quantised_params(g, job.storage))
+        copies = 2 * trainable if r.amp and param_bytes != 2 else 0
+        if r.amp and job.upcast_fp32:  # the fp32 LM head's bf16 autocast copy, saved for its input's gradient
+            copies += 2 * head_mm
+        ckpt_copies = (copies, copies)
     grad = param_bytes * trainable  # gradients take the trainable weights' dtype
     # Optimizer state per trainable parameter, and the step's temporaries:
     # - adamw (torch.optim.AdamW, foreach on CUDA): exp_avg, exp_avg_sq as zeros_like(param) = 2 x param bytes;
     #   the foreach step holds one temporary as large as the parameters (F5: 20 x P measured under AMP).
+    # - adamw-fused (torch._fused_adamw_, Trainer's default optim adamw_torch_fused): in place, no temporary.
     # - adamw8bit / paged-adamw (bitsandbytes): one fused kernel updates in place, no temporary.
     # - sgd (no momentum): no state, torch._foreach_add_ in place.
-    state = {"adamw": 2 * param_bytes, "paged-adamw": 2 * param_bytes, "adamw8bit": ADAMW8BIT_STATE_BYTES,
-             "sgd": 0}[job.optimizer] * trainable
+    state = {"adamw": 2 * param_bytes, "adamw-fused": 2 * param_bytes, "paged-adamw": 2 * param_bytes,
+             "adamw8bit": ADAMW8BIT_STATE_BYTES, "sgd": 0}[job.optimizer] * trainable
     temp = param_bytes * trainable if job.optimizer == "adamw" else 0
     layers = per_distinct_layer(spec.blocks, lambda b: T * _layer_bytes(a, b, r, rank, roles, job, T))
     embed = (r.residual_bytes * spec.hidden if r.trained else 0) * T + c * spec.vision_act * (1 if spec.image_tokens
                                                                                              else 0)
+    embed += T * embed_dropout_bytes(a, g, r)
     head = T * head_activation_bytes(a, g, r, s)
     logits = T * s.logits_bytes * spec.logits
-    overhead = copies + dequant_transient_bytes(g, job.storage, c)
+    head, logits, chunk = _loss_terms(a, g, job, c, head, logits)
+    if job.keep_outputs:  # the output object alive through backward: its bf16 logits and its KV cache (F8)
+        head += T * (c * spec.logits + _kept_cache_bytes(a, g, r, job))
+    dequant = dequant_transient_bytes(g, job.storage, c)
+    overhead = copies + dequant + chunk
     if not job.grad_ckpt:
         acts = embed + sum(layers) + head
         out = [_phase("loss (logits)" if logits * 2 > acts else "backward (activations)", weights=weights,
@@ -233,11 +291,12 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str) -> list[t
         head_params = sum(p.params for p in spec.head) + (spec.vocab * (a.embed_dim or a.hidden)
                                                           if spec.tied and r.trained else 0)
         out = [_phase("loss (logits)", weights=weights, optimizer_state=state,
-                      activations=B * (inputs + head - logits), logits=B * logits, overhead=overhead),
+                      activations=B * (inputs + head - logits), logits=B * logits,
+                      overhead=ckpt_copies[0] + dequant + chunk),
                _phase("backward (recomputing a checkpointed layer)", weights=weights, optimizer_state=state,
                       gradients=param_bytes * head_params if r.trained else 0,
-                      activations=B * (inputs + max(layers, default=0)), overhead=overhead)]
-    if job.method == "full" and spec.tied:  # F6: the tied weight's two gradients and their sum
+                      activations=B * (inputs + max(layers, default=0)), overhead=ckpt_copies[1] + dequant)]
+    if not lora and spec.tied:  # F6: the tied weight's two gradients and their sum
         tied = 2 * param_bytes * spec.vocab * (a.embed_dim or a.hidden)
         out.append(_phase("end of backward (tied-embedding gradients)", weights=weights, gradients=grad + tied,
                           optimizer_state=state))
@@ -245,24 +304,62 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str) -> list[t
     return out
 
 
+def _quantised_params(g: Graph, storage: str) -> int:
+    """Parameters a quantised base stores packed (the layers' Linears); 0 for a 16/32-bit base."""
+    if storage in ("bf16", "fp16", "fp32"):
+        return 0
+    return sum(count * i * o for b in g.spec.blocks for p in b.parts for count, i, o in p.weight_mats)
+
+
+def _loss_terms(a: Arch, g: Graph, job: Job, c: int, head: int, logits: int) -> tuple[int, int, int]:
+    """(head per sample, logits per sample, a batch-wide chunk transient) for the job's loss.
+    - hf: transformers' ForCausalLMLoss, s.logits_bytes per logit (F1).
+    - trl-chunked: TRL's _chunked_cross_entropy_loss checkpoints each 256-token chunk: per chunk h.float() @
+      w.float().t() (fp32 logits), log_softmax's output and, in its backward, the two fp32 gradients, plus the
+      fp32 copy of the LM head's weight (w.float()): 16 B x chunk x V + 4 x V x E, once per batch.
+    - litgpt-chunked: model(..., lm_head_chunk_size=128) returns bf16 logit chunks the loop keeps, and
+      chunked_cross_entropy keeps each chunk's log_softmax output (no upcast under bf16-true): 2c per logit, and
+      one chunk's two gradients in the backward."""
+    spec = g.spec
+    if job.loss == "hf":
+        return head, logits, 0
+    if job.loss == "trl-chunked":
+        chunk = min(job.batch * job.tokens, TRL_CHUNK_TOKENS)
+        return head - logits, 0, 16 * chunk * spec.logits + 4 * spec.logits * (a.embed_dim or a.hidden)
+    kept = job.tokens * 2 * c * spec.logits
+    return head - logits + kept, kept, 2 * c * min(job.tokens, LITGPT_CHUNK_TOKENS) * spec.logits
+
+
+def _kept_cache_bytes(a: Arch, g: Graph, r, job: Job) -> int:
+    """Per token: the DynamicCache a training forward builds (use_cache defaults to config.use_cache; gradient
+    checkpointing turns it off) holds each attention layer's rope'd keys in the residual stream's dtype (fp32 under
+    full AMP: rope's cos/sin take the hidden states' dtype, modeling_llama LlamaRotaryEmbedding) where SDPA saved
+    their bf16 cast; the values are the tensors SDPA saved already."""
+    if job.grad_ckpt or r.residual_bytes == r.compute_bytes:
+        return 0
+    layers = sum(1 for b in g.spec.blocks for p in b.parts if p.attn_flops and not p.type.startswith("MoE"))
+    return layers * r.residual_bytes * a.kv_heads * a.head_dim
+
+
 def _layer_bytes(a: Arch, b, r, rank: int, roles, job: Job, T: int) -> int:
     """Saved bytes per token of one layer for this job: memory.block_activation_bytes plus what eager attention
     and a bitsandbytes base add."""
     c = r.compute_bytes
     out = block_activation_bytes(a, b, r, rank, roles)
-    attention = [p for p in b.parts if p.attn_flops and not p.type.startswith("MoE")]
-    if job.attention == "eager" and attention:
-        # eager_attention_forward's matmuls save q and the heads-wide repeat_kv copies of k and v in place of
-        # SDPA's q, k, v; its output is saved by o_proj when that trains (SDPA saved it itself); no fp32 LSE;
-        # and the heads x T x T scores (score_bytes) per token of the T
-        q, kv = a.heads * a.head_dim, a.kv_heads * a.head_dim
-        delta = c * ((2 if r.trained else 1) * q - 2 * kv) - 4 * a.heads
-        out += sum(delta + p.act32 * T * score_bytes(a, c) for p in attention)
-    if job.method == "qlora" and job.storage in ("nf4", "int8"):
-        # bitsandbytes' MatMul4Bit / MatMul8bitLt autograd functions save their input (ctx.tensors = (A, B)) even
-        # for a frozen weight (bitsandbytes/autograd/_functions.py), where nn.Linear would save none: one copy of
-        # each distinct input not saved already (q/k/v and gate/up share theirs; o_proj reads the SDPA output).
+    if job.attention == "eager":
+        linear, squared = eager_layer_terms(a, b, c, r.trained)
+        out += linear + squared * T
+    if job.method == "qlora" and job.storage == "int8":
+        # bitsandbytes' MatMul8bitLt saves its input even for a frozen weight (bitsandbytes/autograd/_functions.py
+        # ctx.tensors = (CAt, subA, A)), where nn.Linear would save none: one copy of each distinct input not saved
+        # already (q/k/v and gate/up share theirs; o_proj reads the SDPA output). MatMul4Bit saves only the packed
+        # weight since bitsandbytes 0.43.2 (#1270, "delete useless buffered activation": ctx.tensors = (None, B)).
         out += c * sum({g_: i for i, _, g_ in adapted_linears(b, None) if g_ != "attn_out"}.values())
+    if job.upcast_fp32 and not r.trained and r.amp:
+        # prepare_model_for_kbit_training leaves fp32 norms and residual: bitsandbytes Linear4bit.forward returns
+        # matmul_4bit(...).to(inp_dtype), fp32, so the MLP's gate, act and up (silu and mul are not autocast ops)
+        # are saved in fp32, not bf16.
+        out += (4 - c) * sum(p.act_frozen for p in b.parts if not p.attn_flops)
     return out
 
 

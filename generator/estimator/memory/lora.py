@@ -72,7 +72,12 @@ def target_roles(a: Arch, g: Graph, targets: str, model: str) -> frozenset[str] 
     names = {**NAMES, **({"up": "fc1", "down": "fc2"} if plain else {}), **FAMILY_NAMES.get(a.family, {})}
     roles: set[str] = set()
     for name in (t.strip() for t in targets.split(",")):
-        hit = MLP_ROLES & present if name == "mlp" else {r for r in present if names.get(r) == name}
+        if name == "mlp":
+            hit = MLP_ROLES & present
+        elif name in ROLE_GROUP:  # a role by its own name (recipes: LitGPT's lora_query/lora_value = "q,v")
+            hit = {name} & present or ({"qkv"} & present if name in ("q", "k", "v") else set())
+        else:
+            hit = {r for r in present if names.get(r) == name}
         if not hit:
             known = sorted({names[r] for r in present if r in names}) + ["mlp", "all-linear"]
             raise JobError(model, "lora_targets", name, f"no Linear of this {a.model_type} model is named so; "

@@ -31,7 +31,8 @@ from ..config.arch import Arch
 from ..graph.nodes import Graph
 from ..graph.parts import Block, Part
 from ..inputs import Assumptions, Card
-from .activations import block_activation_bytes, head_activation_bytes, regime
+from .activations import block_activation_bytes, embed_dropout_bytes, head_activation_bytes, regime
+from .attention import default_attention, eager_layer_terms
 from .storage import serve_weight_bytes
 
 
@@ -62,6 +63,9 @@ class Profile:
     # counts in O(1) (the memory curve). 0 for serving, whose caches are capped at windows.
     per_token: int = 0
     per_sample_fixed: int = 0
+    # Eager attention (a model class without SDPA, attention.default_attention): its scores add heads x T x T per
+    # layer, so the per-sample bytes are tokens x per_token + tokens^2 x per_token_sq + per_sample_fixed.
+    per_token_sq: int = 0
     static_prefix: tuple[int, ...] = field(init=False, repr=False, compare=False)
     act_prefix: tuple[int, ...] = field(init=False, repr=False, compare=False)
     step_prefix: tuple[int, ...] = field(init=False, repr=False, compare=False)
@@ -89,7 +93,8 @@ class Profile:
         per-sample bytes are linear in tokens: the test suite holds the two equal on every snapshot model)."""
         assert self.method != "serve", "serving caches are capped at windows: not linear in tokens"
         static, _, fixed = self._parts(0, self.layers, True, True)
-        return max(static + batch * (tokens * self.per_token + self.per_sample_fixed), fixed)
+        return max(static + batch * (tokens * self.per_token + tokens * tokens * self.per_token_sq
+                                     + self.per_sample_fixed), fixed)
 
     def per_sample(self) -> int:
         return self.embed_per_sample + self.act_prefix[-1] + self.head_per_sample
@@ -177,13 +182,19 @@ def train_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, method: str, r
         layer_eob = ()
         embed_step, head_step, embed_eob, head_eob, tied = embed_static, head_static, 0, 0, 0
         embed_act = 0  # a frozen embedding saves nothing (F4)
+    embed_act += embed_dropout_bytes(a, g, r)  # the embedding dropout's mask (activations.DROPOUTS)
     rates = _layer_rates(a, spec.blocks, r, rank if method != "full" else 0)
-    layer_act = tuple(n * rate for rate, n in zip(rates, layer_tokens, strict=True))
+    squares = [0] * len(rates)
+    if default_attention(a)[0] == "eager":  # no SDPA in the model's class: eager keeps its scores
+        terms = per_distinct_layer(spec.blocks, lambda b: eager_layer_terms(a, b, r.compute_bytes, r.trained))
+        rates = [rate + linear for rate, (linear, _) in zip(rates, terms, strict=True)]
+        squares = [sq for _, sq in terms]
+    layer_act = tuple(n * rate + n * n * sq for rate, sq, n in zip(rates, squares, layer_tokens, strict=True))
     head_rate = head_activation_bytes(a, g, r, s)
     vision = s.compute_bytes * spec.vision_act * (1 if spec.image_tokens else 0)
     return Profile(method, embed_static, layer_static, head_static, tokens * embed_act + vision, layer_act,
                    tokens * head_rate, len(spec.blocks), layer_step, embed_step, head_step, layer_eob, embed_eob,
-                   head_eob, tied, embed_act + sum(rates) + head_rate, vision)
+                   head_eob, tied, embed_act + sum(rates) + head_rate, vision, sum(squares))
 
 
 def _layer_rates(a: Arch, blocks: tuple[Block, ...], r, rank: int) -> list[int]:

@@ -1,0 +1,92 @@
+"""Named recipes (`--recipe NAME`): the options of what people run, each read from that framework's own source.
+
+A recipe is a set of job.Job fields; the explicit flags override it (Job.with_recipe). Each field below cites the
+file it was read from (pinned where the snapshot was read: trl f2cd577 = 1.10.0.dev0, 2026-07-24; litgpt 2685705,
+2026-06-29; peft 0.21.2 and transformers 5.24.0 as installed; bitsandbytes 95f9af3 = 0.50.2.dev0).
+What a recipe does not say (tokens, batch) stays the job's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+# TRL SFTTrainer's default loss_type "chunked_nll" (trl/trainer/sft_trainer.py _chunked_cross_entropy_loss,
+# _CHUNKED_LM_HEAD_CHUNK_SIZE = 256): each chunk of 256 tokens' fp32 logits (h.float() @ w.float().t()) lives only
+# inside its own checkpointed forward/backward.
+TRL_CHUNK_TOKENS = 256
+
+# LitGPT finetune/lora.py: model(input_ids, lm_head_chunk_size=128), then utils.chunked_cross_entropy over the
+# 128-token chunks (no fp32 upcast under bf16-true).
+LITGPT_CHUNK_TOKENS = 128
+
+
+@dataclass(frozen=True)
+class Recipe:
+    name: str
+    summary: str  # one line for the page
+    fields: tuple[tuple[str, Any], ...]  # job.Job fields this recipe sets
+    sources: tuple[str, ...]  # where each field was read
+
+
+RECIPES: dict[str, Recipe] = {r.name: r for r in (
+    Recipe("hf-trainer", "transformers Trainer(bf16=True): autocast over fp32 trainable weights, peft's fp32 "
+                         "adapters on a bf16 base, fused AdamW, the loss taken out of the outputs",
+           (("precision", "amp"), ("adapter_dtype", "fp32"), ("lora_dropout", 0.0), ("optimizer", "adamw-fused"),
+            ("grad_ckpt", False), ("keep_outputs", False), ("loss", "hf")),
+           ("transformers/training_args.py: bf16 -> torch.autocast(bfloat16); optim defaults to adamw_torch_fused "
+            "for torch >= 2.8; gradient_checkpointing defaults to False",
+            "transformers/trainer.py compute_loss: returns outputs['loss'] only, the outputs are dropped before "
+            "backward",
+            "peft/mapping_func.py get_peft_model(autocast_adapter_dtype=True); peft/tuners/tuners_utils.py "
+            "_cast_adapter_dtype: bf16/fp16 adapters are upcast to fp32",
+            "peft/tuners/lora/config.py LoraConfig: lora_dropout = 0.0")),
+    Recipe("trl-sft", "TRL SFTTrainer with a bf16 base and LoRA: bf16 autocast, gradient checkpointing on, "
+                      "chunked cross-entropy (256 tokens), LoRA dropout 0.05",
+           (("precision", "amp"), ("adapter_dtype", "fp32"), ("lora_dropout", 0.05), ("grad_ckpt", True),
+            ("optimizer", "adamw-fused"), ("keep_outputs", False), ("loss", "trl-chunked")),
+           ("trl/trainer/base_config.py: gradient_checkpointing = True, bf16 defaults to True",
+            "trl/trainer/sft_config.py: loss_type defaults to 'chunked_nll'; trl/trainer/sft_trainer.py "
+            "_CHUNKED_LM_HEAD_CHUNK_SIZE = 256",
+            "trl/trainer/model_config.py: lora_r 16, lora_alpha 32, lora_dropout 0.05")),
+    Recipe("trl-sft-qlora", "QLoRA as the QLoRA paper and peft's guide run it under TRL: nf4 base with double "
+                            "quantisation, prepare_model_for_kbit_training (every non-quantised parameter upcast to "
+                            "fp32, gradient checkpointing on), paged AdamW 32-bit, LoRA dropout 0.05",
+           (("method", "qlora"), ("precision", "amp"), ("weights", "nf4"), ("double_quant", True),
+            ("upcast_fp32", True), ("adapter_dtype", "fp32"), ("lora_dropout", 0.05), ("grad_ckpt", True),
+            ("optimizer", "paged-adamw"), ("keep_outputs", False), ("loss", "trl-chunked")),
+           ("peft/utils/other.py prepare_model_for_kbit_training: param.data.to(torch.float32) for every fp16/bf16 "
+            "parameter that is not Params4bit; use_gradient_checkpointing=True",
+            "artidoro/qlora qlora.py: bnb_4bit_use_double_quant=True, bnb_4bit_quant_type='nf4', "
+            "optim='paged_adamw_32bit', lora_dropout 0.05",
+            "bitsandbytes/optim/optimizer.py get_state_buffer: paged state (F.get_paged, cudaMallocManaged) for "
+            "tensors of 1e5 elements or more",
+            "trl/trainer/sft_config.py: loss_type 'chunked_nll'; base_config.py: gradient_checkpointing = True")),
+    Recipe("custom-loop", "a hand-written loop: out = model(**batch); out.loss.backward() with `out` alive, so "
+                          "the bf16 logits and the forward's KV cache live through the backward",
+           (("precision", "amp"), ("adapter_dtype", "fp32"), ("keep_outputs", True), ("loss", "hf")),
+           ("transformers/models/llama/modeling_llama.py LlamaModel.forward: use_cache defaults to "
+            "config.use_cache and builds a DynamicCache in training unless gradient checkpointing turns it off",
+            "transformers/loss/loss_utils.py ForCausalLMLoss: logits.float() then cross_entropy (FINDINGS.md F1)")),
+    Recipe("litgpt", "LitGPT finetune lora with its config hub's bf16-true: weights, adapters, gradients and AdamW "
+                     "states in bf16, LoRA r=8 on query and value with dropout 0.05, chunked cross-entropy",
+           (("precision", "bf16"), ("adapter_dtype", "bf16"), ("lora_rank", 8), ("lora_targets", "q,v"),
+            ("lora_dropout", 0.05), ("grad_ckpt", False), ("optimizer", "adamw"), ("keep_outputs", False),
+            ("loss", "litgpt-chunked")),
+           ("litgpt/finetune/lora.py setup(): lora_r 8, lora_alpha 16, lora_dropout 0.05, lora_query and "
+            "lora_value True; model(input_ids, lm_head_chunk_size=128); chunked_cross_entropy",
+            "config_hub/finetune/*/lora.yaml: precision bf16-true (utils.get_default_supported_precision would "
+            "pick bf16-mixed)",
+            "torch/optim/adamw.py: exp_avg and exp_avg_sq are zeros_like(param), the parameter's dtype")),
+    Recipe("torchtune", "torchtune's LoRA recipes: dtype bf16 everywhere, adapters in bf16, no LoRA dropout, "
+                        "activation checkpointing on",
+           (("precision", "bf16"), ("adapter_dtype", "bf16"), ("lora_dropout", 0.0), ("grad_ckpt", True),
+            ("optimizer", "adamw"), ("keep_outputs", False), ("loss", "hf")),
+           ("torchtune recipes/configs/llama3_2/3B_lora_single_device.yaml: dtype bf16, lora_dropout 0.0, "
+            "enable_activation_checkpointing True (its CEWithChunkedOutputLoss is not modelled: priced as HF's "
+            "loss, an upper bound)",)),
+)}
+
+
+def recipe(name: str) -> Recipe | None:
+    return RECIPES.get(name)
