@@ -31,6 +31,7 @@ from .estimator.memory.job import PARTS
 
 SITE_FORMAT = 1  # site.json's layout; the page's script refuses another
 TRUE = ("1", "true", "on", "yes")  # a switch's value in the query (grad-ckpt=1)
+FALSE = ("0", "false", "off", "no")  # off, for a switch that has a --no- form (grad-ckpt=0: --no-grad-ckpt)
 BASE_GROUP = "Sizes"  # the legend of the flags argparse keeps in its default group
 MAX_BATCH = 1 << 40  # the search for the largest batch stops here (a batch that does not change the peak)
 
@@ -52,7 +53,9 @@ def flag_spec(parser: argparse.ArgumentParser | None = None) -> list[dict[str, A
     spec = []
     for a in job_flags.setup_actions(p):
         flag = next(o for o in a.option_strings if o.startswith("--"))
-        kind = ("switch" if a.nargs == 0 and a.const is True else "choice" if a.choices is not None
+        # a switch: store_true, or on/off (BooleanOptionalAction: --grad-ckpt / --no-grad-ckpt, unset = default)
+        switch = isinstance(a, argparse.BooleanOptionalAction) or (a.nargs == 0 and a.const is True)
+        kind = ("switch" if switch else "choice" if a.choices is not None
                 else "int" if a.type is int else "text")
         title = groups.get(id(a))
         text = a.help or ("one of " + ", ".join(map(str, a.choices)) if a.choices is not None else flag)
@@ -93,6 +96,8 @@ def setup_from_query(query: str, parser: argparse.ArgumentParser | None = None
         if spec["kind"] == "switch":
             if value.lower() in TRUE:
                 setup.append((spec["flag"], None))
+            elif value.lower() in FALSE and f"--no-{spec['key']}" in p._option_string_actions:
+                setup.append((f"--no-{spec['key']}", None))  # off, where the flag can say so (a recipe's default)
         elif value:
             setup.append((spec["flag"], value))
     return setup, sorted(k for k in given if k not in known)
@@ -104,8 +109,14 @@ def cli_args(setup: list[tuple[str, str | None]]) -> list[str]:
 
 
 def canonical_query(setup: list[tuple[str, str | None]]) -> str:
-    """The setup as the page's query: method=lora&grad-ckpt=1."""
-    return urlencode([(flag[2:], "1" if value is None else value) for flag, value in setup])
+    """The setup as the page's query: method=lora&grad-ckpt=1 (grad-ckpt=0 for --no-grad-ckpt)."""
+    pairs = []
+    for flag, value in setup:
+        if value is None and flag.startswith("--no-"):
+            pairs.append((flag[len("--no-"):], "0"))
+        else:
+            pairs.append((flag[2:], "1" if value is None else value))
+    return urlencode(pairs)
 
 
 def command(model_id: str, setup: list[tuple[str, str | None]]) -> str:

@@ -161,13 +161,17 @@ def test_switches_and_the_canonical_query() -> None:
     assert setup == [("--tokens", "512"), ("--method", "lora"), ("--grad-ckpt", None)] and ignored == []
     assert calculator.canonical_query(setup) == "tokens=512&method=lora&grad-ckpt=1"
     assert calculator.cli_args(setup) == ["--tokens", "512", "--method", "lora", "--grad-ckpt"]
-    assert calculator.setup_from_query("grad-ckpt=0")[0] == []
+    # off says so where the flag has a --no- form (a recipe's checkpointing turned off), and round-trips
+    off = calculator.setup_from_query("recipe=trl-sft&grad-ckpt=0")[0]
+    assert off == [("--recipe", "trl-sft"), ("--no-grad-ckpt", None)]
+    assert calculator.canonical_query(off) == "recipe=trl-sft&grad-ckpt=0"
+    assert calculator.cli_args(off) == ["--recipe", "trl-sft", "--no-grad-ckpt"]
 
 
 def test_the_cli_and_the_page_read_one_parser() -> None:
     """Every setup flag of the CLI is a field of the page's form, in the parser's order, and a flag added to
     job_flags reaches the form and the query with no change to the page's script."""
-    cli_flags = [a.option_strings[-1] for a in job_flags.setup_actions(cli._model_parser())]
+    cli_flags = [a.option_strings[0] for a in job_flags.setup_actions(cli._model_parser())]
     assert [s["flag"] for s in calculator.flag_spec()] == cli_flags
     assert {"--method", "--tokens", "--batch", "--lora-rank", "--lora-targets", "--grad-ckpt", "--new-tokens",
             "--precision", "--weights", "--optimizer"} <= set(cli_flags)
