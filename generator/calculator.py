@@ -20,7 +20,8 @@ import functools
 import io
 import json
 import shlex
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 from urllib.parse import parse_qsl, urlencode
 
 from . import format as f

@@ -82,10 +82,9 @@ def _crawl_parser(site_config: Path | None) -> tuple[argparse.ArgumentParser, tu
 
 def _run_model(argv: Sequence[str], console: Console, err: Console) -> int:
     args = _model_parser().parse_args(argv)
+    from . import job_flags
     from .pipeline import report_for_record
     from .settings import load_settings
-
-    from . import job_flags
 
     job_flags.check(args)
     settings = load_settings(args.config, **job_flags.overrides(args))

@@ -58,10 +58,10 @@ def check_rope(a: Arch) -> list[Finding]:
     if isinstance(scaling, dict):
         orig, factor = scaling.get("original_max_position_embeddings"), scaling.get("factor")
         kind = scaling.get("rope_type", scaling.get("type"))
-        numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (orig, factor))
         # Only linear and YaRN scaling stretch the trained context by `factor` (transformers
         # modeling_rope_utils.py); llama3 and longrope rescale frequencies without that bound.
-        if kind in ("linear", "yarn") and numeric and orig * factor < a.max_context:
+        if (kind in ("linear", "yarn") and isinstance(orig, (int, float)) and isinstance(factor, (int, float))
+                and not isinstance(orig, bool) and not isinstance(factor, bool) and orig * factor < a.max_context):
             out.append(Finding("rope_context", "warning",
                                f"rope scaling covers {orig:,} x {factor} = {int(orig * factor):,} tokens, below "
                                f"max_position_embeddings {a.max_context:,}."))

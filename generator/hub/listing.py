@@ -45,12 +45,13 @@ def listed_from_info(info: Any) -> Listed:
     sha = info.sha if isinstance(info.sha, str) and SHA_RE.fullmatch(info.sha) else None
     modified = info.last_modified
     gated = info.gated if info.gated in (False, True, "auto", "manual") else None
-    by_dtype, total = None, None
+    by_dtype: dict[str, int] | None = None
+    total: int | None = None
     st = getattr(info, "safetensors", None)
     if st is not None and isinstance(st.parameters, dict):
         clean = {k: _count(v) for k, v in st.parameters.items()}
         if clean and all(isinstance(k, str) and _DTYPE_RE.fullmatch(k) and v is not None for k, v in clean.items()):
-            by_dtype, total = clean, _count(st.total)
+            by_dtype, total = {str(k): int(v) for k, v in clean.items() if v is not None}, _count(st.total)
     tags = info.tags if isinstance(info.tags, list) else []
     return Listed(
         id=str(info.id),

@@ -150,7 +150,7 @@ def make_optimizer(model, setup: Setup):
                                value="adamw8bit") from None
         return bnb.optim.AdamW8bit(params, lr=1e-4)
     impl = {"foreach": {"foreach": True}, "forloop": {"foreach": False}, "fused": {"fused": True}}[setup.adamw_impl]
-    return torch.optim.AdamW(params, lr=1e-4, **impl)
+    return torch.optim.AdamW(params, lr=1e-4, **impl)  # type: ignore[arg-type]  # torch's stub types **kwargs by betas
 
 
 def count_params(model) -> tuple[int, int]:

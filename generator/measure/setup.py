@@ -129,7 +129,8 @@ def config_hash(config: Mapping[str, Any]) -> str:
 
 def context_of(config: Mapping[str, Any]) -> int | None:
     """The positions the model is built for (max_position_embeddings / n_positions / seq_length), if declared."""
-    cfg = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    text = config.get("text_config")
+    cfg: Mapping[str, Any] = text if isinstance(text, dict) else config
     for key in ("max_position_embeddings", "n_positions", "seq_length"):
         if isinstance(cfg.get(key), int) and not isinstance(cfg.get(key), bool):
             return cfg[key]

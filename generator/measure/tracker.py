@@ -118,5 +118,5 @@ class PeakTracker(MemTracker):
         out: Counter = Counter()
         for snap in self._peak_mem_snap.values():
             for key, value in snap.items():
-                out["total" if key == _TOTAL_KEY else CATEGORY_NAMES.get(key, str(key))] += value
+                out["total" if key == _TOTAL_KEY else CATEGORY_NAMES.get(key, str(key))] += value  # type: ignore[call-overload]
         return {k: int(out[k]) for k in ("total", *CATEGORY_NAMES.values())}

@@ -171,7 +171,7 @@ def model_line(table: Accuracy | None, href: str | None) -> dict[str, Any] | Non
         mine = next((e for e in table.setups if setup and e.method == setup and e.compared > 0), None)
         if mine is not None:  # the setup this page prices, not every setup pooled
             errors = [mine]
-            names = {id(mine): f"CPU-simulated runs of this setup ({setup.replace(', ', ' / ')})"}
+            names = {id(mine): f"CPU-simulated runs of this setup ({(setup or '').replace(', ', ' / ')})"}
         else:
             errors = [e for e in (table.error(d, method) for d in table.datasets()) if e is not None and e.compared > 0]
             names = {id(e): dataset_name(e.dataset) for e in errors}

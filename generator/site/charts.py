@@ -59,11 +59,11 @@ def curve_points(memory: Mapping[str, Any] | None) -> list[dict[str, int]] | Non
     for point in curve:
         if not isinstance(point, Mapping):
             return None
-        values = {k: point.get(k) for k in keys}
+        values: dict[str, Any] = {k: point.get(k) for k in keys}
         if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in values.values()):
             return None
         out.append(values)
-    return sorted(out, key=lambda p: p["tokens"])
+    return sorted(out, key=lambda p: int(p["tokens"]))
 
 
 def _log_ticks(lo: float, hi: float) -> list[float]:

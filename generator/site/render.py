@@ -84,6 +84,7 @@ def _frame(settings: Settings, *, page: str | None, title: str, description: str
     (the search box then goes to the public site's search page, when site.url is set)."""
     url = pages.site_url(settings.site)
     site_title = str(settings.site.get("title") or "neurarch-trace")
+    css: dict[str, Any]
     if page is None:
         css = {"href": None, "inline": _inline_css()}
         home = url + "index.html" if url else None

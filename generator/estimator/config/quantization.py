@@ -40,7 +40,7 @@ def read_quant(cfg: Mapping[str, Any], model: str) -> Quant | None:
         # DeepSeek-V4 writes expert_dtype "fp4" beside the fp8 quantization_config (configuration_deepseek_v4
         # moves it inside): its routed experts are FP4, two per byte, with a ue8m0 scale per 32 weights.
         fp4 = q.get("expert_dtype", cfg.get("expert_dtype")) == "fp4"
-        return Quant("fp8", 8, 1, group, 4.0, "FP8 (e4m3) weights" + (f", fp32 scale per {block[0]}x{block[1]} block"
+        return Quant("fp8", 8, 1, group, 4.0, "FP8 (e4m3) weights" + (f", fp32 scale per {block[0]}x{block[1]} block"  # type: ignore[index]
                                                                      if group else ", fp32 scale per channel")
                      + ("; FP4 experts, 2 per byte, a 1-byte scale per 32" if fp4 else ""), fp4_experts=fp4)
     if method == "mxfp4":

@@ -4,6 +4,8 @@ by encoders.bert_like, with the extra counted from its modeling file.
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..config.reader import Reader
 from ..graph.parts import linear
 from .assembly import Builder, bind
@@ -40,7 +42,7 @@ def _longformer_global(r: Reader, h: int) -> int:
     return 3 * linear(h, h, True)
 
 
-ROBERTA_HEADS = {"lm_head": "roberta", "cls_head": "roberta"}
+ROBERTA_HEADS: dict[str, Any] = {"lm_head": "roberta", "cls_head": "roberta"}
 
 TRAITS: dict[str, EncoderTraits] = {
     # modeling_ibert.py: RoBERTa's layout (quantisation-aware modules hold no further parameters in float mode)

@@ -9,8 +9,9 @@ oracle (tests/test_oracle_causal.py) builds each one on the meta device and comp
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from ...errors import ConfigError
 from ..config.arch import Arch
@@ -37,7 +38,7 @@ from .assembly import mla_part
 class Dims:
     """The standard dimensions of one config, read once, plus the reader for anything else."""
 
-    def __init__(self, r: Reader, t: "DecoderTraits") -> None:
+    def __init__(self, r: Reader, t: DecoderTraits) -> None:
         self.r = r
         self.hidden = r.int("hidden_size")
         self.layers = r.int("num_hidden_layers")
@@ -138,7 +139,7 @@ class DecoderTraits:
     mixers: Mapping[str, Callable[[Dims, int], Part]] = field(default_factory=dict)  # hybrid mixer builders
     ffn: Callable[[Dims, int], str] | None = None  # per layer: "dense", "moe", "none"
     extra_head: Count | None = None
-    attn: Callable[["DecoderTraits", Dims, int, int], Part] | None = None  # custom attention (layer index from 1, window)
+    attn: Callable[[DecoderTraits, Dims, int, int], Part] | None = None  # custom attention (layer index from 1, window)
     attn_by_window: bool = False  # the custom attention depends on its layer only through the name and window
     never_tie: bool = False  # the class has no tied-weights map: tie_word_embeddings is ignored
     mha: bool = False  # every head has its own K/V whatever num_key_value_heads says
@@ -327,7 +328,7 @@ def build(cfg: Mapping[str, Any], model: str, model_type: str, t: DecoderTraits,
                 intermediate=d.inter, vocab=d.vocab, max_context=d.ctx, tie=tie, act=d.act,
                 qk_norm=t.qk_norm if has_qk_norm(t, d) else None, position=t.position,
                 embed_dim=e if e != h else 0, uses=tuple(r.uses), raw=src, rotary_dims=rotary if t.position == "rope" else 0,
-                layer_windows=windows, spec=spec, experts=experts, experts_per_token=_top_k(r, m, experts) if experts else 0)
+                layer_windows=windows, spec=spec, experts=experts, experts_per_token=_top_k(r, m, experts) if m and experts else 0)
 
 
 def _top_k(r: Reader, m: ExpertTraits, experts: int) -> int:

@@ -19,7 +19,7 @@ from ..graph.parts import (
     norm_part,
 )
 from .assembly import Builder, assemble
-from .decoder import Dims, ExpertTraits, DecoderTraits, attention, build, mlp
+from .decoder import DecoderTraits, Dims, ExpertTraits, attention, build, mlp
 from .decoder import Dims as _D
 from .vision_language import retie
 

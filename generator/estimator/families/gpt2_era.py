@@ -19,7 +19,7 @@ from ..graph.parts import (
     norm_part,
 )
 from .assembly import Builder, assemble, plain_attention
-from .decoder import Dims, DecoderTraits, partial_rotary
+from .decoder import DecoderTraits, Dims, partial_rotary
 
 GPT2_KEYS = {
     "hidden_size": ("n_embd",),

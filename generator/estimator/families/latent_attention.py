@@ -19,7 +19,7 @@ from ..graph.parts import (
     norm_part,
 )
 from .assembly import Builder, assemble, mla_part
-from .decoder import Dims, ExpertTraits, DecoderTraits, build
+from .decoder import DecoderTraits, Dims, ExpertTraits, build
 from .mixture_of_experts import _n_shared, first_k_dense
 
 
@@ -28,7 +28,7 @@ def reader_at(d: Dims, i: int):
     per = d.r.cfg.get("per_layer_config")
     if not isinstance(per, Mapping):
         return d.r
-    over = per.get(f"{i:02d}", per.get(str(i), per.get(i)))  # type: ignore[call-overload]
+    over = per.get(f"{i:02d}", per.get(str(i), per.get(i)))
     if not isinstance(over, Mapping):
         return d.r
     sub = Reader({**d.r.cfg, **over}, d.r.model, d.r.model_type, d.r.aliases)

@@ -6,12 +6,12 @@ modeling_qwen3_next.Qwen3NextGatedDeltaNet and its cache), whatever the length."
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from ...errors import ConfigError
 from ..graph.parts import Part
-from .decoder import Dims, ExpertTraits, DecoderTraits
 from .assembly import mla_part
+from .decoder import DecoderTraits, Dims, ExpertTraits
 from .mixture_of_experts import _n_shared, _width, first_k_dense, qwen_sparse
 
 LEGACY = {"mamba": "linear_attention", "attention": "full_attention", "hybrid": "full_attention"}
@@ -24,7 +24,7 @@ def layer_types(d: Dims, default: Callable[[int], str]) -> list[str]:
         return [default(i) for i in range(d.layers)]
     if not isinstance(types, list) or len(types) < d.layers or not all(isinstance(t, str) for t in types):
         raise ConfigError(d.r.model, "layer_types", types, f"must list {d.layers} layer types")
-    return [LEGACY.get(t, t) for t in types]
+    return [str(LEGACY.get(t, t)) for t in types]
 
 
 def is_linear(name: str) -> bool:
@@ -83,7 +83,8 @@ def _kda(d: Dims, n: int, *, low_rank: bool) -> Part:
     h = d.hidden
     if low_rank:  # f_a/f_b and g_a/g_b: hidden -> head_dim -> inner
         gates = 2 * (h * hd + hd * inner)
-        lin = ((h, inner),) * 3 + ((h, hd), (hd, inner), (h, nh), (h, hd), (hd, inner), (inner, h))
+        lin: tuple[tuple[int, int], ...] = ((h, inner),) * 3 + ((h, hd), (hd, inner), (h, nh), (h, hd), (hd, inner),
+                                                               (inner, h))
     else:  # bailing: f_proj hidden -> inner, g_proj hidden -> inner
         gates = 2 * h * inner
         lin = ((h, inner),) * 3 + ((h, inner), (h, nh), (h, inner), (inner, h))

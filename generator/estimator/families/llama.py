@@ -17,7 +17,7 @@ from ..graph.parts import (
     mlp_part,
 )
 from .assembly import Builder, assemble
-from .decoder import Dims, DecoderTraits, build, partial_rotary
+from .decoder import DecoderTraits, Dims, build, partial_rotary
 
 
 def _stablelm_layout(d: Dims) -> tuple[tuple[str, ...], bool]:

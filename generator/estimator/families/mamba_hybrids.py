@@ -23,7 +23,7 @@ from ..graph.parts import (
     norm_part,
 )
 from .assembly import Builder, assemble
-from .decoder import Dims, ExpertTraits, DecoderTraits, attention, build
+from .decoder import DecoderTraits, Dims, ExpertTraits, attention, build
 from .linear_attention import LEGACY, layer_types
 from .mamba import mamba2_part, mamba_part
 from .mixture_of_experts import _width
@@ -94,7 +94,7 @@ def _nemotron_types(cfg: Mapping[str, Any], model: str) -> list[str]:
         types = ["linear_attention", "moe", "full_attention", "mlp"]
     if not isinstance(types, list) or not types or not all(isinstance(t, str) for t in types):
         raise ConfigError(model, "layers_block_type", types, "must be a list of layer kinds")
-    return [LEGACY.get(t, t) for t in types]
+    return [str(LEGACY.get(t, t)) for t in types]
 
 
 def _nemotron_mamba(d: Dims, n: int) -> Part:
@@ -132,11 +132,11 @@ def nemotron_h(cfg: Mapping[str, Any], model: str) -> Arch:
     for t in types:
         if t not in kinds:
             raise ConfigError(model, "layers_block_type", t, "is not a Nemotron-H layer kind")
-    t = DecoderTraits(norms=("pre_attn",), never_tie=True,
+    traits = DecoderTraits(norms=("pre_attn",), never_tie=True,
           mixer=lambda d, i: kinds[types[i]], ffn=lambda d, i: "none",
           mixers={"mamba2": _nemotron_mamba, "mlp": _nemotron_mlp, "moe": _nemotron_moe})
     src = {k: v for k, v in cfg.items() if k != "layer_types"}
-    return build(dict(src, num_hidden_layers=len(types)), model, "nemotron_h", t)
+    return build(dict(src, num_hidden_layers=len(types)), model, "nemotron_h", traits)
 
 
 # Zamba's layers_block_type names (configuration_zamba*.py); its "hybrid" layers stay "hybrid" (shared attention
@@ -150,7 +150,7 @@ def _types(r: Reader, n: int, default: list[str]) -> list[str]:
         return default
     if not isinstance(types, list) or not all(isinstance(t, str) for t in types):
         raise ConfigError(r.model, "layers_block_type", types, "must be a list of layer kinds")
-    return [ZAMBA_LAYER_TYPES.get(t, t) for t in types]
+    return [str(ZAMBA_LAYER_TYPES.get(t, t)) for t in types]
 
 
 def zamba_like(cfg: Mapping[str, Any], model: str, v2: bool) -> Arch:

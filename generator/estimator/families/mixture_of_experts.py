@@ -9,7 +9,8 @@ decoder_sparse_step / mlp_only_layers, moe_layer_freq, ...).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from ...errors import ConfigError
 from ..config.arch import Arch
@@ -25,9 +26,8 @@ from ..graph.parts import (
     moe_part,
     norm_part,
 )
-from .assembly import Builder, assemble
-from .decoder import Dims, ExpertTraits, DecoderTraits, attention, build
-from .assembly import mla_part
+from .assembly import Builder, assemble, mla_part
+from .decoder import DecoderTraits, Dims, ExpertTraits, attention, build
 
 
 def sparse_by_types(default: Callable[[Dims, int], bool]) -> Callable[[Dims, int], bool]:

@@ -9,7 +9,7 @@ from ..config.arch import Arch
 from ..config.reader import Reader
 from ..graph.parts import Part, linear
 from .assembly import Builder
-from .decoder import Dims, ExpertTraits, DecoderTraits, build
+from .decoder import DecoderTraits, Dims, ExpertTraits, build
 from .decoder import Dims as _D
 from .linear_attention import layer_types
 from .mixture_of_experts import first_k_dense

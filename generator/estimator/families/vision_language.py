@@ -12,7 +12,8 @@ sequence carries one image, whose vision-tower activations are added per sample.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from ...errors import ConfigError
 from ..config.arch import Arch
@@ -28,10 +29,10 @@ from ..graph.parts import (
     norm_part,
 )
 from .assembly import Builder, TextReader, Wrapper, assemble
+from .decoder import DecoderTraits, Dims, attention, build
+from .llama import TRAITS as LLAMA_TRAITS
 from .vision_projectors import PROJECTORS, projector
 from .vision_towers import tower_kind, vision_tower
-from .llama import TRAITS as LLAMA_TRAITS
-from .decoder import Dims, DecoderTraits, attention, build
 
 # Default text model_type of each VLM when text_config omits it, and text types read as a base family.
 DEFAULT_TEXT = {"llava": "llama", "llava_next": "llama", "paligemma": "gemma", "idefics3": "llama", "smolvlm": "llama",

@@ -6,7 +6,8 @@ patches become one text token).
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from ...errors import ConfigError
 from ..config.reader import Reader

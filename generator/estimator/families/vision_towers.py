@@ -6,7 +6,8 @@ One rule per tower kind (the vision_config's model_type), each following its mod
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from ...errors import ConfigError
 from ..config.reader import Reader

@@ -7,7 +7,6 @@ transformers modeling files; here they are numbered, shaped and summed.
 from __future__ import annotations
 
 import functools
-
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -16,7 +15,7 @@ from .parts import Block, Part, Spec
 
 
 class Node(NamedTuple):
-    index: int
+    index: int  # type: ignore[assignment]  # the field shadows tuple.index, as the table's column is named
     name: str
     type: str
     output_shape: tuple[int, ...]

@@ -148,7 +148,7 @@ class Block:
         if None in names:
             return None
         out = object.__new__(Block)
-        out.__dict__.update(self.__dict__, parts=tuple(p._replace(name=n) for p, n in zip(self.parts, names, strict=True)))
+        out.__dict__.update(self.__dict__, parts=tuple(p._replace(name=str(n)) for p, n in zip(self.parts, names, strict=True)))
         return out if out.numbered(self.index).parts == self.parts else None
 
 

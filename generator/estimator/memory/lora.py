@@ -31,7 +31,7 @@ def linear_roles(p: Part) -> tuple[str, ...]:
 
 def adapted_linears(b: Block, roles: frozenset[str] | None) -> list[tuple[int, int, str]]:
     """(in, out, input group) of each adapted Linear of a layer; roles None = every Linear (all-linear)."""
-    out = []
+    out: list[tuple[int, int, str]] = []
     for k, p in enumerate(b.parts):
         for (i, o), role in zip(p.linears, linear_roles(p), strict=True):
             if roles is None or role in roles:
@@ -72,6 +72,7 @@ def target_roles(a: Arch, g: Graph, targets: str, model: str) -> frozenset[str] 
     names = {**NAMES, **({"up": "fc1", "down": "fc2"} if plain else {}), **FAMILY_NAMES.get(a.family, {})}
     roles: set[str] = set()
     for name in (t.strip() for t in targets.split(",")):
+        hit: set[str] | frozenset[str]
         if name == "mlp":
             hit = MLP_ROLES & present
         elif name in ROLE_GROUP:  # a role by its own name (recipes: LitGPT's lora_query/lora_value = "q,v")

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 from ..config.arch import Arch
 from ..graph.nodes import Graph
@@ -34,6 +34,8 @@ from ..inputs import Assumptions, Card
 from .activations import block_activation_bytes, embed_dropout_bytes, head_activation_bytes, regime
 from .attention import default_attention, eager_layer_terms
 from .storage import serve_weight_bytes
+
+T = TypeVar("T")  # what per_distinct_layer computes per layer (bytes, or a pair of terms)
 
 
 @dataclass(frozen=True)
@@ -202,10 +204,10 @@ def _layer_rates(a: Arch, blocks: tuple[Block, ...], r, rank: int) -> list[int]:
     return per_distinct_layer(blocks, lambda b: block_activation_bytes(a, b, r, rank))
 
 
-def per_distinct_layer(blocks: tuple[Block, ...], bytes_of: Callable[[Block], int]) -> list[int]:
+def per_distinct_layer(blocks: tuple[Block, ...], bytes_of: Callable[[Block], T]) -> list[T]:
     """bytes_of(b) for every layer, computed once per distinct layer: the layers of a stack repeat a few shapes,
     and only their part names differ (Part.name is the one field left out of the key)."""
-    seen: dict[tuple, int] = {}
+    seen: dict[tuple, T] = {}
     out = []
     for b in blocks:
         key = (b.kind, b.stack, tuple(p[1:] for p in b.parts))
@@ -281,7 +283,7 @@ def cache_block(g: Graph) -> CacheTerms:
     """One block holding every cached layer's state and (window, KV) terms: kv_bytes_of_block is a sum over
     them, so this block's cache is the whole model's, in one pass over its distinct windows."""
     spec = g.spec
-    kv: dict[int | None, int] = {}
+    kv: dict[int, int] = {}
     state, transient = 0, 0
     for b in spec.blocks:
         transient = max(transient, b.transient)

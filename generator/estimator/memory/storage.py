@@ -13,6 +13,7 @@ def _mat_elements(q: Quant, count: int, n_in: int, n_out: int) -> tuple[int, flo
     """(stored elements, stored bytes) of `count` matrices in x out."""
     w = n_in * n_out
     groups = max(1, n_in // q.group_size) if q.group_size else 1
+    nbytes: float  # whole bytes for most formats, a fractional bits x elements / 8 for some
     if q.method in ("gptq", "awq"):
         pack = max(q.packed_per_element, 1)
         elems = w // pack + groups * n_out // pack + groups * n_out + (n_in if q.method == "gptq" else 0)
