@@ -6,6 +6,7 @@ import dataclasses
 from typing import Any, Mapping
 
 from .. import __version__
+from ..errors import JobError
 from .checks import (
     Finding,
     check_checkpoint,
@@ -19,8 +20,9 @@ from .cost import CostLine, job_cost
 from .graph.nodes import Node, build_graph
 from .inputs import Assumptions, Card, Gpu
 from .memory.curve import memory_curve
-from .memory.job import Job, job_memory
+from .memory.job import Job, metric_memory
 from .memory.lora import lora_params
+from .memory.parallel import Setup, per_gpu
 from .memory.profile import (
     Profile,
     budget_bytes,
@@ -29,6 +31,19 @@ from .memory.profile import (
     serve_profile,
     state_bytes_per_sequence,
     train_profile,
+)
+from .memory.setups import (
+    QLORA,
+    cached_peak,
+    inference_job,
+    model_shape,
+    offers,
+    plans_for,
+    serving_job,
+    serving_model,
+    serving_table,
+    training_flops,
+    training_job,
 )
 from .memory.splits import best_cut, two_card_split
 from .memory.storage import serve_weight_bytes, stored_elements
@@ -65,21 +80,29 @@ FORMULAS = {
              "batch 1 does not fit one card",
     "cost": "steps x max(FLOPs/peak, bytes/bandwidth) / MFU; FLOPs = 6 x active matmul weights per token "
             "full, 4 x for LoRA, causal attention halved, sliding windows capped",
+    "plans": "per method and priced GPU, the fewest GPUs (1, 2, 4, 8, then nodes of 8 up to 512) whose per-GPU peak "
+             "at batch 1 fits the card, the simplest strategy first (one GPU; ddp, zero2; zero3/fsdp with "
+             "checkpointing; offload); hours = FLOPs (+ one forward when checkpointing) / (GPUs x peak x MFU)",
+    "serving": "smallest tensor-parallel count holding one sequence; decode = bandwidth x 0.78 / (active weights + "
+               "KV read per token), prefill = peak x 0.69 / forward FLOPs per token (roofline; FasterTransformer "
+               "ratios via llm-analysis)",
 }
 
 
 def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptions, cards: tuple[Card, ...],
              gpus: Mapping[str, Gpu], checkpoint_params: int | None = None, downloads: int | None = None,
-             sha: str | None = None, job: Job | None = None) -> Report:
-    """Estimate parameters, memory, cost and findings for one config.json (already parsed). `job`: the exact
-    setup whose peak memory.peak_bytes reports (default: full AMP AdamW at batch 1 and the training tokens)."""
+             sha: str | None = None, job: Job | None = None, setup: Setup | None = None) -> Report:
+    """Estimate parameters, memory, cost, plans and findings for one config.json (already parsed). `job` on
+    `setup`: the exact run whose per-GPU peak memory.peak_bytes reports (default: full AMP AdamW at batch 1 and the
+    training tokens on one GPU)."""
     s = assumptions
     arch = normalise(config, model_id)
     graph = build_graph(arch)
     spec = graph.spec
     train_tokens = min(s.train_tokens, arch.max_context)
-    # Encoders (and encoder-decoders) serve whole sequences of at most their context.
-    serve_tokens = s.serve_tokens if spec.kind == "decoder" else min(s.serve_tokens, arch.max_context)
+    # No sequence is served past the context the model was trained for (issue 16 item 2; encoders read whole
+    # sequences of at most their context).
+    serve_tokens = min(s.serve_tokens, arch.max_context)
     adapters = lora_params(graph, arch, s.lora_rank)
     profiles: dict[str, Profile] = {
         "train_full": train_profile(arch, graph, s, train_tokens, "full", s.lora_rank),
@@ -88,12 +111,36 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
     }
     cuts: dict[str, tuple[int, int, int]] = {}  # the best two-card cut per method (the same on every card)
     plans = tuple(_card_plan(card, profiles, s, cuts) for card in cards)
+    explicit = job is not None and (job.tokens > 0 or job.new_tokens > 0)
     job = job or Job()
     if not job.tokens:  # the site's tokens: training capped at the context, serving's prompt
         job = dataclasses.replace(job, tokens=serve_tokens if job.method == "inference" else train_tokens)
     if job.method == "inference" and job.precision == "amp":  # autocast is a training notion: bf16 serving
         job = dataclasses.replace(job, precision="bf16")
-    exact = job_memory(arch, graph, s, job, model_id)
+    past_context = check_job_context(arch, job, model_id) if explicit else []
+    shape = model_shape(arch, graph)
+    weights_served = serve_weight_bytes(arch, s)([*spec.embed, *(p for b in spec.blocks for p in b.parts),
+                                                   *spec.head])
+    site_jobs = {
+        "full": training_job(arch, graph, s, Job(tokens=train_tokens), shape, model_id),
+        "lora": training_job(arch, graph, s, Job(method="lora", lora_rank=s.lora_rank, tokens=train_tokens), shape,
+                             model_id),
+        "qlora": training_job(arch, graph, s, dataclasses.replace(QLORA, lora_rank=s.lora_rank, tokens=train_tokens),
+                              shape, model_id),
+        "serve": serving_job(profiles["serve"], weights_served, shape, s.compute_bytes),
+        "serve2": serving_job(profiles["serve"], weights_served, shape, s.compute_bytes, sequences=2),
+    }
+    setup = setup or Setup()
+    if job == Job(tokens=train_tokens):  # the site's full job: its phases are built already
+        exact_job = site_jobs["full"]
+    elif job.method == "inference":
+        exact_job = inference_job(arch, graph, s, job, shape, model_id)
+    else:
+        exact_job = training_job(arch, graph, s, job, shape, model_id, both=False)
+    spread = per_gpu(exact_job, setup, model_id)
+    exact = metric_memory(spread.peak_phase, dict(spread.breakdown), s, job, graph)
+    setup_plans, unreachable, serving = _setups(arch, graph, s, cards, gpus, site_jobs, adapters, serve_tokens,
+                                          weights_served, model_id)
 
     def smallest(key: str) -> str | None:
         fitting = [c for c in sorted(plans, key=lambda c: c.budget_bytes) if getattr(c, key) >= 1]
@@ -109,13 +156,14 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
         train_lora_bytes_job_batch=profiles["train_lora"].total(s.job_batch), kv_bytes_per_token=kv_bytes_per_token(arch, s),
         peak_phase_by_method=tuple((k, p.peak_phase(1)) for k, p in profiles.items()),
         peak_bytes=exact.peak_bytes, peak_phase=exact.peak_phase, breakdown=exact.breakdown,
-        job=tuple(job.to_dict().items()),
+        job=tuple({**job.to_dict(), "gpus": setup.gpus, "strategy": setup.strategy,
+                   "offload": setup.offload}.items()),
+        offload_cpu_bytes_per_node=spread.cpu_bytes_per_node,
         smallest_card_full=smallest("train_full_max_batch"), smallest_card_lora=smallest("train_lora_max_batch"),
         smallest_card_serve=smallest("serve_max_batch"), cards=plans,
         kv_bytes_per_sequence=kv_bytes_per_sequence(arch, s, serve_tokens),
         state_bytes_per_sequence=state_bytes_per_sequence(arch, s), image_tokens=spec.image_tokens,
-        serve_weight_bytes=serve_weight_bytes(arch, s)([*spec.embed, *(p for b in spec.blocks for p in b.parts),
-                                                        *spec.head]),
+        serve_weight_bytes=weights_served,
         curve=memory_curve(arch, graph, s, {("full", train_tokens): profiles["train_full"],
                                             ("lora", train_tokens): profiles["train_lora"],
                                             ("serve", serve_tokens): profiles["serve"]}),
@@ -126,7 +174,7 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
     findings: list[Finding] = [*check_scope(arch, train_tokens, s.train_tokens, serve_tokens, s.serve_tokens),
                                *check_shapes(arch),
                                *check_special_tokens(arch), *check_rope(arch), *check_quantization(arch, graph, stored),
-                               *check_checkpoint(arch, graph, checkpoint_params, stored)]
+                               *check_checkpoint(arch, graph, checkpoint_params, stored), *past_context]
     vision = sum(p.params for p in spec.embed if p.name.startswith(VISION_PREFIXES))
     kinds: dict[str, int] = {}
     for b in spec.blocks:
@@ -147,7 +195,50 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
         structure=_structure(graph.nodes),
         findings=tuple(findings),
         provenance=(("config_keys", arch.used()), ("formulas", dict(FORMULAS))),
+        plans=tuple(setup_plans), plans_unreachable=tuple(unreachable), serving=serving,
     )
+
+
+def check_job_context(arch, job: Job, model_id: str) -> list[Finding]:
+    """An explicit job past the model's context: an error, or a warning where the config declares rope scaling
+    (the context may then stretch; the estimate is priced as asked)."""
+    total = job.tokens + (job.new_tokens if job.method == "inference" else 0)
+    if total <= arch.max_context:
+        return []
+    key, value = ("new_tokens", job.new_tokens) if job.method == "inference" and job.new_tokens else ("tokens",
+                                                                                                    job.tokens)
+    what = f"{job.tokens:,} + {job.new_tokens:,} tokens" if key == "new_tokens" else f"{job.tokens:,} tokens"
+    if not (arch.raw.get("rope_scaling") or arch.raw.get("rope_parameters")):
+        raise JobError(model_id, key, value, f"{what} run past the model's context of {arch.max_context:,} tokens "
+                                             "(max_position_embeddings), and the config declares no rope scaling")
+    return [Finding("context", "warning", f"this job runs {what}, past the model's context of "
+                                          f"{arch.max_context:,} tokens; the config declares rope scaling, so the "
+                                          "estimate is priced as asked, but check that the scaling covers it.")]
+
+
+def _setups(arch, graph, s: Assumptions, cards, gpus, jobs, adapters: int, serve_tokens: int, weights_served: int,
+            model_id: str):
+    """Plans for full, LoRA, QLoRA and serving on every priced GPU, and the serving speeds (memory/setups.py)."""
+    def metric(method: str, parts: dict[str, int]) -> int:
+        if method == "qlora":  # paged AdamW's state lives in managed memory, out of the allocator's count
+            parts["optimizer_state"] = 0
+        return sum(parts.values())
+    peak = cached_peak(jobs, metric)
+    gpu_offers = offers(cards, gpus, s)
+    flops = {m: training_flops(arch, graph, s, m, adapters) for m in ("full", "lora", "qlora")}
+    not_applicable = {}
+    if arch.quant is not None:
+        not_applicable["qlora"] = (f"the checkpoint is already quantised ({arch.quant.describes}); QLoRA quantises "
+                                   "a 16-bit base to NF4, so it does not apply as such")
+    plans, unreachable = plans_for(jobs, peak, gpu_offers, {m: f[0] for m, f in flops.items()},
+                                   {"full": s.mfu_full, "lora": s.mfu_lora, "qlora": s.mfu_lora},
+                                   {m: f[1] for m, f in flops.items()}, not_applicable)
+    serving = ()
+    if graph.spec.kind != "encoder":
+        model = serving_model(arch, graph, s, weights_served, kv_bytes_per_sequence(arch, s, serve_tokens),
+                              serve_tokens)
+        serving = serving_table(model, peak, gpu_offers)
+    return plans, unreachable, serving
 
 
 # Structure-table names of the parts outside the language model (vlm.py).

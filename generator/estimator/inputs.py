@@ -44,10 +44,11 @@ class Assumptions:
     job_batch: int = 32
     job_tokens: int = 2048
     job_samples: int = 50_000
-    # Model FLOPs utilisation assumed when turning roofline time into expected hours
-    # (gpu-and-hub-facts.md A5: 35-45% full fine-tune, 15-25% LoRA / small batches).
+    # Model FLOPs utilisation assumed when turning roofline time into expected hours: 35-45% for a tuned full
+    # fine-tune at 2-4k context (llm-foundry, fms-fsdp). LoRA takes the same: its GEMMs are the same shapes and
+    # its FLOPs already leave out the frozen weights' gradient GEMMs (about 2/3 of full's, NeMo AutoModel PR 786).
     mfu_full: float = 0.40
-    mfu_lora: float = 0.20
+    mfu_lora: float = 0.40
 
 
 @dataclass(frozen=True)

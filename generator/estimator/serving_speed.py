@@ -48,6 +48,7 @@ class ServingSpeed:
     prefill_tokens_per_s: float
     max_concurrency: int  # sequences of serve_tokens whose caches fit beside the weights
     usd_per_million_output_tokens: float | None  # at max_concurrency; None when unpriced
+    gpu_model: str = ""  # the priced GPU's own name, where the card (gpu) lists several
 
     def to_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -97,10 +98,11 @@ def serving_speed(m: ServingModel, gpu: str, setup: Setup, batch1_peak_bytes: in
     """Speeds of `setup` (from smallest_tp). batch1_peak_bytes: the largest GPU's peak serving one sequence;
     per_sequence_bytes: what each further sequence adds on that GPU (its KV cache share and logits).
     usd_per_hour: per GPU. With pipeline stages (tp+pp) only one stage works on a token at a time, so the step
-    uses the tensor-parallel width (8), not all GPUs."""
+    uses the tensor-parallel width (8), not all GPUs; pipeline alone (pp), one GPU's."""
     if setup.gpus < 1:
         raise ParallelError("", "gpus", setup.gpus, "must be a positive integer")
-    width = min(setup.gpus, GPUS_PER_NODE) if setup.strategy == "tp+pp" else setup.gpus
+    width = min(setup.gpus, GPUS_PER_NODE) if setup.strategy == "tp+pp" else 1 if setup.strategy == "pp" \
+        else setup.gpus
     stages = setup.gpus // width
     step = decode_step_seconds(m, 1, width, bandwidth_gb_per_s, peak_tflops, bandwidth_efficiency, mfu)
     decode = 1.0 / step if step > 0 else float("inf")

@@ -20,6 +20,7 @@ from ..graph.nodes import Graph
 from ..inputs import Assumptions
 from .activations import block_activation_bytes, head_activation_bytes, regime
 from .lora import adapted_linears, lora_params, target_roles
+from .parallel import Phase
 from .profile import kv_bytes_of_block, per_distinct_layer
 from .storage import _mat_elements
 
@@ -135,13 +136,31 @@ def weight_bytes(g: Graph, storage: str, double_quant: bool = False) -> int:
         return (4 if storage == "fp32" else 2) * g.params_total
     q = QUANTS[storage]
     total = 2.0 * g.params_total
-    for b in spec.blocks:
-        for p in b.parts:
-            for count, i, o in p.weight_mats:
-                total += _mat_elements(q, count, i, o)[1] - 2 * count * i * o
-                if double_quant:
-                    total -= DOUBLE_QUANT_SAVING * count * i * o
+    for (count, i, o), times in layer_mats(g).items():
+        total += times * (_mat_elements(q, count, i, o)[1] - 2 * count * i * o)
+        if double_quant:
+            total -= times * DOUBLE_QUANT_SAVING * count * i * o
     return int(total)
+
+
+def layer_mats(g: Graph) -> dict[tuple[int, int, int], int]:
+    """Every weight matrix (count, in, out) of the layers' parts and how often it occurs. The parts of repeated
+    layers share their `mats` and `linears` tuples (Block.numbered copies a layer's parts field by field), so each
+    distinct pair is expanded once: the same sum as a walk over every part, in a fraction of the time."""
+    seen: dict[tuple[int, int], list] = {}
+    for b in g.spec.blocks:
+        for p in b.parts:
+            key = (id(p.mats), id(p.linears))
+            entry = seen.get(key)
+            if entry is None:
+                seen[key] = [p, 1]
+            else:
+                entry[1] += 1
+    tally: dict[tuple[int, int, int], int] = {}
+    for p, times in seen.values():
+        for m in p.weight_mats:
+            tally[m] = tally.get(m, 0) + times
+    return tally
 
 
 def dequant_transient_bytes(g: Graph, storage: str, c: int) -> int:
@@ -150,8 +169,7 @@ def dequant_transient_bytes(g: Graph, storage: str, c: int) -> int:
     packed weight: 0."""
     if storage not in ("nf4", "int8"):
         return 0
-    spec = g.spec
-    return c * max((i * o for b in spec.blocks for p in b.parts for _, i, o in p.weight_mats), default=0)
+    return c * max((i * o for _, i, o in layer_mats(g)), default=0)
 
 
 def score_bytes(a: Arch, c: int) -> int:
@@ -170,25 +188,41 @@ def eager_scores_bytes(a: Arch, g: Graph, tokens: int, c: int, one_layer: bool =
     return (max(heads, default=0) if one_layer else sum(heads)) * tokens * tokens * score_bytes(a, c)
 
 
-def _phase(name: str, **parts: int) -> tuple[str, dict[str, int]]:
-    return name, {k: int(parts.get(k, 0)) for k in PARTS}
+def _phase(name: str, **parts: int) -> Phase:
+    """One phase; `overhead` comes split by how it shares out over GPUs (parallel.Phase): autocast's weight
+    copies, the optimizer step's temporaries, and what every process holds whole."""
+    return Phase(name, **{k: int(v) for k, v in parts.items()}, computing=name != "optimizer step")
+
+
+def job_phases(a: Arch, g: Graph, s: Assumptions, job: Job, model: str = "") -> tuple[Phase, ...]:
+    """Every phase of `job` on one GPU (allocated tensors, before the metric): what memory.parallel shares out."""
+    model = model or a.model_type
+    validate(job, model)
+    return tuple(_inference(a, g, s, job) if job.method == "inference" else _training(a, g, s, job, model))
+
+
+def phase_parts(ph: Phase) -> dict[str, int]:
+    """A phase as the breakdown's PARTS (overhead summed)."""
+    return {"weights": ph.weights, "gradients": ph.gradients, "optimizer_state": ph.optimizer_state,
+            "activations": ph.activations, "logits": ph.logits, "kv_cache": ph.kv_cache,
+            "overhead": ph.overhead_weights + ph.overhead_step + ph.overhead_fixed}
 
 
 def job_memory(a: Arch, g: Graph, s: Assumptions, job: Job, model: str = "") -> JobMemory:
     """The peak of `job` and its phase, with the breakdown at that phase, in the `metric`'s terms."""
-    model = model or a.model_type
-    validate(job, model)
-    if job.method == "inference":
-        phases = _inference(a, g, s, job)
-    else:
-        phases = _training(a, g, s, job, model)
-    name, parts = max(phases, key=lambda ph: sum(ph[1].values()))
+    parts_of = [(ph.name, phase_parts(ph)) for ph in job_phases(a, g, s, job, model)]
+    name, parts = max(parts_of, key=lambda ph: sum(ph[1].values()))
+    return metric_memory(name, parts, s, job, g)
+
+
+def metric_memory(name: str, parts: dict[str, int], s: Assumptions, job: Job, g: Graph) -> JobMemory:
+    """A peak's breakdown (one GPU's, or the largest GPU's of a parallel setup) in the job's metric."""
     parts = dict(parts)
     _apply_metric(parts, s, job, g)
     return JobMemory(sum(parts.values()), name, tuple((k, parts[k]) for k in PARTS))
 
 
-def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str) -> list[tuple[str, dict[str, int]]]:
+def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str) -> list[Phase]:
     spec = g.spec
     r = regime("full" if job.method == "full" else "lora", job.precision)
     c = r.compute_bytes
@@ -220,11 +254,11 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str) -> list[t
                                                                                              else 0)
     head = T * head_activation_bytes(a, g, r, s)
     logits = T * s.logits_bytes * spec.logits
-    overhead = copies + dequant_transient_bytes(g, job.storage, c)
+    overhead = {"overhead_weights": copies, "overhead_fixed": dequant_transient_bytes(g, job.storage, c)}
     if not job.grad_ckpt:
         acts = embed + sum(layers) + head
         out = [_phase("loss (logits)" if logits * 2 > acts else "backward (activations)", weights=weights,
-                      optimizer_state=state, activations=B * (acts - logits), logits=B * logits, overhead=overhead)]
+                      optimizer_state=state, activations=B * (acts - logits), logits=B * logits, **overhead)]
     else:
         # non-reentrant checkpointing per decoder layer (transformers gradient_checkpointing_enable): each layer
         # keeps only its input through the forward. At the loss nothing is recomputed; then the backward reruns
@@ -233,15 +267,15 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str) -> list[t
         head_params = sum(p.params for p in spec.head) + (spec.vocab * (a.embed_dim or a.hidden)
                                                           if spec.tied and r.trained else 0)
         out = [_phase("loss (logits)", weights=weights, optimizer_state=state,
-                      activations=B * (inputs + head - logits), logits=B * logits, overhead=overhead),
+                      activations=B * (inputs + head - logits), logits=B * logits, **overhead),
                _phase("backward (recomputing a checkpointed layer)", weights=weights, optimizer_state=state,
                       gradients=param_bytes * head_params if r.trained else 0,
-                      activations=B * (inputs + max(layers, default=0)), overhead=overhead)]
+                      activations=B * (inputs + max(layers, default=0)), **overhead)]
     if job.method == "full" and spec.tied:  # F6: the tied weight's two gradients and their sum
         tied = 2 * param_bytes * spec.vocab * (a.embed_dim or a.hidden)
         out.append(_phase("end of backward (tied-embedding gradients)", weights=weights, gradients=grad + tied,
                           optimizer_state=state))
-    out.append(_phase("optimizer step", weights=weights, gradients=grad, optimizer_state=state, overhead=temp))
+    out.append(_phase("optimizer step", weights=weights, gradients=grad, optimizer_state=state, overhead_step=temp))
     return out
 
 
@@ -266,7 +300,7 @@ def _layer_bytes(a: Arch, b, r, rank: int, roles, job: Job, T: int) -> int:
     return out
 
 
-def _inference(a: Arch, g: Graph, s: Assumptions, job: Job) -> list[tuple[str, dict[str, int]]]:
+def _inference(a: Arch, g: Graph, s: Assumptions, job: Job) -> list[Phase]:
     """HF generate (F7): prefill of all B prompts in one forward, then decode. Prefill: weights + the prompts'
     KV cache + per prompt token c x (the largest part's working set + 4 hidden-wide tensors: inputs_embeds,
     the layer input, the post-attention residual, the normed input) [+ eager scores of one layer]. Decode:
@@ -286,7 +320,7 @@ def _inference(a: Arch, g: Graph, s: Assumptions, job: Job) -> list[tuple[str, d
     if job.attention == "eager":
         acts += eager_scores_bytes(a, g, T, c, one_layer=True)
     dequant = dequant_transient_bytes(g, job.storage, c)
-    return [_phase("prefill", weights=weights, kv_cache=B * kv(T), activations=B * acts, overhead=dequant),
+    return [_phase("prefill", weights=weights, kv_cache=B * kv(T), activations=B * acts, overhead_fixed=dequant),
             _phase("decode", weights=weights, kv_cache=B * kv(T + N), logits=B * (c + 4) * spec.vocab)]
 
 

@@ -36,6 +36,7 @@ class GpuOffer:
     usd_per_hour: float | None  # per GPU; None = unpriced (no job_usd)
     peak_tflops: float  # dense bf16 (fp16 where there is no bf16)
     bandwidth_gb_per_s: float = 0.0
+    model: str = ""  # the priced GPU's own name, where a card (name) lists several (A100 / H100 80 GB)
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,7 @@ class Plan:
     job_usd: float | None
     cheapest: bool = False
     smallest: bool = False
+    gpu_model: str = ""  # GpuOffer.model: which of the card's priced GPUs
 
     def to_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -68,7 +70,10 @@ class Unreachable:
 
 
 def candidates(method: str, gpus: int) -> tuple[Setup, ...]:
-    """The setups tried at one GPU count, most preferred first."""
+    """The setups tried at one GPU count, most preferred first; QLoRA's recipe always checkpoints (Dettmers et al.
+    2023, arXiv:2305.14314 §2: paged optimizers absorb the spikes of gradient checkpointing)."""
+    if method == "qlora":
+        return tuple(s for s in candidates("lora", gpus) if s.grad_ckpt)
     if method == "serve":
         if gpus == 1:
             return (Setup("single", 1),)
@@ -97,7 +102,8 @@ def _try(peak: PeakFn, method: str, setup: Setup) -> int | None:
         return None
 
 
-def plan_one(peak: PeakFn, method: str, gpu: GpuOffer, job_flops: float | None, mfu: float) -> Plan:
+def plan_one(peak: PeakFn, method: str, gpu: GpuOffer, job_flops: float | None, mfu: float,
+             ckpt_flops: float | None = None) -> Plan:
     """The first setup, by GPU count then preference, whose per-GPU peak fits the card; when none fits at
     MAX_GPUS, the smallest peak seen there with fits False."""
     best: tuple[int, Setup] | None = None
@@ -107,12 +113,50 @@ def plan_one(peak: PeakFn, method: str, gpu: GpuOffer, job_flops: float | None, 
             if bytes_ is None:
                 continue
             if bytes_ <= gpu.budget_bytes:
-                return _plan(method, gpu, setup, bytes_, True, job_flops, mfu)
+                flops = ckpt_flops if setup.grad_ckpt and ckpt_flops is not None else job_flops
+                return _plan(method, gpu, setup, bytes_, True, flops, mfu)
             if n == MAX_GPUS and (best is None or bytes_ < best[0]):
                 best = (bytes_, setup)
     if best is None:
-        return Plan(method, gpu.name, MAX_GPUS, "", False, "none", 0, False, None, None, None)
+        return Plan(method, gpu.name, MAX_GPUS, "", False, "none", 0, False, None, None, None, gpu_model=gpu.model)
     return _plan(method, gpu, best[1], best[0], False, job_flops, mfu)
+
+
+def plan_all(peak: PeakFn, method: str, gpus: tuple[GpuOffer, ...], job_flops: float | None, mfu: float,
+             ckpt_flops: float | None = None) -> list[Plan]:
+    """[plan_one(...) for each GPU], each setup's peak asked once for all GPUs: the same walk (GPU count, then
+    preference), every GPU taking the first setup within its budget. DDP past one GPU is not asked: a GPU still
+    unplaced there did not hold the job alone, and DDP holds at least that (parallel: everything replicated)."""
+    found: dict[int, tuple[Setup, int]] = {}
+    best: tuple[int, Setup] | None = None
+    for n in GPU_COUNTS:
+        for setup in candidates(method, n):
+            if setup.strategy == "ddp" and n < MAX_GPUS:
+                continue
+            bytes_ = _try(peak, method, setup)
+            if bytes_ is None:
+                continue
+            for i, gpu in enumerate(gpus):
+                if i not in found and bytes_ <= gpu.budget_bytes:
+                    found[i] = (setup, bytes_)
+            if n == MAX_GPUS and (best is None or bytes_ < best[0]):
+                best = (bytes_, setup)
+            if len(found) == len(gpus):
+                break
+        if len(found) == len(gpus):
+            break
+    out = []
+    for i, gpu in enumerate(gpus):
+        if i in found:
+            setup, bytes_ = found[i]
+            flops = ckpt_flops if setup.grad_ckpt and ckpt_flops is not None else job_flops
+            out.append(_plan(method, gpu, setup, bytes_, True, flops, mfu))
+        elif best is None:
+            out.append(Plan(method, gpu.name, MAX_GPUS, "", False, "none", 0, False, None, None, None,
+                            gpu_model=gpu.model))
+        else:
+            out.append(_plan(method, gpu, best[1], best[0], False, job_flops, mfu))
+    return out
 
 
 def _plan(method: str, gpu: GpuOffer, setup: Setup, bytes_: int, fits: bool, job_flops: float | None,
@@ -121,7 +165,7 @@ def _plan(method: str, gpu: GpuOffer, setup: Setup, bytes_: int, fits: bool, job
     hours = job_hours(job_flops, setup.gpus, gpu.peak_tflops, mfu) if fits and method != "serve" else None
     usd = None if hours is None or usd_h is None else hours * usd_h
     return Plan(method, gpu.name, setup.gpus, setup.strategy, setup.grad_ckpt, setup.offload, bytes_, fits, usd_h,
-                hours, usd)
+                hours, usd, gpu_model=gpu.model)
 
 
 def job_hours(job_flops: float | None, gpus: int, peak_tflops: float, mfu: float) -> float | None:
@@ -132,15 +176,18 @@ def job_hours(job_flops: float | None, gpus: int, peak_tflops: float, mfu: float
 
 
 def search_plans(peak: PeakFn, methods: tuple[str, ...], gpus: tuple[GpuOffer, ...],
-                 job_flops: Mapping[str, float], mfu: Mapping[str, float]) -> tuple[list[Plan], list[Unreachable]]:
+                 job_flops: Mapping[str, float], mfu: Mapping[str, float],
+                 ckpt_flops: Mapping[str, float] | None = None) -> tuple[list[Plan], list[Unreachable]]:
     """Every (method, priced GPU) plan, marked cheapest (lowest job_usd of the method; serving: lowest usd_per_hour)
-    and smallest (fewest GPUs of the method), ties all marked; a method no GPU runs at MAX_GPUS is unreachable."""
+    and smallest (fewest GPUs of the method), ties all marked; a method no GPU runs at MAX_GPUS is unreachable.
+    ckpt_flops: the job's FLOPs with gradient checkpointing (one more forward), for the setups that use it."""
     plans: list[Plan] = []
     unreachable: list[Unreachable] = []
     for method in methods:
         if method not in METHODS:
             raise ParallelError("", "method", method, f"must be one of {', '.join(METHODS)}")
-        rows = [plan_one(peak, method, g, job_flops.get(method), mfu.get(method, 0.0)) for g in gpus]
+        rows = plan_all(peak, method, gpus, job_flops.get(method), mfu.get(method, 0.0),
+                        (ckpt_flops or {}).get(method))
         fitting = [p for p in rows if p.fits]
         if not fitting:
             nodes = MAX_GPUS // GPUS_PER_NODE
