@@ -50,6 +50,14 @@ def _model_parser() -> argparse.ArgumentParser:
     ex.add_argument("--attention", choices=j.ATTENTIONS)
     ex.add_argument("--metric", choices=j.METRICS,
                     help="allocated (tensors), reserved (+ the allocator's cache), nvidia-smi (+ CUDA context)")
+    from .estimator.memory import parallel
+
+    ex.add_argument("--gpus", type=int, metavar="N", default=1, help="GPUs the job runs on (default 1); "
+                                                                     "memory.peak_bytes is per GPU")
+    ex.add_argument("--strategy", choices=[x for x in parallel.STRATEGIES if x not in ("single", "tp+pp")],
+                    help="how the job is spread (default: ddp when --gpus > 1)")
+    ex.add_argument("--offload", choices=parallel.OFFLOADS, default="none",
+                    help="ZeRO-Offload (optimizer) or parameter offload (params) to CPU memory")
     p.add_argument("--config", type=Path, metavar="FILE",
                    help="site_config.yaml whose keys override the defaults (default: ./site_config.yaml when present)")
     p.add_argument("--snapshot", type=Path, metavar="DIR", help="snapshot folder to look repo ids up in")
@@ -143,7 +151,12 @@ def _run_model(argv: Sequence[str], console: Console, err: Console) -> int:
         raise ConfigError("command line", "--new-tokens", args.new_tokens, "must be >= 0")
     settings = load_settings(args.config, **overrides)
     record = resolve_model(args.model, args.snapshot)
-    report = report_for_record(record, settings, _job(args))
+    if args.gpus < 1:
+        raise ConfigError("command line", "--gpus", args.gpus, "must be a positive integer")
+    from .estimator.memory.setups import default_setup
+
+    setup = default_setup(args.gpus, args.strategy, args.offload)
+    report = report_for_record(record, settings, _job(args), setup)
     if args.json:
         sys.stdout.write(json.dumps(report.to_dict(), sort_keys=True, indent=1) + "\n")
         return 0
@@ -159,8 +172,15 @@ def _run_model(argv: Sequence[str], console: Console, err: Console) -> int:
         return 0
     from .terminal import print_summary
 
-    print_summary(console, report, plan=args.plan, settings=settings)
+    print_summary(console, report, plan=args.plan, settings=settings, asked=_asked(args))
     return 0
+
+
+def _asked(args: argparse.Namespace) -> bool:
+    """Whether the command line names an exact setup (then the summary leads with it)."""
+    return any(v is not None for v in (args.method, args.precision, args.weights, args.optimizer, args.lora_targets,
+                                       args.new_tokens, args.attention, args.metric, args.strategy)) \
+        or bool(args.grad_ckpt) or args.gpus != 1 or args.offload != "none"
 
 
 def _job(args: argparse.Namespace):

@@ -7,9 +7,10 @@ from .records import ModelRecord
 from .settings import Settings
 
 
-def report_for_record(record: ModelRecord, settings: Settings, job=None) -> Report:
+def report_for_record(record: ModelRecord, settings: Settings, job=None, setup=None) -> Report:
     """Estimate one record; raises ConfigError / UnsupportedArchitecture naming the model. `job`: an
-    estimator.job.Job for memory.peak_bytes (default: the site's job)."""
+    estimator.job.Job for memory.peak_bytes (default: the site's job), on `setup` (memory.parallel.Setup; default
+    one GPU)."""
     return estimate(
         record.config(),
         model_id=record.id,
@@ -20,4 +21,5 @@ def report_for_record(record: ModelRecord, settings: Settings, job=None) -> Repo
         downloads=record.downloads,
         sha=record.sha,
         job=job,
+        setup=setup,
     )
