@@ -267,7 +267,7 @@ def serve_weights(quantization: Sequence[tuple[str, object]] | None) -> str:
 
 STRATEGY_WORDS = {"single": "", "ddp": "data parallel (DDP)", "zero2": "ZeRO-2", "zero3": "ZeRO-3", "fsdp": "FSDP",
                   "tp": "tensor parallel", "pp": "pipeline parallel", "tp+pp": "tensor and pipeline parallel"}
-OFFLOAD_WORDS = {"none": "", "optimizer": "optimizer offload to CPU", "params": "parameter offload to CPU"}
+OFFLOAD_WORDS = {"none": "", "optimizer": "CPU optimizer offload", "params": "CPU param offload"}
 
 
 def setup(gpus: int, gpu: str, strategy: str, grad_ckpt: bool = False, offload: str = "none") -> str:

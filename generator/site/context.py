@@ -15,6 +15,7 @@ from ..estimator import Report
 from ..records import ModelRecord
 from ..settings import Settings
 from . import accuracy_page, charts, pages, sources
+from .setups_context import setups_context
 
 MIN_LAYERS_TO_FOLD = 3  # with 1 or 2 layers folding saves nothing (the reference page shows all rows)
 # The most structure rows a page shows (a row is ~80 bytes; the page budget is 60 KB). A 126-layer
@@ -83,6 +84,7 @@ def model_context(report: Report, record: ModelRecord | None, settings: Settings
         "validation": {"checkpoint": count["status"], "missing": count["missing"]},
         "structure": structure_context(report),
         "findings": findings,
+        "setups": setups_context(report),
     }
 
 
