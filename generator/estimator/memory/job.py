@@ -129,14 +129,14 @@ def validate(job: Job, model: str) -> None:
         raise JobError(model, "double_quant", True, f"is for nf4 weights, not {job.storage}")
 
 
-def weight_bytes(g: Graph, storage: str, double_quant: bool = False) -> int:
+def weight_bytes(g: Graph, storage: str, double_quant: bool = False, mats: dict | None = None) -> int:
     """Bytes of the whole model's weights stored as `storage` (quantised: the layers' Linears; the rest 16-bit)."""
     spec = g.spec
     if storage in ("bf16", "fp16", "fp32"):
         return (4 if storage == "fp32" else 2) * g.params_total
     q = QUANTS[storage]
     total = 2.0 * g.params_total
-    for (count, i, o), times in layer_mats(g).items():
+    for (count, i, o), times in (mats or layer_mats(g)).items():
         total += times * (_mat_elements(q, count, i, o)[1] - 2 * count * i * o)
         if double_quant:
             total -= times * DOUBLE_QUANT_SAVING * count * i * o
@@ -163,13 +163,13 @@ def layer_mats(g: Graph) -> dict[tuple[int, int, int], int]:
     return tally
 
 
-def dequant_transient_bytes(g: Graph, storage: str, c: int) -> int:
+def dequant_transient_bytes(g: Graph, storage: str, c: int, mats: dict | None = None) -> int:
     """A 4-bit or int8 base's largest Linear dequantised to the compute dtype for a matmul (bitsandbytes
     MatMul4Bit: dequantize_4bit(W) @ x, freed after; its backward does the same); GPTQ and fp8 kernels read the
     packed weight: 0."""
     if storage not in ("nf4", "int8"):
         return 0
-    return c * max((i * o for _, i, o in layer_mats(g)), default=0)
+    return c * max((i * o for _, i, o in (mats or layer_mats(g))), default=0)
 
 
 def score_bytes(a: Arch, c: int) -> int:
@@ -231,14 +231,15 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str) -> list[P
     if job.method == "full":
         trainable, param_bytes = P, {"amp": 4, "bf16": 2, "fp32": 4}[job.precision]
         weights = param_bytes * P
-        roles, rank = None, 0
+        roles, rank, mats = None, 0, None
         copies = 2 * g.params_matmul if r.amp else 0  # autocast's bf16 weight copies, saved for backward
     else:
         roles = target_roles(a, g, job.lora_targets, model)
         rank = job.lora_rank
         trainable = lora_params(g, a, rank, roles)
         param_bytes = 2 if job.precision == "bf16" else 4  # peft keeps adapters fp32 under AMP
-        weights = weight_bytes(g, job.storage, job.double_quant) + param_bytes * trainable
+        mats = layer_mats(g) if job.storage in QUANTS else None  # weights and the dequantised transient share it
+        weights = weight_bytes(g, job.storage, job.double_quant, mats) + param_bytes * trainable
         copies = 2 * trainable if r.amp else 0
     grad = param_bytes * trainable  # gradients take the trainable weights' dtype
     # Optimizer state per trainable parameter, and the step's temporaries:
@@ -254,7 +255,7 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str) -> list[P
                                                                                              else 0)
     head = T * head_activation_bytes(a, g, r, s)
     logits = T * s.logits_bytes * spec.logits
-    overhead = {"overhead_weights": copies, "overhead_fixed": dequant_transient_bytes(g, job.storage, c)}
+    overhead = {"overhead_weights": copies, "overhead_fixed": dequant_transient_bytes(g, job.storage, c, mats)}
     if not job.grad_ckpt:
         acts = embed + sum(layers) + head
         out = [_phase("loss (logits)" if logits * 2 > acts else "backward (activations)", weights=weights,
