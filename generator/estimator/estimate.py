@@ -219,10 +219,9 @@ def check_job_context(arch, job: Job, model_id: str) -> list[Finding]:
 def _setups(arch, graph, s: Assumptions, cards, gpus, jobs, adapters: int, serve_tokens: int, weights_served: int,
             model_id: str):
     """Plans for full, LoRA, QLoRA and serving on every priced GPU, and the serving speeds (memory/setups.py)."""
-    def metric(method: str, parts: dict[str, int]) -> int:
-        if method == "qlora":  # paged AdamW's state lives in managed memory, out of the allocator's count
-            parts["optimizer_state"] = 0
-        return sum(parts.values())
+    def metric(method: str, parts: tuple[int, ...]) -> int:
+        # QLoRA: paged AdamW's state lives in managed memory, out of the allocator's count (parts[2])
+        return sum(parts) - (parts[2] if method == "qlora" else 0)
     peak = cached_peak(jobs, metric)
     gpu_offers = offers(cards, gpus, s)
     flops = {m: training_flops(arch, graph, s, m, adapters) for m in ("full", "lora", "qlora")}
@@ -232,7 +231,7 @@ def _setups(arch, graph, s: Assumptions, cards, gpus, jobs, adapters: int, serve
                                    "a 16-bit base to NF4, so it does not apply as such")
     plans, unreachable = plans_for(jobs, peak, gpu_offers, {m: f[0] for m, f in flops.items()},
                                    {"full": s.mfu_full, "lora": s.mfu_lora, "qlora": s.mfu_lora},
-                                   {m: f[1] for m, f in flops.items()}, not_applicable)
+                                   {m: f[1] for m, f in flops.items()}, not_applicable, s.host_memory_bytes_per_node)
     serving = ()
     if graph.spec.kind != "encoder":
         model = serving_model(arch, graph, s, weights_served, kv_bytes_per_sequence(arch, s, serve_tokens),

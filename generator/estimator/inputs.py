@@ -49,6 +49,9 @@ class Assumptions:
     # its FLOPs already leave out the frozen weights' gradient GEMMs (about 2/3 of full's, NeMo AutoModel PR 786).
     mfu_full: float = 0.40
     mfu_lora: float = 0.40
+    # CPU memory an offload setup may hold per node of 8 GPUs: the plans offload only within it. NVIDIA DGX H100
+    # User Guide, hardware overview: 2 TB of system memory beside 8 H100 GPUs (read as 2 x 10^12 bytes).
+    host_memory_bytes_per_node: int = 2_000_000_000_000
 
 
 @dataclass(frozen=True)

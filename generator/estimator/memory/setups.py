@@ -16,12 +16,12 @@ from ..config.arch import Arch
 from ..cost import flops_per_token, job_tokens
 from ..graph.nodes import Graph
 from ..inputs import Assumptions, Card, Gpu
-from ..serving_speed import ServingModel, ServingSpeed, serving_speed, smallest_tp
+from ..serving_speed import ServingModel, ServingSpeed, serving_speed
 from .activations import regime
 from .job import Job, job_phases
 from .lora import lora_params, target_roles
-from .parallel import ParallelError, Phase, Setup, SingleGpuJob, per_gpu
-from .plans import MAX_GPUS, GpuOffer, Plan, Unreachable, search_plans
+from .parallel import ParallelError, Phase, Setup, SingleGpuJob, cpu_bytes_per_node, peak_parts
+from .plans import TP_KINDS, GpuOffer, Plan, Unreachable, first_fit, search_plans
 from .profile import Profile, budget_bytes
 
 QLORA = Job(method="qlora", weights="nf4", double_quant=True, optimizer="paged-adamw", grad_ckpt=True)
@@ -49,7 +49,16 @@ def model_shape(a: Arch, g: Graph) -> Shape:
     projections (2 x hidden x kv_heads x head_dim per attention layer)."""
     spec = g.spec
     blocks = spec.blocks
-    replicated = sum(max(0, p.params - p.matmul) for b in blocks for p in b.parts)
+    # Repeated layers share their parts' fields (Block.numbered copies a layer's sums and tuples), so each
+    # distinct layer is summed once.
+    per_layer: dict[tuple[int, int, int], int] = {}
+    replicated = 0
+    for b in blocks:
+        key = (id(b.linears), b.params, b.matmul)
+        got = per_layer.get(key)
+        if got is None:
+            got = per_layer[key] = sum(max(0, p.params - p.matmul) for p in b.parts)
+        replicated += got
     replicated += sum(max(0, p.params - p.matmul) for p in spec.head)
     attention_layers = sum(1 for b in blocks if b.kv)
     return Shape(g.params_total, max(1, len(blocks)), max((b.params for b in blocks), default=0),
@@ -118,17 +127,19 @@ def offers(cards: tuple[Card, ...], gpus: Mapping[str, Gpu], s: Assumptions) -> 
 
 
 def cached_peak(jobs: Mapping[str, SingleGpuJob],
-                adjust: Callable[[str, dict[str, int]], int]) -> Callable[[str, Setup], int]:
-    """plans.PeakFn over the jobs, each (method, setup) shared out once for every GPU; `adjust` turns the per-GPU
-    breakdown into the figure held against a card (the job's metric)."""
-    seen: dict[tuple[str, Setup], int | ParallelError] = {}
+                adjust: Callable[[str, tuple[int, ...]], int]) -> Callable[[str, Setup], tuple[int, int]]:
+    """plans.Probe over the jobs, each (method, setup) shared out once for every GPU: the figure held against a card
+    (`adjust` turns the per-GPU parts, in parallel.PARTS order, into the job's metric) and the offload's CPU bytes
+    per node."""
+    seen: dict[tuple[str, Setup], tuple[int, int] | ParallelError] = {}
 
-    def peak(method: str, setup: Setup) -> int:
+    def peak(method: str, setup: Setup) -> tuple[int, int]:
         key = (method, setup)
         got = seen.get(key)
         if got is None:
             try:
-                got = adjust(method, dict(per_gpu(jobs[method], setup, method).breakdown))
+                job = jobs[method]
+                got = (adjust(method, peak_parts(job, setup, method)[1]), cpu_bytes_per_node(job, setup))
             except ParallelError as e:
                 got = e
             seen[key] = got
@@ -138,12 +149,13 @@ def cached_peak(jobs: Mapping[str, SingleGpuJob],
     return peak
 
 
-def plans_for(jobs: Mapping[str, SingleGpuJob], peak: Callable[[str, Setup], int], gpu_offers: tuple[GpuOffer, ...],
-              job_flops: Mapping[str, float], mfu: Mapping[str, float], ckpt_flops: Mapping[str, float],
-              not_applicable: Mapping[str, str]) -> tuple[list[Plan], list[Unreachable]]:
+def plans_for(jobs: Mapping[str, SingleGpuJob], peak: Callable[[str, Setup], tuple[int, int]],
+              gpu_offers: tuple[GpuOffer, ...], job_flops: Mapping[str, float], mfu: Mapping[str, float],
+              ckpt_flops: Mapping[str, float], not_applicable: Mapping[str, str],
+              host_bytes_per_node: int | None = None) -> tuple[list[Plan], list[Unreachable]]:
     """search_plans over the methods that apply; the others are unreachable for the reason given."""
     methods = tuple(m for m in SITE_METHODS if m in jobs and m not in not_applicable)
-    plans, unreachable = search_plans(peak, methods, gpu_offers, job_flops, mfu, ckpt_flops)
+    plans, unreachable = search_plans(peak, methods, gpu_offers, job_flops, mfu, ckpt_flops, host_bytes_per_node)
     unreachable += [Unreachable(m, why) for m, why in not_applicable.items()]
     order = {m: i for i, m in enumerate(SITE_METHODS)}
     return plans, sorted(unreachable, key=lambda u: order.get(u.method, 9))
@@ -163,25 +175,21 @@ def serving_model(a: Arch, g: Graph, s: Assumptions, weight_bytes: int, kv_per_s
                         -(-kv_per_sequence // max(1, serve_tokens)), serve_tokens, forward)
 
 
-def serving_table(model: ServingModel, peak: Callable[[str, Setup], int],
+def serving_table(model: ServingModel, peak: Callable[[str, Setup], tuple[int, int]],
                   gpu_offers: tuple[GpuOffer, ...]) -> tuple[ServingSpeed, ...]:
-    """Per priced GPU: the smallest tensor-parallel setup that holds one sequence and its speeds; a GPU that no
-    setup up to MAX_GPUS holds is left out (plans_unreachable says so for serving as a whole)."""
+    """Per priced GPU: the smallest tensor-parallel setup that holds one sequence (plans.first_fit over one GPU,
+    tensor parallel in a node, tensor parallel x pipeline nodes) and its speeds; a GPU that no setup up to MAX_GPUS
+    holds is left out (plans_unreachable says so for serving as a whole)."""
     rows = []
+    memo: dict = {}
     for gpu in gpu_offers:
-        def fits(setup: Setup) -> int | None:
-            try:
-                return peak("serve", setup)
-            except ParallelError:
-                return None
-        setup = smallest_tp(fits, gpu.budget_bytes, MAX_GPUS)
-        if setup is None:
+        got = first_fit(peak, "serve", TP_KINDS, gpu.budget_bytes, None, memo)
+        if got is None:
             continue
-        one = peak("serve", setup)
-        two = peak("serve2", setup)
-        rows.append(dataclasses.replace(
-            serving_speed(model, gpu.name, setup, one, two - one, gpu.budget_bytes, gpu.bandwidth_gb_per_s,
-                          gpu.peak_tflops, gpu.usd_per_hour), gpu_model=gpu.model))
+        setup, one = got
+        two = peak("serve2", setup)[0]
+        rows.append(serving_speed(model, gpu.name, setup, one, two - one, gpu.budget_bytes, gpu.bandwidth_gb_per_s,
+                                  gpu.peak_tflops, gpu.usd_per_hour, gpu_model=gpu.model))
     return tuple(rows)
 
 
