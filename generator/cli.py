@@ -156,7 +156,7 @@ def _run_model(argv: Sequence[str], console: Console, err: Console) -> int:
     from .estimator.memory.setups import default_setup
 
     setup = default_setup(args.gpus, args.strategy, args.offload)
-    report = report_for_record(record, settings, _job(args), setup)
+    report = report_for_record(record, settings, _job(args), setup, args.serve_tokens)
     if args.json:
         sys.stdout.write(json.dumps(report.to_dict(), sort_keys=True, indent=1) + "\n")
         return 0

@@ -7,10 +7,11 @@ from .records import ModelRecord
 from .settings import Settings
 
 
-def report_for_record(record: ModelRecord, settings: Settings, job=None, setup=None) -> Report:
+def report_for_record(record: ModelRecord, settings: Settings, job=None, setup=None,
+                      serve_tokens: int | None = None) -> Report:
     """Estimate one record; raises ConfigError / UnsupportedArchitecture naming the model. `job`: an
     estimator.job.Job for memory.peak_bytes (default: the site's job), on `setup` (memory.parallel.Setup; default
-    one GPU)."""
+    one GPU). `serve_tokens`: a serving length the user named (checked against the context, not capped)."""
     return estimate(
         record.config(),
         model_id=record.id,
@@ -22,4 +23,5 @@ def report_for_record(record: ModelRecord, settings: Settings, job=None, setup=N
         sha=record.sha,
         job=job,
         setup=setup,
+        serve_tokens_asked=serve_tokens,
     )

@@ -91,10 +91,13 @@ FORMULAS = {
 
 def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptions, cards: tuple[Card, ...],
              gpus: Mapping[str, Gpu], checkpoint_params: int | None = None, downloads: int | None = None,
-             sha: str | None = None, job: Job | None = None, setup: Setup | None = None) -> Report:
+             sha: str | None = None, job: Job | None = None, setup: Setup | None = None,
+             serve_tokens_asked: int | None = None) -> Report:
     """Estimate parameters, memory, cost, plans and findings for one config.json (already parsed). `job` on
     `setup`: the exact run whose per-GPU peak memory.peak_bytes reports (default: full AMP AdamW at batch 1 and the
-    training tokens on one GPU)."""
+    training tokens on one GPU). `serve_tokens_asked`: a serving length the user named (the CLI's --serve-tokens);
+    past the context it is an error, or with rope scaling a warning and priced as asked, as an explicit job is.
+    The site's own serving length (assumptions.serve_tokens) is capped at the context instead, with a finding."""
     s = assumptions
     arch = normalise(config, model_id)
     graph = build_graph(arch)
@@ -103,6 +106,9 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
     # No sequence is served past the context the model was trained for (issue 16 item 2; encoders read whole
     # sequences of at most their context).
     serve_tokens = min(s.serve_tokens, arch.max_context)
+    serve_past = check_serve_context(arch, serve_tokens_asked, model_id) if serve_tokens_asked else []
+    if serve_past:  # rope scaling: priced as asked
+        serve_tokens = serve_tokens_asked
     adapters = lora_params(graph, arch, s.lora_rank)
     profiles: dict[str, Profile] = {
         "train_full": train_profile(arch, graph, s, train_tokens, "full", s.lora_rank),
@@ -171,10 +177,12 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
     costs = _costs(arch, graph, s, cards, gpus, profiles, adapters)
     stored = stored_elements(arch)
     match = None if checkpoint_params is None else checkpoint_params in (graph.params_total, stored)
-    findings: list[Finding] = [*check_scope(arch, train_tokens, s.train_tokens, serve_tokens, s.serve_tokens),
+    findings: list[Finding] = [*check_scope(arch, train_tokens, s.train_tokens, serve_tokens, s.serve_tokens,
+                                            spec.kind),
                                *check_shapes(arch),
                                *check_special_tokens(arch), *check_rope(arch), *check_quantization(arch, graph, stored),
-                               *check_checkpoint(arch, graph, checkpoint_params, stored), *past_context]
+                               *check_checkpoint(arch, graph, checkpoint_params, stored), *past_context,
+                               *serve_past]
     vision = sum(p.params for p in spec.embed if p.name.startswith(VISION_PREFIXES))
     kinds: dict[str, int] = {}
     for b in spec.blocks:
@@ -214,6 +222,21 @@ def check_job_context(arch, job: Job, model_id: str) -> list[Finding]:
     return [Finding("context", "warning", f"this job runs {what}, past the model's context of "
                                           f"{arch.max_context:,} tokens; the config declares rope scaling, so the "
                                           "estimate is priced as asked, but check that the scaling covers it.")]
+
+
+def check_serve_context(arch, tokens: int, model_id: str) -> list[Finding]:
+    """A serving length the user named past the model's context: an error, or a warning where the config
+    declares rope scaling (then served as asked)."""
+    if tokens <= arch.max_context:
+        return []
+    if not (arch.raw.get("rope_scaling") or arch.raw.get("rope_parameters")):
+        raise JobError(model_id, "serve_tokens", tokens, f"{tokens:,} tokens per served sequence run past the "
+                                                         f"model's context of {arch.max_context:,} tokens "
+                                                         "(max_position_embeddings), and the config declares no "
+                                                         "rope scaling")
+    return [Finding("context", "warning", f"serving is sized at {tokens:,} tokens per sequence as asked, past the "
+                                          f"model's context of {arch.max_context:,} tokens; the config declares rope "
+                                          "scaling, so check that the scaling covers it.")]
 
 
 def _setups(arch, graph, s: Assumptions, cards, gpus, jobs, adapters: int, serve_tokens: int, weights_served: int,
