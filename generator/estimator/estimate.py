@@ -119,6 +119,9 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
     plans = tuple(_card_plan(card, profiles, s, cuts) for card in cards)
     explicit = job is not None and (job.tokens > 0 or job.new_tokens > 0)
     job = job or Job()
+    setup = setup or Setup()
+    if setup.grad_ckpt:  # the exact job carries checkpointing; its phases are built with it
+        job, setup = dataclasses.replace(job, grad_ckpt=True), dataclasses.replace(setup, grad_ckpt=False)
     if not job.tokens:  # the site's tokens: training capped at the context, serving's prompt
         job = dataclasses.replace(job, tokens=serve_tokens if job.method == "inference" else train_tokens)
     if job.method == "inference" and job.precision == "amp":  # autocast is a training notion: bf16 serving
@@ -136,7 +139,6 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
         "serve": serving_job(profiles["serve"], weights_served, shape, s.compute_bytes),
         "serve2": serving_job(profiles["serve"], weights_served, shape, s.compute_bytes, sequences=2),
     }
-    setup = setup or Setup()
     if job == Job(tokens=train_tokens):  # the site's full job: its phases are built already
         exact_job = site_jobs["full"]
     elif job.method == "inference":
