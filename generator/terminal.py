@@ -105,12 +105,14 @@ def _print_plan(console: Console, report: Report, settings: Settings, method: st
     if method is None:
         table = Table(title=f"Largest batch per card (training {fmt.count(m.train_tokens)} tokens per sample, "
                             f"serving {fmt.count(m.serve_tokens)} tokens per sequence)")
-        for col in ("Card", "Budget", "Full fine-tune", f"LoRA r={a['lora_rank']}",
+        qlora = not any(u.method == "qlora" for u in report.plans_unreachable)  # an already quantised checkpoint
+        for col in ("Card", "Budget", "Full fine-tune", f"LoRA r={a['lora_rank']}", *(("QLoRA",) if qlora else ()),
                     f"Serve {fmt.serve_weights(report.params.quantization)}"):
             table.add_column(col)
         for c in m.cards:
             table.add_row(c.name, fmt.gb(c.budget_bytes), fmt.batch(c.train_full_max_batch),
-                          fmt.batch(c.train_lora_max_batch), fmt.batch(c.serve_max_batch))
+                          fmt.batch(c.train_lora_max_batch), *((fmt.batch(c.train_qlora_max_batch),) if qlora else ()),
+                          fmt.batch(c.serve_max_batch))
         console.print(table)
         console.print(Text(f"Budget = (driver-reported memory - {fmt.gb(a['cuda_context_bytes'])} CUDA context) / "
                            f"{fmt.ratio(a['headroom'])} headroom.", style="dim"))

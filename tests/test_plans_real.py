@@ -260,3 +260,28 @@ def test_decode_speed_stays_under_the_bandwidth_bound(model):
         bound = decode_upper_bound(m, width, by_name[row.gpu_model].bandwidth_gb_per_s)
         assert 0 < row.decode_tokens_per_s <= bound
         assert row.max_concurrency >= 1
+
+
+@pytest.mark.parametrize("model", ["Qwen/Qwen3-0.6B", "Qwen/Qwen3-8B", "meta-llama/Llama-3.1-70B",
+                                   "Qwen/Qwen3-30B-A3B"])
+def test_qlora_max_batch_per_card_is_the_largest_batch_of_the_qlora_job_that_fits(model):
+    """memory.cards[].train_qlora_max_batch against the QLoRA job run at that batch and one more (job.py prices
+    the batch; the paged optimizer's state is out of the allocator's count)."""
+    r = _report(model)
+    a, g = _model(model)
+    shape = model_shape(a, g)
+    t = min(S.train_tokens, a.max_context)
+
+    def peak(batch: int) -> int:
+        job = training_job(a, g, S, dataclasses.replace(QLORA, lora_rank=S.lora_rank, tokens=t, batch=batch), shape,
+                           model, both=False)
+        return _metric("qlora", tuple(dict(per_gpu(job, Setup()).breakdown).values()))
+
+    plans = {p.gpu: p for p in r.plans if p.method == "qlora"}
+    for card in r.memory.cards:
+        b = card.train_qlora_max_batch
+        if b:
+            assert peak(b) <= card.budget_bytes < peak(b + 1), (model, card.name, b)
+        else:
+            assert peak(1) > card.budget_bytes
+        assert (b > 0) == (plans[card.name].gpus == 1 and plans[card.name].fits), (model, card.name)

@@ -36,6 +36,7 @@ from .memory.setups import (
     QLORA,
     cached_peak,
     inference_job,
+    max_batch,
     model_shape,
     offers,
     plans_for,
@@ -116,7 +117,6 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
         "serve": serve_profile(arch, graph, s, serve_tokens),
     }
     cuts: dict[str, tuple[int, int, int]] = {}  # the best two-card cut per method (the same on every card)
-    plans = tuple(_card_plan(card, profiles, s, cuts) for card in cards)
     explicit = job is not None and (job.tokens > 0 or job.new_tokens > 0)
     job = job or Job()
     setup = setup or Setup()
@@ -147,6 +147,9 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
         exact_job = training_job(arch, graph, s, job, shape, model_id, both=False)
     spread = per_gpu(exact_job, setup, model_id)
     exact = metric_memory(spread.peak_phase, dict(spread.breakdown), s, job, graph)
+    qlora_applies = arch.quant is None
+    plans = tuple(_card_plan(card, profiles, s, cuts, site_jobs["qlora"] if qlora_applies else None)
+                  for card in cards)
     setup_plans, unreachable, serving = _setups(arch, graph, s, cards, gpus, site_jobs, adapters, serve_tokens,
                                           weights_served, model_id)
 
@@ -241,13 +244,16 @@ def check_serve_context(arch, tokens: int, model_id: str) -> list[Finding]:
                                           "scaling, so check that the scaling covers it.")]
 
 
+def _site_metric(method: str, parts: tuple[int, ...]) -> int:
+    """The site's figure of a job's parts (parallel.PARTS order): allocated bytes; QLoRA's paged AdamW state lives
+    in managed memory, out of the allocator's count (parts[2]; job._apply_metric)."""
+    return sum(parts) - (parts[2] if method == "qlora" else 0)
+
+
 def _setups(arch, graph, s: Assumptions, cards, gpus, jobs, adapters: int, serve_tokens: int, weights_served: int,
             model_id: str):
     """Plans for full, LoRA, QLoRA and serving on every priced GPU, and the serving speeds (memory/setups.py)."""
-    def metric(method: str, parts: tuple[int, ...]) -> int:
-        # QLoRA: paged AdamW's state lives in managed memory, out of the allocator's count (parts[2])
-        return sum(parts) - (parts[2] if method == "qlora" else 0)
-    peak = cached_peak(jobs, metric)
+    peak = cached_peak(jobs, _site_metric)
     gpu_offers = offers(cards, gpus, s)
     flops = {m: training_flops(arch, graph, s, m, adapters) for m in ("full", "lora", "qlora")}
     not_applicable = {}
@@ -287,7 +293,8 @@ def _structure(nodes: tuple[Node, ...]) -> tuple[StructureRow, ...]:
 
 
 def _card_plan(card: Card, profiles: Mapping[str, Profile], s: Assumptions,
-               cuts: dict[str, tuple[int, int, int]]) -> CardPlan:
+               cuts: dict[str, tuple[int, int, int]], qlora=None) -> CardPlan:
+    """One card's largest batches (QLoRA's from its job's phases, 0 without one) and two-card splits."""
     budget = budget_bytes(card, s)
     batches = {k: p.max_batch(budget) for k, p in profiles.items()}
     splits: list[SplitPlan] = []
@@ -298,7 +305,8 @@ def _card_plan(card: Card, profiles: Mapping[str, Profile], s: Assumptions,
             sp = two_card_split(p, budget, cuts[k])
             splits.append(SplitPlan(k, sp.cards, sp.cut_after_layer, sp.stage_bytes_batch1, sp.max_batch))
     return CardPlan(card.name, card.memory_marketed_bytes, card.memory_usable_bytes, budget,
-                    batches["train_full"], batches["train_lora"], batches["serve"], tuple(splits) or None)
+                    batches["train_full"], batches["train_lora"], batches["serve"], tuple(splits) or None,
+                    0 if qlora is None else max_batch(qlora, budget, _site_metric))
 
 
 def _costs(arch, graph, s: Assumptions, cards, gpus, profiles, adapters) -> tuple[CostLine, ...]:

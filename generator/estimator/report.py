@@ -69,6 +69,9 @@ class CardPlan:
     train_lora_max_batch: int
     serve_max_batch: int
     split: tuple[SplitPlan, ...] | None  # None when every method fits at batch 1
+    # QLoRA (NF4 base, double quantisation, paged AdamW, checkpointing) on one card; 0 where batch 1 does not fit
+    # or QLoRA does not apply (an already quantised checkpoint: plans_unreachable says so)
+    train_qlora_max_batch: int = 0
 
 
 @dataclass(frozen=True)

@@ -109,6 +109,23 @@ def _single(method: str, phases: tuple[Phase, ...], ckpt: tuple[Phase, ...], tra
                         shape.kv_proj_params, shape.heads, shape.kv_heads, phases_ckpt=ckpt)
 
 
+def max_batch(job: SingleGpuJob, budget_bytes: int, adjust: Callable[[str, tuple[int, ...]], int],
+              cap: int = 1 << 40) -> int:
+    """The largest batch of a one-GPU training job (its phases at batch 1, checkpointed where it checkpoints)
+    within `budget_bytes`, 0 when batch 1 does not fit. Per phase only the activations and the logits grow with the
+    batch (job.py multiplies them, and nothing else, by it), so each phase allows (budget - rest) // per-sample."""
+    best = cap
+    for ph in job.phases_ckpt or job.phases:
+        parts = (ph.weights, ph.gradients, ph.optimizer_state, 0, 0, ph.kv_cache,
+                 ph.overhead_weights + ph.overhead_step + ph.overhead_fixed)
+        rest, per_sample = adjust(job.method, parts), ph.activations + ph.logits
+        if rest + per_sample > budget_bytes:
+            return 0
+        if per_sample > 0:
+            best = min(best, (budget_bytes - rest) // per_sample)
+    return best
+
+
 def default_setup(gpus: int, strategy: str | None, offload: str, grad_ckpt: bool = False) -> Setup:
     """The CLI's setup: ddp when more than one GPU and no strategy is named, one GPU alone otherwise."""
     return Setup(strategy or ("ddp" if gpus > 1 else "single"), gpus, grad_ckpt, offload)
