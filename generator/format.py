@@ -149,6 +149,11 @@ def batch(n: int) -> str:
     return f"batch {count(n)}" if n > 0 else DASH
 
 
+def gpu_count(n: int) -> str:
+    """A number of GPUs: "1 GPU", "16 GPUs"."""
+    return f"{count(n)} GPU" + ("" if n == 1 else "s")
+
+
 def short_sha(sha: str | None) -> str:
     """The first 7 hex digits of a commit id, as git shows it."""
     return sha[:7] if sha else DASH
