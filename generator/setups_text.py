@@ -61,6 +61,6 @@ def headline(plans: Any, unreachable: Any, serving: Any) -> list[dict[str, str]]
 
 def sentence(row: dict[str, str]) -> str:
     """"Full fine-tune: 8× H100 SXM with ZeRO-3, about $1,234 for the reference job." """
-    if not row["setup"]:
-        return f"{row['method']}: no setup listed runs it ({row['detail']})."
+    if not row["setup"]:  # the reason says it all: nothing up to 512 GPUs holds it, or the method does not apply
+        return f"{row['method']}: {row['detail']}."
     return f"{row['method']}: {row['setup']}" + (f", {row['detail']}." if row["detail"] else ".")

@@ -82,8 +82,9 @@ FORMULAS = {
     "cost": "steps x max(FLOPs/peak, bytes/bandwidth) / MFU; FLOPs = 6 x active matmul weights per token "
             "full, 4 x for LoRA, causal attention halved, sliding windows capped",
     "plans": "per method and priced GPU, the fewest GPUs (1, 2, 4, 8, then nodes of 8 up to 512) whose per-GPU peak "
-             "at batch 1 fits the card, the simplest strategy first (one GPU; ddp, zero2; zero3/fsdp with "
-             "checkpointing; offload); hours = FLOPs (+ one forward when checkpointing) / (GPUs x peak x MFU)",
+             "at batch 1 fits the card, the simplest strategy first (one GPU; zero2; zero3/fsdp with "
+             "checkpointing); CPU offload only where nothing else runs up to 512 GPUs, within the host memory per "
+             "node of 8; hours = FLOPs (+ one forward when checkpointing) / (GPUs x peak x MFU)",
     "serving": "smallest tensor-parallel count holding one sequence; decode = bandwidth x 0.78 / (active weights + "
                "KV read per token), prefill = peak x 0.69 / forward FLOPs per token (roofline; FasterTransformer "
                "ratios via llm-analysis)",
@@ -150,8 +151,9 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
     qlora_applies = arch.quant is None
     plans = tuple(_card_plan(card, profiles, s, cuts, site_jobs["qlora"] if qlora_applies else None)
                   for card in cards)
+    kv_per_sequence = kv_bytes_per_sequence(arch, s, serve_tokens)
     setup_plans, unreachable, serving = _setups(arch, graph, s, cards, gpus, site_jobs, adapters, serve_tokens,
-                                          weights_served, model_id)
+                                                weights_served, kv_per_sequence)
 
     def smallest(key: str) -> str | None:
         fitting = [c for c in sorted(plans, key=lambda c: c.budget_bytes) if getattr(c, key) >= 1]
@@ -172,7 +174,7 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
         offload_cpu_bytes_per_node=spread.cpu_bytes_per_node,
         smallest_card_full=smallest("train_full_max_batch"), smallest_card_lora=smallest("train_lora_max_batch"),
         smallest_card_serve=smallest("serve_max_batch"), cards=plans,
-        kv_bytes_per_sequence=kv_bytes_per_sequence(arch, s, serve_tokens),
+        kv_bytes_per_sequence=kv_per_sequence,
         state_bytes_per_sequence=state_bytes_per_sequence(arch, s), image_tokens=spec.image_tokens,
         serve_weight_bytes=weights_served,
         curve=memory_curve(arch, graph, s, {("full", train_tokens): profiles["train_full"],
@@ -251,7 +253,7 @@ def _site_metric(method: str, parts: tuple[int, ...]) -> int:
 
 
 def _setups(arch, graph, s: Assumptions, cards, gpus, jobs, adapters: int, serve_tokens: int, weights_served: int,
-            model_id: str):
+            kv_per_sequence: int):
     """Plans for full, LoRA, QLoRA and serving on every priced GPU, and the serving speeds (memory/setups.py)."""
     peak = cached_peak(jobs, _site_metric)
     gpu_offers = offers(cards, gpus, s)
@@ -265,9 +267,8 @@ def _setups(arch, graph, s: Assumptions, cards, gpus, jobs, adapters: int, serve
                                    {m: f[1] for m, f in flops.items()}, not_applicable, s.host_memory_bytes_per_node)
     serving = ()
     if graph.spec.kind != "encoder":
-        model = serving_model(arch, graph, s, weights_served, kv_bytes_per_sequence(arch, s, serve_tokens),
-                              serve_tokens)
-        serving = serving_table(model, peak, gpu_offers)
+        model = serving_model(arch, graph, s, weights_served, kv_per_sequence, serve_tokens)
+        serving = serving_table(model, peak, gpu_offers, plans)
     return plans, unreachable, serving
 
 

@@ -147,15 +147,22 @@ def layer_mats(g: Graph) -> dict[tuple[int, int, int], int]:
     """Every weight matrix (count, in, out) of the layers' parts and how often it occurs. The parts of repeated
     layers share their `mats` and `linears` tuples (Block.numbered copies a layer's parts field by field), so each
     distinct pair is expanded once: the same sum as a walk over every part, in a fraction of the time."""
-    seen: dict[tuple[int, int], list] = {}
+    layers: dict[int, list] = {}  # numbered copies of one layer share its `linears` tuple: walk its parts once
     for b in g.spec.blocks:
+        entry = layers.get(id(b.linears)) if b.linears else None
+        if entry is None:
+            layers[id(b.linears) if b.linears else id(b)] = [b, 1]
+        else:
+            entry[1] += 1
+    seen: dict[tuple[int, int], list] = {}
+    for b, copies in layers.values():
         for p in b.parts:
             key = (id(p.mats), id(p.linears))
             entry = seen.get(key)
             if entry is None:
-                seen[key] = [p, 1]
+                seen[key] = [p, copies]
             else:
-                entry[1] += 1
+                entry[1] += copies
     tally: dict[tuple[int, int, int], int] = {}
     for p, times in seen.values():
         for m in p.weight_mats:

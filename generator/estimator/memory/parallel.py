@@ -241,14 +241,16 @@ def _data_parallel(job: SingleGpuJob, phases: tuple[Phase, ...], setup: Setup) -
     gathered_computing = c * (units * job.unit_params + root)
     zero2, offload = s == "zero2", setup.offload
     rows = []
-    for ph in phases:
+    for ph in phases:  # int(-(-(x / n) // 1)) is _ceil(x / n), written out: this loop runs for every setup tried
         computing = ph.computing
-        grads, state, step = _ceil(ph.gradients / n), _ceil(ph.optimizer_state / n), _ceil(ph.overhead_step / n)
+        grads = int(-(-(ph.gradients / n) // 1))
+        state = int(-(-(ph.optimizer_state / n) // 1))
+        step = int(-(-(ph.overhead_step / n) // 1))
         if zero2:
             weights, gathered = ph.weights - master + copy16 + master_share, 0
             copies = 0 if master else ph.overhead_weights
         else:  # sharded params, the gathered units, the reduce-scatter input
-            weights, copies = _ceil((ph.weights + copy16) / n), 0
+            weights, copies = int(-(-((ph.weights + copy16) / n) // 1)), 0
             gathered = gathered_computing if computing else 0
             grads += unit_grad if computing else 0
         buffer = unit_grad if computing and not zero2 else 0
@@ -257,7 +259,8 @@ def _data_parallel(job: SingleGpuJob, phases: tuple[Phase, ...], setup: Setup) -
             grads, state, step = buffer, 0, 0
         elif offload == "params":  # everything on the CPU; the GPU holds the gathered units and their gradients
             weights, grads, state, step = 0, buffer, 0, 0
-        rows.append((ph.name, _parts(ph, copies + step + ph.overhead_fixed, weights + gathered, grads, state)))
+        rows.append((ph.name, (weights + gathered, grads, state, ph.activations, ph.logits, ph.kv_cache,
+                               copies + step + ph.overhead_fixed)))
     return rows
 
 

@@ -18,7 +18,7 @@ arXiv:2304.11277 §7). Serving has no job: job_hours and job_usd are None and "c
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from .parallel import GPUS_PER_NODE, ParallelError, Setup, SingleGpuJob, per_gpu
@@ -87,9 +87,15 @@ class Kind:
     grad_ckpt: bool = False
     offload: str = "none"
     monotone: bool = True
+    setups: tuple[Setup, ...] = field(init=False, repr=False, compare=False)  # by count index, first..last
+
+    def __post_init__(self) -> None:
+        made = tuple(Setup(self.strategy, GPU_COUNTS[i], self.grad_ckpt, self.offload)
+                     for i in range(self.first, self.last + 1))
+        object.__setattr__(self, "setups", made)  # frozen: set once, here (made once at import)
 
     def setup(self, index: int) -> Setup:
-        return Setup(self.strategy, GPU_COUNTS[index], self.grad_ckpt, self.offload)
+        return self.setups[index - self.first]
 
 
 _LAST = len(GPU_COUNTS) - 1
@@ -180,6 +186,8 @@ def first_fit(probe: Probe, method: str, tried: tuple[Kind, ...], budget_bytes: 
                 if label(kind, i) == _FITS:
                     found = i
                     break
+        elif kind.last > lo and label(kind, kind.last) == _OVER:
+            pass  # over even at its largest count (its floor, shared by every budget): it never fits
         else:
             if best_i < 0:  # gallop: lo, lo + 1, lo + 3, lo + 7, ... until a count is not over
                 step, prev = 1, lo - 1

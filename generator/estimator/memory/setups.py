@@ -193,14 +193,18 @@ def serving_model(a: Arch, g: Graph, s: Assumptions, weight_bytes: int, kv_per_s
 
 
 def serving_table(model: ServingModel, peak: Callable[[str, Setup], tuple[int, int]],
-                  gpu_offers: tuple[GpuOffer, ...]) -> tuple[ServingSpeed, ...]:
+                  gpu_offers: tuple[GpuOffer, ...], plans: tuple[Plan, ...] | list[Plan] = ()) -> tuple[ServingSpeed, ...]:
     """Per priced GPU: the smallest tensor-parallel setup that holds one sequence (plans.first_fit over one GPU,
     tensor parallel in a node, tensor parallel x pipeline nodes) and its speeds; a GPU that no setup up to MAX_GPUS
-    holds is left out (plans_unreachable says so for serving as a whole)."""
+    holds is left out (plans_unreachable says so for serving as a whole). A serving plan of the GPU that is not
+    pipeline-alone is that setup already (its search tries the same kinds first at every count), so it is reused."""
+    planned = {(p.gpu, p.gpu_model): p for p in plans if p.method == "serve" and p.fits and p.strategy != "pp"}
     rows = []
     memo: dict = {}
     for gpu in gpu_offers:
-        got = first_fit(peak, "serve", TP_KINDS, gpu.budget_bytes, None, memo)
+        plan = planned.get((gpu.name, gpu.model))
+        got = (Setup(plan.strategy, plan.gpus), plan.per_gpu_peak_bytes) if plan is not None else \
+            first_fit(peak, "serve", TP_KINDS, gpu.budget_bytes, None, memo)
         if got is None:
             continue
         setup, one = got
