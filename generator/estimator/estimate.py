@@ -257,7 +257,7 @@ def _setups(arch, graph, s: Assumptions, cards, gpus, jobs, adapters: int, serve
     """Plans for full, LoRA, QLoRA and serving on every priced GPU, and the serving speeds (memory/setups.py)."""
     peak = cached_peak(jobs, _site_metric)
     gpu_offers = offers(cards, gpus, s)
-    flops = {m: training_flops(arch, graph, s, m, adapters) for m in ("full", "lora", "qlora")}
+    flops = training_flops(arch, graph, s, adapters)
     not_applicable = {}
     if arch.quant is not None:
         not_applicable["qlora"] = (f"the checkpoint is already quantised ({arch.quant.describes}); QLoRA quantises "

@@ -193,9 +193,13 @@ def peak_parts(job: SingleGpuJob, setup: Setup, model: str = "") -> tuple[str, t
         rows = [(ph.name, _parts(ph, ph.overhead_weights + ph.overhead_step + ph.overhead_fixed)) for ph in phases]
     else:
         rows = _data_parallel(job, phases, setup)
-    # the first phase of the largest sum (max keeps the first of equals), as parts in PARTS order
-    name, parts = max(rows, key=lambda r: sum(r[1]))
-    return name, parts, stage_layers
+    # the first phase of the largest sum (the first of equals), as parts in PARTS order
+    best, top = rows[0], -1
+    for row in rows:
+        total = sum(row[1])
+        if total > top:
+            best, top = row, total
+    return best[0], best[1], stage_layers
 
 
 def cpu_bytes_per_node(job: SingleGpuJob, setup: Setup) -> int:

@@ -214,12 +214,14 @@ def serving_table(model: ServingModel, peak: Callable[[str, Setup], tuple[int, i
     return tuple(rows)
 
 
-def training_flops(a: Arch, g: Graph, s: Assumptions, method: str, adapters: int) -> tuple[float, float]:
-    """The reference job's FLOPs (cost.py's count) and the same with gradient checkpointing, which runs each
-    layer's forward again in the backward (Chen et al. 2016, arXiv:1604.06174 §3: one extra forward)."""
+def training_flops(a: Arch, g: Graph, s: Assumptions, adapters: int) -> dict[str, tuple[float, float]]:
+    """Per training method, the reference job's FLOPs (cost.py's count) and the same with gradient checkpointing,
+    which runs each layer's forward again in the backward (Chen et al. 2016, arXiv:1604.06174 §3: one extra
+    forward, a third of a full fine-tune's FLOPs). QLoRA trains the same adapters as LoRA: the same count."""
     tokens = job_tokens(a, s)
     steps = s.job_epochs * -(-s.job_samples // s.job_batch)
     per_step = tokens * s.job_batch * steps
-    total = flops_per_token(a, g, s, "full" if method == "full" else "lora", adapters, tokens) * per_step
-    forward = flops_per_token(a, g, s, "full", 0, tokens) / 3.0 * per_step
-    return total, total + forward
+    full = flops_per_token(a, g, s, "full", 0, tokens) * per_step
+    lora = flops_per_token(a, g, s, "lora", adapters, tokens) * per_step
+    forward = full / 3.0
+    return {"full": (full, full + forward), "lora": (lora, lora + forward), "qlora": (lora, lora + forward)}
