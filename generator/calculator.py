@@ -148,14 +148,16 @@ def calculate(config_text: str, model_id: str, site: Site, query: str) -> dict[s
         given = {k: v for k, v in job_flags.overrides(args).items() if v is not None}
         assumptions = dataclasses.replace(site.assumptions, **given)
         job = job_flags.job(args)
+        spread = job_flags.setup(args)
         config = json.loads(config_text)
 
         def peak(batch: int) -> int:
             return estimate(config, model_id=model_id, assumptions=assumptions, cards=site.cards, gpus=site.gpus,
-                            job=dataclasses.replace(job, batch=batch), structure=False).memory.peak_bytes
+                            job=dataclasses.replace(job, batch=batch), setup=spread,
+                            serve_tokens_asked=args.serve_tokens, structure=False).memory.peak_bytes
 
         report = estimate(config, model_id=model_id, assumptions=assumptions, cards=site.cards, gpus=site.gpus,
-                          job=job, structure=False)
+                          job=job, setup=spread, serve_tokens_asked=args.serve_tokens, structure=False)
     except TraceError as exc:
         out["error"] = f"{job_flags.PROG}: {exc}"
         return out

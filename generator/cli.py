@@ -90,7 +90,8 @@ def _run_model(argv: Sequence[str], console: Console, err: Console) -> int:
     settings = load_settings(args.config, **job_flags.overrides(args))
     record = resolve_model(args.model, args.snapshot)
     # The structure table is for the JSON twin and the page; the terminal summary does without it.
-    report = report_for_record(record, settings, job_flags.job(args), structure=bool(args.json or args.html))
+    report = report_for_record(record, settings, job_flags.job(args), job_flags.setup(args), args.serve_tokens,
+                               structure=bool(args.json or args.html))
     if args.json:
         sys.stdout.write(json.dumps(report.to_dict(), sort_keys=True, indent=1) + "\n")
         return 0
@@ -107,7 +108,7 @@ def _run_model(argv: Sequence[str], console: Console, err: Console) -> int:
         return 0
     from .terminal import print_summary
 
-    print_summary(console, report, plan=args.plan, settings=settings)
+    print_summary(console, report, plan=args.plan, settings=settings, asked=job_flags.asked(args))
     return 0
 
 

@@ -149,6 +149,11 @@ def batch(n: int) -> str:
     return f"batch {count(n)}" if n > 0 else DASH
 
 
+def gpu_count(n: int) -> str:
+    """A number of GPUs: "1 GPU", "16 GPUs"."""
+    return f"{count(n)} GPU" + ("" if n == 1 else "s")
+
+
 def short_sha(sha: str | None) -> str:
     """The first 7 hex digits of a commit id, as git shows it."""
     return sha[:7] if sha else DASH
@@ -263,3 +268,31 @@ def serve_weights(quantization: Sequence[tuple[str, object]] | None) -> str:
     if method in ("fp8", "mxfp4"):
         return method
     return f"{method} {bits:g}-bit"
+
+
+STRATEGY_WORDS = {"single": "", "ddp": "data parallel (DDP)", "zero2": "ZeRO-2", "zero3": "ZeRO-3", "fsdp": "FSDP",
+                  "tp": "tensor parallel", "pp": "pipeline parallel", "tp+pp": "tensor and pipeline parallel"}
+OFFLOAD_WORDS = {"none": "", "optimizer": "CPU optimizer offload", "params": "CPU param offload"}
+
+
+def setup(gpus: int, gpu: str, strategy: str, grad_ckpt: bool = False, offload: str = "none") -> str:
+    """A parallel setup in words: (8, "H100 SXM", "zero3", True) -> "8× H100 SXM with ZeRO-3 and gradient
+    checkpointing"; one GPU alone names no strategy."""
+    parts = [w for w in (STRATEGY_WORDS.get(strategy, strategy), "gradient checkpointing" if grad_ckpt else "",
+                         OFFLOAD_WORDS.get(offload, offload)) if w]
+    head = f"{gpus:,}{TIMES} {gpu}"
+    if not parts:
+        return head
+    return head + " with " + (parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1])
+
+
+def tokens_per_s(x: float) -> str:
+    """A speed in tokens per second: 1572.3 -> "1,572 tokens/s", 14.23 -> "14.2 tokens/s"."""
+    if not math.isfinite(x):
+        return DASH
+    return f"{_three_significant(x)} tokens/s"
+
+
+def usd_per_million(x: float | None) -> str:
+    """A price per million tokens: 0.1365 -> "$0.14 per M tokens"."""
+    return DASH if x is None else f"{usd(x)} per M tokens"

@@ -15,7 +15,10 @@ import argparse
 from .errors import ConfigError
 from .estimator.memory import job as j
 from .estimator.memory.job import Job
+from .estimator.memory import parallel
+from .estimator.memory.parallel import Setup
 from .estimator.memory.recipes import RECIPES
+from .estimator.memory.setups import default_setup
 
 PROG = "neurarch-trace"
 
@@ -52,6 +55,12 @@ def add_setup_arguments(p: argparse.ArgumentParser) -> None:
                          "code not known to use it)")
     ex.add_argument("--metric", choices=j.METRICS,
                     help="allocated (tensors), reserved (+ the allocator's cache), nvidia-smi (+ CUDA context)")
+    ex.add_argument("--gpus", type=int, metavar="N", default=1, help="GPUs the job runs on (default 1); "
+                                                                     "memory.peak_bytes is per GPU")
+    ex.add_argument("--strategy", choices=[x for x in parallel.STRATEGIES if x not in ("single", "tp+pp")],
+                    help="how the job is spread (default: ddp when --gpus > 1)")
+    ex.add_argument("--offload", choices=parallel.OFFLOADS, default="none",
+                    help="ZeRO-Offload (optimizer) or parameter offload (params) to CPU memory")
 
 
 def setup_parser() -> argparse.ArgumentParser:
@@ -75,12 +84,27 @@ def check(args: argparse.Namespace) -> None:
             raise ConfigError("command line", flag, value, "must be a positive integer")
     if args.new_tokens is not None and args.new_tokens < 0:
         raise ConfigError("command line", "--new-tokens", args.new_tokens, "must be >= 0")
+    if args.gpus < 1:
+        raise ConfigError("command line", "--gpus", args.gpus, "must be a positive integer")
 
 
 def overrides(args: argparse.Namespace) -> dict[str, int | None]:
     """The assumptions (settings.load_settings keyword overrides) the flags replace; None: not given."""
     return {"train_tokens": args.tokens, "job_tokens": args.tokens, "job_batch": args.batch,
             "lora_rank": args.lora_rank, "serve_tokens": args.serve_tokens}
+
+
+def setup(args: argparse.Namespace) -> Setup:
+    """The GPUs and the strategy the job is spread over (memory.peak_bytes is per GPU)."""
+    return default_setup(args.gpus, args.strategy, args.offload)
+
+
+def asked(args: argparse.Namespace) -> bool:
+    """Whether the command line names an exact setup (then the summary leads with it)."""
+    return any(v is not None for v in (args.recipe, args.method, args.precision, args.weights, args.optimizer,
+                                       args.lora_targets, args.new_tokens, args.attention, args.metric, args.strategy,
+                                       args.grad_ckpt, args.adapter_dtype, args.lora_dropout)) \
+        or args.gpus != 1 or args.offload != "none"
 
 
 def job(args: argparse.Namespace) -> Job:

@@ -7,6 +7,7 @@ from rich.table import Table
 from rich.text import Text
 
 from . import format as fmt
+from . import setups_text
 from .estimator import Report
 from .settings import Settings
 
@@ -14,11 +15,12 @@ _SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 
 
 def _fits(card: str | None) -> str:
-    return f"fits one {card}" if card else "fits no single card listed; see --plan for the two-card split"
+    return f"fits one {card}" if card else "fits no single card listed; the setups below spread it over several"
 
 
-def print_summary(console: Console, report: Report, *, plan: bool, settings: Settings) -> None:
-    """Every string from the config is printed as plain Text, never parsed as rich markup."""
+def print_summary(console: Console, report: Report, *, plan: bool, settings: Settings, asked: bool = False) -> None:
+    """Every string from the config is printed as plain Text, never parsed as rich markup. `asked`: the command
+    line named an exact setup, so the summary leads with it and says per card whether it fits."""
     m, p, model = report.memory, report.params, report.model
     a = dict(m.assumptions)
     title = Text(model.id, style="bold")
@@ -27,18 +29,21 @@ def print_summary(console: Console, report: Report, *, plan: bool, settings: Set
         title.append(f", read as {model.family}", style="dim")
     title.append(")", style="dim")
     console.print(title)
+    if asked and m.job:
+        console.print(_job_line(m))
+        console.print(_verdicts(m))
     console.print(Text(
-        f"Fine-tuning at batch 1 and {fmt.count(m.train_tokens)} tokens takes about "
-        f"{fmt.gb(m.train_full_bytes_batch1)} for a full fine-tune ({_fits(m.smallest_card_full)}), and "
-        f"{fmt.gb(m.train_lora_bytes_batch1)} with LoRA r={a['lora_rank']} on a bf16 base "
+        f"{'The site' + chr(39) + 's jobs: f' if asked else 'F'}ine-tuning at batch 1 and {fmt.count(m.train_tokens)} "
+        f"tokens takes about {fmt.gb(m.train_full_bytes_batch1)} for a full fine-tune ({_fits(m.smallest_card_full)}), "
+        f"and {fmt.gb(m.train_lora_bytes_batch1)} with LoRA r={a['lora_rank']} on a bf16 base "
         f"({_fits(m.smallest_card_lora)}). Serving {fmt.serve_weights(p.quantization)} weights at "
         f"{fmt.count(m.serve_tokens)} tokens per sequence "
         f"starts at {fmt.gb(m.serve_bytes_batch1)} ({_fits(m.smallest_card_serve)}). "
         "Estimated from the config's structure, not measured."))
-    if m.job_batch != 1:
-        console.print(Text(f"At the priced job's micro batch {m.job_batch}, on one device: full {fmt.gb(m.train_full_bytes_job_batch)}, "
-                           f"LoRA {fmt.gb(m.train_lora_bytes_job_batch)}."))
-    if m.job:
+    rows = setups_text.headline(report.plans, report.plans_unreachable, report.serving)
+    if rows:
+        console.print(Text("Setups that run it: " + " ".join(setups_text.sentence(r) for r in rows)))
+    if m.job and not asked:
         console.print(_job_line(m))
     count = Text(f"Parameters: {fmt.count(p.graph)} from the graph")
     if p.checkpoint is None:
@@ -59,7 +64,8 @@ def print_summary(console: Console, report: Report, *, plan: bool, settings: Set
         line.append(f"{f.check}: {f.message}")
         console.print(line)
     if plan:
-        _print_plan(console, report, settings)
+        method = dict(m.job).get("method") if asked else None
+        _print_plan(console, report, settings, {"inference": "serve"}.get(method, method))
 
 
 def _job_line(m) -> Text:
@@ -75,34 +81,65 @@ def _job_line(m) -> Text:
     tokens = f"{fmt.count(job['tokens'])} tokens" + (f" + {fmt.count(job['new_tokens'])} generated"
                                                     if job["new_tokens"] else "")
     parts = ", ".join(f"{k.replace('_', ' ')} {fmt.gb(v)}" for k, v in m.breakdown if v)
+    gpus = job.get("gpus", 1)
+    where = "on one GPU" if gpus == 1 else "per GPU, " + fmt.setup(gpus, "GPUs", job.get("strategy", "ddp"),
+                                                                   False, job.get("offload", "none"))
+    cpu = f"; the offload holds {fmt.gb(m.offload_cpu_bytes_per_node)} of CPU memory per node" \
+        if m.offload_cpu_bytes_per_node else ""
     return Text(f"This job ({', '.join(what)}, {job['attention']}, batch {job['batch']} x {tokens}) peaks at "
-                f"{fmt.gb(m.peak_bytes)} {job['metric']} during {m.peak_phase}: {parts}.")
+                f"{fmt.gb(m.peak_bytes)} {job['metric']} {where}, during {m.peak_phase}: {parts}{cpu}.")
 
 
-def _print_plan(console: Console, report: Report, settings: Settings) -> None:
+def _verdicts(m) -> Text:
+    """Per card, whether the exact job's per-GPU peak fits its budget."""
+    said = [f"{c.name} {'fits' if m.peak_bytes <= c.budget_bytes else 'does not fit'} (budget {fmt.gb(c.budget_bytes)})"
+            for c in m.cards]
+    return Text("Per card: " + "; ".join(said) + ".")
+
+
+def _print_plan(console: Console, report: Report, settings: Settings, method: str | None = None) -> None:
+    """The per-card batches, then the setups that run the model (only `method`'s when one was asked for) and the
+    serving speeds."""
     m = report.memory
     a = dict(m.assumptions)
-    table = Table(title=f"Largest batch per card (training {fmt.count(m.train_tokens)} tokens per sample, "
-                        f"serving {fmt.count(m.serve_tokens)} tokens per sequence)")
-    for col in ("Card", "Budget", "Full fine-tune", f"LoRA r={a['lora_rank']}",
-                f"Serve {fmt.serve_weights(report.params.quantization)}"):
-        table.add_column(col)
-    for c in m.cards:
-        table.add_row(c.name, fmt.gb(c.budget_bytes), fmt.batch(c.train_full_max_batch),
-                      fmt.batch(c.train_lora_max_batch), fmt.batch(c.serve_max_batch))
-    console.print(table)
-    for c in m.cards:
-        for s in c.split or ():
-            stages = " + ".join(fmt.gb(b) for b in s.stage_bytes_batch1)
-            console.print(Text(f"{c.name}, {s.method}: two cards, cut after layer {s.cut_after_layer} "
-                               f"({stages} at batch 1): {fmt.batch(s.max_batch)}"))
-    console.print(Text(f"Budget = (driver-reported memory - {fmt.gb(a['cuda_context_bytes'])} CUDA context) / "
-                       f"{fmt.ratio(a['headroom'])} headroom.", style="dim"))
-    cost = Table(title=f"Cost: {a['job_epochs']} epochs x {fmt.count(a['job_samples'])} samples at batch "
-                       f"{a['job_batch']} x {fmt.count(a['job_tokens'])} tokens (roofline / MFU)")
-    for col in ("GPU", "Method", "Hours", "USD", "Price", "Bound"):
-        cost.add_column(col)
-    for line in report.cost:
-        cost.add_row(line.card, line.method, fmt.hours(line.hours), fmt.usd(line.usd),
-                     fmt.usd_per_hour(line.price_usd_per_hour), f"{line.bound} ({line.precision})")
-    console.print(cost)
+    if method is None:
+        table = Table(title=f"Largest batch per card (training {fmt.count(m.train_tokens)} tokens per sample, "
+                            f"serving {fmt.count(m.serve_tokens)} tokens per sequence)")
+        qlora = not any(u.method == "qlora" for u in report.plans_unreachable)  # an already quantised checkpoint
+        for col in ("Card", "Budget", "Full fine-tune", f"LoRA r={a['lora_rank']}", *(("QLoRA",) if qlora else ()),
+                    f"Serve {fmt.serve_weights(report.params.quantization)}"):
+            table.add_column(col)
+        for c in m.cards:
+            table.add_row(c.name, fmt.gb(c.budget_bytes), fmt.batch(c.train_full_max_batch),
+                          fmt.batch(c.train_lora_max_batch), *((fmt.batch(c.train_qlora_max_batch),) if qlora else ()),
+                          fmt.batch(c.serve_max_batch))
+        console.print(table)
+        console.print(Text(f"Budget = (driver-reported memory - {fmt.gb(a['cuda_context_bytes'])} CUDA context) / "
+                           f"{fmt.ratio(a['headroom'])} headroom.", style="dim"))
+    plans = [p for p in report.plans if method is None or p.method == method]
+    if plans:
+        table = Table(title=f"Setups that hold batch 1 (cost: {a['job_epochs']} epochs x "
+                            f"{fmt.count(a['job_samples'])} samples at batch {a['job_batch']} x "
+                            f"{fmt.count(a['job_tokens'])} tokens, FLOPs / (GPUs x peak x MFU))")
+        for col in ("Method", "Card", "Setup", "Per GPU", "Price", "Hours", "Job", ""):
+            table.add_column(col)
+        for p in plans:
+            marks = ", ".join(w for w, on in (("smallest", p.smallest), ("cheapest", p.cheapest)) if on)
+            table.add_row(setups_text.METHOD_NAMES[p.method], p.gpu, setups_text.label(p) if p.fits else
+                          f"does not fit on {fmt.count(p.gpus)} GPUs", fmt.gb(p.per_gpu_peak_bytes),
+                          fmt.usd_per_hour(p.usd_per_hour), fmt.hours(p.job_hours) if p.job_hours else fmt.DASH,
+                          fmt.usd(p.job_usd), marks)
+        console.print(table)
+    for u in report.plans_unreachable:
+        if method is None or u.method == method:
+            console.print(Text(f"{setups_text.METHOD_NAMES.get(u.method, u.method)}: {u.reason}."))
+    if report.serving and method in (None, "serve"):
+        table = Table(title=f"Serving speed at the smallest tensor-parallel count ({fmt.count(m.serve_tokens)} "
+                            "tokens per sequence)")
+        for col in ("Card", "Setup", "Decode, batch 1", "Prefill", "Sequences", "Output tokens"):
+            table.add_column(col)
+        for s in report.serving:
+            table.add_row(s.gpu, fmt.setup(s.gpus, s.gpu_model or s.gpu, s.strategy),
+                          fmt.tokens_per_s(s.decode_tokens_per_s), fmt.tokens_per_s(s.prefill_tokens_per_s),
+                          fmt.count(s.max_concurrency), fmt.usd_per_million(s.usd_per_million_output_tokens))
+        console.print(table)

@@ -376,7 +376,11 @@ def test_pages_fit_a_390_px_screen(served: str, browser: Browser, scheme: str) -
         # The answers are on screen: the home table's smallest cards, a card page's batches, and the
         # model page's largest batch per card, each inside the 390 px.
         for path, cells in (("", "table.models tbody tr td.answer"), ("cards/t4-16-gb/", "table.fits td.answer"),
-                            (f"models/{MODEL}/", "#memory table.stack td.answer")):
+                            ("cards/t4-16-gb/", "#several td.answer"),
+                            (f"models/{MODEL}/", "#memory table.stack td.answer"),
+                            (f"models/{BIG}/", "#memory table.stack td.answer"),
+                            (f"models/{BIG}/", "#plans td.answer"), (f"models/{BIG}/", "#serving td.answer"),
+                            (f"models/{BIG}/", "#cost table.stack td.answer")):
             browser.goto(served + path)
             edges = browser.js(f"[...document.querySelectorAll({json.dumps(cells)})].slice(0, 12)"
                                ".map(td => {{ const r = td.getBoundingClientRect(); return [r.left, r.right]; }})")

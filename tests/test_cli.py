@@ -55,7 +55,7 @@ def test_terminal_summary_and_plan(capsys):
     assert "No finding on the reconstructed graph." in out
     assert "H200 141 GB" in out and "batch 34" in out and "$" in out  # plan table + cost
     # the default exact job is the site's full fine-tune at batch 1: its peak, phase and parts
-    assert "peaks at 3.77 GB allocated during loss (logits): weights 9.74 MB" in " ".join(out.split())
+    assert "peaks at 3.77 GB allocated on one GPU, during loss (logits): weights 9.74 MB" in " ".join(out.split())
 
 
 def test_job_overrides_change_the_report(capsys):
@@ -82,7 +82,8 @@ def test_exact_setup_options_reach_the_report(capsys):
                           "optimizer": "sgd", "grad_ckpt": True, "lora_rank": 8, "lora_targets": "q_proj,v_proj",
                           "batch": 2, "tokens": 256, "new_tokens": 0, "attention": "eager", "metric": "reserved",
                           "recipe": "", "adapter_dtype": "", "lora_dropout": 0.0, "keep_outputs": False,
-                          "upcast_fp32": False, "loss": "hf", "kernels": "cuda"}
+                          "upcast_fp32": False, "loss": "hf", "kernels": "cuda",
+                          "gpus": 1, "strategy": "single", "offload": "none"}
     assert sum(mem["breakdown"].values()) == mem["peak_bytes"] and mem["peak_phase"] == "loss (logits)"
     assert mem["breakdown"]["gradients"] == 0 and mem["breakdown"]["optimizer_state"] == 0  # SGD, no grads yet
     assert set(mem["peak_phase_by_method"]) == {"train_full", "train_lora", "serve"}

@@ -14,7 +14,8 @@ from generator.errors import ConfigError
 from generator.estimator.normalise import normalise
 from generator.estimator.graph.nodes import build_graph
 from generator.estimator.inputs import Assumptions
-from generator.estimator.memory.job import (ADAMW8BIT_STATE_BYTES, METHODS, PARTS, Job, JobError, job_memory, weight_bytes)
+from generator.estimator.memory.job import ADAMW8BIT_STATE_BYTES, METHODS, PARTS, Job, JobError, job_memory
+from generator.estimator.memory.storage import weight_bytes
 from generator.estimator.memory.profile import serve_profile, train_profile
 from tests.conftest import snapshot_configs, tiny_qwen2
 

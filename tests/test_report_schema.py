@@ -84,3 +84,38 @@ def test_the_schema_rejects_a_malformed_curve() -> None:
     del twin["memory"]["curve"]
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.Draft202012Validator(SCHEMA).validate(twin)
+
+
+def _twin(model: str) -> dict[str, Any]:
+    return json.loads(json.dumps(dict(TWINS)[model]))
+
+
+def test_the_setups_keys_are_required_and_checked() -> None:
+    """Issue 14's keys: plans, plans_unreachable and serving at the top, train_qlora_max_batch per card; a twin
+    without them, or with a malformed entry, does not validate."""
+    validator = jsonschema.Draft202012Validator(SCHEMA)
+    twin = _twin("deepseek-ai/DeepSeek-V3")
+    validator.validate(twin)
+    assert twin["plans"] and twin["serving"] and twin["plans_unreachable"][0]["method"] == "qlora"
+    assert {"per_gpu_peak_bytes", "fits", "cheapest", "smallest", "gpu_model"} <= set(twin["plans"][0])
+    for key in ("plans", "plans_unreachable", "serving"):
+        broken = _twin("deepseek-ai/DeepSeek-V3")
+        del broken[key]
+        with pytest.raises(jsonschema.ValidationError):
+            validator.validate(broken)
+    bad_edits = [
+        lambda t: t["plans"][0].update(method="dpo"),
+        lambda t: t["plans"][0].update(gpus=0),
+        lambda t: t["plans"][0].update(offload="disk"),
+        lambda t: t["plans"][0].pop("cheapest"),
+        lambda t: t["plans_unreachable"][0].pop("reason"),
+        lambda t: t["serving"][0].update(strategy="zero3"),
+        lambda t: t["serving"][0].update(decode_tokens_per_s=-1.0),
+        lambda t: t["memory"]["cards"][0].pop("train_qlora_max_batch"),
+        lambda t: t["memory"]["job"].pop("strategy"),
+    ]
+    for edit in bad_edits:
+        broken = _twin("deepseek-ai/DeepSeek-V3")
+        edit(broken)
+        with pytest.raises(jsonschema.ValidationError):
+            validator.validate(broken)

@@ -27,6 +27,7 @@ from generator.site.render import render_accuracy, render_model_page
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "measurements" / "accuracy.json"
 GOLDEN_SNAPSHOT = Path(__file__).parent / "golden" / "snapshot"
+GOLDEN_MODELS = len(json.loads((GOLDEN_SNAPSHOT / "index.json").read_text(encoding="utf-8"))["models"])
 SETTINGS = load_settings()
 LABELS = {"full fine-tuning": "full", "LoRA": "lora", "QLoRA": "qlora", "serving": "inference"}  # as the pages name the methods
 ROUNDING = 0.05 + 1e-9  # one decimal shown
@@ -223,7 +224,7 @@ def test_the_accuracy_page_shows_the_committed_tables_figures(site: Path) -> Non
 def test_every_model_page_carries_the_line_and_links_the_page(site: Path) -> None:
     table = _committed()
     model_pages = sorted(site.glob("models/*/*/index.html"))
-    assert len(model_pages) == 3
+    assert len(model_pages) == GOLDEN_MODELS == 4
     for page in model_pages:
         html = page.read_text(encoding="utf-8")
         check_line(html, table)
@@ -309,7 +310,7 @@ def test_a_changed_table_rerenders_every_model_page(tmp_path: Path, monkeypatch:
     assert manifest.render_key(SETTINGS) != key
     buffer = io.StringIO()
     assert run_build(console=Console(file=buffer, width=200), **build) == 0
-    assert re.search(r"models rendered\s*│\s*3", buffer.getvalue())
+    assert re.search(rf"models rendered\s*│\s*{GOLDEN_MODELS}", buffer.getvalue())
     check_line((out / "models/openai-community/gpt2/index.html").read_text(encoding="utf-8"), _variant())
     check_page((out / "accuracy/index.html").read_text(encoding="utf-8"), _variant())
 

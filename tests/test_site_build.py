@@ -290,13 +290,20 @@ def test_each_card_page_lists_exactly_the_models_that_fit_it(site: tuple[Path, s
     for card in settings.cards:
         slug = pages.card_slug(card.name)
         text = (out / "cards" / slug / "index.html").read_text(encoding="utf-8")
-        listed = re.findall(r'<th scope="row"><a href="[^"]*">([^<]*)</a>', text)
-        fits = sorted(m for m, r in rows.items() if any(slug in r[k].split() for k in ("full", "lora", "serve")))
+        one, _, rest = text.partition('id="several"')
+        listed = re.findall(r'<th scope="row"><a href="[^"]*">([^<]*)</a>', one)
+        methods = ("full", "lora", "qlora", "serve")
+        fits = sorted(m for m, r in rows.items() if any(slug in r[k].split() for k in methods))
         assert sorted(listed) == fits, card.name
+        several = sorted(m for m, r in rows.items() if m not in fits and any(
+            t in r[k].split() for k in methods for t in (slug + "-8", slug + "-n")))
+        assert sorted(re.findall(r'<th scope="row"><a href="[^"]*">([^<]*)</a>', rest)) == several, card.name
         assert f"<h1>What fits one {card.name}</h1>" in text
     t4 = (out / "cards" / "t4-16-gb" / "index.html").read_text(encoding="utf-8")
     assert re.search(r'openai-community/gpt2</a></th><td class="num"[^>]*>124M</td><td class="num[^"]*"[^>]*>batch ', t4)
-    assert "meta-llama/Llama-3.1-405B" not in t4
+    assert "meta-llama/Llama-3.1-405B" not in t4.partition('id="several"')[0]  # it needs several T4s
+    assert re.search(r'meta-llama/Llama-3.1-405B</a></th><td class="num"[^>]*>[^<]*</td><td class="num answer" '
+                     r'data-label="Full fine-tune">(\d+ GPUs|—)</td>', t4)
     cards_index = (out / "cards" / "index.html").read_text(encoding="utf-8")
     assert cards_index.count('<tr><th scope="row"><a href="') == len(settings.cards)
 
@@ -311,13 +318,29 @@ def test_the_home_filter_has_a_rule_for_every_option(site: tuple[Path, str]) -> 
         assert f'option[value="{family}"]:checked) tbody tr[data-family]:not([data-family="{family}"])' in style
     for card in load_settings().cards:
         slug = pages.card_slug(card.name)
-        for method in ("full", "lora", "serve"):
-            assert (f'#f-card option[value="{slug}"]:checked):has(#f-method option[value="{method}"]:checked) '
-                    f'tbody tr[data-family]:not([data-{method}~="{slug}"])') in style
+        for method in ("full", "lora", "qlora", "serve"):
+            when = (f'#f-card option[value="{slug}"]:checked):has(#f-method option[value="{method}"]:checked)'
+                    f':has(#f-gpus option[value="%s"]:checked) tbody tr[data-family]')
+            # one GPU: the card's own token; up to 8: or slug-8; up to 512: or slug-n
+            assert (when % "1") + f':not([data-{method}~="{slug}"]){{display:none}}' in style
+            assert (when % "8") + f':not([data-{method}~="{slug}"]):not([data-{method}~="{slug}-8"])' in style
+            assert (when % "n") + f':not([data-{method}~="{slug}"]):not([data-{method}~="{slug}-8"])' \
+                f':not([data-{method}~="{slug}-n"])' in style
+    assert re.findall(r'<select id="f-gpus" name="gpus">(.*?)</select>', text) == [
+        '<option value="1">one GPU</option><option value="8">up to 8 GPUs</option>'
+        '<option value="n">up to 512 GPUs</option>']
     rows = _home_rows(out)
     assert rows["openai-community/gpt2"]["family"] == "gpt2" and rows["openai-community/gpt2"]["size"] == "s0"
     assert "t4-16-gb" in rows["openai-community/gpt2"]["full"].split()
-    assert rows["meta-llama/Llama-3.1-405B"]["full"] == "" and rows["meta-llama/Llama-3.1-405B"]["size"] == "s5"
+    assert "t4-16-gb" in rows["openai-community/gpt2"]["qlora"].split()
+    big = rows["meta-llama/Llama-3.1-405B"]
+    assert big["size"] == "s5" and not {"t4-16-gb", "h200-141-gb"} & set(big["full"].split())
+    # a 405B full fine-tune runs on many GPUs of a card: more than a node of 8 (H200: 8 x 141 GB is too little)
+    assert "h200-141-gb-n" in big["full"].split()
+    # Qwen3-8B: QLoRA on one T4, LoRA on 2 to 8 of them, a full fine-tune on more than 8
+    qwen = rows["Qwen/Qwen3-8B"]
+    assert "t4-16-gb" in qwen["qlora"].split() and "t4-16-gb-8" in qwen["lora"].split()
+    assert "t4-16-gb-n" in qwen["full"].split()
 
 
 def test_family_pages_compare_their_models_smallest_first(site: tuple[Path, str]) -> None:

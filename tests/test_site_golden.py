@@ -23,8 +23,10 @@ GOLDEN = Path(__file__).parent / "golden"
 GOLDEN_SNAPSHOT = GOLDEN / "snapshot"
 GOLDEN_SITE = GOLDEN / "site"
 # The seed reference model (reference-pages/tiny-Qwen2ForCausalLM-2.5.txt), a learned-position model
-# whose checkpoint stores buffers, and a tied model that needs a two-card split on the smallest card.
-MODELS = ("trl-internal-testing/tiny-Qwen2ForCausalLM-2.5", "openai-community/gpt2", "Qwen/Qwen3-0.6B")
+# whose checkpoint stores buffers, a tied model that needs a two-card split on the smallest card, and a
+# model that needs many GPUs for every method (an FP8 MoE with MLA: setups over nodes, QLoRA not applicable).
+MODELS = ("trl-internal-testing/tiny-Qwen2ForCausalLM-2.5", "openai-community/gpt2", "Qwen/Qwen3-0.6B",
+          "deepseek-ai/DeepSeek-V3")
 UPDATE = os.environ.get("UPDATE_GOLDEN") == "1"
 
 

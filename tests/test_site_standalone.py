@@ -62,12 +62,12 @@ def test_no_single_card_and_the_two_card_split() -> None:
     mem = report.memory
     none_fit = replace(mem, smallest_card_full=None, smallest_card_lora=None)
     html = render_model_page(replace(report, memory=none_fit), record, SETTINGS, standalone=False)
-    assert html.count("fits no single card listed; see the two-card split") == 2
+    assert html.count("fits no single card listed; see the setups below") == 2
     # The T4 cannot hold a full fine-tune at batch 1: the cell shows the split from cards[].split.
     split = mem.cards[0].split[0]
     assert mem.cards[0].train_full_max_batch == 0 and split.method == "train_full"
     assert f"cut after layer {split.cut_after_layer}: 8.69 GB + 8.47 GB at batch 1; batch 1" in html
-    assert "batch 1 does not fit this GPU alone" in html  # the T4 cost row says so
+    assert "does not fit one GPU<br><small><a href=\"#setups\">priced on more GPUs</a>" in html  # the T4 cost row
 
 
 def test_repeated_layers_are_folded_but_kept() -> None:

@@ -100,7 +100,7 @@ def check_quantization(a: Arch, g: Graph, stored: int | None) -> list[Finding]:
 
 
 def check_scope(a: Arch, train_tokens: int, requested_tokens: int, serve_tokens: int | None = None,
-                requested_serve: int | None = None) -> list[Finding]:
+                requested_serve: int | None = None, kind: str = "decoder") -> list[Finding]:
     out = []
     if a.custom_code:
         out.append(Finding("custom_code", "info",
@@ -130,7 +130,10 @@ def check_scope(a: Arch, train_tokens: int, requested_tokens: int, serve_tokens:
         out.append(Finding("context", "info",
                            f"training is sized at the model's context, {train_tokens:,} tokens, not {requested_tokens:,}."))
     if serve_tokens is not None and requested_serve is not None and serve_tokens < requested_serve:
+        why = ("an encoder reads whole sequences of at most its context; no KV cache grows" if kind == "encoder"
+               else "prompt and generated tokens together never pass the context the model was trained for, so "
+                    "its KV cache stops there")
         out.append(Finding("context", "info",
                            f"serving is sized at the model's context, {serve_tokens:,} tokens per sequence, not "
-                           f"{requested_serve:,} (an encoder reads whole sequences; no KV cache grows)."))
+                           f"{requested_serve:,} ({why})."))
     return out

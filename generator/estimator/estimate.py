@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .. import __version__
+from ..errors import JobError
 from .checks import (
     Finding,
     check_checkpoint,
@@ -20,8 +21,9 @@ from .cost import CostLine, job_cost
 from .graph.nodes import Node, build_graph
 from .inputs import Assumptions, Card, Gpu
 from .memory.curve import memory_curve
-from .memory.job import Job, job_memory
+from .memory.job import Job, metric_memory
 from .memory.lora import lora_params
+from .memory.parallel import Setup, per_gpu
 from .memory.profile import (
     Profile,
     budget_bytes,
@@ -30,6 +32,20 @@ from .memory.profile import (
     serve_profile,
     state_bytes_per_sequence,
     train_profile,
+)
+from .memory.setups import (
+    QLORA,
+    cached_peak,
+    inference_job,
+    max_batch,
+    model_shape,
+    offers,
+    plans_for,
+    serving_job,
+    serving_model,
+    serving_table,
+    training_flops,
+    training_job,
 )
 from .memory.splits import best_cut, two_card_split
 from .memory.storage import serve_weight_bytes, stored_elements
@@ -66,14 +82,25 @@ FORMULAS = {
              "batch 1 does not fit one card",
     "cost": "steps x max(FLOPs/peak, bytes/bandwidth) / MFU; FLOPs = 6 x active matmul weights per token "
             "full, 4 x for LoRA, causal attention halved, sliding windows capped",
+    "plans": "per method and priced GPU, the fewest GPUs (1, 2, 4, 8, then nodes of 8 up to 512) whose per-GPU peak "
+             "at batch 1 fits the card, the simplest strategy first (one GPU; zero2; zero3/fsdp with "
+             "checkpointing); CPU offload only where nothing else runs up to 512 GPUs, within the host memory per "
+             "node of 8; hours = FLOPs (+ one forward when checkpointing) / (GPUs x peak x MFU)",
+    "serving": "smallest tensor-parallel count holding one sequence; decode = bandwidth x 0.78 / (active weights + "
+               "KV read per token), prefill = peak x 0.69 / forward FLOPs per token (roofline; FasterTransformer "
+               "ratios via llm-analysis)",
 }
 
 
 def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptions, cards: tuple[Card, ...],
              gpus: Mapping[str, Gpu], checkpoint_params: int | None = None, downloads: int | None = None,
-             sha: str | None = None, job: Job | None = None, structure: bool = True) -> Report:
-    """Estimate parameters, memory, cost and findings for one config.json (already parsed). `job`: the exact
-    setup whose peak memory.peak_bytes reports (default: full AMP AdamW at batch 1 and the training tokens).
+             sha: str | None = None, job: Job | None = None, setup: Setup | None = None,
+             serve_tokens_asked: int | None = None, structure: bool = True) -> Report:
+    """Estimate parameters, memory, cost, plans and findings for one config.json (already parsed). `job` on
+    `setup`: the exact run whose per-GPU peak memory.peak_bytes reports (default: full AMP AdamW at batch 1 and the
+    training tokens on one GPU). `serve_tokens_asked`: a serving length the user named (the CLI's --serve-tokens);
+    past the context it is an error, or with rope scaling a warning and priced as asked, as an explicit job is.
+    The site's own serving length (assumptions.serve_tokens) is capped at the context instead, with a finding.
     `structure`: whether the Report carries the structure table (pages and the JSON twin do; the terminal
     summary does not, and skips its cost)."""
     s = assumptions
@@ -81,8 +108,12 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
     graph = build_graph(arch)
     spec = graph.spec
     train_tokens = min(s.train_tokens, arch.max_context)
-    # Encoders (and encoder-decoders) serve whole sequences of at most their context.
-    serve_tokens = s.serve_tokens if spec.kind == "decoder" else min(s.serve_tokens, arch.max_context)
+    # No sequence is served past the context the model was trained for (issue 16 item 2; encoders read whole
+    # sequences of at most their context).
+    serve_tokens = min(s.serve_tokens, arch.max_context)
+    serve_past = check_serve_context(arch, serve_tokens_asked, model_id) if serve_tokens_asked else []
+    if serve_past:  # rope scaling: priced as asked
+        serve_tokens = serve_tokens_asked
     adapters = lora_params(graph, arch, s.lora_rank)
     profiles: dict[str, Profile] = {
         "train_full": train_profile(arch, graph, s, train_tokens, "full", s.lora_rank),
@@ -90,13 +121,42 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
         "serve": serve_profile(arch, graph, s, serve_tokens),
     }
     cuts: dict[str, tuple[int, int, int]] = {}  # the best two-card cut per method (the same on every card)
-    plans = tuple(_card_plan(card, profiles, s, cuts) for card in cards)
+    explicit = job is not None and (job.tokens > 0 or job.new_tokens > 0)
     job = job or Job()
+    setup = setup or Setup()
+    if setup.grad_ckpt:  # the exact job carries checkpointing; its phases are built with it
+        job, setup = dataclasses.replace(job, grad_ckpt=True), dataclasses.replace(setup, grad_ckpt=False)
     if not job.tokens:  # the site's tokens: training capped at the context, serving's prompt
         job = dataclasses.replace(job, tokens=serve_tokens if job.method == "inference" else train_tokens)
     if job.method == "inference" and job.precision == "amp":  # autocast is a training notion: bf16 serving
         job = dataclasses.replace(job, precision="bf16")
-    exact = job_memory(arch, graph, s, job, model_id)
+    past_context = check_job_context(arch, job, model_id) if explicit else []
+    shape = model_shape(arch, graph)
+    weights_served = serve_weight_bytes(arch, s)([*spec.embed, *(p for b in spec.blocks for p in b.parts),
+                                                   *spec.head])
+    site_jobs = {
+        "full": training_job(arch, graph, s, Job(tokens=train_tokens), shape, model_id),
+        "lora": training_job(arch, graph, s, Job(method="lora", lora_rank=s.lora_rank, tokens=train_tokens), shape,
+                             model_id),
+        "qlora": training_job(arch, graph, s, dataclasses.replace(QLORA, lora_rank=s.lora_rank, tokens=train_tokens),
+                              shape, model_id),
+        "serve": serving_job(profiles["serve"], weights_served, shape, s.compute_bytes),
+        "serve2": serving_job(profiles["serve"], weights_served, shape, s.compute_bytes, sequences=2),
+    }
+    if job == Job(tokens=train_tokens):  # the site's full job: its phases are built already
+        exact_job = site_jobs["full"]
+    elif job.method == "inference":
+        exact_job = inference_job(arch, graph, s, job, shape, model_id)
+    else:
+        exact_job = training_job(arch, graph, s, job, shape, model_id, both=False)
+    spread = per_gpu(exact_job, setup, model_id)
+    exact = metric_memory(spread.peak_phase, dict(spread.breakdown), s, job, graph)
+    qlora_applies = arch.quant is None
+    plans = tuple(_card_plan(card, profiles, s, cuts, site_jobs["qlora"] if qlora_applies else None)
+                  for card in cards)
+    kv_per_sequence = kv_bytes_per_sequence(arch, s, serve_tokens)
+    setup_plans, unreachable, serving = _setups(arch, graph, s, cards, gpus, site_jobs, adapters, serve_tokens,
+                                                weights_served, kv_per_sequence)
 
     def smallest(key: str) -> str | None:
         fitting = [c for c in sorted(plans, key=lambda c: c.budget_bytes) if getattr(c, key) >= 1]
@@ -112,13 +172,14 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
         train_lora_bytes_job_batch=profiles["train_lora"].total(s.job_batch), kv_bytes_per_token=kv_bytes_per_token(arch, s),
         peak_phase_by_method=tuple((k, p.peak_phase(1)) for k, p in profiles.items()),
         peak_bytes=exact.peak_bytes, peak_phase=exact.peak_phase, breakdown=exact.breakdown,
-        job=tuple(job.to_dict().items()),
+        job=tuple({**job.to_dict(), "gpus": setup.gpus, "strategy": setup.strategy,
+                   "offload": setup.offload}.items()),
+        offload_cpu_bytes_per_node=spread.cpu_bytes_per_node,
         smallest_card_full=smallest("train_full_max_batch"), smallest_card_lora=smallest("train_lora_max_batch"),
         smallest_card_serve=smallest("serve_max_batch"), cards=plans,
-        kv_bytes_per_sequence=kv_bytes_per_sequence(arch, s, serve_tokens),
+        kv_bytes_per_sequence=kv_per_sequence,
         state_bytes_per_sequence=state_bytes_per_sequence(arch, s), image_tokens=spec.image_tokens,
-        serve_weight_bytes=serve_weight_bytes(arch, s)([*spec.embed, *(p for b in spec.blocks for p in b.parts),
-                                                        *spec.head]),
+        serve_weight_bytes=weights_served,
         curve=memory_curve(arch, graph, s, {("full", train_tokens): profiles["train_full"],
                                             ("lora", train_tokens): profiles["train_lora"],
                                             ("serve", serve_tokens): profiles["serve"]}),
@@ -126,10 +187,12 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
     costs = _costs(arch, graph, s, cards, gpus, profiles, adapters)
     stored = stored_elements(arch)
     match = None if checkpoint_params is None else checkpoint_params in (graph.params_total, stored)
-    findings: list[Finding] = [*check_scope(arch, train_tokens, s.train_tokens, serve_tokens, s.serve_tokens),
+    findings: list[Finding] = [*check_scope(arch, train_tokens, s.train_tokens, serve_tokens, s.serve_tokens,
+                                            spec.kind),
                                *check_shapes(arch),
                                *check_special_tokens(arch), *check_rope(arch), *check_quantization(arch, graph, stored),
-                               *check_checkpoint(arch, graph, checkpoint_params, stored)]
+                               *check_checkpoint(arch, graph, checkpoint_params, stored), *past_context,
+                               *serve_past]
     vision = sum(p.params for p in spec.embed if p.name.startswith(VISION_PREFIXES))
     kinds: dict[str, int] = {}
     for b in spec.blocks:
@@ -150,7 +213,66 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
         structure=_structure(graph.nodes) if structure else (),
         findings=tuple(findings),
         provenance=(("config_keys", arch.used()), ("formulas", dict(FORMULAS))),
+        plans=tuple(setup_plans), plans_unreachable=tuple(unreachable), serving=serving,
     )
+
+
+def check_job_context(arch, job: Job, model_id: str) -> list[Finding]:
+    """An explicit job past the model's context: an error, or a warning where the config declares rope scaling
+    (the context may then stretch; the estimate is priced as asked)."""
+    total = job.tokens + (job.new_tokens if job.method == "inference" else 0)
+    if total <= arch.max_context:
+        return []
+    key, value = ("new_tokens", job.new_tokens) if job.method == "inference" and job.new_tokens else ("tokens",
+                                                                                                    job.tokens)
+    what = f"{job.tokens:,} + {job.new_tokens:,} tokens" if key == "new_tokens" else f"{job.tokens:,} tokens"
+    if not (arch.raw.get("rope_scaling") or arch.raw.get("rope_parameters")):
+        raise JobError(model_id, key, value, f"{what} run past the model's context of {arch.max_context:,} tokens "
+                                             "(max_position_embeddings), and the config declares no rope scaling")
+    return [Finding("context", "warning", f"this job runs {what}, past the model's context of "
+                                          f"{arch.max_context:,} tokens; the config declares rope scaling, so the "
+                                          "estimate is priced as asked, but check that the scaling covers it.")]
+
+
+def check_serve_context(arch, tokens: int, model_id: str) -> list[Finding]:
+    """A serving length the user named past the model's context: an error, or a warning where the config
+    declares rope scaling (then served as asked)."""
+    if tokens <= arch.max_context:
+        return []
+    if not (arch.raw.get("rope_scaling") or arch.raw.get("rope_parameters")):
+        raise JobError(model_id, "serve_tokens", tokens, f"{tokens:,} tokens per served sequence run past the "
+                                                         f"model's context of {arch.max_context:,} tokens "
+                                                         "(max_position_embeddings), and the config declares no "
+                                                         "rope scaling")
+    return [Finding("context", "warning", f"serving is sized at {tokens:,} tokens per sequence as asked, past the "
+                                          f"model's context of {arch.max_context:,} tokens; the config declares rope "
+                                          "scaling, so check that the scaling covers it.")]
+
+
+def _site_metric(method: str, parts: tuple[int, ...]) -> int:
+    """The site's figure of a job's parts (parallel.PARTS order): allocated bytes; QLoRA's paged AdamW state lives
+    in managed memory, out of the allocator's count (parts[2]; job._apply_metric)."""
+    return sum(parts) - (parts[2] if method == "qlora" else 0)
+
+
+def _setups(arch, graph, s: Assumptions, cards, gpus, jobs, adapters: int, serve_tokens: int, weights_served: int,
+            kv_per_sequence: int):
+    """Plans for full, LoRA, QLoRA and serving on every priced GPU, and the serving speeds (memory/setups.py)."""
+    peak = cached_peak(jobs, _site_metric)
+    gpu_offers = offers(cards, gpus, s)
+    flops = training_flops(arch, graph, s, adapters)
+    not_applicable = {}
+    if arch.quant is not None:
+        not_applicable["qlora"] = (f"the checkpoint is already quantised ({arch.quant.describes}); QLoRA quantises "
+                                   "a 16-bit base to NF4, so it does not apply as such")
+    plans, unreachable = plans_for(jobs, peak, gpu_offers, {m: f[0] for m, f in flops.items()},
+                                   {"full": s.mfu_full, "lora": s.mfu_lora, "qlora": s.mfu_lora},
+                                   {m: f[1] for m, f in flops.items()}, not_applicable, s.host_memory_bytes_per_node)
+    serving = ()
+    if graph.spec.kind != "encoder":
+        model = serving_model(arch, graph, s, weights_served, kv_per_sequence, serve_tokens)
+        serving = serving_table(model, peak, gpu_offers, plans)
+    return plans, unreachable, serving
 
 
 # Structure-table names of the parts outside the language model (vlm.py).
@@ -175,7 +297,8 @@ def _structure(nodes: tuple[Node, ...]) -> tuple[StructureRow, ...]:
 
 
 def _card_plan(card: Card, profiles: Mapping[str, Profile], s: Assumptions,
-               cuts: dict[str, tuple[int, int, int]]) -> CardPlan:
+               cuts: dict[str, tuple[int, int, int]], qlora=None) -> CardPlan:
+    """One card's largest batches (QLoRA's from its job's phases, 0 without one) and two-card splits."""
     budget = budget_bytes(card, s)
     batches = {k: p.max_batch(budget) for k, p in profiles.items()}
     splits: list[SplitPlan] = []
@@ -186,7 +309,8 @@ def _card_plan(card: Card, profiles: Mapping[str, Profile], s: Assumptions,
             sp = two_card_split(p, budget, cuts[k])
             splits.append(SplitPlan(k, sp.cards, sp.cut_after_layer, sp.stage_bytes_batch1, sp.max_batch))
     return CardPlan(card.name, card.memory_marketed_bytes, card.memory_usable_bytes, budget,
-                    batches["train_full"], batches["train_lora"], batches["serve"], tuple(splits) or None)
+                    batches["train_full"], batches["train_lora"], batches["serve"], tuple(splits) or None,
+                    0 if qlora is None else max_batch(qlora, budget, _site_metric))
 
 
 def _costs(arch, graph, s: Assumptions, cards, gpus, profiles, adapters) -> tuple[CostLine, ...]:

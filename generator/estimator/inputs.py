@@ -44,10 +44,14 @@ class Assumptions:
     job_batch: int = 32
     job_tokens: int = 2048
     job_samples: int = 50_000
-    # Model FLOPs utilisation assumed when turning roofline time into expected hours
-    # (gpu-and-hub-facts.md A5: 35-45% full fine-tune, 15-25% LoRA / small batches).
+    # Model FLOPs utilisation assumed when turning roofline time into expected hours: 35-45% for a tuned full
+    # fine-tune at 2-4k context (llm-foundry, fms-fsdp). LoRA takes the same: its GEMMs are the same shapes and
+    # its FLOPs already leave out the frozen weights' gradient GEMMs (about 2/3 of full's, NeMo AutoModel PR 786).
     mfu_full: float = 0.40
-    mfu_lora: float = 0.20
+    mfu_lora: float = 0.40
+    # CPU memory an offload setup may hold per node of 8 GPUs: the plans offload only within it. NVIDIA DGX H100
+    # User Guide, hardware overview: 2 TB of system memory beside 8 H100 GPUs (read as 2 x 10^12 bytes).
+    host_memory_bytes_per_node: int = 2_000_000_000_000
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,8 @@ from typing import Any
 from .checks import Finding
 from .cost import CostLine
 from .memory.curve import CurvePoint
+from .memory.plans import Plan, Unreachable
+from .serving_speed import ServingSpeed
 
 SCHEMA_VERSION = 1
 
@@ -67,6 +69,9 @@ class CardPlan:
     train_lora_max_batch: int
     serve_max_batch: int
     split: tuple[SplitPlan, ...] | None  # None when every method fits at batch 1
+    # QLoRA (NF4 base, double quantisation, paged AdamW, checkpointing) on one card; 0 where batch 1 does not fit
+    # or QLoRA does not apply (an already quantised checkpoint: plans_unreachable says so)
+    train_qlora_max_batch: int = 0
 
 
 @dataclass(frozen=True)
@@ -97,6 +102,7 @@ class Memory:
     breakdown: tuple[tuple[str, int], ...] = ()
     job: tuple[tuple[str, Any], ...] = ()
     curve: tuple[CurvePoint, ...] = ()  # batch-1 peaks from 512 tokens to the context (estimator/curve.py)
+    offload_cpu_bytes_per_node: int = 0  # the exact job's --offload: CPU memory the ranks of one node hold
 
 
 @dataclass(frozen=True)
@@ -119,6 +125,11 @@ class Report:
     structure: tuple[StructureRow, ...]
     findings: tuple[Finding, ...]
     provenance: tuple[tuple[str, Any], ...]  # config keys used (and their source) and formulas
+    # Setups that run the model (memory/setups.py): per method and priced GPU the fewest GPUs holding batch 1,
+    # the methods nothing runs and why, and serving speeds at the smallest tensor-parallel count.
+    plans: tuple[Plan, ...] = ()
+    plans_unreachable: tuple[Unreachable, ...] = ()
+    serving: tuple[ServingSpeed, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON twin: tuples become lists, pair-tuples become objects, keys stay stable."""
@@ -206,5 +217,5 @@ def _plain(value: Any) -> Any:
 # The layouts of the Report's own classes, read once (a structure table has up to ~1,100 rows).
 _LAYOUTS: dict[type, tuple[tuple[str, ...], tuple[str, ...], bool]] = {
     cls: _layout(cls) for cls in (ModelInfo, Params, SplitPlan, CardPlan, Memory, StructureRow, Report, Finding,
-                                  CostLine)
+                                  CostLine, Plan, Unreachable, ServingSpeed)
 }

@@ -18,7 +18,7 @@ experts some sequence routes to: E x (1 - (1 - k/E)^B) of E experts per layer in
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from .memory.parallel import GPUS_PER_NODE, ParallelError, Setup
 
@@ -48,6 +48,7 @@ class ServingSpeed:
     prefill_tokens_per_s: float
     max_concurrency: int  # sequences of serve_tokens whose caches fit beside the weights
     usd_per_million_output_tokens: float | None  # at max_concurrency; None when unpriced
+    gpu_model: str = ""  # the priced GPU's own name, where the card (gpu) lists several
 
     def to_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -78,29 +79,18 @@ def decode_upper_bound(m: ServingModel, gpus: int, bandwidth_gb_per_s: float) ->
     return gpus * bandwidth_gb_per_s * 1e9 / bytes_ if bytes_ > 0 else float("inf")
 
 
-def smallest_tp(fits: Callable[[Setup], int | None], budget_bytes: int, max_gpus: int = 512) -> Setup | None:
-    """The first serving setup (one GPU, tp 2, 4, 8, then tp 8 x pipeline nodes) whose per-GPU peak at batch 1
-    (`fits(setup)`: bytes, or None where the setup cannot run) is within budget."""
-    counts = [1, 2, 4, 8] + [GPUS_PER_NODE * k for k in range(2, max_gpus // GPUS_PER_NODE + 1)]
-    for n in counts:
-        setup = Setup("single" if n == 1 else "tp" if n <= GPUS_PER_NODE else "tp+pp", n)
-        bytes_ = fits(setup)
-        if bytes_ is not None and bytes_ <= budget_bytes:
-            return setup
-    return None
-
-
 def serving_speed(m: ServingModel, gpu: str, setup: Setup, batch1_peak_bytes: int, per_sequence_bytes: int,
                   budget_bytes: int, bandwidth_gb_per_s: float, peak_tflops: float, usd_per_hour: float | None,
                   bandwidth_efficiency: float = DECODE_BANDWIDTH_EFFICIENCY, mfu: float = PREFILL_MFU,
-                  cap: int = 1 << 20) -> ServingSpeed:
-    """Speeds of `setup` (from smallest_tp). batch1_peak_bytes: the largest GPU's peak serving one sequence;
+                  cap: int = 1 << 20, gpu_model: str = "") -> ServingSpeed:
+    """Speeds of `setup` (the smallest tensor-parallel one: memory/setups.serving_table). batch1_peak_bytes: the largest GPU's peak serving one sequence;
     per_sequence_bytes: what each further sequence adds on that GPU (its KV cache share and logits).
     usd_per_hour: per GPU. With pipeline stages (tp+pp) only one stage works on a token at a time, so the step
-    uses the tensor-parallel width (8), not all GPUs."""
+    uses the tensor-parallel width (8), not all GPUs; pipeline alone (pp), one GPU's."""
     if setup.gpus < 1:
         raise ParallelError("", "gpus", setup.gpus, "must be a positive integer")
-    width = min(setup.gpus, GPUS_PER_NODE) if setup.strategy == "tp+pp" else setup.gpus
+    width = min(setup.gpus, GPUS_PER_NODE) if setup.strategy == "tp+pp" else 1 if setup.strategy == "pp" \
+        else setup.gpus
     stages = setup.gpus // width
     step = decode_step_seconds(m, 1, width, bandwidth_gb_per_s, peak_tflops, bandwidth_efficiency, mfu)
     decode = 1.0 / step if step > 0 else float("inf")
@@ -116,4 +106,4 @@ def serving_speed(m: ServingModel, gpu: str, setup: Setup, batch1_peak_bytes: in
         tokens_s = stages * batch / decode_step_seconds(m, batch, width, bandwidth_gb_per_s, peak_tflops,
                                                         bandwidth_efficiency, mfu)
         usd = usd_per_hour * setup.gpus / (tokens_s * 3600.0) * 1e6
-    return ServingSpeed(gpu, setup.gpus, setup.strategy, decode, prefill, int(conc), usd)
+    return ServingSpeed(gpu, setup.gpus, setup.strategy, decode, prefill, int(conc), usd, gpu_model)

@@ -16,6 +16,7 @@ from ..estimator import Report
 from ..records import ModelRecord
 from ..settings import Settings
 from . import accuracy_page, charts, pages, sources
+from .setups_context import setups_context
 
 MIN_LAYERS_TO_FOLD = 3  # with 1 or 2 layers folding saves nothing (the reference page shows all rows)
 # The most structure rows a page shows (a row is ~80 bytes; the page budget is 60 KB). A 126-layer
@@ -84,6 +85,7 @@ def model_context(report: Report, record: ModelRecord | None, settings: Settings
         "validation": {"checkpoint": count["status"], "missing": count["missing"]},
         "structure": structure_context(report),
         "findings": findings,
+        "setups": setups_context(report),
     }
 
 
@@ -220,16 +222,21 @@ def _charts(report: Report) -> dict[str, Any]:
     name = report.model.id
     # One point (a context under 512 tokens) is not a line: the page then shows no memory chart.
     line = curve if curve is not None and len(curve) > 1 and mem.cards else None
+    # A batch chart where no card holds batch 1 of any method would be nothing but "does not fit" labels: the
+    # setups section answers instead (issue 14).
+    bars = any(getattr(c, key) for c in mem.cards for key, _, _ in charts.BATCHES)
     return {  # each chart twice: for wide screens and for a phone (the stylesheet shows one)
         "memory": None if line is None else charts.memory_chart(line, mem.cards, model=name),
         "memory_narrow": None if line is None else charts.memory_chart(line, mem.cards, model=name, narrow=True),
-        "batch": None if not mem.cards else charts.batch_chart(mem.cards, model=name, serve_tokens=mem.serve_tokens),
-        "batch_narrow": None if not mem.cards
+        "batch": None if not bars else charts.batch_chart(mem.cards, model=name, serve_tokens=mem.serve_tokens),
+        "batch_narrow": None if not bars
         else charts.batch_chart(mem.cards, model=name, serve_tokens=mem.serve_tokens, narrow=True),
     }
 
 
 def _memory(report: Report, root: str | None = None) -> dict[str, Any]:
+    qlora = not any(u.method == "qlora" for u in report.plans_unreachable)
+    keys = ("full", "lora", "qlora", "serve") if qlora else ("full", "lora", "serve")
     rows = []
     for card in report.memory.cards:
         splits = {s.method: s for s in card.split or ()}
@@ -237,8 +244,18 @@ def _memory(report: Report, root: str | None = None) -> dict[str, Any]:
                                "href": None if root is None else f"{root}{pages.card_dir(card.name)}/index.html"}
         for short, method in METHODS:
             row[short] = {"batch": f.batch(getattr(card, f"{method}_max_batch")), "split": _split(splits.get(method))}
+        row["qlora"] = {"batch": f.batch(card.train_qlora_max_batch), "split": None}
+        row["cells"] = [row[k] for k in keys]
         rows.append(row)
+    rank = f.count(dict(report.memory.assumptions)["lora_rank"])
+    serve = f"Serve {f.serve_weights(report.params.quantization)}"
+    labels = {"full": "Full fine-tune", "lora": f"LoRA r={rank}", "qlora": "QLoRA", "serve": serve}
     return {
+        # one column per method, data-label and heading; QLoRA's unless it does not apply (an already quantised
+        # checkpoint: the setups section says why)
+        "table_class": "four" if len(keys) == 4 else "three",  # answer cells per line on a phone
+        "columns": [{"label": labels[k], "head": labels[k] + (f", {f.count(report.memory.serve_tokens)} tokens"
+                                                               if k == "serve" else "")} for k in keys],
         "train_tokens": f.count(report.memory.train_tokens),
         "serve_tokens": f.count(report.memory.serve_tokens),
         "serve_weights": f.serve_weights(report.params.quantization),

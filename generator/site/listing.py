@@ -19,7 +19,12 @@ from ..estimator import Report
 from ..records import ModelRecord
 from .pages import card_dir, card_slug, display_name, family_dir, family_slug, model_dir
 
-METHODS = (("full", "full fine-tune"), ("lora", "LoRA"), ("serve", "serving"))
+METHODS = (("full", "full fine-tune"), ("lora", "LoRA"), ("qlora", "QLoRA"), ("serve", "serving"))
+# The "fits on" filter's GPU counts: one card alone (its largest-batch table), up to one node of 8, up to the
+# plans' 512 (64 nodes of 8). A row carries per card and method one token: the slug (one card), slug-8 (2 to 8)
+# or slug-n (9 to 512); a count accepts its own token and the smaller counts' (SUFFIXES).
+GPU_LEVELS = (("1", "one GPU"), ("8", "up to 8 GPUs"), ("n", "up to 512 GPUs"))
+SUFFIXES = {"1": ("",), "8": ("", "-8"), "n": ("", "-8", "-n")}
 # Size bands of the home page's filter: graph parameters in [low, high).
 SIZE_BANDS = ((0, 10**9), (10**9, 3 * 10**9), (3 * 10**9, 10 * 10**9), (10 * 10**9, 30 * 10**9),
               (30 * 10**9, 100 * 10**9), (100 * 10**9, None))
@@ -49,6 +54,9 @@ class Entry:
     last_modified: str | None = None  # RFC 3339 UTC, from the Hub's lastModified
     read_date: str | None = None  # RFC 3339 UTC: the day its Hub data was read (the crawl), from downloads_source
     train_tokens: int | None = None  # tokens per training sample the estimate used (the job's, capped at the context)
+    qlora_batches: tuple[int, ...] = ()  # per card, QLoRA's largest batch on one card (0: does not fit or apply)
+    # per card, the fewest GPUs of it that run each of METHODS at batch 1 (report.plans; 0: none up to 512)
+    gpus: tuple[tuple[int, ...], ...] = ()
 
     @property
     def estimated(self) -> bool:
@@ -62,7 +70,21 @@ class Entry:
         known = {x.name for x in fields(cls)}
         values = {k: v for k, v in data.items() if k in known}
         values["batches"] = tuple(tuple(b) for b in values.get("batches", ()))
+        values["qlora_batches"] = tuple(values.get("qlora_batches", ()))
+        values["gpus"] = tuple(tuple(g) for g in values.get("gpus", ()))
         return cls(**values)
+
+    def one_card(self, index: int) -> tuple[int, ...]:
+        """The largest batch on card number `index` alone, per METHODS (0: batch 1 does not fit)."""
+        if index >= len(self.batches):
+            return (0,) * len(METHODS)
+        full, lora, serve = self.batches[index]
+        qlora = self.qlora_batches[index] if index < len(self.qlora_batches) else 0
+        return full, lora, qlora, serve
+
+    def fewest(self, index: int) -> tuple[int, ...]:
+        """The fewest GPUs of card number `index` per METHODS (0: none up to 512 runs it)."""
+        return self.gpus[index] if index < len(self.gpus) else (0,) * len(METHODS)
 
 
 def short_reason(exc: TraceError, model_id: str) -> str:
@@ -108,7 +130,18 @@ def entry_for(record: ModelRecord, report: Report | None, reason: str | None) ->
         batches=tuple((c.train_full_max_batch, c.train_lora_max_batch, c.serve_max_batch) for c in mem.cards),
         layers=p.layers, context=first_shape[-1] if first_shape else None,
         active=active if active and active != p.graph else None, last_modified=live["last_modified"],
-        read_date=live["read_date"], train_tokens=mem.train_tokens)
+        read_date=live["read_date"], train_tokens=mem.train_tokens,
+        qlora_batches=tuple(c.train_qlora_max_batch for c in mem.cards), gpus=_fewest_gpus(report))
+
+
+def _fewest_gpus(report: Report) -> tuple[tuple[int, ...], ...]:
+    """Per card of the Report, per METHODS, the fewest GPUs of a fitting plan (a card's GPUs share its budget)."""
+    fewest: dict[tuple[str, str], int] = {}
+    for p in report.plans:
+        if p.fits:
+            key = (p.gpu, p.method)
+            fewest[key] = min(fewest.get(key, p.gpus), p.gpus)
+    return tuple(tuple(fewest.get((c.name, m), 0) for m, _ in METHODS) for c in report.memory.cards)
 
 
 def by_downloads(entries: Iterable[Entry]) -> list[Entry]:
@@ -153,8 +186,18 @@ def size_bands() -> list[dict[str, str]]:
 
 
 def _fits(e: Entry, card_slugs: Sequence[str]) -> dict[str, str]:
-    """Per method, the cards (space-separated slugs) that hold batch 1 of it (none for a model not estimated: it has no batches)."""
-    return {m: " ".join(s for s, b in zip(card_slugs, e.batches, strict=False) if b[i] > 0) for i, (m, _) in enumerate(METHODS)}
+    """Per method, the cards that run batch 1 of it: a card's slug where one holds it, slug-8 where 2 to 8 of it
+    do, slug-n where 9 to 512 do (GPU_LEVELS), space-separated."""
+    out: dict[str, list[str]] = {m: [] for m, _ in METHODS}
+    for index, slug in enumerate(card_slugs):
+        for (m, _), batch, gpus in zip(METHODS, e.one_card(index), e.fewest(index), strict=False):
+            if batch > 0:
+                out[m].append(slug)
+            elif 0 < gpus <= 8:
+                out[m].append(slug + "-8")
+            elif gpus > 0:
+                out[m].append(slug + "-n")
+    return {m: " ".join(tokens) for m, tokens in out.items()}
 
 
 def rows(entries: Iterable[Entry], root: str, card_names: Sequence[str] = ()) -> list[dict[str, Any]]:
@@ -213,32 +256,38 @@ def family_rows(entries: Iterable[Entry], root: str) -> list[dict[str, Any]]:
     return out
 
 
-def card_rows(entries: Iterable[Entry], index: int, root: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]], int]:
-    """Models with at least one method that fits card number `index`, with the largest batch per
-    method: those with a download count, most downloaded first, and those without one, by id; and how
-    many estimated models fit it for no method."""
-    groups: tuple[list[dict[str, Any]], list[dict[str, Any]]] = ([], [])
-    none_fit = 0
-    for group, part in zip(groups, split_by_downloads(entries), strict=True):
-        for e in part:
+def card_rows(entries: Iterable[Entry], index: int, root: str) -> dict[str, Any]:
+    """The models card number `index` runs, most downloaded first, then those without a download count, by id:
+    `one` those with a method that fits one card alone (the largest batch per method, or the fewest GPUs of it
+    where one does not hold the method), `several` those that need several of it for every method (the fewest
+    GPUs per method); and how many estimated models no count of it up to 512 runs."""
+    out: dict[str, Any] = {"one": ([], []), "several": ([], []), "none": 0}
+    for part, entries_ in enumerate(split_by_downloads(entries)):
+        for e in entries_:
             if not e.estimated or index >= len(e.batches):
                 continue
-            full, lora, serve = e.batches[index]
-            if full == lora == serve == 0:
-                none_fit += 1
+            batches, gpus = e.one_card(index), e.fewest(index)
+            if any(batches):
+                group = "one"
+            elif any(gpus):
+                group = "several"
+            else:
+                out["none"] += 1
                 continue
-            group.append({"href": f"{root}{model_dir(e.id)}/index.html", "id": e.id,
-                          "params": f.short_count(e.params), "full": f.batch(full), "lora": f.batch(lora),
-                          "serve": f.batch(serve)})
-    return groups[0], groups[1], none_fit
+            cells = [f.batch(b) if b > 0 else f.gpu_count(g) if g > 0 else f.DASH for b, g in zip(batches, gpus, strict=False)]
+            out[group][part].append({"href": f"{root}{model_dir(e.id)}/index.html", "id": e.id,
+                                     "params": f.short_count(e.params), "cells": cells})
+    return out
 
 
 def cards(entries: list[Entry], card_names: Sequence[str], root: str) -> list[dict[str, Any]]:
-    """One row per card: how many models fit it for each method."""
+    """One row per card: how many models fit it alone for each method, and how many run on several of it."""
     out = []
     for i, name in enumerate(card_names):
-        got = [e.batches[i] for e in entries if e.estimated and i < len(e.batches)]
-        out.append({"name": name, "href": f"{root}{card_dir(name)}/index.html",
+        got = [e.one_card(i) for e in entries if e.estimated and i < len(e.batches)]
+        several = sum(1 for e in entries if e.estimated and i < len(e.batches) and not any(e.one_card(i))
+                      and any(e.fewest(i)))
+        out.append({"name": name, "href": f"{root}{card_dir(name)}/index.html", "several": f.count(several),
                     **{m: f.count(sum(b[j] > 0 for b in got)) for j, (m, _) in enumerate(METHODS)}})
     return out
 
@@ -272,6 +321,8 @@ def filter_css(family_slugs: Sequence[str], card_names: Sequence[str]) -> str:
     for name in card_names:
         slug = card_slug(name)
         for method, _ in METHODS:
-            rules.append(f'main:has(#f-card option[value="{slug}"]:checked):has(#f-method option[value="{method}"]'
-                         f':checked) {row}:not([data-{method}~="{slug}"]){hide}')
+            for level, _ in GPU_LEVELS:
+                accepted = "".join(f':not([data-{method}~="{slug}{x}"])' for x in SUFFIXES[level])
+                rules.append(f'main:has(#f-card option[value="{slug}"]:checked):has(#f-method option[value="{method}"]'
+                             f':checked):has(#f-gpus option[value="{level}"]:checked) {row}{accepted}{hide}')
     return "\n".join(rules) + "\n"

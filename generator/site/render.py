@@ -196,7 +196,8 @@ def render_home(entries: list[listing.Entry], settings: Settings, *, sort: str) 
     sort_links = {"downloads": root + pages.HOME, "size": root + pages.HOME_BY_SIZE}
     filters = {"families": slugs, "bands": listing.size_bands(),
                "cards": [{"value": pages.card_slug(n), "label": n} for n in names],
-               "methods": [{"value": m, "label": label} for m, label in listing.METHODS]}
+               "methods": [{"value": m, "label": label} for m, label in listing.METHODS],
+               "gpus": [{"value": v, "label": label} for v, label in listing.GPU_LEVELS]}
     return _render("home.html", **frame, crumbs=[], rows=listing.rows(known, root, names),
                    unknown_rows=listing.rows(unknown, root, names), unknown_count=f.count(len(unknown)), sort=sort,
                    sort_links=sort_links, counts=listing.counts(entries), filters=filters,
@@ -251,10 +252,15 @@ def render_card(index: int, entries: list[listing.Entry], settings: Settings) ->
                    description=f"Every model you can fine-tune or serve on one {card.name}, with its largest batch.")
     crumbs = [{"text": "Models", "href": root + pages.HOME}, {"text": "Cards", "href": root + pages.CARDS_INDEX},
               {"text": card.name, "href": None}]
-    rows, unknown_rows, none_fit = listing.card_rows(entries, index, root)
+    got = listing.card_rows(entries, index, root)
+    (rows, unknown_rows), (several, several_unknown) = got["one"], got["several"]
     a = settings.assumptions
     return _render("card.html", **frame, crumbs=crumbs, card=card.name, rows=rows, unknown_rows=unknown_rows,
-                   unknown_count=f.count(len(unknown_rows)), none_fit=f.count(none_fit),
+                   unknown_count=f.count(len(unknown_rows)), none_fit=f.count(got["none"]),
+                   several=several, several_unknown=several_unknown,
+                   heads=["Full fine-tune", f"LoRA r={f.count(a.lora_rank)}", "QLoRA", "Serve"],
+                   several_count=f.count(len(several) + len(several_unknown)),
+                   several_unknown_count=f.count(len(several_unknown)),
                    fits=f.count(len(rows) + len(unknown_rows)), usable=f.gb(card.memory_usable_bytes),
                    usable_gib=f.gib(card.memory_usable_bytes),
                    tokens=f.count(a.train_tokens), serve_tokens=f.count(a.serve_tokens), rank=f.count(a.lora_rank),

@@ -16,15 +16,16 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from ...errors import JobError
-from ..config.arch import Arch, Quant
+from ..config.arch import Arch
 from ..graph.nodes import Graph
 from ..inputs import Assumptions
-from .attention import default_attention, eager_layer_terms, eager_scores_bytes
 from .activations import block_activation_bytes, embed_dropout_bytes, head_activation_bytes, regime
+from .attention import default_attention, eager_layer_terms, eager_scores_bytes
 from .lora import adapted_linears, lora_params, target_roles
+from .parallel import Phase
 from .profile import kv_bytes_of_block, per_distinct_layer
 from .recipes import LITGPT_CHUNK_TOKENS, RECIPES, TRL_CHUNK_TOKENS
-from .storage import _mat_elements
+from .storage import QUANTS, dequant_transient_bytes, layer_mats, quantised_params, weight_bytes
 
 METHODS = ("full", "lora", "qlora", "inference")
 
@@ -58,25 +59,6 @@ METRICS = ("allocated", "reserved", "nvidia-smi")
 
 
 PARTS = ("weights", "gradients", "optimizer_state", "activations", "logits", "kv_cache", "overhead")
-
-
-# Storage of a quantised base, per nn.Linear inside the layers (embeddings, norms and the LM head stay 16-bit:
-# bitsandbytes skips lm_head, transformers' get_keys_to_not_convert). Read with quant._mat_elements.
-QUANTS = {
-    # bnb NF4: 2 weights per uint8 + fp32 absmax per 64 (Dettmers et al. 2023, QLoRA, arXiv:2305.14314 §2)
-    "nf4": Quant("bitsandbytes", 4, 2, 64, 4.0, "bnb NF4, blocksize 64"),
-    # LLM.int8(): int8 weight + fp32 scale per output row (bitsandbytes Int8Params SCB)
-    "int8": Quant("bitsandbytes", 8, 1, 0, 4.0, "bnb LLM.int8()"),
-    # GPTQ int4 (AutoGPTQ / gptqmodel): packed int32 qweight, qzeros, fp16 scales per 128 inputs, g_idx
-    "gptq-int4": Quant("gptq", 4, 8, 128, 2.0, "GPTQ int4, group 128"),
-    # fp8 e4m3 weight + fp32 scale per output channel (transformers FbgemmFp8Linear)
-    "fp8": Quant("fp8", 8, 1, 0, 4.0, "fp8 e4m3, per-channel scale"),
-}
-
-
-# QLoRA's double quantisation: the fp32 absmax per 64 becomes uint8 + an fp32 absmax per 256 of them
-# (QLoRA §2 "Double Quantization": 0.5 -> 0.127 bits per parameter): 1/64 + 4/(64 x 256) bytes per weight.
-DOUBLE_QUANT_SAVING = 4 / 64 - (1 / 64 + 4 / (64 * 256))
 
 
 # bitsandbytes 8-bit optimizers: two uint8 states + one fp32 absmax per 256-element block each
@@ -116,7 +98,7 @@ class Job:
         return {**{f.name: getattr(self, f.name) for f in fields(self)}, "weights": self.storage}
 
     @staticmethod
-    def from_options(recipe: str = "", **given: Any) -> "Job":
+    def from_options(recipe: str = "", **given: Any) -> Job:
         """A recipe's fields under the explicitly given options (given wins); an unknown recipe is an error."""
         if recipe and recipe not in RECIPES:
             raise JobError("command line", "recipe", recipe, f"must be one of {', '.join(RECIPES)}")
@@ -176,46 +158,36 @@ def validate(job: Job, model: str) -> None:
         raise JobError(model, "double_quant", True, f"is for nf4 weights, not {job.storage}")
 
 
-def weight_bytes(g: Graph, storage: str, double_quant: bool = False) -> int:
-    """Bytes of the whole model's weights stored as `storage` (quantised: the layers' Linears; the rest 16-bit)."""
-    spec = g.spec
-    if storage in ("bf16", "fp16", "fp32"):
-        return (4 if storage == "fp32" else 2) * g.params_total
-    q = QUANTS[storage]
-    total = 2.0 * g.params_total
-    for b in spec.blocks:
-        for p in b.parts:
-            for count, i, o in p.weight_mats:
-                total += _mat_elements(q, count, i, o)[1] - 2 * count * i * o
-                if double_quant:
-                    total -= DOUBLE_QUANT_SAVING * count * i * o
-    return int(total)
+def _phase(name: str, **parts: int) -> Phase:
+    """One phase; `overhead` comes split by how it shares out over GPUs (parallel.Phase): autocast's weight
+    copies, the optimizer step's temporaries, and what every process holds whole."""
+    return Phase(name, **{k: int(v) for k, v in parts.items()}, computing=name != "optimizer step")
 
 
-def dequant_transient_bytes(g: Graph, storage: str, c: int) -> int:
-    """A 4-bit or int8 base's largest Linear dequantised to the compute dtype for a matmul (bitsandbytes
-    MatMul4Bit: dequantize_4bit(W) @ x, freed after; its backward does the same); GPTQ and fp8 kernels read the
-    packed weight: 0."""
-    if storage not in ("nf4", "int8"):
-        return 0
-    spec = g.spec
-    return c * max((i * o for b in spec.blocks for p in b.parts for _, i, o in p.weight_mats), default=0)
+def job_phases(a: Arch, g: Graph, s: Assumptions, job: Job, model: str = "") -> tuple[Phase, ...]:
+    """Every phase of `job` on one GPU (allocated tensors, before the metric): what memory.parallel shares out."""
+    model = model or a.model_type
+    validate(job, model)
+    job = resolve(job, a)
+    return tuple(_inference(a, g, s, job) if job.method == "inference" else _training(a, g, s, job, model))
 
 
-def _phase(name: str, **parts: int) -> tuple[str, dict[str, int]]:
-    return name, {k: int(parts.get(k, 0)) for k in PARTS}
+def phase_parts(ph: Phase) -> dict[str, int]:
+    """A phase as the breakdown's PARTS (overhead summed)."""
+    return {"weights": ph.weights, "gradients": ph.gradients, "optimizer_state": ph.optimizer_state,
+            "activations": ph.activations, "logits": ph.logits, "kv_cache": ph.kv_cache,
+            "overhead": ph.overhead_weights + ph.overhead_step + ph.overhead_fixed}
 
 
 def job_memory(a: Arch, g: Graph, s: Assumptions, job: Job, model: str = "") -> JobMemory:
     """The peak of `job` and its phase, with the breakdown at that phase, in the `metric`'s terms."""
-    model = model or a.model_type
-    validate(job, model)
-    job = resolve(job, a)
-    if job.method == "inference":
-        phases = _inference(a, g, s, job)
-    else:
-        phases = _training(a, g, s, job, model)
-    name, parts = max(phases, key=lambda ph: sum(ph[1].values()))
+    parts_of = [(ph.name, phase_parts(ph)) for ph in job_phases(a, g, s, job, model)]
+    name, parts = max(parts_of, key=lambda ph: sum(ph[1].values()))
+    return metric_memory(name, parts, s, job, g)
+
+
+def metric_memory(name: str, parts: dict[str, int], s: Assumptions, job: Job, g: Graph) -> JobMemory:
+    """A peak's breakdown (one GPU's, or the largest GPU's of a parallel setup) in the job's metric."""
     parts = dict(parts)
     _apply_metric(parts, s, job, g)
     return JobMemory(sum(parts.values()), name, tuple((k, parts[k]) for k in PARTS))
@@ -227,7 +199,7 @@ def _adapter_bytes(job: Job) -> int:
     return 2 if job.precision == "bf16" else 4  # peft autocast_adapter_dtype=True; LitGPT/torchtune: bf16
 
 
-def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str) -> list[tuple[str, dict[str, int]]]:
+def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str) -> list[Phase]:
     spec = g.spec
     lora = job.method != "full"
     r = regime("lora" if lora else "full", job.precision, _adapter_bytes(job) if lora else 0,
@@ -240,7 +212,7 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str) -> list[t
     if not lora:
         trainable, param_bytes = P, {"amp": 4, "bf16": 2, "fp32": 4}[job.precision]
         weights = param_bytes * P
-        roles, rank = None, 0
+        roles, rank, mats = None, 0, None
         # autocast's bf16 weight copies, saved for backward (F2). With checkpointing a layer's copies are made
         # inside its checkpointed forward and not kept: only the LM head's live at the loss, one layer's in the
         # recomputation (torch/utils/checkpoint.py: the recomputed forward's saved tensors).
@@ -251,9 +223,10 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str) -> list[t
         rank = job.lora_rank
         trainable = lora_params(g, a, rank, roles)
         param_bytes = r.adapter_bytes
-        weights = weight_bytes(g, job.storage, job.double_quant) + param_bytes * trainable
+        mats = layer_mats(g) if job.storage in QUANTS else None  # weights and the dequantised transient share it
+        weights = weight_bytes(g, job.storage, job.double_quant, mats) + param_bytes * trainable
         if job.upcast_fp32:  # prepare_model_for_kbit_training: every non-quantised fp16/bf16 parameter to fp32
-            weights += 2 * (P - _quantised_params(g, job.storage))
+            weights += 2 * (P - quantised_params(g, job.storage))
         copies = 2 * trainable if r.amp and param_bytes != 2 else 0
         if r.amp and job.upcast_fp32:  # the fp32 LM head's bf16 autocast copy, saved for its input's gradient
             copies += 2 * head_mm
@@ -277,12 +250,14 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str) -> list[t
     head, logits, chunk = _loss_terms(a, g, job, c, head, logits)
     if job.keep_outputs:  # the output object alive through backward: its bf16 logits and its KV cache (F8)
         head += T * (c * spec.logits + _kept_cache_bytes(a, g, r, job))
-    dequant = dequant_transient_bytes(g, job.storage, c)
-    overhead = copies + dequant + chunk
+    # overhead by how it shares out over GPUs (parallel.Phase): autocast's copies of the weights; what every
+    # process holds whole (the dequantised layer, the chunked loss's transient)
+    dequant = dequant_transient_bytes(g, job.storage, c, mats)
+    overhead = {"overhead_weights": copies, "overhead_fixed": dequant + chunk}
     if not job.grad_ckpt:
         acts = embed + sum(layers) + head
         out = [_phase("loss (logits)" if logits * 2 > acts else "backward (activations)", weights=weights,
-                      optimizer_state=state, activations=B * (acts - logits), logits=B * logits, overhead=overhead)]
+                      optimizer_state=state, activations=B * (acts - logits), logits=B * logits, **overhead)]
     else:
         # non-reentrant checkpointing per decoder layer (transformers gradient_checkpointing_enable): each layer
         # keeps only its input through the forward. At the loss nothing is recomputed; then the backward reruns
@@ -292,23 +267,17 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str) -> list[t
                                                           if spec.tied and r.trained else 0)
         out = [_phase("loss (logits)", weights=weights, optimizer_state=state,
                       activations=B * (inputs + head - logits), logits=B * logits,
-                      overhead=ckpt_copies[0] + dequant + chunk),
+                      overhead_weights=ckpt_copies[0], overhead_fixed=dequant + chunk),
                _phase("backward (recomputing a checkpointed layer)", weights=weights, optimizer_state=state,
                       gradients=param_bytes * head_params if r.trained else 0,
-                      activations=B * (inputs + max(layers, default=0)), overhead=ckpt_copies[1] + dequant)]
+                      activations=B * (inputs + max(layers, default=0)),
+                      overhead_weights=ckpt_copies[1], overhead_fixed=dequant)]
     if not lora and spec.tied:  # F6: the tied weight's two gradients and their sum
         tied = 2 * param_bytes * spec.vocab * (a.embed_dim or a.hidden)
         out.append(_phase("end of backward (tied-embedding gradients)", weights=weights, gradients=grad + tied,
                           optimizer_state=state))
-    out.append(_phase("optimizer step", weights=weights, gradients=grad, optimizer_state=state, overhead=temp))
+    out.append(_phase("optimizer step", weights=weights, gradients=grad, optimizer_state=state, overhead_step=temp))
     return out
-
-
-def _quantised_params(g: Graph, storage: str) -> int:
-    """Parameters a quantised base stores packed (the layers' Linears); 0 for a 16/32-bit base."""
-    if storage in ("bf16", "fp16", "fp32"):
-        return 0
-    return sum(count * i * o for b in g.spec.blocks for p in b.parts for count, i, o in p.weight_mats)
 
 
 def _loss_terms(a: Arch, g: Graph, job: Job, c: int, head: int, logits: int) -> tuple[int, int, int]:
@@ -363,7 +332,7 @@ def _layer_bytes(a: Arch, b, r, rank: int, roles, job: Job, T: int) -> int:
     return out
 
 
-def _inference(a: Arch, g: Graph, s: Assumptions, job: Job) -> list[tuple[str, dict[str, int]]]:
+def _inference(a: Arch, g: Graph, s: Assumptions, job: Job) -> list[Phase]:
     """HF generate (F7): prefill of all B prompts in one forward, then decode. Prefill: weights + the prompts'
     KV cache + per prompt token c x (the largest part's working set + 4 hidden-wide tensors: inputs_embeds,
     the layer input, the post-attention residual, the normed input) [+ eager scores of one layer]. Decode:
@@ -383,7 +352,7 @@ def _inference(a: Arch, g: Graph, s: Assumptions, job: Job) -> list[tuple[str, d
     if job.attention == "eager":
         acts += eager_scores_bytes(a, g, T, c, one_layer=True)
     dequant = dequant_transient_bytes(g, job.storage, c)
-    return [_phase("prefill", weights=weights, kv_cache=B * kv(T), activations=B * acts, overhead=dequant),
+    return [_phase("prefill", weights=weights, kv_cache=B * kv(T), activations=B * acts, overhead_fixed=dequant),
             _phase("decode", weights=weights, kv_cache=B * kv(T + N), logits=B * (c + 4) * spec.vocab)]
 
 

@@ -44,7 +44,7 @@ u the largest sharding unit's params, c compute bytes, N GPUs). Sources:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from ...errors import JobError
 
@@ -171,6 +171,13 @@ def validate(job: SingleGpuJob, setup: Setup, model: str = "") -> None:
 
 def per_gpu(job: SingleGpuJob, setup: Setup, model: str = "") -> PerGpu:
     """The per-GPU peak of `job` under `setup` (module docstring for the rules and sources)."""
+    name, parts, stage_layers = peak_parts(job, setup, model)
+    return PerGpu(setup, sum(parts), name, tuple(zip(PARTS, parts)), _cpu_bytes(job, setup), stage_layers)
+
+
+def peak_parts(job: SingleGpuJob, setup: Setup, model: str = "") -> tuple[str, tuple[int, ...], tuple[int, ...]]:
+    """per_gpu without its record: the peak phase, its parts in PARTS order and (pp) the layers per stage; what
+    the plan search asks of every setup it tries."""
     validate(job, setup, model)
     phases = job.phases_ckpt if setup.grad_ckpt else job.phases
     n, s = setup.gpus, setup.strategy
@@ -182,18 +189,30 @@ def per_gpu(job: SingleGpuJob, setup: Setup, model: str = "") -> PerGpu:
     if s in ("pp", "tp+pp"):
         stages = n if s == "pp" else n // GPUS_PER_NODE
         stage_layers, rows = _pp(job, phases, stages)
-    elif s == "tp":
+    elif s in ("tp", "single"):
         rows = [(ph.name, _parts(ph, ph.overhead_weights + ph.overhead_step + ph.overhead_fixed)) for ph in phases]
     else:
-        rows = [_data_parallel(job, ph, setup) for ph in phases]
-    name, parts = max(rows, key=lambda r: sum(r[1].values()))
-    return PerGpu(setup, sum(parts.values()), name, tuple((k, parts[k]) for k in PARTS),
-                  _cpu_bytes(job, setup), stage_layers)
+        rows = _data_parallel(job, phases, setup)
+    # the first phase of the largest sum (the first of equals), as parts in PARTS order
+    best, top = rows[0], -1
+    for row in rows:
+        total = sum(row[1])
+        if total > top:
+            best, top = row, total
+    return best[0], best[1], stage_layers
 
 
-def _parts(ph: Phase, overhead: int) -> dict[str, int]:
-    return {"weights": ph.weights, "gradients": ph.gradients, "optimizer_state": ph.optimizer_state,
-            "activations": ph.activations, "logits": ph.logits, "kv_cache": ph.kv_cache, "overhead": overhead}
+def cpu_bytes_per_node(job: SingleGpuJob, setup: Setup) -> int:
+    """PerGpu.cpu_bytes_per_node of `setup` (0 without offload)."""
+    return _cpu_bytes(job, setup)
+
+
+def _parts(ph: Phase, overhead: int, weights: int | None = None, gradients: int | None = None,
+           optimizer_state: int | None = None) -> tuple[int, ...]:
+    """A phase's parts in PARTS order; weights, gradients and optimizer state replaced where given."""
+    return (ph.weights if weights is None else weights, ph.gradients if gradients is None else gradients,
+            ph.optimizer_state if optimizer_state is None else optimizer_state, ph.activations, ph.logits,
+            ph.kv_cache, overhead)
 
 
 def _master_excess(job: SingleGpuJob) -> int:
@@ -201,41 +220,52 @@ def _master_excess(job: SingleGpuJob) -> int:
     return max(0, job.trainable_weight_bytes - job.compute_bytes) * job.params_trainable
 
 
-def _data_parallel(job: SingleGpuJob, ph: Phase, setup: Setup) -> tuple[str, dict[str, int]]:
+def _data_parallel(job: SingleGpuJob, phases: tuple[Phase, ...], setup: Setup) -> list[tuple[str, tuple[int, ...]]]:
+    """Every phase's parts on one rank of ddp, zero2, zero3 or fsdp (module docstring); what does not depend on
+    the phase is worked out once."""
     n, s, c = setup.gpus, setup.strategy, job.compute_bytes
-    every = ph.overhead_weights + ph.overhead_step + ph.overhead_fixed
-    if s == "single":
-        return ph.name, _parts(ph, every)
     if s == "ddp":
-        return ph.name, _parts(ph, every + job.grad_bytes * job.params_trainable)
+        bucket = job.grad_bytes * job.params_trainable
+        return [(ph.name, _parts(ph, ph.overhead_weights + ph.overhead_step + ph.overhead_fixed + bucket))
+                for ph in phases]
     t = job.params_trainable
     trainable_share = t / job.params_total if job.params_total else 0.0
-    grads, state, step = _ceil(ph.gradients / n), _ceil(ph.optimizer_state / n), _ceil(ph.overhead_step / n)
     # A trainable weight stored above compute dtype (AMP's fp32 master): DeepSpeed keeps a 16-bit model copy
     # (replicated by zero2, sharded by zero3) and partitions the fp32 master with the optimizer state; FSDP2 shards
     # the params in their own dtype and gathers them in param_dtype (MixedPrecisionPolicy).
     master = job.trainable_weight_bytes * t if _master_excess(job) else 0
+    master_share = _ceil(master / n)
     copy16 = c * t if master and s != "fsdp" else 0
-    if s == "zero2":
-        weights, gathered = ph.weights - master + copy16 + _ceil(master / n), 0
-        copies = 0 if master else ph.overhead_weights
-    else:  # zero3, fsdp: sharded params, the units being computed and prefetched, and one reduce-scatter input
-        units = (2 if setup.prefetch else 1) if ph.computing else 0
-        weights, copies = _ceil((ph.weights + copy16) / n), 0
-        # FSDP2's root (the params outside the layers) is not resharded after forward (_fsdp_state.py: "For the
-        # root, do not reshard after forward"): gathered through forward and backward beside the layer units.
-        root = job.first_stage_params + job.last_stage_params if s == "fsdp" and ph.computing else 0
-        gathered = c * (units * job.unit_params + root)
-        grads += _ceil(c * job.unit_params * trainable_share) if ph.computing else 0  # reduce-scatter input
-    buffer = _ceil(c * job.unit_params * trainable_share) if ph.computing and s != "zero2" else 0
-    if setup.offload == "optimizer":  # ZeRO-Offload: master, gradients, state and the step on the CPU
-        weights -= _ceil(master / n)
-        grads, state, step = buffer, 0, 0
-    elif setup.offload == "params":  # everything on the CPU; the GPU holds the gathered units and their gradients
-        weights, grads, state, step = 0, buffer, 0, 0
-    parts = _parts(ph, copies + step + ph.overhead_fixed)
-    parts.update(weights=weights + gathered, gradients=grads, optimizer_state=state)
-    return ph.name, parts
+    # zero3, fsdp: the units being computed and prefetched, and one reduce-scatter input (the unit's gradient)
+    unit_grad = _ceil(c * job.unit_params * trainable_share)
+    units = 2 if setup.prefetch else 1
+    # FSDP2's root (the params outside the layers) is not resharded after forward (_fsdp_state.py: "For the
+    # root, do not reshard after forward"): gathered through forward and backward beside the layer units.
+    root = job.first_stage_params + job.last_stage_params if s == "fsdp" else 0
+    gathered_computing = c * (units * job.unit_params + root)
+    zero2, offload = s == "zero2", setup.offload
+    rows = []
+    for ph in phases:  # int(-(-(x / n) // 1)) is _ceil(x / n), written out: this loop runs for every setup tried
+        computing = ph.computing
+        grads = int(-(-(ph.gradients / n) // 1))
+        state = int(-(-(ph.optimizer_state / n) // 1))
+        step = int(-(-(ph.overhead_step / n) // 1))
+        if zero2:
+            weights, gathered = ph.weights - master + copy16 + master_share, 0
+            copies = 0 if master else ph.overhead_weights
+        else:  # sharded params, the gathered units, the reduce-scatter input
+            weights, copies = int(-(-((ph.weights + copy16) / n) // 1)), 0
+            gathered = gathered_computing if computing else 0
+            grads += unit_grad if computing else 0
+        buffer = unit_grad if computing and not zero2 else 0
+        if offload == "optimizer":  # ZeRO-Offload: master, gradients, state and the step on the CPU
+            weights -= master_share
+            grads, state, step = buffer, 0, 0
+        elif offload == "params":  # everything on the CPU; the GPU holds the gathered units and their gradients
+            weights, grads, state, step = 0, buffer, 0, 0
+        rows.append((ph.name, (weights + gathered, grads, state, ph.activations, ph.logits, ph.kv_cache,
+                               copies + step + ph.overhead_fixed)))
+    return rows
 
 
 def _cpu_bytes(job: SingleGpuJob, setup: Setup) -> int:
@@ -265,9 +295,9 @@ def _tp(job: SingleGpuJob, ph: Phase, n: int) -> Phase:
     def w(x: int) -> int:
         return _ceil(x * share)
     kv = _ceil(ph.kv_cache * kv_rank_heads / job.kv_heads) if job.kv_heads else _ceil(ph.kv_cache / n)
-    return replace(ph, weights=w(ph.weights), gradients=w(ph.gradients), optimizer_state=w(ph.optimizer_state),
-                   activations=_ceil(ph.activations / n), logits=_ceil(ph.logits / n), kv_cache=kv,
-                   overhead_weights=w(ph.overhead_weights), overhead_step=w(ph.overhead_step))
+    return Phase(ph.name, w(ph.weights), w(ph.gradients), w(ph.optimizer_state), _ceil(ph.activations / n),
+                 _ceil(ph.logits / n), kv, w(ph.overhead_weights), w(ph.overhead_step), ph.overhead_fixed,
+                 ph.computing)
 
 
 def _pp(job: SingleGpuJob, phases: tuple[Phase, ...], stages: int) -> tuple[tuple[int, ...], list]:
@@ -289,20 +319,23 @@ def _pp(job: SingleGpuJob, phases: tuple[Phase, ...], stages: int) -> tuple[tupl
         b.update(activations=ph.activations / layers, kv_cache=ph.kv_cache / layers, logits=0.0, overhead_fixed=0.0)
         return ph.name, a, b
 
-    table = [[terms(ph, k == 0, k == stages - 1) for ph in phases] for k in range(stages)]
+    # The stages between the first and the last hold the same terms: one row stands for all of them.
+    ends = {(k == 0, k == stages - 1) for k in (0, min(1, stages - 1), stages - 1)}
+    row_of = {key: [terms(ph, *key) for ph in phases] for key in ends}
+    table = [row_of[(k == 0, k == stages - 1)] for k in range(stages)]
+    # per row kind, each phase's (sum of a, sum of b): the bytes of a stage of n layers are a + n x b
+    sums = {key: [(sum(a.values()), sum(b.values())) for _, a, b in row] for key, row in row_of.items()}
+    order = [(k == 0, k == stages - 1) for k in range(stages)]
 
     def capacity(budget: float) -> list[int]:
-        caps = []
-        for row in table:
-            caps.append(min(layers if sum(b.values()) <= 0 else int((budget - sum(a.values())) // sum(b.values()))
-                            for _, a, b in row))
-        return caps
+        cap = {key: min(layers if b <= 0 else int((budget - a) // b) for a, b in row) for key, row in sums.items()}
+        return [cap[key] for key in order]
 
     def fits(budget: float) -> bool:
         caps = capacity(budget)
         return min(caps) >= 1 and sum(caps) >= layers
 
-    lo, hi = 0.0, max(sum(a.values()) + layers * sum(b.values()) for row in table for _, a, b in row) + 1.0
+    lo, hi = 0.0, max(a + layers * b for row in sums.values() for a, b in row) + 1.0
     while hi - lo > 1.0:
         mid = (lo + hi) / 2
         lo, hi = (lo, mid) if fits(mid) else (mid, hi)
@@ -316,10 +349,8 @@ def _pp(job: SingleGpuJob, phases: tuple[Phase, ...], stages: int) -> tuple[tupl
     for row, n in zip(table, counts):
         for name, a, b in row:
             v = {f: _ceil(a[f] + n * b[f]) for f in a}
-            rows.append((name, {"weights": v["weights"], "gradients": v["gradients"],
-                                "optimizer_state": v["optimizer_state"], "activations": v["activations"],
-                                "logits": v["logits"], "kv_cache": v["kv_cache"],
-                                "overhead": v["overhead_weights"] + v["overhead_step"] + v["overhead_fixed"]}))
+            rows.append((name, (v["weights"], v["gradients"], v["optimizer_state"], v["activations"], v["logits"],
+                                v["kv_cache"], v["overhead_weights"] + v["overhead_step"] + v["overhead_fixed"])))
     return tuple(counts), rows
 
 

@@ -1,11 +1,14 @@
 """Setups that run the model: for each method and priced GPU, the fewest GPUs that hold batch 1, and what the job costs.
 
-Pure. The per-setup peak is a callable (`PeakFn`), so the caller plugs in its own estimator; `peak_from_jobs` adapts
-estimator.parallel. GPU counts tried: 1, 2, 4, 8 in a node, then whole nodes of 8 up to 64 nodes (512 GPUs). At each
-count the setups are tried in order of preference (CANDIDATES), the first that fits wins: one GPU; ddp, zero2; then
-zero3 / fsdp with gradient checkpointing; then offload. Serving: one GPU, tensor parallel inside a node, tensor
-parallel x pipeline stages across nodes (vLLM's tensor_parallel_size x pipeline_parallel_size), pipeline alone where
-the heads do not divide.
+Pure. The per-setup peak is a callable (`Probe`), so the caller plugs in its own estimator; `peak_from_jobs` adapts
+estimator.parallel. GPU counts tried: 1, 2, 4, 8 in a node, then whole nodes of 8 up to 64 nodes (512 GPUs). The
+fewest GPUs win; at the same count the simpler setup (the issue's preference): one GPU; zero2; then zero3 / fsdp with
+gradient checkpointing (TRAIN_KINDS). Offload is the last resort: its setups (OFFLOAD_KINDS) are tried only where no
+setup without it runs on the card at any count up to 512, and only those whose CPU memory per node fits the host
+(Assumptions.host_memory_bytes_per_node: a DGX H100 node's 2 TB). Serving: one GPU, tensor parallel inside a node,
+tensor parallel x pipeline stages across nodes (vLLM's tensor_parallel_size x pipeline_parallel_size), pipeline
+alone where the heads do not divide. The per-GPU peak of a sharded setup never rises with the count (tested), so
+each kind's first fitting count is found by bisection rather than by a walk over all 67 counts.
 
 Job time (training): the single-GPU job's FLOPs over (GPUs x peak TFLOPS x MFU), the cost section's roofline
 (estimator.cost, Kaplan et al. 2020 arXiv:2001.08361 §2.1) spread evenly over data-parallel ranks; communication is
@@ -15,7 +18,7 @@ arXiv:2304.11277 §7). Serving has no job: job_hours and job_usd are None and "c
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from .parallel import GPUS_PER_NODE, ParallelError, Setup, SingleGpuJob, per_gpu
@@ -25,6 +28,8 @@ GPU_COUNTS = (1, 2, 4, 8) + tuple(GPUS_PER_NODE * k for k in range(2, 65))
 MAX_GPUS = GPU_COUNTS[-1]
 
 PeakFn = Callable[[str, Setup], int]  # (method, setup) -> per-GPU peak bytes; raises ParallelError if impossible
+# (method, setup) -> (per-GPU peak bytes, CPU bytes per node of its offload); a PeakFn is accepted too (no offload)
+Probe = Callable[[str, Setup], "int | tuple[int, int]"]
 
 
 @dataclass(frozen=True)
@@ -36,6 +41,7 @@ class GpuOffer:
     usd_per_hour: float | None  # per GPU; None = unpriced (no job_usd)
     peak_tflops: float  # dense bf16 (fp16 where there is no bf16)
     bandwidth_gb_per_s: float = 0.0
+    model: str = ""  # the priced GPU's own name, where a card (name) lists several (A100 / H100 80 GB)
 
 
 @dataclass(frozen=True)
@@ -53,6 +59,7 @@ class Plan:
     job_usd: float | None
     cheapest: bool = False
     smallest: bool = False
+    gpu_model: str = ""  # GpuOffer.model: which of the card's priced GPUs
 
     def to_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -67,61 +74,208 @@ class Unreachable:
         return {"method": self.method, "reason": self.reason}
 
 
-def candidates(method: str, gpus: int) -> tuple[Setup, ...]:
-    """The setups tried at one GPU count, most preferred first."""
-    if method == "serve":
-        if gpus == 1:
-            return (Setup("single", 1),)
-        if gpus <= GPUS_PER_NODE:
-            return Setup("tp", gpus), Setup("pp", gpus)
-        return Setup("tp+pp", gpus), Setup("pp", gpus)
-    if gpus == 1:
-        return Setup("single", 1), Setup("single", 1, grad_ckpt=True), Setup("zero2", 1, True, "optimizer")
-    return (Setup("ddp", gpus), Setup("zero2", gpus), Setup("ddp", gpus, True), Setup("zero2", gpus, True),
-            Setup("fsdp", gpus, True), Setup("zero3", gpus, True),
-            Setup("zero2", gpus, True, "optimizer"), Setup("zero3", gpus, True, "optimizer"),
-            Setup("fsdp", gpus, True, "params"), Setup("zero3", gpus, True, "params"))
+@dataclass(frozen=True)
+class Kind:
+    """One line of setups tried over a range of GPU counts: `strategy` with checkpointing and offload as given, at
+    GPU_COUNTS[first..last]. monotone: its per-GPU peak never rises with the count and, once a count cannot run it,
+    no larger count can (pipeline stages past the layers), so a bisection finds its first fitting count; otherwise
+    (tensor parallel, whose head divisibility comes and goes) each count is tried in turn."""
+
+    strategy: str
+    first: int
+    last: int
+    grad_ckpt: bool = False
+    offload: str = "none"
+    monotone: bool = True
+    setups: tuple[Setup, ...] = field(init=False, repr=False, compare=False)  # by count index, first..last
+
+    def __post_init__(self) -> None:
+        made = tuple(Setup(self.strategy, GPU_COUNTS[i], self.grad_ckpt, self.offload)
+                     for i in range(self.first, self.last + 1))
+        object.__setattr__(self, "setups", made)  # frozen: set once, here (made once at import)
+
+    def setup(self, index: int) -> Setup:
+        return self.setups[index - self.first]
 
 
-def peak_from_jobs(jobs: Mapping[str, SingleGpuJob]) -> PeakFn:
-    """A PeakFn over estimator.parallel: jobs[method] is that method's single-GPU job."""
-    def peak(method: str, setup: Setup) -> int:
-        return per_gpu(jobs[method], setup, method).per_gpu_peak_bytes
-    return peak
+_LAST = len(GPU_COUNTS) - 1
+_NODE = GPU_COUNTS.index(2 * GPUS_PER_NODE)  # the first count of several nodes
+# Training, most preferred first (the issue's order: one GPU, then ddp or zero2, then zero3 / fsdp with
+# checkpointing). DDP is left out: past one GPU it holds the single-GPU job and its gradient buckets, never less
+# than one GPU alone, which was tried first (parallel.py, ddp). Offload comes last, in its own list, tried only
+# where no setup without it runs on the card up to MAX_GPUS.
+TRAIN_KINDS = (Kind("single", 0, 0), Kind("single", 0, 0, True), Kind("zero2", 1, _LAST), Kind("zero2", 1, _LAST, True),
+               Kind("fsdp", 1, _LAST, True), Kind("zero3", 1, _LAST, True))
+OFFLOAD_KINDS = (Kind("zero2", 0, _LAST, True, "optimizer"), Kind("zero3", 1, _LAST, True, "optimizer"),
+                 Kind("fsdp", 1, _LAST, True, "params"), Kind("zero3", 1, _LAST, True, "params"))
+# Serving: one GPU, tensor parallel in a node, tensor parallel x pipeline stages over nodes (vLLM's
+# tensor_parallel_size x pipeline_parallel_size), pipeline alone where the heads do not divide.
+SERVE_KINDS = (Kind("single", 0, 0), Kind("tp", 1, _NODE - 1, monotone=False), Kind("tp+pp", _NODE, _LAST),
+               Kind("pp", 1, _LAST))
+TP_KINDS = SERVE_KINDS[:3]  # the serving-speed table: tensor parallel only
 
 
-def _try(peak: PeakFn, method: str, setup: Setup) -> int | None:
-    try:
-        return peak(method, setup)
-    except ParallelError:
+def kinds(method: str, offload: bool = False) -> tuple[Kind, ...]:
+    """The setups tried for a method, most preferred first; QLoRA's recipe always checkpoints (Dettmers et al.
+    2023, arXiv:2305.14314 §2: paged optimizers absorb the spikes of gradient checkpointing)."""
+    return _KINDS[method == "qlora", method == "serve", offload]
+
+
+_KINDS = {(q, serve, off): (() if off else SERVE_KINDS) if serve else
+          tuple(k for k in (OFFLOAD_KINDS if off else TRAIN_KINDS) if k.grad_ckpt or not q)
+          for q in (False, True) for serve in (False, True) for off in (False, True)}
+
+
+def _probe_order(tried: tuple[Kind, ...]) -> tuple[tuple[int, Kind], ...]:
+    """(rank, kind) in the order first_fit probes them (the result does not depend on it): the one-GPU kinds,
+    tensor parallel in a node (3 counts), then the rest, least preferred (most sharded: the likely fewest GPUs)
+    first, pipeline-alone last (each of its probes cuts the layers anew)."""
+    return tuple(sorted(enumerate(tried), key=lambda x: (x[1].last > 0, x[1].monotone, x[1].strategy == "pp",
+                                                         -x[0])))
+
+
+_ORDERS = {id(t): _probe_order(t) for t in (*_KINDS.values(), TP_KINDS)}
+
+
+def peak_from_jobs(jobs: Mapping[str, SingleGpuJob]) -> Probe:
+    """A Probe over estimator.parallel: jobs[method] is that method's single-GPU job."""
+    def probe(method: str, setup: Setup) -> tuple[int, int]:
+        r = per_gpu(jobs[method], setup, method)
+        return r.per_gpu_peak_bytes, r.cpu_bytes_per_node
+    return probe
+
+
+_CANNOT, _OVER, _FITS = 0, 1, 2
+
+
+def first_fit(probe: Probe, method: str, tried: tuple[Kind, ...], budget_bytes: int,
+              host_bytes_per_node: int | None = None,
+              memo: dict[tuple[int, int], tuple[int, int] | None] | None = None) -> tuple[Setup, int] | None:
+    """The setup of `tried` on the fewest GPUs whose per-GPU peak is within `budget_bytes` (and whose offload's
+    CPU memory per node within `host_bytes_per_node`), the earlier kind winning at the same count; with its peak.
+    Each kind's counts are labelled over (too big), fits, or cannot (the setup is impossible); a monotone kind's
+    labels run over..., fits..., cannot..., so the first fit is found by galloping up from its first count and
+    bisecting, and a kind that cannot beat the best found so far is dropped after one probe. `memo` keeps the
+    probes of one method across calls (one per GPU budget)."""
+    seen = {} if memo is None else memo  # (kind, count index) -> (peak, cpu), None where impossible
+    host = host_bytes_per_node
+
+    def label(kind: Kind, i: int) -> int:
+        key = (id(kind), i)
+        got = seen.get(key, seen)
+        if got is seen:
+            try:
+                got = _pair(probe(method, kind.setup(i)))
+            except ParallelError:
+                got = None
+            seen[key] = got
+        if got is None:
+            return _CANNOT
+        return _OVER if got[0] > budget_bytes or (host is not None and got[1] > host) else _FITS
+
+    best_i, best_rank, best_kind = -1, 0, tried[0] if tried else None
+    for rank, kind in _ORDERS.get(id(tried)) or _probe_order(tried):
+        # it must beat the best so far: fewer GPUs, or as many and more preferred
+        hi = kind.last if best_i < 0 else min(kind.last, best_i if rank < best_rank else best_i - 1)
+        lo = kind.first
+        if hi < lo:
+            continue
+        found = -1
+        if not kind.monotone:
+            for i in range(lo, hi + 1):
+                if label(kind, i) == _FITS:
+                    found = i
+                    break
+        else:
+            if best_i < 0:  # gallop: lo, lo + 1, lo + 3, lo + 7, ... until a count is not over
+                step, prev = 1, lo - 1
+                while True:
+                    i = min(hi, prev + step)
+                    # past a node: first its largest count (its floor, shared by every budget); over there, over
+                    # everywhere, which saves the gallop through the nodes where nothing fits
+                    if i >= _NODE and hi == kind.last and i < hi and label(kind, hi) == _OVER:
+                        lo = -1
+                        break
+                    if label(kind, i) != _OVER:
+                        lo, hi = prev + 1, i
+                        break
+                    if i == hi:
+                        lo = -1
+                        break
+                    prev, step = i, step * 2
+            elif label(kind, hi) == _OVER:
+                lo = -1
+            if lo >= 0:
+                while lo < hi:  # the first count not over in [lo, hi]; hi is known not to be over
+                    mid = (lo + hi) // 2
+                    if label(kind, mid) == _OVER:
+                        lo = mid + 1
+                    else:
+                        hi = mid
+                found = lo if label(kind, lo) == _FITS else -1
+        if found >= 0 and (best_i < 0 or (found, rank) < (best_i, best_rank)):
+            best_i, best_rank, best_kind = found, rank, kind
+    if best_i < 0 or best_kind is None:
         return None
+    got = seen[(id(best_kind), best_i)]
+    return best_kind.setup(best_i), got[0]
 
 
-def plan_one(peak: PeakFn, method: str, gpu: GpuOffer, job_flops: float | None, mfu: float) -> Plan:
-    """The first setup, by GPU count then preference, whose per-GPU peak fits the card; when none fits at
-    MAX_GPUS, the smallest peak seen there with fits False."""
+def _pair(x: int | tuple[int, int]) -> tuple[int, int]:
+    return (x, 0) if isinstance(x, int) else x
+
+
+def plan_all(probe: Probe, method: str, gpus: tuple[GpuOffer, ...], job_flops: float | None, mfu: float,
+             ckpt_flops: float | None = None, host_bytes_per_node: int | None = None) -> list[tuple]:
+    """Per GPU, first_fit over the method's setups without offload; only where none runs up to MAX_GPUS, over the
+    offload setups whose CPU memory per node is within `host_bytes_per_node`; where nothing runs, the smallest
+    peak any setup reaches at MAX_GPUS, with fits False. Probes are shared through the caller's cache. Each row:
+    Plan's fields up to job_usd (search_plans adds the marks)."""
+    out = []
+    by_budget: dict[int, tuple[Setup, int] | None] = {}  # cards listing several GPUs share one budget
+    memo: dict[tuple[int, int], tuple[int, int] | None] = {}
+    for gpu in gpus:
+        if gpu.budget_bytes not in by_budget:
+            got = first_fit(probe, method, kinds(method), gpu.budget_bytes, None, memo)
+            if got is None and method != "serve":
+                got = first_fit(probe, method, kinds(method, offload=True), gpu.budget_bytes, host_bytes_per_node,
+                                memo)
+            by_budget[gpu.budget_bytes] = got
+        got = by_budget[gpu.budget_bytes]
+        if got is not None:
+            setup, bytes_ = got
+            flops = ckpt_flops if setup.grad_ckpt and ckpt_flops is not None else job_flops
+            out.append(_row(method, gpu, setup, bytes_, True, flops, mfu))
+            continue
+        best = _smallest_at_max(probe, method)
+        if best is None:
+            out.append((method, gpu.name, MAX_GPUS, "", False, "none", 0, False, None, None, None))
+        else:
+            out.append(_row(method, gpu, best[1], best[0], False, job_flops, mfu))
+    return out
+
+
+def _smallest_at_max(probe: Probe, method: str) -> tuple[int, Setup] | None:
     best: tuple[int, Setup] | None = None
-    for n in GPU_COUNTS:
-        for setup in candidates(method, n):
-            bytes_ = _try(peak, method, setup)
-            if bytes_ is None:
-                continue
-            if bytes_ <= gpu.budget_bytes:
-                return _plan(method, gpu, setup, bytes_, True, job_flops, mfu)
-            if n == MAX_GPUS and (best is None or bytes_ < best[0]):
-                best = (bytes_, setup)
-    if best is None:
-        return Plan(method, gpu.name, MAX_GPUS, "", False, "none", 0, False, None, None, None)
-    return _plan(method, gpu, best[1], best[0], False, job_flops, mfu)
+    for kind in kinds(method) + kinds(method, offload=True):
+        if kind.last != _LAST:
+            continue
+        setup = kind.setup(_LAST)
+        try:
+            bytes_ = _pair(probe(method, setup))[0]
+        except ParallelError:
+            continue
+        if best is None or bytes_ < best[0]:
+            best = (bytes_, setup)
+    return best
 
 
-def _plan(method: str, gpu: GpuOffer, setup: Setup, bytes_: int, fits: bool, job_flops: float | None,
-          mfu: float) -> Plan:
+def _row(method: str, gpu: GpuOffer, setup: Setup, bytes_: int, fits: bool, job_flops: float | None,
+         mfu: float) -> tuple:
     usd_h = None if gpu.usd_per_hour is None else gpu.usd_per_hour * setup.gpus
     hours = job_hours(job_flops, setup.gpus, gpu.peak_tflops, mfu) if fits and method != "serve" else None
     usd = None if hours is None or usd_h is None else hours * usd_h
-    return Plan(method, gpu.name, setup.gpus, setup.strategy, setup.grad_ckpt, setup.offload, bytes_, fits, usd_h,
-                hours, usd)
+    return method, gpu.name, setup.gpus, setup.strategy, setup.grad_ckpt, setup.offload, bytes_, fits, usd_h, hours, usd
 
 
 def job_hours(job_flops: float | None, gpus: int, peak_tflops: float, mfu: float) -> float | None:
@@ -131,29 +285,43 @@ def job_hours(job_flops: float | None, gpus: int, peak_tflops: float, mfu: float
     return job_flops / (gpus * peak_tflops * 1e12 * mfu) / 3600.0
 
 
-def search_plans(peak: PeakFn, methods: tuple[str, ...], gpus: tuple[GpuOffer, ...],
-                 job_flops: Mapping[str, float], mfu: Mapping[str, float]) -> tuple[list[Plan], list[Unreachable]]:
+def search_plans(peak: Probe, methods: tuple[str, ...], gpus: tuple[GpuOffer, ...],
+                 job_flops: Mapping[str, float], mfu: Mapping[str, float],
+                 ckpt_flops: Mapping[str, float] | None = None,
+                 host_bytes_per_node: int | None = None) -> tuple[list[Plan], list[Unreachable]]:
     """Every (method, priced GPU) plan, marked cheapest (lowest job_usd of the method; serving: lowest usd_per_hour)
-    and smallest (fewest GPUs of the method), ties all marked; a method no GPU runs at MAX_GPUS is unreachable."""
+    and smallest (fewest GPUs of the method), ties all marked; a method no GPU runs at MAX_GPUS is unreachable.
+    ckpt_flops: the job's FLOPs with gradient checkpointing (one more forward), for the setups that use it.
+    host_bytes_per_node: the CPU memory an offload setup may hold per node of 8 GPUs (None: no limit)."""
     plans: list[Plan] = []
     unreachable: list[Unreachable] = []
     for method in methods:
         if method not in METHODS:
             raise ParallelError("", "method", method, f"must be one of {', '.join(METHODS)}")
-        rows = [plan_one(peak, method, g, job_flops.get(method), mfu.get(method, 0.0)) for g in gpus]
-        fitting = [p for p in rows if p.fits]
+        rows = plan_all(peak, method, gpus, job_flops.get(method), mfu.get(method, 0.0),
+                        (ckpt_flops or {}).get(method), host_bytes_per_node)
+        # rows: Plan's fields method .. job_usd; 2 gpus, 7 fits, 8 usd_per_hour, 10 job_usd
+        fitting = [r for r in rows if r[7]]
         if not fitting:
             nodes = MAX_GPUS // GPUS_PER_NODE
             unreachable.append(Unreachable(method, f"no priced GPU holds batch 1 on {MAX_GPUS} GPUs ({nodes} nodes "
-                                                   f"of {GPUS_PER_NODE}) with any strategy"))
-        fewest = min((p.gpus for p in fitting), default=0)
-        cost = [_cost_key(p) for p in fitting if _cost_key(p) is not None]
-        low = min(cost, default=None)
-        for p in rows:
-            cheapest = p.fits and low is not None and _cost_key(p) == low
-            plans.append(Plan(**{**p.to_dict(), "cheapest": cheapest, "smallest": p.fits and p.gpus == fewest}))
+                                                   f"of {GPUS_PER_NODE}) with any strategy, nor with an offload "
+                                                   "that fits the host's memory"))
+        fewest = min((r[2] for r in fitting), default=0)
+        price = 8 if method == "serve" else 10  # serving has no job: the cheapest per hour
+        low = min((r[price] for r in fitting if r[price] is not None), default=None)
+        for r, gpu in zip(rows, gpus):
+            plans.append(_new_plan(r + (bool(r[7] and low is not None and r[price] == low),
+                                        bool(r[7] and r[2] == fewest), gpu.model)))
     return plans, unreachable
 
 
-def _cost_key(p: Plan) -> float | None:
-    return p.usd_per_hour if p.method == "serve" else p.job_usd
+_PLAN_FIELDS = tuple(Plan.__dataclass_fields__)
+
+
+def _new_plan(values: tuple) -> Plan:
+    """A Plan from its fields in order, set directly (what the frozen dataclass __init__ does field by field
+    through object.__setattr__, at a third of the cost; the estimator makes 24 per model)."""
+    plan = object.__new__(Plan)
+    plan.__dict__.update(zip(_PLAN_FIELDS, values))
+    return plan

@@ -207,15 +207,30 @@ def _layer_rates(a: Arch, blocks: tuple[Block, ...], r, rank: int) -> list[int]:
 def per_distinct_layer(blocks: tuple[Block, ...], bytes_of: Callable[[Block], T]) -> list[T]:
     """bytes_of(b) for every layer, computed once per distinct layer: the layers of a stack repeat a few shapes,
     and only their part names differ (Part.name is the one field left out of the key)."""
-    seen: dict[tuple, T] = {}
+    groups = distinct_layers(blocks)
+    values: dict[int, T] = {}
     out = []
-    for b in blocks:
-        key = (b.kind, b.stack, tuple(p[1:] for p in b.parts))
-        value = seen.get(key)
+    for b, group in zip(blocks, groups, strict=True):
+        value = values.get(group)
         if value is None:
-            value = seen[key] = bytes_of(b)
+            value = values[group] = bytes_of(b)
         out.append(value)
     return out
+
+
+_LAST_GROUPS: list = [None, ()]  # (blocks, their groups): one estimate asks per_distinct_layer for the same stack
+# several times (train profiles, the plans' jobs); kept for the last stack only, by identity
+
+
+def distinct_layers(blocks: tuple[Block, ...]) -> tuple[int, ...]:
+    """Per layer, the index of the first layer equal to it but for its part names (Part.name is the one field left
+    out of the key)."""
+    if _LAST_GROUPS[0] is blocks:
+        return _LAST_GROUPS[1]
+    first: dict[tuple, int] = {}
+    groups = tuple(first.setdefault((b.kind, b.stack, tuple(p[1:] for p in b.parts)), k) for k, b in enumerate(blocks))
+    _LAST_GROUPS[:] = [blocks, groups]
+    return groups
 
 
 def _tokens_of(b: Block, tokens: int) -> int:

@@ -1,10 +1,12 @@
-"""Stored bytes of a (quantised) checkpoint's weights: packed elements, scales, served weight bytes."""
+"""Stored bytes of weights: a quantised checkpoint's packed elements and scales, the bases a job may quantise to
+(QUANTS), the weights a job or a server holds, and the dequantised transient."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
 from ..config.arch import Arch, Quant
+from ..graph.nodes import Graph
 from ..graph.parts import Part
 from ..inputs import Assumptions
 
@@ -113,3 +115,78 @@ def serve_weight_bytes(a: Arch, s: Assumptions) -> Callable[[list[Part] | tuple[
     # layers of a stack repeat a few parts, and memory/profile.py asks per layer, then estimate.py for all.
     seen: dict[tuple[object, ...], float] = {}
     return weights
+
+
+# Storage of a quantised base, per nn.Linear inside the layers (embeddings, norms and the LM head stay 16-bit:
+# bitsandbytes skips lm_head, transformers' get_keys_to_not_convert). Read with _mat_elements.
+QUANTS = {
+    # bnb NF4: 2 weights per uint8 + fp32 absmax per 64 (Dettmers et al. 2023, QLoRA, arXiv:2305.14314 §2)
+    "nf4": Quant("bitsandbytes", 4, 2, 64, 4.0, "bnb NF4, blocksize 64"),
+    # LLM.int8(): int8 weight + fp32 scale per output row (bitsandbytes Int8Params SCB)
+    "int8": Quant("bitsandbytes", 8, 1, 0, 4.0, "bnb LLM.int8()"),
+    # GPTQ int4 (AutoGPTQ / gptqmodel): packed int32 qweight, qzeros, fp16 scales per 128 inputs, g_idx
+    "gptq-int4": Quant("gptq", 4, 8, 128, 2.0, "GPTQ int4, group 128"),
+    # fp8 e4m3 weight + fp32 scale per output channel (transformers FbgemmFp8Linear)
+    "fp8": Quant("fp8", 8, 1, 0, 4.0, "fp8 e4m3, per-channel scale"),
+}
+
+
+# QLoRA's double quantisation: the fp32 absmax per 64 becomes uint8 + an fp32 absmax per 256 of them
+# (QLoRA §2 "Double Quantization": 0.5 -> 0.127 bits per parameter): 1/64 + 4/(64 x 256) bytes per weight.
+DOUBLE_QUANT_SAVING = 4 / 64 - (1 / 64 + 4 / (64 * 256))
+
+
+def weight_bytes(g: Graph, storage: str, double_quant: bool = False, mats: dict | None = None) -> int:
+    """Bytes of the whole model's weights stored as `storage` (quantised: the layers' Linears; the rest 16-bit)."""
+    if storage in ("bf16", "fp16", "fp32"):
+        return (4 if storage == "fp32" else 2) * g.params_total
+    q = QUANTS[storage]
+    total = 2.0 * g.params_total
+    for (count, i, o), times in (mats or layer_mats(g)).items():
+        total += times * (_mat_elements(q, count, i, o)[1] - 2 * count * i * o)
+        if double_quant:
+            total -= times * DOUBLE_QUANT_SAVING * count * i * o
+    return int(total)
+
+
+def layer_mats(g: Graph) -> dict[tuple[int, int, int], int]:
+    """Every weight matrix (count, in, out) of the layers' parts and how often it occurs. The parts of repeated
+    layers share their `mats` and `linears` tuples (Block.numbered copies a layer's parts field by field), so each
+    distinct pair is expanded once: the same sum as a walk over every part, in a fraction of the time."""
+    layers: dict[int, list] = {}  # numbered copies of one layer share its `linears` tuple: walk its parts once
+    for b in g.spec.blocks:
+        entry = layers.get(id(b.linears)) if b.linears else None
+        if entry is None:
+            layers[id(b.linears) if b.linears else id(b)] = [b, 1]
+        else:
+            entry[1] += 1
+    seen: dict[tuple[int, int], list] = {}
+    for b, copies in layers.values():
+        for p in b.parts:
+            key = (id(p.mats), id(p.linears))
+            entry = seen.get(key)
+            if entry is None:
+                seen[key] = [p, copies]
+            else:
+                entry[1] += copies
+    tally: dict[tuple[int, int, int], int] = {}
+    for p, times in seen.values():
+        for m in p.weight_mats:
+            tally[m] = tally.get(m, 0) + times
+    return tally
+
+
+def dequant_transient_bytes(g: Graph, storage: str, c: int, mats: dict | None = None) -> int:
+    """A 4-bit or int8 base's largest Linear dequantised to the compute dtype for a matmul (bitsandbytes
+    MatMul4Bit: dequantize_4bit(W) @ x, freed after; its backward does the same); GPTQ and fp8 kernels read the
+    packed weight: 0."""
+    if storage not in ("nf4", "int8"):
+        return 0
+    return c * max((i * o for _, i, o in (mats or layer_mats(g))), default=0)
+
+
+def quantised_params(g: Graph, storage: str) -> int:
+    """Parameters a quantised base stores packed (the layers' Linears); 0 for a 16/32-bit base."""
+    if storage in ("bf16", "fp16", "fp32"):
+        return 0
+    return sum(count * i * o for b in g.spec.blocks for p in b.parts for count, i, o in p.weight_mats)

@@ -1,0 +1,227 @@
+"""Jobs as memory.parallel sees them: the site's full, LoRA, QLoRA and serving jobs and the CLI's exact job as
+SingleGpuJobs, the plans that run them and the serving speed on each priced GPU.
+
+One SingleGpuJob per method is built from job.py's phases (training) or the serving profile (the site's
+chunked-prefill server) and shared by every setup tried: the plan search only shares it out (parallel.per_gpu),
+each (method, setup) once across GPUs. QLoRA is the QLoRA paper's recipe (Dettmers et al. 2023, arXiv:2305.14314
+§2-3): an NF4 base with double quantisation, paged AdamW, gradient checkpointing, LoRA on every Linear.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Mapping
+
+from ..config.arch import Arch
+from ..cost import flops_per_token, job_tokens
+from ..graph.nodes import Graph
+from ..inputs import Assumptions, Card, Gpu
+from ..serving_speed import ServingModel, ServingSpeed, serving_speed
+from .activations import regime
+from .job import Job, job_phases
+from .lora import lora_params, target_roles
+from .parallel import ParallelError, Phase, Setup, SingleGpuJob, cpu_bytes_per_node, peak_parts
+from .plans import TP_KINDS, GpuOffer, Plan, Unreachable, first_fit, search_plans
+from .profile import Profile, budget_bytes
+
+QLORA = Job(method="qlora", weights="nf4", double_quant=True, optimizer="paged-adamw", grad_ckpt=True)
+SITE_METHODS = ("full", "lora", "qlora", "serve")
+
+
+@dataclasses.dataclass(frozen=True)
+class Shape:
+    """What sharding needs of the model beside the phases (parallel.SingleGpuJob's shape fields)."""
+
+    params_total: int
+    layers: int
+    unit_params: int
+    first_stage_params: int
+    last_stage_params: int
+    tp_replicated_params: int
+    kv_proj_params: int
+    heads: int
+    kv_heads: int
+
+
+def model_shape(a: Arch, g: Graph) -> Shape:
+    """The largest layer (the ZeRO-3 / FSDP unit), the ends (PP's first and last stages), the params every TP rank
+    keeps whole (norms: parts without a matmul, the embeddings aside, which are vocab-parallel) and the K and V
+    projections (2 x hidden x kv_heads x head_dim per attention layer)."""
+    spec = g.spec
+    blocks = spec.blocks
+    # Repeated layers share their parts' fields (Block.numbered copies a layer's sums and tuples), so each
+    # distinct layer is summed once.
+    per_layer: dict[tuple[int, int, int], int] = {}
+    replicated = 0
+    for b in blocks:
+        key = (id(b.linears), b.params, b.matmul)
+        got = per_layer.get(key)
+        if got is None:
+            got = per_layer[key] = sum(max(0, p.params - p.matmul) for p in b.parts)
+        replicated += got
+    replicated += sum(max(0, p.params - p.matmul) for p in spec.head)
+    attention_layers = sum(1 for b in blocks if b.kv)
+    return Shape(g.params_total, max(1, len(blocks)), max((b.params for b in blocks), default=0),
+                 sum(p.params for p in spec.embed), sum(p.params for p in spec.head), replicated,
+                 attention_layers * 2 * a.hidden * a.kv_heads * a.head_dim, a.heads, a.kv_heads)
+
+
+def training_job(a: Arch, g: Graph, s: Assumptions, job: Job, shape: Shape, model: str = "",
+                 both: bool = True) -> SingleGpuJob:
+    """`job` (full, lora or qlora) as a SingleGpuJob; `both`: with its checkpointed phases too (the plan search
+    tries both; a job that asks for checkpointing has only those), else only the phases `job` asks for."""
+    r = regime("full" if job.method == "full" else "lora", job.precision)
+    if job.method == "full":
+        trainable, param_bytes = g.params_total, {"amp": 4, "bf16": 2, "fp32": 4}[job.precision]
+    else:  # as job._training: peft keeps adapters in fp32 under AMP
+        trainable = lora_params(g, a, job.lora_rank, target_roles(a, g, job.lora_targets, model))
+        param_bytes = 2 if job.precision == "bf16" else 4
+    if both and job.grad_ckpt:  # a recipe that always checkpoints (QLoRA): plans.candidates tries no other
+        plain = ckpt = job_phases(a, g, s, job, model)
+    elif both:
+        plain = job_phases(a, g, s, dataclasses.replace(job, grad_ckpt=False), model)
+        ckpt = job_phases(a, g, s, dataclasses.replace(job, grad_ckpt=True), model)
+    else:
+        plain, ckpt = job_phases(a, g, s, job, model), ()
+    return _single(job.method, plain, ckpt, trainable, r.compute_bytes, param_bytes, shape)
+
+
+def inference_job(a: Arch, g: Graph, s: Assumptions, job: Job, shape: Shape, model: str = "") -> SingleGpuJob:
+    """The CLI's `--method inference` (HF generate: prefill, decode) as a serving SingleGpuJob."""
+    c = 4 if job.precision == "fp32" else 2
+    return _single("serve", job_phases(a, g, s, job, model), (), 0, c, c, shape)
+
+
+def serving_job(serve: Profile, weight_bytes: int, shape: Shape, c: int, sequences: int = 1) -> SingleGpuJob:
+    """The site's serving figure (profile.serve_profile) as one decode phase of `sequences`: the weights, one
+    prefill chunk's working set, and per sequence its caches and next-token logits."""
+    fixed = serve.total_static - weight_bytes  # the prefill chunk's working set
+    caches = serve.embed_per_sample + serve.act_prefix[-1]
+    phase = Phase("decode (full KV cache)", weights=weight_bytes, activations=max(0, fixed),
+                  kv_cache=sequences * caches, logits=sequences * serve.head_per_sample)
+    return _single("serve", (phase,), (), 0, c, c, shape)
+
+
+def _single(method: str, phases: tuple[Phase, ...], ckpt: tuple[Phase, ...], trainable: int, c: int, w: int,
+            shape: Shape) -> SingleGpuJob:
+    return SingleGpuJob(method, phases, shape.params_total, trainable, c, w, w, shape.layers, shape.unit_params,
+                        shape.first_stage_params, shape.last_stage_params, shape.tp_replicated_params,
+                        shape.kv_proj_params, shape.heads, shape.kv_heads, phases_ckpt=ckpt)
+
+
+def max_batch(job: SingleGpuJob, budget_bytes: int, adjust: Callable[[str, tuple[int, ...]], int],
+              cap: int = 1 << 40) -> int:
+    """The largest batch of a one-GPU training job (its phases at batch 1, checkpointed where it checkpoints)
+    within `budget_bytes`, 0 when batch 1 does not fit. Per phase only the activations and the logits grow with the
+    batch (job.py multiplies them, and nothing else, by it), so each phase allows (budget - rest) // per-sample."""
+    best = cap
+    for ph in job.phases_ckpt or job.phases:
+        parts = (ph.weights, ph.gradients, ph.optimizer_state, 0, 0, ph.kv_cache,
+                 ph.overhead_weights + ph.overhead_step + ph.overhead_fixed)
+        rest, per_sample = adjust(job.method, parts), ph.activations + ph.logits
+        if rest + per_sample > budget_bytes:
+            return 0
+        if per_sample > 0:
+            best = min(best, (budget_bytes - rest) // per_sample)
+    return best
+
+
+def default_setup(gpus: int, strategy: str | None, offload: str, grad_ckpt: bool = False) -> Setup:
+    """The CLI's setup: ddp when more than one GPU and no strategy is named, one GPU alone otherwise."""
+    return Setup(strategy or ("ddp" if gpus > 1 else "single"), gpus, grad_ckpt, offload)
+
+
+def offers(cards: tuple[Card, ...], gpus: Mapping[str, Gpu], s: Assumptions) -> tuple[GpuOffer, ...]:
+    """Every GPU a card lists, with that card's budget (plans and serving are per card and priced GPU)."""
+    out = []
+    for card in cards:
+        for key in card.gpus:
+            gpu = gpus[key]
+            out.append(GpuOffer(card.name, budget_bytes(card, s), gpu.price_usd_per_hour,
+                                gpu.bf16_tflops if gpu.bf16_tflops is not None else gpu.fp16_tflops,
+                                gpu.bandwidth_gb_per_s, gpu.name))
+    return tuple(out)
+
+
+def cached_peak(jobs: Mapping[str, SingleGpuJob],
+                adjust: Callable[[str, tuple[int, ...]], int]) -> Callable[[str, Setup], tuple[int, int]]:
+    """plans.Probe over the jobs, each (method, setup) shared out once for every GPU: the figure held against a card
+    (`adjust` turns the per-GPU parts, in parallel.PARTS order, into the job's metric) and the offload's CPU bytes
+    per node."""
+    seen: dict[tuple[str, Setup], tuple[int, int] | ParallelError] = {}
+
+    def peak(method: str, setup: Setup) -> tuple[int, int]:
+        key = (method, setup)
+        got = seen.get(key)
+        if got is None:
+            try:
+                job = jobs[method]
+                got = (adjust(method, peak_parts(job, setup, method)[1]), cpu_bytes_per_node(job, setup))
+            except ParallelError as e:
+                got = e
+            seen[key] = got
+        if isinstance(got, ParallelError):
+            raise got
+        return got
+    return peak
+
+
+def plans_for(jobs: Mapping[str, SingleGpuJob], peak: Callable[[str, Setup], tuple[int, int]],
+              gpu_offers: tuple[GpuOffer, ...], job_flops: Mapping[str, float], mfu: Mapping[str, float],
+              ckpt_flops: Mapping[str, float], not_applicable: Mapping[str, str],
+              host_bytes_per_node: int | None = None) -> tuple[list[Plan], list[Unreachable]]:
+    """search_plans over the methods that apply; the others are unreachable for the reason given."""
+    methods = tuple(m for m in SITE_METHODS if m in jobs and m not in not_applicable)
+    plans, unreachable = search_plans(peak, methods, gpu_offers, job_flops, mfu, ckpt_flops, host_bytes_per_node)
+    unreachable += [Unreachable(m, why) for m, why in not_applicable.items()]
+    order = {m: i for i, m in enumerate(SITE_METHODS)}
+    return plans, sorted(unreachable, key=lambda u: order.get(u.method, 9))
+
+
+def serving_model(a: Arch, g: Graph, s: Assumptions, weight_bytes: int, kv_per_sequence: int,
+                  serve_tokens: int) -> ServingModel:
+    """What a decode step reads: the routed experts apart (P - A params over 1 - k/E of them, so that batch 1 reads
+    exactly the active parameters), the embedding table aside when the head does not share it (one row read)."""
+    p, active = g.params_total, g.params_active or g.params_total
+    per_param = weight_bytes / p if p else 0.0
+    e, k = a.experts, min(a.experts_per_token, a.experts)
+    experts = int((p - active) / (1 - k / e)) if e and k and active < p else 0
+    dense = p - experts - (0 if g.spec.tied else g.params_embedding)
+    forward = flops_per_token(a, g, s, "full", 0, serve_tokens) / 3.0
+    return ServingModel(int(dense * per_param), int(experts * per_param), e if experts else 0, k if experts else 0,
+                        -(-kv_per_sequence // max(1, serve_tokens)), serve_tokens, forward)
+
+
+def serving_table(model: ServingModel, peak: Callable[[str, Setup], tuple[int, int]],
+                  gpu_offers: tuple[GpuOffer, ...], plans: tuple[Plan, ...] | list[Plan] = ()) -> tuple[ServingSpeed, ...]:
+    """Per priced GPU: the smallest tensor-parallel setup that holds one sequence (plans.first_fit over one GPU,
+    tensor parallel in a node, tensor parallel x pipeline nodes) and its speeds; a GPU that no setup up to MAX_GPUS
+    holds is left out (plans_unreachable says so for serving as a whole). A serving plan of the GPU that is not
+    pipeline-alone is that setup already (its search tries the same kinds first at every count), so it is reused."""
+    planned = {(p.gpu, p.gpu_model): p for p in plans if p.method == "serve" and p.fits and p.strategy != "pp"}
+    rows = []
+    memo: dict = {}
+    for gpu in gpu_offers:
+        plan = planned.get((gpu.name, gpu.model))
+        got = (Setup(plan.strategy, plan.gpus), plan.per_gpu_peak_bytes) if plan is not None else \
+            first_fit(peak, "serve", TP_KINDS, gpu.budget_bytes, None, memo)
+        if got is None:
+            continue
+        setup, one = got
+        two = peak("serve2", setup)[0]
+        rows.append(serving_speed(model, gpu.name, setup, one, two - one, gpu.budget_bytes, gpu.bandwidth_gb_per_s,
+                                  gpu.peak_tflops, gpu.usd_per_hour, gpu_model=gpu.model))
+    return tuple(rows)
+
+
+def training_flops(a: Arch, g: Graph, s: Assumptions, adapters: int) -> dict[str, tuple[float, float]]:
+    """Per training method, the reference job's FLOPs (cost.py's count) and the same with gradient checkpointing,
+    which runs each layer's forward again in the backward (Chen et al. 2016, arXiv:1604.06174 §3: one extra
+    forward, a third of a full fine-tune's FLOPs). QLoRA trains the same adapters as LoRA: the same count."""
+    tokens = job_tokens(a, s)
+    steps = s.job_epochs * -(-s.job_samples // s.job_batch)
+    per_step = tokens * s.job_batch * steps
+    full = flops_per_token(a, g, s, "full", 0, tokens) * per_step
+    lora = flops_per_token(a, g, s, "lora", adapters, tokens) * per_step
+    forward = full / 3.0
+    return {"full": (full, full + forward), "lora": (lora, lora + forward), "qlora": (lora, lora + forward)}

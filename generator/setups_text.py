@@ -1,0 +1,66 @@
+"""A Report's setups (plans, plans_unreachable, serving) as the words the page and the terminal share."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import format as f
+
+METHOD_NAMES = {"full": "Full fine-tune", "lora": "LoRA", "qlora": "QLoRA", "serve": "Serving"}
+
+
+def _get(x: Any, key: str) -> Any:
+    return x[key] if isinstance(x, dict) else getattr(x, key)
+
+
+def chosen(plans: Any, method: str) -> Any | None:
+    """The plan the headline names for a method: the cheapest that fits (the job's cost; serving: per hour),
+    then the fewest GPUs; None when nothing fits."""
+    fitting = [p for p in plans if _get(p, "method") == method and _get(p, "fits")]
+    if not fitting:
+        return None
+
+    def key(p: Any) -> tuple:
+        cost = _get(p, "job_usd") if method != "serve" else _get(p, "usd_per_hour")
+        return (cost is None, cost or 0.0, _get(p, "gpus"))
+    return min(fitting, key=key)
+
+
+def label(p: Any) -> str:
+    """The setup of one plan in words: "8× H100 SXM with ZeRO-3 and gradient checkpointing"."""
+    return f.setup(_get(p, "gpus"), _get(p, "gpu_model") or _get(p, "gpu"), _get(p, "strategy"),
+                   _get(p, "grad_ckpt"), _get(p, "offload"))
+
+
+def serving_of(serving: Any, plan: Any) -> Any | None:
+    """The serving-speed row of the card and GPU a serving plan names."""
+    for s in serving:
+        if _get(s, "gpu") == _get(plan, "gpu") and _get(s, "gpu_model") == _get(plan, "gpu_model"):
+            return s
+    return None
+
+
+def headline(plans: Any, unreachable: Any, serving: Any) -> list[dict[str, str]]:
+    """One sentence per method: its setup and cost (serving: its decode speed), or why nothing runs it."""
+    why = {_get(u, "method"): _get(u, "reason") for u in unreachable}
+    out = []
+    for method, name in METHOD_NAMES.items():
+        p = chosen(plans, method)
+        if p is None:
+            if method in why:
+                out.append({"method": name, "setup": "", "detail": why[method]})
+            continue
+        if method == "serve":
+            s = serving_of(serving, p)
+            detail = "" if s is None else f"about {f.tokens_per_s(_get(s, 'decode_tokens_per_s'))} per sequence"
+        else:
+            detail = "" if _get(p, "job_usd") is None else f"about {f.usd(_get(p, 'job_usd'))} for the reference job"
+        out.append({"method": name, "setup": label(p), "detail": detail})
+    return out
+
+
+def sentence(row: dict[str, str]) -> str:
+    """"Full fine-tune: 8× H100 SXM with ZeRO-3, about $1,234 for the reference job." """
+    if not row["setup"]:  # the reason says it all: nothing up to 512 GPUs holds it, or the method does not apply
+        return f"{row['method']}: {row['detail']}."
+    return f"{row['method']}: {row['setup']}" + (f", {row['detail']}." if row["detail"] else ".")

@@ -1,0 +1,40 @@
+"""Report → the model page's setups: the headline per method, the plans per card and the serving speeds, as text."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import format as f
+from .. import setups_text
+from ..estimator import Report
+
+
+def setups_context(report: Report) -> dict[str, Any]:
+    """What model.html shows of report.plans, plans_unreachable and serving (strings and booleans only)."""
+    rows: dict[tuple[str, str], dict[str, Any]] = {}
+    for p in report.plans:
+        row = rows.setdefault((p.gpu, p.gpu_model), {"card": p.gpu, "gpu": p.gpu_model or p.gpu,
+                                                     "price": f.usd_per_hour(p.usd_per_hour / p.gpus
+                                                                             if p.usd_per_hour else None),
+                                                     "cells": {}})
+        row["cells"][p.method] = {
+            "setup": setups_text.label(p) if p.fits else f"does not fit on {f.count(p.gpus)} GPUs",
+            "peak": f.gb(p.per_gpu_peak_bytes), "usd": None if p.job_usd is None else f.usd(p.job_usd),
+            "smallest": p.smallest, "cheapest": p.cheapest}
+    methods = [m for m in setups_text.METHOD_NAMES if any(m in r["cells"] for r in rows.values())]
+    for r in rows.values():
+        r["cells"] = [r["cells"].get(m) for m in methods]
+    serving = [{"card": s.gpu, "setup": f.setup(s.gpus, s.gpu_model or s.gpu, s.strategy),
+                "decode": f.tokens_per_s(s.decode_tokens_per_s), "prefill": f.tokens_per_s(s.prefill_tokens_per_s),
+                "concurrency": f.count(s.max_concurrency),
+                "per_million": f.usd_per_million(s.usd_per_million_output_tokens)} for s in report.serving]
+    return {
+        "headline": [setups_text.sentence(r) for r in
+                     setups_text.headline(report.plans, report.plans_unreachable, report.serving)],
+        "plans": list(rows.values()),
+        "methods": [setups_text.METHOD_NAMES[m] for m in methods],
+        "unreachable": [{"method": setups_text.METHOD_NAMES.get(u.method, u.method), "reason": u.reason}
+                        for u in report.plans_unreachable],
+        "serving": serving,
+        "serve_tokens": f.count(report.memory.serve_tokens),
+    }

@@ -1,0 +1,149 @@
+"""The CLI's multi-GPU setups (issue 14 item 2, issue 16 items 2 and 14): --gpus / --strategy / --offload reach
+memory.peak_bytes per GPU, impossible setups exit 2 naming key and value, --plan prints the setups (only the asked
+method's), an exact job gets a verdict per card, and jobs or serving lengths past the context exit 2 (or warn where
+the config declares rope scaling)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from generator.cli import main
+
+QWEN8 = "Qwen/Qwen3-8B"  # 36 layers, 32 heads, 8 KV heads, 40,960-token context, no rope scaling
+GPT2 = "openai-community/gpt2"  # 1,024-token context, no rope scaling
+LLAMA8 = "meta-llama/Llama-3.1-8B"  # 131,072-token context, rope_scaling llama3
+BERT = "google-bert/bert-base-uncased"  # an encoder of 512 positions
+
+
+def run(capsys, *args):
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def words(text: str) -> str:
+    return " ".join(text.split())
+
+
+def test_gpus_strategy_and_offload_reach_the_per_gpu_peak(capsys):
+    code, out, _ = run(capsys, QWEN8, "--json")
+    one = json.loads(out)["memory"]
+    code, out, _ = run(capsys, QWEN8, "--json", "--gpus", "8", "--strategy", "zero3", "--grad-ckpt")
+    mem = json.loads(out)["memory"]
+    assert code == 0
+    assert (mem["job"]["gpus"], mem["job"]["strategy"], mem["job"]["offload"]) == (8, "zero3", "none")
+    assert sum(mem["breakdown"].values()) == mem["peak_bytes"] < one["peak_bytes"] / 4
+    # DDP is the default past one GPU, and never holds less than one GPU alone
+    code, out, _ = run(capsys, QWEN8, "--json", "--gpus", "2")
+    ddp = json.loads(out)["memory"]
+    assert code == 0 and ddp["job"]["strategy"] == "ddp" and ddp["peak_bytes"] >= one["peak_bytes"]
+    # ZeRO-Offload moves the optimizer to the CPU and says how much CPU memory a node needs
+    code, out, _ = run(capsys, QWEN8, "--json", "--gpus", "8", "--strategy", "zero3", "--offload", "optimizer")
+    off = json.loads(out)["memory"]
+    assert code == 0 and off["breakdown"]["optimizer_state"] == 0 and off["offload_cpu_bytes_per_node"] > 0
+    code, out, _ = run(capsys, QWEN8, "--gpus", "8", "--strategy", "zero3", "--offload", "optimizer")
+    assert code == 0 and "of CPU memory per node" in words(out)
+
+
+@pytest.mark.parametrize("args, key, value", [
+    (("--strategy", "zero3"), "strategy", "'zero3'"),  # ZeRO-3 on one GPU
+    (("--gpus", "3", "--strategy", "tp"), "gpus", "3"),  # 32 heads do not split over 3
+    (("--gpus", "64", "--strategy", "pp"), "gpus", "64"),  # more stages than the 36 layers
+    (("--gpus", "2", "--offload", "optimizer"), "offload", "'optimizer'"),  # ZeRO-Offload under ddp
+    (("--gpus", "2", "--strategy", "fsdp", "--offload", "optimizer"), "offload", "'optimizer'"),
+    (("--gpus", "2", "--strategy", "tp", "--method", "inference", "--offload", "params"), "offload", "'params'"),
+])
+def test_impossible_setups_exit_2_naming_key_and_value(capsys, args, key, value):
+    code, out, err = run(capsys, QWEN8, *args)
+    assert code == 2 and out == ""
+    assert f"key '{key}' = {value}" in words(err)
+
+
+def test_gpus_below_one_exits_2(capsys):
+    code, _, err = run(capsys, QWEN8, "--gpus", "0")
+    assert code == 2 and "--gpus" in err
+
+
+@pytest.fixture
+def wide(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "250")  # rich wraps table cells at 80 columns
+
+
+def test_plan_prints_the_setups_and_serving_speeds(capsys, wide):
+    code, out, _ = run(capsys, QWEN8, "--plan")
+    text = words(out)
+    assert code == 0
+    assert "Setups that hold batch 1" in text and "Serving speed at the smallest tensor-parallel count" in text
+    assert "Setups that run it: Full fine-tune:" in text and "QLoRA:" in text and "tokens/s per sequence" in text
+    for method in ("Full fine-tune", "LoRA", "QLoRA", "Serving"):
+        assert f"│ {method} " in out
+    assert "smallest" in text and "cheapest" in text
+
+
+def test_plan_of_an_exact_job_shows_only_its_method(capsys, wide):
+    code, out, _ = run(capsys, QWEN8, "--method", "qlora", "--grad-ckpt", "--plan")
+    assert code == 0
+    assert "│ QLoRA " in out and "│ Full fine-tune " not in out and "│ LoRA " not in out
+    assert "Serving speed" not in out and "Largest batch per card" not in out
+    code, out, _ = run(capsys, QWEN8, "--method", "inference", "--plan")
+    assert code == 0 and "│ Serving " in out and "Serving speed" in out and "│ QLoRA " not in out
+
+
+def test_an_exact_job_leads_and_gets_a_verdict_per_card(capsys):
+    code, out, _ = run(capsys, QWEN8, "--method", "qlora", "--grad-ckpt", "--batch", "4")
+    text = words(out)
+    assert code == 0
+    lines = [line for line in out.split("\n") if line.strip()]
+    assert words(lines[1]).startswith("This job (qlora, amp, nf4 base, r=16 on all-linear, adamw, checkpointed")
+    assert text.index("This job") < text.index("Per card:") < text.index("The site's jobs")
+    code, out, _ = run(capsys, QWEN8, "--json", "--method", "qlora", "--grad-ckpt", "--batch", "4")
+    mem = json.loads(out)["memory"]
+    for card in mem["cards"]:
+        verdict = "fits" if mem["peak_bytes"] <= card["budget_bytes"] else "does not fit"
+        assert f"{card['name']} {verdict} (budget" in text
+    assert "T4 16 GB does not fit" in text and "H200 141 GB fits" in text
+    # the same job spread over 8 GPUs with ZeRO-3 fits the T4
+    code, out, _ = run(capsys, QWEN8, "--gpus", "8", "--strategy", "zero3", "--grad-ckpt")
+    assert code == 0 and "per GPU, 8× GPUs with ZeRO-3" in words(out) and "A100 40 GB fits" in words(out)
+
+
+@pytest.mark.parametrize("args, key", [
+    (("--tokens", "4096"), "tokens"),
+    (("--method", "inference", "--tokens", "1000", "--new-tokens", "100"), "new_tokens"),
+    (("--serve-tokens", "4096"), "serve_tokens"),
+])
+def test_a_job_past_the_context_exits_2(capsys, args, key):
+    code, out, err = run(capsys, GPT2, *args)
+    assert code == 2 and out == ""
+    assert f"key '{key}'" in err and "context of 1,024 tokens" in words(err) and "no rope scaling" in words(err)
+
+
+def test_past_the_context_with_rope_scaling_warns_and_prices_as_asked(capsys):
+    code, out, _ = run(capsys, LLAMA8, "--json", "--serve-tokens", "200000", "--tokens", "150000")
+    report = json.loads(out)
+    assert code == 0 and report["memory"]["serve_tokens"] == 200_000
+    warnings = [f["message"] for f in report["findings"] if f["check"] == "context" and f["severity"] == "warning"]
+    assert any("200,000 tokens per sequence as asked" in m for m in warnings)
+    assert any("this job runs 150,000 tokens" in m for m in warnings)
+    code, out, _ = run(capsys, LLAMA8, "--serve-tokens", "200000")
+    assert code == 0 and "[warning] context: serving is sized at 200,000 tokens" in words(out)
+
+
+def test_serve_tokens_within_the_context_are_used_as_given(capsys):
+    code, out, _ = run(capsys, GPT2, "--json", "--serve-tokens", "1000")
+    report = json.loads(out)
+    assert code == 0 and report["memory"]["serve_tokens"] == 1000
+    assert not [f for f in report["findings"] if f["check"] == "context" and "serving" in f["message"]]
+
+
+def test_the_site_caps_serving_at_the_context_in_words_for_its_kind(capsys):
+    _, out, _ = run(capsys, GPT2, "--json")
+    decoder = [f["message"] for f in json.loads(out)["findings"] if "serving is sized" in f["message"]]
+    _, out, _ = run(capsys, BERT, "--json")
+    encoder = [f["message"] for f in json.loads(out)["findings"] if "serving is sized" in f["message"]]
+    assert len(decoder) == len(encoder) == 1
+    assert "1,024 tokens per sequence, not 4,096" in decoder[0] and "KV cache stops there" in decoder[0]
+    assert "encoder" not in decoder[0]
+    assert "512 tokens per sequence, not 4,096" in encoder[0] and "an encoder reads whole sequences" in encoder[0]

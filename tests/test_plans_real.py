@@ -1,0 +1,287 @@
+"""Multi-GPU memory and plans on real snapshot models (issue 14 item 6): ZeRO-2 / ZeRO-3 / FSDP model states per
+GPU of the estimator's own jobs against DeepSpeed's estimator formulas, the per-GPU peak never rising with more
+GPUs under zero3, fsdp or tp (ddp never falling), the plan search agreeing with a walk over every count and setup,
+offload only as a last resort within the host's memory, every model having a plan or a named reason, and decode
+speeds under the bandwidth bound."""
+
+from __future__ import annotations
+
+import dataclasses
+from functools import lru_cache
+
+import pytest
+from hypothesis import given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
+
+from generator.errors import TraceError
+from generator.estimator import estimate
+from generator.estimator.graph.nodes import build_graph
+from generator.estimator.memory.job import Job
+from generator.estimator.memory.parallel import GPUS_PER_NODE, ParallelError, Setup, per_gpu
+from generator.estimator.memory.plans import GPU_COUNTS, MAX_GPUS, first_fit, kinds
+from generator.estimator.memory.profile import kv_bytes_per_sequence, serve_profile
+from generator.estimator.memory.setups import (QLORA, cached_peak, model_shape, offers, serving_job, serving_model,
+                                               training_job)
+from generator.estimator.memory.storage import serve_weight_bytes
+from generator.estimator.normalise import normalise
+from generator.estimator.serving_speed import decode_upper_bound
+from generator.settings import load_settings
+from tests.conftest import snapshot_configs
+
+SETTINGS = load_settings()
+S = SETTINGS.assumptions
+CONFIGS = {rid: (cfg, ck) for rid, cfg, ck in snapshot_configs()}
+
+
+@lru_cache(maxsize=None)
+def _model(model_id: str):
+    cfg, _ = CONFIGS[model_id]
+    a = normalise(cfg, model_id)
+    return a, build_graph(a)
+
+
+def _estimable() -> list[str]:
+    out = []
+    for rid in sorted(CONFIGS):
+        try:
+            a, g = _model(rid)
+        except TraceError:
+            continue
+        if g.spec.kind == "decoder":
+            out.append(rid)
+    return out
+
+
+MODELS = _estimable()
+
+
+@lru_cache(maxsize=None)
+def site_jobs(model_id: str):
+    """The site's jobs for one model, built as estimate() builds them."""
+    a, g = _model(model_id)
+    shape = model_shape(a, g)
+    t = min(S.train_tokens, a.max_context)
+    serve_tokens = min(S.serve_tokens, a.max_context)
+    weights = serve_weight_bytes(a, S)([*g.spec.embed, *(p for b in g.spec.blocks for p in b.parts), *g.spec.head])
+    profile = serve_profile(a, g, S, serve_tokens)
+    return {
+        "full": training_job(a, g, S, Job(tokens=t), shape, model_id),
+        "lora": training_job(a, g, S, Job(method="lora", lora_rank=S.lora_rank, tokens=t), shape, model_id),
+        "qlora": training_job(a, g, S, dataclasses.replace(QLORA, lora_rank=S.lora_rank, tokens=t), shape, model_id),
+        "serve": serving_job(profile, weights, shape, S.compute_bytes),
+        "serve2": serving_job(profile, weights, shape, S.compute_bytes, sequences=2),
+    }
+
+
+def _metric(method: str, parts: tuple[int, ...]) -> int:
+    return sum(parts) - (parts[2] if method == "qlora" else 0)  # as estimate._setups: paged AdamW's state
+
+
+# --- ZeRO-2 / ZeRO-3 / FSDP against DeepSpeed's formulas, on the estimator's own job -----------------------------
+QWEN8 = "Qwen/Qwen3-8B"
+
+
+def _step_only(job):
+    """The job with only its optimizer step (all gradients and state live, no gathered unit)."""
+    step = tuple(ph for ph in job.phases_ckpt if ph.name == "optimizer step")
+    return dataclasses.replace(job, phases=step, phases_ckpt=step)
+
+
+def _computing_only(job):
+    phases = tuple(ph for ph in job.phases_ckpt if ph.computing)
+    return dataclasses.replace(job, phases=phases, phases_ckpt=phases)
+
+
+@pytest.mark.parametrize("n", [2, 8, 64])
+def test_zero_and_fsdp_model_states_of_a_real_job_follow_deepspeed(n):
+    """DeepSpeed estimate_zero2_model_states_mem_needs: 2 P + 18 P / N, and estimate_zero3_model_states_mem_needs:
+    4 x largest layer + 18 P / N (18 = 2 fp16 params + 4 fp32 gradients + 4 fp32 master + 8 Adam; ZeRO-2's 18
+    holds fp16 gradients where ZeRO-3's holds the fp16 params). The estimator's AMP job trains fp32 parameters,
+    so its gradients are fp32 only (4 B, no fp16 copy): ZeRO-2 holds 2 P + 16 P / N, ZeRO-3 18 P / N (the fp16
+    params sharded) at the optimizer step, FSDP2 16 P / N (fp32 params sharded in their own dtype, no 16-bit copy);
+    while a layer computes, ZeRO-3 without prefetch adds DeepSpeed's 4 x largest layer (its params gathered and
+    its gradients, 2 B each)."""
+    job = site_jobs(QWEN8)["full"]
+    p, unit = job.params_total, job.unit_params
+    assert p == 8_190_735_360
+
+    def states(strategy: str, j=None, prefetch: bool = True) -> int:
+        return per_gpu(j or _step_only(job), Setup(strategy, n, True, prefetch=prefetch)).model_states_bytes
+
+    assert states("zero2") == pytest.approx(2 * p + 16 * p / n, abs=2)
+    assert states("zero3") == pytest.approx(18 * p / n, abs=2)
+    assert states("fsdp") == pytest.approx(16 * p / n, abs=2)
+    # computing phases: no gradient of the step yet; the gathered layer and its gradient on top of the shards
+    computing = _computing_only(job)
+    for ph in computing.phases:
+        one = dataclasses.replace(computing, phases=(ph,), phases_ckpt=(ph,))
+        sharded = (6 * p + ph.gradients + 8 * p) / n
+        assert states("zero3", one, prefetch=False) == pytest.approx(sharded + 4 * unit, abs=3)
+        assert states("zero3", one) == pytest.approx(sharded + 6 * unit, abs=3)  # + the prefetched unit
+        # DeepSpeed's estimate (all gradients live) bounds every phase of the real job
+        assert states("zero3", one, prefetch=False) <= 18 * p / n + 4 * unit + 3
+
+
+def test_the_exact_setup_reports_those_states_per_gpu():
+    cfg, ck = CONFIGS[QWEN8]
+    r = estimate(cfg, model_id=QWEN8, assumptions=S, cards=SETTINGS.cards, gpus=SETTINGS.gpus,
+                 job=Job(grad_ckpt=True, tokens=2048), setup=Setup("zero3", 8, True))
+    parts, p = dict(r.memory.breakdown), r.params.graph
+    assert r.memory.peak_phase == "optimizer step" and sum(parts.values()) == r.memory.peak_bytes
+    assert (parts["weights"], parts["gradients"], parts["optimizer_state"]) == (6 * p // 8, 4 * p // 8, 8 * p // 8)
+    assert dict(r.memory.job)["strategy"] == "zero3" and dict(r.memory.job)["gpus"] == 8
+
+
+def test_tensor_parallel_over_4_puts_about_a_quarter_of_the_weights_on_each():
+    job = site_jobs(QWEN8)["serve"]
+    one = dict(per_gpu(job, Setup()).breakdown)["weights"]
+    four = dict(per_gpu(job, Setup("tp", 4)).breakdown)["weights"]
+    assert one / 4 <= four <= one / 4 * 1.01  # norms stay whole on every rank
+
+
+# --- properties on real models -------------------------------------------------------------------------------------
+COUNTS = [n for n in GPU_COUNTS if n <= 128]
+
+
+@hsettings(max_examples=40, deadline=None)
+@given(model=st.sampled_from(MODELS), method=st.sampled_from(["full", "lora", "qlora", "serve"]),
+       strategy=st.sampled_from(["zero3", "fsdp", "tp", "zero2"]), ckpt=st.booleans(),
+       pair=st.lists(st.sampled_from(COUNTS[1:]), min_size=2, max_size=2, unique=True))
+def test_the_per_gpu_peak_never_rises_with_more_gpus(model, method, strategy, ckpt, pair):
+    job = site_jobs(model)[method]
+    if method == "serve" and strategy != "tp":
+        strategy = "pp"
+    few, many = sorted(pair)
+    ckpt = ckpt and method not in ("serve",) or method == "qlora"
+    try:
+        a = per_gpu(job, Setup(strategy, few, ckpt)).per_gpu_peak_bytes
+        b = per_gpu(job, Setup(strategy, many, ckpt)).per_gpu_peak_bytes
+    except ParallelError:
+        return  # heads that do not split, more stages than layers
+    assert b <= a
+
+
+@hsettings(max_examples=25, deadline=None)
+@given(model=st.sampled_from(MODELS), method=st.sampled_from(["full", "lora", "qlora"]),
+       n=st.sampled_from(COUNTS[1:]))
+def test_ddp_never_falls_below_one_gpu(model, method, n):
+    job = site_jobs(model)[method]
+    ckpt = method == "qlora"
+    one = per_gpu(job, Setup("single", 1, ckpt)).per_gpu_peak_bytes
+    assert per_gpu(job, Setup("ddp", n, ckpt)).per_gpu_peak_bytes >= one
+
+
+def _walk(probe, method: str, budget: int, host: int):
+    """The plan by definition: every count in turn, every setup in preference order; offload only after no count
+    runs without it, and only within the host's memory."""
+    for offload in (False, True):
+        for i in range(len(GPU_COUNTS)):
+            for kind in kinds(method, offload):
+                if not kind.first <= i <= kind.last:
+                    continue
+                try:
+                    peak, cpu = probe(method, kind.setup(i))
+                except ParallelError:
+                    continue
+                if peak <= budget and (not offload or cpu <= host):
+                    return kind.setup(i), peak
+    return None
+
+
+@hsettings(max_examples=25, deadline=None)
+@given(model=st.sampled_from(MODELS), method=st.sampled_from(["full", "lora", "qlora", "serve"]))
+def test_the_plan_search_finds_what_a_walk_over_every_count_finds(model, method):
+    probe = cached_peak(site_jobs(model), _metric)
+    for offer in offers(SETTINGS.cards, SETTINGS.gpus, S):
+        want = _walk(probe, method, offer.budget_bytes, S.host_memory_bytes_per_node)
+        got = first_fit(probe, method, kinds(method), offer.budget_bytes)
+        if got is None and method != "serve":
+            got = first_fit(probe, method, kinds(method, offload=True), offer.budget_bytes,
+                            S.host_memory_bytes_per_node)
+        assert got == want, (model, method, offer.name)
+
+
+# --- the Reports of every snapshot model ---------------------------------------------------------------------------
+@lru_cache(maxsize=None)
+def _report(model_id: str):
+    cfg, ck = CONFIGS[model_id]
+    return estimate(cfg, model_id=model_id, assumptions=S, cards=SETTINGS.cards, gpus=SETTINGS.gpus,
+                    checkpoint_params=ck)
+
+
+def test_every_model_has_a_plan_per_method_or_a_named_reason():
+    for model in MODELS:
+        r = _report(model)
+        why = {u.method: u.reason for u in r.plans_unreachable}
+        for method in ("full", "lora", "qlora", "serve"):
+            fitting = [p for p in r.plans if p.method == method and p.fits]
+            assert bool(fitting) != bool(why.get(method)), (model, method)
+            if fitting:
+                assert any(p.smallest for p in fitting) and any(p.cheapest for p in fitting), (model, method)
+
+
+def test_offload_is_a_last_resort_within_the_hosts_memory():
+    for model in MODELS:
+        r = _report(model)
+        jobs = site_jobs(model)
+        for p in r.plans:
+            if not p.fits or p.offload == "none":
+                continue
+            # nothing without offload runs on this card up to 512 GPUs, and the offload fits a node's memory
+            budget = next(c.budget_bytes for c in r.memory.cards if c.name == p.gpu)
+            for kind in kinds(p.method):
+                if kind.last == len(GPU_COUNTS) - 1:
+                    setup = kind.setup(kind.last)
+                    assert per_gpu(jobs[p.method], setup).per_gpu_peak_bytes > budget or p.method == "qlora"
+            setup = Setup(p.strategy, p.gpus, p.grad_ckpt, p.offload)
+            assert per_gpu(jobs[p.method], setup).cpu_bytes_per_node <= S.host_memory_bytes_per_node
+
+
+def test_deepseek_v3_full_fine_tune_needs_no_terabytes_of_host_memory():
+    r = _report("deepseek-ai/DeepSeek-V3")
+    full = [p for p in r.plans if p.method == "full" and p.fits]
+    assert full and all(p.offload == "none" or p.gpus >= 8 for p in full)
+    assert [u.method for u in r.plans_unreachable] == ["qlora"]  # an FP8 checkpoint: QLoRA does not apply
+    assert all(p.gpus <= MAX_GPUS for p in r.plans)
+
+
+@pytest.mark.parametrize("model", ["Qwen/Qwen3-8B", "Qwen/Qwen3-30B-A3B", "deepseek-ai/DeepSeek-V3",
+                                   "meta-llama/Llama-3.1-70B", "openai-community/gpt2"])
+def test_decode_speed_stays_under_the_bandwidth_bound(model):
+    r = _report(model)
+    a, g = _model(model)
+    m = serving_model(a, g, S, r.memory.serve_weight_bytes, kv_bytes_per_sequence(a, S, r.memory.serve_tokens),
+                      r.memory.serve_tokens)
+    by_name = {gpu.name: gpu for gpu in SETTINGS.gpus.values()}
+    assert r.serving
+    for row in r.serving:
+        width = min(row.gpus, GPUS_PER_NODE) if row.strategy == "tp+pp" else row.gpus
+        bound = decode_upper_bound(m, width, by_name[row.gpu_model].bandwidth_gb_per_s)
+        assert 0 < row.decode_tokens_per_s <= bound
+        assert row.max_concurrency >= 1
+
+
+@pytest.mark.parametrize("model", ["Qwen/Qwen3-0.6B", "Qwen/Qwen3-8B", "meta-llama/Llama-3.1-70B",
+                                   "Qwen/Qwen3-30B-A3B"])
+def test_qlora_max_batch_per_card_is_the_largest_batch_of_the_qlora_job_that_fits(model):
+    """memory.cards[].train_qlora_max_batch against the QLoRA job run at that batch and one more (job.py prices
+    the batch; the paged optimizer's state is out of the allocator's count)."""
+    r = _report(model)
+    a, g = _model(model)
+    shape = model_shape(a, g)
+    t = min(S.train_tokens, a.max_context)
+
+    def peak(batch: int) -> int:
+        job = training_job(a, g, S, dataclasses.replace(QLORA, lora_rank=S.lora_rank, tokens=t, batch=batch), shape,
+                           model, both=False)
+        return _metric("qlora", tuple(dict(per_gpu(job, Setup()).breakdown).values()))
+
+    plans = {p.gpu: p for p in r.plans if p.method == "qlora"}
+    for card in r.memory.cards:
+        b = card.train_qlora_max_batch
+        if b:
+            assert peak(b) <= card.budget_bytes < peak(b + 1), (model, card.name, b)
+        else:
+            assert peak(1) > card.budget_bytes
+        assert (b > 0) == (plans[card.name].gpus == 1 and plans[card.name].fits), (model, card.name)
