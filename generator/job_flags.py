@@ -18,7 +18,7 @@ from .estimator.memory.job import Job
 from .estimator.memory import parallel
 from .estimator.memory.parallel import Setup
 from .estimator.memory.recipes import RECIPES
-from .estimator.memory.setups import default_setup
+from .estimator.memory.parallel import default_setup
 
 PROG = "neurarch-trace"
 

@@ -187,16 +187,16 @@ def test_the_cli_and_the_page_read_one_parser() -> None:
 def test_a_new_flag_reaches_the_form_and_the_query(monkeypatch: pytest.MonkeyPatch) -> None:
     original = job_flags.add_setup_arguments
 
-    def with_offload(p):
+    def with_interconnect(p):  # a flag no branch has: it reaches the form and the query by itself
         original(p)
-        p.add_argument("--offload", choices=("none", "optimizer", "params"), help="offload")
+        p.add_argument("--interconnect", choices=("pcie", "nvlink"), help="interconnect")
 
-    monkeypatch.setattr(job_flags, "add_setup_arguments", with_offload)
+    monkeypatch.setattr(job_flags, "add_setup_arguments", with_interconnect)
     spec = calculator.flag_spec()
-    assert spec[-1] == {"key": "offload", "flag": "--offload", "kind": "choice", "help": "offload",
-                        "choices": ["none", "optimizer", "params"], "metavar": None, "group": calculator.BASE_GROUP}
-    setup, ignored = calculator.setup_from_query("offload=params&method=full")
-    assert ("--offload", "params") in setup and ignored == []
+    assert spec[-1] == {"key": "interconnect", "flag": "--interconnect", "kind": "choice", "help": "interconnect",
+                        "choices": ["pcie", "nvlink"], "metavar": None, "group": calculator.BASE_GROUP}
+    setup, ignored = calculator.setup_from_query("interconnect=nvlink&method=full")
+    assert ("--interconnect", "nvlink") in setup and ignored == []
 
 
 def test_pyodide_is_pinned_exactly_with_its_integrity() -> None:

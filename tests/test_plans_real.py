@@ -21,7 +21,7 @@ from generator.estimator.memory.job import Job
 from generator.estimator.memory.parallel import GPUS_PER_NODE, ParallelError, Setup, per_gpu
 from generator.estimator.memory.plans import GPU_COUNTS, MAX_GPUS, first_fit, kinds
 from generator.estimator.memory.profile import kv_bytes_per_sequence, serve_profile
-from generator.estimator.memory.setups import (QLORA, cached_peak, model_shape, offers, serving_job, serving_model,
+from generator.estimator.setups import (QLORA, cached_peak, model_shape, offers, serving_job, serving_model,
                                                training_job)
 from generator.estimator.memory.storage import serve_weight_bytes
 from generator.estimator.normalise import normalise

@@ -33,7 +33,7 @@ from .memory.profile import (
     state_bytes_per_sequence,
     train_profile,
 )
-from .memory.setups import (
+from .setups import (
     QLORA,
     cached_peak,
     inference_job,
@@ -257,7 +257,7 @@ def _site_metric(method: str, parts: tuple[int, ...]) -> int:
 
 def _setups(arch, graph, s: Assumptions, cards, gpus, jobs, adapters: int, serve_tokens: int, weights_served: int,
             kv_per_sequence: int):
-    """Plans for full, LoRA, QLoRA and serving on every priced GPU, and the serving speeds (memory/setups.py)."""
+    """Plans for full, LoRA, QLoRA and serving on every priced GPU, and the serving speeds (setups.py)."""
     peak = cached_peak(jobs, _site_metric)
     gpu_offers = offers(cards, gpus, s)
     flops = training_flops(arch, graph, s, adapters)

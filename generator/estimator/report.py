@@ -125,7 +125,7 @@ class Report:
     structure: tuple[StructureRow, ...]
     findings: tuple[Finding, ...]
     provenance: tuple[tuple[str, Any], ...]  # config keys used (and their source) and formulas
-    # Setups that run the model (memory/setups.py): per method and priced GPU the fewest GPUs holding batch 1,
+    # Setups that run the model (setups.py): per method and priced GPU the fewest GPUs holding batch 1,
     # the methods nothing runs and why, and serving speeds at the smallest tensor-parallel count.
     plans: tuple[Plan, ...] = ()
     plans_unreachable: tuple[Unreachable, ...] = ()

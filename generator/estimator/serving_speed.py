@@ -83,7 +83,7 @@ def serving_speed(m: ServingModel, gpu: str, setup: Setup, batch1_peak_bytes: in
                   budget_bytes: int, bandwidth_gb_per_s: float, peak_tflops: float, usd_per_hour: float | None,
                   bandwidth_efficiency: float = DECODE_BANDWIDTH_EFFICIENCY, mfu: float = PREFILL_MFU,
                   cap: int = 1 << 20, gpu_model: str = "") -> ServingSpeed:
-    """Speeds of `setup` (the smallest tensor-parallel one: memory/setups.serving_table). batch1_peak_bytes: the largest GPU's peak serving one sequence;
+    """Speeds of `setup` (the smallest tensor-parallel one: setups.serving_table). batch1_peak_bytes: the largest GPU's peak serving one sequence;
     per_sequence_bytes: what each further sequence adds on that GPU (its KV cache share and logits).
     usd_per_hour: per GPU. With pipeline stages (tp+pp) only one stage works on a token at a time, so the step
     uses the tensor-parallel width (8), not all GPUs; pipeline alone (pp), one GPU's."""

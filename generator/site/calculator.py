@@ -176,9 +176,10 @@ def write_assets(writer: Any, settings: Settings, script: str) -> bool:
 
 
 # A config.json up to this size is inline in its page; a larger one (a per-layer block list, a long list of
-# unquantised modules) is a file beside the page, config.json, fetched when the calculator is used, so that
-# no page passes its 60 kB budget for its calculator's sake.
-INLINE_MAX = 4_000
+# unquantised modules, a multimodal wrapper's nested configs) is a file beside the page, config.json, fetched
+# when the calculator is used, so that no page passes its 60 kB budget for its calculator's sake. Most decoder
+# configs are 1-2 kB; the largest pages (VLMs, deep MoEs) carry 2-4 kB ones.
+INLINE_MAX = 2_000
 CONFIG_FILE = "config.json"
 
 

@@ -139,6 +139,9 @@ def memory_chart(curve: list[dict[str, int]], cards: Sequence[Any], *, model: st
     budgets = ", ".join(f"{c.name} {f.gb(c.budget_bytes)}" for c in cards)
     return {
         "id": "memory-chart-narrow" if narrow else "memory-chart",
+        # the phone's drawing is named by the wide one's title and description (one copy of each per page;
+        # aria-labelledby reads them even where the wide drawing is not displayed)
+        "label_id": "memory-chart",
         "view_box": f"0 0 {width} {height}",
         "title": f"GPU memory of {model} at batch 1 against tokens per sample",
         "desc": f"Log scales. Memory grows with the tokens per sample: {grows}. "
@@ -190,6 +193,7 @@ def batch_chart(cards: Sequence[Any], *, model: str, serve_tokens: int, narrow: 
                                                for key, _, label in BATCHES) for c in cards)
     return {
         "id": "batch-chart-narrow" if narrow else "batch-chart",
+        "label_id": "batch-chart",
         "view_box": f"0 0 {chart_width} {height}",
         "title": f"Largest batch of {model} per card",
         "desc": f"Log scale. Largest batch that fits one card, training at the job's tokens per sample and "

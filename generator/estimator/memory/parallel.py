@@ -359,3 +359,8 @@ _SCALED = ("weights", "gradients", "optimizer_state", "overhead_weights", "overh
 
 def _ceil(x: float) -> int:
     return int(-(-x // 1))
+
+
+def default_setup(gpus: int, strategy: str | None, offload: str, grad_ckpt: bool = False) -> Setup:
+    """The CLI's setup: ddp when more than one GPU and no strategy is named, one GPU alone otherwise."""
+    return Setup(strategy or ("ddp" if gpus > 1 else "single"), gpus, grad_ckpt, offload)

@@ -12,17 +12,17 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable, Mapping
 
-from ..config.arch import Arch
-from ..cost import flops_per_token, job_tokens
-from ..graph.nodes import Graph
-from ..inputs import Assumptions, Card, Gpu
-from ..serving_speed import ServingModel, ServingSpeed, serving_speed
-from .activations import regime
-from .job import Job, job_phases
-from .lora import lora_params, target_roles
-from .parallel import ParallelError, Phase, Setup, SingleGpuJob, cpu_bytes_per_node, peak_parts
-from .plans import TP_KINDS, GpuOffer, Plan, Unreachable, first_fit, search_plans
-from .profile import Profile, budget_bytes
+from .config.arch import Arch
+from .cost import flops_per_token, job_tokens
+from .graph.nodes import Graph
+from .inputs import Assumptions, Card, Gpu
+from .serving_speed import ServingModel, ServingSpeed, serving_speed
+from .memory.activations import regime
+from .memory.job import Job, job_phases
+from .memory.lora import lora_params, target_roles
+from .memory.parallel import ParallelError, Phase, Setup, SingleGpuJob, cpu_bytes_per_node, peak_parts
+from .memory.plans import TP_KINDS, GpuOffer, Plan, Unreachable, first_fit, search_plans
+from .memory.profile import Profile, budget_bytes
 
 QLORA = Job(method="qlora", weights="nf4", double_quant=True, optimizer="paged-adamw", grad_ckpt=True)
 SITE_METHODS = ("full", "lora", "qlora", "serve")
@@ -124,11 +124,6 @@ def max_batch(job: SingleGpuJob, budget_bytes: int, adjust: Callable[[str, tuple
         if per_sample > 0:
             best = min(best, (budget_bytes - rest) // per_sample)
     return best
-
-
-def default_setup(gpus: int, strategy: str | None, offload: str, grad_ckpt: bool = False) -> Setup:
-    """The CLI's setup: ddp when more than one GPU and no strategy is named, one GPU alone otherwise."""
-    return Setup(strategy or ("ddp" if gpus > 1 else "single"), gpus, grad_ckpt, offload)
 
 
 def offers(cards: tuple[Card, ...], gpus: Mapping[str, Gpu], s: Assumptions) -> tuple[GpuOffer, ...]:
