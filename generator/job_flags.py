@@ -14,11 +14,10 @@ import argparse
 
 from .errors import ConfigError
 from .estimator.memory import job as j
-from .estimator.memory.job import Job
 from .estimator.memory import parallel
-from .estimator.memory.parallel import Setup
+from .estimator.memory.job import Job
+from .estimator.memory.parallel import Setup, default_setup
 from .estimator.memory.recipes import RECIPES
-from .estimator.memory.parallel import default_setup
 
 PROG = "neurarch-trace"
 

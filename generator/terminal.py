@@ -65,7 +65,7 @@ def print_summary(console: Console, report: Report, *, plan: bool, settings: Set
         console.print(line)
     if plan:
         method = dict(m.job).get("method") if asked else None
-        _print_plan(console, report, settings, {"inference": "serve"}.get(method, method))
+        _print_plan(console, report, settings, {"inference": "serve"}.get(str(method), method))
 
 
 def _job_line(m) -> Text:

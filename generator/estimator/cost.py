@@ -67,7 +67,7 @@ def job_cost(a: Arch, g: Graph, s: Assumptions, gpu: Gpu, method: str, lora_para
     passes = 3 if method == "full" else 2
     bytes_step = passes * weight_bytes + 28 * trainable + 2 * s.job_batch * activation_bytes_per_sample
     bf16 = gpu.bf16_tflops is not None
-    peak = (gpu.bf16_tflops if bf16 else gpu.fp16_tflops) * 1e12
+    peak = float((gpu.bf16_tflops if gpu.bf16_tflops is not None else gpu.fp16_tflops) or 0) * 1e12
     compute_s, memory_s = flops_step / peak, bytes_step / (gpu.bandwidth_gb_per_s * 1e9)
     roofline_h = steps * max(compute_s, memory_s) / 3600.0
     mfu = s.mfu_full if method == "full" else s.mfu_lora

@@ -33,6 +33,20 @@ from .memory.profile import (
     state_bytes_per_sequence,
     train_profile,
 )
+from .memory.splits import best_cut, two_card_split
+from .memory.storage import serve_weight_bytes, stored_elements
+from .normalise import normalise
+from .report import (
+    SCHEMA_VERSION,
+    CardPlan,
+    Memory,
+    ModelInfo,
+    Params,
+    Report,
+    SplitPlan,
+    StructureRow,
+)
+from .serving_speed import ServingSpeed
 from .setups import (
     QLORA,
     cached_peak,
@@ -46,19 +60,6 @@ from .setups import (
     serving_table,
     training_flops,
     training_job,
-)
-from .memory.splits import best_cut, two_card_split
-from .memory.storage import serve_weight_bytes, stored_elements
-from .normalise import normalise
-from .report import (
-    SCHEMA_VERSION,
-    CardPlan,
-    Memory,
-    ModelInfo,
-    Params,
-    Report,
-    SplitPlan,
-    StructureRow,
 )
 
 FORMULAS = {
@@ -112,7 +113,7 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
     # sequences of at most their context).
     serve_tokens = min(s.serve_tokens, arch.max_context)
     serve_past = check_serve_context(arch, serve_tokens_asked, model_id) if serve_tokens_asked else []
-    if serve_past:  # rope scaling: priced as asked
+    if serve_past and serve_tokens_asked:  # rope scaling: priced as asked
         serve_tokens = serve_tokens_asked
     adapters = lora_params(graph, arch, s.lora_rank)
     profiles: dict[str, Profile] = {
@@ -268,7 +269,7 @@ def _setups(arch, graph, s: Assumptions, cards, gpus, jobs, adapters: int, serve
     plans, unreachable = plans_for(jobs, peak, gpu_offers, {m: f[0] for m, f in flops.items()},
                                    {"full": s.mfu_full, "lora": s.mfu_lora, "qlora": s.mfu_lora},
                                    {m: f[1] for m, f in flops.items()}, not_applicable, s.host_memory_bytes_per_node)
-    serving = ()
+    serving: tuple[ServingSpeed, ...] = ()
     if graph.spec.kind != "encoder":
         model = serving_model(arch, graph, s, weights_served, kv_per_sequence, serve_tokens)
         serving = serving_table(model, peak, gpu_offers, plans)

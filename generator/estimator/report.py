@@ -200,7 +200,7 @@ def _plain(value: Any) -> Any:
     if cls is dict:
         return {k: _plain(v) for k, v in value.items()}
     layout = _LAYOUTS.get(cls)
-    if layout is None and dataclasses.is_dataclass(cls):
+    if layout is None and isinstance(cls, type) and dataclasses.is_dataclass(cls):
         layout = _layout(cls)
     if layout is not None:
         rows = _records((value,), *layout)

@@ -10,19 +10,19 @@ each (method, setup) once across GPUs. QLoRA is the QLoRA paper's recipe (Dettme
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Mapping
+from collections.abc import Callable, Mapping
 
 from .config.arch import Arch
 from .cost import flops_per_token, job_tokens
 from .graph.nodes import Graph
 from .inputs import Assumptions, Card, Gpu
-from .serving_speed import ServingModel, ServingSpeed, serving_speed
 from .memory.activations import regime
 from .memory.job import Job, job_phases
 from .memory.lora import lora_params, target_roles
 from .memory.parallel import ParallelError, Phase, Setup, SingleGpuJob, cpu_bytes_per_node, peak_parts
 from .memory.plans import TP_KINDS, GpuOffer, Plan, Unreachable, first_fit, search_plans
 from .memory.profile import Profile, budget_bytes
+from .serving_speed import ServingModel, ServingSpeed, serving_speed
 
 QLORA = Job(method="qlora", weights="nf4", double_quant=True, optimizer="paged-adamw", grad_ckpt=True)
 SITE_METHODS = ("full", "lora", "qlora", "serve")

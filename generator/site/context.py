@@ -211,7 +211,8 @@ def curve_of(report: Report) -> list[dict[str, int]] | None:
     raw = getattr(report.memory, "curve", None)
     if not raw:
         return None
-    items = [dict(x) if isinstance(x, Mapping) else dataclasses.asdict(x) if dataclasses.is_dataclass(x) else x
+    items = [dict(x) if isinstance(x, Mapping) else dataclasses.asdict(x)
+             if dataclasses.is_dataclass(x) and not isinstance(x, type) else x
              for x in raw]
     return charts.curve_points({"curve": items})
 

@@ -179,7 +179,7 @@ def size_band(params: int | None) -> str:
 def size_bands() -> list[dict[str, str]]:
     out = []
     for i, (low, high) in enumerate(SIZE_BANDS):
-        label = (f"under {f.round_count(high)}" if low == 0 else f"{f.round_count(low)} and more" if high is None
+        label = (f"{f.round_count(low)} and more" if high is None else f"under {f.round_count(high)}" if low == 0
                  else f"{f.round_count(low)} to {f.round_count(high)}")
         out.append({"value": f"s{i}", "label": label + " parameters"})
     return out

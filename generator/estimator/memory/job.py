@@ -144,9 +144,9 @@ def validate(job: Job, model: str) -> None:
     if isinstance(job.lora_dropout, bool) or not isinstance(job.lora_dropout, (int, float)) \
             or not 0 <= job.lora_dropout < 1:
         raise JobError(model, "lora_dropout", job.lora_dropout, "must be in [0, 1)")
-    for key, value in (("batch", job.batch), ("tokens", job.tokens), ("lora_rank", job.lora_rank)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise JobError(model, key, value, "must be a positive integer")
+    for key, number in (("batch", job.batch), ("tokens", job.tokens), ("lora_rank", job.lora_rank)):
+        if isinstance(number, bool) or not isinstance(number, int) or number < 1:
+            raise JobError(model, key, number, "must be a positive integer")
     if job.new_tokens < 0 or (job.new_tokens and job.method != "inference"):
         raise JobError(model, "new_tokens", job.new_tokens, "is for method inference, and must be >= 0")
     if job.method == "full" and job.weights and job.weights != {"amp": "fp32"}.get(job.precision, job.precision):
@@ -158,7 +158,7 @@ def validate(job: Job, model: str) -> None:
         raise JobError(model, "double_quant", True, f"is for nf4 weights, not {job.storage}")
 
 
-def _phase(name: str, **parts: int) -> Phase:
+def _phase(name: str, **parts: float) -> Phase:
     """One phase; `overhead` comes split by how it shares out over GPUs (parallel.Phase): autocast's weight
     copies, the optimizer step's temporaries, and what every process holds whole."""
     return Phase(name, **{k: int(v) for k, v in parts.items()}, computing=name != "optimizer step")

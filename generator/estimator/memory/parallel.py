@@ -172,7 +172,7 @@ def validate(job: SingleGpuJob, setup: Setup, model: str = "") -> None:
 def per_gpu(job: SingleGpuJob, setup: Setup, model: str = "") -> PerGpu:
     """The per-GPU peak of `job` under `setup` (module docstring for the rules and sources)."""
     name, parts, stage_layers = peak_parts(job, setup, model)
-    return PerGpu(setup, sum(parts), name, tuple(zip(PARTS, parts)), _cpu_bytes(job, setup), stage_layers)
+    return PerGpu(setup, sum(parts), name, tuple(zip(PARTS, parts, strict=True)), _cpu_bytes(job, setup), stage_layers)
 
 
 def peak_parts(job: SingleGpuJob, setup: Setup, model: str = "") -> tuple[str, tuple[int, ...], tuple[int, ...]]:
@@ -244,7 +244,7 @@ def _data_parallel(job: SingleGpuJob, phases: tuple[Phase, ...], setup: Setup) -
     root = job.first_stage_params + job.last_stage_params if s == "fsdp" else 0
     gathered_computing = c * (units * job.unit_params + root)
     zero2, offload = s == "zero2", setup.offload
-    rows = []
+    rows: list[tuple[str, tuple[int, ...]]] = []
     for ph in phases:  # int(-(-(x / n) // 1)) is _ceil(x / n), written out: this loop runs for every setup tried
         computing = ph.computing
         grads = int(-(-(ph.gradients / n) // 1))
@@ -346,7 +346,7 @@ def _pp(job: SingleGpuJob, phases: tuple[Phase, ...], stages: int) -> tuple[tupl
         left -= more
     counts[-1] += left  # nothing is left when fits(hi); kept so every layer lands on a stage
     rows = []
-    for row, n in zip(table, counts):
+    for row, n in zip(table, counts, strict=True):
         for name, a, b in row:
             v = {f: _ceil(a[f] + n * b[f]) for f in a}
             rows.append((name, (v["weights"], v["gradients"], v["optimizer_state"], v["activations"], v["logits"],

@@ -18,8 +18,9 @@ arXiv:2304.11277 §7). Serving has no job: job_hours and job_usd are None and "c
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from .parallel import GPUS_PER_NODE, ParallelError, Setup, SingleGpuJob, per_gpu
 
@@ -157,7 +158,7 @@ def first_fit(probe: Probe, method: str, tried: tuple[Kind, ...], budget_bytes: 
     labels run over..., fits..., cannot..., so the first fit is found by galloping up from its first count and
     bisecting, and a kind that cannot beat the best found so far is dropped after one probe. `memo` keeps the
     probes of one method across calls (one per GPU budget)."""
-    seen = {} if memo is None else memo  # (kind, count index) -> (peak, cpu), None where impossible
+    seen: dict[Any, Any] = {} if memo is None else memo  # (kind, count index) -> (peak, cpu), None: impossible
     host = host_bytes_per_node
 
     def label(kind: Kind, i: int) -> int:
@@ -310,7 +311,7 @@ def search_plans(peak: Probe, methods: tuple[str, ...], gpus: tuple[GpuOffer, ..
         fewest = min((r[2] for r in fitting), default=0)
         price = 8 if method == "serve" else 10  # serving has no job: the cheapest per hour
         low = min((r[price] for r in fitting if r[price] is not None), default=None)
-        for r, gpu in zip(rows, gpus):
+        for r, gpu in zip(rows, gpus, strict=True):
             plans.append(_new_plan(r + (bool(r[7] and low is not None and r[price] == low),
                                         bool(r[7] and r[2] == fewest), gpu.model)))
     return plans, unreachable
@@ -323,5 +324,5 @@ def _new_plan(values: tuple) -> Plan:
     """A Plan from its fields in order, set directly (what the frozen dataclass __init__ does field by field
     through object.__setattr__, at a third of the cost; the estimator makes 24 per model)."""
     plan = object.__new__(Plan)
-    plan.__dict__.update(zip(_PLAN_FIELDS, values))
+    plan.__dict__.update(zip(_PLAN_FIELDS, values, strict=True))
     return plan
