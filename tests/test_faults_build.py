@@ -53,12 +53,20 @@ sys.exit(main(["build", "--snapshot", sys.argv[1], "--out", sys.argv[2], *sys.ar
 '''
 
 LOCKED_BUILD = r'''
-import io, sys
+import io, sys, time
 from pathlib import Path
 from rich.console import Console
 from generator.settings import load_settings
+from generator.site import staging
 from generator.site.build import run_build
 from generator.site.lock import build_lock
+if len(sys.argv) > 4:  # hold the finished site until the test says so: the build is still running meanwhile
+    release, swap_in = Path(sys.argv[4]), staging.swap_in
+    def held_swap_in(*args, **kwargs):
+        while not release.exists():
+            time.sleep(0.01)
+        return swap_in(*args, **kwargs)
+    staging.swap_in = held_swap_in
 def build():
     return run_build(snapshot_dir=Path(sys.argv[1]), out_dir=Path(sys.argv[2]), strict=False,
                      settings=load_settings(), console=Console(file=io.StringIO()))
@@ -268,8 +276,12 @@ def test_a_second_build_at_the_same_time_refuses_and_the_first_is_whole(tmp_path
     assert locked_build(snap_b, reference)[0] == 0
 
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    first = subprocess.Popen([sys.executable, "-c", LOCKED_BUILD, str(snap_b), str(out), "wired" if WIRED else "shim"],
-                             env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    # The first build holds its finished site until `release` exists, so that the second attempts (the library call
+    # and the command, which takes a second or more to start on a loaded machine) meet it running, whatever the load.
+    release = tmp_path / "release"
+    first = subprocess.Popen([sys.executable, "-c", LOCKED_BUILD, str(snap_b), str(out), "wired" if WIRED else "shim",
+                              str(release)], env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                             text=True)
     try:
         _wait_for(lambda: any(out.parent.glob(f".{out.name}-build-*")), first, "it started writing")
         with pytest.raises(BuildLocked, match=r"another build of .*public is running: .*\.public\.lock is locked"):
@@ -278,6 +290,7 @@ def test_a_second_build_at_the_same_time_refuses_and_the_first_is_whole(tmp_path
             cli = subprocess.run([sys.executable, "-m", "generator.cli", "build", "--snapshot", str(snap_a),
                                   "--out", str(out)], env=env, cwd=REPO, capture_output=True, text=True, timeout=60)
             assert cli.returncode == 1 and ".public.lock is locked" in cli.stderr and "Traceback" not in cli.stderr
+        release.touch()
         assert first.wait(timeout=120) == 0, first.stderr.read()[-2000:]
     finally:
         first.kill()
