@@ -123,7 +123,7 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
     }
     cuts: dict[str, tuple[int, int, int]] = {}  # the best two-card cut per method (the same on every card)
     explicit = job is not None and (job.tokens > 0 or job.new_tokens > 0)
-    job = job or Job()
+    job = job or Job(tokens=0)  # no job named: the site's own, at its tokens (capped at the context below)
     setup = setup or Setup()
     if setup.grad_ckpt:  # the exact job carries checkpointing; its phases are built with it
         job, setup = dataclasses.replace(job, grad_ckpt=True), dataclasses.replace(setup, grad_ckpt=False)
