@@ -26,4 +26,5 @@ def report_for_record(record: ModelRecord, settings: Settings, job=None, setup=N
         setup=setup,
         serve_tokens_asked=serve_tokens,
         structure=structure,
+        config_provenance=record.config_provenance,
     )

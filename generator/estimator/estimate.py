@@ -96,14 +96,15 @@ FORMULAS = {
 def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptions, cards: tuple[Card, ...],
              gpus: Mapping[str, Gpu], checkpoint_params: int | None = None, downloads: int | None = None,
              sha: str | None = None, job: Job | None = None, setup: Setup | None = None,
-             serve_tokens_asked: int | None = None, structure: bool = True) -> Report:
+             serve_tokens_asked: int | None = None, structure: bool = True,
+             config_provenance: str | None = None) -> Report:
     """Estimate parameters, memory, cost, plans and findings for one config.json (already parsed). `job` on
     `setup`: the exact run whose per-GPU peak memory.peak_bytes reports (default: full AMP AdamW at batch 1 and the
     training tokens on one GPU). `serve_tokens_asked`: a serving length the user named (the CLI's --serve-tokens);
     past the context it is an error, or with rope scaling a warning and priced as asked, as an explicit job is.
     The site's own serving length (assumptions.serve_tokens) is capped at the context instead, with a finding.
     `structure`: whether the Report carries the structure table (pages and the JSON twin do; the terminal
-    summary does not, and skips its cost)."""
+    summary does not, and skips its cost). `config_provenance`: where config.json came from, echoed in model."""
     s = assumptions
     arch = normalise(config, model_id)
     graph = build_graph(arch)
@@ -205,7 +206,7 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
         schema_version=SCHEMA_VERSION, estimator_version=__version__,
         model=ModelInfo(model_id, arch.family, arch.model_type, arch.architectures, arch.custom_code,
                         arch.text_tower_only, downloads, sha, spec.kind, arch.approximate is not None,
-                        arch.approximate),
+                        arch.approximate, config_provenance),
         params=Params(graph.params_total, checkpoint_params, match, graph.params_embedding, graph.params_lm_head,
                       graph.params_per_layer, len(spec.blocks), adapters, graph.params_active, arch.experts,
                       arch.experts_per_token, graph.params_total - vision, vision, stored, quant,

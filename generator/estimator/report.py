@@ -28,6 +28,9 @@ class ModelInfo:
     kind: str = "decoder"  # "decoder", "encoder" or "encoder-decoder"
     approximate: bool = False  # the estimate is not exact under transformers semantics
     approximate_reason: str | None = None  # what the page shows after "approximate: "
+    # where config.json came from (the snapshot record's config_provenance: hub, copy, preset, resaved, repaired,
+    # reconstructed, local); None where the caller did not say
+    config_provenance: str | None = None
 
 
 @dataclass(frozen=True)
