@@ -21,7 +21,7 @@ from .cost import CostLine, job_cost
 from .graph.nodes import Node, build_graph
 from .inputs import Assumptions, Card, Gpu
 from .memory.curve import memory_curve
-from .memory.job import Job, metric_memory
+from .memory.job import Job, metric_memory, resolve
 from .memory.lora import lora_params
 from .memory.parallel import Setup, per_gpu
 from .memory.profile import (
@@ -174,7 +174,8 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
         train_lora_bytes_job_batch=profiles["train_lora"].total(s.job_batch), kv_bytes_per_token=kv_bytes_per_token(arch, s),
         peak_phase_by_method=tuple((k, p.peak_phase(1)) for k, p in profiles.items()),
         peak_bytes=exact.peak_bytes, peak_phase=exact.peak_phase, breakdown=exact.breakdown,
-        job=tuple({**job.to_dict(), "gpus": setup.gpus, "strategy": setup.strategy,
+        # the job as priced: the attention it defaulted to (the model class's) named, not left empty
+        job=tuple({**resolve(job, arch).to_dict(), "gpus": setup.gpus, "strategy": setup.strategy,
                    "offload": setup.offload}.items()),
         offload_cpu_bytes_per_node=spread.cpu_bytes_per_node,
         smallest_card_full=smallest("train_full_max_batch"), smallest_card_lora=smallest("train_lora_max_batch"),
