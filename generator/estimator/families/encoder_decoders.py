@@ -86,12 +86,8 @@ def _positions(r: Reader, b: BartTraits, d: int, name: str) -> Part:
     return Part(name, "Embedding", (n + b.pos_offset) * d)
 
 
-def bart_like(cfg: Mapping[str, Any], model: str, mt: str, b: BartTraits) -> Arch:
-    r = Reader(cfg, model, mt, BART_ALIASES)
-    d, vocab = r.int("hidden_size"), r.int("vocab_size")
-    bias = r.flag(b.bias, True) if isinstance(b.bias, str) else b.bias
-    dec_n, dec_h, dec_f = r.int("decoder_layers"), r.int("decoder_attention_heads"), r.int("decoder_ffn_dim")
-    ctx = r.int(b.positions_key)
+def _embeddings(cfg: Mapping[str, Any], r: Reader, b: BartTraits, d: int, vocab: int) -> tuple[bool, bool, list[Part]]:
+    """(decoder-only class, tied head, the input and token-embedding parts) of a BART-style model."""
     causal = is_causal_lm(cfg)
     # Marian's decoder embeds decoder_vocab_size rows (None: vocab_size); its LM head keeps vocab_size
     # (modeling_marian.MarianDecoder, MarianForCausalLM, MarianMTModel).
@@ -100,7 +96,16 @@ def bart_like(cfg: Mapping[str, Any], model: str, mt: str, b: BartTraits) -> Arc
     # Untied (tie_word_embeddings false), transformers 5.24 keeps the shared table, the encoder's and the decoder's
     # embed_tokens as three tensors (_tied_weights_keys applies only when tying).
     rows = dec_vocab if causal else (vocab if tie else 2 * vocab + dec_vocab)
-    embed: list[Part] = [Part("Input", "Input", width=-1), Part("Embedding", "Embedding", rows * d)]
+    return causal, tie, [Part("Input", "Input", width=-1), Part("Embedding", "Embedding", rows * d)]
+
+
+def bart_like(cfg: Mapping[str, Any], model: str, mt: str, b: BartTraits) -> Arch:
+    r = Reader(cfg, model, mt, BART_ALIASES)
+    d, vocab = r.int("hidden_size"), r.int("vocab_size")
+    bias = r.flag(b.bias, True) if isinstance(b.bias, str) else b.bias
+    dec_n, dec_h, dec_f = r.int("decoder_layers"), r.int("decoder_attention_heads"), r.int("decoder_ffn_dim")
+    ctx = r.int(b.positions_key)
+    causal, tie, embed = _embeddings(cfg, r, b, d, vocab)
     blocks: list[Block] = []
     stack_norms = (2 * d if b.embed_norm else 0) + (2 * d if b.final_norm else 0)
     if not causal:
@@ -208,15 +213,7 @@ def whisper(cfg: Mapping[str, Any], model: str) -> Arch:
           positions_key="max_target_positions")
     r = Reader(cfg, model, "whisper", BART_ALIASES)
     d, vocab = r.int("hidden_size"), r.int("vocab_size")
-    causal = is_causal_lm(cfg)
-    # Marian's decoder embeds decoder_vocab_size rows (None: vocab_size); its LM head keeps vocab_size
-    # (modeling_marian.MarianDecoder, MarianForCausalLM, MarianMTModel).
-    dec_vocab = r.int("decoder_vocab_size", vocab) if b.decoder_vocab else vocab
-    tie = (b.causal_tied if causal else True) and r.flag("tie_word_embeddings", True)
-    # Untied (tie_word_embeddings false), transformers 5.24 keeps the shared table, the encoder's and the decoder's
-    # embed_tokens as three tensors (_tied_weights_keys applies only when tying).
-    rows = dec_vocab if causal else (vocab if tie else 2 * vocab + dec_vocab)
-    embed: list[Part] = [Part("Input", "Input", width=-1), Part("Embedding", "Embedding", rows * d)]
+    causal, tie, embed = _embeddings(cfg, r, b, d, vocab)
     blocks: list[Block] = []
     if not causal:
         mels, src = r.int("num_mel_bins"), r.int("max_source_positions")
