@@ -193,8 +193,9 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
         pass
 
 
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
+@contextlib.contextmanager
+def chromium_session() -> Iterator[Browser]:
+    """A headless chromium with a fresh profile, closed and removed afterwards; the test skips without one."""
     binary = _chromium()
     if binary is None:
         pytest.skip("chromium is not installed and could not be installed (run `make browser` as root: "
@@ -206,6 +207,12 @@ def browser() -> Iterator[Browser]:
     finally:
         b.close()
         shutil.rmtree(profile, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    with chromium_session() as b:
+        yield b
 
 
 def _visible(model: str) -> str:

@@ -16,10 +16,7 @@ import http.server
 import io
 import json
 import shlex
-import tempfile
 import threading
-import shutil
-from pathlib import Path
 from typing import Iterator
 from urllib.parse import urlencode
 
@@ -32,7 +29,7 @@ from generator.hub.snapshot import DEFAULT_SNAPSHOT_DIR, index_entry, load_recor
 from generator.settings import load_settings
 from generator.site import calculator as site_calc
 from generator.site.build import run_build
-from test_browser import ARTIFACTS, SMALL_TEXT, Browser, _chromium, _narrow, _QuietHandler
+from test_browser import ARTIFACTS, SMALL_TEXT, Browser, _narrow, _QuietHandler, chromium_session
 from test_calculator import available_models, cli_json, setups
 
 BIG_CONFIG = "nvidia/Llama-3_3-Nemotron-Super-49B-v1"  # a 24 kB config.json: beside its page, not in it
@@ -65,17 +62,10 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
-    binary = _chromium()
-    if binary is None:
-        pytest.skip("chromium is not installed and could not be installed (run `make browser` as root: "
-                    "apt-get install -y chromium)")
-    profile = Path(tempfile.mkdtemp(prefix="chromium-profile-"))
-    b = Browser(binary, profile)
     try:
-        yield b
+        with chromium_session() as b:
+            yield b
     finally:
-        b.close()
-        shutil.rmtree(profile, ignore_errors=True)
         if TIMINGS:
             ARTIFACTS.mkdir(parents=True, exist_ok=True)
             ms = sorted(TIMINGS.values())
