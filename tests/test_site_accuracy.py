@@ -193,28 +193,54 @@ def check_page(html: str, table: dict[str, Any]) -> None:
 
 
 def check_line(html: str, table: dict[str, Any]) -> None:
-    """The model page's accuracy line: per method, each dataset's compared runs, median and p90."""
+    """The model page's accuracy line: per method, the runs of the setup the page prices (its row of the by-setup
+    table, figures equal), or "no measured runs of this setup (...)" followed by other setups' runs, each named."""
     found = re.search(r'<p id="accuracy-line">(.*?)</p>', html, re.S)
     assert found
     text = re.sub(r"<[^>]+>", "", found.group(1))
+    assert "measured peaks of the same setups on other models" in text and "over every measured run" not in text
     segments = dict(re.findall(r"(full fine-tuning|QLoRA|LoRA|serving): (.*?)(?=; (?:QLoRA|LoRA|serving): |\. How we|\.$)", text))
     assert sorted(segments) == sorted(LABELS), text
+    setups = {e["method"]: e for e in table.get("setups", []) if e["compared"]}
     for label, segment in segments.items():
         method = LABELS[label]
-        runs = [e for e in table["errors"] if e["method"] == method and e["compared"] and e["median_abs_pct"] is not None]
-        setup = SITE_SETUPS.get(method)  # the setup the page prices, when the table has its row: that row alone
-        mine = [e for e in table.get("setups", []) if setup and e["method"] == setup and e["compared"]]
-        if mine:
-            runs = mine
-            assert f"of this setup ({setup.replace(', ', ' / ')})" in segment, segment
-        if not runs:
-            assert segment == "no measured runs", segment
-            continue
-        said = re.findall(r"(\d[\d,]*) [^,]+, median error ([\d.]+%), p90 ([\d.]+%)", segment)
-        assert len(said) == len(runs), segment
-        for (n, median, p90), e in zip(said, runs):
+        said = re.findall(r"(\d[\d,]*) ([^,]+), median error ([\d.]+%), p90 ([\d.]+%)", segment)
+        mine = re.match(r"\d[\d,]* CPU-simulated runs of this setup \(([^)]*)\)", segment)
+        if mine:  # the page's own setup, figures from its row
+            setup = mine.group(1).replace(" / ", ", ")
+            assert setup in (SITE_SETUPS.get(method), f"{SITE_SETUPS.get(method)}, eager"), segment
+            assert len(said) == 1, segment
+            rows = [setups[setup]]
+        else:
+            assert segment.startswith("no measured runs of this setup ("), segment
+            rows = []
+            for _, name, _, _ in said:
+                nearest = re.match(r"CPU-simulated runs \(([^)]*)\)", name)
+                if nearest:
+                    rows.append(setups[nearest.group(1).replace(" / ", ", ")])
+                else:
+                    rows.append(next(e for e in table["errors"] if e["method"] == method and e["compared"]
+                                     and name.startswith(accuracy_page.dataset_name(e["dataset"]))))
+            if said:
+                assert "; of other setups: " in segment, segment
+        for (n, _, median, p90), e in zip(said, rows):
             assert _int(n) == e["compared"]
             assert abs(_pct(median) - e["median_abs_pct"]) <= ROUNDING and abs(_pct(p90) - e["p90_abs_pct"]) <= ROUNDING
+
+
+def test_an_eager_page_reads_the_eager_rows_and_names_what_no_run_measured() -> None:
+    table = accuracy_page.load()
+    assert table is not None
+    eager = {m["label"]: m for m in accuracy_page.model_line(table, None, "eager")["methods"]}
+    sdpa = {m["label"]: m for m in accuracy_page.model_line(table, None, "sdpa")["methods"]}
+    assert eager["full fine-tuning"]["runs"][0]["dataset"] == "CPU-simulated runs of this setup (full / AMP / eager)"
+    assert sdpa["full fine-tuning"]["runs"][0]["dataset"] == "CPU-simulated runs of this setup (full / AMP)"
+    assert eager["full fine-tuning"]["runs"] != sdpa["full fine-tuning"]["runs"]
+    for line in (eager, sdpa):  # no CPU run of bitsandbytes or of a chunked-prefill server: said, not pooled
+        assert line["QLoRA"]["runs"] == [] and line["serving"]["runs"] == []
+        assert line["QLoRA"]["setup"] == accuracy_page.PAGE_SETUPS["qlora"]
+        assert line["serving"]["others"][0]["dataset"].startswith("CPU-simulated runs (serving / HF generate")
+    assert eager["serving"]["others"][0]["dataset"] == "CPU-simulated runs (serving / HF generate / eager)"
 
 
 def test_the_accuracy_page_shows_the_committed_tables_figures(site: Path) -> None:
@@ -266,7 +292,7 @@ def test_missing_values_say_no_measured_runs_and_exclusions_are_listed(tmp_path:
     assert record is not None
     page = render_model_page(report_for_record(record, SETTINGS), record, SETTINGS, standalone=True)
     check_line(page, _variant())
-    assert "LoRA: no measured runs;" in page and '<a href="https://neurarch-trace.github.io/accuracy/">' in page
+    assert "LoRA: no measured runs of this setup (LoRA / AMP / fp32 adapters / all-linear);" in page and '<a href="https://neurarch-trace.github.io/accuracy/">' in page
 
 
 def test_without_a_table_the_pages_say_so_and_show_no_figure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -161,24 +161,44 @@ def href(site: Mapping[str, Any], root: str | None, standalone: bool) -> str | N
     return None if root is None else root + pages.ACCURACY
 
 
-def model_line(table: Accuracy | None, href: str | None) -> dict[str, Any] | None:
-    """Per method, each dataset's compared runs with median and p90 absolute error; None without a table."""
+# What a model page prices for the methods the CPU harness cannot run (bitsandbytes needs CUDA; the page's serving
+# figure is a chunked-prefill server, the harness runs HF generate): named on the line, their runs shown as
+# other setups' runs, never as this setup's.
+PAGE_SETUPS = {"qlora": "nf4 with double quantisation, paged AdamW, checkpointing",
+               "inference": "a chunked-prefill server"}
+# The harness's nearest setup to the page's serving figure (the same weights and KV cache terms).
+NEAREST = {"inference": "serving, HF generate"}
+
+
+def model_line(table: Accuracy | None, href: str | None, attention: str = "sdpa") -> dict[str, Any] | None:
+    """Per method, the error of the setup this page prices (`attention`: the page's default, eager where the
+    model class has no SDPA); where no run measured that setup, the line says so and gives the other setups'
+    runs as such. None without a table."""
     if table is None:
         return None
+    eager = ", eager" if attention == "eager" else ""
     methods = []
     for method, label in METHODS:
         setup = table_module.SITE_SETUPS.get(method)
+        setup = setup + eager if setup else None
         mine = next((e for e in table.setups if setup and e.method == setup and e.compared > 0), None)
-        if mine is not None:  # the setup this page prices, not every setup pooled
-            errors = [mine]
-            names = {id(mine): f"CPU-simulated runs of this setup ({(setup or '').replace(', ', ' / ')})"}
-        else:
-            errors = [e for e in (table.error(d, method) for d in table.datasets()) if e is not None and e.compared > 0]
-            names = {id(e): dataset_name(e.dataset) for e in errors}
-        runs = [{"compared": cells["compared"], "dataset": names[id(e)], "median": cells["median"],
-                 "p90": cells["p90"]} for e in errors for cells in (_error_cells(e),)]
-        methods.append({"label": label, "runs": runs, "none": NO_RUNS})
+        if mine is not None:
+            runs = [_line_run(mine, f"CPU-simulated runs of this setup ({(setup or '').replace(', ', ' / ')})")]
+            methods.append({"label": label, "runs": runs, "setup": None, "others": [], "none": NO_RUNS})
+            continue
+        nearest = next((e for e in table.setups if e.method == (NEAREST.get(method, "") + eager) and e.compared > 0),
+                       None)
+        others = [] if nearest is None else [_line_run(nearest, f"CPU-simulated runs ({nearest.method.replace(', ', ' / ')})")]
+        others += [_line_run(e, dataset_name(e.dataset)) for e in (table.error(d, method) for d in table.datasets())
+                   if e is not None and e.compared > 0 and not (nearest and e.dataset.startswith("cpu-sim"))]
+        words = PAGE_SETUPS.get(method) or (setup or "").replace(", ", " / ")
+        methods.append({"label": label, "runs": [], "setup": words, "others": others, "none": NO_RUNS})
     return {"methods": methods, "href": href}
+
+
+def _line_run(e: ErrorRow, name: str) -> dict[str, Any]:
+    cells = _error_cells(e)
+    return {"compared": cells["compared"], "dataset": name, "median": cells["median"], "p90": cells["p90"]}
 
 
 # --- the accuracy page ---------------------------------------------------------------------------------------
