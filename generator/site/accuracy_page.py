@@ -164,7 +164,7 @@ def href(site: Mapping[str, Any], root: str | None, standalone: bool) -> str | N
 # What a model page prices for the methods the CPU harness cannot run (bitsandbytes needs CUDA; the page's serving
 # figure is a chunked-prefill server, the harness runs HF generate): named on the line, their runs shown as
 # other setups' runs, never as this setup's.
-PAGE_SETUPS = {"qlora": "nf4 with double quantisation, paged AdamW, checkpointing",
+PAGE_SETUPS = {"qlora": "nf4, double quant, paged AdamW, checkpointing",
                "inference": "a chunked-prefill server"}
 # The harness's nearest setup to the page's serving figure (the same weights and KV cache terms).
 NEAREST = {"inference": "serving, HF generate"}
