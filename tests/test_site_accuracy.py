@@ -222,7 +222,7 @@ def check_line(html: str, table: dict[str, Any]) -> None:
                     rows.append(next(e for e in table["errors"] if e["method"] == method and e["compared"]
                                      and name.startswith(accuracy_page.dataset_name(e["dataset"]))))
             if said:
-                assert "; of other setups: " in segment, segment
+                assert "; other setups: " in segment, segment
         for (n, _, median, p90), e in zip(said, rows):
             assert _int(n) == e["compared"]
             assert abs(_pct(median) - e["median_abs_pct"]) <= ROUNDING and abs(_pct(p90) - e["p90_abs_pct"]) <= ROUNDING
