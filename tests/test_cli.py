@@ -74,6 +74,21 @@ EXACT = ("--method", "lora", "--precision", "bf16", "--optimizer", "sgd", "--gra
          "--metric", "reserved")
 
 
+def test_an_older_bitsandbytes_prices_the_saved_4bit_matmul_inputs(capsys):
+    qlora = ("--json", "--method", "qlora", "--tokens", "512")
+    peaks = {}
+    for version in ("", "0.41.1", "0.43.2", "0.50.0"):
+        code, out, _ = run(capsys, SEED, *qlora, *(("--bnb-version", version) if version else ()))
+        assert code == 0
+        mem = json.loads(out)["memory"]
+        assert mem["job"]["bnb_version"] == version
+        peaks[version] = mem["peak_bytes"]
+    # bitsandbytes < 0.43.2: MatMul4Bit saved its input (ctx.tensors = (A, B)); from 0.43.2 on it does not
+    assert peaks["0.41.1"] > peaks[""] == peaks["0.43.2"] == peaks["0.50.0"]
+    code, _, err = run(capsys, SEED, *qlora, "--bnb-version", "latest")
+    assert code == 2 and "bnb_version" in err and "'latest'" in err and err.count("\n") == 1
+
+
 def test_exact_setup_options_reach_the_report(capsys):
     code, out, _ = run(capsys, SEED, "--json", *EXACT)
     mem = json.loads(out)["memory"]
@@ -82,7 +97,7 @@ def test_exact_setup_options_reach_the_report(capsys):
                           "optimizer": "sgd", "grad_ckpt": True, "lora_rank": 8, "lora_targets": "q_proj,v_proj",
                           "batch": 2, "tokens": 256, "new_tokens": 0, "attention": "eager", "metric": "reserved",
                           "recipe": "", "adapter_dtype": "", "lora_dropout": 0.0, "keep_outputs": False,
-                          "upcast_fp32": False, "loss": "hf", "kernels": "cuda",
+                          "upcast_fp32": False, "loss": "hf", "kernels": "cuda", "bnb_version": "",
                           "gpus": 1, "strategy": "single", "offload": "none"}
     assert sum(mem["breakdown"].values()) == mem["peak_bytes"] and mem["peak_phase"] == "loss (logits)"
     assert mem["breakdown"]["gradients"] == 0 and mem["breakdown"]["optimizer_state"] == 0  # SGD, no grads yet

@@ -12,6 +12,7 @@ Bytes per option, with sources, are in the functions below; `metric` turns tenso
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -21,11 +22,11 @@ from ..graph.nodes import Graph
 from ..inputs import Assumptions
 from .activations import block_activation_bytes, embed_dropout_bytes, head_activation_bytes, regime
 from .attention import default_attention, eager_layer_terms, eager_scores_bytes
-from .lora import adapted_linears, lora_params, target_roles
+from .lora import distinct_inputs, lora_params, target_roles
 from .parallel import Phase
 from .profile import kv_bytes_of_block, per_distinct_layer
 from .recipes import LITGPT_CHUNK_TOKENS, RECIPES, TRL_CHUNK_TOKENS
-from .storage import QUANTS, dequant_transient_bytes, layer_mats, quantised_params, weight_bytes
+from .storage import QUANTS, dequant_transient_bytes, layer_mats, quantised_params, saves_matmul_input, weight_bytes
 
 METHODS = ("full", "lora", "qlora", "inference")
 
@@ -92,6 +93,7 @@ class Job:
     upcast_fp32: bool = False  # peft prepare_model_for_kbit_training: non-quantised parameters cast to fp32
     loss: str = "hf"
     kernels: str = "cuda"
+    bnb_version: str = ""  # the bitsandbytes release the run uses, "" = a current one (0.43.2 or later)
 
     def to_dict(self) -> dict[str, Any]:
         """The options, with the storage the default resolves to."""
@@ -156,6 +158,8 @@ def validate(job: Job, model: str) -> None:
         raise JobError(model, "weights", job.storage, "QLoRA needs a quantised base (nf4, int8, gptq-int4, fp8)")
     if job.double_quant and job.storage != "nf4":
         raise JobError(model, "double_quant", True, f"is for nf4 weights, not {job.storage}")
+    if job.bnb_version and not re.fullmatch(r"\d+(\.\d+){1,2}", job.bnb_version):
+        raise JobError(model, "bnb_version", job.bnb_version, "must be a release number such as 0.41.1")
 
 
 def _phase(name: str, **parts: float) -> Phase:
@@ -318,12 +322,11 @@ def _layer_bytes(a: Arch, b, r, rank: int, roles, job: Job, T: int) -> int:
     if job.attention == "eager":
         linear, squared = eager_layer_terms(a, b, c, r.trained)
         out += linear + squared * T
-    if job.method == "qlora" and job.storage == "int8":
-        # bitsandbytes' MatMul8bitLt saves its input even for a frozen weight (bitsandbytes/autograd/_functions.py
-        # ctx.tensors = (CAt, subA, A)), where nn.Linear would save none: one copy of each distinct input not saved
-        # already (q/k/v and gate/up share theirs; o_proj reads the SDPA output). MatMul4Bit saves only the packed
-        # weight since bitsandbytes 0.43.2 (#1270, "delete useless buffered activation": ctx.tensors = (None, B)).
-        out += c * sum({g_: i for i, _, g_ in adapted_linears(b, None) if g_ != "attn_out"}.values())
+    if job.method == "qlora" and saves_matmul_input(job.storage, job.bnb_version):
+        # A bitsandbytes matmul that saves its input (saves_matmul_input), where nn.Linear on a frozen weight would
+        # save none: one copy of each distinct input not saved already (q/k/v and gate/up share theirs; o_proj
+        # reads the SDPA output, which SDPA saved).
+        out += c * sum(distinct_inputs(b).values())
     if job.upcast_fp32 and not r.trained and r.amp:
         # prepare_model_for_kbit_training leaves fp32 norms and residual: bitsandbytes Linear4bit.forward returns
         # matmul_4bit(...).to(inp_dtype), fp32, so the MLP's gate, act and up (silu and mul are not autocast ops)

@@ -92,3 +92,20 @@ def lora_params(g: Graph, a: Arch, rank: int, roles: frozenset[str] | None = Non
     if roles is None:
         return sum(rank * b.lora_io for b in g.spec.blocks)
     return sum(rank * (i + o) for b in g.spec.blocks for i, o, _ in adapted_linears(b, roles))
+
+
+def distinct_inputs(b: Block) -> dict[str, int]:
+    """Width of each distinct tensor the layer's Linears read, by input group, less the attention output (SDPA
+    saved it already): q/k/v share one input, gate/up another, and in a parallel block (gptj, phi, cohere,
+    falcon: no norm between the attention and the MLP reading its input) attention and MLP share one."""
+    inputs = {g: i for i, _, g in adapted_linears(b, None) if g != "attn_out"}
+    after_attention = False
+    for p in b.parts:
+        if p.attn_flops:
+            after_attention = True
+        elif after_attention and p.norm_width:
+            break
+        elif after_attention and MLP_ROLES.intersection(linear_roles(p)):
+            inputs.pop("mlp_in", None)
+            break
+    return inputs

@@ -190,3 +190,17 @@ def quantised_params(g: Graph, storage: str) -> int:
     if storage in ("bf16", "fp16", "fp32"):
         return 0
     return sum(count * i * o for b in g.spec.blocks for p in b.parts for count, i, o in p.weight_mats)
+
+
+# bitsandbytes 0.43.2 (July 2024, PR #1270 "delete useless buffered activation") stopped MatMul4Bit saving its
+# input for backward: before it, bitsandbytes/autograd/_functions.py MatMul4Bit.forward set ctx.tensors = (A, B).
+BNB_INPUT_FREED = (0, 43, 2)
+
+
+def saves_matmul_input(storage: str, bnb_version: str) -> bool:
+    """Whether a quantised base's matmul saves its input for backward, as nn.Linear on a frozen weight would not:
+    bitsandbytes' int8 MatMul8bitLt always (ctx.tensors = (CAt, subA, A)); its 4-bit MatMul4Bit before 0.43.2
+    (`bnb_version` "" = a current release)."""
+    if storage == "int8":
+        return True
+    return storage == "nf4" and bool(bnb_version) and tuple(int(x) for x in bnb_version.split(".")) < BNB_INPUT_FREED
