@@ -125,6 +125,12 @@ def miss_cause(row: Mapping[str, Any], setup) -> str:
                                     or year in ("2022", "2023")):
         parts.append("stack before bitsandbytes 0.43.2, whose MatMul4Bit saved its input (or torchao NF4): the "
                      "estimate follows today's bitsandbytes")
+    spread = row.get("parallel")
+    if spread:
+        parts.append(f"{spread['strategy']} over {spread['gpus']} GPUs"
+                     + (f" with {spread['offload']} offload" if spread.get("offload", "none") != "none" else "")
+                     + ": the per-GPU peak as memory.parallel shares the job out"
+                     + (f" (the source: {row['notes']})" if row.get("notes") else ""))
     if "auto_map" in (row.get("config") or {}):
         parts.append("the snapshot's config is custom code (auto_map), priced as keeping its attention scores; "
                      "this framework runs its own SDPA implementation")

@@ -116,6 +116,8 @@ def estimate_bytes(row: Mapping[str, Any], assumptions) -> int | None:
 def estimate_or_reason(row: Mapping[str, Any], assumptions) -> tuple[int | None, str]:
     from .estimator.graph.nodes import build_graph
     from .estimator.memory.job import job_memory
+    from .estimator.memory.parallel import default_setup
+    from .estimator.setups import job_on_setup
     from .estimator.normalise import normalise
     from .measure.setup import job_of
 
@@ -129,9 +131,14 @@ def estimate_or_reason(row: Mapping[str, Any], assumptions) -> tuple[int | None,
     if job is None:
         return None, why
     job = dataclasses.replace(job, double_quant=_double_quant(row))
+    spread = row.get("parallel")  # a multi-GPU run's per-GPU peak: {"gpus", "strategy", "offload"}
     try:
         arch = normalise(row["config"], row.get("model") or "model")
-        mem = job_memory(arch, build_graph(arch), assumptions, job, row.get("model") or "model")
+        if spread:
+            setup = default_setup(int(spread["gpus"]), spread["strategy"], spread.get("offload", "none"))
+            mem = job_on_setup(arch, build_graph(arch), assumptions, job, setup, row.get("model") or "model")
+        else:
+            mem = job_memory(arch, build_graph(arch), assumptions, job, row.get("model") or "model")
     except Exception as exc:  # noqa: BLE001 - a config or option the estimator refuses is not compared
         return None, f"estimator refused: {type(exc).__name__}: {str(exc).split(': ', 1)[-1]}"[:160]
     context = assumptions.cuda_context_bytes if job.metric == "nvidia-smi" else 0

@@ -86,7 +86,9 @@ def test_public_rows_say_where_they_come_from_and_why_they_are_out():
         assert r["source"].startswith("https://") and r["trust"] in ("A", "B", "C")
         assert r["excluded"] or (r["setup"] and r["config"])
     multi = [r for r in rows if r["gpus"].startswith(("2x", "4x", "8x"))]
-    assert multi and all(r["excluded"] for r in multi)
+    # a multi-GPU run is compared only where the row says how it was spread (memory.parallel prices that setup)
+    assert multi and all(r["excluded"] or r["parallel"]["gpus"] == int(r["gpus"].split("x")[0]) for r in multi)
+    assert sum(1 for r in multi if r.get("parallel")) == 8
     assert all(r["excluded"] for r in rows if r["measured"]["unit"] == "GB-ambiguous")
 
 
@@ -94,6 +96,19 @@ def test_public_rows_say_where_they_come_from_and_why_they_are_out():
 def test_dataset_files_are_json_lines(name):
     for n, line in enumerate((DATA / name).read_text(encoding="utf-8").splitlines(), 1):
         assert isinstance(json.loads(line), dict), f"{name}:{n}"
+
+
+def test_a_multi_gpu_row_is_priced_per_gpu_on_its_setup():
+    from generator.accuracy import estimate_bytes
+    from generator.settings import load_settings
+
+    assumptions = load_settings().assumptions
+    row = next(json.loads(line) for line in (DATA / "public.jsonl").read_text(encoding="utf-8").splitlines()
+               if '"M105"' in line)
+    sharded = estimate_bytes(row, assumptions)
+    single = estimate_bytes({**row, "parallel": None}, assumptions)
+    wider = estimate_bytes({**row, "parallel": {**row["parallel"], "gpus": 16}}, assumptions)
+    assert sharded and single and wider and single > sharded > wider  # FSDP shares the 70B base out per GPU
 
 
 def test_public_rows_map_onto_job_options():

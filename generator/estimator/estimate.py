@@ -50,7 +50,7 @@ from .serving_speed import ServingSpeed
 from .setups import (
     QLORA,
     cached_peak,
-    inference_job,
+    exact_job,
     max_batch,
     model_shape,
     offers,
@@ -145,13 +145,9 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
         "serve": serving_job(profiles["serve"], weights_served, shape, s.compute_bytes),
         "serve2": serving_job(profiles["serve"], weights_served, shape, s.compute_bytes, sequences=2),
     }
-    if job == Job(tokens=train_tokens):  # the site's full job: its phases are built already
-        exact_job = site_jobs["full"]
-    elif job.method == "inference":
-        exact_job = inference_job(arch, graph, s, job, shape, model_id)
-    else:
-        exact_job = training_job(arch, graph, s, job, shape, model_id, both=False)
-    spread = per_gpu(exact_job, setup, model_id)
+    # the site's full job: its phases are built already
+    the_job = site_jobs["full"] if job == Job(tokens=train_tokens) else exact_job(arch, graph, s, job, shape, model_id)
+    spread = per_gpu(the_job, setup, model_id)
     exact = metric_memory(spread.peak_phase, dict(spread.breakdown), s, job, graph)
     qlora_applies = arch.quant is None
     plans = tuple(_card_plan(card, profiles, s, cuts, site_jobs["qlora"] if qlora_applies else None)

@@ -17,9 +17,9 @@ from .cost import flops_per_token, job_tokens
 from .graph.nodes import Graph
 from .inputs import Assumptions, Card, Gpu
 from .memory.activations import regime
-from .memory.job import Job, job_phases
+from .memory.job import Job, JobMemory, job_phases, metric_memory
 from .memory.lora import lora_params, target_roles
-from .memory.parallel import ParallelError, Phase, Setup, SingleGpuJob, cpu_bytes_per_node, peak_parts
+from .memory.parallel import ParallelError, Phase, Setup, SingleGpuJob, cpu_bytes_per_node, peak_parts, per_gpu
 from .memory.plans import TP_KINDS, GpuOffer, Plan, Unreachable, first_fit, search_plans
 from .memory.profile import Profile, budget_bytes
 from .serving_speed import ServingModel, ServingSpeed, serving_speed
@@ -84,6 +84,21 @@ def training_job(a: Arch, g: Graph, s: Assumptions, job: Job, shape: Shape, mode
     else:
         plain, ckpt = job_phases(a, g, s, job, model), ()
     return _single(job.method, plain, ckpt, trainable, r.compute_bytes, param_bytes, shape)
+
+
+def exact_job(a: Arch, g: Graph, s: Assumptions, job: Job, shape: Shape, model: str = "") -> SingleGpuJob:
+    """The run `job` names (the CLI's --method ...) as a SingleGpuJob: HF generate, or training with the phases it
+    asks for."""
+    if job.method == "inference":
+        return inference_job(a, g, s, job, shape, model)
+    return training_job(a, g, s, job, shape, model, both=False)
+
+
+def job_on_setup(a: Arch, g: Graph, s: Assumptions, job: Job, setup: Setup, model: str = "") -> JobMemory:
+    """`job`'s peak on the largest GPU of `setup` (parallel.per_gpu), in the job's metric: what a measured
+    multi-GPU run's per-GPU peak is compared with."""
+    spread = per_gpu(exact_job(a, g, s, job, model_shape(a, g), model), setup, model)
+    return metric_memory(spread.peak_phase, dict(spread.breakdown), s, job, g)
 
 
 def inference_job(a: Arch, g: Graph, s: Assumptions, job: Job, shape: Shape, model: str = "") -> SingleGpuJob:
