@@ -1,0 +1,90 @@
+"""Audio towers of speech-language models: the encoders that turn a log-mel clip into frames for the text model.
+
+One rule per tower kind (the audio_config's model_type), each following its modeling file. A tower is returned as
+(part, frames per clip, output width, saved activation elements per frame over all layers, working set per frame)
+for speech_language.speech_lm.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ...errors import ConfigError
+from ..config.reader import Reader
+from ..graph.parts import Part, linear
+
+AudioResult = tuple[Part, int, int, int, int]
+
+
+def _part(params: int, n: int, d: int, inter: int, frames: int, name: str = "Audio encoder") -> AudioResult:
+    """A stack of n transformer layers of width d: per frame each saves about 8 d + 2 inter elements."""
+    return (Part("Audio_Tower", f"{name} ({n} layers)", params, matmul=n * (4 * d * d + 2 * d * inter)),
+            frames, d, n * (8 * d + 2 * inter), 4 * d + inter)
+
+
+def whisper_layer(d: int, inter: int, kv: int | None = None) -> int:
+    """One pre-norm Whisper encoder layer (modeling_whisper.WhisperEncoderLayer): q/v/out with bias, k_proj without
+    (its K/V width `kv` when grouped, GLM-ASR), fc1/fc2 with bias, two LayerNorms."""
+    kv = d if kv is None else kv
+    return linear(d, d, True) + linear(d, kv) + linear(d, kv, True) + linear(d, d, True) \
+        + linear(d, inter, True) + linear(inter, d, True) + 4 * d
+
+
+def whisper_like(a: Reader, kind: str) -> AudioResult:
+    """The Whisper encoder as the speech LMs hold it (modeling_qwen2_audio.Qwen2AudioEncoder; AudioFlamingo3, Voxtral,
+    MOSS alike): conv1 (num_mel_bins -> d, k 3) and conv2 (d -> d, k 3, stride 2) with bias, max_source_positions
+    learned positions, Whisper layers, a final LayerNorm. GLM-ASR (modeling_glmasr.GlmAsrEncoder) uses rotary
+    positions and grouped K/V heads; Qwen2.5-Omni (modeling_qwen2_5_omni.Qwen2_5OmniAudioEncoder) has sinusoidal
+    positions (a buffer), audio_bos_eos_token (2 x output_dim) and proj (d -> output_dim, bias)."""
+    d, n, inter, mels = a.int("hidden_size"), a.int("num_hidden_layers"), a.int("intermediate_size"), \
+        a.int("num_mel_bins")
+    kv = None
+    if kind == "glmasr_encoder":
+        heads = a.int("num_attention_heads")
+        kv = a.int("num_key_value_heads", heads) * (d // heads)
+        frames = a.int("max_position_embeddings", 1500)
+        positions = 0
+    else:
+        frames = a.int("max_source_positions")
+        positions = 0 if kind == "qwen2_5_omni_audio_encoder" else frames * d
+    params = linear(mels * 3, d, True) + linear(d * 3, d, True) + positions + n * whisper_layer(d, inter, kv) + 2 * d
+    if kind == "qwen2_5_omni_audio_encoder":
+        out = a.int("output_dim")
+        params += 2 * out + linear(d, out, True)
+    return _part(params, n, d, inter, frames)
+
+
+def _conv2d_out(size: int) -> int:
+    """Height after a 3 x 3 stride-2 padding-1 convolution."""
+    return (size + 1) // 2
+
+
+def qwen3_audio(a: Reader, kind: str) -> AudioResult:
+    """modeling_qwen3_omni_moe.Qwen3OmniMoeAudioEncoder (modeling_qwen3_asr.Qwen3ASREncoder alike): three 3 x 3
+    stride-2 Conv2d of downsample_hidden_size channels with bias over the mel axis, conv_out (channels x mels / 8 ->
+    d, no bias), sinusoidal positions (a buffer), Whisper layers whose k_proj has a bias too, ln_post; Qwen3-Omni then
+    proj1 (d -> d, bias), GELU, proj2 (d -> output_dim, bias), which Qwen3-ASR keeps in its projector."""
+    d, n, inter, mels = a.int("hidden_size"), a.int("num_hidden_layers"), a.int("intermediate_size"), \
+        a.int("num_mel_bins")
+    ch = a.int("downsample_hidden_size")
+    freq = _conv2d_out(_conv2d_out(_conv2d_out(mels)))
+    convs = linear(9, ch, True) + 2 * linear(9 * ch, ch, True) + linear(ch * freq, d)
+    params = convs + n * (whisper_layer(d, inter) + d) + 2 * d
+    if kind == "qwen3_omni_moe_audio_encoder":
+        params += linear(d, d, True) + linear(d, a.int("output_dim"), True)
+    return _part(params, n, d, inter, a.int("max_source_positions", 1500))
+
+
+TOWERS: dict[str, Callable[[Reader, str], AudioResult]] = {
+    **dict.fromkeys(("qwen2_audio_encoder", "audioflamingo3_encoder", "voxtral_encoder", "glmasr_encoder",
+                     "qwen2_5_omni_audio_encoder", "moss_transcribe_diarize_audio"), whisper_like),
+    "qwen3_asr_encoder": qwen3_audio, "qwen3_omni_moe_audio_encoder": qwen3_audio,
+}
+
+
+def audio_tower(ac: Mapping[str, Any], r: Reader, kind: str) -> AudioResult:
+    """(tower part, frames per clip, output width, saved elements per frame, working set per frame)."""
+    if kind not in TOWERS:
+        raise ConfigError(r.model, "audio_config.model_type", kind, "is not a supported audio tower")
+    return TOWERS[kind](r.child(ac, kind, prefix="audio_config."), kind)

@@ -1,0 +1,124 @@
+"""Speech-language models: a text model (its own family's builder), an audio tower and the projector between them.
+
+The audio tower is a node of the graph beside the token embedding, as a vision tower is (vision_language.vlm);
+its kind is the audio_config's model_type (audio_towers.py), else the wrapper's default. The LM head follows the
+wrapper's tie_word_embeddings. Memory for audio: `image_tokens` is what one clip adds to the text sequence (the
+tower's frames over the projector's stacking), and the tower's activations are added per sample.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ...errors import ConfigError
+from ..config.arch import Arch
+from ..config.reader import Reader, architectures_of
+from ..graph.parts import Part, linear
+from .assembly import TextReader, Wrapper
+from .audio_towers import audio_tower
+from .vision_language import retie, text_tower
+
+# The audio config class each wrapper builds when audio_config names no model_type (its SubConfigSpec default);
+# musicflamingo's config class always reads it as AudioFlamingo3's (configuration_musicflamingo.py).
+DEFAULT_AUDIO = {"qwen2_audio": "qwen2_audio_encoder", "audioflamingo3": "audioflamingo3_encoder",
+                 "voxtral": "voxtral_encoder", "glmasr": "glmasr_encoder", "qwen3_asr": "qwen3_asr_encoder",
+                 "moss_transcribe_diarize": "moss_transcribe_diarize_audio"}
+FIXED_AUDIO = {"musicflamingo": "audioflamingo3_encoder", "moss_transcribe_diarize": "moss_transcribe_diarize_audio"}
+
+ProjectorResult = tuple[Part, int]  # (projector part, how many tower frames become one text token)
+AudioProjector = Callable[[Reader, Reader, int, int], ProjectorResult]
+
+
+def _proj(params: int, matmul: int, shrink: int = 1, typ: str = "Audio projector") -> ProjectorResult:
+    return Part("Projector", typ, params, matmul=matmul), shrink
+
+
+def one_linear(r: Reader, a: Reader, ad: int, th: int) -> ProjectorResult:
+    """modeling_qwen2_audio.Qwen2AudioMultiModalProjector: one Linear (audio d_model -> text, bias); the tower's
+    avg_pooler halves the frames."""
+    return _proj(linear(ad, th, True), ad * th, 2, "Linear projector")
+
+
+def two_linear(r: Reader, a: Reader, ad: int, th: int) -> ProjectorResult:
+    """modeling_audioflamingo3.AudioFlamingo3MultiModalProjector (MusicFlamingo alike): linear_1 (audio -> text),
+    GELU, linear_2 (text -> text), biases by projector_bias; the tower's avg_pooler halves the frames."""
+    bias = r.flag("projector_bias", True)
+    return _proj(linear(ad, th, bias) + linear(th, th, bias), ad * th + th * th, 2)
+
+
+def voxtral(r: Reader, a: Reader, ad: int, th: int) -> ProjectorResult:
+    """modeling_voxtral.VoxtralMultiModalProjector: linear_1 (the audio intermediate_size, four frames stacked ->
+    text) and linear_2 (text -> text), no bias."""
+    wide = a.int("intermediate_size")
+    return _proj(linear(wide, th) + linear(th, th), wide * th + th * th, max(1, wide // ad))
+
+
+def glmasr(r: Reader, a: Reader, ad: int, th: int) -> ProjectorResult:
+    """modeling_glmasr.GlmAsrMultiModalProjector: linear_1 (the audio intermediate_size, frames stacked -> 2 x
+    text), GELU, linear_2 (2 x text -> text), biases."""
+    wide = a.int("intermediate_size")
+    return _proj(linear(wide, 2 * th, True) + linear(2 * th, th, True), 2 * wide * th + 2 * th * th,
+                 max(1, wide // ad))
+
+
+def qwen3_asr(r: Reader, a: Reader, ad: int, th: int) -> ProjectorResult:
+    """modeling_qwen3_asr.Qwen3ASRMultiModalProjector: linear_1 (d_model -> d_model), GELU, linear_2 (d_model ->
+    output_dim), biases."""
+    out = a.int("output_dim")
+    return _proj(linear(ad, ad, True) + linear(ad, out, True), ad * ad + ad * out)
+
+
+def moss(r: Reader, a: Reader, ad: int, th: int) -> ProjectorResult:
+    """modeling_moss_transcribe_diarize.py: audio_merge_size frames stacked, linear_1, linear_2 (projector_bias),
+    LayerNorm."""
+    m = r.int("audio_merge_size", 4)
+    merged, bias = ad * m, r.flag("projector_bias", True)
+    return _proj(linear(merged, th, bias) + linear(th, th, bias) + 2 * th, merged * th + th * th, m)
+
+
+PROJECTORS: dict[str, AudioProjector] = {
+    "qwen2_audio": one_linear, "audioflamingo3": two_linear, "musicflamingo": two_linear, "voxtral": voxtral,
+    "glmasr": glmasr, "qwen3_asr": qwen3_asr, "moss_transcribe_diarize": moss,
+}
+
+
+def audio_kind(mt: str, ac: Mapping[str, Any]) -> str:
+    """The audio tower a wrapper builds: its fixed audio config class, else the file's, else the default."""
+    given = ac.get("model_type")
+    return FIXED_AUDIO.get(mt) or (given if isinstance(given, str) else DEFAULT_AUDIO.get(mt, ""))
+
+
+def with_audio(text: Arch, cfg: Mapping[str, Any], model: str, r: Reader, mt: str,
+               extra: tuple[Part, ...] = ()) -> Arch:
+    """`text` with the wrapper's audio tower and projector in front of it (and `extra` parts, an omni model's
+    vision tower), its head tied by the wrapper's tie_word_embeddings."""
+    spec = text.spec
+    ac = cfg.get("audio_config") or {}
+    if not isinstance(ac, Mapping):
+        raise ConfigError(model, "audio_config", ac, "must be a JSON object")
+    kind = audio_kind(mt, ac)
+    tower, frames, ad, saved, working = audio_tower(ac, r, kind)
+    parts: tuple[Part, ...] = (tower,)
+    shrink = 1
+    if mt in PROJECTORS:
+        proj, shrink = PROJECTORS[mt](r, r.child(ac, kind, prefix="audio_config."), ad, spec.hidden)
+        parts += (proj,)
+    new = dataclasses.replace(spec, embed=(*spec.embed, *parts, *extra), image_tokens=frames // shrink,
+                              vision_act=spec.vision_act + frames * saved,
+                              vision_transient=max(spec.vision_transient, frames * working))
+    text = retie(dataclasses.replace(text, spec=new), r.flag("tie_word_embeddings", text.tie))
+    return dataclasses.replace(text, model_type=mt, family=mt, uses=tuple(r.uses) + text.uses,
+                               architectures=architectures_of(cfg, model))
+
+
+def speech_lm(cfg: Mapping[str, Any], model: str, read_text: TextReader) -> Arch:
+    """An audio tower, a projector and a text model (modeling_qwen2_audio.Qwen2AudioForConditionalGeneration and
+    the wrappers in PROJECTORS)."""
+    mt = str(cfg.get("model_type"))
+    text = text_tower(cfg, model, mt, read_text)
+    return with_audio(text, cfg, model, Reader(cfg, model, mt), mt)
+
+
+WRAPPERS: dict[str, Wrapper] = dict.fromkeys(PROJECTORS, speech_lm)
