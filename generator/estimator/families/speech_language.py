@@ -16,13 +16,16 @@ from ...errors import ConfigError
 from ..config.arch import Arch
 from ..config.reader import Reader, architectures_of
 from ..graph.parts import Part, linear
+from . import vision_projectors
 from .assembly import TextReader, Wrapper
 from .audio_towers import audio_tower
 from .vision_language import retie, text_tower
+from .vision_towers import tower_kind, vision_tower
 
 # The audio config class each wrapper builds when audio_config names no model_type (its SubConfigSpec default);
 # musicflamingo's config class always reads it as AudioFlamingo3's (configuration_musicflamingo.py).
-DEFAULT_AUDIO = {"qwen2_audio": "qwen2_audio_encoder", "audioflamingo3": "audioflamingo3_encoder",
+DEFAULT_AUDIO = {"qwen2_5_omni_thinker": "qwen2_5_omni_audio_encoder",
+                 "qwen3_omni_moe_thinker": "qwen3_omni_moe_audio_encoder", "qwen2_audio": "qwen2_audio_encoder", "audioflamingo3": "audioflamingo3_encoder",
                  "voxtral": "voxtral_encoder", "glmasr": "glmasr_encoder", "qwen3_asr": "qwen3_asr_encoder",
                  "moss_transcribe_diarize": "moss_transcribe_diarize_audio"}
 FIXED_AUDIO = {"musicflamingo": "audioflamingo3_encoder", "moss_transcribe_diarize": "moss_transcribe_diarize_audio"}
@@ -105,7 +108,8 @@ def with_audio(text: Arch, cfg: Mapping[str, Any], model: str, r: Reader, mt: st
     if mt in PROJECTORS:
         proj, shrink = PROJECTORS[mt](r, r.child(ac, kind, prefix="audio_config."), ad, spec.hidden)
         parts += (proj,)
-    new = dataclasses.replace(spec, embed=(*spec.embed, *parts, *extra), image_tokens=frames // shrink,
+    new = dataclasses.replace(spec, embed=(*spec.embed, *parts, *extra),
+                              image_tokens=max(spec.image_tokens, frames // shrink),
                               vision_act=spec.vision_act + frames * saved,
                               vision_transient=max(spec.vision_transient, frames * working))
     text = retie(dataclasses.replace(text, spec=new), r.flag("tie_word_embeddings", text.tie))
@@ -121,4 +125,25 @@ def speech_lm(cfg: Mapping[str, Any], model: str, read_text: TextReader) -> Arch
     return with_audio(text, cfg, model, Reader(cfg, model, mt), mt)
 
 
-WRAPPERS: dict[str, Wrapper] = dict.fromkeys(PROJECTORS, speech_lm)
+def omni_thinker(cfg: Mapping[str, Any], model: str, read_text: TextReader) -> Arch:
+    """modeling_qwen2_5_omni.Qwen2_5OmniThinkerForConditionalGeneration (Qwen3-Omni-MoE alike): an audio tower whose
+    projection is its own (audio_towers), a Qwen2.5-VL (Qwen3-Omni: Qwen3-VL) vision tower and patch merger, and the
+    text model; one sample carries one image or one clip."""
+    mt = str(cfg.get("model_type"))
+    text = text_tower(cfg, model, mt, read_text)
+    r = Reader(cfg, model, mt)
+    vc = cfg.get("vision_config") or {}
+    if not isinstance(vc, Mapping):
+        raise ConfigError(model, "vision_config", vc, "must be a JSON object")
+    tower, patches, vh, per_patch = vision_tower(vc, r, tower_kind(mt, vc))
+    merge = vision_projectors.qwen3_vl if mt == "qwen3_omni_moe_thinker" else vision_projectors.qwen_vl
+    proj, shrink = merge(mt, r, vh, text.spec.hidden, cfg)
+    vlayers = tower.matmul // max(1, 12 * vh * vh)
+    spec = dataclasses.replace(text.spec, image_tokens=patches // shrink, vision_act=patches * per_patch * vlayers,
+                               vision_transient=patches * (per_patch + 2 * vh))
+    return with_audio(dataclasses.replace(text, spec=spec), cfg, model, r, mt,
+                      (tower, proj._replace(name="Vision_Projector")))
+
+
+WRAPPERS: dict[str, Wrapper] = {**dict.fromkeys(PROJECTORS, speech_lm), "qwen2_5_omni_thinker": omni_thinker,
+                                "qwen3_omni_moe_thinker": omni_thinker}

@@ -42,7 +42,8 @@ DEFAULT_TEXT = {"llava": "llama", "llava_next": "llama", "paligemma": "gemma", "
                 "llava_next_video": "llama", "vipllava": "llama", "video_llava": "llama", "shieldgemma2": "gemma3_text",
                 "deepseek_vl": "llama", "qianfan_ocr": "qwen3", "lighton_ocr": "qwen3", "cohere2_vision": "cohere2",
                 "qwen2_audio": "qwen2", "audioflamingo3": "qwen2", "musicflamingo": "qwen2", "voxtral": "llama",
-                "glmasr": "llama", "qwen3_asr": "qwen3"}
+                "glmasr": "llama", "qwen3_asr": "qwen3", "qwen2_5_omni_thinker": "qwen2_5_omni_text",
+                "qwen3_omni_moe_thinker": "qwen3_omni_moe_text"}
 
 
 # Wrappers whose image_seq_length (when the config gives it) is the tokens one image adds.
@@ -54,7 +55,7 @@ TEXT_FIXED: dict[str, dict[str, Any]] = {"glm_ocr_text": {"attention_bias": Fals
 
 TEXT_AS = {"qwen2_vl_text": "qwen2", "qwen2_5_vl_text": "qwen2", "qwen3_vl_text": "qwen3",
            "qwen3_vl_moe_text": "qwen3_moe", "glm4v_text": "glm4", "glm4v_moe_text": "glm4_moe", "glm_ocr_text": "glm4",
-           "paddleocr_vl_text": "ernie4_5"}
+           "paddleocr_vl_text": "ernie4_5", "qwen2_5_omni_text": "qwen2", "qwen3_omni_moe_text": "qwen3_moe"}
 
 
 
