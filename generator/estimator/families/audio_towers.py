@@ -76,10 +76,24 @@ def qwen3_audio(a: Reader, kind: str) -> AudioResult:
     return _part(params, n, d, inter, a.int("max_source_positions", 1500))
 
 
+def voxtral_realtime(a: Reader, kind: str) -> AudioResult:
+    """modeling_voxtral_realtime.VoxtralRealtimeEncoder: causal conv1 (num_mel_bins -> d, k 3) and conv2 (d -> d, k 3,
+    stride 2) with bias, rotary positions, RMSNorm layers whose attention is heads x head_dim wide (q/v/o biased,
+    k not; num_key_value_heads is num_attention_heads) and a gated MLP with a biased down_proj, a final RMSNorm."""
+    d, n, inter, mels = a.int("hidden_size"), a.int("num_hidden_layers"), a.int("intermediate_size"), \
+        a.int("num_mel_bins")
+    heads = a.int("num_attention_heads")
+    wide = heads * a.int("head_dim", d // heads)
+    layer = linear(d, wide, True) + linear(d, wide) + linear(d, wide, True) + linear(wide, d, True) \
+        + 2 * linear(d, inter) + linear(inter, d, True) + 2 * d
+    params = linear(mels * 3, d, True) + linear(d * 3, d, True) + n * layer + d
+    return _part(params, n, d, inter, a.int("max_position_embeddings", 1500))
+
+
 TOWERS: dict[str, Callable[[Reader, str], AudioResult]] = {
     **dict.fromkeys(("qwen2_audio_encoder", "audioflamingo3_encoder", "voxtral_encoder", "glmasr_encoder",
                      "qwen2_5_omni_audio_encoder", "moss_transcribe_diarize_audio"), whisper_like),
-    "qwen3_asr_encoder": qwen3_audio, "qwen3_omni_moe_audio_encoder": qwen3_audio,
+    "voxtral_realtime_encoder": voxtral_realtime, "qwen3_asr_encoder": qwen3_audio, "qwen3_omni_moe_audio_encoder": qwen3_audio,
 }
 
 

@@ -26,7 +26,7 @@ from .vision_towers import tower_kind, vision_tower
 # musicflamingo's config class always reads it as AudioFlamingo3's (configuration_musicflamingo.py).
 DEFAULT_AUDIO = {"qwen2_5_omni_thinker": "qwen2_5_omni_audio_encoder",
                  "qwen3_omni_moe_thinker": "qwen3_omni_moe_audio_encoder", "qwen2_audio": "qwen2_audio_encoder", "audioflamingo3": "audioflamingo3_encoder",
-                 "voxtral": "voxtral_encoder", "glmasr": "glmasr_encoder", "qwen3_asr": "qwen3_asr_encoder",
+                 "voxtral": "voxtral_encoder", "voxtral_realtime": "voxtral_realtime_encoder", "glmasr": "glmasr_encoder", "qwen3_asr": "qwen3_asr_encoder",
                  "moss_transcribe_diarize": "moss_transcribe_diarize_audio"}
 FIXED_AUDIO = {"musicflamingo": "audioflamingo3_encoder", "moss_transcribe_diarize": "moss_transcribe_diarize_audio"}
 
@@ -58,6 +58,13 @@ def voxtral(r: Reader, a: Reader, ad: int, th: int) -> ProjectorResult:
     return _proj(linear(wide, th) + linear(th, th), wide * th + th * th, max(1, wide // ad))
 
 
+def voxtral_realtime(r: Reader, a: Reader, ad: int, th: int) -> ProjectorResult:
+    """modeling_voxtral_realtime.VoxtralRealtimeMultiModalProjector: linear_1 (downsample_factor frames stacked ->
+    text), GELU, linear_2 (text -> text), no bias."""
+    m = r.int("downsample_factor", 4)
+    return _proj(linear(ad * m, th) + linear(th, th), ad * m * th + th * th, m)
+
+
 def glmasr(r: Reader, a: Reader, ad: int, th: int) -> ProjectorResult:
     """modeling_glmasr.GlmAsrMultiModalProjector: linear_1 (the audio intermediate_size, frames stacked -> 2 x
     text), GELU, linear_2 (2 x text -> text), biases."""
@@ -82,7 +89,7 @@ def moss(r: Reader, a: Reader, ad: int, th: int) -> ProjectorResult:
 
 
 PROJECTORS: dict[str, AudioProjector] = {
-    "qwen2_audio": one_linear, "audioflamingo3": two_linear, "musicflamingo": two_linear, "voxtral": voxtral,
+    "qwen2_audio": one_linear, "audioflamingo3": two_linear, "musicflamingo": two_linear, "voxtral": voxtral, "voxtral_realtime": voxtral_realtime,
     "glmasr": glmasr, "qwen3_asr": qwen3_asr, "moss_transcribe_diarize": moss,
 }
 
