@@ -90,10 +90,29 @@ def voxtral_realtime(a: Reader, kind: str) -> AudioResult:
     return _part(params, n, d, inter, a.int("max_position_embeddings", 1500))
 
 
+def omniasr(a: Reader, kind: str) -> AudioResult:
+    """modeling_omniasr.OmniASRAudioModel (a wav2vec2 encoder): a Conv1d stack over the waveform (conv_dim,
+    conv_kernel, conv_stride; conv_bias) each with a LayerNorm, a LayerNorm and projection (last conv_dim -> d,
+    bias), a grouped positional conv (num_conv_pos_embeddings wide, bias), post-norm layers with biased q/k/v/out and
+    fc1/fc2, a final LayerNorm. Frames: a nominal 30 s of 16 kHz audio over the product of the strides."""
+    d, n, inter = a.int("hidden_size"), a.int("num_hidden_layers"), a.int("intermediate_size")
+    dims, kernels = a.list("conv_dim", int) or [512], a.list("conv_kernel", int) or [10]
+    strides, bias = a.list("conv_stride", int) or [5], a.flag("conv_bias", True)
+    params, width, step = 0, 1, 1
+    for out, k, s in zip(dims, kernels, strides, strict=False):
+        params += linear(width * k, out, bias) + 2 * out
+        width, step = out, step * s
+    params += 2 * width + linear(width, d, True)
+    k, groups = a.int("num_conv_pos_embeddings"), a.int("num_conv_pos_embedding_groups")
+    params += d * (d // groups) * k + d
+    params += n * (4 * linear(d, d, True) + linear(d, inter, True) + linear(inter, d, True) + 4 * d) + 2 * d
+    return _part(params, n, d, inter, 480_000 // step)
+
+
 TOWERS: dict[str, Callable[[Reader, str], AudioResult]] = {
     **dict.fromkeys(("qwen2_audio_encoder", "audioflamingo3_encoder", "voxtral_encoder", "glmasr_encoder",
                      "qwen2_5_omni_audio_encoder", "moss_transcribe_diarize_audio"), whisper_like),
-    "voxtral_realtime_encoder": voxtral_realtime, "qwen3_asr_encoder": qwen3_audio, "qwen3_omni_moe_audio_encoder": qwen3_audio,
+    "voxtral_realtime_encoder": voxtral_realtime, "omniasr_audio": omniasr, "qwen3_asr_encoder": qwen3_audio, "qwen3_omni_moe_audio_encoder": qwen3_audio,
 }
 
 

@@ -26,7 +26,7 @@ from .vision_towers import tower_kind, vision_tower
 # musicflamingo's config class always reads it as AudioFlamingo3's (configuration_musicflamingo.py).
 DEFAULT_AUDIO = {"qwen2_5_omni_thinker": "qwen2_5_omni_audio_encoder",
                  "qwen3_omni_moe_thinker": "qwen3_omni_moe_audio_encoder", "qwen2_audio": "qwen2_audio_encoder", "audioflamingo3": "audioflamingo3_encoder",
-                 "voxtral": "voxtral_encoder", "voxtral_realtime": "voxtral_realtime_encoder", "glmasr": "glmasr_encoder", "qwen3_asr": "qwen3_asr_encoder",
+                 "omniasr": "omniasr_audio", "voxtral": "voxtral_encoder", "voxtral_realtime": "voxtral_realtime_encoder", "glmasr": "glmasr_encoder", "qwen3_asr": "qwen3_asr_encoder",
                  "moss_transcribe_diarize": "moss_transcribe_diarize_audio"}
 FIXED_AUDIO = {"musicflamingo": "audioflamingo3_encoder", "moss_transcribe_diarize": "moss_transcribe_diarize_audio"}
 
@@ -39,9 +39,9 @@ def _proj(params: int, matmul: int, shrink: int = 1, typ: str = "Audio projector
 
 
 def one_linear(r: Reader, a: Reader, ad: int, th: int) -> ProjectorResult:
-    """modeling_qwen2_audio.Qwen2AudioMultiModalProjector: one Linear (audio d_model -> text, bias); the tower's
-    avg_pooler halves the frames."""
-    return _proj(linear(ad, th, True), ad * th, 2, "Linear projector")
+    """modeling_qwen2_audio.Qwen2AudioMultiModalProjector (OmniASR's multi_modal_projector alike): one Linear (audio
+    width -> text, bias); Qwen2-Audio's tower's avg_pooler halves the frames."""
+    return _proj(linear(ad, th, True), ad * th, 2 if r.model_type == "qwen2_audio" else 1, "Linear projector")
 
 
 def two_linear(r: Reader, a: Reader, ad: int, th: int) -> ProjectorResult:
@@ -89,7 +89,7 @@ def moss(r: Reader, a: Reader, ad: int, th: int) -> ProjectorResult:
 
 
 PROJECTORS: dict[str, AudioProjector] = {
-    "qwen2_audio": one_linear, "audioflamingo3": two_linear, "musicflamingo": two_linear, "voxtral": voxtral, "voxtral_realtime": voxtral_realtime,
+    "qwen2_audio": one_linear, "omniasr": one_linear, "audioflamingo3": two_linear, "musicflamingo": two_linear, "voxtral": voxtral, "voxtral_realtime": voxtral_realtime,
     "glmasr": glmasr, "qwen3_asr": qwen3_asr, "moss_transcribe_diarize": moss,
 }
 
