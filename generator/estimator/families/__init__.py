@@ -28,7 +28,6 @@ from . import (
     vision_language,
 )
 from .assembly import Builder, Wrapper
-from .audio_towers import TOWERS as AUDIO_TOWERS
 from .decoder import DecoderTraits
 
 
@@ -53,5 +52,5 @@ BUILDERS: dict[str, Builder] = merged(gpt2_era.BUILDERS, llama.BUILDERS, gemma.B
 WRAPPERS: dict[str, Wrapper] = merged(vision_language.WRAPPERS, speech_language.WRAPPERS)
 # Every model_type read, by whichever table: the three never share one.
 KNOWN: frozenset[str] = frozenset(merged(DECODERS, BUILDERS, WRAPPERS))
-# Config classes read only as a wrapper's sub-config (audio towers): their defaults are read too.
-SUB_CONFIGS: frozenset[str] = frozenset(AUDIO_TOWERS)
+# Config classes read only as a wrapper's sub-config (audio towers, Q-Former): their defaults are read too.
+SUB_CONFIGS: frozenset[str] = frozenset(speech_language.SUB_CONFIGS)

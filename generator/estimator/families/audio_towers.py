@@ -109,15 +109,38 @@ def omniasr(a: Reader, kind: str) -> AudioResult:
     return _part(params, n, d, inter, 480_000 // step)
 
 
+def granite_conformer(a: Reader, kind: str) -> AudioResult:
+    """modeling_granite_speech.GraniteSpeechCTCEncoder: input_linear (input_dim -> d, bias), Conformer blocks (two
+    half-step feed-forwards of LayerNorm, up d -> d x feedforward_mult and down with biases; attention of LayerNorm,
+    to_q and to_kv without bias, to_out with bias and a relative-position table of 2 x max_pos_emb + 1 rows of
+    dim_head; the conv module of LayerNorm, up_conv 1 x 1 (d -> 2 x inner, bias), depthwise conv (conv_kernel_size,
+    no bias), BatchNorm and down_conv 1 x 1 (inner -> d, bias); a post LayerNorm), then out (d -> output_dim) and
+    out_mid (output_dim -> d), biased. Frames: a nominal 30 s at 50 frames per second."""
+    d, n, heads = a.int("hidden_dim"), a.int("num_layers"), a.int("num_heads")
+    dh = a.int("dim_head", d // heads)
+    inner, ff, conv = heads * dh, d * a.int("feedforward_mult"), d * a.int("conv_expansion_factor")
+    out = a.int("output_dim")
+    half = 2 * d + linear(d, ff, True) + linear(ff, d, True)
+    attn = 2 * d + linear(d, inner) + linear(d, 2 * inner) + linear(inner, d, True) + (2 * a.int("max_pos_emb") + 1) * dh
+    convs = 2 * d + linear(d, 2 * conv, True) + conv * a.int("conv_kernel_size") + 2 * conv + linear(conv, d, True)
+    params = linear(a.int("input_dim"), d, True) + n * (2 * half + attn + convs + 2 * d) + linear(d, out, True) \
+        + linear(out, d, True)
+    part, frames, width, _, working = _part(params, n, d, ff, 1500, "Conformer encoder")
+    mm = n * (4 * d * ff + 4 * d * inner + 3 * d * conv)
+    return part._replace(matmul=mm), frames, width, n * (10 * d + 4 * ff + 4 * conv), working
+
+
 TOWERS: dict[str, Callable[[Reader, str], AudioResult]] = {
     **dict.fromkeys(("qwen2_audio_encoder", "audioflamingo3_encoder", "voxtral_encoder", "glmasr_encoder",
                      "qwen2_5_omni_audio_encoder", "moss_transcribe_diarize_audio"), whisper_like),
-    "voxtral_realtime_encoder": voxtral_realtime, "omniasr_audio": omniasr, "qwen3_asr_encoder": qwen3_audio, "qwen3_omni_moe_audio_encoder": qwen3_audio,
+    "voxtral_realtime_encoder": voxtral_realtime, "granite_speech_encoder": granite_conformer,
+    "granite_speech_plus_encoder": granite_conformer, "omniasr_audio": omniasr, "qwen3_asr_encoder": qwen3_audio, "qwen3_omni_moe_audio_encoder": qwen3_audio,
 }
 
 
-def audio_tower(ac: Mapping[str, Any], r: Reader, kind: str) -> AudioResult:
-    """(tower part, frames per clip, output width, saved elements per frame, working set per frame)."""
+def audio_tower(ac: Mapping[str, Any], r: Reader, kind: str, key: str = "audio_config") -> AudioResult:
+    """(tower part, frames per clip, output width, saved elements per frame, working set per frame); `key` is where
+    the wrapper keeps the tower's config."""
     if kind not in TOWERS:
-        raise ConfigError(r.model, "audio_config.model_type", kind, "is not a supported audio tower")
-    return TOWERS[kind](r.child(ac, kind, prefix="audio_config."), kind)
+        raise ConfigError(r.model, f"{key}.model_type", kind, "is not a supported audio tower")
+    return TOWERS[kind](r.child(ac, kind, prefix=f"{key}."), kind)

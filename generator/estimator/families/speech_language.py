@@ -18,7 +18,7 @@ from ..config.reader import Reader, architectures_of
 from ..graph.parts import Part, linear
 from . import vision_projectors
 from .assembly import TextReader, Wrapper
-from .audio_towers import audio_tower
+from .audio_towers import TOWERS, audio_tower
 from .vision_language import retie, text_tower
 from .vision_towers import tower_kind, vision_tower
 
@@ -28,7 +28,13 @@ DEFAULT_AUDIO = {"qwen2_5_omni_thinker": "qwen2_5_omni_audio_encoder",
                  "qwen3_omni_moe_thinker": "qwen3_omni_moe_audio_encoder", "qwen2_audio": "qwen2_audio_encoder", "audioflamingo3": "audioflamingo3_encoder",
                  "omniasr": "omniasr_audio", "voxtral": "voxtral_encoder", "voxtral_realtime": "voxtral_realtime_encoder", "glmasr": "glmasr_encoder", "qwen3_asr": "qwen3_asr_encoder",
                  "moss_transcribe_diarize": "moss_transcribe_diarize_audio"}
-FIXED_AUDIO = {"musicflamingo": "audioflamingo3_encoder", "moss_transcribe_diarize": "moss_transcribe_diarize_audio"}
+FIXED_AUDIO = {"musicflamingo": "audioflamingo3_encoder", "granite_speech": "granite_speech_encoder",
+               "granite_speech_plus": "granite_speech_plus_encoder", "moss_transcribe_diarize": "moss_transcribe_diarize_audio"}
+
+# Wrappers whose audio tower's config is not audio_config.
+AUDIO_KEY = {"granite_speech": "encoder_config", "granite_speech_plus": "encoder_config"}
+# Config classes read only as a wrapper's sub-config: the audio towers and the Q-Former.
+SUB_CONFIGS = (*TOWERS, "blip_2_qformer")
 
 ProjectorResult = tuple[Part, int]  # (projector part, how many tower frames become one text token)
 AudioProjector = Callable[[Reader, Reader, int, int], ProjectorResult]
@@ -80,6 +86,26 @@ def qwen3_asr(r: Reader, a: Reader, ad: int, th: int) -> ProjectorResult:
     return _proj(linear(ad, ad, True) + linear(ad, out, True), ad * ad + ad * out)
 
 
+def qformer(r: Reader, a: Reader, ad: int, th: int) -> ProjectorResult:
+    """modeling_granite_speech.GraniteSpeechEncoderProjector: window_size / downsample_rate learned queries, a
+    Q-Former (modeling_blip_2.Blip2QFormerModel: a LayerNorm; per layer self-attention q/k/v/dense with biases and a
+    LayerNorm, cross-attention every cross_attention_frequency layers with k/v from encoder_hidden_size, the query
+    feed-forward intermediate_query/output_query with a LayerNorm, and the text one when use_qformer_text_input),
+    then a Linear (Q-Former width -> text, bias). Each window of window_size frames becomes its queries."""
+    pc = r.sub("projector_config") or {}
+    q = r.child(pc, str(pc.get("model_type") or "blip_2_qformer"), prefix="projector_config.")
+    h, n, inter = q.int("hidden_size"), q.int("num_hidden_layers"), q.int("intermediate_size")
+    enc, freq = q.int("encoder_hidden_size", ad), q.int("cross_attention_frequency", 2)
+    ffn = linear(h, inter, True) + linear(inter, h, True) + 2 * h
+    layer = 4 * linear(h, h, True) + 2 * h + ffn * (2 if q.flag("use_qformer_text_input", False) else 1)
+    cross = 2 * linear(h, h, True) + 2 * linear(enc, h, True) + 2 * h
+    params = 2 * h + n * layer + len(range(0, n, freq)) * cross
+    window, rate = r.int("window_size"), r.int("downsample_rate")
+    params += window // rate * h + linear(h, th, True)
+    mm = n * (4 * h * h + 2 * h * inter) + len(range(0, n, freq)) * (2 * h * h + 2 * enc * h) + h * th
+    return _proj(params, mm, rate, "Q-Former projector")
+
+
 def moss(r: Reader, a: Reader, ad: int, th: int) -> ProjectorResult:
     """modeling_moss_transcribe_diarize.py: audio_merge_size frames stacked, linear_1, linear_2 (projector_bias),
     LayerNorm."""
@@ -91,6 +117,7 @@ def moss(r: Reader, a: Reader, ad: int, th: int) -> ProjectorResult:
 PROJECTORS: dict[str, AudioProjector] = {
     "qwen2_audio": one_linear, "omniasr": one_linear, "audioflamingo3": two_linear, "musicflamingo": two_linear, "voxtral": voxtral, "voxtral_realtime": voxtral_realtime,
     "glmasr": glmasr, "qwen3_asr": qwen3_asr, "moss_transcribe_diarize": moss,
+    "granite_speech": qformer, "granite_speech_plus": qformer,
 }
 
 
@@ -105,15 +132,16 @@ def with_audio(text: Arch, cfg: Mapping[str, Any], model: str, r: Reader, mt: st
     """`text` with the wrapper's audio tower and projector in front of it (and `extra` parts, an omni model's
     vision tower), its head tied by the wrapper's tie_word_embeddings."""
     spec = text.spec
-    ac = cfg.get("audio_config") or {}
+    key = AUDIO_KEY.get(mt, "audio_config")
+    ac = cfg.get(key) or {}
     if not isinstance(ac, Mapping):
-        raise ConfigError(model, "audio_config", ac, "must be a JSON object")
+        raise ConfigError(model, key, ac, "must be a JSON object")
     kind = audio_kind(mt, ac)
-    tower, frames, ad, saved, working = audio_tower(ac, r, kind)
+    tower, frames, ad, saved, working = audio_tower(ac, r, kind, key)
     parts: tuple[Part, ...] = (tower,)
     shrink = 1
     if mt in PROJECTORS:
-        proj, shrink = PROJECTORS[mt](r, r.child(ac, kind, prefix="audio_config."), ad, spec.hidden)
+        proj, shrink = PROJECTORS[mt](r, r.child(ac, kind, prefix=f"{key}."), ad, spec.hidden)
         parts += (proj,)
     new = dataclasses.replace(spec, embed=(*spec.embed, *parts, *extra),
                               image_tokens=max(spec.image_tokens, frames // shrink),
