@@ -130,11 +130,43 @@ def granite_conformer(a: Reader, kind: str) -> AudioResult:
     return part._replace(matmul=mm), frames, width, n * (10 * d + 4 * ff + 4 * conv), working
 
 
+def _convnext(h: int, k: int, mult: int) -> int:
+    """modeling_vibevoice_acoustic_tokenizer.VibeVoiceAcousticTokenizerConvNext1dLayer: two RMSNorms, a depthwise
+    causal conv (kernel k, bias), fc1/fc2 (h -> mult x h -> h, biases), two layer scales."""
+    return 2 * h + h * k + h + linear(h, mult * h, True) + linear(mult * h, h, True) + 2 * h
+
+
+def vibevoice_tokenizer(a: Reader, kind: str) -> AudioResult:
+    """modeling_vibevoice_acoustic_tokenizer.VibeVoiceAcousticTokenizerEncoderModel: a stem (causal conv channels ->
+    num_filters, kernel_size, bias, and depths[0] ConvNeXt layers), one stage per downsampling ratio r (a strided
+    causal conv doubling the width, kernel 2 r, bias, and the next depths entry of ConvNeXt layers), a head conv
+    (-> hidden_size, bias). Frames: a nominal 60 s of 24 kHz audio over the product of the ratios."""
+    nf, k, mult, out = a.int("num_filters"), a.int("kernel_size"), a.int("ffn_expansion", 4), a.int("hidden_size")
+    ratios = a.list("downsampling_ratios", int) or [2]
+    depths = a.list("depths", int, len(ratios) + 1) or [3] * (len(ratios) + 1)
+    step = 1
+    for rate in ratios:
+        step *= rate
+    params = linear(a.int("channels", 1) * k, nf, True) + depths[0] * _convnext(nf, k, mult)
+    up, saved, mm = step, depths[0] * step * 14 * nf, depths[0] * step * 2 * mult * nf * nf
+    for i, rate in enumerate(ratios):
+        h = nf * 2 ** (i + 1)
+        up //= rate
+        params += linear(h // 2 * 2 * rate, h, True) + depths[i + 1] * _convnext(h, k, mult)
+        saved += depths[i + 1] * up * 14 * h
+        mm += up * h * h * rate + depths[i + 1] * up * 2 * mult * h * h
+    width = nf * 2 ** len(ratios)
+    params += linear(width * k, out, True)
+    layers = sum(depths[:len(ratios) + 1])
+    part = Part("Audio_Tower", f"Convolutional audio tokenizer ({layers} layers)", params, matmul=mm + width * k * out)
+    return part, 1_440_000 // step, out, saved, 4 * mult * width
+
+
 TOWERS: dict[str, Callable[[Reader, str], AudioResult]] = {
     **dict.fromkeys(("qwen2_audio_encoder", "audioflamingo3_encoder", "voxtral_encoder", "glmasr_encoder",
                      "qwen2_5_omni_audio_encoder", "moss_transcribe_diarize_audio"), whisper_like),
     "voxtral_realtime_encoder": voxtral_realtime, "granite_speech_encoder": granite_conformer,
-    "granite_speech_plus_encoder": granite_conformer, "omniasr_audio": omniasr, "qwen3_asr_encoder": qwen3_audio, "qwen3_omni_moe_audio_encoder": qwen3_audio,
+    "granite_speech_plus_encoder": granite_conformer, "vibevoice_acoustic_tokenizer_encoder": vibevoice_tokenizer, "omniasr_audio": omniasr, "qwen3_asr_encoder": qwen3_audio, "qwen3_omni_moe_audio_encoder": qwen3_audio,
 }
 
 

@@ -15,7 +15,7 @@ from typing import Any
 from ...errors import ConfigError
 from ..config.arch import Arch
 from ..config.reader import Reader, architectures_of
-from ..graph.parts import Part, linear
+from ..graph.parts import Part, Spec, linear
 from . import vision_projectors
 from .assembly import TextReader, Wrapper
 from .audio_towers import TOWERS, audio_tower
@@ -127,6 +127,14 @@ def audio_kind(mt: str, ac: Mapping[str, Any]) -> str:
     return FIXED_AUDIO.get(mt) or (given if isinstance(given, str) else DEFAULT_AUDIO.get(mt, ""))
 
 
+def wrapped(text: Arch, spec: Spec, cfg: Mapping[str, Any], model: str, r: Reader, mt: str) -> Arch:
+    """The text model as the wrapper `mt` with the whole graph `spec`, its head tied by the wrapper's
+    tie_word_embeddings."""
+    text = retie(dataclasses.replace(text, spec=spec), r.flag("tie_word_embeddings", text.tie))
+    return dataclasses.replace(text, model_type=mt, family=mt, uses=tuple(r.uses) + text.uses,
+                               architectures=architectures_of(cfg, model))
+
+
 def with_audio(text: Arch, cfg: Mapping[str, Any], model: str, r: Reader, mt: str,
                extra: tuple[Part, ...] = ()) -> Arch:
     """`text` with the wrapper's audio tower and projector in front of it (and `extra` parts, an omni model's
@@ -147,9 +155,7 @@ def with_audio(text: Arch, cfg: Mapping[str, Any], model: str, r: Reader, mt: st
                               image_tokens=max(spec.image_tokens, frames // shrink),
                               vision_act=spec.vision_act + frames * saved,
                               vision_transient=max(spec.vision_transient, frames * working))
-    text = retie(dataclasses.replace(text, spec=new), r.flag("tie_word_embeddings", text.tie))
-    return dataclasses.replace(text, model_type=mt, family=mt, uses=tuple(r.uses) + text.uses,
-                               architectures=architectures_of(cfg, model))
+    return wrapped(text, new, cfg, model, r, mt)
 
 
 def speech_lm(cfg: Mapping[str, Any], model: str, read_text: TextReader) -> Arch:
@@ -180,5 +186,30 @@ def omni_thinker(cfg: Mapping[str, Any], model: str, read_text: TextReader) -> A
                       (tower, proj._replace(name="Vision_Projector")))
 
 
-WRAPPERS: dict[str, Wrapper] = {**dict.fromkeys(PROJECTORS, speech_lm), "qwen2_5_omni_thinker": omni_thinker,
+def vibevoice_asr(cfg: Mapping[str, Any], model: str, read_text: TextReader) -> Arch:
+    """modeling_vibevoice_asr.VibeVoiceAsrModel: two tokenizer encoders (acoustic_tokenizer_encoder_config,
+    semantic_tokenizer_encoder_config) run side by side, a projector per path (linear_1 tokenizer width -> text,
+    RMSNorm, linear_2, biases; VibeVoiceAsrMultiModalProjector) and the text model."""
+    mt = str(cfg.get("model_type"))
+    text = text_tower(cfg, model, mt, read_text)
+    r = Reader(cfg, model, mt)
+    th = text.spec.hidden
+    parts: list[Part] = []
+    frames = saved = working = 0
+    for path in ("acoustic", "semantic"):
+        key = f"{path}_tokenizer_encoder_config"
+        ac = r.sub(key) or {}
+        tower, frames, ad, per, work = audio_tower(ac, r, "vibevoice_acoustic_tokenizer_encoder", key)
+        name = path.capitalize()
+        parts += [tower._replace(name=f"{name}_Tower"),
+                  Part(f"{name}_Projector", "Audio projector", linear(ad, th, True) + th + linear(th, th, True),
+                       matmul=ad * th + th * th)]
+        saved, working = saved + per, max(working, work)
+    spec = text.spec
+    new = dataclasses.replace(spec, embed=(*spec.embed, *parts), image_tokens=frames, vision_act=frames * saved,
+                              vision_transient=frames * working)
+    return wrapped(text, new, cfg, model, r, mt)
+
+
+WRAPPERS: dict[str, Wrapper] = {"vibevoice_asr": vibevoice_asr,**dict.fromkeys(PROJECTORS, speech_lm), "qwen2_5_omni_thinker": omni_thinker,
                                 "qwen3_omni_moe_thinker": omni_thinker}

@@ -42,7 +42,7 @@ DEFAULT_TEXT = {"llava": "llama", "llava_next": "llama", "paligemma": "gemma", "
                 "llava_next_video": "llama", "vipllava": "llama", "video_llava": "llama", "shieldgemma2": "gemma3_text",
                 "deepseek_vl": "llama", "qianfan_ocr": "qwen3", "lighton_ocr": "qwen3", "cohere2_vision": "cohere2",
                 "qwen2_audio": "qwen2", "audioflamingo3": "qwen2", "musicflamingo": "qwen2", "voxtral": "llama",
-                "glmasr": "llama", "omniasr": "llama", "granite_speech": "granite", "granite_speech_plus": "granite", "qwen3_asr": "qwen3", "voxtral_realtime": "voxtral_realtime_text", "qwen2_5_omni_thinker": "qwen2_5_omni_text",
+                "glmasr": "llama", "omniasr": "llama", "vibevoice_asr": "qwen2", "granite_speech": "granite", "granite_speech_plus": "granite", "qwen3_asr": "qwen3", "voxtral_realtime": "voxtral_realtime_text", "qwen2_5_omni_thinker": "qwen2_5_omni_text",
                 "qwen3_omni_moe_thinker": "qwen3_omni_moe_text"}
 
 
