@@ -21,7 +21,7 @@ from .config.known_gaps import APPROXIMATE, KNOWN_GAPS
 from .config.quantization import read_quant
 from .config.reader import architectures_of, model_type_of
 from .config.transformers_defaults import ARCHITECTURE_TYPES
-from .families import BUILDERS, DECODERS, KNOWN, WRAPPERS
+from .families import BUILDERS, DECODERS, KNOWN, SUB_CONFIGS, WRAPPERS
 from .families.decoder import build
 from .families.llama import LLAMA
 
@@ -35,7 +35,7 @@ STANDARD = {
 }
 # Every config class whose defaults the estimator may read (tools/write_transformers_defaults.py generates
 # config/transformers_defaults.py from these and their sub-configs).
-READ_TYPES: tuple[str, ...] = tuple(sorted({*KNOWN, "gpt-sw3"}))
+READ_TYPES: tuple[str, ...] = tuple(sorted({*KNOWN, *SUB_CONFIGS, "gpt-sw3"}))
 
 
 def normalise(cfg: Mapping[str, Any], model: str) -> Arch:

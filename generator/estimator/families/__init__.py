@@ -24,6 +24,7 @@ from . import (
     mixture_of_experts,
     recurrent,
     short_convolution,
+    speech_language,
     vision_language,
 )
 from .assembly import Builder, Wrapper
@@ -48,6 +49,8 @@ BUILDERS: dict[str, Builder] = merged(gpt2_era.BUILDERS, llama.BUILDERS, gemma.B
                                       latent_attention.BUILDERS, mamba.BUILDERS, mamba_hybrids.BUILDERS,
                                       short_convolution.BUILDERS, recurrent.BUILDERS, encoders.BUILDERS, bert_descendants.BUILDERS,
                                       encoder_decoders.BUILDERS, vision_language.BUILDERS)
-WRAPPERS: dict[str, Wrapper] = vision_language.WRAPPERS
+WRAPPERS: dict[str, Wrapper] = merged(vision_language.WRAPPERS, speech_language.WRAPPERS)
 # Every model_type read, by whichever table: the three never share one.
 KNOWN: frozenset[str] = frozenset(merged(DECODERS, BUILDERS, WRAPPERS))
+# Config classes read only as a wrapper's sub-config (audio towers, Q-Former): their defaults are read too.
+SUB_CONFIGS: frozenset[str] = frozenset(speech_language.SUB_CONFIGS)

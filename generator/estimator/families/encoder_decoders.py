@@ -12,6 +12,7 @@ the cross-attention KV over the encoder's tokens, per sequence.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -274,8 +275,26 @@ def prophetnet(cfg: Mapping[str, Any], model: str) -> Arch:
                     vocab=vocab, ctx=ctx, tie=tie, embed=embed, blocks=blocks, head=head,
                     kind="decoder" if causal else "encoder-decoder", position="learned")
 
+# modeling_seamless_m4t.SeamlessM4TForTextToText (v2 alike): shared embeddings, a text encoder and a text decoder of
+# pre-norm BART layers, sinusoidal positions (a buffer), a LayerNorm closing each stack, the LM head tied to shared.
+SEAMLESS = BartTraits(pos_offset=None, pre_norm=True, embed_norm=False, final_norm=True, table_params=False)
+
+
+def seamless_m4t(cfg: Mapping[str, Any], model: str) -> Arch:
+    """The text-to-text model of SeamlessM4T; another class of the model_type (SeamlessM4TModel, the speech
+    classes) also holds a speech encoder, a text-to-unit model and a vocoder, which are not counted."""
+    mt = str(cfg.get("model_type"))
+    arch = bart_like(cfg, model, mt, SEAMLESS)
+    if any(a.endswith("ForTextToText") for a in arch.architectures[:1]):
+        return arch
+    return dataclasses.replace(arch, approximate="only the text encoder and decoder are counted (not the speech "
+                                                 "encoder, the text-to-unit model or the vocoder)")
+
+
 BUILDERS: dict[str, Builder] = {
     **bind(BARTS, bart_like),
+    "seamless_m4t": seamless_m4t,
+    "seamless_m4t_v2": seamless_m4t,
     "t5": t5,
     "mt5": t5,
     "umt5": t5,

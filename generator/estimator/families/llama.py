@@ -7,6 +7,7 @@ from typing import Any
 
 from ..config.arch import Arch
 from ..config.reader import Reader
+from ..config.windows import RULES
 from ..graph.layout import standard_block
 from ..graph.parts import (
     Part,
@@ -18,6 +19,8 @@ from ..graph.parts import (
 )
 from .assembly import Builder, assemble
 from .decoder import DecoderTraits, Dims, build, partial_rotary
+
+ALL_LAYERS = RULES["mistral"]  # every layer uses config.sliding_window
 
 
 def _stablelm_layout(d: Dims) -> tuple[tuple[str, ...], bool]:
@@ -153,6 +156,9 @@ TRAITS: dict[str, DecoderTraits] = {
               attn_extra=lambda d: d.kv + (d.kv if d.f("attention_bias") else 0),
               attn_linears=lambda d: ((d.kv * d.hd, d.kv),),
               layer_extra=lambda d: 2 * d.hidden),
+    # modeling_voxtral_realtime.VoxtralRealtimeTextDecoderLayer: llama without biases, every layer windowed by
+    # sliding_window, plus ada_rms_norm (linear1 hidden -> 32, linear2 32 -> hidden, no bias)
+    "voxtral_realtime_text": DecoderTraits(layer_extra=lambda d: 2 * 32 * d.hidden, window_rule=ALL_LAYERS),
 }
 
 BUILDERS: dict[str, Builder] = {

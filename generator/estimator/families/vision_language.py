@@ -40,7 +40,10 @@ DEFAULT_TEXT = {"llava": "llama", "llava_next": "llama", "paligemma": "gemma", "
                 "mistral3": "mistral", "llava_onevision": "qwen2", "aya_vision": "cohere2", "got_ocr2": "qwen2",
                 "fuyu": "persimmon", "internvl": "qwen2", "moss_transcribe_diarize": "qwen3",
                 "llava_next_video": "llama", "vipllava": "llama", "video_llava": "llama", "shieldgemma2": "gemma3_text",
-                "deepseek_vl": "llama", "qianfan_ocr": "qwen3", "lighton_ocr": "qwen3", "cohere2_vision": "cohere2"}
+                "deepseek_vl": "llama", "qianfan_ocr": "qwen3", "lighton_ocr": "qwen3", "cohere2_vision": "cohere2",
+                "qwen2_audio": "qwen2", "audioflamingo3": "qwen2", "musicflamingo": "qwen2", "voxtral": "llama",
+                "glmasr": "llama", "omniasr": "llama", "vibevoice_asr": "qwen2", "granite_speech": "granite", "granite_speech_plus": "granite", "qwen3_asr": "qwen3", "voxtral_realtime": "voxtral_realtime_text", "qwen2_5_omni_thinker": "qwen2_5_omni_text",
+                "qwen3_omni_moe_thinker": "qwen3_omni_moe_text"}
 
 
 # Wrappers whose image_seq_length (when the config gives it) is the tokens one image adds.
@@ -52,7 +55,7 @@ TEXT_FIXED: dict[str, dict[str, Any]] = {"glm_ocr_text": {"attention_bias": Fals
 
 TEXT_AS = {"qwen2_vl_text": "qwen2", "qwen2_5_vl_text": "qwen2", "qwen3_vl_text": "qwen3",
            "qwen3_vl_moe_text": "qwen3_moe", "glm4v_text": "glm4", "glm4v_moe_text": "glm4_moe", "glm_ocr_text": "glm4",
-           "paddleocr_vl_text": "ernie4_5"}
+           "paddleocr_vl_text": "ernie4_5", "qwen2_5_omni_text": "qwen2", "qwen3_omni_moe_text": "qwen3_moe"}
 
 
 
@@ -272,30 +275,6 @@ def got_ocr2(cfg: Mapping[str, Any], model: str, read_text: TextReader) -> Arch:
                                architectures=architectures_of(cfg, model))
 
 
-def moss_transcribe_diarize(cfg: Mapping[str, Any], model: str, read_text: TextReader) -> Arch:
-    """modeling_moss_transcribe_diarize.py: a Whisper-style audio encoder (conv1 num_mel_bins -> d and conv2
-    d -> d with kernel 3, max_source_positions positions, pre-norm layers whose k_proj has no bias, a final
-    LayerNorm), a projector over audio_merge_size stacked frames (linear_1, linear_2, LayerNorm) and a Qwen3
-    text tower whose head follows the top-level tie_word_embeddings."""
-    text = text_tower(cfg, model, "moss_transcribe_diarize", read_text)
-    r = Reader(cfg, model, "moss_transcribe_diarize")
-    text = retie(text, r.flag("tie_word_embeddings", True))
-    spec = text.spec
-    a = r.child(cfg.get("audio_config") or {}, "moss_transcribe_diarize_audio", prefix="audio_config.")
-    d, n, inter, mels = a.int("hidden_size"), a.int("num_hidden_layers"), a.int("intermediate_size"), a.int("num_mel_bins")
-    frames = a.int("max_source_positions")
-    layer = 4 * d * d + 3 * d + linear(d, inter, True) + linear(inter, d, True) + 4 * d
-    tower = mels * d * 3 + d + d * d * 3 + d + frames * d + n * layer + 2 * d
-    merged = d * r.int("audio_merge_size", 4)
-    th, bias = spec.hidden, r.flag("projector_bias", True)
-    proj = linear(merged, th, bias) + linear(th, th, bias) + 2 * th
-    embed = (*spec.embed, Part("Audio_Tower", f"Audio encoder ({n} layers)", tower, matmul=n * (4 * d * d + 2 * d * inter)),
-             Part("Projector", "Audio projector", proj, matmul=merged * th + th * th))
-    new = dataclasses.replace(spec, embed=embed, vision_act=frames * n * (8 * d + 2 * inter),
-                              vision_transient=frames * (4 * d + inter), image_tokens=frames // r.int("audio_merge_size", 4))
-    return dataclasses.replace(text, model_type="moss_transcribe_diarize", family="moss_transcribe_diarize", spec=new,
-                               architectures=architectures_of(cfg, model))
-
 BUILDERS: dict[str, Builder] = {
     "mllama": mllama,
     "mllama_text_model": mllama_text,
@@ -307,5 +286,4 @@ BUILDERS: dict[str, Builder] = {
 WRAPPERS: dict[str, Wrapper] = {
     **dict.fromkeys(PROJECTORS, vlm),
     "got_ocr2": got_ocr2,
-    "moss_transcribe_diarize": moss_transcribe_diarize,
 }

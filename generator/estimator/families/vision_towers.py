@@ -185,7 +185,8 @@ TOWERS: dict[str, Callable[[Reader, str], TowerResult]] = {
     "paddleocr_vl_vision": siglip, "video_llama_3_vision": video_llama_3, "siglip2_vision_model": siglip2, "exaone4_5_vision": exaone4_5,
     "internvl_vision": internvl, "qianfan_ocr_vision": internvl,
     "qwen3_vl_vision": qwen3_vl, "qwen3_vl_moe_vision": qwen3_vl, "qwen3_5_vision": qwen3_vl,
-    "qwen3_5_moe_vision": qwen3_vl, "glm4v_vision": glm4v, "glm4v_moe_vision": glm4v, "glm_ocr_vision": glm_ocr,
+    "qwen3_5_moe_vision": qwen3_vl, "qwen2_5_omni_vision_encoder": qwen_vl, "qwen3_omni_moe_vision_encoder": qwen3_vl,
+    "glm4v_vision": glm4v, "glm4v_moe_vision": glm4v, "glm_ocr_vision": glm_ocr,
 }
 
 
@@ -194,7 +195,8 @@ TOWERS: dict[str, Callable[[Reader, str], TowerResult]] = {
 FIXED_VISION = {mt: mt + "_vision" for mt in ("exaone4_5", "glm4v", "glm4v_moe", "glm_ocr", "idefics3", "internvl",
                                                "paddleocr_vl", "qianfan_ocr", "qwen2_5_vl", "qwen2_vl", "qwen3_5",
                                                "qwen3_5_moe", "qwen3_vl", "qwen3_vl_moe", "smolvlm",
-                                               "video_llama_3")}
+                                               "video_llama_3")} | {
+    "qwen2_5_omni_thinker": "qwen2_5_omni_vision_encoder", "qwen3_omni_moe_thinker": "qwen3_omni_moe_vision_encoder"}
 DEFAULT_VISION = {  # AutoConfig wrappers whose vision_config names no model_type
     **dict.fromkeys(("llava", "llava_next", "llava_next_video", "vipllava", "video_llava"), "clip_vision_model"),
     **dict.fromkeys(("paligemma", "gemma3", "shieldgemma2", "llava_onevision", "aya_vision", "deepseek_vl",
