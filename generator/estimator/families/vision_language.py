@@ -40,7 +40,8 @@ DEFAULT_TEXT = {"llava": "llama", "llava_next": "llama", "paligemma": "gemma", "
                 "mistral3": "mistral", "llava_onevision": "qwen2", "aya_vision": "cohere2", "got_ocr2": "qwen2",
                 "fuyu": "persimmon", "internvl": "qwen2", "moss_transcribe_diarize": "qwen3",
                 "llava_next_video": "llama", "vipllava": "llama", "video_llava": "llama", "shieldgemma2": "gemma3_text",
-                "deepseek_vl": "llama", "qianfan_ocr": "qwen3", "lighton_ocr": "qwen3", "cohere2_vision": "cohere2"}
+                "deepseek_vl": "llama", "qianfan_ocr": "qwen3", "lighton_ocr": "qwen3", "cohere2_vision": "cohere2",
+                "hy_v4_vl": "hy_v4_vl_text"}
 
 
 # Wrappers whose image_seq_length (when the config gives it) is the tokens one image adds.
@@ -52,7 +53,7 @@ TEXT_FIXED: dict[str, dict[str, Any]] = {"glm_ocr_text": {"attention_bias": Fals
 
 TEXT_AS = {"qwen2_vl_text": "qwen2", "qwen2_5_vl_text": "qwen2", "qwen3_vl_text": "qwen3",
            "qwen3_vl_moe_text": "qwen3_moe", "glm4v_text": "glm4", "glm4v_moe_text": "glm4_moe", "glm_ocr_text": "glm4",
-           "paddleocr_vl_text": "ernie4_5"}
+           "paddleocr_vl_text": "ernie4_5", "hy_v4_vl_text": "hy_v4"}
 
 
 

@@ -152,6 +152,16 @@ def glm4v(mt: str, r: Reader, vh: int, th: int, cfg: Mapping[str, Any]) -> Proje
     return _mlp("Patch merger", out * out + 2 * out + 3 * out * inter, out * out + 3 * out * inter, m * m)
 
 
+def hy_v4_vl(mt: str, r: Reader, vh: int, th: int, cfg: Mapping[str, Any]) -> ProjectorResult:
+    """modeling_hy_v4_vl.HYV4VLVisionPatchMerger: before_rms (vision width), proj_conv (v -> v m^2, kernel m, bias),
+    GELU, proj_out (1x1 conv v m^2 -> out_hidden_size, bias) and an image_newline of out_hidden_size."""
+    v = _vision(r, cfg, mt)
+    m, out = v.int("spatial_merge_size", 2), v.int("out_hidden_size")
+    wide = vh * m * m
+    return _mlp("Patch merger", vh + linear(wide, wide, True) + linear(wide, out, True) + out,
+                wide * wide + wide * out, m * m)
+
+
 PROJECTORS: dict[str, Callable[[str, Reader, int, int, Mapping[str, Any]], ProjectorResult]] = {
     "llava": llava, "llava_next": llava, "llava_next_video": llava, "llava_onevision": llava, "video_llava": llava,
     "vipllava": vipllava, "paligemma": paligemma, "gemma3": gemma3, "shieldgemma2": gemma3,
@@ -161,6 +171,7 @@ PROJECTORS: dict[str, Callable[[str, Reader, int, int, Mapping[str, Any]], Proje
     "deepseek_vl": two_linear, "video_llama_3": two_linear, "internvl": internvl, "qianfan_ocr": internvl,
     **dict.fromkeys(("qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe", "cosmos3_omni"), qwen3_vl),
     **dict.fromkeys(("glm4v", "glm46v", "glmga", "glm4v_moe", "glm_ocr"), glm4v),
+    "hy_v4_vl": hy_v4_vl,
 }
 
 

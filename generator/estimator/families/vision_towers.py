@@ -179,6 +179,17 @@ def glm_ocr(v: Reader, kind: str) -> TowerResult:
     return _part(params, depth, h, inter, (v.int("image_size") // p) ** 2, 8 * h + 3 * inter)
 
 
+def hy_v4_vl(v: Reader, kind: str) -> TowerResult:
+    """modeling_hy_v4_vl.HYV4VLVisionModel: patch conv with bias, (max_image_size / patch_size)^2 + 1 learned
+    positions, LayerNorm layers with biased q/k/v/o and fc1/fc2. The patch merger is the projector."""
+    h, n, inter = v.int("hidden_size"), v.int("num_hidden_layers"), v.int("intermediate_size")
+    p, ch = v.int("patch_size"), v.int("num_channels", 3)
+    grid = v.int("max_image_size") // p
+    params = ch * p * p * h + h + (grid * grid + 1) * h + n * vit_layer(h, inter)
+    patches = (448 // p) ** 2  # a nominal 448 x 448 image (the processor resizes dynamically)
+    return _part(params, n, h, inter, patches, 8 * h + 2 * inter)
+
+
 TOWERS: dict[str, Callable[[Reader, str], TowerResult]] = {
     "qwen2_vl_vision": qwen_vl, "qwen2_5_vl_vision": qwen_vl, "pixtral": pixtral, "clip_vision_model": clip,
     "siglip_vision_model": siglip, "idefics3_vision": siglip, "smolvlm_vision": siglip,
@@ -186,12 +197,13 @@ TOWERS: dict[str, Callable[[Reader, str], TowerResult]] = {
     "internvl_vision": internvl, "qianfan_ocr_vision": internvl,
     "qwen3_vl_vision": qwen3_vl, "qwen3_vl_moe_vision": qwen3_vl, "qwen3_5_vision": qwen3_vl,
     "qwen3_5_moe_vision": qwen3_vl, "glm4v_vision": glm4v, "glm4v_moe_vision": glm4v, "glm_ocr_vision": glm_ocr,
+    "hy_v4_vl_vision": hy_v4_vl,
 }
 
 
 # Wrappers whose config class fixes the vision config class (sub_configs): the file's vision_config.model_type does
 # not choose the tower (Qwen3.5 files name it "qwen3_5"). Others take any (AutoConfig): the file's, else a default.
-FIXED_VISION = {mt: mt + "_vision" for mt in ("exaone4_5", "glm4v", "glm4v_moe", "glm_ocr", "idefics3", "internvl",
+FIXED_VISION = {mt: mt + "_vision" for mt in ("exaone4_5", "glm4v", "glm4v_moe", "glm_ocr", "hy_v4_vl", "idefics3", "internvl",
                                                "paddleocr_vl", "qianfan_ocr", "qwen2_5_vl", "qwen2_vl", "qwen3_5",
                                                "qwen3_5_moe", "qwen3_vl", "qwen3_vl_moe", "smolvlm",
                                                "video_llama_3")}
