@@ -162,6 +162,13 @@ def hy_v4_vl(mt: str, r: Reader, vh: int, th: int, cfg: Mapping[str, Any]) -> Pr
                 wide * wide + wide * out, m * m)
 
 
+def step3p7(mt: str, r: Reader, vh: int, th: int, cfg: Mapping[str, Any]) -> ProjectorResult:
+    """modeling_step3p7.Step3p7Model.multi_modal_projector: one Linear from the downsampled vision width (4 v,
+    given here as vh) to the text width, biased by projector_bias; the two stride-2 convs leave 1/16 of the
+    patches."""
+    return _mlp("Linear projector", linear(vh, th, r.flag("projector_bias", False)), vh * th, 16)
+
+
 PROJECTORS: dict[str, Callable[[str, Reader, int, int, Mapping[str, Any]], ProjectorResult]] = {
     "llava": llava, "llava_next": llava, "llava_next_video": llava, "llava_onevision": llava, "video_llava": llava,
     "vipllava": vipllava, "paligemma": paligemma, "gemma3": gemma3, "shieldgemma2": gemma3,
@@ -171,7 +178,7 @@ PROJECTORS: dict[str, Callable[[str, Reader, int, int, Mapping[str, Any]], Proje
     "deepseek_vl": two_linear, "video_llama_3": two_linear, "internvl": internvl, "qianfan_ocr": internvl,
     **dict.fromkeys(("qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe", "cosmos3_omni"), qwen3_vl),
     **dict.fromkeys(("glm4v", "glm46v", "glmga", "glm4v_moe", "glm_ocr"), glm4v),
-    "hy_v4_vl": hy_v4_vl,
+    "hy_v4_vl": hy_v4_vl, "step3p7": step3p7,
 }
 
 

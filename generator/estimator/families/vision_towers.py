@@ -190,6 +190,19 @@ def hy_v4_vl(v: Reader, kind: str) -> TowerResult:
     return _part(params, n, h, inter, patches, 8 * h + 2 * inter)
 
 
+def step3p7(v: Reader, kind: str) -> TowerResult:
+    """modeling_step3p7.Step3p7VisionModel: patch conv without bias, (image_size / patch_size)^2 learned positions,
+    pre-LayerNorm, LayerNorm layers with biased q/k/v/out and fc1/fc2 of int(hidden x mlp_ratio) (the config
+    derives intermediate_size), layer scales lambda_1/lambda_2; two stride-2 3x3 convs (h -> 2h -> 4h, bias)."""
+    h, n, p = v.int("hidden_size"), v.int("num_hidden_layers"), v.int("patch_size")
+    inter = v.derived("intermediate_size", int(h * v.number("mlp_ratio", 8960 / 1536, high=1e6)),
+                      "int(hidden_size x mlp_ratio)")
+    grid = v.int("image_size") // p
+    params = (v.int("num_channels", 3) * p * p * h + grid * grid * h + 2 * h + n * vit_layer(h, inter, extra=2 * h)
+              + h * 2 * h * 9 + 2 * h + 2 * h * 4 * h * 9 + 4 * h)
+    return _part(params, n, h, inter, grid * grid, 8 * h + 2 * inter)[0], grid * grid, 4 * h, 8 * h + 2 * inter
+
+
 TOWERS: dict[str, Callable[[Reader, str], TowerResult]] = {
     "qwen2_vl_vision": qwen_vl, "qwen2_5_vl_vision": qwen_vl, "pixtral": pixtral, "clip_vision_model": clip,
     "siglip_vision_model": siglip, "idefics3_vision": siglip, "smolvlm_vision": siglip,
@@ -197,7 +210,7 @@ TOWERS: dict[str, Callable[[Reader, str], TowerResult]] = {
     "internvl_vision": internvl, "qianfan_ocr_vision": internvl,
     "qwen3_vl_vision": qwen3_vl, "qwen3_vl_moe_vision": qwen3_vl, "qwen3_5_vision": qwen3_vl,
     "qwen3_5_moe_vision": qwen3_vl, "glm4v_vision": glm4v, "glm4v_moe_vision": glm4v, "glm_ocr_vision": glm_ocr,
-    "hy_v4_vl_vision": hy_v4_vl,
+    "hy_v4_vl_vision": hy_v4_vl, "step3p5_vision": step3p7,
 }
 
 
@@ -206,7 +219,7 @@ TOWERS: dict[str, Callable[[Reader, str], TowerResult]] = {
 FIXED_VISION = {mt: mt + "_vision" for mt in ("exaone4_5", "glm4v", "glm4v_moe", "glm_ocr", "hy_v4_vl", "idefics3", "internvl",
                                                "paddleocr_vl", "qianfan_ocr", "qwen2_5_vl", "qwen2_vl", "qwen3_5",
                                                "qwen3_5_moe", "qwen3_vl", "qwen3_vl_moe", "smolvlm",
-                                               "video_llama_3")}
+                                               "video_llama_3")} | {"step3p7": "step3p5_vision"}
 DEFAULT_VISION = {  # AutoConfig wrappers whose vision_config names no model_type
     **dict.fromkeys(("llava", "llava_next", "llava_next_video", "vipllava", "video_llava"), "clip_vision_model"),
     **dict.fromkeys(("paligemma", "gemma3", "shieldgemma2", "llava_onevision", "aya_vision", "deepseek_vl",
