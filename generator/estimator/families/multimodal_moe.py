@@ -1,10 +1,13 @@
-"""Text towers of multimodal mixture-of-experts models (Step-3.7, ...): traits per model_type (transformers 5.24)."""
+"""Text towers of multimodal mixture-of-experts models (Step-3.7, Mistral Large 4, ...): traits per model_type.
+
+Each read from transformers 5.24's modeling_<type>.py; the wrappers around them are vision_language's.
+"""
 
 from __future__ import annotations
 
-from ..graph.parts import Part
+from ..graph.parts import Part, linear
 from .decoder import DecoderTraits, Dims, ExpertTraits, attention
-from .mixture_of_experts import sparse_by_types
+from .mixture_of_experts import first_k_dense, sparse_by_types
 
 
 def _step3p5_sparse(d: Dims, i: int) -> bool:
@@ -26,6 +29,51 @@ def _step3p5_attention(t: DecoderTraits, d: Dims, n: int, window: int) -> Part:
     return attention(t, d, n, window, heads=heads, extra=d.hidden * heads)
 
 
+def _mistral_large4_indexer_types(d: Dims) -> list[str]:
+    # configuration_mistral_large4.MistralLarge4TextConfig.__post_init__: index_topk_pattern ("F"/"S" per layer),
+    # else "full" where max(i - index_skip_topk_offset + 1, 0) % index_topk_freq == 0.
+    r = d.r
+    given = r.list("indexer_types", str, length=d.layers)
+    if given is not None:
+        return list(given)
+    pattern = r.cfg.get("index_topk_pattern")
+    if isinstance(pattern, str):
+        return ["full" if c == "F" else "shared" for c in pattern]
+    freq, offset = max(r.int("index_topk_freq", 1), 1), r.int("index_skip_topk_offset", 2, minimum=0)
+    return ["full" if max(i - offset + 1, 0) % freq == 0 else "shared" for i in range(d.layers)]
+
+
+def _mistral_large4_attention(t: DecoderTraits, d: Dims, n: int, window: int) -> Part:
+    """modeling_mistral_large4.MistralLarge4TextAttention: MLA without a query LoRA (q_proj hidden -> heads x
+    (nope + rope)); kv_a_proj_with_mqa (hidden -> kv_lora_rank + rope) and its RMSNorm unless the layer reads an
+    earlier layer's latent KV (kv_source_layers); on NoPE layers (no_rope_layers 0, every 4th by default) the rope
+    slice joins the nope part of kv_b_proj; o_proj; a softmax scaling (scale and bias per head); on indexer "full"
+    layers the DSA indexer (MistralLarge4TextIndexer: wq_b and weights_proj from hidden, wk, k_norm and
+    q_input_norm LayerNorms, its own softmax scaling)."""
+    r, h, heads, i = d.r, d.hidden, d.heads, n - 1
+    rope, nope, v, rank = r.int("qk_rope_head_dim"), r.int("qk_nope_head_dim", minimum=0), r.int("v_head_dim"), \
+        r.int("kv_lora_rank")
+    uses_rope = r.list("no_rope_layers", int) or [int((j + 1) % 4 != 0) for j in range(d.layers)]
+    sources = r.list("kv_source_layers", int) or list(range(d.layers))
+    rk = rope if uses_rope[i] else 0
+    bias = d.f("attention_bias")
+    lin = [(h, heads * (nope + rope)), (rank, heads * (nope + rope - rk + v)), (heads * v, h)]
+    params = linear(h, heads * (nope + rope)) + linear(rank, heads * (nope + rope - rk + v)) \
+        + linear(heads * v, h, bias) + 2 * heads
+    own = sources[i] == i
+    if own:
+        params += linear(h, rank + rk, bias) + rank
+        lin.append((h, rank + rk))
+    if _mistral_large4_indexer_types(d)[i] == "full":
+        ih, idim = r.int("index_n_heads"), r.int("index_head_dim")
+        params += linear(h, ih * idim) + linear(h, idim) + 2 * idim + linear(h, ih) + 2 * h + 2 * ih
+    q_all, kv_all = heads * (nope + rope), heads * (nope + rope - rk + v)
+    return Part(f"Attention_{n}", "Multi-head Latent Attn", params, matmul=sum(a * b for a, b in lin),
+                linears=tuple(lin), act=rank + rk + 3 * q_all + kv_all + 2 * heads * v, act32=heads,
+                transient=q_all + kv_all + heads * v, kv=rank + rk if own else 0, window=window,
+                attn_flops=2 * heads * (nope + rope + v))
+
+
 TRAITS: dict[str, DecoderTraits] = {
     # modeling_step3p7.Step3p7TextModel: gated GQA, MoE layers (router weight, 3-D experts, a shared SwiGLU of
     # share_expert_dim), dense SwiGLU layers of intermediate_size, untied head.
@@ -33,4 +81,12 @@ TRAITS: dict[str, DecoderTraits] = {
                              attn=_step3p5_attention,
                              moe=ExpertTraits(experts="n_routed_experts", shared=lambda d: d.k("share_expert_dim"),
                                               shared_bias="mlp_bias", sparse=sparse_by_types(_step3p5_sparse))),
+    # modeling_mistral_large4.MistralLarge4TextModel: the attention above, DeepSeek-V3's MoE (dense first layer),
+    # LeRoPE's learned alpha (one per rotary frequency: qk_rope_head_dim / 2), untied head.
+    "mistral_large4_text": DecoderTraits(mla=True, attn=_mistral_large4_attention,
+                                         top_extra=lambda d: d.k("qk_rope_head_dim") // 2,
+                                         moe=ExpertTraits(experts="n_routed_experts",
+                                                          shared=lambda d: d.k("n_shared_experts", 1, minimum=0)
+                                                          * d.k("moe_intermediate_size"),
+                                                          sparse=first_k_dense(k0=1))),
 }

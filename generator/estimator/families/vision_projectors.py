@@ -59,7 +59,7 @@ def mistral3(mt: str, r: Reader, vh: int, th: int, cfg: Mapping[str, Any]) -> Pr
     """modeling_mistral3.Mistral3MultiModalProjector (LightOnOCR alike, no bias): RMSNorm, patch merger
     (vision x m^2 -> vision), linear_1, GELU, linear_2."""
     m = r.int("spatial_merge_size", 2)
-    bias = r.flag("multimodal_projector_bias", False) if mt == "mistral3" else False
+    bias = r.flag("multimodal_projector_bias", False) if mt in ("mistral3", "mistral_large4") else False
     params = vh + vh * m * m * vh + linear(vh, th, bias) + linear(th, th, bias)
     return _mlp("Patch-merger projector", params, vh * m * m * vh + vh * th + th * th, m * m)
 
@@ -173,6 +173,7 @@ PROJECTORS: dict[str, Callable[[str, Reader, int, int, Mapping[str, Any]], Proje
     "llava": llava, "llava_next": llava, "llava_next_video": llava, "llava_onevision": llava, "video_llava": llava,
     "vipllava": vipllava, "paligemma": paligemma, "gemma3": gemma3, "shieldgemma2": gemma3,
     "idefics3": idefics3, "smolvlm": idefics3, "mistral3": mistral3, "lighton_ocr": mistral3,
+    "mistral_large4": mistral3,
     "qwen2_vl": qwen_vl, "qwen2_5_vl": qwen_vl, "exaone4_5": qwen_vl, "hyperclovax_vision_v2": qwen_vl,
     "paddleocr_vl": paddleocr_vl, "lfm2_vl": lfm2_vl, "aya_vision": aya_vision, "cohere2_vision": aya_vision,
     "deepseek_vl": two_linear, "video_llama_3": two_linear, "internvl": internvl, "qianfan_ocr": internvl,

@@ -224,7 +224,7 @@ DEFAULT_VISION = {  # AutoConfig wrappers whose vision_config names no model_typ
     **dict.fromkeys(("llava", "llava_next", "llava_next_video", "vipllava", "video_llava"), "clip_vision_model"),
     **dict.fromkeys(("paligemma", "gemma3", "shieldgemma2", "llava_onevision", "aya_vision", "deepseek_vl",
                      "cohere2_vision"), "siglip_vision_model"),
-    "mistral3": "pixtral", "lighton_ocr": "pixtral",
+    "mistral3": "pixtral", "lighton_ocr": "pixtral", "mistral_large4": "pixtral",
 }
 
 
