@@ -97,7 +97,7 @@ def _audio(r: Reader, cfg: Mapping[str, Any]) -> Part:
     kernel, ratio, out = a.int("conv_kernel_size"), a.number("mlp_ratio", 4.0, high=1e6), a.int("out_hidden_size")
     params = mm = 0
     prev = 1
-    for w, p, depth in zip(sizes, patches, depths):
+    for w, p, depth in zip(sizes, patches, depths, strict=True):
         wide = int(w * ratio)
         params += linear(prev * p, w, True) + w + depth * (w * kernel + w + w + linear(w, wide, True) + linear(wide, w, True))
         mm += prev * p * w + depth * 2 * w * wide
