@@ -51,7 +51,7 @@ BUILDERS: dict[str, Builder] = merged(gpt2_era.BUILDERS, llama.BUILDERS, gemma.B
                                       latent_attention.BUILDERS, mamba.BUILDERS, mamba_hybrids.BUILDERS,
                                       short_convolution.BUILDERS, recurrent.BUILDERS, encoders.BUILDERS, bert_descendants.BUILDERS,
                                       encoder_decoders.BUILDERS, vision_language.BUILDERS, inkling.BUILDERS,
-                                      muse.BUILDERS)
+                                      muse.BUILDERS, multimodal_moe.BUILDERS)
 WRAPPERS: dict[str, Wrapper] = merged(vision_language.WRAPPERS, inkling.WRAPPERS, muse.WRAPPERS)
 # Every model_type read, by whichever table: the three never share one.
 KNOWN: frozenset[str] = frozenset(merged(DECODERS, BUILDERS, WRAPPERS))

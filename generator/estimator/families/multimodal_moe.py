@@ -5,8 +5,14 @@ Each read from transformers 5.24's modeling_<type>.py; the wrappers around them 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
+from ..config.arch import Arch
+from ..config.reader import Reader
 from ..graph.parts import Part, linear
-from .decoder import DecoderTraits, Dims, ExpertTraits, attention
+from .assembly import Builder
+from .decoder import DecoderTraits, Dims, ExpertTraits, attention, build
 from .mixture_of_experts import first_k_dense, sparse_by_types
 
 
@@ -90,3 +96,33 @@ TRAITS: dict[str, DecoderTraits] = {
                                                           * d.k("moe_intermediate_size"),
                                                           sparse=first_k_dense(k0=1))),
 }
+
+
+def _ernie_vl_vision_experts(d: Dims) -> int:
+    # modeling_ernie4_5_vl_moe.Ernie4_5_VLMoeMoeBlock.vision_moe: a second routed set for image/video tokens, its own
+    # router (experts x hidden, fp32) and e_score_correction_bias (a parameter), 3-D experts of the second width.
+    e = d.k("moe_num_experts")
+    return e * 3 * d.hidden * d.k("vision_moe_intermediate_size") + e * d.hidden + e
+
+
+# modeling_ernie4_5_vl_moe.Ernie4_5_VLMoeTextModel: ERNIE-4.5-MoE's layers (use_bias on q/k/v/o and the MLPs,
+# tied embeddings); each sparse layer (mlp_layer_types, default all but the first) holds text experts of
+# moe_intermediate_size[0], the vision experts above (counted as extra parameters of the MoE part: they run only
+# on vision tokens) and shared experts of moe_intermediate_size[0] x moe_num_shared_experts.
+ERNIE_VL = DecoderTraits(qkv_bias="use_bias", o_bias="use_bias", mlp_bias="use_bias", tie=True,
+                         moe=ExpertTraits(experts="moe_num_experts", top_k="moe_k",
+                                          shared=lambda d: d.k("moe_num_shared_experts", 0, minimum=0)
+                                          * d.k("moe_intermediate_size"),
+                                          shared_bias="use_bias", score_bias=True, extra=_ernie_vl_vision_experts,
+                                          sparse=sparse_by_types(lambda d, i: i >= 1)))
+
+
+def ernie4_5_vl_moe_text(cfg: Mapping[str, Any], model: str) -> Arch:
+    """The text tower of ERNIE-4.5-VL-MoE: moe_intermediate_size lists the text and vision experts' widths
+    (configuration_ernie4_5_vl_moe: default [1536, 512]); each is read as its own key."""
+    widths = Reader(cfg, model, "ernie4_5_vl_moe_text").list("moe_intermediate_size", int, length=2) or [1536, 512]
+    flat = dict(cfg, moe_intermediate_size=widths[0], vision_moe_intermediate_size=widths[1])
+    return build(flat, model, "ernie4_5_vl_moe_text", ERNIE_VL)
+
+
+BUILDERS: dict[str, Builder] = {"ernie4_5_vl_moe_text": ernie4_5_vl_moe_text}

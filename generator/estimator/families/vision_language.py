@@ -42,7 +42,7 @@ DEFAULT_TEXT = {"llava": "llama", "llava_next": "llama", "paligemma": "gemma", "
                 "llava_next_video": "llama", "vipllava": "llama", "video_llava": "llama", "shieldgemma2": "gemma3_text",
                 "deepseek_vl": "llama", "qianfan_ocr": "qwen3", "lighton_ocr": "qwen3", "cohere2_vision": "cohere2",
                 "hy_v4_vl": "hy_v4_vl_text", "step3p7": "step3p5",
-                "mistral_large4": "mistral_large4_text"}
+                "mistral_large4": "mistral_large4_text", "ernie4_5_vl_moe": "ernie4_5_vl_moe_text"}
 
 
 # Wrappers whose image_seq_length (when the config gives it) is the tokens one image adds.

@@ -169,6 +169,18 @@ def step3p7(mt: str, r: Reader, vh: int, th: int, cfg: Mapping[str, Any]) -> Pro
     return _mlp("Linear projector", linear(vh, th, r.flag("projector_bias", False)), vh * th, 16)
 
 
+def ernie4_5_vl_moe(mt: str, r: Reader, vh: int, th: int, cfg: Mapping[str, Any]) -> ProjectorResult:
+    """modeling_ernie4_5_vl_moe.Ernie4_5_VLMoeVariableResolutionResamplerModel: spatial_linear (fc1, fc2 over v m^2,
+    LayerNorm) and temporal_linear (fc1 from v m^2 x temporal_merge_size, fc2, LayerNorm), biases; mlp to the text
+    width with bias and an RMSNorm after it."""
+    v = _vision(r, cfg, mt)
+    m, t = v.int("spatial_merge_size", 2), v.int("temporal_merge_size", 2)
+    wide = vh * m * m
+    params = 2 * linear(wide, wide, True) + 2 * wide + linear(wide * t, wide, True) + linear(wide, wide, True) \
+        + 2 * wide + linear(wide, th, True) + th
+    return _mlp("Resampler", params, 2 * wide * wide + wide * th, m * m)
+
+
 PROJECTORS: dict[str, Callable[[str, Reader, int, int, Mapping[str, Any]], ProjectorResult]] = {
     "llava": llava, "llava_next": llava, "llava_next_video": llava, "llava_onevision": llava, "video_llava": llava,
     "vipllava": vipllava, "paligemma": paligemma, "gemma3": gemma3, "shieldgemma2": gemma3,
@@ -179,7 +191,7 @@ PROJECTORS: dict[str, Callable[[str, Reader, int, int, Mapping[str, Any]], Proje
     "deepseek_vl": two_linear, "video_llama_3": two_linear, "internvl": internvl, "qianfan_ocr": internvl,
     **dict.fromkeys(("qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe", "cosmos3_omni"), qwen3_vl),
     **dict.fromkeys(("glm4v", "glm46v", "glmga", "glm4v_moe", "glm_ocr"), glm4v),
-    "hy_v4_vl": hy_v4_vl, "step3p7": step3p7,
+    "hy_v4_vl": hy_v4_vl, "step3p7": step3p7, "ernie4_5_vl_moe": ernie4_5_vl_moe,
 }
 
 

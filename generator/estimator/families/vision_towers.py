@@ -203,6 +203,15 @@ def step3p7(v: Reader, kind: str) -> TowerResult:
     return _part(params, n, h, inter, grid * grid, 8 * h + 2 * inter)[0], grid * grid, 4 * h, 8 * h + 2 * inter
 
 
+def ernie4_5_vl_moe(v: Reader, kind: str) -> TowerResult:
+    """modeling_ernie4_5_vl_moe.Ernie4_5_VLMoeVisionTransformerPretrainedModel: a Linear patch embedding (channels x
+    patch^2 -> hidden, no bias), LayerNorm blocks with a fused biased qkv, biased proj and fc1/fc2 of
+    intermediate_size, a final LayerNorm. The resampler is the projector."""
+    h, n, inter, p = v.int("hidden_size"), v.int("depth"), v.int("intermediate_size"), _side(v, "patch_size")
+    params = v.int("in_channels", 3) * p * p * h + n * vit_layer(h, inter) + 2 * h
+    return _part(params, n, h, inter, (448 // p) ** 2, 8 * h + 2 * inter)  # a nominal 448 x 448 image
+
+
 TOWERS: dict[str, Callable[[Reader, str], TowerResult]] = {
     "qwen2_vl_vision": qwen_vl, "qwen2_5_vl_vision": qwen_vl, "pixtral": pixtral, "clip_vision_model": clip,
     "siglip_vision_model": siglip, "idefics3_vision": siglip, "smolvlm_vision": siglip,
@@ -211,12 +220,13 @@ TOWERS: dict[str, Callable[[Reader, str], TowerResult]] = {
     "qwen3_vl_vision": qwen3_vl, "qwen3_vl_moe_vision": qwen3_vl, "qwen3_5_vision": qwen3_vl,
     "qwen3_5_moe_vision": qwen3_vl, "glm4v_vision": glm4v, "glm4v_moe_vision": glm4v, "glm_ocr_vision": glm_ocr,
     "hy_v4_vl_vision": hy_v4_vl, "step3p5_vision": step3p7,
+    "ernie4_5_vl_moe_vision": ernie4_5_vl_moe,
 }
 
 
 # Wrappers whose config class fixes the vision config class (sub_configs): the file's vision_config.model_type does
 # not choose the tower (Qwen3.5 files name it "qwen3_5"). Others take any (AutoConfig): the file's, else a default.
-FIXED_VISION = {mt: mt + "_vision" for mt in ("exaone4_5", "glm4v", "glm4v_moe", "glm_ocr", "hy_v4_vl", "idefics3", "internvl",
+FIXED_VISION = {mt: mt + "_vision" for mt in ("ernie4_5_vl_moe", "exaone4_5", "glm4v", "glm4v_moe", "glm_ocr", "hy_v4_vl", "idefics3", "internvl",
                                                "paddleocr_vl", "qianfan_ocr", "qwen2_5_vl", "qwen2_vl", "qwen3_5",
                                                "qwen3_5_moe", "qwen3_vl", "qwen3_vl_moe", "smolvlm",
                                                "video_llama_3")} | {"step3p7": "step3p5_vision"}
