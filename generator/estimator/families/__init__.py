@@ -25,6 +25,7 @@ from . import (
     mixture_of_experts,
     multimodal_moe,
     muse,
+    phi4_multimodal,
     recurrent,
     short_convolution,
     vision_language,
@@ -51,7 +52,7 @@ BUILDERS: dict[str, Builder] = merged(gpt2_era.BUILDERS, llama.BUILDERS, gemma.B
                                       latent_attention.BUILDERS, mamba.BUILDERS, mamba_hybrids.BUILDERS,
                                       short_convolution.BUILDERS, recurrent.BUILDERS, encoders.BUILDERS, bert_descendants.BUILDERS,
                                       encoder_decoders.BUILDERS, vision_language.BUILDERS, inkling.BUILDERS,
-                                      muse.BUILDERS, multimodal_moe.BUILDERS)
+                                      muse.BUILDERS, multimodal_moe.BUILDERS, phi4_multimodal.BUILDERS)
 WRAPPERS: dict[str, Wrapper] = merged(vision_language.WRAPPERS, inkling.WRAPPERS, muse.WRAPPERS)
 # Every model_type read, by whichever table: the three never share one.
 KNOWN: frozenset[str] = frozenset(merged(DECODERS, BUILDERS, WRAPPERS))
