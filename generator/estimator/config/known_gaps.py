@@ -23,9 +23,6 @@ KNOWN_GAPS: dict[str, str] = {
     "qwen4_exp_text": "transformers cannot build its default config (token_budget and compress_ratio are None)",
     # layers this estimator does not reconstruct yet
     "blt": "Byte Latent Transformer (local encoder/decoder, hash n-gram embeddings, patcher): " + NO_BUILDER,
-    "inkling2_text": "short convolutions, relative-position networks and message gates: " + NO_BUILDER,
-    "inkling2_loop_text": "looped layers with message gates and short convolutions: " + NO_BUILDER,
-    "phi4_multimodal": "the SigLIP vision and conformer audio towers (embed_tokens_extend) are not counted: " + NO_BUILDER,
     # custom code without a transformers class
     "nemotron-nas": "DeciLM's heterogeneous block_configs (per-layer attention and FFN widths, no-op layers) are "
                     "not modelled: " + NO_BUILDER,

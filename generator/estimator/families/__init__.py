@@ -16,12 +16,16 @@ from . import (
     encoders,
     gemma,
     gpt2_era,
+    inkling,
     latent_attention,
     linear_attention,
     llama,
     mamba,
     mamba_hybrids,
     mixture_of_experts,
+    multimodal_moe,
+    muse,
+    phi4_multimodal,
     recurrent,
     short_convolution,
     speech_language,
@@ -44,12 +48,14 @@ def merged(*tables: Mapping[str, Any]) -> dict[str, Any]:
 
 DECODERS: dict[str, DecoderTraits] = merged(gpt2_era.TRAITS, llama.TRAITS, gemma.TRAITS, mixture_of_experts.TRAITS,
                                 latent_attention.TRAITS, linear_attention.TRAITS, mamba_hybrids.TRAITS,
-                                short_convolution.TRAITS)
+                                short_convolution.TRAITS, multimodal_moe.TRAITS, muse.TRAITS)
 BUILDERS: dict[str, Builder] = merged(gpt2_era.BUILDERS, llama.BUILDERS, gemma.BUILDERS, mixture_of_experts.BUILDERS,
                                       latent_attention.BUILDERS, mamba.BUILDERS, mamba_hybrids.BUILDERS,
                                       short_convolution.BUILDERS, recurrent.BUILDERS, encoders.BUILDERS, bert_descendants.BUILDERS,
-                                      encoder_decoders.BUILDERS, vision_language.BUILDERS)
-WRAPPERS: dict[str, Wrapper] = merged(vision_language.WRAPPERS, speech_language.WRAPPERS)
+                                      encoder_decoders.BUILDERS, vision_language.BUILDERS, inkling.BUILDERS,
+                                      muse.BUILDERS, multimodal_moe.BUILDERS, phi4_multimodal.BUILDERS)
+WRAPPERS: dict[str, Wrapper] = merged(vision_language.WRAPPERS, speech_language.WRAPPERS, inkling.WRAPPERS,
+                                      muse.WRAPPERS)
 # Every model_type read, by whichever table: the three never share one.
 KNOWN: frozenset[str] = frozenset(merged(DECODERS, BUILDERS, WRAPPERS))
 # Config classes read only as a wrapper's sub-config (audio towers, Q-Former): their defaults are read too.

@@ -288,6 +288,8 @@ TRAITS: dict[str, DecoderTraits] = {
                      moe=ExpertTraits(experts="n_routed_experts", shared=_n_shared("n_shared_experts"), shared_bias="mlp_bias",
                            sparse=first_k_dense(freq="moe_layer_freq"))),
     "deepseek_v3": DecoderTraits(mla=True, moe=DEEPSEEK),
+    # modeling_mistral4.Mistral4Model: DeepSeek-V3's MLA and MoE (router weight only, first_k_dense_replace 0)
+    "mistral4": DecoderTraits(mla=True, moe=DEEPSEEK),
     "sarvam_mla": DecoderTraits(mla=True, moe=DEEPSEEK),
     "axk1": DecoderTraits(mla=True, moe=ExpertTraits(experts="n_routed_experts", shared=_n_shared("n_shared_experts"),
                               sparse=first_k_dense(freq="moe_layer_freq", k0=1), extra=lambda d: d.hidden)),

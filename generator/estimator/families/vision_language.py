@@ -43,7 +43,9 @@ DEFAULT_TEXT = {"llava": "llama", "llava_next": "llama", "paligemma": "gemma", "
                 "deepseek_vl": "llama", "qianfan_ocr": "qwen3", "lighton_ocr": "qwen3", "cohere2_vision": "cohere2",
                 "qwen2_audio": "qwen2", "audioflamingo3": "qwen2", "musicflamingo": "qwen2", "voxtral": "llama",
                 "glmasr": "llama", "omniasr": "llama", "vibevoice_asr": "qwen2", "granite_speech": "granite", "granite_speech_plus": "granite", "qwen3_asr": "qwen3", "voxtral_realtime": "voxtral_realtime_text", "qwen2_5_omni_thinker": "qwen2_5_omni_text",
-                "qwen3_omni_moe_thinker": "qwen3_omni_moe_text"}
+                "qwen3_omni_moe_thinker": "qwen3_omni_moe_text",
+                "hy_v4_vl": "hy_v4_vl_text", "step3p7": "step3p5",
+                "mistral_large4": "mistral_large4_text", "ernie4_5_vl_moe": "ernie4_5_vl_moe_text"}
 
 
 # Wrappers whose image_seq_length (when the config gives it) is the tokens one image adds.
@@ -55,7 +57,7 @@ TEXT_FIXED: dict[str, dict[str, Any]] = {"glm_ocr_text": {"attention_bias": Fals
 
 TEXT_AS = {"qwen2_vl_text": "qwen2", "qwen2_5_vl_text": "qwen2", "qwen3_vl_text": "qwen3",
            "qwen3_vl_moe_text": "qwen3_moe", "glm4v_text": "glm4", "glm4v_moe_text": "glm4_moe", "glm_ocr_text": "glm4",
-           "paddleocr_vl_text": "ernie4_5", "qwen2_5_omni_text": "qwen2", "qwen3_omni_moe_text": "qwen3_moe"}
+           "paddleocr_vl_text": "ernie4_5", "qwen2_5_omni_text": "qwen2", "qwen3_omni_moe_text": "qwen3_moe", "hy_v4_vl_text": "hy_v4"}
 
 
 

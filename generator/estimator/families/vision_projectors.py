@@ -59,7 +59,7 @@ def mistral3(mt: str, r: Reader, vh: int, th: int, cfg: Mapping[str, Any]) -> Pr
     """modeling_mistral3.Mistral3MultiModalProjector (LightOnOCR alike, no bias): RMSNorm, patch merger
     (vision x m^2 -> vision), linear_1, GELU, linear_2."""
     m = r.int("spatial_merge_size", 2)
-    bias = r.flag("multimodal_projector_bias", False) if mt == "mistral3" else False
+    bias = r.flag("multimodal_projector_bias", False) if mt in ("mistral3", "mistral_large4") else False
     params = vh + vh * m * m * vh + linear(vh, th, bias) + linear(th, th, bias)
     return _mlp("Patch-merger projector", params, vh * m * m * vh + vh * th + th * th, m * m)
 
@@ -152,15 +152,46 @@ def glm4v(mt: str, r: Reader, vh: int, th: int, cfg: Mapping[str, Any]) -> Proje
     return _mlp("Patch merger", out * out + 2 * out + 3 * out * inter, out * out + 3 * out * inter, m * m)
 
 
+def hy_v4_vl(mt: str, r: Reader, vh: int, th: int, cfg: Mapping[str, Any]) -> ProjectorResult:
+    """modeling_hy_v4_vl.HYV4VLVisionPatchMerger: before_rms (vision width), proj_conv (v -> v m^2, kernel m, bias),
+    GELU, proj_out (1x1 conv v m^2 -> out_hidden_size, bias) and an image_newline of out_hidden_size."""
+    v = _vision(r, cfg, mt)
+    m, out = v.int("spatial_merge_size", 2), v.int("out_hidden_size")
+    wide = vh * m * m
+    return _mlp("Patch merger", vh + linear(wide, wide, True) + linear(wide, out, True) + out,
+                wide * wide + wide * out, m * m)
+
+
+def step3p7(mt: str, r: Reader, vh: int, th: int, cfg: Mapping[str, Any]) -> ProjectorResult:
+    """modeling_step3p7.Step3p7Model.multi_modal_projector: one Linear from the downsampled vision width (4 v,
+    given here as vh) to the text width, biased by projector_bias; the two stride-2 convs leave 1/16 of the
+    patches."""
+    return _mlp("Linear projector", linear(vh, th, r.flag("projector_bias", False)), vh * th, 16)
+
+
+def ernie4_5_vl_moe(mt: str, r: Reader, vh: int, th: int, cfg: Mapping[str, Any]) -> ProjectorResult:
+    """modeling_ernie4_5_vl_moe.Ernie4_5_VLMoeVariableResolutionResamplerModel: spatial_linear (fc1, fc2 over v m^2,
+    LayerNorm) and temporal_linear (fc1 from v m^2 x temporal_merge_size, fc2, LayerNorm), biases; mlp to the text
+    width with bias and an RMSNorm after it."""
+    v = _vision(r, cfg, mt)
+    m, t = v.int("spatial_merge_size", 2), v.int("temporal_merge_size", 2)
+    wide = vh * m * m
+    params = 2 * linear(wide, wide, True) + 2 * wide + linear(wide * t, wide, True) + linear(wide, wide, True) \
+        + 2 * wide + linear(wide, th, True) + th
+    return _mlp("Resampler", params, 2 * wide * wide + wide * th, m * m)
+
+
 PROJECTORS: dict[str, Callable[[str, Reader, int, int, Mapping[str, Any]], ProjectorResult]] = {
     "llava": llava, "llava_next": llava, "llava_next_video": llava, "llava_onevision": llava, "video_llava": llava,
     "vipllava": vipllava, "paligemma": paligemma, "gemma3": gemma3, "shieldgemma2": gemma3,
     "idefics3": idefics3, "smolvlm": idefics3, "mistral3": mistral3, "lighton_ocr": mistral3,
+    "mistral_large4": mistral3,
     "qwen2_vl": qwen_vl, "qwen2_5_vl": qwen_vl, "exaone4_5": qwen_vl, "hyperclovax_vision_v2": qwen_vl,
     "paddleocr_vl": paddleocr_vl, "lfm2_vl": lfm2_vl, "aya_vision": aya_vision, "cohere2_vision": aya_vision,
     "deepseek_vl": two_linear, "video_llama_3": two_linear, "internvl": internvl, "qianfan_ocr": internvl,
     **dict.fromkeys(("qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe", "cosmos3_omni"), qwen3_vl),
     **dict.fromkeys(("glm4v", "glm46v", "glmga", "glm4v_moe", "glm_ocr"), glm4v),
+    "hy_v4_vl": hy_v4_vl, "step3p7": step3p7, "ernie4_5_vl_moe": ernie4_5_vl_moe,
 }
 
 

@@ -179,6 +179,39 @@ def glm_ocr(v: Reader, kind: str) -> TowerResult:
     return _part(params, depth, h, inter, (v.int("image_size") // p) ** 2, 8 * h + 3 * inter)
 
 
+def hy_v4_vl(v: Reader, kind: str) -> TowerResult:
+    """modeling_hy_v4_vl.HYV4VLVisionModel: patch conv with bias, (max_image_size / patch_size)^2 + 1 learned
+    positions, LayerNorm layers with biased q/k/v/o and fc1/fc2. The patch merger is the projector."""
+    h, n, inter = v.int("hidden_size"), v.int("num_hidden_layers"), v.int("intermediate_size")
+    p, ch = v.int("patch_size"), v.int("num_channels", 3)
+    grid = v.int("max_image_size") // p
+    params = ch * p * p * h + h + (grid * grid + 1) * h + n * vit_layer(h, inter)
+    patches = (448 // p) ** 2  # a nominal 448 x 448 image (the processor resizes dynamically)
+    return _part(params, n, h, inter, patches, 8 * h + 2 * inter)
+
+
+def step3p7(v: Reader, kind: str) -> TowerResult:
+    """modeling_step3p7.Step3p7VisionModel: patch conv without bias, (image_size / patch_size)^2 learned positions,
+    pre-LayerNorm, LayerNorm layers with biased q/k/v/out and fc1/fc2 of int(hidden x mlp_ratio) (the config
+    derives intermediate_size), layer scales lambda_1/lambda_2; two stride-2 3x3 convs (h -> 2h -> 4h, bias)."""
+    h, n, p = v.int("hidden_size"), v.int("num_hidden_layers"), v.int("patch_size")
+    inter = v.derived("intermediate_size", int(h * v.number("mlp_ratio", 8960 / 1536, high=1e6)),
+                      "int(hidden_size x mlp_ratio)")
+    grid = v.int("image_size") // p
+    params = (v.int("num_channels", 3) * p * p * h + grid * grid * h + 2 * h + n * vit_layer(h, inter, extra=2 * h)
+              + h * 2 * h * 9 + 2 * h + 2 * h * 4 * h * 9 + 4 * h)
+    return _part(params, n, h, inter, grid * grid, 8 * h + 2 * inter)[0], grid * grid, 4 * h, 8 * h + 2 * inter
+
+
+def ernie4_5_vl_moe(v: Reader, kind: str) -> TowerResult:
+    """modeling_ernie4_5_vl_moe.Ernie4_5_VLMoeVisionTransformerPretrainedModel: a Linear patch embedding (channels x
+    patch^2 -> hidden, no bias), LayerNorm blocks with a fused biased qkv, biased proj and fc1/fc2 of
+    intermediate_size, a final LayerNorm. The resampler is the projector."""
+    h, n, inter, p = v.int("hidden_size"), v.int("depth"), v.int("intermediate_size"), _side(v, "patch_size")
+    params = v.int("in_channels", 3) * p * p * h + n * vit_layer(h, inter) + 2 * h
+    return _part(params, n, h, inter, (448 // p) ** 2, 8 * h + 2 * inter)  # a nominal 448 x 448 image
+
+
 TOWERS: dict[str, Callable[[Reader, str], TowerResult]] = {
     "qwen2_vl_vision": qwen_vl, "qwen2_5_vl_vision": qwen_vl, "pixtral": pixtral, "clip_vision_model": clip,
     "siglip_vision_model": siglip, "idefics3_vision": siglip, "smolvlm_vision": siglip,
@@ -187,21 +220,24 @@ TOWERS: dict[str, Callable[[Reader, str], TowerResult]] = {
     "qwen3_vl_vision": qwen3_vl, "qwen3_vl_moe_vision": qwen3_vl, "qwen3_5_vision": qwen3_vl,
     "qwen3_5_moe_vision": qwen3_vl, "qwen2_5_omni_vision_encoder": qwen_vl, "qwen3_omni_moe_vision_encoder": qwen3_vl,
     "glm4v_vision": glm4v, "glm4v_moe_vision": glm4v, "glm_ocr_vision": glm_ocr,
+    "hy_v4_vl_vision": hy_v4_vl, "step3p5_vision": step3p7,
+    "ernie4_5_vl_moe_vision": ernie4_5_vl_moe,
 }
 
 
 # Wrappers whose config class fixes the vision config class (sub_configs): the file's vision_config.model_type does
 # not choose the tower (Qwen3.5 files name it "qwen3_5"). Others take any (AutoConfig): the file's, else a default.
-FIXED_VISION = {mt: mt + "_vision" for mt in ("exaone4_5", "glm4v", "glm4v_moe", "glm_ocr", "idefics3", "internvl",
+FIXED_VISION = {mt: mt + "_vision" for mt in ("ernie4_5_vl_moe", "exaone4_5", "glm4v", "glm4v_moe", "glm_ocr", "hy_v4_vl", "idefics3", "internvl",
                                                "paddleocr_vl", "qianfan_ocr", "qwen2_5_vl", "qwen2_vl", "qwen3_5",
                                                "qwen3_5_moe", "qwen3_vl", "qwen3_vl_moe", "smolvlm",
                                                "video_llama_3")} | {
-    "qwen2_5_omni_thinker": "qwen2_5_omni_vision_encoder", "qwen3_omni_moe_thinker": "qwen3_omni_moe_vision_encoder"}
+    "qwen2_5_omni_thinker": "qwen2_5_omni_vision_encoder", "qwen3_omni_moe_thinker": "qwen3_omni_moe_vision_encoder",
+    "step3p7": "step3p5_vision"}
 DEFAULT_VISION = {  # AutoConfig wrappers whose vision_config names no model_type
     **dict.fromkeys(("llava", "llava_next", "llava_next_video", "vipllava", "video_llava"), "clip_vision_model"),
     **dict.fromkeys(("paligemma", "gemma3", "shieldgemma2", "llava_onevision", "aya_vision", "deepseek_vl",
                      "cohere2_vision"), "siglip_vision_model"),
-    "mistral3": "pixtral", "lighton_ocr": "pixtral",
+    "mistral3": "pixtral", "lighton_ocr": "pixtral", "mistral_large4": "pixtral",
 }
 
 
