@@ -117,8 +117,8 @@ def estimate_or_reason(row: Mapping[str, Any], assumptions) -> tuple[int | None,
     from .estimator.graph.nodes import build_graph
     from .estimator.memory.job import job_memory
     from .estimator.memory.parallel import default_setup
-    from .estimator.setups import job_on_setup
     from .estimator.normalise import normalise
+    from .estimator.setups import job_on_setup
     from .measure.setup import job_of
 
     setup, why = setup_and_reason(row)
