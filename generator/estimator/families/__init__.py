@@ -23,6 +23,7 @@ from . import (
     mamba_hybrids,
     mixture_of_experts,
     recurrent,
+    rotary_encoders,
     shared_layer_encoders,
     short_convolution,
     vision_language,
@@ -48,7 +49,7 @@ DECODERS: dict[str, DecoderTraits] = merged(gpt2_era.TRAITS, llama.TRAITS, gemma
 BUILDERS: dict[str, Builder] = merged(gpt2_era.BUILDERS, llama.BUILDERS, gemma.BUILDERS, mixture_of_experts.BUILDERS,
                                       latent_attention.BUILDERS, mamba.BUILDERS, mamba_hybrids.BUILDERS,
                                       short_convolution.BUILDERS, recurrent.BUILDERS, encoders.BUILDERS, bert_descendants.BUILDERS,
-                                      shared_layer_encoders.BUILDERS,
+                                      shared_layer_encoders.BUILDERS, rotary_encoders.BUILDERS,
                                       encoder_decoders.BUILDERS, vision_language.BUILDERS)
 WRAPPERS: dict[str, Wrapper] = vision_language.WRAPPERS
 # Every model_type read, by whichever table: the three never share one.
