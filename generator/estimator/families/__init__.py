@@ -12,6 +12,7 @@ from typing import Any
 
 from . import (
     bert_descendants,
+    bert_variants,
     encoder_decoders,
     encoders,
     gemma,
@@ -49,7 +50,7 @@ DECODERS: dict[str, DecoderTraits] = merged(gpt2_era.TRAITS, llama.TRAITS, gemma
 BUILDERS: dict[str, Builder] = merged(gpt2_era.BUILDERS, llama.BUILDERS, gemma.BUILDERS, mixture_of_experts.BUILDERS,
                                       latent_attention.BUILDERS, mamba.BUILDERS, mamba_hybrids.BUILDERS,
                                       short_convolution.BUILDERS, recurrent.BUILDERS, encoders.BUILDERS, bert_descendants.BUILDERS,
-                                      shared_layer_encoders.BUILDERS, rotary_encoders.BUILDERS,
+                                      shared_layer_encoders.BUILDERS, rotary_encoders.BUILDERS, bert_variants.BUILDERS,
                                       encoder_decoders.BUILDERS, vision_language.BUILDERS)
 WRAPPERS: dict[str, Wrapper] = vision_language.WRAPPERS
 # Every model_type read, by whichever table: the three never share one.

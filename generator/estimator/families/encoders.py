@@ -301,11 +301,11 @@ def deberta_v2(cfg: Mapping[str, Any], model: str) -> Arch:
                     head=head, kind="encoder", logits=logits_of(kind, vocab, cfg), position="relative")
 
 
-def xlm(cfg: Mapping[str, Any], model: str) -> Arch:
+def xlm(cfg: Mapping[str, Any], model: str, mt: str = "xlm", pre_norm: str | None = None) -> Arch:
     """modeling_xlm.py: post-norm BERT-style layers (q/k/v/out_lin, lin1/lin2 of 4 x emb_dim, biases),
     learned positions, language embeddings when n_langs > 1 and use_lang_emb, a tied prediction head
-    with a bias."""
-    r = Reader(cfg, model, "xlm", {"hidden_size": ("emb_dim",), "num_hidden_layers": ("n_layers",),
+    with a bias; Flaubert's (modeling_flaubert.py) moves the norms before each sub-block when pre_norm."""
+    r = Reader(cfg, model, mt, {"hidden_size": ("emb_dim",), "num_hidden_layers": ("n_layers",),
                                    "num_attention_heads": ("n_heads",)})
     h, n, heads, vocab = r.int("hidden_size"), r.int("num_hidden_layers"), r.int("num_attention_heads"), r.int("vocab_size")
     ctx = r.int("max_position_embeddings", 512)
@@ -319,7 +319,7 @@ def xlm(cfg: Mapping[str, Any], model: str) -> Arch:
         attn = attention_part(f"Attention_{i}", attention_type(heads, heads), h, heads, heads, h // heads, qkv_bias=True,
                               o_bias=True, rope=False)
         blocks.append(standard_block(i, [], attn, mlp_part(f"FFN_{i}", "MLP", h, 4 * h, False, True), "layernorm", h,
-                                     norms=("post_attn", "post_mlp")))
+                                     norms=("pre_attn", "pre_mlp") if r.flag(pre_norm) else ("post_attn", "post_mlp")))
     tie = r.flag("tie_word_embeddings", True)
     head = [Part("LM_Head", "Linear", vocab + (0 if tie else vocab * h), width=vocab, matmul=vocab * h),
             Part("Output", "Output", width=vocab)]
