@@ -212,11 +212,11 @@ def _encoder_blocks(n: int, h: int, heads: int, inter: int, extra: int = 0) -> l
 
 
 def _tail(kind: str, cfg: Mapping[str, Any], h: int, vocab: int, tie: bool, transform: int,
-          seq: list[Part]) -> list[Part]:
+          seq: list[Part], biases: int = 2) -> list[Part]:  # biases of an untied decoder (its own + `bias`)
     labels = num_labels(cfg)
     if kind in ("mlm", "pretrain"):
         head = [Part("LM_Transform", "Linear", transform, matmul=h * h),
-                Part("LM_Head", "Linear", vocab if tie else vocab * h + 2 * vocab, width=vocab, matmul=vocab * h)]
+                Part("LM_Head", "Linear", vocab if tie else vocab * h + biases * vocab, width=vocab, matmul=vocab * h)]
     elif kind == "seq":
         head = seq
     elif kind in ("token", "qa"):
@@ -245,7 +245,7 @@ def distilbert(cfg: Mapping[str, Any], model: str) -> Arch:
     kind = head_kind(cfg)
     seq = [Part("Pre_Classifier", "Linear", linear(h, h, True), matmul=h * h),
            Part("Classifier", "Linear", linear(h, labels, True), width=labels)]
-    head = _tail(kind, cfg, h, vocab, tie, linear(h, h, True) + 2 * h, seq)
+    head = _tail(kind, cfg, h, vocab, tie, linear(h, h, True) + 2 * h, seq, 1)  # vocab_projector: one bias
     return assemble(cfg, model, r, hidden=h, layers=n, heads=heads, kv=heads, head_dim=h // heads, inter=inter,
                     vocab=vocab, ctx=ctx, tie=tie, embed=embed, blocks=_encoder_blocks(n, h, heads, inter), head=head,
                     kind="encoder", logits=logits_of(kind, vocab, cfg), position="learned")
