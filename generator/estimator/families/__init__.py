@@ -24,6 +24,7 @@ from . import (
     mamba_hybrids,
     mixture_of_experts,
     mobile_encoders,
+    perceiver,
     recurrent,
     rotary_encoders,
     shared_layer_encoders,
@@ -52,7 +53,7 @@ BUILDERS: dict[str, Builder] = merged(gpt2_era.BUILDERS, llama.BUILDERS, gemma.B
                                       latent_attention.BUILDERS, mamba.BUILDERS, mamba_hybrids.BUILDERS,
                                       short_convolution.BUILDERS, recurrent.BUILDERS, encoders.BUILDERS, bert_descendants.BUILDERS,
                                       shared_layer_encoders.BUILDERS, rotary_encoders.BUILDERS, bert_variants.BUILDERS,
-                                      mobile_encoders.BUILDERS,
+                                      mobile_encoders.BUILDERS, perceiver.BUILDERS,
                                       encoder_decoders.BUILDERS, vision_language.BUILDERS)
 WRAPPERS: dict[str, Wrapper] = vision_language.WRAPPERS
 # Every model_type read, by whichever table: the three never share one.
