@@ -16,7 +16,9 @@ from tests.test_oracle_support import outcome  # noqa: E402
 
 ENCODERS = ["bert", "roberta", "xlm-roberta", "distilbert", "deberta-v2", "modernbert", "electra", "camembert",
             "data2vec-text", "ernie", "megatron-bert", "roberta-prelayernorm", "xlm-roberta-xl", "xmod", "roformer",
-            "rembert", "roc_bert", "big_bird"]
+            "rembert", "roc_bert", "big_bird", "albert", "funnel", "convbert", "deberta", "luke", "fnet", "flaubert",
+            "gte", "nomic_bert", "jina_embeddings_v3", "esmc", "ultrabert", "neomme", "squeezebert", "mobilebert",
+            "perceiver"]
 CLASSIFIERS = ["bert", "roberta", "xlm-roberta", "distilbert", "deberta-v2", "modernbert", "electra"]
 ENCODER_DECODERS = ["t5", "mt5", "umt5", "bart", "mbart", "pegasus", "marian", "blenderbot", "blenderbot-small",
                     "plbart", "mvp", "bigbird_pegasus", "prophetnet"]

@@ -46,6 +46,10 @@ APPROXIMATE: dict[str, str] = {
             "cache; serving memory counts the K/V cache only",
     "gemma3n_text": "AltUp carries altup_num_inputs copies of the hidden state through every layer; activations "
                     "count one copy",
+    "funnel": "the encoder pools the sequence (halving it) between blocks; activations count every layer at the "
+              "full length",
+    "perceiver": "the latent layers run over num_latents latents, not the input tokens; activations and compute "
+                 "count them per input token",
     "gemma4_assistant": "an MTP drafter: it reads the target model's K/V cache and hidden states, whose memory is "
                         "not counted here",
     "gemma4_unified_assistant": "an MTP drafter: it reads the target model's K/V cache and hidden states, whose "

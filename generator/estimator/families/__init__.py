@@ -12,6 +12,7 @@ from typing import Any
 
 from . import (
     bert_descendants,
+    bert_variants,
     encoder_decoders,
     encoders,
     gemma,
@@ -23,10 +24,14 @@ from . import (
     mamba,
     mamba_hybrids,
     mixture_of_experts,
+    mobile_encoders,
     multimodal_moe,
     muse,
+    perceiver,
     phi4_multimodal,
     recurrent,
+    rotary_encoders,
+    shared_layer_encoders,
     short_convolution,
     speech_language,
     vision_language,
@@ -52,6 +57,8 @@ DECODERS: dict[str, DecoderTraits] = merged(gpt2_era.TRAITS, llama.TRAITS, gemma
 BUILDERS: dict[str, Builder] = merged(gpt2_era.BUILDERS, llama.BUILDERS, gemma.BUILDERS, mixture_of_experts.BUILDERS,
                                       latent_attention.BUILDERS, mamba.BUILDERS, mamba_hybrids.BUILDERS,
                                       short_convolution.BUILDERS, recurrent.BUILDERS, encoders.BUILDERS, bert_descendants.BUILDERS,
+                                      shared_layer_encoders.BUILDERS, rotary_encoders.BUILDERS, bert_variants.BUILDERS,
+                                      mobile_encoders.BUILDERS, perceiver.BUILDERS,
                                       encoder_decoders.BUILDERS, vision_language.BUILDERS, inkling.BUILDERS,
                                       muse.BUILDERS, multimodal_moe.BUILDERS, phi4_multimodal.BUILDERS)
 WRAPPERS: dict[str, Wrapper] = merged(vision_language.WRAPPERS, speech_language.WRAPPERS, inkling.WRAPPERS,

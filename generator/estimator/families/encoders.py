@@ -212,11 +212,11 @@ def _encoder_blocks(n: int, h: int, heads: int, inter: int, extra: int = 0) -> l
 
 
 def _tail(kind: str, cfg: Mapping[str, Any], h: int, vocab: int, tie: bool, transform: int,
-          seq: list[Part]) -> list[Part]:
+          seq: list[Part], biases: int = 2) -> list[Part]:  # biases of an untied decoder (its own + `bias`)
     labels = num_labels(cfg)
     if kind in ("mlm", "pretrain"):
         head = [Part("LM_Transform", "Linear", transform, matmul=h * h),
-                Part("LM_Head", "Linear", vocab if tie else vocab * h + 2 * vocab, width=vocab, matmul=vocab * h)]
+                Part("LM_Head", "Linear", vocab if tie else vocab * h + biases * vocab, width=vocab, matmul=vocab * h)]
     elif kind == "seq":
         head = seq
     elif kind in ("token", "qa"):
@@ -245,7 +245,7 @@ def distilbert(cfg: Mapping[str, Any], model: str) -> Arch:
     kind = head_kind(cfg)
     seq = [Part("Pre_Classifier", "Linear", linear(h, h, True), matmul=h * h),
            Part("Classifier", "Linear", linear(h, labels, True), width=labels)]
-    head = _tail(kind, cfg, h, vocab, tie, linear(h, h, True) + 2 * h, seq)
+    head = _tail(kind, cfg, h, vocab, tie, linear(h, h, True) + 2 * h, seq, 1)  # vocab_projector: one bias
     return assemble(cfg, model, r, hidden=h, layers=n, heads=heads, kv=heads, head_dim=h // heads, inter=inter,
                     vocab=vocab, ctx=ctx, tie=tie, embed=embed, blocks=_encoder_blocks(n, h, heads, inter), head=head,
                     kind="encoder", logits=logits_of(kind, vocab, cfg), position="learned")
@@ -301,11 +301,11 @@ def deberta_v2(cfg: Mapping[str, Any], model: str) -> Arch:
                     head=head, kind="encoder", logits=logits_of(kind, vocab, cfg), position="relative")
 
 
-def xlm(cfg: Mapping[str, Any], model: str) -> Arch:
+def xlm(cfg: Mapping[str, Any], model: str, mt: str = "xlm", pre_norm: str | None = None) -> Arch:
     """modeling_xlm.py: post-norm BERT-style layers (q/k/v/out_lin, lin1/lin2 of 4 x emb_dim, biases),
     learned positions, language embeddings when n_langs > 1 and use_lang_emb, a tied prediction head
-    with a bias."""
-    r = Reader(cfg, model, "xlm", {"hidden_size": ("emb_dim",), "num_hidden_layers": ("n_layers",),
+    with a bias; Flaubert's (modeling_flaubert.py) moves the norms before each sub-block when pre_norm."""
+    r = Reader(cfg, model, mt, {"hidden_size": ("emb_dim",), "num_hidden_layers": ("n_layers",),
                                    "num_attention_heads": ("n_heads",)})
     h, n, heads, vocab = r.int("hidden_size"), r.int("num_hidden_layers"), r.int("num_attention_heads"), r.int("vocab_size")
     ctx = r.int("max_position_embeddings", 512)
@@ -319,7 +319,7 @@ def xlm(cfg: Mapping[str, Any], model: str) -> Arch:
         attn = attention_part(f"Attention_{i}", attention_type(heads, heads), h, heads, heads, h // heads, qkv_bias=True,
                               o_bias=True, rope=False)
         blocks.append(standard_block(i, [], attn, mlp_part(f"FFN_{i}", "MLP", h, 4 * h, False, True), "layernorm", h,
-                                     norms=("post_attn", "post_mlp")))
+                                     norms=("pre_attn", "pre_mlp") if r.flag(pre_norm) else ("post_attn", "post_mlp")))
     tie = r.flag("tie_word_embeddings", True)
     head = [Part("LM_Head", "Linear", vocab + (0 if tie else vocab * h), width=vocab, matmul=vocab * h),
             Part("Output", "Output", width=vocab)]
