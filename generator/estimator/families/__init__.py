@@ -19,6 +19,7 @@ from . import (
     latent_attention,
     linear_attention,
     llama,
+    long_document,
     mamba,
     mamba_hybrids,
     mixture_of_experts,
@@ -47,7 +48,8 @@ DECODERS: dict[str, DecoderTraits] = merged(gpt2_era.TRAITS, llama.TRAITS, gemma
 BUILDERS: dict[str, Builder] = merged(gpt2_era.BUILDERS, llama.BUILDERS, gemma.BUILDERS, mixture_of_experts.BUILDERS,
                                       latent_attention.BUILDERS, mamba.BUILDERS, mamba_hybrids.BUILDERS,
                                       short_convolution.BUILDERS, recurrent.BUILDERS, encoders.BUILDERS, bert_descendants.BUILDERS,
-                                      encoder_decoders.BUILDERS, vision_language.BUILDERS)
+                                      encoder_decoders.BUILDERS, long_document.BUILDERS,
+                                      vision_language.BUILDERS)
 WRAPPERS: dict[str, Wrapper] = vision_language.WRAPPERS
 # Every model_type read, by whichever table: the three never share one.
 KNOWN: frozenset[str] = frozenset(merged(DECODERS, BUILDERS, WRAPPERS))
