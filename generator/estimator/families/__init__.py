@@ -25,6 +25,7 @@ from . import (
     mixture_of_experts,
     recurrent,
     short_convolution,
+    sparse_encoder_decoders,
     vision_language,
 )
 from .assembly import Builder, Wrapper
@@ -48,7 +49,7 @@ DECODERS: dict[str, DecoderTraits] = merged(gpt2_era.TRAITS, llama.TRAITS, gemma
 BUILDERS: dict[str, Builder] = merged(gpt2_era.BUILDERS, llama.BUILDERS, gemma.BUILDERS, mixture_of_experts.BUILDERS,
                                       latent_attention.BUILDERS, mamba.BUILDERS, mamba_hybrids.BUILDERS,
                                       short_convolution.BUILDERS, recurrent.BUILDERS, encoders.BUILDERS, bert_descendants.BUILDERS,
-                                      encoder_decoders.BUILDERS, long_document.BUILDERS,
+                                      encoder_decoders.BUILDERS, long_document.BUILDERS, sparse_encoder_decoders.BUILDERS,
                                       vision_language.BUILDERS)
 WRAPPERS: dict[str, Wrapper] = vision_language.WRAPPERS
 # Every model_type read, by whichever table: the three never share one.
