@@ -263,6 +263,31 @@ def whisper(cfg: Mapping[str, Any], model: str) -> Arch:
                     head=head, kind="decoder" if causal else "encoder-decoder", position="learned")
 
 
+def fsmt(cfg: Mapping[str, Any], model: str) -> Arch:
+    """modeling_fsmt.py: BART's post-norm layers without layernorm_embedding; each stack's
+    SinusoidalPositionalEmbedding is an nn.Embedding of max_position_embeddings + pad_token_id + 1 rows (parameters);
+    the encoder embeds src_vocab_size rows, the decoder tgt_vocab_size, and output_projection maps to
+    tgt_vocab_size. Tied (FSMTModel._tied_weights_keys), the encoder's table and output_projection are the
+    decoder's table, whatever src_vocab_size says."""
+    b = BartTraits(pos_offset=None, embed_norm=False)
+    r = Reader(cfg, model, "fsmt", BART_ALIASES)
+    d, src, tgt = r.int("hidden_size"), r.int("src_vocab_size"), r.int("tgt_vocab_size")
+    ctx = r.int("max_position_embeddings")
+    rows = ctx + r.int("pad_token_id", 1, minimum=0) + 1
+    tie = r.flag("tie_word_embeddings", False)
+    embed = [Part("Input", "Input", width=-1), Part("Embedding", "Embedding", (tgt if tie else src + tgt) * d),
+             Part("Encoder_Positions", "Embedding", rows * d)]
+    blocks = bart_stack(r, b, "encoder", r.int("encoder_layers"), r.int("encoder_attention_heads"),
+                        r.int("encoder_ffn_dim"), d, 1, True)
+    embed.append(Part("Position_Embedding", "Embedding", rows * d))
+    heads, ffn = r.int("decoder_attention_heads"), r.int("decoder_ffn_dim")
+    blocks += bart_stack(r, b, "decoder", r.int("decoder_layers"), heads, ffn, d, len(blocks) + 1, True)
+    head = [lm_head_part(tgt, d, tie), Part("Output", "Output", width=tgt)]
+    return assemble(cfg, model, r, hidden=d, layers=len(blocks), heads=heads, kv=heads, head_dim=d // heads,
+                    inter=ffn, vocab=tgt, ctx=ctx, tie=tie, embed=embed, blocks=blocks, head=head,
+                    kind="encoder-decoder", position="learned")
+
+
 def prophetnet(cfg: Mapping[str, Any], model: str) -> Arch:
     """modeling_prophetnet.py: post-norm layers with biased projections; the decoder's n-gram self-attention
     adds relative_pos_embeddings (hidden -> buckets x heads); ngram embeddings; shared word embeddings and
@@ -308,4 +333,5 @@ BUILDERS: dict[str, Builder] = {
     "trocr": trocr,
     "whisper": whisper,
     "prophetnet": prophetnet,
+    "fsmt": fsmt,
 }
