@@ -15,6 +15,7 @@ from . import (
     encoder_decoders,
     encoders,
     gemma,
+    gemma_encoder_decoders,
     gpt2_era,
     latent_attention,
     linear_attention,
@@ -50,7 +51,7 @@ BUILDERS: dict[str, Builder] = merged(gpt2_era.BUILDERS, llama.BUILDERS, gemma.B
                                       latent_attention.BUILDERS, mamba.BUILDERS, mamba_hybrids.BUILDERS,
                                       short_convolution.BUILDERS, recurrent.BUILDERS, encoders.BUILDERS, bert_descendants.BUILDERS,
                                       encoder_decoders.BUILDERS, long_document.BUILDERS, sparse_encoder_decoders.BUILDERS,
-                                      vision_language.BUILDERS)
+                                      gemma_encoder_decoders.BUILDERS, vision_language.BUILDERS)
 WRAPPERS: dict[str, Wrapper] = vision_language.WRAPPERS
 # Every model_type read, by whichever table: the three never share one.
 KNOWN: frozenset[str] = frozenset(merged(DECODERS, BUILDERS, WRAPPERS))
