@@ -12,6 +12,7 @@ from typing import Any
 
 from . import (
     bert_descendants,
+    encoder_decoder_pairs,
     encoder_decoders,
     encoders,
     gemma,
@@ -52,6 +53,6 @@ BUILDERS: dict[str, Builder] = merged(gpt2_era.BUILDERS, llama.BUILDERS, gemma.B
                                       short_convolution.BUILDERS, recurrent.BUILDERS, encoders.BUILDERS, bert_descendants.BUILDERS,
                                       encoder_decoders.BUILDERS, long_document.BUILDERS, sparse_encoder_decoders.BUILDERS,
                                       gemma_encoder_decoders.BUILDERS, vision_language.BUILDERS)
-WRAPPERS: dict[str, Wrapper] = vision_language.WRAPPERS
+WRAPPERS: dict[str, Wrapper] = merged(vision_language.WRAPPERS, encoder_decoder_pairs.WRAPPERS)
 # Every model_type read, by whichever table: the three never share one.
 KNOWN: frozenset[str] = frozenset(merged(DECODERS, BUILDERS, WRAPPERS))
