@@ -21,7 +21,8 @@ ENCODERS = ["bert", "roberta", "xlm-roberta", "distilbert", "deberta-v2", "moder
             "perceiver"]
 CLASSIFIERS = ["bert", "roberta", "xlm-roberta", "distilbert", "deberta-v2", "modernbert", "electra"]
 ENCODER_DECODERS = ["t5", "mt5", "umt5", "bart", "mbart", "pegasus", "marian", "blenderbot", "blenderbot-small",
-                    "plbart", "mvp", "bigbird_pegasus", "prophetnet"]
+                    "plbart", "mvp", "bigbird_pegasus", "prophetnet", "fsmt", "led", "longt5", "pegasus_x",
+                    "switch_transformers", "nllb-moe", "t5gemma", "t5gemma2", "encoder-decoder"]
 VLMS = ["llava", "llava_next", "qwen2_vl", "qwen2_5_vl", "gemma3", "paligemma", "idefics3", "smolvlm", "mllama",
         "mistral3"]
 

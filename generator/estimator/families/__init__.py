@@ -13,14 +13,17 @@ from typing import Any
 from . import (
     bert_descendants,
     bert_variants,
+    encoder_decoder_pairs,
     encoder_decoders,
     encoders,
     gemma,
+    gemma_encoder_decoders,
     gpt2_era,
     inkling,
     latent_attention,
     linear_attention,
     llama,
+    long_document,
     mamba,
     mamba_hybrids,
     mixture_of_experts,
@@ -33,6 +36,7 @@ from . import (
     rotary_encoders,
     shared_layer_encoders,
     short_convolution,
+    sparse_encoder_decoders,
     speech_language,
     vision_language,
 )
@@ -59,10 +63,11 @@ BUILDERS: dict[str, Builder] = merged(gpt2_era.BUILDERS, llama.BUILDERS, gemma.B
                                       short_convolution.BUILDERS, recurrent.BUILDERS, encoders.BUILDERS, bert_descendants.BUILDERS,
                                       shared_layer_encoders.BUILDERS, rotary_encoders.BUILDERS, bert_variants.BUILDERS,
                                       mobile_encoders.BUILDERS, perceiver.BUILDERS,
-                                      encoder_decoders.BUILDERS, vision_language.BUILDERS, inkling.BUILDERS,
+                                      encoder_decoders.BUILDERS, long_document.BUILDERS, sparse_encoder_decoders.BUILDERS,
+                                      gemma_encoder_decoders.BUILDERS, vision_language.BUILDERS, inkling.BUILDERS,
                                       muse.BUILDERS, multimodal_moe.BUILDERS, phi4_multimodal.BUILDERS)
 WRAPPERS: dict[str, Wrapper] = merged(vision_language.WRAPPERS, speech_language.WRAPPERS, inkling.WRAPPERS,
-                                      muse.WRAPPERS)
+                                      muse.WRAPPERS, encoder_decoder_pairs.WRAPPERS)
 # Every model_type read, by whichever table: the three never share one.
 KNOWN: frozenset[str] = frozenset(merged(DECODERS, BUILDERS, WRAPPERS))
 # Config classes read only as a wrapper's sub-config (audio towers, Q-Former): their defaults are read too.

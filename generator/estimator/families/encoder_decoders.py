@@ -46,6 +46,12 @@ class BartTraits:
     positions_key: str = "max_position_embeddings"
     decoder_vocab: bool = False  # the decoder-only class embeds decoder_vocab_size rows (Marian)
     table_params: bool = True  # the sinusoidal table is a parameter (pegasus, marian), not a buffer (m2m_100)
+    encoder_positions_key: str | None = None  # the encoder's own position count (LED); None: positions_key
+    # Hooks of the families that extend this layer (long_document.py, sparse_encoder_decoders.py):
+    attn_extra: Any = None  # callable(reader, stack, d) -> extra self-attention parameters (LED's global q/k/v)
+    layer_pre: Any = None  # callable(reader, stack, layer, d) -> parts ahead of the layer (PEGASUS-X's global norm)
+    ffn: Any = None  # callable(reader, stack, j (0-based in the stack), layer, d, ffn_dim) -> the FFN part
+    encoder_extra: Any = None  # callable(reader, d) -> parts of the encoder's embeddings (PEGASUS-X's global tokens)
 
 
 def is_causal_lm(cfg: Mapping[str, Any]) -> bool:
@@ -70,18 +76,23 @@ def bart_stack(r: Reader, b: BartTraits, stack: str, layers: int, heads: int, ff
                bias: bool) -> list[Block]:
     out = []
     norms = ("pre_attn", "pre_mlp") if b.pre_norm else ("post_attn", "post_mlp")
-    for i in range(first, first + layers):
+    for j, i in enumerate(range(first, first + layers)):
         attn = _v_bias_fix(_attn(f"Attention_{i}", "Multi-Head Attn", d, heads, bias, b.k_bias,
                                  cached=stack == "decoder"), d, bias, b.k_bias)
+        if b.attn_extra:
+            attn = attn._replace(params=attn.params + b.attn_extra(r, stack, d))
         cross = _v_bias_fix(_attn(f"Cross_Attention_{i}", "Cross Attn", d, heads, bias, b.k_bias, cross=True), d,
                             bias, b.k_bias) if stack == "decoder" else None
-        mlp = mlp_part(f"FFN_{i}", "MLP", d, ffn, False, True)  # fc1/fc2 keep biases even without attention bias
-        out.append(standard_block(i, [], attn, mlp, "layernorm", d, norms=norms, kind=stack, stack=stack, cross=cross))
+        # fc1/fc2 keep biases even without attention bias
+        mlp = b.ffn(r, stack, j, i, d, ffn) if b.ffn else mlp_part(f"FFN_{i}", "MLP", d, ffn, False, True)
+        pre = b.layer_pre(r, stack, i, d) if b.layer_pre else []
+        out.append(standard_block(i, pre, attn, mlp, "layernorm", d, norms=norms, kind=stack, stack=stack,
+                                  cross=cross))
     return out
 
 
-def _positions(r: Reader, b: BartTraits, d: int, name: str) -> Part:
-    n = r.int(b.positions_key)
+def _positions(r: Reader, b: BartTraits, d: int, name: str, key: str | None = None) -> Part:
+    n = r.int(key or b.positions_key)
     if b.pos_offset is None:  # sinusoidal table kept as an nn.Embedding (pegasus, marian) or a buffer (m2m_100)
         return Part(name, "Embedding", n * d if b.table_params else 0)
     return Part(name, "Embedding", (n + b.pos_offset) * d)
@@ -111,7 +122,9 @@ def bart_like(cfg: Mapping[str, Any], model: str, mt: str, b: BartTraits) -> Arc
     stack_norms = (2 * d if b.embed_norm else 0) + (2 * d if b.final_norm else 0)
     if not causal:
         enc_n, enc_h, enc_f = r.int("encoder_layers"), r.int("encoder_attention_heads"), r.int("encoder_ffn_dim")
-        embed.append(_positions(r, b, d, "Encoder_Positions"))
+        embed.append(_positions(r, b, d, "Encoder_Positions", b.encoder_positions_key))
+        if b.encoder_extra:
+            embed += b.encoder_extra(r, d)
         if stack_norms:
             embed.append(Part("Encoder_Norms", "LayerNorm", stack_norms, norm_width=d))
         blocks += bart_stack(r, b, "encoder", enc_n, enc_h, enc_f, d, 1, bias)
@@ -142,8 +155,16 @@ T5_ALIASES = {"hidden_size": ("d_model",), "num_hidden_layers": ("num_layers",),
               "intermediate_size": ("d_ff",)}
 
 
-def t5(cfg: Mapping[str, Any], model: str) -> Arch:
-    mt = str(cfg.get("model_type"))
+@dataclass(frozen=True)
+class T5Traits:
+    per_layer_bias: bool = False  # every layer has its own relative_attention_bias (modeling_umt5.py)
+    read_tie: bool = False  # honour tie_word_embeddings (switch); t5/mt5/umt5/longt5 configs force it True
+    # Hooks of the families that extend this layout (long_document.py, sparse_encoder_decoders.py):
+    encoder_attn_extra: Any = None  # callable(reader, j (0-based), heads, d) -> extra encoder self-attention params
+    ffn: Any = None  # callable(reader, stack, j, layer, d, d_ff, gated) -> the FFN part
+
+
+def t5(cfg: Mapping[str, Any], model: str, mt: str, t: T5Traits) -> Arch:
     r = Reader(cfg, model, mt, T5_ALIASES)
     d, heads, d_kv, ff = r.int("hidden_size"), r.int("num_attention_heads"), r.int("d_kv"), r.int("intermediate_size")
     n_enc = r.int("num_hidden_layers")
@@ -151,13 +172,14 @@ def t5(cfg: Mapping[str, Any], model: str) -> Arch:
     vocab, buckets = r.int("vocab_size"), r.int("relative_attention_num_buckets", 32)
     proj = r.str("feed_forward_proj", "relu") or "relu"
     gated = proj.startswith("gated")
-    per_layer_bias = mt == "umt5"  # modeling_umt5.py: every layer has its own relative_attention_bias
-    embed: list[Part] = [Part("Input", "Input", width=-1), Part("Embedding", "Embedding", vocab * d),
+    tie = r.flag("tie_word_embeddings", True) if t.read_tie else True
+    # Untied, the shared table and the encoder's and decoder's embed_tokens are three tensors (as bart_like).
+    embed: list[Part] = [Part("Input", "Input", width=-1), Part("Embedding", "Embedding", (1 if tie else 3) * vocab * d),
                          Part("Relative_Position_Bias", "Parameters", 0)]
     blocks: list[Block] = []
 
     def att(name: str, typ: str, first: bool, cross: bool = False) -> Part:
-        extra = buckets * heads if (first or per_layer_bias) and not cross else 0
+        extra = buckets * heads if (first or t.per_layer_bias) and not cross else 0
         return attention_part(name, typ, d, heads, heads, d_kv, rope=False, extra=extra, window=-1 if cross else 0)
 
     for stack, n in (("encoder", n_enc), ("decoder", n_dec)):
@@ -166,17 +188,23 @@ def t5(cfg: Mapping[str, Any], model: str) -> Arch:
             a = att(f"Attention_{i}", "Multi-Head Attn", j == 0)
             if stack == "encoder":
                 a = a._replace(kv=0)
+                if t.encoder_attn_extra:
+                    a = a._replace(params=a.params + t.encoder_attn_extra(r, j, heads, d))
             cross = att(f"Cross_Attention_{i}", "Cross Attn", False, True) if stack == "decoder" else None
-            f = mlp_part(f"FFN_{i}", "GeGLU" if gated else "MLP", d, ff, gated, False)
+            f = t.ffn(r, stack, j, i, d, ff, gated) if t.ffn else \
+                mlp_part(f"FFN_{i}", "GeGLU" if gated else "MLP", d, ff, gated, False)
             blocks.append(standard_block(i, [], a, f, "rmsnorm", d, kind=stack, stack=stack, cross=cross))
     encoder_final = Part("Encoder_Final_Norm", "RMSNorm", d, norm_width=d)
-    head = [norm_part("Final_RMSNorm", "rmsnorm", d), lm_head_part(vocab, d, True), Part("Output", "Output", width=vocab)]
+    head = [norm_part("Final_RMSNorm", "rmsnorm", d), lm_head_part(vocab, d, tie), Part("Output", "Output", width=vocab)]
     # T5 uses relative positions: no hard context; n_positions (512) is the trained length.
     ctx = r.int("n_positions", 512)
     arch = assemble(cfg, model, r, hidden=d, layers=len(blocks), heads=heads, kv=heads, head_dim=d_kv, inter=ff,
-                    vocab=vocab, ctx=ctx, tie=True, embed=[*embed, encoder_final], blocks=blocks, head=head,
+                    vocab=vocab, ctx=ctx, tie=tie, embed=[*embed, encoder_final], blocks=blocks, head=head,
                     kind="encoder-decoder", position="relative")
     return arch
+
+
+T5S: dict[str, T5Traits] = {"t5": T5Traits(), "mt5": T5Traits(), "umt5": T5Traits(per_layer_bias=True)}
 
 
 def trocr(cfg: Mapping[str, Any], model: str) -> Arch:
@@ -236,6 +264,31 @@ def whisper(cfg: Mapping[str, Any], model: str) -> Arch:
                     head=head, kind="decoder" if causal else "encoder-decoder", position="learned")
 
 
+def fsmt(cfg: Mapping[str, Any], model: str) -> Arch:
+    """modeling_fsmt.py: BART's post-norm layers without layernorm_embedding; each stack's
+    SinusoidalPositionalEmbedding is an nn.Embedding of max_position_embeddings + pad_token_id + 1 rows (parameters);
+    the encoder embeds src_vocab_size rows, the decoder tgt_vocab_size, and output_projection maps to
+    tgt_vocab_size. Tied (FSMTModel._tied_weights_keys), the encoder's table and output_projection are the
+    decoder's table, whatever src_vocab_size says."""
+    b = BartTraits(pos_offset=None, embed_norm=False)
+    r = Reader(cfg, model, "fsmt", BART_ALIASES)
+    d, src, tgt = r.int("hidden_size"), r.int("src_vocab_size"), r.int("tgt_vocab_size")
+    ctx = r.int("max_position_embeddings")
+    rows = ctx + r.int("pad_token_id", 1, minimum=0) + 1
+    tie = r.flag("tie_word_embeddings", False)
+    embed = [Part("Input", "Input", width=-1), Part("Embedding", "Embedding", (tgt if tie else src + tgt) * d),
+             Part("Encoder_Positions", "Embedding", rows * d)]
+    blocks = bart_stack(r, b, "encoder", r.int("encoder_layers"), r.int("encoder_attention_heads"),
+                        r.int("encoder_ffn_dim"), d, 1, True)
+    embed.append(Part("Position_Embedding", "Embedding", rows * d))
+    heads, ffn = r.int("decoder_attention_heads"), r.int("decoder_ffn_dim")
+    blocks += bart_stack(r, b, "decoder", r.int("decoder_layers"), heads, ffn, d, len(blocks) + 1, True)
+    head = [lm_head_part(tgt, d, tie), Part("Output", "Output", width=tgt)]
+    return assemble(cfg, model, r, hidden=d, layers=len(blocks), heads=heads, kv=heads, head_dim=d // heads,
+                    inter=ffn, vocab=tgt, ctx=ctx, tie=tie, embed=embed, blocks=blocks, head=head,
+                    kind="encoder-decoder", position="learned")
+
+
 def prophetnet(cfg: Mapping[str, Any], model: str) -> Arch:
     """modeling_prophetnet.py: post-norm layers with biased projections; the decoder's n-gram self-attention
     adds relative_pos_embeddings (hidden -> buckets x heads); ngram embeddings; shared word embeddings and
@@ -277,7 +330,7 @@ def prophetnet(cfg: Mapping[str, Any], model: str) -> Arch:
 
 # modeling_seamless_m4t.SeamlessM4TForTextToText (v2 alike): shared embeddings, a text encoder and a text decoder of
 # pre-norm BART layers, sinusoidal positions (a buffer), a LayerNorm closing each stack, the LM head tied to shared.
-SEAMLESS = BartTraits(pos_offset=None, pre_norm=True, embed_norm=False, final_norm=True, table_params=False)
+SEAMLESS = BARTS["m2m_100"]  # modeling_seamless_m4t: the text encoder and decoder are M2M100's layers
 
 
 def seamless_m4t(cfg: Mapping[str, Any], model: str) -> Arch:
@@ -295,10 +348,9 @@ BUILDERS: dict[str, Builder] = {
     **bind(BARTS, bart_like),
     "seamless_m4t": seamless_m4t,
     "seamless_m4t_v2": seamless_m4t,
-    "t5": t5,
-    "mt5": t5,
-    "umt5": t5,
+    **bind(T5S, t5),
     "trocr": trocr,
     "whisper": whisper,
     "prophetnet": prophetnet,
+    "fsmt": fsmt,
 }

@@ -42,6 +42,7 @@ class EncoderTraits:
     pre_norm: bool = False  # norms before attention / MLP, + a final encoder norm (megatron, xlm-roberta-xl)
     lm_head: str = "bert"  # "bert" (cls.predictions), "roberta" (lm_head), "electra", "rembert", "none"
     lm_pooler: bool = False  # the LM classes keep the pooler (big_bird)
+    pooler: bool = True  # the bare model has a pooler (not ElectraModel, RoFormerModel, BertGenerationEncoder)
     cls_head: str = "bert"  # sequence classification: "bert" (pooler + classifier), "roberta" (dense + out_proj)
     pos_offset: int = 0
     extra: Any = None  # callable(reader, hidden) -> extra embedding parameters
@@ -63,7 +64,7 @@ def head_kind(cfg: Mapping[str, Any]) -> str:
     for suffix, kind in (("ForSequenceClassification", "seq"), ("ForTokenClassification", "token"),
                          ("ForQuestionAnswering", "qa"), ("ForMultipleChoice", "choice"),
                          ("ForPreTraining", "pretrain"), ("ForMaskedLM", "mlm"), ("ForCausalLM", "mlm"),
-                         ("LMHeadModel", "mlm"), ("Model", "base")):
+                         ("LMHeadModel", "mlm"), ("Model", "base"), ("Encoder", "base")):
         if name.endswith(suffix):
             return kind
     return "mlm"
@@ -111,7 +112,7 @@ def heads(e: EncoderTraits, r: Reader, kind: str, h: int, emb: int, vocab: int, 
         return [Part("QA_Head", "Linear", linear(h, 2, True), width=2)]
     if kind == "choice":
         return [pooler, Part("Classifier", "Linear", linear(h, 1, True), width=1)]
-    return [pooler]
+    return [pooler] if e.pooler else []
 
 
 def logits_of(kind: str, vocab: int, cfg: Mapping[str, Any]) -> int:
@@ -143,11 +144,16 @@ def bert_like(cfg: Mapping[str, Any], model: str, mt: str, e: EncoderTraits) -> 
         embed.append(Part("Sinusoidal_Positions", "Embedding", ctx * hd))
     blocks = []
     norms = ("pre_attn", "pre_mlp") if e.pre_norm else ("post_attn", "post_mlp")
+    # add_cross_attention (a decoder, e.g. EncoderDecoderModel's): BertLayer.crossattention, q/k/v/o + its LayerNorm
+    dec = r.flag("add_cross_attention", False)
     for i in range(1, n + 1):
         attn = attention_part(f"Attention_{i}", attention_type(heads_n, heads_n), h, heads_n, heads_n, hd,
-                              qkv_bias=True, o_bias=True, rope=e.positions == "roformer", cached=False)
+                              qkv_bias=True, o_bias=True, rope=e.positions == "roformer", cached=dec)
+        cross = attention_part(f"Cross_Attention_{i}", "Cross Attn", h, heads_n, heads_n, hd, qkv_bias=True, o_bias=True,
+                               rope=False, window=-1) if dec else None
         ffn = mlp_part(f"FFN_{i}", "MLP", h, inter, False, True)
-        b = standard_block(i, [], attn, ffn, "layernorm", h, norms=norms, kind="encoder", stack="encoder")
+        b = standard_block(i, [], attn, ffn, "layernorm", h, norms=norms, kind="attention" if dec else "encoder",
+                           stack="decoder" if dec else "encoder", cross=cross)
         if e.layer_extra:
             b = Block(b.index, b.kind, (*b.parts, Part(f"Extra_{i}", "Parameters", e.layer_extra(r, h))), b.stack)
         blocks.append(b)
@@ -156,8 +162,8 @@ def bert_like(cfg: Mapping[str, Any], model: str, mt: str, e: EncoderTraits) -> 
     head += heads(e, r, kind, h, emb, vocab, tie, cfg)
     head.append(Part("Output", "Output", width=logits_of(kind, vocab, cfg) or h))
     return assemble(cfg, model, r, hidden=h, layers=n, heads=heads_n, kv=heads_n, head_dim=hd, inter=inter,
-                    vocab=vocab, ctx=ctx, tie=tie, embed=embed, blocks=blocks, head=head, kind="encoder",
-                    logits=logits_of(kind, vocab, cfg), position="learned")
+                    vocab=vocab, ctx=ctx, tie=tie, embed=embed, blocks=blocks, head=head,
+                    kind="decoder" if dec else "encoder", logits=logits_of(kind, vocab, cfg), position="learned")
 
 
 def _roc_bert(r: Reader, h: int) -> int:
@@ -193,11 +199,11 @@ FAMILIES: dict[str, EncoderTraits] = {
     "roberta-prelayernorm": EncoderTraits(lm_head="roberta", cls_head="roberta", pre_norm=True),
     "xlm-roberta-xl": EncoderTraits(lm_head="roberta", cls_head="roberta", pre_norm=True, embed_norm=False),
     "xmod": EncoderTraits(lm_head="roberta", cls_head="roberta", layer_extra=_xmod_adapters),
-    "bert-generation": EncoderTraits(token_types=False, lm_head="plain"),
-    "electra": EncoderTraits(emb_key="embedding_size", lm_head="electra", cls_head="roberta"),
+    "bert-generation": EncoderTraits(token_types=False, lm_head="plain", pooler=False),
+    "electra": EncoderTraits(emb_key="embedding_size", lm_head="electra", cls_head="roberta", pooler=False),
     "rembert": EncoderTraits(emb_key="input_embedding_size", lm_head="rembert"),
     # modeling_roformer.py: cls.predictions.transform maps hidden_size -> embedding_size (+ LayerNorm)
-    "roformer": EncoderTraits(emb_key="embedding_size", positions="roformer", lm_head="roformer"),
+    "roformer": EncoderTraits(emb_key="embedding_size", positions="roformer", lm_head="roformer", pooler=False),
 }
 
 

@@ -99,6 +99,13 @@ def retie(arch: Arch, tie: bool) -> Arch:
     return dataclasses.replace(arch, tie=tie, spec=dataclasses.replace(spec, head=head, tied=tie))
 
 
+def vision_memory(tower: Part, patches: int, vh: int, per_patch: int) -> tuple[int, int]:
+    """(saved activations, serving working set) of one image in a vision tower, elements: per patch, per layer
+    (the tower's parameters over a ViT layer's 12 x width^2), as vision_towers.py counts them."""
+    act = patches * per_patch * max(1, tower.params // max(1, 12 * vh * vh)) if tower.matmul else 0
+    return act, patches * (per_patch + 2 * vh)
+
+
 def vlm(cfg: Mapping[str, Any], model: str, read_text: TextReader) -> Arch:
     mt = str(cfg.get("model_type"))
     text = text_tower(cfg, model, mt, read_text)
@@ -119,8 +126,7 @@ def vlm(cfg: Mapping[str, Any], model: str, read_text: TextReader) -> Arch:
         tokens = r.int("image_seq_length")
     if mt in ("llava_next", "llava_next_video"):  # anyres: the base image plus up to 4 tiles (image_grid_pinpoints)
         tokens *= 5
-    vlayers = tower.matmul and 1
-    vision_act = patches * per_patch * max(1, tower.params // max(1, 12 * vh * vh)) if vlayers else 0
+    vision_act, vision_transient = vision_memory(tower, patches, vh, per_patch)
     # modeling_video_llava.VideoLlavaModel holds two towers of vision_config: image_tower and video_tower.
     towers = (tower, tower._replace(name="Video_Tower")) if mt == "video_llava" else (tower,)
     embed = (*spec.embed, *towers, proj)
@@ -128,7 +134,7 @@ def vlm(cfg: Mapping[str, Any], model: str, read_text: TextReader) -> Arch:
     tie = r.flag("tie_word_embeddings", text.tie)
     head = tuple(_retie(p, tie, spec.vocab, spec.hidden) for p in spec.head)
     new = dataclasses.replace(spec, embed=embed, head=head, tied=tie, image_tokens=tokens, vision_act=vision_act,
-                              vision_transient=patches * (per_patch + 2 * vh))
+                              vision_transient=vision_transient)
     return dataclasses.replace(text, model_type=mt, family=mt, spec=new, tie=tie, uses=tuple(r.uses) + text.uses,
                                architectures=architectures_of(cfg, model))
 
