@@ -118,14 +118,23 @@ def vlm(cfg: Mapping[str, Any], model: str, read_text: TextReader) -> Arch:
     vision_act = patches * per_patch * max(1, tower.params // max(1, 12 * vh * vh)) if vlayers else 0
     # modeling_video_llava.VideoLlavaModel holds two towers of vision_config: image_tower and video_tower.
     towers = (tower, tower._replace(name="Video_Tower")) if mt == "video_llava" else (tower,)
-    embed = (*spec.embed, *towers, proj)
     # The LM head hangs on the top-level model: its tie_word_embeddings decides (not text_config's).
-    tie = r.flag("tie_word_embeddings", text.tie)
+    return attach(text, cfg, r, (*towers, proj), tokens=tokens, act=vision_act,
+                  transient=patches * (per_patch + 2 * vh), tie=r.flag("tie_word_embeddings", text.tie))
+
+
+def attach(text: Arch, cfg: Mapping[str, Any], r: Reader, parts: tuple[Part, ...], *, tokens: int, act: int,
+           transient: int, tie: bool | None = None) -> Arch:
+    """The wrapper's model: its text tower with the vision (audio, protein) parts after the token embedding, the
+    tokens one image adds, the tower's activations per image, and the LM head tied as `tie` says (the text
+    tower's own tie when None). The Arch takes the wrapper's model_type, family and `architectures`."""
+    spec = text.spec
+    tie = text.tie if tie is None else tie
     head = tuple(_retie(p, tie, spec.vocab, spec.hidden) for p in spec.head)
-    new = dataclasses.replace(spec, embed=embed, head=head, tied=tie, image_tokens=tokens, vision_act=vision_act,
-                              vision_transient=patches * (per_patch + 2 * vh))
-    return dataclasses.replace(text, model_type=mt, family=mt, spec=new, tie=tie, uses=tuple(r.uses) + text.uses,
-                               architectures=architectures_of(cfg, model))
+    new = dataclasses.replace(spec, embed=(*spec.embed, *parts), head=head, tied=tie, image_tokens=tokens,
+                              vision_act=act, vision_transient=transient)
+    return dataclasses.replace(text, model_type=r.model_type, family=r.model_type, spec=new, tie=tie,
+                               uses=tuple(r.uses) + text.uses, architectures=architectures_of(cfg, r.model))
 
 
 def _cross(t: DecoderTraits, d: Dims, n: int) -> Part:

@@ -1,0 +1,115 @@
+"""Vision-language wrappers whose vision side is its own: Llama 4, Aria, Ovis2 (a tower, adapter or projector each
+modeling file lays out), around a text tower of any family.
+
+Each builds the text tower with vision_language.text_tower, counts the vision parts as its modeling file builds them
+and hands both to vision_language.attach.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from ...errors import ConfigError
+from ..config.arch import Arch
+from ..config.reader import Reader, architectures_of
+from ..graph.parts import Part, linear
+from .assembly import TextReader, Wrapper
+from .vision_language import attach, text_tower
+from .vision_towers import vision_tower, vit_layer
+
+
+def wrapper_parts(cfg: Mapping[str, Any], model: str, mt: str, read_text: TextReader) -> tuple[Arch, Reader, bool]:
+    """(text tower, the wrapper's reader, whether the named class is the text tower alone: a ForCausalLM)."""
+    text = text_tower(cfg, model, mt, read_text)
+    archs = architectures_of(cfg, model)
+    return text, Reader(cfg, model, mt), bool(archs) and archs[0].endswith("ForCausalLM")
+
+
+def vision_reader(r: Reader, cfg: Mapping[str, Any], kind: str, key: str = "vision_config") -> Reader:
+    """A reader of a nested config (vision_config by default) under its config class's defaults."""
+    vc = cfg.get(key) or {}
+    if not isinstance(vc, Mapping):
+        raise ConfigError(r.model, key, vc, "must be a JSON object")
+    return r.child(vc, kind, prefix=key + ".")
+
+
+def tower_part(params: int, n: int, matmul: int, name: str = "Vision_Tower", what: str = "Vision transformer") -> Part:
+    return Part(name, f"{what} ({n} layers)", params, matmul=matmul)
+
+
+def llama4(cfg: Mapping[str, Any], model: str, read_text: TextReader) -> Arch:
+    """modeling_llama4.Llama4ForConditionalGeneration: Llama4VisionModel (an unfolded patch Linear without bias,
+    class embedding, (image/patch)^2 + 1 positions, layernorm_pre/post, LayerNorm layers with biased q/k/v/o and
+    fc1/fc2, and vision_adapter: pixel shuffle then fc1 intermediate_size -> projector_input_dim, fc2
+    projector_output_dim square, no biases); multi_modal_projector linear_1 vision_output_dim -> text width, no bias.
+    The language model is a Llama4ForCausalLM of text_config (its own tie)."""
+    text, r, alone = wrapper_parts(cfg, model, "llama4", read_text)
+    if alone:
+        return dataclasses.replace(text, model_type="llama4", architectures=architectures_of(cfg, model))
+    v = vision_reader(r, cfg, "llama4_vision_model")
+    h, n, inter = v.int("hidden_size"), v.int("num_hidden_layers"), v.int("intermediate_size")
+    p, ch, size = v.int("patch_size"), v.int("num_channels", 3), v.int("image_size")
+    pin, pout = v.int("projector_input_dim"), v.int("projector_output_dim")
+    patches = (size // p) ** 2
+    params = ch * p * p * h + h + (patches + 1) * h + 4 * h + n * vit_layer(h, inter) + inter * pin + pout * pout
+    tower = tower_part(params, n, n * (4 * h * h + 2 * h * inter) + inter * pin + pout * pout)
+    out, th = v.int("vision_output_dim"), text.spec.hidden
+    proj = Part("Projector", "Linear projector", out * th, matmul=out * th)
+    ratio = v.number("pixel_shuffle_ratio", 0.5)
+    tokens = max(1, int(patches * ratio * ratio))
+    return attach(text, cfg, r, (tower, proj), tokens=tokens, act=patches * n * (8 * h + 2 * inter),
+                  transient=patches * (4 * h + inter))
+
+
+def aria(cfg: Mapping[str, Any], model: str, read_text: TextReader) -> Arch:
+    """modeling_aria.AriaForConditionalGeneration: an Idefics3 vision tower, AriaProjector (query of
+    max(projector_patch_to_query_dict) rows x vision width; AriaCrossAttention: q/k/v without bias, an
+    nn.MultiheadAttention, a biased Linear, two LayerNorms; a LayerNorm; AriaProjectorMLP vision -> text -> text
+    without biases), an AriaTextModel and an LM head tied by the top-level tie_word_embeddings."""
+    text, r, _ = wrapper_parts(cfg, model, "aria", read_text)
+    tower, patches, vh, per_patch = vision_tower(cfg.get("vision_config") or {}, r, "idefics3_vision")
+    th = text.spec.hidden
+    queries = r.sub("projector_patch_to_query_dict") or {1225: 128, 4900: 256}  # AriaConfig.__post_init__
+    q = max(int(x) for x in queries.values())
+    mha = linear(vh, 3 * vh, True) + linear(vh, vh, True)
+    params = q * vh + 3 * vh * vh + mha + linear(vh, vh, True) + 4 * vh + 2 * vh + vh * th + th * th
+    proj = Part("Projector", "Cross-attention projector", params, matmul=5 * vh * vh + vh * th + th * th)
+    layers = max(1, tower.matmul // max(1, 12 * vh * vh))
+    return attach(text, cfg, r, (tower, proj), tokens=q, act=patches * per_patch * layers,
+                  transient=patches * (per_patch + 2 * vh), tie=r.flag("tie_word_embeddings", text.tie))
+
+
+def ovis2(cfg: Mapping[str, Any], model: str, read_text: TextReader) -> Arch:
+    """modeling_ovis2.Ovis2ForConditionalGeneration: Ovis2VisionModel (patch conv with bias, positions, an
+    RMSNorm after the embedding, RMSNorm layers with q/k/v/out (qkv_bias) and a gated MLP (mlp_bias), a final
+    RMSNorm; head_linear hidden x hidden_stride^2 -> vocab_size - num_visual_indicator_tokens without bias and its
+    LayerNorm), visual_embeddings_table (vision vocab_size x the top-level hidden_size), the text model, and an LM
+    head of the top-level hidden_size x vocab_size tied (tie_word_embeddings) to the text embedding."""
+    text, r, _ = wrapper_parts(cfg, model, "ovis2", read_text)
+    v = vision_reader(r, cfg, "ovis2_vision")
+    h, n, inter = v.int("hidden_size"), v.int("num_hidden_layers"), v.int("intermediate_size")
+    p, ch, size = v.int("patch_size"), v.int("num_channels", 3), v.int("image_size")
+    stride, vocab = v.int("hidden_stride", 1), v.int("vocab_size")
+    rows = vocab - v.int("num_visual_indicator_tokens", 5, minimum=0)
+    patches = (size // p) ** 2
+    layer = vit_layer(h, inter, bias=v.flag("qkv_bias", False), mlp_bias=v.flag("mlp_bias", False), norm="rmsnorm",
+                      gated=True)
+    params = ch * p * p * h + h + patches * h + h + n * layer + h + h * stride * stride * rows + 2 * rows
+    tower = tower_part(params, n, n * (4 * h * h + 3 * h * inter) + h * stride * stride * rows)
+    top_h, top_vocab = r.int("hidden_size"), r.int("vocab_size")
+    table = Part("Visual_Embedding", "Embedding", vocab * top_h)
+    tie = r.flag("tie_word_embeddings", True)
+    arch = attach(text, cfg, r, (tower, table), tokens=patches // (stride * stride),
+                  act=patches * n * (8 * h + 3 * inter), transient=patches * (4 * h + inter), tie=tie)
+    head = tuple(q._replace(params=0 if tie else top_h * top_vocab) if q.name == "LM_Head" else q
+                 for q in arch.spec.head)
+    return dataclasses.replace(arch, spec=dataclasses.replace(arch.spec, head=head))
+
+
+WRAPPERS: dict[str, Wrapper] = {
+    "llama4": llama4,
+    "aria": aria,
+    "ovis2": ovis2,
+}
