@@ -25,6 +25,7 @@ from . import (
     recurrent,
     short_convolution,
     vision_language,
+    vision_resamplers,
     vision_wrappers,
 )
 from .assembly import Builder, Wrapper
@@ -49,6 +50,7 @@ BUILDERS: dict[str, Builder] = merged(gpt2_era.BUILDERS, llama.BUILDERS, gemma.B
                                       latent_attention.BUILDERS, mamba.BUILDERS, mamba_hybrids.BUILDERS,
                                       short_convolution.BUILDERS, recurrent.BUILDERS, encoders.BUILDERS, bert_descendants.BUILDERS,
                                       encoder_decoders.BUILDERS, vision_language.BUILDERS)
-WRAPPERS: dict[str, Wrapper] = merged(vision_language.WRAPPERS, vision_wrappers.WRAPPERS)
+WRAPPERS: dict[str, Wrapper] = merged(vision_language.WRAPPERS, vision_wrappers.WRAPPERS,
+                                      vision_resamplers.WRAPPERS)
 # Every model_type read, by whichever table: the three never share one.
 KNOWN: frozenset[str] = frozenset(merged(DECODERS, BUILDERS, WRAPPERS))
