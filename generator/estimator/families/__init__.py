@@ -24,6 +24,7 @@ from . import (
     mixture_of_experts,
     recurrent,
     short_convolution,
+    vision_bert,
     vision_language,
     vision_resamplers,
     vision_wrappers,
@@ -51,6 +52,6 @@ BUILDERS: dict[str, Builder] = merged(gpt2_era.BUILDERS, llama.BUILDERS, gemma.B
                                       short_convolution.BUILDERS, recurrent.BUILDERS, encoders.BUILDERS, bert_descendants.BUILDERS,
                                       encoder_decoders.BUILDERS, vision_language.BUILDERS)
 WRAPPERS: dict[str, Wrapper] = merged(vision_language.WRAPPERS, vision_wrappers.WRAPPERS,
-                                      vision_resamplers.WRAPPERS)
+                                      vision_resamplers.WRAPPERS, vision_bert.WRAPPERS)
 # Every model_type read, by whichever table: the three never share one.
 KNOWN: frozenset[str] = frozenset(merged(DECODERS, BUILDERS, WRAPPERS))
