@@ -12,6 +12,7 @@ from typing import Any
 
 from . import (
     bert_descendants,
+    deepseek_vision,
     encoder_decoders,
     encoders,
     gemma,
@@ -52,6 +53,7 @@ BUILDERS: dict[str, Builder] = merged(gpt2_era.BUILDERS, llama.BUILDERS, gemma.B
                                       short_convolution.BUILDERS, recurrent.BUILDERS, encoders.BUILDERS, bert_descendants.BUILDERS,
                                       encoder_decoders.BUILDERS, vision_language.BUILDERS)
 WRAPPERS: dict[str, Wrapper] = merged(vision_language.WRAPPERS, vision_wrappers.WRAPPERS,
-                                      vision_resamplers.WRAPPERS, vision_bert.WRAPPERS)
+                                      vision_resamplers.WRAPPERS, vision_bert.WRAPPERS,
+                                      deepseek_vision.WRAPPERS)
 # Every model_type read, by whichever table: the three never share one.
 KNOWN: frozenset[str] = frozenset(merged(DECODERS, BUILDERS, WRAPPERS))

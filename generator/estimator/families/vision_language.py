@@ -249,17 +249,16 @@ def git(cfg: Mapping[str, Any], model: str) -> Arch:
                     image_tokens=patches + 1)
 
 
-def got_ocr2(cfg: Mapping[str, Any], model: str, read_text: TextReader) -> Arch:
-    """modeling_got_ocr2.py: a SAM-style ViT (absolute positions, windowed layers with relative position
-    tables of 2 x window - 1 rows per axis, global layers of 2 x grid - 1), a conv neck to output_channels,
-    two strided convs up to the text width and a Linear projector; a Qwen2 text tower."""
-    text = text_tower(cfg, model, "got_ocr2", read_text)
-    spec = text.spec
-    r = Reader(cfg, model, "got_ocr2")
-    v = r.child(cfg.get("vision_config") or {}, "got_ocr2_vision", prefix="vision_config.")
+def sam_encoder(v: Reader) -> tuple[int, int, int, int, int]:
+    """modeling_sam.SamVisionEncoder (GOT-OCR2's alike): patch conv with bias, absolute positions (use_abs_pos) of
+    the grid, layers of a fused qkv (qkv_bias), a biased proj, relative position tables (use_rel_pos) of
+    2 x side - 1 rows per axis (side: window_size, or the grid on global_attn_indexes), lin1 / lin2 of mlp_dim
+    (else hidden x mlp_ratio), two LayerNorms; the neck: a 1x1 conv to output_channels, a LayerNorm, a 3x3 conv, a
+    LayerNorm (no conv biases). (params, layers, hidden, mlp width, grid side)."""
     h, n, heads, p, size = (v.int("hidden_size"), v.int("num_hidden_layers"), v.int("num_attention_heads"),
                             v.int("patch_size"), v.int("image_size"))
-    mlp, oc, win = v.int("mlp_dim"), v.int("output_channels", 256), v.int("window_size", 14)
+    mlp = v.opt_int("mlp_dim") or int(h * v.number("mlp_ratio", 4.0, high=64.0))
+    oc, win = v.int("output_channels", 256), v.int("window_size", 14)
     grid, hd = size // p, h // heads
     glob = set(v.list("global_attn_indexes", int) or [])
     rel = v.flag("use_rel_pos", True)
@@ -268,7 +267,25 @@ def got_ocr2(cfg: Mapping[str, Any], model: str, read_text: TextReader) -> Arch:
         side = grid if i in glob else win
         params += (4 * h + linear(h, 3 * h, v.flag("qkv_bias", True)) + linear(h, h, True) + linear(h, mlp, True)
                    + linear(mlp, h, True) + (2 * (2 * side - 1) * hd if rel else 0))
-    params += h * oc + 2 * oc + oc * oc * 9 + 2 * oc
+    return params + sam_neck(h, oc), n, h, mlp, grid
+
+
+def sam_neck(h: int, oc: int) -> int:
+    """modeling_sam.SamVisionNeck (DeepSeek-VL hybrid's high_res_vision_neck alike): conv1 1x1 h -> oc, a
+    LayerNorm, conv2 3x3 oc -> oc, a LayerNorm; no conv biases."""
+    return h * oc + 2 * oc + oc * oc * 9 + 2 * oc
+
+
+def got_ocr2(cfg: Mapping[str, Any], model: str, read_text: TextReader) -> Arch:
+    """modeling_got_ocr2.py: a SAM-style ViT (absolute positions, windowed layers with relative position
+    tables of 2 x window - 1 rows per axis, global layers of 2 x grid - 1), a conv neck to output_channels,
+    two strided convs up to the text width and a Linear projector; a Qwen2 text tower."""
+    text = text_tower(cfg, model, "got_ocr2", read_text)
+    spec = text.spec
+    r = Reader(cfg, model, "got_ocr2")
+    v = r.child(cfg.get("vision_config") or {}, "got_ocr2_vision", prefix="vision_config.")
+    params, n, h, mlp, grid = sam_encoder(v)
+    oc = v.int("output_channels", 256)
     th = spec.hidden
     proj = Part("Projector", "Conv + Linear projector", oc * 2 * oc * 9 + 2 * oc * th * 9 + linear(th, th, True),
                 matmul=th * th)
