@@ -108,7 +108,37 @@ def ovis2(cfg: Mapping[str, Any], model: str, read_text: TextReader) -> Arch:
     return dataclasses.replace(arch, spec=dataclasses.replace(arch.spec, head=head))
 
 
+def lfm3_vl(cfg: Mapping[str, Any], model: str, read_text: TextReader) -> Arch:
+    """modeling_lfm3_vl.Lfm3VlForConditionalGeneration: Lfm3VlVisionModel (patch_embed Linear of channels x
+    temporal_patch_size x patch^2 without bias, embedding_norm; per layer_types entry a gated depthwise conv
+    (in_proj h -> 3 h, a conv_kernel_size^2 depthwise conv, out_proj) or grouped-query attention with q/k RMSNorms of
+    head_dim, a gated MLP, two RMSNorms; no biases), the projector (LayerNorm of the vision width, linear_1 vision x
+    spatial_merge_size^2 -> projector_hidden_size, linear_2 to the text width, projector_bias), the text model and an
+    LM head tied by the top-level tie_word_embeddings."""
+    text, r, _ = wrapper_parts(cfg, model, "lfm3_vl", read_text)
+    v = vision_reader(r, cfg, "lfm3_vl_vision")
+    h, n, inter = v.int("hidden_size"), v.int("num_hidden_layers"), v.int("intermediate_size")
+    p, tp, ch, m = v.int("patch_size"), v.int("temporal_patch_size", 2), v.int("in_channels", 3), \
+        v.int("spatial_merge_size", 2)
+    heads = v.int("num_attention_heads")
+    hd = h // heads
+    kv = v.int("num_key_value_heads", heads) * hd
+    k = v.int("conv_kernel_size", 3)
+    types = v.list("layer_types") or ["conv" if i < 2 or i % 2 else "full_attention" for i in range(n)]
+    conv = 3 * h * h + k * k * h + h * h
+    attn = 2 * h * h + 2 * h * kv + 2 * hd
+    params = ch * tp * p * p * h + h + sum((conv if t == "conv" else attn) + 3 * h * inter + 2 * h for t in types[:n])
+    tower = tower_part(params, n, n * (4 * h * h + 3 * h * inter))
+    mid, bias, th = r.int("projector_hidden_size"), r.flag("projector_bias", True), text.spec.hidden
+    proj = Part("Projector", "MLP projector", 2 * h + linear(h * m * m, mid, bias) + linear(mid, th, bias),
+                matmul=h * m * m * mid + mid * th)
+    patches = (448 // p) ** 2  # a nominal 448 x 448 image (the processor resizes dynamically)
+    return attach(text, cfg, r, (tower, proj), tokens=patches // (m * m), act=patches * n * (8 * h + 3 * inter),
+                  transient=patches * (4 * h + inter), tie=r.flag("tie_word_embeddings", True))
+
+
 WRAPPERS: dict[str, Wrapper] = {
+    "lfm3_vl": lfm3_vl,
     "llama4": llama4,
     "aria": aria,
     "ovis2": ovis2,
