@@ -137,7 +137,29 @@ def lfm3_vl(cfg: Mapping[str, Any], model: str, read_text: TextReader) -> Arch:
                   transient=patches * (4 * h + inter), tie=r.flag("tie_word_embeddings", True))
 
 
+def kimi_k25(cfg: Mapping[str, Any], model: str, read_text: TextReader) -> Arch:
+    """modeling_kimi_k25.Kimi_K25ForConditionalGeneration: Kimi_K25VisionModel (patch conv of 3 channels with bias,
+    a pos_emb_height x pos_emb_width learned position grid, LayerNorm layers with biased q/k/v/proj and fc1/fc2,
+    final_layernorm), mm_projector (pre_norm LayerNorm of projection_hidden_size, in_proj square over
+    merge_kernel_size merged patches, out_proj to the text width, biases), the text model and an LM head tied by
+    the top-level tie_word_embeddings."""
+    text, r, _ = wrapper_parts(cfg, model, "kimi_k25", read_text)
+    v = vision_reader(r, cfg, "kimi_k25_vision")
+    h, n, inter, p = v.int("hidden_size"), v.int("num_hidden_layers"), v.int("intermediate_size"), v.int("patch_size")
+    params = 3 * p * p * h + h + v.int("pos_emb_height") * v.int("pos_emb_width") * h + n * vit_layer(h, inter) + 2 * h
+    tower = tower_part(params, n, n * (4 * h * h + 2 * h * inter))
+    kernel = v.list("merge_kernel_size", int, length=2) or [2, 2]
+    wide, th = h * kernel[0] * kernel[1], text.spec.hidden
+    proj = Part("Projector", "Patch merger", 2 * r.int("projection_hidden_size", h) + linear(wide, wide, True)
+                + linear(wide, th, True), matmul=wide * wide + wide * th)
+    patches = (448 // p) ** 2  # a nominal 448 x 448 image (the processor resizes dynamically)
+    return attach(text, cfg, r, (tower, proj), tokens=patches // (kernel[0] * kernel[1]),
+                  act=patches * n * (8 * h + 2 * inter), transient=patches * (4 * h + inter),
+                  tie=r.flag("tie_word_embeddings", True))
+
+
 WRAPPERS: dict[str, Wrapper] = {
+    "kimi_k25": kimi_k25,
     "lfm3_vl": lfm3_vl,
     "llama4": llama4,
     "aria": aria,
