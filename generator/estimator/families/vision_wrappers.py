@@ -158,7 +158,29 @@ def kimi_k25(cfg: Mapping[str, Any], model: str, read_text: TextReader) -> Arch:
                   tie=r.flag("tie_word_embeddings", True))
 
 
+def minimax_m3_vl(cfg: Mapping[str, Any], model: str, read_text: TextReader) -> Arch:
+    """modeling_minimax_m3_vl.MiniMaxM3SparseForConditionalGeneration: MiniMaxM3VLVisionModel (a 3-D patch conv
+    without bias, pre_layrnorm, CLIP layers with biased q/k/v/out and fc1/fc2; no post norm), the projector (per
+    patch linear_1 vision -> projector_hidden_size, linear_2 -> text; then over spatial_merge_size^2 patches
+    merge_linear_1 text x merge^2 -> projector_hidden_size, merge_linear_2 -> text; biases), the MiniMax-M3 text
+    model and an LM head tied by the top-level tie_word_embeddings."""
+    text, r, _ = wrapper_parts(cfg, model, "minimax_m3_vl", read_text)
+    v = vision_reader(r, cfg, "minimax_m3_vl_vision")
+    h, n, inter = v.int("hidden_size"), v.int("num_hidden_layers"), v.int("intermediate_size")
+    p, tp, ch, m = v.int("patch_size"), v.int("temporal_patch_size", 2), v.int("num_channels", 3), \
+        v.int("spatial_merge_size", 2)
+    tower = tower_part(ch * tp * p * p * h + 2 * h + n * vit_layer(h, inter), n, n * (4 * h * h + 2 * h * inter))
+    mid, th = r.int("projector_hidden_size"), text.spec.hidden
+    params = linear(h, mid, True) + linear(mid, th, True) + linear(th * m * m, mid, True) + linear(mid, th, True)
+    proj = Part("Projector", "Two-stage MLP patch merger", params, matmul=h * mid + mid * th + (th * m * m * mid
+                                                                                              + mid * th) // (m * m))
+    patches = (448 // p) ** 2  # a nominal 448 x 448 image (the processor resizes dynamically)
+    return attach(text, cfg, r, (tower, proj), tokens=patches // (m * m), act=patches * n * (8 * h + 2 * inter),
+                  transient=patches * (4 * h + inter), tie=r.flag("tie_word_embeddings", False))
+
+
 WRAPPERS: dict[str, Wrapper] = {
+    "minimax_m3_vl": minimax_m3_vl,
     "kimi_k25": kimi_k25,
     "lfm3_vl": lfm3_vl,
     "llama4": llama4,
