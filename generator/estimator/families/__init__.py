@@ -23,6 +23,7 @@ from . import (
     mamba,
     mamba_hybrids,
     mixture_of_experts,
+    omni_models,
     recurrent,
     short_convolution,
     vision_bert,
@@ -54,6 +55,6 @@ BUILDERS: dict[str, Builder] = merged(gpt2_era.BUILDERS, llama.BUILDERS, gemma.B
                                       encoder_decoders.BUILDERS, vision_language.BUILDERS)
 WRAPPERS: dict[str, Wrapper] = merged(vision_language.WRAPPERS, vision_wrappers.WRAPPERS,
                                       vision_resamplers.WRAPPERS, vision_bert.WRAPPERS,
-                                      deepseek_vision.WRAPPERS)
+                                      deepseek_vision.WRAPPERS, omni_models.WRAPPERS)
 # Every model_type read, by whichever table: the three never share one.
 KNOWN: frozenset[str] = frozenset(merged(DECODERS, BUILDERS, WRAPPERS))
