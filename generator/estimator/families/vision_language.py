@@ -57,8 +57,9 @@ TEXT_AS = {"qwen2_vl_text": "qwen2", "qwen2_5_vl_text": "qwen2", "qwen3_vl_text"
 
 
 
-def text_tower(cfg: Mapping[str, Any], model: str, mt: str, read_text: TextReader) -> Arch:
-    """The language model inside a wrapper, read by its own family's builder (`read_text`: normalise's)."""
+def text_tower(cfg: Mapping[str, Any], model: str, mt: str, read_text: TextReader, base: str | None = None) -> Arch:
+    """The language model inside a wrapper, read by its own family's builder (`read_text`: normalise's); `base`
+    names the family that reads it where the wrapper's modeling file decides (else TEXT_AS, else its own)."""
     text = cfg.get("text_config")
     if text is None:  # older Qwen2-VL / Qwen2.5-VL files keep the text keys at the top level
         text = {k: v for k, v in cfg.items() if k not in ("vision_config", "model_type", "architectures", "auto_map")}
@@ -67,7 +68,7 @@ def text_tower(cfg: Mapping[str, Any], model: str, mt: str, read_text: TextReade
     tt = text.get("model_type") or DEFAULT_TEXT.get(mt)
     if not isinstance(tt, str):
         raise ConfigError(model, "text_config.model_type", tt, "is missing")
-    base = TEXT_AS.get(tt, tt)
+    base = base or TEXT_AS.get(tt, tt)
     if base == tt:
         return read_text(dict(text, model_type=tt), model)
     # Read as `base`, but a key the file leaves out takes the text config class's own default, and a class

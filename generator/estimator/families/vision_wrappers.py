@@ -179,7 +179,49 @@ def minimax_m3_vl(cfg: Mapping[str, Any], model: str, read_text: TextReader) -> 
                   transient=patches * (4 * h + inter), tie=r.flag("tie_word_embeddings", False))
 
 
+def molmo2(cfg: Mapping[str, Any], model: str, read_text: TextReader) -> Arch:
+    """modeling_molmo2.Molmo2ForConditionalGeneration: Molmo2VisionModel (num_position_embeddings positions, a
+    biased patch Linear, LayerNorm layers with q/k/v/o of heads x head_dim (attention_bias) and biased fc1/fc2; a
+    legacy vit_config keeps only the layers up to the deepest vision_feature_layer), the adapter (image_pooling_2d:
+    attention from hidden x len(vision_feature_layer) with biases by attention_bias; image_projector: gate/up
+    (mlp_bias) and down to text_hidden_size without bias), Molmo2TextModel (an Olmo2-style decoder whose q/k
+    RMSNorms are per head for qk_norm_type "qwen3", so read as qwen3, or over the projection for "olmo", read as
+    olmo2; its embedding has additional_vocab_size more rows) and an LM head the class never ties (it declares no
+    _tied_weights_keys, whatever tie_word_embeddings says)."""
+    tc = cfg.get("text_config") or {}
+    qk = tc.get("qk_norm_type", "qwen3") if isinstance(tc, Mapping) else "qwen3"
+    text = text_tower(cfg, model, "molmo2", read_text, base="olmo2" if qk == "olmo" else "qwen3")
+    r = Reader(cfg, model, "molmo2")
+    legacy = "vision_config" not in cfg and "vit_config" in cfg
+    vc = cfg.get("vit_config") if legacy else cfg.get("vision_config")
+    v = r.child(vc if isinstance(vc, Mapping) else {}, "molmo2_vision", prefix="vision_config.",
+                aliases={"patch_size": ("image_patch_size",), "num_position_embeddings": ("image_num_pos",)})
+    a = vision_reader(r, cfg, "molmo2_adapter", "adapter_config")
+    h, n, inter, p = v.int("hidden_size"), v.int("num_hidden_layers"), v.int("intermediate_size"), v.int("patch_size")
+    feature = a.list("vision_feature_layer", int) or [24, 18]  # Molmo2AdapterConfig.__post_init__
+    if legacy:
+        n = max(x % n for x in feature) + 1
+    heads, kv, hd = v.int("num_attention_heads"), v.int("num_key_value_heads"), v.int("head_dim")
+    bias = v.flag("attention_bias", True)
+    layer = 4 * h + linear(h, heads * hd, bias) + 2 * linear(h, kv * hd, bias) + linear(heads * hd, h, bias) \
+        + linear(h, inter, True) + linear(inter, h, True)
+    pos = v.opt_int("num_position_embeddings") or (378 // p) ** 2
+    tower = tower_part(pos * h + linear(p * p * v.int("num_channels", 3), h, True) + n * layer, n,
+                       n * (4 * h * h + 2 * h * inter))
+    ah, aheads, akv, ahd = a.int("hidden_size"), a.int("num_attention_heads"), a.int("num_key_value_heads"), \
+        a.int("head_dim")
+    wide, abias, ainter = ah * len(feature), a.flag("attention_bias", True), a.int("intermediate_size")
+    pool = linear(wide, aheads * ahd, abias) + 2 * linear(wide, akv * ahd, abias) + linear(aheads * ahd, ah, abias)
+    mlp = 2 * linear(ah, ainter, a.flag("mlp_bias", False)) + ainter * a.int("text_hidden_size")
+    proj = Part("Projector", "Attention pooling + SwiGLU projector", pool + mlp, matmul=pool + mlp)
+    t = r.child(tc if isinstance(tc, Mapping) else {}, "molmo2_text", prefix="text_config.")
+    extra = Part("Additional_Embedding", "Embedding", t.int("additional_vocab_size", 128, minimum=0) * text.spec.hidden)
+    return attach(text, cfg, r, (extra, tower, proj), tokens=pos // 4, act=pos * n * (8 * h + 2 * inter),
+                  transient=pos * (4 * h + inter), tie=False)
+
+
 WRAPPERS: dict[str, Wrapper] = {
+    "molmo2": molmo2,
     "minimax_m3_vl": minimax_m3_vl,
     "kimi_k25": kimi_k25,
     "lfm3_vl": lfm3_vl,
