@@ -220,7 +220,28 @@ def molmo2(cfg: Mapping[str, Any], model: str, read_text: TextReader) -> Arch:
                   transient=pos * (4 * h + inter), tie=False)
 
 
+def cosmos3_edge(cfg: Mapping[str, Any], model: str, read_text: TextReader) -> Arch:
+    """modeling_cosmos3_edge.Cosmos3EdgeForConditionalGeneration: Cosmos3EdgeVisionModel (SigLIP2-style: a biased
+    patch Linear, num_patches positions, LayerNorm layers with biased q/k/v/out and fc1/fc2, post_layernorm; no
+    pooling head), the projector (Cosmos3EdgePatchMerger: LayerNorm of the vision width, linear_fc1 vision x
+    spatial_merge_size^2 -> projector_hidden_size, linear_fc2 to the text width, biases), Cosmos3EdgeTextModel (a
+    llama layout with a plain fc1/fc2 MLP: read as arcee) and an LM head never tied (_tied_weights_keys is
+    empty)."""
+    text, r, _ = wrapper_parts(cfg, model, "cosmos3_edge", read_text)
+    v = vision_reader(r, cfg, "cosmos3_edge_vision")
+    h, n, inter, p = v.int("hidden_size"), v.int("num_hidden_layers"), v.int("intermediate_size"), v.int("patch_size")
+    patches, m = v.int("num_patches"), v.int("spatial_merge_size", 2)
+    params = linear(v.int("num_channels", 3) * p * p, h, True) + patches * h + n * vit_layer(h, inter) + 2 * h
+    tower = tower_part(params, n, n * (4 * h * h + 2 * h * inter))
+    mid, th = r.int("projector_hidden_size"), text.spec.hidden
+    proj = Part("Projector", "Patch merger", 2 * h + linear(h * m * m, mid, True) + linear(mid, th, True),
+                matmul=h * m * m * mid + mid * th)
+    return attach(text, cfg, r, (tower, proj), tokens=patches // (m * m), act=patches * n * (8 * h + 2 * inter),
+                  transient=patches * (4 * h + inter), tie=False)
+
+
 WRAPPERS: dict[str, Wrapper] = {
+    "cosmos3_edge": cosmos3_edge,
     "molmo2": molmo2,
     "minimax_m3_vl": minimax_m3_vl,
     "kimi_k25": kimi_k25,
