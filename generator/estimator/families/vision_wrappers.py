@@ -71,8 +71,8 @@ def aria(cfg: Mapping[str, Any], model: str, read_text: TextReader) -> Arch:
     text, r, _ = wrapper_parts(cfg, model, "aria", read_text)
     tower, patches, vh, per_patch = vision_tower(cfg.get("vision_config") or {}, r, "idefics3_vision")
     th = text.spec.hidden
-    queries = r.sub("projector_patch_to_query_dict") or {1225: 128, 4900: 256}  # AriaConfig.__post_init__
-    q = max(int(x) for x in queries.values())
+    queries = r.sub("projector_patch_to_query_dict")
+    q = max(int(x) for x in queries.values()) if queries else 256  # AriaConfig.__post_init__: {1225: 128, 4900: 256}
     mha = linear(vh, 3 * vh, True) + linear(vh, vh, True)
     params = q * vh + 3 * vh * vh + mha + linear(vh, vh, True) + 4 * vh + 2 * vh + vh * th + th * th
     proj = Part("Projector", "Cross-attention projector", params, matmul=5 * vh * vh + vh * th + th * th)
