@@ -1,5 +1,5 @@
-"""Multimodal wrappers beyond one image tower: Nemotron-H Omni (a RADIO vision model and its pixel-shuffle projector)
-and the models with audio or protein encoders beside their vision side.
+"""Omni-modal wrappers (image, video and audio inputs): Nemotron-H Omni, a RADIO vision model and its pixel-shuffle
+projector around a Nemotron-H language model; the home of the omni models' audio towers as they are added.
 """
 
 from __future__ import annotations
