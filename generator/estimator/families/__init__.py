@@ -13,6 +13,7 @@ from typing import Any
 from . import (
     bert_descendants,
     bert_variants,
+    deepseek_vision,
     encoder_decoder_pairs,
     encoder_decoders,
     encoders,
@@ -30,6 +31,7 @@ from . import (
     mobile_encoders,
     multimodal_moe,
     muse,
+    omni_models,
     perceiver,
     phi4_multimodal,
     recurrent,
@@ -38,7 +40,10 @@ from . import (
     short_convolution,
     sparse_encoder_decoders,
     speech_language,
+    vision_bert,
     vision_language,
+    vision_resamplers,
+    vision_wrappers,
 )
 from .assembly import Builder, Wrapper
 from .decoder import DecoderTraits
@@ -67,7 +72,9 @@ BUILDERS: dict[str, Builder] = merged(gpt2_era.BUILDERS, llama.BUILDERS, gemma.B
                                       gemma_encoder_decoders.BUILDERS, vision_language.BUILDERS, inkling.BUILDERS,
                                       muse.BUILDERS, multimodal_moe.BUILDERS, phi4_multimodal.BUILDERS)
 WRAPPERS: dict[str, Wrapper] = merged(vision_language.WRAPPERS, speech_language.WRAPPERS, inkling.WRAPPERS,
-                                      muse.WRAPPERS, encoder_decoder_pairs.WRAPPERS)
+                                      muse.WRAPPERS, encoder_decoder_pairs.WRAPPERS, vision_wrappers.WRAPPERS,
+                                      vision_resamplers.WRAPPERS, vision_bert.WRAPPERS, deepseek_vision.WRAPPERS,
+                                      omni_models.WRAPPERS)
 # Every model_type read, by whichever table: the three never share one.
 KNOWN: frozenset[str] = frozenset(merged(DECODERS, BUILDERS, WRAPPERS))
 # Config classes read only as a wrapper's sub-config (audio towers, Q-Former): their defaults are read too.

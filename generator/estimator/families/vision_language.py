@@ -57,13 +57,15 @@ TEXT_FIXED: dict[str, dict[str, Any]] = {"glm_ocr_text": {"attention_bias": Fals
 
 TEXT_AS = {"qwen2_vl_text": "qwen2", "qwen2_5_vl_text": "qwen2", "qwen3_vl_text": "qwen3",
            "qwen3_vl_moe_text": "qwen3_moe", "glm4v_text": "glm4", "glm4v_moe_text": "glm4_moe", "glm_ocr_text": "glm4",
-           "paddleocr_vl_text": "ernie4_5", "qwen2_5_omni_text": "qwen2", "qwen3_omni_moe_text": "qwen3_moe", "hy_v4_vl_text": "hy_v4"}
+           "paddleocr_vl_text": "ernie4_5", "qwen2_5_omni_text": "qwen2", "qwen3_omni_moe_text": "qwen3_moe",
+           "hy_v4_vl_text": "hy_v4", "ultrabert": "llama", "cosmos3_edge_text": "arcee"}
 
 
 
 
-def text_tower(cfg: Mapping[str, Any], model: str, mt: str, read_text: TextReader) -> Arch:
-    """The language model inside a wrapper, read by its own family's builder (`read_text`: normalise's)."""
+def text_tower(cfg: Mapping[str, Any], model: str, mt: str, read_text: TextReader, base: str | None = None) -> Arch:
+    """The language model inside a wrapper, read by its own family's builder (`read_text`: normalise's); `base`
+    names the family that reads it where the wrapper's modeling file decides (else TEXT_AS, else its own)."""
     text = cfg.get("text_config")
     if text is None:  # older Qwen2-VL / Qwen2.5-VL files keep the text keys at the top level
         text = {k: v for k, v in cfg.items() if k not in ("vision_config", "model_type", "architectures", "auto_map")}
@@ -72,7 +74,7 @@ def text_tower(cfg: Mapping[str, Any], model: str, mt: str, read_text: TextReade
     tt = text.get("model_type") or DEFAULT_TEXT.get(mt)
     if not isinstance(tt, str):
         raise ConfigError(model, "text_config.model_type", tt, "is missing")
-    base = TEXT_AS.get(tt, tt)
+    base = base or TEXT_AS.get(tt, tt)
     if base == tt:
         return read_text(dict(text, model_type=tt), model)
     # Read as `base`, but a key the file leaves out takes the text config class's own default, and a class
@@ -129,14 +131,23 @@ def vlm(cfg: Mapping[str, Any], model: str, read_text: TextReader) -> Arch:
     vision_act, vision_transient = vision_memory(tower, patches, vh, per_patch)
     # modeling_video_llava.VideoLlavaModel holds two towers of vision_config: image_tower and video_tower.
     towers = (tower, tower._replace(name="Video_Tower")) if mt == "video_llava" else (tower,)
-    embed = (*spec.embed, *towers, proj)
     # The LM head hangs on the top-level model: its tie_word_embeddings decides (not text_config's).
-    tie = r.flag("tie_word_embeddings", text.tie)
+    return attach(text, cfg, r, (*towers, proj), tokens=tokens, act=vision_act, transient=vision_transient,
+                  tie=r.flag("tie_word_embeddings", text.tie))
+
+
+def attach(text: Arch, cfg: Mapping[str, Any], r: Reader, parts: tuple[Part, ...], *, tokens: int, act: int,
+           transient: int, tie: bool | None = None) -> Arch:
+    """The wrapper's model: its text tower with the vision (audio, protein) parts after the token embedding, the
+    tokens one image adds, the tower's activations per image, and the LM head tied as `tie` says (the text
+    tower's own tie when None). The Arch takes the wrapper's model_type, family and `architectures`."""
+    spec = text.spec
+    tie = text.tie if tie is None else tie
     head = tuple(_retie(p, tie, spec.vocab, spec.hidden) for p in spec.head)
-    new = dataclasses.replace(spec, embed=embed, head=head, tied=tie, image_tokens=tokens, vision_act=vision_act,
-                              vision_transient=vision_transient)
-    return dataclasses.replace(text, model_type=mt, family=mt, spec=new, tie=tie, uses=tuple(r.uses) + text.uses,
-                               architectures=architectures_of(cfg, model))
+    new = dataclasses.replace(spec, embed=(*spec.embed, *parts), head=head, tied=tie, image_tokens=tokens,
+                              vision_act=act, vision_transient=transient)
+    return dataclasses.replace(text, model_type=r.model_type, family=r.model_type, spec=new, tie=tie,
+                               uses=tuple(r.uses) + text.uses, architectures=architectures_of(cfg, r.model))
 
 
 def _cross(t: DecoderTraits, d: Dims, n: int) -> Part:
@@ -251,17 +262,16 @@ def git(cfg: Mapping[str, Any], model: str) -> Arch:
                     image_tokens=patches + 1)
 
 
-def got_ocr2(cfg: Mapping[str, Any], model: str, read_text: TextReader) -> Arch:
-    """modeling_got_ocr2.py: a SAM-style ViT (absolute positions, windowed layers with relative position
-    tables of 2 x window - 1 rows per axis, global layers of 2 x grid - 1), a conv neck to output_channels,
-    two strided convs up to the text width and a Linear projector; a Qwen2 text tower."""
-    text = text_tower(cfg, model, "got_ocr2", read_text)
-    spec = text.spec
-    r = Reader(cfg, model, "got_ocr2")
-    v = r.child(cfg.get("vision_config") or {}, "got_ocr2_vision", prefix="vision_config.")
+def sam_encoder(v: Reader) -> tuple[int, int, int, int, int]:
+    """modeling_sam.SamVisionEncoder (GOT-OCR2's alike): patch conv with bias, absolute positions (use_abs_pos) of
+    the grid, layers of a fused qkv (qkv_bias), a biased proj, relative position tables (use_rel_pos) of
+    2 x side - 1 rows per axis (side: window_size, or the grid on global_attn_indexes), lin1 / lin2 of mlp_dim
+    (else hidden x mlp_ratio), two LayerNorms; the neck: a 1x1 conv to output_channels, a LayerNorm, a 3x3 conv, a
+    LayerNorm (no conv biases). (params, layers, hidden, mlp width, grid side)."""
     h, n, heads, p, size = (v.int("hidden_size"), v.int("num_hidden_layers"), v.int("num_attention_heads"),
                             v.int("patch_size"), v.int("image_size"))
-    mlp, oc, win = v.int("mlp_dim"), v.int("output_channels", 256), v.int("window_size", 14)
+    mlp = v.opt_int("mlp_dim") or int(h * v.number("mlp_ratio", 4.0, high=64.0))
+    oc, win = v.int("output_channels", 256), v.int("window_size", 14)
     grid, hd = size // p, h // heads
     glob = set(v.list("global_attn_indexes", int) or [])
     rel = v.flag("use_rel_pos", True)
@@ -270,7 +280,25 @@ def got_ocr2(cfg: Mapping[str, Any], model: str, read_text: TextReader) -> Arch:
         side = grid if i in glob else win
         params += (4 * h + linear(h, 3 * h, v.flag("qkv_bias", True)) + linear(h, h, True) + linear(h, mlp, True)
                    + linear(mlp, h, True) + (2 * (2 * side - 1) * hd if rel else 0))
-    params += h * oc + 2 * oc + oc * oc * 9 + 2 * oc
+    return params + sam_neck(h, oc), n, h, mlp, grid
+
+
+def sam_neck(h: int, oc: int) -> int:
+    """modeling_sam.SamVisionNeck (DeepSeek-VL hybrid's high_res_vision_neck alike): conv1 1x1 h -> oc, a
+    LayerNorm, conv2 3x3 oc -> oc, a LayerNorm; no conv biases."""
+    return h * oc + 2 * oc + oc * oc * 9 + 2 * oc
+
+
+def got_ocr2(cfg: Mapping[str, Any], model: str, read_text: TextReader) -> Arch:
+    """modeling_got_ocr2.py: a SAM-style ViT (absolute positions, windowed layers with relative position
+    tables of 2 x window - 1 rows per axis, global layers of 2 x grid - 1), a conv neck to output_channels,
+    two strided convs up to the text width and a Linear projector; a Qwen2 text tower."""
+    text = text_tower(cfg, model, "got_ocr2", read_text)
+    spec = text.spec
+    r = Reader(cfg, model, "got_ocr2")
+    v = r.child(cfg.get("vision_config") or {}, "got_ocr2_vision", prefix="vision_config.")
+    params, n, h, mlp, grid = sam_encoder(v)
+    oc = v.int("output_channels", 256)
     th = spec.hidden
     proj = Part("Projector", "Conv + Linear projector", oc * 2 * oc * 9 + 2 * oc * th * 9 + linear(th, th, True),
                 matmul=th * th)
