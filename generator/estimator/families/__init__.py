@@ -22,6 +22,7 @@ from . import (
     mamba,
     mamba_hybrids,
     mixture_of_experts,
+    querying_transformers,
     recurrent,
     short_convolution,
     vision_language,
@@ -47,7 +48,8 @@ DECODERS: dict[str, DecoderTraits] = merged(gpt2_era.TRAITS, llama.TRAITS, gemma
 BUILDERS: dict[str, Builder] = merged(gpt2_era.BUILDERS, llama.BUILDERS, gemma.BUILDERS, mixture_of_experts.BUILDERS,
                                       latent_attention.BUILDERS, mamba.BUILDERS, mamba_hybrids.BUILDERS,
                                       short_convolution.BUILDERS, recurrent.BUILDERS, encoders.BUILDERS, bert_descendants.BUILDERS,
-                                      encoder_decoders.BUILDERS, vision_language.BUILDERS)
-WRAPPERS: dict[str, Wrapper] = vision_language.WRAPPERS
+                                      encoder_decoders.BUILDERS, vision_language.BUILDERS,
+                                      querying_transformers.BUILDERS)
+WRAPPERS: dict[str, Wrapper] = merged(vision_language.WRAPPERS, querying_transformers.WRAPPERS)
 # Every model_type read, by whichever table: the three never share one.
 KNOWN: frozenset[str] = frozenset(merged(DECODERS, BUILDERS, WRAPPERS))

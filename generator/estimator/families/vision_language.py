@@ -32,7 +32,7 @@ from .assembly import Builder, TextReader, Wrapper, assemble
 from .decoder import DecoderTraits, Dims, attention, build
 from .llama import TRAITS as LLAMA_TRAITS
 from .vision_projectors import PROJECTORS, projector
-from .vision_towers import tower_kind, vision_tower
+from .vision_towers import tower_kind, vision_activations, vision_tower
 
 # Default text model_type of each VLM when text_config omits it, and text types read as a base family.
 DEFAULT_TEXT = {"llava": "llama", "llava_next": "llama", "paligemma": "gemma", "idefics3": "llama", "smolvlm": "llama",
@@ -40,7 +40,8 @@ DEFAULT_TEXT = {"llava": "llama", "llava_next": "llama", "paligemma": "gemma", "
                 "mistral3": "mistral", "llava_onevision": "qwen2", "aya_vision": "cohere2", "got_ocr2": "qwen2",
                 "fuyu": "persimmon", "internvl": "qwen2", "moss_transcribe_diarize": "qwen3",
                 "llava_next_video": "llama", "vipllava": "llama", "video_llava": "llama", "shieldgemma2": "gemma3_text",
-                "deepseek_vl": "llama", "qianfan_ocr": "qwen3", "lighton_ocr": "qwen3", "cohere2_vision": "cohere2"}
+                "deepseek_vl": "llama", "qianfan_ocr": "qwen3", "lighton_ocr": "qwen3", "cohere2_vision": "cohere2",
+                "blip-2": "opt", "instructblip": "opt", "instructblipvideo": "opt"}
 
 
 # Wrappers whose image_seq_length (when the config gives it) is the tokens one image adds.
@@ -114,8 +115,7 @@ def vlm(cfg: Mapping[str, Any], model: str, read_text: TextReader) -> Arch:
         tokens = r.int("image_seq_length")
     if mt in ("llava_next", "llava_next_video"):  # anyres: the base image plus up to 4 tiles (image_grid_pinpoints)
         tokens *= 5
-    vlayers = tower.matmul and 1
-    vision_act = patches * per_patch * max(1, tower.params // max(1, 12 * vh * vh)) if vlayers else 0
+    vision_act = vision_activations(tower, patches, per_patch, vh)
     # modeling_video_llava.VideoLlavaModel holds two towers of vision_config: image_tower and video_tower.
     towers = (tower, tower._replace(name="Video_Tower")) if mt == "video_llava" else (tower,)
     embed = (*spec.embed, *towers, proj)

@@ -107,6 +107,19 @@ def clip(v: Reader, kind: str) -> TowerResult:
     return _part(params, n, h, inter, patches, 8 * h + 2 * inter)
 
 
+def blip(v: Reader, kind: str) -> TowerResult:
+    """modeling_blip.BlipVisionModel (modeling_blip_2.Blip2VisionModel, InstructBLIP alike): class embedding, a
+    3-channel patch conv with bias, num_patches + 1 positions, layers with a fused qkv (BLIP: biased; BLIP-2: q and
+    v biases when qkv_bias, one 3h vector) and a biased projection, biased fc1/fc2, two LayerNorms; post_layernorm."""
+    h, n, inter = v.int("hidden_size"), v.int("num_hidden_layers"), v.int("intermediate_size")
+    p, size = _side(v, "patch_size"), _side(v, "image_size")
+    patches = (size // p) ** 2
+    bias = True if kind == "blip_vision_model" else v.flag("qkv_bias", True)
+    layer = vit_layer(h, inter, bias=bias, o_bias=True, mlp_bias=True)
+    params = h + linear(3 * p * p, h, True) + (patches + 1) * h + n * layer + 2 * h
+    return _part(params, n, h, inter, patches + 1, 8 * h + 2 * inter)
+
+
 def siglip(v: Reader, kind: str) -> TowerResult:
     """modeling_siglip.SiglipVisionTransformer (Idefics3 / SmolVLM alike): patch conv with bias, positions,
     post-LayerNorm, and (SigLIP, vision_use_head) an attention-pooling head."""
@@ -186,6 +199,8 @@ TOWERS: dict[str, Callable[[Reader, str], TowerResult]] = {
     "internvl_vision": internvl, "qianfan_ocr_vision": internvl,
     "qwen3_vl_vision": qwen3_vl, "qwen3_vl_moe_vision": qwen3_vl, "qwen3_5_vision": qwen3_vl,
     "qwen3_5_moe_vision": qwen3_vl, "glm4v_vision": glm4v, "glm4v_moe_vision": glm4v, "glm_ocr_vision": glm_ocr,
+    **dict.fromkeys(("blip_vision_model", "blip_2_vision_model", "instructblip_vision_model",
+                     "instructblipvideo_vision_model"), blip),
 }
 
 
@@ -207,6 +222,11 @@ def tower_kind(mt: str, vc: Mapping[str, Any]) -> str:
     """The vision tower a wrapper builds: its fixed vision config class, else the file's, else the default."""
     given = vc.get("model_type") if isinstance(vc, Mapping) else None
     return FIXED_VISION.get(mt) or (given if isinstance(given, str) else DEFAULT_VISION.get(mt, ""))
+
+
+def vision_activations(tower: Part, patches: int, per_patch: int, vh: int) -> int:
+    """Saved elements of a tower per image: per-patch activations times its layers (about params / 12 vh^2)."""
+    return patches * per_patch * max(1, tower.params // max(1, 12 * vh * vh)) if tower.matmul else 0
 
 
 def vision_tower(vc: Mapping[str, Any], r: Reader, kind: str) -> TowerResult:
