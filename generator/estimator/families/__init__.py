@@ -22,6 +22,7 @@ from . import (
     mamba,
     mamba_hybrids,
     mixture_of_experts,
+    perceiver_resamplers,
     querying_transformers,
     recurrent,
     short_convolution,
@@ -49,7 +50,8 @@ BUILDERS: dict[str, Builder] = merged(gpt2_era.BUILDERS, llama.BUILDERS, gemma.B
                                       latent_attention.BUILDERS, mamba.BUILDERS, mamba_hybrids.BUILDERS,
                                       short_convolution.BUILDERS, recurrent.BUILDERS, encoders.BUILDERS, bert_descendants.BUILDERS,
                                       encoder_decoders.BUILDERS, vision_language.BUILDERS,
-                                      querying_transformers.BUILDERS)
-WRAPPERS: dict[str, Wrapper] = merged(vision_language.WRAPPERS, querying_transformers.WRAPPERS)
+                                      querying_transformers.BUILDERS, perceiver_resamplers.BUILDERS)
+WRAPPERS: dict[str, Wrapper] = merged(vision_language.WRAPPERS, querying_transformers.WRAPPERS,
+                                          perceiver_resamplers.WRAPPERS)
 # Every model_type read, by whichever table: the three never share one.
 KNOWN: frozenset[str] = frozenset(merged(DECODERS, BUILDERS, WRAPPERS))

@@ -15,7 +15,6 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from ...errors import ConfigError
 from ..config.arch import Arch
 from ..config.reader import Reader, architectures_of
 from ..graph.layout import standard_block
@@ -30,13 +29,6 @@ VISION = {"blip-2": "blip_2_vision_model", "instructblip": "instructblip_vision_
           "instructblipvideo": "instructblipvideo_vision_model", "blip": "blip_vision_model"}
 QFORMER = {"blip-2": "blip_2_qformer", "instructblip": "instructblip_qformer",
            "instructblipvideo": "instructblipvideo_qformer"}
-
-
-def _sub(cfg: Mapping[str, Any], model: str, key: str) -> Mapping[str, Any]:
-    sub = cfg.get(key) or {}
-    if not isinstance(sub, Mapping):
-        raise ConfigError(model, key, sub, "must be a JSON object")
-    return sub
 
 
 def qformer(q: Reader, mt: str, encoder_width: int, queries: int) -> tuple[Part, int]:
@@ -69,9 +61,9 @@ def querying_vlm(cfg: Mapping[str, Any], model: str, read_text: TextReader) -> A
     text = text_tower(cfg, model, mt, read_text)
     spec = text.spec
     r = Reader(cfg, model, mt)
-    tower, patches, vh, per_patch = vision_tower(_sub(cfg, model, "vision_config"), r, VISION[mt])
+    tower, patches, vh, per_patch = vision_tower(r.sub("vision_config") or {}, r, VISION[mt])
     queries = r.int("num_query_tokens", 32)
-    q = r.child(_sub(cfg, model, "qformer_config"), QFORMER[mt], prefix="qformer_config.")
+    q = r.child(r.sub("qformer_config") or {}, QFORMER[mt], prefix="qformer_config.")
     former, per_query = qformer(q, mt, vh, queries)
     qh = q.int("hidden_size")
     proj = Part("Projector", "Linear projector", linear(qh, spec.hidden, True), matmul=qh * spec.hidden)
@@ -89,8 +81,8 @@ def blip(cfg: Mapping[str, Any], model: str) -> Arch:
     and BERT's prediction head (transform, decoder tied to the word embeddings, bias). Either config's
     tie_word_embeddings ties (each PreTrainedModel ties its own _tied_weights_keys)."""
     r = Reader(cfg, model, "blip")
-    tower, patches, vh, per_patch = vision_tower(_sub(cfg, model, "vision_config"), r, VISION["blip"])
-    t = r.child(_sub(cfg, model, "text_config"), "blip_text_model", prefix="text_config.")
+    tower, patches, vh, per_patch = vision_tower(r.sub("vision_config") or {}, r, VISION["blip"])
+    t = r.child(r.sub("text_config") or {}, "blip_text_model", prefix="text_config.")
     h, n, nh, vocab = t.int("hidden_size"), t.int("num_hidden_layers"), t.int("num_attention_heads"), t.int("vocab_size")
     inter, ctx = t.int("intermediate_size"), t.int("max_position_embeddings", 512)
     crossing = t.flag("is_decoder", True)

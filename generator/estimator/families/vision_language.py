@@ -41,7 +41,7 @@ DEFAULT_TEXT = {"llava": "llama", "llava_next": "llama", "paligemma": "gemma", "
                 "fuyu": "persimmon", "internvl": "qwen2", "moss_transcribe_diarize": "qwen3",
                 "llava_next_video": "llama", "vipllava": "llama", "video_llava": "llama", "shieldgemma2": "gemma3_text",
                 "deepseek_vl": "llama", "qianfan_ocr": "qwen3", "lighton_ocr": "qwen3", "cohere2_vision": "cohere2",
-                "blip-2": "opt", "instructblip": "opt", "instructblipvideo": "opt"}
+                "blip-2": "opt", "idefics2": "mistral", "instructblip": "opt", "instructblipvideo": "opt"}
 
 
 # Wrappers whose image_seq_length (when the config gives it) is the tokens one image adds.
