@@ -26,6 +26,7 @@ from . import (
     querying_transformers,
     recurrent,
     short_convolution,
+    vision_encoder_decoders,
     vision_language,
 )
 from .assembly import Builder, Wrapper
@@ -50,7 +51,8 @@ BUILDERS: dict[str, Builder] = merged(gpt2_era.BUILDERS, llama.BUILDERS, gemma.B
                                       latent_attention.BUILDERS, mamba.BUILDERS, mamba_hybrids.BUILDERS,
                                       short_convolution.BUILDERS, recurrent.BUILDERS, encoders.BUILDERS, bert_descendants.BUILDERS,
                                       encoder_decoders.BUILDERS, vision_language.BUILDERS,
-                                      querying_transformers.BUILDERS, perceiver_resamplers.BUILDERS)
+                                      querying_transformers.BUILDERS, perceiver_resamplers.BUILDERS,
+                                      vision_encoder_decoders.BUILDERS)
 WRAPPERS: dict[str, Wrapper] = merged(vision_language.WRAPPERS, querying_transformers.WRAPPERS,
                                           perceiver_resamplers.WRAPPERS)
 # Every model_type read, by whichever table: the three never share one.

@@ -1,0 +1,88 @@
+"""Encoder-decoders over images: Pix2Struct (a ViT-style T5 encoder over patches), UDOP (T5 over text and patches).
+
+Pix2Struct (modeling_pix2struct.Pix2StructForConditionalGeneration): the encoder is Pix2StructVisionModel (a Linear
+patch projection, row and column embeddings, T5-style pre-norm layers with a gated MLP) and the decoder
+Pix2StructTextModel (T5 layers whose q/k/v/o are hidden x hidden, relative attention bias in the first layer, a gated
+MLP, its own lm_head). UDOP (modeling_udop.UdopForConditionalGeneration): T5 encoder and decoder stacks (read by
+encoder_decoders.t5), with patch embeddings, 2-D cell embeddings and the extra relative biases of
+relative_bias_args. Both stacks are laid out as layers; the decoder's cross-attention reads the encoder's output.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from ..config.arch import Arch
+from ..config.reader import Reader
+from ..graph.layout import standard_block
+from ..graph.parts import Block, Part, attention_part, linear, lm_head_part, mlp_part, norm_part
+from .assembly import Builder, assemble
+from .encoder_decoders import t5
+
+
+def pix2struct(cfg: Mapping[str, Any], model: str) -> Arch:
+    """Pix2StructVisionModel: patch_projection (patch_embed_hidden_size -> hidden, bias), row_embedder and
+    column_embedder (seq_len rows each), layers of q/k/v/o (hidden <-> heads x d_kv, no bias), wi_0/wi_1/wo (d_ff,
+    no bias) and two weight-only norms, a final norm. Pix2StructTextModel: embed_tokens, layers of self-attention and
+    cross-attention (q/k/v/o hidden x hidden, no bias; relative_attention_bias of buckets x heads in layer 0), a gated
+    MLP and three norms, final_layer_norm and lm_head, tied by the top-level tie_word_embeddings
+    (configuration_pix2struct.Pix2StructConfig copies it into text_config)."""
+    r = Reader(cfg, model, "pix2struct")
+    v = r.child(r.sub("vision_config") or {}, "pix2struct_vision_model", prefix="vision_config.")
+    vh, vn, vheads, vkv, vff = (v.int("hidden_size"), v.int("num_hidden_layers"), v.int("num_attention_heads"),
+                                v.int("d_kv"), v.int("d_ff"))
+    seq = v.int("seq_len")
+    patch = v.int("patch_embed_hidden_size")
+    t = r.child(r.sub("text_config") or {}, "pix2struct_text_model", prefix="text_config.")
+    h, n, heads, ff, vocab = t.int("hidden_size"), t.int("num_layers"), t.int("num_heads"), t.int("d_ff"), t.int("vocab_size")
+    buckets = t.int("relative_attention_num_buckets", 32)
+    embed = [Part("Input", "Input", width=-1), Part("Embedding", "Embedding", vocab * h),
+             Part("Patch_Projection", "Linear", linear(patch, vh, True), matmul=patch * vh),
+             Part("Patch_Positions", "Embedding", 2 * seq * vh)]
+    blocks: list[Block] = []
+    for i in range(1, vn + 1):
+        a = attention_part(f"Attention_{i}", "Multi-Head Attn", vh, vheads, vheads, vkv, rope=False, cached=False)
+        f = mlp_part(f"FFN_{i}", "GeGLU", vh, vff, True)
+        blocks.append(standard_block(i, [], a, f, "rmsnorm", vh, kind="encoder", stack="encoder"))
+    embed.append(Part("Encoder_Final_Norm", "RMSNorm", vh, norm_width=vh))
+    hd = max(1, h // heads)
+    for j in range(n):
+        i = len(blocks) + 1
+        a = attention_part(f"Attention_{i}", "Multi-Head Attn", h, heads, heads, hd, rope=False)
+        a = a._replace(params=4 * h * h + (buckets * heads if j == 0 else 0))
+        c = attention_part(f"Cross_Attention_{i}", "Cross Attn", h, heads, heads, hd, rope=False, window=-1)
+        c = c._replace(params=2 * h * h + 2 * vh * h)
+        blocks.append(standard_block(i, [], a, mlp_part(f"FFN_{i}", "GeGLU", h, ff, True), "rmsnorm", h, cross=c))
+    tie = r.flag("tie_word_embeddings", False)
+    head = [norm_part("Final_RMSNorm", "rmsnorm", h), lm_head_part(vocab, h, tie), Part("Output", "Output", width=vocab)]
+    return assemble(cfg, model, r, hidden=h, layers=len(blocks), heads=heads, kv=heads, head_dim=hd, inter=ff,
+                    vocab=vocab, ctx=seq, tie=tie, embed=embed, blocks=blocks, head=head, kind="encoder-decoder",
+                    position="relative")
+
+
+def udop(cfg: Mapping[str, Any], model: str) -> Arch:
+    """UdopForConditionalGeneration: the T5 stacks and shared embedding (lm_head always tied: configuration_udop
+    forces tie_word_embeddings), patch_embed (a conv with bias, num_channels x patch^2 -> d_model; the encoder's is
+    the same tensor, the decoder's embed_patches its own), the encoder's cell_2d_embedding (x and y tables of
+    max_2d_position_embeddings rows) and, per stack, one relative_attention_bias of (buckets + 2 with prefix_bucket)
+    x heads for every relative_bias_args entry after the first (the first is block 0's, tied)."""
+    arch = t5(cfg, model)
+    r = Reader(cfg, model, "udop")
+    d, heads = arch.hidden, arch.heads
+    p, ch = r.int("patch_size"), r.int("num_channels", 3)
+    conv = ch * p * p * d + d
+    biases = 0
+    for args in (r.list("relative_bias_args", dict) or [])[1:]:
+        extra = 2 if args.get("prefix_bucket") and not args.get("expand") else 0
+        biases += (int(args.get("relative_attention_num_buckets", 32)) + extra) * heads
+    parts = (Part("Patch_Embedding", "Conv2d", conv, matmul=ch * p * p * d),
+             Part("Decoder_Patch_Embedding", "Conv2d", conv),
+             Part("Cell_Embedding", "Embedding", 2 * r.int("max_2d_position_embeddings") * d),
+             Part("Relative_Biases", "Parameters", 2 * biases))
+    spec = dataclasses.replace(arch.spec, embed=(*arch.spec.embed, *parts))
+    return dataclasses.replace(arch, spec=spec, uses=arch.uses + tuple(r.uses))
+
+
+BUILDERS: dict[str, Builder] = {"pix2struct": pix2struct, "udop": udop}
