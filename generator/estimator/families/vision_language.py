@@ -40,7 +40,7 @@ DEFAULT_TEXT = {"llava": "llama", "llava_next": "llama", "paligemma": "gemma", "
                 "mistral3": "mistral", "llava_onevision": "qwen2", "aya_vision": "cohere2", "got_ocr2": "qwen2",
                 "fuyu": "persimmon", "internvl": "qwen2", "moss_transcribe_diarize": "qwen3",
                 "llava_next_video": "llama", "vipllava": "llama", "video_llava": "llama", "shieldgemma2": "gemma3_text",
-                "deepseek_vl": "llama", "qianfan_ocr": "qwen3", "lighton_ocr": "qwen3", "cohere2_vision": "cohere2",
+                "deepseek_vl": "llama", "qianfan_ocr": "qwen3", "lighton_ocr": "qwen3", "cohere2_vision": "cohere2", "pp_chart2table": "qwen2",
                 "blip-2": "opt", "idefics2": "mistral", "instructblip": "opt", "instructblipvideo": "opt"}
 
 
@@ -243,11 +243,13 @@ def git(cfg: Mapping[str, Any], model: str) -> Arch:
 def got_ocr2(cfg: Mapping[str, Any], model: str, read_text: TextReader) -> Arch:
     """modeling_got_ocr2.py: a SAM-style ViT (absolute positions, windowed layers with relative position
     tables of 2 x window - 1 rows per axis, global layers of 2 x grid - 1), a conv neck to output_channels,
-    two strided convs up to the text width and a Linear projector; a Qwen2 text tower."""
-    text = text_tower(cfg, model, "got_ocr2", read_text)
+    two strided convs up to the text width and a Linear projector; a Qwen2 text tower. PP-Chart2Table
+    (configuration_pp_chart2table.PPChart2TableConfig) builds the same class from its own config classes."""
+    mt = str(cfg.get("model_type"))
+    text = text_tower(cfg, model, mt, read_text)
     spec = text.spec
-    r = Reader(cfg, model, "got_ocr2")
-    v = r.child(cfg.get("vision_config") or {}, "got_ocr2_vision", prefix="vision_config.")
+    r = Reader(cfg, model, mt)
+    v = r.child(cfg.get("vision_config") or {}, mt + "_vision", prefix="vision_config.")
     h, n, heads, p, size = (v.int("hidden_size"), v.int("num_hidden_layers"), v.int("num_attention_heads"),
                             v.int("patch_size"), v.int("image_size"))
     mlp, oc, win = v.int("mlp_dim"), v.int("output_channels", 256), v.int("window_size", 14)
@@ -268,8 +270,7 @@ def got_ocr2(cfg: Mapping[str, Any], model: str, read_text: TextReader) -> Arch:
     new = dataclasses.replace(spec, embed=(*spec.embed, tower, proj), image_tokens=tokens,
                               vision_act=grid * grid * n * (8 * h + 2 * mlp), vision_transient=grid * grid * (4 * h + mlp))
     text = retie(dataclasses.replace(text, spec=new), r.flag("tie_word_embeddings", text.tie))
-    return dataclasses.replace(text, model_type="got_ocr2", family="got_ocr2",
-                               architectures=architectures_of(cfg, model))
+    return dataclasses.replace(text, model_type=mt, family=mt, architectures=architectures_of(cfg, model))
 
 
 def moss_transcribe_diarize(cfg: Mapping[str, Any], model: str, read_text: TextReader) -> Arch:
@@ -307,5 +308,6 @@ BUILDERS: dict[str, Builder] = {
 WRAPPERS: dict[str, Wrapper] = {
     **dict.fromkeys(PROJECTORS, vlm),
     "got_ocr2": got_ocr2,
+    "pp_chart2table": got_ocr2,
     "moss_transcribe_diarize": moss_transcribe_diarize,
 }
