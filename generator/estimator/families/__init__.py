@@ -54,6 +54,6 @@ BUILDERS: dict[str, Builder] = merged(gpt2_era.BUILDERS, llama.BUILDERS, gemma.B
                                       querying_transformers.BUILDERS, perceiver_resamplers.BUILDERS,
                                       vision_encoder_decoders.BUILDERS)
 WRAPPERS: dict[str, Wrapper] = merged(vision_language.WRAPPERS, querying_transformers.WRAPPERS,
-                                          perceiver_resamplers.WRAPPERS)
+                                          perceiver_resamplers.WRAPPERS, vision_encoder_decoders.WRAPPERS)
 # Every model_type read, by whichever table: the three never share one.
 KNOWN: frozenset[str] = frozenset(merged(DECODERS, BUILDERS, WRAPPERS))

@@ -1,4 +1,5 @@
-"""Encoder-decoders over images: Pix2Struct (a ViT-style T5 encoder over patches), UDOP (T5 over text and patches).
+"""Encoder-decoders over images: Pix2Struct (a ViT-style T5 encoder over patches), UDOP (T5 over text and patches),
+Florence-2 (a DaViT backbone before a BART).
 
 Pix2Struct (modeling_pix2struct.Pix2StructForConditionalGeneration): the encoder is Pix2StructVisionModel (a Linear
 patch projection, row and column embeddings, T5-style pre-norm layers with a gated MLP) and the decoder
@@ -6,6 +7,8 @@ Pix2StructTextModel (T5 layers whose q/k/v/o are hidden x hidden, relative atten
 MLP, its own lm_head). UDOP (modeling_udop.UdopForConditionalGeneration): T5 encoder and decoder stacks (read by
 encoder_decoders.t5), with patch embeddings, 2-D cell embeddings and the extra relative biases of
 relative_bias_args. Both stacks are laid out as layers; the decoder's cross-attention reads the encoder's output.
+Florence-2 (modeling_florence2.Florence2ForConditionalGeneration): a DaViT vision backbone and a projector whose
+image tokens join the text at the input of a BART (text_config) of the encoder_decoders family.
 """
 
 from __future__ import annotations
@@ -15,11 +18,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..config.arch import Arch
-from ..config.reader import Reader
+from ..config.reader import Reader, architectures_of
 from ..graph.layout import standard_block
 from ..graph.parts import Block, Part, attention_part, linear, lm_head_part, mlp_part, norm_part
-from .assembly import Builder, assemble
+from .assembly import Builder, TextReader, Wrapper, assemble
 from .encoder_decoders import t5
+from .vision_language import retie, text_tower
 
 
 def pix2struct(cfg: Mapping[str, Any], model: str) -> Arch:
@@ -85,4 +89,48 @@ def udop(cfg: Mapping[str, Any], model: str) -> Arch:
     return dataclasses.replace(arch, spec=spec, uses=arch.uses + tuple(r.uses))
 
 
+def davit(v: Reader) -> tuple[Part, int]:
+    """modeling_florence2.Florence2VisionBackbone: per stage, a conv embedding (patch_size kernel from the previous
+    width, bias; a LayerNorm of the input width when patch_prenorm, else of the output) and depths[stage] blocks, each
+    a spatial (window attention) and a channel block alike: two depthwise 3x3 convs with bias, two LayerNorms, a qkv
+    (qkv_bias) and a biased proj, an MLP of mlp_ratio with biases. (part, last width)."""
+    dims, depths = v.list("embed_dim", int, 1), v.list("depths", int, 1)
+    kernels, prenorm = v.list("patch_size", int, 1), v.list("patch_prenorm", bool, 1)
+    ratio, bias = v.number("mlp_ratio", 4.0, high=1e3), v.flag("qkv_bias", True)
+    params = matmul = 0
+    width = v.int("in_channels", 3)
+    for s, d in enumerate(dims):
+        k = kernels[min(s, len(kernels) - 1)]
+        params += width * d * k * k + d + 2 * (width if prenorm[min(s, len(prenorm) - 1)] else d)
+        m = int(d * ratio)
+        half = 2 * (9 * d + d) + 4 * d + linear(d, 3 * d, bias) + linear(d, d, True) + linear(d, m, True) + linear(m, d, True)
+        n = depths[min(s, len(depths) - 1)]
+        params += n * 2 * half
+        matmul += n * 2 * (4 * d * d + 2 * d * m)
+        width = d
+    return Part("Vision_Tower", f"DaViT backbone ({sum(depths)} blocks)", params, matmul=matmul), width
+
+
+def florence2(cfg: Mapping[str, Any], model: str, read_text: TextReader) -> Arch:
+    """Florence2Model: vision_tower (davit), multi_modal_projector (image_projection last width -> projection_dim
+    without bias, image_proj_norm, row and column position embeddings of max_position_embeddings x the last width;
+    the temporal embedding is a cosine table) and language_model (a BartModel); lm_head on the top-level model, tied
+    to the shared embedding by its tie_word_embeddings."""
+    text = text_tower(cfg, model, "florence2", read_text)
+    r = Reader(cfg, model, "florence2")
+    text = retie(text, r.flag("tie_word_embeddings", True))
+    v = r.child(r.sub("vision_config") or {}, "florence_vision", prefix="vision_config.")
+    tower, last = davit(v)
+    out = v.int("projection_dim")
+    proj = Part("Projector", "Linear projector", last * out + 2 * out + v.int("max_position_embeddings") * last,
+                matmul=last * out)
+    tokens = (768 // 32) ** 2  # a nominal 768 x 768 image: the backbone's strides total 32
+    spec = dataclasses.replace(text.spec, embed=(*text.spec.embed, tower, proj), image_tokens=tokens,
+                               vision_transient=tokens * 8 * last)
+    return dataclasses.replace(text, model_type="florence2", family="florence2", spec=spec,
+                               uses=tuple(r.uses) + text.uses, architectures=architectures_of(cfg, model))
+
+
 BUILDERS: dict[str, Builder] = {"pix2struct": pix2struct, "udop": udop}
+
+WRAPPERS: dict[str, Wrapper] = {"florence2": florence2}
