@@ -16,6 +16,7 @@ from . import (
     encoders,
     gemma,
     gpt2_era,
+    kosmos,
     latent_attention,
     linear_attention,
     llama,
@@ -52,7 +53,7 @@ BUILDERS: dict[str, Builder] = merged(gpt2_era.BUILDERS, llama.BUILDERS, gemma.B
                                       short_convolution.BUILDERS, recurrent.BUILDERS, encoders.BUILDERS, bert_descendants.BUILDERS,
                                       encoder_decoders.BUILDERS, vision_language.BUILDERS,
                                       querying_transformers.BUILDERS, perceiver_resamplers.BUILDERS,
-                                      vision_encoder_decoders.BUILDERS)
+                                      vision_encoder_decoders.BUILDERS, kosmos.BUILDERS)
 WRAPPERS: dict[str, Wrapper] = merged(vision_language.WRAPPERS, querying_transformers.WRAPPERS,
                                           perceiver_resamplers.WRAPPERS, vision_encoder_decoders.WRAPPERS)
 # Every model_type read, by whichever table: the three never share one.

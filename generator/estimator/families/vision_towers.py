@@ -199,7 +199,7 @@ TOWERS: dict[str, Callable[[Reader, str], TowerResult]] = {
     "internvl_vision": internvl, "qianfan_ocr_vision": internvl,
     "qwen3_vl_vision": qwen3_vl, "qwen3_vl_moe_vision": qwen3_vl, "qwen3_5_vision": qwen3_vl,
     "qwen3_5_moe_vision": qwen3_vl, "glm4v_vision": glm4v, "glm4v_moe_vision": glm4v, "glm_ocr_vision": glm_ocr,
-    "idefics_vision": clip, "idefics2_vision": siglip,
+    "idefics_vision": clip, "idefics2_vision": siglip, "kosmos_2_vision_model": clip,
     **dict.fromkeys(("blip_vision_model", "blip_2_vision_model", "instructblip_vision_model",
                      "instructblipvideo_vision_model"), blip),
 }
