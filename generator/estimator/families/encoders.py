@@ -143,11 +143,17 @@ def bert_like(cfg: Mapping[str, Any], model: str, mt: str, e: EncoderTraits) -> 
         embed.append(Part("Sinusoidal_Positions", "Embedding", ctx * hd))
     blocks = []
     norms = ("pre_attn", "pre_mlp") if e.pre_norm else ("post_attn", "post_mlp")
+    # read (and recorded) only where set: a decoder with add_cross_attention (VisionEncoderDecoderModel's)
+    crossing = (r.lookup("add_cross_attention") or (False,))[0] is True and r.flag("add_cross_attention") and \
+        r.flag("is_decoder", False)
     for i in range(1, n + 1):
         attn = attention_part(f"Attention_{i}", attention_type(heads_n, heads_n), h, heads_n, heads_n, hd,
                               qkv_bias=True, o_bias=True, rope=e.positions == "roformer", cached=False)
         ffn = mlp_part(f"FFN_{i}", "MLP", h, inter, False, True)
-        b = standard_block(i, [], attn, ffn, "layernorm", h, norms=norms, kind="encoder", stack="encoder")
+        # modeling_bert.BertLayer: a decoder with add_cross_attention adds crossattention (q/k/v/dense, LayerNorm)
+        cross = attention_part(f"Cross_Attention_{i}", "Cross Attn", h, heads_n, heads_n, hd, qkv_bias=True, o_bias=True,
+                               rope=False, window=-1) if crossing else None
+        b = standard_block(i, [], attn, ffn, "layernorm", h, norms=norms, kind="encoder", stack="encoder", cross=cross)
         if e.layer_extra:
             b = Block(b.index, b.kind, (*b.parts, Part(f"Extra_{i}", "Parameters", e.layer_extra(r, h))), b.stack)
         blocks.append(b)

@@ -1,5 +1,5 @@
 """Encoder-decoders over images: Pix2Struct (a ViT-style T5 encoder over patches), UDOP (T5 over text and patches),
-Florence-2 (a DaViT backbone before a BART).
+Florence-2 (a DaViT backbone before a BART), and VisionEncoderDecoderModel (any vision encoder with any decoder).
 
 Pix2Struct (modeling_pix2struct.Pix2StructForConditionalGeneration): the encoder is Pix2StructVisionModel (a Linear
 patch projection, row and column embeddings, T5-style pre-norm layers with a gated MLP) and the decoder
@@ -9,6 +9,8 @@ encoder_decoders.t5), with patch embeddings, 2-D cell embeddings and the extra r
 relative_bias_args. Both stacks are laid out as layers; the decoder's cross-attention reads the encoder's output.
 Florence-2 (modeling_florence2.Florence2ForConditionalGeneration): a DaViT vision backbone and a projector whose
 image tokens join the text at the input of a BART (text_config) of the encoder_decoders family.
+VisionEncoderDecoderModel (modeling_vision_encoder_decoder.py): AutoModel of `encoder` (a vision tower here) and
+AutoModelForCausalLM of `decoder` (read by its own family), whose cross-attention reads the encoder's patches.
 """
 
 from __future__ import annotations
@@ -17,13 +19,23 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+from ...errors import ConfigError
 from ..config.arch import Arch
 from ..config.reader import Reader, architectures_of
+from ..config.transformers_defaults import ARCHITECTURE_TYPES
 from ..graph.layout import standard_block
 from ..graph.parts import Block, Part, attention_part, linear, lm_head_part, mlp_part, norm_part
 from .assembly import Builder, TextReader, Wrapper, assemble
 from .encoder_decoders import t5
 from .vision_language import retie, text_tower
+from .vision_towers import TOWERS, vision_activations, vision_tower
+
+# Decoder model_types whose causal-LM class the decoder's family lays out with its cross-attention (BertLMHeadModel
+# and its BERT descendants with add_cross_attention, TrOCR, the BART family's ForCausalLM decoders).
+CROSS_DECODERS = ("bert", "roberta", "xlm-roberta", "camembert", "electra", "ernie", "trocr", "bart",
+                  "mbart", "plbart", "marian", "pegasus", "blenderbot", "blenderbot-small", "mvp")
+# The causal-LM class of each model_type (AutoModelForCausalLM), for the decoder's `architectures`.
+CAUSAL_CLASS = {t: c for c, t in sorted(ARCHITECTURE_TYPES.items()) if c.endswith(("ForCausalLM", "LMHeadModel"))}
 
 
 def pix2struct(cfg: Mapping[str, Any], model: str) -> Arch:
@@ -131,6 +143,36 @@ def florence2(cfg: Mapping[str, Any], model: str, read_text: TextReader) -> Arch
                                uses=tuple(r.uses) + text.uses, architectures=architectures_of(cfg, model))
 
 
+def vision_encoder_decoder(cfg: Mapping[str, Any], model: str, read_text: TextReader) -> Arch:
+    """VisionEncoderDecoderModel: the encoder (a vision tower: ViT, DeiT or one of vision_towers'), enc_to_dec_proj (a
+    biased Linear) when the widths differ and the decoder sets no cross_attention_hidden_size, and the decoder, its
+    own tie kept (the wrapper's tie_word_embeddings is forced off; the decoder ties by its own config). Other encoders
+    and decoders whose cross-attention is not laid out are refused."""
+    r = Reader(cfg, model, "vision-encoder-decoder")
+    enc, dec = r.sub("encoder") or {}, r.sub("decoder") or {}
+    # configuration_vision_encoder_decoder.VisionEncoderDecoderConfig: a ViT encoder and a BERT decoder by default
+    kind = r.child(enc, "vit", prefix="encoder.").str("model_type", "vit")
+    if kind not in TOWERS:
+        raise ConfigError(model, "encoder.model_type", kind, "is not a supported vision encoder of "
+                          "VisionEncoderDecoderModel (supported: " + ", ".join(sorted(TOWERS)) + ")")
+    dt = r.child(dec, "bert", prefix="decoder.").str("model_type", "bert")
+    if dt not in CROSS_DECODERS or dt not in CAUSAL_CLASS:
+        raise ConfigError(model, "decoder.model_type", dt, "is not a supported decoder of VisionEncoderDecoderModel "
+                          "(its cross-attention is not laid out; supported: " + ", ".join(CROSS_DECODERS) + ")")
+    tower, patches, vh, per_patch = vision_tower(enc, r, kind, "encoder")
+    text = read_text(dict(dec, model_type=dt, architectures=[CAUSAL_CLASS[dt]]), model)
+    parts = [tower]
+    d = r.child(dec, dt, prefix="decoder.")
+    if vh != text.hidden and d.opt_int("cross_attention_hidden_size") is None:
+        parts.append(Part("Projector", "Linear projector", linear(vh, text.hidden, True), matmul=vh * text.hidden))
+    spec = dataclasses.replace(text.spec, embed=(*text.spec.embed, *parts), image_tokens=0,
+                               vision_act=vision_activations(tower, patches, per_patch, vh),
+                               vision_transient=patches * (per_patch + 2 * vh),
+                               notes=(f"one image = {patches:,} encoder tokens read by cross-attention",))
+    return dataclasses.replace(text, model_type="vision-encoder-decoder", family="vision-encoder-decoder", spec=spec,
+                               uses=tuple(r.uses) + text.uses, architectures=architectures_of(cfg, model))
+
+
 BUILDERS: dict[str, Builder] = {"pix2struct": pix2struct, "udop": udop}
 
-WRAPPERS: dict[str, Wrapper] = {"florence2": florence2}
+WRAPPERS: dict[str, Wrapper] = {"florence2": florence2, "vision-encoder-decoder": vision_encoder_decoder}

@@ -120,6 +120,20 @@ def blip(v: Reader, kind: str) -> TowerResult:
     return _part(params, n, h, inter, patches + 1, 8 * h + 2 * inter)
 
 
+def vit(v: Reader, kind: str) -> TowerResult:
+    """modeling_vit.ViTModel as AutoModel builds it (DeiT alike, modeling_deit.DeiTModel, with a distillation token
+    and one more position): cls token, patch conv with bias, num_patches + 1 positions, layers of q/k/v (qkv_bias)
+    and a biased o_proj, fc1/fc2 with biases, two LayerNorms; a final LayerNorm and the pooler (a biased Linear to
+    pooler_output_size, the hidden size when unset)."""
+    h, n, inter = v.int("hidden_size"), v.int("num_hidden_layers"), v.int("intermediate_size")
+    p, ch, size = _side(v, "patch_size"), v.int("num_channels", 3), _side(v, "image_size")
+    tokens = (size // p) ** 2 + (2 if kind == "deit" else 1)
+    layer = vit_layer(h, inter, bias=v.flag("qkv_bias", True), o_bias=True, mlp_bias=True)
+    params = (tokens - (size // p) ** 2) * h + linear(ch * p * p, h, True) + tokens * h + n * layer + 2 * h
+    params += linear(h, v.int("pooler_output_size", h), True)
+    return _part(params, n, h, inter, tokens, 8 * h + 2 * inter)
+
+
 def siglip(v: Reader, kind: str) -> TowerResult:
     """modeling_siglip.SiglipVisionTransformer (Idefics3 / SmolVLM alike): patch conv with bias, positions,
     post-LayerNorm, and (SigLIP, vision_use_head) an attention-pooling head."""
@@ -199,7 +213,7 @@ TOWERS: dict[str, Callable[[Reader, str], TowerResult]] = {
     "internvl_vision": internvl, "qianfan_ocr_vision": internvl,
     "qwen3_vl_vision": qwen3_vl, "qwen3_vl_moe_vision": qwen3_vl, "qwen3_5_vision": qwen3_vl,
     "qwen3_5_moe_vision": qwen3_vl, "glm4v_vision": glm4v, "glm4v_moe_vision": glm4v, "glm_ocr_vision": glm_ocr,
-    "idefics_vision": clip, "idefics2_vision": siglip, "kosmos_2_vision_model": clip,
+    "vit": vit, "deit": vit, "idefics_vision": clip, "idefics2_vision": siglip, "kosmos_2_vision_model": clip,
     **dict.fromkeys(("blip_vision_model", "blip_2_vision_model", "instructblip_vision_model",
                      "instructblipvideo_vision_model"), blip),
 }
@@ -230,8 +244,9 @@ def vision_activations(tower: Part, patches: int, per_patch: int, vh: int) -> in
     return patches * per_patch * max(1, tower.params // max(1, 12 * vh * vh)) if tower.matmul else 0
 
 
-def vision_tower(vc: Mapping[str, Any], r: Reader, kind: str) -> TowerResult:
-    """(tower part, patches per image, hidden width out, per-patch activation elements per layer)."""
+def vision_tower(vc: Mapping[str, Any], r: Reader, kind: str, key: str = "vision_config") -> TowerResult:
+    """(tower part, patches per image, hidden width out, per-patch activation elements per layer); `key`: where the
+    tower's config sits in the file."""
     if kind not in TOWERS:
-        raise ConfigError(r.model, "vision_config.model_type", kind, "is not a supported vision tower")
-    return TOWERS[kind](r.child(vc, kind, prefix="vision_config."), kind)
+        raise ConfigError(r.model, f"{key}.model_type", kind, "is not a supported vision tower")
+    return TOWERS[kind](r.child(vc, kind, prefix=f"{key}."), kind)
