@@ -1,5 +1,6 @@
 """Encoder-decoders over images: Pix2Struct (a ViT-style T5 encoder over patches), UDOP (T5 over text and patches),
-Florence-2 (a DaViT backbone before a BART), and VisionEncoderDecoderModel (any vision encoder with any decoder).
+Florence-2 (a DaViT backbone before a BART), PP-FormulaNet (a SAM encoder before an MBart decoder) and
+VisionEncoderDecoderModel (any vision encoder with any decoder).
 
 Pix2Struct (modeling_pix2struct.Pix2StructForConditionalGeneration): the encoder is Pix2StructVisionModel (a Linear
 patch projection, row and column embeddings, T5-style pre-norm layers with a gated MLP) and the decoder
@@ -28,7 +29,7 @@ from ..graph.parts import Block, Part, attention_part, linear, lm_head_part, mlp
 from .assembly import Builder, TextReader, Wrapper, assemble
 from .encoder_decoders import t5
 from .vision_language import retie, text_tower
-from .vision_towers import TOWERS, vision_activations, vision_tower
+from .vision_towers import TOWERS, sam, vision_activations, vision_tower
 
 # Decoder model_types whose causal-LM class the decoder's family lays out with its cross-attention (BertLMHeadModel
 # and its BERT descendants with add_cross_attention, TrOCR, the BART family's ForCausalLM decoders).
@@ -143,6 +144,29 @@ def florence2(cfg: Mapping[str, Any], model: str, read_text: TextReader) -> Arch
                                uses=tuple(r.uses) + text.uses, architectures=architectures_of(cfg, model))
 
 
+def pp_formulanet(cfg: Mapping[str, Any], model: str, read_text: TextReader) -> Arch:
+    """modeling_pp_formulanet.PPFormulaNetForConditionalGeneration: the encoder (PPFormulaNetVisionModel: the SAM
+    layout and neck, then PPFormulaNetMultiModalProjector: two stride-2 3x3 convs without bias, post_conv_in ->
+    mid -> out channels, linear_1 out -> out and linear_2 out -> decoder_hidden_size, biased), the decoder
+    (PPFormulaNetTextModel, an MBartDecoder, read as MBartForCausalLM) and an lm_head never tied (no
+    _tied_weights_keys)."""
+    r = Reader(cfg, model, "pp_formulanet")
+    causal = dict(r.sub("text_config") or {}, architectures=["MBartForCausalLM"])
+    text = retie(text_tower(dict(cfg, text_config=causal), model, "pp_formulanet", read_text), False)
+    v = r.child(r.sub("vision_config") or {}, "pp_formulanet_vision", prefix="vision_config.")
+    tower, patches, vh, per_patch = sam(v, "pp_formulanet_vision")
+    cin, mid, out = v.int("post_conv_in_channels"), v.int("post_conv_mid_channels"), v.int("post_conv_out_channels")
+    dh = v.int("decoder_hidden_size")
+    proj = Part("Projector", "Conv + Linear projector", 9 * cin * mid + 9 * mid * out + linear(out, out, True)
+                + linear(out, dh, True), matmul=out * out + out * dh)
+    spec = dataclasses.replace(text.spec, embed=(*text.spec.embed, tower, proj), image_tokens=0,
+                               vision_act=vision_activations(tower, patches, per_patch, vh),
+                               vision_transient=patches * (per_patch + 2 * vh),
+                               notes=(f"one image = {patches // 16:,} encoder tokens read by cross-attention",))
+    return dataclasses.replace(text, model_type="pp_formulanet", family="pp_formulanet", spec=spec,
+                               uses=tuple(r.uses) + text.uses, architectures=architectures_of(cfg, model))
+
+
 def vision_encoder_decoder(cfg: Mapping[str, Any], model: str, read_text: TextReader) -> Arch:
     """VisionEncoderDecoderModel: the encoder (a vision tower: ViT, DeiT or one of vision_towers'), enc_to_dec_proj (a
     biased Linear) when the widths differ and the decoder sets no cross_attention_hidden_size, and the decoder, its
@@ -175,4 +199,5 @@ def vision_encoder_decoder(cfg: Mapping[str, Any], model: str, read_text: TextRe
 
 BUILDERS: dict[str, Builder] = {"pix2struct": pix2struct, "udop": udop}
 
-WRAPPERS: dict[str, Wrapper] = {"florence2": florence2, "vision-encoder-decoder": vision_encoder_decoder}
+WRAPPERS: dict[str, Wrapper] = {"florence2": florence2, "pp_formulanet": pp_formulanet,
+                                 "vision-encoder-decoder": vision_encoder_decoder}

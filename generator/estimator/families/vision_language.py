@@ -32,7 +32,7 @@ from .assembly import Builder, TextReader, Wrapper, assemble
 from .decoder import DecoderTraits, Dims, attention, build
 from .llama import TRAITS as LLAMA_TRAITS
 from .vision_projectors import PROJECTORS, projector
-from .vision_towers import tower_kind, vision_activations, vision_tower
+from .vision_towers import sam, tower_kind, vision_activations, vision_tower
 
 # Default text model_type of each VLM when text_config omits it, and text types read as a base family.
 DEFAULT_TEXT = {"llava": "llama", "llava_next": "llama", "paligemma": "gemma", "idefics3": "llama", "smolvlm": "llama",
@@ -41,6 +41,7 @@ DEFAULT_TEXT = {"llava": "llama", "llava_next": "llama", "paligemma": "gemma", "
                 "fuyu": "persimmon", "internvl": "qwen2", "moss_transcribe_diarize": "qwen3",
                 "llava_next_video": "llama", "vipllava": "llama", "video_llava": "llama", "shieldgemma2": "gemma3_text",
                 "deepseek_vl": "llama", "qianfan_ocr": "qwen3", "lighton_ocr": "qwen3", "cohere2_vision": "cohere2", "pp_chart2table": "qwen2", "florence2": "bart",
+                "pp_formulanet": "pp_formulanet_text",
                 "blip-2": "opt", "idefics2": "mistral", "instructblip": "opt", "instructblipvideo": "opt"}
 
 
@@ -53,7 +54,7 @@ TEXT_FIXED: dict[str, dict[str, Any]] = {"glm_ocr_text": {"attention_bias": Fals
 
 TEXT_AS = {"qwen2_vl_text": "qwen2", "qwen2_5_vl_text": "qwen2", "qwen3_vl_text": "qwen3",
            "qwen3_vl_moe_text": "qwen3_moe", "glm4v_text": "glm4", "glm4v_moe_text": "glm4_moe", "glm_ocr_text": "glm4",
-           "paddleocr_vl_text": "ernie4_5"}
+           "paddleocr_vl_text": "ernie4_5", "pp_formulanet_text": "mbart"}
 
 
 
@@ -241,31 +242,20 @@ def git(cfg: Mapping[str, Any], model: str) -> Arch:
 
 
 def got_ocr2(cfg: Mapping[str, Any], model: str, read_text: TextReader) -> Arch:
-    """modeling_got_ocr2.py: a SAM-style ViT (absolute positions, windowed layers with relative position
-    tables of 2 x window - 1 rows per axis, global layers of 2 x grid - 1), a conv neck to output_channels,
-    two strided convs up to the text width and a Linear projector; a Qwen2 text tower. PP-Chart2Table
-    (configuration_pp_chart2table.PPChart2TableConfig) builds the same class from its own config classes."""
+    """modeling_got_ocr2.py: a SAM-style ViT with its conv neck (vision_towers.sam), two strided convs up to the text
+    width and a Linear projector; a Qwen2 text tower. PP-Chart2Table (configuration_pp_chart2table.PPChart2TableConfig)
+    builds the same class from its own config classes."""
     mt = str(cfg.get("model_type"))
     text = text_tower(cfg, model, mt, read_text)
     spec = text.spec
     r = Reader(cfg, model, mt)
     v = r.child(cfg.get("vision_config") or {}, mt + "_vision", prefix="vision_config.")
-    h, n, heads, p, size = (v.int("hidden_size"), v.int("num_hidden_layers"), v.int("num_attention_heads"),
-                            v.int("patch_size"), v.int("image_size"))
-    mlp, oc, win = v.int("mlp_dim"), v.int("output_channels", 256), v.int("window_size", 14)
-    grid, hd = size // p, h // heads
-    glob = set(v.list("global_attn_indexes", int) or [])
-    rel = v.flag("use_rel_pos", True)
-    params = v.int("num_channels", 3) * p * p * h + h + (grid * grid * h if v.flag("use_abs_pos", True) else 0)
-    for i in range(n):
-        side = grid if i in glob else win
-        params += (4 * h + linear(h, 3 * h, v.flag("qkv_bias", True)) + linear(h, h, True) + linear(h, mlp, True)
-                   + linear(mlp, h, True) + (2 * (2 * side - 1) * hd if rel else 0))
-    params += h * oc + 2 * oc + oc * oc * 9 + 2 * oc
+    tower, _, h, _ = sam(v, mt + "_vision")
+    n, mlp, oc = v.int("num_hidden_layers"), v.int("mlp_dim"), v.int("output_channels", 256)
+    grid = v.int("image_size") // v.int("patch_size")
     th = spec.hidden
     proj = Part("Projector", "Conv + Linear projector", oc * 2 * oc * 9 + 2 * oc * th * 9 + linear(th, th, True),
                 matmul=th * th)
-    tower = Part("Vision_Tower", f"SAM vision transformer ({n} layers)", params, matmul=n * (4 * h * h + 2 * h * mlp))
     tokens = (grid // 4) ** 2  # two stride-2 convs
     new = dataclasses.replace(spec, embed=(*spec.embed, tower, proj), image_tokens=tokens,
                               vision_act=grid * grid * n * (8 * h + 2 * mlp), vision_transient=grid * grid * (4 * h + mlp))

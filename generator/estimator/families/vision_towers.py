@@ -134,6 +134,28 @@ def vit(v: Reader, kind: str) -> TowerResult:
     return _part(params, n, h, inter, tokens, 8 * h + 2 * inter)
 
 
+def sam(v: Reader, kind: str) -> TowerResult:
+    """modeling_got_ocr2.GotOcr2VisionEncoder (PP-FormulaNet's and Unlimited-OCR's alike): a patch conv with bias,
+    absolute positions (use_abs_pos), layers with two LayerNorms, a fused qkv (qkv_bias), a biased proj, relative
+    position tables (use_rel_pos) of 2 x window_size - 1 rows per axis and head_dim (global_attn_indexes layers:
+    2 x grid - 1), a biased MLP of mlp_dim; the neck: a 1x1 conv to output_channels, LayerNorm, a 3x3 conv, LayerNorm
+    (no conv biases)."""
+    h, n, heads, p, size = (v.int("hidden_size"), v.int("num_hidden_layers"), v.int("num_attention_heads"),
+                            v.int("patch_size"), v.int("image_size"))
+    mlp, oc, win = v.int("mlp_dim"), v.int("output_channels", 256), v.int("window_size", 14)
+    grid, hd = size // p, h // heads
+    glob = set(v.list("global_attn_indexes", int) or [])
+    rel = v.flag("use_rel_pos", True)
+    params = v.int("num_channels", 3) * p * p * h + h + (grid * grid * h if v.flag("use_abs_pos", True) else 0)
+    for i in range(n):
+        side = grid if i in glob else win
+        params += (4 * h + linear(h, 3 * h, v.flag("qkv_bias", True)) + linear(h, h, True) + linear(h, mlp, True)
+                   + linear(mlp, h, True) + (2 * (2 * side - 1) * hd if rel else 0))
+    params += h * oc + 2 * oc + oc * oc * 9 + 2 * oc
+    tower = Part("Vision_Tower", f"SAM vision transformer ({n} layers)", params, matmul=n * (4 * h * h + 2 * h * mlp))
+    return tower, grid * grid, h, 8 * h + 2 * mlp
+
+
 def siglip(v: Reader, kind: str) -> TowerResult:
     """modeling_siglip.SiglipVisionTransformer (Idefics3 / SmolVLM alike): patch conv with bias, positions,
     post-LayerNorm, and (SigLIP, vision_use_head) an attention-pooling head."""
