@@ -29,6 +29,7 @@ from . import (
     short_convolution,
     vision_encoder_decoders,
     vision_language,
+    vision_language_action,
 )
 from .assembly import Builder, Wrapper
 from .decoder import DecoderTraits
@@ -55,6 +56,7 @@ BUILDERS: dict[str, Builder] = merged(gpt2_era.BUILDERS, llama.BUILDERS, gemma.B
                                       querying_transformers.BUILDERS, perceiver_resamplers.BUILDERS,
                                       vision_encoder_decoders.BUILDERS, kosmos.BUILDERS)
 WRAPPERS: dict[str, Wrapper] = merged(vision_language.WRAPPERS, querying_transformers.WRAPPERS,
-                                          perceiver_resamplers.WRAPPERS, vision_encoder_decoders.WRAPPERS)
+                                          perceiver_resamplers.WRAPPERS, vision_encoder_decoders.WRAPPERS,
+                                          vision_language_action.WRAPPERS)
 # Every model_type read, by whichever table: the three never share one.
 KNOWN: frozenset[str] = frozenset(merged(DECODERS, BUILDERS, WRAPPERS))
