@@ -12,6 +12,7 @@ from typing import Any
 
 from . import (
     bert_descendants,
+    document_ocr,
     encoder_decoders,
     encoders,
     gemma,
@@ -57,6 +58,6 @@ BUILDERS: dict[str, Builder] = merged(gpt2_era.BUILDERS, llama.BUILDERS, gemma.B
                                       vision_encoder_decoders.BUILDERS, kosmos.BUILDERS)
 WRAPPERS: dict[str, Wrapper] = merged(vision_language.WRAPPERS, querying_transformers.WRAPPERS,
                                           perceiver_resamplers.WRAPPERS, vision_encoder_decoders.WRAPPERS,
-                                          vision_language_action.WRAPPERS)
+                                          vision_language_action.WRAPPERS, document_ocr.WRAPPERS)
 # Every model_type read, by whichever table: the three never share one.
 KNOWN: frozenset[str] = frozenset(merged(DECODERS, BUILDERS, WRAPPERS))

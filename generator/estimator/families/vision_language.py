@@ -41,7 +41,8 @@ DEFAULT_TEXT = {"llava": "llama", "llava_next": "llama", "paligemma": "gemma", "
                 "fuyu": "persimmon", "internvl": "qwen2", "moss_transcribe_diarize": "qwen3",
                 "llava_next_video": "llama", "vipllava": "llama", "video_llava": "llama", "shieldgemma2": "gemma3_text",
                 "deepseek_vl": "llama", "qianfan_ocr": "qwen3", "lighton_ocr": "qwen3", "cohere2_vision": "cohere2", "pp_chart2table": "qwen2", "florence2": "bart",
-                "pp_formulanet": "pp_formulanet_text",
+                "pp_formulanet": "pp_formulanet_text", "granite_docling": "granite_docling_text",
+                "unlimited_ocr": "unlimited_ocr_text",
                 "blip-2": "opt", "idefics2": "mistral", "instructblip": "opt", "instructblipvideo": "opt"}
 
 
@@ -54,7 +55,8 @@ TEXT_FIXED: dict[str, dict[str, Any]] = {"glm_ocr_text": {"attention_bias": Fals
 
 TEXT_AS = {"qwen2_vl_text": "qwen2", "qwen2_5_vl_text": "qwen2", "qwen3_vl_text": "qwen3",
            "qwen3_vl_moe_text": "qwen3_moe", "glm4v_text": "glm4", "glm4v_moe_text": "glm4_moe", "glm_ocr_text": "glm4",
-           "paddleocr_vl_text": "ernie4_5", "pp_formulanet_text": "mbart"}
+           "paddleocr_vl_text": "ernie4_5", "pp_formulanet_text": "mbart",
+           "granite_docling_text": "granite"}
 
 
 

@@ -156,6 +156,15 @@ def sam(v: Reader, kind: str) -> TowerResult:
     return tower, grid * grid, h, 8 * h + 2 * mlp
 
 
+def clip_encoder(v: Reader) -> TowerResult:
+    """A CLIP vision transformer fed patch embeddings from elsewhere (modeling_unlimited_ocr.UnlimitedOcrVisionEncoder,
+    a CLIPVisionModel without post_layernorm whose patch conv is unused): class embedding, num_patches + 1
+    positions, pre-LayerNorm and the CLIP layers."""
+    h, n, inter = v.int("hidden_size"), v.int("num_hidden_layers"), v.int("intermediate_size")
+    patches = (_side(v, "image_size") // _side(v, "patch_size")) ** 2
+    return _part(h + (patches + 1) * h + 2 * h + n * vit_layer(h, inter), n, h, inter, patches + 1, 8 * h + 2 * inter)
+
+
 def siglip(v: Reader, kind: str) -> TowerResult:
     """modeling_siglip.SiglipVisionTransformer (Idefics3 / SmolVLM alike): patch conv with bias, positions,
     post-LayerNorm, and (SigLIP, vision_use_head) an attention-pooling head."""
@@ -235,7 +244,7 @@ TOWERS: dict[str, Callable[[Reader, str], TowerResult]] = {
     "internvl_vision": internvl, "qianfan_ocr_vision": internvl,
     "qwen3_vl_vision": qwen3_vl, "qwen3_vl_moe_vision": qwen3_vl, "qwen3_5_vision": qwen3_vl,
     "qwen3_5_moe_vision": qwen3_vl, "glm4v_vision": glm4v, "glm4v_moe_vision": glm4v, "glm_ocr_vision": glm_ocr,
-    "vit": vit, "deit": vit, "idefics_vision": clip, "idefics2_vision": siglip, "kosmos_2_vision_model": clip,
+    "vit": vit, "deit": vit, "granite_docling_vision": siglip, "idefics_vision": clip, "idefics2_vision": siglip, "kosmos_2_vision_model": clip,
     **dict.fromkeys(("blip_vision_model", "blip_2_vision_model", "instructblip_vision_model",
                      "instructblipvideo_vision_model"), blip),
 }
