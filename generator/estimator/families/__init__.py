@@ -14,6 +14,7 @@ from . import (
     bert_descendants,
     bert_variants,
     deepseek_vision,
+    document_ocr,
     encoder_decoder_pairs,
     encoder_decoders,
     encoders,
@@ -21,6 +22,7 @@ from . import (
     gemma_encoder_decoders,
     gpt2_era,
     inkling,
+    kosmos,
     latent_attention,
     linear_attention,
     llama,
@@ -33,7 +35,9 @@ from . import (
     muse,
     omni_models,
     perceiver,
+    perceiver_resamplers,
     phi4_multimodal,
+    querying_transformers,
     recurrent,
     rotary_encoders,
     shared_layer_encoders,
@@ -41,7 +45,9 @@ from . import (
     sparse_encoder_decoders,
     speech_language,
     vision_bert,
+    vision_encoder_decoders,
     vision_language,
+    vision_language_action,
     vision_resamplers,
     vision_wrappers,
 )
@@ -70,11 +76,15 @@ BUILDERS: dict[str, Builder] = merged(gpt2_era.BUILDERS, llama.BUILDERS, gemma.B
                                       mobile_encoders.BUILDERS, perceiver.BUILDERS,
                                       encoder_decoders.BUILDERS, long_document.BUILDERS, sparse_encoder_decoders.BUILDERS,
                                       gemma_encoder_decoders.BUILDERS, vision_language.BUILDERS, inkling.BUILDERS,
-                                      muse.BUILDERS, multimodal_moe.BUILDERS, phi4_multimodal.BUILDERS)
+                                      muse.BUILDERS, multimodal_moe.BUILDERS, phi4_multimodal.BUILDERS,
+                                      querying_transformers.BUILDERS, perceiver_resamplers.BUILDERS,
+                                      vision_encoder_decoders.BUILDERS, kosmos.BUILDERS)
 WRAPPERS: dict[str, Wrapper] = merged(vision_language.WRAPPERS, speech_language.WRAPPERS, inkling.WRAPPERS,
                                       muse.WRAPPERS, encoder_decoder_pairs.WRAPPERS, vision_wrappers.WRAPPERS,
                                       vision_resamplers.WRAPPERS, vision_bert.WRAPPERS, deepseek_vision.WRAPPERS,
-                                      omni_models.WRAPPERS)
+                                      omni_models.WRAPPERS, querying_transformers.WRAPPERS,
+                                      perceiver_resamplers.WRAPPERS, vision_encoder_decoders.WRAPPERS,
+                                      vision_language_action.WRAPPERS, document_ocr.WRAPPERS)
 # Every model_type read, by whichever table: the three never share one.
 KNOWN: frozenset[str] = frozenset(merged(DECODERS, BUILDERS, WRAPPERS))
 # Config classes read only as a wrapper's sub-config (audio towers, Q-Former): their defaults are read too.

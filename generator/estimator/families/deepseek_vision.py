@@ -12,8 +12,8 @@ from ..config.arch import Arch
 from ..config.reader import Reader
 from ..graph.parts import Part, linear
 from .assembly import TextReader, Wrapper
-from .vision_language import attach, sam_encoder, sam_neck
-from .vision_towers import tower_kind, vision_tower, vit_layer
+from .vision_language import attach
+from .vision_towers import sam_encoder, sam_neck, tower_kind, vision_tower, vit_layer
 from .vision_wrappers import tower_part, vision_reader, wrapper_parts
 
 

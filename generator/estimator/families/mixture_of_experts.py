@@ -267,6 +267,8 @@ def inkling_text(cfg: Mapping[str, Any], model: str) -> Arch:
 
 TRAITS: dict[str, DecoderTraits] = {
     "mixtral": DecoderTraits(moe=MIXTRAL),
+    # modeling_unlimited_ocr.UnlimitedOcrTextModel: DeepSeek's MoE (mlp_layer_types) under plain q/k/v/o attention
+    "unlimited_ocr_text": DecoderTraits(moe=DEEPSEEK),
     "minimax_m2": DecoderTraits(moe=MIXTRAL, qk_norm="flat"),
     "qwen2_moe": DecoderTraits(qkv_bias="qkv_bias", moe=ExpertTraits(shared=_width("shared_expert_intermediate_size"), shared_gate=True,
                                               sparse=qwen_sparse)),

@@ -32,7 +32,7 @@ from .assembly import Builder, TextReader, Wrapper, assemble
 from .decoder import DecoderTraits, Dims, attention, build
 from .llama import TRAITS as LLAMA_TRAITS
 from .vision_projectors import PROJECTORS, projector
-from .vision_towers import tower_kind, vision_tower
+from .vision_towers import sam, tower_kind, vision_activations, vision_tower
 
 # Default text model_type of each VLM when text_config omits it, and text types read as a base family.
 DEFAULT_TEXT = {"llava": "llama", "llava_next": "llama", "paligemma": "gemma", "idefics3": "llama", "smolvlm": "llama",
@@ -45,7 +45,11 @@ DEFAULT_TEXT = {"llava": "llama", "llava_next": "llama", "paligemma": "gemma", "
                 "glmasr": "llama", "omniasr": "llama", "vibevoice_asr": "qwen2", "granite_speech": "granite", "granite_speech_plus": "granite", "qwen3_asr": "qwen3", "voxtral_realtime": "voxtral_realtime_text", "qwen2_5_omni_thinker": "qwen2_5_omni_text",
                 "qwen3_omni_moe_thinker": "qwen3_omni_moe_text",
                 "hy_v4_vl": "hy_v4_vl_text", "step3p7": "step3p5",
-                "mistral_large4": "mistral_large4_text", "ernie4_5_vl_moe": "ernie4_5_vl_moe_text"}
+                "mistral_large4": "mistral_large4_text", "ernie4_5_vl_moe": "ernie4_5_vl_moe_text",
+                "pp_chart2table": "qwen2", "florence2": "bart",
+                "pp_formulanet": "pp_formulanet_text", "granite_docling": "granite_docling_text",
+                "unlimited_ocr": "unlimited_ocr_text",
+                "blip-2": "opt", "idefics2": "mistral", "instructblip": "opt", "instructblipvideo": "opt"}
 
 
 # Wrappers whose image_seq_length (when the config gives it) is the tokens one image adds.
@@ -58,7 +62,8 @@ TEXT_FIXED: dict[str, dict[str, Any]] = {"glm_ocr_text": {"attention_bias": Fals
 TEXT_AS = {"qwen2_vl_text": "qwen2", "qwen2_5_vl_text": "qwen2", "qwen3_vl_text": "qwen3",
            "qwen3_vl_moe_text": "qwen3_moe", "glm4v_text": "glm4", "glm4v_moe_text": "glm4_moe", "glm_ocr_text": "glm4",
            "paddleocr_vl_text": "ernie4_5", "qwen2_5_omni_text": "qwen2", "qwen3_omni_moe_text": "qwen3_moe",
-           "hy_v4_vl_text": "hy_v4", "ultrabert": "llama", "cosmos3_edge_text": "arcee"}
+           "hy_v4_vl_text": "hy_v4", "ultrabert": "llama", "cosmos3_edge_text": "arcee",
+           "pp_formulanet_text": "mbart", "granite_docling_text": "granite"}
 
 
 
@@ -104,8 +109,7 @@ def retie(arch: Arch, tie: bool) -> Arch:
 def vision_memory(tower: Part, patches: int, vh: int, per_patch: int) -> tuple[int, int]:
     """(saved activations, serving working set) of one image in a vision tower, elements: per patch, per layer
     (the tower's parameters over a ViT layer's 12 x width^2), as vision_towers.py counts them."""
-    act = patches * per_patch * max(1, tower.params // max(1, 12 * vh * vh)) if tower.matmul else 0
-    return act, patches * (per_patch + 2 * vh)
+    return vision_activations(tower, patches, per_patch, vh), patches * (per_patch + 2 * vh)
 
 
 def vlm(cfg: Mapping[str, Any], model: str, read_text: TextReader) -> Arch:
@@ -262,53 +266,26 @@ def git(cfg: Mapping[str, Any], model: str) -> Arch:
                     image_tokens=patches + 1)
 
 
-def sam_encoder(v: Reader) -> tuple[int, int, int, int, int]:
-    """modeling_sam.SamVisionEncoder (GOT-OCR2's alike): patch conv with bias, absolute positions (use_abs_pos) of
-    the grid, layers of a fused qkv (qkv_bias), a biased proj, relative position tables (use_rel_pos) of
-    2 x side - 1 rows per axis (side: window_size, or the grid on global_attn_indexes), lin1 / lin2 of mlp_dim
-    (else hidden x mlp_ratio), two LayerNorms; the neck: a 1x1 conv to output_channels, a LayerNorm, a 3x3 conv, a
-    LayerNorm (no conv biases). (params, layers, hidden, mlp width, grid side)."""
-    h, n, heads, p, size = (v.int("hidden_size"), v.int("num_hidden_layers"), v.int("num_attention_heads"),
-                            v.int("patch_size"), v.int("image_size"))
-    mlp = v.opt_int("mlp_dim") or int(h * v.number("mlp_ratio", 4.0, high=64.0))
-    oc, win = v.int("output_channels", 256), v.int("window_size", 14)
-    grid, hd = size // p, h // heads
-    glob = set(v.list("global_attn_indexes", int) or [])
-    rel = v.flag("use_rel_pos", True)
-    params = v.int("num_channels", 3) * p * p * h + h + (grid * grid * h if v.flag("use_abs_pos", True) else 0)
-    for i in range(n):
-        side = grid if i in glob else win
-        params += (4 * h + linear(h, 3 * h, v.flag("qkv_bias", True)) + linear(h, h, True) + linear(h, mlp, True)
-                   + linear(mlp, h, True) + (2 * (2 * side - 1) * hd if rel else 0))
-    return params + sam_neck(h, oc), n, h, mlp, grid
-
-
-def sam_neck(h: int, oc: int) -> int:
-    """modeling_sam.SamVisionNeck (DeepSeek-VL hybrid's high_res_vision_neck alike): conv1 1x1 h -> oc, a
-    LayerNorm, conv2 3x3 oc -> oc, a LayerNorm; no conv biases."""
-    return h * oc + 2 * oc + oc * oc * 9 + 2 * oc
-
-
 def got_ocr2(cfg: Mapping[str, Any], model: str, read_text: TextReader) -> Arch:
-    """modeling_got_ocr2.py: a SAM-style ViT (absolute positions, windowed layers with relative position
-    tables of 2 x window - 1 rows per axis, global layers of 2 x grid - 1), a conv neck to output_channels,
-    two strided convs up to the text width and a Linear projector; a Qwen2 text tower."""
-    text = text_tower(cfg, model, "got_ocr2", read_text)
+    """modeling_got_ocr2.py: a SAM-style ViT with its conv neck (vision_towers.sam), two strided convs up to the text
+    width and a Linear projector; a Qwen2 text tower. PP-Chart2Table (configuration_pp_chart2table.PPChart2TableConfig)
+    builds the same class from its own config classes."""
+    mt = str(cfg.get("model_type"))
+    text = text_tower(cfg, model, mt, read_text)
     spec = text.spec
-    r = Reader(cfg, model, "got_ocr2")
-    v = r.child(cfg.get("vision_config") or {}, "got_ocr2_vision", prefix="vision_config.")
-    params, n, h, mlp, grid = sam_encoder(v)
-    oc = v.int("output_channels", 256)
+    r = Reader(cfg, model, mt)
+    v = r.child(cfg.get("vision_config") or {}, mt + "_vision", prefix="vision_config.")
+    tower, _, h, _ = sam(v, mt + "_vision")
+    n, mlp, oc = v.int("num_hidden_layers"), v.int("mlp_dim"), v.int("output_channels", 256)
+    grid = v.int("image_size") // v.int("patch_size")
     th = spec.hidden
     proj = Part("Projector", "Conv + Linear projector", oc * 2 * oc * 9 + 2 * oc * th * 9 + linear(th, th, True),
                 matmul=th * th)
-    tower = Part("Vision_Tower", f"SAM vision transformer ({n} layers)", params, matmul=n * (4 * h * h + 2 * h * mlp))
     tokens = (grid // 4) ** 2  # two stride-2 convs
     new = dataclasses.replace(spec, embed=(*spec.embed, tower, proj), image_tokens=tokens,
                               vision_act=grid * grid * n * (8 * h + 2 * mlp), vision_transient=grid * grid * (4 * h + mlp))
     text = retie(dataclasses.replace(text, spec=new), r.flag("tie_word_embeddings", text.tie))
-    return dataclasses.replace(text, model_type="got_ocr2", family="got_ocr2",
-                               architectures=architectures_of(cfg, model))
+    return dataclasses.replace(text, model_type=mt, family=mt, architectures=architectures_of(cfg, model))
 
 
 BUILDERS: dict[str, Builder] = {
@@ -322,4 +299,5 @@ BUILDERS: dict[str, Builder] = {
 WRAPPERS: dict[str, Wrapper] = {
     **dict.fromkeys(PROJECTORS, vlm),
     "got_ocr2": got_ocr2,
+    "pp_chart2table": got_ocr2,
 }

@@ -107,6 +107,77 @@ def clip(v: Reader, kind: str) -> TowerResult:
     return _part(params, n, h, inter, patches, 8 * h + 2 * inter)
 
 
+def blip(v: Reader, kind: str) -> TowerResult:
+    """modeling_blip.BlipVisionModel (modeling_blip_2.Blip2VisionModel, InstructBLIP alike): class embedding, a
+    3-channel patch conv with bias, num_patches + 1 positions, layers with a fused qkv (BLIP: biased; BLIP-2: q and
+    v biases when qkv_bias, one 3h vector) and a biased projection, biased fc1/fc2, two LayerNorms; post_layernorm."""
+    h, n, inter = v.int("hidden_size"), v.int("num_hidden_layers"), v.int("intermediate_size")
+    p, size = _side(v, "patch_size"), _side(v, "image_size")
+    patches = (size // p) ** 2
+    bias = True if kind == "blip_vision_model" else v.flag("qkv_bias", True)
+    layer = vit_layer(h, inter, bias=bias, o_bias=True, mlp_bias=True)
+    params = h + linear(3 * p * p, h, True) + (patches + 1) * h + n * layer + 2 * h
+    return _part(params, n, h, inter, patches + 1, 8 * h + 2 * inter)
+
+
+def vit(v: Reader, kind: str) -> TowerResult:
+    """modeling_vit.ViTModel as AutoModel builds it (DeiT alike, modeling_deit.DeiTModel, with a distillation token
+    and one more position): cls token, patch conv with bias, num_patches + 1 positions, layers of q/k/v (qkv_bias)
+    and a biased o_proj, fc1/fc2 with biases, two LayerNorms; a final LayerNorm and the pooler (a biased Linear to
+    pooler_output_size, the hidden size when unset)."""
+    h, n, inter = v.int("hidden_size"), v.int("num_hidden_layers"), v.int("intermediate_size")
+    p, ch, size = _side(v, "patch_size"), v.int("num_channels", 3), _side(v, "image_size")
+    tokens = (size // p) ** 2 + (2 if kind == "deit" else 1)
+    layer = vit_layer(h, inter, bias=v.flag("qkv_bias", True), o_bias=True, mlp_bias=True)
+    params = (tokens - (size // p) ** 2) * h + linear(ch * p * p, h, True) + tokens * h + n * layer + 2 * h
+    params += linear(h, v.int("pooler_output_size", h), True)
+    return _part(params, n, h, inter, tokens, 8 * h + 2 * inter)
+
+
+def sam_encoder(v: Reader) -> tuple[int, int, int, int, int]:
+    """modeling_sam.SamVisionEncoder (GOT-OCR2's, PP-FormulaNet's, Unlimited-OCR's and DeepSeek-VL hybrid's alike):
+    patch conv with bias, absolute positions (use_abs_pos) of the grid, layers of two LayerNorms, a fused qkv
+    (qkv_bias), a biased proj, relative position tables (use_rel_pos) of 2 x side - 1 rows per axis and head_dim
+    (side: window_size, or the grid on global_attn_indexes), lin1 / lin2 of mlp_dim (else hidden x mlp_ratio); then
+    the neck (sam_neck). (params, layers, hidden, mlp width, grid side)."""
+    h, n, heads, p, size = (v.int("hidden_size"), v.int("num_hidden_layers"), v.int("num_attention_heads"),
+                            v.int("patch_size"), v.int("image_size"))
+    mlp = v.opt_int("mlp_dim") or int(h * v.number("mlp_ratio", 4.0, high=64.0))
+    oc, win = v.int("output_channels", 256), v.int("window_size", 14)
+    grid, hd = size // p, h // heads
+    glob = set(v.list("global_attn_indexes", int) or [])
+    rel = v.flag("use_rel_pos", True)
+    params = v.int("num_channels", 3) * p * p * h + h + (grid * grid * h if v.flag("use_abs_pos", True) else 0)
+    for i in range(n):
+        side = grid if i in glob else win
+        params += (4 * h + linear(h, 3 * h, v.flag("qkv_bias", True)) + linear(h, h, True) + linear(h, mlp, True)
+                   + linear(mlp, h, True) + (2 * (2 * side - 1) * hd if rel else 0))
+    return params + sam_neck(h, oc), n, h, mlp, grid
+
+
+def sam_neck(h: int, oc: int) -> int:
+    """modeling_sam.SamVisionNeck (DeepSeek-VL hybrid's high_res_vision_neck alike): conv1 1x1 h -> oc, a
+    LayerNorm, conv2 3x3 oc -> oc, a LayerNorm; no conv biases."""
+    return h * oc + 2 * oc + oc * oc * 9 + 2 * oc
+
+
+def sam(v: Reader, kind: str) -> TowerResult:
+    """The SAM encoder and neck (sam_encoder) as a vision tower part: grid x grid patches of 8 h + 2 mlp saved
+    elements per layer."""
+    params, n, h, mlp, grid = sam_encoder(v)
+    tower = Part("Vision_Tower", f"SAM vision transformer ({n} layers)", params, matmul=n * (4 * h * h + 2 * h * mlp))
+    return tower, grid * grid, h, 8 * h + 2 * mlp
+
+
+def clip_encoder(v: Reader) -> TowerResult:
+    """A CLIP vision transformer fed patch embeddings from elsewhere (modeling_unlimited_ocr.UnlimitedOcrVisionEncoder,
+    a CLIPVisionModel without post_layernorm whose patch conv is unused): class embedding, num_patches + 1
+    positions, pre-LayerNorm and the CLIP layers."""
+    h, n, inter = v.int("hidden_size"), v.int("num_hidden_layers"), v.int("intermediate_size")
+    patches = (_side(v, "image_size") // _side(v, "patch_size")) ** 2
+    return _part(h + (patches + 1) * h + 2 * h + n * vit_layer(h, inter), n, h, inter, patches + 1, 8 * h + 2 * inter)
+
+
 def siglip(v: Reader, kind: str) -> TowerResult:
     """modeling_siglip.SiglipVisionTransformer (Idefics3 / SmolVLM alike): patch conv with bias, positions,
     post-LayerNorm, and (SigLIP, vision_use_head) an attention-pooling head."""
@@ -222,6 +293,9 @@ TOWERS: dict[str, Callable[[Reader, str], TowerResult]] = {
     "glm4v_vision": glm4v, "glm4v_moe_vision": glm4v, "glm_ocr_vision": glm_ocr,
     "hy_v4_vl_vision": hy_v4_vl, "step3p5_vision": step3p7,
     "ernie4_5_vl_moe_vision": ernie4_5_vl_moe,
+    "vit": vit, "deit": vit, "granite_docling_vision": siglip, "idefics_vision": clip, "idefics2_vision": siglip, "kosmos_2_vision_model": clip,
+    **dict.fromkeys(("blip_vision_model", "blip_2_vision_model", "instructblip_vision_model",
+                     "instructblipvideo_vision_model"), blip),
 }
 
 
@@ -247,8 +321,14 @@ def tower_kind(mt: str, vc: Mapping[str, Any]) -> str:
     return FIXED_VISION.get(mt) or (given if isinstance(given, str) else DEFAULT_VISION.get(mt, ""))
 
 
-def vision_tower(vc: Mapping[str, Any], r: Reader, kind: str) -> TowerResult:
-    """(tower part, patches per image, hidden width out, per-patch activation elements per layer)."""
+def vision_activations(tower: Part, patches: int, per_patch: int, vh: int) -> int:
+    """Saved elements of a tower per image: per-patch activations times its layers (about params / 12 vh^2)."""
+    return patches * per_patch * max(1, tower.params // max(1, 12 * vh * vh)) if tower.matmul else 0
+
+
+def vision_tower(vc: Mapping[str, Any], r: Reader, kind: str, key: str = "vision_config") -> TowerResult:
+    """(tower part, patches per image, hidden width out, per-patch activation elements per layer); `key`: where the
+    tower's config sits in the file."""
     if kind not in TOWERS:
-        raise ConfigError(r.model, "vision_config.model_type", kind, "is not a supported vision tower")
-    return TOWERS[kind](r.child(vc, kind, prefix="vision_config."), kind)
+        raise ConfigError(r.model, f"{key}.model_type", kind, "is not a supported vision tower")
+    return TOWERS[kind](r.child(vc, kind, prefix=f"{key}."), kind)
