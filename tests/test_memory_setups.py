@@ -117,3 +117,14 @@ def test_routed_experts_keep_each_tokens_input_and_output():
            "num_experts": 8, "num_experts_per_tok": 2, "max_position_embeddings": 4096}
     part = next(p for p in build_graph(normalise(moe, "m")).spec.blocks[0].parts if p.type.startswith("MoE"))
     assert part.act == 2 * 64 * 4 + 2 * 2 * 256 and part.frozen_act == 2 * 64 * 3 + 2 * 256
+
+
+def test_axolotl_changes_checkpointing_optimizer_and_dropout_from_hf_trainer():
+    hf, ax = Job.from_options("hf-trainer", method="lora"), Job.from_options("axolotl", method="lora")
+    moved = {f for f in Job.__dataclass_fields__ if getattr(hf, f) != getattr(ax, f)}
+    assert moved == {"recipe", "grad_ckpt", "optimizer", "lora_dropout", "attention"}
+    assert (ax.grad_ckpt, ax.optimizer, ax.lora_dropout, ax.attention) == (True, "adamw8bit", 0.05, "sdpa")
+    q = Job.from_options("axolotl-qlora")
+    assert (q.method, q.storage, q.double_quant, q.upcast_fp32, q.lora_rank) == ("qlora", "nf4", True, False, 32)
+    u = Job.from_options("unsloth")
+    assert (u.method, u.storage, u.lora_dropout, u.lora_rank, u.optimizer) == ("qlora", "nf4", 0.0, 16, "adamw8bit")
