@@ -44,8 +44,9 @@ def test_moe_activations_use_the_routed_top_k(settings):
     a = normalise(SNAP["Qwen/Qwen3-30B-A3B"][0], "q")
     g = build_graph(a)
     moe = next(p for b in g.spec.blocks for p in b.parts if p.name.startswith("MoE_"))
-    # per token: top-8 experts x 4 x moe_intermediate (768) + the fp32 router logits over 128 experts
-    assert moe.act == 8 * 768 * 4 + a.hidden and moe.act32 == 128
+    # per token: top-8 experts x 4 x moe_intermediate (768), each routed token's gathered input and expert output
+    # (FINDINGS.md F9) + the fp32 router logits over 128 experts
+    assert moe.act == 8 * 768 * 4 + 2 * 8 * a.hidden and moe.act32 == 128
 
 
 def test_dense_first_layers_and_shared_experts_deepseek(settings):

@@ -271,8 +271,13 @@ def moe_part(name: str, hidden: int, experts: int, top_k: int, inter: int, *, ga
     Parameters: router hidden x experts, experts x (gate/up/down), shared expert MLP of width `shared`
     (+ its sigmoid gate hidden -> 1, modeling_qwen2_moe.py). Active per token: the router, top_k experts
     and the shared expert. Saved per token: each chosen expert's gated MLP tensors (4 x inter), the
-    shared expert's, and the fp32 router logits. LoRA wraps the nn.Linear layers only (shared experts);
-    the fused 3-D expert tensors of transformers 5 are not nn.Linear.
+    shared expert's, and the fp32 router logits; per routed token (top_k per token) its gathered input (for the
+    experts' weight gradient) and its expert's output (for the routing weight's gradient), as transformers'
+    experts implementations keep them (integrations/moe.py grouped_mm_experts_forward: hidden_states[perm // k]
+    and proj_out * sample_weights_g; the eager loop: hidden_states[token_idx] and the weighted down output;
+    data/measurements/FINDINGS.md F9); frozen experts keep no input. A sigmoid shared-expert gate keeps the
+    shared output (modeling_qwen2_moe.Qwen2MoeSparseMoeBlock). LoRA wraps the nn.Linear layers only (shared
+    experts); the fused 3-D expert tensors of transformers 5 are not nn.Linear.
     """
     per_expert = (2 if gated else 1) * linear(hidden, inter, bias) + linear(inter, hidden, bias) + expert_extra
     router = linear(hidden, experts, router_bias) if router_params is None else router_params
@@ -284,11 +289,12 @@ def moe_part(name: str, hidden: int, experts: int, top_k: int, inter: int, *, ga
         if shared and shared_lora else ()
     k = min(top_k, experts)
     n_in = 2 if gated else 1
+    gate_out = hidden if shared and shared_gate else 0
     mats = ((experts * n_in, hidden, inter), (experts, inter, hidden)) + tuple((1, i, o) for i, o in lin)
     return Part(name, "MoE", params, mats=mats, active=router + k * per_expert + shared_p + extra,
                 matmul=hidden * experts + experts * mm_e + mm_s, active_matmul=hidden * experts + k * mm_e + mm_s,
-                linears=lin, act=(k * inter + shared) * (4 if gated else 2) + hidden, act32=experts,
-                act_frozen=(k * inter + shared) * (3 if gated else 1) + hidden,
+                linears=lin, act=(k * inter + shared) * (4 if gated else 2) + 2 * k * hidden + gate_out,
+                act32=experts, act_frozen=(k * inter + shared) * (3 if gated else 1) + k * hidden + gate_out,
                 transient=k * inter * (3 if gated else 2) + shared * 3 + hidden)
 
 

@@ -21,6 +21,22 @@ from .lora import adapted_linears
 # save three more MLP-width tensors than one fused op (FINDINGS.md F8: gpt2's gelu_new).
 PYTHON_GELU = ("gelu_new", "gelu_fast", "quick_gelu")
 
+# transformers' XIELUActivation (activations.py, apertus) in Python (the fused kernel is an optional wheel):
+# where(x > 0, alpha_p * x * x + beta * x, (expm1(min(x, eps)) - x) * alpha_n + beta * x) keeps, per MLP element,
+# alpha_p * x (the parameter's dtype wins the promotion: fp32 under full AMP), expm1's output, the bool condition,
+# and, when alpha_n trains, expm1(...) - x (FINDINGS.md F9).
+XIELU = "xielu"
+
+# transformers' ReLUSquaredActivation (activations.py "relu2": arcee, nemotron, persimmon, bitnet, jais2,
+# nanochat): relu(x) then square(relu): a plain MLP's fc1 output, relu's and square's outputs are live at once in
+# a forward without grad (generate's prefill), one MLP-wide tensor more than a single fused activation (F9).
+RELU_SQUARED = "relu2"
+
+# Differential attention (modeling_diffllama.DiffLlamaAttention, Ye et al. 2024, arXiv:2410.05258): two attention
+# calls over the same q and k with the two halves of V, their outputs concatenated, weighted by lambda, and a
+# head-pair RMSNorm (nn.RMSNorm(2 x head_dim), no weight) before o_proj (F9).
+DIFFERENTIAL_ATTENTION = {"diffllama": "modeling_diffllama.DiffLlamaAttention"}
+
 # Config keys naming the MLP's activation, in the order transformers' config classes read them
 # (config/reader.activation_name reads the same keys).
 ACT_KEYS = ("hidden_act", "activation_function", "hidden_activation", "afn")
@@ -151,14 +167,45 @@ def block_activation_bytes(a: Arch, b: Block, r: Regime, rank: int = 0,
         # q_norm / k_norm (qwen3, olmo2, gemma3): the fp32 upcast, plus the normalised output when it trains
         qk = a.heads * a.head_dim + a.kv_heads * a.head_dim
         out += attention * qk * (4 + (0 if not r.trained else 4 if r.amp else r.residual_bytes))
-    if mlp_act(a) in PYTHON_GELU:
+    act = mlp_act(a)
+    if act in PYTHON_GELU:
         out += 3 * c * sum(p.act // 2 for p in b.parts if p.type == "MLP")  # act = 2 x inter for a plain MLP
+    elif act == XIELU:  # over the two priced tensors (fc1 output; the activation's, saved by down_proj when it trains)
+        per = max(r.residual_bytes, c) + c + 1 + (c if r.trained else 0)
+        out += per * sum(p.act // 2 for p in b.parts if p.type == "MLP")
+    if attention and a.model_type in DIFFERENTIAL_ATTENTION:
+        out += attention * differential_attention_bytes(a, r)
     per_layer, _ = model_dropouts(a) if r.dropout else (0, 0)
     if per_layer:  # masks of the residual-branch dropouts, on the branch outputs (compute dtype)
         out += per_layer * a.hidden * mask_bytes(r, c)
     if rank:
         out += adapter_activation_bytes(adapted_linears(b, roles), rank, r)
     return out
+
+
+def differential_attention_bytes(a: Arch, r: Regime) -> int:
+    """Per token, what one differential attention layer saves over plain SDPA attention (DIFFERENTIAL_ATTENTION):
+    the second call's output and fp32 LSE; two half-V tensors repeated to every KV head (v.repeat(1, 2, 1, 1))
+    where one V was priced; the head-pair RMSNorm's fp32 input (torch's rms_norm upcasts) and rstd per head pair.
+    Under AMP with an fp32 residual (rope in fp32), autocast casts q and k to bf16 once per call: a second pair.
+    When the weights train: the concatenated outputs (kept by lambda_full x output2 for lambda's gradient) and
+    o_proj's input, the normed output (plain attention's o_proj reads the SDPA output, already saved)."""
+    c = r.compute_bytes
+    q, kv = a.heads * a.head_dim, a.kv_heads * a.head_dim
+    out = c * (q + kv) + 4 * a.heads + 4 * q + 2 * a.heads
+    if r.amp and r.residual_bytes != c:
+        out += c * (q + kv)
+    if r.trained:
+        out += c * 3 * q
+    return out
+
+
+def mlp_transient(a: Arch, b: Block) -> int:
+    """Elements per token a layer's largest part holds at once in a forward without grad (Part.transient); a plain
+    MLP with relu² holds three MLP-wide tensors (RELU_SQUARED), a gated one's three already."""
+    if mlp_act(a) != RELU_SQUARED:
+        return b.transient
+    return max([b.transient] + [3 * (p.act // 2) for p in b.parts if p.type == "MLP"])
 
 
 def head_activation_bytes(a: Arch, g: Graph, r: Regime, s: Assumptions) -> int:

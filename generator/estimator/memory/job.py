@@ -20,7 +20,7 @@ from ...errors import JobError
 from ..config.arch import Arch
 from ..graph.nodes import Graph
 from ..inputs import Assumptions
-from .activations import block_activation_bytes, embed_dropout_bytes, head_activation_bytes, regime
+from .activations import block_activation_bytes, embed_dropout_bytes, head_activation_bytes, mlp_transient, regime
 from .attention import default_attention, eager_layer_terms, eager_scores_bytes
 from .lora import distinct_inputs, lora_params, target_roles
 from .parallel import Phase
@@ -320,7 +320,7 @@ def _layer_bytes(a: Arch, b, r, rank: int, roles, job: Job, T: int) -> int:
     c = r.compute_bytes
     out = block_activation_bytes(a, b, r, rank, roles)
     if job.attention == "eager":
-        linear, squared = eager_layer_terms(a, b, c, r.trained)
+        linear, squared = eager_layer_terms(a, b, c, r.trained, r)
         out += linear + squared * T
     if job.method == "qlora" and saves_matmul_input(job.storage, job.bnb_version):
         # A bitsandbytes matmul that saves its input (saves_matmul_input), where nn.Linear on a frozen weight would
@@ -350,7 +350,7 @@ def _inference(a: Arch, g: Graph, s: Assumptions, job: Job) -> list[Phase]:
         per = sum(kv_bytes_of_block(b, s, tokens, enc) for b in spec.blocks if b.stack != "encoder")
         return per * c // s.kv_bytes  # the cache takes the compute dtype
 
-    transient = max((b.transient for b in spec.blocks), default=0) + 4 * spec.hidden
+    transient = max((mlp_transient(a, b) for b in spec.blocks), default=0) + 4 * spec.hidden
     acts = T * c * transient
     if job.attention == "eager":
         acts += eager_scores_bytes(a, g, T, c, one_layer=True)

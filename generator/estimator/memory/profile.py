@@ -188,7 +188,7 @@ def train_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, method: str, r
     rates = _layer_rates(a, spec.blocks, r, rank if method != "full" else 0)
     squares = [0] * len(rates)
     if default_attention(a)[0] == "eager":  # no SDPA in the model's class: eager keeps its scores
-        terms = per_distinct_layer(spec.blocks, lambda b: eager_layer_terms(a, b, r.compute_bytes, r.trained))
+        terms = per_distinct_layer(spec.blocks, lambda b: eager_layer_terms(a, b, r.compute_bytes, r.trained, r))
         rates = [rate + linear for rate, (linear, _) in zip(rates, terms, strict=True)]
         squares = [sq for _, sq in terms]
     layer_act = tuple(n * rate + n * n * sq for rate, sq, n in zip(rates, squares, layer_tokens, strict=True))

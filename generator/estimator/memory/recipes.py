@@ -2,7 +2,8 @@
 
 A recipe is a set of job.Job fields; the explicit flags override it (Job.with_recipe). Each field below cites the
 file it was read from (pinned where the snapshot was read: trl f2cd577 = 1.10.0.dev0, 2026-07-24; litgpt 2685705,
-2026-06-29; peft 0.21.2 and transformers 5.24.0 as installed; bitsandbytes 95f9af3 = 0.50.2.dev0).
+2026-06-29; peft 0.21.2 and transformers 5.24.0 as installed; bitsandbytes 95f9af3 = 0.50.2.dev0; axolotl 067b021,
+2026-07-24; unsloth 015bdef, 2026-08-22, with unsloth-zoo ce232d6, 2026-08-20).
 What a recipe does not say (tokens, batch) stays the job's.
 """
 
@@ -78,6 +79,53 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
             "config_hub/finetune/*/lora.yaml: precision bf16-true (utils.get_default_supported_precision would "
             "pick bf16-mixed)",
             "torch/optim/adamw.py: exp_avg and exp_avg_sq are zeros_like(param), the parameter's dtype")),
+    Recipe("axolotl", "axolotl's LoRA example (examples/llama-3/lora-1b.yml): bf16 base, fp32 adapters under bf16 "
+                      "autocast, LoRA dropout 0.05, gradient checkpointing (non-reentrant), bitsandbytes 8-bit AdamW, "
+                      "flash-attention 2; vs hf-trainer: checkpointing, the 8-bit optimizer and LoRA dropout",
+           (("precision", "amp"), ("adapter_dtype", "fp32"), ("lora_rank", 16), ("lora_targets", "all-linear"),
+            ("lora_dropout", 0.05), ("grad_ckpt", True), ("optimizer", "adamw8bit"), ("attention", "sdpa"),
+            ("keep_outputs", False), ("loss", "hf")),
+           ("axolotl examples/llama-3/lora-1b.yml: adapter lora, lora_r 16, lora_dropout 0.05, the 7 projections, "
+            "optimizer adamw_8bit, bf16 auto, gradient_checkpointing true, attn_implementation flash_attention_2 "
+            "(saves no score matrix, as SDPA)",
+            "axolotl src/axolotl/loaders/model.py _configure_embedding_dtypes: embeddings and norms converted back to "
+            "torch_dtype (bf16) for adapters; src/axolotl/loaders/adapter.py: get_peft_model without "
+            "autocast_adapter_dtype unless peft_autocast_adapter_dtype is set (peft's default: fp32 adapters)",
+            "axolotl src/axolotl/core/builders/base.py _configure_gradient_checkpointing: use_reentrant False unless "
+            "gradient_checkpointing_kwargs say otherwise")),
+    Recipe("axolotl-qlora", "axolotl's QLoRA example (examples/llama-3/qlora-1b.yml): nf4 base with double "
+                            "quantisation, norms back in bf16 (no fp32 upcast), r=32, LoRA dropout 0.05, gradient "
+                            "checkpointing, bitsandbytes 8-bit AdamW; vs trl-sft-qlora: no fp32 upcast, 8-bit AdamW "
+                            "instead of paged 32-bit, HF's loss",
+           (("method", "qlora"), ("precision", "amp"), ("weights", "nf4"), ("double_quant", True),
+            ("upcast_fp32", False), ("adapter_dtype", "fp32"), ("lora_rank", 32), ("lora_targets", "all-linear"),
+            ("lora_dropout", 0.05), ("grad_ckpt", True), ("optimizer", "adamw8bit"), ("attention", "sdpa"),
+            ("keep_outputs", False), ("loss", "hf")),
+           ("axolotl examples/llama-3/qlora-1b.yml: adapter qlora, load_in_4bit, lora_r 32, lora_dropout 0.05, "
+            "optimizer adamw_bnb_8bit, gradient_checkpointing true, attn_implementation flash_attention_2",
+            "axolotl src/axolotl/loaders/model.py _set_quantization_config: bnb_4bit_quant_type nf4, "
+            "bnb_4bit_use_double_quant True; _prepare_model_for_quantization runs prepare_model_for_kbit_training "
+            "(patched by src/axolotl/monkeypatch/peft/utils.py to leave embed_tokens and lm_head), then "
+            "_convert_embedding_modules_dtype puts the norms back in torch_dtype (bf16)")),
+    Recipe("unsloth", "Unsloth's FastLanguageModel defaults: nf4 base with double quantisation, fp32 adapters r=16 "
+                      "on the 7 projections, no LoRA dropout, its own gradient checkpointing, 8-bit AdamW, a chunked "
+                      "fused cross-entropy; priced with the layer inputs on the GPU (Unsloth offloads them to CPU "
+                      "RAM) and HF's LoRA autograd (Unsloth's fused LoRA kernels save other tensors): an upper bound",
+           (("method", "qlora"), ("precision", "amp"), ("weights", "nf4"), ("double_quant", True),
+            ("upcast_fp32", False), ("adapter_dtype", "fp32"), ("lora_rank", 16), ("lora_targets", "all-linear"),
+            ("lora_dropout", 0.0), ("grad_ckpt", True), ("optimizer", "adamw8bit"), ("attention", "sdpa"),
+            ("keep_outputs", False), ("loss", "trl-chunked")),
+           ("unsloth unsloth/models/loader.py FastLanguageModel.from_pretrained: load_in_4bit = True, "
+            "use_gradient_checkpointing = 'unsloth'; BitsAndBytesConfig bnb_4bit_use_double_quant True, nf4",
+            "unsloth unsloth/models/llama.py FastLlamaModel.get_peft_model: r 16, lora_alpha 16, lora_dropout 0.0, "
+            "q/k/v/o/gate/up/down_proj",
+            "unsloth-zoo unsloth_zoo/training_utils.py prepare_model_for_training: only lora_A/lora_B are upcast to "
+            "fp32 and trainable; frozen norms and embeddings keep the loaded dtype",
+            "unsloth unsloth/models/rl.py: its TRL configs default optim 'adamw_8bit'",
+            "unsloth unsloth/models/llama.py CausalLM_fast_forward: unsloth_fused_ce_loss (chunked, logits never "
+            "whole; priced as TRL's 256-token chunks)",
+            "unsloth-zoo unsloth_zoo/gradient_checkpointing.py UnslothCheckpointFunction: every checkpointed layer "
+            "input but the last is copied to pinned CPU buffers (not modelled: priced on the GPU)")),
     Recipe("torchtune", "torchtune's LoRA recipes: dtype bf16 everywhere, adapters in bf16, no LoRA dropout, "
                         "activation checkpointing on",
            (("precision", "bf16"), ("adapter_dtype", "bf16"), ("lora_dropout", 0.0), ("grad_ckpt", True),
