@@ -34,7 +34,7 @@ from .vision_towers import TOWERS, sam, vision_activations, vision_tower
 # Decoder model_types whose causal-LM class the decoder's family lays out with its cross-attention (BertLMHeadModel
 # and its BERT descendants with add_cross_attention, TrOCR, the BART family's ForCausalLM decoders).
 CROSS_DECODERS = ("bert", "roberta", "xlm-roberta", "camembert", "electra", "ernie", "trocr", "bart",
-                  "mbart", "plbart", "marian", "pegasus", "blenderbot", "blenderbot-small", "mvp")
+                  "mbart", "plbart", "marian", "pegasus", "blenderbot", "blenderbot-small", "mvp", "gpt2", "gpt_bigcode", "xglm")
 # The causal-LM class of each model_type (AutoModelForCausalLM), for the decoder's `architectures`.
 CAUSAL_CLASS = {t: c for c, t in sorted(ARCHITECTURE_TYPES.items()) if c.endswith(("ForCausalLM", "LMHeadModel"))}
 
@@ -160,6 +160,7 @@ def pp_formulanet(cfg: Mapping[str, Any], model: str, read_text: TextReader) -> 
     proj = Part("Projector", "Conv + Linear projector", 9 * cin * mid + 9 * mid * out + linear(out, out, True)
                 + linear(out, dh, True), matmul=out * out + out * dh)
     spec = dataclasses.replace(text.spec, embed=(*text.spec.embed, tower, proj), image_tokens=0,
+                               encoder_tokens=patches // 16,
                                vision_act=vision_activations(tower, patches, per_patch, vh),
                                vision_transient=patches * (per_patch + 2 * vh),
                                notes=(f"one image = {patches // 16:,} encoder tokens read by cross-attention",))
@@ -189,7 +190,7 @@ def vision_encoder_decoder(cfg: Mapping[str, Any], model: str, read_text: TextRe
     d = r.child(dec, dt, prefix="decoder.")
     if vh != text.hidden and d.opt_int("cross_attention_hidden_size") is None:
         parts.append(Part("Projector", "Linear projector", linear(vh, text.hidden, True), matmul=vh * text.hidden))
-    spec = dataclasses.replace(text.spec, embed=(*text.spec.embed, *parts), image_tokens=0,
+    spec = dataclasses.replace(text.spec, embed=(*text.spec.embed, *parts), image_tokens=0, encoder_tokens=patches,
                                vision_act=vision_activations(tower, patches, per_patch, vh),
                                vision_transient=patches * (per_patch + 2 * vh),
                                notes=(f"one image = {patches:,} encoder tokens read by cross-attention",))
