@@ -17,6 +17,8 @@ BART = {"d_model": 48, "decoder_layers": 2, "encoder_layers": 1, "decoder_attent
         "vocab_size": 300}
 GPT2 = {"n_embd": 64, "n_layer": 2, "n_head": 4, "vocab_size": 300}
 XGLM = {"d_model": 64, "num_layers": 2, "attention_heads": 4, "ffn_dim": 96, "vocab_size": 300}
+PROPHETNET = {"hidden_size": 64, "num_encoder_layers": 1, "num_decoder_layers": 2, "num_encoder_attention_heads": 4,
+              "num_decoder_attention_heads": 4, "encoder_ffn_dim": 96, "decoder_ffn_dim": 96, "vocab_size": 300}
 PAIRS = [
     ("bert", SMALL, "bert", dict(SMALL, hidden_size=32, intermediate_size=50)),  # enc_to_dec_proj
     ("roberta", SMALL, "roberta", SMALL),
@@ -29,6 +31,8 @@ PAIRS = [
     ("bert", dict(SMALL, hidden_size=32, intermediate_size=50), "gpt2", dict(GPT2, n_positions=128)),  # enc_to_dec_proj
     ("roberta", SMALL, "gpt_bigcode", dict(GPT2, multi_query=False)),  # GPTBigCodeBlock: cross-attention without MQA
     ("electra", SMALL, "xglm", XGLM),  # XGLMDecoderLayer.encoder_attn and encoder_attn_layer_norm
+    ("bert", SMALL, "gpt-sw3", GPT2),  # GPT2LMHeadModel under another model_type
+    ("bert", SMALL, "prophetnet", PROPHETNET),  # ProphetNetForCausalLM: the decoder stack alone
 ]
 # VisionEncoderDecoderModel: a vision tower, then a decoder whose cross-attention reads its patches
 VIT = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 96, "image_size": 32,
@@ -39,6 +43,9 @@ VISION_PAIRS = [
     ("vit", VIT, "gpt_bigcode", dict(GPT2, multi_query=False)),
     ("deit", VIT, "xglm", XGLM),
     ("vit", VIT, "bert", SMALL),
+    ("vit", VIT, "prophetnet", PROPHETNET),
+    ("vit", VIT, "trocr", {"d_model": 64, "decoder_layers": 2, "decoder_attention_heads": 4, "decoder_ffn_dim": 96,
+                           "vocab_size": 300}),
 ]
 # nlpconnect/vit-gpt2-image-captioning's config.json, written from its known structure: google/vit-base-patch16-224-in21k
 # as the encoder, gpt2 (add_cross_attention, is_decoder) as the decoder, the wrapper's tie forced off
@@ -128,6 +135,13 @@ def test_unreadable_side_is_refused_by_name(enc_type, enc, dec_type, dec, key):
     quiet()
     _, cfg = _config(enc_type, enc, dec_type, dec)
     with pytest.raises(TraceError, match=f"{key}.model_type"):
+        our_count(cfg, "pair")
+
+
+def test_vision_decoder_without_cross_attention_is_refused():
+    quiet()
+    _, cfg = _config("vit", VIT, "gpt_neox", SMALL, "VisionEncoderDecoder")
+    with pytest.raises(TraceError, match="decoder.model_type"):
         our_count(cfg, "pair")
 
 
