@@ -161,6 +161,12 @@ class Reader:
         self._record(spec, value, source)
         return value
 
+    def on(self, name: _Str) -> bool:
+        """An opt-in flag (add_cross_attention): true only where the config or its class sets it true, and recorded
+        only then, so that a config leaving it off reads, and reports, exactly as one without the key."""
+        found = self.lookup(name)
+        return found is not None and found[0] is True and self.flag(name)
+
     def number(self, name: _Str, default: float, *, low: float = 0.0, high: float = 1.0) -> float:
         found = self.lookup(name)
         if found is None:

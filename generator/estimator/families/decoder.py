@@ -24,6 +24,7 @@ from ..graph.parts import (
     Spec,
     attention_part,
     attention_type,
+    cross_attention_part,
     ffn_type,
     linear,
     lm_head_part,
@@ -66,6 +67,9 @@ class Dims:
         self.norms, self.parallel = t.layout(self) if t.layout else (t.norms, t.parallel)
         self.norm = t.norm_rule(self) if t.norm_rule else t.norm
         self.act = activation_name(r) or t.act_default
+        # add_cross_attention (EncoderDecoderModel's and VisionEncoderDecoderModel's decoder), read only where the
+        # family lays it out and recorded only when on
+        self.cross = t.cross and r.on("add_cross_attention")
 
     def k(self, key: str, default: int | None = None, minimum: int = 1) -> Any:
         return self.r.int(key, default, minimum=minimum)
@@ -158,6 +162,10 @@ class DecoderTraits:
     norm_rule: Callable[[Dims], str] | None = None  # the norm kind per config (OPT without affine weights)
     final_norm_rule: Callable[[Dims], bool] | None = None  # whether the final norm exists (OPT)
     rotary: Callable[[Dims], int] | None = None  # rotated dims per head (partial rotary); None: all of head_dim
+    # add_cross_attention gives every layer a cross-attention over the encoder's output, of the self-attention's
+    # biases (fused_qkv: q apart, K and V fused), with its own norm between the self-attention and the MLP
+    # (modeling_gpt2.GPT2Block.crossattention and ln_cross_attn)
+    cross: bool = False
 
 
 def has_qk_norm(t: DecoderTraits, d: Dims) -> bool:
@@ -254,7 +262,10 @@ def layer(t: DecoderTraits, d: Dims, i: int, window: int) -> Block:
     fk = ffn_kind(t, d, i)
     ffn = moe(t, d, n) if fk == "moe" else mlp(t, d, n, d.k(t.moe.dense_inter) if t.moe else None) \
         if fk == "dense" else None
-    parts = list(standard_block(n, [], mix, ffn, d.norm, d.hidden, norms=d.norms, parallel=d.parallel).parts)
+    cross = cross_attention_part(n, d.hidden, d.heads, d.hd, bias=d.f(t.qkv_bias), fused_kv=t.fused_qkv) \
+        if d.cross else None
+    parts = list(standard_block(n, [], mix, ffn, d.norm, d.hidden, norms=d.norms, parallel=d.parallel,
+                                cross=cross).parts)
     if t.layer_extra:
         parts.append(Part(f"Extra_{n}", "Parameters", t.layer_extra(d)))
     bkind = kind if kind != "attention" else ("mla" if t.mla else "sliding" if window else "attention")

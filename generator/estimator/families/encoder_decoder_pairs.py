@@ -54,6 +54,15 @@ def _side(cfg: Mapping[str, Any], r: Reader, side: str, read_text: TextReader) -
     return read_text(dict(sub, architectures=[_class_of(r, side, mt)]), r.model)
 
 
+def check_cross_decoder(model: str, dec: Arch, dec_cfg: Mapping[str, Any]) -> None:
+    """Refuse a decoder side its family does not read as a decoder, or whose config asks for a cross-attention
+    (add_cross_attention) its family does not lay out (EncoderDecoderModel's and VisionEncoderDecoderModel's)."""
+    crossed = any(p.type == "Cross Attn" for b in dec.spec.blocks for p in b.parts)
+    if dec.kind != "decoder" or (dec_cfg.get("add_cross_attention") and not crossed):
+        raise ConfigError(model, "decoder.model_type", dec.model_type,
+                          "is not read as a decoder with cross-attention (add_cross_attention) yet")
+
+
 def encoder_decoder(cfg: Mapping[str, Any], model: str, read_text: TextReader) -> Arch:
     r = Reader(cfg, model, "encoder-decoder")
     enc, dec = _side(cfg, r, "encoder", read_text), _side(cfg, r, "decoder", read_text)
@@ -61,10 +70,7 @@ def encoder_decoder(cfg: Mapping[str, Any], model: str, read_text: TextReader) -
         raise ConfigError(model, "encoder.model_type", enc.model_type,
                           f"is read as a {enc.kind} model; EncoderDecoderModel's encoder is read only from encoder-only families")
     dec_sub = r.sub("decoder") or {}
-    crossed = any(p.type == "Cross Attn" for b in dec.spec.blocks for p in b.parts)
-    if dec.kind != "decoder" or (dec_sub.get("add_cross_attention") and not crossed):
-        raise ConfigError(model, "decoder.model_type", dec.model_type,
-                          "is not read as a decoder with cross-attention (add_cross_attention) yet")
+    check_cross_decoder(model, dec, dec_sub)
     es, ds = enc.spec, dec.spec
     embed: list[Part] = [p for p in es.embed]
     # the encoder's pooler and closing norms run after its layers, before the decoder reads its output

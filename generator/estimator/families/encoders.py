@@ -24,6 +24,7 @@ from ..graph.parts import (
     add_part,
     attention_part,
     attention_type,
+    cross_attention_part,
     linear,
     mlp_part,
     norm_part,
@@ -149,8 +150,7 @@ def bert_like(cfg: Mapping[str, Any], model: str, mt: str, e: EncoderTraits) -> 
     for i in range(1, n + 1):
         attn = attention_part(f"Attention_{i}", attention_type(heads_n, heads_n), h, heads_n, heads_n, hd,
                               qkv_bias=True, o_bias=True, rope=e.positions == "roformer", cached=dec)
-        cross = attention_part(f"Cross_Attention_{i}", "Cross Attn", h, heads_n, heads_n, hd, qkv_bias=True, o_bias=True,
-                               rope=False, window=-1) if dec else None
+        cross = cross_attention_part(i, h, heads_n, hd, bias=True) if dec else None
         ffn = mlp_part(f"FFN_{i}", "MLP", h, inter, False, True)
         b = standard_block(i, [], attn, ffn, "layernorm", h, norms=norms, kind="attention" if dec else "encoder",
                            stack="decoder" if dec else "encoder", cross=cross)

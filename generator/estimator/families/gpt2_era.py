@@ -6,6 +6,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+from ...errors import ConfigError
 from ..config.arch import Arch
 from ..config.reader import Reader
 from ..graph.layout import standard_block
@@ -14,6 +15,7 @@ from ..graph.parts import (
     Part,
     attention_part,
     attention_type,
+    cross_attention_part,
     lm_head_part,
     mlp_part,
     norm_part,
@@ -85,9 +87,11 @@ def _simple(cfg: Mapping[str, Any], model: str, mt: str, *, aliases: Mapping[str
             fused: bool = False, kv: int | None = None, norms: tuple[str, ...] = ("pre_attn", "pre_mlp"),
             final_norm: bool = True, head_bias: bool = False, inter_x4: bool = True, norm: str = "layernorm",
             rope: bool = False, windows: tuple[int, ...] = (), inter: int | None = None,
-            parallel: bool = False, **kw: Any) -> Arch:
-    """Learned/sinusoidal positions, LayerNorm, fc1/fc2 MLP: the GPT-2 block and its relatives."""
+            parallel: bool = False, cross: bool = False, **kw: Any) -> Arch:
+    """Learned/sinusoidal positions, LayerNorm, fc1/fc2 MLP: the GPT-2 block and its relatives. `cross`: the
+    family's layers take a cross-attention when add_cross_attention is on (decoder.DecoderTraits.cross)."""
     r = Reader(cfg, model, mt, aliases)
+    crossed = cross and r.on("add_cross_attention")
     h, n, heads = r.int("hidden_size"), r.int("num_hidden_layers"), r.int("num_attention_heads")
     vocab, ctx = r.int("vocab_size"), r.int("max_position_embeddings", kw.pop("ctx_default", None))
     inter = inter or r.int("intermediate_size", 4 * h if inter_x4 else None)
@@ -100,11 +104,13 @@ def _simple(cfg: Mapping[str, Any], model: str, mt: str, *, aliases: Mapping[str
         attn = attention_part(f"Attention_{i}", attention_type(heads, kv_heads), h, heads, kv_heads, hd,
                               qkv_bias=qkv_bias, o_bias=o_bias, fused_qkv=fused, rope=rope, window=w)
         ffn = mlp_part(f"FFN_{i}", "MLP", h, inter, False, mlp_bias)
+        xattn = cross_attention_part(i, h, heads, hd, bias=qkv_bias, fused_kv=fused) if crossed else None
         if parallel:  # one norm feeds attention and MLP (GPT-J)
             parts = (norm_part(f"LayerNorm_{i}_1", norm, h), attn, ffn, Part(f"Add_{i}", "Add"))
             blocks.append(Block(i, "attention", parts))
         else:
-            blocks.append(standard_block(i, [], attn, ffn, norm, h, norms=norms, kind="sliding" if w else "attention"))
+            blocks.append(standard_block(i, [], attn, ffn, norm, h, norms=norms, kind="sliding" if w else "attention",
+                                         cross=xattn))
     pos = ctx + kw.pop("pos_offset", 0) if positions is None else positions
     return assemble(cfg, model, r, hidden=h, layers=n, heads=heads, kv=kv_heads, head_dim=hd, inter=inter,
                     vocab=vocab, ctx=ctx, tie=tie, embed=_embed(vocab, h, pos) if not rope else
@@ -114,10 +120,16 @@ def _simple(cfg: Mapping[str, Any], model: str, mt: str, *, aliases: Mapping[str
 
 
 def gpt_bigcode(cfg: Mapping[str, Any], model: str) -> Arch:
-    # modeling_gpt_bigcode.py: c_attn emits q + one shared K/V head when multi_query.
+    """modeling_gpt_bigcode.py: c_attn emits q + one shared K/V head when multi_query. With add_cross_attention,
+    GPTBigCodeBlock adds crossattention (q_attn, c_attn of 2 x hidden, c_proj, all biased) and ln_cross_attn;
+    GPTBigCodeBlock refuses it under multi_query (NotImplementedError), so the estimator does too."""
     r = Reader(cfg, model, "gpt_bigcode", GPT2_ALIASES)
     heads = r.int("num_attention_heads")
-    return _simple(cfg, model, "gpt_bigcode", fused=True, kv=1 if r.flag("multi_query", True) else heads)
+    mqa = r.flag("multi_query", True)
+    if mqa and r.on("add_cross_attention"):
+        raise ConfigError(model, "add_cross_attention", True,
+                          "GPTBigCodeBlock implements cross-attention only without multi_query")
+    return _simple(cfg, model, "gpt_bigcode", fused=True, kv=1 if mqa else heads, cross=True)
 
 
 def gpt_neo(cfg: Mapping[str, Any], model: str) -> Arch:
@@ -149,10 +161,11 @@ def ctrl(cfg: Mapping[str, Any], model: str) -> Arch:
 
 
 def xglm(cfg: Mapping[str, Any], model: str) -> Arch:
-    # modeling_xglm.py: sinusoidal positions (a buffer), pre-norm fairseq block, final layer_norm.
+    # modeling_xglm.py: sinusoidal positions (a buffer), pre-norm fairseq block, final layer_norm; with
+    # add_cross_attention, XGLMDecoderLayer.encoder_attn (biased q/k/v/out_proj) and encoder_attn_layer_norm.
     aliases = {"hidden_size": ("d_model",), "num_hidden_layers": ("num_layers",),
                "num_attention_heads": ("attention_heads",), "intermediate_size": ("ffn_dim",)}
-    return _simple(cfg, model, "xglm", aliases=aliases, positions=0)
+    return _simple(cfg, model, "xglm", aliases=aliases, positions=0, cross=True)
 
 
 def biogpt(cfg: Mapping[str, Any], model: str) -> Arch:
@@ -266,7 +279,7 @@ def reformer(cfg: Mapping[str, Any], model: str) -> Arch:
 TRAITS: dict[str, DecoderTraits] = {
     "gpt2": DecoderTraits(norm="layernorm", fused_qkv=True, mlp="plain", qkv_bias=True, o_bias=True, mlp_bias=True,
               position="learned", tie=True, act_default="gelu_new", aliases=GPT2_KEYS, head_dim_key=False,
-              inter_x4=True, mha=True, rotary=lambda d: d.hd,
+              inter_x4=True, mha=True, rotary=lambda d: d.hd, cross=True,
               defaults={"max_position_embeddings": 1024, "vocab_size": 50257, "hidden_size": 768,
                         "num_hidden_layers": 12, "num_attention_heads": 12}),
     "gpt_neox": DecoderTraits(norm="layernorm", fused_qkv=True, mlp="plain", qkv_bias="attention_bias", o_bias="attention_bias",

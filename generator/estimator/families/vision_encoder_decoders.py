@@ -27,14 +27,11 @@ from ..config.transformers_defaults import ARCHITECTURE_TYPES
 from ..graph.layout import standard_block
 from ..graph.parts import Block, Part, attention_part, linear, lm_head_part, mlp_part, norm_part
 from .assembly import Builder, TextReader, Wrapper, assemble
+from .encoder_decoder_pairs import check_cross_decoder
 from .encoder_decoders import T5S, t5
 from .vision_language import retie, text_tower
 from .vision_towers import TOWERS, sam, vision_activations, vision_tower
 
-# Decoder model_types whose causal-LM class the decoder's family lays out with its cross-attention (BertLMHeadModel
-# and its BERT descendants with add_cross_attention, TrOCR, the BART family's ForCausalLM decoders).
-CROSS_DECODERS = ("bert", "roberta", "xlm-roberta", "camembert", "electra", "ernie", "trocr", "bart",
-                  "mbart", "plbart", "marian", "pegasus", "blenderbot", "blenderbot-small", "mvp")
 # The causal-LM class of each model_type (AutoModelForCausalLM), for the decoder's `architectures`.
 CAUSAL_CLASS = {t: c for c, t in sorted(ARCHITECTURE_TYPES.items()) if c.endswith(("ForCausalLM", "LMHeadModel"))}
 
@@ -160,6 +157,7 @@ def pp_formulanet(cfg: Mapping[str, Any], model: str, read_text: TextReader) -> 
     proj = Part("Projector", "Conv + Linear projector", 9 * cin * mid + 9 * mid * out + linear(out, out, True)
                 + linear(out, dh, True), matmul=out * out + out * dh)
     spec = dataclasses.replace(text.spec, embed=(*text.spec.embed, tower, proj), image_tokens=0,
+                               encoder_tokens=patches // 16,
                                vision_act=vision_activations(tower, patches, per_patch, vh),
                                vision_transient=patches * (per_patch + 2 * vh),
                                notes=(f"one image = {patches // 16:,} encoder tokens read by cross-attention",))
@@ -180,16 +178,16 @@ def vision_encoder_decoder(cfg: Mapping[str, Any], model: str, read_text: TextRe
         raise ConfigError(model, "encoder.model_type", kind, "is not a supported vision encoder of "
                           "VisionEncoderDecoderModel (supported: " + ", ".join(sorted(TOWERS)) + ")")
     dt = r.child(dec, "bert", prefix="decoder.").str("model_type", "bert")
-    if dt not in CROSS_DECODERS or dt not in CAUSAL_CLASS:
-        raise ConfigError(model, "decoder.model_type", dt, "is not a supported decoder of VisionEncoderDecoderModel "
-                          "(its cross-attention is not laid out; supported: " + ", ".join(CROSS_DECODERS) + ")")
+    if dt not in CAUSAL_CLASS:
+        raise ConfigError(model, "decoder.model_type", dt, "has no causal-LM class for VisionEncoderDecoderModel")
     tower, patches, vh, per_patch = vision_tower(enc, r, kind, "encoder")
     text = read_text(dict(dec, model_type=dt, architectures=[CAUSAL_CLASS[dt]]), model)
+    check_cross_decoder(model, text, dec)
     parts = [tower]
     d = r.child(dec, dt, prefix="decoder.")
     if vh != text.hidden and d.opt_int("cross_attention_hidden_size") is None:
         parts.append(Part("Projector", "Linear projector", linear(vh, text.hidden, True), matmul=vh * text.hidden))
-    spec = dataclasses.replace(text.spec, embed=(*text.spec.embed, *parts), image_tokens=0,
+    spec = dataclasses.replace(text.spec, embed=(*text.spec.embed, *parts), image_tokens=0, encoder_tokens=patches,
                                vision_act=vision_activations(tower, patches, per_patch, vh),
                                vision_transient=patches * (per_patch + 2 * vh),
                                notes=(f"one image = {patches:,} encoder tokens read by cross-attention",))

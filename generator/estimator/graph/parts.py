@@ -167,6 +167,9 @@ class Spec:
     image_tokens: int = 0  # text-sequence tokens one image (or audio clip) takes, from the vision/audio config
     vision_act: int = 0  # training: saved elements of the vision tower per image
     vision_transient: int = 0  # serving: vision tower working set per image, elements
+    # tokens the decoder's cross-attention reads when the encoder's input fixes them (one image's patches:
+    # VisionEncoderDecoderModel); 0: an encoder-decoder's encoder runs at the job's tokens
+    encoder_tokens: int = 0
     notes: tuple[str, ...] = field(default_factory=tuple)  # formulas and semantics to show
 
     @property
@@ -242,6 +245,21 @@ def attention_part(name: str, typ: str, hidden: int, heads: int, kv_heads: int, 
                 act=2 * q + k + v + (q if q_mult > 1 else 0), act32=heads,
                 transient=q * q_mult + q + k + v, kv=(k + v) if cached else 0, window=window,
                 attn_flops=2 * heads * (head_dim + v_dim))
+
+
+def cross_attention_part(n: int, hidden: int, heads: int, head_dim: int, *, bias: bool, fused_kv: bool = False) -> Part:
+    """Layer n's cross-attention over the encoder's output (already at the decoder's width): q from the decoder's
+    stream, k/v from the encoder's tokens, o back, every head its own K/V; its cache is K and V over the encoder's
+    tokens (window -1), not over the generated ones. `fused_kv`: one projection emits K and V
+    (modeling_gpt2.GPT2Attention(is_cross_attention=True): q_attn hidden x hidden, c_attn hidden x 2 hidden,
+    c_proj; modeling_gpt_bigcode.GPTBigCodeAttention alike), else q/k/v/o apart (modeling_bert.BertLayer.crossattention,
+    modeling_xglm.XGLMDecoderLayer.encoder_attn)."""
+    p = attention_part(f"Cross_Attention_{n}", "Cross Attn", hidden, heads, heads, head_dim, qkv_bias=bias, o_bias=bias,
+                       rope=False, window=-1)
+    if fused_kv:
+        q = heads * head_dim
+        p = p._replace(linears=((hidden, q), (hidden, 2 * q), (q, hidden)))
+    return p
 
 
 def mlp_part(name: str, typ: str, hidden: int, inter: int, gated: bool, bias: bool = False, *,

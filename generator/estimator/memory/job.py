@@ -24,7 +24,7 @@ from .activations import block_activation_bytes, embed_dropout_bytes, head_activ
 from .attention import default_attention, eager_layer_terms, eager_scores_bytes
 from .lora import distinct_inputs, lora_params, target_roles
 from .parallel import Phase
-from .profile import kv_bytes_of_block, per_distinct_layer
+from .profile import encoder_tokens, kv_bytes_of_block, per_distinct_layer
 from .recipes import LITGPT_CHUNK_TOKENS, RECIPES, TRL_CHUNK_TOKENS
 from .storage import QUANTS, dequant_transient_bytes, layer_mats, quantised_params, saves_matmul_input, weight_bytes
 
@@ -344,7 +344,7 @@ def _inference(a: Arch, g: Graph, s: Assumptions, job: Job) -> list[Phase]:
     c = 4 if job.precision == "fp32" else 2
     B, T, N = job.batch, job.tokens, job.new_tokens
     weights = weight_bytes(g, job.storage, job.double_quant)
-    enc = T if spec.kind == "encoder-decoder" else 0
+    enc = encoder_tokens(spec, T)
 
     def kv(tokens: int) -> int:
         per = sum(kv_bytes_of_block(b, s, tokens, enc) for b in spec.blocks if b.stack != "encoder")

@@ -29,7 +29,7 @@ from typing import NamedTuple, TypeVar
 
 from ..config.arch import Arch
 from ..graph.nodes import Graph
-from ..graph.parts import Block, Part
+from ..graph.parts import Block, Part, Spec
 from ..inputs import Assumptions, Card
 from .activations import block_activation_bytes, embed_dropout_bytes, head_activation_bytes, regime
 from .attention import default_attention, eager_layer_terms
@@ -237,6 +237,13 @@ def _tokens_of(b: Block, tokens: int) -> int:
     return tokens  # encoder and decoder stacks of an encoder-decoder both run at the job's tokens
 
 
+def encoder_tokens(spec: Spec, tokens: int) -> int:
+    """Tokens the decoder's cross-attention reads, and the encoder output one sequence keeps: one image's patches
+    where the encoder's input fixes them (Spec.encoder_tokens), else an encoder-decoder's job tokens (its encoder
+    and decoder both run at them); none for a decoder."""
+    return spec.encoder_tokens or (tokens if spec.kind == "encoder-decoder" else 0)
+
+
 def kv_bytes_of_block(b: Block | CacheTerms, s: Assumptions, tokens: int, encoder_tokens: int = 0) -> int:
     """Cache bytes one sequence holds in this layer after `tokens` tokens: KV capped at each window,
     cross-attention KV over the encoder's tokens, and fixed recurrent state."""
@@ -262,7 +269,7 @@ def serve_profile(a: Arch, g: Graph, s: Assumptions, tokens: int) -> Profile:
         # and its output (the head's logits per token, fp32).
         return Profile("serve", weights(embed), tuple(block_weights(b) for b in spec.blocks), weights(head),
                        transient + tokens * 4 * spec.logits, (0,) * len(spec.blocks), 0, len(spec.blocks))
-    enc_tokens = tokens if spec.kind == "encoder-decoder" else 0
+    enc_tokens = encoder_tokens(spec, tokens)
     per_layer = tuple(0 if b.stack == "encoder" else kv_bytes_of_block(b, s, tokens, enc_tokens) for b in spec.blocks)
     # An encoder-decoder keeps the encoder's output (tokens x hidden) per sequence for cross-attention.
     enc_out = enc_tokens * c * spec.hidden
@@ -290,7 +297,7 @@ def serve_token_bytes(g: Graph, s: Assumptions, tokens: int, cache: CacheTerms |
     transient = _serve_transient(g, s, tokens, cache.transient)
     if spec.kind == "encoder":
         return transient + tokens * 4 * spec.logits
-    enc_tokens = tokens if spec.kind == "encoder-decoder" else 0
+    enc_tokens = encoder_tokens(spec, tokens)
     return transient + enc_tokens * s.compute_bytes * spec.hidden + kv_bytes_of_block(cache, s, tokens, enc_tokens)
 
 
@@ -325,7 +332,7 @@ def kv_bytes_per_token(a: Arch, s: Assumptions) -> int:
 
 def kv_bytes_per_sequence(a: Arch, s: Assumptions, tokens: int) -> int:
     """One sequence's whole cache at `tokens`: windows capped, recurrent state included."""
-    enc = tokens if a.spec.kind == "encoder-decoder" else 0
+    enc = encoder_tokens(a.spec, tokens)
     if a.spec.kind == "encoder":
         return 0
     return sum(kv_bytes_of_block(b, s, tokens, enc) for b in a.spec.blocks if b.stack != "encoder")
