@@ -44,6 +44,7 @@ from . import (
     short_convolution,
     sparse_encoder_decoders,
     speech_language,
+    speech_transcription,
     vision_bert,
     vision_encoder_decoders,
     vision_language,
@@ -84,8 +85,9 @@ WRAPPERS: dict[str, Wrapper] = merged(vision_language.WRAPPERS, speech_language.
                                       vision_resamplers.WRAPPERS, vision_bert.WRAPPERS, deepseek_vision.WRAPPERS,
                                       omni_models.WRAPPERS, querying_transformers.WRAPPERS,
                                       perceiver_resamplers.WRAPPERS, vision_encoder_decoders.WRAPPERS,
-                                      vision_language_action.WRAPPERS, document_ocr.WRAPPERS)
+                                      vision_language_action.WRAPPERS, document_ocr.WRAPPERS,
+                                      speech_transcription.WRAPPERS)
 # Every model_type read, by whichever table: the three never share one.
 KNOWN: frozenset[str] = frozenset(merged(DECODERS, BUILDERS, WRAPPERS))
 # Config classes read only as a wrapper's sub-config (audio towers, Q-Former): their defaults are read too.
-SUB_CONFIGS: frozenset[str] = frozenset(speech_language.SUB_CONFIGS)
+SUB_CONFIGS: frozenset[str] = frozenset((*speech_language.SUB_CONFIGS, *speech_transcription.SUB_CONFIGS))
