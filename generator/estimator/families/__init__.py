@@ -37,6 +37,7 @@ from . import (
     perceiver,
     perceiver_resamplers,
     phi4_multimodal,
+    protein_language,
     querying_transformers,
     recurrent,
     rotary_encoders,
@@ -79,7 +80,8 @@ BUILDERS: dict[str, Builder] = merged(gpt2_era.BUILDERS, llama.BUILDERS, gemma.B
                                       gemma_encoder_decoders.BUILDERS, vision_language.BUILDERS, inkling.BUILDERS,
                                       muse.BUILDERS, multimodal_moe.BUILDERS, phi4_multimodal.BUILDERS,
                                       querying_transformers.BUILDERS, perceiver_resamplers.BUILDERS,
-                                      vision_encoder_decoders.BUILDERS, kosmos.BUILDERS)
+                                      vision_encoder_decoders.BUILDERS, kosmos.BUILDERS,
+                                      protein_language.BUILDERS)
 WRAPPERS: dict[str, Wrapper] = merged(vision_language.WRAPPERS, speech_language.WRAPPERS, inkling.WRAPPERS,
                                       muse.WRAPPERS, encoder_decoder_pairs.WRAPPERS, vision_wrappers.WRAPPERS,
                                       vision_resamplers.WRAPPERS, vision_bert.WRAPPERS, deepseek_vision.WRAPPERS,
