@@ -15,6 +15,7 @@ from . import (
     bert_variants,
     deepseek_vision,
     document_ocr,
+    dots_towers,
     encoder_decoder_pairs,
     encoder_decoders,
     encoders,
@@ -81,7 +82,7 @@ BUILDERS: dict[str, Builder] = merged(gpt2_era.BUILDERS, llama.BUILDERS, gemma.B
                                       muse.BUILDERS, multimodal_moe.BUILDERS, phi4_multimodal.BUILDERS,
                                       querying_transformers.BUILDERS, perceiver_resamplers.BUILDERS,
                                       vision_encoder_decoders.BUILDERS, kosmos.BUILDERS,
-                                      protein_language.BUILDERS)
+                                      protein_language.BUILDERS, dots_towers.BUILDERS)
 WRAPPERS: dict[str, Wrapper] = merged(vision_language.WRAPPERS, speech_language.WRAPPERS, inkling.WRAPPERS,
                                       muse.WRAPPERS, encoder_decoder_pairs.WRAPPERS, vision_wrappers.WRAPPERS,
                                       vision_resamplers.WRAPPERS, vision_bert.WRAPPERS, deepseek_vision.WRAPPERS,
