@@ -14,6 +14,7 @@ from . import (
     bert_descendants,
     bert_variants,
     deepseek_vision,
+    discrete_tokenizers,
     document_ocr,
     dots_towers,
     encoder_decoder_pairs,
@@ -89,8 +90,9 @@ WRAPPERS: dict[str, Wrapper] = merged(vision_language.WRAPPERS, speech_language.
                                       omni_models.WRAPPERS, querying_transformers.WRAPPERS,
                                       perceiver_resamplers.WRAPPERS, vision_encoder_decoders.WRAPPERS,
                                       vision_language_action.WRAPPERS, document_ocr.WRAPPERS,
-                                      speech_transcription.WRAPPERS)
+                                      speech_transcription.WRAPPERS, discrete_tokenizers.WRAPPERS)
 # Every model_type read, by whichever table: the three never share one.
 KNOWN: frozenset[str] = frozenset(merged(DECODERS, BUILDERS, WRAPPERS))
 # Config classes read only as a wrapper's sub-config (audio towers, Q-Former): their defaults are read too.
-SUB_CONFIGS: frozenset[str] = frozenset((*speech_language.SUB_CONFIGS, *speech_transcription.SUB_CONFIGS))
+SUB_CONFIGS: frozenset[str] = frozenset((*speech_language.SUB_CONFIGS, *speech_transcription.SUB_CONFIGS,
+                                               *discrete_tokenizers.SUB_CONFIGS))
