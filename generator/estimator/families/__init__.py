@@ -13,6 +13,7 @@ from typing import Any
 from . import (
     bert_descendants,
     bert_variants,
+    byte_latent,
     deepseek_vision,
     discrete_tokenizers,
     document_ocr,
@@ -83,7 +84,7 @@ BUILDERS: dict[str, Builder] = merged(gpt2_era.BUILDERS, llama.BUILDERS, gemma.B
                                       muse.BUILDERS, multimodal_moe.BUILDERS, phi4_multimodal.BUILDERS,
                                       querying_transformers.BUILDERS, perceiver_resamplers.BUILDERS,
                                       vision_encoder_decoders.BUILDERS, kosmos.BUILDERS,
-                                      protein_language.BUILDERS, dots_towers.BUILDERS)
+                                      protein_language.BUILDERS, dots_towers.BUILDERS, byte_latent.BUILDERS)
 WRAPPERS: dict[str, Wrapper] = merged(vision_language.WRAPPERS, speech_language.WRAPPERS, inkling.WRAPPERS,
                                       muse.WRAPPERS, encoder_decoder_pairs.WRAPPERS, vision_wrappers.WRAPPERS,
                                       vision_resamplers.WRAPPERS, vision_bert.WRAPPERS, deepseek_vision.WRAPPERS,
