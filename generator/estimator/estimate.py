@@ -274,8 +274,8 @@ def _setups(arch, graph, s: Assumptions, cards, gpus, jobs, adapters: int, serve
     return plans, unreachable, serving
 
 
-# Structure-table names of the parts outside the language model (vlm.py).
-VISION_PREFIXES = ("Vision", "Projector", "Audio")
+# Structure-table names of the parts outside the language model (vision, audio and protein towers, projectors).
+VISION_PREFIXES = ("Vision", "Projector", "Audio", "Protein")
 
 # A structure row holds a graph node's first fields under the same names (checked here, at import).
 _ROW_FIELDS = tuple(f.name for f in dataclasses.fields(StructureRow))

@@ -22,7 +22,6 @@ KNOWN_GAPS: dict[str, str] = {
     "qwen4_exp": "transformers cannot build its default config (token_budget and compress_ratio are None)",
     "qwen4_exp_text": "transformers cannot build its default config (token_budget and compress_ratio are None)",
     # layers this estimator does not reconstruct yet
-    "blt": "Byte Latent Transformer (local encoder/decoder, hash n-gram embeddings, patcher): " + NO_BUILDER,
     # custom code without a transformers class
     "nemotron-nas": "DeciLM's heterogeneous block_configs (per-layer attention and FFN widths, no-op layers) are "
                     "not modelled: " + NO_BUILDER,
@@ -30,6 +29,8 @@ KNOWN_GAPS: dict[str, str] = {
 
 
 APPROXIMATE: dict[str, str] = {
+    "blt": "the global transformer runs once per patch of bytes (about patch_size), yet its compute, activations "
+           "and KV cache count it once per byte",
     "hrm_text": "the H/L recurrence re-runs the layers (H_cycles x L_cycles); compute and activations count one pass",
     "dory": "the recurrent section runs n_recurrent_loops times (and keeps a K/V copy per loop); compute, "
             "activations and the KV cache count one pass",

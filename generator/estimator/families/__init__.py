@@ -13,8 +13,11 @@ from typing import Any
 from . import (
     bert_descendants,
     bert_variants,
+    byte_latent,
     deepseek_vision,
+    discrete_tokenizers,
     document_ocr,
+    dots_towers,
     encoder_decoder_pairs,
     encoder_decoders,
     encoders,
@@ -37,6 +40,7 @@ from . import (
     perceiver,
     perceiver_resamplers,
     phi4_multimodal,
+    protein_language,
     querying_transformers,
     recurrent,
     rotary_encoders,
@@ -44,6 +48,7 @@ from . import (
     short_convolution,
     sparse_encoder_decoders,
     speech_language,
+    speech_transcription,
     vision_bert,
     vision_encoder_decoders,
     vision_language,
@@ -78,14 +83,17 @@ BUILDERS: dict[str, Builder] = merged(gpt2_era.BUILDERS, llama.BUILDERS, gemma.B
                                       gemma_encoder_decoders.BUILDERS, vision_language.BUILDERS, inkling.BUILDERS,
                                       muse.BUILDERS, multimodal_moe.BUILDERS, phi4_multimodal.BUILDERS,
                                       querying_transformers.BUILDERS, perceiver_resamplers.BUILDERS,
-                                      vision_encoder_decoders.BUILDERS, kosmos.BUILDERS)
+                                      vision_encoder_decoders.BUILDERS, kosmos.BUILDERS,
+                                      protein_language.BUILDERS, dots_towers.BUILDERS, byte_latent.BUILDERS)
 WRAPPERS: dict[str, Wrapper] = merged(vision_language.WRAPPERS, speech_language.WRAPPERS, inkling.WRAPPERS,
                                       muse.WRAPPERS, encoder_decoder_pairs.WRAPPERS, vision_wrappers.WRAPPERS,
                                       vision_resamplers.WRAPPERS, vision_bert.WRAPPERS, deepseek_vision.WRAPPERS,
                                       omni_models.WRAPPERS, querying_transformers.WRAPPERS,
                                       perceiver_resamplers.WRAPPERS, vision_encoder_decoders.WRAPPERS,
-                                      vision_language_action.WRAPPERS, document_ocr.WRAPPERS)
+                                      vision_language_action.WRAPPERS, document_ocr.WRAPPERS,
+                                      speech_transcription.WRAPPERS, discrete_tokenizers.WRAPPERS)
 # Every model_type read, by whichever table: the three never share one.
 KNOWN: frozenset[str] = frozenset(merged(DECODERS, BUILDERS, WRAPPERS))
 # Config classes read only as a wrapper's sub-config (audio towers, Q-Former): their defaults are read too.
-SUB_CONFIGS: frozenset[str] = frozenset(speech_language.SUB_CONFIGS)
+SUB_CONFIGS: frozenset[str] = frozenset((*speech_language.SUB_CONFIGS, *speech_transcription.SUB_CONFIGS,
+                                               *discrete_tokenizers.SUB_CONFIGS))

@@ -29,24 +29,32 @@ def attn_block(c: int) -> int:
     return 2 * c + 4 * linear(c, c, True)
 
 
+def vq_encoder(in_channels: int, base: int, mult: list[int], blocks: int, attention: list[bool]) -> tuple[int, int]:
+    """(parameters, output channels) of a VQGAN encoder up to its mid block and GroupNorm (modeling_janus.
+    JanusVQVAEEncoder; modeling_apertus1p5.Apertus1p5VisionTokenizerEncoder alike): conv_in (3x3, bias), per
+    channel_multiplier level num_res_blocks ResNet blocks, each followed by an attention block where `attention`
+    says, a stride-2 3x3 conv between levels, the mid block (two ResNet blocks around an attention block) and a
+    GroupNorm; conv_out is the caller's."""
+    enc, c = linear(9 * in_channels, base, True), base
+    for i, m in enumerate(mult):
+        for _ in range(blocks):
+            enc += resnet_block(c, base * m) + (attn_block(base * m) if attention[i] else 0)
+            c = base * m
+        enc += linear(9 * c, c, True) if i != len(mult) - 1 else 0
+    return enc + 2 * resnet_block(c, c) + attn_block(c) + 2 * c, c
+
+
 def vqvae(q: Reader) -> int:
-    """modeling_janus.JanusVQVAE: the encoder (conv_in; per channel_multiplier level num_res_blocks ResNet blocks,
-    attention blocks at the last level, a stride-2 conv between levels; the mid block of two ResNet blocks around
-    an attention block; GroupNorm; conv_out to latent_channels, twice when double_latent), the codebook
-    (num_embeddings x embed_dim), quant_conv / post_quant_conv (1x1) and the decoder (the mirror image with
-    num_res_blocks + 1 blocks per level and upsampling convs)."""
+    """modeling_janus.JanusVQVAE: the encoder (vq_encoder with attention blocks at the last level; conv_out to
+    latent_channels, twice when double_latent), the codebook (num_embeddings x embed_dim), quant_conv /
+    post_quant_conv (1x1) and the decoder (the mirror image with num_res_blocks + 1 blocks per level and
+    upsampling convs)."""
     base, mult = q.int("base_channels"), q.list("channel_multiplier", int, length=1) or [1, 1, 2, 2, 4]
     blocks, lat, dim = q.int("num_res_blocks"), q.int("latent_channels"), q.int("embed_dim")
     levels = len(mult)
     mid = 2 * resnet_block(base * mult[-1], base * mult[-1]) + attn_block(base * mult[-1])
-    enc = linear(9 * q.int("in_channels", 3), base, True)
-    c = base
-    for i, m in enumerate(mult):
-        for _ in range(blocks):
-            enc += resnet_block(c, base * m) + (attn_block(base * m) if i == levels - 1 else 0)
-            c = base * m
-        enc += linear(9 * c, c, True) if i != levels - 1 else 0
-    enc += mid + 2 * c + linear(9 * c, (2 if q.flag("double_latent", False) else 1) * lat, True)
+    enc, c = vq_encoder(q.int("in_channels", 3), base, mult, blocks, [i == levels - 1 for i in range(levels)])
+    enc += linear(9 * c, (2 if q.flag("double_latent", False) else 1) * lat, True)
     dec = linear(9 * lat, c, True) + mid
     for i in reversed(range(levels)):
         for _ in range(blocks + 1):

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
 from ...errors import ConfigError
 from ..config.arch import Arch
-from ..config.reader import Reader, architectures_of
+from ..config.reader import Reader
 from ..graph.parts import (
     Block,
     Part,
@@ -19,7 +18,7 @@ from ..graph.parts import (
     norm_part,
 )
 from .assembly import Builder, assemble, mla_part
-from .decoder import DecoderTraits, Dims, ExpertTraits, build
+from .decoder import DecoderTraits, Dims, ExpertTraits
 from .mixture_of_experts import _n_shared, first_k_dense
 
 
@@ -46,19 +45,6 @@ def _dots3_attention(t: DecoderTraits, d: Dims, n: int, window: int) -> Part:
     indexed = isinstance(types, list) and len(types) >= n and types[n - 1] == "indexed_attention"
     return mla_part(f"Attention_{n}", r, d.hidden, heads, bias=d.f("attention_bias"), indexer=indexed, window=window,
                     extra=r.int("qk_rope_head_dim") + d.hidden * heads)
-
-
-def dots3_note(cfg: Mapping[str, Any], model: str) -> Arch:
-    text = cfg.get("text_config") or {}
-    if not isinstance(text, Mapping):
-        raise ConfigError(model, "text_config", text, "must be a JSON object")
-    arch = build(dict(text, model_type="dots3_note_text"), model, "dots3_note_text", TRAITS["dots3_note_text"])
-    archs = list(architectures_of(cfg, model))
-    towers = [k for k in ("vision_config", "audio_config") if cfg.get(k)]
-    text_only = bool(archs) and archs[0].endswith("ForCausalLM")
-    why = None if text_only or not towers else f"its {' and '.join(towers)} tower(s) are not counted"
-    return dataclasses.replace(arch, model_type="dots3_note", family="dots3_note", approximate=why,
-                               architectures=tuple(archs))
 
 
 def longcat_flash(cfg: Mapping[str, Any], model: str) -> Arch:
@@ -184,6 +170,5 @@ TRAITS: dict[str, DecoderTraits] = {
 }
 
 BUILDERS: dict[str, Builder] = {
-    "dots3_note": dots3_note,
     "longcat_flash": longcat_flash,
 }
