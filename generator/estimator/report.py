@@ -153,14 +153,20 @@ _ATOMS = frozenset({int, float, str, bool, type(None)})
 # Annotations of fields that hold a leaf (the modules use `from __future__ import annotations`, so
 # these are strings): such a field is copied as it is, the others are converted.
 _ATOM_HINTS = frozenset({"int", "float", "str", "bool", "int | None", "float | None", "str | None", "bool | None"})
+# Annotations of fields that hold a tuple of leaves (a structure row's shape, a model's class names): such a
+# field becomes a list as it is, with no look at its items.
+_LEAF_TUPLE_HINTS = frozenset({"tuple[int, ...]", "tuple[str, ...]"})
+_Layout = tuple[tuple[str, ...], tuple[str, ...], bool, frozenset[str], frozenset[str]]
 
 
-def _layout(cls: type) -> tuple[tuple[str, ...], tuple[str, ...], bool, frozenset[str]]:
+def _layout(cls: type) -> _Layout:
     """A dataclass's field names, those whose annotation allows a container, whether its instances
-    keep their fields in a __dict__ (not __slots__), and its fields shown as objects (_OBJECT_FIELDS)."""
+    keep their fields in a __dict__ (not __slots__), its fields shown as objects (_OBJECT_FIELDS) and its
+    fields holding a tuple of leaves (_LEAF_TUPLE_HINTS)."""
     fields = dataclasses.fields(cls)
     return (tuple(f.name for f in fields), tuple(f.name for f in fields if f.type not in _ATOM_HINTS),
-            not hasattr(cls, "__slots__"), _OBJECT_FIELDS.get(cls, frozenset()))
+            not hasattr(cls, "__slots__"), _OBJECT_FIELDS.get(cls, frozenset()),
+            frozenset(f.name for f in fields if f.type in _LEAF_TUPLE_HINTS))
 
 
 def _field(value: Any, name: str, objects: frozenset[str]) -> Any:
@@ -171,7 +177,7 @@ def _field(value: Any, name: str, objects: frozenset[str]) -> Any:
 
 
 def _records(values: Any, names: tuple[str, ...], containers: tuple[str, ...], has_dict: bool,
-             objects: frozenset[str]) -> list | None:
+             objects: frozenset[str], leaf_tuples: frozenset[str]) -> list | None:
     """Instances of one dataclass as dicts, from copies of their instance dicts; None when one holds
     more or fewer entries than the class has fields (then the caller reads the fields one by one). A
     frozen dataclass's instance dict is its fields, in the order __init__ set them: field order."""
@@ -181,12 +187,19 @@ def _records(values: Any, names: tuple[str, ...], containers: tuple[str, ...], h
     if set(map(len, out)) != {len(names)}:
         return None
     atoms = _ATOMS.issuperset
-    for d in out:
-        for k in containers:
-            v = d[k]
-            if k in objects:
+    for k in containers:  # field by field over the records (a structure table: one shape field, ~1,100 rows)
+        if k in objects:
+            for d in out:
+                v = d[k]
                 d[k] = None if v is None else dict(v)
-            elif v.__class__ is tuple and atoms(map(type, v)):  # a shape: the common case, one C-level pass
+            continue
+        if k in leaf_tuples:
+            for d in out:
+                d[k] = list(d[k])
+            continue
+        for d in out:
+            v = d[k]
+            if v.__class__ is tuple and atoms(map(type, v)):  # a shape: the common case, one C-level pass
                 d[k] = list(v)
             elif v.__class__ not in _ATOMS:
                 d[k] = _plain(v)
@@ -224,7 +237,7 @@ def _plain(value: Any) -> Any:
 
 
 # The layouts of the Report's own classes, read once (a structure table has up to ~1,100 rows).
-_LAYOUTS: dict[type, tuple[tuple[str, ...], tuple[str, ...], bool, frozenset[str]]] = {
+_LAYOUTS: dict[type, _Layout] = {
     cls: _layout(cls) for cls in (ModelInfo, Params, SplitPlan, CardPlan, Memory, StructureRow, Report, Finding,
                                   CostLine, Plan, Unreachable, ServingSpeed)
 }
