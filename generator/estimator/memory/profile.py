@@ -124,9 +124,9 @@ class Profile:
         """Largest b with stage(b) <= budget, 0 when batch 1 does not fit: the stage is max(static + b x act,
         a batch-free branch), so b = (budget - static) // act: what max_batch() finds."""
         last = self.layers if last < 0 else last
-        if self.stage(1, first, last, with_embed, with_head) > budget:
+        static, act, fixed = self._parts(first, last, with_embed, with_head)
+        if max(static + act, fixed) > budget:  # stage(1)
             return 0
-        static, act, _ = self._parts(first, last, with_embed, with_head)
         return cap if act <= 0 else min((budget - static) // act, cap)
 
     def peak_phase(self, batch: int) -> str:
