@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import NamedTuple, TypeVar
 
 from ..config.arch import Arch
@@ -76,11 +77,7 @@ class Profile:
 
     def __post_init__(self) -> None:
         def prefix(values: tuple[int, ...]) -> tuple[int, ...]:
-            out, run = [0], 0
-            for v in values:
-                run += v
-                out.append(run)
-            return tuple(out)
+            return tuple(accumulate(values, initial=0))
         object.__setattr__(self, "static_prefix", prefix(self.layer_static))
         object.__setattr__(self, "act_prefix", prefix(self.layer_per_sample))
         object.__setattr__(self, "step_prefix", prefix(self.layer_step or (0,) * self.layers))
