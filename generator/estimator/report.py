@@ -135,18 +135,14 @@ class Report:
     serving: tuple[ServingSpeed, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON twin: tuples become lists, pair-tuples become objects, keys stay stable."""
-        out = _plain(self)
-        mem = out["memory"]
-        mem["assumptions"] = dict(self.memory.assumptions)
-        mem["peak_phase_by_method"] = dict(self.memory.peak_phase_by_method)
-        mem["breakdown"] = dict(self.memory.breakdown)
-        mem["job"] = dict(self.memory.job)
-        out["params"]["layer_kinds"] = dict(self.params.layer_kinds)
-        q = self.params.quantization
-        out["params"]["quantization"] = None if q is None else dict(q)
-        out["provenance"] = {k: v for k, v in self.provenance}
-        return out
+        """The JSON twin: tuples become lists, pair-tuples become objects (_OBJECT_FIELDS), keys stay stable."""
+        return _plain(self)
+
+
+# Fields holding (key, value) pairs that the JSON twin shows as one object, the values as they are (None stays
+# None): converted once, as objects, rather than to lists of lists first.
+_OBJECT_FIELDS = {Memory: frozenset({"assumptions", "peak_phase_by_method", "breakdown", "job"}),
+                  Params: frozenset({"layer_kinds", "quantization"}), Report: frozenset({"provenance"})}
 
 
 # What dataclasses.asdict() followed by list-for-tuple gives, without asdict's deep copy of every leaf
@@ -157,17 +153,31 @@ _ATOMS = frozenset({int, float, str, bool, type(None)})
 # Annotations of fields that hold a leaf (the modules use `from __future__ import annotations`, so
 # these are strings): such a field is copied as it is, the others are converted.
 _ATOM_HINTS = frozenset({"int", "float", "str", "bool", "int | None", "float | None", "str | None", "bool | None"})
+# Annotations of fields that hold a tuple of leaves (a structure row's shape, a model's class names): such a
+# field becomes a list as it is, with no look at its items.
+_LEAF_TUPLE_HINTS = frozenset({"tuple[int, ...]", "tuple[str, ...]"})
+_Layout = tuple[tuple[str, ...], tuple[str, ...], bool, frozenset[str], frozenset[str]]
 
 
-def _layout(cls: type) -> tuple[tuple[str, ...], tuple[str, ...], bool]:
-    """A dataclass's field names, those whose annotation allows a container, and whether its instances
-    keep their fields in a __dict__ (not __slots__)."""
+def _layout(cls: type) -> _Layout:
+    """A dataclass's field names, those whose annotation allows a container, whether its instances
+    keep their fields in a __dict__ (not __slots__), its fields shown as objects (_OBJECT_FIELDS) and its
+    fields holding a tuple of leaves (_LEAF_TUPLE_HINTS)."""
     fields = dataclasses.fields(cls)
     return (tuple(f.name for f in fields), tuple(f.name for f in fields if f.type not in _ATOM_HINTS),
-            not hasattr(cls, "__slots__"))
+            not hasattr(cls, "__slots__"), _OBJECT_FIELDS.get(cls, frozenset()),
+            frozenset(f.name for f in fields if f.type in _LEAF_TUPLE_HINTS))
 
 
-def _records(values: Any, names: tuple[str, ...], containers: tuple[str, ...], has_dict: bool) -> list | None:
+def _field(value: Any, name: str, objects: frozenset[str]) -> Any:
+    """One container field's JSON form: an object for the pair fields, else _plain."""
+    if name in objects:
+        return None if value is None else dict(value)
+    return _plain(value)
+
+
+def _records(values: Any, names: tuple[str, ...], containers: tuple[str, ...], has_dict: bool,
+             objects: frozenset[str], leaf_tuples: frozenset[str]) -> list | None:
     """Instances of one dataclass as dicts, from copies of their instance dicts; None when one holds
     more or fewer entries than the class has fields (then the caller reads the fields one by one). A
     frozen dataclass's instance dict is its fields, in the order __init__ set them: field order."""
@@ -177,8 +187,17 @@ def _records(values: Any, names: tuple[str, ...], containers: tuple[str, ...], h
     if set(map(len, out)) != {len(names)}:
         return None
     atoms = _ATOMS.issuperset
-    for d in out:
-        for k in containers:
+    for k in containers:  # field by field over the records (a structure table: one shape field, ~1,100 rows)
+        if k in objects:
+            for d in out:
+                v = d[k]
+                d[k] = None if v is None else dict(v)
+            continue
+        if k in leaf_tuples:
+            for d in out:
+                d[k] = list(d[k])
+            continue
+        for d in out:
             v = d[k]
             if v.__class__ is tuple and atoms(map(type, v)):  # a shape: the common case, one C-level pass
                 d[k] = list(v)
@@ -207,7 +226,7 @@ def _plain(value: Any) -> Any:
         layout = _layout(cls)
     if layout is not None:
         rows = _records((value,), *layout)
-        return rows[0] if rows is not None else {n: _plain(getattr(value, n)) for n in layout[0]}
+        return rows[0] if rows is not None else {n: _field(getattr(value, n), n, layout[3]) for n in layout[0]}
     if isinstance(value, (list, tuple)):  # named tuples: lists, as asdict + JSON made them
         return [_plain(v) for v in value]
     if isinstance(value, dict):
@@ -218,7 +237,7 @@ def _plain(value: Any) -> Any:
 
 
 # The layouts of the Report's own classes, read once (a structure table has up to ~1,100 rows).
-_LAYOUTS: dict[type, tuple[tuple[str, ...], tuple[str, ...], bool]] = {
+_LAYOUTS: dict[type, _Layout] = {
     cls: _layout(cls) for cls in (ModelInfo, Params, SplitPlan, CardPlan, Memory, StructureRow, Report, Finding,
                                   CostLine, Plan, Unreachable, ServingSpeed)
 }

@@ -17,7 +17,7 @@ from .cost import flops_per_token, job_tokens
 from .graph.nodes import Graph
 from .inputs import Assumptions, Card, Gpu
 from .memory.activations import regime
-from .memory.job import Job, JobMemory, job_phases, metric_memory
+from .memory.job import Job, JobMemory, job_phases, metric_memory, training_phases
 from .memory.lora import lora_params, target_roles
 from .memory.parallel import ParallelError, Phase, Setup, SingleGpuJob, cpu_bytes_per_node, peak_parts, per_gpu
 from .memory.plans import TP_KINDS, GpuOffer, Plan, Unreachable, first_fit, search_plans
@@ -79,8 +79,7 @@ def training_job(a: Arch, g: Graph, s: Assumptions, job: Job, shape: Shape, mode
     if both and job.grad_ckpt:  # a recipe that always checkpoints (QLoRA): plans.candidates tries no other
         plain = ckpt = job_phases(a, g, s, job, model)
     elif both:
-        plain = job_phases(a, g, s, dataclasses.replace(job, grad_ckpt=False), model)
-        ckpt = job_phases(a, g, s, dataclasses.replace(job, grad_ckpt=True), model)
+        plain, ckpt = training_phases(a, g, s, job, model)
     else:
         plain, ckpt = job_phases(a, g, s, job, model), ()
     return _single(job.method, plain, ckpt, trainable, r.compute_bytes, param_bytes, shape)

@@ -173,7 +173,19 @@ def job_phases(a: Arch, g: Graph, s: Assumptions, job: Job, model: str = "") -> 
     model = model or a.model_type
     validate(job, model)
     job = resolve(job, a)
-    return tuple(_inference(a, g, s, job) if job.method == "inference" else _training(a, g, s, job, model))
+    if job.method == "inference":
+        return tuple(_inference(a, g, s, job))
+    return _training(a, g, s, job, model, (job.grad_ckpt,))[0]
+
+
+def training_phases(a: Arch, g: Graph, s: Assumptions, job: Job, model: str = "") -> tuple[tuple[Phase, ...],
+                                                                                           tuple[Phase, ...]]:
+    """A training job's phases without and with gradient checkpointing (job_phases of the job with grad_ckpt
+    False, then True), from one pass over its layers: the plan search prices both."""
+    model = model or a.model_type
+    validate(job, model)
+    plain, ckpt = _training(a, g, s, resolve(job, a), model, (False, True))
+    return plain, ckpt
 
 
 def phase_parts(ph: Phase) -> dict[str, int]:
@@ -203,7 +215,10 @@ def _adapter_bytes(job: Job) -> int:
     return 2 if job.precision == "bf16" else 4  # peft autocast_adapter_dtype=True; LitGPT/torchtune: bf16
 
 
-def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str) -> list[Phase]:
+def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str,
+              variants: tuple[bool, ...]) -> list[tuple[Phase, ...]]:
+    """The job's phases once per entry of `variants` (gradient checkpointing off or on; job.grad_ckpt is not
+    read): everything but the phases' assembly is shared."""
     spec = g.spec
     lora = job.method != "full"
     r = regime("lora" if lora else "full", job.precision, _adapter_bytes(job) if lora else 0,
@@ -252,35 +267,40 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str) -> list[P
     head = T * head_activation_bytes(a, g, r, s)
     logits = T * s.logits_bytes * spec.logits
     head, logits, chunk = _loss_terms(a, g, job, c, head, logits)
-    if job.keep_outputs:  # the output object alive through backward: its bf16 logits and its KV cache (F8)
-        head += T * (c * spec.logits + _kept_cache_bytes(a, g, r, job))
     # overhead by how it shares out over GPUs (parallel.Phase): autocast's copies of the weights; what every
     # process holds whole (the dequantised layer, the chunked loss's transient)
     dequant = dequant_transient_bytes(g, job.storage, c, mats)
     overhead = {"overhead_weights": copies, "overhead_fixed": dequant + chunk}
-    if not job.grad_ckpt:
-        acts = embed + sum(layers) + head
-        out = [_phase("loss (logits)" if logits * 2 > acts else "backward (activations)", weights=weights,
-                      optimizer_state=state, activations=B * (acts - logits), logits=B * logits, **overhead)]
-    else:
-        # non-reentrant checkpointing per decoder layer (transformers gradient_checkpointing_enable): each layer
-        # keeps only its input through the forward. At the loss nothing is recomputed; then the backward reruns
-        # one layer at a time, whose saved tensors live beside the gradients made so far (the head's).
-        inputs = embed + len(layers) * T * r.residual_bytes * spec.hidden
-        head_params = sum(p.params for p in spec.head) + (spec.vocab * (a.embed_dim or a.hidden)
-                                                          if spec.tied and r.trained else 0)
-        out = [_phase("loss (logits)", weights=weights, optimizer_state=state,
-                      activations=B * (inputs + head - logits), logits=B * logits,
-                      overhead_weights=ckpt_copies[0], overhead_fixed=dequant + chunk),
-               _phase("backward (recomputing a checkpointed layer)", weights=weights, optimizer_state=state,
-                      gradients=param_bytes * head_params if r.trained else 0,
-                      activations=B * (inputs + max(layers, default=0)),
-                      overhead_weights=ckpt_copies[1], overhead_fixed=dequant)]
-    if not lora and spec.tied:  # F6: the tied weight's two gradients and their sum
-        tied = 2 * param_bytes * spec.vocab * (a.embed_dim or a.hidden)
-        out.append(_phase("end of backward (tied-embedding gradients)", weights=weights, gradients=grad + tied,
-                          optimizer_state=state))
-    out.append(_phase("optimizer step", weights=weights, gradients=grad, optimizer_state=state, overhead_step=temp))
+    out: list[tuple[Phase, ...]] = []
+    for grad_ckpt in variants:
+        kept = 0
+        if job.keep_outputs:  # the output object alive through backward: its bf16 logits and its KV cache (F8)
+            kept = T * (c * spec.logits + _kept_cache_bytes(a, g, r, grad_ckpt))
+        if not grad_ckpt:
+            acts = embed + sum(layers) + head + kept
+            phases = [_phase("loss (logits)" if logits * 2 > acts else "backward (activations)", weights=weights,
+                             optimizer_state=state, activations=B * (acts - logits), logits=B * logits, **overhead)]
+        else:
+            # non-reentrant checkpointing per decoder layer (transformers gradient_checkpointing_enable): each
+            # layer keeps only its input through the forward. At the loss nothing is recomputed; then the backward
+            # reruns one layer at a time, whose saved tensors live beside the gradients made so far (the head's).
+            inputs = embed + len(layers) * T * r.residual_bytes * spec.hidden
+            head_params = sum(p.params for p in spec.head) + (spec.vocab * (a.embed_dim or a.hidden)
+                                                              if spec.tied and r.trained else 0)
+            phases = [_phase("loss (logits)", weights=weights, optimizer_state=state,
+                             activations=B * (inputs + head + kept - logits), logits=B * logits,
+                             overhead_weights=ckpt_copies[0], overhead_fixed=dequant + chunk),
+                      _phase("backward (recomputing a checkpointed layer)", weights=weights, optimizer_state=state,
+                             gradients=param_bytes * head_params if r.trained else 0,
+                             activations=B * (inputs + max(layers, default=0)),
+                             overhead_weights=ckpt_copies[1], overhead_fixed=dequant)]
+        if not lora and spec.tied:  # F6: the tied weight's two gradients and their sum
+            tied = 2 * param_bytes * spec.vocab * (a.embed_dim or a.hidden)
+            phases.append(_phase("end of backward (tied-embedding gradients)", weights=weights,
+                                 gradients=grad + tied, optimizer_state=state))
+        phases.append(_phase("optimizer step", weights=weights, gradients=grad, optimizer_state=state,
+                             overhead_step=temp))
+        out.append(tuple(phases))
     return out
 
 
@@ -303,12 +323,12 @@ def _loss_terms(a: Arch, g: Graph, job: Job, c: int, head: int, logits: int) -> 
     return head - logits + kept, kept, 2 * c * min(job.tokens, LITGPT_CHUNK_TOKENS) * spec.logits
 
 
-def _kept_cache_bytes(a: Arch, g: Graph, r, job: Job) -> int:
+def _kept_cache_bytes(a: Arch, g: Graph, r, grad_ckpt: bool) -> int:
     """Per token: the DynamicCache a training forward builds (use_cache defaults to config.use_cache; gradient
     checkpointing turns it off) holds each attention layer's rope'd keys in the residual stream's dtype (fp32 under
     full AMP: rope's cos/sin take the hidden states' dtype, modeling_llama LlamaRotaryEmbedding) where SDPA saved
     their bf16 cast; the values are the tensors SDPA saved already."""
-    if job.grad_ckpt or r.residual_bytes == r.compute_bytes:
+    if grad_ckpt or r.residual_bytes == r.compute_bytes:
         return 0
     layers = sum(1 for b in g.spec.blocks for p in b.parts if p.attn_flops and not p.type.startswith("MoE"))
     return layers * r.residual_bytes * a.kv_heads * a.head_dim

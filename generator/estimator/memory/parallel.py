@@ -322,32 +322,37 @@ def _pp(job: SingleGpuJob, phases: tuple[Phase, ...], stages: int) -> tuple[tupl
     # The stages between the first and the last hold the same terms: one row stands for all of them.
     ends = {(k == 0, k == stages - 1) for k in (0, min(1, stages - 1), stages - 1)}
     row_of = {key: [terms(ph, *key) for ph in phases] for key in ends}
-    table = [row_of[(k == 0, k == stages - 1)] for k in range(stages)]
     # per row kind, each phase's (sum of a, sum of b): the bytes of a stage of n layers are a + n x b
     sums = {key: [(sum(a.values()), sum(b.values())) for _, a, b in row] for key, row in row_of.items()}
     order = [(k == 0, k == stages - 1) for k in range(stages)]
+    stages_of = {key: order.count(key) for key in sums}  # how many stages hold each row kind
 
-    def capacity(budget: float) -> list[int]:
-        cap = {key: min(layers if b <= 0 else int((budget - a) // b) for a, b in row) for key, row in sums.items()}
-        return [cap[key] for key in order]
+    def capacity(budget: float) -> dict[tuple[bool, bool], int]:
+        """Layers a stage of each row kind holds within `budget`."""
+        return {key: min(layers if b <= 0 else int((budget - a) // b) for a, b in row) for key, row in sums.items()}
 
     def fits(budget: float) -> bool:
-        caps = capacity(budget)
-        return min(caps) >= 1 and sum(caps) >= layers
+        cap = capacity(budget)
+        return min(cap.values()) >= 1 and sum(c * stages_of[key] for key, c in cap.items()) >= layers
 
     lo, hi = 0.0, max(a + layers * b for row in sums.values() for a, b in row) + 1.0
     while hi - lo > 1.0:
         mid = (lo + hi) / 2
         lo, hi = (lo, mid) if fits(mid) else (mid, hi)
     counts, left = [1] * stages, layers - stages
-    for k, cap in enumerate(capacity(hi)):
-        more = min(left, max(0, cap - 1))
+    cap = capacity(hi)
+    for k, key in enumerate(order):
+        more = min(left, max(0, cap[key] - 1))
         counts[k] += more
         left -= more
     counts[-1] += left  # nothing is left when fits(hi); kept so every layer lands on a stage
     rows = []
-    for row, n in zip(table, counts, strict=True):
-        for name, a, b in row:
+    done = set()  # stages of one row kind and layer count hold the same rows: listed once (peak_parts takes the max)
+    for key, n in zip(order, counts, strict=True):
+        if (key, n) in done:
+            continue
+        done.add((key, n))
+        for name, a, b in row_of[key]:
             v = {f: _ceil(a[f] + n * b[f]) for f in a}
             rows.append((name, (v["weights"], v["gradients"], v["optimizer_state"], v["activations"], v["logits"],
                                 v["kv_cache"], v["overhead_weights"] + v["overhead_step"] + v["overhead_fixed"])))

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import NamedTuple, TypeVar
 
 from ..config.arch import Arch
@@ -76,11 +77,7 @@ class Profile:
 
     def __post_init__(self) -> None:
         def prefix(values: tuple[int, ...]) -> tuple[int, ...]:
-            out, run = [0], 0
-            for v in values:
-                run += v
-                out.append(run)
-            return tuple(out)
+            return tuple(accumulate(values, initial=0))
         object.__setattr__(self, "static_prefix", prefix(self.layer_static))
         object.__setattr__(self, "act_prefix", prefix(self.layer_per_sample))
         object.__setattr__(self, "step_prefix", prefix(self.layer_step or (0,) * self.layers))
@@ -124,9 +121,9 @@ class Profile:
         """Largest b with stage(b) <= budget, 0 when batch 1 does not fit: the stage is max(static + b x act,
         a batch-free branch), so b = (budget - static) // act: what max_batch() finds."""
         last = self.layers if last < 0 else last
-        if self.stage(1, first, last, with_embed, with_head) > budget:
+        static, act, fixed = self._parts(first, last, with_embed, with_head)
+        if max(static + act, fixed) > budget:  # stage(1)
             return 0
-        static, act, _ = self._parts(first, last, with_embed, with_head)
         return cap if act <= 0 else min((budget - static) // act, cap)
 
     def peak_phase(self, batch: int) -> str:
