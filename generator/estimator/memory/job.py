@@ -20,9 +20,18 @@ from ...errors import JobError
 from ..config.arch import Arch
 from ..graph.nodes import Graph
 from ..inputs import Assumptions
-from .activations import block_activation_bytes, embed_dropout_bytes, head_activation_bytes, mlp_transient, regime
+from .activations import (
+    block_activation_bytes,
+    embed_dropout_bytes,
+    expert_grad_transient,
+    expert_weight_bytes,
+    frozen_embedding_bytes,
+    head_activation_bytes,
+    mlp_transient,
+    regime,
+)
 from .attention import default_attention, eager_layer_terms, eager_scores_bytes
-from .lora import distinct_inputs, lora_params, target_roles
+from .lora import all_linear_roles, distinct_inputs, lora_params, target_roles
 from .parallel import Phase
 from .profile import kv_bytes_of_block, per_distinct_layer
 from .recipes import LITGPT_CHUNK_TOKENS, RECIPES, TRL_CHUNK_TOKENS
@@ -246,9 +255,14 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str) -> list[P
              "adamw8bit": ADAMW8BIT_STATE_BYTES, "sgd": 0}[job.optimizer] * trainable
     temp = param_bytes * trainable if job.optimizer == "adamw" else 0
     layers = per_distinct_layer(spec.blocks, lambda b: T * _layer_bytes(a, b, r, rank, roles, job, T))
+    # LoRA on fused expert tensors (lora.expert_tensors): each layer's effective weights, kept batch-free
+    expert_roles = (all_linear_roles(a) if roles is None else roles) if lora else None
+    fixed = per_distinct_layer(spec.blocks, lambda b: expert_weight_bytes(b, expert_roles, r))
     embed = (r.residual_bytes * spec.hidden if r.trained else 0) * T + c * spec.vision_act * (1 if spec.image_tokens
                                                                                              else 0)
     embed += T * embed_dropout_bytes(a, g, r)
+    if not job.grad_ckpt and not job.upcast_fp32:  # else enable_input_require_grads: the embedding output takes one
+        embed -= T * frozen_embedding_bytes(a, g, r)
     head = T * head_activation_bytes(a, g, r, s)
     logits = T * s.logits_bytes * spec.logits
     head, logits, chunk = _loss_terms(a, g, job, c, head, logits)
@@ -261,7 +275,14 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str) -> list[P
     if not job.grad_ckpt:
         acts = embed + sum(layers) + head
         out = [_phase("loss (logits)" if logits * 2 > acts else "backward (activations)", weights=weights,
-                      optimizer_state=state, activations=B * (acts - logits), logits=B * logits, **overhead)]
+                      optimizer_state=state, activations=B * (acts - logits) + sum(fixed), logits=B * logits,
+                      **overhead)]
+        grads = per_distinct_layer(spec.blocks, lambda b: expert_grad_transient(b, expert_roles, r))
+        if any(g for g, _ in grads):  # the last adapted down tensor's backward: the head's tensors are gone
+            grad_fixed, grad_token = max(grads[::-1], key=lambda t: t[0] + B * T * t[1])
+            out.append(_phase("backward (an adapted expert tensor's gradient)", weights=weights,
+                              optimizer_state=state, activations=B * (embed + sum(layers)) + sum(fixed)
+                              + grad_fixed + B * T * grad_token, overhead_weights=copies, overhead_fixed=dequant))
     else:
         # non-reentrant checkpointing per decoder layer (transformers gradient_checkpointing_enable): each layer
         # keeps only its input through the forward. At the loss nothing is recomputed; then the backward reruns
@@ -274,7 +295,8 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str) -> list[P
                       overhead_weights=ckpt_copies[0], overhead_fixed=dequant + chunk),
                _phase("backward (recomputing a checkpointed layer)", weights=weights, optimizer_state=state,
                       gradients=param_bytes * head_params if r.trained else 0,
-                      activations=B * (inputs + max(layers, default=0)),
+                      activations=B * inputs + max((B * n + f for n, f in zip(layers, fixed, strict=True)),
+                                                   default=0),
                       overhead_weights=ckpt_copies[1], overhead_fixed=dequant)]
     if not lora and spec.tied:  # F6: the tied weight's two gradients and their sum
         tied = 2 * param_bytes * spec.vocab * (a.embed_dim or a.hidden)

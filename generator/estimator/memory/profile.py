@@ -31,8 +31,16 @@ from ..config.arch import Arch
 from ..graph.nodes import Graph
 from ..graph.parts import Block, Part
 from ..inputs import Assumptions, Card
-from .activations import block_activation_bytes, embed_dropout_bytes, head_activation_bytes, regime
+from .activations import (
+    block_activation_bytes,
+    embed_dropout_bytes,
+    expert_weight_bytes,
+    frozen_embedding_bytes,
+    head_activation_bytes,
+    regime,
+)
 from .attention import default_attention, eager_layer_terms
+from .lora import all_linear_roles, block_lora_params
 from .storage import serve_weight_bytes
 
 T = TypeVar("T")  # what per_distinct_layer computes per layer (bytes, or a pair of terms)
@@ -175,15 +183,18 @@ def train_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, method: str, r
         embed_act = s.master_weight_bytes * spec.hidden
     else:
         adapter_rate = adam + s.autocast_copy_bytes  # fp32 adapter, AdamW state, its bf16 autocast copy
-        layer_static = tuple(s.base_weight_bytes * b.params + adapter_rate * rank * b.lora_io for b in spec.blocks)
+        roles = all_linear_roles(a)  # + adapted expert tensors' effective weights, kept per layer (job.py)
+        adapters = [block_lora_params(b, rank, roles) for b in spec.blocks]
+        layer_static = tuple(s.base_weight_bytes * b.params + adapter_rate * n + expert_weight_bytes(b, roles, r)
+                             for b, n in zip(spec.blocks, adapters, strict=True))
         embed_static = s.base_weight_bytes * sum(p.params for p in embed)
         head_static = s.base_weight_bytes * sum(p.params for p in head)
         # the adapters' AdamW step: weights + adapters (4 + 4 + 8 + 4 foreach) B each
         late_rate = adam + s.grad_bytes + s.foreach_temp_bytes
-        layer_step = tuple(s.base_weight_bytes * b.params + late_rate * rank * b.lora_io for b in spec.blocks)
+        layer_step = tuple(s.base_weight_bytes * b.params + late_rate * n for b, n in zip(spec.blocks, adapters, strict=True))
         layer_eob = ()
         embed_step, head_step, embed_eob, head_eob, tied = embed_static, head_static, 0, 0, 0
-        embed_act = 0  # a frozen embedding saves nothing (F4)
+        embed_act = -frozen_embedding_bytes(a, g, r)  # a frozen embedding saves nothing (F4), nor the norm reading it
     embed_act += embed_dropout_bytes(a, g, r)  # the embedding dropout's mask (activations.DROPOUTS)
     rates = _layer_rates(a, spec.blocks, r, rank if method != "full" else 0)
     squares = [0] * len(rates)
