@@ -64,12 +64,12 @@ DROPOUTS = {
 # modeling_olmo2.Olmo2RMSNorm and its copies; Gemma's output * (1 + weight.float()), then type_as: modeling_gemma3
 # .Gemma3RMSNorm and its copies): the normalised output the weight's gradient reads is fp32. The others
 # (modeling_qwen3.Qwen3RMSNorm, LlamaRMSNorm's copies: weight * x.to(input_dtype)) keep it in the input's dtype,
-# the q/k projection's output: bf16 under autocast (FINDINGS.md F10).
+# the q/k projection's output: bf16 under autocast (FINDINGS.md F10). Read off each modeling file's q_norm class.
 QK_NORM_FP32 = frozenset({
     "afmoe", "beam", "diffusion_gemma", "embedding_gemma2", "flex_olmo", "flint", "gemma3", "gemma3_text", "gemma3n",
     "gemma3n_text", "gemma4", "gemma4_text", "gemma4_unified", "minimax_m3_vl", "neomme", "olmo2", "olmo3",
     "olmo_hybrid", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text", "qwen3_next", "qwen4_exp",
-    "step3p7", "t5gemma2"})
+    "shieldgemma2", "step3p7", "t5gemma2"})  # shieldgemma2: Gemma3's text model
 
 
 @dataclass(frozen=True)
