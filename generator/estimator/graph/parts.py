@@ -38,6 +38,7 @@ class Part(NamedTuple):
     attn_flops: int = 0  # attention FLOPs per token per attended key (QK^T and AV)
     mats: tuple[tuple[int, int, int], ...] = ()  # (count, in, out) weight matrices a quantised
     # checkpoint stores packed: every nn.Linear of the part and the experts' 3-D tensors. () = linears
+    top_k: int = 0  # routed experts: the experts each token runs (their rows of the gathered input)
 
     @property
     def weight_mats(self) -> tuple[tuple[int, int, int], ...]:
@@ -294,8 +295,9 @@ def moe_part(name: str, hidden: int, experts: int, top_k: int, inter: int, *, ga
     experts implementations keep them (integrations/moe.py grouped_mm_experts_forward: hidden_states[perm // k]
     and proj_out * sample_weights_g; the eager loop: hidden_states[token_idx] and the weighted down output;
     data/measurements/FINDINGS.md F9); frozen experts keep no input. A sigmoid shared-expert gate keeps the
-    shared output (modeling_qwen2_moe.Qwen2MoeSparseMoeBlock). LoRA wraps the nn.Linear layers only (shared
-    experts); the fused 3-D expert tensors of transformers 5 are not nn.Linear.
+    shared output (modeling_qwen2_moe.Qwen2MoeSparseMoeBlock). `linears` are the shared experts' nn.Linear
+    layers; `mats` (gate+up, then down, 3-D) and `top_k` say which tensors peft's ParamWrapper adapts for the
+    model types whose experts peft converts (memory/lora.py FUSED_EXPERTS).
     """
     per_expert = (2 if gated else 1) * linear(hidden, inter, bias) + linear(inter, hidden, bias) + expert_extra
     router = linear(hidden, experts, router_bias) if router_params is None else router_params
@@ -311,7 +313,7 @@ def moe_part(name: str, hidden: int, experts: int, top_k: int, inter: int, *, ga
     mats = ((experts * n_in, hidden, inter), (experts, inter, hidden)) + tuple((1, i, o) for i, o in lin)
     return Part(name, "MoE", params, mats=mats, active=router + k * per_expert + shared_p + extra,
                 matmul=hidden * experts + experts * mm_e + mm_s, active_matmul=hidden * experts + k * mm_e + mm_s,
-                linears=lin, act=(k * inter + shared) * (4 if gated else 2) + 2 * k * hidden + gate_out,
+                linears=lin, top_k=k, act=(k * inter + shared) * (4 if gated else 2) + 2 * k * hidden + gate_out,
                 act32=experts, act_frozen=(k * inter + shared) * (3 if gated else 1) + k * hidden + gate_out,
                 transient=k * inter * (3 if gated else 2) + shared * 3 + hidden)
 

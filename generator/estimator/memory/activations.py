@@ -15,7 +15,7 @@ from ..config.arch import Arch
 from ..graph.nodes import Graph
 from ..graph.parts import Block, norm_sums
 from ..inputs import Assumptions
-from .lora import adapted_linears
+from .lora import adapted_linears, all_linear_roles, expert_tensors
 
 # transformers' Python-written GELUs (activations.py NewGELUActivation, FastGELUActivation, QuickGELUActivation)
 # save three more MLP-width tensors than one fused op (FINDINGS.md F8: gpt2's gelu_new).
@@ -58,6 +58,18 @@ DROPOUTS = {
     "gpt_neox": (("hidden_dropout", 2), ("hidden_dropout", 1)), "bloom": (("hidden_dropout", 2),),
     "xglm": (("dropout", 2), ("dropout", 1)),
 }
+
+
+# q_norm / k_norm classes that multiply by the weight in fp32 before casting back ((weight * x).to(input_dtype):
+# modeling_olmo2.Olmo2RMSNorm and its copies; Gemma's output * (1 + weight.float()), then type_as: modeling_gemma3
+# .Gemma3RMSNorm and its copies): the normalised output the weight's gradient reads is fp32. The others
+# (modeling_qwen3.Qwen3RMSNorm, LlamaRMSNorm's copies: weight * x.to(input_dtype)) keep it in the input's dtype,
+# the q/k projection's output: bf16 under autocast (FINDINGS.md F10). Read off each modeling file's q_norm class.
+QK_NORM_FP32 = frozenset({
+    "afmoe", "beam", "diffusion_gemma", "embedding_gemma2", "flex_olmo", "flint", "gemma3", "gemma3_text", "gemma3n",
+    "gemma3n_text", "gemma4", "gemma4_text", "gemma4_unified", "minimax_m3_vl", "neomme", "olmo2", "olmo3",
+    "olmo_hybrid", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text", "qwen3_next", "qwen4_exp",
+    "shieldgemma2", "step3p7", "t5gemma2"})  # shieldgemma2: Gemma3's text model
 
 
 @dataclass(frozen=True)
@@ -164,9 +176,10 @@ def block_activation_bytes(a: Arch, b: Block, r: Regime, rank: int = 0,
     out += c * (b.act if r.trained else b.act_frozen) + 4 * b.act32
     attention = sum(1 for p in b.parts if p.attn_flops and not p.type.startswith("MoE"))
     if a.qk_norm and attention:
-        # q_norm / k_norm (qwen3, olmo2, gemma3): the fp32 upcast, plus the normalised output when it trains
+        # q_norm / k_norm (qwen3, olmo2, gemma3): the fp32 upcast, plus the normalised output when it trains, fp32
+        # or in the projection's dtype (QK_NORM_FP32)
         qk = a.heads * a.head_dim + a.kv_heads * a.head_dim
-        out += attention * qk * (4 + (0 if not r.trained else 4 if r.amp else r.residual_bytes))
+        out += attention * qk * (4 + (0 if not r.trained else 4 if a.model_type in QK_NORM_FP32 else c))
     act = mlp_act(a)
     if act in PYTHON_GELU:
         out += 3 * c * sum(p.act // 2 for p in b.parts if p.type == "MLP")  # act = 2 x inter for a plain MLP
@@ -179,8 +192,39 @@ def block_activation_bytes(a: Arch, b: Block, r: Regime, rank: int = 0,
     if per_layer:  # masks of the residual-branch dropouts, on the branch outputs (compute dtype)
         out += per_layer * a.hidden * mask_bytes(r, c)
     if rank:
+        roles = all_linear_roles(a) if roles is None else roles
         out += adapter_activation_bytes(adapted_linears(b, roles), rank, r)
+        out += expert_adapter_activation_bytes(b, roles, r)
     return out
+
+
+def expert_adapter_activation_bytes(b: Block, roles: frozenset[str] | None, r: Regime) -> int:
+    """Per token, what peft's ParamWrapper (lora/layer.py: the tensor parametrized as W + scaling x lhs @ rhs,
+    one baddbmm) makes the routed experts and the router keep (FINDINGS.md F10): an adapted tensor takes a
+    gradient, so its grouped matmul keeps its input: the gathered rows (k x hidden) for gate+up, the gated
+    product (k x inter) for down; the router's F.linear keeps its input, the normed hidden state."""
+    out = 0
+    for experts, i, _, _, k in expert_tensors(b, roles):
+        out += r.compute_bytes * (k * i if experts > 1 else i)
+    return out
+
+
+def expert_weight_bytes(b: Block, roles: frozenset[str] | None, r: Regime) -> int:
+    """Per layer and step, batch-free: each adapted tensor's effective weight W + scaling x lhs @ rhs, made in the
+    base weight's dtype (the residual stream's: bf16, or fp32 after prepare_model_for_kbit_training or under
+    fp32) and kept by the grouped matmul (the router's F.linear) for its input's gradient (FINDINGS.md F10)."""
+    return r.residual_bytes * sum(e * i * o for e, i, o, _, _ in expert_tensors(b, roles))
+
+
+def expert_grad_transient(b: Block, roles: frozenset[str] | None, r: Regime) -> tuple[int, int]:
+    """(batch-free bytes, bytes per token) the backward of an adapted down tensor holds at once (FINDINGS.md F10):
+    the effective weight's gradient (experts x inter x hidden, the weight's dtype), the gradients of its input
+    (k x inter) and of the routed outputs (k x hidden), and the residual stream's gradient (hidden)."""
+    down = [(e, i, o, k) for e, i, o, m, k in expert_tensors(b, roles) if e > 1 and m == 1]
+    if not down:
+        return 0, 0
+    e, i, o, k = max(down, key=lambda t: t[0] * t[1] * t[2])
+    return r.residual_bytes * e * i * o, r.compute_bytes * (k * i + k * o + o)
 
 
 def differential_attention_bytes(a: Arch, r: Regime) -> int:
@@ -218,7 +262,36 @@ def head_activation_bytes(a: Arch, g: Graph, r: Regime, s: Assumptions) -> int:
     return norm_bytes(rms, width, stats, read, fed, r) + s.logits_bytes * spec.logits + softcap
 
 
+def frozen_embedding_bytes(a: Arch, g: Graph, r: Regime) -> int:
+    """Per token, what the charges of the embedding side (embed_dropout_bytes) and of the first layer's input norm
+    (block_activation_bytes) hold that a frozen model does not keep: a frozen embedding's output needs no gradient,
+    so neither the embedding dropout's mask nor the norm reading it (a frozen weight) is recorded by autograd
+    (FINDINGS.md F10). Not so when a Linear of the embedding side (a projection, a vision tower's) carries an
+    adapter, or the weights train; callers leave it in when enable_input_require_grads runs (gradient
+    checkpointing, prepare_model_for_kbit_training)."""
+    spec = g.spec
+    if r.trained or not spec.blocks or spec.image_tokens or any(p.linears or p.matmul for p in spec.embed):
+        return 0
+    first = spec.blocks[0].parts[:1]
+    out = embed_dropout_bytes(a, g, r)
+    if first and first[0].norm_width:
+        rms, stats, read, fed = norm_sums(first)
+        out += norm_bytes(rms, first[0].norm_width, stats, read, fed, r)
+    return out
+
+
 def embed_dropout_bytes(a: Arch, g: Graph, r: Regime) -> int:
     """Per token: the embedding dropout's mask (DROPOUTS), on the embedding output (residual dtype)."""
     _, embed = model_dropouts(a) if r.dropout else (0, 0)
     return embed * g.spec.hidden * mask_bytes(r, r.residual_bytes)
+
+
+def kept_cache_bytes(a: Arch, g: Graph, r, grad_ckpt: bool) -> int:
+    """Per token: the DynamicCache a training forward builds (use_cache defaults to config.use_cache; gradient
+    checkpointing turns it off) holds each attention layer's rope'd keys in the residual stream's dtype (fp32 under
+    full AMP: rope's cos/sin take the hidden states' dtype, modeling_llama LlamaRotaryEmbedding) where SDPA saved
+    their bf16 cast; the values are the tensors SDPA saved already."""
+    if grad_ckpt or r.residual_bytes == r.compute_bytes:
+        return 0
+    layers = sum(1 for b in g.spec.blocks for p in b.parts if p.attn_flops and not p.type.startswith("MoE"))
+    return layers * r.residual_bytes * a.kv_heads * a.head_dim

@@ -20,12 +20,22 @@ from ...errors import JobError
 from ..config.arch import Arch
 from ..graph.nodes import Graph
 from ..inputs import Assumptions
-from .activations import block_activation_bytes, embed_dropout_bytes, head_activation_bytes, mlp_transient, regime
+from .activations import (
+    block_activation_bytes,
+    embed_dropout_bytes,
+    expert_grad_transient,
+    expert_weight_bytes,
+    frozen_embedding_bytes,
+    head_activation_bytes,
+    kept_cache_bytes,
+    mlp_transient,
+    regime,
+)
 from .attention import default_attention, eager_layer_terms, eager_scores_bytes
-from .lora import distinct_inputs, lora_params, target_roles
+from .lora import all_linear_roles, distinct_inputs, lora_params, target_roles
 from .parallel import Phase
 from .profile import encoder_tokens, kv_bytes_of_block, per_distinct_layer
-from .recipes import LITGPT_CHUNK_TOKENS, RECIPES, TRL_CHUNK_TOKENS
+from .recipes import RECIPES, loss_terms
 from .storage import QUANTS, dequant_transient_bytes, layer_mats, quantised_params, saves_matmul_input, weight_bytes
 
 METHODS = ("full", "lora", "qlora", "inference")
@@ -261,12 +271,18 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str,
              "adamw8bit": ADAMW8BIT_STATE_BYTES, "sgd": 0}[job.optimizer] * trainable
     temp = param_bytes * trainable if job.optimizer == "adamw" else 0
     layers = per_distinct_layer(spec.blocks, lambda b: T * _layer_bytes(a, b, r, rank, roles, job, T))
+    # LoRA on fused expert tensors (lora.expert_tensors): each layer's effective weights, kept batch-free
+    expert_roles = (all_linear_roles(a) if roles is None else roles) if lora else None
+    fixed = per_distinct_layer(spec.blocks, lambda b: expert_weight_bytes(b, expert_roles, r))
     embed = (r.residual_bytes * spec.hidden if r.trained else 0) * T + c * spec.vision_act * (1 if spec.image_tokens
                                                                                              else 0)
     embed += T * embed_dropout_bytes(a, g, r)
+    # a frozen embedding's output needs no gradient: layer 0's norm and the dropout after it keep nothing, unless
+    # enable_input_require_grads runs (checkpointing, prepare_model_for_kbit_training)
+    frozen_embed = 0 if job.upcast_fp32 else T * frozen_embedding_bytes(a, g, r)
     head = T * head_activation_bytes(a, g, r, s)
     logits = T * s.logits_bytes * spec.logits
-    head, logits, chunk = _loss_terms(a, g, job, c, head, logits)
+    head, logits, chunk = loss_terms(a, g, job.loss, job.batch, job.tokens, c, head, logits)
     # overhead by how it shares out over GPUs (parallel.Phase): autocast's copies of the weights; what every
     # process holds whole (the dequantised layer, the chunked loss's transient)
     dequant = dequant_transient_bytes(g, job.storage, c, mats)
@@ -275,11 +291,20 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str,
     for grad_ckpt in variants:
         kept = 0
         if job.keep_outputs:  # the output object alive through backward: its bf16 logits and its KV cache (F8)
-            kept = T * (c * spec.logits + _kept_cache_bytes(a, g, r, grad_ckpt))
+            kept = T * (c * spec.logits + kept_cache_bytes(a, g, r, grad_ckpt))
         if not grad_ckpt:
-            acts = embed + sum(layers) + head + kept
+            emb = embed - frozen_embed
+            acts = emb + sum(layers) + head + kept
             phases = [_phase("loss (logits)" if logits * 2 > acts else "backward (activations)", weights=weights,
-                             optimizer_state=state, activations=B * (acts - logits), logits=B * logits, **overhead)]
+                             optimizer_state=state, activations=B * (acts - logits) + sum(fixed), logits=B * logits,
+                             **overhead)]
+            grads = per_distinct_layer(spec.blocks, lambda b: expert_grad_transient(b, expert_roles, r))
+            if any(g for g, _ in grads):  # the last adapted down tensor's backward: the head's tensors are gone
+                grad_fixed, grad_token = max(grads[::-1], key=lambda t: t[0] + B * T * t[1])
+                phases.append(_phase("backward (an adapted expert tensor's gradient)", weights=weights,
+                                     optimizer_state=state, activations=B * (emb + sum(layers)) + sum(fixed)
+                                     + grad_fixed + B * T * grad_token, overhead_weights=copies,
+                                     overhead_fixed=dequant))
         else:
             # non-reentrant checkpointing per decoder layer (transformers gradient_checkpointing_enable): each
             # layer keeps only its input through the forward. At the loss nothing is recomputed; then the backward
@@ -292,7 +317,8 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str,
                              overhead_weights=ckpt_copies[0], overhead_fixed=dequant + chunk),
                       _phase("backward (recomputing a checkpointed layer)", weights=weights, optimizer_state=state,
                              gradients=param_bytes * head_params if r.trained else 0,
-                             activations=B * (inputs + max(layers, default=0)),
+                             activations=B * inputs + max((B * n + f for n, f in zip(layers, fixed, strict=True)),
+                                                          default=0),
                              overhead_weights=ckpt_copies[1], overhead_fixed=dequant)]
         if not lora and spec.tied:  # F6: the tied weight's two gradients and their sum
             tied = 2 * param_bytes * spec.vocab * (a.embed_dim or a.hidden)
@@ -302,36 +328,6 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str,
                              overhead_step=temp))
         out.append(tuple(phases))
     return out
-
-
-def _loss_terms(a: Arch, g: Graph, job: Job, c: int, head: int, logits: int) -> tuple[int, int, int]:
-    """(head per sample, logits per sample, a batch-wide chunk transient) for the job's loss.
-    - hf: transformers' ForCausalLMLoss, s.logits_bytes per logit (F1).
-    - trl-chunked: TRL's _chunked_cross_entropy_loss checkpoints each 256-token chunk: per chunk h.float() @
-      w.float().t() (fp32 logits), log_softmax's output and, in its backward, the two fp32 gradients, plus the
-      fp32 copy of the LM head's weight (w.float()): 16 B x chunk x V + 4 x V x E, once per batch.
-    - litgpt-chunked: model(..., lm_head_chunk_size=128) returns bf16 logit chunks the loop keeps, and
-      chunked_cross_entropy keeps each chunk's log_softmax output (no upcast under bf16-true): 2c per logit, and
-      one chunk's two gradients in the backward."""
-    spec = g.spec
-    if job.loss == "hf":
-        return head, logits, 0
-    if job.loss == "trl-chunked":
-        chunk = min(job.batch * job.tokens, TRL_CHUNK_TOKENS)
-        return head - logits, 0, 16 * chunk * spec.logits + 4 * spec.logits * (a.embed_dim or a.hidden)
-    kept = job.tokens * 2 * c * spec.logits
-    return head - logits + kept, kept, 2 * c * min(job.tokens, LITGPT_CHUNK_TOKENS) * spec.logits
-
-
-def _kept_cache_bytes(a: Arch, g: Graph, r, grad_ckpt: bool) -> int:
-    """Per token: the DynamicCache a training forward builds (use_cache defaults to config.use_cache; gradient
-    checkpointing turns it off) holds each attention layer's rope'd keys in the residual stream's dtype (fp32 under
-    full AMP: rope's cos/sin take the hidden states' dtype, modeling_llama LlamaRotaryEmbedding) where SDPA saved
-    their bf16 cast; the values are the tensors SDPA saved already."""
-    if grad_ckpt or r.residual_bytes == r.compute_bytes:
-        return 0
-    layers = sum(1 for b in g.spec.blocks for p in b.parts if p.attn_flops and not p.type.startswith("MoE"))
-    return layers * r.residual_bytes * a.kv_heads * a.head_dim
 
 
 def _layer_bytes(a: Arch, b, r, rank: int, roles, job: Job, T: int) -> int:

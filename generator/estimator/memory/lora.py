@@ -1,5 +1,6 @@
 """LoRA adapters: which nn.Linear of a layer plays which role (q, k, v, o, gate, up, down), which module names a
-target list means for a model, and how many adapter parameters that makes (peft's LoraConfig target_modules)."""
+target list means for a model, which fused expert tensors peft adapts as parameters, and how many adapter
+parameters that makes (peft's LoraConfig target_modules, and the target_parameters it derives for MoE models)."""
 
 from __future__ import annotations
 
@@ -15,8 +16,11 @@ ROLE_GROUP = {"q": "attn_in", "k": "attn_in", "v": "attn_in", "qkv": "attn_in", 
 
 
 def linear_roles(p: Part) -> tuple[str, ...]:
-    """q, k, v, o / qkv, o for attention; gate, up, down / gate_up, down / up, down for MLPs; else 'linear'."""
+    """q, k, v, o / qkv, o for attention; gate, up, down / gate_up, down / up, down for MLPs; an MoE part's
+    shared-expert Linears 'shared'; else 'linear'."""
     n = len(p.linears)
+    if p.type.startswith("MoE"):
+        return ("shared",) * n
     if p.attn_flops and not p.type.startswith("MoE"):
         if n >= 4 and p.linears[0][0] == p.linears[1][0] == p.linears[2][0]:
             return ("q", "k", "v", "o") + ("linear",) * (n - 4)
@@ -61,19 +65,93 @@ FAMILY_NAMES = {
 MLP_ROLES = frozenset({"gate", "up", "down", "gate_up"})
 
 
+# peft 0.21 on transformers 5 (peft/utils/transformers_weight_conversion.py convert_peft_config_for_transformers,
+# _convert_peft_config_moe): for the model types of transformers' conversion_mapping._MODEL_TO_CONVERSION_PATTERN
+# that follow the mixtral or qwen2_moe pattern (peft adds mixtral itself), the v4 names of the experts' Linears
+# and the router, named in target_modules or reached by "all-linear" (_resolve_string_target_modules adds them),
+# become target_parameters: the fused 3-D tensors gate_up_proj and down_proj and the router's gate.weight, each
+# wrapped by lora.ParamWrapper (peft/tuners/lora/layer.py). qwen2_moe itself is no key there: its experts stay
+# unadapted under all-linear.
+FUSED_EXPERTS = {
+    **dict.fromkeys(("mixtral", "minimax", "minimax_m2"), "mixtral"),
+    **dict.fromkeys(("afmoe", "beam", "cohere2_moe", "deepseek_v2", "deepseek_v3", "deepseek_v32", "dots1",
+                     "ernie4_5_moe", "exaone_moe", "flex_olmo", "glm4_moe", "glm4_moe_lite", "glm4v_moe",
+                     "glm_moe_dsa", "hunyuan_v1_moe", "longcat_flash", "mellum", "olmoe", "qwen3_moe", "qwen3_next",
+                     "qwen3_omni_moe", "qwen3_omni_moe_text", "qwen3_omni_moe_thinker", "sarvam_mla",
+                     "solar_open"), "qwen2_moe"),
+}
+
+# The v4 module names each pattern maps onto the fused tensors (_MOE_TARGET_MODULE_MAPPING), as LoRA roles: the
+# router, the gate+up tensor (rank and alpha doubled when both halves are named: _MOE_FUSED_TARGETS, naming one
+# half alone is peft's ValueError), the down tensor. A name so mapped leaves target_modules, so under the qwen2_moe
+# pattern no nn.Linear named gate_proj / up_proj / down_proj (dense MLPs, shared experts) is adapted.
+EXPERT_NAMES = {
+    "mixtral": {"gate": "router", "w1": "experts_gate_up", "w3": "experts_gate_up", "w2": "experts_down"},
+    "qwen2_moe": {"gate": "router", "gate_proj": "experts_gate_up", "up_proj": "experts_gate_up",
+                  "down_proj": "experts_down"},
+}
+EXPERT_ROLES = frozenset({"router", "experts_gate_up", "experts_down"})
+
+# Roles whose nn.Linear the qwen2_moe pattern drops from target_modules (named gate_proj, up_proj, down_proj).
+PATTERN_DROPS = {"mixtral": frozenset(), "qwen2_moe": frozenset({"gate", "up", "down", "shared"})}
+
+# Every role a layer's Linears and tensors can play: "all-linear" of a FUSED_EXPERTS model is these less the drops.
+ALL_ROLES = frozenset(ROLE_GROUP) | {"linear", "shared"} | EXPERT_ROLES
+
+
+def all_linear_roles(a: Arch) -> frozenset[str] | None:
+    """What "all-linear" adapts: None (every nn.Linear) but for FUSED_EXPERTS models, where peft's conversion
+    adds the router and the expert tensors and drops the Linears named as the pattern's v4 expert names."""
+    pattern = FUSED_EXPERTS.get(a.model_type)
+    return None if pattern is None else ALL_ROLES - PATTERN_DROPS[pattern]
+
+
+def expert_tensors(b: Block, roles: frozenset[str] | None) -> list[tuple[int, int, int, int, int]]:
+    """(experts, in, out, rank multiple, top_k) of each parameter ParamWrapper adapts in this layer (roles from
+    target_roles or all_linear_roles; None adapts none): the router's weight (experts x hidden, one matrix), the
+    gate+up tensor (experts, 2 x inter, hidden) at twice the rank, the down tensor (experts, hidden, inter), as
+    graph/parts.moe_part lays out a gated MoE's `mats`. peft's in/out: ParamWrapper._get_in_out_features."""
+    if not roles or not roles & EXPERT_ROLES:
+        return []
+    out = []
+    for p in b.parts:
+        if not p.type.startswith("MoE") or len(p.mats) < 2 or p.mats[0][0] != 2 * p.mats[1][0]:
+            continue
+        experts, hidden, inter = p.mats[1][0], p.mats[0][1], p.mats[0][2]
+        if "router" in roles:
+            out.append((1, hidden, experts, 1, 0))
+        if "experts_gate_up" in roles:
+            out.append((experts, hidden, 2 * inter, 2, p.top_k))
+        if "experts_down" in roles:
+            out.append((experts, inter, hidden, 1, p.top_k))
+    return out
+
+
+def block_lora_params(b: Block, rank: int, roles: frozenset[str] | None) -> int:
+    """LoRA parameters of one layer: A (r x in) and B (out x r) per adapted nn.Linear; per adapted tensor
+    ParamWrapper's lora_A nn.Linear(in, r x experts) and lora_B nn.Linear(r x experts, out)."""
+    linear = rank * b.lora_io if roles is None else sum(rank * (i + o) for i, o, _ in adapted_linears(b, roles))
+    return linear + sum(rank * m * e * (i + o) for e, i, o, m, _ in expert_tensors(b, roles))
+
+
 def target_roles(a: Arch, g: Graph, targets: str, model: str) -> frozenset[str] | None:
     """The roles the comma list names (None: all-linear). `mlp` is torchtune's apply_lora_to_mlp (every MLP
     Linear). A name no Linear of this model carries is an error, never a silent default."""
     if targets == "all-linear":
-        return None
+        return all_linear_roles(a)
     spec = g.spec
+    pattern = FUSED_EXPERTS.get(a.model_type, "")
+    expert_names = EXPERT_NAMES.get(pattern, {})
+    moe = any(p.type.startswith("MoE") for b in spec.blocks for p in b.parts)
     present = {role for b in spec.blocks for p in b.parts for role in linear_roles(p)} - {"linear"}
     plain = any(p.type == "MLP" for b in spec.blocks for p in b.parts)
     names = {**NAMES, **({"up": "fc1", "down": "fc2"} if plain else {}), **FAMILY_NAMES.get(a.family, {})}
     roles: set[str] = set()
     for name in (t.strip() for t in targets.split(",")):
         hit: set[str] | frozenset[str]
-        if name == "mlp":
+        if moe and name in expert_names:  # peft's conversion: a v4 expert name targets the fused tensor
+            hit = {expert_names[name]}
+        elif name == "mlp":
             hit = MLP_ROLES & present
         elif name in ROLE_GROUP:  # a role by its own name (recipes: LitGPT's lora_query/lora_value = "q,v")
             hit = {name} & present or ({"qkv"} & present if name in ("q", "k", "v") else set())
@@ -84,14 +162,21 @@ def target_roles(a: Arch, g: Graph, targets: str, model: str) -> frozenset[str] 
             raise JobError(model, "lora_targets", name, f"no Linear of this {a.model_type} model is named so; "
                                                         f"its names: {', '.join(known)}")
         roles |= hit
+    halves = [n for n, role in expert_names.items() if role == "experts_gate_up"]
+    named = [n for n in halves if n in {t.strip() for t in targets.split(",")}]
+    if moe and 0 < len(named) < len(halves):
+        raise JobError(model, "lora_targets", targets, f"peft cannot target {named[0]} without "
+                                                       f"{', '.join(n for n in halves if n not in named)}: they "
+                                                       f"are fused into one gate_up_proj tensor")
     return frozenset(roles)
 
 
 def lora_params(g: Graph, a: Arch, rank: int, roles: frozenset[str] | None = None) -> int:
-    """LoRA A (r x in) and B (out x r) on every adapted nn.Linear of every layer; the head is left out."""
+    """block_lora_params over every layer (roles None: all-linear, all_linear_roles); the head is left out."""
+    roles = all_linear_roles(a) if roles is None else roles
     if roles is None:
         return sum(rank * b.lora_io for b in g.spec.blocks)
-    return sum(rank * (i + o) for b in g.spec.blocks for i, o, _ in adapted_linears(b, roles))
+    return sum(block_lora_params(b, rank, roles) for b in g.spec.blocks)
 
 
 def distinct_inputs(b: Block) -> dict[str, int]:

@@ -32,8 +32,17 @@ from ..config.arch import Arch
 from ..graph.nodes import Graph
 from ..graph.parts import Block, Part, Spec
 from ..inputs import Assumptions, Card
-from .activations import block_activation_bytes, embed_dropout_bytes, head_activation_bytes, regime
+from .activations import (
+    block_activation_bytes,
+    embed_dropout_bytes,
+    expert_grad_transient,
+    expert_weight_bytes,
+    frozen_embedding_bytes,
+    head_activation_bytes,
+    regime,
+)
 from .attention import default_attention, eager_layer_terms
+from .lora import all_linear_roles, block_lora_params
 from .storage import serve_weight_bytes
 
 T = TypeVar("T")  # what per_distinct_layer computes per layer (bytes, or a pair of terms)
@@ -69,6 +78,12 @@ class Profile:
     # Eager attention (a model class without SDPA, attention.default_attention): its scores add heads x T x T per
     # layer, so the per-sample bytes are tokens x per_token + tokens^2 x per_token_sq + per_sample_fixed.
     per_token_sq: int = 0
+    # LoRA on fused expert tensors (job.py's phase "backward (an adapted expert tensor's gradient)"): a fourth
+    # branch, static + grad_fixed + batch x (the per-sample bytes less the head's + grad_per_sample); grad_rate is
+    # its bytes per token (total_at). 0 = no such branch.
+    grad_fixed: int = 0
+    grad_per_sample: int = 0
+    grad_rate: int = 0
     static_prefix: tuple[int, ...] = field(init=False, repr=False, compare=False)
     act_prefix: tuple[int, ...] = field(init=False, repr=False, compare=False)
     step_prefix: tuple[int, ...] = field(init=False, repr=False, compare=False)
@@ -92,8 +107,9 @@ class Profile:
         per-sample bytes are linear in tokens: the test suite holds the two equal on every snapshot model)."""
         assert self.method != "serve", "serving caches are capped at windows: not linear in tokens"
         static, _, fixed = self._parts(0, self.layers, True, True)
-        return max(static + batch * (tokens * self.per_token + tokens * tokens * self.per_token_sq
-                                     + self.per_sample_fixed), fixed)
+        square = tokens * tokens * self.per_token_sq + self.per_sample_fixed
+        grad = static + self.grad_fixed + batch * (tokens * self.grad_rate + square) if self.grad_fixed else 0
+        return max(static + batch * (tokens * self.per_token + square), fixed, grad)
 
     def per_sample(self) -> int:
         return self.embed_per_sample + self.act_prefix[-1] + self.head_per_sample
@@ -114,7 +130,13 @@ class Profile:
     def stage(self, batch: int, first: int, last: int, with_embed: bool, with_head: bool) -> int:
         """Bytes of a contiguous slice of layers [first, last) plus the ends it holds."""
         static, act, fixed = self._parts(first, last, with_embed, with_head)
+        if self.grad_fixed:
+            return max(static + batch * act, fixed, self._grad_branch(batch, static, act, with_head))
         return max(static + batch * act, fixed)
+
+    def _grad_branch(self, batch: int, static: int, act: int, with_head: bool) -> int:
+        return static + self.grad_fixed + batch * (act - (self.head_per_sample if with_head else 0)
+                                                   + self.grad_per_sample)
 
     def max_batch(self, budget: int, first: int = 0, last: int = -1, with_embed: bool = True,
                   with_head: bool = True, cap: int = 1 << 40) -> int:
@@ -124,6 +146,11 @@ class Profile:
         static, act, fixed = self._parts(first, last, with_embed, with_head)
         if max(static + act, fixed) > budget:  # stage(1)
             return 0
+        if self.grad_fixed:  # the adapted expert tensor's gradient branch (stage's third term)
+            grad_act = act - (self.head_per_sample if with_head else 0) + self.grad_per_sample
+            if self._grad_branch(1, static, act, with_head) > budget:
+                return 0
+            cap = cap if grad_act <= 0 else min((budget - static - self.grad_fixed) // grad_act, cap)
         return cap if act <= 0 else min((budget - static) // act, cap)
 
     def peak_phase(self, batch: int) -> str:
@@ -136,6 +163,8 @@ class Profile:
         eob = self.eob_prefix[-1] + self.embed_eob + self.head_eob + self.tied_eob
         if max(step, eob) > static + batch * act:
             return "optimizer step" if step >= eob else "end of backward (tied-embedding gradients)"
+        if self.grad_fixed and self._grad_branch(batch, static, act, True) > static + batch * act:
+            return "backward (an adapted expert tensor's gradient)"
         return "loss (logits)" if self.head_per_sample * 2 > act else "backward (activations)"
 
 
@@ -172,15 +201,20 @@ def train_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, method: str, r
         embed_act = s.master_weight_bytes * spec.hidden
     else:
         adapter_rate = adam + s.autocast_copy_bytes  # fp32 adapter, AdamW state, its bf16 autocast copy
-        layer_static = tuple(s.base_weight_bytes * b.params + adapter_rate * rank * b.lora_io for b in spec.blocks)
+        roles = all_linear_roles(a)  # + adapted expert tensors' effective weights, kept per layer (job.py)
+        adapters = [block_lora_params(b, rank, roles) for b in spec.blocks]
+        layer_static = tuple(s.base_weight_bytes * b.params + adapter_rate * n + expert_weight_bytes(b, roles, r)
+                             for b, n in zip(spec.blocks, adapters, strict=True))
         embed_static = s.base_weight_bytes * sum(p.params for p in embed)
         head_static = s.base_weight_bytes * sum(p.params for p in head)
         # the adapters' AdamW step: weights + adapters (4 + 4 + 8 + 4 foreach) B each
         late_rate = adam + s.grad_bytes + s.foreach_temp_bytes
-        layer_step = tuple(s.base_weight_bytes * b.params + late_rate * rank * b.lora_io for b in spec.blocks)
+        layer_step = tuple(s.base_weight_bytes * b.params + late_rate * n for b, n in zip(spec.blocks, adapters, strict=True))
         layer_eob = ()
         embed_step, head_step, embed_eob, head_eob, tied = embed_static, head_static, 0, 0, 0
-        embed_act = 0  # a frozen embedding saves nothing (F4)
+        embed_act = -frozen_embedding_bytes(a, g, r)  # a frozen embedding saves nothing (F4), nor the norm reading it
+        grads = per_distinct_layer(spec.blocks, lambda b: expert_grad_transient(b, roles, r))
+        grad_fixed, grad_token = max(grads[::-1], key=lambda t: t[0] + tokens * t[1], default=(0, 0))
     embed_act += embed_dropout_bytes(a, g, r)  # the embedding dropout's mask (activations.DROPOUTS)
     rates = _layer_rates(a, spec.blocks, r, rank if method != "full" else 0)
     squares = [0] * len(rates)
@@ -191,9 +225,10 @@ def train_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, method: str, r
     layer_act = tuple(n * rate + n * n * sq for rate, sq, n in zip(rates, squares, layer_tokens, strict=True))
     head_rate = head_activation_bytes(a, g, r, s)
     vision = s.compute_bytes * spec.vision_act * (1 if spec.image_tokens else 0)
+    grad = (grad_fixed, tokens * grad_token, embed_act + sum(rates) + grad_token) if method != "full" else (0, 0, 0)
     return Profile(method, embed_static, layer_static, head_static, tokens * embed_act + vision, layer_act,
                    tokens * head_rate, len(spec.blocks), layer_step, embed_step, head_step, layer_eob, embed_eob,
-                   head_eob, tied, embed_act + sum(rates) + head_rate, vision, sum(squares))
+                   head_eob, tied, embed_act + sum(rates) + head_rate, vision, sum(squares), *grad)
 
 
 def _layer_rates(a: Arch, blocks: tuple[Block, ...], r, rank: int) -> list[int]:

@@ -12,6 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ..config.arch import Arch
+from ..graph.nodes import Graph
+
 # TRL SFTTrainer's default loss_type "chunked_nll" (trl/trainer/sft_trainer.py _chunked_cross_entropy_loss,
 # _CHUNKED_LM_HEAD_CHUNK_SIZE = 256): each chunk of 256 tokens' fp32 logits (h.float() @ w.float().t()) lives only
 # inside its own checkpointed forward/backward.
@@ -138,3 +141,23 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
 
 def recipe(name: str) -> Recipe | None:
     return RECIPES.get(name)
+
+
+def loss_terms(a: Arch, g: Graph, loss: str, batch: int, tokens: int, c: int, head: int,
+               logits: int) -> tuple[int, int, int]:
+    """(head per sample, logits per sample, a batch-wide chunk transient) for a job's loss (Job.loss) at its batch and tokens.
+    - hf: transformers' ForCausalLMLoss, s.logits_bytes per logit (F1).
+    - trl-chunked: TRL's _chunked_cross_entropy_loss checkpoints each 256-token chunk: per chunk h.float() @
+      w.float().t() (fp32 logits), log_softmax's output and, in its backward, the two fp32 gradients, plus the
+      fp32 copy of the LM head's weight (w.float()): 16 B x chunk x V + 4 x V x E, once per batch.
+    - litgpt-chunked: model(..., lm_head_chunk_size=128) returns bf16 logit chunks the loop keeps, and
+      chunked_cross_entropy keeps each chunk's log_softmax output (no upcast under bf16-true): 2c per logit, and
+      one chunk's two gradients in the backward."""
+    spec = g.spec
+    if loss == "hf":
+        return head, logits, 0
+    if loss == "trl-chunked":
+        chunk = min(batch * tokens, TRL_CHUNK_TOKENS)
+        return head - logits, 0, 16 * chunk * spec.logits + 4 * spec.logits * (a.embed_dim or a.hidden)
+    kept = tokens * 2 * c * spec.logits
+    return head - logits + kept, kept, 2 * c * min(tokens, LITGPT_CHUNK_TOKENS) * spec.logits
