@@ -9,6 +9,7 @@ The per-part formulas live in the helpers below and cite the modeling files they
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -172,6 +173,15 @@ class Spec:
     # VisionEncoderDecoderModel); 0: an encoder-decoder's encoder runs at the job's tokens
     encoder_tokens: int = 0
     notes: tuple[str, ...] = field(default_factory=tuple)  # formulas and semantics to show
+
+    @functools.cached_property
+    def layer_groups(self) -> tuple[int, ...]:
+        """Per layer, the index of the first layer equal to it but for its part names (Part.name is the one field
+        left out of the key): the memory terms are computed once per distinct layer (profile.per_distinct_layer),
+        and this once per model, however many jobs and plans ask."""
+        first: dict[tuple, int] = {}
+        return tuple(first.setdefault((b.kind, b.stack, tuple(p[1:] for p in b.parts)), k)
+                     for k, b in enumerate(self.blocks))
 
     @property
     def params(self) -> int:

@@ -270,10 +270,10 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str,
     state = {"adamw": 2 * param_bytes, "adamw-fused": 2 * param_bytes, "paged-adamw": 2 * param_bytes,
              "adamw8bit": ADAMW8BIT_STATE_BYTES, "sgd": 0}[job.optimizer] * trainable
     temp = param_bytes * trainable if job.optimizer == "adamw" else 0
-    layers = per_distinct_layer(spec.blocks, lambda b: T * _layer_bytes(a, b, r, rank, roles, job, T))
+    layers = per_distinct_layer(spec, lambda b: T * _layer_bytes(a, b, r, rank, roles, job, T))
     # LoRA on fused expert tensors (lora.expert_tensors): each layer's effective weights, kept batch-free
     expert_roles = (all_linear_roles(a) if roles is None else roles) if lora else None
-    fixed = per_distinct_layer(spec.blocks, lambda b: expert_weight_bytes(b, expert_roles, r))
+    fixed = per_distinct_layer(spec, lambda b: expert_weight_bytes(b, expert_roles, r))
     embed = (r.residual_bytes * spec.hidden if r.trained else 0) * T + c * spec.vision_act * (1 if spec.image_tokens
                                                                                              else 0)
     embed += T * embed_dropout_bytes(a, g, r)
@@ -298,7 +298,7 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str,
             phases = [_phase("loss (logits)" if logits * 2 > acts else "backward (activations)", weights=weights,
                              optimizer_state=state, activations=B * (acts - logits) + sum(fixed), logits=B * logits,
                              **overhead)]
-            grads = per_distinct_layer(spec.blocks, lambda b: expert_grad_transient(b, expert_roles, r))
+            grads = per_distinct_layer(spec, lambda b: expert_grad_transient(b, expert_roles, r))
             if any(g for g, _ in grads):  # the last adapted down tensor's backward: the head's tensors are gone
                 grad_fixed, grad_token = max(grads[::-1], key=lambda t: t[0] + B * T * t[1])
                 phases.append(_phase("backward (an adapted expert tensor's gradient)", weights=weights,

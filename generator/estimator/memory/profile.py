@@ -213,13 +213,13 @@ def train_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, method: str, r
         layer_eob = ()
         embed_step, head_step, embed_eob, head_eob, tied = embed_static, head_static, 0, 0, 0
         embed_act = -frozen_embedding_bytes(a, g, r)  # a frozen embedding saves nothing (F4), nor the norm reading it
-        grads = per_distinct_layer(spec.blocks, lambda b: expert_grad_transient(b, roles, r))
+        grads = per_distinct_layer(spec, lambda b: expert_grad_transient(b, roles, r))
         grad_fixed, grad_token = max(grads[::-1], key=lambda t: t[0] + tokens * t[1], default=(0, 0))
     embed_act += embed_dropout_bytes(a, g, r)  # the embedding dropout's mask (activations.DROPOUTS)
-    rates = _layer_rates(a, spec.blocks, r, rank if method != "full" else 0)
+    rates = _layer_rates(a, spec, r, rank if method != "full" else 0)
     squares = [0] * len(rates)
     if default_attention(a)[0] == "eager":  # no SDPA in the model's class: eager keeps its scores
-        terms = per_distinct_layer(spec.blocks, lambda b: eager_layer_terms(a, b, r.compute_bytes, r.trained, r))
+        terms = per_distinct_layer(spec, lambda b: eager_layer_terms(a, b, r.compute_bytes, r.trained, r))
         rates = [rate + linear for rate, (linear, _) in zip(rates, terms, strict=True)]
         squares = [sq for _, sq in terms]
     layer_act = tuple(n * rate + n * n * sq for rate, sq, n in zip(rates, squares, layer_tokens, strict=True))
@@ -231,38 +231,22 @@ def train_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, method: str, r
                    head_eob, tied, embed_act + sum(rates) + head_rate, vision, sum(squares), *grad)
 
 
-def _layer_rates(a: Arch, blocks: tuple[Block, ...], r, rank: int) -> list[int]:
+def _layer_rates(a: Arch, spec: Spec, r, rank: int) -> list[int]:
     """block_activation_bytes of every layer (per_distinct_layer)."""
-    return per_distinct_layer(blocks, lambda b: block_activation_bytes(a, b, r, rank))
+    return per_distinct_layer(spec, lambda b: block_activation_bytes(a, b, r, rank))
 
 
-def per_distinct_layer(blocks: tuple[Block, ...], bytes_of: Callable[[Block], T]) -> list[T]:
-    """bytes_of(b) for every layer, computed once per distinct layer: the layers of a stack repeat a few shapes,
-    and only their part names differ (Part.name is the one field left out of the key)."""
-    groups = distinct_layers(blocks)
+def per_distinct_layer(spec: Spec, bytes_of: Callable[[Block], T]) -> list[T]:
+    """bytes_of(b) for every layer of the stack, computed once per distinct layer (Spec.layer_groups): the layers
+    of a stack repeat a few shapes, and only their part names differ."""
     values: dict[int, T] = {}
     out = []
-    for b, group in zip(blocks, groups, strict=True):
+    for b, group in zip(spec.blocks, spec.layer_groups, strict=True):
         value = values.get(group)
         if value is None:
             value = values[group] = bytes_of(b)
         out.append(value)
     return out
-
-
-_LAST_GROUPS: list = [None, ()]  # (blocks, their groups): one estimate asks per_distinct_layer for the same stack
-# several times (train profiles, the plans' jobs); kept for the last stack only, by identity
-
-
-def distinct_layers(blocks: tuple[Block, ...]) -> tuple[int, ...]:
-    """Per layer, the index of the first layer equal to it but for its part names (Part.name is the one field left
-    out of the key)."""
-    if _LAST_GROUPS[0] is blocks:
-        return _LAST_GROUPS[1]
-    first: dict[tuple, int] = {}
-    groups = tuple(first.setdefault((b.kind, b.stack, tuple(p[1:] for p in b.parts)), k) for k, b in enumerate(blocks))
-    _LAST_GROUPS[:] = [blocks, groups]
-    return groups
 
 
 def _tokens_of(b: Block, tokens: int) -> int:
