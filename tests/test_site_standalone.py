@@ -46,7 +46,7 @@ def test_headline_reads_like_the_reference_page() -> None:
     html = render_model_page(report, record, SETTINGS, standalone=False)
     text = re.sub(r"<[^>]+>", "", html)
     assert ("Fine-tuning tiny-Qwen2ForCausalLM-2.5 at batch 1 and 2,048 tokens takes about 3.77 GB of GPU memory "
-            "for a full fine-tune (fits one T4 16 GB), and 3.75 GB with LoRA r=16 on a bf16 base (fits one T4 16 GB). "
+            "for a full fine-tune (fits one T4 16 GB), and 3.74 GB with LoRA r=16 on a bf16 base (fits one T4 16 GB). "
             "Estimated from the model's structure, not measured.") in text
     assert "graph 2,435,016 vs checkpoint not known" in text
     for phrase in ("1.15x headroom", "537 MB CUDA context", "12 bytes: the fp32 log-softmax",
@@ -66,7 +66,7 @@ def test_no_single_card_and_the_two_card_split() -> None:
     # The T4 cannot hold a full fine-tune at batch 1: the cell shows the split from cards[].split.
     split = mem.cards[0].split[0]
     assert mem.cards[0].train_full_max_batch == 0 and split.method == "train_full"
-    assert f"cut after layer {split.cut_after_layer}: 8.69 GB + 8.47 GB at batch 1; batch 1" in html
+    assert f"cut after layer {split.cut_after_layer}: 8.47 GB + 8.34 GB at batch 1; batch 1" in html
     assert "does not fit one GPU<br><small><a href=\"#setups\">priced on more GPUs</a>" in html  # the T4 cost row
 
 
