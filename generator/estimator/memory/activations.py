@@ -72,6 +72,12 @@ QK_NORM_FP32 = frozenset({
     "shieldgemma2", "step3p7", "t5gemma2"})  # shieldgemma2: Gemma3's text model
 
 
+# Attention classes whose fused projection's output stays alive through a view SDPA saves: q is a view of the fused
+# qkv output (split, view, transpose, no rope to copy it), while a training forward's DynamicCache (use_cache from
+# the config; None under gradient checkpointing) copies k and v (cache_utils.DynamicLayer.update: torch.cat), and
+# SDPA saves those copies: the fused output's k and v slices are kept beside them.
+FUSED_QKV_VIEW = {"gpt2": "modeling_gpt2.GPT2Attention", "gpt_bigcode": "modeling_gpt_bigcode.GPTBigCodeAttention"}
+
 @dataclass(frozen=True)
 class Regime:
     """How a training step keeps its tensors: the residual stream's and the matmuls' bytes per element, whether
@@ -226,6 +232,37 @@ def expert_grad_transient(b: Block, roles: frozenset[str] | None, r: Regime) -> 
     e, i, o, k = max(down, key=lambda t: t[0] * t[1] * t[2])
     return r.residual_bytes * e * i * o, r.compute_bytes * (k * i + k * o + o)
 
+
+def masked_sdpa_terms(a: Arch, b: Block, tokens: int, r: Regime) -> tuple[int, int]:
+    """(bytes per token, bytes per token squared) SDPA keeps in one layer when the model hands it a mask instead of
+    is_causal (FINDINGS.md F11): a sliding-window layer at tokens >= its window (transformers masking_utils
+    ._ignore_causal_mask_sdpa: `local_attention_size is not None and kv_length >= local_attention_size` builds the
+    [B, 1, T, T] bool mask). torch's scaled_dot_product_attention converts a bool mask to the query's dtype
+    (convert_boolean_attn_mask: where(mask, 0, -inf)), a new [B, 1, T, T] tensor per call that the kernel saves
+    for its backward (the CPU flash kernel and CUDA's memory-efficient one, which takes masks); and with a mask
+    integrations/sdpa_attention.use_gqa_in_sdpa is False, so GQA's k and v are repeat_kv'd to every head and SDPA
+    saves the copies (heads - kv_heads more heads of each) in place of the kv-wide tensors."""
+    active = [(linear, squared) for window, linear, squared in masked_sdpa_windows(a, b, r) if window <= tokens]
+    return sum(t[0] for t in active), sum(t[1] for t in active)
+
+
+def masked_sdpa_windows(a: Arch, b: Block, r: Regime) -> tuple[tuple[int, int, int], ...]:
+    """(window, bytes per token, bytes per token squared) of masked_sdpa_terms for each windowed attention part of
+    the layer, each applying from tokens >= window on (Profile.total_at moves a profile across that step)."""
+    c = r.compute_bytes
+    repeated = c * 2 * max(a.heads - a.kv_heads, 0) * a.head_dim
+    return tuple((p.window, repeated, c) for p in b.parts
+                 if p.attn_flops and not p.type.startswith("MoE") and p.window > 0)
+
+
+def fused_view_bytes(a: Arch, b: Block, r: Regime) -> int:
+    """Per token of one layer: the k and v slices of the fused qkv output kept by q's view (FUSED_QKV_VIEW) where
+    the training forward's DynamicCache copied them: use_cache on (the config's, default True); callers leave it
+    out under gradient checkpointing (no cache)."""
+    if a.model_type not in FUSED_QKV_VIEW or not a.raw.get("use_cache", True):
+        return 0
+    layers = sum(1 for p in b.parts if p.attn_flops and p.kv and p.window >= 0)
+    return layers * r.compute_bytes * 2 * a.kv_heads * a.head_dim
 
 def differential_attention_bytes(a: Arch, r: Regime) -> int:
     """Per token, what one differential attention layer saves over plain SDPA attention (DIFFERENTIAL_ATTENTION):

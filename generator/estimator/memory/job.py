@@ -26,8 +26,10 @@ from .activations import (
     expert_grad_transient,
     expert_weight_bytes,
     frozen_embedding_bytes,
+    fused_view_bytes,
     head_activation_bytes,
     kept_cache_bytes,
+    masked_sdpa_terms,
     mlp_transient,
     regime,
 )
@@ -294,7 +296,8 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str,
             kept = T * (c * spec.logits + kept_cache_bytes(a, g, r, grad_ckpt))
         if not grad_ckpt:
             emb = embed - frozen_embed
-            acts = emb + sum(layers) + head + kept
+            views = sum(per_distinct_layer(spec, lambda b: fused_view_bytes(a, b, r)))  # the cache's copies (F11)
+            acts = emb + sum(layers) + head + kept + T * views
             phases = [_phase("loss (logits)" if logits * 2 > acts else "backward (activations)", weights=weights,
                              optimizer_state=state, activations=B * (acts - logits) + sum(fixed), logits=B * logits,
                              **overhead)]
@@ -335,9 +338,9 @@ def _layer_bytes(a: Arch, b, r, rank: int, roles, job: Job, T: int) -> int:
     and a bitsandbytes base add."""
     c = r.compute_bytes
     out = block_activation_bytes(a, b, r, rank, roles)
-    if job.attention == "eager":
-        linear, squared = eager_layer_terms(a, b, c, r.trained, r)
-        out += linear + squared * T
+    linear, squared = eager_layer_terms(a, b, c, r.trained, r) if job.attention == "eager" else \
+        masked_sdpa_terms(a, b, T, r)  # eager keeps its scores; SDPA handed a mask keeps it (F11)
+    out += linear + squared * T
     if job.method == "qlora" and saves_matmul_input(job.storage, job.bnb_version):
         # A bitsandbytes matmul that saves its input (saves_matmul_input), where nn.Linear on a frozen weight would
         # save none: one copy of each distinct input not saved already (q/k/v and gate/up share theirs; o_proj

@@ -38,7 +38,9 @@ from .activations import (
     expert_grad_transient,
     expert_weight_bytes,
     frozen_embedding_bytes,
+    fused_view_bytes,
     head_activation_bytes,
+    masked_sdpa_windows,
     regime,
 )
 from .attention import default_attention, eager_layer_terms
@@ -78,6 +80,9 @@ class Profile:
     # Eager attention (a model class without SDPA, attention.default_attention): its scores add heads x T x T per
     # layer, so the per-sample bytes are tokens x per_token + tokens^2 x per_token_sq + per_sample_fixed.
     per_token_sq: int = 0
+    # SDPA handed a mask (activations.masked_sdpa_windows): (window, bytes per token, per token squared) summed
+    # over the layers, added from tokens >= window on; per_token and per_token_sq leave them out.
+    masked: tuple[tuple[int, int, int], ...] = ()
     # LoRA on fused expert tensors (job.py's phase "backward (an adapted expert tensor's gradient)"): a fourth
     # branch, static + grad_fixed + batch x (the per-sample bytes less the head's + grad_per_sample); grad_rate is
     # its bytes per token (total_at). 0 = no such branch.
@@ -107,7 +112,8 @@ class Profile:
         per-sample bytes are linear in tokens: the test suite holds the two equal on every snapshot model)."""
         assert self.method != "serve", "serving caches are capped at windows: not linear in tokens"
         static, _, fixed = self._parts(0, self.layers, True, True)
-        square = tokens * tokens * self.per_token_sq + self.per_sample_fixed
+        square = tokens * tokens * self.per_token_sq + self.per_sample_fixed \
+            + sum(tokens * n + tokens * tokens * sq for window, n, sq in self.masked if tokens >= window)
         grad = static + self.grad_fixed + batch * (tokens * self.grad_rate + square) if self.grad_fixed else 0
         return max(static + batch * (tokens * self.per_token + square), fixed, grad)
 
@@ -217,18 +223,31 @@ def train_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, method: str, r
         grad_fixed, grad_token = max(grads[::-1], key=lambda t: t[0] + tokens * t[1], default=(0, 0))
     embed_act += embed_dropout_bytes(a, g, r)  # the embedding dropout's mask (activations.DROPOUTS)
     rates = _layer_rates(a, spec, r, rank if method != "full" else 0)
+    # the fused qkv output kept by q's view (gpt2): the training forward's cache is on without checkpointing
+    rates = [rate + view for rate, view in zip(rates, per_distinct_layer(spec, lambda b: fused_view_bytes(a, b, r)),
+                                                strict=True)]
     squares = [0] * len(rates)
+    windows: list[tuple[tuple[int, int, int], ...]] = [()] * len(rates)
     if default_attention(a)[0] == "eager":  # no SDPA in the model's class: eager keeps its scores
         terms = per_distinct_layer(spec, lambda b: eager_layer_terms(a, b, r.compute_bytes, r.trained, r))
         rates = [rate + linear for rate, (linear, _) in zip(rates, terms, strict=True)]
         squares = [sq for _, sq in terms]
-    layer_act = tuple(n * rate + n * n * sq for rate, sq, n in zip(rates, squares, layer_tokens, strict=True))
+    else:  # SDPA handed a mask (a window at tokens >= its width) keeps it and GQA's repeated k/v (F11)
+        windows = per_distinct_layer(spec, lambda b: masked_sdpa_windows(a, b, r))
+    layer_act = tuple(n * rate + n * n * sq + sum(n * m + n * n * msq for w, m, msq in ws if n >= w)
+                      for rate, sq, n, ws in zip(rates, squares, layer_tokens, windows, strict=True))
+    masked: dict[int, tuple[int, int]] = {}
+    for ws in windows:
+        for w, m, msq in ws:
+            m0, sq0 = masked.get(w, (0, 0))
+            masked[w] = (m0 + m, sq0 + msq)
     head_rate = head_activation_bytes(a, g, r, s)
     vision = s.compute_bytes * spec.vision_act * (1 if spec.image_tokens else 0)
     grad = (grad_fixed, tokens * grad_token, embed_act + sum(rates) + grad_token) if method != "full" else (0, 0, 0)
     return Profile(method, embed_static, layer_static, head_static, tokens * embed_act + vision, layer_act,
                    tokens * head_rate, len(spec.blocks), layer_step, embed_step, head_step, layer_eob, embed_eob,
-                   head_eob, tied, embed_act + sum(rates) + head_rate, vision, sum(squares), *grad)
+                   head_eob, tied, embed_act + sum(rates) + head_rate, vision, sum(squares),
+                   tuple((w, m, msq) for w, (m, msq) in sorted(masked.items())), *grad)
 
 
 def _layer_rates(a: Arch, spec: Spec, r, rank: int) -> list[int]:
