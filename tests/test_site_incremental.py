@@ -267,7 +267,7 @@ def test_the_changes_page_lists_added_changed_and_removed_models(two_snapshots: 
     added = second.split("<h3>Added (1)</h3>")[1].split("</ul>")[0]
     assert '<a href="../models/distilbert/distilgpt2/index.html">distilbert/distilgpt2</a>' in added
     changed = second.split("<h3>Estimates changed (1)</h3>")[1].split("</ul>")[0]
-    assert "openai-community/gpt2</a>: parameters 124M \u2192 13" in changed and "; full fine-tune 2.95 GB \u2192 3.10 GB" in changed
+    assert "openai-community/gpt2</a>: parameters 124M \u2192 13" in changed and "; full fine-tune 2.99 GB \u2192 3.14 GB" in changed
     assert "Qwen3-0.6B" not in changed  # its record changed, its estimate did not
     removed = second.split("<h3>Removed (1)</h3>")[1].split("</ul>")[0]
     assert "<li>facebook/opt-125m</li>" in removed and "href" not in removed  # its page is gone: no link
