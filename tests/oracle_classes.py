@@ -21,7 +21,7 @@ import warnings
 from typing import Any
 
 from generator.errors import TraceError
-from tests.test_oracle_support import REPAIRS, our_count
+from tests.test_oracle_support import REPAIRS, config_object, meta_params, our_count
 
 # Auto mappings of language models: (mapping name in transformers.models.auto.modeling_auto, what it builds).
 MAPPINGS = ("MODEL_FOR_CAUSAL_LM_MAPPING_NAMES", "MODEL_FOR_MASKED_LM_MAPPING_NAMES",
@@ -101,15 +101,10 @@ def config_form(model_type: str, cls: str, form: str) -> dict[str, Any] | None:
 
 def meta_count(cfg: dict[str, Any], cls: str) -> int:
     """Parameters of `cls` built from `cfg` on the meta device, shared tensors once."""
-    import torch
     import transformers
-    from transformers import CONFIG_MAPPING
 
-    kwargs = {k: v for k, v in cfg.items() if k not in ("model_type", "auto_map")}
-    config = CONFIG_MAPPING[cfg["model_type"]](**kwargs)
-    with torch.device("meta"):
-        model = getattr(transformers, cls)(config)
-    return sum(p.numel() for p in model.parameters())
+    config = config_object(cfg)
+    return meta_params(lambda: getattr(transformers, cls)(config))
 
 
 @functools.lru_cache(maxsize=None)

@@ -10,7 +10,7 @@ pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from generator.errors import TraceError  # noqa: E402
-from tests.test_oracle_support import our_count, quiet  # noqa: E402
+from tests.test_oracle_support import meta_params, our_count, quiet  # noqa: E402
 
 SMALL = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 96, "vocab_size": 300}
 BART = {"d_model": 48, "decoder_layers": 2, "encoder_layers": 1, "decoder_attention_heads": 4, "decoder_ffn_dim": 64,
@@ -77,11 +77,7 @@ def _config(enc_type, enc, dec_type, dec, wrapper="EncoderDecoder"):
 
 
 def _meta_count(config, wrapper="EncoderDecoder"):
-    import torch
-
-    with torch.device("meta"):
-        model = getattr(transformers, f"{wrapper}Model")(config=config)
-    return sum(p.numel() for p in model.parameters())
+    return meta_params(lambda: getattr(transformers, f"{wrapper}Model")(config=config))
 
 
 @pytest.mark.parametrize("enc_type,enc,dec_type,dec", PAIRS, ids=[f"{e}-{d}" for e, _, d, _ in PAIRS])

@@ -19,6 +19,7 @@ from generator.estimator.checks import check_checkpoint  # noqa: E402
 from generator.estimator.normalise import normalise  # noqa: E402
 from generator.estimator.graph.nodes import build_graph  # noqa: E402
 from tests.conftest import FIRST_DECODERS, snapshot_configs  # noqa: E402
+from tests.test_oracle_support import meta_count as support_meta_count  # noqa: E402
 
 FAMILIES = set(FIRST_DECODERS)
 
@@ -28,13 +29,9 @@ warnings.filterwarnings("ignore")
 
 def meta_count(cfg: dict) -> int:
     """What transformers counts: AutoModelForCausalLM.from_config under torch.device("meta")."""
-    from transformers import CONFIG_MAPPING, AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM
 
-    kwargs = {k: v for k, v in cfg.items() if k not in ("model_type", "auto_map")}
-    config = CONFIG_MAPPING[cfg["model_type"]](**kwargs)
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config)
-    return sum(p.numel() for p in model.parameters())  # shared (tied) tensors are yielded once
+    return support_meta_count(cfg, AutoModelForCausalLM)
 
 
 def _cases():

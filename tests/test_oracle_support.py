@@ -58,16 +58,27 @@ def config_forms(model_type: str, arch_class: str | None) -> dict[str, dict[str,
     return forms
 
 
-def meta_count(cfg: dict[str, Any], auto: Callable[..., Any]) -> int:
-    """What transformers counts: Auto*.from_config under torch.device("meta"), tied tensors once."""
+def meta_params(build: Callable[[], Any]) -> int:
+    """Parameters of what build() makes under torch.device("meta"), tied (shared) tensors once."""
     import torch
+
+    with torch.device("meta"):
+        model = build()
+    return sum(p.numel() for p in model.parameters())
+
+
+def config_object(cfg: dict[str, Any]) -> Any:
+    """The transformers config class of cfg's model_type, built from the dict (as from_pretrained would)."""
     from transformers import CONFIG_MAPPING
 
     kwargs = {k: v for k, v in cfg.items() if k not in ("model_type", "auto_map")}
-    config = CONFIG_MAPPING[cfg["model_type"]](**kwargs)
-    with torch.device("meta"):
-        model = auto.from_config(config)
-    return sum(p.numel() for p in model.parameters())
+    return CONFIG_MAPPING[cfg["model_type"]](**kwargs)
+
+
+def meta_count(cfg: dict[str, Any], auto: Callable[..., Any]) -> int:
+    """What transformers counts: Auto*.from_config under torch.device("meta"), tied tensors once."""
+    config = config_object(cfg)
+    return meta_params(lambda: auto.from_config(config))
 
 
 def our_count(cfg: dict[str, Any], name: str) -> int:
