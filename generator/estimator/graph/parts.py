@@ -183,6 +183,15 @@ class Spec:
         return tuple(first.setdefault((b.kind, b.stack, tuple(p[1:] for p in b.parts)), k)
                      for k, b in enumerate(self.blocks))
 
+    @functools.cached_property
+    def distinct_layers(self) -> tuple[tuple[Block, int], ...]:
+        """Each distinct layer of the stack (layer_groups) as its first occurrence, with how many layers it stands
+        for: a sum over the layers of a term that reads no part name is a sum over these, each times its count."""
+        counts: dict[int, int] = {}
+        for group in self.layer_groups:
+            counts[group] = counts.get(group, 0) + 1
+        return tuple((self.blocks[k], n) for k, n in counts.items())
+
     @property
     def params(self) -> int:
         return sum(p.params for p in self.embed) + sum(b.params for b in self.blocks) + sum(p.params for p in self.head)

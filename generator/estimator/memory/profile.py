@@ -202,7 +202,7 @@ def train_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, method: str, r
     else:
         adapter_rate = adam + s.autocast_copy_bytes  # fp32 adapter, AdamW state, its bf16 autocast copy
         roles = all_linear_roles(a)  # + adapted expert tensors' effective weights, kept per layer (job.py)
-        adapters = [block_lora_params(b, rank, roles) for b in spec.blocks]
+        adapters = per_distinct_layer(spec, lambda b: block_lora_params(b, rank, roles))
         layer_static = tuple(s.base_weight_bytes * b.params + adapter_rate * n + expert_weight_bytes(b, roles, r)
                              for b, n in zip(spec.blocks, adapters, strict=True))
         embed_static = s.base_weight_bytes * sum(p.params for p in embed)
