@@ -18,7 +18,8 @@ from .checks import (
     check_special_tokens,
 )
 from .cost import CostLine, job_cost
-from .graph.nodes import Node, build_graph
+from .graph.nodes import build_graph
+from .graph.parts import Spec
 from .inputs import Assumptions, Card, Gpu
 from .memory.curve import memory_curve
 from .memory.job import Job, metric_memory, resolve
@@ -209,7 +210,7 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
                       arch.experts_per_token, graph.params_total - vision, vision, stored, quant,
                       tuple(kinds.items())),
         memory=memory, cost=costs,
-        structure=_structure(graph.nodes) if structure else (),
+        structure=structure_rows(spec, graph.context) if structure else (),
         findings=tuple(findings),
         provenance=(("config_keys", arch.used()), ("formulas", dict(FORMULAS))),
         plans=tuple(setup_plans), plans_unreachable=tuple(unreachable), serving=serving,
@@ -277,24 +278,32 @@ def _setups(arch, graph, s: Assumptions, cards, gpus, jobs, adapters: int, serve
 # Structure-table names of the parts outside the language model (vision, audio and protein towers, projectors).
 VISION_PREFIXES = ("Vision", "Projector", "Audio", "Protein")
 
-# A structure row holds a graph node's fields but its layer, under the same names (checked here, at import).
+# A structure row's fields, written in this order by structure_rows (checked here, at import).
 _ROW_FIELDS = ("index", "name", "type", "output_shape", "params")
-if tuple(f.name for f in dataclasses.fields(StructureRow)) != _ROW_FIELDS or Node._fields != (*_ROW_FIELDS, "layer"):
-    raise TypeError(f"StructureRow's fields must be {_ROW_FIELDS}, graph.Node's those and layer {Node._fields}")
+if tuple(f.name for f in dataclasses.fields(StructureRow)) != _ROW_FIELDS:
+    raise TypeError(f"StructureRow's fields must be {_ROW_FIELDS}")
 
 
-def _structure(nodes: tuple[Node, ...]) -> tuple[StructureRow, ...]:
-    """One row per node. A 1,100-node model makes 1,100 rows: each is set up directly, its fields written into
-    its instance dict in field order (what the frozen dataclass __init__ does, field by field through
-    object.__setattr__, at a third of the cost)."""
+def structure_rows(spec: Spec, tokens: int) -> tuple[StructureRow, ...]:
+    """The structure table: one row per part in forward order (the embedding stage, every layer's parts, the
+    head), output shapes at `tokens` (the config's maximum context): (1, tokens) where the part's width is
+    negative (the input ids), else (1, tokens, width or the hidden size). A 1,100-part model makes 1,100 rows:
+    each is set up directly, its fields written into its instance dict in field order (what the frozen dataclass
+    __init__ does, field by field through object.__setattr__, at a third of the cost)."""
+    hidden = (1, tokens, spec.hidden)
     new = object.__new__
     rows = []
-    for index, name, type_, shape, params, _layer in nodes:
-        row = new(StructureRow)
-        fields = row.__dict__
-        fields["index"], fields["name"], fields["type"], fields["output_shape"], fields["params"] = \
-            index, name, type_, shape, params
-        rows.append(row)
+    index = 0
+    for parts in (spec.embed, *[b.parts for b in spec.blocks], spec.head):
+        for p in parts:
+            index += 1
+            width = p.width
+            row = new(StructureRow)
+            fields = row.__dict__
+            fields["index"], fields["name"], fields["type"], fields["output_shape"], fields["params"] = \
+                index, p.name, p.type, hidden if width == 0 else (1, tokens) if width < 0 else (1, tokens, width), \
+                p.params
+            rows.append(row)
     return tuple(rows)
 
 
