@@ -95,6 +95,9 @@ class Block:
     lora_io: int = field(init=False, repr=False, compare=False)  # sum of in + out over the Linears
     kv: tuple[tuple[int, int], ...] = field(init=False, repr=False, compare=False)  # (window, kv) per cached part
     attn: tuple[tuple[int, int], ...] = field(init=False, repr=False, compare=False)  # (window, attn_flops)
+    # The layer numbered() made this one from (equal to it but for part names); None for a layer its builder
+    # made, or remade (dataclasses.replace runs __post_init__). Spec.layer_groups groups a stack's copies by it.
+    source: Block | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         params = active = matmul = active_mm = norm_w = act = act32 = transient = state = 0
@@ -125,7 +128,7 @@ class Block:
                   "norm_fed": fed, "params": params, "active": active, "matmul": matmul, "active_matmul": active_mm,
                   "norm_width": norm_w, "act": act, "act32": act32, "transient": transient, "state": state,
                   "linears": tuple(linears), "lora_in": sum(i for i, _ in linears),
-                  "lora_io": sum(i + o for i, o in linears), "kv": tuple(kv), "attn": tuple(attn)}
+                  "lora_io": sum(i + o for i, o in linears), "kv": tuple(kv), "attn": tuple(attn), "source": None}
         for k, v in values.items():
             object.__setattr__(self, k, v)
 
@@ -139,7 +142,7 @@ class Block:
         new = tuple.__new__  # a Part is a named tuple whose first field is the name
         parts = tuple(new(Part, (p[0].replace("#", tag),) + p[1:]) for p in self.parts)
         out = object.__new__(Block)
-        out.__dict__.update(self.__dict__, index=index, parts=parts)  # frozen: fields set once, here
+        out.__dict__.update(self.__dict__, index=index, parts=parts, source=self)  # frozen: fields set once, here
         return out
 
     def template(self) -> Block | None:
@@ -178,10 +181,21 @@ class Spec:
     def layer_groups(self) -> tuple[int, ...]:
         """Per layer, the index of the first layer equal to it but for its part names (Part.name is the one field
         left out of the key): the memory terms are computed once per distinct layer (profile.per_distinct_layer),
-        and this once per model, however many jobs and plans ask."""
+        and this once per model, however many jobs and plans ask. The copies numbered() made of one layer
+        (Block.source) are equal to it but for their names: its key is made once for all of them."""
         first: dict[tuple, int] = {}
-        return tuple(first.setdefault((b.kind, b.stack, tuple(p[1:] for p in b.parts)), k)
-                     for k, b in enumerate(self.blocks))
+        by_source: dict[int, int] = {}  # id of a numbered() source -> its group (the sources live in the copies)
+        groups = []
+        for k, b in enumerate(self.blocks):
+            source = b.source
+            if source is None:
+                groups.append(first.setdefault(_layer_key(b), k))
+                continue
+            group = by_source.get(id(source))
+            if group is None:
+                group = by_source[id(source)] = first.setdefault(_layer_key(source), k)
+            groups.append(group)
+        return tuple(groups)
 
     @functools.cached_property
     def distinct_layers(self) -> tuple[tuple[Block, int], ...]:
@@ -195,6 +209,12 @@ class Spec:
     @property
     def params(self) -> int:
         return sum(p.params for p in self.embed) + sum(b.params for b in self.blocks) + sum(p.params for p in self.head)
+
+
+def _layer_key(b: Block) -> tuple:
+    """What Spec.layer_groups compares of a layer: its kind, stack and parts but for their names (Part.name is
+    the first field)."""
+    return b.kind, b.stack, tuple(p[1:] for p in b.parts)
 
 
 def norm_sums(parts: tuple[Part, ...] | list[Part]) -> tuple[int, int, int, int]:
