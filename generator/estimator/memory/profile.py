@@ -239,14 +239,9 @@ def _layer_rates(a: Arch, spec: Spec, r, rank: int) -> list[int]:
 def per_distinct_layer(spec: Spec, bytes_of: Callable[[Block], T]) -> list[T]:
     """bytes_of(b) for every layer of the stack, computed once per distinct layer (Spec.layer_groups): the layers
     of a stack repeat a few shapes, and only their part names differ."""
-    values: dict[int, T] = {}
-    out = []
-    for b, group in zip(spec.blocks, spec.layer_groups, strict=True):
-        value = values.get(group)
-        if value is None:
-            value = values[group] = bytes_of(b)
-        out.append(value)
-    return out
+    blocks, groups = spec.blocks, spec.layer_groups
+    values: dict[int, T] = {k: bytes_of(blocks[k]) for k in dict.fromkeys(groups)}  # by first layer, in order
+    return list(map(values.__getitem__, groups))
 
 
 def _tokens_of(b: Block, tokens: int) -> int:
