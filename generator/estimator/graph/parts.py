@@ -132,18 +132,21 @@ class Block:
         for k, v in values.items():
             object.__setattr__(self, k, v)
 
-    def total(self, attr: str) -> int:
-        return sum(getattr(p, attr) for p in self.parts)
-
     def numbered(self, index: int) -> Block:
         """This layer as layer `index`: names with the placeholder "#" numbered, sums kept (a stack of
         identical layers is built once: families/decoder.py)."""
         tag = str(index)
         new = tuple.__new__  # a Part is a named tuple whose first field is the name
-        parts = tuple(new(Part, (p[0].replace("#", tag),) + p[1:]) for p in self.parts)
+        parts = tuple([new(Part, (tag.join(pieces),) + rest) for pieces, rest in self._numbering])
         out = object.__new__(Block)
         out.__dict__.update(self.__dict__, index=index, parts=parts, source=self)  # frozen: fields set once, here
+        out.__dict__.pop("_numbering")  # the copy's names hold no "#": its own numbering is made if asked
         return out
+
+    @functools.cached_property
+    def _numbering(self) -> tuple[tuple[list[str], tuple], ...]:
+        """Per part, its name split at "#" and its other fields: what numbered() joins, once for every copy."""
+        return tuple((p[0].split("#"), p[1:]) for p in self.parts)
 
     def template(self) -> Block | None:
         """This layer with its number in every name replaced by "#", for numbered(); None when a name
@@ -212,8 +215,7 @@ class Spec:
 
 
 def _layer_key(b: Block) -> tuple:
-    """What Spec.layer_groups compares of a layer: its kind, stack and parts but for their names (Part.name is
-    the first field)."""
+    """What Spec.layer_groups compares of a layer: kind, stack, parts but for their names (the first field)."""
     return b.kind, b.stack, tuple(p[1:] for p in b.parts)
 
 
