@@ -21,6 +21,7 @@ from .cost import CostLine, job_cost
 from .graph.nodes import build_graph
 from .graph.parts import Spec
 from .inputs import Assumptions, Card, Gpu
+from .memory.attention import default_attention
 from .memory.curve import memory_curve
 from .memory.job import Job, metric_memory, resolve
 from .memory.lora import lora_params
@@ -35,7 +36,7 @@ from .memory.profile import (
     train_profile,
 )
 from .memory.splits import best_cut, two_card_split
-from .memory.storage import serve_weight_bytes, stored_elements
+from .memory.storage import model_serve_weight_bytes, stored_elements
 from .normalise import normalise
 from .report import (
     SCHEMA_VERSION,
@@ -135,14 +136,15 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
         job = dataclasses.replace(job, precision="bf16")
     past_context = check_job_context(arch, job, model_id) if explicit else []
     shape = model_shape(arch, graph)
-    weights_served = serve_weight_bytes(arch, s)([*spec.embed, *(p for b in spec.blocks for p in b.parts),
-                                                   *spec.head])
+    weights_served = model_serve_weight_bytes(arch, s)
+    # the site's jobs, their attention the model class's already (what job.resolve fills in: done once, here)
+    attention = default_attention(arch)[0]
     site_jobs = {
-        "full": training_job(arch, graph, s, Job(tokens=train_tokens), shape, model_id),
-        "lora": training_job(arch, graph, s, Job(method="lora", lora_rank=s.lora_rank, tokens=train_tokens), shape,
-                             model_id),
-        "qlora": training_job(arch, graph, s, dataclasses.replace(QLORA, lora_rank=s.lora_rank, tokens=train_tokens),
-                              shape, model_id),
+        "full": training_job(arch, graph, s, Job(tokens=train_tokens, attention=attention), shape, model_id),
+        "lora": training_job(arch, graph, s, Job(method="lora", lora_rank=s.lora_rank, tokens=train_tokens,
+                                                 attention=attention), shape, model_id),
+        "qlora": training_job(arch, graph, s, dataclasses.replace(QLORA, lora_rank=s.lora_rank, tokens=train_tokens,
+                                                                  attention=attention), shape, model_id),
         "serve": serving_job(profiles["serve"], weights_served, shape, s.compute_bytes),
         "serve2": serving_job(profiles["serve"], weights_served, shape, s.compute_bytes, sequences=2),
     }

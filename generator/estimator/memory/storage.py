@@ -117,6 +117,15 @@ def serve_weight_bytes(a: Arch, s: Assumptions) -> Callable[[list[Part] | tuple[
     return weights
 
 
+def model_serve_weight_bytes(a: Arch, s: Assumptions) -> int:
+    """serve_weight_bytes of every part of the model; unquantised, straight from the spec's parameter count (the
+    sum of the same parts' params)."""
+    spec = a.spec
+    if a.quant is None or a.quant.bits >= 16:
+        return int(s.serve_weight_bytes * spec.params)
+    return serve_weight_bytes(a, s)([*spec.embed, *(p for b in spec.blocks for p in b.parts), *spec.head])
+
+
 # Storage of a quantised base, per nn.Linear inside the layers (embeddings, norms and the LM head stay 16-bit:
 # bitsandbytes skips lm_head, transformers' get_keys_to_not_convert). Read with _mat_elements.
 QUANTS = {
