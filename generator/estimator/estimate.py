@@ -17,7 +17,7 @@ from .checks import (
     check_shapes,
     check_special_tokens,
 )
-from .cost import CostLine, job_cost
+from .cost import CostLine, job_cost, step_work
 from .graph.nodes import build_graph
 from .graph.parts import Spec
 from .inputs import Assumptions, Card, Gpu
@@ -332,13 +332,14 @@ def _costs(arch, graph, s: Assumptions, cards, gpus, profiles, adapters) -> tupl
         seen += [g for g in card.gpus if g not in seen]
     lines = []
     full, lora = profiles["train_full"], profiles["train_lora"]
-    per_sample = {"full": full.per_sample(), "lora": lora.per_sample()}
+    # a step's FLOPs and bytes depend on the model and method only: worked out once, priced per GPU
+    work = {"full": step_work(arch, graph, s, "full", adapters, 2 * graph.params_total, graph.params_total,
+                              full.per_sample()),
+            "lora": step_work(arch, graph, s, "lora", adapters, 2 * graph.params_total, adapters, lora.per_sample())}
     for key in seen:
         gpu = gpus[key]
         if gpu.price_usd_per_hour is None:
             continue
-        lines.append(job_cost(arch, graph, s, gpu, "full", adapters, 2 * graph.params_total, graph.params_total,
-                              per_sample["full"]))
-        lines.append(job_cost(arch, graph, s, gpu, "lora", adapters, 2 * graph.params_total, adapters,
-                              per_sample["lora"]))
+        lines.append(job_cost(s, gpu, "full", work["full"]))
+        lines.append(job_cost(s, gpu, "lora", work["lora"]))
     return tuple(lines)
