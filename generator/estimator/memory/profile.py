@@ -177,7 +177,7 @@ def train_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, method: str, r
     spec = g.spec
     embed, head = _ends(g)
     r = regime(method, "amp")
-    layer_tokens = [_tokens_of(b, tokens) for b in spec.blocks]
+    layer_tokens = per_distinct_layer(spec, lambda b: _tokens_of(b, tokens))
     adam = s.master_weight_bytes + s.optimizer_state_bytes
     if method == "full":
         copy = s.autocast_copy_bytes
@@ -189,11 +189,11 @@ def train_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, method: str, r
             return (adam + s.grad_bytes + temp) * params
 
         ends = [sum(p.params for p in part) for part in (embed, head)]
-        layer_static = tuple(static(b.params, b.matmul) for b in spec.blocks)
+        layer_static = tuple(per_distinct_layer(spec, lambda b: static(b.params, b.matmul)))
         embed_static, head_static = (static(n, sum(p.matmul for p in part)) for n, part in zip(ends, (embed, head), strict=True))
         step = s.foreach_temp_bytes
-        layer_step = tuple(late(b.params, step) for b in spec.blocks)
-        layer_eob = tuple(late(b.params, 0) for b in spec.blocks)
+        layer_step = tuple(per_distinct_layer(spec, lambda b: late(b.params, step)))
+        layer_eob = tuple(per_distinct_layer(spec, lambda b: late(b.params, 0)))
         embed_step, head_step = late(ends[0], step), late(ends[1], step)
         embed_eob, head_eob = late(ends[0], 0), late(ends[1], 0)
         # F6: a tied weight's two gradients (embedding, LM head) and their sum are live together.
@@ -203,8 +203,9 @@ def train_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, method: str, r
         adapter_rate = adam + s.autocast_copy_bytes  # fp32 adapter, AdamW state, its bf16 autocast copy
         roles = all_linear_roles(a)  # + adapted expert tensors' effective weights, kept per layer (job.py)
         adapters = per_distinct_layer(spec, lambda b: block_lora_params(b, rank, roles))
-        layer_static = tuple(s.base_weight_bytes * b.params + adapter_rate * n + expert_weight_bytes(b, roles, r)
-                             for b, n in zip(spec.blocks, adapters, strict=True))
+        experts = per_distinct_layer(spec, lambda b: expert_weight_bytes(b, roles, r))
+        layer_static = tuple(s.base_weight_bytes * b.params + adapter_rate * n + e
+                             for b, n, e in zip(spec.blocks, adapters, experts, strict=True))
         embed_static = s.base_weight_bytes * sum(p.params for p in embed)
         head_static = s.base_weight_bytes * sum(p.params for p in head)
         # the adapters' AdamW step: weights + adapters (4 + 4 + 8 + 4 foreach) B each
@@ -278,13 +279,14 @@ def serve_profile(a: Arch, g: Graph, s: Assumptions, tokens: int) -> Profile:
     if spec.kind == "encoder":
         # A batch of sequences at the context, no cache: each sequence holds its own working set
         # and its output (the head's logits per token, fp32).
-        return Profile("serve", weights(embed), tuple(block_weights(b) for b in spec.blocks), weights(head),
+        return Profile("serve", weights(embed), tuple(per_distinct_layer(spec, block_weights)), weights(head),
                        transient + tokens * 4 * spec.logits, (0,) * len(spec.blocks), 0, len(spec.blocks))
     enc_tokens = encoder_tokens(spec, tokens)
-    per_layer = tuple(0 if b.stack == "encoder" else kv_bytes_of_block(b, s, tokens, enc_tokens) for b in spec.blocks)
+    per_layer = tuple(per_distinct_layer(spec, lambda b: 0 if b.stack == "encoder" else
+                                         kv_bytes_of_block(b, s, tokens, enc_tokens)))
     # An encoder-decoder keeps the encoder's output (tokens x hidden) per sequence for cross-attention.
     enc_out = enc_tokens * c * spec.hidden
-    return Profile("serve", weights(embed) + transient, tuple(block_weights(b) for b in spec.blocks), weights(head),
+    return Profile("serve", weights(embed) + transient, tuple(per_distinct_layer(spec, block_weights)), weights(head),
                    enc_out, per_layer, s.decode_logits_bytes * spec.vocab, len(spec.blocks))
 
 
