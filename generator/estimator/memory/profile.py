@@ -340,7 +340,7 @@ class CacheTerms(NamedTuple):
 def kv_bytes_per_token(a: Arch, s: Assumptions) -> int:
     """K and V for every layer at full attention, per token: 2 x kv_heads x head_dim x bytes per
     attention layer (GQA/MQA aware), kv_lora_rank + qk_rope_head_dim for MLA; windows not applied."""
-    return sum(kv * s.kv_bytes for b in a.spec.blocks for window, kv in b.kv if window >= 0)
+    return sum(n * kv * s.kv_bytes for b, n in a.spec.distinct_layers for window, kv in b.kv if window >= 0)
 
 
 def kv_bytes_per_sequence(a: Arch, s: Assumptions, tokens: int) -> int:
@@ -348,12 +348,12 @@ def kv_bytes_per_sequence(a: Arch, s: Assumptions, tokens: int) -> int:
     enc = encoder_tokens(a.spec, tokens)
     if a.spec.kind == "encoder":
         return 0
-    return sum(kv_bytes_of_block(b, s, tokens, enc) for b in a.spec.blocks if b.stack != "encoder")
+    return sum(n * kv_bytes_of_block(b, s, tokens, enc) for b, n in a.spec.distinct_layers if b.stack != "encoder")
 
 
 def state_bytes_per_sequence(a: Arch, s: Assumptions) -> int:
     """Fixed recurrent state per sequence (SSM conv + SSM state, linear-attention state)."""
-    return sum(b.state * s.kv_bytes for b in a.spec.blocks)
+    return sum(n * b.state * s.kv_bytes for b, n in a.spec.distinct_layers)
 
 
 def budget_bytes(card: Card, s: Assumptions) -> int:
