@@ -149,10 +149,11 @@ def cached_peak(jobs: Mapping[str, SingleGpuJob],
     """plans.Probe over the jobs, each (method, setup) shared out once for every GPU: the figure held against a card
     (`adjust` turns the per-GPU parts, in parallel.PARTS order, into the job's metric) and the offload's CPU bytes
     per node."""
-    seen: dict[tuple[str, Setup], tuple[int, int] | ParallelError] = {}
+    seen: dict[tuple, tuple[int, int] | ParallelError] = {}
 
     def peak(method: str, setup: Setup) -> tuple[int, int]:
-        key = (method, setup)
+        # the setup by its fields' values (what Setup's == compares), hashed at C speed, not by its Python __hash__
+        key = (method, *vars(setup).values())
         got = seen.get(key)
         if got is None:
             try:
