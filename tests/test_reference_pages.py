@@ -56,11 +56,11 @@ def test_under_page_assumptions_every_number_within_10pct(name, settings):
 
 
 def test_structure_table_matches_the_page():
+    from generator.estimator.estimate import structure_rows
     from generator.estimator.normalise import normalise
-    from generator.estimator.graph.nodes import build_graph
 
-    g = build_graph(normalise(tiny_qwen2(), "tiny"))
-    rows = [(n.index, n.name, n.type, n.output_shape) for n in g.nodes]
+    a = normalise(tiny_qwen2(), "tiny")
+    rows = [(n.index, n.name, n.type, n.output_shape) for n in structure_rows(a.spec, a.max_context)]
     assert len(rows) == 18  # "18 nodes"
     assert rows[:5] == [(1, "Input", "Input", (1, 32768)), (2, "Embedding", "Embedding", (1, 32768, 8)),
                         (3, "RoPE", "RoPE", (1, 32768, 8)), (4, "RMSNorm_1_1", "RMSNorm", (1, 32768, 8)),
@@ -68,8 +68,8 @@ def test_structure_table_matches_the_page():
     assert rows[7] == (8, "FFN_1", "SwiGLU", (1, 32768, 8))
     assert rows[-3:] == [(16, "Final_RMSNorm", "RMSNorm", (1, 32768, 8)), (17, "LM_Head", "Linear", (1, 32768, 152064)),
                          (18, "Output", "Output", (1, 32768, 152064))]
-    remote = build_graph(normalise(tiny_remote(), "remote"))
-    assert remote.nodes[-1].output_shape == (1, 131072, 128256)
+    remote = normalise(tiny_remote(), "remote")
+    assert structure_rows(remote.spec, remote.max_context)[-1].output_shape == (1, 131072, 128256)
 
 
 def test_our_defaults_pinned_with_reasons(settings):

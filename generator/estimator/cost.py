@@ -12,6 +12,7 @@ expected hours divide by an assumed MFU.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from .config.arch import Arch
 from .graph.nodes import Graph
@@ -56,8 +57,16 @@ def flops_per_token(a: Arch, g: Graph, s: Assumptions, method: str, lora_params:
     return 2.0 * linear + 3.0 * attention + 6.0 * lora_params
 
 
-def job_cost(a: Arch, g: Graph, s: Assumptions, gpu: Gpu, method: str, lora_params: int,
-             weight_bytes: int, trainable: int, activation_bytes_per_sample: int) -> CostLine:
+class StepWork(NamedTuple):
+    """What one training step of the reference job does, the same on every GPU: its FLOPs and the bytes it moves."""
+
+    steps: int
+    flops: float  # per step
+    bytes: int  # per step
+
+
+def step_work(a: Arch, g: Graph, s: Assumptions, method: str, lora_params: int, weight_bytes: int, trainable: int,
+              activation_bytes_per_sample: int) -> StepWork:
     tokens = job_tokens(a, s)
     steps = s.job_epochs * -(-s.job_samples // s.job_batch)
     flops_step = flops_per_token(a, g, s, method, lora_params, tokens) * tokens * s.job_batch
@@ -66,6 +75,12 @@ def job_cost(a: Arch, g: Graph, s: Assumptions, gpu: Gpu, method: str, lora_para
     # every saved activation written once and read once.
     passes = 3 if method == "full" else 2
     bytes_step = passes * weight_bytes + 28 * trainable + 2 * s.job_batch * activation_bytes_per_sample
+    return StepWork(steps, flops_step, bytes_step)
+
+
+def job_cost(s: Assumptions, gpu: Gpu, method: str, work: StepWork) -> CostLine:
+    """The reference job (its step_work, computed once per method) on one GPU."""
+    steps, flops_step, bytes_step = work
     bf16 = gpu.bf16_tflops is not None
     peak = float((gpu.bf16_tflops if gpu.bf16_tflops is not None else gpu.fp16_tflops) or 0) * 1e12
     compute_s, memory_s = flops_step / peak, bytes_step / (gpu.bandwidth_gb_per_s * 1e9)

@@ -17,9 +17,11 @@ from .checks import (
     check_shapes,
     check_special_tokens,
 )
-from .cost import CostLine, job_cost
-from .graph.nodes import Node, build_graph
+from .cost import CostLine, job_cost, step_work
+from .graph.nodes import build_graph
+from .graph.parts import Spec
 from .inputs import Assumptions, Card, Gpu
+from .memory.attention import default_attention
 from .memory.curve import memory_curve
 from .memory.job import Job, metric_memory, resolve
 from .memory.lora import lora_params
@@ -34,7 +36,7 @@ from .memory.profile import (
     train_profile,
 )
 from .memory.splits import best_cut, two_card_split
-from .memory.storage import serve_weight_bytes, stored_elements
+from .memory.storage import model_serve_weight_bytes, stored_elements
 from .normalise import normalise
 from .report import (
     SCHEMA_VERSION,
@@ -134,14 +136,15 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
         job = dataclasses.replace(job, precision="bf16")
     past_context = check_job_context(arch, job, model_id) if explicit else []
     shape = model_shape(arch, graph)
-    weights_served = serve_weight_bytes(arch, s)([*spec.embed, *(p for b in spec.blocks for p in b.parts),
-                                                   *spec.head])
+    weights_served = model_serve_weight_bytes(arch, s)
+    # the site's jobs, their attention the model class's already (what job.resolve fills in: done once, here)
+    attention = default_attention(arch)[0]
     site_jobs = {
-        "full": training_job(arch, graph, s, Job(tokens=train_tokens), shape, model_id),
-        "lora": training_job(arch, graph, s, Job(method="lora", lora_rank=s.lora_rank, tokens=train_tokens), shape,
-                             model_id),
-        "qlora": training_job(arch, graph, s, dataclasses.replace(QLORA, lora_rank=s.lora_rank, tokens=train_tokens),
-                              shape, model_id),
+        "full": training_job(arch, graph, s, Job(tokens=train_tokens, attention=attention), shape, model_id),
+        "lora": training_job(arch, graph, s, Job(method="lora", lora_rank=s.lora_rank, tokens=train_tokens,
+                                                 attention=attention), shape, model_id),
+        "qlora": training_job(arch, graph, s, dataclasses.replace(QLORA, lora_rank=s.lora_rank, tokens=train_tokens,
+                                                                  attention=attention), shape, model_id),
         "serve": serving_job(profiles["serve"], weights_served, shape, s.compute_bytes),
         "serve2": serving_job(profiles["serve"], weights_served, shape, s.compute_bytes, sequences=2),
     }
@@ -209,7 +212,7 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
                       arch.experts_per_token, graph.params_total - vision, vision, stored, quant,
                       tuple(kinds.items())),
         memory=memory, cost=costs,
-        structure=_structure(graph.nodes) if structure else (),
+        structure=structure_rows(spec, graph.context) if structure else (),
         findings=tuple(findings),
         provenance=(("config_keys", arch.used()), ("formulas", dict(FORMULAS))),
         plans=tuple(setup_plans), plans_unreachable=tuple(unreachable), serving=serving,
@@ -277,24 +280,32 @@ def _setups(arch, graph, s: Assumptions, cards, gpus, jobs, adapters: int, serve
 # Structure-table names of the parts outside the language model (vision, audio and protein towers, projectors).
 VISION_PREFIXES = ("Vision", "Projector", "Audio", "Protein")
 
-# A structure row holds a graph node's fields but its layer, under the same names (checked here, at import).
+# A structure row's fields, written in this order by structure_rows (checked here, at import).
 _ROW_FIELDS = ("index", "name", "type", "output_shape", "params")
-if tuple(f.name for f in dataclasses.fields(StructureRow)) != _ROW_FIELDS or Node._fields != (*_ROW_FIELDS, "layer"):
-    raise TypeError(f"StructureRow's fields must be {_ROW_FIELDS}, graph.Node's those and layer {Node._fields}")
+if tuple(f.name for f in dataclasses.fields(StructureRow)) != _ROW_FIELDS:
+    raise TypeError(f"StructureRow's fields must be {_ROW_FIELDS}")
 
 
-def _structure(nodes: tuple[Node, ...]) -> tuple[StructureRow, ...]:
-    """One row per node. A 1,100-node model makes 1,100 rows: each is set up directly, its fields written into
-    its instance dict in field order (what the frozen dataclass __init__ does, field by field through
-    object.__setattr__, at a third of the cost)."""
+def structure_rows(spec: Spec, tokens: int) -> tuple[StructureRow, ...]:
+    """The structure table: one row per part in forward order (the embedding stage, every layer's parts, the
+    head), output shapes at `tokens` (the config's maximum context): (1, tokens) where the part's width is
+    negative (the input ids), else (1, tokens, width or the hidden size). A 1,100-part model makes 1,100 rows:
+    each is set up directly, its fields written into its instance dict in field order (what the frozen dataclass
+    __init__ does, field by field through object.__setattr__, at a third of the cost)."""
+    hidden = (1, tokens, spec.hidden)
     new = object.__new__
     rows = []
-    for index, name, type_, shape, params, _layer in nodes:
-        row = new(StructureRow)
-        fields = row.__dict__
-        fields["index"], fields["name"], fields["type"], fields["output_shape"], fields["params"] = \
-            index, name, type_, shape, params
-        rows.append(row)
+    index = 0
+    for parts in (spec.embed, *[b.parts for b in spec.blocks], spec.head):
+        for p in parts:
+            index += 1
+            width = p.width
+            row = new(StructureRow)
+            fields = row.__dict__
+            fields["index"], fields["name"], fields["type"], fields["output_shape"], fields["params"] = \
+                index, p.name, p.type, hidden if width == 0 else (1, tokens) if width < 0 else (1, tokens, width), \
+                p.params
+            rows.append(row)
     return tuple(rows)
 
 
@@ -321,13 +332,14 @@ def _costs(arch, graph, s: Assumptions, cards, gpus, profiles, adapters) -> tupl
         seen += [g for g in card.gpus if g not in seen]
     lines = []
     full, lora = profiles["train_full"], profiles["train_lora"]
-    per_sample = {"full": full.per_sample(), "lora": lora.per_sample()}
+    # a step's FLOPs and bytes depend on the model and method only: worked out once, priced per GPU
+    work = {"full": step_work(arch, graph, s, "full", adapters, 2 * graph.params_total, graph.params_total,
+                              full.per_sample()),
+            "lora": step_work(arch, graph, s, "lora", adapters, 2 * graph.params_total, adapters, lora.per_sample())}
     for key in seen:
         gpu = gpus[key]
         if gpu.price_usd_per_hour is None:
             continue
-        lines.append(job_cost(arch, graph, s, gpu, "full", adapters, 2 * graph.params_total, graph.params_total,
-                              per_sample["full"]))
-        lines.append(job_cost(arch, graph, s, gpu, "lora", adapters, 2 * graph.params_total, adapters,
-                              per_sample["lora"]))
+        lines.append(job_cost(s, gpu, "full", work["full"]))
+        lines.append(job_cost(s, gpu, "lora", work["lora"]))
     return tuple(lines)

@@ -239,5 +239,5 @@ def _plain(value: Any) -> Any:
 # The layouts of the Report's own classes, read once (a structure table has up to ~1,100 rows).
 _LAYOUTS: dict[type, _Layout] = {
     cls: _layout(cls) for cls in (ModelInfo, Params, SplitPlan, CardPlan, Memory, StructureRow, Report, Finding,
-                                  CostLine, Plan, Unreachable, ServingSpeed)
+                                  CostLine, Plan, Unreachable, ServingSpeed, CurvePoint)
 }

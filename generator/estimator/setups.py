@@ -49,19 +49,11 @@ def model_shape(a: Arch, g: Graph) -> Shape:
     projections (2 x hidden x kv_heads x head_dim per attention layer)."""
     spec = g.spec
     blocks = spec.blocks
-    # Repeated layers share their parts' fields (Block.numbered copies a layer's sums and tuples), so each
-    # distinct layer is summed once.
-    per_layer: dict[tuple[int, int, int], int] = {}
-    replicated = 0
-    for b in blocks:
-        key = (id(b.linears), b.params, b.matmul)
-        got = per_layer.get(key)
-        if got is None:
-            got = per_layer[key] = sum(max(0, p.params - p.matmul) for p in b.parts)
-        replicated += got
+    distinct = spec.distinct_layers  # each distinct layer summed once, times the layers it stands for
+    replicated = sum(n * sum(max(0, p.params - p.matmul) for p in b.parts) for b, n in distinct)
     replicated += sum(max(0, p.params - p.matmul) for p in spec.head)
-    attention_layers = sum(1 for b in blocks if b.kv)
-    return Shape(g.params_total, max(1, len(blocks)), max((b.params for b in blocks), default=0),
+    attention_layers = sum(n for b, n in distinct if b.kv)
+    return Shape(g.params_total, max(1, len(blocks)), max((b.params for b, _ in distinct), default=0),
                  sum(p.params for p in spec.embed), sum(p.params for p in spec.head), replicated,
                  attention_layers * 2 * a.hidden * a.kv_heads * a.head_dim, a.heads, a.kv_heads)
 
@@ -157,10 +149,11 @@ def cached_peak(jobs: Mapping[str, SingleGpuJob],
     """plans.Probe over the jobs, each (method, setup) shared out once for every GPU: the figure held against a card
     (`adjust` turns the per-GPU parts, in parallel.PARTS order, into the job's metric) and the offload's CPU bytes
     per node."""
-    seen: dict[tuple[str, Setup], tuple[int, int] | ParallelError] = {}
+    seen: dict[tuple, tuple[int, int] | ParallelError] = {}
 
     def peak(method: str, setup: Setup) -> tuple[int, int]:
-        key = (method, setup)
+        # the setup by its fields' values (what Setup's == compares), hashed at C speed, not by its Python __hash__
+        key = (method, *vars(setup).values())
         got = seen.get(key)
         if got is None:
             try:

@@ -328,7 +328,8 @@ def build(cfg: Mapping[str, Any], model: str, model_type: str, t: DecoderTraits,
     head += [lm_head_part(d.vocab, e, tie, d.f(t.head_bias)), Part("Output", "Output", width=d.vocab)]
     spec = Spec("decoder", d.hidden, d.vocab, tuple(embed), blocks, tuple(head), d.vocab, tied=tie)
     m = t.moe
-    has_moe = any(p.name.startswith("MoE_") for b in blocks for p in b.parts)
+    # numbered() copies name their parts as their source does: the layers the builder made answer for them
+    has_moe = any(p.name.startswith("MoE_") for b in blocks if b.source is None for p in b.parts)
     experts = r.int(m.experts) if m and has_moe else 0
     # MLA's per-head width is qk_nope + qk_rope (the K/V head dims of DeepseekV3Attention)
     head_dim = (r.int("qk_nope_head_dim", minimum=0) + r.int("qk_rope_head_dim")) if t.mla else d.hd

@@ -1,1 +1,1 @@
-"""The layer graph: parts and blocks with their per-token terms, the one layer layout, and the structure-table nodes."""
+"""The layer graph: parts and blocks with their per-token terms, the one layer layout, and the graph's totals."""

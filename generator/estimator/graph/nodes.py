@@ -1,31 +1,21 @@
-"""Layer graph: Arch → ordered nodes with types, output shapes at the maximum context, and parameters.
+"""Layer graph: Arch → the totals of its parts (parameters, matmul weights, attention terms).
 
-The nodes come from the Arch's spec (graph/parts.py), which the family builders fill following the
-transformers modeling files; here they are numbered, shaped and summed.
+The parts come from the Arch's spec (graph/parts.py), which the family builders fill following the
+transformers modeling files; here they are summed. The structure table (one row per part, in forward order,
+shaped at the maximum context) is the Report's, made from the same spec (estimate.structure_rows).
 """
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
-from typing import NamedTuple
 
 from ..config.arch import Arch
-from .parts import Block, Part, Spec
-
-
-class Node(NamedTuple):
-    index: int  # type: ignore[assignment]  # the field shadows tuple.index, as the table's column is named
-    name: str
-    type: str
-    output_shape: tuple[int, ...]
-    params: int
-    layer: int | None = None  # 1-based layer of the stack, None outside it
+from .parts import Block, Spec
 
 
 @dataclass(frozen=True)
 class Graph:
-    """The layer graph's totals; its nodes (the structure table) are built only when read."""
+    """The layer graph's totals."""
 
     params_total: int
     params_embedding: int  # token (+ position) embeddings, counted once even when tied
@@ -40,38 +30,9 @@ class Graph:
     attention_terms: tuple[tuple[int, bool, int], ...] = ()
     context: int = 0  # tokens the structure table's output shapes are given at (the config's maximum context)
 
-    @functools.cached_property
-    def nodes(self) -> tuple[Node, ...]:
-        """Nodes in forward order, as the structure table shows them: a third of an estimate's time for a deep
-        model, so built only where a page or the JSON twin asks for the table."""
-        return structure_nodes(self.spec, self.context)
-
-
-def _shape(p: Part, t: int, hidden: int) -> tuple[int, ...]:
-    if p.width < 0:
-        return (1, t)
-    return (1, t, p.width or hidden)
-
-
-def structure_nodes(spec: Spec, t: int) -> tuple[Node, ...]:
-    """One node per part, output shapes at `t` tokens."""
-    h = spec.hidden
-    nodes: list[Node] = []
-    new = tuple.__new__  # Node is a named tuple: built directly (a 405B model has 1,100 nodes)
-    hidden = (1, t, h)
-    for p in spec.embed:
-        nodes.append(Node(len(nodes) + 1, p.name, p.type, _shape(p, t, h), p.params))
-    for b in spec.blocks:
-        for p in b.parts:
-            nodes.append(new(Node, (len(nodes) + 1, p.name, p.type, hidden if p.width == 0 else _shape(p, t, h),
-                                    p.params, b.index)))
-    for p in spec.head:
-        nodes.append(Node(len(nodes) + 1, p.name, p.type, _shape(p, t, h), p.params))
-    return tuple(nodes)
-
 
 def build_graph(a: Arch) -> Graph:
-    """The totals of the model's graph (parameters, matmul weights, attention terms); nodes on demand."""
+    """The totals of the model's graph (parameters, matmul weights, attention terms)."""
     spec = a.spec
     total = spec.params
     embedding = sum(p.params for p in spec.embed if p.type == "Embedding")

@@ -95,6 +95,9 @@ class Block:
     lora_io: int = field(init=False, repr=False, compare=False)  # sum of in + out over the Linears
     kv: tuple[tuple[int, int], ...] = field(init=False, repr=False, compare=False)  # (window, kv) per cached part
     attn: tuple[tuple[int, int], ...] = field(init=False, repr=False, compare=False)  # (window, attn_flops)
+    # The layer numbered() made this one from (equal to it but for part names); None for a layer its builder
+    # made, or remade (dataclasses.replace runs __post_init__). Spec.layer_groups groups a stack's copies by it.
+    source: Block | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         params = active = matmul = active_mm = norm_w = act = act32 = transient = state = 0
@@ -125,22 +128,25 @@ class Block:
                   "norm_fed": fed, "params": params, "active": active, "matmul": matmul, "active_matmul": active_mm,
                   "norm_width": norm_w, "act": act, "act32": act32, "transient": transient, "state": state,
                   "linears": tuple(linears), "lora_in": sum(i for i, _ in linears),
-                  "lora_io": sum(i + o for i, o in linears), "kv": tuple(kv), "attn": tuple(attn)}
+                  "lora_io": sum(i + o for i, o in linears), "kv": tuple(kv), "attn": tuple(attn), "source": None}
         for k, v in values.items():
             object.__setattr__(self, k, v)
-
-    def total(self, attr: str) -> int:
-        return sum(getattr(p, attr) for p in self.parts)
 
     def numbered(self, index: int) -> Block:
         """This layer as layer `index`: names with the placeholder "#" numbered, sums kept (a stack of
         identical layers is built once: families/decoder.py)."""
         tag = str(index)
         new = tuple.__new__  # a Part is a named tuple whose first field is the name
-        parts = tuple(new(Part, (p[0].replace("#", tag),) + p[1:]) for p in self.parts)
+        parts = tuple([new(Part, (tag.join(pieces),) + rest) for pieces, rest in self._numbering])
         out = object.__new__(Block)
-        out.__dict__.update(self.__dict__, index=index, parts=parts)  # frozen: fields set once, here
+        out.__dict__.update(self.__dict__, index=index, parts=parts, source=self)  # frozen: fields set once, here
+        out.__dict__.pop("_numbering")  # the copy's names hold no "#": its own numbering is made if asked
         return out
+
+    @functools.cached_property
+    def _numbering(self) -> tuple[tuple[list[str], tuple], ...]:
+        """Per part, its name split at "#" and its other fields: what numbered() joins, once for every copy."""
+        return tuple((p[0].split("#"), p[1:]) for p in self.parts)
 
     def template(self) -> Block | None:
         """This layer with its number in every name replaced by "#", for numbered(); None when a name
@@ -178,14 +184,39 @@ class Spec:
     def layer_groups(self) -> tuple[int, ...]:
         """Per layer, the index of the first layer equal to it but for its part names (Part.name is the one field
         left out of the key): the memory terms are computed once per distinct layer (profile.per_distinct_layer),
-        and this once per model, however many jobs and plans ask."""
+        and this once per model, however many jobs and plans ask. The copies numbered() made of one layer
+        (Block.source) are equal to it but for their names: its key is made once for all of them."""
         first: dict[tuple, int] = {}
-        return tuple(first.setdefault((b.kind, b.stack, tuple(p[1:] for p in b.parts)), k)
-                     for k, b in enumerate(self.blocks))
+        by_source: dict[int, int] = {}  # id of a numbered() source -> its group (the sources live in the copies)
+        groups = []
+        for k, b in enumerate(self.blocks):
+            source = b.source
+            if source is None:
+                groups.append(first.setdefault(_layer_key(b), k))
+                continue
+            group = by_source.get(id(source))
+            if group is None:
+                group = by_source[id(source)] = first.setdefault(_layer_key(source), k)
+            groups.append(group)
+        return tuple(groups)
+
+    @functools.cached_property
+    def distinct_layers(self) -> tuple[tuple[Block, int], ...]:
+        """Each distinct layer of the stack (layer_groups) as its first occurrence, with how many layers it stands
+        for: a sum over the layers of a term that reads no part name is a sum over these, each times its count."""
+        counts: dict[int, int] = {}
+        for group in self.layer_groups:
+            counts[group] = counts.get(group, 0) + 1
+        return tuple((self.blocks[k], n) for k, n in counts.items())
 
     @property
     def params(self) -> int:
         return sum(p.params for p in self.embed) + sum(b.params for b in self.blocks) + sum(p.params for p in self.head)
+
+
+def _layer_key(b: Block) -> tuple:
+    """What Spec.layer_groups compares of a layer: kind, stack, parts but for their names (the first field)."""
+    return b.kind, b.stack, tuple(p[1:] for p in b.parts)
 
 
 def norm_sums(parts: tuple[Part, ...] | list[Part]) -> tuple[int, int, int, int]:

@@ -239,7 +239,7 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str,
     B, T = job.batch, job.tokens
     P = g.params_total
     head_mm = sum(p.matmul for p in spec.head) or (spec.vocab * (a.embed_dim or a.hidden) if spec.tied else 0)
-    layer_mm = max((b.matmul for b in spec.blocks), default=0)
+    layer_mm = max((b.matmul for b, _ in spec.distinct_layers), default=0)
     if not lora:
         trainable, param_bytes = P, {"amp": 4, "bf16": 2, "fp32": 4}[job.precision]
         weights = param_bytes * P

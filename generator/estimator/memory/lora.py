@@ -172,11 +172,10 @@ def target_roles(a: Arch, g: Graph, targets: str, model: str) -> frozenset[str] 
 
 
 def lora_params(g: Graph, a: Arch, rank: int, roles: frozenset[str] | None = None) -> int:
-    """block_lora_params over every layer (roles None: all-linear, all_linear_roles); the head is left out."""
+    """block_lora_params over every layer (roles None: all-linear, all_linear_roles), once per distinct layer
+    (Spec.distinct_layers); the head is left out."""
     roles = all_linear_roles(a) if roles is None else roles
-    if roles is None:
-        return sum(rank * b.lora_io for b in g.spec.blocks)
-    return sum(block_lora_params(b, rank, roles) for b in g.spec.blocks)
+    return sum(n * block_lora_params(b, rank, roles) for b, n in g.spec.distinct_layers)
 
 
 def distinct_inputs(b: Block) -> dict[str, int]:

@@ -331,9 +331,25 @@ def _pp(job: SingleGpuJob, phases: tuple[Phase, ...], stages: int) -> tuple[tupl
         """Layers a stage of each row kind holds within `budget`."""
         return {key: min(layers if b <= 0 else int((budget - a) // b) for a, b in row) for key, row in sums.items()}
 
+    # capacity() and its test, row kind by row kind with an early exit (the bisection below asks it ~40 times):
+    # per row kind, how many stages hold it, whether a phase adds nothing per layer (it allows `layers`) and the
+    # (a, b) of the phases that do
+    kinds_ = [(stages_of[key], any(b <= 0 for _, b in row), [(a, b) for a, b in row if b > 0])
+              for key, row in sums.items()]
+
     def fits(budget: float) -> bool:
-        cap = capacity(budget)
-        return min(cap.values()) >= 1 and sum(c * stages_of[key] for key, c in cap.items()) >= layers
+        """min(capacity(budget).values()) >= 1 and the stages hold every layer."""
+        held = 0
+        for count, flat, growing in kinds_:
+            cap = layers if flat or not growing else int((budget - growing[0][0]) // growing[0][1])
+            for a, b in growing:
+                held_here = int((budget - a) // b)
+                if held_here < cap:
+                    cap = held_here
+            if cap < 1:
+                return False
+            held += cap * count
+        return held >= layers
 
     lo, hi = 0.0, max(a + layers * b for row in sums.values() for a, b in row) + 1.0
     while hi - lo > 1.0:

@@ -231,17 +231,21 @@ def plan_all(probe: Probe, method: str, gpus: tuple[GpuOffer, ...], job_flops: f
     """Per GPU, first_fit over the method's setups without offload; only where none runs up to MAX_GPUS, over the
     offload setups whose CPU memory per node is within `host_bytes_per_node`; where nothing runs, the smallest
     peak any setup reaches at MAX_GPUS, with fits False. Probes are shared through the caller's cache. Each row:
-    Plan's fields up to job_usd (search_plans adds the marks)."""
+    Plan's fields up to job_usd (search_plans adds the marks). The budgets are searched from the smallest up, and
+    once one GPU of the most preferred kind holds the job, every larger budget takes that setup unsearched."""
     out = []
     by_budget: dict[int, tuple[Setup, int] | None] = {}  # cards listing several GPUs share one budget
     memo: dict[tuple[int, int], tuple[int, int] | None] = {}
+    top = kinds(method)[0].setup(0)  # one GPU, the most preferred kind: nothing beats it
+    for budget in sorted({gpu.budget_bytes for gpu in gpus}):  # the smallest first
+        got = first_fit(probe, method, kinds(method), budget, None, memo)
+        if got is None and method != "serve":
+            got = first_fit(probe, method, kinds(method, offload=True), budget, host_bytes_per_node, memo)
+        by_budget[budget] = got
+        if got is not None and got[0] == top:  # it fits every larger budget too, and is their answer
+            by_budget.update((gpu.budget_bytes, got) for gpu in gpus if gpu.budget_bytes > budget)
+            break
     for gpu in gpus:
-        if gpu.budget_bytes not in by_budget:
-            got = first_fit(probe, method, kinds(method), gpu.budget_bytes, None, memo)
-            if got is None and method != "serve":
-                got = first_fit(probe, method, kinds(method, offload=True), gpu.budget_bytes, host_bytes_per_node,
-                                memo)
-            by_budget[gpu.budget_bytes] = got
         got = by_budget[gpu.budget_bytes]
         if got is not None:
             setup, bytes_ = got

@@ -183,7 +183,7 @@ def train_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, method: str, r
     spec = g.spec
     embed, head = _ends(g)
     r = regime(method, "amp")
-    layer_tokens = [_tokens_of(b, tokens) for b in spec.blocks]
+    layer_tokens = per_distinct_layer(spec, lambda b: _tokens_of(b, tokens))
     adam = s.master_weight_bytes + s.optimizer_state_bytes
     if method == "full":
         copy = s.autocast_copy_bytes
@@ -195,11 +195,11 @@ def train_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, method: str, r
             return (adam + s.grad_bytes + temp) * params
 
         ends = [sum(p.params for p in part) for part in (embed, head)]
-        layer_static = tuple(static(b.params, b.matmul) for b in spec.blocks)
+        layer_static = tuple(per_distinct_layer(spec, lambda b: static(b.params, b.matmul)))
         embed_static, head_static = (static(n, sum(p.matmul for p in part)) for n, part in zip(ends, (embed, head), strict=True))
         step = s.foreach_temp_bytes
-        layer_step = tuple(late(b.params, step) for b in spec.blocks)
-        layer_eob = tuple(late(b.params, 0) for b in spec.blocks)
+        layer_step = tuple(per_distinct_layer(spec, lambda b: late(b.params, step)))
+        layer_eob = tuple(per_distinct_layer(spec, lambda b: late(b.params, 0)))
         embed_step, head_step = late(ends[0], step), late(ends[1], step)
         embed_eob, head_eob = late(ends[0], 0), late(ends[1], 0)
         # F6: a tied weight's two gradients (embedding, LM head) and their sum are live together.
@@ -208,9 +208,10 @@ def train_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, method: str, r
     else:
         adapter_rate = adam + s.autocast_copy_bytes  # fp32 adapter, AdamW state, its bf16 autocast copy
         roles = all_linear_roles(a)  # + adapted expert tensors' effective weights, kept per layer (job.py)
-        adapters = [block_lora_params(b, rank, roles) for b in spec.blocks]
-        layer_static = tuple(s.base_weight_bytes * b.params + adapter_rate * n + expert_weight_bytes(b, roles, r)
-                             for b, n in zip(spec.blocks, adapters, strict=True))
+        adapters = per_distinct_layer(spec, lambda b: block_lora_params(b, rank, roles))
+        experts = per_distinct_layer(spec, lambda b: expert_weight_bytes(b, roles, r))
+        layer_static = tuple(s.base_weight_bytes * b.params + adapter_rate * n + e
+                             for b, n, e in zip(spec.blocks, adapters, experts, strict=True))
         embed_static = s.base_weight_bytes * sum(p.params for p in embed)
         head_static = s.base_weight_bytes * sum(p.params for p in head)
         # the adapters' AdamW step: weights + adapters (4 + 4 + 8 + 4 foreach) B each
@@ -258,14 +259,9 @@ def _layer_rates(a: Arch, spec: Spec, r, rank: int) -> list[int]:
 def per_distinct_layer(spec: Spec, bytes_of: Callable[[Block], T]) -> list[T]:
     """bytes_of(b) for every layer of the stack, computed once per distinct layer (Spec.layer_groups): the layers
     of a stack repeat a few shapes, and only their part names differ."""
-    values: dict[int, T] = {}
-    out = []
-    for b, group in zip(spec.blocks, spec.layer_groups, strict=True):
-        value = values.get(group)
-        if value is None:
-            value = values[group] = bytes_of(b)
-        out.append(value)
-    return out
+    blocks, groups = spec.blocks, spec.layer_groups
+    values: dict[int, T] = {k: bytes_of(blocks[k]) for k in dict.fromkeys(groups)}  # by first layer, in order
+    return list(map(values.__getitem__, groups))
 
 
 def _tokens_of(b: Block, tokens: int) -> int:
@@ -302,13 +298,14 @@ def serve_profile(a: Arch, g: Graph, s: Assumptions, tokens: int) -> Profile:
     if spec.kind == "encoder":
         # A batch of sequences at the context, no cache: each sequence holds its own working set
         # and its output (the head's logits per token, fp32).
-        return Profile("serve", weights(embed), tuple(block_weights(b) for b in spec.blocks), weights(head),
+        return Profile("serve", weights(embed), tuple(per_distinct_layer(spec, block_weights)), weights(head),
                        transient + tokens * 4 * spec.logits, (0,) * len(spec.blocks), 0, len(spec.blocks))
     enc_tokens = encoder_tokens(spec, tokens)
-    per_layer = tuple(0 if b.stack == "encoder" else kv_bytes_of_block(b, s, tokens, enc_tokens) for b in spec.blocks)
+    per_layer = tuple(per_distinct_layer(spec, lambda b: 0 if b.stack == "encoder" else
+                                         kv_bytes_of_block(b, s, tokens, enc_tokens)))
     # An encoder-decoder keeps the encoder's output (tokens x hidden) per sequence for cross-attention.
     enc_out = enc_tokens * c * spec.hidden
-    return Profile("serve", weights(embed) + transient, tuple(block_weights(b) for b in spec.blocks), weights(head),
+    return Profile("serve", weights(embed) + transient, tuple(per_distinct_layer(spec, block_weights)), weights(head),
                    enc_out, per_layer, s.decode_logits_bytes * spec.vocab, len(spec.blocks))
 
 
@@ -362,7 +359,7 @@ class CacheTerms(NamedTuple):
 def kv_bytes_per_token(a: Arch, s: Assumptions) -> int:
     """K and V for every layer at full attention, per token: 2 x kv_heads x head_dim x bytes per
     attention layer (GQA/MQA aware), kv_lora_rank + qk_rope_head_dim for MLA; windows not applied."""
-    return sum(kv * s.kv_bytes for b in a.spec.blocks for window, kv in b.kv if window >= 0)
+    return sum(n * kv * s.kv_bytes for b, n in a.spec.distinct_layers for window, kv in b.kv if window >= 0)
 
 
 def kv_bytes_per_sequence(a: Arch, s: Assumptions, tokens: int) -> int:
@@ -370,12 +367,12 @@ def kv_bytes_per_sequence(a: Arch, s: Assumptions, tokens: int) -> int:
     enc = encoder_tokens(a.spec, tokens)
     if a.spec.kind == "encoder":
         return 0
-    return sum(kv_bytes_of_block(b, s, tokens, enc) for b in a.spec.blocks if b.stack != "encoder")
+    return sum(n * kv_bytes_of_block(b, s, tokens, enc) for b, n in a.spec.distinct_layers if b.stack != "encoder")
 
 
 def state_bytes_per_sequence(a: Arch, s: Assumptions) -> int:
     """Fixed recurrent state per sequence (SSM conv + SSM state, linear-attention state)."""
-    return sum(b.state * s.kv_bytes for b in a.spec.blocks)
+    return sum(n * b.state * s.kv_bytes for b, n in a.spec.distinct_layers)
 
 
 def budget_bytes(card: Card, s: Assumptions) -> int:

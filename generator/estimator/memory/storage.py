@@ -117,6 +117,15 @@ def serve_weight_bytes(a: Arch, s: Assumptions) -> Callable[[list[Part] | tuple[
     return weights
 
 
+def model_serve_weight_bytes(a: Arch, s: Assumptions) -> int:
+    """serve_weight_bytes of every part of the model; unquantised, straight from the spec's parameter count (the
+    sum of the same parts' params)."""
+    spec = a.spec
+    if a.quant is None or a.quant.bits >= 16:
+        return int(s.serve_weight_bytes * spec.params)
+    return serve_weight_bytes(a, s)([*spec.embed, *(p for b in spec.blocks for p in b.parts), *spec.head])
+
+
 # Storage of a quantised base, per nn.Linear inside the layers (embeddings, norms and the LM head stay 16-bit:
 # bitsandbytes skips lm_head, transformers' get_keys_to_not_convert). Read with _mat_elements.
 QUANTS = {
@@ -150,29 +159,13 @@ def weight_bytes(g: Graph, storage: str, double_quant: bool = False, mats: dict 
 
 
 def layer_mats(g: Graph) -> dict[tuple[int, int, int], int]:
-    """Every weight matrix (count, in, out) of the layers' parts and how often it occurs. The parts of repeated
-    layers share their `mats` and `linears` tuples (Block.numbered copies a layer's parts field by field), so each
-    distinct pair is expanded once: the same sum as a walk over every part, in a fraction of the time."""
-    layers: dict[int, list] = {}  # numbered copies of one layer share its `linears` tuple: walk its parts once
-    for b in g.spec.blocks:
-        entry = layers.get(id(b.linears)) if b.linears else None
-        if entry is None:
-            layers[id(b.linears) if b.linears else id(b)] = [b, 1]
-        else:
-            entry[1] += 1
-    seen: dict[tuple[int, int], list] = {}
-    for b, copies in layers.values():
-        for p in b.parts:
-            key = (id(p.mats), id(p.linears))
-            entry = seen.get(key)
-            if entry is None:
-                seen[key] = [p, copies]
-            else:
-                entry[1] += copies
+    """Every weight matrix (count, in, out) of the layers' parts and how often it occurs, in the order of first
+    occurrence: each distinct layer (Spec.distinct_layers) is walked once, times the layers it stands for."""
     tally: dict[tuple[int, int, int], int] = {}
-    for p, times in seen.values():
-        for m in p.weight_mats:
-            tally[m] = tally.get(m, 0) + times
+    for b, copies in g.spec.distinct_layers:
+        for p in b.parts:
+            for m in p.weight_mats:
+                tally[m] = tally.get(m, 0) + copies
     return tally
 
 
