@@ -7,12 +7,14 @@ import dataclasses
 import pytest
 
 from generator.errors import JobError
+from generator.estimator.checks import check_scope
 from generator.estimator.graph.nodes import build_graph
 from generator.estimator.memory.attention import default_attention
 from generator.estimator.memory.job import Job, job_memory
 from generator.estimator.memory.recipes import RECIPES
 from generator.estimator.memory.sdpa_table import NO_SDPA
 from generator.estimator.normalise import normalise
+from tests.conftest import snapshot_configs
 from generator.settings import load_settings
 
 S = load_settings().assumptions
@@ -128,3 +130,16 @@ def test_axolotl_changes_checkpointing_optimizer_and_dropout_from_hf_trainer():
     assert (q.method, q.storage, q.double_quant, q.upcast_fp32, q.lora_rank) == ("qlora", "nf4", True, False, 32)
     u = Job.from_options("unsloth")
     assert (u.method, u.storage, u.lora_dropout, u.lora_rank, u.optimizer) == ("qlora", "nf4", 0.0, 16, "adamw8bit")
+
+
+def test_moe_pages_say_their_lora_adapts_the_expert_tensors():
+    """peft 0.21's all-linear wraps the fused expert tensors of these types (memory.lora.FUSED_EXPERTS): the page
+    says so, with the flag that prices attention-only adapters; a dense model and qwen2_moe (not converted) do not."""
+    seen = {}
+    for repo, cfg, _ in snapshot_configs():
+        if repo in ("Qwen/Qwen3-30B-A3B", "mistralai/Mixtral-8x7B-v0.1", "openai-community/gpt2",
+                    "Qwen/Qwen1.5-MoE-A2.7B-Chat"):
+            checks = [f.check for f in check_scope(normalise(cfg, repo), 2048, 2048)]
+            seen[repo] = "lora_expert_tensors" in checks
+    assert seen == {"Qwen/Qwen3-30B-A3B": True, "mistralai/Mixtral-8x7B-v0.1": True,
+                    "openai-community/gpt2": False, "Qwen/Qwen1.5-MoE-A2.7B-Chat": False}

@@ -9,6 +9,7 @@ from .checkpoint import explain
 from .config.arch import Arch
 from .graph.nodes import Graph
 from .memory.attention import default_attention
+from .memory.lora import FUSED_EXPERTS
 
 
 @dataclass(frozen=True)
@@ -110,6 +111,12 @@ def check_scope(a: Arch, train_tokens: int, requested_tokens: int, serve_tokens:
         out.append(Finding("text_tower_only", "warning",
                            f"model_type {a.model_type[:40]!r} is read through its text_config ({a.family}); "
                            "the vision tower and projector are not counted, so memory is understated."))
+    if a.model_type in FUSED_EXPERTS:
+        out.append(Finding("lora_expert_tensors", "info",
+                           "LoRA is priced as peft 0.21's target_modules='all-linear' runs on transformers 5: it also "
+                           "adapts the fused expert tensors and the router (target_parameters) and keeps each adapted "
+                           "tensor's effective weight, about a second copy of the experts; --lora-targets "
+                           "q_proj,k_proj,v_proj,o_proj prices attention-only adapters."))
     attention, why = default_attention(a)
     if attention == "eager":
         out.append(Finding("attention_default", "warning",
