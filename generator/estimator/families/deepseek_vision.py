@@ -13,7 +13,7 @@ from ..config.reader import Reader
 from ..graph.parts import Part, linear
 from .assembly import TextReader, Wrapper
 from .vision_language import attach
-from .vision_towers import sam_encoder, sam_neck, tower_kind, vision_tower, vit_layer
+from .vision_towers import sam_encoder, sam_neck, tower_kind, vision_tower, vision_transient, vit_layer
 from .vision_wrappers import tower_part, vision_reader, wrapper_parts
 
 
@@ -116,7 +116,7 @@ def deepseek_vl_hybrid(cfg: Mapping[str, Any], model: str, read_text: TextReader
     layers = max(1, tower.matmul // max(1, 12 * vh * vh))
     return attach(text, cfg, r, (high, tower, proj), tokens=patches,
                   act=patches * per_patch * layers + grid * grid * sn * (8 * sh + 2 * smlp),
-                  transient=max(patches * (per_patch + 2 * vh), grid * grid * (4 * sh + smlp)),
+                  transient=max(vision_transient(patches, per_patch, vh), grid * grid * (4 * sh + smlp)),
                   tie=r.flag("tie_word_embeddings", True))
 
 

@@ -19,7 +19,7 @@ from ..config.reader import Reader, architectures_of
 from ..graph.parts import Part, linear
 from .assembly import TextReader, Wrapper
 from .vision_language import retie, text_tower
-from .vision_towers import clip_encoder, sam, vision_activations, vision_tower
+from .vision_towers import clip_encoder, sam, vision_activations, vision_tower, vision_transient
 
 
 def _path(v: Reader, h: int, out: int, scale: int, mergers: int) -> int:
@@ -52,7 +52,7 @@ def granite_docling(cfg: Mapping[str, Any], model: str, read_text: TextReader) -
     tokens = patches // (scale * scale)
     spec = dataclasses.replace(text.spec, embed=(*text.spec.embed, tower, proj), image_tokens=tokens,
                                vision_act=vision_activations(tower, patches, per_patch, vh),
-                               vision_transient=patches * (per_patch + 2 * vh))
+                               vision_transient=vision_transient(patches, per_patch, vh))
     return dataclasses.replace(text, model_type="granite_docling", family="granite_docling", spec=spec,
                                uses=tuple(r.uses) + text.uses, architectures=architectures_of(cfg, model))
 
@@ -80,7 +80,7 @@ def unlimited_ocr(cfg: Mapping[str, Any], model: str, read_text: TextReader) -> 
     proj = Part("Projector", "Linear projector", linear(wide, th, True) + 2 * th, matmul=wide * th)
     spec = dataclasses.replace(text.spec, embed=(*text.spec.embed, tower, proj), image_tokens=clip_tokens,
                                vision_act=vision_activations(sam_tower, patches, per_patch, sh),
-                               vision_transient=patches * (per_patch + 2 * sh))
+                               vision_transient=vision_transient(patches, per_patch, sh))
     return dataclasses.replace(text, model_type="unlimited_ocr", family="unlimited_ocr", spec=spec,
                                uses=tuple(r.uses) + text.uses, architectures=architectures_of(cfg, model))
 

@@ -19,6 +19,7 @@ from .assembly import Builder
 from .decoder import build
 from .latent_attention import TRAITS
 from .vision_language import attach
+from .vision_towers import vision_transient
 
 # Dots3NoteVisionConfig.__post_init__: the released schedule of routed experts per layer (-1: a dense MLP).
 PYRAMID = [-1] * 25 + list(range(4, 65, 4)) + [64]
@@ -134,7 +135,7 @@ def dots3_note(cfg: Mapping[str, Any], model: str) -> Arch:
     a_tower, adapter, tokens, saved, working = audio(audio_reader(r, r.sub("audio_config") or {}))
     vlayers = v.int("num_hidden_layers")
     act = max(patches * per_patch * vlayers, tokens * saved)
-    transient = max(patches * (per_patch + 2 * v.int("hidden_size")), tokens * working)
+    transient = max(vision_transient(patches, per_patch, v.int("hidden_size")), tokens * working)
     return attach(arch, cfg, r, (tower, merger, a_tower, adapter), tokens=max(patches // shrink, tokens), act=act,
                   transient=transient)
 

@@ -18,7 +18,7 @@ from ..config.reader import Reader
 from ..graph.layout import standard_block
 from ..graph.parts import Block, Part, attention_part, linear, lm_head_part, mlp_part, norm_part
 from .assembly import Builder, assemble
-from .vision_towers import TowerResult, vision_activations, vision_tower
+from .vision_towers import TowerResult, vision_activations, vision_tower, vision_transient
 
 
 def kosmos2_5_vision(v: Reader) -> TowerResult:
@@ -77,7 +77,7 @@ def kosmos(cfg: Mapping[str, Any], model: str) -> Arch:
     return assemble(cfg, model, r, hidden=d, layers=n, heads=heads, kv=heads, head_dim=hd, inter=ff, vocab=vocab,
                     ctx=ctx, tie=tie, embed=embed, blocks=blocks, head=head, position="learned", image_tokens=latents,
                     vision_act=vision_activations(tower, patches, per_patch, vh),
-                    vision_transient=patches * (per_patch + 2 * vh))
+                    vision_transient=vision_transient(patches, per_patch, vh))
 
 
 BUILDERS: dict[str, Builder] = {"kosmos-2": kosmos, "kosmos-2.5": kosmos}

@@ -20,7 +20,7 @@ from ..graph.layout import standard_block
 from ..graph.parts import Block, Part, attention_part, lm_head_part, mlp_part, norm_part
 from .assembly import Builder, TextReader, Wrapper, assemble
 from .vision_language import retie, text_tower
-from .vision_towers import vision_activations, vision_tower
+from .vision_towers import vision_activations, vision_tower, vision_transient
 
 
 def idefics_resampler(p: Reader, width: int) -> tuple[Part, int]:
@@ -77,7 +77,7 @@ def idefics(cfg: Mapping[str, Any], model: str) -> Arch:
     return assemble(cfg, model, r, hidden=h, layers=len(blocks), heads=nh, kv=nh, head_dim=hd, inter=inter,
                     vocab=vocab, ctx=ctx, tie=tie, embed=embed, blocks=blocks, head=head, image_tokens=0,
                     vision_act=vision_activations(tower, patches, per_patch, vw),
-                    vision_transient=patches * (per_patch + 2 * vw),
+                    vision_transient=vision_transient(patches, per_patch, vw),
                     notes=(f"one image = {image:,} vision tokens held as cross-attention K/V",))
 
 
@@ -113,7 +113,7 @@ def idefics2(cfg: Mapping[str, Any], model: str, read_text: TextReader) -> Arch:
     latents = p.int("resampler_n_latents")
     new = dataclasses.replace(spec, embed=(*spec.embed, tower, proj, res), image_tokens=latents,
                               vision_act=vision_activations(tower, patches, per_patch, vh),
-                              vision_transient=patches * (per_patch + 2 * vh))
+                              vision_transient=vision_transient(patches, per_patch, vh))
     return dataclasses.replace(text, model_type="idefics2", family="idefics2", spec=new,
                                uses=tuple(r.uses) + text.uses, architectures=architectures_of(cfg, model))
 

@@ -22,7 +22,7 @@ from ..graph.parts import Part, attention_part, linear, mlp_part, norm_part
 from .assembly import Builder, TextReader, Wrapper, assemble
 from .encoders import EncoderTraits, heads
 from .vision_language import text_tower
-from .vision_towers import vision_activations, vision_tower
+from .vision_towers import vision_activations, vision_tower, vision_transient
 
 # The vision and Q-Former config classes each wrapper's config class fixes (sub_configs).
 VISION = {"blip-2": "blip_2_vision_model", "instructblip": "instructblip_vision_model",
@@ -69,7 +69,7 @@ def querying_vlm(cfg: Mapping[str, Any], model: str, read_text: TextReader) -> A
     proj = Part("Projector", "Linear projector", linear(qh, spec.hidden, True), matmul=qh * spec.hidden)
     new = dataclasses.replace(spec, embed=(*spec.embed, tower, former, proj), image_tokens=queries,
                               vision_act=vision_activations(tower, patches, per_patch, vh) + queries * per_query,
-                              vision_transient=patches * (per_patch + 2 * vh))
+                              vision_transient=vision_transient(patches, per_patch, vh))
     return dataclasses.replace(text, model_type=mt, family=mt, spec=new, uses=tuple(r.uses) + text.uses,
                                architectures=architectures_of(cfg, model))
 
@@ -102,7 +102,7 @@ def blip(cfg: Mapping[str, Any], model: str) -> Arch:
     arch = assemble(cfg, model, r, hidden=h, layers=n, heads=nh, kv=nh, head_dim=h // nh, inter=inter, vocab=vocab,
                     ctx=ctx, tie=tie, embed=embed, blocks=blocks, head=head, position="learned", image_tokens=0,
                     vision_act=vision_activations(tower, patches, per_patch, vh),
-                    vision_transient=patches * (per_patch + 2 * vh))
+                    vision_transient=vision_transient(patches, per_patch, vh))
     return arch
 
 

@@ -20,7 +20,7 @@ from . import vision_projectors
 from .assembly import TextReader, Wrapper
 from .audio_towers import TOWERS, audio_tower
 from .vision_language import retie, text_tower
-from .vision_towers import tower_kind, vision_tower
+from .vision_towers import tower_kind, vision_tower, vision_transient
 
 # The audio config class each wrapper builds when audio_config names no model_type (its SubConfigSpec default);
 # musicflamingo's config class always reads it as AudioFlamingo3's (configuration_musicflamingo.py).
@@ -181,7 +181,7 @@ def omni_thinker(cfg: Mapping[str, Any], model: str, read_text: TextReader) -> A
     proj, shrink = merge(mt, r, vh, text.spec.hidden, cfg)
     vlayers = tower.matmul // max(1, 12 * vh * vh)
     spec = dataclasses.replace(text.spec, image_tokens=patches // shrink, vision_act=patches * per_patch * vlayers,
-                               vision_transient=patches * (per_patch + 2 * vh))
+                               vision_transient=vision_transient(patches, per_patch, vh))
     return with_audio(dataclasses.replace(text, spec=spec), cfg, model, r, mt,
                       (tower, proj._replace(name="Vision_Projector")))
 

@@ -12,7 +12,7 @@ from ..config.arch import Arch
 from ..graph.parts import Part
 from .assembly import TextReader, Wrapper
 from .vision_language import attach
-from .vision_towers import tower_kind, vision_tower
+from .vision_towers import tower_kind, vision_tower, vision_transient
 from .vision_wrappers import wrapper_parts
 
 
@@ -41,7 +41,7 @@ def vbert(cfg: Mapping[str, Any], model: str, read_text: TextReader) -> Arch:
                                                                                *spec.head[at:])))
     layers = max(1, tower.matmul // max(1, 12 * vh * vh))
     return attach(text, cfg, r, (tower, proj), tokens=max(1, patches // (f * f)), act=patches * per_patch * layers,
-                  transient=patches * (per_patch + 2 * vh), tie=r.flag("tie_word_embeddings", False))
+                  transient=vision_transient(patches, per_patch, vh), tie=r.flag("tie_word_embeddings", False))
 
 
 WRAPPERS: dict[str, Wrapper] = dict.fromkeys(("modernvbert", "ultravbert"), vbert)

@@ -30,7 +30,7 @@ from .assembly import Builder, TextReader, Wrapper, assemble
 from .encoder_decoder_pairs import check_cross_decoder
 from .encoder_decoders import T5S, t5
 from .vision_language import retie, text_tower
-from .vision_towers import TOWERS, sam, vision_activations, vision_tower
+from .vision_towers import TOWERS, sam, vision_activations, vision_tower, vision_transient
 
 # The causal-LM class of each model_type (AutoModelForCausalLM), for the decoder's `architectures`.
 CAUSAL_CLASS = {t: c for c, t in sorted(ARCHITECTURE_TYPES.items()) if c.endswith(("ForCausalLM", "LMHeadModel"))}
@@ -159,7 +159,7 @@ def pp_formulanet(cfg: Mapping[str, Any], model: str, read_text: TextReader) -> 
     spec = dataclasses.replace(text.spec, embed=(*text.spec.embed, tower, proj), image_tokens=0,
                                encoder_tokens=patches // 16,
                                vision_act=vision_activations(tower, patches, per_patch, vh),
-                               vision_transient=patches * (per_patch + 2 * vh),
+                               vision_transient=vision_transient(patches, per_patch, vh),
                                notes=(f"one image = {patches // 16:,} encoder tokens read by cross-attention",))
     return dataclasses.replace(text, model_type="pp_formulanet", family="pp_formulanet", spec=spec,
                                uses=tuple(r.uses) + text.uses, architectures=architectures_of(cfg, model))
@@ -189,7 +189,7 @@ def vision_encoder_decoder(cfg: Mapping[str, Any], model: str, read_text: TextRe
         parts.append(Part("Projector", "Linear projector", linear(vh, text.hidden, True), matmul=vh * text.hidden))
     spec = dataclasses.replace(text.spec, embed=(*text.spec.embed, *parts), image_tokens=0, encoder_tokens=patches,
                                vision_act=vision_activations(tower, patches, per_patch, vh),
-                               vision_transient=patches * (per_patch + 2 * vh),
+                               vision_transient=vision_transient(patches, per_patch, vh),
                                notes=(f"one image = {patches:,} encoder tokens read by cross-attention",))
     return dataclasses.replace(text, model_type="vision-encoder-decoder", family="vision-encoder-decoder", spec=spec,
                                uses=tuple(r.uses) + text.uses, architectures=architectures_of(cfg, model))

@@ -32,7 +32,7 @@ from .assembly import Builder, TextReader, Wrapper, assemble
 from .decoder import DecoderTraits, Dims, attention, build
 from .llama import TRAITS as LLAMA_TRAITS
 from .vision_projectors import PROJECTORS, projector
-from .vision_towers import sam, tower_kind, vision_activations, vision_tower
+from .vision_towers import sam, tower_kind, vision_activations, vision_tower, vision_transient
 
 # Default text model_type of each VLM when text_config omits it, and text types read as a base family.
 DEFAULT_TEXT = {"llava": "llama", "llava_next": "llama", "paligemma": "gemma", "idefics3": "llama", "smolvlm": "llama",
@@ -109,7 +109,7 @@ def retie(arch: Arch, tie: bool) -> Arch:
 def vision_memory(tower: Part, patches: int, vh: int, per_patch: int) -> tuple[int, int]:
     """(saved activations, serving working set) of one image in a vision tower, elements: per patch, per layer
     (the tower's parameters over a ViT layer's 12 x width^2), as vision_towers.py counts them."""
-    return vision_activations(tower, patches, per_patch, vh), patches * (per_patch + 2 * vh)
+    return vision_activations(tower, patches, per_patch, vh), vision_transient(patches, per_patch, vh)
 
 
 def vlm(cfg: Mapping[str, Any], model: str, read_text: TextReader) -> Arch:

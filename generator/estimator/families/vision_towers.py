@@ -321,6 +321,12 @@ def tower_kind(mt: str, vc: Mapping[str, Any]) -> str:
     return FIXED_VISION.get(mt) or (given if isinstance(given, str) else DEFAULT_VISION.get(mt, ""))
 
 
+def vision_transient(patches: int, per_patch: int, vh: int) -> int:
+    """Serving working set of a tower per image, elements: one layer's per-patch activations plus its input and
+    output (2 x width) for every patch."""
+    return patches * (per_patch + 2 * vh)
+
+
 def vision_activations(tower: Part, patches: int, per_patch: int, vh: int) -> int:
     """Saved elements of a tower per image: per-patch activations times its layers (about params / 12 vh^2)."""
     return patches * per_patch * max(1, tower.params // max(1, 12 * vh * vh)) if tower.matmul else 0

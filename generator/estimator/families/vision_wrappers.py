@@ -17,7 +17,7 @@ from ..config.reader import Reader, architectures_of
 from ..graph.parts import Part, linear
 from .assembly import TextReader, Wrapper
 from .vision_language import attach, text_tower
-from .vision_towers import vision_tower, vit_layer
+from .vision_towers import vision_tower, vision_transient, vit_layer
 
 
 def wrapper_parts(cfg: Mapping[str, Any], model: str, mt: str, read_text: TextReader) -> tuple[Arch, Reader, bool]:
@@ -78,7 +78,7 @@ def aria(cfg: Mapping[str, Any], model: str, read_text: TextReader) -> Arch:
     proj = Part("Projector", "Cross-attention projector", params, matmul=5 * vh * vh + vh * th + th * th)
     layers = max(1, tower.matmul // max(1, 12 * vh * vh))
     return attach(text, cfg, r, (tower, proj), tokens=q, act=patches * per_patch * layers,
-                  transient=patches * (per_patch + 2 * vh), tie=r.flag("tie_word_embeddings", text.tie))
+                  transient=vision_transient(patches, per_patch, vh), tie=r.flag("tie_word_embeddings", text.tie))
 
 
 def ovis2(cfg: Mapping[str, Any], model: str, read_text: TextReader) -> Arch:
