@@ -183,7 +183,6 @@ def train_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, method: str, r
     spec = g.spec
     embed, head = _ends(g)
     r = regime(method, "amp")
-    layer_tokens = per_distinct_layer(spec, lambda b: _tokens_of(b, tokens))
     adam = s.master_weight_bytes + s.optimizer_state_bytes
     if method == "full":
         copy = s.autocast_copy_bytes
@@ -235,8 +234,10 @@ def train_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, method: str, r
         squares = [sq for _, sq in terms]
     else:  # SDPA handed a mask (a window at tokens >= its width) keeps it and GQA's repeated k/v (F11)
         windows = per_distinct_layer(spec, lambda b: masked_sdpa_windows(a, b, r))
+    # every layer runs at the job's tokens (an encoder-decoder's encoder and decoder alike)
+    n = tokens
     layer_act = tuple(n * rate + n * n * sq + sum(n * m + n * n * msq for w, m, msq in ws if n >= w)
-                      for rate, sq, n, ws in zip(rates, squares, layer_tokens, windows, strict=True))
+                      for rate, sq, ws in zip(rates, squares, windows, strict=True))
     masked: dict[int, tuple[int, int]] = {}
     for ws in windows:
         for w, m, msq in ws:
@@ -262,10 +263,6 @@ def per_distinct_layer(spec: Spec, bytes_of: Callable[[Block], T]) -> list[T]:
     blocks, groups = spec.blocks, spec.layer_groups
     values: dict[int, T] = {k: bytes_of(blocks[k]) for k in dict.fromkeys(groups)}  # by first layer, in order
     return list(map(values.__getitem__, groups))
-
-
-def _tokens_of(b: Block, tokens: int) -> int:
-    return tokens  # encoder and decoder stacks of an encoder-decoder both run at the job's tokens
 
 
 def encoder_tokens(spec: Spec, tokens: int) -> int:
