@@ -119,7 +119,7 @@ def miss_cause(row: Mapping[str, Any], setup) -> str:
     source = str(row.get("source") or "")
     year = next((y for y in ("2022", "2023", "2024", "2025") if y in str(row.get("notes") or "") + source), "")
     text = " ".join(str(row.get(k) or "") for k in ("framework", "notes")) + " " + source
-    if setup.method == "qlora" and getattr(setup, "bnb_version", ""):
+    if setup.method == "qlora" and setup.bnb_version:
         parts.append(f"priced with bitsandbytes {setup.bnb_version}, whose MatMul4Bit saved each input (--bnb-version)")
     elif setup.method == "qlora" and (re.search(r"bnb 0\.(3\d|4[0-2])\b|(Jan|Feb|Mar|Apr|May|Jun) 2024", text) or "torchtune" in text
                                     or year in ("2022", "2023")):
