@@ -27,7 +27,8 @@ def _asdict_reference(report: Report) -> dict:
             return [plain(v) for v in value]
         return value
 
-    out = plain(dataclasses.asdict(report))
+    # the structure table's rows as a tuple of StructureRow, what estimate() held before the table became lazy
+    out = plain(dataclasses.asdict(dataclasses.replace(report, structure=tuple(report.structure))))
     out["memory"]["assumptions"] = dict(report.memory.assumptions)
     for key in ("peak_phase_by_method", "breakdown", "job"):
         out["memory"][key] = dict(getattr(report.memory, key))

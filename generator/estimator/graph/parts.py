@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from itertools import chain
+from typing import TYPE_CHECKING, NamedTuple
 
 # Parameters per width of each norm kind (torch.nn.LayerNorm: weight + bias; RMSNorm: weight).
 NORM_PARAMS_PER_WIDTH = {"rmsnorm": 1, "layernorm": 2, "layernorm_nobias": 1, "layernorm_noparams": 0}
@@ -100,52 +101,48 @@ class Block:
     source: Block | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        params = active = matmul = active_mm = norm_w = act = act32 = transient = state = 0
-        act_frozen = rms = stats = read = fed = 0
-        linears: list[tuple[int, int]] = []
-        kv: list[tuple[int, int]] = []
-        attn: list[tuple[int, int]] = []
-        for p in self.parts:
-            params += p.params
-            active += p.params if p.active < 0 else p.active
-            matmul += p.matmul
-            active_mm += p.matmul if p.active_matmul < 0 else p.active_matmul
-            norm_w += p.norm_width
-            act += p.act
-            act32 += p.act32
-            act_frozen += p.frozen_act
-            state += p.state
-            if p.transient > transient:
-                transient = p.transient
-            if p.linears:
-                linears += p.linears
-            if p.kv:
-                kv.append((p.window, p.kv))
-            if p.attn_flops:
-                attn.append((p.window, p.attn_flops))
-        rms, stats, read, fed = norm_sums(self.parts)
-        values = {"act_frozen": act_frozen, "rms_width": rms, "norm_stats_bytes": stats, "norm_read": read,
-                  "norm_fed": fed, "params": params, "active": active, "matmul": matmul, "active_matmul": active_mm,
-                  "norm_width": norm_w, "act": act, "act32": act32, "transient": transient, "state": state,
-                  "linears": tuple(linears), "lora_in": sum(i for i, _ in linears),
-                  "lora_io": sum(i + o for i, o in linears), "kv": tuple(kv), "attn": tuple(attn), "source": None}
-        for k, v in values.items():
-            object.__setattr__(self, k, v)
+        """The sums, column by column over the parts (one C-level pass per field), written into the instance dict
+        as numbered() does (frozen: set once, here)."""
+        parts = self.parts
+        (_, _, params, _, active, matmul, active_mm, linears, act, act32, act_frozen, norm_w, transient, kv, window,
+         state, attn_flops, _, _) = zip(*parts, strict=True) if parts else ((),) * len(Part._fields)
+        flat = tuple(chain.from_iterable(linears))
+        rms, stats, read, fed = norm_sums(parts)
+        self.__dict__.update(
+            params=sum(params), active=sum(p if a < 0 else a for p, a in zip(params, active, strict=True)),
+            matmul=sum(matmul), active_matmul=sum(m if a < 0 else a for m, a in zip(matmul, active_mm, strict=True)),
+            norm_width=sum(norm_w), act=sum(act), act32=sum(act32),
+            act_frozen=sum(x if f < 0 else f for x, f in zip(act, act_frozen, strict=True)), rms_width=rms,
+            norm_stats_bytes=stats, norm_read=read, norm_fed=fed, transient=max((0, *transient)), state=sum(state),
+            linears=flat, lora_in=sum([i for i, _ in flat]), lora_io=sum([i + o for i, o in flat]),
+            kv=tuple([(w, k) for w, k in zip(window, kv, strict=True) if k]),
+            attn=tuple([(w, f) for w, f in zip(window, attn_flops, strict=True) if f]), source=None)
 
     def numbered(self, index: int) -> Block:
-        """This layer as layer `index`: names with the placeholder "#" numbered, sums kept (a stack of
-        identical layers is built once: families/decoder.py)."""
-        tag = str(index)
-        new = tuple.__new__  # a Part is a named tuple whose first field is the name
-        parts = tuple([new(Part, (tag.join(pieces),) + rest) for pieces, rest in self._numbering])
+        """This layer as layer `index`, sums kept (a stack of identical layers is built once: families/decoder.py).
+        Its parts (names with the placeholder "#" numbered) are made when first read (__getattr__): the memory
+        terms read the source's (Spec.distinct_layers), the structure table names its rows itself."""
         out = object.__new__(Block)
-        out.__dict__.update(self.__dict__, index=index, parts=parts, source=self)  # frozen: fields set once, here
-        out.__dict__.pop("_numbering")  # the copy's names hold no "#": its own numbering is made if asked
+        fields = out.__dict__
+        fields.update(self.__dict__, index=index, source=self)  # frozen: fields set once, here
+        del fields["parts"]
+        fields.pop("_numbering", None)  # the copy's names hold no "#": its own numbering is made if asked
         return out
+
+    if not TYPE_CHECKING:  # to the type checker `parts` is the field; an unknown attribute stays an error
+        def __getattr__(self, name: str) -> tuple[Part, ...]:
+            """A numbered() copy's parts, made on first read: its source's with "#" in the names numbered."""
+            source = self.__dict__.get("source")
+            if name != "parts" or source is None:
+                raise AttributeError(name)
+            tag, new = str(self.index), tuple.__new__  # a Part is a named tuple whose first field is the name
+            parts = self.__dict__["parts"] = tuple([new(Part, (tag.join(pieces),) + rest)
+                                                    for pieces, rest in source._numbering])
+            return parts
 
     @functools.cached_property
     def _numbering(self) -> tuple[tuple[list[str], tuple], ...]:
-        """Per part, its name split at "#" and its other fields: what numbered() joins, once for every copy."""
+        """Per part, its name split at "#" and its other fields: what a copy's parts join, once for every copy."""
         return tuple((p[0].split("#"), p[1:]) for p in self.parts)
 
     def template(self) -> Block | None:
