@@ -122,11 +122,12 @@ class Block:
         """This layer as layer `index`, sums kept (a stack of identical layers is built once: families/decoder.py).
         Its parts (names with the placeholder "#" numbered) are made when first read (__getattr__): the memory
         terms read the source's (Spec.distinct_layers), the structure table names its rows itself."""
-        out = object.__new__(Block)
-        fields = out.__dict__
-        fields.update(self.__dict__, index=index, source=self)  # frozen: fields set once, here
+        fields = self.__dict__.copy()  # the sums, kept: one copy of the instance dict (frozen: set once, here)
+        fields["index"], fields["source"] = index, self
         del fields["parts"]
         fields.pop("_numbering", None)  # the copy's names hold no "#": its own numbering is made if asked
+        out = object.__new__(Block)
+        object.__setattr__(out, "__dict__", fields)
         return out
 
     if not TYPE_CHECKING:  # to the type checker `parts` is the field; an unknown attribute stays an error
@@ -147,14 +148,17 @@ class Block:
 
     def template(self) -> Block | None:
         """This layer with its number in every name replaced by "#", for numbered(); None when a name
-        does not hold the number as "<name>_<index>"."""
-        tag = f"_{self.index}"
-        names = [p.name.replace(tag, "_#", 1) if tag in p.name else None for p in self.parts]
-        if None in names:
+        does not hold the number as "<name>_<index>" (or holds a "#" of its own)."""
+        tag, number = f"_{self.index}", str(self.index)
+        names = [p[0].replace(tag, "_#", 1) for p in self.parts]
+        if any("#" not in n or n.replace("#", number) != p[0] for n, p in zip(names, self.parts, strict=True)):
             return None
+        new = tuple.__new__  # a Part is a named tuple whose first field is the name
+        fields = self.__dict__.copy()
+        fields["parts"] = tuple([new(Part, (n,) + p[1:]) for n, p in zip(names, self.parts, strict=True)])
         out = object.__new__(Block)
-        out.__dict__.update(self.__dict__, parts=tuple(p._replace(name=str(n)) for p, n in zip(self.parts, names, strict=True)))
-        return out if out.numbered(self.index).parts == self.parts else None
+        object.__setattr__(out, "__dict__", fields)
+        return out
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, overload
 
-from .parts import Part, Spec
+from .parts import Block, Part, Spec
 
 
 @dataclass(frozen=True)
@@ -19,77 +19,68 @@ class StructureRow:
     params: int
 
 
-# What the table keeps of a layer's parts, per part: its name split at the layer's number ("#": a numbered()
-# copy joins its own number in) or whole, its type, output shape and parameters.
-_Cells = list[tuple[list[str], str, tuple[int, ...], int]]
+class _Shapes(dict[int, tuple[int, ...]]):
+    """Output shape per part width at `tokens`: (1, tokens) for a negative width (the input ids), else
+    (1, tokens, width or the hidden size); each made when first asked."""
+
+    def __init__(self, tokens: int, hidden: int) -> None:
+        super().__init__({0: (1, tokens, hidden)})
+        self.tokens = tokens
+
+    def __missing__(self, width: int) -> tuple[int, ...]:
+        shape = self[width] = (1, self.tokens) if width < 0 else (1, self.tokens, width)
+        return shape
 
 
 class StructureTable(Sequence[StructureRow]):
     """The structure table of a spec at `tokens`: the embedding stage, every layer's parts, the head, in forward
-    order; output shapes (1, tokens) where a part's width is negative (the input ids), else (1, tokens, width or
-    the hidden size). The rows are made when first read (the pages read them); the JSON twin's dicts are made
-    straight from the spec (records()), with no row object in between: an estimate + to_dict builds one object
-    per part, and a layer that numbered() copied is read once for all its copies."""
+    order, output shapes as _Shapes gives them. The rows are made when first read (the pages read them); the JSON
+    twin's dicts are made straight from the spec (records()), with no row object in between: an estimate +
+    to_dict builds one object per part, and a layer that numbered() copied is read once for all its copies."""
 
     def __init__(self, spec: Spec, tokens: int) -> None:
         self.spec = spec
         self.tokens = tokens
 
-    def _cells(self) -> Iterator[tuple[str, _Cells]]:
-        """(tag, cells) per run of parts in forward order: a numbered() copy gives its number and its source's
-        cells (names split at "#", made once for every copy), anything else "" and its parts' own cells."""
+    def _runs(self) -> Iterator[tuple[str, Block | None, tuple[Part, ...]]]:
+        """(number, source, parts) per run of parts in forward order: a numbered() copy gives its number, its
+        source and the source's parts (names holding "#" for the number); anything else "", None, its own parts."""
         spec = self.spec
-        shapes: dict[int, tuple[int, ...]] = {0: (1, self.tokens, spec.hidden)}
-        of_source: dict[int, _Cells] = {}
-
-        def cells(parts: tuple[Part, ...], names: Sequence[list[str]]) -> _Cells:
-            out = []
-            for p, name in zip(parts, names, strict=True):
-                width = p.width
-                shape = shapes.get(width)
-                if shape is None:
-                    shape = shapes[width] = (1, self.tokens) if width < 0 else (1, self.tokens, width)
-                out.append((name, p.type, shape, p.params))
-            return out
-
-        yield "", cells(spec.embed, [[p.name] for p in spec.embed])
+        yield "", None, spec.embed
         for b in spec.blocks:
             source = b.source
-            if source is None:
-                yield "", cells(b.parts, [[p.name] for p in b.parts])
-                continue
-            found = of_source.get(id(source))
-            if found is None:
-                found = of_source[id(source)] = cells(source.parts, [p.name.split("#") for p in source.parts])
-            yield str(b.index), found
-        yield "", cells(spec.head, [[p.name] for p in spec.head])
+            yield ("", None, b.parts) if source is None else (str(b.index), source, source.parts)
+        yield "", None, spec.head
 
     def records(self) -> list[dict[str, Any]]:
         """The rows as the JSON twin writes them (StructureRow's fields in order, the shape a list), new dicts on
-        every call (the caller may change them)."""
+        every call (the caller may change them). A numbered() copy's cells (name split at "#", type, shape,
+        parameters) are read off its source once for every copy; only the names are joined per copy."""
+        shapes = _Shapes(self.tokens, self.spec.hidden)
+        cells: dict[int, list[tuple[list[str], str, tuple[int, ...], int]]] = {}
         out: list[dict[str, Any]] = []
-        append = out.append
-        index = 0
-        for tag, cells in self._cells():
-            for pieces, typ, shape, params in cells:
-                index += 1
-                append({"index": index, "name": tag.join(pieces), "type": typ, "output_shape": [*shape],
-                        "params": params})
+        for tag, source, parts in self._runs():
+            if source is None:
+                out += [{"index": i, "name": p.name, "type": p.type, "output_shape": [*shapes[p.width]],
+                         "params": p.params} for i, p in enumerate(parts, len(out) + 1)]
+                continue
+            found = cells.get(id(source))
+            if found is None:
+                found = cells[id(source)] = [(p.name.split("#"), p.type, shapes[p.width], p.params) for p in parts]
+            out += [{"index": i, "name": tag.join(pieces), "type": typ, "output_shape": [*shape], "params": params}
+                    for i, (pieces, typ, shape, params) in enumerate(found, len(out) + 1)]
         return out
 
     @functools.cached_property
     def rows(self) -> tuple[StructureRow, ...]:
-        """The rows as records, made once (each set up directly, its fields written into its instance dict in
-        field order: what the frozen dataclass __init__ does through object.__setattr__, at a third of the cost)."""
+        """The rows as records, made once from records() (each set up directly, its fields written into its
+        instance dict: what the frozen dataclass __init__ does through object.__setattr__, at a third of the cost)."""
         new = object.__new__
         rows = []
-        index = 0
-        for tag, cells in self._cells():
-            for pieces, typ, shape, params in cells:
-                index += 1
-                row = new(StructureRow)
-                row.__dict__.update(index=index, name=tag.join(pieces), type=typ, output_shape=shape, params=params)
-                rows.append(row)
+        for fields in self.records():
+            row = new(StructureRow)
+            row.__dict__.update(fields, output_shape=tuple(fields["output_shape"]))
+            rows.append(row)
         return tuple(rows)
 
     def __len__(self) -> int:
