@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
-from itertools import chain
 from typing import TYPE_CHECKING, NamedTuple
 
 # Parameters per width of each norm kind (torch.nn.LayerNorm: weight + bias; RMSNorm: weight).
@@ -101,22 +100,36 @@ class Block:
     source: Block | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        """The sums, column by column over the parts (one C-level pass per field), written into the instance dict
-        as numbered() does (frozen: set once, here)."""
-        parts = self.parts
-        (_, _, params, _, active, matmul, active_mm, linears, act, act32, act_frozen, norm_w, transient, kv, window,
-         state, attn_flops, _, _) = zip(*parts, strict=True) if parts else ((),) * len(Part._fields)
-        flat = tuple(chain.from_iterable(linears))
-        rms, stats, read, fed = norm_sums(parts)
-        self.__dict__.update(
-            params=sum(params), active=sum(p if a < 0 else a for p, a in zip(params, active, strict=True)),
-            matmul=sum(matmul), active_matmul=sum(m if a < 0 else a for m, a in zip(matmul, active_mm, strict=True)),
-            norm_width=sum(norm_w), act=sum(act), act32=sum(act32),
-            act_frozen=sum(x if f < 0 else f for x, f in zip(act, act_frozen, strict=True)), rms_width=rms,
-            norm_stats_bytes=stats, norm_read=read, norm_fed=fed, transient=max((0, *transient)), state=sum(state),
-            linears=flat, lora_in=sum([i for i, _ in flat]), lora_io=sum([i + o for i, o in flat]),
-            kv=tuple([(w, k) for w, k in zip(window, kv, strict=True) if k]),
-            attn=tuple([(w, f) for w, f in zip(window, attn_flops, strict=True) if f]), source=None)
+        params = active = matmul = active_mm = norm_w = act = act32 = transient = state = 0
+        act_frozen = rms = stats = read = fed = 0
+        linears: list[tuple[int, int]] = []
+        kv: list[tuple[int, int]] = []
+        attn: list[tuple[int, int]] = []
+        for p in self.parts:
+            params += p.params
+            active += p.params if p.active < 0 else p.active
+            matmul += p.matmul
+            active_mm += p.matmul if p.active_matmul < 0 else p.active_matmul
+            norm_w += p.norm_width
+            act += p.act
+            act32 += p.act32
+            act_frozen += p.frozen_act
+            state += p.state
+            if p.transient > transient:
+                transient = p.transient
+            if p.linears:
+                linears += p.linears
+            if p.kv:
+                kv.append((p.window, p.kv))
+            if p.attn_flops:
+                attn.append((p.window, p.attn_flops))
+        rms, stats, read, fed = norm_sums(self.parts)
+        values = {"act_frozen": act_frozen, "rms_width": rms, "norm_stats_bytes": stats, "norm_read": read,
+                  "norm_fed": fed, "params": params, "active": active, "matmul": matmul, "active_matmul": active_mm,
+                  "norm_width": norm_w, "act": act, "act32": act32, "transient": transient, "state": state,
+                  "linears": tuple(linears), "lora_in": sum(i for i, _ in linears),
+                  "lora_io": sum(i + o for i, o in linears), "kv": tuple(kv), "attn": tuple(attn), "source": None}
+        self.__dict__.update(values)  # frozen: fields set once, here (as object.__setattr__ would, field by field)
 
     def numbered(self, index: int) -> Block:
         """This layer as layer `index`, sums kept (a stack of identical layers is built once: families/decoder.py).
