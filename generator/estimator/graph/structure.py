@@ -54,10 +54,11 @@ class StructureTable(Sequence[StructureRow]):
 
     def records(self) -> list[dict[str, Any]]:
         """The rows as the JSON twin writes them (StructureRow's fields in order, the shape a list), new dicts on
-        every call (the caller may change them). A numbered() copy's cells (name split at "#", type, shape,
-        parameters) are read off its source once for every copy; only the names are joined per copy."""
+        every call (the caller may change them). A numbered() copy's rows are copies of its source's, made once
+        for every copy (type and parameters set, the name split at "#"): per row only the index, the name joined
+        with the copy's number and the shape's list are set (a dict copy costs less than a new dict)."""
         shapes = _Shapes(self.tokens, self.spec.hidden)
-        cells: dict[int, list[tuple[list[str], str, tuple[int, ...], int]]] = {}
+        cells: dict[int, list[tuple[dict[str, Any], list[str], tuple[int, ...]]]] = {}
         out: list[dict[str, Any]] = []
         for tag, source, parts in self._runs():
             if source is None:
@@ -66,9 +67,13 @@ class StructureTable(Sequence[StructureRow]):
                 continue
             found = cells.get(id(source))
             if found is None:
-                found = cells[id(source)] = [(p.name.split("#"), p.type, shapes[p.width], p.params) for p in parts]
-            out += [{"index": i, "name": tag.join(pieces), "type": typ, "output_shape": [*shape], "params": params}
-                    for i, (pieces, typ, shape, params) in enumerate(found, len(out) + 1)]
+                found = cells[id(source)] = [
+                    ({"index": 0, "name": "", "type": p.type, "output_shape": None, "params": p.params},
+                     p.name.split("#"), shapes[p.width]) for p in parts]
+            for i, (row, pieces, shape) in enumerate(found, len(out) + 1):
+                row = row.copy()
+                row["index"], row["name"], row["output_shape"] = i, tag.join(pieces), [*shape]
+                out.append(row)
         return out
 
     @functools.cached_property
