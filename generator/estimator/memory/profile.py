@@ -178,9 +178,14 @@ def _ends(g: Graph) -> tuple[list[Part], list[Part]]:
     return list(g.spec.embed), list(g.spec.head)
 
 
-def train_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, method: str, rank: int) -> Profile:
-    """The site's jobs: full AMP AdamW (foreach) and LoRA on every Linear of a bf16 base, AMP, AdamW."""
+def train_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, method: str, rank: int,
+                  memo: dict | None = None) -> Profile:
+    """The site's jobs: full AMP AdamW (foreach) and LoRA on every Linear of a bf16 base, AMP, AdamW. Every layer
+    term is worked out once per distinct layer (Spec.distinct_layers), then laid out per layer (layer_values);
+    `memo`: the estimate's table of them, shared with its jobs (memoised)."""
     spec = g.spec
+    distinct = spec.distinct_layers
+    counts = [n for _, n in distinct]
     embed, head = _ends(g)
     r = regime(method, "amp")
     adam = s.master_weight_bytes + s.optimizer_state_bytes
@@ -194,67 +199,95 @@ def train_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, method: str, r
             return (adam + s.grad_bytes + temp) * params
 
         ends = [sum(p.params for p in part) for part in (embed, head)]
-        layer_static = tuple(per_distinct_layer(spec, lambda b: static(b.params, b.matmul)))
-        embed_static, head_static = (static(n, sum(p.matmul for p in part)) for n, part in zip(ends, (embed, head), strict=True))
         step = s.foreach_temp_bytes
-        layer_step = tuple(per_distinct_layer(spec, lambda b: late(b.params, step)))
-        layer_eob = tuple(per_distinct_layer(spec, lambda b: late(b.params, 0)))
+        layer_static = [static(b.params, b.matmul) for b, _ in distinct]
+        embed_static, head_static = (static(n, sum(p.matmul for p in part)) for n, part in zip(ends, (embed, head), strict=True))
+        layer_step = [late(b.params, step) for b, _ in distinct]
+        layer_eob: list[int] = [late(b.params, 0) for b, _ in distinct]
         embed_step, head_step = late(ends[0], step), late(ends[1], step)
         embed_eob, head_eob = late(ends[0], 0), late(ends[1], 0)
         # F6: a tied weight's two gradients (embedding, LM head) and their sum are live together.
         tied = 2 * s.grad_bytes * spec.vocab * (a.embed_dim or a.hidden) if spec.tied else 0
         embed_act = s.master_weight_bytes * spec.hidden
+        roles = None
     else:
         adapter_rate = adam + s.autocast_copy_bytes  # fp32 adapter, AdamW state, its bf16 autocast copy
         roles = all_linear_roles(a)  # + adapted expert tensors' effective weights, kept per layer (job.py)
-        adapters = per_distinct_layer(spec, lambda b: block_lora_params(b, rank, roles))
-        experts = per_distinct_layer(spec, lambda b: expert_weight_bytes(b, roles, r))
-        layer_static = tuple(s.base_weight_bytes * b.params + adapter_rate * n + e
-                             for b, n, e in zip(spec.blocks, adapters, experts, strict=True))
+        adapters = adapter_params(spec, rank, roles, memo)
+        experts = memoised(memo, ("experts", r, roles),
+                           lambda: distinct_values(spec, lambda b: expert_weight_bytes(b, roles, r)))
+        layer_static = [s.base_weight_bytes * b.params + adapter_rate * n + e
+                        for (b, _), n, e in zip(distinct, adapters, experts, strict=True)]
         embed_static = s.base_weight_bytes * sum(p.params for p in embed)
         head_static = s.base_weight_bytes * sum(p.params for p in head)
         # the adapters' AdamW step: weights + adapters (4 + 4 + 8 + 4 foreach) B each
         late_rate = adam + s.grad_bytes + s.foreach_temp_bytes
-        layer_step = tuple(s.base_weight_bytes * b.params + late_rate * n for b, n in zip(spec.blocks, adapters, strict=True))
-        layer_eob = ()
+        layer_step = [s.base_weight_bytes * b.params + late_rate * n for (b, _), n in zip(distinct, adapters, strict=True)]
+        layer_eob = []
         embed_step, head_step, embed_eob, head_eob, tied = embed_static, head_static, 0, 0, 0
         embed_act = -frozen_embedding_bytes(a, g, r)  # a frozen embedding saves nothing (F4), nor the norm reading it
-        grads = per_distinct_layer(spec, lambda b: expert_grad_transient(b, roles, r))
-        grad_fixed, grad_token = max(grads[::-1], key=lambda t: t[0] + tokens * t[1], default=(0, 0))
+        grads = memoised(memo, ("grad", r, roles),
+                         lambda: distinct_values(spec, lambda b: expert_grad_transient(b, roles, r)))
+        grad_fixed, grad_token = 0, 0
+        if any(t != (0, 0) for t in grads):  # the last layer of the largest transient (its latest on a tie)
+            grad_fixed, grad_token = max(layer_values(spec, grads, memo)[::-1], key=lambda t: t[0] + tokens * t[1])
     embed_act += embed_dropout_bytes(a, g, r)  # the embedding dropout's mask (activations.DROPOUTS)
-    rates = _layer_rates(a, spec, r, rank if method != "full" else 0)
+    rates = memoised(memo, ("act", r, rank if method != "full" else 0, roles),
+                     lambda: distinct_values(spec, lambda b: block_activation_bytes(a, b, r, rank if method != "full"
+                                                                                    else 0, roles)))
     # the fused qkv output kept by q's view (gpt2): the training forward's cache is on without checkpointing
-    rates = [rate + view for rate, view in zip(rates, per_distinct_layer(spec, lambda b: fused_view_bytes(a, b, r)),
-                                                strict=True)]
+    views = memoised(memo, ("views", r), lambda: distinct_values(spec, lambda b: fused_view_bytes(a, b, r)))
+    rates = [rate + view for rate, view in zip(rates, views, strict=True)]
     squares = [0] * len(rates)
     windows: list[tuple[tuple[int, int, int], ...]] = [()] * len(rates)
     if default_attention(a)[0] == "eager":  # no SDPA in the model's class: eager keeps its scores
-        terms = per_distinct_layer(spec, lambda b: eager_layer_terms(a, b, r.compute_bytes, r.trained, r))
+        terms = distinct_values(spec, lambda b: eager_layer_terms(a, b, r.compute_bytes, r.trained, r))
         rates = [rate + linear for rate, (linear, _) in zip(rates, terms, strict=True)]
         squares = [sq for _, sq in terms]
     else:  # SDPA handed a mask (a window at tokens >= its width) keeps it and GQA's repeated k/v (F11)
-        windows = per_distinct_layer(spec, lambda b: masked_sdpa_windows(a, b, r))
+        windows = distinct_values(spec, lambda b: masked_sdpa_windows(a, b, r))
     # every layer runs at the job's tokens (an encoder-decoder's encoder and decoder alike)
     n = tokens
-    layer_act = tuple(n * rate + n * n * sq + sum(n * m + n * n * msq for w, m, msq in ws if n >= w)
-                      for rate, sq, ws in zip(rates, squares, windows, strict=True))
+    layer_act = [n * rate + n * n * sq + sum(n * m + n * n * msq for w, m, msq in ws if n >= w)
+                 for rate, sq, ws in zip(rates, squares, windows, strict=True)]
     masked: dict[int, tuple[int, int]] = {}
-    for ws in windows:
+    for ws, count in zip(windows, counts, strict=True):
         for w, m, msq in ws:
             m0, sq0 = masked.get(w, (0, 0))
-            masked[w] = (m0 + m, sq0 + msq)
+            masked[w] = (m0 + count * m, sq0 + count * msq)
     head_rate = head_activation_bytes(a, g, r, s)
     vision = s.compute_bytes * spec.vision_act * (1 if spec.image_tokens else 0)
-    grad = (grad_fixed, tokens * grad_token, embed_act + sum(rates) + grad_token) if method != "full" else (0, 0, 0)
-    return Profile(method, embed_static, layer_static, head_static, tokens * embed_act + vision, layer_act,
-                   tokens * head_rate, len(spec.blocks), layer_step, embed_step, head_step, layer_eob, embed_eob,
-                   head_eob, tied, embed_act + sum(rates) + head_rate, vision, sum(squares),
+    rates_sum = sum(k * rate for k, rate in zip(counts, rates, strict=True))
+    grad = (grad_fixed, tokens * grad_token, embed_act + rates_sum + grad_token) if method != "full" else (0, 0, 0)
+    return Profile(method, embed_static, layer_values(spec, layer_static, memo), head_static,
+                   tokens * embed_act + vision, layer_values(spec, layer_act, memo), tokens * head_rate,
+                   len(spec.blocks), layer_values(spec, layer_step, memo), embed_step, head_step,
+                   layer_values(spec, layer_eob, memo) if layer_eob else (), embed_eob, head_eob, tied,
+                   embed_act + rates_sum + head_rate, vision, sum(k * sq for k, sq in zip(counts, squares, strict=True)),
                    tuple((w, m, msq) for w, (m, msq) in sorted(masked.items())), *grad)
 
 
-def _layer_rates(a: Arch, spec: Spec, r, rank: int) -> list[int]:
-    """block_activation_bytes of every layer (per_distinct_layer)."""
-    return per_distinct_layer(spec, lambda b: block_activation_bytes(a, b, r, rank))
+def adapter_params(spec: Spec, rank: int, roles: frozenset[str] | None, memo: dict | None = None) -> list[int]:
+    """LoRA parameters of each distinct layer (lora.block_lora_params; roles None: every Linear), once per
+    estimate with `memo`: summed times their counts they are lora.lora_params."""
+    return memoised(memo, ("adapters", rank, roles),
+                    lambda: distinct_values(spec, lambda b: block_lora_params(b, rank, roles)))
+
+
+def all_linear_params(a: Arch, g: Graph, rank: int, memo: dict | None = None) -> int:
+    """lora.lora_params of all-linear adapters (the site's LoRA), from the estimate's table (adapter_params)."""
+    spec = g.spec
+    return sum(n * v for (_, n), v in zip(spec.distinct_layers, adapter_params(spec, rank, all_linear_roles(a), memo),
+                                          strict=True))
+
+
+def layer_values(spec: Spec, values: list[T], memo: dict | None = None) -> tuple[T, ...]:
+    """Per-distinct-layer values (distinct_values' order) laid out per layer of the stack (Spec.layer_groups)."""
+    def make() -> list[int]:
+        groups = spec.layer_groups
+        position = {k: i for i, k in enumerate(dict.fromkeys(groups))}
+        return [position[k] for k in groups]
+    return tuple(map(values.__getitem__, memoised(memo, ("layer_index",), make)))
 
 
 def per_distinct_layer(spec: Spec, bytes_of: Callable[[Block], T]) -> list[T]:
@@ -263,6 +296,23 @@ def per_distinct_layer(spec: Spec, bytes_of: Callable[[Block], T]) -> list[T]:
     blocks, groups = spec.blocks, spec.layer_groups
     values: dict[int, T] = {k: bytes_of(blocks[k]) for k in dict.fromkeys(groups)}  # by first layer, in order
     return list(map(values.__getitem__, groups))
+
+
+def distinct_values(spec: Spec, bytes_of: Callable[[Block], T]) -> list[T]:
+    """bytes_of(b) of each distinct layer (Spec.distinct_layers, in its order): a sum over the layers of a term
+    that reads no part name is the sum of these times the layers each stands for."""
+    return [bytes_of(b) for b, _ in spec.distinct_layers]
+
+
+def memoised(memo: dict | None, key: tuple, make: Callable[[], T]) -> T:
+    """make() once per estimate under `key` in `memo` (one estimate()'s table of the per-layer terms its jobs and
+    profiles share: the keys name everything the terms read besides the model); memo None: every time."""
+    if memo is None:
+        return make()
+    got = memo.get(key)
+    if got is None:
+        got = memo[key] = make()
+    return got
 
 
 def encoder_tokens(spec: Spec, tokens: int) -> int:
