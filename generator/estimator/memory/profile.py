@@ -94,24 +94,31 @@ class Profile:
     step_prefix: tuple[int, ...] = field(init=False, repr=False, compare=False)
     eob_prefix: tuple[int, ...] = field(init=False, repr=False, compare=False)
     total_static: int = field(init=False, repr=False, compare=False)
+    # _parts of the whole model (every layer and both ends): what total, total_at, max_batch and peak_phase read
+    whole: tuple[int, int, int] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         def prefix(values: tuple[int, ...]) -> tuple[int, ...]:
             return tuple(accumulate(values, initial=0))
-        object.__setattr__(self, "static_prefix", prefix(self.layer_static))
-        object.__setattr__(self, "act_prefix", prefix(self.layer_per_sample))
-        object.__setattr__(self, "step_prefix", prefix(self.layer_step or (0,) * self.layers))
-        object.__setattr__(self, "eob_prefix", prefix(self.layer_eob or (0,) * self.layers))
-        object.__setattr__(self, "total_static", self.embed_static + self.static_prefix[-1] + self.head_static)
+        fields_ = self.__dict__  # frozen: the derived fields are set once, here (object.__setattr__'s effect)
+        fields_["static_prefix"] = prefix(self.layer_static)
+        fields_["act_prefix"] = prefix(self.layer_per_sample)
+        fields_["step_prefix"] = prefix(self.layer_step) if self.layer_step else (0,) * (self.layers + 1)
+        fields_["eob_prefix"] = prefix(self.layer_eob) if self.layer_eob else (0,) * (self.layers + 1)
+        fields_["total_static"] = self.embed_static + self.static_prefix[-1] + self.head_static
+        fields_["whole"] = self._parts(0, self.layers, True, True)
 
     def total(self, batch: int) -> int:
-        return self.stage(batch, 0, self.layers, True, True)
+        static, act, fixed = self.whole
+        if self.grad_fixed:
+            return max(static + batch * act, fixed, self._grad_branch(batch, static, act, True))
+        return max(static + batch * act, fixed)
 
     def total_at(self, tokens: int, batch: int = 1) -> int:
         """total(batch) of the same training profile built at `tokens` per sample (train_profile's
         per-sample bytes are linear in tokens: the test suite holds the two equal on every snapshot model)."""
         assert self.method != "serve", "serving caches are capped at windows: not linear in tokens"
-        static, _, fixed = self._parts(0, self.layers, True, True)
+        static, _, fixed = self.whole
         square = tokens * tokens * self.per_token_sq + self.per_sample_fixed \
             + sum(tokens * n + tokens * tokens * sq for window, n, sq in self.masked if tokens >= window)
         grad = static + self.grad_fixed + batch * (tokens * self.grad_rate + square) if self.grad_fixed else 0
@@ -149,7 +156,8 @@ class Profile:
         """Largest b with stage(b) <= budget, 0 when batch 1 does not fit: the stage is max(static + b x act,
         a batch-free branch), so b = (budget - static) // act: what max_batch() finds."""
         last = self.layers if last < 0 else last
-        static, act, fixed = self._parts(first, last, with_embed, with_head)
+        static, act, fixed = self.whole if first == 0 and last == self.layers and with_embed and with_head else \
+            self._parts(first, last, with_embed, with_head)
         if max(static + act, fixed) > budget:  # stage(1)
             return 0
         if self.grad_fixed:  # the adapted expert tensor's gradient branch (stage's third term)
@@ -164,7 +172,7 @@ class Profile:
         serving: the decode with its full KV cache."""
         if self.method == "serve":
             return "decode (full KV cache)"
-        static, act, _ = self._parts(0, self.layers, True, True)
+        static, act, _ = self.whole
         step = self.step_prefix[-1] + self.embed_step + self.head_step
         eob = self.eob_prefix[-1] + self.embed_eob + self.head_eob + self.tied_eob
         if max(step, eob) > static + batch * act:
