@@ -123,7 +123,7 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
     profiles: dict[str, Profile] = {
         "train_full": train_profile(arch, graph, s, train_tokens, "full", s.lora_rank, memo),
         "train_lora": train_profile(arch, graph, s, train_tokens, "lora", s.lora_rank, memo),
-        "serve": serve_profile(arch, graph, s, serve_tokens),
+        "serve": serve_profile(arch, graph, s, serve_tokens, memo),
     }
     adapters = all_linear_params(arch, graph, s.lora_rank, memo)
     cuts: dict[str, tuple[int, int, int]] = {}  # the best two-card cut per method (the same on every card)

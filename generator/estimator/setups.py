@@ -100,7 +100,7 @@ def serving_job(serve: Profile, weight_bytes: int, shape: Shape, c: int, sequenc
     """The site's serving figure (profile.serve_profile) as one decode phase of `sequences`: the weights, one
     prefill chunk's working set, and per sequence its caches and next-token logits."""
     fixed = serve.total_static - weight_bytes  # the prefill chunk's working set
-    caches = serve.embed_per_sample + serve.act_prefix[-1]
+    caches = serve.embed_per_sample + sum(serve.layer_per_sample)
     phase = Phase("decode (full KV cache)", weights=weight_bytes, activations=max(0, fixed),
                   kv_cache=sequences * caches, logits=sequences * serve.head_per_sample)
     return _single("serve", (phase,), (), 0, c, c, shape)

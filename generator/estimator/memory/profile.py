@@ -23,6 +23,7 @@ each peak was read off CPU-simulated real steps, data/measurements/FINDINGS.md F
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import accumulate
@@ -89,24 +90,34 @@ class Profile:
     grad_fixed: int = 0
     grad_per_sample: int = 0
     grad_rate: int = 0
-    static_prefix: tuple[int, ...] = field(init=False, repr=False, compare=False)
-    act_prefix: tuple[int, ...] = field(init=False, repr=False, compare=False)
-    step_prefix: tuple[int, ...] = field(init=False, repr=False, compare=False)
-    eob_prefix: tuple[int, ...] = field(init=False, repr=False, compare=False)
     total_static: int = field(init=False, repr=False, compare=False)
     # _parts of the whole model (every layer and both ends): what total, total_at, max_batch and peak_phase read
     whole: tuple[int, int, int] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        def prefix(values: tuple[int, ...]) -> tuple[int, ...]:
-            return tuple(accumulate(values, initial=0))
         fields_ = self.__dict__  # frozen: the derived fields are set once, here (object.__setattr__'s effect)
-        fields_["static_prefix"] = prefix(self.layer_static)
-        fields_["act_prefix"] = prefix(self.layer_per_sample)
-        fields_["step_prefix"] = prefix(self.layer_step) if self.layer_step else (0,) * (self.layers + 1)
-        fields_["eob_prefix"] = prefix(self.layer_eob) if self.layer_eob else (0,) * (self.layers + 1)
-        fields_["total_static"] = self.embed_static + self.static_prefix[-1] + self.head_static
-        fields_["whole"] = self._parts(0, self.layers, True, True)
+        static = fields_["total_static"] = self.embed_static + sum(self.layer_static) + self.head_static
+        act = self.embed_per_sample + sum(self.layer_per_sample) + self.head_per_sample
+        step = sum(self.layer_step) + self.embed_step + self.head_step
+        eob = sum(self.layer_eob) + self.embed_eob + self.head_eob + self.tied_eob
+        fields_["whole"] = (static, act, max(step, eob))
+
+    # Running sums over the layers, for slices of the stack (_parts): only a split over cards asks for them.
+    @functools.cached_property
+    def static_prefix(self) -> tuple[int, ...]:
+        return tuple(accumulate(self.layer_static, initial=0))
+
+    @functools.cached_property
+    def act_prefix(self) -> tuple[int, ...]:
+        return tuple(accumulate(self.layer_per_sample, initial=0))
+
+    @functools.cached_property
+    def step_prefix(self) -> tuple[int, ...]:
+        return tuple(accumulate(self.layer_step, initial=0)) if self.layer_step else (0,) * (self.layers + 1)
+
+    @functools.cached_property
+    def eob_prefix(self) -> tuple[int, ...]:
+        return tuple(accumulate(self.layer_eob, initial=0)) if self.layer_eob else (0,) * (self.layers + 1)
 
     def total(self, batch: int) -> int:
         static, act, fixed = self.whole
@@ -119,13 +130,14 @@ class Profile:
         per-sample bytes are linear in tokens: the test suite holds the two equal on every snapshot model)."""
         assert self.method != "serve", "serving caches are capped at windows: not linear in tokens"
         static, _, fixed = self.whole
-        square = tokens * tokens * self.per_token_sq + self.per_sample_fixed \
-            + sum(tokens * n + tokens * tokens * sq for window, n, sq in self.masked if tokens >= window)
+        square = tokens * tokens * self.per_token_sq + self.per_sample_fixed
+        if self.masked:
+            square += sum(tokens * n + tokens * tokens * sq for window, n, sq in self.masked if tokens >= window)
         grad = static + self.grad_fixed + batch * (tokens * self.grad_rate + square) if self.grad_fixed else 0
         return max(static + batch * (tokens * self.per_token + square), fixed, grad)
 
     def per_sample(self) -> int:
-        return self.embed_per_sample + self.act_prefix[-1] + self.head_per_sample
+        return self.whole[1]
 
     def _parts(self, first: int, last: int, with_embed: bool, with_head: bool) -> tuple[int, int, int]:
         """(static, per sample, batch-free peak) of a contiguous slice of layers [first, last) and its ends."""
@@ -173,8 +185,8 @@ class Profile:
         if self.method == "serve":
             return "decode (full KV cache)"
         static, act, _ = self.whole
-        step = self.step_prefix[-1] + self.embed_step + self.head_step
-        eob = self.eob_prefix[-1] + self.embed_eob + self.head_eob + self.tied_eob
+        step = sum(self.layer_step) + self.embed_step + self.head_step
+        eob = sum(self.layer_eob) + self.embed_eob + self.head_eob + self.tied_eob
         if max(step, eob) > static + batch * act:
             return "optimizer step" if step >= eob else "end of backward (tied-embedding gradients)"
         if self.grad_fixed and self._grad_branch(batch, static, act, True) > static + batch * act:
@@ -298,12 +310,10 @@ def layer_values(spec: Spec, values: list[T], memo: dict | None = None) -> tuple
     return tuple(map(values.__getitem__, memoised(memo, ("layer_index",), make)))
 
 
-def per_distinct_layer(spec: Spec, bytes_of: Callable[[Block], T]) -> list[T]:
+def per_distinct_layer(spec: Spec, bytes_of: Callable[[Block], T]) -> tuple[T, ...]:
     """bytes_of(b) for every layer of the stack, computed once per distinct layer (Spec.layer_groups): the layers
     of a stack repeat a few shapes, and only their part names differ."""
-    blocks, groups = spec.blocks, spec.layer_groups
-    values: dict[int, T] = {k: bytes_of(blocks[k]) for k in dict.fromkeys(groups)}  # by first layer, in order
-    return list(map(values.__getitem__, groups))
+    return layer_values(spec, distinct_values(spec, bytes_of))
 
 
 def distinct_values(spec: Spec, bytes_of: Callable[[Block], T]) -> list[T]:
@@ -340,8 +350,9 @@ def kv_bytes_of_block(b: Block | CacheTerms, s: Assumptions, tokens: int, encode
     return out
 
 
-def serve_profile(a: Arch, g: Graph, s: Assumptions, tokens: int) -> Profile:
-    """Weights + one prefill chunk's working set (fixed) + per sequence its caches and logits."""
+def serve_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, memo: dict | None = None) -> Profile:
+    """Weights + one prefill chunk's working set (fixed) + per sequence its caches and logits; each distinct layer
+    worked out once (`memo`: the estimate's table, layer_values)."""
     spec = g.spec
     c = s.compute_bytes
     embed, head = _ends(g)
@@ -353,14 +364,16 @@ def serve_profile(a: Arch, g: Graph, s: Assumptions, tokens: int) -> Profile:
     if spec.kind == "encoder":
         # A batch of sequences at the context, no cache: each sequence holds its own working set
         # and its output (the head's logits per token, fp32).
-        return Profile("serve", weights(embed), tuple(per_distinct_layer(spec, block_weights)), weights(head),
+        return Profile("serve", weights(embed), layer_values(spec, distinct_values(spec, block_weights), memo),
+                       weights(head),
                        transient + tokens * 4 * spec.logits, (0,) * len(spec.blocks), 0, len(spec.blocks))
     enc_tokens = encoder_tokens(spec, tokens)
-    per_layer = tuple(per_distinct_layer(spec, lambda b: 0 if b.stack == "encoder" else
-                                         kv_bytes_of_block(b, s, tokens, enc_tokens)))
+    per_layer = layer_values(spec, distinct_values(spec, lambda b: 0 if b.stack == "encoder" else
+                                                   kv_bytes_of_block(b, s, tokens, enc_tokens)), memo)
     # An encoder-decoder keeps the encoder's output (tokens x hidden) per sequence for cross-attention.
     enc_out = enc_tokens * c * spec.hidden
-    return Profile("serve", weights(embed) + transient, tuple(per_distinct_layer(spec, block_weights)), weights(head),
+    return Profile("serve", weights(embed) + transient, layer_values(spec, distinct_values(spec, block_weights), memo),
+                   weights(head),
                    enc_out, per_layer, s.decode_logits_bytes * spec.vocab, len(spec.blocks))
 
 
@@ -370,7 +383,7 @@ def _serve_transient(g: Graph, s: Assumptions, tokens: int, width: int | None = 
     spec = g.spec
     c = s.compute_bytes
     if width is None:
-        width = max((b.transient for b in spec.blocks), default=0)
+        width = max((b.transient for b, _ in spec.distinct_layers), default=0)
     return tokens * c * (width + 2 * spec.hidden) + c * spec.vision_transient
 
 
@@ -394,12 +407,12 @@ def cache_block(g: Graph) -> CacheTerms:
     spec = g.spec
     kv: dict[int, int] = {}
     state, transient = 0, 0
-    for b in spec.blocks:
+    for b, copies in spec.distinct_layers:  # each distinct layer once, times the layers it stands for
         transient = max(transient, b.transient)
         if b.stack != "encoder":
-            state += b.state
+            state += copies * b.state
             for window, n in b.kv:
-                kv[window] = kv.get(window, 0) + n
+                kv[window] = kv.get(window, 0) + copies * n
     return CacheTerms(state, tuple(kv.items()), transient)
 
 
