@@ -22,12 +22,9 @@ from ..graph.nodes import Graph
 from ..inputs import Assumptions
 from .activations import (
     block_activation_bytes,
-    embed_dropout_bytes,
     expert_grad_transient,
     expert_weight_bytes,
-    frozen_embedding_bytes,
     fused_view_bytes,
-    head_activation_bytes,
     kept_cache_bytes,
     masked_sdpa_terms,
     mlp_transient,
@@ -36,7 +33,7 @@ from .activations import (
 from .attention import default_attention, eager_layer_terms, eager_scores_bytes
 from .lora import all_linear_roles, distinct_inputs, target_roles
 from .parallel import Phase
-from .profile import adapter_params, distinct_values, encoder_tokens, kv_bytes_of_block, memoised
+from .profile import adapter_params, distinct_values, encoder_tokens, end_terms, kv_bytes_of_block, memoised
 from .recipes import RECIPES, loss_terms
 from .storage import QUANTS, dequant_transient_bytes, layer_mats, quantised_params, saves_matmul_input, weight_bytes
 
@@ -303,11 +300,12 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
     fixed_sum = sum(n * f for (_, n), f in zip(distinct, fixed, strict=True))
     embed = (r.residual_bytes * spec.hidden if r.trained else 0) * T + c * spec.vision_act * (1 if spec.image_tokens
                                                                                              else 0)
-    embed += T * embed_dropout_bytes(a, g, r)
+    dropout, frozen, head_rate = end_terms(a, g, s, r, memo)
+    embed += T * dropout
     # a frozen embedding's output needs no gradient: layer 0's norm and the dropout after it keep nothing, unless
     # enable_input_require_grads runs (checkpointing, prepare_model_for_kbit_training)
-    frozen_embed = 0 if job.upcast_fp32 else T * frozen_embedding_bytes(a, g, r)
-    head = T * head_activation_bytes(a, g, r, s)
+    frozen_embed = 0 if job.upcast_fp32 else T * frozen
+    head = T * head_rate
     logits = T * s.logits_bytes * spec.logits
     head, logits, chunk = loss_terms(a, g, job.loss, job.batch, job.tokens, c, head, logits)
     # overhead by how it shares out over GPUs (parallel.Phase): autocast's copies of the weights; what every

@@ -34,6 +34,7 @@ from ..graph.nodes import Graph
 from ..graph.parts import Block, Part, Spec
 from ..inputs import Assumptions, Card
 from .activations import (
+    Regime,
     block_activation_bytes,
     embed_dropout_bytes,
     expert_grad_transient,
@@ -245,13 +246,14 @@ def train_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, method: str, r
         layer_step = [s.base_weight_bytes * b.params + late_rate * n for (b, _), n in zip(distinct, adapters, strict=True)]
         layer_eob = []
         embed_step, head_step, embed_eob, head_eob, tied = embed_static, head_static, 0, 0, 0
-        embed_act = -frozen_embedding_bytes(a, g, r)  # a frozen embedding saves nothing (F4), nor the norm reading it
+        embed_act = -end_terms(a, g, s, r, memo)[1]  # a frozen embedding saves nothing (F4), nor the norm reading it
         grads = memoised(memo, ("grad", r, roles),
                          lambda: distinct_values(spec, lambda b: expert_grad_transient(b, roles, r)))
         grad_fixed, grad_token = 0, 0
         if any(t != (0, 0) for t in grads):  # the last layer of the largest transient (its latest on a tie)
             grad_fixed, grad_token = max(layer_values(spec, grads, memo)[::-1], key=lambda t: t[0] + tokens * t[1])
-    embed_act += embed_dropout_bytes(a, g, r)  # the embedding dropout's mask (activations.DROPOUTS)
+    dropout, _, head_rate = end_terms(a, g, s, r, memo)
+    embed_act += dropout  # the embedding dropout's mask (activations.DROPOUTS)
     rates = memoised(memo, ("act", r, rank if method != "full" else 0, roles),
                      lambda: distinct_values(spec, lambda b: block_activation_bytes(a, b, r, rank if method != "full"
                                                                                     else 0, roles)))
@@ -275,7 +277,6 @@ def train_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, method: str, r
         for w, m, msq in ws:
             m0, sq0 = masked.get(w, (0, 0))
             masked[w] = (m0 + count * m, sq0 + count * msq)
-    head_rate = head_activation_bytes(a, g, r, s)
     vision = s.compute_bytes * spec.vision_act * (1 if spec.image_tokens else 0)
     rates_sum = sum(k * rate for k, rate in zip(counts, rates, strict=True))
     grad = (grad_fixed, tokens * grad_token, embed_act + rates_sum + grad_token) if method != "full" else (0, 0, 0)
@@ -285,6 +286,13 @@ def train_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, method: str, r
                    layer_values(spec, layer_eob, memo) if layer_eob else (), embed_eob, head_eob, tied,
                    embed_act + rates_sum + head_rate, vision, sum(k * sq for k, sq in zip(counts, squares, strict=True)),
                    tuple((w, m, msq) for w, (m, msq) in sorted(masked.items())), *grad)
+
+
+def end_terms(a: Arch, g: Graph, s: Assumptions, r: Regime, memo: dict | None = None) -> tuple[int, int, int]:
+    """Per token under `r`: the embedding dropout's mask (embed_dropout_bytes), what a frozen embedding does not
+    keep (frozen_embedding_bytes) and the head's activations (head_activation_bytes), once per estimate."""
+    return memoised(memo, ("ends", r), lambda: (embed_dropout_bytes(a, g, r), frozen_embedding_bytes(a, g, r),
+                                                head_activation_bytes(a, g, r, s)))
 
 
 def adapter_params(spec: Spec, rank: int, roles: frozenset[str] | None, memo: dict | None = None) -> list[int]:
