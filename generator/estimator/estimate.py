@@ -24,10 +24,10 @@ from .inputs import Assumptions, Card, Gpu
 from .memory.attention import default_attention
 from .memory.curve import memory_curve
 from .memory.job import Job, metric_memory, resolve
+from .memory.layer_terms import all_linear_params
 from .memory.parallel import Setup, per_gpu
 from .memory.profile import (
     Profile,
-    all_linear_params,
     budget_bytes,
     kv_bytes_per_sequence,
     kv_bytes_per_token,

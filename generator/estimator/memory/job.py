@@ -26,14 +26,14 @@ from .activations import (
     expert_weight_bytes,
     fused_view_bytes,
     kept_cache_bytes,
-    masked_sdpa_terms,
     mlp_transient,
     regime,
 )
-from .attention import default_attention, eager_layer_terms, eager_scores_bytes
-from .lora import all_linear_roles, distinct_inputs, target_roles
+from .attention import default_attention, eager_scores_bytes
+from .layer_terms import adapter_params, distinct_values, end_terms, layer_bytes, memoised
+from .lora import all_linear_roles, target_roles
 from .parallel import Phase
-from .profile import adapter_params, distinct_values, encoder_tokens, end_terms, kv_bytes_of_block, memoised
+from .profile import encoder_tokens, kv_bytes_of_block
 from .recipes import RECIPES, loss_terms
 from .storage import QUANTS, dequant_transient_bytes, layer_mats, quantised_params, saves_matmul_input, weight_bytes
 
@@ -291,7 +291,7 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
     base = memoised(memo, ("act", r, rank, roles),
                     lambda: distinct_values(spec, lambda b: block_activation_bytes(a, b, r, rank, roles)))
     layer = memoised(memo, ("layer", r, rank, roles, job.attention, T, saves, job.upcast_fp32),
-                     lambda: [T * _layer_bytes(a, b, r, job, T, saves, n) for (b, _), n in zip(distinct, base,
+                     lambda: [T * layer_bytes(a, b, r, job.attention, T, saves, job.upcast_fp32, n) for (b, _), n in zip(distinct, base,
                                                                                                strict=True)])
     expert_roles = (all_linear_roles(a) if roles is None else roles) if lora else None
     fixed = memoised(memo, ("experts", r, expert_roles),
@@ -354,27 +354,6 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
                              overhead_step=temp))
         out.append(tuple(phases))
     return out, trainable
-
-
-def _layer_bytes(a: Arch, b, r, job: Job, T: int, saves: bool, base: int) -> int:
-    """Saved bytes per token of one layer for this job: `base` (memory.block_activation_bytes) plus what eager
-    attention and a bitsandbytes base add (`saves`: its matmul saves its input, saves_matmul_input)."""
-    c = r.compute_bytes
-    out = base
-    linear, squared = eager_layer_terms(a, b, c, r.trained, r) if job.attention == "eager" else \
-        masked_sdpa_terms(a, b, T, r)  # eager keeps its scores; SDPA handed a mask keeps it (F11)
-    out += linear + squared * T
-    if saves:
-        # A bitsandbytes matmul that saves its input (saves_matmul_input), where nn.Linear on a frozen weight would
-        # save none: one copy of each distinct input not saved already (q/k/v and gate/up share theirs; o_proj
-        # reads the SDPA output, which SDPA saved).
-        out += c * sum(distinct_inputs(b).values())
-    if job.upcast_fp32 and not r.trained and r.amp:
-        # prepare_model_for_kbit_training leaves fp32 norms and residual: bitsandbytes Linear4bit.forward returns
-        # matmul_4bit(...).to(inp_dtype), fp32, so the MLP's gate, act and up (silu and mul are not autocast ops)
-        # are saved in fp32, not bf16.
-        out += (4 - c) * sum(p.act_frozen for p in b.parts if not p.attn_flops)
-    return out
 
 
 def _inference(a: Arch, g: Graph, s: Assumptions, job: Job) -> list[Phase]:

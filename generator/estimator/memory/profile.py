@@ -24,32 +24,26 @@ each peak was read off CPU-simulated real steps, data/measurements/FINDINGS.md F
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import accumulate
-from typing import NamedTuple, TypeVar
+from typing import NamedTuple
 
 from ..config.arch import Arch
 from ..graph.nodes import Graph
 from ..graph.parts import Block, Part, Spec
 from ..inputs import Assumptions, Card
 from .activations import (
-    Regime,
     block_activation_bytes,
-    embed_dropout_bytes,
     expert_grad_transient,
     expert_weight_bytes,
-    frozen_embedding_bytes,
     fused_view_bytes,
-    head_activation_bytes,
     masked_sdpa_windows,
     regime,
 )
 from .attention import default_attention, eager_layer_terms
-from .lora import all_linear_roles, block_lora_params
+from .layer_terms import adapter_params, distinct_values, end_terms, layer_values, memoised
+from .lora import all_linear_roles
 from .storage import serve_weight_bytes
-
-T = TypeVar("T")  # what per_distinct_layer computes per layer (bytes, or a pair of terms)
 
 
 @dataclass(frozen=True)
@@ -286,59 +280,6 @@ def train_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, method: str, r
                    layer_values(spec, layer_eob, memo) if layer_eob else (), embed_eob, head_eob, tied,
                    embed_act + rates_sum + head_rate, vision, sum(k * sq for k, sq in zip(counts, squares, strict=True)),
                    tuple((w, m, msq) for w, (m, msq) in sorted(masked.items())), *grad)
-
-
-def end_terms(a: Arch, g: Graph, s: Assumptions, r: Regime, memo: dict | None = None) -> tuple[int, int, int]:
-    """Per token under `r`: the embedding dropout's mask (embed_dropout_bytes), what a frozen embedding does not
-    keep (frozen_embedding_bytes) and the head's activations (head_activation_bytes), once per estimate."""
-    return memoised(memo, ("ends", r), lambda: (embed_dropout_bytes(a, g, r), frozen_embedding_bytes(a, g, r),
-                                                head_activation_bytes(a, g, r, s)))
-
-
-def adapter_params(spec: Spec, rank: int, roles: frozenset[str] | None, memo: dict | None = None) -> list[int]:
-    """LoRA parameters of each distinct layer (lora.block_lora_params; roles None: every Linear), once per
-    estimate with `memo`: summed times their counts they are lora.lora_params."""
-    return memoised(memo, ("adapters", rank, roles),
-                    lambda: distinct_values(spec, lambda b: block_lora_params(b, rank, roles)))
-
-
-def all_linear_params(a: Arch, g: Graph, rank: int, memo: dict | None = None) -> int:
-    """lora.lora_params of all-linear adapters (the site's LoRA), from the estimate's table (adapter_params)."""
-    spec = g.spec
-    return sum(n * v for (_, n), v in zip(spec.distinct_layers, adapter_params(spec, rank, all_linear_roles(a), memo),
-                                          strict=True))
-
-
-def layer_values(spec: Spec, values: list[T], memo: dict | None = None) -> tuple[T, ...]:
-    """Per-distinct-layer values (distinct_values' order) laid out per layer of the stack (Spec.layer_groups)."""
-    def make() -> list[int]:
-        groups = spec.layer_groups
-        position = {k: i for i, k in enumerate(dict.fromkeys(groups))}
-        return [position[k] for k in groups]
-    return tuple(map(values.__getitem__, memoised(memo, ("layer_index",), make)))
-
-
-def per_distinct_layer(spec: Spec, bytes_of: Callable[[Block], T]) -> tuple[T, ...]:
-    """bytes_of(b) for every layer of the stack, computed once per distinct layer (Spec.layer_groups): the layers
-    of a stack repeat a few shapes, and only their part names differ."""
-    return layer_values(spec, distinct_values(spec, bytes_of))
-
-
-def distinct_values(spec: Spec, bytes_of: Callable[[Block], T]) -> list[T]:
-    """bytes_of(b) of each distinct layer (Spec.distinct_layers, in its order): a sum over the layers of a term
-    that reads no part name is the sum of these times the layers each stands for."""
-    return [bytes_of(b) for b, _ in spec.distinct_layers]
-
-
-def memoised(memo: dict | None, key: tuple, make: Callable[[], T]) -> T:
-    """make() once per estimate under `key` in `memo` (one estimate()'s table of the per-layer terms its jobs and
-    profiles share: the keys name everything the terms read besides the model); memo None: every time."""
-    if memo is None:
-        return make()
-    got = memo.get(key)
-    if got is None:
-        got = memo[key] = make()
-    return got
 
 
 def encoder_tokens(spec: Spec, tokens: int) -> int:
