@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from .config.arch import Arch
 from .graph.nodes import Graph
+from .graph.parts import Part
 from .memory.storage import part_stored_delta
 
 ENCODER_FAMILIES = {"bert", "roberta", "xlm-roberta", "camembert", "data2vec-text", "electra", "ernie", "xmod",
@@ -114,14 +115,20 @@ def _vector_params(a: Arch, g: Graph) -> int:
     [1, hidden] gates (Qwen2-MoE's shared_expert_gate): a part's parameters outside its weight
     matrices and its router (experts x hidden); parts without listed matrices count none."""
     spec = g.spec
-    total = 0
-    for p in (*spec.embed, *(p for b in spec.blocks for p in b.parts), *spec.head):
-        if "Norm" in p.type:
-            total += p.params
-        elif p.weight_mats:
-            router = a.experts * a.hidden if p.name.startswith("MoE_") else 0
-            total += max(0, p.params - sum(c * i * o for c, i, o in p.weight_mats) - router)
-    return total
+    router = a.experts * a.hidden
+
+    def vectors(parts: tuple[Part, ...]) -> int:
+        total = 0
+        for p in parts:
+            if "Norm" in p.type:
+                total += p.params
+            elif p.weight_mats:
+                total += max(0, p.params - sum(c * i * o for c, i, o in p.weight_mats)
+                             - (router if p.name.startswith("MoE_") else 0))
+        return total
+    # each distinct layer once (Spec.distinct_layers), times the layers it stands for: its copies differ only in
+    # their numbers, which leave the MoE_ prefix as it is
+    return vectors(spec.embed) + sum(n * vectors(b.parts) for b, n in spec.distinct_layers) + vectors(spec.head)
 
 
 def _uncounted(a: Arch, g: Graph) -> list[tuple[str, int]]:

@@ -25,7 +25,7 @@ from .inputs import Assumptions, Card, Gpu
 from .memory.attention import default_attention
 from .memory.curve import memory_curve
 from .memory.job import Job, metric_memory, resolve
-from .memory.lora import lora_params
+from .memory.layer_terms import all_linear_params
 from .memory.parallel import Setup, per_gpu
 from .memory.profile import (
     Profile,
@@ -118,12 +118,14 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
     serve_past = check_serve_context(arch, serve_tokens_asked, model_id) if serve_tokens_asked else []
     if serve_past and serve_tokens_asked:  # rope scaling: priced as asked
         serve_tokens = serve_tokens_asked
-    adapters = lora_params(graph, arch, s.lora_rank)
+    # this estimate's table of per-layer terms, worked out once and shared by its profiles and jobs
+    memo: dict = {}
     profiles: dict[str, Profile] = {
-        "train_full": train_profile(arch, graph, s, train_tokens, "full", s.lora_rank),
-        "train_lora": train_profile(arch, graph, s, train_tokens, "lora", s.lora_rank),
-        "serve": serve_profile(arch, graph, s, serve_tokens),
+        "train_full": train_profile(arch, graph, s, train_tokens, "full", s.lora_rank, memo),
+        "train_lora": train_profile(arch, graph, s, train_tokens, "lora", s.lora_rank, memo),
+        "serve": serve_profile(arch, graph, s, serve_tokens, memo),
     }
+    adapters = all_linear_params(arch, graph, s.lora_rank, memo)
     cuts: dict[str, tuple[int, int, int]] = {}  # the best two-card cut per method (the same on every card)
     explicit = job is not None and (job.tokens > 0 or job.new_tokens > 0)
     job = job or Job(tokens=0)  # no job named: the site's own, at its tokens (capped at the context below)
@@ -140,11 +142,12 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
     # the site's jobs, their attention the model class's already (what job.resolve fills in: done once, here)
     attention = default_attention(arch)[0]
     site_jobs = {
-        "full": training_job(arch, graph, s, Job(tokens=train_tokens, attention=attention), shape, model_id),
+        "full": training_job(arch, graph, s, Job(tokens=train_tokens, attention=attention), shape, model_id,
+                             memo=memo),
         "lora": training_job(arch, graph, s, Job(method="lora", lora_rank=s.lora_rank, tokens=train_tokens,
-                                                 attention=attention), shape, model_id),
+                                                 attention=attention), shape, model_id, memo=memo),
         "qlora": training_job(arch, graph, s, dataclasses.replace(QLORA, lora_rank=s.lora_rank, tokens=train_tokens,
-                                                                  attention=attention), shape, model_id),
+                                                                  attention=attention), shape, model_id, memo=memo),
         "serve": serving_job(profiles["serve"], weights_served, shape, s.compute_bytes),
         "serve2": serving_job(profiles["serve"], weights_served, shape, s.compute_bytes, sequences=2),
     }

@@ -16,9 +16,7 @@ from .config.arch import Arch
 from .cost import flops_per_token, job_tokens
 from .graph.nodes import Graph
 from .inputs import Assumptions, Card, Gpu
-from .memory.activations import regime
-from .memory.job import Job, JobMemory, job_phases, metric_memory, training_phases
-from .memory.lora import lora_params, target_roles
+from .memory.job import Job, JobMemory, job_phases, metric_memory, training_variants
 from .memory.parallel import ParallelError, Phase, Setup, SingleGpuJob, cpu_bytes_per_node, peak_parts, per_gpu
 from .memory.plans import TP_KINDS, GpuOffer, Plan, Unreachable, first_fit, search_plans
 from .memory.profile import Profile, budget_bytes
@@ -59,22 +57,22 @@ def model_shape(a: Arch, g: Graph) -> Shape:
 
 
 def training_job(a: Arch, g: Graph, s: Assumptions, job: Job, shape: Shape, model: str = "",
-                 both: bool = True) -> SingleGpuJob:
+                 both: bool = True, memo: dict | None = None) -> SingleGpuJob:
     """`job` (full, lora or qlora) as a SingleGpuJob; `both`: with its checkpointed phases too (the plan search
-    tries both; a job that asks for checkpointing has only those), else only the phases `job` asks for."""
-    r = regime("full" if job.method == "full" else "lora", job.precision)
-    if job.method == "full":
-        trainable, param_bytes = g.params_total, {"amp": 4, "bf16": 2, "fp32": 4}[job.precision]
-    else:  # as job._training: peft keeps adapters in fp32 under AMP
-        trainable = lora_params(g, a, job.lora_rank, target_roles(a, g, job.lora_targets, model))
-        param_bytes = 2 if job.precision == "bf16" else 4
+    tries both; a job that asks for checkpointing has only those), else only the phases `job` asks for. `memo`:
+    the per-layer terms the estimate's other jobs and profiles worked out already (profile.memoised)."""
     if both and job.grad_ckpt:  # a recipe that always checkpoints (QLoRA): plans.candidates tries no other
-        plain = ckpt = job_phases(a, g, s, job, model)
+        (plain,), trainable = training_variants(a, g, s, job, (True,), model, memo)
+        ckpt = plain
     elif both:
-        plain, ckpt = training_phases(a, g, s, job, model)
+        (plain, ckpt), trainable = training_variants(a, g, s, job, (False, True), model, memo)
     else:
-        plain, ckpt = job_phases(a, g, s, job, model), ()
-    return _single(job.method, plain, ckpt, trainable, r.compute_bytes, param_bytes, shape)
+        (plain,), trainable = training_variants(a, g, s, job, (job.grad_ckpt,), model, memo)
+        ckpt = ()
+    # as job._training: peft keeps adapters in fp32 under AMP
+    param_bytes = {"amp": 4, "bf16": 2, "fp32": 4}[job.precision] if job.method == "full" else \
+        2 if job.precision == "bf16" else 4
+    return _single(job.method, plain, ckpt, trainable, 4 if job.precision == "fp32" else 2, param_bytes, shape)
 
 
 def exact_job(a: Arch, g: Graph, s: Assumptions, job: Job, shape: Shape, model: str = "") -> SingleGpuJob:
@@ -102,7 +100,7 @@ def serving_job(serve: Profile, weight_bytes: int, shape: Shape, c: int, sequenc
     """The site's serving figure (profile.serve_profile) as one decode phase of `sequences`: the weights, one
     prefill chunk's working set, and per sequence its caches and next-token logits."""
     fixed = serve.total_static - weight_bytes  # the prefill chunk's working set
-    caches = serve.embed_per_sample + serve.act_prefix[-1]
+    caches = serve.embed_per_sample + sum(serve.layer_per_sample)
     phase = Phase("decode (full KV cache)", weights=weight_bytes, activations=max(0, fixed),
                   kv_cache=sequences * caches, logits=sequences * serve.head_per_sample)
     return _single("serve", (phase,), (), 0, c, c, shape)

@@ -9,7 +9,7 @@ setup) both price activations with these functions.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from ..config.arch import Arch
 from ..graph.nodes import Graph
@@ -78,10 +78,10 @@ QK_NORM_FP32 = frozenset({
 # SDPA saves those copies: the fused output's k and v slices are kept beside them.
 FUSED_QKV_VIEW = {"gpt2": "modeling_gpt2.GPT2Attention", "gpt_bigcode": "modeling_gpt_bigcode.GPTBigCodeAttention"}
 
-@dataclass(frozen=True)
-class Regime:
+class Regime(NamedTuple):
     """How a training step keeps its tensors: the residual stream's and the matmuls' bytes per element, whether
-    the base weights train, and whether autocast casts each Linear's input (FINDINGS.md F3/F4)."""
+    the base weights train, and whether autocast casts each Linear's input (FINDINGS.md F3/F4). A named tuple: it
+    keys the estimate's table of per-layer terms (profile.memoised), hashed at C speed."""
 
     residual_bytes: int
     compute_bytes: int

@@ -22,21 +22,18 @@ from ..graph.nodes import Graph
 from ..inputs import Assumptions
 from .activations import (
     block_activation_bytes,
-    embed_dropout_bytes,
     expert_grad_transient,
     expert_weight_bytes,
-    frozen_embedding_bytes,
     fused_view_bytes,
-    head_activation_bytes,
     kept_cache_bytes,
-    masked_sdpa_terms,
     mlp_transient,
     regime,
 )
-from .attention import default_attention, eager_layer_terms, eager_scores_bytes
-from .lora import all_linear_roles, distinct_inputs, lora_params, target_roles
+from .attention import default_attention, eager_scores_bytes
+from .layer_terms import adapter_params, distinct_values, end_terms, layer_bytes, memoised
+from .lora import all_linear_roles, target_roles
 from .parallel import Phase
-from .profile import encoder_tokens, kv_bytes_of_block, per_distinct_layer
+from .profile import encoder_tokens, kv_bytes_of_block
 from .recipes import RECIPES, loss_terms
 from .storage import QUANTS, dequant_transient_bytes, layer_mats, quantised_params, saves_matmul_input, weight_bytes
 
@@ -174,30 +171,43 @@ def validate(job: Job, model: str) -> None:
         raise JobError(model, "bnb_version", job.bnb_version, "must be a release number such as 0.41.1")
 
 
-def _phase(name: str, **parts: float) -> Phase:
+def _phase(name: str, weights: float = 0, gradients: float = 0, optimizer_state: float = 0, activations: float = 0,
+           logits: float = 0, kv_cache: float = 0, overhead_weights: float = 0, overhead_step: float = 0,
+           overhead_fixed: float = 0) -> Phase:
     """One phase; `overhead` comes split by how it shares out over GPUs (parallel.Phase): autocast's weight
     copies, the optimizer step's temporaries, and what every process holds whole."""
-    return Phase(name, **{k: int(v) for k, v in parts.items()}, computing=name != "optimizer step")
+    return Phase(name, int(weights), int(gradients), int(optimizer_state), int(activations), int(logits),
+                 int(kv_cache), int(overhead_weights), int(overhead_step), int(overhead_fixed),
+                 name != "optimizer step")
 
 
-def job_phases(a: Arch, g: Graph, s: Assumptions, job: Job, model: str = "") -> tuple[Phase, ...]:
-    """Every phase of `job` on one GPU (allocated tensors, before the metric): what memory.parallel shares out."""
+def job_phases(a: Arch, g: Graph, s: Assumptions, job: Job, model: str = "",
+               memo: dict | None = None) -> tuple[Phase, ...]:
+    """Every phase of `job` on one GPU (allocated tensors, before the metric): what memory.parallel shares out.
+    `memo`: the per-layer terms already worked out in this estimate (profile.distinct_values), shared."""
     model = model or a.model_type
     validate(job, model)
     job = resolve(job, a)
     if job.method == "inference":
         return tuple(_inference(a, g, s, job))
-    return _training(a, g, s, job, model, (job.grad_ckpt,))[0]
+    return _training(a, g, s, job, model, (job.grad_ckpt,), memo)[0][0]
 
 
-def training_phases(a: Arch, g: Graph, s: Assumptions, job: Job, model: str = "") -> tuple[tuple[Phase, ...],
-                                                                                           tuple[Phase, ...]]:
+def training_phases(a: Arch, g: Graph, s: Assumptions, job: Job, model: str = "",
+                    memo: dict | None = None) -> tuple[tuple[Phase, ...], tuple[Phase, ...]]:
     """A training job's phases without and with gradient checkpointing (job_phases of the job with grad_ckpt
     False, then True), from one pass over its layers: the plan search prices both."""
+    plain, ckpt = training_variants(a, g, s, job, (False, True), model, memo)[0]
+    return plain, ckpt
+
+
+def training_variants(a: Arch, g: Graph, s: Assumptions, job: Job, variants: tuple[bool, ...], model: str = "",
+                      memo: dict | None = None) -> tuple[list[tuple[Phase, ...]], int]:
+    """A training job's phases once per entry of `variants` (checkpointing off or on), and its trainable
+    parameters: what setups.training_job needs, from one pass."""
     model = model or a.model_type
     validate(job, model)
-    plain, ckpt = _training(a, g, s, resolve(job, a), model, (False, True))
-    return plain, ckpt
+    return _training(a, g, s, resolve(job, a), model, variants, memo)
 
 
 def phase_parts(ph: Phase) -> dict[str, int]:
@@ -227,10 +237,12 @@ def _adapter_bytes(job: Job) -> int:
     return 2 if job.precision == "bf16" else 4  # peft autocast_adapter_dtype=True; LitGPT/torchtune: bf16
 
 
-def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str,
-              variants: tuple[bool, ...]) -> list[tuple[Phase, ...]]:
+def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants: tuple[bool, ...],
+              memo: dict | None = None) -> tuple[list[tuple[Phase, ...]], int]:
     """The job's phases once per entry of `variants` (gradient checkpointing off or on; job.grad_ckpt is not
-    read): everything but the phases' assembly is shared."""
+    read), and its trainable parameters: everything but the phases' assembly is shared. The layer terms are
+    worked out per distinct layer (Spec.distinct_layers) and summed times their counts; `memo` shares them with
+    the estimate's other jobs and profiles."""
     spec = g.spec
     lora = job.method != "full"
     r = regime("lora" if lora else "full", job.precision, _adapter_bytes(job) if lora else 0,
@@ -238,8 +250,8 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str,
     c = r.compute_bytes
     B, T = job.batch, job.tokens
     P = g.params_total
+    distinct = spec.distinct_layers
     head_mm = sum(p.matmul for p in spec.head) or (spec.vocab * (a.embed_dim or a.hidden) if spec.tied else 0)
-    layer_mm = max((b.matmul for b, _ in spec.distinct_layers), default=0)
     if not lora:
         trainable, param_bytes = P, {"amp": 4, "bf16": 2, "fp32": 4}[job.precision]
         weights = param_bytes * P
@@ -248,11 +260,12 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str,
         # inside its checkpointed forward and not kept: only the LM head's live at the loss, one layer's in the
         # recomputation (torch/utils/checkpoint.py: the recomputed forward's saved tensors).
         copies = 2 * g.params_matmul if r.amp else 0
+        layer_mm = max((b.matmul for b, _ in distinct), default=0)
         ckpt_copies = (2 * head_mm, 2 * layer_mm) if r.amp else (0, 0)
     else:
         roles = target_roles(a, g, job.lora_targets, model)
         rank = job.lora_rank
-        trainable = lora_params(g, a, rank, roles)
+        trainable = sum(n * v for (_, n), v in zip(distinct, adapter_params(spec, rank, roles, memo), strict=True))
         param_bytes = r.adapter_bytes
         mats = layer_mats(g) if job.storage in QUANTS else None  # weights and the dequantised transient share it
         weights = weight_bytes(g, job.storage, job.double_quant, mats) + param_bytes * trainable
@@ -272,23 +285,32 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str,
     state = {"adamw": 2 * param_bytes, "adamw-fused": 2 * param_bytes, "paged-adamw": 2 * param_bytes,
              "adamw8bit": ADAMW8BIT_STATE_BYTES, "sgd": 0}[job.optimizer] * trainable
     temp = param_bytes * trainable if job.optimizer == "adamw" else 0
-    layers = per_distinct_layer(spec, lambda b: T * _layer_bytes(a, b, r, rank, roles, job, T))
-    # LoRA on fused expert tensors (lora.expert_tensors): each layer's effective weights, kept batch-free
+    # per distinct layer: its saved bytes per sample (layer), and (LoRA on fused expert tensors,
+    # lora.expert_tensors) its effective weights, kept batch-free (fixed)
+    saves = job.method == "qlora" and saves_matmul_input(job.storage, job.bnb_version)
+    base = memoised(memo, ("act", r, rank, roles),
+                    lambda: distinct_values(spec, lambda b: block_activation_bytes(a, b, r, rank, roles)))
+    layer = memoised(memo, ("layer", r, rank, roles, job.attention, T, saves, job.upcast_fp32),
+                     lambda: [T * layer_bytes(a, b, r, job.attention, T, saves, job.upcast_fp32, n) for (b, _), n in zip(distinct, base,
+                                                                                               strict=True)])
     expert_roles = (all_linear_roles(a) if roles is None else roles) if lora else None
-    fixed = per_distinct_layer(spec, lambda b: expert_weight_bytes(b, expert_roles, r))
+    fixed = memoised(memo, ("experts", r, expert_roles),
+                     lambda: distinct_values(spec, lambda b: expert_weight_bytes(b, expert_roles, r)))
+    layers_sum = sum(n * v for (_, n), v in zip(distinct, layer, strict=True))
+    fixed_sum = sum(n * f for (_, n), f in zip(distinct, fixed, strict=True))
     embed = (r.residual_bytes * spec.hidden if r.trained else 0) * T + c * spec.vision_act * (1 if spec.image_tokens
                                                                                              else 0)
-    embed += T * embed_dropout_bytes(a, g, r)
+    dropout, frozen, head_rate = end_terms(a, g, s, r, memo)
+    embed += T * dropout
     # a frozen embedding's output needs no gradient: layer 0's norm and the dropout after it keep nothing, unless
     # enable_input_require_grads runs (checkpointing, prepare_model_for_kbit_training)
-    frozen_embed = 0 if job.upcast_fp32 else T * frozen_embedding_bytes(a, g, r)
-    head = T * head_activation_bytes(a, g, r, s)
+    frozen_embed = 0 if job.upcast_fp32 else T * frozen
+    head = T * head_rate
     logits = T * s.logits_bytes * spec.logits
     head, logits, chunk = loss_terms(a, g, job.loss, job.batch, job.tokens, c, head, logits)
     # overhead by how it shares out over GPUs (parallel.Phase): autocast's copies of the weights; what every
     # process holds whole (the dequantised layer, the chunked loss's transient)
     dequant = dequant_transient_bytes(g, job.storage, c, mats)
-    overhead = {"overhead_weights": copies, "overhead_fixed": dequant + chunk}
     out: list[tuple[Phase, ...]] = []
     for grad_ckpt in variants:
         kept = 0
@@ -296,23 +318,24 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str,
             kept = T * (c * spec.logits + kept_cache_bytes(a, g, r, grad_ckpt))
         if not grad_ckpt:
             emb = embed - frozen_embed
-            views = sum(per_distinct_layer(spec, lambda b: fused_view_bytes(a, b, r)))  # the cache's copies (F11)
-            acts = emb + sum(layers) + head + kept + T * views
+            views = sum(n * v for (_, n), v in zip(distinct, memoised(memo, ("views", r), lambda: distinct_values(
+                spec, lambda b: fused_view_bytes(a, b, r))), strict=True))  # the cache's copies (F11)
+            acts = emb + layers_sum + head + kept + T * views
             phases = [_phase("loss (logits)" if logits * 2 > acts else "backward (activations)", weights=weights,
-                             optimizer_state=state, activations=B * (acts - logits) + sum(fixed), logits=B * logits,
-                             **overhead)]
-            grads = per_distinct_layer(spec, lambda b: expert_grad_transient(b, expert_roles, r))
+                             optimizer_state=state, activations=B * (acts - logits) + fixed_sum, logits=B * logits,
+                             overhead_weights=copies, overhead_fixed=dequant + chunk)]
+            grads = memoised(memo, ("grad", r, expert_roles),
+                             lambda: distinct_values(spec, lambda b: expert_grad_transient(b, expert_roles, r)))
             if any(g for g, _ in grads):  # the last adapted down tensor's backward: the head's tensors are gone
-                grad_fixed, grad_token = max(grads[::-1], key=lambda t: t[0] + B * T * t[1])
+                grad_peak = max(t[0] + B * T * t[1] for t in grads)
                 phases.append(_phase("backward (an adapted expert tensor's gradient)", weights=weights,
-                                     optimizer_state=state, activations=B * (emb + sum(layers)) + sum(fixed)
-                                     + grad_fixed + B * T * grad_token, overhead_weights=copies,
-                                     overhead_fixed=dequant))
+                                     optimizer_state=state, activations=B * (emb + layers_sum) + fixed_sum
+                                     + grad_peak, overhead_weights=copies, overhead_fixed=dequant))
         else:
             # non-reentrant checkpointing per decoder layer (transformers gradient_checkpointing_enable): each
             # layer keeps only its input through the forward. At the loss nothing is recomputed; then the backward
             # reruns one layer at a time, whose saved tensors live beside the gradients made so far (the head's).
-            inputs = embed + len(layers) * T * r.residual_bytes * spec.hidden
+            inputs = embed + len(spec.blocks) * T * r.residual_bytes * spec.hidden
             head_params = sum(p.params for p in spec.head) + (spec.vocab * (a.embed_dim or a.hidden)
                                                               if spec.tied and r.trained else 0)
             phases = [_phase("loss (logits)", weights=weights, optimizer_state=state,
@@ -320,7 +343,7 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str,
                              overhead_weights=ckpt_copies[0], overhead_fixed=dequant + chunk),
                       _phase("backward (recomputing a checkpointed layer)", weights=weights, optimizer_state=state,
                              gradients=param_bytes * head_params if r.trained else 0,
-                             activations=B * inputs + max((B * n + f for n, f in zip(layers, fixed, strict=True)),
+                             activations=B * inputs + max((B * n + f for n, f in zip(layer, fixed, strict=True)),
                                                           default=0),
                              overhead_weights=ckpt_copies[1], overhead_fixed=dequant)]
         if not lora and spec.tied:  # F6: the tied weight's two gradients and their sum
@@ -330,28 +353,7 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str,
         phases.append(_phase("optimizer step", weights=weights, gradients=grad, optimizer_state=state,
                              overhead_step=temp))
         out.append(tuple(phases))
-    return out
-
-
-def _layer_bytes(a: Arch, b, r, rank: int, roles, job: Job, T: int) -> int:
-    """Saved bytes per token of one layer for this job: memory.block_activation_bytes plus what eager attention
-    and a bitsandbytes base add."""
-    c = r.compute_bytes
-    out = block_activation_bytes(a, b, r, rank, roles)
-    linear, squared = eager_layer_terms(a, b, c, r.trained, r) if job.attention == "eager" else \
-        masked_sdpa_terms(a, b, T, r)  # eager keeps its scores; SDPA handed a mask keeps it (F11)
-    out += linear + squared * T
-    if job.method == "qlora" and saves_matmul_input(job.storage, job.bnb_version):
-        # A bitsandbytes matmul that saves its input (saves_matmul_input), where nn.Linear on a frozen weight would
-        # save none: one copy of each distinct input not saved already (q/k/v and gate/up share theirs; o_proj
-        # reads the SDPA output, which SDPA saved).
-        out += c * sum(distinct_inputs(b).values())
-    if job.upcast_fp32 and not r.trained and r.amp:
-        # prepare_model_for_kbit_training leaves fp32 norms and residual: bitsandbytes Linear4bit.forward returns
-        # matmul_4bit(...).to(inp_dtype), fp32, so the MLP's gate, act and up (silu and mul are not autocast ops)
-        # are saved in fp32, not bf16.
-        out += (4 - c) * sum(p.act_frozen for p in b.parts if not p.attn_flops)
-    return out
+    return out, trainable
 
 
 def _inference(a: Arch, g: Graph, s: Assumptions, job: Job) -> list[Phase]:

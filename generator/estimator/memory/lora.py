@@ -39,7 +39,7 @@ def adapted_linears(b: Block, roles: frozenset[str] | None) -> list[tuple[int, i
     for k, p in enumerate(b.parts):
         for (i, o), role in zip(p.linears, linear_roles(p), strict=True):
             if roles is None or role in roles:
-                out.append((i, o, ROLE_GROUP.get(role, f"{k}.{len(out)}")))
+                out.append((i, o, ROLE_GROUP.get(role) or f"{k}.{len(out)}"))  # the name made only when used
     return out
 
 

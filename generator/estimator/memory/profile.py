@@ -23,10 +23,10 @@ each peak was read off CPU-simulated real steps, data/measurements/FINDINGS.md F
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import functools
 from dataclasses import dataclass, field
 from itertools import accumulate
-from typing import NamedTuple, TypeVar
+from typing import NamedTuple
 
 from ..config.arch import Arch
 from ..graph.nodes import Graph
@@ -34,20 +34,16 @@ from ..graph.parts import Block, Part, Spec
 from ..inputs import Assumptions, Card
 from .activations import (
     block_activation_bytes,
-    embed_dropout_bytes,
     expert_grad_transient,
     expert_weight_bytes,
-    frozen_embedding_bytes,
     fused_view_bytes,
-    head_activation_bytes,
     masked_sdpa_windows,
     regime,
 )
 from .attention import default_attention, eager_layer_terms
-from .lora import all_linear_roles, block_lora_params
+from .layer_terms import adapter_params, distinct_values, end_terms, layer_values, memoised
+from .lora import all_linear_roles
 from .storage import serve_weight_bytes
-
-T = TypeVar("T")  # what per_distinct_layer computes per layer (bytes, or a pair of terms)
 
 
 @dataclass(frozen=True)
@@ -89,36 +85,54 @@ class Profile:
     grad_fixed: int = 0
     grad_per_sample: int = 0
     grad_rate: int = 0
-    static_prefix: tuple[int, ...] = field(init=False, repr=False, compare=False)
-    act_prefix: tuple[int, ...] = field(init=False, repr=False, compare=False)
-    step_prefix: tuple[int, ...] = field(init=False, repr=False, compare=False)
-    eob_prefix: tuple[int, ...] = field(init=False, repr=False, compare=False)
     total_static: int = field(init=False, repr=False, compare=False)
+    # _parts of the whole model (every layer and both ends): what total, total_at, max_batch and peak_phase read
+    whole: tuple[int, int, int] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        def prefix(values: tuple[int, ...]) -> tuple[int, ...]:
-            return tuple(accumulate(values, initial=0))
-        object.__setattr__(self, "static_prefix", prefix(self.layer_static))
-        object.__setattr__(self, "act_prefix", prefix(self.layer_per_sample))
-        object.__setattr__(self, "step_prefix", prefix(self.layer_step or (0,) * self.layers))
-        object.__setattr__(self, "eob_prefix", prefix(self.layer_eob or (0,) * self.layers))
-        object.__setattr__(self, "total_static", self.embed_static + self.static_prefix[-1] + self.head_static)
+        fields_ = self.__dict__  # frozen: the derived fields are set once, here (object.__setattr__'s effect)
+        static = fields_["total_static"] = self.embed_static + sum(self.layer_static) + self.head_static
+        act = self.embed_per_sample + sum(self.layer_per_sample) + self.head_per_sample
+        step = sum(self.layer_step) + self.embed_step + self.head_step
+        eob = sum(self.layer_eob) + self.embed_eob + self.head_eob + self.tied_eob
+        fields_["whole"] = (static, act, max(step, eob))
+
+    # Running sums over the layers, for slices of the stack (_parts): only a split over cards asks for them.
+    @functools.cached_property
+    def static_prefix(self) -> tuple[int, ...]:
+        return tuple(accumulate(self.layer_static, initial=0))
+
+    @functools.cached_property
+    def act_prefix(self) -> tuple[int, ...]:
+        return tuple(accumulate(self.layer_per_sample, initial=0))
+
+    @functools.cached_property
+    def step_prefix(self) -> tuple[int, ...]:
+        return tuple(accumulate(self.layer_step, initial=0)) if self.layer_step else (0,) * (self.layers + 1)
+
+    @functools.cached_property
+    def eob_prefix(self) -> tuple[int, ...]:
+        return tuple(accumulate(self.layer_eob, initial=0)) if self.layer_eob else (0,) * (self.layers + 1)
 
     def total(self, batch: int) -> int:
-        return self.stage(batch, 0, self.layers, True, True)
+        static, act, fixed = self.whole
+        if self.grad_fixed:
+            return max(static + batch * act, fixed, self._grad_branch(batch, static, act, True))
+        return max(static + batch * act, fixed)
 
     def total_at(self, tokens: int, batch: int = 1) -> int:
         """total(batch) of the same training profile built at `tokens` per sample (train_profile's
         per-sample bytes are linear in tokens: the test suite holds the two equal on every snapshot model)."""
         assert self.method != "serve", "serving caches are capped at windows: not linear in tokens"
-        static, _, fixed = self._parts(0, self.layers, True, True)
-        square = tokens * tokens * self.per_token_sq + self.per_sample_fixed \
-            + sum(tokens * n + tokens * tokens * sq for window, n, sq in self.masked if tokens >= window)
+        static, _, fixed = self.whole
+        square = tokens * tokens * self.per_token_sq + self.per_sample_fixed
+        if self.masked:
+            square += sum(tokens * n + tokens * tokens * sq for window, n, sq in self.masked if tokens >= window)
         grad = static + self.grad_fixed + batch * (tokens * self.grad_rate + square) if self.grad_fixed else 0
         return max(static + batch * (tokens * self.per_token + square), fixed, grad)
 
     def per_sample(self) -> int:
-        return self.embed_per_sample + self.act_prefix[-1] + self.head_per_sample
+        return self.whole[1]
 
     def _parts(self, first: int, last: int, with_embed: bool, with_head: bool) -> tuple[int, int, int]:
         """(static, per sample, batch-free peak) of a contiguous slice of layers [first, last) and its ends."""
@@ -149,7 +163,8 @@ class Profile:
         """Largest b with stage(b) <= budget, 0 when batch 1 does not fit: the stage is max(static + b x act,
         a batch-free branch), so b = (budget - static) // act: what max_batch() finds."""
         last = self.layers if last < 0 else last
-        static, act, fixed = self._parts(first, last, with_embed, with_head)
+        static, act, fixed = self.whole if first == 0 and last == self.layers and with_embed and with_head else \
+            self._parts(first, last, with_embed, with_head)
         if max(static + act, fixed) > budget:  # stage(1)
             return 0
         if self.grad_fixed:  # the adapted expert tensor's gradient branch (stage's third term)
@@ -164,9 +179,9 @@ class Profile:
         serving: the decode with its full KV cache."""
         if self.method == "serve":
             return "decode (full KV cache)"
-        static, act, _ = self._parts(0, self.layers, True, True)
-        step = self.step_prefix[-1] + self.embed_step + self.head_step
-        eob = self.eob_prefix[-1] + self.embed_eob + self.head_eob + self.tied_eob
+        static, act, _ = self.whole
+        step = sum(self.layer_step) + self.embed_step + self.head_step
+        eob = sum(self.layer_eob) + self.embed_eob + self.head_eob + self.tied_eob
         if max(step, eob) > static + batch * act:
             return "optimizer step" if step >= eob else "end of backward (tied-embedding gradients)"
         if self.grad_fixed and self._grad_branch(batch, static, act, True) > static + batch * act:
@@ -178,9 +193,14 @@ def _ends(g: Graph) -> tuple[list[Part], list[Part]]:
     return list(g.spec.embed), list(g.spec.head)
 
 
-def train_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, method: str, rank: int) -> Profile:
-    """The site's jobs: full AMP AdamW (foreach) and LoRA on every Linear of a bf16 base, AMP, AdamW."""
+def train_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, method: str, rank: int,
+                  memo: dict | None = None) -> Profile:
+    """The site's jobs: full AMP AdamW (foreach) and LoRA on every Linear of a bf16 base, AMP, AdamW. Every layer
+    term is worked out once per distinct layer (Spec.distinct_layers), then laid out per layer (layer_values);
+    `memo`: the estimate's table of them, shared with its jobs (memoised)."""
     spec = g.spec
+    distinct = spec.distinct_layers
+    counts = [n for _, n in distinct]
     embed, head = _ends(g)
     r = regime(method, "amp")
     adam = s.master_weight_bytes + s.optimizer_state_bytes
@@ -194,75 +214,72 @@ def train_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, method: str, r
             return (adam + s.grad_bytes + temp) * params
 
         ends = [sum(p.params for p in part) for part in (embed, head)]
-        layer_static = tuple(per_distinct_layer(spec, lambda b: static(b.params, b.matmul)))
-        embed_static, head_static = (static(n, sum(p.matmul for p in part)) for n, part in zip(ends, (embed, head), strict=True))
         step = s.foreach_temp_bytes
-        layer_step = tuple(per_distinct_layer(spec, lambda b: late(b.params, step)))
-        layer_eob = tuple(per_distinct_layer(spec, lambda b: late(b.params, 0)))
+        layer_static = [static(b.params, b.matmul) for b, _ in distinct]
+        embed_static, head_static = (static(n, sum(p.matmul for p in part)) for n, part in zip(ends, (embed, head), strict=True))
+        layer_step = [late(b.params, step) for b, _ in distinct]
+        layer_eob: list[int] = [late(b.params, 0) for b, _ in distinct]
         embed_step, head_step = late(ends[0], step), late(ends[1], step)
         embed_eob, head_eob = late(ends[0], 0), late(ends[1], 0)
         # F6: a tied weight's two gradients (embedding, LM head) and their sum are live together.
         tied = 2 * s.grad_bytes * spec.vocab * (a.embed_dim or a.hidden) if spec.tied else 0
         embed_act = s.master_weight_bytes * spec.hidden
+        roles = None
     else:
         adapter_rate = adam + s.autocast_copy_bytes  # fp32 adapter, AdamW state, its bf16 autocast copy
         roles = all_linear_roles(a)  # + adapted expert tensors' effective weights, kept per layer (job.py)
-        adapters = per_distinct_layer(spec, lambda b: block_lora_params(b, rank, roles))
-        experts = per_distinct_layer(spec, lambda b: expert_weight_bytes(b, roles, r))
-        layer_static = tuple(s.base_weight_bytes * b.params + adapter_rate * n + e
-                             for b, n, e in zip(spec.blocks, adapters, experts, strict=True))
+        adapters = adapter_params(spec, rank, roles, memo)
+        experts = memoised(memo, ("experts", r, roles),
+                           lambda: distinct_values(spec, lambda b: expert_weight_bytes(b, roles, r)))
+        layer_static = [s.base_weight_bytes * b.params + adapter_rate * n + e
+                        for (b, _), n, e in zip(distinct, adapters, experts, strict=True)]
         embed_static = s.base_weight_bytes * sum(p.params for p in embed)
         head_static = s.base_weight_bytes * sum(p.params for p in head)
         # the adapters' AdamW step: weights + adapters (4 + 4 + 8 + 4 foreach) B each
         late_rate = adam + s.grad_bytes + s.foreach_temp_bytes
-        layer_step = tuple(s.base_weight_bytes * b.params + late_rate * n for b, n in zip(spec.blocks, adapters, strict=True))
-        layer_eob = ()
+        layer_step = [s.base_weight_bytes * b.params + late_rate * n for (b, _), n in zip(distinct, adapters, strict=True)]
+        layer_eob = []
         embed_step, head_step, embed_eob, head_eob, tied = embed_static, head_static, 0, 0, 0
-        embed_act = -frozen_embedding_bytes(a, g, r)  # a frozen embedding saves nothing (F4), nor the norm reading it
-        grads = per_distinct_layer(spec, lambda b: expert_grad_transient(b, roles, r))
-        grad_fixed, grad_token = max(grads[::-1], key=lambda t: t[0] + tokens * t[1], default=(0, 0))
-    embed_act += embed_dropout_bytes(a, g, r)  # the embedding dropout's mask (activations.DROPOUTS)
-    rates = _layer_rates(a, spec, r, rank if method != "full" else 0)
+        embed_act = -end_terms(a, g, s, r, memo)[1]  # a frozen embedding saves nothing (F4), nor the norm reading it
+        grads = memoised(memo, ("grad", r, roles),
+                         lambda: distinct_values(spec, lambda b: expert_grad_transient(b, roles, r)))
+        grad_fixed, grad_token = 0, 0
+        if any(t != (0, 0) for t in grads):  # the last layer of the largest transient (its latest on a tie)
+            grad_fixed, grad_token = max(layer_values(spec, grads, memo)[::-1], key=lambda t: t[0] + tokens * t[1])
+    dropout, _, head_rate = end_terms(a, g, s, r, memo)
+    embed_act += dropout  # the embedding dropout's mask (activations.DROPOUTS)
+    rates = memoised(memo, ("act", r, rank if method != "full" else 0, roles),
+                     lambda: distinct_values(spec, lambda b: block_activation_bytes(a, b, r, rank if method != "full"
+                                                                                    else 0, roles)))
     # the fused qkv output kept by q's view (gpt2): the training forward's cache is on without checkpointing
-    rates = [rate + view for rate, view in zip(rates, per_distinct_layer(spec, lambda b: fused_view_bytes(a, b, r)),
-                                                strict=True)]
+    views = memoised(memo, ("views", r), lambda: distinct_values(spec, lambda b: fused_view_bytes(a, b, r)))
+    rates = [rate + view for rate, view in zip(rates, views, strict=True)]
     squares = [0] * len(rates)
     windows: list[tuple[tuple[int, int, int], ...]] = [()] * len(rates)
     if default_attention(a)[0] == "eager":  # no SDPA in the model's class: eager keeps its scores
-        terms = per_distinct_layer(spec, lambda b: eager_layer_terms(a, b, r.compute_bytes, r.trained, r))
+        terms = distinct_values(spec, lambda b: eager_layer_terms(a, b, r.compute_bytes, r.trained, r))
         rates = [rate + linear for rate, (linear, _) in zip(rates, terms, strict=True)]
         squares = [sq for _, sq in terms]
     else:  # SDPA handed a mask (a window at tokens >= its width) keeps it and GQA's repeated k/v (F11)
-        windows = per_distinct_layer(spec, lambda b: masked_sdpa_windows(a, b, r))
+        windows = distinct_values(spec, lambda b: masked_sdpa_windows(a, b, r))
     # every layer runs at the job's tokens (an encoder-decoder's encoder and decoder alike)
     n = tokens
-    layer_act = tuple(n * rate + n * n * sq + sum(n * m + n * n * msq for w, m, msq in ws if n >= w)
-                      for rate, sq, ws in zip(rates, squares, windows, strict=True))
+    layer_act = [n * rate + n * n * sq + sum(n * m + n * n * msq for w, m, msq in ws if n >= w)
+                 for rate, sq, ws in zip(rates, squares, windows, strict=True)]
     masked: dict[int, tuple[int, int]] = {}
-    for ws in windows:
+    for ws, count in zip(windows, counts, strict=True):
         for w, m, msq in ws:
             m0, sq0 = masked.get(w, (0, 0))
-            masked[w] = (m0 + m, sq0 + msq)
-    head_rate = head_activation_bytes(a, g, r, s)
+            masked[w] = (m0 + count * m, sq0 + count * msq)
     vision = s.compute_bytes * spec.vision_act * (1 if spec.image_tokens else 0)
-    grad = (grad_fixed, tokens * grad_token, embed_act + sum(rates) + grad_token) if method != "full" else (0, 0, 0)
-    return Profile(method, embed_static, layer_static, head_static, tokens * embed_act + vision, layer_act,
-                   tokens * head_rate, len(spec.blocks), layer_step, embed_step, head_step, layer_eob, embed_eob,
-                   head_eob, tied, embed_act + sum(rates) + head_rate, vision, sum(squares),
+    rates_sum = sum(k * rate for k, rate in zip(counts, rates, strict=True))
+    grad = (grad_fixed, tokens * grad_token, embed_act + rates_sum + grad_token) if method != "full" else (0, 0, 0)
+    return Profile(method, embed_static, layer_values(spec, layer_static, memo), head_static,
+                   tokens * embed_act + vision, layer_values(spec, layer_act, memo), tokens * head_rate,
+                   len(spec.blocks), layer_values(spec, layer_step, memo), embed_step, head_step,
+                   layer_values(spec, layer_eob, memo) if layer_eob else (), embed_eob, head_eob, tied,
+                   embed_act + rates_sum + head_rate, vision, sum(k * sq for k, sq in zip(counts, squares, strict=True)),
                    tuple((w, m, msq) for w, (m, msq) in sorted(masked.items())), *grad)
-
-
-def _layer_rates(a: Arch, spec: Spec, r, rank: int) -> list[int]:
-    """block_activation_bytes of every layer (per_distinct_layer)."""
-    return per_distinct_layer(spec, lambda b: block_activation_bytes(a, b, r, rank))
-
-
-def per_distinct_layer(spec: Spec, bytes_of: Callable[[Block], T]) -> list[T]:
-    """bytes_of(b) for every layer of the stack, computed once per distinct layer (Spec.layer_groups): the layers
-    of a stack repeat a few shapes, and only their part names differ."""
-    blocks, groups = spec.blocks, spec.layer_groups
-    values: dict[int, T] = {k: bytes_of(blocks[k]) for k in dict.fromkeys(groups)}  # by first layer, in order
-    return list(map(values.__getitem__, groups))
 
 
 def encoder_tokens(spec: Spec, tokens: int) -> int:
@@ -282,8 +299,9 @@ def kv_bytes_of_block(b: Block | CacheTerms, s: Assumptions, tokens: int, encode
     return out
 
 
-def serve_profile(a: Arch, g: Graph, s: Assumptions, tokens: int) -> Profile:
-    """Weights + one prefill chunk's working set (fixed) + per sequence its caches and logits."""
+def serve_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, memo: dict | None = None) -> Profile:
+    """Weights + one prefill chunk's working set (fixed) + per sequence its caches and logits; each distinct layer
+    worked out once (`memo`: the estimate's table, layer_values)."""
     spec = g.spec
     c = s.compute_bytes
     embed, head = _ends(g)
@@ -295,14 +313,16 @@ def serve_profile(a: Arch, g: Graph, s: Assumptions, tokens: int) -> Profile:
     if spec.kind == "encoder":
         # A batch of sequences at the context, no cache: each sequence holds its own working set
         # and its output (the head's logits per token, fp32).
-        return Profile("serve", weights(embed), tuple(per_distinct_layer(spec, block_weights)), weights(head),
+        return Profile("serve", weights(embed), layer_values(spec, distinct_values(spec, block_weights), memo),
+                       weights(head),
                        transient + tokens * 4 * spec.logits, (0,) * len(spec.blocks), 0, len(spec.blocks))
     enc_tokens = encoder_tokens(spec, tokens)
-    per_layer = tuple(per_distinct_layer(spec, lambda b: 0 if b.stack == "encoder" else
-                                         kv_bytes_of_block(b, s, tokens, enc_tokens)))
+    per_layer = layer_values(spec, distinct_values(spec, lambda b: 0 if b.stack == "encoder" else
+                                                   kv_bytes_of_block(b, s, tokens, enc_tokens)), memo)
     # An encoder-decoder keeps the encoder's output (tokens x hidden) per sequence for cross-attention.
     enc_out = enc_tokens * c * spec.hidden
-    return Profile("serve", weights(embed) + transient, tuple(per_distinct_layer(spec, block_weights)), weights(head),
+    return Profile("serve", weights(embed) + transient, layer_values(spec, distinct_values(spec, block_weights), memo),
+                   weights(head),
                    enc_out, per_layer, s.decode_logits_bytes * spec.vocab, len(spec.blocks))
 
 
@@ -312,7 +332,7 @@ def _serve_transient(g: Graph, s: Assumptions, tokens: int, width: int | None = 
     spec = g.spec
     c = s.compute_bytes
     if width is None:
-        width = max((b.transient for b in spec.blocks), default=0)
+        width = max((b.transient for b, _ in spec.distinct_layers), default=0)
     return tokens * c * (width + 2 * spec.hidden) + c * spec.vision_transient
 
 
@@ -336,12 +356,12 @@ def cache_block(g: Graph) -> CacheTerms:
     spec = g.spec
     kv: dict[int, int] = {}
     state, transient = 0, 0
-    for b in spec.blocks:
+    for b, copies in spec.distinct_layers:  # each distinct layer once, times the layers it stands for
         transient = max(transient, b.transient)
         if b.stack != "encoder":
-            state += b.state
+            state += copies * b.state
             for window, n in b.kv:
-                kv[window] = kv.get(window, 0) + n
+                kv[window] = kv.get(window, 0) + copies * n
     return CacheTerms(state, tuple(kv.items()), transient)
 
 

@@ -21,8 +21,22 @@ def best_cut(p: Profile) -> tuple[int, int, int]:
 
     The first stage grows and the second shrinks with the cut, so the best cut is where they cross:
     found by bisection, then the neighbours are compared (the lowest cut wins a tie)."""
+    statics, acts, steps, eobs = p.static_prefix, p.act_prefix, p.step_prefix, p.eob_prefix
+    n = p.layers
+    grad, head_act = p.grad_fixed, p.head_per_sample
+
     def stages(k: int) -> tuple[int, int]:
-        return p.stage(1, 0, k, True, False), p.stage(1, k, p.layers, False, True)
+        """Profile.stage(1, 0, k, True, False) and stage(1, k, layers, False, True), from the running sums."""
+        static, act = statics[k] + p.embed_static, acts[k] + p.embed_per_sample
+        first = max(static + act, steps[k] + p.embed_step, eobs[k] + p.embed_eob)
+        if grad:
+            first = max(first, static + grad + act + p.grad_per_sample)
+        static = statics[n] - statics[k] + p.head_static
+        act = acts[n] - acts[k] + head_act
+        second = max(static + act, steps[n] - steps[k] + p.head_step, eobs[n] - eobs[k] + p.head_eob)
+        if grad:
+            second = max(second, static + grad + act - head_act + p.grad_per_sample)
+        return first, second
 
     lo, hi = 0, p.layers
     while lo < hi:  # smallest k with first(k) >= second(k)

@@ -1,0 +1,98 @@
+"""The per-layer terms one estimate shares: each distinct layer's (Spec.distinct_layers) worked out once, kept in
+the estimate's table (memoised) for its profiles and jobs, and laid out per layer where a profile needs them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TypeVar
+
+from ..config.arch import Arch
+from ..graph.nodes import Graph
+from ..graph.parts import Block, Spec
+from ..inputs import Assumptions
+from .activations import (
+    Regime,
+    embed_dropout_bytes,
+    frozen_embedding_bytes,
+    head_activation_bytes,
+    masked_sdpa_terms,
+)
+from .attention import eager_layer_terms
+from .lora import all_linear_roles, block_lora_params, distinct_inputs
+
+T = TypeVar("T")  # what a term is per layer (bytes, or a tuple of terms)
+
+
+def end_terms(a: Arch, g: Graph, s: Assumptions, r: Regime, memo: dict | None = None) -> tuple[int, int, int]:
+    """Per token under `r`: the embedding dropout's mask (embed_dropout_bytes), what a frozen embedding does not
+    keep (frozen_embedding_bytes) and the head's activations (head_activation_bytes), once per estimate."""
+    return memoised(memo, ("ends", r), lambda: (embed_dropout_bytes(a, g, r), frozen_embedding_bytes(a, g, r),
+                                                head_activation_bytes(a, g, r, s)))
+
+
+def adapter_params(spec: Spec, rank: int, roles: frozenset[str] | None, memo: dict | None = None) -> list[int]:
+    """LoRA parameters of each distinct layer (lora.block_lora_params; roles None: every Linear), once per
+    estimate with `memo`: summed times their counts they are lora.lora_params."""
+    return memoised(memo, ("adapters", rank, roles),
+                    lambda: distinct_values(spec, lambda b: block_lora_params(b, rank, roles)))
+
+
+def all_linear_params(a: Arch, g: Graph, rank: int, memo: dict | None = None) -> int:
+    """lora.lora_params of all-linear adapters (the site's LoRA), from the estimate's table (adapter_params)."""
+    spec = g.spec
+    return sum(n * v for (_, n), v in zip(spec.distinct_layers, adapter_params(spec, rank, all_linear_roles(a), memo),
+                                          strict=True))
+
+
+def layer_values(spec: Spec, values: list[T], memo: dict | None = None) -> tuple[T, ...]:
+    """Per-distinct-layer values (distinct_values' order) laid out per layer of the stack (Spec.layer_groups)."""
+    def make() -> list[int]:
+        groups = spec.layer_groups
+        position = {k: i for i, k in enumerate(dict.fromkeys(groups))}
+        return [position[k] for k in groups]
+    return tuple(map(values.__getitem__, memoised(memo, ("layer_index",), make)))
+
+
+def per_distinct_layer(spec: Spec, bytes_of: Callable[[Block], T]) -> tuple[T, ...]:
+    """bytes_of(b) for every layer of the stack, computed once per distinct layer (Spec.layer_groups): the layers
+    of a stack repeat a few shapes, and only their part names differ."""
+    return layer_values(spec, distinct_values(spec, bytes_of))
+
+
+def distinct_values(spec: Spec, bytes_of: Callable[[Block], T]) -> list[T]:
+    """bytes_of(b) of each distinct layer (Spec.distinct_layers, in its order): a sum over the layers of a term
+    that reads no part name is the sum of these times the layers each stands for."""
+    return [bytes_of(b) for b, _ in spec.distinct_layers]
+
+
+def memoised(memo: dict | None, key: tuple, make: Callable[[], T]) -> T:
+    """make() once per estimate under `key` in `memo` (one estimate()'s table of the per-layer terms its jobs and
+    profiles share: the keys name everything the terms read besides the model); memo None: every time."""
+    if memo is None:
+        return make()
+    got = memo.get(key)
+    if got is None:
+        got = memo[key] = make()
+    return got
+
+
+def layer_bytes(a: Arch, b: Block, r: Regime, attention: str, T: int, saves: bool, upcast: bool, base: int) -> int:
+    """Saved bytes per token of one layer for a job: `base` (activations.block_activation_bytes) plus what eager
+    attention and a bitsandbytes base add (`saves`: its matmul saves its input, storage.saves_matmul_input;
+    `upcast`: prepare_model_for_kbit_training's fp32 non-quantised parameters)."""
+    c = r.compute_bytes
+    out = base
+    linear, squared = eager_layer_terms(a, b, c, r.trained, r) if attention == "eager" else \
+        masked_sdpa_terms(a, b, T, r)  # eager keeps its scores; SDPA handed a mask keeps it (F11)
+    out += linear + squared * T
+    if saves:
+        # A bitsandbytes matmul that saves its input (saves_matmul_input), where nn.Linear on a frozen weight would
+        # save none: one copy of each distinct input not saved already (q/k/v and gate/up share theirs; o_proj
+        # reads the SDPA output, which SDPA saved).
+        out += c * sum(distinct_inputs(b).values())
+    if upcast and not r.trained and r.amp:
+        # prepare_model_for_kbit_training leaves fp32 norms and residual: bitsandbytes Linear4bit.forward returns
+        # matmul_4bit(...).to(inp_dtype), fp32, so the MLP's gate, act and up (silu and mul are not autocast ops)
+        # are saved in fp32, not bf16.
+        out += (4 - c) * sum(p.act_frozen for p in b.parts if not p.attn_flops)
+    return out
