@@ -199,9 +199,9 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
                                *check_checkpoint(arch, graph, checkpoint_params, stored), *past_context,
                                *serve_past]
     vision = sum(p.params for p in spec.embed if p.name.startswith(VISION_PREFIXES))
-    kinds: dict[str, int] = {}
-    for b in spec.blocks:
-        kinds[b.kind] = kinds.get(b.kind, 0) + 1
+    kinds: dict[str, int] = {}  # layers per kind, in order of first appearance (a kind is part of a distinct layer)
+    for b, n in spec.distinct_layers:
+        kinds[b.kind] = kinds.get(b.kind, 0) + n
     quant = None if arch.quant is None else (("method", arch.quant.method), ("bits", arch.quant.bits),
                                               ("group_size", arch.quant.group_size),
                                               ("describes", arch.quant.describes))
