@@ -58,7 +58,7 @@ def _missing_fields(obj, data, path="report"):
             else:
                 missing += _missing_fields(getattr(obj, f.name), data[f.name], f"{path}.{f.name}")
     elif isinstance(obj, tuple) and isinstance(data, list):
-        for i, (o, d) in enumerate(zip(obj, data)):
+        for i, (o, d) in enumerate(zip(obj, data, strict=False)):
             missing += _missing_fields(o, d, f"{path}[{i}]")
     return missing
 

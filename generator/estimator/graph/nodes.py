@@ -2,7 +2,7 @@
 
 The parts come from the Arch's spec (graph/parts.py), which the family builders fill following the
 transformers modeling files; here they are summed. The structure table (one row per part, in forward order,
-shaped at the maximum context) is the Report's, made from the same spec (estimate.structure_rows).
+shaped at the maximum context) is the Report's, made from the same spec (graph/structure.py).
 """
 
 from __future__ import annotations

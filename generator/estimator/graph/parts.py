@@ -222,7 +222,7 @@ def _block(fields: dict[str, Any]) -> Block:
 
 def _layer_key(b: Block) -> tuple:
     """What Spec.layer_groups compares of a layer: kind, stack, parts but for their names (the first field)."""
-    return b.kind, b.stack, tuple(p[1:] for p in b.parts)
+    return b.kind, b.stack, tuple([p[1:] for p in b.parts])
 
 
 def norm_sums(parts: tuple[Part, ...] | list[Part]) -> tuple[int, int, int, int]:

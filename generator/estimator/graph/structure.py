@@ -12,6 +12,8 @@ from .parts import Block, Part, Spec
 
 @dataclass(frozen=True)
 class StructureRow:
+    """One row of the structure table: a part's place in forward order (from 1), name, type, shape and parameters."""
+
     index: int
     name: str
     type: str
@@ -38,7 +40,7 @@ class StructureTable(Sequence[StructureRow]):
     twin's dicts are made straight from the spec (records()), with no row object in between: an estimate +
     to_dict builds one object per part, and a layer that numbered() copied is read once for all its copies."""
 
-    def __init__(self, spec: Spec, tokens: int) -> None:
+    def __init__(self, spec: Spec, tokens: int) -> None:  # read-only after this: the rows are made from them once
         self.spec = spec
         self.tokens = tokens
 
@@ -78,7 +80,7 @@ class StructureTable(Sequence[StructureRow]):
 
     @functools.cached_property
     def rows(self) -> tuple[StructureRow, ...]:
-        """The rows as records, made once from records() (each set up directly, its fields written into its
+        """The rows as StructureRow, made once from records() (each set up directly, its fields written into its
         instance dict: what the frozen dataclass __init__ does through object.__setattr__, at a third of the cost)."""
         new = object.__new__
         rows = []
