@@ -27,7 +27,8 @@ def _asdict_reference(report: Report) -> dict:
             return [plain(v) for v in value]
         return value
 
-    out = plain(dataclasses.asdict(report))
+    # the structure table's rows as a tuple of StructureRow, what estimate() held before the table became lazy
+    out = plain(dataclasses.asdict(dataclasses.replace(report, structure=tuple(report.structure))))
     out["memory"]["assumptions"] = dict(report.memory.assumptions)
     for key in ("peak_phase_by_method", "breakdown", "job"):
         out["memory"][key] = dict(getattr(report.memory, key))
@@ -57,7 +58,7 @@ def _missing_fields(obj, data, path="report"):
             else:
                 missing += _missing_fields(getattr(obj, f.name), data[f.name], f"{path}.{f.name}")
     elif isinstance(obj, tuple) and isinstance(data, list):
-        for i, (o, d) in enumerate(zip(obj, data)):
+        for i, (o, d) in enumerate(zip(obj, data, strict=False)):
             missing += _missing_fields(o, d, f"{path}[{i}]")
     return missing
 

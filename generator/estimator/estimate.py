@@ -20,6 +20,7 @@ from .checks import (
 from .cost import CostLine, job_cost, step_work
 from .graph.nodes import build_graph
 from .graph.parts import Spec
+from .graph.structure import StructureTable
 from .inputs import Assumptions, Card, Gpu
 from .memory.attention import default_attention
 from .memory.curve import memory_curve
@@ -46,7 +47,6 @@ from .report import (
     Params,
     Report,
     SplitPlan,
-    StructureRow,
 )
 from .serving_speed import ServingSpeed
 from .setups import (
@@ -199,9 +199,9 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
                                *check_checkpoint(arch, graph, checkpoint_params, stored), *past_context,
                                *serve_past]
     vision = sum(p.params for p in spec.embed if p.name.startswith(VISION_PREFIXES))
-    kinds: dict[str, int] = {}
-    for b in spec.blocks:
-        kinds[b.kind] = kinds.get(b.kind, 0) + 1
+    kinds: dict[str, int] = {}  # layers per kind, in order of first appearance (a kind is part of a distinct layer)
+    for b, n in spec.distinct_layers:
+        kinds[b.kind] = kinds.get(b.kind, 0) + n
     quant = None if arch.quant is None else (("method", arch.quant.method), ("bits", arch.quant.bits),
                                               ("group_size", arch.quant.group_size),
                                               ("describes", arch.quant.describes))
@@ -283,33 +283,11 @@ def _setups(arch, graph, s: Assumptions, cards, gpus, jobs, adapters: int, serve
 # Structure-table names of the parts outside the language model (vision, audio and protein towers, projectors).
 VISION_PREFIXES = ("Vision", "Projector", "Audio", "Protein")
 
-# A structure row's fields, written in this order by structure_rows (checked here, at import).
-_ROW_FIELDS = ("index", "name", "type", "output_shape", "params")
-if tuple(f.name for f in dataclasses.fields(StructureRow)) != _ROW_FIELDS:
-    raise TypeError(f"StructureRow's fields must be {_ROW_FIELDS}")
-
-
-def structure_rows(spec: Spec, tokens: int) -> tuple[StructureRow, ...]:
+def structure_rows(spec: Spec, tokens: int) -> StructureTable:
     """The structure table: one row per part in forward order (the embedding stage, every layer's parts, the
-    head), output shapes at `tokens` (the config's maximum context): (1, tokens) where the part's width is
-    negative (the input ids), else (1, tokens, width or the hidden size). A 1,100-part model makes 1,100 rows:
-    each is set up directly, its fields written into its instance dict in field order (what the frozen dataclass
-    __init__ does, field by field through object.__setattr__, at a third of the cost)."""
-    hidden = (1, tokens, spec.hidden)
-    new = object.__new__
-    rows = []
-    index = 0
-    for parts in (spec.embed, *[b.parts for b in spec.blocks], spec.head):
-        for p in parts:
-            index += 1
-            width = p.width
-            row = new(StructureRow)
-            fields = row.__dict__
-            fields["index"], fields["name"], fields["type"], fields["output_shape"], fields["params"] = \
-                index, p.name, p.type, hidden if width == 0 else (1, tokens) if width < 0 else (1, tokens, width), \
-                p.params
-            rows.append(row)
-    return tuple(rows)
+    head), output shapes at `tokens` (the config's maximum context). Its rows are made when first read, and the
+    JSON twin's dicts straight from the spec (graph/structure.py)."""
+    return StructureTable(spec, tokens)
 
 
 def _card_plan(card: Card, profiles: Mapping[str, Profile], s: Assumptions,

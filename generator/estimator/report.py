@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from .checks import Finding
 from .cost import CostLine
+from .graph.structure import StructureRow, StructureTable
 from .memory.curve import CurvePoint
 from .memory.plans import Plan, Unreachable
 from .serving_speed import ServingSpeed
@@ -109,15 +111,6 @@ class Memory:
 
 
 @dataclass(frozen=True)
-class StructureRow:
-    index: int
-    name: str
-    type: str
-    output_shape: tuple[int, ...]
-    params: int
-
-
-@dataclass(frozen=True)
 class Report:
     schema_version: int
     estimator_version: str
@@ -125,7 +118,7 @@ class Report:
     params: Params
     memory: Memory
     cost: tuple[CostLine, ...]
-    structure: tuple[StructureRow, ...]
+    structure: Sequence[StructureRow]  # a StructureTable, or () where the caller asked for none
     findings: tuple[Finding, ...]
     provenance: tuple[tuple[str, Any], ...]  # config keys used (and their source) and formulas
     # Setups that run the model (setups.py): per method and priced GPU the fewest GPUs holding batch 1,
@@ -221,6 +214,8 @@ def _plain(value: Any) -> Any:
         return [v if v.__class__ in _ATOMS else _plain(v) for v in value]
     if cls is dict:
         return {k: _plain(v) for k, v in value.items()}
+    if cls is StructureTable:  # its dicts are made straight from the spec
+        return value.records()
     layout = _LAYOUTS.get(cls)
     if layout is None and isinstance(cls, type) and dataclasses.is_dataclass(cls):
         layout = _layout(cls)

@@ -7,8 +7,7 @@ bad value raises a ConfigError naming the model, the key and the value.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any, TypeAlias
+from typing import Any, NamedTuple, TypeAlias
 
 from ...errors import ConfigError
 from .transformers_defaults import ATTRIBUTE_MAPS, CLASS_DEFAULTS
@@ -46,9 +45,9 @@ def limit_of(name: str) -> int:
     return DEFAULT_LIMIT
 
 
-@dataclass(frozen=True)
-class KeyUse:
-    """Where one normalised value came from: a config key, an alias, or the family default."""
+class KeyUse(NamedTuple):
+    """Where one normalised value came from: a config key, an alias, or the family default (a named tuple: a
+    config makes dozens, read only by name)."""
 
     name: str
     value: Any
@@ -98,14 +97,17 @@ class Reader:
 
     def lookup(self, name: str) -> tuple[Any, str] | None:
         """(value, source) or None. An explicit null is None (transformers passes it to the class)."""
-        for key in (name, *self.aliases.get(name, ())):
-            if key in self.cfg:
-                if self.cfg[key] is None:
-                    return None
-                return self.cfg[key], f"config:{key}"
-        for key in (name, *self.aliases.get(name, ())):
-            if self.defaults.get(key) is not None:
-                return self.defaults[key], f"default:{self.model_type}"
+        cfg = self.cfg
+        aliases = self.aliases.get(name)
+        keys = (name, *aliases) if aliases else (name,)
+        for key in keys:
+            if key in cfg:
+                value = cfg[key]
+                return None if value is None else (value, f"config:{key}")
+        for key in keys:
+            value = self.defaults.get(key)
+            if value is not None:
+                return value, f"default:{self.model_type}"
         return None
 
     def has(self, name: str) -> bool:
@@ -131,14 +133,15 @@ class Reader:
                 raise ConfigError(self.model, name, None, "required key is missing")
             return None
         value, source = found
-        key = self._key(name, source)
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(self.model, key, value, "must be a positive integer" if minimum > 0 else "must be an integer")
+            raise ConfigError(self.model, self._key(name, source), value,
+                              "must be a positive integer" if minimum > 0 else "must be an integer")
         if value < minimum:
-            raise ConfigError(self.model, key, value, f"must be at least {minimum}")
+            raise ConfigError(self.model, self._key(name, source), value, f"must be at least {minimum}")
         limit = limit_of(name)
         if value > limit:
-            raise ConfigError(self.model, key, value, f"is larger than any supported model (max {limit:,})")
+            raise ConfigError(self.model, self._key(name, source), value,
+                              f"is larger than any supported model (max {limit:,})")
         self._record(name, value, source)
         return value
 

@@ -17,7 +17,7 @@ from ...errors import ConfigError
 from ..config.arch import Arch
 from ..config.reader import Reader, activation_name, architectures_of
 from ..config.windows import Rule, layer_windows
-from ..graph.layout import standard_block
+from ..graph.layout import standard_parts
 from ..graph.parts import (
     Block,
     Part,
@@ -264,8 +264,7 @@ def layer(t: DecoderTraits, d: Dims, i: int, window: int) -> Block:
         if fk == "dense" else None
     cross = cross_attention_part(n, d.hidden, d.heads, d.hd, bias=d.f(t.qkv_bias), fused_kv=t.fused_qkv) \
         if d.cross else None
-    parts = list(standard_block(n, [], mix, ffn, d.norm, d.hidden, norms=d.norms, parallel=d.parallel,
-                                cross=cross).parts)
+    parts = standard_parts(n, [], mix, ffn, d.norm, d.hidden, norms=d.norms, parallel=d.parallel, cross=cross)
     if t.layer_extra:
         parts.append(Part(f"Extra_{n}", "Parameters", t.layer_extra(d)))
     bkind = kind if kind != "attention" else ("mla" if t.mla else "sliding" if window else "attention")

@@ -2,7 +2,7 @@
 
 The parts come from the Arch's spec (graph/parts.py), which the family builders fill following the
 transformers modeling files; here they are summed. The structure table (one row per part, in forward order,
-shaped at the maximum context) is the Report's, made from the same spec (estimate.structure_rows).
+shaped at the maximum context) is the Report's, made from the same spec (graph/structure.py).
 """
 
 from __future__ import annotations
@@ -32,22 +32,28 @@ class Graph:
 
 
 def build_graph(a: Arch) -> Graph:
-    """The totals of the model's graph (parameters, matmul weights, attention terms)."""
+    """The totals of the model's graph (parameters, matmul weights, attention terms): the stack's sums over its
+    distinct layers (Spec.distinct_layers, which the memory terms read too), each times its count."""
     spec = a.spec
-    total = spec.params
     embedding = sum(p.params for p in spec.embed if p.type == "Embedding")
     head = sum(p.params for p in spec.head if p.name.startswith("LM_Head") or p.type == "LM Head")
-    per_layer = max((b.params for b in spec.blocks), default=0)
     ends = [*spec.embed, *spec.head]
-    matmul = sum(p.matmul for p in ends) + sum(b.matmul for b in spec.blocks)
-    active = sum(p.active_params for p in ends) + sum(b.active for b in spec.blocks)
-    active_mm = sum(p.active_matmul_params for p in ends) + sum(b.active_matmul for b in spec.blocks)
-    first: Block | None = spec.blocks[0] if spec.blocks else None
+    total = sum(p.params for p in ends)
+    matmul = sum(p.matmul for p in ends)
+    active = sum(p.active_params for p in ends)
+    active_mm = sum(p.active_matmul_params for p in ends)
+    per_layer = 0
     terms: dict[tuple[int, bool], int] = {}
-    for b in spec.blocks:
+    for b, n in spec.distinct_layers:
+        total += n * b.params
+        matmul += n * b.matmul
+        active += n * b.active
+        active_mm += n * b.active_matmul
+        per_layer = max(per_layer, b.params)
         causal = spec.kind != "encoder" and b.stack != "encoder"
         for window, flops in b.attn:
             key = (max(window, 0), causal)
-            terms[key] = terms.get(key, 0) + flops
+            terms[key] = terms.get(key, 0) + n * flops
+    first: Block | None = spec.blocks[0] if spec.blocks else None
     return Graph(total, embedding, head, per_layer, matmul, first.linears if first else (), spec,
                  active, active_mm, tuple((w, c, f) for (w, c), f in sorted(terms.items())), a.max_context)

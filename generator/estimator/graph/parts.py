@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 # Parameters per width of each norm kind (torch.nn.LayerNorm: weight + bias; RMSNorm: weight).
 NORM_PARAMS_PER_WIDTH = {"rmsnorm": 1, "layernorm": 2, "layernorm_nobias": 1, "layernorm_noparams": 0}
@@ -124,40 +124,39 @@ class Block:
             if p.attn_flops:
                 attn.append((p.window, p.attn_flops))
         rms, stats, read, fed = norm_sums(self.parts)
-        values = {"act_frozen": act_frozen, "rms_width": rms, "norm_stats_bytes": stats, "norm_read": read,
-                  "norm_fed": fed, "params": params, "active": active, "matmul": matmul, "active_matmul": active_mm,
-                  "norm_width": norm_w, "act": act, "act32": act32, "transient": transient, "state": state,
-                  "linears": tuple(linears), "lora_in": sum(i for i, _ in linears),
-                  "lora_io": sum(i + o for i, o in linears), "kv": tuple(kv), "attn": tuple(attn), "source": None}
-        for k, v in values.items():
-            object.__setattr__(self, k, v)
+        self.__dict__.update(  # frozen: fields set once, here (what object.__setattr__ would do, field by field)
+            act_frozen=act_frozen, rms_width=rms, norm_stats_bytes=stats, norm_read=read, norm_fed=fed, params=params,
+            active=active, matmul=matmul, active_matmul=active_mm, norm_width=norm_w, act=act, act32=act32,
+            transient=transient, state=state, linears=tuple(linears), lora_in=sum(i for i, _ in linears),
+            lora_io=sum(i + o for i, o in linears), kv=tuple(kv), attn=tuple(attn), source=None)
 
     def numbered(self, index: int) -> Block:
-        """This layer as layer `index`: names with the placeholder "#" numbered, sums kept (a stack of
-        identical layers is built once: families/decoder.py)."""
-        tag = str(index)
-        new = tuple.__new__  # a Part is a named tuple whose first field is the name
-        parts = tuple([new(Part, (tag.join(pieces),) + rest) for pieces, rest in self._numbering])
-        out = object.__new__(Block)
-        out.__dict__.update(self.__dict__, index=index, parts=parts, source=self)  # frozen: fields set once, here
-        out.__dict__.pop("_numbering")  # the copy's names hold no "#": its own numbering is made if asked
-        return out
+        """This layer as layer `index`, sums kept (a stack of identical layers is built once: families/decoder.py);
+        its parts are made when first read (__getattr__), the structure table names its rows itself."""
+        fields = self.__dict__.copy()  # the sums, kept
+        fields["index"], fields["source"] = index, self
+        del fields["parts"]
+        return _block(fields)
 
-    @functools.cached_property
-    def _numbering(self) -> tuple[tuple[list[str], tuple], ...]:
-        """Per part, its name split at "#" and its other fields: what numbered() joins, once for every copy."""
-        return tuple((p[0].split("#"), p[1:]) for p in self.parts)
+    if not TYPE_CHECKING:  # to the type checker `parts` is the field; an unknown attribute stays an error
+        def __getattr__(self, name: str) -> tuple[Part, ...]:
+            """A numbered() copy's parts, made on first read: its source's with "#" in the names numbered."""
+            source = self.__dict__.get("source")
+            if name != "parts" or source is None:
+                raise AttributeError(name)
+            tag, new = str(self.index), tuple.__new__  # a Part is a named tuple whose first field is the name
+            parts = self.__dict__["parts"] = tuple([new(Part, (p[0].replace("#", tag),) + p[1:]) for p in source.parts])
+            return parts
 
     def template(self) -> Block | None:
         """This layer with its number in every name replaced by "#", for numbered(); None when a name
-        does not hold the number as "<name>_<index>"."""
-        tag = f"_{self.index}"
-        names = [p.name.replace(tag, "_#", 1) if tag in p.name else None for p in self.parts]
-        if None in names:
+        does not hold the number as "<name>_<index>" (or holds a "#" of its own)."""
+        tag, number = f"_{self.index}", str(self.index)
+        names = [p[0].replace(tag, "_#", 1) for p in self.parts]
+        if any("#" not in n or n.replace("#", number) != p[0] for n, p in zip(names, self.parts, strict=True)):
             return None
-        out = object.__new__(Block)
-        out.__dict__.update(self.__dict__, parts=tuple(p._replace(name=str(n)) for p, n in zip(self.parts, names, strict=True)))
-        return out if out.numbered(self.index).parts == self.parts else None
+        parts = tuple([tuple.__new__(Part, (n,) + p[1:]) for n, p in zip(names, self.parts, strict=True)])
+        return _block({**self.__dict__, "parts": parts})
 
 
 @dataclass(frozen=True)
@@ -211,12 +210,19 @@ class Spec:
 
     @property
     def params(self) -> int:
-        return sum(p.params for p in self.embed) + sum(b.params for b in self.blocks) + sum(p.params for p in self.head)
+        return sum(p.params for p in (*self.embed, *self.head)) + sum(b.params * n for b, n in self.distinct_layers)
+
+
+def _block(fields: dict[str, Any]) -> Block:
+    """A Block holding these fields (every field and sum; frozen: set once, here) without recomputing the sums."""
+    out = object.__new__(Block)
+    object.__setattr__(out, "__dict__", fields)
+    return out
 
 
 def _layer_key(b: Block) -> tuple:
     """What Spec.layer_groups compares of a layer: kind, stack, parts but for their names (the first field)."""
-    return b.kind, b.stack, tuple(p[1:] for p in b.parts)
+    return b.kind, b.stack, tuple([p[1:] for p in b.parts])
 
 
 def norm_sums(parts: tuple[Part, ...] | list[Part]) -> tuple[int, int, int, int]:
@@ -357,10 +363,6 @@ def moe_part(name: str, hidden: int, experts: int, top_k: int, inter: int, *, ga
                 linears=lin, top_k=k, act=(k * inter + shared) * (4 if gated else 2) + 2 * k * hidden + gate_out,
                 act32=experts, act_frozen=(k * inter + shared) * (3 if gated else 1) + k * hidden + gate_out,
                 transient=k * inter * (3 if gated else 2) + shared * 3 + hidden)
-
-
-def with_name(p: Part, name: str) -> Part:
-    return p._replace(name=name)
 
 
 def combine(name: str, typ: str, *parts: Part) -> Part:
