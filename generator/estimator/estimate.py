@@ -32,11 +32,12 @@ from .memory.profile import (
     budget_bytes,
     kv_bytes_per_sequence,
     kv_bytes_per_token,
+    largest_batch,
     serve_profile,
     state_bytes_per_sequence,
     train_profile,
 )
-from .memory.splits import best_cut, two_card_split
+from .memory.splits import Cut, best_cut, two_card_batch
 from .memory.storage import model_serve_weight_bytes, stored_elements
 from .normalise import normalise
 from .report import (
@@ -53,7 +54,7 @@ from .setups import (
     QLORA,
     cached_peak,
     exact_job,
-    max_batch,
+    job_limits,
     model_shape,
     offers,
     plans_for,
@@ -126,7 +127,6 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
         "serve": serve_profile(arch, graph, s, serve_tokens, memo),
     }
     adapters = all_linear_params(arch, graph, s.lora_rank, memo)
-    cuts: dict[str, tuple[int, int, int]] = {}  # the best two-card cut per method (the same on every card)
     explicit = job is not None and (job.tokens > 0 or job.new_tokens > 0)
     job = job or Job(tokens=0)  # no job named: the site's own, at its tokens (capped at the context below)
     setup = setup or Setup()
@@ -156,8 +156,7 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
     spread = per_gpu(the_job, setup, model_id)
     exact = metric_memory(spread.peak_phase, dict(spread.breakdown), s, job, graph)
     qlora_applies = arch.quant is None
-    plans = tuple(_card_plan(card, profiles, s, cuts, site_jobs["qlora"] if qlora_applies else None)
-                  for card in cards)
+    plans = _card_plan(cards, profiles, s, site_jobs["qlora"] if qlora_applies else None)
     kv_per_sequence = kv_bytes_per_sequence(arch, s, serve_tokens)
     setup_plans, unreachable, serving = _setups(arch, graph, s, cards, gpus, site_jobs, adapters, serve_tokens,
                                                 weights_served, kv_per_sequence)
@@ -290,21 +289,27 @@ def structure_rows(spec: Spec, tokens: int) -> StructureTable:
     return StructureTable(spec, tokens)
 
 
-def _card_plan(card: Card, profiles: Mapping[str, Profile], s: Assumptions,
-               cuts: dict[str, tuple[int, int, int]], qlora=None) -> CardPlan:
-    """One card's largest batches (QLoRA's from its job's phases, 0 without one) and two-card splits."""
-    budget = budget_bytes(card, s)
-    batches = {k: p.max_batch(budget) for k, p in profiles.items()}
-    splits: list[SplitPlan] = []
-    for k, p in profiles.items():
-        if batches[k] == 0:
-            if k not in cuts:
-                cuts[k] = best_cut(p)
-            sp = two_card_split(p, budget, cuts[k])
-            splits.append(SplitPlan(k, sp.cards, sp.cut_after_layer, sp.stage_bytes_batch1, sp.max_batch))
-    return CardPlan(card.name, card.memory_marketed_bytes, card.memory_usable_bytes, budget,
-                    batches["train_full"], batches["train_lora"], batches["serve"], tuple(splits) or None,
-                    0 if qlora is None else max_batch(qlora, budget, _site_metric))
+def _card_plan(cards: tuple[Card, ...], profiles: Mapping[str, Profile], s: Assumptions,
+               qlora=None) -> tuple[CardPlan, ...]:
+    """Each card's largest batches (QLoRA's from its job's phases, 0 without one) and two-card splits. What a card
+    is held against (the profiles' and QLoRA's limits, the best two-card cut per method) is the same on every
+    card: worked out once, each card then only divides its budget."""
+    limits = {k: p.whole_limits for k, p in profiles.items()}
+    qlora_limits = None if qlora is None else job_limits(qlora, _site_metric)
+    cuts: dict[str, Cut] = {}  # the best two-card cut per method, where a card asks for one
+    plans = []
+    for card in cards:
+        budget = budget_bytes(card, s)
+        batches = {k: largest_batch(lim, budget) for k, lim in limits.items()}
+        splits: list[SplitPlan] = []
+        for k, batch in batches.items():
+            if batch == 0:
+                cut = cuts.get(k) or cuts.setdefault(k, best_cut(profiles[k]))
+                splits.append(SplitPlan(k, 2, cut.layers, (cut.first, cut.second), two_card_batch(cut, budget)))
+        plans.append(CardPlan(card.name, card.memory_marketed_bytes, card.memory_usable_bytes, budget,
+                              batches["train_full"], batches["train_lora"], batches["serve"], tuple(splits) or None,
+                              0 if qlora_limits is None else largest_batch(qlora_limits, budget)))
+    return tuple(plans)
 
 
 def _costs(arch, graph, s: Assumptions, cards, gpus, profiles, adapters) -> tuple[CostLine, ...]:

@@ -44,13 +44,18 @@ def all_linear_params(a: Arch, g: Graph, rank: int, memo: dict | None = None) ->
                                           strict=True))
 
 
-def layer_values(spec: Spec, values: list[T], memo: dict | None = None) -> tuple[T, ...]:
-    """Per-distinct-layer values (distinct_values' order) laid out per layer of the stack (Spec.layer_groups)."""
-    def make() -> list[int]:
+def layer_index(spec: Spec, memo: dict | None = None) -> tuple[int, ...]:
+    """Per layer of the stack (Spec.layer_groups), the index of its distinct layer in distinct_values' order."""
+    def make() -> tuple[int, ...]:
         groups = spec.layer_groups
         position = {k: i for i, k in enumerate(dict.fromkeys(groups))}
-        return [position[k] for k in groups]
-    return tuple(map(values.__getitem__, memoised(memo, ("layer_index",), make)))
+        return tuple(map(position.__getitem__, groups))
+    return memoised(memo, ("layer_index",), make)
+
+
+def layer_values(spec: Spec, values: list[T], memo: dict | None = None) -> tuple[T, ...]:
+    """Per-distinct-layer values (distinct_values' order) laid out per layer of the stack (Spec.layer_groups)."""
+    return tuple(map(values.__getitem__, layer_index(spec, memo)))
 
 
 def per_distinct_layer(spec: Spec, bytes_of: Callable[[Block], T]) -> tuple[T, ...]:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 from itertools import accumulate
+from operator import mul
 from typing import NamedTuple
 
 from ..config.arch import Arch
@@ -41,7 +42,7 @@ from .activations import (
     regime,
 )
 from .attention import default_attention, eager_layer_terms
-from .layer_terms import adapter_params, distinct_values, end_terms, layer_values, memoised
+from .layer_terms import adapter_params, distinct_values, end_terms, layer_index, layer_values, memoised
 from .lora import all_linear_roles
 from .storage import serve_weight_bytes
 
@@ -49,22 +50,26 @@ from .storage import serve_weight_bytes
 @dataclass(frozen=True)
 class Profile:
     """One method's memory per stage: the loss-backward branch (static + bytes per sample) and two batch-free
-    branches, the end of the backward and the optimizer step; a stage's peak is the largest of the three."""
+    branches, the end of the backward and the optimizer step; a stage's peak is the largest of the three.
+    The layer terms are held per distinct layer (Spec.distinct_layers, with the layers each stands for in
+    `counts`): the whole model's figures are sums over them; `layout` lays them out per layer of the stack
+    (layer_terms.layer_index) only where a slice of the stack is asked for (a split over cards)."""
 
     method: str
     embed_static: int  # loss-backward branch: bytes held for the embedding stage (embeddings, vision tower, ...)
-    layer_static: tuple[int, ...]  # per layer, independent of batch
+    distinct_static: tuple[int, ...]  # per distinct layer, independent of batch
     head_static: int  # final norm + head
     embed_per_sample: int
-    layer_per_sample: tuple[int, ...]
+    distinct_per_sample: tuple[int, ...]
     head_per_sample: int  # final norm, head input, logits and loss
-    layers: int
+    counts: tuple[int, ...]  # per distinct layer, the layers it stands for
+    layout: tuple[int, ...] = field(repr=False)  # per layer of the stack, the index of its distinct layer
     # The optimizer step (weights + gradients + state + foreach temporary) and the end of the backward
-    # (weights + gradients + state), per stage; () = the branch does not exist (serving).
-    layer_step: tuple[int, ...] = ()
+    # (weights + gradients + state), per distinct layer; () = the branch does not exist (serving).
+    distinct_step: tuple[int, ...] = ()
     embed_step: int = 0
     head_step: int = 0
-    layer_eob: tuple[int, ...] = ()
+    distinct_eob: tuple[int, ...] = ()
     embed_eob: int = 0
     head_eob: int = 0
     tied_eob: int = 0  # the tied embedding's two gradients at the end of the backward: only with both ends
@@ -88,14 +93,43 @@ class Profile:
     total_static: int = field(init=False, repr=False, compare=False)
     # _parts of the whole model (every layer and both ends): what total, total_at, max_batch and peak_phase read
     whole: tuple[int, int, int] = field(init=False, repr=False, compare=False)
+    late: tuple[int, int] = field(init=False, repr=False, compare=False)  # the whole model's (step, end of backward)
 
     def __post_init__(self) -> None:
         fields_ = self.__dict__  # frozen: the derived fields are set once, here (object.__setattr__'s effect)
-        static = fields_["total_static"] = self.embed_static + sum(self.layer_static) + self.head_static
-        act = self.embed_per_sample + sum(self.layer_per_sample) + self.head_per_sample
-        step = sum(self.layer_step) + self.embed_step + self.head_step
-        eob = sum(self.layer_eob) + self.embed_eob + self.head_eob + self.tied_eob
+        counts = self.counts
+        static = fields_["total_static"] = self.embed_static + sum(map(mul, counts, self.distinct_static)) \
+            + self.head_static
+        act = self.embed_per_sample + sum(map(mul, counts, self.distinct_per_sample)) + self.head_per_sample
+        step = sum(map(mul, counts, self.distinct_step)) + self.embed_step + self.head_step
+        eob = sum(map(mul, counts, self.distinct_eob)) + self.embed_eob + self.head_eob + self.tied_eob
         fields_["whole"] = (static, act, max(step, eob))
+        fields_["late"] = (step, eob)
+
+    @property
+    def layers(self) -> int:
+        return len(self.layout)
+
+    def _per_layer(self, values: tuple[int, ...]) -> tuple[int, ...]:
+        """Per-distinct-layer values laid out per layer of the stack."""
+        return tuple(map(values.__getitem__, self.layout))
+
+    # Per layer of the stack: what a slice of the stack (_parts) reads, made when first asked for.
+    @functools.cached_property
+    def layer_static(self) -> tuple[int, ...]:
+        return self._per_layer(self.distinct_static)
+
+    @functools.cached_property
+    def layer_per_sample(self) -> tuple[int, ...]:
+        return self._per_layer(self.distinct_per_sample)
+
+    @functools.cached_property
+    def layer_step(self) -> tuple[int, ...]:
+        return self._per_layer(self.distinct_step) if self.distinct_step else ()
+
+    @functools.cached_property
+    def layer_eob(self) -> tuple[int, ...]:
+        return self._per_layer(self.distinct_eob) if self.distinct_eob else ()
 
     # Running sums over the layers, for slices of the stack (_parts): only a split over cards asks for them.
     @functools.cached_property
@@ -160,19 +194,26 @@ class Profile:
 
     def max_batch(self, budget: int, first: int = 0, last: int = -1, with_embed: bool = True,
                   with_head: bool = True, cap: int = 1 << 40) -> int:
-        """Largest b with stage(b) <= budget, 0 when batch 1 does not fit: the stage is max(static + b x act,
-        a batch-free branch), so b = (budget - static) // act: what max_batch() finds."""
+        """Largest b with stage(b) <= budget, 0 when batch 1 does not fit (largest_batch of the stage's limits)."""
         last = self.layers if last < 0 else last
-        static, act, fixed = self.whole if first == 0 and last == self.layers and with_embed and with_head else \
-            self._parts(first, last, with_embed, with_head)
-        if max(static + act, fixed) > budget:  # stage(1)
-            return 0
-        if self.grad_fixed:  # the adapted expert tensor's gradient branch (stage's third term)
-            grad_act = act - (self.head_per_sample if with_head else 0) + self.grad_per_sample
-            if self._grad_branch(1, static, act, with_head) > budget:
-                return 0
-            cap = cap if grad_act <= 0 else min((budget - static - self.grad_fixed) // grad_act, cap)
-        return cap if act <= 0 else min((budget - static) // act, cap)
+        if first == 0 and last == self.layers and with_embed and with_head:
+            return largest_batch(self.whole_limits, budget, cap)
+        return largest_batch(self.limits(self._parts(first, last, with_embed, with_head), with_head), budget, cap)
+
+    def limits(self, parts: tuple[int, int, int], with_head: bool) -> Limits:
+        """A stage's branches as (bytes at batch 0, bytes per sample), from its _parts: the stage is max(static +
+        b x act, the batch-free branch[, the adapted expert tensor's gradient branch, _grad_branch])."""
+        static, act, fixed = parts
+        if self.grad_fixed:
+            return ((static, act), (fixed, 0), (static + self.grad_fixed,
+                                                act - (self.head_per_sample if with_head else 0)
+                                                + self.grad_per_sample))
+        return (static, act), (fixed, 0)
+
+    @functools.cached_property
+    def whole_limits(self) -> Limits:
+        """limits() of the whole model: what a card's largest batch is held against."""
+        return self.limits(self.whole, True)
 
     def peak_phase(self, batch: int) -> str:
         """When the peak happens: the loss (logits), backward, the end of the backward, the optimizer step;
@@ -180,13 +221,28 @@ class Profile:
         if self.method == "serve":
             return "decode (full KV cache)"
         static, act, _ = self.whole
-        step = sum(self.layer_step) + self.embed_step + self.head_step
-        eob = sum(self.layer_eob) + self.embed_eob + self.head_eob + self.tied_eob
+        step, eob = self.late
         if max(step, eob) > static + batch * act:
             return "optimizer step" if step >= eob else "end of backward (tied-embedding gradients)"
         if self.grad_fixed and self._grad_branch(batch, static, act, True) > static + batch * act:
             return "backward (an adapted expert tensor's gradient)"
         return "loss (logits)" if self.head_per_sample * 2 > act else "backward (activations)"
+
+
+# A stage's memory as branches (bytes at batch 0, bytes per sample): its peak at batch b is the largest b-th value.
+Limits = tuple[tuple[int, int], ...]
+
+
+def largest_batch(limits: Limits, budget: int, cap: int = 1 << 40) -> int:
+    """Largest b with every branch's base + b x per_sample <= budget, 0 when batch 1 does not fit: each branch
+    growing with the batch allows (budget - base) // per_sample, the batch-free ones only batch 1's check."""
+    best = cap
+    for base, per_sample in limits:
+        if base + per_sample > budget:
+            return 0
+        if per_sample > 0:
+            best = min(best, (budget - base) // per_sample)
+    return best
 
 
 def _ends(g: Graph) -> tuple[list[Part], list[Part]]:
@@ -274,10 +330,9 @@ def train_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, method: str, r
     vision = s.compute_bytes * spec.vision_act * (1 if spec.image_tokens else 0)
     rates_sum = sum(k * rate for k, rate in zip(counts, rates, strict=True))
     grad = (grad_fixed, tokens * grad_token, embed_act + rates_sum + grad_token) if method != "full" else (0, 0, 0)
-    return Profile(method, embed_static, layer_values(spec, layer_static, memo), head_static,
-                   tokens * embed_act + vision, layer_values(spec, layer_act, memo), tokens * head_rate,
-                   len(spec.blocks), layer_values(spec, layer_step, memo), embed_step, head_step,
-                   layer_values(spec, layer_eob, memo) if layer_eob else (), embed_eob, head_eob, tied,
+    return Profile(method, embed_static, tuple(layer_static), head_static, tokens * embed_act + vision,
+                   tuple(layer_act), tokens * head_rate, tuple(counts), layer_index(spec, memo), tuple(layer_step),
+                   embed_step, head_step, tuple(layer_eob), embed_eob, head_eob, tied,
                    embed_act + rates_sum + head_rate, vision, sum(k * sq for k, sq in zip(counts, squares, strict=True)),
                    tuple((w, m, msq) for w, (m, msq) in sorted(masked.items())), *grad)
 
@@ -301,7 +356,7 @@ def kv_bytes_of_block(b: Block | CacheTerms, s: Assumptions, tokens: int, encode
 
 def serve_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, memo: dict | None = None) -> Profile:
     """Weights + one prefill chunk's working set (fixed) + per sequence its caches and logits; each distinct layer
-    worked out once (`memo`: the estimate's table, layer_values)."""
+    worked out once (`memo`: the estimate's table, layer_index)."""
     spec = g.spec
     c = s.compute_bytes
     embed, head = _ends(g)
@@ -310,20 +365,20 @@ def serve_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, memo: dict | N
     def block_weights(b: Block) -> int:
         return weights(b.parts) if a.quant is not None and a.quant.bits < 16 else int(s.serve_weight_bytes * b.params)
     transient = _serve_transient(g, s, tokens)
+    distinct = spec.distinct_layers
+    counts, layout = tuple([n for _, n in distinct]), layer_index(spec, memo)
+    layer_weights = tuple([block_weights(b) for b, _ in distinct])
     if spec.kind == "encoder":
         # A batch of sequences at the context, no cache: each sequence holds its own working set
         # and its output (the head's logits per token, fp32).
-        return Profile("serve", weights(embed), layer_values(spec, distinct_values(spec, block_weights), memo),
-                       weights(head),
-                       transient + tokens * 4 * spec.logits, (0,) * len(spec.blocks), 0, len(spec.blocks))
+        return Profile("serve", weights(embed), layer_weights, weights(head), transient + tokens * 4 * spec.logits,
+                       (0,) * len(distinct), 0, counts, layout)
     enc_tokens = encoder_tokens(spec, tokens)
-    per_layer = layer_values(spec, distinct_values(spec, lambda b: 0 if b.stack == "encoder" else
-                                                   kv_bytes_of_block(b, s, tokens, enc_tokens)), memo)
+    caches = tuple([0 if b.stack == "encoder" else kv_bytes_of_block(b, s, tokens, enc_tokens) for b, _ in distinct])
     # An encoder-decoder keeps the encoder's output (tokens x hidden) per sequence for cross-attention.
     enc_out = enc_tokens * c * spec.hidden
-    return Profile("serve", weights(embed) + transient, layer_values(spec, distinct_values(spec, block_weights), memo),
-                   weights(head),
-                   enc_out, per_layer, s.decode_logits_bytes * spec.vocab, len(spec.blocks))
+    return Profile("serve", weights(embed) + transient, layer_weights, weights(head), enc_out, caches,
+                   s.decode_logits_bytes * spec.vocab, counts, layout)
 
 
 def _serve_transient(g: Graph, s: Assumptions, tokens: int, width: int | None = None) -> int:
