@@ -24,7 +24,7 @@ from .graph.structure import StructureTable
 from .inputs import Assumptions, Card, Gpu
 from .memory.attention import default_attention
 from .memory.curve import memory_curve
-from .memory.job import Job, metric_memory, resolve
+from .memory.job import Job, metric_memory
 from .memory.layer_terms import all_linear_params
 from .memory.parallel import Setup, per_gpu
 from .memory.profile import (
@@ -128,7 +128,7 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
     }
     adapters = all_linear_params(arch, graph, s.lora_rank, memo)
     explicit = job is not None and (job.tokens > 0 or job.new_tokens > 0)
-    job = job or Job(tokens=0)  # no job named: the site's own, at its tokens (capped at the context below)
+    job = job or Job(tokens=train_tokens)  # no job named: the site's own full fine-tune, at its tokens
     setup = setup or Setup()
     if setup.grad_ckpt:  # the exact job carries checkpointing; its phases are built with it
         job, setup = dataclasses.replace(job, grad_ckpt=True), dataclasses.replace(setup, grad_ckpt=False)
@@ -176,8 +176,8 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
         peak_phase_by_method=tuple((k, p.peak_phase(1)) for k, p in profiles.items()),
         peak_bytes=exact.peak_bytes, peak_phase=exact.peak_phase, breakdown=exact.breakdown,
         # the job as priced: the attention it defaulted to (the model class's) named, not left empty
-        job=tuple({**resolve(job, arch).to_dict(), "gpus": setup.gpus, "strategy": setup.strategy,
-                   "offload": setup.offload}.items()),
+        job=tuple({**job.to_dict(), "attention": job.attention or attention, "gpus": setup.gpus,
+                   "strategy": setup.strategy, "offload": setup.offload}.items()),
         offload_cpu_bytes_per_node=spread.cpu_bytes_per_node,
         smallest_card_full=smallest("train_full_max_batch"), smallest_card_lora=smallest("train_lora_max_batch"),
         smallest_card_serve=smallest("serve_max_batch"), cards=plans,

@@ -34,15 +34,10 @@ from ..graph.nodes import Graph
 from ..graph.parts import Block, Part, Spec
 from ..inputs import Assumptions, Card
 from .activations import (
-    block_activation_bytes,
-    expert_grad_transient,
-    expert_weight_bytes,
-    fused_view_bytes,
-    masked_sdpa_windows,
     regime,
 )
 from .attention import default_attention, eager_layer_terms
-from .layer_terms import adapter_params, distinct_values, end_terms, layer_index, layer_values, memoised
+from .layer_terms import adapter_params, distinct_values, end_terms, layer_index, layer_values, regime_terms
 from .lora import all_linear_roles
 from .storage import serve_weight_bytes
 
@@ -260,6 +255,9 @@ def train_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, method: str, r
     embed, head = _ends(g)
     r = regime(method, "amp")
     adam = s.master_weight_bytes + s.optimizer_state_bytes
+    # LoRA on every Linear, + adapted expert tensors' effective weights, kept per layer (job.py)
+    roles = None if method == "full" else all_linear_roles(a)
+    terms = regime_terms(a, g, r, 0 if method == "full" else rank, roles, memo)
     if method == "full":
         copy = s.autocast_copy_bytes
 
@@ -280,15 +278,11 @@ def train_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, method: str, r
         # F6: a tied weight's two gradients (embedding, LM head) and their sum are live together.
         tied = 2 * s.grad_bytes * spec.vocab * (a.embed_dim or a.hidden) if spec.tied else 0
         embed_act = s.master_weight_bytes * spec.hidden
-        roles = None
     else:
         adapter_rate = adam + s.autocast_copy_bytes  # fp32 adapter, AdamW state, its bf16 autocast copy
-        roles = all_linear_roles(a)  # + adapted expert tensors' effective weights, kept per layer (job.py)
         adapters = adapter_params(spec, rank, roles, memo)
-        experts = memoised(memo, ("experts", r, roles),
-                           lambda: distinct_values(spec, lambda b: expert_weight_bytes(b, roles, r)))
         layer_static = [s.base_weight_bytes * b.params + adapter_rate * n + e
-                        for (b, _), n, e in zip(distinct, adapters, experts, strict=True)]
+                        for (b, _), n, e in zip(distinct, adapters, terms.experts, strict=True)]
         embed_static = s.base_weight_bytes * sum(p.params for p in embed)
         head_static = s.base_weight_bytes * sum(p.params for p in head)
         # the adapters' AdamW step: weights + adapters (4 + 4 + 8 + 4 foreach) B each
@@ -297,27 +291,22 @@ def train_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, method: str, r
         layer_eob = []
         embed_step, head_step, embed_eob, head_eob, tied = embed_static, head_static, 0, 0, 0
         embed_act = -end_terms(a, g, s, r, memo)[1]  # a frozen embedding saves nothing (F4), nor the norm reading it
-        grads = memoised(memo, ("grad", r, roles),
-                         lambda: distinct_values(spec, lambda b: expert_grad_transient(b, roles, r)))
+        grads = terms.grads
         grad_fixed, grad_token = 0, 0
         if any(t != (0, 0) for t in grads):  # the last layer of the largest transient (its latest on a tie)
             grad_fixed, grad_token = max(layer_values(spec, grads, memo)[::-1], key=lambda t: t[0] + tokens * t[1])
     dropout, _, head_rate = end_terms(a, g, s, r, memo)
     embed_act += dropout  # the embedding dropout's mask (activations.DROPOUTS)
-    rates = memoised(memo, ("act", r, rank if method != "full" else 0, roles),
-                     lambda: distinct_values(spec, lambda b: block_activation_bytes(a, b, r, rank if method != "full"
-                                                                                    else 0, roles)))
     # the fused qkv output kept by q's view (gpt2): the training forward's cache is on without checkpointing
-    views = memoised(memo, ("views", r), lambda: distinct_values(spec, lambda b: fused_view_bytes(a, b, r)))
-    rates = [rate + view for rate, view in zip(rates, views, strict=True)]
+    rates = [rate + view for rate, view in zip(terms.act, terms.views, strict=True)]
     squares = [0] * len(rates)
     windows: list[tuple[tuple[int, int, int], ...]] = [()] * len(rates)
     if default_attention(a)[0] == "eager":  # no SDPA in the model's class: eager keeps its scores
-        terms = distinct_values(spec, lambda b: eager_layer_terms(a, b, r.compute_bytes, r.trained, r))
-        rates = [rate + linear for rate, (linear, _) in zip(rates, terms, strict=True)]
-        squares = [sq for _, sq in terms]
+        eager = distinct_values(spec, lambda b: eager_layer_terms(a, b, r.compute_bytes, r.trained, r))
+        rates = [rate + linear for rate, (linear, _) in zip(rates, eager, strict=True)]
+        squares = [sq for _, sq in eager]
     else:  # SDPA handed a mask (a window at tokens >= its width) keeps it and GQA's repeated k/v (F11)
-        windows = distinct_values(spec, lambda b: masked_sdpa_windows(a, b, r))
+        windows = terms.windows
     # every layer runs at the job's tokens (an encoder-decoder's encoder and decoder alike)
     n = tokens
     layer_act = [n * rate + n * n * sq + sum(n * m + n * n * msq for w, m, msq in ws if n >= w)
