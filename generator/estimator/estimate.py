@@ -17,7 +17,7 @@ from .checks import (
     check_shapes,
     check_special_tokens,
 )
-from .cost import CostLine, job_cost, step_work
+from .cost import CostLine, job_cost, job_tokens, step_work, training_flops_per_token
 from .graph.nodes import build_graph
 from .graph.parts import Spec
 from .graph.structure import StructureTable
@@ -319,9 +319,10 @@ def _costs(arch, graph, s: Assumptions, cards, gpus, profiles, adapters) -> tupl
     lines = []
     full, lora = profiles["train_full"], profiles["train_lora"]
     # a step's FLOPs and bytes depend on the model and method only: worked out once, priced per GPU
-    work = {"full": step_work(arch, graph, s, "full", adapters, 2 * graph.params_total, graph.params_total,
+    flops_full, flops_lora = training_flops_per_token(arch, graph, s, adapters, job_tokens(arch, s))
+    work = {"full": step_work(arch, s, "full", flops_full, 2 * graph.params_total, graph.params_total,
                               full.per_sample()),
-            "lora": step_work(arch, graph, s, "lora", adapters, 2 * graph.params_total, adapters, lora.per_sample())}
+            "lora": step_work(arch, s, "lora", flops_lora, 2 * graph.params_total, adapters, lora.per_sample())}
     for key in seen:
         gpu = gpus[key]
         if gpu.price_usd_per_hour is None:

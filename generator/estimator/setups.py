@@ -13,7 +13,7 @@ import dataclasses
 from collections.abc import Callable, Mapping
 
 from .config.arch import Arch
-from .cost import flops_per_token, job_tokens
+from .cost import flops_per_token, job_tokens, training_flops_per_token
 from .graph.nodes import Graph
 from .inputs import Assumptions, Card, Gpu
 from .memory.job import Job, JobMemory, job_phases, metric_memory, training_variants
@@ -223,7 +223,6 @@ def training_flops(a: Arch, g: Graph, s: Assumptions, adapters: int) -> dict[str
     tokens = job_tokens(a, s)
     steps = s.job_epochs * -(-s.job_samples // s.job_batch)
     per_step = tokens * s.job_batch * steps
-    full = flops_per_token(a, g, s, "full", 0, tokens) * per_step
-    lora = flops_per_token(a, g, s, "lora", adapters, tokens) * per_step
+    full, lora = (f * per_step for f in training_flops_per_token(a, g, s, adapters, tokens))
     forward = full / 3.0
     return {"full": (full, full + forward), "lora": (lora, lora + forward), "qlora": (lora, lora + forward)}

@@ -385,13 +385,24 @@ def serve_token_bytes(g: Graph, s: Assumptions, tokens: int, cache: CacheTerms |
     sequence's caches, an encoder's logits or an encoder-decoder's encoder output), by the same formulas:
     the memory curve moves the serving peak to other token counts without rebuilding the profile.
     `cache`: cache_block(g), when the caller asks at many token counts."""
+    return serve_token_curve(g, s, (tokens,), cache)[0]
+
+
+def serve_token_curve(g: Graph, s: Assumptions, points: tuple[int, ...],
+                      cache: CacheTerms | None = None) -> list[int]:
+    """serve_token_bytes at each token count of `points`: what does not depend on tokens looked up once."""
     spec = g.spec
     cache = cache or cache_block(g)
-    transient = _serve_transient(g, s, tokens, cache.transient)
+    c = s.compute_bytes
+    width, vision = c * (cache.transient + 2 * spec.hidden), c * spec.vision_transient  # _serve_transient's terms
     if spec.kind == "encoder":
-        return transient + tokens * 4 * spec.logits
-    enc_tokens = encoder_tokens(spec, tokens)
-    return transient + enc_tokens * s.compute_bytes * spec.hidden + kv_bytes_of_block(cache, s, tokens, enc_tokens)
+        return [tokens * width + vision + tokens * 4 * spec.logits for tokens in points]
+    out = []
+    for tokens in points:
+        enc_tokens = encoder_tokens(spec, tokens)
+        out.append(tokens * width + vision + enc_tokens * c * spec.hidden
+                   + kv_bytes_of_block(cache, s, tokens, enc_tokens))
+    return out
 
 
 def cache_block(g: Graph) -> CacheTerms:
