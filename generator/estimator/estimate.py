@@ -28,16 +28,15 @@ from .memory.job import Job, metric_memory
 from .memory.layer_terms import all_linear_params
 from .memory.parallel import Setup, per_gpu
 from .memory.profile import (
-    Profile,
     budget_bytes,
     kv_bytes_per_sequence,
     kv_bytes_per_token,
-    largest_batch,
     serve_profile,
     state_bytes_per_sequence,
     train_profile,
 )
 from .memory.splits import Cut, best_cut, two_card_batch
+from .memory.stages import Profile, largest_batch
 from .memory.storage import model_serve_weight_bytes, stored_elements
 from .normalise import normalise
 from .report import (

@@ -19,7 +19,8 @@ from .inputs import Assumptions, Card, Gpu
 from .memory.job import Job, JobMemory, job_phases, metric_memory, training_variants
 from .memory.parallel import ParallelError, Phase, Setup, SingleGpuJob, cpu_bytes_per_node, peak_parts, per_gpu
 from .memory.plans import TP_KINDS, GpuOffer, Plan, Unreachable, first_fit, search_plans
-from .memory.profile import Limits, Profile, budget_bytes, largest_batch
+from .memory.profile import budget_bytes
+from .memory.stages import Limits, Profile, largest_batch
 from .serving_speed import ServingModel, ServingSpeed, serving_speed
 
 QLORA = Job(method="qlora", weights="nf4", double_quant=True, optimizer="paged-adamw", grad_ckpt=True)

@@ -20,12 +20,8 @@ from dataclasses import dataclass
 from ..config.arch import Arch
 from ..graph.nodes import Graph
 from ..inputs import Assumptions
-from .profile import (
-    Profile,
-    serve_profile,
-    serve_token_curve,
-    train_profile,
-)
+from .profile import serve_profile, serve_token_curve, train_profile
+from .stages import Profile
 
 FIRST_TOKENS = 512  # the chart starts here (lower only for contexts under 2,048: see curve_tokens)
 

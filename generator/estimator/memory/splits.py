@@ -6,7 +6,7 @@ from itertools import accumulate
 from operator import add
 from typing import NamedTuple
 
-from .profile import Limits, Profile, largest_batch
+from .stages import Limits, Profile, largest_batch
 
 
 class Cut(NamedTuple):
