@@ -40,15 +40,18 @@ def best_cut(p: Profile) -> Cut:
     first_end = p.embed_static + p.embed_per_sample + (max(0, grad + p.grad_per_sample) if grad else 0)
     second_end = p.head_static + p.head_per_sample + (max(0, grad - p.head_per_sample + p.grad_per_sample)
                                                       if grad else 0)
-    first_late, second_late = (p.embed_step, p.embed_eob), (p.head_step, p.head_eob)
+    embed_step, embed_eob, head_step, head_eob = p.embed_step, p.embed_eob, p.head_step, p.head_eob
     load_n, step_n, eob_n = loads[n], steps[n], eobs[n]
+    seen: dict[int, tuple[int, int]] = {}  # the bisection's stages, read again for the neighbours
 
     def stages(k: int) -> tuple[int, int]:
         """Profile.stage(1, 0, k, True, False) and stage(1, k, layers, False, True), from the running sums."""
-        first = max(loads[k] + first_end, steps[k] + first_late[0], eobs[k] + first_late[1])
-        second = max(load_n - loads[k] + second_end, step_n - steps[k] + second_late[0],
-                     eob_n - eobs[k] + second_late[1])
-        return first, second
+        got = seen.get(k)
+        if got is None:
+            load, step, eob = loads[k], steps[k], eobs[k]
+            got = seen[k] = (max(load + first_end, step + embed_step, eob + embed_eob),
+                             max(load_n - load + second_end, step_n - step + head_step, eob_n - eob + head_eob))
+        return got
 
     lo, hi = 0, n
     while lo < hi:  # smallest k with first(k) >= second(k)
