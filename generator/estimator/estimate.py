@@ -127,7 +127,8 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
     }
     adapters = all_linear_params(arch, graph, s.lora_rank, memo)
     explicit = job is not None and (job.tokens > 0 or job.new_tokens > 0)
-    job = job or Job(tokens=train_tokens)  # no job named: the site's own full fine-tune, at its tokens
+    site_full = Job(tokens=train_tokens)  # the site's own full fine-tune, at its tokens: the job when none is named
+    job = job or site_full
     setup = setup or Setup()
     if setup.grad_ckpt:  # the exact job carries checkpointing; its phases are built with it
         job, setup = dataclasses.replace(job, grad_ckpt=True), dataclasses.replace(setup, grad_ckpt=False)
@@ -151,7 +152,8 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
         "serve2": serving_job(profiles["serve"], weights_served, shape, s.compute_bytes, sequences=2),
     }
     # the site's full job: its phases are built already
-    the_job = site_jobs["full"] if job == Job(tokens=train_tokens) else exact_job(arch, graph, s, job, shape, model_id)
+    the_job = site_jobs["full"] if job is site_full or job == site_full else exact_job(arch, graph, s, job, shape,
+                                                                                       model_id)
     spread = per_gpu(the_job, setup, model_id)
     exact = metric_memory(spread.peak_phase, dict(spread.breakdown), s, job, graph)
     qlora_applies = arch.quant is None
