@@ -82,5 +82,5 @@ def memory_curve(a: Arch, g: Graph, s: Assumptions, known: Mapping[tuple[str, in
     # the serving length's own token bytes first, then every point's, in one pass
     token_bytes = serve_token_curve(g, s, (serve_tokens, *points))
     serve_fixed = serve.total(1) - token_bytes[0]
-    return tuple([CurvePoint(t, full.total_at(t), lora.total_at(t), serve_fixed + b)
-                  for t, b in zip(points, token_bytes[1:], strict=True)])
+    return tuple([CurvePoint(t, f, lo, serve_fixed + b) for t, f, lo, b in
+                  zip(points, full.totals_at(points), lora.totals_at(points), token_bytes[1:], strict=True)])

@@ -119,13 +119,22 @@ class Profile:
     def total_at(self, tokens: int, batch: int = 1) -> int:
         """total(batch) of the same training profile built at `tokens` per sample (train_profile's
         per-sample bytes are linear in tokens: the test suite holds the two equal on every snapshot model)."""
+        return self.totals_at((tokens,), batch)[0]
+
+    def totals_at(self, points: tuple[int, ...], batch: int = 1) -> list[int]:
+        """total_at at each token count of `points` (the memory curve's), the profile's terms read once."""
         assert self.method != "serve", "serving caches are capped at windows: not linear in tokens"
         static, _, fixed = self.whole
-        square = tokens * tokens * self.per_token_sq + self.per_sample_fixed
-        if self.masked:
-            square += sum(tokens * n + tokens * tokens * sq for window, n, sq in self.masked if tokens >= window)
-        grad = static + self.grad_fixed + batch * (tokens * self.grad_rate + square) if self.grad_fixed else 0
-        return max(static + batch * (tokens * self.per_token + square), fixed, grad)
+        per_token, per_token_sq, per_sample_fixed = self.per_token, self.per_token_sq, self.per_sample_fixed
+        masked, grad_fixed, grad_rate = self.masked, self.grad_fixed, self.grad_rate
+        out = []
+        for tokens in points:
+            square = tokens * tokens * per_token_sq + per_sample_fixed
+            if masked:
+                square += sum(tokens * n + tokens * tokens * sq for window, n, sq in masked if tokens >= window)
+            grad = static + grad_fixed + batch * (tokens * grad_rate + square) if grad_fixed else 0
+            out.append(max(static + batch * (tokens * per_token + square), fixed, grad))
+        return out
 
     def per_sample(self) -> int:
         return self.whole[1]
