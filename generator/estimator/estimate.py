@@ -162,9 +162,10 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
     setup_plans, unreachable, serving = _setups(arch, graph, s, cards, gpus, site_jobs, adapters, serve_tokens,
                                                 weights_served, kv_per_sequence)
 
+    by_budget = sorted(plans, key=lambda c: c.budget_bytes)  # the cards, smallest budget first (stable on ties)
+
     def smallest(key: str) -> str | None:
-        fitting = [c for c in sorted(plans, key=lambda c: c.budget_bytes) if getattr(c, key) >= 1]
-        return fitting[0].name if fitting else None
+        return next((c.name for c in by_budget if getattr(c, key) >= 1), None)
 
     memory = Memory(
         assumptions=tuple(sorted(vars(s).items())), train_tokens=train_tokens,

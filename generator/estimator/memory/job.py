@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 from ...errors import JobError
@@ -102,7 +102,7 @@ class Job:
 
     def to_dict(self) -> dict[str, Any]:
         """The options, with the storage the default resolves to."""
-        return {**{f.name: getattr(self, f.name) for f in fields(self)}, "weights": self.storage}
+        return {**vars(self), "weights": self.storage}  # a frozen dataclass's instance dict: its fields, in order
 
     @staticmethod
     def from_options(recipe: str = "", **given: Any) -> Job:
