@@ -46,8 +46,9 @@ def _ends(g: Graph) -> tuple[list[Part], list[Part]]:
 def train_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, method: str, rank: int,
                   memo: dict | None = None) -> Profile:
     """The site's jobs: full AMP AdamW (foreach) and LoRA on every Linear of a bf16 base, AMP, AdamW. Every layer
-    term is worked out once per distinct layer (Spec.distinct_layers), then laid out per layer (layer_values);
-    `memo`: the estimate's table of them, shared with its jobs (memoised)."""
+    term is worked out once per distinct layer (Spec.distinct_layers) and kept so, with the layers each stands
+    for (the Profile lays them out per layer only for a split); `memo`: the estimate's table of them, shared
+    with its jobs (layer_terms.regime_terms)."""
     spec = g.spec
     distinct = spec.distinct_layers
     counts = [n for _, n in distinct]
