@@ -57,6 +57,14 @@ def flops_per_token(a: Arch, g: Graph, s: Assumptions, method: str, lora_params:
     return 2.0 * linear + 3.0 * attention + 6.0 * lora_params
 
 
+def training_flops_per_token(a: Arch, g: Graph, s: Assumptions, lora_params: int,
+                             tokens: int) -> tuple[float, float]:
+    """flops_per_token of a full fine-tune and of LoRA at the same tokens: the attention's sum once for both."""
+    linear = 2.0 * g.active_matmul
+    attention = sum(flops * attention_keys(tokens, window, causal) for window, causal, flops in g.attention_terms)
+    return 3.0 * (linear + attention), 2.0 * linear + 3.0 * attention + 6.0 * lora_params
+
+
 class StepWork(NamedTuple):
     """What one training step of the reference job does, the same on every GPU: its FLOPs and the bytes it moves."""
 
@@ -65,11 +73,12 @@ class StepWork(NamedTuple):
     bytes: int  # per step
 
 
-def step_work(a: Arch, g: Graph, s: Assumptions, method: str, lora_params: int, weight_bytes: int, trainable: int,
+def step_work(a: Arch, s: Assumptions, method: str, flops_per_token: float, weight_bytes: int, trainable: int,
               activation_bytes_per_sample: int) -> StepWork:
+    """One step of the reference job by `method`, from its FLOPs per token (training_flops_per_token)."""
     tokens = job_tokens(a, s)
     steps = s.job_epochs * -(-s.job_samples // s.job_batch)
-    flops_step = flops_per_token(a, g, s, method, lora_params, tokens) * tokens * s.job_batch
+    flops_step = flops_per_token * tokens * s.job_batch
     # Bytes per step: weights read in forward and backward (x3 for full: dgrad and wgrad passes),
     # AdamW reading master/grad/m/v and writing master/m/v (28 B per trainable parameter), and
     # every saved activation written once and read once.

@@ -17,18 +17,17 @@ from .checks import (
     check_shapes,
     check_special_tokens,
 )
-from .cost import CostLine, job_cost, step_work
+from .cost import CostLine, job_cost, job_tokens, step_work, training_flops_per_token
 from .graph.nodes import build_graph
 from .graph.parts import Spec
 from .graph.structure import StructureTable
 from .inputs import Assumptions, Card, Gpu
 from .memory.attention import default_attention
 from .memory.curve import memory_curve
-from .memory.job import Job, metric_memory, resolve
+from .memory.job import Job, metric_memory
 from .memory.layer_terms import all_linear_params
 from .memory.parallel import Setup, per_gpu
 from .memory.profile import (
-    Profile,
     budget_bytes,
     kv_bytes_per_sequence,
     kv_bytes_per_token,
@@ -36,7 +35,8 @@ from .memory.profile import (
     state_bytes_per_sequence,
     train_profile,
 )
-from .memory.splits import best_cut, two_card_split
+from .memory.splits import Cut, best_cut, two_card_batch
+from .memory.stages import Profile, largest_batch
 from .memory.storage import model_serve_weight_bytes, stored_elements
 from .normalise import normalise
 from .report import (
@@ -53,7 +53,7 @@ from .setups import (
     QLORA,
     cached_peak,
     exact_job,
-    max_batch,
+    job_limits,
     model_shape,
     offers,
     plans_for,
@@ -126,9 +126,9 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
         "serve": serve_profile(arch, graph, s, serve_tokens, memo),
     }
     adapters = all_linear_params(arch, graph, s.lora_rank, memo)
-    cuts: dict[str, tuple[int, int, int]] = {}  # the best two-card cut per method (the same on every card)
     explicit = job is not None and (job.tokens > 0 or job.new_tokens > 0)
-    job = job or Job(tokens=0)  # no job named: the site's own, at its tokens (capped at the context below)
+    site_full = Job(tokens=train_tokens)  # the site's own full fine-tune, at its tokens: the job when none is named
+    job = job or site_full
     setup = setup or Setup()
     if setup.grad_ckpt:  # the exact job carries checkpointing; its phases are built with it
         job, setup = dataclasses.replace(job, grad_ckpt=True), dataclasses.replace(setup, grad_ckpt=False)
@@ -152,19 +152,20 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
         "serve2": serving_job(profiles["serve"], weights_served, shape, s.compute_bytes, sequences=2),
     }
     # the site's full job: its phases are built already
-    the_job = site_jobs["full"] if job == Job(tokens=train_tokens) else exact_job(arch, graph, s, job, shape, model_id)
+    the_job = site_jobs["full"] if job is site_full or job == site_full else exact_job(arch, graph, s, job, shape,
+                                                                                       model_id)
     spread = per_gpu(the_job, setup, model_id)
     exact = metric_memory(spread.peak_phase, dict(spread.breakdown), s, job, graph)
     qlora_applies = arch.quant is None
-    plans = tuple(_card_plan(card, profiles, s, cuts, site_jobs["qlora"] if qlora_applies else None)
-                  for card in cards)
+    plans = _card_plan(cards, profiles, s, site_jobs["qlora"] if qlora_applies else None)
     kv_per_sequence = kv_bytes_per_sequence(arch, s, serve_tokens)
     setup_plans, unreachable, serving = _setups(arch, graph, s, cards, gpus, site_jobs, adapters, serve_tokens,
                                                 weights_served, kv_per_sequence)
 
+    by_budget = sorted(plans, key=lambda c: c.budget_bytes)  # the cards, smallest budget first (stable on ties)
+
     def smallest(key: str) -> str | None:
-        fitting = [c for c in sorted(plans, key=lambda c: c.budget_bytes) if getattr(c, key) >= 1]
-        return fitting[0].name if fitting else None
+        return next((c.name for c in by_budget if getattr(c, key) >= 1), None)
 
     memory = Memory(
         assumptions=tuple(sorted(vars(s).items())), train_tokens=train_tokens,
@@ -177,8 +178,8 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
         peak_phase_by_method=tuple((k, p.peak_phase(1)) for k, p in profiles.items()),
         peak_bytes=exact.peak_bytes, peak_phase=exact.peak_phase, breakdown=exact.breakdown,
         # the job as priced: the attention it defaulted to (the model class's) named, not left empty
-        job=tuple({**resolve(job, arch).to_dict(), "gpus": setup.gpus, "strategy": setup.strategy,
-                   "offload": setup.offload}.items()),
+        job=tuple({**job.to_dict(), "attention": job.attention or attention, "gpus": setup.gpus,
+                   "strategy": setup.strategy, "offload": setup.offload}.items()),
         offload_cpu_bytes_per_node=spread.cpu_bytes_per_node,
         smallest_card_full=smallest("train_full_max_batch"), smallest_card_lora=smallest("train_lora_max_batch"),
         smallest_card_serve=smallest("serve_max_batch"), cards=plans,
@@ -290,21 +291,27 @@ def structure_rows(spec: Spec, tokens: int) -> StructureTable:
     return StructureTable(spec, tokens)
 
 
-def _card_plan(card: Card, profiles: Mapping[str, Profile], s: Assumptions,
-               cuts: dict[str, tuple[int, int, int]], qlora=None) -> CardPlan:
-    """One card's largest batches (QLoRA's from its job's phases, 0 without one) and two-card splits."""
-    budget = budget_bytes(card, s)
-    batches = {k: p.max_batch(budget) for k, p in profiles.items()}
-    splits: list[SplitPlan] = []
-    for k, p in profiles.items():
-        if batches[k] == 0:
-            if k not in cuts:
-                cuts[k] = best_cut(p)
-            sp = two_card_split(p, budget, cuts[k])
-            splits.append(SplitPlan(k, sp.cards, sp.cut_after_layer, sp.stage_bytes_batch1, sp.max_batch))
-    return CardPlan(card.name, card.memory_marketed_bytes, card.memory_usable_bytes, budget,
-                    batches["train_full"], batches["train_lora"], batches["serve"], tuple(splits) or None,
-                    0 if qlora is None else max_batch(qlora, budget, _site_metric))
+def _card_plan(cards: tuple[Card, ...], profiles: Mapping[str, Profile], s: Assumptions,
+               qlora=None) -> tuple[CardPlan, ...]:
+    """Each card's largest batches (QLoRA's from its job's phases, 0 without one) and two-card splits. What a card
+    is held against (the profiles' and QLoRA's limits, the best two-card cut per method) is the same on every
+    card: worked out once, each card then only divides its budget."""
+    limits = {k: p.whole_limits for k, p in profiles.items()}
+    qlora_limits = None if qlora is None else job_limits(qlora, _site_metric)
+    cuts: dict[str, Cut] = {}  # the best two-card cut per method, where a card asks for one
+    plans = []
+    for card in cards:
+        budget = budget_bytes(card, s)
+        batches = {k: largest_batch(lim, budget) for k, lim in limits.items()}
+        splits: list[SplitPlan] = []
+        for k, batch in batches.items():
+            if batch == 0:
+                cut = cuts.get(k) or cuts.setdefault(k, best_cut(profiles[k]))
+                splits.append(SplitPlan(k, 2, cut.layers, (cut.first, cut.second), two_card_batch(cut, budget)))
+        plans.append(CardPlan(card.name, card.memory_marketed_bytes, card.memory_usable_bytes, budget,
+                              batches["train_full"], batches["train_lora"], batches["serve"], tuple(splits) or None,
+                              0 if qlora_limits is None else largest_batch(qlora_limits, budget)))
+    return tuple(plans)
 
 
 def _costs(arch, graph, s: Assumptions, cards, gpus, profiles, adapters) -> tuple[CostLine, ...]:
@@ -314,9 +321,10 @@ def _costs(arch, graph, s: Assumptions, cards, gpus, profiles, adapters) -> tupl
     lines = []
     full, lora = profiles["train_full"], profiles["train_lora"]
     # a step's FLOPs and bytes depend on the model and method only: worked out once, priced per GPU
-    work = {"full": step_work(arch, graph, s, "full", adapters, 2 * graph.params_total, graph.params_total,
+    flops_full, flops_lora = training_flops_per_token(arch, graph, s, adapters, job_tokens(arch, s))
+    work = {"full": step_work(arch, s, "full", flops_full, 2 * graph.params_total, graph.params_total,
                               full.per_sample()),
-            "lora": step_work(arch, graph, s, "lora", adapters, 2 * graph.params_total, adapters, lora.per_sample())}
+            "lora": step_work(arch, s, "lora", flops_lora, 2 * graph.params_total, adapters, lora.per_sample())}
     for key in seen:
         gpu = gpus[key]
         if gpu.price_usd_per_hour is None:

@@ -13,13 +13,14 @@ import dataclasses
 from collections.abc import Callable, Mapping
 
 from .config.arch import Arch
-from .cost import flops_per_token, job_tokens
+from .cost import flops_per_token, job_tokens, training_flops_per_token
 from .graph.nodes import Graph
 from .inputs import Assumptions, Card, Gpu
 from .memory.job import Job, JobMemory, job_phases, metric_memory, training_variants
 from .memory.parallel import ParallelError, Phase, Setup, SingleGpuJob, cpu_bytes_per_node, peak_parts, per_gpu
 from .memory.plans import TP_KINDS, GpuOffer, Plan, Unreachable, first_fit, search_plans
-from .memory.profile import Profile, budget_bytes
+from .memory.profile import budget_bytes
+from .memory.stages import Limits, Profile, largest_batch
 from .serving_speed import ServingModel, ServingSpeed, serving_speed
 
 QLORA = Job(method="qlora", weights="nf4", double_quant=True, optimizer="paged-adamw", grad_ckpt=True)
@@ -100,7 +101,7 @@ def serving_job(serve: Profile, weight_bytes: int, shape: Shape, c: int, sequenc
     """The site's serving figure (profile.serve_profile) as one decode phase of `sequences`: the weights, one
     prefill chunk's working set, and per sequence its caches and next-token logits."""
     fixed = serve.total_static - weight_bytes  # the prefill chunk's working set
-    caches = serve.embed_per_sample + sum(serve.layer_per_sample)
+    caches = serve.per_sample() - serve.head_per_sample  # the embedding side and every layer
     phase = Phase("decode (full KV cache)", weights=weight_bytes, activations=max(0, fixed),
                   kv_cache=sequences * caches, logits=sequences * serve.head_per_sample)
     return _single("serve", (phase,), (), 0, c, c, shape)
@@ -115,19 +116,21 @@ def _single(method: str, phases: tuple[Phase, ...], ckpt: tuple[Phase, ...], tra
 
 def max_batch(job: SingleGpuJob, budget_bytes: int, adjust: Callable[[str, tuple[int, ...]], int],
               cap: int = 1 << 40) -> int:
-    """The largest batch of a one-GPU training job (its phases at batch 1, checkpointed where it checkpoints)
-    within `budget_bytes`, 0 when batch 1 does not fit. Per phase only the activations and the logits grow with the
-    batch (job.py multiplies them, and nothing else, by it), so each phase allows (budget - rest) // per-sample."""
-    best = cap
+    """The largest batch of a one-GPU training job within `budget_bytes` (largest_batch of job_limits), 0 when
+    batch 1 does not fit."""
+    return largest_batch(job_limits(job, adjust), budget_bytes, cap)
+
+
+def job_limits(job: SingleGpuJob, adjust: Callable[[str, tuple[int, ...]], int]) -> Limits:
+    """A one-GPU training job's phases at batch 1 (checkpointed where it checkpoints) as (bytes at batch 0,
+    bytes per sample): per phase only the activations and the logits grow with the batch (job.py multiplies them,
+    and nothing else, by it). The same on every card: worked out once, each card's batch is largest_batch."""
+    out = []
     for ph in job.phases_ckpt or job.phases:
         parts = (ph.weights, ph.gradients, ph.optimizer_state, 0, 0, ph.kv_cache,
                  ph.overhead_weights + ph.overhead_step + ph.overhead_fixed)
-        rest, per_sample = adjust(job.method, parts), ph.activations + ph.logits
-        if rest + per_sample > budget_bytes:
-            return 0
-        if per_sample > 0:
-            best = min(best, (budget_bytes - rest) // per_sample)
-    return best
+        out.append((adjust(job.method, parts), ph.activations + ph.logits))
+    return tuple(out)
 
 
 def offers(cards: tuple[Card, ...], gpus: Mapping[str, Gpu], s: Assumptions) -> tuple[GpuOffer, ...]:
@@ -221,7 +224,6 @@ def training_flops(a: Arch, g: Graph, s: Assumptions, adapters: int) -> dict[str
     tokens = job_tokens(a, s)
     steps = s.job_epochs * -(-s.job_samples // s.job_batch)
     per_step = tokens * s.job_batch * steps
-    full = flops_per_token(a, g, s, "full", 0, tokens) * per_step
-    lora = flops_per_token(a, g, s, "lora", adapters, tokens) * per_step
+    full, lora = (f * per_step for f in training_flops_per_token(a, g, s, adapters, tokens))
     forward = full / 3.0
     return {"full": (full, full + forward), "lora": (lora, lora + forward), "qlora": (lora, lora + forward)}

@@ -148,9 +148,10 @@ def norm_bytes(rms_width: int, width: int, stats: int, read: int, fed: int, r: R
     return 4 * rms_width + r.residual_bytes * ln + stats + r.residual_bytes * (rms_width + fed)
 
 
-def adapter_activation_bytes(adapted: list[tuple[int, int, str]], rank: int, r: Regime) -> int:
+def adapter_activation_bytes(b: Block, roles: frozenset[str] | None, rank: int, r: Regime) -> int:
     """Per token, from peft's lora.Linear.forward (peft/tuners/lora/layer.py: x = self._cast_input_dtype(x,
-    lora_A.weight.dtype); result + lora_B(lora_A(dropout(x))) * scaling):
+    lora_A.weight.dtype); result + lora_B(lora_A(dropout(x))) * scaling), over the layer's Linears adapted on
+    `roles` (lora.adapted_linears; None: every Linear, whose sums the layer holds: Block.lora_in, Block.linears):
     - the input is cast to the adapter's dtype when it differs (a new tensor per adapter). Under AMP autocast casts
       it back to bf16 for lora_A, and that bf16 copy is what lora_A saves (c x in); without autocast lora_A saves
       the cast itself (adapter bytes x in);
@@ -160,17 +161,15 @@ def adapter_activation_bytes(adapted: list[tuple[int, int, str]], rank: int, r: 
       plus the dropout's mask (mask_bytes of the adapter-dtype input);
     - lora_B saves A's output: rank x (c under AMP, else adapter bytes)."""
     c, ab = r.compute_bytes, r.adapter_bytes or r.compute_bytes
-    cast = ab != c
-    mask = mask_bytes(r, ab) if r.lora_dropout else 0
-    if r.amp:
-        if cast or r.lora_dropout:
-            return sum((c + mask) * i + c * rank for i, _, _ in adapted)
-        groups = {g: i for i, _, g in adapted if g != "attn_out"}
-        return c * (sum(groups.values()) + rank * len(adapted))
-    if cast or r.lora_dropout:
-        return sum((ab + mask) * i + ab * rank for i, _, _ in adapted)
+    saved = c if r.amp else ab  # the bytes per element lora_A's input copy and lora_B's input take
+    if ab != c or r.lora_dropout:  # a copy per adapter: sums over the adapted Linears
+        per_input = saved + (mask_bytes(r, ab) if r.lora_dropout else 0)
+        if roles is None:
+            return per_input * b.lora_in + saved * rank * len(b.linears)
+        return sum(per_input * i + saved * rank for i, _, _ in adapted_linears(b, roles))
+    adapted = adapted_linears(b, roles)
     groups = {g: i for i, _, g in adapted if g != "attn_out"}
-    return ab * (sum(groups.values()) + rank * len(adapted))
+    return saved * (sum(groups.values()) + rank * len(adapted))
 
 
 def block_activation_bytes(a: Arch, b: Block, r: Regime, rank: int = 0,
@@ -199,7 +198,7 @@ def block_activation_bytes(a: Arch, b: Block, r: Regime, rank: int = 0,
         out += per_layer * a.hidden * mask_bytes(r, c)
     if rank:
         roles = all_linear_roles(a) if roles is None else roles
-        out += adapter_activation_bytes(adapted_linears(b, roles), rank, r)
+        out += adapter_activation_bytes(b, roles, rank, r)
         out += expert_adapter_activation_bytes(b, roles, r)
     return out
 

@@ -20,13 +20,8 @@ from dataclasses import dataclass
 from ..config.arch import Arch
 from ..graph.nodes import Graph
 from ..inputs import Assumptions
-from .profile import (
-    Profile,
-    cache_block,
-    serve_profile,
-    serve_token_bytes,
-    train_profile,
-)
+from .profile import serve_profile, serve_token_curve, train_profile
+from .stages import Profile
 
 FIRST_TOKENS = 512  # the chart starts here (lower only for contexts under 2,048: see curve_tokens)
 
@@ -74,7 +69,7 @@ def memory_curve(a: Arch, g: Graph, s: Assumptions, known: Mapping[tuple[str, in
 
     known: profiles already built, by (method, tokens) with method "full", "lora" or "serve". One profile per
     method is enough: a training profile moves to other token counts with Profile.total_at (its per-sample
-    bytes are linear in tokens), serving by swapping its token-dependent bytes (memory.serve_token_bytes).
+    bytes are linear in tokens), serving by swapping its token-dependent bytes (profile.serve_token_curve).
     Both are held equal to building each profile at each point by tests/test_curve.py."""
     points = curve_tokens(a.max_context) if tokens is None else tokens
     if not points:
@@ -84,7 +79,8 @@ def memory_curve(a: Arch, g: Graph, s: Assumptions, known: Mapping[tuple[str, in
     lora = have.get("lora", (0, None))[1] or train_profile(a, g, s, points[0], "lora", s.lora_rank)
     serve_tokens, serve = have.get("serve", (points[0], None))
     serve = serve or serve_profile(a, g, s, serve_tokens)
-    cache = cache_block(g)
-    serve_fixed = serve.total(1) - serve_token_bytes(g, s, serve_tokens, cache)
-    return tuple(CurvePoint(t, full.total_at(t), lora.total_at(t), serve_fixed + serve_token_bytes(g, s, t, cache))
-                 for t in points)
+    # the serving length's own token bytes first, then every point's, in one pass
+    token_bytes = serve_token_curve(g, s, (serve_tokens, *points))
+    serve_fixed = serve.total(1) - token_bytes[0]
+    return tuple([CurvePoint(t, f, lo, serve_fixed + b) for t, f, lo, b in
+                  zip(points, full.totals_at(points), lora.totals_at(points), token_bytes[1:], strict=True)])

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 from ...errors import JobError
@@ -21,17 +21,13 @@ from ..config.arch import Arch
 from ..graph.nodes import Graph
 from ..inputs import Assumptions
 from .activations import (
-    block_activation_bytes,
-    expert_grad_transient,
-    expert_weight_bytes,
-    fused_view_bytes,
     kept_cache_bytes,
     mlp_transient,
     regime,
 )
 from .attention import default_attention, eager_scores_bytes
-from .layer_terms import adapter_params, distinct_values, end_terms, layer_bytes, memoised
-from .lora import all_linear_roles, target_roles
+from .layer_terms import adapter_params, end_terms, layer_bytes, memoised, regime_terms
+from .lora import target_roles
 from .parallel import Phase
 from .profile import encoder_tokens, kv_bytes_of_block
 from .recipes import RECIPES, loss_terms
@@ -106,7 +102,7 @@ class Job:
 
     def to_dict(self) -> dict[str, Any]:
         """The options, with the storage the default resolves to."""
-        return {**{f.name: getattr(self, f.name) for f in fields(self)}, "weights": self.storage}
+        return {**vars(self), "weights": self.storage}  # a frozen dataclass's instance dict: its fields, in order
 
     @staticmethod
     def from_options(recipe: str = "", **given: Any) -> Job:
@@ -184,7 +180,7 @@ def _phase(name: str, weights: float = 0, gradients: float = 0, optimizer_state:
 def job_phases(a: Arch, g: Graph, s: Assumptions, job: Job, model: str = "",
                memo: dict | None = None) -> tuple[Phase, ...]:
     """Every phase of `job` on one GPU (allocated tensors, before the metric): what memory.parallel shares out.
-    `memo`: the per-layer terms already worked out in this estimate (profile.distinct_values), shared."""
+    `memo`: the per-layer terms already worked out in this estimate (layer_terms.regime_terms), shared."""
     model = model or a.model_type
     validate(job, model)
     job = resolve(job, a)
@@ -288,14 +284,11 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
     # per distinct layer: its saved bytes per sample (layer), and (LoRA on fused expert tensors,
     # lora.expert_tensors) its effective weights, kept batch-free (fixed)
     saves = job.method == "qlora" and saves_matmul_input(job.storage, job.bnb_version)
-    base = memoised(memo, ("act", r, rank, roles),
-                    lambda: distinct_values(spec, lambda b: block_activation_bytes(a, b, r, rank, roles)))
+    terms = regime_terms(a, g, r, rank, roles, memo)
     layer = memoised(memo, ("layer", r, rank, roles, job.attention, T, saves, job.upcast_fp32),
-                     lambda: [T * layer_bytes(a, b, r, job.attention, T, saves, job.upcast_fp32, n) for (b, _), n in zip(distinct, base,
-                                                                                               strict=True)])
-    expert_roles = (all_linear_roles(a) if roles is None else roles) if lora else None
-    fixed = memoised(memo, ("experts", r, expert_roles),
-                     lambda: distinct_values(spec, lambda b: expert_weight_bytes(b, expert_roles, r)))
+                     lambda: [T * layer_bytes(a, b, r, job.attention, T, saves, job.upcast_fp32, n)
+                              for (b, _), n in zip(distinct, terms.act, strict=True)])
+    fixed = terms.experts
     layers_sum = sum(n * v for (_, n), v in zip(distinct, layer, strict=True))
     fixed_sum = sum(n * f for (_, n), f in zip(distinct, fixed, strict=True))
     embed = (r.residual_bytes * spec.hidden if r.trained else 0) * T + c * spec.vision_act * (1 if spec.image_tokens
@@ -311,6 +304,14 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
     # overhead by how it shares out over GPUs (parallel.Phase): autocast's copies of the weights; what every
     # process holds whole (the dequantised layer, the chunked loss's transient)
     dequant = dequant_transient_bytes(g, job.storage, c, mats)
+    # the phases after the backward hold no activation: the same with checkpointing or without, made once
+    closing: tuple[Phase, ...] = ()
+    if not lora and spec.tied:  # F6: the tied weight's two gradients and their sum
+        tied = 2 * param_bytes * spec.vocab * (a.embed_dim or a.hidden)
+        closing = (_phase("end of backward (tied-embedding gradients)", weights=weights, gradients=grad + tied,
+                          optimizer_state=state),)
+    closing += (_phase("optimizer step", weights=weights, gradients=grad, optimizer_state=state,
+                       overhead_step=temp),)
     out: list[tuple[Phase, ...]] = []
     for grad_ckpt in variants:
         kept = 0
@@ -318,14 +319,12 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
             kept = T * (c * spec.logits + kept_cache_bytes(a, g, r, grad_ckpt))
         if not grad_ckpt:
             emb = embed - frozen_embed
-            views = sum(n * v for (_, n), v in zip(distinct, memoised(memo, ("views", r), lambda: distinct_values(
-                spec, lambda b: fused_view_bytes(a, b, r))), strict=True))  # the cache's copies (F11)
+            views = sum(n * v for (_, n), v in zip(distinct, terms.views, strict=True))  # the cache's copies (F11)
             acts = emb + layers_sum + head + kept + T * views
             phases = [_phase("loss (logits)" if logits * 2 > acts else "backward (activations)", weights=weights,
                              optimizer_state=state, activations=B * (acts - logits) + fixed_sum, logits=B * logits,
                              overhead_weights=copies, overhead_fixed=dequant + chunk)]
-            grads = memoised(memo, ("grad", r, expert_roles),
-                             lambda: distinct_values(spec, lambda b: expert_grad_transient(b, expert_roles, r)))
+            grads = terms.grads
             if any(g for g, _ in grads):  # the last adapted down tensor's backward: the head's tensors are gone
                 grad_peak = max(t[0] + B * T * t[1] for t in grads)
                 phases.append(_phase("backward (an adapted expert tensor's gradient)", weights=weights,
@@ -346,13 +345,7 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
                              activations=B * inputs + max((B * n + f for n, f in zip(layer, fixed, strict=True)),
                                                           default=0),
                              overhead_weights=ckpt_copies[1], overhead_fixed=dequant)]
-        if not lora and spec.tied:  # F6: the tied weight's two gradients and their sum
-            tied = 2 * param_bytes * spec.vocab * (a.embed_dim or a.hidden)
-            phases.append(_phase("end of backward (tied-embedding gradients)", weights=weights,
-                                 gradients=grad + tied, optimizer_state=state))
-        phases.append(_phase("optimizer step", weights=weights, gradients=grad, optimizer_state=state,
-                             overhead_step=temp))
-        out.append(tuple(phases))
+        out.append((*phases, *closing))
     return out, trainable
 
 

@@ -4,7 +4,7 @@ the estimate's table (memoised) for its profiles and jobs, and laid out per laye
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 from ..config.arch import Arch
 from ..graph.nodes import Graph
@@ -12,10 +12,15 @@ from ..graph.parts import Block, Spec
 from ..inputs import Assumptions
 from .activations import (
     Regime,
+    block_activation_bytes,
     embed_dropout_bytes,
+    expert_grad_transient,
+    expert_weight_bytes,
     frozen_embedding_bytes,
+    fused_view_bytes,
     head_activation_bytes,
     masked_sdpa_terms,
+    masked_sdpa_windows,
 )
 from .attention import eager_layer_terms
 from .lora import all_linear_roles, block_lora_params, distinct_inputs
@@ -28,6 +33,37 @@ def end_terms(a: Arch, g: Graph, s: Assumptions, r: Regime, memo: dict | None = 
     keep (frozen_embedding_bytes) and the head's activations (head_activation_bytes), once per estimate."""
     return memoised(memo, ("ends", r), lambda: (embed_dropout_bytes(a, g, r), frozen_embedding_bytes(a, g, r),
                                                 head_activation_bytes(a, g, r, s)))
+
+
+class RegimeTerms(NamedTuple):
+    """Per distinct layer (distinct_values' order), the terms of one training regime with `rank` adapters on
+    `roles` that its profile and its jobs read: saved bytes per token (activations.block_activation_bytes), the
+    fused qkv output's slices a view keeps (fused_view_bytes), adapted expert tensors' effective weights
+    (expert_weight_bytes) and their gradient's transient (expert_grad_transient), and SDPA's mask terms
+    (masked_sdpa_windows)."""
+
+    act: list[int]
+    views: list[int]
+    experts: list[int]
+    grads: list[tuple[int, int]]
+    windows: list[tuple[tuple[int, int, int], ...]]
+
+
+def regime_terms(a: Arch, g: Graph, r: Regime, rank: int, roles: frozenset[str] | None,
+                 memo: dict | None = None) -> RegimeTerms:
+    """RegimeTerms of every distinct layer in one pass, once per estimate with `memo`. The expert tensors are
+    adapted only where the base is frozen: those of `roles` (None: every Linear's, all-linear)."""
+    def make() -> RegimeTerms:
+        expert_roles = None if r.trained else (all_linear_roles(a) if roles is None else roles)
+        act, views, experts, grads, windows = [], [], [], [], []
+        for b, _ in g.spec.distinct_layers:
+            act.append(block_activation_bytes(a, b, r, rank, roles))
+            views.append(fused_view_bytes(a, b, r))
+            experts.append(expert_weight_bytes(b, expert_roles, r))
+            grads.append(expert_grad_transient(b, expert_roles, r))
+            windows.append(masked_sdpa_windows(a, b, r))
+        return RegimeTerms(act, views, experts, grads, windows)
+    return memoised(memo, ("regime", r, rank, roles), make)
 
 
 def adapter_params(spec: Spec, rank: int, roles: frozenset[str] | None, memo: dict | None = None) -> list[int]:
@@ -44,13 +80,18 @@ def all_linear_params(a: Arch, g: Graph, rank: int, memo: dict | None = None) ->
                                           strict=True))
 
 
-def layer_values(spec: Spec, values: list[T], memo: dict | None = None) -> tuple[T, ...]:
-    """Per-distinct-layer values (distinct_values' order) laid out per layer of the stack (Spec.layer_groups)."""
-    def make() -> list[int]:
+def layer_index(spec: Spec, memo: dict | None = None) -> tuple[int, ...]:
+    """Per layer of the stack (Spec.layer_groups), the index of its distinct layer in distinct_values' order."""
+    def make() -> tuple[int, ...]:
         groups = spec.layer_groups
         position = {k: i for i, k in enumerate(dict.fromkeys(groups))}
-        return [position[k] for k in groups]
-    return tuple(map(values.__getitem__, memoised(memo, ("layer_index",), make)))
+        return tuple(map(position.__getitem__, groups))
+    return memoised(memo, ("layer_index",), make)
+
+
+def layer_values(spec: Spec, values: list[T], memo: dict | None = None) -> tuple[T, ...]:
+    """Per-distinct-layer values (distinct_values' order) laid out per layer of the stack (Spec.layer_groups)."""
+    return tuple(map(values.__getitem__, layer_index(spec, memo)))
 
 
 def per_distinct_layer(spec: Spec, bytes_of: Callable[[Block], T]) -> tuple[T, ...]:

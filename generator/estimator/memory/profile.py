@@ -1,4 +1,4 @@
-"""Memory: bytes to train (full, LoRA) and to serve, per stage of the layer stack (splits.py cuts it over two cards).
+"""Memory: bytes to train (full, LoRA) and to serve per stage of the layer stack, as stages.Profile (splits.py cuts it).
 
 Formulas (per parameter P and per token; inputs.Assumptions for every byte size and its source; what is live at
 each peak was read off CPU-simulated real steps, data/measurements/FINDINGS.md F1-F7):
@@ -23,9 +23,6 @@ each peak was read off CPU-simulated real steps, data/measurements/FINDINGS.md F
 
 from __future__ import annotations
 
-import functools
-from dataclasses import dataclass, field
-from itertools import accumulate
 from typing import NamedTuple
 
 from ..config.arch import Arch
@@ -33,160 +30,13 @@ from ..graph.nodes import Graph
 from ..graph.parts import Block, Part, Spec
 from ..inputs import Assumptions, Card
 from .activations import (
-    block_activation_bytes,
-    expert_grad_transient,
-    expert_weight_bytes,
-    fused_view_bytes,
-    masked_sdpa_windows,
     regime,
 )
 from .attention import default_attention, eager_layer_terms
-from .layer_terms import adapter_params, distinct_values, end_terms, layer_values, memoised
+from .layer_terms import adapter_params, distinct_values, end_terms, layer_index, layer_values, regime_terms
 from .lora import all_linear_roles
+from .stages import Profile
 from .storage import serve_weight_bytes
-
-
-@dataclass(frozen=True)
-class Profile:
-    """One method's memory per stage: the loss-backward branch (static + bytes per sample) and two batch-free
-    branches, the end of the backward and the optimizer step; a stage's peak is the largest of the three."""
-
-    method: str
-    embed_static: int  # loss-backward branch: bytes held for the embedding stage (embeddings, vision tower, ...)
-    layer_static: tuple[int, ...]  # per layer, independent of batch
-    head_static: int  # final norm + head
-    embed_per_sample: int
-    layer_per_sample: tuple[int, ...]
-    head_per_sample: int  # final norm, head input, logits and loss
-    layers: int
-    # The optimizer step (weights + gradients + state + foreach temporary) and the end of the backward
-    # (weights + gradients + state), per stage; () = the branch does not exist (serving).
-    layer_step: tuple[int, ...] = ()
-    embed_step: int = 0
-    head_step: int = 0
-    layer_eob: tuple[int, ...] = ()
-    embed_eob: int = 0
-    head_eob: int = 0
-    tied_eob: int = 0  # the tied embedding's two gradients at the end of the backward: only with both ends
-    # Training: the per-sample bytes are tokens x per_token + per_sample_fixed (every saved tensor is per
-    # token under SDPA; the fixed part is a VLM's image), so total_at() moves the profile to other token
-    # counts in O(1) (the memory curve). 0 for serving, whose caches are capped at windows.
-    per_token: int = 0
-    per_sample_fixed: int = 0
-    # Eager attention (a model class without SDPA, attention.default_attention): its scores add heads x T x T per
-    # layer, so the per-sample bytes are tokens x per_token + tokens^2 x per_token_sq + per_sample_fixed.
-    per_token_sq: int = 0
-    # SDPA handed a mask (activations.masked_sdpa_windows): (window, bytes per token, per token squared) summed
-    # over the layers, added from tokens >= window on; per_token and per_token_sq leave them out.
-    masked: tuple[tuple[int, int, int], ...] = ()
-    # LoRA on fused expert tensors (job.py's phase "backward (an adapted expert tensor's gradient)"): a fourth
-    # branch, static + grad_fixed + batch x (the per-sample bytes less the head's + grad_per_sample); grad_rate is
-    # its bytes per token (total_at). 0 = no such branch.
-    grad_fixed: int = 0
-    grad_per_sample: int = 0
-    grad_rate: int = 0
-    total_static: int = field(init=False, repr=False, compare=False)
-    # _parts of the whole model (every layer and both ends): what total, total_at, max_batch and peak_phase read
-    whole: tuple[int, int, int] = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        fields_ = self.__dict__  # frozen: the derived fields are set once, here (object.__setattr__'s effect)
-        static = fields_["total_static"] = self.embed_static + sum(self.layer_static) + self.head_static
-        act = self.embed_per_sample + sum(self.layer_per_sample) + self.head_per_sample
-        step = sum(self.layer_step) + self.embed_step + self.head_step
-        eob = sum(self.layer_eob) + self.embed_eob + self.head_eob + self.tied_eob
-        fields_["whole"] = (static, act, max(step, eob))
-
-    # Running sums over the layers, for slices of the stack (_parts): only a split over cards asks for them.
-    @functools.cached_property
-    def static_prefix(self) -> tuple[int, ...]:
-        return tuple(accumulate(self.layer_static, initial=0))
-
-    @functools.cached_property
-    def act_prefix(self) -> tuple[int, ...]:
-        return tuple(accumulate(self.layer_per_sample, initial=0))
-
-    @functools.cached_property
-    def step_prefix(self) -> tuple[int, ...]:
-        return tuple(accumulate(self.layer_step, initial=0)) if self.layer_step else (0,) * (self.layers + 1)
-
-    @functools.cached_property
-    def eob_prefix(self) -> tuple[int, ...]:
-        return tuple(accumulate(self.layer_eob, initial=0)) if self.layer_eob else (0,) * (self.layers + 1)
-
-    def total(self, batch: int) -> int:
-        static, act, fixed = self.whole
-        if self.grad_fixed:
-            return max(static + batch * act, fixed, self._grad_branch(batch, static, act, True))
-        return max(static + batch * act, fixed)
-
-    def total_at(self, tokens: int, batch: int = 1) -> int:
-        """total(batch) of the same training profile built at `tokens` per sample (train_profile's
-        per-sample bytes are linear in tokens: the test suite holds the two equal on every snapshot model)."""
-        assert self.method != "serve", "serving caches are capped at windows: not linear in tokens"
-        static, _, fixed = self.whole
-        square = tokens * tokens * self.per_token_sq + self.per_sample_fixed
-        if self.masked:
-            square += sum(tokens * n + tokens * tokens * sq for window, n, sq in self.masked if tokens >= window)
-        grad = static + self.grad_fixed + batch * (tokens * self.grad_rate + square) if self.grad_fixed else 0
-        return max(static + batch * (tokens * self.per_token + square), fixed, grad)
-
-    def per_sample(self) -> int:
-        return self.whole[1]
-
-    def _parts(self, first: int, last: int, with_embed: bool, with_head: bool) -> tuple[int, int, int]:
-        """(static, per sample, batch-free peak) of a contiguous slice of layers [first, last) and its ends."""
-        e, h = with_embed, with_head
-        static = self.static_prefix[last] - self.static_prefix[first] + (self.embed_static if e else 0) \
-            + (self.head_static if h else 0)
-        act = self.act_prefix[last] - self.act_prefix[first] + (self.embed_per_sample if e else 0) \
-            + (self.head_per_sample if h else 0)
-        step = self.step_prefix[last] - self.step_prefix[first] + (self.embed_step if e else 0) \
-            + (self.head_step if h else 0)
-        eob = self.eob_prefix[last] - self.eob_prefix[first] + (self.embed_eob if e else 0) \
-            + (self.head_eob if h else 0) + (self.tied_eob if e and h else 0)
-        return static, act, max(step, eob)
-
-    def stage(self, batch: int, first: int, last: int, with_embed: bool, with_head: bool) -> int:
-        """Bytes of a contiguous slice of layers [first, last) plus the ends it holds."""
-        static, act, fixed = self._parts(first, last, with_embed, with_head)
-        if self.grad_fixed:
-            return max(static + batch * act, fixed, self._grad_branch(batch, static, act, with_head))
-        return max(static + batch * act, fixed)
-
-    def _grad_branch(self, batch: int, static: int, act: int, with_head: bool) -> int:
-        return static + self.grad_fixed + batch * (act - (self.head_per_sample if with_head else 0)
-                                                   + self.grad_per_sample)
-
-    def max_batch(self, budget: int, first: int = 0, last: int = -1, with_embed: bool = True,
-                  with_head: bool = True, cap: int = 1 << 40) -> int:
-        """Largest b with stage(b) <= budget, 0 when batch 1 does not fit: the stage is max(static + b x act,
-        a batch-free branch), so b = (budget - static) // act: what max_batch() finds."""
-        last = self.layers if last < 0 else last
-        static, act, fixed = self.whole if first == 0 and last == self.layers and with_embed and with_head else \
-            self._parts(first, last, with_embed, with_head)
-        if max(static + act, fixed) > budget:  # stage(1)
-            return 0
-        if self.grad_fixed:  # the adapted expert tensor's gradient branch (stage's third term)
-            grad_act = act - (self.head_per_sample if with_head else 0) + self.grad_per_sample
-            if self._grad_branch(1, static, act, with_head) > budget:
-                return 0
-            cap = cap if grad_act <= 0 else min((budget - static - self.grad_fixed) // grad_act, cap)
-        return cap if act <= 0 else min((budget - static) // act, cap)
-
-    def peak_phase(self, batch: int) -> str:
-        """When the peak happens: the loss (logits), backward, the end of the backward, the optimizer step;
-        serving: the decode with its full KV cache."""
-        if self.method == "serve":
-            return "decode (full KV cache)"
-        static, act, _ = self.whole
-        step = sum(self.layer_step) + self.embed_step + self.head_step
-        eob = sum(self.layer_eob) + self.embed_eob + self.head_eob + self.tied_eob
-        if max(step, eob) > static + batch * act:
-            return "optimizer step" if step >= eob else "end of backward (tied-embedding gradients)"
-        if self.grad_fixed and self._grad_branch(batch, static, act, True) > static + batch * act:
-            return "backward (an adapted expert tensor's gradient)"
-        return "loss (logits)" if self.head_per_sample * 2 > act else "backward (activations)"
 
 
 def _ends(g: Graph) -> tuple[list[Part], list[Part]]:
@@ -196,14 +46,18 @@ def _ends(g: Graph) -> tuple[list[Part], list[Part]]:
 def train_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, method: str, rank: int,
                   memo: dict | None = None) -> Profile:
     """The site's jobs: full AMP AdamW (foreach) and LoRA on every Linear of a bf16 base, AMP, AdamW. Every layer
-    term is worked out once per distinct layer (Spec.distinct_layers), then laid out per layer (layer_values);
-    `memo`: the estimate's table of them, shared with its jobs (memoised)."""
+    term is worked out once per distinct layer (Spec.distinct_layers) and kept so, with the layers each stands
+    for (the Profile lays them out per layer only for a split); `memo`: the estimate's table of them, shared
+    with its jobs (layer_terms.regime_terms)."""
     spec = g.spec
     distinct = spec.distinct_layers
     counts = [n for _, n in distinct]
     embed, head = _ends(g)
     r = regime(method, "amp")
     adam = s.master_weight_bytes + s.optimizer_state_bytes
+    # LoRA on every Linear, + adapted expert tensors' effective weights, kept per layer (job.py)
+    roles = None if method == "full" else all_linear_roles(a)
+    terms = regime_terms(a, g, r, 0 if method == "full" else rank, roles, memo)
     if method == "full":
         copy = s.autocast_copy_bytes
 
@@ -224,15 +78,11 @@ def train_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, method: str, r
         # F6: a tied weight's two gradients (embedding, LM head) and their sum are live together.
         tied = 2 * s.grad_bytes * spec.vocab * (a.embed_dim or a.hidden) if spec.tied else 0
         embed_act = s.master_weight_bytes * spec.hidden
-        roles = None
     else:
         adapter_rate = adam + s.autocast_copy_bytes  # fp32 adapter, AdamW state, its bf16 autocast copy
-        roles = all_linear_roles(a)  # + adapted expert tensors' effective weights, kept per layer (job.py)
         adapters = adapter_params(spec, rank, roles, memo)
-        experts = memoised(memo, ("experts", r, roles),
-                           lambda: distinct_values(spec, lambda b: expert_weight_bytes(b, roles, r)))
         layer_static = [s.base_weight_bytes * b.params + adapter_rate * n + e
-                        for (b, _), n, e in zip(distinct, adapters, experts, strict=True)]
+                        for (b, _), n, e in zip(distinct, adapters, terms.experts, strict=True)]
         embed_static = s.base_weight_bytes * sum(p.params for p in embed)
         head_static = s.base_weight_bytes * sum(p.params for p in head)
         # the adapters' AdamW step: weights + adapters (4 + 4 + 8 + 4 foreach) B each
@@ -241,27 +91,22 @@ def train_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, method: str, r
         layer_eob = []
         embed_step, head_step, embed_eob, head_eob, tied = embed_static, head_static, 0, 0, 0
         embed_act = -end_terms(a, g, s, r, memo)[1]  # a frozen embedding saves nothing (F4), nor the norm reading it
-        grads = memoised(memo, ("grad", r, roles),
-                         lambda: distinct_values(spec, lambda b: expert_grad_transient(b, roles, r)))
+        grads = terms.grads
         grad_fixed, grad_token = 0, 0
         if any(t != (0, 0) for t in grads):  # the last layer of the largest transient (its latest on a tie)
             grad_fixed, grad_token = max(layer_values(spec, grads, memo)[::-1], key=lambda t: t[0] + tokens * t[1])
     dropout, _, head_rate = end_terms(a, g, s, r, memo)
     embed_act += dropout  # the embedding dropout's mask (activations.DROPOUTS)
-    rates = memoised(memo, ("act", r, rank if method != "full" else 0, roles),
-                     lambda: distinct_values(spec, lambda b: block_activation_bytes(a, b, r, rank if method != "full"
-                                                                                    else 0, roles)))
     # the fused qkv output kept by q's view (gpt2): the training forward's cache is on without checkpointing
-    views = memoised(memo, ("views", r), lambda: distinct_values(spec, lambda b: fused_view_bytes(a, b, r)))
-    rates = [rate + view for rate, view in zip(rates, views, strict=True)]
+    rates = [rate + view for rate, view in zip(terms.act, terms.views, strict=True)]
     squares = [0] * len(rates)
     windows: list[tuple[tuple[int, int, int], ...]] = [()] * len(rates)
     if default_attention(a)[0] == "eager":  # no SDPA in the model's class: eager keeps its scores
-        terms = distinct_values(spec, lambda b: eager_layer_terms(a, b, r.compute_bytes, r.trained, r))
-        rates = [rate + linear for rate, (linear, _) in zip(rates, terms, strict=True)]
-        squares = [sq for _, sq in terms]
+        eager = distinct_values(spec, lambda b: eager_layer_terms(a, b, r.compute_bytes, r.trained, r))
+        rates = [rate + linear for rate, (linear, _) in zip(rates, eager, strict=True)]
+        squares = [sq for _, sq in eager]
     else:  # SDPA handed a mask (a window at tokens >= its width) keeps it and GQA's repeated k/v (F11)
-        windows = distinct_values(spec, lambda b: masked_sdpa_windows(a, b, r))
+        windows = terms.windows
     # every layer runs at the job's tokens (an encoder-decoder's encoder and decoder alike)
     n = tokens
     layer_act = [n * rate + n * n * sq + sum(n * m + n * n * msq for w, m, msq in ws if n >= w)
@@ -274,10 +119,9 @@ def train_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, method: str, r
     vision = s.compute_bytes * spec.vision_act * (1 if spec.image_tokens else 0)
     rates_sum = sum(k * rate for k, rate in zip(counts, rates, strict=True))
     grad = (grad_fixed, tokens * grad_token, embed_act + rates_sum + grad_token) if method != "full" else (0, 0, 0)
-    return Profile(method, embed_static, layer_values(spec, layer_static, memo), head_static,
-                   tokens * embed_act + vision, layer_values(spec, layer_act, memo), tokens * head_rate,
-                   len(spec.blocks), layer_values(spec, layer_step, memo), embed_step, head_step,
-                   layer_values(spec, layer_eob, memo) if layer_eob else (), embed_eob, head_eob, tied,
+    return Profile(method, embed_static, tuple(layer_static), head_static, tokens * embed_act + vision,
+                   tuple(layer_act), tokens * head_rate, tuple(counts), layer_index(spec, memo), tuple(layer_step),
+                   embed_step, head_step, tuple(layer_eob), embed_eob, head_eob, tied,
                    embed_act + rates_sum + head_rate, vision, sum(k * sq for k, sq in zip(counts, squares, strict=True)),
                    tuple((w, m, msq) for w, (m, msq) in sorted(masked.items())), *grad)
 
@@ -301,7 +145,7 @@ def kv_bytes_of_block(b: Block | CacheTerms, s: Assumptions, tokens: int, encode
 
 def serve_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, memo: dict | None = None) -> Profile:
     """Weights + one prefill chunk's working set (fixed) + per sequence its caches and logits; each distinct layer
-    worked out once (`memo`: the estimate's table, layer_values)."""
+    worked out once (`memo`: the estimate's table, layer_index)."""
     spec = g.spec
     c = s.compute_bytes
     embed, head = _ends(g)
@@ -310,20 +154,20 @@ def serve_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, memo: dict | N
     def block_weights(b: Block) -> int:
         return weights(b.parts) if a.quant is not None and a.quant.bits < 16 else int(s.serve_weight_bytes * b.params)
     transient = _serve_transient(g, s, tokens)
+    distinct = spec.distinct_layers
+    counts, layout = tuple([n for _, n in distinct]), layer_index(spec, memo)
+    layer_weights = tuple([block_weights(b) for b, _ in distinct])
     if spec.kind == "encoder":
         # A batch of sequences at the context, no cache: each sequence holds its own working set
         # and its output (the head's logits per token, fp32).
-        return Profile("serve", weights(embed), layer_values(spec, distinct_values(spec, block_weights), memo),
-                       weights(head),
-                       transient + tokens * 4 * spec.logits, (0,) * len(spec.blocks), 0, len(spec.blocks))
+        return Profile("serve", weights(embed), layer_weights, weights(head), transient + tokens * 4 * spec.logits,
+                       (0,) * len(distinct), 0, counts, layout)
     enc_tokens = encoder_tokens(spec, tokens)
-    per_layer = layer_values(spec, distinct_values(spec, lambda b: 0 if b.stack == "encoder" else
-                                                   kv_bytes_of_block(b, s, tokens, enc_tokens)), memo)
+    caches = tuple([0 if b.stack == "encoder" else kv_bytes_of_block(b, s, tokens, enc_tokens) for b, _ in distinct])
     # An encoder-decoder keeps the encoder's output (tokens x hidden) per sequence for cross-attention.
     enc_out = enc_tokens * c * spec.hidden
-    return Profile("serve", weights(embed) + transient, layer_values(spec, distinct_values(spec, block_weights), memo),
-                   weights(head),
-                   enc_out, per_layer, s.decode_logits_bytes * spec.vocab, len(spec.blocks))
+    return Profile("serve", weights(embed) + transient, layer_weights, weights(head), enc_out, caches,
+                   s.decode_logits_bytes * spec.vocab, counts, layout)
 
 
 def _serve_transient(g: Graph, s: Assumptions, tokens: int, width: int | None = None) -> int:
@@ -341,13 +185,24 @@ def serve_token_bytes(g: Graph, s: Assumptions, tokens: int, cache: CacheTerms |
     sequence's caches, an encoder's logits or an encoder-decoder's encoder output), by the same formulas:
     the memory curve moves the serving peak to other token counts without rebuilding the profile.
     `cache`: cache_block(g), when the caller asks at many token counts."""
+    return serve_token_curve(g, s, (tokens,), cache)[0]
+
+
+def serve_token_curve(g: Graph, s: Assumptions, points: tuple[int, ...],
+                      cache: CacheTerms | None = None) -> list[int]:
+    """serve_token_bytes at each token count of `points`: what does not depend on tokens looked up once."""
     spec = g.spec
     cache = cache or cache_block(g)
-    transient = _serve_transient(g, s, tokens, cache.transient)
+    c = s.compute_bytes
+    width, vision = c * (cache.transient + 2 * spec.hidden), c * spec.vision_transient  # _serve_transient's terms
     if spec.kind == "encoder":
-        return transient + tokens * 4 * spec.logits
-    enc_tokens = encoder_tokens(spec, tokens)
-    return transient + enc_tokens * s.compute_bytes * spec.hidden + kv_bytes_of_block(cache, s, tokens, enc_tokens)
+        return [tokens * width + vision + tokens * 4 * spec.logits for tokens in points]
+    out = []
+    for tokens in points:
+        enc_tokens = encoder_tokens(spec, tokens)
+        out.append(tokens * width + vision + enc_tokens * c * spec.hidden
+                   + kv_bytes_of_block(cache, s, tokens, enc_tokens))
+    return out
 
 
 def cache_block(g: Graph) -> CacheTerms:

@@ -2,43 +2,58 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from itertools import accumulate
+from operator import add
+from typing import NamedTuple
 
-from .profile import Profile
-
-
-@dataclass(frozen=True)
-class Split:
-    cards: int
-    cut_after_layer: int
-    stage_bytes_batch1: tuple[int, int]
-    max_batch: int  # 0 when even two cards cannot hold batch 1
+from .stages import Limits, Profile, largest_batch
 
 
-def best_cut(p: Profile) -> tuple[int, int, int]:
-    """The best contiguous layer cut over two cards (pipeline parallel), minimising the larger stage at batch 1:
-    (layers on the first card, first stage bytes, second stage bytes). It does not depend on the card.
+class Cut(NamedTuple):
+    """A contiguous layer cut over two cards: the layers on the first card, each stage's bytes at batch 1, and
+    both stages' branches (Profile.limits), whose largest_batch is the largest batch both cards hold."""
+
+    layers: int
+    first: int
+    second: int
+    limits: Limits
+
+
+def best_cut(p: Profile) -> Cut:
+    """The best contiguous layer cut over two cards (pipeline parallel), minimising the larger stage at batch 1.
+    It does not depend on the card: worked out once per profile, each card's batch is then two_card_batch.
 
     The first stage grows and the second shrinks with the cut, so the best cut is where they cross:
-    found by bisection, then the neighbours are compared (the lowest cut wins a tie)."""
-    statics, acts, steps, eobs = p.static_prefix, p.act_prefix, p.step_prefix, p.eob_prefix
-    n = p.layers
-    grad, head_act = p.grad_fixed, p.head_per_sample
+    found by bisection, then the neighbours are compared (the lowest cut wins a tie). At batch 1 a stage's loss
+    branch and its adapted expert tensor's gradient branch both read static + per-sample bytes only, so three
+    running sums over the layers do (static + per sample, optimizer step, end of backward): Profile.stage's
+    branches, each ends' terms added as constants."""
+    n, layout = p.layers, p.layout
+    zeros = (0,) * (n + 1)
+
+    def running(values: tuple[int, ...]) -> tuple[int, ...]:  # over the layers of the stack, from 0
+        return tuple(accumulate(map(values.__getitem__, layout), initial=0)) if values else zeros
+    loads = running(tuple(map(add, p.distinct_static, p.distinct_per_sample)))
+    steps, eobs = running(p.distinct_step), running(p.distinct_eob)
+    grad = p.grad_fixed
+    # the ends' share of each stage's loss branch, or of its gradient branch where that is larger (Profile.limits)
+    first_end = p.embed_static + p.embed_per_sample + (max(0, grad + p.grad_per_sample) if grad else 0)
+    second_end = p.head_static + p.head_per_sample + (max(0, grad - p.head_per_sample + p.grad_per_sample)
+                                                      if grad else 0)
+    embed_step, embed_eob, head_step, head_eob = p.embed_step, p.embed_eob, p.head_step, p.head_eob
+    load_n, step_n, eob_n = loads[n], steps[n], eobs[n]
+    seen: dict[int, tuple[int, int]] = {}  # the bisection's stages, read again for the neighbours
 
     def stages(k: int) -> tuple[int, int]:
         """Profile.stage(1, 0, k, True, False) and stage(1, k, layers, False, True), from the running sums."""
-        static, act = statics[k] + p.embed_static, acts[k] + p.embed_per_sample
-        first = max(static + act, steps[k] + p.embed_step, eobs[k] + p.embed_eob)
-        if grad:
-            first = max(first, static + grad + act + p.grad_per_sample)
-        static = statics[n] - statics[k] + p.head_static
-        act = acts[n] - acts[k] + head_act
-        second = max(static + act, steps[n] - steps[k] + p.head_step, eobs[n] - eobs[k] + p.head_eob)
-        if grad:
-            second = max(second, static + grad + act - head_act + p.grad_per_sample)
-        return first, second
+        got = seen.get(k)
+        if got is None:
+            load, step, eob = loads[k], steps[k], eobs[k]
+            got = seen[k] = (max(load + first_end, step + embed_step, eob + embed_eob),
+                             max(load_n - load + second_end, step_n - step + head_step, eob_n - eob + head_eob))
+        return got
 
-    lo, hi = 0, p.layers
+    lo, hi = 0, n
     while lo < hi:  # smallest k with first(k) >= second(k)
         mid = (lo + hi) // 2
         first, second = stages(mid)
@@ -48,17 +63,23 @@ def best_cut(p: Profile) -> tuple[int, int, int]:
             lo = mid + 1
     best = None
     for k in (lo - 1, lo):
-        if 0 <= k <= p.layers:
+        if 0 <= k <= n:
             first, second = stages(k)
             if best is None or max(first, second) < max(best[1], best[2]):
                 best = (k, first, second)
     assert best is not None
-    return best
+    k = best[0]
+    # the stages' own parts (Profile._parts) at this cut: their static bytes over the first k layers, once
+    static = sum(map(p.distinct_static.__getitem__, layout[:k]))
+    static_n = p.total_static - p.embed_static - p.head_static
+    act, act_n = loads[k] - static, load_n - static_n
+    head = (static_n - static + p.head_static, act_n - act + p.head_per_sample,
+            max(step_n - steps[k] + p.head_step, eob_n - eobs[k] + p.head_eob))
+    embed = (static + p.embed_static, act + p.embed_per_sample, max(steps[k] + p.embed_step, eobs[k] + p.embed_eob))
+    return Cut(k, best[1], best[2], p.limits(embed, False) + p.limits(head, True))
 
 
-def two_card_split(p: Profile, budget: int, cut: tuple[int, int, int] | None = None) -> Split:
-    """The best cut (best_cut, or `cut` when the caller already has it) and the largest batch both cards hold:
-    the smaller of the two stages' largest batches."""
-    k, first, second = cut or best_cut(p)
-    return Split(2, k, (first, second), min(p.max_batch(budget, 0, k, True, False),
-                                            p.max_batch(budget, k, p.layers, False, True)))
+def two_card_batch(cut: Cut, budget: int) -> int:
+    """The largest batch both cards of `cut` hold within `budget` each: the smaller of the two stages' largest
+    batches (0 when even two cards cannot hold batch 1)."""
+    return largest_batch(cut.limits, budget)

@@ -1,0 +1,216 @@
+"""A method's memory per stage of the layer stack (Profile: what profile.py builds) and the largest batch a
+budget holds (largest_batch): what the cards, the splits and the curve read."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from itertools import accumulate
+from operator import mul
+
+
+@dataclass(frozen=True)
+class Profile:
+    """One method's memory per stage: the loss-backward branch (static + bytes per sample) and two batch-free
+    branches, the end of the backward and the optimizer step; a stage's peak is the largest of the three.
+    The layer terms are held per distinct layer (Spec.distinct_layers, with the layers each stands for in
+    `counts`): the whole model's figures are sums over them; `layout` lays them out per layer of the stack
+    (layer_terms.layer_index) only where a slice of the stack is asked for (a split over cards)."""
+
+    method: str
+    embed_static: int  # loss-backward branch: bytes held for the embedding stage (embeddings, vision tower, ...)
+    distinct_static: tuple[int, ...]  # per distinct layer, independent of batch
+    head_static: int  # final norm + head
+    embed_per_sample: int
+    distinct_per_sample: tuple[int, ...]
+    head_per_sample: int  # final norm, head input, logits and loss
+    counts: tuple[int, ...]  # per distinct layer, the layers it stands for
+    layout: tuple[int, ...] = field(repr=False)  # per layer of the stack, the index of its distinct layer
+    # The optimizer step (weights + gradients + state + foreach temporary) and the end of the backward
+    # (weights + gradients + state), per distinct layer; () = the branch does not exist (serving).
+    distinct_step: tuple[int, ...] = ()
+    embed_step: int = 0
+    head_step: int = 0
+    distinct_eob: tuple[int, ...] = ()
+    embed_eob: int = 0
+    head_eob: int = 0
+    tied_eob: int = 0  # the tied embedding's two gradients at the end of the backward: only with both ends
+    # Training: the per-sample bytes are tokens x per_token + per_sample_fixed (every saved tensor is per
+    # token under SDPA; the fixed part is a VLM's image), so total_at() moves the profile to other token
+    # counts in O(1) (the memory curve). 0 for serving, whose caches are capped at windows.
+    per_token: int = 0
+    per_sample_fixed: int = 0
+    # Eager attention (a model class without SDPA, attention.default_attention): its scores add heads x T x T per
+    # layer, so the per-sample bytes are tokens x per_token + tokens^2 x per_token_sq + per_sample_fixed.
+    per_token_sq: int = 0
+    # SDPA handed a mask (activations.masked_sdpa_windows): (window, bytes per token, per token squared) summed
+    # over the layers, added from tokens >= window on; per_token and per_token_sq leave them out.
+    masked: tuple[tuple[int, int, int], ...] = ()
+    # LoRA on fused expert tensors (job.py's phase "backward (an adapted expert tensor's gradient)"): a fourth
+    # branch, static + grad_fixed + batch x (the per-sample bytes less the head's + grad_per_sample); grad_rate is
+    # its bytes per token (total_at). 0 = no such branch.
+    grad_fixed: int = 0
+    grad_per_sample: int = 0
+    grad_rate: int = 0
+    total_static: int = field(init=False, repr=False, compare=False)
+    # _parts of the whole model (every layer and both ends): what total, total_at, max_batch and peak_phase read
+    whole: tuple[int, int, int] = field(init=False, repr=False, compare=False)
+    late: tuple[int, int] = field(init=False, repr=False, compare=False)  # the whole model's (step, end of backward)
+
+    def __post_init__(self) -> None:
+        fields_ = self.__dict__  # frozen: the derived fields are set once, here (object.__setattr__'s effect)
+        counts = self.counts
+        static = fields_["total_static"] = self.embed_static + sum(map(mul, counts, self.distinct_static)) \
+            + self.head_static
+        act = self.embed_per_sample + sum(map(mul, counts, self.distinct_per_sample)) + self.head_per_sample
+        step = sum(map(mul, counts, self.distinct_step)) + self.embed_step + self.head_step
+        eob = sum(map(mul, counts, self.distinct_eob)) + self.embed_eob + self.head_eob + self.tied_eob
+        fields_["whole"] = (static, act, max(step, eob))
+        fields_["late"] = (step, eob)
+
+    @property
+    def layers(self) -> int:
+        return len(self.layout)
+
+    def _per_layer(self, values: tuple[int, ...]) -> tuple[int, ...]:
+        """Per-distinct-layer values laid out per layer of the stack."""
+        return tuple(map(values.__getitem__, self.layout))
+
+    # Per layer of the stack: what a slice of the stack (_parts) reads, made when first asked for.
+    @functools.cached_property
+    def layer_static(self) -> tuple[int, ...]:
+        return self._per_layer(self.distinct_static)
+
+    @functools.cached_property
+    def layer_per_sample(self) -> tuple[int, ...]:
+        return self._per_layer(self.distinct_per_sample)
+
+    @functools.cached_property
+    def layer_step(self) -> tuple[int, ...]:
+        return self._per_layer(self.distinct_step) if self.distinct_step else ()
+
+    @functools.cached_property
+    def layer_eob(self) -> tuple[int, ...]:
+        return self._per_layer(self.distinct_eob) if self.distinct_eob else ()
+
+    # Running sums over the layers, for slices of the stack (_parts): only a split over cards asks for them.
+    @functools.cached_property
+    def static_prefix(self) -> tuple[int, ...]:
+        return tuple(accumulate(self.layer_static, initial=0))
+
+    @functools.cached_property
+    def act_prefix(self) -> tuple[int, ...]:
+        return tuple(accumulate(self.layer_per_sample, initial=0))
+
+    @functools.cached_property
+    def step_prefix(self) -> tuple[int, ...]:
+        return tuple(accumulate(self.layer_step, initial=0)) if self.layer_step else (0,) * (self.layers + 1)
+
+    @functools.cached_property
+    def eob_prefix(self) -> tuple[int, ...]:
+        return tuple(accumulate(self.layer_eob, initial=0)) if self.layer_eob else (0,) * (self.layers + 1)
+
+    def total(self, batch: int) -> int:
+        static, act, fixed = self.whole
+        if self.grad_fixed:
+            return max(static + batch * act, fixed, self._grad_branch(batch, static, act, True))
+        return max(static + batch * act, fixed)
+
+    def total_at(self, tokens: int, batch: int = 1) -> int:
+        """total(batch) of the same training profile built at `tokens` per sample (train_profile's
+        per-sample bytes are linear in tokens: the test suite holds the two equal on every snapshot model)."""
+        return self.totals_at((tokens,), batch)[0]
+
+    def totals_at(self, points: tuple[int, ...], batch: int = 1) -> list[int]:
+        """total_at at each token count of `points` (the memory curve's), the profile's terms read once."""
+        assert self.method != "serve", "serving caches are capped at windows: not linear in tokens"
+        static, _, fixed = self.whole
+        per_token, per_token_sq, per_sample_fixed = self.per_token, self.per_token_sq, self.per_sample_fixed
+        masked, grad_fixed, grad_rate = self.masked, self.grad_fixed, self.grad_rate
+        out = []
+        for tokens in points:
+            square = tokens * tokens * per_token_sq + per_sample_fixed
+            if masked:
+                square += sum(tokens * n + tokens * tokens * sq for window, n, sq in masked if tokens >= window)
+            grad = static + grad_fixed + batch * (tokens * grad_rate + square) if grad_fixed else 0
+            out.append(max(static + batch * (tokens * per_token + square), fixed, grad))
+        return out
+
+    def per_sample(self) -> int:
+        return self.whole[1]
+
+    def _parts(self, first: int, last: int, with_embed: bool, with_head: bool) -> tuple[int, int, int]:
+        """(static, per sample, batch-free peak) of a contiguous slice of layers [first, last) and its ends."""
+        e, h = with_embed, with_head
+        static = self.static_prefix[last] - self.static_prefix[first] + (self.embed_static if e else 0) \
+            + (self.head_static if h else 0)
+        act = self.act_prefix[last] - self.act_prefix[first] + (self.embed_per_sample if e else 0) \
+            + (self.head_per_sample if h else 0)
+        step = self.step_prefix[last] - self.step_prefix[first] + (self.embed_step if e else 0) \
+            + (self.head_step if h else 0)
+        eob = self.eob_prefix[last] - self.eob_prefix[first] + (self.embed_eob if e else 0) \
+            + (self.head_eob if h else 0) + (self.tied_eob if e and h else 0)
+        return static, act, max(step, eob)
+
+    def stage(self, batch: int, first: int, last: int, with_embed: bool, with_head: bool) -> int:
+        """Bytes of a contiguous slice of layers [first, last) plus the ends it holds."""
+        static, act, fixed = self._parts(first, last, with_embed, with_head)
+        if self.grad_fixed:
+            return max(static + batch * act, fixed, self._grad_branch(batch, static, act, with_head))
+        return max(static + batch * act, fixed)
+
+    def _grad_branch(self, batch: int, static: int, act: int, with_head: bool) -> int:
+        return static + self.grad_fixed + batch * (act - (self.head_per_sample if with_head else 0)
+                                                   + self.grad_per_sample)
+
+    def max_batch(self, budget: int, first: int = 0, last: int = -1, with_embed: bool = True,
+                  with_head: bool = True, cap: int = 1 << 40) -> int:
+        """Largest b with stage(b) <= budget, 0 when batch 1 does not fit (largest_batch of the stage's limits)."""
+        last = self.layers if last < 0 else last
+        if first == 0 and last == self.layers and with_embed and with_head:
+            return largest_batch(self.whole_limits, budget, cap)
+        return largest_batch(self.limits(self._parts(first, last, with_embed, with_head), with_head), budget, cap)
+
+    def limits(self, parts: tuple[int, int, int], with_head: bool) -> Limits:
+        """A stage's branches as (bytes at batch 0, bytes per sample), from its _parts: the stage is max(static +
+        b x act, the batch-free branch[, the adapted expert tensor's gradient branch, _grad_branch])."""
+        static, act, fixed = parts
+        if self.grad_fixed:
+            return ((static, act), (fixed, 0), (static + self.grad_fixed,
+                                                act - (self.head_per_sample if with_head else 0)
+                                                + self.grad_per_sample))
+        return (static, act), (fixed, 0)
+
+    @functools.cached_property
+    def whole_limits(self) -> Limits:
+        """limits() of the whole model: what a card's largest batch is held against."""
+        return self.limits(self.whole, True)
+
+    def peak_phase(self, batch: int) -> str:
+        """When the peak happens: the loss (logits), backward, the end of the backward, the optimizer step;
+        serving: the decode with its full KV cache."""
+        if self.method == "serve":
+            return "decode (full KV cache)"
+        static, act, _ = self.whole
+        step, eob = self.late
+        if max(step, eob) > static + batch * act:
+            return "optimizer step" if step >= eob else "end of backward (tied-embedding gradients)"
+        if self.grad_fixed and self._grad_branch(batch, static, act, True) > static + batch * act:
+            return "backward (an adapted expert tensor's gradient)"
+        return "loss (logits)" if self.head_per_sample * 2 > act else "backward (activations)"
+
+
+# A stage's memory as branches (bytes at batch 0, bytes per sample): its peak at batch b is the largest b-th value.
+Limits = tuple[tuple[int, int], ...]
+
+
+def largest_batch(limits: Limits, budget: int, cap: int = 1 << 40) -> int:
+    """Largest b with every branch's base + b x per_sample <= budget, 0 when batch 1 does not fit: each branch
+    growing with the batch allows (budget - base) // per_sample, the batch-free ones only batch 1's check."""
+    best = cap
+    for base, per_sample in limits:
+        if base + per_sample > budget:
+            return 0
+        if per_sample > 0:
+            best = min(best, (budget - base) // per_sample)
+    return best
