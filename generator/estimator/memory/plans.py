@@ -18,6 +18,7 @@ arXiv:2304.11277 §7). Serving has no job: job_hours and job_usd are None and "c
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,6 +32,9 @@ MAX_GPUS = GPU_COUNTS[-1]
 PeakFn = Callable[[str, Setup], int]  # (method, setup) -> per-GPU peak bytes; raises ParallelError if impossible
 # (method, setup) -> (per-GPU peak bytes, CPU bytes per node of its offload); a PeakFn is accepted too (no offload)
 Probe = Callable[[str, Setup], "int | tuple[int, int]"]
+# (method, kind, budget bytes) -> an index of GPU_COUNTS before which every count of the monotone `kind` is over
+# the budget, where its labels are known to run over..., fits... (the peak never rises with the count); else None
+Bound = Callable[[str, "Kind", int], "int | None"]
 
 
 @dataclass(frozen=True)
@@ -100,6 +104,8 @@ class Kind:
 
 
 _LAST = len(GPU_COUNTS) - 1
+if any(GPU_COUNTS[i] != GPUS_PER_NODE * (i - 2) for i in range(3, _LAST + 1)):  # what count_index reads
+    raise ValueError("GPU_COUNTS past one node must be whole nodes in order")
 _NODE = GPU_COUNTS.index(2 * GPUS_PER_NODE)  # the first count of several nodes
 # Training, most preferred first (the issue's order: one GPU, then ddp or zero2, then zero3 / fsdp with
 # checkpointing). DDP is left out: past one GPU it holds the single-GPU job and its gradient buckets, never less
@@ -114,6 +120,17 @@ OFFLOAD_KINDS = (Kind("zero2", 0, _LAST, True, "optimizer"), Kind("zero3", 1, _L
 SERVE_KINDS = (Kind("single", 0, 0), Kind("tp", 1, _NODE - 1, monotone=False), Kind("tp+pp", _NODE, _LAST),
                Kind("pp", 1, _LAST))
 TP_KINDS = SERVE_KINDS[:3]  # the serving-speed table: tensor parallel only
+
+
+def count_index(need: float, first: int = 0) -> int:
+    """The first index of GPU_COUNTS at or after `first` whose count is at least `need` (len(GPU_COUNTS): none is).
+    Past one node the counts are 8 x (index - 2)."""
+    if need > MAX_GPUS:
+        return len(GPU_COUNTS)
+    i = first if need <= GPUS_PER_NODE else max(first, 2 + math.ceil(need / GPUS_PER_NODE))
+    while GPU_COUNTS[i] < need:
+        i += 1
+    return i
 
 
 def kinds(method: str, offload: bool = False) -> tuple[Kind, ...]:
@@ -151,13 +168,15 @@ _CANNOT, _OVER, _FITS = 0, 1, 2
 
 def first_fit(probe: Probe, method: str, tried: tuple[Kind, ...], budget_bytes: int,
               host_bytes_per_node: int | None = None,
-              memo: dict[tuple[int, int], tuple[int, int] | None] | None = None) -> tuple[Setup, int] | None:
+              memo: dict[tuple[int, int], tuple[int, int] | None] | None = None,
+              bound: Bound | None = None) -> tuple[Setup, int] | None:
     """The setup of `tried` on the fewest GPUs whose per-GPU peak is within `budget_bytes` (and whose offload's
     CPU memory per node within `host_bytes_per_node`), the earlier kind winning at the same count; with its peak.
     Each kind's counts are labelled over (too big), fits, or cannot (the setup is impossible); a monotone kind's
     labels run over..., fits..., cannot..., so the first fit is found by galloping up from its first count and
     bisecting, and a kind that cannot beat the best found so far is dropped after one probe. `memo` keeps the
-    probes of one method across calls (one per GPU budget)."""
+    probes of one method across calls (one per GPU budget). `bound`: where it knows a monotone kind's first count
+    that can fit, the search starts there (that count fits, most often: one probe) instead of galloping."""
     seen: dict[Any, Any] = {} if memo is None else memo  # (kind, count index) -> (peak, cpu), None: impossible
     host = host_bytes_per_node
 
@@ -188,7 +207,17 @@ def first_fit(probe: Probe, method: str, tried: tuple[Kind, ...], budget_bytes: 
                     found = i
                     break
         else:
-            if best_i < 0:  # gallop: lo, lo + 1, lo + 3, lo + 7, ... until a count is not over
+            start = None if bound is None else bound(method, kind, budget_bytes)
+            if start is not None:  # every count before `start` is over: the first not over is start or later
+                if start > hi:
+                    lo = -1
+                elif label(kind, start) != _OVER:
+                    lo = hi = start
+                elif label(kind, hi) == _OVER:
+                    lo = -1
+                else:
+                    lo = start + 1
+            elif best_i < 0:  # gallop: lo, lo + 1, lo + 3, lo + 7, ... until a count is not over
                 step, prev = 1, lo - 1
                 while True:
                     i = min(hi, prev + step)
@@ -227,7 +256,8 @@ def _pair(x: int | tuple[int, int]) -> tuple[int, int]:
 
 
 def plan_all(probe: Probe, method: str, gpus: tuple[GpuOffer, ...], job_flops: float | None, mfu: float,
-             ckpt_flops: float | None = None, host_bytes_per_node: int | None = None) -> list[tuple]:
+             ckpt_flops: float | None = None, host_bytes_per_node: int | None = None,
+             bound: Bound | None = None) -> list[tuple]:
     """Per GPU, first_fit over the method's setups without offload; only where none runs up to MAX_GPUS, over the
     offload setups whose CPU memory per node is within `host_bytes_per_node`; where nothing runs, the smallest
     peak any setup reaches at MAX_GPUS, with fits False. Probes are shared through the caller's cache. Each row:
@@ -238,9 +268,9 @@ def plan_all(probe: Probe, method: str, gpus: tuple[GpuOffer, ...], job_flops: f
     memo: dict[tuple[int, int], tuple[int, int] | None] = {}
     top = kinds(method)[0].setup(0)  # one GPU, the most preferred kind: nothing beats it
     for budget in sorted({gpu.budget_bytes for gpu in gpus}):  # the smallest first
-        got = first_fit(probe, method, kinds(method), budget, None, memo)
+        got = first_fit(probe, method, kinds(method), budget, None, memo, bound)
         if got is None and method != "serve":
-            got = first_fit(probe, method, kinds(method, offload=True), budget, host_bytes_per_node, memo)
+            got = first_fit(probe, method, kinds(method, offload=True), budget, host_bytes_per_node, memo, bound)
         by_budget[budget] = got
         if got is not None and got[0] == top:  # it fits every larger budget too, and is their answer
             by_budget.update((gpu.budget_bytes, got) for gpu in gpus if gpu.budget_bytes > budget)
@@ -293,18 +323,20 @@ def job_hours(job_flops: float | None, gpus: int, peak_tflops: float, mfu: float
 def search_plans(peak: Probe, methods: tuple[str, ...], gpus: tuple[GpuOffer, ...],
                  job_flops: Mapping[str, float], mfu: Mapping[str, float],
                  ckpt_flops: Mapping[str, float] | None = None,
-                 host_bytes_per_node: int | None = None) -> tuple[list[Plan], list[Unreachable]]:
+                 host_bytes_per_node: int | None = None,
+                 bound: Bound | None = None) -> tuple[list[Plan], list[Unreachable]]:
     """Every (method, priced GPU) plan, marked cheapest (lowest job_usd of the method; serving: lowest usd_per_hour)
     and smallest (fewest GPUs of the method), ties all marked; a method no GPU runs at MAX_GPUS is unreachable.
     ckpt_flops: the job's FLOPs with gradient checkpointing (one more forward), for the setups that use it.
-    host_bytes_per_node: the CPU memory an offload setup may hold per node of 8 GPUs (None: no limit)."""
+    host_bytes_per_node: the CPU memory an offload setup may hold per node of 8 GPUs (None: no limit).
+    bound: first_fit's, where the caller knows where monotone kinds can start fitting."""
     plans: list[Plan] = []
     unreachable: list[Unreachable] = []
     for method in methods:
         if method not in METHODS:
             raise ParallelError("", "method", method, f"must be one of {', '.join(METHODS)}")
         rows = plan_all(peak, method, gpus, job_flops.get(method), mfu.get(method, 0.0),
-                        (ckpt_flops or {}).get(method), host_bytes_per_node)
+                        (ckpt_flops or {}).get(method), host_bytes_per_node, bound)
         # rows: Plan's fields method .. job_usd; 2 gpus, 7 fits, 8 usd_per_hour, 10 job_usd
         fitting = [r for r in rows if r[7]]
         if not fitting:
