@@ -193,6 +193,10 @@ def first_fit(probe: Probe, method: str, tried: tuple[Kind, ...], budget_bytes: 
             return _CANNOT
         return _OVER if got[0] > budget_bytes or (host is not None and got[1] > host) else _FITS
 
+    if bound is not None:
+        got = _by_bounds(label, method, tried, budget_bytes, bound)
+        if got is not _UNBOUNDED:
+            return None if got is None else (got[0].setup(got[1]), seen[(id(got[0]), got[1])][0])
     best_i, best_rank, best_kind = -1, 0, tried[0] if tried else None
     for rank, kind in _ORDERS.get(id(tried)) or _probe_order(tried):
         # it must beat the best so far: fewer GPUs, or as many and more preferred
@@ -249,6 +253,34 @@ def first_fit(probe: Probe, method: str, tried: tuple[Kind, ...], budget_bytes: 
         return None
     got = seen[(id(best_kind), best_i)]
     return best_kind.setup(best_i), got[0]
+
+
+_UNBOUNDED: Any = object()  # _by_bounds cannot tell: first_fit searches the general way
+
+
+def _by_bounds(label: Callable[[Kind, int], int], method: str, tried: tuple[Kind, ...], budget_bytes: int,
+               bound: Bound) -> tuple[Kind, int] | None:
+    """first_fit where every kind of more than one count has a bound: a bound is a count index before which the
+    kind is over, so the kinds' bounds (a single count's own index) ordered by (count, preference) are checked in
+    turn and the first that fits wins: every kind after it is over below its own bound. A bounded count that does not
+    fit (a ceiling's rounding, the host's memory) leaves the answer open: _UNBOUNDED, as for a kind with no bound."""
+    starts = []
+    for rank, kind in enumerate(tried):
+        if kind.first == kind.last:
+            starts.append((kind.first, rank, kind))
+            continue
+        start = bound(method, kind, budget_bytes) if kind.monotone else None
+        if start is None:
+            return _UNBOUNDED
+        if start <= kind.last:
+            starts.append((max(start, kind.first), rank, kind))
+    starts.sort(key=lambda x: (x[0], x[1]))
+    for i, _, kind in starts:
+        if label(kind, i) == _FITS:
+            return kind, i
+        if kind.first != kind.last:
+            return _UNBOUNDED
+    return None
 
 
 def _pair(x: int | tuple[int, int]) -> tuple[int, int]:
