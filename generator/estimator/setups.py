@@ -167,7 +167,7 @@ class PeakTable:
                  summed: tuple[str, ...] = ()) -> None:
         self.jobs, self.adjust, self.summed = jobs, adjust, summed
         self.seen: dict[tuple, tuple[int, int] | ParallelError] = {}
-        self.shardings: dict[tuple, Sharding] = {}
+        self.shardings: dict[tuple, Sharding | ParallelError] = {}
         self.limits: dict[tuple[str, int], tuple[tuple[int, int], ...] | None] = {}  # (method, id(kind))
 
     def __call__(self, method: str, setup: Setup) -> tuple[int, int]:
@@ -178,7 +178,6 @@ class PeakTable:
             try:
                 job = self.jobs[method]
                 if setup.strategy in SHARDED:
-                    validate(job, setup, method)
                     sharding = self._sharding(method, setup)
                     got = (self.adjust(method, sharding.peak(setup.gpus)), sharding.cpu(setup.gpus))
                 else:
@@ -191,10 +190,23 @@ class PeakTable:
         return got
 
     def _sharding(self, method: str, setup: Setup) -> Sharding:
-        key = (method, setup.strategy, setup.grad_ckpt, setup.offload, setup.prefetch)
+        """The method's job under `setup`'s line (strategy, checkpointing, offload), validated once per line and
+        for one GPU apart: parallel.validate reads the count of a ZeRO / FSDP setup only to refuse one GPU (or a
+        count that is no positive integer, checked here every time)."""
+        n = setup.gpus
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            validate(self.jobs[method], setup, method)
+        key = (method, setup.strategy, setup.grad_ckpt, setup.offload, setup.prefetch, n == 1)
         got = self.shardings.get(key)
         if got is None:
-            got = self.shardings[key] = sharded(self.jobs[method], *key[1:])
+            try:
+                validate(self.jobs[method], setup, method)
+                got = sharded(self.jobs[method], *key[1:5])
+            except ParallelError as e:
+                got = e
+            self.shardings[key] = got
+        if isinstance(got, ParallelError):
+            raise got
         return got
 
     def first_count(self, method: str, kind: Kind, budget: int) -> int | None:
@@ -219,13 +231,20 @@ class PeakTable:
         return count_index(need, kind.first)
 
     def _limits(self, method: str, kind: Kind) -> tuple[tuple[int, int], ...] | None:
-        if method not in self.summed or kind.strategy not in SHARDED or method not in self.jobs:
+        """Per phase (A, S) with the phase's bytes on N GPUs at least A + S / N, for a ZeRO / FSDP kind
+        (Sharding.limits) or pipeline alone: its stages share out every part of a phase and each adds its own
+        overhead (stages.stage_rows), so the largest of N stages holds at least the phase's whole bytes / N."""
+        if method not in self.summed or kind.strategy not in (*SHARDED, "pp") or method not in self.jobs:
             return None
-        setup = kind.setup(kind.first)
+        job, setup = self.jobs[method], kind.setup(kind.first)
         try:
-            validate(self.jobs[method], setup, method)
+            validate(job, setup, method)
         except ParallelError:
             return None
+        if kind.strategy == "pp":
+            return tuple((0, ph.weights + ph.gradients + ph.optimizer_state + ph.activations + ph.logits + ph.kv_cache
+                          + ph.overhead_weights + ph.overhead_step + ph.overhead_fixed)
+                         for ph in (job.phases_ckpt if setup.grad_ckpt else job.phases))
         return self._sharding(method, setup).limits()
 
 
