@@ -233,7 +233,7 @@ class PeakTable:
     def _limits(self, method: str, kind: Kind) -> tuple[tuple[int, int], ...] | None:
         """Per phase (A, S) with the phase's bytes on N GPUs at least A + S / N, for a ZeRO / FSDP kind
         (Sharding.limits) or pipeline alone: its stages share out every part of a phase and each adds its own
-        overhead (stages.stage_rows), so the largest of N stages holds at least the phase's whole bytes / N."""
+        overhead (pipeline.stage_rows), so the largest of N stages holds at least the phase's whole bytes / N."""
         if method not in self.summed or kind.strategy not in (*SHARDED, "pp") or method not in self.jobs:
             return None
         job, setup = self.jobs[method], kind.setup(kind.first)

@@ -47,7 +47,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...errors import JobError
-from .stages import stage_rows
+from .pipeline import stage_rows
 
 PARTS = ("weights", "gradients", "optimizer_state", "activations", "logits", "kv_cache", "overhead")
 STRATEGIES = ("single", "ddp", "zero2", "zero3", "fsdp", "tp", "pp", "tp+pp")
