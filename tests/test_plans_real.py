@@ -192,14 +192,17 @@ def _walk(probe, method: str, budget: int, host: int):
 @hsettings(max_examples=25, deadline=None)
 @given(model=st.sampled_from(MODELS), method=st.sampled_from(["full", "lora", "qlora", "serve"]))
 def test_the_plan_search_finds_what_a_walk_over_every_count_finds(model, method):
-    probe = cached_peak(site_jobs(model), _metric)
-    for offer in offers(SETTINGS.cards, SETTINGS.gpus, S):
-        want = _walk(probe, method, offer.budget_bytes, S.host_memory_bytes_per_node)
-        got = first_fit(probe, method, kinds(method), offer.budget_bytes)
-        if got is None and method != "serve":
-            got = first_fit(probe, method, kinds(method, offload=True), offer.budget_bytes,
-                            S.host_memory_bytes_per_node)
-        assert got == want, (model, method, offer.name)
+    """With and without the bounds the estimate passes (the first count a ZeRO / FSDP kind can fit at)."""
+    for bounded in (False, True):
+        probe = cached_peak(site_jobs(model), _metric, ("full", "lora", "serve"))
+        bound = probe.first_count if bounded else None
+        for offer in offers(SETTINGS.cards, SETTINGS.gpus, S):
+            want = _walk(probe, method, offer.budget_bytes, S.host_memory_bytes_per_node)
+            got = first_fit(probe, method, kinds(method), offer.budget_bytes, bound=bound)
+            if got is None and method != "serve":
+                got = first_fit(probe, method, kinds(method, offload=True), offer.budget_bytes,
+                                S.host_memory_bytes_per_node, bound=bound)
+            assert got == want, (model, method, offer.name, bounded)
 
 
 # --- the Reports of every snapshot model ---------------------------------------------------------------------------

@@ -261,10 +261,13 @@ def _site_metric(method: str, parts: tuple[int, ...]) -> int:
     return sum(parts) - (parts[2] if method == "qlora" else 0)
 
 
+_SUMMED = ("full", "lora", "serve", "serve2")  # the methods whose _site_metric is the plain sum of the parts
+
+
 def _setups(arch, graph, s: Assumptions, cards, gpus, jobs, adapters: int, serve_tokens: int, weights_served: int,
             kv_per_sequence: int):
     """Plans for full, LoRA, QLoRA and serving on every priced GPU, and the serving speeds (setups.py)."""
-    peak = cached_peak(jobs, _site_metric)
+    peak = cached_peak(jobs, _site_metric, _SUMMED)
     gpu_offers = offers(cards, gpus, s)
     flops = training_flops(arch, graph, s, adapters)
     not_applicable = {}

@@ -17,8 +17,19 @@ from .cost import flops_per_token, job_tokens, training_flops_per_token
 from .graph.nodes import Graph
 from .inputs import Assumptions, Card, Gpu
 from .memory.job import Job, JobMemory, job_phases, metric_memory, training_variants
-from .memory.parallel import ParallelError, Phase, Setup, SingleGpuJob, cpu_bytes_per_node, peak_parts, per_gpu
-from .memory.plans import TP_KINDS, GpuOffer, Plan, Unreachable, first_fit, search_plans
+from .memory.parallel import (
+    ParallelError,
+    Phase,
+    Setup,
+    Sharding,
+    SingleGpuJob,
+    cpu_bytes_per_node,
+    peak_parts,
+    per_gpu,
+    sharded,
+    validate,
+)
+from .memory.plans import GPU_COUNTS, TP_KINDS, GpuOffer, Kind, Plan, Unreachable, count_index, first_fit, search_plans
 from .memory.profile import budget_bytes
 from .memory.stages import Limits, Profile, largest_batch
 from .serving_speed import ServingModel, ServingSpeed, serving_speed
@@ -145,37 +156,115 @@ def offers(cards: tuple[Card, ...], gpus: Mapping[str, Gpu], s: Assumptions) -> 
     return tuple(out)
 
 
-def cached_peak(jobs: Mapping[str, SingleGpuJob],
-                adjust: Callable[[str, tuple[int, ...]], int]) -> Callable[[str, Setup], tuple[int, int]]:
+SHARDED = ("zero2", "zero3", "fsdp")  # the strategies parallel.Sharding works out once per job
+
+
+class PeakTable:
     """plans.Probe over the jobs, each (method, setup) shared out once for every GPU: the figure held against a card
     (`adjust` turns the per-GPU parts, in parallel.PARTS order, into the job's metric) and the offload's CPU bytes
-    per node."""
-    seen: dict[tuple, tuple[int, int] | ParallelError] = {}
+    per node. ZeRO and FSDP setups share one parallel.Sharding per (method, strategy, checkpointing, offload), so a
+    count costs a few divisions. `first_count` is plans.Bound for the methods in `summed` (whose metric is the sum
+    of the parts, so the peak never rises with the count where Sharding.fewest_gpus says so). One per estimate."""
 
-    def peak(method: str, setup: Setup) -> tuple[int, int]:
+    def __init__(self, jobs: Mapping[str, SingleGpuJob], adjust: Callable[[str, tuple[int, ...]], int],
+                 summed: tuple[str, ...] = ()) -> None:
+        self.jobs, self.adjust, self.summed = jobs, adjust, summed
+        self.seen: dict[tuple, tuple[int, int] | ParallelError] = {}
+        self.shardings: dict[tuple, Sharding | ParallelError] = {}
+        self.limits: dict[tuple[str, int], tuple[tuple[int, int], ...] | None] = {}  # (method, id(kind))
+
+    def __call__(self, method: str, setup: Setup) -> tuple[int, int]:
         # the setup by its fields' values (what Setup's == compares), hashed at C speed, not by its Python __hash__
         key = (method, *vars(setup).values())
-        got = seen.get(key)
+        got = self.seen.get(key)
         if got is None:
             try:
-                job = jobs[method]
-                got = (adjust(method, peak_parts(job, setup, method)[1]), cpu_bytes_per_node(job, setup))
+                job = self.jobs[method]
+                if setup.strategy in SHARDED:
+                    sharding = self._sharding(method, setup)
+                    got = (self.adjust(method, sharding.peak(setup.gpus)), sharding.cpu(setup.gpus))
+                else:
+                    got = (self.adjust(method, peak_parts(job, setup, method)[1]), cpu_bytes_per_node(job, setup))
             except ParallelError as e:
                 got = e
-            seen[key] = got
+            self.seen[key] = got
         if isinstance(got, ParallelError):
             raise got
         return got
-    return peak
+
+    def _sharding(self, method: str, setup: Setup) -> Sharding:
+        """The method's job under `setup`'s line (strategy, checkpointing, offload), validated once per line and
+        for one GPU apart: parallel.validate reads the count of a ZeRO / FSDP setup only to refuse one GPU (or a
+        count that is no positive integer, checked here every time)."""
+        n = setup.gpus
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            validate(self.jobs[method], setup, method)
+        key = (method, setup.strategy, setup.grad_ckpt, setup.offload, setup.prefetch, n == 1)
+        got = self.shardings.get(key)
+        if got is None:
+            try:
+                validate(self.jobs[method], setup, method)
+                got = sharded(self.jobs[method], *key[1:5])
+            except ParallelError as e:
+                got = e
+            self.shardings[key] = got
+        if isinstance(got, ParallelError):
+            raise got
+        return got
+
+    def first_count(self, method: str, kind: Kind, budget: int) -> int | None:
+        """plans.Bound for a ZeRO / FSDP kind of a summed method that runs (validated once, at its first count:
+        the other counts of its range pass alike): a phase of bytes A + S / N at least (Sharding.limits) is within
+        `budget` only from N = S / (budget - A) (shaved by 1e-9 against rounding); None for the other kinds."""
+        key = (method, id(kind))
+        if key not in self.limits:
+            self.limits[key] = self._limits(method, kind)
+        limits = self.limits[key]
+        if limits is None:
+            return None
+        need = 0.0
+        for fixed, spread in limits:
+            room = budget - fixed
+            if spread:
+                if room <= 0:
+                    return len(GPU_COUNTS)  # never within the budget
+                need = max(need, spread / room * (1 - 1e-9))
+            elif room < 0:
+                return len(GPU_COUNTS)
+        return count_index(need, kind.first)
+
+    def _limits(self, method: str, kind: Kind) -> tuple[tuple[int, int], ...] | None:
+        """Per phase (A, S) with the phase's bytes on N GPUs at least A + S / N, for a ZeRO / FSDP kind
+        (Sharding.limits) or pipeline alone: its stages share out every part of a phase and each adds its own
+        overhead (pipeline.stage_rows), so the largest of N stages holds at least the phase's whole bytes / N."""
+        if method not in self.summed or kind.strategy not in (*SHARDED, "pp") or method not in self.jobs:
+            return None
+        job, setup = self.jobs[method], kind.setup(kind.first)
+        try:
+            validate(job, setup, method)
+        except ParallelError:
+            return None
+        if kind.strategy == "pp":
+            return tuple((0, ph.weights + ph.gradients + ph.optimizer_state + ph.activations + ph.logits + ph.kv_cache
+                          + ph.overhead_weights + ph.overhead_step + ph.overhead_fixed)
+                         for ph in (job.phases_ckpt if setup.grad_ckpt else job.phases))
+        return self._sharding(method, setup).limits()
 
 
-def plans_for(jobs: Mapping[str, SingleGpuJob], peak: Callable[[str, Setup], tuple[int, int]],
+def cached_peak(jobs: Mapping[str, SingleGpuJob], adjust: Callable[[str, tuple[int, ...]], int],
+                summed: tuple[str, ...] = ()) -> PeakTable:
+    """A PeakTable over the jobs (its docstring)."""
+    return PeakTable(jobs, adjust, summed)
+
+
+def plans_for(jobs: Mapping[str, SingleGpuJob], peak: PeakTable,
               gpu_offers: tuple[GpuOffer, ...], job_flops: Mapping[str, float], mfu: Mapping[str, float],
               ckpt_flops: Mapping[str, float], not_applicable: Mapping[str, str],
               host_bytes_per_node: int | None = None) -> tuple[list[Plan], list[Unreachable]]:
     """search_plans over the methods that apply; the others are unreachable for the reason given."""
     methods = tuple(m for m in SITE_METHODS if m in jobs and m not in not_applicable)
-    plans, unreachable = search_plans(peak, methods, gpu_offers, job_flops, mfu, ckpt_flops, host_bytes_per_node)
+    plans, unreachable = search_plans(peak, methods, gpu_offers, job_flops, mfu, ckpt_flops, host_bytes_per_node,
+                                      peak.first_count)
     unreachable += [Unreachable(m, why) for m, why in not_applicable.items()]
     order = {m: i for i, m in enumerate(SITE_METHODS)}
     return plans, sorted(unreachable, key=lambda u: order.get(u.method, 9))

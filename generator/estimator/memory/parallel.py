@@ -47,6 +47,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...errors import JobError
+from .pipeline import stage_rows
 
 PARTS = ("weights", "gradients", "optimizer_state", "activations", "logits", "kv_cache", "overhead")
 STRATEGIES = ("single", "ddp", "zero2", "zero3", "fsdp", "tp", "pp", "tp+pp")
@@ -188,7 +189,7 @@ def peak_parts(job: SingleGpuJob, setup: Setup, model: str = "") -> tuple[str, t
         phases = tuple(_tp(job, ph, GPUS_PER_NODE) for ph in phases)
     if s in ("pp", "tp+pp"):
         stages = n if s == "pp" else n // GPUS_PER_NODE
-        stage_layers, rows = _pp(job, phases, stages)
+        stage_layers, rows = stage_rows(job, phases, stages)
     elif s in ("tp", "single"):
         rows = [(ph.name, _parts(ph, ph.overhead_weights + ph.overhead_step + ph.overhead_fixed)) for ph in phases]
     else:
@@ -221,67 +222,116 @@ def _master_excess(job: SingleGpuJob) -> int:
 
 
 def _data_parallel(job: SingleGpuJob, phases: tuple[Phase, ...], setup: Setup) -> list[tuple[str, tuple[int, ...]]]:
-    """Every phase's parts on one rank of ddp, zero2, zero3 or fsdp (module docstring); what does not depend on
-    the phase is worked out once."""
-    n, s, c = setup.gpus, setup.strategy, job.compute_bytes
-    if s == "ddp":
+    """Every phase's parts on one rank of ddp, zero2, zero3 or fsdp (module docstring)."""
+    if setup.strategy == "ddp":
         bucket = job.grad_bytes * job.params_trainable
         return [(ph.name, _parts(ph, ph.overhead_weights + ph.overhead_step + ph.overhead_fixed + bucket))
                 for ph in phases]
-    t = job.params_trainable
+    return sharded(job, setup.strategy, setup.grad_ckpt, setup.offload, setup.prefetch).rows(setup.gpus)
+
+
+@dataclass(frozen=True)
+class Sharding:
+    """One job's phases under zero2, zero3 or fsdp (and its offload) worked out once, so that N GPUs' parts are a
+    few ceiling divisions (the plan search asks for many N). Per phase (name, w0, wx, wm, g0, gx, sx, act, logits,
+    kv, o0, ox): weights w0 + ceil(wx / N) + wm x ceil(master / N), gradients g0 + ceil(gx / N), optimizer state
+    ceil(sx / N), overhead o0 + ceil(ox / N); activations, logits and KV cache whole. cpu_total: the offloaded
+    bytes of all ranks (_cpu_bytes)."""
+
+    master: int
+    phases: tuple[tuple, ...]
+    cpu_total: int
+
+    def rows(self, n: int) -> list[tuple[str, tuple[int, ...]]]:
+        """Every phase's parts (PARTS order) on one of `n` ranks; int(-(-(x / n) // 1)) is _ceil(x / n)."""
+        m = int(-(-(self.master / n) // 1))
+        return [(name, (w0 + int(-(-(wx / n) // 1)) + wm * m, g0 + int(-(-(gx / n) // 1)), int(-(-(sx / n) // 1)),
+                        act, logits, kv, o0 + int(-(-(ox / n) // 1))))
+                for name, w0, wx, wm, g0, gx, sx, act, logits, kv, o0, ox in self.phases]
+
+    def peak(self, n: int) -> tuple[int, ...]:
+        """The parts of the first phase of the largest sum on one of `n` ranks (what peak_parts picks)."""
+        best: tuple[int, ...] = ()
+        top = -1
+        for _, parts in self.rows(n):
+            total = sum(parts)
+            if total > top:
+                best, top = parts, total
+        return best
+
+    def cpu(self, n: int) -> int:
+        """PerGpu.cpu_bytes_per_node on `n` GPUs."""
+        return _ceil(self.cpu_total / n * min(n, GPUS_PER_NODE)) if self.cpu_total else 0
+
+    def limits(self) -> tuple[tuple[int, int], ...] | None:
+        """Per phase (A, S): its constants and the sum of its numerators, so that every ceil(x / N) being at least
+        x / N, its bytes on N GPUs are at least A + S / N; None where the peak may rise with the count (a negative
+        term), where no such bound says where it can start fitting."""
+        out = []
+        for _, w0, wx, wm, g0, gx, sx, act, logits, kv, o0, ox in self.phases:
+            if wm < 0 or min(wx, gx, sx, ox) < 0:
+                return None
+            out.append((w0 + g0 + act + logits + kv + o0, wx + gx + sx + ox + wm * self.master))
+        return tuple(out)
+
+
+def sharded(job: SingleGpuJob, strategy: str, grad_ckpt: bool = False, offload: str = "none",
+            prefetch: bool = True) -> Sharding:
+    """`job` under zero2, zero3 or fsdp, as a Sharding; what does not depend on the phase is worked out once."""
+    s, c, t = strategy, job.compute_bytes, job.params_trainable
     trainable_share = t / job.params_total if job.params_total else 0.0
     # A trainable weight stored above compute dtype (AMP's fp32 master): DeepSpeed keeps a 16-bit model copy
     # (replicated by zero2, sharded by zero3) and partitions the fp32 master with the optimizer state; FSDP2 shards
     # the params in their own dtype and gathers them in param_dtype (MixedPrecisionPolicy).
     master = job.trainable_weight_bytes * t if _master_excess(job) else 0
-    master_share = _ceil(master / n)
     copy16 = c * t if master and s != "fsdp" else 0
     # zero3, fsdp: the units being computed and prefetched, and one reduce-scatter input (the unit's gradient)
     unit_grad = _ceil(c * job.unit_params * trainable_share)
-    units = 2 if setup.prefetch else 1
+    units = 2 if prefetch else 1
     # FSDP2's root (the params outside the layers) is not resharded after forward (_fsdp_state.py: "For the
     # root, do not reshard after forward"): gathered through forward and backward beside the layer units.
     root = job.first_stage_params + job.last_stage_params if s == "fsdp" else 0
     gathered_computing = c * (units * job.unit_params + root)
-    zero2, offload = s == "zero2", setup.offload
-    rows: list[tuple[str, tuple[int, ...]]] = []
-    for ph in phases:  # int(-(-(x / n) // 1)) is _ceil(x / n), written out: this loop runs for every setup tried
+    zero2 = s == "zero2"
+    rows = []
+    for ph in job.phases_ckpt if grad_ckpt else job.phases:
         computing = ph.computing
-        grads = int(-(-(ph.gradients / n) // 1))
-        state = int(-(-(ph.optimizer_state / n) // 1))
-        step = int(-(-(ph.overhead_step / n) // 1))
-        if zero2:
-            weights, gathered = ph.weights - master + copy16 + master_share, 0
+        buffer = unit_grad if computing and not zero2 else 0
+        if zero2:  # replicated weights less the master, which is sharded
+            w0, wx, wm = ph.weights - master + copy16, 0, 1
             copies = 0 if master else ph.overhead_weights
         else:  # sharded params, the gathered units, the reduce-scatter input
-            weights, copies = int(-(-((ph.weights + copy16) / n) // 1)), 0
-            gathered = gathered_computing if computing else 0
-            grads += unit_grad if computing else 0
-        buffer = unit_grad if computing and not zero2 else 0
+            w0, wx, wm, copies = gathered_computing if computing else 0, ph.weights + copy16, 0, 0
+        g0, gx, sx, ox = buffer, ph.gradients, ph.optimizer_state, ph.overhead_step
         if offload == "optimizer":  # ZeRO-Offload: master, gradients, state and the step on the CPU
-            weights -= master_share
-            grads, state, step = buffer, 0, 0
+            wm, gx, sx, ox = wm - 1, 0, 0, 0
         elif offload == "params":  # everything on the CPU; the GPU holds the gathered units and their gradients
-            weights, grads, state, step = 0, buffer, 0, 0
-        rows.append((ph.name, (weights + gathered, grads, state, ph.activations, ph.logits, ph.kv_cache,
-                               copies + step + ph.overhead_fixed)))
-    return rows
+            w0, wx, wm, gx, sx, ox = w0 if not zero2 else 0, 0, 0, 0, 0, 0
+        rows.append((ph.name, w0, wx, wm, g0, gx, sx, ph.activations, ph.logits, ph.kv_cache,
+                     copies + ph.overhead_fixed, ox))
+    return Sharding(master, tuple(rows), _cpu_total(job, offload))
 
 
 def _cpu_bytes(job: SingleGpuJob, setup: Setup) -> int:
-    """Offloaded bytes the ranks of one node hold together: the master copy, gradients and optimizer state
-    (optimizer), and the params too (params); each rank its 1/N shard. DeepSpeed's estimators multiply this by an
-    `additional_buffer_factor` (1.5) for pinned staging buffers; that factor is left to the caller."""
-    if setup.offload == "none":
+    """Offloaded bytes the ranks of one node hold together: each rank its 1/N shard of _cpu_total."""
+    total = _cpu_total(job, setup.offload)
+    return _ceil(total / setup.gpus * min(setup.gpus, GPUS_PER_NODE)) if setup.offload != "none" else 0
+
+
+def _cpu_total(job: SingleGpuJob, offload: str) -> int:
+    """Offloaded bytes of all ranks: the master copy, gradients and optimizer state (optimizer), and the params
+    too (params). DeepSpeed's estimators multiply this by an `additional_buffer_factor` (1.5) for pinned staging
+    buffers; that factor is left to the caller."""
+    if offload == "none":
         return 0
     peak = max(job.phases, key=lambda ph: ph.weights + ph.gradients + ph.optimizer_state + ph.overhead_step)
     t = job.params_trainable
     total = job.grad_bytes * t + peak.optimizer_state + peak.overhead_step
-    if setup.offload == "optimizer":
+    if offload == "optimizer":
         total += job.trainable_weight_bytes * t if _master_excess(job) else 0
     else:
         total += peak.weights
-    return _ceil(total / setup.gpus * min(setup.gpus, GPUS_PER_NODE))
+    return total
 
 
 def _tp(job: SingleGpuJob, ph: Phase, n: int) -> Phase:
@@ -298,84 +348,6 @@ def _tp(job: SingleGpuJob, ph: Phase, n: int) -> Phase:
     return Phase(ph.name, w(ph.weights), w(ph.gradients), w(ph.optimizer_state), _ceil(ph.activations / n),
                  _ceil(ph.logits / n), kv, w(ph.overhead_weights), w(ph.overhead_step), ph.overhead_fixed,
                  ph.computing)
-
-
-def _pp(job: SingleGpuJob, phases: tuple[Phase, ...], stages: int) -> tuple[tuple[int, ...], list]:
-    """The contiguous cut of the layers into `stages` minimising the largest stage, and every stage's phases.
-
-    Each phase's stage bytes are linear in the stage's layer count n: a + n x b, where b is one layer's share
-    (params split evenly over the layers, activations and KV cache per layer) and a holds the ends (the embedding on
-    the first stage; final norm, head and logits on the last) and the per-process overhead. Under a budget C a stage
-    holds min over phases of (C - a) // b layers; the smallest C whose capacities (each >= 1) cover the layers is
-    found by bisection, then every stage gets one layer and the rest fill the stages in order up to capacity."""
-    p, layers = job.params_total or 1, job.layers
-    layer_params = max(0, p - job.first_stage_params - job.last_stage_params) / layers
-
-    def terms(ph: Phase, first: bool, last: bool) -> tuple[str, dict[str, float], dict[str, float]]:
-        ends = (job.first_stage_params if first else 0) + (job.last_stage_params if last else 0)
-        a = {f: getattr(ph, f) * ends / p for f in _SCALED}
-        b = {f: getattr(ph, f) * layer_params / p for f in _SCALED}
-        a.update(activations=0.0, kv_cache=0.0, logits=ph.logits if last else 0.0, overhead_fixed=ph.overhead_fixed)
-        b.update(activations=ph.activations / layers, kv_cache=ph.kv_cache / layers, logits=0.0, overhead_fixed=0.0)
-        return ph.name, a, b
-
-    # The stages between the first and the last hold the same terms: one row stands for all of them.
-    ends = {(k == 0, k == stages - 1) for k in (0, min(1, stages - 1), stages - 1)}
-    row_of = {key: [terms(ph, *key) for ph in phases] for key in ends}
-    # per row kind, each phase's (sum of a, sum of b): the bytes of a stage of n layers are a + n x b
-    sums = {key: [(sum(a.values()), sum(b.values())) for _, a, b in row] for key, row in row_of.items()}
-    order = [(k == 0, k == stages - 1) for k in range(stages)]
-    stages_of = {key: order.count(key) for key in sums}  # how many stages hold each row kind
-
-    def capacity(budget: float) -> dict[tuple[bool, bool], int]:
-        """Layers a stage of each row kind holds within `budget`."""
-        return {key: min(layers if b <= 0 else int((budget - a) // b) for a, b in row) for key, row in sums.items()}
-
-    # capacity() and its test, row kind by row kind with an early exit (the bisection below asks it ~40 times):
-    # per row kind, how many stages hold it, whether a phase adds nothing per layer (it allows `layers`) and the
-    # (a, b) of the phases that do
-    kinds_ = [(stages_of[key], any(b <= 0 for _, b in row), [(a, b) for a, b in row if b > 0])
-              for key, row in sums.items()]
-
-    def fits(budget: float) -> bool:
-        """min(capacity(budget).values()) >= 1 and the stages hold every layer."""
-        held = 0
-        for count, flat, growing in kinds_:
-            cap = layers if flat or not growing else int((budget - growing[0][0]) // growing[0][1])
-            for a, b in growing:
-                held_here = int((budget - a) // b)
-                if held_here < cap:
-                    cap = held_here
-            if cap < 1:
-                return False
-            held += cap * count
-        return held >= layers
-
-    lo, hi = 0.0, max(a + layers * b for row in sums.values() for a, b in row) + 1.0
-    while hi - lo > 1.0:
-        mid = (lo + hi) / 2
-        lo, hi = (lo, mid) if fits(mid) else (mid, hi)
-    counts, left = [1] * stages, layers - stages
-    cap = capacity(hi)
-    for k, key in enumerate(order):
-        more = min(left, max(0, cap[key] - 1))
-        counts[k] += more
-        left -= more
-    counts[-1] += left  # nothing is left when fits(hi); kept so every layer lands on a stage
-    rows = []
-    done = set()  # stages of one row kind and layer count hold the same rows: listed once (peak_parts takes the max)
-    for key, n in zip(order, counts, strict=True):
-        if (key, n) in done:
-            continue
-        done.add((key, n))
-        for name, a, b in row_of[key]:
-            v = {f: _ceil(a[f] + n * b[f]) for f in a}
-            rows.append((name, (v["weights"], v["gradients"], v["optimizer_state"], v["activations"], v["logits"],
-                                v["kv_cache"], v["overhead_weights"] + v["overhead_step"] + v["overhead_fixed"])))
-    return tuple(counts), rows
-
-
-_SCALED = ("weights", "gradients", "optimizer_state", "overhead_weights", "overhead_step")
 
 
 def _ceil(x: float) -> int:

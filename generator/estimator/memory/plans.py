@@ -18,6 +18,7 @@ arXiv:2304.11277 §7). Serving has no job: job_hours and job_usd are None and "c
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,6 +32,9 @@ MAX_GPUS = GPU_COUNTS[-1]
 PeakFn = Callable[[str, Setup], int]  # (method, setup) -> per-GPU peak bytes; raises ParallelError if impossible
 # (method, setup) -> (per-GPU peak bytes, CPU bytes per node of its offload); a PeakFn is accepted too (no offload)
 Probe = Callable[[str, Setup], "int | tuple[int, int]"]
+# (method, kind, budget bytes) -> an index of GPU_COUNTS before which every count of the monotone `kind` is over
+# the budget, where its labels are known to run over..., fits... (the peak never rises with the count); else None
+Bound = Callable[[str, "Kind", int], "int | None"]
 
 
 @dataclass(frozen=True)
@@ -100,6 +104,8 @@ class Kind:
 
 
 _LAST = len(GPU_COUNTS) - 1
+if any(GPU_COUNTS[i] != GPUS_PER_NODE * (i - 2) for i in range(3, _LAST + 1)):  # what count_index reads
+    raise ValueError("GPU_COUNTS past one node must be whole nodes in order")
 _NODE = GPU_COUNTS.index(2 * GPUS_PER_NODE)  # the first count of several nodes
 # Training, most preferred first (the issue's order: one GPU, then ddp or zero2, then zero3 / fsdp with
 # checkpointing). DDP is left out: past one GPU it holds the single-GPU job and its gradient buckets, never less
@@ -114,6 +120,17 @@ OFFLOAD_KINDS = (Kind("zero2", 0, _LAST, True, "optimizer"), Kind("zero3", 1, _L
 SERVE_KINDS = (Kind("single", 0, 0), Kind("tp", 1, _NODE - 1, monotone=False), Kind("tp+pp", _NODE, _LAST),
                Kind("pp", 1, _LAST))
 TP_KINDS = SERVE_KINDS[:3]  # the serving-speed table: tensor parallel only
+
+
+def count_index(need: float, first: int = 0) -> int:
+    """The first index of GPU_COUNTS at or after `first` whose count is at least `need` (len(GPU_COUNTS): none is).
+    Past one node the counts are 8 x (index - 2)."""
+    if need > MAX_GPUS:
+        return len(GPU_COUNTS)
+    i = first if need <= GPUS_PER_NODE else max(first, 2 + math.ceil(need / GPUS_PER_NODE))
+    while GPU_COUNTS[i] < need:
+        i += 1
+    return i
 
 
 def kinds(method: str, offload: bool = False) -> tuple[Kind, ...]:
@@ -151,13 +168,15 @@ _CANNOT, _OVER, _FITS = 0, 1, 2
 
 def first_fit(probe: Probe, method: str, tried: tuple[Kind, ...], budget_bytes: int,
               host_bytes_per_node: int | None = None,
-              memo: dict[tuple[int, int], tuple[int, int] | None] | None = None) -> tuple[Setup, int] | None:
+              memo: dict[tuple[int, int], tuple[int, int] | None] | None = None,
+              bound: Bound | None = None) -> tuple[Setup, int] | None:
     """The setup of `tried` on the fewest GPUs whose per-GPU peak is within `budget_bytes` (and whose offload's
     CPU memory per node within `host_bytes_per_node`), the earlier kind winning at the same count; with its peak.
     Each kind's counts are labelled over (too big), fits, or cannot (the setup is impossible); a monotone kind's
     labels run over..., fits..., cannot..., so the first fit is found by galloping up from its first count and
     bisecting, and a kind that cannot beat the best found so far is dropped after one probe. `memo` keeps the
-    probes of one method across calls (one per GPU budget)."""
+    probes of one method across calls (one per GPU budget). `bound`: where it knows a monotone kind's first count
+    that can fit, the search starts there (that count fits, most often: one probe) instead of galloping."""
     seen: dict[Any, Any] = {} if memo is None else memo  # (kind, count index) -> (peak, cpu), None: impossible
     host = host_bytes_per_node
 
@@ -174,6 +193,10 @@ def first_fit(probe: Probe, method: str, tried: tuple[Kind, ...], budget_bytes: 
             return _CANNOT
         return _OVER if got[0] > budget_bytes or (host is not None and got[1] > host) else _FITS
 
+    if bound is not None:
+        got = _by_bounds(label, method, tried, budget_bytes, bound)
+        if got is not _UNBOUNDED:
+            return None if got is None else (got[0].setup(got[1]), seen[(id(got[0]), got[1])][0])
     best_i, best_rank, best_kind = -1, 0, tried[0] if tried else None
     for rank, kind in _ORDERS.get(id(tried)) or _probe_order(tried):
         # it must beat the best so far: fewer GPUs, or as many and more preferred
@@ -188,7 +211,17 @@ def first_fit(probe: Probe, method: str, tried: tuple[Kind, ...], budget_bytes: 
                     found = i
                     break
         else:
-            if best_i < 0:  # gallop: lo, lo + 1, lo + 3, lo + 7, ... until a count is not over
+            start = None if bound is None else bound(method, kind, budget_bytes)
+            if start is not None:  # every count before `start` is over: the first not over is start or later
+                if start > hi:
+                    lo = -1
+                elif label(kind, start) != _OVER:
+                    lo = hi = start
+                elif label(kind, hi) == _OVER:
+                    lo = -1
+                else:
+                    lo = start + 1
+            elif best_i < 0:  # gallop: lo, lo + 1, lo + 3, lo + 7, ... until a count is not over
                 step, prev = 1, lo - 1
                 while True:
                     i = min(hi, prev + step)
@@ -222,12 +255,41 @@ def first_fit(probe: Probe, method: str, tried: tuple[Kind, ...], budget_bytes: 
     return best_kind.setup(best_i), got[0]
 
 
+_UNBOUNDED: Any = object()  # _by_bounds cannot tell: first_fit searches the general way
+
+
+def _by_bounds(label: Callable[[Kind, int], int], method: str, tried: tuple[Kind, ...], budget_bytes: int,
+               bound: Bound) -> tuple[Kind, int] | None:
+    """first_fit where every kind of more than one count has a bound: a bound is a count index before which the
+    kind is over, so the kinds' bounds (a single count's own index) ordered by (count, preference) are checked in
+    turn and the first that fits wins: every kind after it is over below its own bound. A bounded count that does not
+    fit (a ceiling's rounding, the host's memory) leaves the answer open: _UNBOUNDED, as for a kind with no bound."""
+    starts = []
+    for rank, kind in enumerate(tried):
+        if kind.first == kind.last:
+            starts.append((kind.first, rank, kind))
+            continue
+        start = bound(method, kind, budget_bytes) if kind.monotone else None
+        if start is None:
+            return _UNBOUNDED
+        if start <= kind.last:
+            starts.append((max(start, kind.first), rank, kind))
+    starts.sort(key=lambda x: (x[0], x[1]))
+    for i, _, kind in starts:
+        if label(kind, i) == _FITS:
+            return kind, i
+        if kind.first != kind.last:
+            return _UNBOUNDED
+    return None
+
+
 def _pair(x: int | tuple[int, int]) -> tuple[int, int]:
     return (x, 0) if isinstance(x, int) else x
 
 
 def plan_all(probe: Probe, method: str, gpus: tuple[GpuOffer, ...], job_flops: float | None, mfu: float,
-             ckpt_flops: float | None = None, host_bytes_per_node: int | None = None) -> list[tuple]:
+             ckpt_flops: float | None = None, host_bytes_per_node: int | None = None,
+             bound: Bound | None = None) -> list[tuple]:
     """Per GPU, first_fit over the method's setups without offload; only where none runs up to MAX_GPUS, over the
     offload setups whose CPU memory per node is within `host_bytes_per_node`; where nothing runs, the smallest
     peak any setup reaches at MAX_GPUS, with fits False. Probes are shared through the caller's cache. Each row:
@@ -238,9 +300,9 @@ def plan_all(probe: Probe, method: str, gpus: tuple[GpuOffer, ...], job_flops: f
     memo: dict[tuple[int, int], tuple[int, int] | None] = {}
     top = kinds(method)[0].setup(0)  # one GPU, the most preferred kind: nothing beats it
     for budget in sorted({gpu.budget_bytes for gpu in gpus}):  # the smallest first
-        got = first_fit(probe, method, kinds(method), budget, None, memo)
+        got = first_fit(probe, method, kinds(method), budget, None, memo, bound)
         if got is None and method != "serve":
-            got = first_fit(probe, method, kinds(method, offload=True), budget, host_bytes_per_node, memo)
+            got = first_fit(probe, method, kinds(method, offload=True), budget, host_bytes_per_node, memo, bound)
         by_budget[budget] = got
         if got is not None and got[0] == top:  # it fits every larger budget too, and is their answer
             by_budget.update((gpu.budget_bytes, got) for gpu in gpus if gpu.budget_bytes > budget)
@@ -293,18 +355,20 @@ def job_hours(job_flops: float | None, gpus: int, peak_tflops: float, mfu: float
 def search_plans(peak: Probe, methods: tuple[str, ...], gpus: tuple[GpuOffer, ...],
                  job_flops: Mapping[str, float], mfu: Mapping[str, float],
                  ckpt_flops: Mapping[str, float] | None = None,
-                 host_bytes_per_node: int | None = None) -> tuple[list[Plan], list[Unreachable]]:
+                 host_bytes_per_node: int | None = None,
+                 bound: Bound | None = None) -> tuple[list[Plan], list[Unreachable]]:
     """Every (method, priced GPU) plan, marked cheapest (lowest job_usd of the method; serving: lowest usd_per_hour)
     and smallest (fewest GPUs of the method), ties all marked; a method no GPU runs at MAX_GPUS is unreachable.
     ckpt_flops: the job's FLOPs with gradient checkpointing (one more forward), for the setups that use it.
-    host_bytes_per_node: the CPU memory an offload setup may hold per node of 8 GPUs (None: no limit)."""
+    host_bytes_per_node: the CPU memory an offload setup may hold per node of 8 GPUs (None: no limit).
+    bound: first_fit's, where the caller knows where monotone kinds can start fitting."""
     plans: list[Plan] = []
     unreachable: list[Unreachable] = []
     for method in methods:
         if method not in METHODS:
             raise ParallelError("", "method", method, f"must be one of {', '.join(METHODS)}")
         rows = plan_all(peak, method, gpus, job_flops.get(method), mfu.get(method, 0.0),
-                        (ckpt_flops or {}).get(method), host_bytes_per_node)
+                        (ckpt_flops or {}).get(method), host_bytes_per_node, bound)
         # rows: Plan's fields method .. job_usd; 2 gpus, 7 fits, 8 usd_per_hour, 10 job_usd
         fitting = [r for r in rows if r[7]]
         if not fitting:

@@ -1,0 +1,90 @@
+"""Pipeline-parallel stages of one job: the contiguous cut of its layers minimising the largest stage, and every
+stage's phase bytes (parallel.py's pp and tp+pp; its docstring has the rules and sources). Pure: numbers in, numbers
+out. The job and its phases are parallel.SingleGpuJob and parallel.Phase, typed loosely here: parallel imports this.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def stage_rows(job: Any, phases: tuple[Any, ...], stages: int) -> tuple[tuple[int, ...], list]:
+    """The contiguous cut of the layers into `stages` minimising the largest stage, and every stage's phases.
+
+    Each phase's stage bytes are linear in the stage's layer count n: a + n x b, where b is one layer's share
+    (params split evenly over the layers, activations and KV cache per layer) and a holds the ends (the embedding on
+    the first stage; final norm, head and logits on the last) and the per-process overhead. Under a budget C a stage
+    holds min over phases of (C - a) // b layers; the smallest C whose capacities (each >= 1) cover the layers is
+    found by bisection, then every stage gets one layer and the rest fill the stages in order up to capacity."""
+    p, layers = job.params_total or 1, job.layers
+    layer_params = max(0, p - job.first_stage_params - job.last_stage_params) / layers
+
+    def terms(ph: Any, first: bool, last: bool) -> tuple[str, dict[str, float], dict[str, float]]:
+        ends = (job.first_stage_params if first else 0) + (job.last_stage_params if last else 0)
+        a = {f: getattr(ph, f) * ends / p for f in _SCALED}
+        b = {f: getattr(ph, f) * layer_params / p for f in _SCALED}
+        a.update(activations=0.0, kv_cache=0.0, logits=ph.logits if last else 0.0, overhead_fixed=ph.overhead_fixed)
+        b.update(activations=ph.activations / layers, kv_cache=ph.kv_cache / layers, logits=0.0, overhead_fixed=0.0)
+        return ph.name, a, b
+
+    # The stages between the first and the last hold the same terms: one row stands for all of them.
+    ends = {(k == 0, k == stages - 1) for k in (0, min(1, stages - 1), stages - 1)}
+    row_of = {key: [terms(ph, *key) for ph in phases] for key in ends}
+    # per row kind, each phase's (sum of a, sum of b): the bytes of a stage of n layers are a + n x b
+    sums = {key: [(sum(a.values()), sum(b.values())) for _, a, b in row] for key, row in row_of.items()}
+    order = [(k == 0, k == stages - 1) for k in range(stages)]
+    stages_of = {key: order.count(key) for key in sums}  # how many stages hold each row kind
+
+    def capacity(budget: float) -> dict[tuple[bool, bool], int]:
+        """Layers a stage of each row kind holds within `budget`."""
+        return {key: min(layers if b <= 0 else int((budget - a) // b) for a, b in row) for key, row in sums.items()}
+
+    # capacity() and its test, row kind by row kind with an early exit (the bisection below asks it ~40 times):
+    # per row kind, how many stages hold it, whether a phase adds nothing per layer (it allows `layers`) and the
+    # (a, b) of the phases that do
+    kinds_ = [(stages_of[key], any(b <= 0 for _, b in row), [(a, b) for a, b in row if b > 0])
+              for key, row in sums.items()]
+
+    def fits(budget: float) -> bool:
+        """min(capacity(budget).values()) >= 1 and the stages hold every layer."""
+        held = 0
+        for count, flat, growing in kinds_:
+            cap = layers if flat or not growing else int((budget - growing[0][0]) // growing[0][1])
+            for a, b in growing:
+                held_here = int((budget - a) // b)
+                if held_here < cap:
+                    cap = held_here
+            if cap < 1:
+                return False
+            held += cap * count
+        return held >= layers
+
+    lo, hi = 0.0, max(a + layers * b for row in sums.values() for a, b in row) + 1.0
+    while hi - lo > 1.0:
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if fits(mid) else (mid, hi)
+    counts, left = [1] * stages, layers - stages
+    cap = capacity(hi)
+    for k, key in enumerate(order):
+        more = min(left, max(0, cap[key] - 1))
+        counts[k] += more
+        left -= more
+    counts[-1] += left  # nothing is left when fits(hi); kept so every layer lands on a stage
+    rows = []
+    done = set()  # stages of one row kind and layer count hold the same rows: listed once (peak_parts takes the max)
+    for key, n in zip(order, counts, strict=True):
+        if (key, n) in done:
+            continue
+        done.add((key, n))
+        for name, a, b in row_of[key]:
+            v = {f: _ceil(a[f] + n * b[f]) for f in a}
+            rows.append((name, (v["weights"], v["gradients"], v["optimizer_state"], v["activations"], v["logits"],
+                                v["kv_cache"], v["overhead_weights"] + v["overhead_step"] + v["overhead_fixed"])))
+    return tuple(counts), rows
+
+
+_SCALED = ("weights", "gradients", "optimizer_state", "overhead_weights", "overhead_step")
+
+
+def _ceil(x: float) -> int:
+    return int(-(-x // 1))
