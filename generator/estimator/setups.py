@@ -18,6 +18,7 @@ from .graph.nodes import Graph
 from .inputs import Assumptions, Card, Gpu
 from .memory.job import Job, JobMemory, job_phases, metric_memory, training_variants
 from .memory.parallel import (
+    GPUS_PER_NODE,
     ParallelError,
     Phase,
     Setup,
@@ -27,6 +28,7 @@ from .memory.parallel import (
     peak_parts,
     per_gpu,
     sharded,
+    tp_phases,
     validate,
 )
 from .memory.plans import GPU_COUNTS, TP_KINDS, GpuOffer, Kind, Plan, Unreachable, count_index, first_fit, search_plans
@@ -237,18 +239,23 @@ class PeakTable:
         """Per phase (A, S) with the phase's bytes on N GPUs at least A + S / N, for a ZeRO / FSDP kind
         (Sharding.limits) or pipeline alone: its stages share out every part of a phase and each adds its own
         overhead (pipeline.stage_rows), so the largest of N stages holds at least the phase's whole bytes / N."""
-        if method not in self.summed or kind.strategy not in (*SHARDED, "pp") or method not in self.jobs:
+        if method not in self.summed or kind.strategy not in (*SHARDED, "pp", "tp+pp") or method not in self.jobs:
             return None
         job, setup = self.jobs[method], kind.setup(kind.first)
         try:
             validate(job, setup, method)
         except ParallelError:
             return None
-        if kind.strategy == "pp":
-            return tuple((0, ph.weights + ph.gradients + ph.optimizer_state + ph.activations + ph.logits + ph.kv_cache
-                          + ph.overhead_weights + ph.overhead_step + ph.overhead_fixed)
-                         for ph in (job.phases_ckpt if setup.grad_ckpt else job.phases))
-        return self._sharding(method, setup).limits()
+        if kind.strategy in SHARDED:
+            return self._sharding(method, setup).limits()
+        phases = job.phases_ckpt if setup.grad_ckpt else job.phases
+        # tp+pp: stages of the node's tensor-parallel share, N / GPUS_PER_NODE of them (parallel.peak_parts)
+        per_stage = GPUS_PER_NODE if kind.strategy == "tp+pp" else 1
+        if per_stage > 1:
+            phases = tp_phases(job, phases, per_stage)
+        return tuple((0, per_stage * (ph.weights + ph.gradients + ph.optimizer_state + ph.activations + ph.logits
+                                      + ph.kv_cache + ph.overhead_weights + ph.overhead_step + ph.overhead_fixed))
+                     for ph in phases)
 
 
 def cached_peak(jobs: Mapping[str, SingleGpuJob], adjust: Callable[[str, tuple[int, ...]], int],

@@ -184,9 +184,9 @@ def peak_parts(job: SingleGpuJob, setup: Setup, model: str = "") -> tuple[str, t
     n, s = setup.gpus, setup.strategy
     stage_layers: tuple[int, ...] = ()
     if s == "tp":
-        phases = tuple(_tp(job, ph, n) for ph in phases)
+        phases = tp_phases(job, phases, n)
     elif s == "tp+pp":
-        phases = tuple(_tp(job, ph, GPUS_PER_NODE) for ph in phases)
+        phases = tp_phases(job, phases, GPUS_PER_NODE)
     if s in ("pp", "tp+pp"):
         stages = n if s == "pp" else n // GPUS_PER_NODE
         stage_layers, rows = stage_rows(job, phases, stages)
@@ -332,6 +332,11 @@ def _cpu_total(job: SingleGpuJob, offload: str) -> int:
     else:
         total += peak.weights
     return total
+
+
+def tp_phases(job: SingleGpuJob, phases: tuple[Phase, ...], n: int) -> tuple[Phase, ...]:
+    """One tensor-parallel rank's share of every phase (_tp)."""
+    return tuple(_tp(job, ph, n) for ph in phases)
 
 
 def _tp(job: SingleGpuJob, ph: Phase, n: int) -> Phase:

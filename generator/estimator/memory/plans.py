@@ -213,14 +213,9 @@ def first_fit(probe: Probe, method: str, tried: tuple[Kind, ...], budget_bytes: 
         else:
             start = None if bound is None else bound(method, kind, budget_bytes)
             if start is not None:  # every count before `start` is over: the first not over is start or later
-                if start > hi:
-                    lo = -1
-                elif label(kind, start) != _OVER:
-                    lo = hi = start
-                elif label(kind, hi) == _OVER:
-                    lo = -1
-                else:
-                    lo = start + 1
+                lo = -1 if start > hi else max(lo, start)
+            if lo < 0:
+                pass
             elif best_i < 0:  # gallop: lo, lo + 1, lo + 3, lo + 7, ... until a count is not over
                 step, prev = 1, lo - 1
                 while True:
