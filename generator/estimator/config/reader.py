@@ -6,7 +6,7 @@ bad value raises a ConfigError naming the model, the key and the value.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Hashable, Mapping
 from typing import Any, NamedTuple, TypeAlias
 
 from ...errors import ConfigError
@@ -211,6 +211,14 @@ class Reader:
             raise ConfigError(self.model, key, value, f"must have at least {length} entries")
         self._record(name, f"list of {len(value)}", source)
         return value
+
+    def once(self, key: Hashable, make: Callable[[], Any]) -> Any:
+        """What make() returns, made once for this config under `key`: a per-layer rule (a hybrid's mixer) asks
+        every layer for a list of the whole stack."""
+        memo = ("once", key)
+        if memo not in self._memo:
+            self._memo[memo] = make()
+        return self._memo[memo]
 
     def sub(self, name: _Str) -> Mapping[_Str, Any] | None:
         """A nested config dict (text_config, vision_config, attn_config...), or None."""

@@ -1,0 +1,58 @@
+"""Stacks of layers alike but for their numbers: one layer built, the others its numbered copies.
+
+A copy keeps its source's sums (Block's per-token fields) and makes its parts only when something reads them
+(Block.__getattr__); Spec.layer_groups keys a source once for all its copies. The family builders build a layer
+once per kind this way where the layer depends on its index only through its part names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from .parts import Block, Part
+
+
+def template(b: Block) -> Block | None:
+    """Layer b with its number in every part name replaced by "#", for numbered(); None when a name does not
+    hold the number as "<name>_<index>" (or holds a "#" of its own)."""
+    tag, number = f"_{b.index}", str(b.index)
+    names = [p[0].replace(tag, "_#", 1) for p in b.parts]
+    if any("#" not in n or n.replace("#", number) != p[0] for n, p in zip(names, b.parts, strict=True)):
+        return None
+    parts = tuple([tuple.__new__(Part, (n,) + p[1:]) for n, p in zip(names, b.parts, strict=True)])
+    return _block({**b.__dict__, "parts": parts})
+
+
+def numbered(source: Block, indices: Sequence[int]) -> list[Block]:
+    """A template()'s layer as each layer of `indices`: its sums kept, only the index set per copy (a copy's
+    parts are its source's with "#" numbered, made when first read)."""
+    fields = source.__dict__.copy()
+    fields["source"] = source
+    del fields["parts"]
+    out = []
+    for index in indices:
+        copy = fields.copy()
+        copy["index"] = index
+        out.append(_block(copy))
+    return out
+
+
+def alike(numbers: Sequence[int], make: Callable[[int], Block]) -> list[Block]:
+    """Layers `numbers` (1-based) of a stack whose layers differ only in the numbers in their part names: the
+    first made by `make`, the others its numbered copies; each one made where the first's names do not hold its
+    number (template() None)."""
+    if not numbers:
+        return []
+    first = make(numbers[0])
+    source = template(first) if len(numbers) > 1 else None
+    if source is None:
+        return [first, *(make(n) for n in numbers[1:])]
+    return [first, *numbered(source, numbers[1:])]
+
+
+def _block(fields: dict[str, Any]) -> Block:
+    """A Block holding these fields (every field and sum; frozen: set once, here) without recomputing the sums."""
+    out = object.__new__(Block)
+    object.__setattr__(out, "__dict__", fields)
+    return out
