@@ -7,7 +7,7 @@ once per kind this way where the layer depends on its index only through its par
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 from .parts import Block, Part
@@ -38,17 +38,34 @@ def numbered(source: Block, indices: Sequence[int]) -> list[Block]:
     return out
 
 
-def alike(numbers: Sequence[int], make: Callable[[int], Block]) -> list[Block]:
-    """Layers `numbers` (1-based) of a stack whose layers differ only in the numbers in their part names: the
-    first made by `make`, the others its numbered copies; each one made where the first's names do not hold its
-    number (template() None)."""
+def alike(numbers: range, make: Callable[[int], Block], keys: Sequence[Hashable] = ()) -> list[Block]:
+    """Layers `numbers` (1-based) of a stack whose layers differ only in the numbers in their part names, or also in
+    what `keys` gives per layer (its window...): the first layer of each key made by `make`, in forward order, the
+    others numbered copies of it; each one made where that first layer's names do not hold its number."""
     if not numbers:
         return []
-    first = make(numbers[0])
-    source = template(first) if len(numbers) > 1 else None
-    if source is None:
-        return [first, *(make(n) for n in numbers[1:])]
-    return [first, *numbered(source, numbers[1:])]
+    if not keys or keys.count(keys[0]) == len(numbers):  # one kind of layer
+        first = make(numbers[0])
+        source = template(first) if len(numbers) > 1 else None
+        if source is None:
+            return [first, *(make(n) for n in numbers[1:])]
+        return [first, *numbered(source, numbers[1:])]
+    sources: dict[Hashable, Block | None] = {}  # per key: its first layer's template (None: not numbered)
+    later: dict[Hashable, list[int]] = {}  # per key: the numbers of its copies
+    out: list[Block | None] = []
+    for n, key in zip(numbers, keys, strict=True):
+        if sources.get(key) is not None:
+            later[key].append(n)
+            out.append(None)
+            continue
+        b = make(n)
+        out.append(b)
+        if key not in sources:
+            sources[key], later[key] = template(b), []
+    for key, copied in later.items():
+        for b in numbered(sources[key], copied):  # type: ignore[arg-type]  # only a template gets copies
+            out[numbers.index(b.index)] = b
+    return out  # type: ignore[return-value]  # every None replaced by its copy
 
 
 def _block(fields: dict[str, Any]) -> Block:
