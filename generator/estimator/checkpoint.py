@@ -72,16 +72,20 @@ def gap_causes(a: Arch, g: Graph) -> list[tuple[str, int]]:
         buckets = _int(a.raw.get("relative_attention_num_buckets")) or 32
         out.append(("a relative_attention_bias of the decoder's first cross-attention saved by older transformers",
                      buckets * heads))
-    moe_blocks = [b for b in spec.blocks if any(p.name.startswith("MoE_") for p in b.parts)] if spec else []
+    # MoE layers, counted over the distinct layers (Spec.distinct_layers: a copy's part names differ only in
+    # their numbers), and the last of them as the first layer equal to it (Spec.layer_groups)
+    moe = {id(b) for b, _ in spec.distinct_layers if any(p.name.startswith("MoE_") for p in b.parts)}
+    n_moe = sum(n for b, n in spec.distinct_layers if id(b) in moe)
     if a.experts and a.family in SCORE_BUFFER_FAMILIES:
-        out.append(("the routers' e_score_correction_bias buffers", len(moe_blocks) * a.experts))
+        out.append(("the routers' e_score_correction_bias buffers", n_moe * a.experts))
     declared = _int(a.raw.get("num_nextn_predict_layers")) or _int(a.raw.get("mtp_num_hidden_layers"))
     n_mtp = declared or MTP_LAYERS_UNDECLARED.get(a.family, 0)
     if n_mtp and spec.blocks:
         # DeepSeek-V3's MTP module (arXiv:2412.19437 §2.2): a decoder layer (the last layer's kind),
         # enorm + hnorm + eh_proj (2 hidden -> hidden) and a final norm; some releases also store their
         # own copies of the embedding and the head.
-        block = (moe_blocks or list(spec.blocks))[-1]
+        kinds = [spec.blocks[k] for k in spec.layer_groups]
+        block = ([b for b in kinds if id(b) in moe] or kinds)[-1]
         last = _mtp_layer(a) or block.params
         if a.quant is not None and a.quant.bits < 16 and a.family not in MTP_DENSE_SLIDING:
             # stored elements: a quantised release stores its MTP layer like the others (packed FP4 experts)
@@ -103,11 +107,12 @@ def _mtp_layer(a: Arch) -> int:
     spec = a.spec
     if a.family not in MTP_DENSE_SLIDING:
         return 0
-    sliding = [b for b in spec.blocks if b.kind == "sliding"]
-    ffn = [p for b in spec.blocks for p in b.parts if p.name.startswith("FFN_")]
-    if not sliding or not ffn:
+    sliding = next((b for b in spec.blocks if b.kind == "sliding"), None)
+    # the first FFN_ part is in the first layer of its kind (Spec.distinct_layers, in forward order)
+    ffn = next((p for b, _ in spec.distinct_layers for p in b.parts if p.name.startswith("FFN_")), None)
+    if sliding is None or ffn is None:
         return 0
-    return sum(p.params for p in sliding[0].parts if not p.name.startswith("MoE_")) + ffn[0].params
+    return sum(p.params for p in sliding.parts if not p.name.startswith("MoE_")) + ffn.params
 
 
 def _vector_params(a: Arch, g: Graph) -> int:
@@ -142,18 +147,20 @@ def _uncounted(a: Arch, g: Graph) -> list[tuple[str, int]]:
         out.append(("every 1-D tensor the model holds (norm weights, biases, [1, hidden] gates), which the "
                     "source's count skipped", _vector_params(a, g)))
     q = a.used().get("q_lora_rank")
-    mla = [p for b in (g.spec.blocks if g.spec else ()) for p in b.parts if p.type == "Multi-head Latent Attn"]
-    if q and str(q["source"]).startswith("default:") and mla and len(mla[0].linears) >= 2:
+    # MLA parts per distinct layer (Spec.distinct_layers, in forward order: the first is the model's first)
+    mla = [(p, count) for b, count in g.spec.distinct_layers for p in b.parts if p.type == "Multi-head Latent Attn"]
+    if q and str(q["source"]).startswith("default:") and mla and len(mla[0][0].linears) >= 2:
         # modeling_deepseek_v2.DeepseekV2Attention: q_lora_rank set builds q_a_proj, q_a_layernorm and
         # q_b_proj instead of one q_proj; DeepseekV2Config defaults it to 1536, while DeepSeek-V2-Lite
         # publishes q_lora_rank null. A copy of config.json without the key gets the default.
-        (hid, rank), (_, n) = mla[0].linears[:2]
+        (hid, rank), (_, n) = mla[0][0].linears[:2]
         bias = rank if (a.used().get("attention_bias") or {}).get("value") else 0
+        n_mla = sum(count for _, count in mla)
         if rank == q["value"]:
             out.append((f"the q_a_proj, q_a_layernorm and q_b_proj that transformers' default q_lora_rank ({rank}) "
-                        f"adds in {len(mla)} layers over one q_proj: this config.json omits the key, the checkpoint "
+                        f"adds in {n_mla} layers over one q_proj: this config.json omits the key, the checkpoint "
                         f"has the q_proj (q_lora_rank null)",
-                        len(mla) * (hid * rank + bias + rank + rank * n - hid * n)))
+                        n_mla * (hid * rank + bias + rank + rank * n - hid * n)))
     return out
 
 
