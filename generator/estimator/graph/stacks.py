@@ -30,11 +30,13 @@ def numbered(source: Block, indices: Sequence[int]) -> list[Block]:
     fields = source.__dict__.copy()
     fields["source"] = source
     del fields["parts"]
-    out = []
-    for index in indices:
+    out, new, put = [], object.__new__, object.__setattr__
+    for index in indices:  # _block's work, inline: this runs once per layer of every stack
         copy = fields.copy()
         copy["index"] = index
-        out.append(_block(copy))
+        block = new(Block)
+        put(block, "__dict__", copy)
+        out.append(block)
     return out
 
 
