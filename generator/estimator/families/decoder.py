@@ -173,9 +173,19 @@ def has_qk_norm(t: DecoderTraits, d: Dims) -> bool:
     return t.qk_norm is not None and not (t.qk_norm_key and not d.f(t.qk_norm_key))
 
 
-def stack_mixer(kinds: Callable[[Dims], list[str]]) -> Callable[[Dims, int], str]:
-    """A DecoderTraits.mixer (asked per layer) from a rule listing every layer's mixer kind, run once per config."""
-    return lambda d, i: d.r.once(kinds, lambda: kinds(d))[i]
+class StackRule:
+    """A per-layer rule (DecoderTraits.mixer, ExpertTraits.sparse) made from a rule listing every layer's answer, run
+    once per config at the first layer's call (a rule reading the same keys for every layer reads and records them
+    as at layer 0); _layers reads the whole list where every rule of the family is one."""
+
+    def __init__(self, stack: Callable[[Dims], list[Any]]) -> None:
+        self.stack = stack
+
+    def __call__(self, d: Dims, i: int) -> Any:
+        return self.answers(d)[i]
+
+    def answers(self, d: Dims) -> list[Any]:
+        return d.r.once(self, lambda: self.stack(d))
 
 
 def partial_rotary(default: float, neox_key: bool = False) -> Callable[[Dims], int]:
@@ -281,20 +291,28 @@ def _layers(t: DecoderTraits, d: Dims, windows: tuple[int, ...]) -> tuple[Block,
     feed-forward kind (the hybrids' mixer builders read the index for the name alone), unless a custom attention
     not marked attn_by_window or a per-layer top-k reads it: each kind of layer is built once, in forward order,
     and numbered for the others (graph/stacks.py)."""
-    reuse = not (t.moe and isinstance(d.r.cfg.get(t.moe.top_k), list))
-    reuse_attention = reuse and (t.attn is None or t.attn_by_window)
-    # no per-layer rule reads the config for the feed-forward kind: one for every layer
-    fixed = ffn_kind(t, d, 0) if t.ffn is None and (t.moe is None or t.moe.sparse is None) else ""
     if not d.layers:
         return ()
-    if t.mixer is None and fixed and reuse_attention and windows.count(windows[0]) == d.layers:  # all alike
-        return tuple(alike(range(1, d.layers + 1), lambda n: layer(t, d, n - 1, windows[0], "attention", fixed)))
+    reuse = not (t.moe and isinstance(d.r.cfg.get(t.moe.top_k), list))
+    reuse_attention = reuse and (t.attn is None or t.attn_by_window)
+    sparse = t.moe.sparse if t.moe and t.ffn is None else None
+    if (t.mixer is None or isinstance(t.mixer, StackRule)) and t.ffn is None and \
+            (sparse is None or isinstance(sparse, StackRule)):
+        # every per-layer rule lists the whole stack at its first call, mixer first (as layer 0 asks them): the
+        # kinds of every layer first, then each kind built once (None: a layer built on its own)
+        kinds = t.mixer.answers(d) if isinstance(t.mixer, StackRule) else ["attention"] * d.layers
+        ffns = ["moe" if s else "dense" for s in sparse.answers(d)] if isinstance(sparse, StackRule) else \
+            [ffn_kind(t, d, 0)] * d.layers
+        keys = [(kinds[i], windows[i], ffns[i]) if (reuse_attention if kinds[i] == "attention" else reuse) else None
+                for i in range(d.layers)]
+        return tuple(alike(range(1, d.layers + 1), lambda n: layer(t, d, n - 1, windows[n - 1], kinds[n - 1],
+                                                                   ffns[n - 1]), keys))
     sources: dict[tuple[str, int, str], Block | None] = {}  # per kind of layer: its template (None: not numbered)
     later: dict[tuple[str, int, str], list[int]] = {}  # per kind of layer: the numbers of its copies
     out: list[Block | None] = []
     for i in range(d.layers):  # in forward order: the per-layer rules and the builders read the config in turn
         kind = t.mixer(d, i) if t.mixer else "attention"
-        key = (kind, windows[i], fixed or ffn_kind(t, d, i))
+        key = (kind, windows[i], ffn_kind(t, d, i))
         if sources.get(key) is not None:
             later[key].append(i + 1)
             out.append(None)

@@ -13,6 +13,7 @@ the cross-attention KV over the encoder's tokens, per sequence.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -184,8 +185,9 @@ def t5(cfg: Mapping[str, Any], model: str, mt: str, t: T5Traits) -> Arch:
         extra = buckets * heads if (first or t.per_layer_bias) and not cross else 0
         return attention_part(name, typ, d, heads, heads, d_kv, rope=False, extra=extra, window=-1 if cross else 0)
 
-    def layer(stack: str, j: int, i: int) -> Block:
-        """Layer j (0-based) of a stack, layer i (1-based) of the model."""
+    def layer(stack: str, first: int, i: int) -> Block:
+        """Layer i (1-based) of the model, layer i - first (0-based) of the stack starting at layer `first`."""
+        j = i - first
         a = att(f"Attention_{i}", "Multi-Head Attn", j == 0)
         if stack == "encoder":
             a = a._replace(kv=0)
@@ -201,8 +203,8 @@ def t5(cfg: Mapping[str, Any], model: str, mt: str, t: T5Traits) -> Arch:
         # a stack's first layer holds the relative bias (all do with per_layer_bias): the others are alike and
         # numbered (graph/stacks.py), unless a hook reads the layer's place
         own = n if t.encoder_attn_extra or t.ffn else min(n, 0 if t.per_layer_bias else 1)
-        blocks += [layer(stack, j, first + j) for j in range(own)]
-        blocks += alike(range(first + own, first + n), lambda i, stack=stack, first=first: layer(stack, i - first, i))
+        blocks += [layer(stack, first, first + j) for j in range(own)]
+        blocks += alike(range(first + own, first + n), functools.partial(layer, stack, first))
     encoder_final = Part("Encoder_Final_Norm", "RMSNorm", d, norm_width=d)
     head = [norm_part("Final_RMSNorm", "rmsnorm", d), lm_head_part(vocab, d, tie), Part("Output", "Output", width=vocab)]
     # T5 uses relative positions: no hard context; n_positions (512) is the trained length.

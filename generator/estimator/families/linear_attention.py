@@ -11,7 +11,7 @@ from collections.abc import Callable
 from ...errors import ConfigError
 from ..graph.parts import Part
 from .assembly import mla_part
-from .decoder import DecoderTraits, Dims, ExpertTraits, stack_mixer
+from .decoder import DecoderTraits, Dims, ExpertTraits, StackRule
 from .mixture_of_experts import _n_shared, _width, first_k_dense, qwen_sparse
 
 LEGACY = {"mamba": "linear_attention", "attention": "full_attention", "hybrid": "full_attention"}
@@ -55,7 +55,7 @@ def _qwen_next_types(d: Dims) -> list[str]:
     return layer_types(d, lambda i: "full_attention" if (i + 1) % interval == 0 else "linear_attention")
 
 
-QWEN_NEXT_MIXER = stack_mixer(lambda d: ["attention" if t == "full_attention" else "gdn" for t in _qwen_next_types(d)])
+QWEN_NEXT_MIXER = StackRule(lambda d: ["attention" if t == "full_attention" else "gdn" for t in _qwen_next_types(d)])
 
 
 # --- minimax (modeling_minimax.py): lightning (linear) attention layers with a fused qkv_proj, an RMSNorm
@@ -69,7 +69,7 @@ def _lightning(d: Dims, n: int) -> Part:
 
 
 def _types_mixer(linear_name: str, default: Callable[[int], str] = lambda i: "full_attention") -> Callable[[Dims, int], str]:
-    return stack_mixer(lambda d: [linear_name if is_linear(t) else "attention" for t in layer_types(d, default)])
+    return StackRule(lambda d: [linear_name if is_linear(t) else "attention" for t in layer_types(d, default)])
 
 
 # --- Kimi Delta Attention (modeling_kimi_linear.py) and bailing_hybrid's linear attention: q/k/v of

@@ -23,7 +23,7 @@ from ..graph.parts import (
     norm_part,
 )
 from .assembly import Builder, assemble
-from .decoder import DecoderTraits, Dims, ExpertTraits, attention, build, stack_mixer
+from .decoder import DecoderTraits, Dims, ExpertTraits, StackRule, attention, build
 from .linear_attention import LEGACY, layer_types
 from .mamba import mamba2_part, mamba_part
 from .mixture_of_experts import _width
@@ -64,7 +64,7 @@ def _bamba_mixer(d: Dims, i: int) -> str:
 
 
 # granitemoehybrid: attention on "full_attention" layers (layer_types, default all Mamba-2), Mamba-2 elsewhere
-_granite_hybrid_mixer = stack_mixer(lambda d: ["attention" if t == "full_attention" else "mamba2"
+_granite_hybrid_mixer = StackRule(lambda d: ["attention" if t == "full_attention" else "mamba2"
                                                for t in layer_types(d, lambda i: "linear_attention")])
 
 

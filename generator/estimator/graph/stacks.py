@@ -40,13 +40,14 @@ def numbered(source: Block, indices: Sequence[int]) -> list[Block]:
     return out
 
 
-def alike(numbers: range, make: Callable[[int], Block], keys: Sequence[Hashable] = ()) -> list[Block]:
+def alike(numbers: range, make: Callable[[int], Block], keys: Sequence[Hashable | None] = ()) -> list[Block]:
     """Layers `numbers` (1-based) of a stack whose layers differ only in the numbers in their part names, or also in
-    what `keys` gives per layer (its window...): the first layer of each key made by `make`, in forward order, the
-    others numbered copies of it; each one made where that first layer's names do not hold its number."""
+    what `keys` gives per layer (its window...; None: a layer made on its own): the first layer of each key made by
+    `make`, in forward order, the others numbered copies of it; each one made where that first layer's names do not
+    hold its number."""
     if not numbers:
         return []
-    if not keys or keys.count(keys[0]) == len(numbers):  # one kind of layer
+    if not keys or keys[0] is not None and keys.count(keys[0]) == len(numbers):  # one kind of layer
         first = make(numbers[0])
         source = template(first) if len(numbers) > 1 else None
         if source is None:
@@ -56,13 +57,13 @@ def alike(numbers: range, make: Callable[[int], Block], keys: Sequence[Hashable]
     later: dict[Hashable, list[int]] = {}  # per key: the numbers of its copies
     out: list[Block | None] = []
     for n, key in zip(numbers, keys, strict=True):
-        if sources.get(key) is not None:
+        if key is not None and sources.get(key) is not None:
             later[key].append(n)
             out.append(None)
             continue
         b = make(n)
         out.append(b)
-        if key not in sources:
+        if key is not None and key not in sources:
             sources[key], later[key] = template(b), []
     for key, copied in later.items():
         for b in numbered(sources[key], copied):  # type: ignore[arg-type]  # only a template gets copies
