@@ -53,6 +53,10 @@ def alike(numbers: range, make: Callable[[int], Block], keys: Sequence[Hashable 
         if source is None:
             return [first, *(make(n) for n in numbers[1:])]
         return [first, *numbered(source, numbers[1:])]
+    if None not in keys:
+        grouped = _grouped(numbers, make, keys)
+        if grouped is not None:
+            return grouped
     sources: dict[Hashable, Block | None] = {}  # per key: its first layer's template (None: not numbered)
     later: dict[Hashable, list[int]] = {}  # per key: the numbers of its copies
     out: list[Block | None] = []
@@ -69,6 +73,22 @@ def alike(numbers: range, make: Callable[[int], Block], keys: Sequence[Hashable 
         for b in numbered(sources[key], copied):  # type: ignore[arg-type]  # only a template gets copies
             out[numbers.index(b.index)] = b
     return out  # type: ignore[return-value]  # every None replaced by its copy
+
+
+def _grouped(numbers: range, make: Callable[[int], Block], keys: Sequence[Hashable]) -> list[Block] | None:
+    """alike() over a few kinds of layer, by kind: the first layer of each made in forward order (layers alike read
+    the same config keys, so only these firsts read new ones), its copies placed by position; None (nothing made)
+    where a first layer's names do not hold its number."""
+    out: list[Block | None] = [None] * len(numbers)
+    for key in dict.fromkeys(keys):  # the kinds, in the order of their first layers
+        where = [k for k, other in enumerate(keys) if other == key]
+        first = out[where[0]] = make(numbers[where[0]])
+        source = template(first) if len(where) > 1 else first
+        if source is None:
+            return None
+        for k, copy in zip(where[1:], numbered(source, [numbers[k] for k in where[1:]]), strict=True):
+            out[k] = copy
+    return out  # type: ignore[return-value]  # every layer placed
 
 
 def _block(fields: dict[str, Any]) -> Block:
