@@ -262,18 +262,18 @@ def ffn_kind(t: DecoderTraits, d: Dims, i: int) -> str:
     return "moe" if t.moe.sparse is None or t.moe.sparse(d, i) else "dense"
 
 
-def layer(t: DecoderTraits, d: Dims, i: int, window: int, kind: str, fk: str) -> Block:
-    """Layer i (0-based) in forward order, of mixer `kind` and feed-forward kind `fk`: norms around the mixer and
-    the feed-forward."""
+def layer(t: DecoderTraits, d: Dims, i: int, window: int, kind: str, fk: str, mix: Part | None = None) -> Block:
+    """Layer i (0-based) in forward order, of mixer `kind` (`mix`: already built) and feed-forward kind `fk`: norms
+    around the mixer and the feed-forward."""
     n = i + 1
-    if kind == "attention":
+    if mix is None and kind == "attention":
         if t.attn:
             mix = t.attn(t, d, n, window)
         elif t.mla:
             mix = mla_part(f"Attention_{n}", d.r, d.hidden, d.heads, bias=d.f("attention_bias"), window=window)
         else:
             mix = attention(t, d, n, window)
-    else:
+    elif mix is None:
         mix = t.mixers[kind](d, n)
     ffn = moe(t, d, n) if fk == "moe" else mlp(t, d, n, d.k(t.moe.dense_inter) if t.moe else None) \
         if fk == "dense" else None
@@ -287,39 +287,44 @@ def layer(t: DecoderTraits, d: Dims, i: int, window: int, kind: str, fk: str) ->
 
 
 def _layers(t: DecoderTraits, d: Dims, windows: tuple[int, ...]) -> tuple[Block, ...]:
-    """Every layer. A layer depends on its index only through its part names, its mixer kind, its window and its
-    feed-forward kind (the hybrids' mixer builders read the index for the name alone), unless a custom attention
-    not marked attn_by_window or a per-layer top-k reads it: each kind of layer is built once, in forward order,
-    and numbered for the others (graph/stacks.py)."""
+    """Every layer. A layer depends on its index only through its part names, its mixer kind, its window, its
+    feed-forward kind (the hybrids' mixer builders read the index for the name alone) and a custom attention (not
+    marked attn_by_window: its part, built per layer, is part of the key), unless a per-layer top-k reads it: each
+    kind of layer is built once, in forward order, and numbered for the others (graph/stacks.py)."""
     if not d.layers:
         return ()
     reuse = not (t.moe and isinstance(d.r.cfg.get(t.moe.top_k), list))
-    reuse_attention = reuse and (t.attn is None or t.attn_by_window)
+    custom = reuse and t.attn is not None and not t.attn_by_window  # the attention part keys its layer
     sparse = t.moe.sparse if t.moe and t.ffn is None else None
-    if (t.mixer is None or isinstance(t.mixer, StackRule)) and t.ffn is None and \
+    if not custom and (t.mixer is None or isinstance(t.mixer, StackRule)) and t.ffn is None and \
             (sparse is None or isinstance(sparse, StackRule)):
         # every per-layer rule lists the whole stack at its first call, mixer first (as layer 0 asks them): the
         # kinds of every layer first, then each kind built once (None: a layer built on its own)
         kinds = t.mixer.answers(d) if isinstance(t.mixer, StackRule) else ["attention"] * d.layers
         ffns = ["moe" if s else "dense" for s in sparse.answers(d)] if isinstance(sparse, StackRule) else \
             [ffn_kind(t, d, 0)] * d.layers
+        reuse_attention = reuse and (t.attn is None or t.attn_by_window)
         keys = [(kinds[i], windows[i], ffns[i]) if (reuse_attention if kinds[i] == "attention" else reuse) else None
                 for i in range(d.layers)]
         return tuple(alike(range(1, d.layers + 1), lambda n: layer(t, d, n - 1, windows[n - 1], kinds[n - 1],
                                                                    ffns[n - 1]), keys))
-    sources: dict[tuple[str, int, str], Block | None] = {}  # per kind of layer: its template (None: not numbered)
-    later: dict[tuple[str, int, str], list[int]] = {}  # per kind of layer: the numbers of its copies
+    Key = tuple[str, int, str, tuple | None]
+    sources: dict[Key, Block | None] = {}  # per kind of layer: its template (None: not numbered)
+    later: dict[Key, list[int]] = {}  # per kind of layer: the numbers of its copies
     out: list[Block | None] = []
+    attn = t.attn if custom else None
     for i in range(d.layers):  # in forward order: the per-layer rules and the builders read the config in turn
         kind = t.mixer(d, i) if t.mixer else "attention"
-        key = (kind, windows[i], ffn_kind(t, d, i))
+        fk = ffn_kind(t, d, i)
+        mix = attn(t, d, i + 1, windows[i]) if attn and kind == "attention" else None
+        key = (kind, windows[i], fk, mix[1:] if mix else None)
         if sources.get(key) is not None:
             later[key].append(i + 1)
             out.append(None)
             continue
-        b = layer(t, d, i, windows[i], kind, key[2])
+        b = layer(t, d, i, windows[i], kind, fk, mix)
         out.append(b)
-        if key not in sources and (reuse_attention if kind == "attention" else reuse):
+        if key not in sources and reuse:
             sources[key], later[key] = template(b), []
     for key, numbers in later.items():
         source = sources[key]
