@@ -33,7 +33,7 @@ from ..graph.parts import (
     norm_params,
     norm_part,
 )
-from ..graph.stacks import alike, numbered, template
+from ..graph.stacks import alike, copyable, numbered
 from .assembly import mla_part
 
 
@@ -309,7 +309,7 @@ def _layers(t: DecoderTraits, d: Dims, windows: tuple[int, ...]) -> tuple[Block,
         return tuple(alike(range(1, d.layers + 1), lambda n: layer(t, d, n - 1, windows[n - 1], kinds[n - 1],
                                                                    ffns[n - 1]), keys))
     Key = tuple[str, int, str, tuple | None]
-    sources: dict[Key, Block | None] = {}  # per kind of layer: its template (None: not numbered)
+    sources: dict[Key, Block | None] = {}  # per kind of layer: its first, copyable (None: not numbered)
     later: dict[Key, list[int]] = {}  # per kind of layer: the numbers of its copies
     out: list[Block | None] = []
     attn = t.attn if custom else None
@@ -325,7 +325,7 @@ def _layers(t: DecoderTraits, d: Dims, windows: tuple[int, ...]) -> tuple[Block,
         b = layer(t, d, i, windows[i], kind, fk, mix)
         out.append(b)
         if key not in sources and reuse:
-            sources[key], later[key] = template(b), []
+            sources[key], later[key] = copyable(b), []
     for key, numbers in later.items():
         source = sources[key]
         if source is not None:

@@ -95,8 +95,9 @@ class Block:
     lora_io: int = field(init=False, repr=False, compare=False)  # sum of in + out over the Linears
     kv: tuple[tuple[int, int], ...] = field(init=False, repr=False, compare=False)  # (window, kv) per cached part
     attn: tuple[tuple[int, int], ...] = field(init=False, repr=False, compare=False)  # (window, attn_flops)
-    # The layer graph/stacks.numbered made this one from (equal to it but for part names); None for a layer its
-    # builder made, or remade (dataclasses.replace runs __post_init__). Spec.layer_groups groups a stack's copies by it.
+    # The layer graph/stacks.numbered made this one from (an earlier layer of the stack, equal to it but for the number
+    # in its part names); None for a layer its builder made, or remade (dataclasses.replace runs __post_init__).
+    # Spec.layer_groups groups a stack's copies by it.
     source: Block | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -113,7 +114,7 @@ class Block:
             norm_w += p.norm_width
             act += p.act
             act32 += p.act32
-            act_frozen += p.frozen_act
+            act_frozen += p.act if p.act_frozen < 0 else p.act_frozen
             state += p.state
             if p.transient > transient:
                 transient = p.transient
@@ -132,12 +133,13 @@ class Block:
 
     if not TYPE_CHECKING:  # to the type checker `parts` is the field; an unknown attribute stays an error
         def __getattr__(self, name: str) -> tuple[Part, ...]:
-            """A numbered copy's parts (graph/stacks.py), made on first read: its source's with "#" in the names numbered."""
+            """A numbered copy's parts (graph/stacks.py), made on first read: its source's, "_<source's index>" in the
+            names made "_<index>"."""
             source = self.__dict__.get("source")
             if name != "parts" or source is None:
                 raise AttributeError(name)
-            tag, new = str(self.index), tuple.__new__  # a Part is a named tuple whose first field is the name
-            parts = self.__dict__["parts"] = tuple([new(Part, (p[0].replace("#", tag),) + p[1:]) for p in source.parts])
+            was, tag, new = f"_{source.index}", f"_{self.index}", tuple.__new__  # a Part: a named tuple, name first
+            parts = self.__dict__["parts"] = tuple([new(Part, (p[0].replace(was, tag, 1),) + p[1:]) for p in source.parts])
             return parts
 
 
@@ -168,16 +170,16 @@ class Spec:
         and this once per model, however many jobs and plans ask. The numbered copies of one layer (graph/stacks.py)
         (Block.source) are equal to it but for their names: its key is made once for all of them."""
         first: dict[tuple, int] = {}
-        by_source: dict[int, int] = {}  # id of a numbered copies' source -> its group (the sources live in the copies)
+        by_source: dict[int, int] = {}  # id of a layer the builder made (a copies' source) -> its group
         groups = []
         for k, b in enumerate(self.blocks):
             source = b.source
-            if source is None:
-                groups.append(first.setdefault(_layer_key(b), k))
-                continue
-            group = by_source.get(id(source))
-            if group is None:
-                group = by_source[id(source)] = first.setdefault(_layer_key(source), k)
+            if source is None:  # a layer its builder made, perhaps the source of copies after it
+                by_source[id(b)] = group = first.setdefault(_layer_key(b), k)
+            elif (known := by_source.get(id(source))) is not None:
+                group = known
+            else:
+                by_source[id(source)] = group = first.setdefault(_layer_key(source), k)
             groups.append(group)
         return tuple(groups)
 
@@ -203,20 +205,19 @@ def _layer_key(b: Block) -> tuple:
 def norm_sums(parts: tuple[Part, ...] | list[Part]) -> tuple[int, int, int, int]:
     """(RMSNorm widths, statistics bytes, sum of width x readers, widths read by some Linear) over the norms
     of a sequence of parts. A norm's readers are the input projections of the parts after it up to the next
-    norm: one norm of a parallel block (gptj, phi, cohere) feeds attention and MLP alike."""
-    rms = stats = read = fed = 0
-    for i, p in enumerate(parts):
-        if not p.norm_width:
+    norm (Part.readers): one norm of a parallel block (gptj, phi, cohere) feeds attention and MLP alike. One pass
+    from the last part back, counting the readers since the last norm seen."""
+    rms = stats = read = fed = readers = 0
+    for p in reversed(parts):
+        width = p.norm_width
+        if not width:
+            readers += p.readers
             continue
-        readers = 0
-        for q in parts[i + 1:]:
-            if q.norm_width:
-                break
-            readers += q.readers
-        rms += p.norm_width if p.type == "RMSNorm" else 0
+        rms += width if p.type == "RMSNorm" else 0
         stats += 4 if p.type == "RMSNorm" else 8
-        read += p.norm_width * readers
-        fed += p.norm_width if readers else 0
+        read += width * readers
+        fed += width if readers else 0
+        readers = 0
     return rms, stats, read, fed
 
 

@@ -10,23 +10,19 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
-from .parts import Block, Part
+from .parts import Block
 
 
-def template(b: Block) -> Block | None:
-    """Layer b with its number in every part name replaced by "#", for numbered(); None when a name does not
-    hold the number as "<name>_<index>" (or holds a "#" of its own)."""
-    tag, number = f"_{b.index}", str(b.index)
-    names = [p[0].replace(tag, "_#", 1) for p in b.parts]
-    if any("#" not in n or n.replace("#", number) != p[0] for n, p in zip(names, b.parts, strict=True)):
-        return None
-    parts = tuple([tuple.__new__(Part, (n,) + p[1:]) for n, p in zip(names, b.parts, strict=True)])
-    return _block({**b.__dict__, "parts": parts})
+def copyable(b: Block) -> Block | None:
+    """Layer b, to be numbered(), when every part name holds its number as "_<index>" (a copy's names are b's with
+    the first "_<index>" made its own); else None."""
+    tag = f"_{b.index}"
+    return b if all(tag in p[0] for p in b.parts) else None
 
 
 def numbered(source: Block, indices: Sequence[int]) -> list[Block]:
-    """A template()'s layer as each layer of `indices`: its sums kept, only the index set per copy (a copy's
-    parts are its source's with "#" numbered, made when first read)."""
+    """A copyable() layer as each layer of `indices`: its sums kept, only the index set per copy (a copy's parts
+    are its source's renamed, made when first read: Block.__getattr__)."""
     fields = source.__dict__.copy()
     fields["source"] = source
     del fields["parts"]
@@ -49,7 +45,7 @@ def alike(numbers: range, make: Callable[[int], Block], keys: Sequence[Hashable 
         return []
     if not keys or keys[0] is not None and keys.count(keys[0]) == len(numbers):  # one kind of layer
         first = make(numbers[0])
-        source = template(first) if len(numbers) > 1 else None
+        source = copyable(first) if len(numbers) > 1 else None
         if source is None:
             return [first, *(make(n) for n in numbers[1:])]
         return [first, *numbered(source, numbers[1:])]
@@ -57,7 +53,7 @@ def alike(numbers: range, make: Callable[[int], Block], keys: Sequence[Hashable 
         grouped = _grouped(numbers, make, keys)
         if grouped is not None:
             return grouped
-    sources: dict[Hashable, Block | None] = {}  # per key: its first layer's template (None: not numbered)
+    sources: dict[Hashable, Block | None] = {}  # per key: its first layer, when copyable (None: not numbered)
     later: dict[Hashable, list[int]] = {}  # per key: the numbers of its copies
     out: list[Block | None] = []
     for n, key in zip(numbers, keys, strict=True):
@@ -68,9 +64,9 @@ def alike(numbers: range, make: Callable[[int], Block], keys: Sequence[Hashable 
         b = make(n)
         out.append(b)
         if key is not None and key not in sources:
-            sources[key], later[key] = template(b), []
+            sources[key], later[key] = copyable(b), []
     for key, copied in later.items():
-        for b in numbered(sources[key], copied):  # type: ignore[arg-type]  # only a template gets copies
+        for b in numbered(sources[key], copied):  # type: ignore[arg-type]  # only a copyable layer gets copies
             out[numbers.index(b.index)] = b
     return out  # type: ignore[return-value]  # every None replaced by its copy
 
@@ -83,7 +79,7 @@ def _grouped(numbers: range, make: Callable[[int], Block], keys: Sequence[Hashab
     for key in dict.fromkeys(keys):  # the kinds, in the order of their first layers
         where = [k for k, other in enumerate(keys) if other == key]
         first = out[where[0]] = make(numbers[where[0]])
-        source = template(first) if len(where) > 1 else first
+        source = copyable(first) if len(where) > 1 else first
         if source is None:
             return None
         for k, copy in zip(where[1:], numbered(source, [numbers[k] for k in where[1:]]), strict=True):
