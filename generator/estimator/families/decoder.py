@@ -304,8 +304,11 @@ def _layers(t: DecoderTraits, d: Dims, windows: tuple[int, ...]) -> tuple[Block,
         ffns = ["moe" if s else "dense" for s in sparse.answers(d)] if isinstance(sparse, StackRule) else \
             [ffn_kind(t, d, 0)] * d.layers
         reuse_attention = reuse and (t.attn is None or t.attn_by_window)
-        keys = [(kinds[i], windows[i], ffns[i]) if (reuse_attention if kinds[i] == "attention" else reuse) else None
-                for i in range(d.layers)]
+        if reuse_attention and t.mixer is None and sparse is None and windows.count(windows[0]) == d.layers:
+            keys: list[tuple[str, int, str] | None] = []  # every layer alike
+        else:
+            keys = [(kinds[i], windows[i], ffns[i]) if (reuse_attention if kinds[i] == "attention" else reuse)
+                    else None for i in range(d.layers)]
         return tuple(alike(range(1, d.layers + 1), lambda n: layer(t, d, n - 1, windows[n - 1], kinds[n - 1],
                                                                    ffns[n - 1]), keys))
     Key = tuple[str, int, str, tuple | None]
