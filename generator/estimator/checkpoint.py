@@ -52,6 +52,35 @@ def combinations(items: list[tuple[str, int]], k: int) -> list[list[tuple[str, i
     return [[x, *rest] for i, x in enumerate(items) for rest in combinations(items[i + 1:], k - 1)]
 
 
+def _exact(causes: list[tuple[str, int]], gap: int) -> list[tuple[str, int]] | None:
+    """The first combination of up to three causes (in combinations' order: fewer first, then in order) whose
+    sizes sum to the gap exactly: per cause or pair, the size still missing is looked up among the later causes."""
+    sizes = [s for _, s in causes]
+    n = len(sizes)
+    if gap in sizes:
+        return [causes[sizes.index(gap)]]
+    for i in range(n):
+        if gap - sizes[i] in sizes[i + 1:]:
+            return [causes[i], causes[sizes.index(gap - sizes[i], i + 1)]]
+    for i in range(n):
+        for j in range(i + 1, n):
+            need = gap - sizes[i] - sizes[j]
+            if need in sizes[j + 1:]:
+                return [causes[i], causes[j], causes[sizes.index(need, j + 1)]]
+    return None
+
+
+def _within(causes: list[tuple[str, int]], gap: int, slack: int) -> list[tuple[str, int]] | None:
+    """The first combination of up to three causes whose sum is within `slack` of the gap: within the scale
+    layout's slack, only causes larger than the slack can explain the gap."""
+    for k in (1, 2, 3):
+        for combo in combinations(causes, k):
+            size = sum(s for _, s in combo)
+            if abs(gap - size) <= slack and min(abs(s) for _, s in combo) > slack:
+                return combo
+    return None
+
+
 def gap_causes(a: Arch, g: Graph) -> list[tuple[str, int]]:
     """(cause, scalars) candidates for this model."""
     spec = g.spec
@@ -192,12 +221,9 @@ def explain(a: Arch, g: Graph, checkpoint: int, stored: int | None) -> tuple[str
     pct = 100.0 * gap / max(checkpoint, 1)
     scales = f" besides {a.quant.describes} with their scale tensors" if fp8 and a.quant else ""
     for slack in (0, tolerance) if tolerance else (0,):
-        for k in (1, 2, 3):
-            for combo in combinations(causes, k):
-                size = sum(s for _, s in combo)
-                # within the scale-layout slack, only causes larger than the slack can explain the gap
-                if abs(gap - size) <= slack and (slack == 0 or min(abs(s) for _, s in combo) > slack):
-                    return "info", _stores(combo) + f"{scales}."
+        combo = _exact(causes, gap) if slack == 0 else _within(causes, gap, slack)
+        if combo is not None:
+            return "info", _stores(combo) + f"{scales}."
     if fp8 and abs(gap) <= tolerance and a.quant is not None:
         return "info", (f"the checkpoint stores {a.quant.describes} with their scale tensors; our model of the scales "
                         f"differs by {gap:+,} scalars ({pct:+.3f}%).")
