@@ -113,8 +113,8 @@ def gap_causes(a: Arch, g: Graph) -> list[tuple[str, int]]:
         # DeepSeek-V3's MTP module (arXiv:2412.19437 §2.2): a decoder layer (the last layer's kind),
         # enorm + hnorm + eh_proj (2 hidden -> hidden) and a final norm; some releases also store their
         # own copies of the embedding and the head.
-        kinds = [spec.blocks[k] for k in spec.layer_groups]
-        block = ([b for b in kinds if id(b) in moe] or kinds)[-1]
+        groups = spec.layer_groups
+        block = next((spec.blocks[k] for k in reversed(groups) if id(spec.blocks[k]) in moe), spec.blocks[groups[-1]])
         last = _mtp_layer(a) or block.params
         if a.quant is not None and a.quant.bits < 16 and a.family not in MTP_DENSE_SLIDING:
             # stored elements: a quantised release stores its MTP layer like the others (packed FP4 experts)
@@ -156,9 +156,9 @@ def _vector_params(a: Arch, g: Graph) -> int:
         for p in parts:
             if "Norm" in p.type:
                 total += p.params
-            elif p.weight_mats:
-                total += max(0, p.params - sum(c * i * o for c, i, o in p.weight_mats)
-                             - (router if p.name.startswith("MoE_") else 0))
+            elif p.mats or p.linears:  # Part.weight_mats, summed without making it
+                weights = sum([c * i * o for c, i, o in p.mats]) if p.mats else sum([i * o for i, o in p.linears])
+                total += max(0, p.params - weights - (router if p.name.startswith("MoE_") else 0))
         return total
     # each distinct layer once (Spec.distinct_layers), times the layers it stands for: its copies differ only in
     # their numbers, which leave the MoE_ prefix as it is

@@ -170,16 +170,13 @@ class Spec:
         and this once per model, however many jobs and plans ask. The numbered copies of one layer (graph/stacks.py)
         (Block.source) are equal to it but for their names: its key is made once for all of them."""
         first: dict[tuple, int] = {}
-        by_source: dict[int, int] = {}  # id of a layer the builder made (a copies' source) -> its group
+        group_of: dict[int, int] = {}  # id of a layer the builder made (perhaps a copies' source) -> its group
         groups = []
         for k, b in enumerate(self.blocks):
-            source = b.source
-            if source is None:  # a layer its builder made, perhaps the source of copies after it
-                by_source[id(b)] = group = first.setdefault(_layer_key(b), k)
-            elif (known := by_source.get(id(source))) is not None:
-                group = known
-            else:
-                by_source[id(source)] = group = first.setdefault(_layer_key(source), k)
+            made = b.source or b  # a copy stands as its source
+            group = group_of.get(id(made))
+            if group is None:
+                group = group_of[id(made)] = first.setdefault(_layer_key(made), k)
             groups.append(group)
         return tuple(groups)
 
@@ -187,8 +184,12 @@ class Spec:
     def distinct_layers(self) -> tuple[tuple[Block, int], ...]:
         """Each distinct layer of the stack (layer_groups) as its first occurrence, with how many layers it stands
         for: a sum over the layers of a term that reads no part name is a sum over these, each times its count."""
+        groups = self.layer_groups
+        firsts = dict.fromkeys(groups)  # the groups, in forward order
+        if len(firsts) <= 16:  # a few kinds of layer: each counted by a scan at C speed
+            return tuple([(self.blocks[k], groups.count(k)) for k in firsts])
         counts: dict[int, int] = {}
-        for group in self.layer_groups:
+        for group in groups:
             counts[group] = counts.get(group, 0) + 1
         return tuple((self.blocks[k], n) for k, n in counts.items())
 
