@@ -8,7 +8,6 @@ once per kind this way where the layer depends on its index only through its par
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Sequence
-from typing import Any
 
 from .parts import Block
 
@@ -73,8 +72,8 @@ def alike(numbers: range, make: Callable[[int], Block], keys: Sequence[Hashable 
 
 def _grouped(numbers: range, make: Callable[[int], Block], keys: Sequence[Hashable]) -> list[Block] | None:
     """alike() over a few kinds of layer, by kind: the first layer of each made in forward order (layers alike read
-    the same config keys, so only these firsts read new ones), its copies placed by position; None (nothing made)
-    where a first layer's names do not hold its number."""
+    the same config keys, so only these firsts read new ones), its copies placed by position; None where a first
+    layer's names do not hold its number (alike then makes the stack layer by layer)."""
     out: list[Block | None] = [None] * len(numbers)
     for key in dict.fromkeys(keys):  # the kinds, in the order of their first layers
         where = [k for k, other in enumerate(keys) if other == key]
@@ -85,10 +84,3 @@ def _grouped(numbers: range, make: Callable[[int], Block], keys: Sequence[Hashab
         for k, copy in zip(where[1:], numbered(source, [numbers[k] for k in where[1:]]), strict=True):
             out[k] = copy
     return out  # type: ignore[return-value]  # every layer placed
-
-
-def _block(fields: dict[str, Any]) -> Block:
-    """A Block holding these fields (every field and sum; frozen: set once, here) without recomputing the sums."""
-    out = object.__new__(Block)
-    object.__setattr__(out, "__dict__", fields)
-    return out
