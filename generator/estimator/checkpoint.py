@@ -52,6 +52,35 @@ def combinations(items: list[tuple[str, int]], k: int) -> list[list[tuple[str, i
     return [[x, *rest] for i, x in enumerate(items) for rest in combinations(items[i + 1:], k - 1)]
 
 
+def _exact(causes: list[tuple[str, int]], gap: int) -> list[tuple[str, int]] | None:
+    """The first combination of up to three causes (in combinations' order: fewer first, then in order) whose
+    sizes sum to the gap exactly: per cause or pair, the size still missing is looked up among the later causes."""
+    sizes = [s for _, s in causes]
+    n = len(sizes)
+    if gap in sizes:
+        return [causes[sizes.index(gap)]]
+    for i in range(n):
+        if gap - sizes[i] in sizes[i + 1:]:
+            return [causes[i], causes[sizes.index(gap - sizes[i], i + 1)]]
+    for i in range(n):
+        for j in range(i + 1, n):
+            need = gap - sizes[i] - sizes[j]
+            if need in sizes[j + 1:]:
+                return [causes[i], causes[j], causes[sizes.index(need, j + 1)]]
+    return None
+
+
+def _within(causes: list[tuple[str, int]], gap: int, slack: int) -> list[tuple[str, int]] | None:
+    """The first combination of up to three causes whose sum is within `slack` of the gap: within the scale
+    layout's slack, only causes larger than the slack can explain the gap."""
+    for k in (1, 2, 3):
+        for combo in combinations(causes, k):
+            size = sum(s for _, s in combo)
+            if abs(gap - size) <= slack and min(abs(s) for _, s in combo) > slack:
+                return combo
+    return None
+
+
 def gap_causes(a: Arch, g: Graph) -> list[tuple[str, int]]:
     """(cause, scalars) candidates for this model."""
     spec = g.spec
@@ -72,16 +101,20 @@ def gap_causes(a: Arch, g: Graph) -> list[tuple[str, int]]:
         buckets = _int(a.raw.get("relative_attention_num_buckets")) or 32
         out.append(("a relative_attention_bias of the decoder's first cross-attention saved by older transformers",
                      buckets * heads))
-    moe_blocks = [b for b in spec.blocks if any(p.name.startswith("MoE_") for p in b.parts)] if spec else []
+    # MoE layers, counted over the distinct layers (Spec.distinct_layers: a copy's part names differ only in
+    # their numbers), and the last of them as the first layer equal to it (Spec.layer_groups)
+    moe = {id(b) for b, _ in spec.distinct_layers if any(p.name.startswith("MoE_") for p in b.parts)}
+    n_moe = sum(n for b, n in spec.distinct_layers if id(b) in moe)
     if a.experts and a.family in SCORE_BUFFER_FAMILIES:
-        out.append(("the routers' e_score_correction_bias buffers", len(moe_blocks) * a.experts))
+        out.append(("the routers' e_score_correction_bias buffers", n_moe * a.experts))
     declared = _int(a.raw.get("num_nextn_predict_layers")) or _int(a.raw.get("mtp_num_hidden_layers"))
     n_mtp = declared or MTP_LAYERS_UNDECLARED.get(a.family, 0)
     if n_mtp and spec.blocks:
         # DeepSeek-V3's MTP module (arXiv:2412.19437 §2.2): a decoder layer (the last layer's kind),
         # enorm + hnorm + eh_proj (2 hidden -> hidden) and a final norm; some releases also store their
         # own copies of the embedding and the head.
-        block = (moe_blocks or list(spec.blocks))[-1]
+        groups = spec.layer_groups
+        block = next((spec.blocks[k] for k in reversed(groups) if id(spec.blocks[k]) in moe), spec.blocks[groups[-1]])
         last = _mtp_layer(a) or block.params
         if a.quant is not None and a.quant.bits < 16 and a.family not in MTP_DENSE_SLIDING:
             # stored elements: a quantised release stores its MTP layer like the others (packed FP4 experts)
@@ -103,11 +136,12 @@ def _mtp_layer(a: Arch) -> int:
     spec = a.spec
     if a.family not in MTP_DENSE_SLIDING:
         return 0
-    sliding = [b for b in spec.blocks if b.kind == "sliding"]
-    ffn = [p for b in spec.blocks for p in b.parts if p.name.startswith("FFN_")]
-    if not sliding or not ffn:
+    sliding = next((b for b in spec.blocks if b.kind == "sliding"), None)
+    # the first FFN_ part is in the first layer of its kind (Spec.distinct_layers, in forward order)
+    ffn = next((p for b, _ in spec.distinct_layers for p in b.parts if p.name.startswith("FFN_")), None)
+    if sliding is None or ffn is None:
         return 0
-    return sum(p.params for p in sliding[0].parts if not p.name.startswith("MoE_")) + ffn[0].params
+    return sum(p.params for p in sliding.parts if not p.name.startswith("MoE_")) + ffn.params
 
 
 def _vector_params(a: Arch, g: Graph) -> int:
@@ -122,9 +156,9 @@ def _vector_params(a: Arch, g: Graph) -> int:
         for p in parts:
             if "Norm" in p.type:
                 total += p.params
-            elif p.weight_mats:
-                total += max(0, p.params - sum(c * i * o for c, i, o in p.weight_mats)
-                             - (router if p.name.startswith("MoE_") else 0))
+            elif p.mats or p.linears:  # Part.weight_mats, summed without making it
+                weights = sum([c * i * o for c, i, o in p.mats]) if p.mats else sum([i * o for i, o in p.linears])
+                total += max(0, p.params - weights - (router if p.name.startswith("MoE_") else 0))
         return total
     # each distinct layer once (Spec.distinct_layers), times the layers it stands for: its copies differ only in
     # their numbers, which leave the MoE_ prefix as it is
@@ -142,18 +176,20 @@ def _uncounted(a: Arch, g: Graph) -> list[tuple[str, int]]:
         out.append(("every 1-D tensor the model holds (norm weights, biases, [1, hidden] gates), which the "
                     "source's count skipped", _vector_params(a, g)))
     q = a.used().get("q_lora_rank")
-    mla = [p for b in (g.spec.blocks if g.spec else ()) for p in b.parts if p.type == "Multi-head Latent Attn"]
-    if q and str(q["source"]).startswith("default:") and mla and len(mla[0].linears) >= 2:
+    # MLA parts per distinct layer (Spec.distinct_layers, in forward order: the first is the model's first)
+    mla = [(p, count) for b, count in g.spec.distinct_layers for p in b.parts if p.type == "Multi-head Latent Attn"]
+    if q and str(q["source"]).startswith("default:") and mla and len(mla[0][0].linears) >= 2:
         # modeling_deepseek_v2.DeepseekV2Attention: q_lora_rank set builds q_a_proj, q_a_layernorm and
         # q_b_proj instead of one q_proj; DeepseekV2Config defaults it to 1536, while DeepSeek-V2-Lite
         # publishes q_lora_rank null. A copy of config.json without the key gets the default.
-        (hid, rank), (_, n) = mla[0].linears[:2]
+        (hid, rank), (_, n) = mla[0][0].linears[:2]
         bias = rank if (a.used().get("attention_bias") or {}).get("value") else 0
+        n_mla = sum(count for _, count in mla)
         if rank == q["value"]:
             out.append((f"the q_a_proj, q_a_layernorm and q_b_proj that transformers' default q_lora_rank ({rank}) "
-                        f"adds in {len(mla)} layers over one q_proj: this config.json omits the key, the checkpoint "
+                        f"adds in {n_mla} layers over one q_proj: this config.json omits the key, the checkpoint "
                         f"has the q_proj (q_lora_rank null)",
-                        len(mla) * (hid * rank + bias + rank + rank * n - hid * n)))
+                        n_mla * (hid * rank + bias + rank + rank * n - hid * n)))
     return out
 
 
@@ -185,12 +221,9 @@ def explain(a: Arch, g: Graph, checkpoint: int, stored: int | None) -> tuple[str
     pct = 100.0 * gap / max(checkpoint, 1)
     scales = f" besides {a.quant.describes} with their scale tensors" if fp8 and a.quant else ""
     for slack in (0, tolerance) if tolerance else (0,):
-        for k in (1, 2, 3):
-            for combo in combinations(causes, k):
-                size = sum(s for _, s in combo)
-                # within the scale-layout slack, only causes larger than the slack can explain the gap
-                if abs(gap - size) <= slack and (slack == 0 or min(abs(s) for _, s in combo) > slack):
-                    return "info", _stores(combo) + f"{scales}."
+        combo = _exact(causes, gap) if slack == 0 else _within(causes, gap, slack)
+        if combo is not None:
+            return "info", _stores(combo) + f"{scales}."
     if fp8 and abs(gap) <= tolerance and a.quant is not None:
         return "info", (f"the checkpoint stores {a.quant.describes} with their scale tensors; our model of the scales "
                         f"differs by {gap:+,} scalars ({pct:+.3f}%).")

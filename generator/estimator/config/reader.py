@@ -6,7 +6,7 @@ bad value raises a ConfigError naming the model, the key and the value.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Hashable, Mapping
 from typing import Any, NamedTuple, TypeAlias
 
 from ...errors import ConfigError
@@ -64,6 +64,9 @@ def activation_name(r: Reader) -> str | None:
     return None
 
 
+_UNSET = object()  # Reader._memo's "not asked yet" (an answer may be None)
+_new = tuple.__new__
+
 # The builtins, for annotations inside Reader, whose methods int() and str() shadow them there.
 _Int: TypeAlias = int
 _Str: TypeAlias = str
@@ -89,7 +92,7 @@ class Reader:
     def _record(self, name: str, value: Any, source: str) -> None:
         if name not in self._seen:
             self._seen.add(name)
-            self.uses.append(KeyUse(name, value, source))
+            self.uses.append(_new(KeyUse, (name, value, source)))  # KeyUse(name, value, source), at C speed
 
     def derived(self, name: str, value: Any, formula: str) -> Any:
         self._record(name, value, f"derived:{formula}")
@@ -99,7 +102,13 @@ class Reader:
         """(value, source) or None. An explicit null is None (transformers passes it to the class)."""
         cfg = self.cfg
         aliases = self.aliases.get(name)
-        keys = (name, *aliases) if aliases else (name,)
+        if not aliases:  # the loops below over the one key
+            if name in cfg:
+                value = cfg[name]
+                return None if value is None else (value, "config:" + name)
+            value = self.defaults.get(name)
+            return None if value is None else (value, "default:" + self.model_type)
+        keys = (name, *aliases)
         for key in keys:
             if key in cfg:
                 value = cfg[key]
@@ -118,9 +127,9 @@ class Reader:
 
     def int(self, name: str, default: int | None = None, *, required: bool = True, minimum: int = 1) -> Any:
         memo = ("int", name, default, required, minimum)
-        if memo in self._memo:
-            return self._memo[memo]
-        self._memo[memo] = value = self._int(name, default, required, minimum)
+        value = self._memo.get(memo, _UNSET)
+        if value is _UNSET:
+            self._memo[memo] = value = self._int(name, default, required, minimum)
         return value
 
     def _int(self, name: _Str, default: _Int | None, required: bool, minimum: _Int) -> Any:
@@ -211,6 +220,14 @@ class Reader:
             raise ConfigError(self.model, key, value, f"must have at least {length} entries")
         self._record(name, f"list of {len(value)}", source)
         return value
+
+    def once(self, key: Hashable, make: Callable[[], Any]) -> Any:
+        """What make() returns, made once for this config under `key`: a per-layer rule (a hybrid's mixer) asks
+        every layer for a list of the whole stack."""
+        memo = ("once", key)
+        if memo not in self._memo:
+            self._memo[memo] = make()
+        return self._memo[memo]
 
     def sub(self, name: _Str) -> Mapping[_Str, Any] | None:
         """A nested config dict (text_config, vision_config, attn_config...), or None."""

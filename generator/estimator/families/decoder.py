@@ -33,6 +33,7 @@ from ..graph.parts import (
     norm_params,
     norm_part,
 )
+from ..graph.stacks import alike, copyable, numbered
 from .assembly import mla_part
 
 
@@ -172,6 +173,21 @@ def has_qk_norm(t: DecoderTraits, d: Dims) -> bool:
     return t.qk_norm is not None and not (t.qk_norm_key and not d.f(t.qk_norm_key))
 
 
+class StackRule:
+    """A per-layer rule (DecoderTraits.mixer, ExpertTraits.sparse) made from a rule listing every layer's answer, run
+    once per config at the first layer's call (a rule reading the same keys for every layer reads and records them
+    as at layer 0); _layers reads the whole list where every rule of the family is one."""
+
+    def __init__(self, stack: Callable[[Dims], list[Any]]) -> None:
+        self.stack = stack
+
+    def __call__(self, d: Dims, i: int) -> Any:
+        return self.answers(d)[i]
+
+    def answers(self, d: Dims) -> list[Any]:
+        return d.r.once(self, lambda: self.stack(d))
+
+
 def partial_rotary(default: float, neox_key: bool = False) -> Callable[[Dims], int]:
     """Rotated dims per head: head_dim x partial_rotary_factor (in rope_parameters or at the top level; GPT-NeoX
     names it rotary_pct). modeling_phi.py 0.5, modeling_stablelm.py 0.25, modeling_gpt_neox.py 0.25."""
@@ -246,20 +262,19 @@ def ffn_kind(t: DecoderTraits, d: Dims, i: int) -> str:
     return "moe" if t.moe.sparse is None or t.moe.sparse(d, i) else "dense"
 
 
-def layer(t: DecoderTraits, d: Dims, i: int, window: int) -> Block:
-    """Layer i (0-based) in forward order: norms around the mixer and the feed-forward."""
+def layer(t: DecoderTraits, d: Dims, i: int, window: int, kind: str, fk: str, mix: Part | None = None) -> Block:
+    """Layer i (0-based) in forward order, of mixer `kind` (`mix`: already built) and feed-forward kind `fk`: norms
+    around the mixer and the feed-forward."""
     n = i + 1
-    kind = t.mixer(d, i) if t.mixer else "attention"
-    if kind == "attention":
+    if mix is None and kind == "attention":
         if t.attn:
             mix = t.attn(t, d, n, window)
         elif t.mla:
             mix = mla_part(f"Attention_{n}", d.r, d.hidden, d.heads, bias=d.f("attention_bias"), window=window)
         else:
             mix = attention(t, d, n, window)
-    else:
+    elif mix is None:
         mix = t.mixers[kind](d, n)
-    fk = ffn_kind(t, d, i)
     ffn = moe(t, d, n) if fk == "moe" else mlp(t, d, n, d.k(t.moe.dense_inter) if t.moe else None) \
         if fk == "dense" else None
     cross = cross_attention_part(n, d.hidden, d.heads, d.hd, bias=d.f(t.qkv_bias), fused_kv=t.fused_qkv) \
@@ -272,24 +287,54 @@ def layer(t: DecoderTraits, d: Dims, i: int, window: int) -> Block:
 
 
 def _layers(t: DecoderTraits, d: Dims, windows: tuple[int, ...]) -> tuple[Block, ...]:
-    """Every layer. Standard attention layers (and custom ones marked attn_by_window) depend on their
-    index only through their names, the window and the feed-forward kind: each such layer is built once
-    and numbered for the others."""
-    reuse = (t.attn is None or t.attn_by_window) and not (t.moe and isinstance(d.r.cfg.get(t.moe.top_k), list))
-    seen: dict[tuple[int, str], Block | None] = {}
-    out = []
-    for i in range(d.layers):
+    """Every layer. A layer depends on its index only through its part names, its mixer kind, its window, its
+    feed-forward kind (the hybrids' mixer builders read the index for the name alone) and a custom attention (not
+    marked attn_by_window: its part, built per layer, is part of the key), unless a per-layer top-k reads it: each
+    kind of layer is built once, in forward order, and numbered for the others (graph/stacks.py)."""
+    if not d.layers:
+        return ()
+    reuse = not (t.moe and isinstance(d.r.cfg.get(t.moe.top_k), list))
+    custom = reuse and t.attn is not None and not t.attn_by_window  # the attention part keys its layer
+    sparse = t.moe.sparse if t.moe and t.ffn is None else None
+    if not custom and (t.mixer is None or isinstance(t.mixer, StackRule)) and t.ffn is None and \
+            (sparse is None or isinstance(sparse, StackRule)):
+        # every per-layer rule lists the whole stack at its first call, mixer first (as layer 0 asks them): the
+        # kinds of every layer first, then each kind built once (None: a layer built on its own)
+        kinds = t.mixer.answers(d) if isinstance(t.mixer, StackRule) else ["attention"] * d.layers
+        ffns = ["moe" if s else "dense" for s in sparse.answers(d)] if isinstance(sparse, StackRule) else \
+            [ffn_kind(t, d, 0)] * d.layers
+        reuse_attention = reuse and (t.attn is None or t.attn_by_window)
+        if reuse_attention and t.mixer is None and sparse is None and windows.count(windows[0]) == d.layers:
+            keys: list[tuple[str, int, str] | None] = []  # every layer alike
+        else:
+            keys = [(kinds[i], windows[i], ffns[i]) if (reuse_attention if kinds[i] == "attention" else reuse)
+                    else None for i in range(d.layers)]
+        return tuple(alike(range(1, d.layers + 1), lambda n: layer(t, d, n - 1, windows[n - 1], kinds[n - 1],
+                                                                   ffns[n - 1]), keys))
+    Key = tuple[str, int, str, tuple | None]
+    sources: dict[Key, Block | None] = {}  # per kind of layer: its first, copyable (None: not numbered)
+    later: dict[Key, list[int]] = {}  # per kind of layer: the numbers of its copies
+    out: list[Block | None] = []
+    attn = t.attn if custom else None
+    for i in range(d.layers):  # in forward order: the per-layer rules and the builders read the config in turn
         kind = t.mixer(d, i) if t.mixer else "attention"
-        key = (windows[i], ffn_kind(t, d, i))
-        first = seen.get(key) if reuse and kind == "attention" else None
-        if first is not None:
-            out.append(first.numbered(i + 1))
+        fk = ffn_kind(t, d, i)
+        mix = attn(t, d, i + 1, windows[i]) if attn and kind == "attention" else None
+        key = (kind, windows[i], fk, mix[1:] if mix else None)
+        if sources.get(key) is not None:
+            later[key].append(i + 1)
+            out.append(None)
             continue
-        b = layer(t, d, i, windows[i])
+        b = layer(t, d, i, windows[i], kind, fk, mix)
         out.append(b)
-        if reuse and kind == "attention" and key not in seen:
-            seen[key] = b.template()
-    return tuple(out)
+        if key not in sources and reuse:
+            sources[key], later[key] = copyable(b), []
+    for key, numbers in later.items():
+        source = sources[key]
+        if source is not None:
+            for b in numbered(source, numbers):
+                out[b.index - 1] = b
+    return tuple(out)  # type: ignore[arg-type]  # every None replaced by its copy
 
 
 def build(cfg: Mapping[str, Any], model: str, model_type: str, t: DecoderTraits, *, family: str | None = None) -> Arch:
@@ -327,7 +372,7 @@ def build(cfg: Mapping[str, Any], model: str, model_type: str, t: DecoderTraits,
     head += [lm_head_part(d.vocab, e, tie, d.f(t.head_bias)), Part("Output", "Output", width=d.vocab)]
     spec = Spec("decoder", d.hidden, d.vocab, tuple(embed), blocks, tuple(head), d.vocab, tied=tie)
     m = t.moe
-    # numbered() copies name their parts as their source does: the layers the builder made answer for them
+    # numbered copies name their parts as their source does: the layers the builder made answer for them
     has_moe = any(p.name.startswith("MoE_") for b in blocks if b.source is None for p in b.parts)
     experts = r.int(m.experts) if m and has_moe else 0
     # MLA's per-head width is qk_nope + qk_rope (the K/V head dims of DeepseekV3Attention)

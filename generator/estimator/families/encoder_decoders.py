@@ -13,6 +13,7 @@ the cross-attention KV over the encoder's tokens, per sequence.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +30,7 @@ from ..graph.parts import (
     mlp_part,
     norm_part,
 )
+from ..graph.stacks import alike
 from .assembly import Builder, assemble, bind
 
 BART_ALIASES = {"hidden_size": ("d_model",)}
@@ -74,9 +76,10 @@ def _v_bias_fix(p: Part, d: int, bias: bool, k_bias: bool) -> Part:
 
 def bart_stack(r: Reader, b: BartTraits, stack: str, layers: int, heads: int, ffn: int, d: int, first: int,
                bias: bool) -> list[Block]:
-    out = []
+    """Layers first.. of one stack: built once and numbered (graph/stacks.py) unless a hook reads the layer's place."""
     norms = ("pre_attn", "pre_mlp") if b.pre_norm else ("post_attn", "post_mlp")
-    for j, i in enumerate(range(first, first + layers)):
+
+    def layer(i: int) -> Block:
         attn = _v_bias_fix(_attn(f"Attention_{i}", "Multi-Head Attn", d, heads, bias, b.k_bias,
                                  cached=stack == "decoder"), d, bias, b.k_bias)
         if b.attn_extra:
@@ -84,11 +87,11 @@ def bart_stack(r: Reader, b: BartTraits, stack: str, layers: int, heads: int, ff
         cross = _v_bias_fix(_attn(f"Cross_Attention_{i}", "Cross Attn", d, heads, bias, b.k_bias, cross=True), d,
                             bias, b.k_bias) if stack == "decoder" else None
         # fc1/fc2 keep biases even without attention bias
-        mlp = b.ffn(r, stack, j, i, d, ffn) if b.ffn else mlp_part(f"FFN_{i}", "MLP", d, ffn, False, True)
+        mlp = b.ffn(r, stack, i - first, i, d, ffn) if b.ffn else mlp_part(f"FFN_{i}", "MLP", d, ffn, False, True)
         pre = b.layer_pre(r, stack, i, d) if b.layer_pre else []
-        out.append(standard_block(i, pre, attn, mlp, "layernorm", d, norms=norms, kind=stack, stack=stack,
-                                  cross=cross))
-    return out
+        return standard_block(i, pre, attn, mlp, "layernorm", d, norms=norms, kind=stack, stack=stack, cross=cross)
+    numbers = range(first, first + layers)
+    return [layer(i) for i in numbers] if b.ffn or b.layer_pre else alike(numbers, layer)
 
 
 def _positions(r: Reader, b: BartTraits, d: int, name: str, key: str | None = None) -> Part:
@@ -182,18 +185,26 @@ def t5(cfg: Mapping[str, Any], model: str, mt: str, t: T5Traits) -> Arch:
         extra = buckets * heads if (first or t.per_layer_bias) and not cross else 0
         return attention_part(name, typ, d, heads, heads, d_kv, rope=False, extra=extra, window=-1 if cross else 0)
 
+    def layer(stack: str, first: int, i: int) -> Block:
+        """Layer i (1-based) of the model, layer i - first (0-based) of the stack starting at layer `first`."""
+        j = i - first
+        a = att(f"Attention_{i}", "Multi-Head Attn", j == 0)
+        if stack == "encoder":
+            a = a._replace(kv=0)
+            if t.encoder_attn_extra:
+                a = a._replace(params=a.params + t.encoder_attn_extra(r, j, heads, d))
+        cross = att(f"Cross_Attention_{i}", "Cross Attn", False, True) if stack == "decoder" else None
+        f = t.ffn(r, stack, j, i, d, ff, gated) if t.ffn else \
+            mlp_part(f"FFN_{i}", "GeGLU" if gated else "MLP", d, ff, gated, False)
+        return standard_block(i, [], a, f, "rmsnorm", d, kind=stack, stack=stack, cross=cross)
+
     for stack, n in (("encoder", n_enc), ("decoder", n_dec)):
-        for j in range(n):
-            i = len(blocks) + 1
-            a = att(f"Attention_{i}", "Multi-Head Attn", j == 0)
-            if stack == "encoder":
-                a = a._replace(kv=0)
-                if t.encoder_attn_extra:
-                    a = a._replace(params=a.params + t.encoder_attn_extra(r, j, heads, d))
-            cross = att(f"Cross_Attention_{i}", "Cross Attn", False, True) if stack == "decoder" else None
-            f = t.ffn(r, stack, j, i, d, ff, gated) if t.ffn else \
-                mlp_part(f"FFN_{i}", "GeGLU" if gated else "MLP", d, ff, gated, False)
-            blocks.append(standard_block(i, [], a, f, "rmsnorm", d, kind=stack, stack=stack, cross=cross))
+        first = len(blocks) + 1
+        # a stack's first layer holds the relative bias (all do with per_layer_bias): the others are alike and
+        # numbered (graph/stacks.py), unless a hook reads the layer's place
+        own = n if t.encoder_attn_extra or t.ffn else min(n, 0 if t.per_layer_bias else 1)
+        blocks += [layer(stack, first, first + j) for j in range(own)]
+        blocks += alike(range(first + own, first + n), functools.partial(layer, stack, first))
     encoder_final = Part("Encoder_Final_Norm", "RMSNorm", d, norm_width=d)
     head = [norm_part("Final_RMSNorm", "rmsnorm", d), lm_head_part(vocab, d, tie), Part("Output", "Output", width=vocab)]
     # T5 uses relative positions: no hard context; n_positions (512) is the trained length.
@@ -220,14 +231,14 @@ def trocr(cfg: Mapping[str, Any], model: str) -> Arch:
                          Part("Position_Embedding", "Embedding", (ctx + 2) * d if learned else 0)]
     if r.flag("layernorm_embedding", True):
         embed.append(norm_part("Embedding_LayerNorm", "layernorm", d))
-    blocks = []
-    for i in range(1, n + 1):
+    def layer(i: int) -> Block:
         attn = _attn(f"Attention_{i}", "Multi-Head Attn", d, heads, True, True)
         cross = _attn(f"Cross_Attention_{i}", "Cross Attn", d, heads, True, True, cross=True)
         if cross_in != d:
             cross = cross._replace(params=cross.params + 2 * (cross_in - d) * d)
         mlp = mlp_part(f"FFN_{i}", "MLP", d, ffn, False, True)
-        blocks.append(standard_block(i, [], attn, mlp, "layernorm", d, norms=("post_attn", "post_mlp"), cross=cross))
+        return standard_block(i, [], attn, mlp, "layernorm", d, norms=("post_attn", "post_mlp"), cross=cross)
+    blocks = alike(range(1, n + 1), layer)
     tie = r.flag("tie_word_embeddings", True)
     head = [lm_head_part(vocab, d, tie), Part("Output", "Output", width=vocab)]
     return assemble(cfg, model, r, hidden=d, layers=n, heads=heads, kv=heads, head_dim=d // heads, inter=ffn,
@@ -304,22 +315,23 @@ def prophetnet(cfg: Mapping[str, Any], model: str) -> Arch:
         en, eh, ef = r.int("num_encoder_layers"), r.int("num_encoder_attention_heads"), r.int("encoder_ffn_dim")
         embed += [Part("Encoder_Positions", "Embedding", ctx * h),
                   Part("Encoder_LayerNorm", "LayerNorm", 2 * h, norm_width=h)]
-        for i in range(1, en + 1):
+        def encoder_layer(i: int) -> Block:
             a = attention_part(f"Attention_{i}", "Multi-Head Attn", h, eh, eh, h // eh, qkv_bias=True, o_bias=True,
                                rope=False, cached=False)
-            blocks.append(standard_block(i, [], a, mlp_part(f"FFN_{i}", "MLP", h, ef, False, True), "layernorm", h,
-                                         norms=("post_attn", "post_mlp"), kind="encoder", stack="encoder"))
+            return standard_block(i, [], a, mlp_part(f"FFN_{i}", "MLP", h, ef, False, True), "layernorm", h,
+                                  norms=("post_attn", "post_mlp"), kind="encoder", stack="encoder")
+        blocks = alike(range(1, en + 1), encoder_layer)
     dn, dh, df = r.int("num_decoder_layers"), r.int("num_decoder_attention_heads"), r.int("decoder_ffn_dim")
     embed += [Part("Position_Embedding", "Embedding", ctx * h), Part("Ngram_Embedding", "Embedding", r.int("ngram", 2) * h),
               norm_part("Embedding_LayerNorm", "layernorm", h)]
-    for _ in range(dn):
-        i = len(blocks) + 1
+    def decoder_layer(i: int) -> Block:
         a = attention_part(f"Attention_{i}", "N-gram Attn", h, dh, dh, h // dh, qkv_bias=True, o_bias=True, rope=False,
                            extra=linear(h, buckets * dh, True))
         c = attention_part(f"Cross_Attention_{i}", "Cross Attn", h, dh, dh, h // dh, qkv_bias=True, o_bias=True,
                            rope=False, window=-1)
-        blocks.append(standard_block(i, [], a, mlp_part(f"FFN_{i}", "MLP", h, df, False, True), "layernorm", h,
-                                     norms=("post_attn", "post_mlp"), cross=c))
+        return standard_block(i, [], a, mlp_part(f"FFN_{i}", "MLP", h, df, False, True), "layernorm", h,
+                              norms=("post_attn", "post_mlp"), cross=c)
+    blocks += alike(range(len(blocks) + 1, len(blocks) + dn + 1), decoder_layer)
     tie = r.flag("tie_word_embeddings", True)
     if not tie:  # the decoder wrapper's own word embeddings are then a third copy; with an encoder, a fourth too
         embed.append(Part("Decoder_Embedding", "Embedding", (1 if causal else 2) * vocab * h))

@@ -29,6 +29,7 @@ from ..graph.parts import (
     mlp_part,
     norm_part,
 )
+from ..graph.stacks import alike
 from .assembly import Builder, assemble, bind
 
 
@@ -143,11 +144,11 @@ def bert_like(cfg: Mapping[str, Any], model: str, mt: str, e: EncoderTraits) -> 
         embed.append(Part("Project_In", "Linear", linear(emb, h, True), matmul=emb * h))
     if e.positions == "roformer":
         embed.append(Part("Sinusoidal_Positions", "Embedding", ctx * hd))
-    blocks = []
     norms = ("pre_attn", "pre_mlp") if e.pre_norm else ("post_attn", "post_mlp")
     # add_cross_attention (a decoder, e.g. EncoderDecoderModel's): BertLayer.crossattention, q/k/v/o + its LayerNorm
     dec = r.flag("add_cross_attention", False)
-    for i in range(1, n + 1):
+
+    def layer(i: int) -> Block:
         attn = attention_part(f"Attention_{i}", attention_type(heads_n, heads_n), h, heads_n, heads_n, hd,
                               qkv_bias=True, o_bias=True, rope=e.positions == "roformer", cached=dec)
         cross = cross_attention_part(i, h, heads_n, hd, bias=True) if dec else None
@@ -156,7 +157,8 @@ def bert_like(cfg: Mapping[str, Any], model: str, mt: str, e: EncoderTraits) -> 
                            stack="decoder" if dec else "encoder", cross=cross)
         if e.layer_extra:
             b = Block(b.index, b.kind, (*b.parts, Part(f"Extra_{i}", "Parameters", e.layer_extra(r, h))), b.stack)
-        blocks.append(b)
+        return b
+    blocks = alike(range(1, n + 1), layer)  # every layer alike: built once, numbered (graph/stacks.py)
     head: list[Part] = [norm_part("Final_LayerNorm", "layernorm", h)] if e.pre_norm else []
     kind = head_kind(cfg)
     head += heads(e, r, kind, h, emb, vocab, tie, cfg)
@@ -208,13 +210,12 @@ FAMILIES: dict[str, EncoderTraits] = {
 
 
 def _encoder_blocks(n: int, h: int, heads: int, inter: int, extra: int = 0) -> list:
-    out = []
-    for i in range(1, n + 1):
+    def layer(i: int) -> Block:
         attn = attention_part(f"Attention_{i}", "Multi-Head Attn", h, heads, heads, h // heads, qkv_bias=True, o_bias=True,
                               rope=False, cached=False, extra=extra)
-        out.append(standard_block(i, [], attn, mlp_part(f"FFN_{i}", "MLP", h, inter, False, True), "layernorm", h,
-                                  norms=("post_attn", "post_mlp"), kind="encoder", stack="encoder"))
-    return out
+        return standard_block(i, [], attn, mlp_part(f"FFN_{i}", "MLP", h, inter, False, True), "layernorm", h,
+                              norms=("post_attn", "post_mlp"), kind="encoder", stack="encoder")
+    return alike(range(1, n + 1), layer)
 
 
 def _tail(kind: str, cfg: Mapping[str, Any], h: int, vocab: int, tie: bool, transform: int,
@@ -320,12 +321,12 @@ def xlm(cfg: Mapping[str, Any], model: str, mt: str = "xlm", pre_norm: str | Non
     if r.int("n_langs", 1) > 1 and r.flag("use_lang_emb", True):
         embed.append(Part("Language_Embedding", "Embedding", r.int("n_langs") * h))
     embed.append(norm_part("Embedding_LayerNorm", "layernorm", h))
-    blocks = []
-    for i in range(1, n + 1):
+    def layer(i: int) -> Block:
         attn = attention_part(f"Attention_{i}", attention_type(heads, heads), h, heads, heads, h // heads, qkv_bias=True,
                               o_bias=True, rope=False)
-        blocks.append(standard_block(i, [], attn, mlp_part(f"FFN_{i}", "MLP", h, 4 * h, False, True), "layernorm", h,
-                                     norms=("pre_attn", "pre_mlp") if r.flag(pre_norm) else ("post_attn", "post_mlp")))
+        return standard_block(i, [], attn, mlp_part(f"FFN_{i}", "MLP", h, 4 * h, False, True), "layernorm", h,
+                              norms=("pre_attn", "pre_mlp") if r.flag(pre_norm) else ("post_attn", "post_mlp"))
+    blocks = alike(range(1, n + 1), layer)
     tie = r.flag("tie_word_embeddings", True)
     head = [Part("LM_Head", "Linear", vocab + (0 if tie else vocab * h), width=vocab, matmul=vocab * h),
             Part("Output", "Output", width=vocab)]

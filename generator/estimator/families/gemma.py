@@ -19,7 +19,7 @@ from ..graph.parts import (
     norm_part,
 )
 from .assembly import Builder, assemble
-from .decoder import DecoderTraits, Dims, ExpertTraits, attention, build, mlp
+from .decoder import DecoderTraits, Dims, ExpertTraits, StackRule, attention, build, mlp
 from .decoder import Dims as _D
 from .vision_language import retie
 
@@ -245,7 +245,8 @@ def recurrent_gemma(cfg: Mapping[str, Any], model: str) -> Arch:
     return build(dict(cfg, intermediate_size=inter), model, "recurrent_gemma", RECURRENT_GEMMA)
 
 RECURRENT_GEMMA = DecoderTraits(tie=True, mlp_bias=True, qkv_bias="attention_bias", attn=_griffin_attention,
-                              mixer=lambda d, i: "rglru" if _griffin_types(d)[i] == "recurrent" else "attention",
+                              mixer=StackRule(lambda d: ["rglru" if t == "recurrent" else "attention"
+                                                           for t in _griffin_types(d)]),
                               mixers={"rglru": _rglru})
 
 BUILDERS: dict[str, Builder] = {

@@ -20,6 +20,7 @@ from ..graph.parts import (
     mlp_part,
     norm_part,
 )
+from ..graph.stacks import alike
 from .assembly import Builder, assemble, plain_attention
 from .decoder import DecoderTraits, Dims, partial_rotary
 
@@ -98,8 +99,7 @@ def _simple(cfg: Mapping[str, Any], model: str, mt: str, *, aliases: Mapping[str
     kv_heads = kv or heads
     hd = h // heads
     tie = r.flag("tie_word_embeddings", True)
-    blocks = []
-    for i in range(1, n + 1):
+    def layer(i: int) -> Block:
         w = windows[i - 1] if windows else 0
         attn = attention_part(f"Attention_{i}", attention_type(heads, kv_heads), h, heads, kv_heads, hd,
                               qkv_bias=qkv_bias, o_bias=o_bias, fused_qkv=fused, rope=rope, window=w)
@@ -107,10 +107,10 @@ def _simple(cfg: Mapping[str, Any], model: str, mt: str, *, aliases: Mapping[str
         xattn = cross_attention_part(i, h, heads, hd, bias=qkv_bias, fused_kv=fused) if crossed else None
         if parallel:  # one norm feeds attention and MLP (GPT-J)
             parts = (norm_part(f"LayerNorm_{i}_1", norm, h), attn, ffn, Part(f"Add_{i}", "Add"))
-            blocks.append(Block(i, "attention", parts))
-        else:
-            blocks.append(standard_block(i, [], attn, ffn, norm, h, norms=norms, kind="sliding" if w else "attention",
-                                         cross=xattn))
+            return Block(i, "attention", parts)
+        return standard_block(i, [], attn, ffn, norm, h, norms=norms, kind="sliding" if w else "attention", cross=xattn)
+    # a layer depends on its index only through its names and its window: one built per window, the others numbered
+    blocks = alike(range(1, n + 1), layer, windows[:n] if len(windows) >= n else ())
     pos = ctx + kw.pop("pos_offset", 0) if positions is None else positions
     return assemble(cfg, model, r, hidden=h, layers=n, heads=heads, kv=kv_heads, head_dim=hd, inter=inter,
                     vocab=vocab, ctx=ctx, tie=tie, embed=_embed(vocab, h, pos) if not rope else

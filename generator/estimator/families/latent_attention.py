@@ -129,19 +129,26 @@ def _v4_attention(t: DecoderTraits, d: Dims, n: int, window: int) -> Part:
     # head (kv_proj + norm), grouped o_a_proj (o_groups blocks of heads x head_dim / o_groups -> o_lora_rank),
     # o_b_proj, per-head sinks. CSA layers add a compressor (kv/gate hidden -> 2 x head_dim, position_bias of
     # rate x 2 x head_dim, norm) with its indexer (the same at index_head_dim, q_b_proj from q_lora_rank,
-    # weights_proj hidden -> index_n_heads); HCA layers a compressor at head_dim.
-    h, heads, hd, rq = d.hidden, d.heads, d.k("head_dim"), d.k("q_lora_rank")
-    groups, rank = d.k("o_groups"), d.k("o_lora_rank")
+    # weights_proj hidden -> index_n_heads); HCA layers a compressor at head_dim. The part depends on the layer
+    # only through its type and window: made once per (type, window) and config, named per layer.
+    hd, rq, groups, rank = d.k("head_dim"), d.k("q_lora_rank"), d.k("o_groups"), d.k("o_lora_rank")
+    kind = _v4_type(d, n)
+    part = d.r.once(("deepseek_v4 attention", kind, window), lambda: _v4_part(d, kind, window, hd, rq, groups, rank))
+    return part._replace(name=f"Attention_{n}")
+
+
+def _v4_part(d: Dims, kind: str, window: int, hd: int, rq: int, groups: int, rank: int) -> Part:
+    """The attention part of a layer type (_v4_attention), named by the caller."""
+    h, heads = d.hidden, d.heads
     # o_a_proj: one weight [groups x rank, heads x head_dim / groups], applied to each group of heads
     lin = [(h, rq), (rq, heads * hd), (h, hd), (heads * hd // groups, groups * rank), (groups * rank, h)]
     params = sum(i * o for i, o in lin) + rq + hd + heads
-    kind = _v4_type(d, n)
     if kind == "compressed_sparse_attention":
         ih, ihd, rate = d.k("index_n_heads"), d.k("index_head_dim"), _v4_rate(d, kind)
         params += 2 * h * 2 * hd + rate * 2 * hd + hd + 2 * h * 2 * ihd + rate * 2 * ihd + ihd + rq * ih * ihd + h * ih
     elif kind == "heavily_compressed_attention":
         params += 2 * h * hd + _v4_rate(d, kind) * hd + hd
-    return Part(f"Attention_{n}", "Compressed MQA" if kind != "sliding_attention" else "Sliding MQA", params,
+    return Part("Attention", "Compressed MQA" if kind != "sliding_attention" else "Sliding MQA", params,
                 matmul=sum(i * o for i, o in lin), linears=tuple(lin[:3]) + ((groups * rank, h),),
                 act=rq + 4 * heads * hd + 2 * hd, act32=heads, transient=2 * heads * hd + hd, kv=hd, window=window,
                 attn_flops=4 * heads * hd)

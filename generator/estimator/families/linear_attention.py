@@ -11,7 +11,7 @@ from collections.abc import Callable
 from ...errors import ConfigError
 from ..graph.parts import Part
 from .assembly import mla_part
-from .decoder import DecoderTraits, Dims, ExpertTraits
+from .decoder import DecoderTraits, Dims, ExpertTraits, StackRule
 from .mixture_of_experts import _n_shared, _width, first_k_dense, qwen_sparse
 
 LEGACY = {"mamba": "linear_attention", "attention": "full_attention", "hybrid": "full_attention"}
@@ -55,7 +55,7 @@ def _qwen_next_types(d: Dims) -> list[str]:
     return layer_types(d, lambda i: "full_attention" if (i + 1) % interval == 0 else "linear_attention")
 
 
-QWEN_NEXT_MIXER = lambda d, i: "attention" if _qwen_next_types(d)[i] == "full_attention" else "gdn"  # noqa: E731
+QWEN_NEXT_MIXER = StackRule(lambda d: ["attention" if t == "full_attention" else "gdn" for t in _qwen_next_types(d)])
 
 
 # --- minimax (modeling_minimax.py): lightning (linear) attention layers with a fused qkv_proj, an RMSNorm
@@ -69,7 +69,7 @@ def _lightning(d: Dims, n: int) -> Part:
 
 
 def _types_mixer(linear_name: str, default: Callable[[int], str] = lambda i: "full_attention") -> Callable[[Dims, int], str]:
-    return lambda d, i: linear_name if is_linear(layer_types(d, default)[i]) else "attention"
+    return StackRule(lambda d: [linear_name if is_linear(t) else "attention" for t in layer_types(d, default)])
 
 
 # --- Kimi Delta Attention (modeling_kimi_linear.py) and bailing_hybrid's linear attention: q/k/v of
@@ -136,8 +136,7 @@ TRAITS: dict[str, DecoderTraits] = {
     "qwen3_5_moe_text": DecoderTraits(qkv_bias="attention_bias", o_bias="attention_bias", qk_norm="head", q_mult=2,
                           mixer=QWEN_NEXT_MIXER, mixers={"gdn": lambda d, n: gdn_part(d, n, split=True)},
                           moe=ExpertTraits(shared=_width("shared_expert_intermediate_size"), shared_gate=True)),
-    "minimax": DecoderTraits(mixer=lambda d, i: "lightning" if is_linear(
-    layer_types(d, lambda j: "full_attention" if (j + 1) % 2 else "linear_attention")[i]) else "attention",
+    "minimax": DecoderTraits(mixer=_types_mixer("lightning", lambda j: "full_attention" if (j + 1) % 2 else "linear_attention"),
     mixers={"lightning": _lightning}, moe=ExpertTraits(experts="num_local_experts", inter="intermediate_size")),
     "lara_mini": DecoderTraits(qkv_bias="attention_bias", o_bias="attention_bias", qk_norm="head", tie=True,
                         mixer=_types_mixer("gdn"),

@@ -23,7 +23,7 @@ from ..graph.parts import (
     norm_part,
 )
 from .assembly import Builder, assemble
-from .decoder import DecoderTraits, Dims, ExpertTraits, attention, build
+from .decoder import DecoderTraits, Dims, ExpertTraits, StackRule, attention, build
 from .linear_attention import LEGACY, layer_types
 from .mamba import mamba2_part, mamba_part
 from .mixture_of_experts import _width
@@ -63,8 +63,9 @@ def _bamba_mixer(d: Dims, i: int) -> str:
     return "attention" if i in idx else "mamba2"
 
 
-def _granite_hybrid_mixer(d: Dims, i: int) -> str:
-    return "attention" if layer_types(d, lambda i: "linear_attention")[i] == "full_attention" else "mamba2"
+# granitemoehybrid: attention on "full_attention" layers (layer_types, default all Mamba-2), Mamba-2 elsewhere
+_granite_hybrid_mixer = StackRule(lambda d: ["attention" if t == "full_attention" else "mamba2"
+                                               for t in layer_types(d, lambda i: "linear_attention")])
 
 
 # --- falcon_h1 (modeling_falcon_h1.py): every layer runs attention and a Mamba-2 mixer side by side.

@@ -27,37 +27,46 @@ from ..graph.parts import (
     norm_part,
 )
 from .assembly import Builder, assemble, mla_part
-from .decoder import DecoderTraits, Dims, ExpertTraits, attention, build
+from .decoder import DecoderTraits, Dims, ExpertTraits, StackRule, attention, build
 
 
-def sparse_by_types(default: Callable[[Dims, int], bool]) -> Callable[[Dims, int], bool]:
-    """`mlp_layer_types` ("dense"/"sparse") when the config writes it, else the family's rule."""
-    def rule(d: Dims, i: int) -> bool:
+def sparse_by_types(default: Callable[[Dims], list[bool]]) -> StackRule:
+    """Per layer, whether it has experts: `mlp_layer_types` ("dense"/"sparse") when the config writes it, else the
+    family's rule, which lists every layer (decoder.StackRule: the keys it reads are the same for every layer)."""
+    def stack(d: Dims) -> list[bool]:
         types = d.r.cfg.get("mlp_layer_types")
         if types is not None:
             if not isinstance(types, list) or len(types) < d.layers or not all(isinstance(t, str) for t in types):
                 raise ConfigError(d.r.model, "mlp_layer_types", types, f"must list {d.layers} layer kinds")
-            return types[i] != "dense"
-        return default(d, i)
-    return rule
+            return [t != "dense" for t in types[:d.layers]]
+        return default(d)
+    return StackRule(stack)
 
 
-def first_k_dense(key: str = "first_k_dense_replace", freq: str | None = None, k0: int = 0) -> Callable[[Dims, int], bool]:
+def from_layer(k: int) -> Callable[[Dims], list[bool]]:
+    """Experts on every layer from index k (0-based) on."""
+    return lambda d: [i >= k for i in range(d.layers)]
+
+
+def first_k_dense(key: str = "first_k_dense_replace", freq: str | None = None, k0: int = 0) -> StackRule:
     # modeling_deepseek_v3.py: layer_idx >= first_k_dense_replace (and layer_idx % moe_layer_freq == 0 in v2);
     # k0 is the configuration file's default when the key is popped rather than stored.
-    def rule(d: Dims, i: int) -> bool:
+    def stack(d: Dims) -> list[bool]:
         k = d.k(key, k0, minimum=0)
         f = d.k(freq, 1) if freq else 1
-        return i >= k and i % f == 0
-    return sparse_by_types(rule)
+        return [i >= k and i % f == 0 for i in range(d.layers)]
+    return sparse_by_types(stack)
 
 
-def qwen_sparse(d: Dims, i: int) -> bool:
+def _qwen_sparse(d: Dims) -> list[bool]:
     # modeling_qwen2_moe.py: (layer_idx not in mlp_only_layers) and num_experts > 0 and
     # (layer_idx + 1) % decoder_sparse_step == 0
     only = d.r.list("mlp_only_layers", int) or []
     step = d.k("decoder_sparse_step", 1)
-    return i not in only and (i + 1) % step == 0
+    return [i not in only and (i + 1) % step == 0 for i in range(d.layers)]
+
+
+qwen_sparse = StackRule(_qwen_sparse)
 
 
 def _n_shared(count_key: str, width_key: str = "moe_intermediate_size") -> Callable[[Dims], int]:
@@ -97,13 +106,13 @@ def _laguna_attention(t: DecoderTraits, d: Dims, n: int, window: int) -> Part:
     return attention(t, d, n, window, heads=heads, extra=gate)
 
 
-def _llama4_sparse(d: Dims, i: int) -> bool:
+def _llama4_sparse(d: Dims) -> list[bool]:
     # configuration_llama4.py: moe_layers, else every interleave_moe_layer_step-th layer.
     layers = d.r.list("moe_layers", int)
     if layers is None:
         step = d.k("interleave_moe_layer_step", 1)
-        return (i - (step - 1)) % step == 0 and i >= step - 1
-    return i in layers
+        return [(i - (step - 1)) % step == 0 and i >= step - 1 for i in range(d.layers)]
+    return [i in layers for i in range(d.layers)]
 
 
 def _minimax_m3_attention(t: DecoderTraits, d: Dims, n: int, window: int) -> Part:
@@ -308,7 +317,7 @@ TRAITS: dict[str, DecoderTraits] = {
     "hy_v3": DecoderTraits(qkv_bias="attention_bias", o_bias="attention_bias", qk_norm="head", mlp_bias="mlp_bias",
                 moe=ExpertTraits(shared=_n_shared("num_shared_experts"), shared_bias="mlp_bias", sparse=first_k_dense(k0=1))),
     "mellum": DecoderTraits(qkv_bias="attention_bias", o_bias="attention_bias", qk_norm="head",
-                moe=ExpertTraits(experts="num_local_experts", sparse=sparse_by_types(lambda d, i: True))),
+                moe=ExpertTraits(experts="num_local_experts", sparse=sparse_by_types(from_layer(0)))),
     "aria_text": DecoderTraits(mlp_bias="mlp_bias", qkv_bias="attention_bias", o_bias="attention_bias",
                    moe=ExpertTraits(experts="moe_num_experts", top_k="moe_topk", inter="intermediate_size",
                          shared=_n_shared("moe_num_shared_experts", "intermediate_size"), shared_bias="mlp_bias")),
@@ -320,21 +329,21 @@ TRAITS: dict[str, DecoderTraits] = {
                # HYV4HyperHead: hc_fn (m x m.hidden), hc_base (m), hc_scale (1)
                extra_head=lambda d: d.k("hc_mult") ** 2 * d.hidden + d.k("hc_mult") + 1,
                moe=ExpertTraits(experts="n_routed_experts", shared=_n_shared("n_shared_experts"),
-                     sparse=sparse_by_types(lambda d, i: i >= 1))),
+                     sparse=sparse_by_types(from_layer(1)))),
     "deepseek_v32": DecoderTraits(mla=True, attn=_mla_indexed, attn_by_window=True, moe=DEEPSEEK),
     "glm_moe_dsa": DecoderTraits(mla=True, attn=_mla_indexed, attn_by_window=True, moe=DEEPSEEK),
     "mimo_v2_flash": DecoderTraits(qkv_bias="attention_bias", attn=_mimo_attention, attn_by_window=True,
-                       moe=ExpertTraits(experts="n_routed_experts", sparse=sparse_by_types(lambda d, i: i >= 1))),
+                       moe=ExpertTraits(experts="n_routed_experts", sparse=sparse_by_types(from_layer(1)))),
     "laguna": DecoderTraits(qkv_bias="attention_bias", o_bias="attention_bias", qk_norm="head", attn=_laguna_attention,
                 moe=ExpertTraits(shared=_width("shared_expert_intermediate_size"), score_bias=True,
-                      sparse=sparse_by_types(lambda d, i: i >= 1))),
+                      sparse=sparse_by_types(from_layer(1)))),
     "llama4_text": DecoderTraits(qkv_bias="attention_bias", o_bias="attention_bias",
                      moe=ExpertTraits(experts="num_local_experts", inter="intermediate_size", shared=_width("intermediate_size"),
-                           sparse=_llama4_sparse, dense_inter="intermediate_size_mlp")),
+                           sparse=StackRule(_llama4_sparse), dense_inter="intermediate_size_mlp")),
     "minimax_m3_vl_text": DecoderTraits(qk_norm="head", attn=_minimax_m3_attention,
                             moe=ExpertTraits(experts="num_local_experts", inter="intermediate_size",
                                   shared=_width("shared_intermediate_size"), dense_inter="dense_intermediate_size",
-                                  sparse=sparse_by_types(lambda d, i: True))),
+                                  sparse=sparse_by_types(from_layer(0)))),
     # modeling_gpt_oss.py: biases everywhere, per-head sinks, router bias, experts' biases
     "gpt_oss": DecoderTraits(qkv_bias="attention_bias", o_bias="attention_bias", attn_extra=lambda d: d.heads,
                  moe=ExpertTraits(experts="num_local_experts", inter="intermediate_size", router_bias=True, expert_bias=True)),
@@ -352,7 +361,7 @@ TRAITS: dict[str, DecoderTraits] = {
     "beam": DecoderTraits(qkv_bias="attention_bias", o_bias="attention_bias", norms=("pre_attn", "post_attn", "pre_mlp", "post_mlp"),
               qk_norm="head",
               attn_linears=lambda d: ((d.hidden, d.heads * d.hd),), attn_extra=lambda d: d.heads,
-              moe=ExpertTraits(sparse=sparse_by_types(lambda d, i: i >= min(3, d.layers)))),
+              moe=ExpertTraits(sparse=sparse_by_types(from_layer(3)))),
     # MLA without experts (modeling_minicpm3.py, modeling_youtu.py)
     "minicpm3": DecoderTraits(mla=True, tie=True, mlp_bias="mlp_bias"),
     "youtu": DecoderTraits(mla=True, tie=True),

@@ -13,17 +13,18 @@ from ..config.reader import Reader
 from ..graph.parts import Part, linear
 from .assembly import Builder
 from .decoder import DecoderTraits, Dims, ExpertTraits, attention, build
-from .mixture_of_experts import first_k_dense, sparse_by_types
+from .mixture_of_experts import first_k_dense, from_layer, sparse_by_types
 
 
-def _step3p5_sparse(d: Dims, i: int) -> bool:
+def _step3p5_sparse(d: Dims) -> list[bool]:
     # configuration_step3p7.Step3p7TextConfig.__post_init__: the legacy moe_layers_enum (indices, a list or a
     # comma-separated string) names the MoE layers, else every layer from index 3 on.
     legacy = d.r.cfg.get("moe_layers_enum")
     if legacy is not None:
         items = legacy.split(",") if isinstance(legacy, str) else legacy if isinstance(legacy, list) else []
-        return i in {int(x) for x in items if str(x).strip()}
-    return i >= 3
+        named = {int(x) for x in items if str(x).strip()}
+        return [i in named for i in range(d.layers)]
+    return [i >= 3 for i in range(d.layers)]
 
 
 def _step3p5_attention(t: DecoderTraits, d: Dims, n: int, window: int) -> Part:
@@ -114,7 +115,7 @@ ERNIE_VL = DecoderTraits(qkv_bias="use_bias", o_bias="use_bias", mlp_bias="use_b
                                           shared=lambda d: d.k("moe_num_shared_experts", 0, minimum=0)
                                           * d.k("moe_intermediate_size"),
                                           shared_bias="use_bias", score_bias=True, extra=_ernie_vl_vision_experts,
-                                          sparse=sparse_by_types(lambda d, i: i >= 1)))
+                                          sparse=sparse_by_types(from_layer(1))))
 
 
 def ernie4_5_vl_moe_text(cfg: Mapping[str, Any], model: str) -> Arch:

@@ -9,7 +9,7 @@ from ..config.arch import Arch
 from ..config.reader import Reader
 from ..graph.parts import Part, linear
 from .assembly import Builder
-from .decoder import DecoderTraits, Dims, ExpertTraits, build
+from .decoder import DecoderTraits, Dims, ExpertTraits, StackRule, build
 from .decoder import Dims as _D
 from .linear_attention import layer_types
 from .mixture_of_experts import first_k_dense
@@ -40,10 +40,13 @@ def _lfm2_inter(d: Dims) -> int:
     return inter
 
 
-def _lfm2_mixer(d: Dims, i: int) -> str:
+def _lfm2_kinds(d: Dims) -> list[str]:
     idx = d.r.list("full_attn_idxs", int)
     default = (lambda j: "full_attention" if idx is None or j in idx else "conv")
-    return "attention" if layer_types(d, default)[i] in ("full_attention", "sliding_attention") else "conv"
+    return ["attention" if t in ("full_attention", "sliding_attention") else "conv" for t in layer_types(d, default)]
+
+
+_lfm2_mixer = StackRule(_lfm2_kinds)
 
 
 LFM2 = DecoderTraits(qk_norm="head", tie=True, mixer=_lfm2_mixer, mixers={"conv": _lfm_conv})
@@ -63,7 +66,8 @@ TRAITS: dict[str, DecoderTraits] = {
 "lfm3": DecoderTraits(norms=("pre_attn", "post_attn", "pre_mlp", "post_mlp"), qk_norm="head", tie=True,
                    qkv_bias="attention_bias", o_bias="attention_bias",
                    attn_linears=lambda d: ((d.hidden, d.heads),) if d.f("use_attention_gate", True) else (),
-                   mixer=lambda d, i: "conv" if layer_types(d, lambda j: "full_attention")[i] == "conv" else "attention",
+                   mixer=StackRule(lambda d: ["conv" if t == "conv" else "attention"
+                                                for t in layer_types(d, lambda j: "full_attention")]),
                    mixers={"conv": _lfm_conv}),
 }
 

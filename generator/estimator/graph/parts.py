@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 # Parameters per width of each norm kind (torch.nn.LayerNorm: weight + bias; RMSNorm: weight).
 NORM_PARAMS_PER_WIDTH = {"rmsnorm": 1, "layernorm": 2, "layernorm_nobias": 1, "layernorm_noparams": 0}
@@ -95,8 +95,9 @@ class Block:
     lora_io: int = field(init=False, repr=False, compare=False)  # sum of in + out over the Linears
     kv: tuple[tuple[int, int], ...] = field(init=False, repr=False, compare=False)  # (window, kv) per cached part
     attn: tuple[tuple[int, int], ...] = field(init=False, repr=False, compare=False)  # (window, attn_flops)
-    # The layer numbered() made this one from (equal to it but for part names); None for a layer its builder
-    # made, or remade (dataclasses.replace runs __post_init__). Spec.layer_groups groups a stack's copies by it.
+    # The layer graph/stacks.numbered made this one from (an earlier layer of the stack, equal to it but for the number
+    # in its part names); None for a layer its builder made, or remade (dataclasses.replace runs __post_init__).
+    # Spec.layer_groups groups a stack's copies by it.
     source: Block | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -113,7 +114,7 @@ class Block:
             norm_w += p.norm_width
             act += p.act
             act32 += p.act32
-            act_frozen += p.frozen_act
+            act_frozen += p.act if p.act_frozen < 0 else p.act_frozen
             state += p.state
             if p.transient > transient:
                 transient = p.transient
@@ -130,33 +131,16 @@ class Block:
             transient=transient, state=state, linears=tuple(linears), lora_in=sum(i for i, _ in linears),
             lora_io=sum(i + o for i, o in linears), kv=tuple(kv), attn=tuple(attn), source=None)
 
-    def numbered(self, index: int) -> Block:
-        """This layer as layer `index`, sums kept (a stack of identical layers is built once: families/decoder.py);
-        its parts are made when first read (__getattr__), the structure table names its rows itself."""
-        fields = self.__dict__.copy()  # the sums, kept
-        fields["index"], fields["source"] = index, self
-        del fields["parts"]
-        return _block(fields)
-
     if not TYPE_CHECKING:  # to the type checker `parts` is the field; an unknown attribute stays an error
         def __getattr__(self, name: str) -> tuple[Part, ...]:
-            """A numbered() copy's parts, made on first read: its source's with "#" in the names numbered."""
+            """A numbered copy's parts (graph/stacks.py), made on first read: its source's, "_<source's index>" in the
+            names made "_<index>"."""
             source = self.__dict__.get("source")
             if name != "parts" or source is None:
                 raise AttributeError(name)
-            tag, new = str(self.index), tuple.__new__  # a Part is a named tuple whose first field is the name
-            parts = self.__dict__["parts"] = tuple([new(Part, (p[0].replace("#", tag),) + p[1:]) for p in source.parts])
+            was, tag, new = f"_{source.index}", f"_{self.index}", tuple.__new__  # a Part: a named tuple, name first
+            parts = self.__dict__["parts"] = tuple([new(Part, (p[0].replace(was, tag, 1),) + p[1:]) for p in source.parts])
             return parts
-
-    def template(self) -> Block | None:
-        """This layer with its number in every name replaced by "#", for numbered(); None when a name
-        does not hold the number as "<name>_<index>" (or holds a "#" of its own)."""
-        tag, number = f"_{self.index}", str(self.index)
-        names = [p[0].replace(tag, "_#", 1) for p in self.parts]
-        if any("#" not in n or n.replace("#", number) != p[0] for n, p in zip(names, self.parts, strict=True)):
-            return None
-        parts = tuple([tuple.__new__(Part, (n,) + p[1:]) for n, p in zip(names, self.parts, strict=True)])
-        return _block({**self.__dict__, "parts": parts})
 
 
 @dataclass(frozen=True)
@@ -183,19 +167,16 @@ class Spec:
     def layer_groups(self) -> tuple[int, ...]:
         """Per layer, the index of the first layer equal to it but for its part names (Part.name is the one field
         left out of the key): the memory terms are computed once per distinct layer (profile.per_distinct_layer),
-        and this once per model, however many jobs and plans ask. The copies numbered() made of one layer
+        and this once per model, however many jobs and plans ask. The numbered copies of one layer (graph/stacks.py)
         (Block.source) are equal to it but for their names: its key is made once for all of them."""
         first: dict[tuple, int] = {}
-        by_source: dict[int, int] = {}  # id of a numbered() source -> its group (the sources live in the copies)
+        group_of: dict[int, int] = {}  # id of a layer the builder made (perhaps a copies' source) -> its group
         groups = []
         for k, b in enumerate(self.blocks):
-            source = b.source
-            if source is None:
-                groups.append(first.setdefault(_layer_key(b), k))
-                continue
-            group = by_source.get(id(source))
+            made = b.source or b  # a copy stands as its source
+            group = group_of.get(id(made))
             if group is None:
-                group = by_source[id(source)] = first.setdefault(_layer_key(source), k)
+                group = group_of[id(made)] = first.setdefault(_layer_key(made), k)
             groups.append(group)
         return tuple(groups)
 
@@ -203,21 +184,18 @@ class Spec:
     def distinct_layers(self) -> tuple[tuple[Block, int], ...]:
         """Each distinct layer of the stack (layer_groups) as its first occurrence, with how many layers it stands
         for: a sum over the layers of a term that reads no part name is a sum over these, each times its count."""
+        groups = self.layer_groups
+        firsts = dict.fromkeys(groups)  # the groups, in forward order
+        if len(firsts) <= 16:  # a few kinds of layer: each counted by a scan at C speed
+            return tuple([(self.blocks[k], groups.count(k)) for k in firsts])
         counts: dict[int, int] = {}
-        for group in self.layer_groups:
+        for group in groups:
             counts[group] = counts.get(group, 0) + 1
         return tuple((self.blocks[k], n) for k, n in counts.items())
 
     @property
     def params(self) -> int:
         return sum(p.params for p in (*self.embed, *self.head)) + sum(b.params * n for b, n in self.distinct_layers)
-
-
-def _block(fields: dict[str, Any]) -> Block:
-    """A Block holding these fields (every field and sum; frozen: set once, here) without recomputing the sums."""
-    out = object.__new__(Block)
-    object.__setattr__(out, "__dict__", fields)
-    return out
 
 
 def _layer_key(b: Block) -> tuple:
@@ -228,20 +206,19 @@ def _layer_key(b: Block) -> tuple:
 def norm_sums(parts: tuple[Part, ...] | list[Part]) -> tuple[int, int, int, int]:
     """(RMSNorm widths, statistics bytes, sum of width x readers, widths read by some Linear) over the norms
     of a sequence of parts. A norm's readers are the input projections of the parts after it up to the next
-    norm: one norm of a parallel block (gptj, phi, cohere) feeds attention and MLP alike."""
-    rms = stats = read = fed = 0
-    for i, p in enumerate(parts):
-        if not p.norm_width:
+    norm (Part.readers): one norm of a parallel block (gptj, phi, cohere) feeds attention and MLP alike. One pass
+    from the last part back, counting the readers since the last norm seen."""
+    rms = stats = read = fed = readers = 0
+    for p in reversed(parts):
+        width = p.norm_width
+        if not width:
+            readers += p.readers
             continue
-        readers = 0
-        for q in parts[i + 1:]:
-            if q.norm_width:
-                break
-            readers += q.readers
-        rms += p.norm_width if p.type == "RMSNorm" else 0
+        rms += width if p.type == "RMSNorm" else 0
         stats += 4 if p.type == "RMSNorm" else 8
-        read += p.norm_width * readers
-        fed += p.norm_width if readers else 0
+        read += width * readers
+        fed += width if readers else 0
+        readers = 0
     return rms, stats, read, fed
 
 

@@ -38,27 +38,29 @@ class StructureTable(Sequence[StructureRow]):
     """The structure table of a spec at `tokens`: the embedding stage, every layer's parts, the head, in forward
     order, output shapes as _Shapes gives them. The rows are made when first read (the pages read them); the JSON
     twin's dicts are made straight from the spec (records()), with no row object in between: an estimate +
-    to_dict builds one object per part, and a layer that numbered() copied is read once for all its copies."""
+    to_dict builds one object per part, and a layer that stacks.numbered copied is read once for all its copies."""
 
     def __init__(self, spec: Spec, tokens: int) -> None:  # read-only after this: the rows are made from them once
         self.spec = spec
         self.tokens = tokens
 
     def _runs(self) -> Iterator[tuple[str, Block | None, tuple[Part, ...]]]:
-        """(number, source, parts) per run of parts in forward order: a numbered() copy gives its number, its
-        source and the source's parts (names holding "#" for the number); anything else "", None, its own parts."""
+        """(tag, source, parts) per run of parts in forward order: a numbered copy gives "_<its number>", its
+        source and the source's parts (names holding "_<the source's number>"); anything else "", None, its own
+        parts."""
         spec = self.spec
         yield "", None, spec.embed
         for b in spec.blocks:
             source = b.source
-            yield ("", None, b.parts) if source is None else (str(b.index), source, source.parts)
+            yield ("", None, b.parts) if source is None else (f"_{b.index}", source, source.parts)
         yield "", None, spec.head
 
     def records(self) -> list[dict[str, Any]]:
         """The rows as the JSON twin writes them (StructureRow's fields in order, the shape a list), new dicts on
-        every call (the caller may change them). A numbered() copy's rows are copies of its source's, made once
-        for every copy (type and parameters set, the name split at "#"): per row only the index, the name joined
-        with the copy's number and the shape's list are set (a dict copy costs less than a new dict)."""
+        every call (the caller may change them). A numbered copy's rows are copies of its source's, made once
+        for every copy (type and parameters set, the name split at its first "_<the source's number>"): per row
+        only the index, the name joined with the copy's "_<number>" and the shape's list are set (a dict copy costs
+        less than a new dict)."""
         shapes = _Shapes(self.tokens, self.spec.hidden)
         cells: dict[int, list[tuple[dict[str, Any], list[str], tuple[int, ...]]]] = {}
         out: list[dict[str, Any]] = []
@@ -69,9 +71,10 @@ class StructureTable(Sequence[StructureRow]):
                 continue
             found = cells.get(id(source))
             if found is None:
+                was = f"_{source.index}"
                 found = cells[id(source)] = [
                     ({"index": 0, "name": "", "type": p.type, "output_shape": None, "params": p.params},
-                     p.name.split("#"), shapes[p.width]) for p in parts]
+                     p.name.split(was, 1), shapes[p.width]) for p in parts]
             for i, (row, pieces, shape) in enumerate(found, len(out) + 1):
                 row = row.copy()
                 row["index"], row["name"], row["output_shape"] = i, tag.join(pieces), [*shape]

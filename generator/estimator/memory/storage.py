@@ -84,46 +84,64 @@ def stored_elements(a: Arch) -> int | None:
         return None
     total = a.spec.params
     extra: dict[tuple[object, ...], int] = {}  # per distinct part: the layers of a stack repeat a few parts
-    for b in a.spec.blocks:
+    for b, n in a.spec.distinct_layers:  # each distinct layer once, times the layers it stands for
         for p in b.parts:
             key = (p.type, p.mats, p.linears)
             if key not in extra:
                 extra[key] = part_stored_delta(a, p)[0]
-            total += extra[key]
+            total += n * extra[key]
     return total
 
 
 def serve_weight_bytes(a: Arch, s: Assumptions) -> Callable[[list[Part] | tuple[Part, ...]], int]:
     """Bytes of a group of parts' weights when served: bf16, or the checkpoint's quantised storage."""
+    part_bytes = _part_serve_bytes(a, s)
+
     def weights(parts: list[Part] | tuple[Part, ...]) -> int:
         if a.quant is None or a.quant.bits >= 16:
             return int(s.serve_weight_bytes * sum(p.params for p in parts))
         total = 0.0
         for p in parts:
-            key = (p.params, p.type, p.mats, p.linears)
-            nbytes = seen.get(key)
-            if nbytes is None:
-                nbytes = float(s.serve_weight_bytes * p.params)
-                if a.quant is not None and a.quant.bits < 16:
-                    w = sum(count * i * o for count, i, o in quantised_mats(a, p))
-                    nbytes += part_stored_delta(a, p)[1] + (2 - s.serve_weight_bytes) * w
-                seen[key] = nbytes
-            total += nbytes
+            total += part_bytes(p)
         return int(total)
+    return weights
 
-    # Bytes per distinct part (what the loop above reads of it), for this model and job only: the
+
+def _part_serve_bytes(a: Arch, s: Assumptions) -> Callable[[Part], float]:
+    """A quantised checkpoint's bytes of one part's weights when served (its stored matrices, the rest bf16)."""
+    def part_bytes(p: Part) -> float:
+        key = (p.params, p.type, p.mats, p.linears)
+        nbytes = seen.get(key)
+        if nbytes is None:
+            nbytes = float(s.serve_weight_bytes * p.params)
+            if a.quant is not None and a.quant.bits < 16:
+                w = sum(count * i * o for count, i, o in quantised_mats(a, p))
+                nbytes += part_stored_delta(a, p)[1] + (2 - s.serve_weight_bytes) * w
+            seen[key] = nbytes
+        return nbytes
+
+    # Bytes per distinct part (what part_bytes reads of it), for this model and job only: the
     # layers of a stack repeat a few parts, and memory/profile.py asks per layer, then estimate.py for all.
     seen: dict[tuple[object, ...], float] = {}
-    return weights
+    return part_bytes
 
 
 def model_serve_weight_bytes(a: Arch, s: Assumptions) -> int:
     """serve_weight_bytes of every part of the model; unquantised, straight from the spec's parameter count (the
-    sum of the same parts' params)."""
+    sum of the same parts' params); quantised, each distinct layer's once, times the layers it stands for (whole
+    and fractional-eighth bytes: the float sums are exact in any order)."""
     spec = a.spec
     if a.quant is None or a.quant.bits >= 16:
         return int(s.serve_weight_bytes * spec.params)
-    return serve_weight_bytes(a, s)([*spec.embed, *(p for b in spec.blocks for p in b.parts), *spec.head])
+    part_bytes = _part_serve_bytes(a, s)
+    total = 0.0
+    for p in spec.embed:
+        total += part_bytes(p)
+    for b, n in spec.distinct_layers:
+        total += n * sum(part_bytes(p) for p in b.parts)
+    for p in spec.head:
+        total += part_bytes(p)
+    return int(total)
 
 
 # Storage of a quantised base, per nn.Linear inside the layers (embeddings, norms and the LM head stay 16-bit:
@@ -182,7 +200,7 @@ def quantised_params(g: Graph, storage: str) -> int:
     """Parameters a quantised base stores packed (the layers' Linears); 0 for a 16/32-bit base."""
     if storage in ("bf16", "fp16", "fp32"):
         return 0
-    return sum(count * i * o for b in g.spec.blocks for p in b.parts for count, i, o in p.weight_mats)
+    return sum(n * count * i * o for b, n in g.spec.distinct_layers for p in b.parts for count, i, o in p.weight_mats)
 
 
 # bitsandbytes 0.43.2 (July 2024, PR #1270 "delete useless buffered activation") stopped MatMul4Bit saving its
