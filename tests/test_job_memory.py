@@ -14,7 +14,15 @@ from generator.errors import ConfigError
 from generator.estimator.normalise import normalise
 from generator.estimator.graph.nodes import build_graph
 from generator.estimator.inputs import Assumptions
-from generator.estimator.memory.job import ADAMW8BIT_STATE_BYTES, METHODS, PARTS, Job, JobError, job_memory
+from generator.estimator.memory.job import (
+    ADAMW8BIT_STATE_BYTES,
+    METHODS,
+    PARTS,
+    Job,
+    JobError,
+    job_memory,
+    job_phases,
+)
 from generator.estimator.memory.storage import weight_bytes
 from generator.estimator.memory.profile import serve_profile, train_profile
 from tests.conftest import snapshot_configs, tiny_qwen2
@@ -170,6 +178,32 @@ def test_gradient_checkpointing_keeps_layer_inputs():
     plain = parts(mem(tiny_qwen2(), tokens=2048, batch=2))
     ckpt = parts(mem(tiny_qwen2(), tokens=2048, batch=2, grad_ckpt=True))
     assert ckpt["activations"] < plain["activations"] and ckpt["logits"] == plain["logits"]
+
+
+@pytest.mark.parametrize("precision, adapter, per_inter, per_hidden", [
+    ("amp", "fp32", 2 + 4 + 4, 2 + 2 + 2 + 2 + 2),  # input, fp32 cast, dropped copy (autocast's copy saved)
+    ("bf16", "fp32", 2 + 4, 2 + 2 + 2 + 2 + 4 + 2),  # input, fp32 cast (the dropped copy saved); fp32 grad
+    ("bf16", "bf16", 2, 2 + 2 + 2 + 2 + 2),  # input (the dropped copy saved)
+])
+def test_recomputed_layer_holds_the_dropout_chain(precision, adapter, per_inter, per_hidden):
+    """LoRA dropout + checkpointing: the recomputed layer's down_proj adapter holds its input's copies beside the
+    layer's saved tensors (activations.recompute_transient_bytes; Mistral-7B rows of cpu-sim-matrix.jsonl)."""
+    a, g = _ag(LLAMA)
+    job = Job(method="lora", precision=precision, adapter_dtype=adapter, grad_ckpt=True, batch=2, tokens=512,
+              lora_dropout=0.05, kernels="cpu")
+    phases = {ph.name: ph.activations for ph in job_phases(a, g, S, job)}
+    without = {ph.name: ph.activations for ph in job_phases(a, g, S, dataclasses.replace(job, lora_dropout=0.0))}
+    name = "backward (recomputing a checkpointed layer)"
+    # beside it the dropout's saved masks (the adapters' dtype on CPU); with bf16 adapters the saved dropped
+    # copies replace the input lora_A shared without dropout (fp32 adapters: they replace the fp32 cast)
+    ins, shared = 3 * 256 + 256 + 2 * 256 + 688, 256 + 256 + 688
+    width = 2 if adapter == "bf16" else 4
+    held = 2 * 512 * (688 * per_inter + 256 * per_hidden)
+    masks = 2 * 512 * ins * width
+    copies = 2 * 512 * (ins - shared) * 2 if adapter == "bf16" else 0
+    assert phases[name] - without[name] == held + masks + copies
+    cuda = {ph.name: ph.activations for ph in job_phases(a, g, S, dataclasses.replace(job, kernels="cuda"))}
+    assert phases[name] - cuda[name] == 2 * 512 * ins * (width - 1)  # CUDA's masks are bool
 
 
 def test_eager_attention_adds_the_score_matrix():

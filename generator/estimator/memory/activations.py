@@ -15,7 +15,7 @@ from ..config.arch import Arch
 from ..graph.nodes import Graph
 from ..graph.parts import Block, norm_sums
 from ..inputs import Assumptions
-from .lora import adapted_linears, all_linear_roles, expert_tensors
+from .lora import adapted_linears, all_linear_roles, expert_tensors, linear_roles
 
 # transformers' Python-written GELUs (activations.py NewGELUActivation, FastGELUActivation, QuickGELUActivation)
 # save three more MLP-width tensors than one fused op (FINDINGS.md F8: gpt2's gelu_new).
@@ -170,6 +170,48 @@ def adapter_activation_bytes(b: Block, roles: frozenset[str] | None, rank: int, 
     adapted = adapted_linears(b, roles)
     groups = {g: i for i, _, g in adapted if g != "attn_out"}
     return saved * (sum(groups.values()) + rank * len(adapted))
+
+
+def recompute_transient_bytes(b: Block, r: Regime, roles: frozenset[str] | None, saves: bool = False,
+                              upcast: bool = False) -> int:
+    """Per token, what a checkpointed layer's recomputation holds beyond its saved tensors (block_activation_bytes)
+    at its peak, the adapter forward of the layer's last Linear (down_proj, fc2) when it is adapted. Non-reentrant
+    checkpointing (torch/utils/checkpoint.py, early stop on by default) reruns the layer's forward inside its
+    backward until the last saved tensor is packed again, lora_B's input of that Linear: every other saved tensor
+    of the layer is back by then, and peft's lora.Linear.forward (peft/tuners/lora/layer.py: result =
+    self.base_layer(x); x = self._cast_input_dtype(x, lora_A.weight.dtype); result + lora_B(lora_A(dropout(x))) *
+    scaling) holds a chain of copies of the Linear's input, the last one saved by lora_A (priced), the others not:
+    - the input (the MLP's product; fp32 under AMP after prepare_model_for_kbit_training's upcast), unless a
+      bitsandbytes matmul saves it (`saves`, storage.saves_matmul_input) or no copy follows (lora_A saves it);
+    - its cast to the adapters' dtype, a new tensor when the dtypes differ;
+    - LoRA dropout's output (aten dropout: CUDA's native_dropout returns it beside a bool mask, the CPU's
+      _dropout_impl makes it as input * noise, the noise in the input's dtype: either mask is saved and priced in
+      adapter_activation_bytes by mask_bytes; the dropped copy is the same on both);
+    - under AMP with adapters not in bf16, autocast's bf16 copy for lora_A (the saved one).
+    Hidden-wide beside them (read off the CPU simulation's live tensors at this peak, Mistral-7B LoRA): the
+    decoder layer's post-attention residual (a parallel block's attention output), the MLP's input (the normed
+    hidden state, unless lora_A of gate/up saves it: no copy), the Linear's base output `result`; the backward's
+    gradient of the layer output, lora_B's output gradient times scaling (bf16 under autocast, else the adapters'
+    dtype) and, where that dtype is not the base output's, the add's cast of it for the base branch.
+    Nothing for a full fine-tune (its tensors are saved) or on an MoE part (ParamWrapper adapts the experts).
+    Priced with LoRA dropout only: without it the chain is one copy shorter and the same hidden-wide tensors are
+    held (the Mistral-7B pure-bf16 fp32-adapter row measures its recompute peak there), but where it would move
+    the site's LoRA/QLoRA figures it is not yet priced (FINDINGS.md F12)."""
+    part = next((p for p in reversed(b.parts) if p.linears), None)
+    if r.trained or not r.lora_dropout or part is None or part.type.startswith("MoE"):
+        return 0
+    if roles is not None and linear_roles(part)[-1] not in roles:
+        return 0
+    width, hidden = part.linears[-1]
+    c, ab = r.compute_bytes, r.adapter_bytes or r.compute_bytes
+    x = 4 if upcast and r.amp else c
+    chain = [x] + ([ab] if ab != x else []) + ([ab] if r.lora_dropout else []) + ([c] if r.amp and ab != c else [])
+    copied = len(chain) > 1
+    inputs = sum(chain[:-1]) - (x if saves and copied else 0)
+    lora_out = c if r.amp else ab
+    grads = r.residual_bytes + lora_out + (x if lora_out != x else 0)
+    forward = r.residual_bytes + (x if copied and not saves else 0) + x
+    return inputs * width + hidden * (forward + grads)
 
 
 def block_activation_bytes(a: Arch, b: Block, r: Regime, rank: int = 0,

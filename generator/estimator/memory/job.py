@@ -23,6 +23,7 @@ from ..inputs import Assumptions
 from .activations import (
     kept_cache_bytes,
     mlp_transient,
+    recompute_transient_bytes,
     regime,
 )
 from .attention import default_attention, eager_scores_bytes
@@ -288,6 +289,9 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
     layer = memoised(memo, ("layer", r, rank, roles, job.attention, T, saves, job.upcast_fp32),
                      lambda: [T * layer_bytes(a, b, r, job.attention, T, saves, job.upcast_fp32, n)
                               for (b, _), n in zip(distinct, terms.act, strict=True)])
+    # the recomputed layer's copies of its last Linear's input, held beside its saved tensors (recompute_transient_bytes)
+    held = memoised(memo, ("recompute", r, roles, saves, job.upcast_fp32), lambda: [
+        T * recompute_transient_bytes(b, r, roles, saves, job.upcast_fp32) for b, _ in distinct])
     fixed = terms.experts
     layers_sum = sum(n * v for (_, n), v in zip(distinct, layer, strict=True))
     fixed_sum = sum(n * f for (_, n), f in zip(distinct, fixed, strict=True))
@@ -342,7 +346,8 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
                              overhead_weights=ckpt_copies[0], overhead_fixed=dequant + chunk),
                       _phase("backward (recomputing a checkpointed layer)", weights=weights, optimizer_state=state,
                              gradients=param_bytes * head_params if r.trained else 0,
-                             activations=B * inputs + max((B * n + f for n, f in zip(layer, fixed, strict=True)),
+                             activations=B * inputs + max((B * (n + h) + f for n, h, f in zip(layer, held, fixed,
+                                                                                                  strict=True)),
                                                           default=0),
                              overhead_weights=ckpt_copies[1], overhead_fixed=dequant)]
         out.append((*phases, *closing))
