@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from itertools import accumulate
-from operator import add
 from typing import NamedTuple
 
 from .stages import Limits, Profile, largest_batch
@@ -33,7 +32,7 @@ def best_cut(p: Profile) -> Cut:
 
     def running(values: tuple[int, ...]) -> tuple[int, ...]:  # over the layers of the stack, from 0
         return tuple(accumulate(map(values.__getitem__, layout), initial=0)) if values else zeros
-    loads = running(tuple(map(add, p.distinct_static, p.distinct_per_sample)))
+    loads = running(tuple(a + b for a, b in zip(p.distinct_static, p.distinct_per_sample, strict=True)))
     steps, eobs = running(p.distinct_step), running(p.distinct_eob)
     grad = p.grad_fixed
     # the ends' share of each stage's loss branch, or of its gradient branch where that is larger (Profile.limits)
