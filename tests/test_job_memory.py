@@ -14,6 +14,7 @@ from generator.errors import ConfigError
 from generator.estimator.normalise import normalise
 from generator.estimator.graph.nodes import build_graph
 from generator.estimator.inputs import Assumptions
+from generator.estimator.memory.activations import recompute_transient_bytes, regime
 from generator.estimator.memory.job import (
     ADAMW8BIT_STATE_BYTES,
     METHODS,
@@ -180,14 +181,19 @@ def test_gradient_checkpointing_keeps_layer_inputs():
     assert ckpt["activations"] < plain["activations"] and ckpt["logits"] == plain["logits"]
 
 
-@pytest.mark.parametrize("precision, adapter, per_inter, per_hidden", [
-    ("amp", "fp32", 2 + 4 + 4, 2 + 2 + 2 + 2 + 2),  # input, fp32 cast, dropped copy (autocast's copy saved)
-    ("bf16", "fp32", 2 + 4, 2 + 2 + 2 + 2 + 4 + 2),  # input, fp32 cast (the dropped copy saved); fp32 grad
-    ("bf16", "bf16", 2, 2 + 2 + 2 + 2 + 2),  # input (the dropped copy saved)
+@pytest.mark.parametrize("precision, adapter, per_inter, per_hidden, per_inter0, per_hidden0", [
+    # input, fp32 cast, dropped copy (autocast's copy saved); without dropout: input, fp32 cast
+    ("amp", "fp32", 2 + 4 + 4, 2 + 2 + 2 + 2 + 2, 2 + 4, 2 + 2 + 2 + 2 + 2),
+    # input, fp32 cast (the dropped copy saved); fp32 grad; without dropout: the input (lora_A saves the cast)
+    ("bf16", "fp32", 2 + 4, 2 + 2 + 2 + 2 + 4 + 2, 2, 2 + 2 + 2 + 2 + 4 + 2),
+    # input (the dropped copy saved); without dropout lora_A saves the input itself: no copy, no extra input
+    ("bf16", "bf16", 2, 2 + 2 + 2 + 2 + 2, 0, 2 + 2 + 2 + 2),
 ])
-def test_recomputed_layer_holds_the_dropout_chain(precision, adapter, per_inter, per_hidden):
-    """LoRA dropout + checkpointing: the recomputed layer's down_proj adapter holds its input's copies beside the
-    layer's saved tensors (activations.recompute_transient_bytes; Mistral-7B rows of cpu-sim-matrix.jsonl)."""
+def test_recomputed_layer_holds_the_dropout_chain(precision, adapter, per_inter, per_hidden, per_inter0,
+                                                  per_hidden0):
+    """Checkpointing: the recomputed layer's down_proj adapter holds its input's copies beside the layer's saved
+    tensors, one copy more with LoRA dropout (activations.recompute_transient_bytes; Mistral-7B rows of
+    cpu-sim-matrix.jsonl, FINDINGS.md F12)."""
     a, g = _ag(LLAMA)
     job = Job(method="lora", precision=precision, adapter_dtype=adapter, grad_ckpt=True, batch=2, tokens=512,
               lora_dropout=0.05, kernels="cpu")
@@ -198,7 +204,10 @@ def test_recomputed_layer_holds_the_dropout_chain(precision, adapter, per_inter,
     # copies replace the input lora_A shared without dropout (fp32 adapters: they replace the fp32 cast)
     ins, shared = 3 * 256 + 256 + 2 * 256 + 688, 256 + 256 + 688
     width = 2 if adapter == "bf16" else 4
-    held = 2 * 512 * (688 * per_inter + 256 * per_hidden)
+    held = 2 * 512 * (688 * (per_inter - per_inter0) + 256 * (per_hidden - per_hidden0))
+    # without dropout the chain is priced too, per token
+    r0 = regime("lora", precision, 4 if adapter == "fp32" else 2, False, True)
+    assert recompute_transient_bytes(g.spec.blocks[0], r0, None) == 688 * per_inter0 + 256 * per_hidden0
     masks = 2 * 512 * ins * width
     copies = 2 * 512 * (ins - shared) * 2 if adapter == "bf16" else 0
     assert phases[name] - without[name] == held + masks + copies

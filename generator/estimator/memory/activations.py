@@ -194,11 +194,12 @@ def recompute_transient_bytes(b: Block, r: Regime, roles: frozenset[str] | None,
     gradient of the layer output, lora_B's output gradient times scaling (bf16 under autocast, else the adapters'
     dtype) and, where that dtype is not the base output's, the add's cast of it for the base branch.
     Nothing for a full fine-tune (its tensors are saved) or on an MoE part (ParamWrapper adapts the experts).
-    Priced with LoRA dropout only: without it the chain is one copy shorter and the same hidden-wide tensors are
-    held (the Mistral-7B pure-bf16 fp32-adapter row measures its recompute peak there), but where it would move
-    the site's LoRA/QLoRA figures it is not yet priced (FINDINGS.md F12)."""
+    Without LoRA dropout the chain is one copy shorter and the same hidden-wide tensors are held: the Mistral-7B
+    pure-bf16 fp32-adapter row without dropout measures its peak at this moment, and this phase reads -1.56% of it
+    (FINDINGS.md F12). QLoRA, which always checkpoints, runs the same peft forward (peft/tuners/lora/bnb.py
+    Linear4bit.forward)."""
     part = next((p for p in reversed(b.parts) if p.linears), None)
-    if r.trained or not r.lora_dropout or part is None or part.type.startswith("MoE"):
+    if r.trained or part is None or part.type.startswith("MoE"):
         return 0
     if roles is not None and linear_roles(part)[-1] not in roles:
         return 0
