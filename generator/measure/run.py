@@ -7,6 +7,7 @@ import inspect
 import time
 from collections.abc import Mapping
 from typing import Any
+from unittest import mock
 
 import torch
 
@@ -85,9 +86,22 @@ def workload(model, setup: Setup, vocab: int, device: str, tracker: PeakTracker 
             sync()
 
 
+def _unpacked(position_ids: torch.Tensor) -> None:
+    """masking_utils.find_packed_sequence_indices' answer for the harness's inputs: one sequence per row."""
+    return None
+
+
 def run_cpu(config: Mapping[str, Any], setup: Setup, explain: bool = False) -> dict[str, Any]:
-    """MemTracker on fake CPU tensors: exact tensor bytes of the step, no allocator, no CUDA kernels' own choices."""
+    """MemTracker on fake CPU tensors: exact tensor bytes of the step, no allocator, no CUDA kernels' own choices.
+
+    transformers cannot read a fake tensor's values, so masking_utils.find_packed_sequence_indices takes the
+    position ids of a forward without a cache (gradient checkpointing) for packed sequences (`not
+    is_tracing(packed_sequence_mask)` guards its unpacked answer, and is_tracing is True on a FakeTensor) and
+    create_causal_mask / create_sliding_window_causal_mask then build the [B, 1, T, T] mask and SDPA takes it
+    (with repeat_kv's copies) where a real run passes None and is_causal. The harness feeds one unpacked sequence
+    per row (position ids 0..T-1), whose real answer is None: the simulation is given that answer (FINDINGS F13)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
+    from transformers import masking_utils
 
     if setup.method == "qlora" or setup.optimizer == "adamw8bit":
         raise MeasureError("qlora and adamw8bit need bitsandbytes on a CUDA device; the CPU simulation has neither")
@@ -95,7 +109,8 @@ def run_cpu(config: Mapping[str, Any], setup: Setup, explain: bool = False) -> d
     def once(capture_at: int | None) -> tuple[PeakTracker, tuple[int, int]]:
         meta = build_on_meta(config, setup)
         vocab = meta.get_input_embeddings().num_embeddings
-        with FakeTensorMode(allow_non_fake_inputs=True):
+        with FakeTensorMode(allow_non_fake_inputs=True), mock.patch.object(
+                masking_utils, "find_packed_sequence_indices", _unpacked):
             model = materialise(meta, "cpu")
             counts = count_params(model)
             tracker = PeakTracker(explain=explain, capture_at=capture_at)
