@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
+from typing import Any
 
 from .config.arch import Arch
 from .cost import flops_per_token, job_tokens, training_flops_per_token
@@ -166,7 +167,7 @@ class PeakTable:
     (`adjust` turns the per-GPU parts, in parallel.PARTS order, into the job's metric) and the offload's CPU bytes
     per node. ZeRO and FSDP setups share one parallel.Sharding per (method, strategy, checkpointing, offload), so a
     count costs a few divisions. `first_count` is plans.Bound for the methods in `summed` (whose metric is the sum
-    of the parts, so the peak never rises with the count where Sharding.fewest_gpus says so). One per estimate."""
+    of the parts, so a lower bound on the parts' sum bounds the figure). One per estimate."""
 
     def __init__(self, jobs: Mapping[str, SingleGpuJob], adjust: Callable[[str, tuple[int, ...]], int],
                  summed: tuple[str, ...] = ()) -> None:
@@ -177,22 +178,14 @@ class PeakTable:
 
     def __call__(self, method: str, setup: Setup) -> tuple[int, int]:
         # the setup by its fields' values (what Setup's == compares), hashed at C speed, not by its Python __hash__
-        key = (method, *vars(setup).values())
-        got = self.seen.get(key)
-        if got is None:
-            try:
-                job = self.jobs[method]
-                if setup.strategy in SHARDED:
-                    sharding = self._sharding(method, setup)
-                    got = (self.adjust(method, sharding.peak(setup.gpus)), sharding.cpu(setup.gpus))
-                else:
-                    got = (self.adjust(method, peak_parts(job, setup, method)[1]), cpu_bytes_per_node(job, setup))
-            except ParallelError as e:
-                got = e
-            self.seen[key] = got
-        if isinstance(got, ParallelError):
-            raise got
-        return got
+        return _remembered(self.seen, (method, *vars(setup).values()), lambda: self._figure(method, setup))
+
+    def _figure(self, method: str, setup: Setup) -> tuple[int, int]:
+        if setup.strategy in SHARDED:
+            sharding = self._sharding(method, setup)
+            return self.adjust(method, sharding.peak(setup.gpus)), sharding.cpu(setup.gpus)
+        job = self.jobs[method]
+        return self.adjust(method, peak_parts(job, setup, method)[1]), cpu_bytes_per_node(job, setup)
 
     def _sharding(self, method: str, setup: Setup) -> Sharding:
         """The method's job under `setup`'s line (strategy, checkpointing, offload), validated once per line and
@@ -202,22 +195,16 @@ class PeakTable:
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             validate(self.jobs[method], setup, method)
         key = (method, setup.strategy, setup.grad_ckpt, setup.offload, setup.prefetch, n == 1)
-        got = self.shardings.get(key)
-        if got is None:
-            try:
-                validate(self.jobs[method], setup, method)
-                got = sharded(self.jobs[method], *key[1:5])
-            except ParallelError as e:
-                got = e
-            self.shardings[key] = got
-        if isinstance(got, ParallelError):
-            raise got
-        return got
+
+        def make() -> Sharding:
+            validate(self.jobs[method], setup, method)
+            return sharded(self.jobs[method], *key[1:5])
+        return _remembered(self.shardings, key, make)
 
     def first_count(self, method: str, kind: Kind, budget: int) -> int | None:
-        """plans.Bound for a ZeRO / FSDP kind of a summed method that runs (validated once, at its first count:
-        the other counts of its range pass alike): a phase of bytes A + S / N at least (Sharding.limits) is within
-        `budget` only from N = S / (budget - A) (shaved by 1e-9 against rounding); None for the other kinds."""
+        """plans.Bound for a ZeRO / FSDP, pipeline or tensor x pipeline kind of a summed method that runs (validated
+        once, at its first count): a phase of bytes A + S / N at least (_limits) is within `budget` only from
+        N = S / (budget - A) (shaved by 1e-9 against rounding); None for the other kinds."""
         key = (method, id(kind))
         if key not in self.limits:
             self.limits[key] = self._limits(method, kind)
@@ -256,6 +243,20 @@ class PeakTable:
         return tuple((0, per_stage * (ph.weights + ph.gradients + ph.optimizer_state + ph.activations + ph.logits
                                       + ph.kv_cache + ph.overhead_weights + ph.overhead_step + ph.overhead_fixed))
                      for ph in phases)
+
+
+def _remembered(table: dict, key: tuple, make: Callable[[], Any]) -> Any:
+    """table[key], made once by make(); a ParallelError it raised is kept and raised again on every ask."""
+    got = table.get(key)
+    if got is None:
+        try:
+            got = make()
+        except ParallelError as e:
+            got = e
+        table[key] = got
+    if isinstance(got, ParallelError):
+        raise got
+    return got
 
 
 def cached_peak(jobs: Mapping[str, SingleGpuJob], adjust: Callable[[str, tuple[int, ...]], int],
