@@ -38,6 +38,7 @@ IMPORT_REASONS = {
 
 def setup_and_reason(row: Mapping[str, Any]):
     """(the row's Setup in estimator.job's terms, "") or (None, why the row is not compared)."""
+    from .estimator.memory.job import LOSSES
     from .measure.setup import Setup, job_of
 
     if row.get("excluded"):  # the importer's reason, its first clause without the particulars in parentheses
@@ -78,6 +79,9 @@ def setup_and_reason(row: Mapping[str, Any]):
         data["attention"] = "sdpa"  # FlashAttention-2 saves what SDPA's flash kernel saves: no score matrix
     if raw.get("lora_targets") == "all-linear+lm_head":
         return None, "LoRA on the LM head too: not modelled"
+    loss = raw.get("loss", "hf")  # Job.loss; "litgpt-chunked": LitGPT's lm_head_chunk_size=128 + chunked_cross_entropy
+    if loss not in LOSSES:
+        return None, f"loss {loss!r}: not an estimator option"
     metric = (row.get("measured") or {}).get("metric")
     if metric is not None:
         if metric not in METRICS:
@@ -91,6 +95,11 @@ def setup_and_reason(row: Mapping[str, Any]):
 def _double_quant(row: Mapping[str, Any]) -> bool:
     """Whether the row's 4-bit base also quantises its absmax (QLoRA double quantisation)."""
     return WEIGHTS.get(str((row.get("setup") or {}).get("weights", "")).lower(), ("", False))[1]
+
+
+def _loss(row: Mapping[str, Any]) -> str:
+    """How the row's loop meets the logits (Job.loss): "hf" unless the row's setup says what its script ran."""
+    return str((row.get("setup") or {}).get("loss") or "hf")
 
 
 def setup_of(row: Mapping[str, Any]):
@@ -130,7 +139,7 @@ def estimate_or_reason(row: Mapping[str, Any], assumptions) -> tuple[int | None,
     job, why = job_of(setup, kernels)
     if job is None:
         return None, why
-    job = dataclasses.replace(job, double_quant=_double_quant(row))
+    job = dataclasses.replace(job, double_quant=_double_quant(row), loss=_loss(row))
     spread = row.get("parallel")  # a multi-GPU run's per-GPU peak: {"gpus", "strategy", "offload"}
     try:
         arch = normalise(row["config"], row.get("model") or "model")
