@@ -67,10 +67,14 @@ def windows_from_types(types: list[Any], n: int, w: int, chunk: int = 0) -> list
 
 
 def layer_windows(cfg: Mapping[str, Any], model: str, model_type: str, n: int, uses: list[KeyUse],
-                  rule: Rule | None = None) -> tuple[int, ...]:
-    """Per layer, the attention window (0 = full context)."""
-    r = Reader(cfg, model, model_type)
-    w = r.int("sliding_window", required=False, minimum=0) if "sliding_window" in cfg or model_type in RULES else None
+                  rule: Rule | None = None, aliases: Mapping[str, tuple[str, ...]] | None = None,
+                  defaults: Mapping[str, Any] | None = None) -> tuple[int, ...]:
+    """Per layer, the attention window (0 = full context). `aliases` and `defaults`: the family's own (a config
+    class the generated defaults do not hold yet: families/ergo.py, families/kolibri.py)."""
+    r = Reader(cfg, model, model_type, aliases, defaults)
+    named = any(k in cfg for k in ("sliding_window", *(aliases or {}).get("sliding_window", ())))
+    w = r.int("sliding_window", required=False, minimum=0) \
+        if named or model_type in RULES or "sliding_window" in (defaults or {}) else None
     chunk = r.int("attention_chunk_size", required=False, minimum=0) if "attention_chunk_size" in cfg else 0
     types = cfg.get("layer_types")
     out: list[int]

@@ -21,10 +21,12 @@ from . import (
     encoder_decoder_pairs,
     encoder_decoders,
     encoders,
+    ergo,
     gemma,
     gemma_encoder_decoders,
     gpt2_era,
     inkling,
+    kolibri,
     kosmos,
     latent_attention,
     linear_attention,
@@ -73,7 +75,8 @@ def merged(*tables: Mapping[str, Any]) -> dict[str, Any]:
 
 DECODERS: dict[str, DecoderTraits] = merged(gpt2_era.TRAITS, llama.TRAITS, gemma.TRAITS, mixture_of_experts.TRAITS,
                                 latent_attention.TRAITS, linear_attention.TRAITS, mamba_hybrids.TRAITS,
-                                short_convolution.TRAITS, multimodal_moe.TRAITS, muse.TRAITS)
+                                short_convolution.TRAITS, multimodal_moe.TRAITS, muse.TRAITS, ergo.TRAITS,
+                                kolibri.TRAITS)
 BUILDERS: dict[str, Builder] = merged(gpt2_era.BUILDERS, llama.BUILDERS, gemma.BUILDERS, mixture_of_experts.BUILDERS,
                                       latent_attention.BUILDERS, mamba.BUILDERS, mamba_hybrids.BUILDERS,
                                       short_convolution.BUILDERS, recurrent.BUILDERS, encoders.BUILDERS, bert_descendants.BUILDERS,

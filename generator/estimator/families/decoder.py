@@ -102,6 +102,7 @@ class ExpertTraits:
     sparse: Callable[[Dims, int], bool] | None = None  # layer i has experts (None: every layer)
     dense_inter: str = "intermediate_size"  # width of the dense layers' MLP
     extra: Count | None = None  # other per-MoE-layer parameters
+    expert_extra: Count | None = None  # other parameters of each routed expert (ergo's post-expert norm)
 
 
 @dataclass(frozen=True)
@@ -250,7 +251,8 @@ def moe(t: DecoderTraits, d: Dims, i: int) -> Part:
     if shared and d.f(m.shared_bias):
         extra += (2 if m.gated else 1) * shared + d.hidden
     part = moe_part(f"MoE_{i}", d.hidden, experts, k, inter, gated=m.gated, bias=m.expert_bias, shared=shared,
-                    shared_gate=m.shared_gate, router_bias=d.f(m.router_bias), extra=extra)
+                    shared_gate=m.shared_gate, router_bias=d.f(m.router_bias), extra=extra,
+                    expert_extra=m.expert_extra(d) if m.expert_extra else 0)
     return part._replace(type=f"MoE ({experts} experts, top-{k})")
 
 
@@ -345,7 +347,7 @@ def build(cfg: Mapping[str, Any], model: str, model_type: str, t: DecoderTraits,
         src = sub if isinstance(sub, Mapping) else {}
     r = Reader(src, model, model_type, t.aliases, t.defaults)
     d = Dims(r, t)
-    windows = layer_windows(src, model, model_type, d.layers, r.uses, t.window_rule)
+    windows = layer_windows(src, model, model_type, d.layers, r.uses, t.window_rule, t.aliases, t.defaults)
     blocks = _layers(t, d, windows)
     tie = r.flag("tie_word_embeddings", t.tie) and not t.never_tie
     h, e = d.hidden, d.embed_dim

@@ -17,6 +17,7 @@ from ..graph.parts import (
     lm_head_part,
     mlp_part,
     norm_part,
+    shared_kv_attention_part,
 )
 from .assembly import Builder, assemble
 from .decoder import DecoderTraits, Dims, ExpertTraits, StackRule, attention, build, mlp
@@ -54,12 +55,9 @@ def _attention(t: DecoderTraits, d: Dims, n: int, window: int) -> Part:
     i = n - 1
     over = _overrides(d).get(i, {})
     hd, kv = over.get("head_dim", d.hd), over.get("num_key_value_heads", d.kv)
-    q = d.heads * hd
     if _shared(d, i):  # reuses an earlier layer's K/V: q_proj, q_norm, o_proj only, no cache
-        params = d.hidden * q + hd + q * d.hidden + (q + d.hidden if d.f("attention_bias") else 0)
-        return Part(f"Attention_{n}", "Shared-KV Attn", params, matmul=2 * d.hidden * q,
-                    linears=((d.hidden, q), (q, d.hidden)), act=5 * q, act32=d.heads, transient=2 * q, window=window,
-                    attn_flops=4 * d.heads * hd)
+        return shared_kv_attention_part(f"Attention_{n}", d.hidden, d.heads, hd, bias=d.f("attention_bias"), extra=hd,
+                                        window=window)
     k_eq_v = d.f("attention_k_eq_v", False) and not window
     p = attention(t, d, n, window, kv=kv, hd=hd, extra=2 * hd)  # q_norm, k_norm (v_norm has no scale)
     if k_eq_v:  # no v_proj: the keys are the values
@@ -179,14 +177,12 @@ def gemma3n_text(cfg: Mapping[str, Any], model: str) -> Arch:
                                                 for i in range(n)]
     window = r.int("sliding_window", minimum=0)
     windows = tuple(window if "sliding" in str(t) else 0 for t in types[:n])
-    bias, q = r.flag("attention_bias"), heads * hd
+    bias = r.flag("attention_bias")
     blocks = []
     for i in range(1, n + 1):
         w = windows[i - 1]
         if i - 1 >= shared_from:  # reuses an earlier layer's K/V (kv_sharing_modes "reuse")
-            attn = Part(f"Attention_{i}", "Shared-KV Attn", 2 * h * q + hd + (q + h if bias else 0), matmul=2 * h * q,
-                        linears=((h, q), (q, h)), act=5 * q, act32=heads, transient=2 * q, window=w,
-                        attn_flops=4 * heads * hd)
+            attn = shared_kv_attention_part(f"Attention_{i}", h, heads, hd, bias=bias, extra=hd, window=w)
         else:
             attn = attention_part(f"Attention_{i}", "Grouped Query Attn", h, heads, kv, hd, qkv_bias=bias,
                                   o_bias=bias, extra=2 * hd, window=w)

@@ -89,6 +89,12 @@ def _ernie_sparse(d: Dims, i: int) -> bool:
 MIXTRAL = ExpertTraits(experts="num_local_experts", inter="intermediate_size")
 
 
+MINICPM5_MOE_DEFAULTS: dict[str, Any] = {  # configuration_minicpm5_moe.MiniCPM5MoeConfig (transformers 5.25.0)
+    "vocab_size": 130560, "hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 28,
+    "num_attention_heads": 32, "num_key_value_heads": 2, "head_dim": 128, "hidden_act": "silu",
+    "max_position_embeddings": 524288, "tie_word_embeddings": False, "attention_bias": False,
+    "moe_intermediate_size": 512, "num_experts_per_tok": 16, "n_shared_experts": 1, "n_routed_experts": 160,
+}
 DEEPSEEK = ExpertTraits(experts="n_routed_experts", shared=_n_shared("n_shared_experts"), sparse=first_k_dense())
 
 
@@ -309,6 +315,13 @@ TRAITS: dict[str, DecoderTraits] = {
     "glm4_moe_lite": DecoderTraits(mla=True, moe=ExpertTraits(experts="n_routed_experts", shared=_n_shared("n_shared_experts"),
                                        sparse=first_k_dense(k0=1))),
     "solar_open": DecoderTraits(qkv_bias="attention_bias", moe=DEEPSEEK),
+    # modeling_minicpm5_moe.py (transformers 5.25; its config class is not in the 5.24 defaults table, so its
+    # configuration_minicpm5_moe.MiniCPM5MoeConfig defaults are given here): Llama attention with q_gate_proj (query
+    # and output gate, 2 x heads x head_dim), DeepSeek-V3's MoE, first_k_dense_replace popped with default 1.
+    "minicpm5_moe": DecoderTraits(qkv_bias="attention_bias", o_bias="attention_bias", q_mult=2,
+                                  aliases={"n_routed_experts": ("num_local_experts",)}, defaults=MINICPM5_MOE_DEFAULTS,
+                                  moe=ExpertTraits(experts="n_routed_experts", shared=_n_shared("n_shared_experts"),
+                                                   sparse=first_k_dense(k0=1))),
     "ernie4_5_moe": DecoderTraits(qkv_bias="use_bias", o_bias="use_bias", mlp_bias="use_bias", tie=True,
                       moe=ExpertTraits(experts="moe_num_experts", top_k="moe_k",
                             shared=_n_shared("moe_num_shared_experts"), score_bias=True,

@@ -272,6 +272,17 @@ def attention_part(name: str, typ: str, hidden: int, heads: int, kv_heads: int, 
                 attn_flops=2 * heads * (head_dim + v_dim))
 
 
+def shared_kv_attention_part(name: str, hidden: int, heads: int, head_dim: int, *, bias: bool = False, extra: int = 0,
+                             window: int = 0) -> Part:
+    """Attention that reads an earlier layer's K/V (kv_sharing_modes "reuse"): q_proj and o_proj only, no K/V
+    projections and no cache of its own (modeling_gemma3n.Gemma3nTextAttention, modeling_kolibri1_1.Kolibri1_1Attention
+    in transformers 5.25); `extra`: its q norm."""
+    q = heads * head_dim
+    return Part(name, "Shared-KV Attn", linear(hidden, q, bias) + linear(q, hidden, bias) + extra, matmul=2 * hidden * q,
+                linears=((hidden, q), (q, hidden)), act=5 * q, act32=heads, transient=2 * q, window=window,
+                attn_flops=4 * heads * head_dim)
+
+
 def cross_attention_part(n: int, hidden: int, heads: int, head_dim: int, *, bias: bool, fused_kv: bool = False) -> Part:
     """Layer n's cross-attention over the encoder's output (already at the decoder's width): q from the decoder's
     stream, k/v from the encoder's tokens, o back, every head its own K/V; its cache is K and V over the encoder's
