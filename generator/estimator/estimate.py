@@ -159,7 +159,9 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
     qlora_applies = arch.quant is None
     plans = _card_plan(cards, profiles, s, site_jobs["qlora"] if qlora_applies else None)
     kv_per_sequence = kv_bytes_per_sequence(arch, s, serve_tokens)
-    setup_plans, unreachable, serving = _setups(arch, graph, s, cards, gpus, site_jobs, adapters, serve_tokens,
+    # full and LoRA FLOPs per token of the reference job: priced per GPU by the costs and the plans alike
+    flops_per_token = training_flops_per_token(arch, graph, s, adapters, job_tokens(arch, s))
+    setup_plans, unreachable, serving = _setups(arch, graph, s, cards, gpus, site_jobs, flops_per_token, serve_tokens,
                                                 weights_served, kv_per_sequence)
 
     by_budget = sorted(plans, key=lambda c: c.budget_bytes)  # the cards, smallest budget first (stable on ties)
@@ -190,7 +192,7 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
                                             ("lora", train_tokens): profiles["train_lora"],
                                             ("serve", serve_tokens): profiles["serve"]}),
     )
-    costs = _costs(arch, graph, s, cards, gpus, profiles, adapters)
+    costs = _costs(arch, graph, s, cards, gpus, profiles, adapters, flops_per_token)
     stored = stored_elements(arch)
     match = None if checkpoint_params is None else checkpoint_params in (graph.params_total, stored)
     findings: list[Finding] = [*check_scope(arch, train_tokens, s.train_tokens, serve_tokens, s.serve_tokens,
@@ -264,12 +266,12 @@ def _site_metric(method: str, parts: tuple[int, ...]) -> int:
 _SUMMED = ("full", "lora", "serve", "serve2")  # the methods whose _site_metric is the plain sum of the parts
 
 
-def _setups(arch, graph, s: Assumptions, cards, gpus, jobs, adapters: int, serve_tokens: int, weights_served: int,
-            kv_per_sequence: int):
+def _setups(arch, graph, s: Assumptions, cards, gpus, jobs, flops_per_token: tuple[float, float], serve_tokens: int,
+            weights_served: int, kv_per_sequence: int):
     """Plans for full, LoRA, QLoRA and serving on every priced GPU, and the serving speeds (setups.py)."""
     peak = cached_peak(jobs, _site_metric, _SUMMED)
     gpu_offers = offers(cards, gpus, s)
-    flops = training_flops(arch, graph, s, adapters)
+    flops = training_flops(arch, s, flops_per_token)
     not_applicable = {}
     if arch.quant is not None:
         not_applicable["qlora"] = (f"the checkpoint is already quantised ({arch.quant.describes}); QLoRA quantises "
@@ -317,14 +319,15 @@ def _card_plan(cards: tuple[Card, ...], profiles: Mapping[str, Profile], s: Assu
     return tuple(plans)
 
 
-def _costs(arch, graph, s: Assumptions, cards, gpus, profiles, adapters) -> tuple[CostLine, ...]:
+def _costs(arch, graph, s: Assumptions, cards, gpus, profiles, adapters,
+           flops_per_token: tuple[float, float]) -> tuple[CostLine, ...]:
     seen: list[str] = []
     for card in cards:
         seen += [g for g in card.gpus if g not in seen]
     lines = []
     full, lora = profiles["train_full"], profiles["train_lora"]
     # a step's FLOPs and bytes depend on the model and method only: worked out once, priced per GPU
-    flops_full, flops_lora = training_flops_per_token(arch, graph, s, adapters, job_tokens(arch, s))
+    flops_full, flops_lora = flops_per_token
     work = {"full": step_work(arch, s, "full", flops_full, 2 * graph.params_total, graph.params_total,
                               full.per_sample()),
             "lora": step_work(arch, s, "lora", flops_lora, 2 * graph.params_total, adapters, lora.per_sample())}

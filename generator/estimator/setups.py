@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from .config.arch import Arch
-from .cost import flops_per_token, job_tokens, training_flops_per_token
+from .cost import flops_per_token, job_tokens
 from .graph.nodes import Graph
 from .inputs import Assumptions, Card, Gpu
 from .memory.job import Job, JobMemory, job_phases, metric_memory, training_variants
@@ -314,13 +314,13 @@ def serving_table(model: ServingModel, peak: Callable[[str, Setup], tuple[int, i
     return tuple(rows)
 
 
-def training_flops(a: Arch, g: Graph, s: Assumptions, adapters: int) -> dict[str, tuple[float, float]]:
-    """Per training method, the reference job's FLOPs (cost.py's count) and the same with gradient checkpointing,
-    which runs each layer's forward again in the backward (Chen et al. 2016, arXiv:1604.06174 §3: one extra
-    forward, a third of a full fine-tune's FLOPs). QLoRA trains the same adapters as LoRA: the same count."""
-    tokens = job_tokens(a, s)
+def training_flops(a: Arch, s: Assumptions, per_token: tuple[float, float]) -> dict[str, tuple[float, float]]:
+    """Per training method, the reference job's FLOPs from the full and LoRA FLOPs per token
+    (cost.training_flops_per_token at cost.job_tokens) and the same with gradient checkpointing, which runs each
+    layer's forward again in the backward (Chen et al. 2016, arXiv:1604.06174 §3: one extra forward, a third of a
+    full fine-tune's FLOPs). QLoRA trains the same adapters as LoRA: the same count."""
     steps = s.job_epochs * -(-s.job_samples // s.job_batch)
-    per_step = tokens * s.job_batch * steps
-    full, lora = (f * per_step for f in training_flops_per_token(a, g, s, adapters, tokens))
+    per_step = job_tokens(a, s) * s.job_batch * steps
+    full, lora = (f * per_step for f in per_token)
     forward = full / 3.0
     return {"full": (full, full + forward), "lora": (lora, lora + forward), "qlora": (lora, lora + forward)}
