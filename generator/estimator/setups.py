@@ -240,9 +240,7 @@ class PeakTable:
         per_stage = GPUS_PER_NODE if kind.strategy == "tp+pp" else 1
         if per_stage > 1:
             phases = tp_phases(job, phases, per_stage)
-        return tuple((0, per_stage * (ph.weights + ph.gradients + ph.optimizer_state + ph.activations + ph.logits
-                                      + ph.kv_cache + ph.overhead_weights + ph.overhead_step + ph.overhead_fixed))
-                     for ph in phases)
+        return tuple((0, per_stage * ph.total_bytes) for ph in phases)
 
 
 def _remembered(table: dict, key: tuple, make: Callable[[], Any]) -> Any:

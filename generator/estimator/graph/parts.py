@@ -166,7 +166,7 @@ class Spec:
     @functools.cached_property
     def layer_groups(self) -> tuple[int, ...]:
         """Per layer, the index of the first layer equal to it but for its part names (Part.name is the one field
-        left out of the key): the memory terms are computed once per distinct layer (profile.per_distinct_layer),
+        left out of the key): the memory terms are computed once per distinct layer (layer_terms.per_distinct_layer),
         and this once per model, however many jobs and plans ask. The numbered copies of one layer (graph/stacks.py)
         (Block.source) are equal to it but for their names: its key is made once for all of them."""
         first: dict[tuple, int] = {}

@@ -190,14 +190,6 @@ def job_phases(a: Arch, g: Graph, s: Assumptions, job: Job, model: str = "",
     return _training(a, g, s, job, model, (job.grad_ckpt,), memo)[0][0]
 
 
-def training_phases(a: Arch, g: Graph, s: Assumptions, job: Job, model: str = "",
-                    memo: dict | None = None) -> tuple[tuple[Phase, ...], tuple[Phase, ...]]:
-    """A training job's phases without and with gradient checkpointing (job_phases of the job with grad_ckpt
-    False, then True), from one pass over its layers: the plan search prices both."""
-    plain, ckpt = training_variants(a, g, s, job, (False, True), model, memo)[0]
-    return plain, ckpt
-
-
 def training_variants(a: Arch, g: Graph, s: Assumptions, job: Job, variants: tuple[bool, ...], model: str = "",
                       memo: dict | None = None) -> tuple[list[tuple[Phase, ...]], int]:
     """A training job's phases once per entry of `variants` (checkpointing off or on), and its trainable

@@ -76,6 +76,12 @@ class Phase:
     overhead_fixed: int = 0  # per process (dequantised transient, CUDA context): never shrinks
     computing: bool = True  # forward/backward (gathered units live); False at the optimizer step
 
+    @property
+    def total_bytes(self) -> int:
+        """Everything live at this moment: the sum of its parts (PerGpu's breakdown sums to it on one GPU)."""
+        return (self.weights + self.gradients + self.optimizer_state + self.activations + self.logits + self.kv_cache
+                + self.overhead_weights + self.overhead_step + self.overhead_fixed)
+
 
 @dataclass(frozen=True)
 class SingleGpuJob:
@@ -194,13 +200,18 @@ def peak_parts(job: SingleGpuJob, setup: Setup, model: str = "") -> tuple[str, t
         rows = [(ph.name, _parts(ph, ph.overhead_weights + ph.overhead_step + ph.overhead_fixed)) for ph in phases]
     else:
         rows = _data_parallel(job, phases, setup)
-    # the first phase of the largest sum (the first of equals), as parts in PARTS order
+    best = _peak_row(rows)
+    return best[0], best[1], stage_layers
+
+
+def _peak_row(rows: list[tuple[str, tuple[int, ...]]]) -> tuple[str, tuple[int, ...]]:
+    """The first phase of the largest sum (the first of equals): (name, parts in PARTS order)."""
     best, top = rows[0], -1
     for row in rows:
         total = sum(row[1])
         if total > top:
             best, top = row, total
-    return best[0], best[1], stage_layers
+    return best
 
 
 def cpu_bytes_per_node(job: SingleGpuJob, setup: Setup) -> int:
@@ -251,17 +262,11 @@ class Sharding:
 
     def peak(self, n: int) -> tuple[int, ...]:
         """The parts of the first phase of the largest sum on one of `n` ranks (what peak_parts picks)."""
-        best: tuple[int, ...] = ()
-        top = -1
-        for _, parts in self.rows(n):
-            total = sum(parts)
-            if total > top:
-                best, top = parts, total
-        return best
+        return _peak_row(self.rows(n))[1]
 
     def cpu(self, n: int) -> int:
         """PerGpu.cpu_bytes_per_node on `n` GPUs."""
-        return _ceil(self.cpu_total / n * min(n, GPUS_PER_NODE)) if self.cpu_total else 0
+        return _per_node(self.cpu_total, n)
 
     def limits(self) -> tuple[tuple[int, int], ...] | None:
         """Per phase (A, S): its constants and the sum of its numerators, so that every ceil(x / N) being at least
@@ -314,8 +319,13 @@ def sharded(job: SingleGpuJob, strategy: str, grad_ckpt: bool = False, offload: 
 
 def _cpu_bytes(job: SingleGpuJob, setup: Setup) -> int:
     """Offloaded bytes the ranks of one node hold together: each rank its 1/N shard of _cpu_total."""
-    total = _cpu_total(job, setup.offload)
-    return _ceil(total / setup.gpus * min(setup.gpus, GPUS_PER_NODE)) if setup.offload != "none" else 0
+    return _per_node(_cpu_total(job, setup.offload), setup.gpus)
+
+
+def _per_node(total: int, n: int) -> int:
+    """Of `total` bytes shared out 1/N per rank over `n` GPUs, what the ranks of one node (at most GPUS_PER_NODE)
+    hold together."""
+    return _ceil(total / n * min(n, GPUS_PER_NODE)) if total else 0
 
 
 def _cpu_total(job: SingleGpuJob, offload: str) -> int:
