@@ -24,7 +24,7 @@ from .graph.structure import StructureTable
 from .inputs import Assumptions, Card, Gpu
 from .memory.attention import default_attention
 from .memory.curve import memory_curve
-from .memory.job import Job, metric_memory
+from .memory.job import Job, metric_memory, resolve
 from .memory.layer_terms import all_linear_params
 from .memory.parallel import Setup, per_gpu
 from .memory.profile import (
@@ -180,8 +180,8 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
         peak_phase_by_method=tuple((k, p.peak_phase(1)) for k, p in profiles.items()),
         peak_bytes=exact.peak_bytes, peak_phase=exact.peak_phase, breakdown=exact.breakdown,
         # the job as priced: the attention it defaulted to (the model class's) named, not left empty
-        job=tuple({**job.to_dict(), "attention": job.attention or attention, "gpus": setup.gpus,
-                   "strategy": setup.strategy, "offload": setup.offload}.items()),
+        job=tuple({**resolve(job, arch).to_dict(), "gpus": setup.gpus, "strategy": setup.strategy,
+                   "offload": setup.offload}.items()),
         offload_cpu_bytes_per_node=spread.cpu_bytes_per_node,
         smallest_card_full=smallest("train_full_max_batch"), smallest_card_lora=smallest("train_lora_max_batch"),
         smallest_card_serve=smallest("serve_max_batch"), cards=plans,
