@@ -172,6 +172,22 @@ def test_ddp_never_falls_below_one_gpu(model, method, n):
     assert per_gpu(job, Setup("ddp", n, ckpt)).per_gpu_peak_bytes >= one
 
 
+@pytest.mark.parametrize("job, weight_bytes", [
+    (Job(method="lora", precision="amp", tokens=512), 4),  # peft's default: fp32 adapters under autocast
+    (Job(method="lora", precision="amp", adapter_dtype="bf16", tokens=512), 2),  # --adapter-dtype bf16
+    (Job(method="lora", precision="bf16", tokens=512), 2),
+    (Job(tokens=512), 4),  # full AMP: the fp32 master
+    (Job(precision="bf16", tokens=512), 2),
+])
+def test_the_sharded_job_holds_its_trainable_weights_as_its_phases_do(job, weight_bytes):
+    """The SingleGpuJob that ZeRO / FSDP share out says the bytes per trainable parameter its phases priced
+    (job._training's), which the master copy and the 16-bit copy of ZeRO follow (parallel._master_excess)."""
+    a, g = _model(MODELS[0])
+    single = training_job(a, g, S, job, model_shape(a, g), MODELS[0])
+    assert single.trainable_weight_bytes == weight_bytes and single.compute_bytes == 2
+    assert max(ph.gradients for ph in single.phases) == weight_bytes * single.params_trainable
+
+
 def _walk(probe, method: str, budget: int, host: int):
     """The plan by definition: every count in turn, every setup in preference order; offload only after no count
     runs without it, and only within the host's memory."""

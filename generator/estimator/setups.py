@@ -76,18 +76,11 @@ def training_job(a: Arch, g: Graph, s: Assumptions, job: Job, shape: Shape, mode
     """`job` (full, lora or qlora) as a SingleGpuJob; `both`: with its checkpointed phases too (the plan search
     tries both; a job that asks for checkpointing has only those), else only the phases `job` asks for. `memo`:
     the per-layer terms the estimate's other jobs and profiles worked out already (profile.memoised)."""
-    if both and job.grad_ckpt:  # a recipe that always checkpoints (QLoRA): plans.candidates tries no other
-        (plain,), trainable = training_variants(a, g, s, job, (True,), model, memo)
-        ckpt = plain
-    elif both:
-        (plain, ckpt), trainable = training_variants(a, g, s, job, (False, True), model, memo)
-    else:
-        (plain,), trainable = training_variants(a, g, s, job, (job.grad_ckpt,), model, memo)
-        ckpt = ()
-    # as job._training: peft keeps adapters in fp32 under AMP
-    param_bytes = {"amp": 4, "bf16": 2, "fp32": 4}[job.precision] if job.method == "full" else \
-        2 if job.precision == "bf16" else 4
-    return _single(job.method, plain, ckpt, trainable, 4 if job.precision == "fp32" else 2, param_bytes, shape)
+    # a recipe that always checkpoints (QLoRA): plans.candidates tries no other
+    variants = ((True,) if job.grad_ckpt else (False, True)) if both else (job.grad_ckpt,)
+    phases, trainable, compute_bytes, param_bytes = training_variants(a, g, s, job, variants, model, memo)
+    plain, ckpt = phases[0], (phases[-1] if both else ())
+    return _single(job.method, plain, ckpt, trainable, compute_bytes, param_bytes, shape)
 
 
 def exact_job(a: Arch, g: Graph, s: Assumptions, job: Job, shape: Shape, model: str = "") -> SingleGpuJob:

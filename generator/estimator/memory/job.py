@@ -191,9 +191,10 @@ def job_phases(a: Arch, g: Graph, s: Assumptions, job: Job, model: str = "",
 
 
 def training_variants(a: Arch, g: Graph, s: Assumptions, job: Job, variants: tuple[bool, ...], model: str = "",
-                      memo: dict | None = None) -> tuple[list[tuple[Phase, ...]], int]:
-    """A training job's phases once per entry of `variants` (checkpointing off or on), and its trainable
-    parameters: what setups.training_job needs, from one pass."""
+                      memo: dict | None = None) -> tuple[list[tuple[Phase, ...]], int, int, int]:
+    """A training job's phases once per entry of `variants` (checkpointing off or on), its trainable parameters,
+    its compute bytes and its trainable weights' bytes per parameter: what setups.training_job needs, from one
+    pass."""
     model = model or a.model_type
     validate(job, model)
     return _training(a, g, s, resolve(job, a), model, variants, memo)
@@ -227,9 +228,10 @@ def _adapter_bytes(job: Job) -> int:
 
 
 def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants: tuple[bool, ...],
-              memo: dict | None = None) -> tuple[list[tuple[Phase, ...]], int]:
+              memo: dict | None = None) -> tuple[list[tuple[Phase, ...]], int, int, int]:
     """The job's phases once per entry of `variants` (gradient checkpointing off or on; job.grad_ckpt is not
-    read), and its trainable parameters: everything but the phases' assembly is shared. The layer terms are
+    read), its trainable parameters, compute bytes and trainable bytes per parameter: everything but the phases'
+    assembly is shared. The layer terms are
     worked out per distinct layer (Spec.distinct_layers) and summed times their counts; `memo` shares them with
     the estimate's other jobs and profiles."""
     spec = g.spec
@@ -343,7 +345,7 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
                                                           default=0),
                              overhead_weights=ckpt_copies[1], overhead_fixed=dequant)]
         out.append((*phases, *closing))
-    return out, trainable
+    return out, trainable, c, param_bytes
 
 
 def _inference(a: Arch, g: Graph, s: Assumptions, job: Job) -> list[Phase]:
