@@ -214,9 +214,7 @@ def first_fit(probe: Probe, method: str, tried: tuple[Kind, ...], budget_bytes: 
             start = None if bound is None else bound(method, kind, budget_bytes)
             if start is not None:  # every count before `start` is over: the first not over is start or later
                 lo = -1 if start > hi else max(lo, start)
-            if lo < 0:
-                pass
-            elif best_i < 0:  # gallop: lo, lo + 1, lo + 3, lo + 7, ... until a count is not over
+            if lo >= 0 and best_i < 0:  # gallop: lo, lo + 1, lo + 3, lo + 7, ... until a count is not over
                 step, prev = 1, lo - 1
                 while True:
                     i = min(hi, prev + step)
@@ -232,7 +230,7 @@ def first_fit(probe: Probe, method: str, tried: tuple[Kind, ...], budget_bytes: 
                         lo = -1
                         break
                     prev, step = i, step * 2
-            elif label(kind, hi) == _OVER:
+            elif lo >= 0 and label(kind, hi) == _OVER:
                 lo = -1
             if lo >= 0:
                 while lo < hi:  # the first count not over in [lo, hi]; hi is known not to be over
