@@ -1,13 +1,17 @@
 #!/usr/bin/env python3
-"""Map the public measured figures (shared/research/measured-memory-calibration.tsv) onto our setup fields.
+"""Map the public measured figures (data/measurements/public.tsv) onto our setup fields: writes public.jsonl.
 
-    python3 tools/import_public.py [--tsv PATH] [--out data/measurements/public.jsonl]
+    python3 tools/import_public.py [--tsv PATH] [--amendments PATH] [--out data/measurements/public.jsonl]
 
 One JSON line per TSV row, in TSV order. Every row is kept; a row that cannot be compared with an estimate
 carries `excluded` (why). A kept row has `setup` in the harness's vocabulary (method, precision, batch, tokens,
 new_tokens, lora_rank, lora_targets, optimizer, grad_ckpt, attention) plus `weights` and `grad_accum`, the
 measured bytes and the metric, the config it is compared with (snapshot/ or a vouched stand-in), its source
 URL and trust. Which rows the current estimator can be compared with is decided later (generator/accuracy.py).
+
+What a TSV row says too little of (the script a framework ran, read at a cited commit; how a multi-GPU run was
+spread) is in data/measurements/public-amendments.json, applied here on top of each row's import, so that the
+output is always this script's: tests/test_public_import.py rebuilds it and compares bytes.
 """
 
 from __future__ import annotations
@@ -17,11 +21,14 @@ import csv
 import json
 import re
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-DEFAULT_TSV = ROOT.parent / "shared" / "research" / "measured-memory-calibration.tsv"
+# A copy of shared/research/measured-memory-calibration.tsv (each row with its source URL and trust).
+DEFAULT_TSV = ROOT / "data" / "measurements" / "public.tsv"
+DEFAULT_AMENDMENTS = ROOT / "data" / "measurements" / "public-amendments.json"
 
 # Hub ids whose config.json is not in snapshot/, but whose shapes equal a snapshot model's (vouched here).
 VOUCHED = {
@@ -36,6 +43,11 @@ VOUCHED = {
 }
 UNITS = {"GiB": 2**30, "MiB": 2**20, "GB": 10**9, "MB": 10**6}
 GPU_GB = re.compile(r"(\d+)\s*GB")
+GPU_COUNT = re.compile(r"^\s*(\d+)\s*[xX]\s")  # "2x A100-40GB", "2x 24GB GPUs (stated)"
+BNB_RELEASE = re.compile(r"\b(?:bitsandbytes|bnb)\s+(\d+\.\d+(?:\.\d+)?)")
+# What an amendment may set: a setup key the TSV has no column for or states too loosely, a note, the spread.
+AMENDABLE_SETUP = ("lora_dropout", "loss")
+PARALLEL_KEYS = ("strategy", "offload")
 
 
 def _snapshot_config(model_id: str) -> tuple[dict | None, str | None, str | None]:
@@ -134,9 +146,49 @@ def _metric(text: str) -> str:
     return "not_stated"
 
 
-def convert(r: dict) -> dict:
-    """One TSV row → one JSON line (see the module docstring)."""
+def load_amendments(path: Path) -> dict[str, list[dict]]:
+    """{row id: its amendments, in file order}. Each amendment names its rows (`ids`) and sets any of: `setup`
+    (keys of AMENDABLE_SETUP), `notes` (appended to the row's, after "; "), `parallel` (`strategy`, `offload`;
+    the GPU count is the row's own "Nx"). Anything else is refused, naming the amendment and the key."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    out: dict[str, list[dict]] = {}
+    for n, amendment in enumerate(data["amendments"], 1):
+        where = f"{path.name}: amendment {n}"
+        unknown = set(amendment) - {"ids", "setup", "notes", "parallel"}
+        if unknown or not amendment.get("ids"):
+            raise SystemExit(f"{where}: key {sorted(unknown)[0] if unknown else 'ids'!r}: "
+                             "must name its rows (ids) and set only setup, notes or parallel")
+        for key in set(amendment.get("setup", {})) - set(AMENDABLE_SETUP):
+            raise SystemExit(f"{where}: setup key {key!r}: an amendment sets only {', '.join(AMENDABLE_SETUP)}")
+        if "parallel" in amendment and set(amendment["parallel"]) != set(PARALLEL_KEYS):
+            raise SystemExit(f"{where}: parallel {amendment['parallel']!r}: must give exactly "
+                             f"{', '.join(PARALLEL_KEYS)}")
+        for row_id in amendment["ids"]:
+            out.setdefault(row_id, []).append(amendment)
+    return out
+
+
+def _spread(r: dict, amendments: Sequence[dict]) -> dict | None:
+    """How a multi-GPU (or offloading) row was spread: the amendment's strategy and offload, the row's GPU count."""
+    given = [a["parallel"] for a in amendments if "parallel" in a]
+    if not given:
+        return None
+    if len(given) > 1:
+        raise SystemExit(f"{r['id']}: parallel: {len(given)} amendments set it; one may")
+    m = GPU_COUNT.match(r["gpus"])
+    if m is None:
+        raise SystemExit(f"{r['id']}: gpus {r['gpus']!r}: an amended spread needs the row's GPU count (\"Nx ...\")")
+    return {"gpus": int(m.group(1)), **given[0]}
+
+
+def _single_gpu(parallelism: str) -> bool:
+    return parallelism.startswith("single GPU") or re.match(r"TP=1\b(?!.*offload)", parallelism) is not None
+
+
+def convert(r: dict, amendments: Sequence[dict] = ()) -> dict:
+    """One TSV row → one JSON line (see the module docstring); `amendments`: the row's (load_amendments)."""
     method = _method(r)
+    spread = _spread(r, amendments)
     status = r["status"].split()[0].lower().rstrip(":")
     out: dict = {"id": r["id"], "model": r["model_id"], "family": r["family"], "source": r["source"],
                  "trust": r["trust"], "workload": r["workload"], "status": status, "gpus": r["gpus"],
@@ -146,10 +198,11 @@ def convert(r: dict) -> dict:
     reasons = []
     if method is None:
         reasons.append(f"workload {r['workload']!r} is not a training step or a generate run")
-    if not r["parallelism"].startswith("single GPU"):
-        reasons.append(f"multi-GPU or offload ({r['parallelism']}): not one card's peak")
-    if "2x" in r["gpus"] or "4x" in r["gpus"] or "8x" in r["gpus"]:
-        reasons.append(f"run on {r['gpus']}")
+    if spread is None:  # a spread the estimator can price (parallel) is compared per GPU, as memory.parallel does
+        if not _single_gpu(r["parallelism"]):
+            reasons.append(f"multi-GPU or offload ({r['parallelism']}): not one card's peak")
+        if "2x" in r["gpus"] or "4x" in r["gpus"] or "8x" in r["gpus"]:
+            reasons.append(f"run on {r['gpus']}")
     if r["peak_unit"] == "GB-ambiguous":
         reasons.append("unit ambiguous (GB or GiB, +-7%)")
     if r["trust"] == "C":
@@ -196,6 +249,13 @@ def convert(r: dict) -> dict:
                  "steps": 2, "train_mode": True,
                  "weights": r["weights_dtype"], "grad_accum": int(ga.group(1)) if ga else 1,
                  "precision_as_published": r["compute"]}
+        release = BNB_RELEASE.search(r["framework"])
+        if method == "qlora" and release:  # before 0.43.2 MatMul4Bit saved its input: Job.bnb_version prices it
+            setup["bnb_version"] = release.group(1)
+    for amendment in (a for a in amendments if "setup" in a):
+        if setup is None:
+            raise SystemExit(f"{r['id']}: setup: amended, but the row is not a training step or a generate run")
+        setup.update(amendment["setup"])
     value = r["peak_gib"]
     peak = int(round(float(value) * 2**30)) if value and status == "measured" else None
     if r["peak_value"] and r["peak_unit"] in UNITS and status == "measured":
@@ -204,6 +264,9 @@ def convert(r: dict) -> dict:
                 "measured": {"metric": metric, "metric_as_published": r["metric"], "status": status,
                              "peak_bytes": peak, "value": r["peak_value"] or None, "unit": r["peak_unit"] or None}})
     out["excluded"] = "; ".join(reasons) if reasons else None
+    out["notes"] = "; ".join([n for n in [out["notes"]] + [a["notes"] for a in amendments if "notes" in a] if n]) or None
+    if spread is not None:
+        out["parallel"] = spread
     return out
 
 
@@ -221,10 +284,15 @@ def _attention(text: str) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tsv", type=Path, default=DEFAULT_TSV)
+    ap.add_argument("--amendments", type=Path, default=DEFAULT_AMENDMENTS)
     ap.add_argument("--out", type=Path, default=ROOT / "data" / "measurements" / "public.jsonl")
     args = ap.parse_args()
     with open(args.tsv, encoding="utf-8", newline="") as fh:
-        rows = [convert(r) for r in csv.DictReader(fh, delimiter="\t")]
+        records = list(csv.DictReader(fh, delimiter="\t"))
+    amendments = load_amendments(args.amendments)
+    for row_id in sorted(set(amendments) - {r["id"] for r in records}):
+        raise SystemExit(f"{args.amendments.name}: id {row_id!r}: no such row in {args.tsv.name}")
+    rows = [convert(r, amendments.get(r["id"], ())) for r in records]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("".join(json.dumps(r, sort_keys=True, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
     kept = [r for r in rows if not r["excluded"]]
