@@ -47,6 +47,7 @@ from .accuracy_rows import (  # noqa: F401
     setup_and_reason,
     setup_of,
     tensor_bytes,
+    unit_readings,
 )
 
 DATA_DIR = Path(__file__).resolve().parents[1] / "data" / "measurements"
@@ -94,6 +95,9 @@ class AccuracyTable:
     # Public rows missed by more than MISS_PCT, each with its named cause (issue 13 item 6), not a silent exclusion:
     # (row id, model, method, signed error %, cause)
     misses: tuple[tuple[str, str, str, float, str], ...] = ()
+    # Public rows whose source does not say GB or GiB, otherwise comparable: not in any figure above, but judged
+    # both ways: (row id, model, method, signed error % if GB, if GiB, what differs as in `misses`)
+    unit_ambiguous: tuple[tuple[str, str, str, float, float, str], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -104,6 +108,8 @@ class AccuracyTable:
         out["setups"] = [asdict(e) for e in self.setups]
         out["families"] = [asdict(e) for e in self.families]
         out["misses"] = [{"id": i, "model": m, "method": k, "error_pct": e, "cause": c} for i, m, k, e, c in self.misses]
+        out["unit_ambiguous"] = [{"id": i, "model": m, "method": k, "error_pct_if_gb": gb, "error_pct_if_gib": gib,
+                                  "cause": c} for i, m, k, gb, gib, c in self.unit_ambiguous]
         return out
 
 
@@ -234,6 +240,7 @@ def compute(datasets: Mapping[str, Sequence[Mapping[str, Any]]], settings, estim
     by_setup: dict[str, list[tuple[int, int]]] = {}
     by_family: dict[str, list[tuple[int, int]]] = {}
     misses: list[tuple[str, str, str, float, str]] = []
+    unit: list[tuple[str, str, str, float, float, str]] = []
     excluded: dict[tuple[str, str], int] = {}
     for name in sorted(datasets):
         rows = datasets[name]
@@ -249,6 +256,11 @@ def compute(datasets: Mapping[str, Sequence[Mapping[str, Any]]], settings, estim
                 why = f"outcome {status!r} without a number (fitting a card is not fitting its budget)"
             if why:
                 excluded[(name, why)] = excluded.get((name, why), 0) + 1
+                both = unit_readings(row, s) if name == "public" else None
+                if both is not None:
+                    plain, e, gb, gib = both
+                    unit.append((str(row.get("id")), str(row.get("model")), str(plain["setup"]["method"]),
+                                 _signed(e, gb), _signed(e, gib), miss_cause(plain, setup_of(plain))))
                 continue
             assert setup is not None and est is not None
             judged.append((setup.method, measured, est, row))
@@ -285,7 +297,12 @@ def compute(datasets: Mapping[str, Sequence[Mapping[str, Any]]], settings, estim
     return AccuracyTable(estimator_version, tuple(counts), tuple(errors), tuple(fits), DEFINITIONS, (),
                          tuple((d, r, n) for (d, r), n in sorted(excluded.items(), key=lambda kv: (kv[0][0], -kv[1], kv[0][1]))),
                          tuple(error_row("cpu-sim", k, v) for k, v in sorted(by_setup.items())),
-                         tuple(error_row(k, "training", v) for k, v in sorted(by_family.items())), tuple(misses))
+                         tuple(error_row(k, "training", v) for k, v in sorted(by_family.items())), tuple(misses),
+                         tuple(unit))
+
+
+def _signed(estimate: int, measured: int) -> float:
+    return round((estimate - measured) / measured * 100, 1)
 
 
 # --- loader and command -----------------------------------------------------------------------------------
@@ -333,6 +350,8 @@ def render(table: AccuracyTable) -> str:
               for e in table.families]
     lines += ["", f"public rows missed by more than {MISS_PCT:.0f}%, with their named cause:"]
     lines += [f"  {i:<6} {m[:36]:<36} {k:<9} {e:+6.1f}%  {c}" for i, m, k, e, c in table.misses]
+    lines += ["", "public rows whose unit is not stated (in no figure above), the error if GB and if GiB:"]
+    lines += [f"  {i:<6} {m[:36]:<36} {k:<9} {gb:+6.1f}% {gib:+6.1f}%  {c}" for i, m, k, gb, gib, c in table.unit_ambiguous]
     if table.excluded:
         lines += ["", "not compared (dataset, rows, why):"]
         lines += [f"  {d:<10} {n:>4}  {r}" for d, r, n in table.excluded]

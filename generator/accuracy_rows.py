@@ -152,3 +152,26 @@ def estimate_or_reason(row: Mapping[str, Any], assumptions) -> tuple[int | None,
         return None, f"estimator refused: {type(exc).__name__}: {str(exc).split(': ', 1)[-1]}"[:160]
     context = assumptions.cuda_context_bytes if job.metric == "nvidia-smi" else 0
     return int(mem.peak_bytes) - context, ""
+
+
+UNIT_CLAUSE = "unit ambiguous"
+
+
+def unit_readings(row: Mapping[str, Any], assumptions) -> tuple[Mapping[str, Any], int, int, int] | None:
+    """A public row left out only because its source does not say GB or GiB, read both ways: (the row as
+    compared, the estimate, the measured tensor bytes if the figure is GB, and if it is GiB), or None where the
+    row has another reason too or no estimate. Its figure is value x 1e9 or value x 2**30 bytes (the importer
+    stores the GiB reading)."""
+    text = str(row.get("excluded") or "")
+    if not text.startswith(UNIT_CLAUSE):
+        return None
+    rest = "; ".join(c for c in text.split("; ") if not c.startswith(UNIT_CLAUSE))
+    plain = {**row, "excluded": rest or None}
+    est = estimate_or_reason(plain, assumptions)[0]
+    gib = tensor_bytes(plain, assumptions.cuda_context_bytes)
+    m = row.get("measured") or {}
+    if est is None or gib is None or not m.get("value"):
+        return None
+    gb = gib - int(m["peak_bytes"]) + int(round(float(m["value"]) * 1e9))
+    return plain, est, gb, gib
+

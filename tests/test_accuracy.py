@@ -156,3 +156,25 @@ def test_every_public_row_missed_by_more_than_10pct_has_a_named_cause():
     assert data["misses"], "the committed table lists its misses"
     for m in data["misses"]:
         assert abs(m["error_pct"]) > 10 and "metric" in m["cause"] and m["cause"].split(";")[0].strip()
+
+
+def test_a_row_left_out_only_for_its_unit_is_judged_under_both_readings():
+    """A source that does not say GB or GiB is in no pooled figure, but its row is priced both ways: the GB reading
+    (value x 1e9) is the smaller figure, so its error is the larger; rows with another reason too are not listed."""
+    from generator.accuracy import unit_readings
+    from generator.settings import load_settings
+
+    assumptions = load_settings().assumptions
+    rows = {r["id"]: r for r in map(json.loads, (DATA / "public.jsonl").read_text(encoding="utf-8").splitlines())}
+    row = rows["M430"]  # PEFT's FSDP QLoRA of Llama-2-70B on 2 GPUs: "35.6 GB / GPU"
+    assert row["excluded"] == "unit ambiguous (GB or GiB, +-7%)"
+    plain, est, gb, gib = unit_readings(row, assumptions)
+    assert plain["excluded"] is None and est > 0
+    assert gib - gb == round(35.6 * 2**30) - round(35.6 * 1e9)  # the same context taken off both readings
+    assert unit_readings(rows["M121"], assumptions) is None  # its stated length is a cap too
+    assert unit_readings(rows["M031"], assumptions) is None  # not left out for its unit
+    committed = json.loads((DATA / "accuracy.json").read_text(encoding="utf-8"))
+    listed = {x["id"]: x for x in committed["unit_ambiguous"]}
+    assert set(listed) == {"M428", "M429", "M430"}
+    assert all(x["error_pct_if_gb"] > x["error_pct_if_gib"] and "metric nvml_used" in x["cause"]
+               for x in listed.values())

@@ -71,6 +71,7 @@ def test_a_vllm_row_on_one_gpu_is_not_called_multi_gpu():
     ({"setup": {"lora_dropout": 0.1}}, "amendment 1: key 'ids'"),
     ({"ids": ["M001"], "setup": {"batch": 4}}, "amendment 1: setup key 'batch'"),
     ({"ids": ["M001"], "parallel": {"strategy": "fsdp"}}, "amendment 1: parallel {'strategy': 'fsdp'}"),
+    ({"ids": ["M001"], "inexact": "a cap"}, "amendment 1: inexact 'a cap'"),
 ])
 def test_an_amendment_outside_what_may_be_amended_is_refused(tmp_path, amendment, message):
     path = tmp_path / "amendments.json"
@@ -92,3 +93,10 @@ def test_an_amendment_naming_no_row_or_a_row_without_gpu_count_is_refused(tmp_pa
                            "--out", str(tmp_path / "out.jsonl")], capture_output=True, text=True, cwd=ROOT,
                           check=False)
     assert done.returncode != 0 and "id 'M999': no such row in public.tsv" in done.stderr
+
+
+def test_an_inexact_amendment_calls_the_stated_length_a_cap():
+    imp, row = _importer(), _tsv_rows()["M118"]  # torchtune's README: "Seq Length = 2048", batches padded to longest
+    assert "sequence length" not in (imp.convert(row)["excluded"] or "")
+    got = imp.convert(row, [{"ids": ["M118"], "inexact": True, "notes": "a cap"}])
+    assert "sequence length not exact ('2048'" in got["excluded"] and got["notes"].endswith("a cap")

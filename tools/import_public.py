@@ -149,15 +149,18 @@ def _metric(text: str) -> str:
 def load_amendments(path: Path) -> dict[str, list[dict]]:
     """{row id: its amendments, in file order}. Each amendment names its rows (`ids`) and sets any of: `setup`
     (keys of AMENDABLE_SETUP), `notes` (appended to the row's, after "; "), `parallel` (`strategy`, `offload`;
-    the GPU count is the row's own "Nx"). Anything else is refused, naming the amendment and the key."""
+    the GPU count is the row's own "Nx"), `inexact: true` (the stated length is a cap the run need not reach: the
+    notes say why). Anything else is refused, naming the amendment and the key."""
     data = json.loads(path.read_text(encoding="utf-8"))
     out: dict[str, list[dict]] = {}
     for n, amendment in enumerate(data["amendments"], 1):
         where = f"{path.name}: amendment {n}"
-        unknown = set(amendment) - {"ids", "setup", "notes", "parallel"}
+        unknown = set(amendment) - {"ids", "setup", "notes", "parallel", "inexact"}
         if unknown or not amendment.get("ids"):
             raise SystemExit(f"{where}: key {sorted(unknown)[0] if unknown else 'ids'!r}: "
-                             "must name its rows (ids) and set only setup, notes or parallel")
+                             "must name its rows (ids) and set only setup, notes, parallel or inexact")
+        if amendment.get("inexact", True) is not True:
+            raise SystemExit(f"{where}: inexact {amendment['inexact']!r}: only true (say why in notes)")
         for key in set(amendment.get("setup", {})) - set(AMENDABLE_SETUP):
             raise SystemExit(f"{where}: setup key {key!r}: an amendment sets only {', '.join(AMENDABLE_SETUP)}")
         if "parallel" in amendment and set(amendment["parallel"]) != set(PARALLEL_KEYS):
@@ -221,6 +224,7 @@ def convert(r: dict, amendments: Sequence[dict] = ()) -> dict:
                                           "not stated", "untruncated"))
     if method not in ("inference",) and "longest sample" in seq_note:
         inexact = False  # LitGPT forces the longest sample first: the peak is at the stated length
+    inexact = inexact or any(a.get("inexact") for a in amendments)
     new_tokens = 0
     if method == "inference":
         m = re.search(r"(\d+) new tokens|max_new_tokens=(\d+)|generate (\d+) tokens|(\d+) generated", r["seq_note"] + " " + r["seq_len"])
@@ -238,7 +242,8 @@ def convert(r: dict, amendments: Sequence[dict] = ()) -> dict:
     batch = _int(r["micro_batch"])
     if batch is None:
         reasons.append(f"micro batch not a number ({r['micro_batch']!r})")
-    ga = re.search(r"(?:grad(?:ient)? accumulation|GA) (\d+)", r["seq_note"], re.IGNORECASE)
+    # gradient accumulation: stated with the sequence or in the notes ("GA 4")
+    ga = re.search(r"(?:grad(?:ient)? accumulation|GA) (\d+)", f"{r['seq_note']} {r['notes']}", re.IGNORECASE)
     rank, targets = _lora(r["adapter"]) if method in ("lora", "qlora") else (None, None)
     setup = None
     if method is not None:

@@ -57,6 +57,8 @@ class Accuracy:
     setups: tuple[ErrorRow, ...] = ()  # CPU-simulated rows by setup (method = the setup in words)
     families: tuple[ErrorRow, ...] = ()  # ... by family (dataset = model_type): leave-one-family-out
     misses: tuple[tuple[str, str, str, float, str], ...] = ()  # public rows over 10%: (id, model, method, %, cause)
+    # public rows whose unit is not stated: (id, model, method, % if GB, % if GiB, cause)
+    unit_ambiguous: tuple[tuple[str, str, str, float, float, str], ...] = ()
 
     def datasets(self) -> list[str]:
         return [d for d, _, _ in self.rows]
@@ -101,6 +103,8 @@ def parse(data: Any, path: Path) -> Accuracy:
         families = tuple(ErrorRow(**e) for e in data.get("families") or ())
         misses = tuple((str(x["id"]), str(x["model"]), str(x["method"]), float(x["error_pct"]), str(x["cause"]))
                        for x in data.get("misses") or ())
+        unit = tuple((str(x["id"]), str(x["model"]), str(x["method"]), float(x["error_pct_if_gb"]),
+                      float(x["error_pct_if_gib"]), str(x["cause"])) for x in data.get("unit_ambiguous") or ())
     except KeyError as exc:
         raise _bad(path, str(exc.args[0]), "(missing)", "missing") from None
     except (TypeError, AttributeError) as exc:
@@ -114,7 +118,7 @@ def parse(data: Any, path: Path) -> Accuracy:
         for key in ("budget_bytes", "jobs", "nonfit", "nonfit_flagged", "fit", "false_wont_fit"):
             _count(path, f"fits.{key}", getattr(x, key))
     return Accuracy(str(data.get("estimator_version", "")), rows, errors, fits, definitions, fitted, excluded, setups,
-                    families, misses)
+                    families, misses, unit)
 
 
 @functools.lru_cache(maxsize=4)
@@ -249,5 +253,7 @@ def page_context(table: Accuracy | None) -> dict[str, Any]:
         "families": [{"family": e.dataset, **_error_cells(e)} for e in table.families],
         "misses": [{"id": i, "model": m, "method": k, "error": f.signed_pct(e), "cause": c}
                    for i, m, k, e, c in table.misses],
+        "unit_ambiguous": [{"id": i, "model": m, "method": k, "if_gb": f.signed_pct(gb), "if_gib": f.signed_pct(gib),
+                            "cause": c} for i, m, k, gb, gib, c in table.unit_ambiguous],
         "no_runs": NO_RUNS,
     }
