@@ -142,12 +142,15 @@ def load_settings(path: Path | None = None, **job_overrides: Any) -> Settings:
         w = f"{where}: gpus.{key}"
         bf16 = g.get("bf16_tflops") if isinstance(g, dict) else None
         price = g.get("price_usd_per_hour") if isinstance(g, dict) else None
+        link = g.get("host_link_gb_per_s", 0.0) if isinstance(g, dict) else 0.0
+        if isinstance(link, bool) or not isinstance(link, (int, float)) or link < 0:
+            raise ConfigError(w, "host_link_gb_per_s", link, "must be a number of GB per second (0: not known)")
         gpus[key] = Gpu(key=key, name=_need(g, "name", w, str), bf16_tflops=None if bf16 is None else float(bf16),
                         fp16_tflops=float(_need(g, "fp16_tflops", w, (int, float))),
                         bandwidth_gb_per_s=float(_need(g, "bandwidth_gb_per_s", w, (int, float))),
                         price_usd_per_hour=None if price is None else float(price),
                         price_source=str(g.get("price_source", "")), price_date=str(g.get("price_date", "")),
-                        spec_source=str(g.get("spec_source", "")))
+                        spec_source=str(g.get("spec_source", "")), host_link_gb_per_s=float(link))
     cards = []
     for i, c in enumerate(_need(data, "cards", where, list)):
         w = f"{where}: cards[{i}]"

@@ -32,6 +32,12 @@ def label(p: Any) -> str:
                    _get(p, "grad_ckpt"), _get(p, "offload"))
 
 
+def link_bound(p: Any) -> bool:
+    """Whether an offload plan's hours are its PCIe transfers' rather than its FLOPs' (memory.host_link)."""
+    linked, hours = _get(p, "host_link_hours"), _get(p, "job_hours")
+    return linked is not None and hours is not None and linked >= hours
+
+
 def serving_of(serving: Any, plan: Any) -> Any | None:
     """The serving-speed row of the card and GPU a serving plan names."""
     for s in serving:
@@ -55,6 +61,8 @@ def headline(plans: Any, unreachable: Any, serving: Any) -> list[dict[str, str]]
             detail = "" if s is None else f"about {f.tokens_per_s(_get(s, 'decode_tokens_per_s'))} per sequence"
         else:
             detail = "" if _get(p, "job_usd") is None else f"about {f.usd(_get(p, 'job_usd'))} for the reference job"
+            if detail and link_bound(p):
+                detail += ", bound by moving the offloaded weights over PCIe"
         out.append({"method": name, "setup": label(p), "detail": detail})
     return out
 

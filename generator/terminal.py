@@ -120,11 +120,13 @@ def _print_plan(console: Console, report: Report, settings: Settings, method: st
     if plans:
         table = Table(title=f"Setups that hold batch 1 (cost: {a['job_epochs']} epochs x "
                             f"{fmt.count(a['job_samples'])} samples at batch {a['job_batch']} x "
-                            f"{fmt.count(a['job_tokens'])} tokens, FLOPs / (GPUs x peak x MFU))")
+                            f"{fmt.count(a['job_tokens'])} tokens, FLOPs / (GPUs x peak x MFU); offload: at least its "
+                            "PCIe transfers)")
         for col in ("Method", "Card", "Setup", "Per GPU", "Price", "Hours", "Job", ""):
             table.add_column(col)
         for p in plans:
-            marks = ", ".join(w for w, on in (("smallest", p.smallest), ("cheapest", p.cheapest)) if on)
+            marks = ", ".join(w for w, on in (("PCIe-bound", setups_text.link_bound(p)), ("smallest", p.smallest),
+                                              ("cheapest", p.cheapest)) if on)
             table.add_row(setups_text.METHOD_NAMES[p.method], p.gpu, setups_text.label(p) if p.fits else
                           f"does not fit on {fmt.count(p.gpus)} GPUs", fmt.gb(p.per_gpu_peak_bytes),
                           fmt.usd_per_hour(p.usd_per_hour), fmt.hours(p.job_hours) if p.job_hours else fmt.DASH,

@@ -278,7 +278,8 @@ def _setups(arch, graph, s: Assumptions, cards, gpus, jobs, flops_per_token: tup
                                    "a 16-bit base to NF4, so it does not apply as such")
     plans, unreachable = plans_for(jobs, peak, gpu_offers, {m: f[0] for m, f in flops.items()},
                                    {"full": s.mfu_full, "lora": s.mfu_lora, "qlora": s.mfu_lora},
-                                   {m: f[1] for m, f in flops.items()}, not_applicable, s.host_memory_bytes_per_node)
+                                   {m: f[1] for m, f in flops.items()}, not_applicable, s.host_memory_bytes_per_node,
+                                   (s.job_samples * s.job_epochs, s.job_batch))
     serving: tuple[ServingSpeed, ...] = ()
     if graph.spec.kind != "encoder":
         model = serving_model(arch, graph, s, weights_served, kv_per_sequence, serve_tokens)

@@ -67,6 +67,7 @@ class Gpu:
     price_source: str = ""
     price_date: str = ""
     spec_source: str = ""
+    host_link_gb_per_s: float = 0.0  # PCIe to the CPU, one direction, GB (1e9 B) per second; 0: not known
 
 
 @dataclass(frozen=True)

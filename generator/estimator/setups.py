@@ -17,6 +17,7 @@ from .config.arch import Arch
 from .cost import flops_per_token, job_tokens
 from .graph.nodes import Graph
 from .inputs import Assumptions, Card, Gpu
+from .memory.host_link import link_bytes
 from .memory.job import Job, JobMemory, job_phases, metric_memory, training_variants
 from .memory.parallel import (
     GPUS_PER_NODE,
@@ -148,7 +149,7 @@ def offers(cards: tuple[Card, ...], gpus: Mapping[str, Gpu], s: Assumptions) -> 
             gpu = gpus[key]
             out.append(GpuOffer(card.name, budget_bytes(card, s), gpu.price_usd_per_hour,
                                 gpu.bf16_tflops if gpu.bf16_tflops is not None else gpu.fp16_tflops,
-                                gpu.bandwidth_gb_per_s, gpu.name))
+                                gpu.bandwidth_gb_per_s, gpu.name, gpu.host_link_gb_per_s))
     return tuple(out)
 
 
@@ -259,11 +260,14 @@ def cached_peak(jobs: Mapping[str, SingleGpuJob], adjust: Callable[[str, tuple[i
 def plans_for(jobs: Mapping[str, SingleGpuJob], peak: PeakTable,
               gpu_offers: tuple[GpuOffer, ...], job_flops: Mapping[str, float], mfu: Mapping[str, float],
               ckpt_flops: Mapping[str, float], not_applicable: Mapping[str, str],
-              host_bytes_per_node: int | None = None) -> tuple[list[Plan], list[Unreachable]]:
-    """search_plans over the methods that apply; the others are unreachable for the reason given."""
+              host_bytes_per_node: int | None = None,
+              job_samples: tuple[int, int] = (0, 0)) -> tuple[list[Plan], list[Unreachable]]:
+    """search_plans over the methods that apply; the others are unreachable for the reason given. job_samples: the
+    reference job's (samples over all epochs, samples per optimizer step), which an offload setup moves its
+    weights or gradients for over PCIe (host_link.py)."""
     methods = tuple(m for m in SITE_METHODS if m in jobs and m not in not_applicable)
     plans, unreachable = search_plans(peak, methods, gpu_offers, job_flops, mfu, ckpt_flops, host_bytes_per_node,
-                                      peak.first_count)
+                                      peak.first_count, link_bytes(jobs, *job_samples))
     unreachable += [Unreachable(m, why) for m, why in not_applicable.items()]
     order = {m: i for i, m in enumerate(SITE_METHODS)}
     return plans, sorted(unreachable, key=lambda u: order.get(u.method, 9))

@@ -20,7 +20,7 @@ def setups_context(report: Report) -> dict[str, Any]:
         row["cells"][p.method] = {
             "setup": setups_text.label(p) if p.fits else f"does not fit on {f.count(p.gpus)} GPUs",
             "peak": f.gb(p.per_gpu_peak_bytes), "usd": None if p.job_usd is None else f.usd(p.job_usd),
-            "smallest": p.smallest, "cheapest": p.cheapest}
+            "smallest": p.smallest, "cheapest": p.cheapest, "pcie": setups_text.link_bound(p)}
     methods = [m for m in setups_text.METHOD_NAMES if any(m in r["cells"] for r in rows.values())]
     for r in rows.values():
         r["cells"] = [r["cells"].get(m) for m in methods]

@@ -11,9 +11,10 @@ alone where the heads do not divide. The per-GPU peak of a sharded setup never r
 each kind's first fitting count is found by bisection rather than by a walk over all 67 counts.
 
 Job time (training): the single-GPU job's FLOPs over (GPUs x peak TFLOPS x MFU), the cost section's roofline
-(estimator.cost, Kaplan et al. 2020 arXiv:2001.08361 §2.1) spread evenly over data-parallel ranks; communication is
-not modelled (it hides behind compute at the MFU assumed: Rajbhandari et al. 2020 §7; Zhao et al. 2023 FSDP,
-arXiv:2304.11277 §7). Serving has no job: job_hours and job_usd are None and "cheapest" is the lowest usd_per_hour.
+(estimator.cost, Kaplan et al. 2020 arXiv:2001.08361 §2.1) spread evenly over data-parallel ranks; communication
+among the GPUs is not modelled (it hides behind compute at the MFU assumed: Rajbhandari et al. 2020 §7; Zhao et al.
+2023 FSDP, arXiv:2304.11277 §7). An offload setup takes at least the hours its host links need (host_link.py), the
+longer of the two. Serving has no job: job_hours and job_usd are None; "cheapest" is the lowest usd_per_hour.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .host_link import LinkBytes, link_hours
 from .parallel import GPUS_PER_NODE, ParallelError, Setup, SingleGpuJob, per_gpu
 
 METHODS = ("full", "lora", "qlora", "serve")
@@ -47,6 +49,7 @@ class GpuOffer:
     peak_tflops: float  # dense bf16 (fp16 where there is no bf16)
     bandwidth_gb_per_s: float = 0.0
     model: str = ""  # the priced GPU's own name, where a card (name) lists several (A100 / H100 80 GB)
+    host_link_gb_per_s: float = 0.0  # PCIe to the CPU, one direction (0: not known)
 
 
 @dataclass(frozen=True)
@@ -65,6 +68,7 @@ class Plan:
     cheapest: bool = False
     smallest: bool = False
     gpu_model: str = ""  # GpuOffer.model: which of the card's priced GPUs
+    host_link_hours: float | None = None  # offload: the hours its PCIe transfers take at least (job_hours >= it)
 
     def to_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -282,11 +286,11 @@ def _pair(x: int | tuple[int, int]) -> tuple[int, int]:
 
 def plan_all(probe: Probe, method: str, gpus: tuple[GpuOffer, ...], job_flops: float | None, mfu: float,
              ckpt_flops: float | None = None, host_bytes_per_node: int | None = None,
-             bound: Bound | None = None) -> list[tuple]:
+             bound: Bound | None = None, link: LinkBytes | None = None) -> list[tuple]:
     """Per GPU, first_fit over the method's setups without offload; only where none runs up to MAX_GPUS, over the
     offload setups whose CPU memory per node is within `host_bytes_per_node`; where nothing runs, the smallest
     peak any setup reaches at MAX_GPUS, with fits False. Probes are shared through the caller's cache. Each row:
-    Plan's fields up to job_usd (search_plans adds the marks). The budgets are searched from the smallest up, and
+    Plan's fields up to job_usd and host_link_hours (search_plans adds the marks). The budgets are searched from the smallest up, and
     once one GPU of the most preferred kind holds the job, every larger budget takes that setup unsearched."""
     out = []
     by_budget: dict[int, tuple[Setup, int] | None] = {}  # cards listing several GPUs share one budget
@@ -305,13 +309,13 @@ def plan_all(probe: Probe, method: str, gpus: tuple[GpuOffer, ...], job_flops: f
         if got is not None:
             setup, bytes_ = got
             flops = ckpt_flops if setup.grad_ckpt and ckpt_flops is not None else job_flops
-            out.append(_row(method, gpu, setup, bytes_, True, flops, mfu))
+            out.append(_row(method, gpu, setup, bytes_, True, flops, mfu, link))
             continue
         best = _smallest_at_max(probe, method)
         if best is None:
-            out.append((method, gpu.name, MAX_GPUS, "", False, "none", 0, False, None, None, None))
+            out.append((method, gpu.name, MAX_GPUS, "", False, "none", 0, False, None, None, None, None))
         else:
-            out.append(_row(method, gpu, best[1], best[0], False, job_flops, mfu))
+            out.append(_row(method, gpu, best[1], best[0], False, job_flops, mfu, None))
     return out
 
 
@@ -331,11 +335,16 @@ def _smallest_at_max(probe: Probe, method: str) -> tuple[int, Setup] | None:
 
 
 def _row(method: str, gpu: GpuOffer, setup: Setup, bytes_: int, fits: bool, job_flops: float | None,
-         mfu: float) -> tuple:
+         mfu: float, link: LinkBytes | None) -> tuple:
     usd_h = None if gpu.usd_per_hour is None else gpu.usd_per_hour * setup.gpus
     hours = job_hours(job_flops, setup.gpus, gpu.peak_tflops, mfu) if fits and method != "serve" else None
+    linked = None  # an offload job waits on its host links where they take longer than its FLOPs
+    if hours is not None and link is not None and setup.offload != "none":
+        linked = link_hours(link(method, setup), gpu.host_link_gb_per_s)
+        hours = hours if linked is None else max(hours, linked)
     usd = None if hours is None or usd_h is None else hours * usd_h
-    return method, gpu.name, setup.gpus, setup.strategy, setup.grad_ckpt, setup.offload, bytes_, fits, usd_h, hours, usd
+    return (method, gpu.name, setup.gpus, setup.strategy, setup.grad_ckpt, setup.offload, bytes_, fits, usd_h, hours,
+            usd, linked)
 
 
 def job_hours(job_flops: float | None, gpus: int, peak_tflops: float, mfu: float) -> float | None:
@@ -349,20 +358,21 @@ def search_plans(peak: Probe, methods: tuple[str, ...], gpus: tuple[GpuOffer, ..
                  job_flops: Mapping[str, float], mfu: Mapping[str, float],
                  ckpt_flops: Mapping[str, float] | None = None,
                  host_bytes_per_node: int | None = None,
-                 bound: Bound | None = None) -> tuple[list[Plan], list[Unreachable]]:
+                 bound: Bound | None = None, link: LinkBytes | None = None) -> tuple[list[Plan], list[Unreachable]]:
     """Every (method, priced GPU) plan, marked cheapest (lowest job_usd of the method; serving: lowest usd_per_hour)
     and smallest (fewest GPUs of the method), ties all marked; a method no GPU runs at MAX_GPUS is unreachable.
     ckpt_flops: the job's FLOPs with gradient checkpointing (one more forward), for the setups that use it.
     host_bytes_per_node: the CPU memory an offload setup may hold per node of 8 GPUs (None: no limit).
-    bound: first_fit's, where the caller knows where monotone kinds can start fitting."""
+    bound: first_fit's, where the caller knows where monotone kinds can start fitting. link: the bytes an offload
+    setup moves over each GPU's host link in the job (host_link.link_bytes), which bound its hours from below."""
     plans: list[Plan] = []
     unreachable: list[Unreachable] = []
     for method in methods:
         if method not in METHODS:
             raise ParallelError("", "method", method, f"must be one of {', '.join(METHODS)}")
         rows = plan_all(peak, method, gpus, job_flops.get(method), mfu.get(method, 0.0),
-                        (ckpt_flops or {}).get(method), host_bytes_per_node, bound)
-        # rows: Plan's fields method .. job_usd; 2 gpus, 7 fits, 8 usd_per_hour, 10 job_usd
+                        (ckpt_flops or {}).get(method), host_bytes_per_node, bound, link)
+        # rows: Plan's fields method .. job_usd, then host_link_hours; 2 gpus, 7 fits, 8 usd_per_hour, 10 job_usd
         fitting = [r for r in rows if r[7]]
         if not fitting:
             nodes = MAX_GPUS // GPUS_PER_NODE
@@ -373,8 +383,8 @@ def search_plans(peak: Probe, methods: tuple[str, ...], gpus: tuple[GpuOffer, ..
         price = 8 if method == "serve" else 10  # serving has no job: the cheapest per hour
         low = min((r[price] for r in fitting if r[price] is not None), default=None)
         for r, gpu in zip(rows, gpus, strict=True):
-            plans.append(_new_plan(r + (bool(r[7] and low is not None and r[price] == low),
-                                        bool(r[7] and r[2] == fewest), gpu.model)))
+            plans.append(_new_plan(r[:11] + (bool(r[7] and low is not None and r[price] == low),
+                                             bool(r[7] and r[2] == fewest), gpu.model, r[11])))
     return plans, unreachable
 
 
