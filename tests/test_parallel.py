@@ -12,9 +12,10 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
 from generator.errors import TraceError
+from generator.estimator.memory.kinds import MAX_GPUS
 from generator.estimator.memory.parallel import ParallelError, Phase, Setup, SingleGpuJob, per_gpu
-from generator.estimator.memory.plans import MAX_GPUS, GpuOffer, search_plans
-from generator.estimator.serving_speed import (ServingModel, decode_upper_bound, serving_speed)
+from generator.estimator.memory.plans import GpuOffer, search_plans
+from generator.estimator.serving_speed import ServingModel, decode_upper_bound, serving_speed
 from tests.conftest import ROOT
 
 # Llama-2-7B's shape: 6,738,415,616 params, 32 layers of 202,383,360, embeddings and head 131,072,000 each.

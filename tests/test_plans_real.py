@@ -7,7 +7,7 @@ speeds under the bandwidth bound."""
 from __future__ import annotations
 
 import dataclasses
-from functools import lru_cache
+from functools import cache
 
 import pytest
 from hypothesis import given
@@ -18,14 +18,14 @@ from generator.errors import TraceError
 from generator.estimator import estimate
 from generator.estimator.graph.nodes import build_graph
 from generator.estimator.memory.job import Job
+from generator.estimator.memory.kinds import GPU_COUNTS, MAX_GPUS, kinds
 from generator.estimator.memory.parallel import GPUS_PER_NODE, ParallelError, Setup, per_gpu
-from generator.estimator.memory.plans import GPU_COUNTS, MAX_GPUS, first_fit, kinds
+from generator.estimator.memory.plans import first_fit
 from generator.estimator.memory.profile import kv_bytes_per_sequence, serve_profile
-from generator.estimator.setups import (QLORA, cached_peak, model_shape, offers, serving_job, serving_model,
-                                               training_job)
 from generator.estimator.memory.storage import serve_weight_bytes
 from generator.estimator.normalise import normalise
 from generator.estimator.serving_speed import decode_upper_bound
+from generator.estimator.setups import QLORA, cached_peak, model_shape, offers, serving_job, serving_model, training_job
 from generator.settings import load_settings
 from tests.conftest import snapshot_configs
 
@@ -34,7 +34,7 @@ S = SETTINGS.assumptions
 CONFIGS = {rid: (cfg, ck) for rid, cfg, ck in snapshot_configs()}
 
 
-@lru_cache(maxsize=None)
+@cache
 def _model(model_id: str):
     cfg, _ = CONFIGS[model_id]
     a = normalise(cfg, model_id)
@@ -56,7 +56,7 @@ def _estimable() -> list[str]:
 MODELS = _estimable()
 
 
-@lru_cache(maxsize=None)
+@cache
 def site_jobs(model_id: str):
     """The site's jobs for one model, built as estimate() builds them."""
     a, g = _model(model_id)
@@ -222,7 +222,7 @@ def test_the_plan_search_finds_what_a_walk_over_every_count_finds(model, method)
 
 
 # --- the Reports of every snapshot model ---------------------------------------------------------------------------
-@lru_cache(maxsize=None)
+@cache
 def _report(model_id: str):
     cfg, ck = CONFIGS[model_id]
     return estimate(cfg, model_id=model_id, assumptions=S, cards=SETTINGS.cards, gpus=SETTINGS.gpus,

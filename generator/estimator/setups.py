@@ -19,6 +19,7 @@ from .graph.nodes import Graph
 from .inputs import Assumptions, Card, Gpu
 from .memory.host_link import link_bytes
 from .memory.job import Job, JobMemory, job_phases, metric_memory, training_variants
+from .memory.kinds import GPU_COUNTS, TP_KINDS, Kind, count_index
 from .memory.parallel import (
     GPUS_PER_NODE,
     ParallelError,
@@ -33,7 +34,7 @@ from .memory.parallel import (
     tp_phases,
     validate,
 )
-from .memory.plans import GPU_COUNTS, TP_KINDS, GpuOffer, Kind, Plan, Unreachable, count_index, first_fit, search_plans
+from .memory.plans import GpuOffer, Plan, Unreachable, first_fit, search_plans
 from .memory.profile import budget_bytes
 from .memory.stages import Limits, Profile, largest_batch
 from .serving_speed import ServingModel, ServingSpeed, serving_speed

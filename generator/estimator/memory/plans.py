@@ -1,8 +1,8 @@
 """Setups that run the model: for each method and priced GPU, the fewest GPUs that hold batch 1, and what the job costs.
 
 Pure. The per-setup peak is a callable (`Probe`), so the caller plugs in its own estimator; `peak_from_jobs` adapts
-estimator.parallel. GPU counts tried: 1, 2, 4, 8 in a node, then whole nodes of 8 up to 64 nodes (512 GPUs). The
-fewest GPUs win; at the same count the simpler setup (the issue's preference): one GPU; zero2; then zero3 / fsdp with
+estimator.parallel. GPU counts tried (kinds.py, with the kinds below): 1, 2, 4, 8 in a node, then whole nodes of 8
+up to 64 nodes (512 GPUs). The fewest GPUs win; at the same count the simpler setup (the issue's preference): one GPU; zero2; then zero3 / fsdp with
 gradient checkpointing (TRAIN_KINDS). Offload is the last resort: its setups (OFFLOAD_KINDS) are tried only where no
 setup without it runs on the card at any count up to 512, and only those whose CPU memory per node fits the host
 (Assumptions.host_memory_bytes_per_node: a DGX H100 node's 2 TB). Serving: one GPU, tensor parallel inside a node,
@@ -19,17 +19,15 @@ longer of the two. Serving has no job: job_hours and job_usd are None; "cheapest
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from .host_link import LinkBytes, link_hours
+from .kinds import LAST, MAX_GPUS, ORDERS, SEVERAL_NODES, Kind, kinds, probe_order
 from .parallel import GPUS_PER_NODE, ParallelError, Setup, SingleGpuJob, per_gpu
 
 METHODS = ("full", "lora", "qlora", "serve")
-GPU_COUNTS = (1, 2, 4, 8) + tuple(GPUS_PER_NODE * k for k in range(2, 65))
-MAX_GPUS = GPU_COUNTS[-1]
 
 PeakFn = Callable[[str, Setup], int]  # (method, setup) -> per-GPU peak bytes; raises ParallelError if impossible
 # (method, setup) -> (per-GPU peak bytes, CPU bytes per node of its offload); a PeakFn is accepted too (no offload)
@@ -83,80 +81,6 @@ class Unreachable:
         return {"method": self.method, "reason": self.reason}
 
 
-@dataclass(frozen=True)
-class Kind:
-    """One line of setups tried over a range of GPU counts: `strategy` with checkpointing and offload as given, at
-    GPU_COUNTS[first..last]. monotone: its per-GPU peak never rises with the count and, once a count cannot run it,
-    no larger count can (pipeline stages past the layers), so a bisection finds its first fitting count; otherwise
-    (tensor parallel, whose head divisibility comes and goes) each count is tried in turn."""
-
-    strategy: str
-    first: int
-    last: int
-    grad_ckpt: bool = False
-    offload: str = "none"
-    monotone: bool = True
-    setups: tuple[Setup, ...] = field(init=False, repr=False, compare=False)  # by count index, first..last
-
-    def __post_init__(self) -> None:
-        made = tuple(Setup(self.strategy, GPU_COUNTS[i], self.grad_ckpt, self.offload)
-                     for i in range(self.first, self.last + 1))
-        object.__setattr__(self, "setups", made)  # frozen: set once, here (made once at import)
-
-    def setup(self, index: int) -> Setup:
-        return self.setups[index - self.first]
-
-
-_LAST = len(GPU_COUNTS) - 1
-if any(GPU_COUNTS[i] != GPUS_PER_NODE * (i - 2) for i in range(3, _LAST + 1)):  # what count_index reads
-    raise ValueError("GPU_COUNTS past one node must be whole nodes in order")
-_NODE = GPU_COUNTS.index(2 * GPUS_PER_NODE)  # the first count of several nodes
-# Training, most preferred first (the issue's order: one GPU, then ddp or zero2, then zero3 / fsdp with
-# checkpointing). DDP is left out: past one GPU it holds the single-GPU job and its gradient buckets, never less
-# than one GPU alone, which was tried first (parallel.py, ddp). Offload comes last, in its own list, tried only
-# where no setup without it runs on the card up to MAX_GPUS.
-TRAIN_KINDS = (Kind("single", 0, 0), Kind("single", 0, 0, True), Kind("zero2", 1, _LAST), Kind("zero2", 1, _LAST, True),
-               Kind("fsdp", 1, _LAST, True), Kind("zero3", 1, _LAST, True))
-OFFLOAD_KINDS = (Kind("zero2", 0, _LAST, True, "optimizer"), Kind("zero3", 1, _LAST, True, "optimizer"),
-                 Kind("fsdp", 1, _LAST, True, "params"), Kind("zero3", 1, _LAST, True, "params"))
-# Serving: one GPU, tensor parallel in a node, tensor parallel x pipeline stages over nodes (vLLM's
-# tensor_parallel_size x pipeline_parallel_size), pipeline alone where the heads do not divide.
-SERVE_KINDS = (Kind("single", 0, 0), Kind("tp", 1, _NODE - 1, monotone=False), Kind("tp+pp", _NODE, _LAST),
-               Kind("pp", 1, _LAST))
-TP_KINDS = SERVE_KINDS[:3]  # the serving-speed table: tensor parallel only
-
-
-def count_index(need: float, first: int = 0) -> int:
-    """The first index of GPU_COUNTS at or after `first` whose count is at least `need` (len(GPU_COUNTS): none is).
-    Past one node the counts are 8 x (index - 2)."""
-    if need > MAX_GPUS:
-        return len(GPU_COUNTS)
-    i = first if need <= GPUS_PER_NODE else max(first, 2 + math.ceil(need / GPUS_PER_NODE))
-    while GPU_COUNTS[i] < need:
-        i += 1
-    return i
-
-
-def kinds(method: str, offload: bool = False) -> tuple[Kind, ...]:
-    """The setups tried for a method, most preferred first; QLoRA's recipe always checkpoints (Dettmers et al.
-    2023, arXiv:2305.14314 §2: paged optimizers absorb the spikes of gradient checkpointing)."""
-    return _KINDS[method == "qlora", method == "serve", offload]
-
-
-_KINDS = {(q, serve, off): (() if off else SERVE_KINDS) if serve else
-          tuple(k for k in (OFFLOAD_KINDS if off else TRAIN_KINDS) if k.grad_ckpt or not q)
-          for q in (False, True) for serve in (False, True) for off in (False, True)}
-
-
-def _probe_order(tried: tuple[Kind, ...]) -> tuple[tuple[int, Kind], ...]:
-    """(rank, kind) in the order first_fit probes them (the result does not depend on it): the one-GPU kinds,
-    tensor parallel in a node (3 counts), then the rest, least preferred (most sharded: the likely fewest GPUs)
-    first, pipeline-alone last (each of its probes cuts the layers anew)."""
-    return tuple(sorted(enumerate(tried), key=lambda x: (x[1].last > 0, x[1].monotone, x[1].strategy == "pp",
-                                                         -x[0])))
-
-
-_ORDERS = {id(t): _probe_order(t) for t in (*_KINDS.values(), TP_KINDS)}
 
 
 def peak_from_jobs(jobs: Mapping[str, SingleGpuJob]) -> Probe:
@@ -202,7 +126,7 @@ def first_fit(probe: Probe, method: str, tried: tuple[Kind, ...], budget_bytes: 
         if got is not _UNBOUNDED:
             return None if got is None else (got[0].setup(got[1]), seen[(id(got[0]), got[1])][0])
     best_i, best_rank, best_kind = -1, 0, tried[0] if tried else None
-    for rank, kind in _ORDERS.get(id(tried)) or _probe_order(tried):
+    for rank, kind in ORDERS.get(id(tried)) or probe_order(tried):
         # it must beat the best so far: fewer GPUs, or as many and more preferred
         hi = kind.last if best_i < 0 else min(kind.last, best_i if rank < best_rank else best_i - 1)
         lo = kind.first
@@ -224,7 +148,7 @@ def first_fit(probe: Probe, method: str, tried: tuple[Kind, ...], budget_bytes: 
                     i = min(hi, prev + step)
                     # past a node: first its largest count (its floor, shared by every budget); over there, over
                     # everywhere, which saves the gallop through the nodes where nothing fits
-                    if i >= _NODE and hi == kind.last and i < hi and label(kind, hi) == _OVER:
+                    if i >= SEVERAL_NODES and hi == kind.last and i < hi and label(kind, hi) == _OVER:
                         lo = -1
                         break
                     if label(kind, i) != _OVER:
@@ -322,9 +246,9 @@ def plan_all(probe: Probe, method: str, gpus: tuple[GpuOffer, ...], job_flops: f
 def _smallest_at_max(probe: Probe, method: str) -> tuple[int, Setup] | None:
     best: tuple[int, Setup] | None = None
     for kind in kinds(method) + kinds(method, offload=True):
-        if kind.last != _LAST:
+        if kind.last != LAST:
             continue
-        setup = kind.setup(_LAST)
+        setup = kind.setup(LAST)
         try:
             bytes_ = _pair(probe(method, setup))[0]
         except ParallelError:

@@ -1,0 +1,89 @@
+"""The setups the plan search tries: GPU counts (1, 2, 4, 8, then whole nodes of 8 up to 512), and per method the
+kinds of setup in order of preference (a strategy with its checkpointing and offload, over a range of counts), the
+order first_fit probes them in, and the count index a number of GPUs needs. Pure data and arithmetic."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from .parallel import GPUS_PER_NODE, Setup
+
+GPU_COUNTS = (1, 2, 4, 8) + tuple(GPUS_PER_NODE * k for k in range(2, 65))
+MAX_GPUS = GPU_COUNTS[-1]
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One line of setups tried over a range of GPU counts: `strategy` with checkpointing and offload as given, at
+    GPU_COUNTS[first..last]. monotone: its per-GPU peak never rises with the count and, once a count cannot run it,
+    no larger count can (pipeline stages past the layers), so a bisection finds its first fitting count; otherwise
+    (tensor parallel, whose head divisibility comes and goes) each count is tried in turn."""
+
+    strategy: str
+    first: int
+    last: int
+    grad_ckpt: bool = False
+    offload: str = "none"
+    monotone: bool = True
+    setups: tuple[Setup, ...] = field(init=False, repr=False, compare=False)  # by count index, first..last
+
+    def __post_init__(self) -> None:
+        made = tuple(Setup(self.strategy, GPU_COUNTS[i], self.grad_ckpt, self.offload)
+                     for i in range(self.first, self.last + 1))
+        object.__setattr__(self, "setups", made)  # frozen: set once, here (made once at import)
+
+    def setup(self, index: int) -> Setup:
+        return self.setups[index - self.first]
+
+
+LAST = len(GPU_COUNTS) - 1
+if any(GPU_COUNTS[i] != GPUS_PER_NODE * (i - 2) for i in range(3, LAST + 1)):  # what count_index reads
+    raise ValueError("GPU_COUNTS past one node must be whole nodes in order")
+SEVERAL_NODES = GPU_COUNTS.index(2 * GPUS_PER_NODE)  # the first count of several nodes
+# Training, most preferred first (the issue's order: one GPU, then ddp or zero2, then zero3 / fsdp with
+# checkpointing). DDP is left out: past one GPU it holds the single-GPU job and its gradient buckets, never less
+# than one GPU alone, which was tried first (parallel.py, ddp). Offload comes last, in its own list, tried only
+# where no setup without it runs on the card up to MAX_GPUS.
+TRAIN_KINDS = (Kind("single", 0, 0), Kind("single", 0, 0, True), Kind("zero2", 1, LAST), Kind("zero2", 1, LAST, True),
+               Kind("fsdp", 1, LAST, True), Kind("zero3", 1, LAST, True))
+OFFLOAD_KINDS = (Kind("zero2", 0, LAST, True, "optimizer"), Kind("zero3", 1, LAST, True, "optimizer"),
+                 Kind("fsdp", 1, LAST, True, "params"), Kind("zero3", 1, LAST, True, "params"))
+# Serving: one GPU, tensor parallel in a node, tensor parallel x pipeline stages over nodes (vLLM's
+# tensor_parallel_size x pipeline_parallel_size), pipeline alone where the heads do not divide.
+SERVE_KINDS = (Kind("single", 0, 0), Kind("tp", 1, SEVERAL_NODES - 1, monotone=False), Kind("tp+pp", SEVERAL_NODES, LAST),
+               Kind("pp", 1, LAST))
+TP_KINDS = SERVE_KINDS[:3]  # the serving-speed table: tensor parallel only
+
+
+def count_index(need: float, first: int = 0) -> int:
+    """The first index of GPU_COUNTS at or after `first` whose count is at least `need` (len(GPU_COUNTS): none is).
+    Past one node the counts are 8 x (index - 2)."""
+    if need > MAX_GPUS:
+        return len(GPU_COUNTS)
+    i = first if need <= GPUS_PER_NODE else max(first, 2 + math.ceil(need / GPUS_PER_NODE))
+    while GPU_COUNTS[i] < need:
+        i += 1
+    return i
+
+
+def kinds(method: str, offload: bool = False) -> tuple[Kind, ...]:
+    """The setups tried for a method, most preferred first; QLoRA's recipe always checkpoints (Dettmers et al.
+    2023, arXiv:2305.14314 §2: paged optimizers absorb the spikes of gradient checkpointing)."""
+    return _KINDS[method == "qlora", method == "serve", offload]
+
+
+_KINDS = {(q, serve, off): (() if off else SERVE_KINDS) if serve else
+          tuple(k for k in (OFFLOAD_KINDS if off else TRAIN_KINDS) if k.grad_ckpt or not q)
+          for q in (False, True) for serve in (False, True) for off in (False, True)}
+
+
+def probe_order(tried: tuple[Kind, ...]) -> tuple[tuple[int, Kind], ...]:
+    """(rank, kind) in the order first_fit probes them (the result does not depend on it): the one-GPU kinds,
+    tensor parallel in a node (3 counts), then the rest, least preferred (most sharded: the likely fewest GPUs)
+    first, pipeline-alone last (each of its probes cuts the layers anew)."""
+    return tuple(sorted(enumerate(tried), key=lambda x: (x[1].last > 0, x[1].monotone, x[1].strategy == "pp",
+                                                         -x[0])))
+
+
+ORDERS = {id(t): probe_order(t) for t in (*_KINDS.values(), TP_KINDS)}
