@@ -271,7 +271,8 @@ def serve_weights(quantization: Sequence[tuple[str, object]] | None) -> str:
 
 
 STRATEGY_WORDS = {"single": "", "ddp": "data parallel (DDP)", "zero2": "ZeRO-2", "zero3": "ZeRO-3", "fsdp": "FSDP",
-                  "tp": "tensor parallel", "pp": "pipeline parallel", "tp+pp": "tensor and pipeline parallel"}
+                  "fsdp+ep": "FSDP + expert parallel", "tp": "tensor parallel",
+                  "pp": "pipeline parallel", "tp+pp": "tensor and pipeline parallel"}
 OFFLOAD_WORDS = {"none": "", "optimizer": "CPU optimizer offload", "params": "CPU param offload"}
 
 

@@ -54,6 +54,7 @@ def test_gpus_strategy_and_offload_reach_the_per_gpu_peak(capsys):
     (("--gpus", "2", "--offload", "optimizer"), "offload", "'optimizer'"),  # ZeRO-Offload under ddp
     (("--gpus", "2", "--strategy", "fsdp", "--offload", "optimizer"), "offload", "'optimizer'"),
     (("--gpus", "2", "--strategy", "tp", "--method", "inference", "--offload", "params"), "offload", "'params'"),
+    (("--gpus", "16", "--strategy", "fsdp+ep"), "strategy", "'fsdp+ep'"),  # a dense model has no experts to spread
 ])
 def test_impossible_setups_exit_2_naming_key_and_value(capsys, args, key, value):
     code, out, err = run(capsys, QWEN8, *args)
@@ -147,3 +148,14 @@ def test_the_site_caps_serving_at_the_context_in_words_for_its_kind(capsys):
     assert "1,024 tokens per sequence, not 4,096" in decoder[0] and "KV cache stops there" in decoder[0]
     assert "encoder" not in decoder[0]
     assert "512 tokens per sequence, not 4,096" in encoder[0] and "an encoder reads whole sequences" in encoder[0]
+
+
+def test_fsdp_ep_spreads_a_mixture_of_experts_over_each_node(capsys):
+    args = ("Qwen/Qwen3-30B-A3B", "--json", "--method", "lora", "--gpus", "16", "--grad-ckpt")
+    code, out, _ = run(capsys, *args, "--strategy", "fsdp")
+    fsdp = json.loads(out)["memory"]
+    code, out, _ = run(capsys, *args, "--strategy", "fsdp+ep")
+    ep = json.loads(out)["memory"]
+    assert code == 0 and ep["job"]["strategy"] == "fsdp+ep" and ep["peak_bytes"] < fsdp["peak_bytes"]
+    code, out, err = run(capsys, "Qwen/Qwen3-30B-A3B", "--gpus", "12", "--strategy", "fsdp+ep")
+    assert code == 2 and "key 'gpus' = 12" in words(err) and "whole nodes of 8" in words(err)

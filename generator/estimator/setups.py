@@ -21,6 +21,7 @@ from .memory.host_link import link_bytes
 from .memory.job import Job, JobMemory, job_phases, metric_memory, training_variants
 from .memory.kinds import GPU_COUNTS, TP_KINDS, Kind, count_index
 from .memory.parallel import (
+    EXPERT_PARALLEL,
     GPUS_PER_NODE,
     ParallelError,
     Phase,
@@ -56,21 +57,27 @@ class Shape:
     kv_proj_params: int
     heads: int
     kv_heads: int
+    unit_expert_params: int = 0  # the routed experts' params in the largest unit (fsdp+ep)
+    experts: int = 0  # routed experts per MoE layer
 
 
 def model_shape(a: Arch, g: Graph) -> Shape:
     """The largest layer (the ZeRO-3 / FSDP unit), the ends (PP's first and last stages), the params every TP rank
     keeps whole (norms: parts without a matmul, the embeddings aside, which are vocab-parallel) and the K and V
-    projections (2 x hidden x kv_heads x head_dim per attention layer)."""
+    projections (2 x hidden x kv_heads x head_dim per attention layer), and the largest layer's routed experts."""
     spec = g.spec
     blocks = spec.blocks
     distinct = spec.distinct_layers  # each distinct layer summed once, times the layers it stands for
     replicated = sum(n * sum(max(0, p.params - p.matmul) for p in b.parts) for b, n in distinct)
     replicated += sum(max(0, p.params - p.matmul) for p in spec.head)
     attention_layers = sum(n for b, n in distinct if b.kv)
-    return Shape(g.params_total, max(1, len(blocks)), max((b.params for b, _ in distinct), default=0),
+    largest = max(distinct, key=lambda bn: bn[0].params)[0] if distinct else None
+    # a routed MoE part's first two weight tensors are its experts' gate+up and down (graph.parts.moe_part)
+    routed = sum(c * i * o for p in largest.parts if p.top_k for c, i, o in p.mats[:2]) if largest else 0
+    return Shape(g.params_total, max(1, len(blocks)), largest.params if largest else 0,
                  sum(p.params for p in spec.embed), sum(p.params for p in spec.head), replicated,
-                 attention_layers * 2 * a.hidden * a.kv_heads * a.head_dim, a.heads, a.kv_heads)
+                 attention_layers * 2 * a.hidden * a.kv_heads * a.head_dim, a.heads, a.kv_heads, routed,
+                 a.experts if routed else 0)
 
 
 def training_job(a: Arch, g: Graph, s: Assumptions, job: Job, shape: Shape, model: str = "",
@@ -120,7 +127,8 @@ def _single(method: str, phases: tuple[Phase, ...], ckpt: tuple[Phase, ...], tra
             shape: Shape) -> SingleGpuJob:
     return SingleGpuJob(method, phases, shape.params_total, trainable, c, w, w, shape.layers, shape.unit_params,
                         shape.first_stage_params, shape.last_stage_params, shape.tp_replicated_params,
-                        shape.kv_proj_params, shape.heads, shape.kv_heads, phases_ckpt=ckpt)
+                        shape.kv_proj_params, shape.heads, shape.kv_heads, phases_ckpt=ckpt,
+                        unit_expert_params=shape.unit_expert_params, experts=shape.experts)
 
 
 def max_batch(job: SingleGpuJob, budget_bytes: int, adjust: Callable[[str, tuple[int, ...]], int],
@@ -154,7 +162,7 @@ def offers(cards: tuple[Card, ...], gpus: Mapping[str, Gpu], s: Assumptions) -> 
     return tuple(out)
 
 
-SHARDED = ("zero2", "zero3", "fsdp")  # the strategies parallel.Sharding works out once per job
+SHARDED = ("zero2", "zero3", "fsdp", "fsdp+ep")  # the strategies parallel.Sharding works out once per job
 
 
 class PeakTable:
@@ -267,8 +275,9 @@ def plans_for(jobs: Mapping[str, SingleGpuJob], peak: PeakTable,
     reference job's (samples over all epochs, samples per optimizer step), which an offload setup moves its
     weights or gradients for over PCIe (host_link.py)."""
     methods = tuple(m for m in SITE_METHODS if m in jobs and m not in not_applicable)
+    experts = any(j.unit_expert_params > 0 and j.experts % EXPERT_PARALLEL == 0 for j in jobs.values())
     plans, unreachable = search_plans(peak, methods, gpu_offers, job_flops, mfu, ckpt_flops, host_bytes_per_node,
-                                      peak.first_count, link_bytes(jobs, *job_samples))
+                                      peak.first_count, link_bytes(jobs, *job_samples), experts)
     unreachable += [Unreachable(m, why) for m, why in not_applicable.items()]
     order = {m: i for i, m in enumerate(SITE_METHODS)}
     return plans, sorted(unreachable, key=lambda u: order.get(u.method, 9))

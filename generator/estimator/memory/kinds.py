@@ -47,6 +47,9 @@ SEVERAL_NODES = GPU_COUNTS.index(2 * GPUS_PER_NODE)  # the first count of severa
 # where no setup without it runs on the card up to MAX_GPUS.
 TRAIN_KINDS = (Kind("single", 0, 0), Kind("single", 0, 0, True), Kind("zero2", 1, LAST), Kind("zero2", 1, LAST, True),
                Kind("fsdp", 1, LAST, True), Kind("zero3", 1, LAST, True))
+# A model with routed experts also tries FSDP with its experts spread over a node (parallel.py, fsdp+ep), least
+# preferred: it wins only where it needs fewer GPUs than plain FSDP (its gathered units hold 1/8 of the experts).
+EXPERT_KINDS = (Kind("fsdp+ep", GPU_COUNTS.index(GPUS_PER_NODE), LAST, True),)
 OFFLOAD_KINDS = (Kind("zero2", 0, LAST, True, "optimizer"), Kind("zero3", 1, LAST, True, "optimizer"),
                  Kind("fsdp", 1, LAST, True, "params"), Kind("zero3", 1, LAST, True, "params"))
 # Serving: one GPU, tensor parallel in a node, tensor parallel x pipeline stages over nodes (vLLM's
@@ -67,15 +70,17 @@ def count_index(need: float, first: int = 0) -> int:
     return i
 
 
-def kinds(method: str, offload: bool = False) -> tuple[Kind, ...]:
+def kinds(method: str, offload: bool = False, experts: bool = False) -> tuple[Kind, ...]:
     """The setups tried for a method, most preferred first; QLoRA's recipe always checkpoints (Dettmers et al.
-    2023, arXiv:2305.14314 §2: paged optimizers absorb the spikes of gradient checkpointing)."""
-    return _KINDS[method == "qlora", method == "serve", offload]
+    2023, arXiv:2305.14314 §2: paged optimizers absorb the spikes of gradient checkpointing). `experts`: the model's
+    routed experts divide over a node, so fsdp+ep is tried too (training without offload)."""
+    return _KINDS[method == "qlora", method == "serve", offload, experts and not offload and method != "serve"]
 
 
-_KINDS = {(q, serve, off): (() if off else SERVE_KINDS) if serve else
-          tuple(k for k in (OFFLOAD_KINDS if off else TRAIN_KINDS) if k.grad_ckpt or not q)
-          for q in (False, True) for serve in (False, True) for off in (False, True)}
+_KINDS = {(q, serve, off, ep): (() if off else SERVE_KINDS) if serve else
+          tuple(k for k in (OFFLOAD_KINDS if off else TRAIN_KINDS + (EXPERT_KINDS if ep else ()))
+                if k.grad_ckpt or not q)
+          for q in (False, True) for serve in (False, True) for off in (False, True) for ep in (False, True)}
 
 
 def probe_order(tried: tuple[Kind, ...]) -> tuple[tuple[int, Kind], ...]:

@@ -36,6 +36,10 @@ u the largest sharding unit's params, c compute bytes, N GPUs). Sources:
   the cut minimising the largest stage (splits.best_cut for two cards, generalised). At batch 1 one micro-batch is in
   flight, so each stage holds its own layers' activations once (Megatron-LM theoretical_memory_usage.py: the first
   stage holds min(micro-batches, pp) in flight).
+- fsdp+ep: the routed experts spread over EXPERT_PARALLEL ranks of a node (GShard, arXiv:2006.16668; DeepSpeed-MoE,
+  arXiv:2201.05596 §5), FSDP over the other ranks as torchtitan builds it (torchtitan/distributed/parallel_dims.py
+  _build_mesh_with_ep: dp_shard = dp_shard_mod_ep x dp_shard_in_ep, experts fully_shard-ed over dp_shard_mod_ep):
+  every part / N per rank as fsdp, but a gathered unit holds only 1 / EXPERT_PARALLEL of its layer's experts.
 - offload optimizer (ZeRO-Offload, Ren et al. 2021, arXiv:2101.06840; DeepSpeed offload_optimizer): O, G and the
   fp32 master copy live on the CPU, the GPU keeps a compute-dtype copy of the trainable weights; DeepSpeed's zero2
   offload: GPU 2 P. offload params (ZeRO-Infinity offload_param; FSDP2 CPUOffloadPolicy): W, G, O on the CPU, the GPU
@@ -50,9 +54,10 @@ from ...errors import JobError
 from .pipeline import stage_rows
 
 PARTS = ("weights", "gradients", "optimizer_state", "activations", "logits", "kv_cache", "overhead")
-STRATEGIES = ("single", "ddp", "zero2", "zero3", "fsdp", "tp", "pp", "tp+pp")
+STRATEGIES = ("single", "ddp", "zero2", "zero3", "fsdp", "fsdp+ep", "tp", "pp", "tp+pp")
 OFFLOADS = ("none", "optimizer", "params")
 GPUS_PER_NODE = 8  # tp+pp: tensor parallel inside a node of 8, pipeline stages across nodes (vLLM, Megatron-LM)
+EXPERT_PARALLEL = GPUS_PER_NODE  # fsdp+ep: the experts spread over the 8 GPUs of a node (all-to-all over NVLink)
 
 
 class ParallelError(JobError):
@@ -103,6 +108,8 @@ class SingleGpuJob:
     heads: int
     kv_heads: int
     phases_ckpt: tuple[Phase, ...] = ()  # the same job with gradient checkpointing; () = not offered
+    unit_expert_params: int = 0  # routed-expert params of the largest unit (fsdp+ep gathers 1 / EXPERT_PARALLEL)
+    experts: int = 0  # routed experts per MoE layer
 
 
 @dataclass(frozen=True)
@@ -144,6 +151,8 @@ def validate(job: SingleGpuJob, setup: Setup, model: str = "") -> None:
         raise ParallelError(model, "gpus", n, "must be a positive integer")
     if s == "single" and n != 1:
         raise ParallelError(model, "gpus", n, "strategy single runs on one GPU; pick ddp, zero2, zero3, fsdp, tp or pp")
+    if s == "fsdp+ep":
+        _validate_experts(job, setup, model)
     if s in ("zero3", "fsdp", "tp", "pp", "tp+pp", "ddp") and n == 1:
         raise ParallelError(model, "strategy", s, "needs 2 or more GPUs (--gpus 1 is strategy single)")
     serve = job.method == "serve"
@@ -174,6 +183,19 @@ def validate(job: SingleGpuJob, setup: Setup, model: str = "") -> None:
         if stages > job.layers:
             raise ParallelError(model, "gpus", n, f"{stages} pipeline stages need at least as many layers "
                                                   f"({job.layers})")
+
+
+def _validate_experts(job: SingleGpuJob, setup: Setup, model: str) -> None:
+    ep, s = EXPERT_PARALLEL, setup.strategy
+    if job.method == "serve":
+        raise ParallelError(model, "strategy", s, "shards training state; serving splits the model with tp or pp")
+    if job.unit_expert_params <= 0 or job.experts < ep or job.experts % ep:
+        have = f"{job.experts} routed experts" if job.unit_expert_params > 0 else "no routed experts"
+        raise ParallelError(model, "strategy", s, f"spreads routed experts over {ep} GPUs; this model has {have}")
+    if setup.gpus % ep:
+        raise ParallelError(model, "gpus", setup.gpus, f"fsdp+ep spans whole nodes of {ep}")
+    if setup.offload != "none":
+        raise ParallelError(model, "offload", setup.offload, "is not priced with fsdp+ep")
 
 
 def per_gpu(job: SingleGpuJob, setup: Setup, model: str = "") -> PerGpu:
@@ -289,14 +311,17 @@ def sharded(job: SingleGpuJob, strategy: str, grad_ckpt: bool = False, offload: 
     # (replicated by zero2, sharded by zero3) and partitions the fp32 master with the optimizer state; FSDP2 shards
     # the params in their own dtype and gathers them in param_dtype (MixedPrecisionPolicy).
     master = job.trainable_weight_bytes * t if _master_excess(job) else 0
-    copy16 = c * t if master and s != "fsdp" else 0
-    # zero3, fsdp: the units being computed and prefetched, and one reduce-scatter input (the unit's gradient)
-    unit_grad = _ceil(c * job.unit_params * trainable_share)
+    copy16 = c * t if master and s not in ("fsdp", "fsdp+ep") else 0
+    # zero3, fsdp: the units being computed and prefetched, and one reduce-scatter input (the unit's gradient);
+    # fsdp+ep gathers a unit's experts only over its own expert shard
+    unit = job.unit_params - (job.unit_expert_params - _ceil(job.unit_expert_params / EXPERT_PARALLEL)
+                              if s == "fsdp+ep" else 0)
+    unit_grad = _ceil(c * unit * trainable_share)
     units = 2 if prefetch else 1
     # FSDP2's root (the params outside the layers) is not resharded after forward (_fsdp_state.py: "For the
     # root, do not reshard after forward"): gathered through forward and backward beside the layer units.
-    root = job.first_stage_params + job.last_stage_params if s == "fsdp" else 0
-    gathered_computing = c * (units * job.unit_params + root)
+    root = job.first_stage_params + job.last_stage_params if s in ("fsdp", "fsdp+ep") else 0
+    gathered_computing = c * (units * unit + root)
     zero2 = s == "zero2"
     rows = []
     for ph in job.phases_ckpt if grad_ckpt else job.phases:

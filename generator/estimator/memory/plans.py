@@ -210,7 +210,7 @@ def _pair(x: int | tuple[int, int]) -> tuple[int, int]:
 
 def plan_all(probe: Probe, method: str, gpus: tuple[GpuOffer, ...], job_flops: float | None, mfu: float,
              ckpt_flops: float | None = None, host_bytes_per_node: int | None = None,
-             bound: Bound | None = None, link: LinkBytes | None = None) -> list[tuple]:
+             bound: Bound | None = None, link: LinkBytes | None = None, experts: bool = False) -> list[tuple]:
     """Per GPU, first_fit over the method's setups without offload; only where none runs up to MAX_GPUS, over the
     offload setups whose CPU memory per node is within `host_bytes_per_node`; where nothing runs, the smallest
     peak any setup reaches at MAX_GPUS, with fits False. Probes are shared through the caller's cache. Each row:
@@ -221,7 +221,7 @@ def plan_all(probe: Probe, method: str, gpus: tuple[GpuOffer, ...], job_flops: f
     memo: dict[tuple[int, int], tuple[int, int] | None] = {}
     top = kinds(method)[0].setup(0)  # one GPU, the most preferred kind: nothing beats it
     for budget in sorted({gpu.budget_bytes for gpu in gpus}):  # the smallest first
-        got = first_fit(probe, method, kinds(method), budget, None, memo, bound)
+        got = first_fit(probe, method, kinds(method, experts=experts), budget, None, memo, bound)
         if got is None and method != "serve":
             got = first_fit(probe, method, kinds(method, offload=True), budget, host_bytes_per_node, memo, bound)
         by_budget[budget] = got
@@ -235,7 +235,7 @@ def plan_all(probe: Probe, method: str, gpus: tuple[GpuOffer, ...], job_flops: f
             flops = ckpt_flops if setup.grad_ckpt and ckpt_flops is not None else job_flops
             out.append(_row(method, gpu, setup, bytes_, True, flops, mfu, link))
             continue
-        best = _smallest_at_max(probe, method)
+        best = _smallest_at_max(probe, method, experts)
         if best is None:
             out.append((method, gpu.name, MAX_GPUS, "", False, "none", 0, False, None, None, None, None))
         else:
@@ -243,9 +243,9 @@ def plan_all(probe: Probe, method: str, gpus: tuple[GpuOffer, ...], job_flops: f
     return out
 
 
-def _smallest_at_max(probe: Probe, method: str) -> tuple[int, Setup] | None:
+def _smallest_at_max(probe: Probe, method: str, experts: bool = False) -> tuple[int, Setup] | None:
     best: tuple[int, Setup] | None = None
-    for kind in kinds(method) + kinds(method, offload=True):
+    for kind in kinds(method, experts=experts) + kinds(method, offload=True):
         if kind.last != LAST:
             continue
         setup = kind.setup(LAST)
@@ -282,20 +282,22 @@ def search_plans(peak: Probe, methods: tuple[str, ...], gpus: tuple[GpuOffer, ..
                  job_flops: Mapping[str, float], mfu: Mapping[str, float],
                  ckpt_flops: Mapping[str, float] | None = None,
                  host_bytes_per_node: int | None = None,
-                 bound: Bound | None = None, link: LinkBytes | None = None) -> tuple[list[Plan], list[Unreachable]]:
+                 bound: Bound | None = None, link: LinkBytes | None = None,
+                 experts: bool = False) -> tuple[list[Plan], list[Unreachable]]:
     """Every (method, priced GPU) plan, marked cheapest (lowest job_usd of the method; serving: lowest usd_per_hour)
     and smallest (fewest GPUs of the method), ties all marked; a method no GPU runs at MAX_GPUS is unreachable.
     ckpt_flops: the job's FLOPs with gradient checkpointing (one more forward), for the setups that use it.
     host_bytes_per_node: the CPU memory an offload setup may hold per node of 8 GPUs (None: no limit).
     bound: first_fit's, where the caller knows where monotone kinds can start fitting. link: the bytes an offload
-    setup moves over each GPU's host link in the job (host_link.link_bytes), which bound its hours from below."""
+    setup moves over each GPU's host link in the job (host_link.link_bytes), which bound its hours from below.
+    experts: the model's routed experts divide over a node, so fsdp+ep is among the setups tried (kinds.kinds)."""
     plans: list[Plan] = []
     unreachable: list[Unreachable] = []
     for method in methods:
         if method not in METHODS:
             raise ParallelError("", "method", method, f"must be one of {', '.join(METHODS)}")
         rows = plan_all(peak, method, gpus, job_flops.get(method), mfu.get(method, 0.0),
-                        (ckpt_flops or {}).get(method), host_bytes_per_node, bound, link)
+                        (ckpt_flops or {}).get(method), host_bytes_per_node, bound, link, experts)
         # rows: Plan's fields method .. job_usd, then host_link_hours; 2 gpus, 7 fits, 8 usd_per_hour, 10 job_usd
         fitting = [r for r in rows if r[7]]
         if not fitting:
