@@ -40,6 +40,19 @@ def test_a_gathered_unit_holds_an_eighth_of_its_experts():
     assert ep["activations"] == fsdp["activations"] == 10**10  # each rank runs its own micro-batch's tokens
 
 
+def test_a_rank_keeps_only_its_own_experts_effective_weights():
+    """LoRA on fused expert tensors keeps each adapted tensor's effective weight per layer (FINDINGS.md F10), a
+    per-expert tensor: under expert parallelism a rank builds them for its own eighth of the experts only."""
+    per_expert = 8 * 10**9
+    phase = Phase("backward (recomputing a checkpointed layer)", weights=2 * P, activations=10**10 + per_expert,
+                  expert_activations=per_expert)
+    job = SingleGpuJob("lora", (phase,), P, 10**8, 2, 4, 4, 25, UNIT, EMBED, HEAD, 0, 0, 32, 8,
+                       phases_ckpt=(phase,), unit_expert_params=EXPERTS_IN_UNIT, experts=64)
+    fsdp = dict(per_gpu(job, Setup("fsdp", 16, True)).breakdown)["activations"]
+    ep = dict(per_gpu(job, Setup("fsdp+ep", 16, True)).breakdown)["activations"]
+    assert (fsdp, ep) == (10**10 + per_expert, 10**10 + per_expert // EXPERT_PARALLEL)
+
+
 @pytest.mark.parametrize("job, setup, key, value, why", [
     (_job(experts=0, unit_experts=0), Setup("fsdp+ep", 16, True), "strategy", "fsdp+ep",
      "spreads routed experts over 8 GPUs; this model has no routed experts"),

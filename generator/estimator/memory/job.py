@@ -170,12 +170,13 @@ def validate(job: Job, model: str) -> None:
 
 def _phase(name: str, weights: float = 0, gradients: float = 0, optimizer_state: float = 0, activations: float = 0,
            logits: float = 0, kv_cache: float = 0, overhead_weights: float = 0, overhead_step: float = 0,
-           overhead_fixed: float = 0) -> Phase:
+           overhead_fixed: float = 0, experts: float = 0) -> Phase:
     """One phase; `overhead` comes split by how it shares out over GPUs (parallel.Phase): autocast's weight
-    copies, the optimizer step's temporaries, and what every process holds whole."""
+    copies, the optimizer step's temporaries, and what every process holds whole. `experts`: of the activations,
+    the per-expert tensors (an expert-parallel rank holds only its own experts')."""
     return Phase(name, int(weights), int(gradients), int(optimizer_state), int(activations), int(logits),
                  int(kv_cache), int(overhead_weights), int(overhead_step), int(overhead_fixed),
-                 name != "optimizer step")
+                 name != "optimizer step", int(experts))
 
 
 def job_phases(a: Arch, g: Graph, s: Assumptions, job: Job, model: str = "",
@@ -321,13 +322,14 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
             acts = emb + layers_sum + head + kept + T * views
             phases = [_phase("loss (logits)" if logits * 2 > acts else "backward (activations)", weights=weights,
                              optimizer_state=state, activations=B * (acts - logits) + fixed_sum, logits=B * logits,
-                             overhead_weights=copies, overhead_fixed=dequant + chunk)]
+                             overhead_weights=copies, overhead_fixed=dequant + chunk, experts=fixed_sum)]
             grads = terms.grads
             if any(g for g, _ in grads):  # the last adapted down tensor's backward: the head's tensors are gone
-                grad_peak = max(t[0] + B * T * t[1] for t in grads)
+                weight_grad, per_token = max(grads, key=lambda t: t[0] + B * T * t[1])
                 phases.append(_phase("backward (an adapted expert tensor's gradient)", weights=weights,
                                      optimizer_state=state, activations=B * (emb + layers_sum) + fixed_sum
-                                     + grad_peak, overhead_weights=copies, overhead_fixed=dequant))
+                                     + weight_grad + B * T * per_token, overhead_weights=copies,
+                                     overhead_fixed=dequant, experts=fixed_sum + weight_grad))
         else:
             # non-reentrant checkpointing per decoder layer (transformers gradient_checkpointing_enable): each
             # layer keeps only its input through the forward. At the loss nothing is recomputed; then the backward
@@ -335,15 +337,16 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
             inputs = embed + len(spec.blocks) * T * r.residual_bytes * spec.hidden
             head_params = sum(p.params for p in spec.head) + (spec.vocab * (a.embed_dim or a.hidden)
                                                               if spec.tied and r.trained else 0)
+            # the layer recomputed at the peak, and its per-expert tensors
+            recomputed = max(zip(layer, held, fixed, strict=True), key=lambda t: B * (t[0] + t[1]) + t[2],
+                             default=(0, 0, 0))
             phases = [_phase("loss (logits)", weights=weights, optimizer_state=state,
                              activations=B * (inputs + head + kept - logits), logits=B * logits,
                              overhead_weights=ckpt_copies[0], overhead_fixed=dequant + chunk),
                       _phase("backward (recomputing a checkpointed layer)", weights=weights, optimizer_state=state,
                              gradients=param_bytes * head_params if r.trained else 0,
-                             activations=B * inputs + max((B * (n + h) + f for n, h, f in zip(layer, held, fixed,
-                                                                                                  strict=True)),
-                                                          default=0),
-                             overhead_weights=ckpt_copies[1], overhead_fixed=dequant)]
+                             activations=B * inputs + B * (recomputed[0] + recomputed[1]) + recomputed[2],
+                             overhead_weights=ckpt_copies[1], overhead_fixed=dequant, experts=recomputed[2])]
         out.append((*phases, *closing))
     return out, trainable, c, param_bytes
 

@@ -39,7 +39,7 @@ u the largest sharding unit's params, c compute bytes, N GPUs). Sources:
 - fsdp+ep: the routed experts spread over EXPERT_PARALLEL ranks of a node (GShard, arXiv:2006.16668; DeepSpeed-MoE,
   arXiv:2201.05596 §5), FSDP over the other ranks as torchtitan builds it (torchtitan/distributed/parallel_dims.py
   _build_mesh_with_ep: dp_shard = dp_shard_mod_ep x dp_shard_in_ep, experts fully_shard-ed over dp_shard_mod_ep):
-  every part / N per rank as fsdp, but a gathered unit holds only 1 / EXPERT_PARALLEL of its layer's experts.
+  every part / N per rank as fsdp, but a gathered unit (and Phase.expert_activations) only 1 / 8 of the experts.
 - offload optimizer (ZeRO-Offload, Ren et al. 2021, arXiv:2101.06840; DeepSpeed offload_optimizer): O, G and the
   fp32 master copy live on the CPU, the GPU keeps a compute-dtype copy of the trainable weights; DeepSpeed's zero2
   offload: GPU 2 P. offload params (ZeRO-Infinity offload_param; FSDP2 CPUOffloadPolicy): W, G, O on the CPU, the GPU
@@ -80,6 +80,7 @@ class Phase:
     overhead_step: int = 0  # optimizer temporaries (torch.optim foreach): follow O
     overhead_fixed: int = 0  # per process (dequantised transient, CUDA context): never shrinks
     computing: bool = True  # forward/backward (gathered units live); False at the optimizer step
+    expert_activations: int = 0  # of activations, per-expert tensors (LoRA's effective expert weights): fsdp+ep / 8
 
     @property
     def total_bytes(self) -> int:
@@ -201,7 +202,7 @@ def _validate_experts(job: SingleGpuJob, setup: Setup, model: str) -> None:
 def per_gpu(job: SingleGpuJob, setup: Setup, model: str = "") -> PerGpu:
     """The per-GPU peak of `job` under `setup` (module docstring for the rules and sources)."""
     name, parts, stage_layers = peak_parts(job, setup, model)
-    return PerGpu(setup, sum(parts), name, tuple(zip(PARTS, parts, strict=True)), _cpu_bytes(job, setup), stage_layers)
+    return PerGpu(setup, sum(parts), name, tuple(zip(PARTS, parts, strict=True)), cpu_bytes_per_node(job, setup), stage_layers)
 
 
 def peak_parts(job: SingleGpuJob, setup: Setup, model: str = "") -> tuple[str, tuple[int, ...], tuple[int, ...]]:
@@ -236,11 +237,6 @@ def _peak_row(rows: list[tuple[str, tuple[int, ...]]]) -> tuple[str, tuple[int, 
     return best
 
 
-def cpu_bytes_per_node(job: SingleGpuJob, setup: Setup) -> int:
-    """PerGpu.cpu_bytes_per_node of `setup` (0 without offload)."""
-    return _cpu_bytes(job, setup)
-
-
 def _parts(ph: Phase, overhead: int, weights: int | None = None, gradients: int | None = None,
            optimizer_state: int | None = None) -> tuple[int, ...]:
     """A phase's parts in PARTS order; weights, gradients and optimizer state replaced where given."""
@@ -269,7 +265,7 @@ class Sharding:
     few ceiling divisions (the plan search asks for many N). Per phase (name, w0, wx, wm, g0, gx, sx, act, logits,
     kv, o0, ox): weights w0 + ceil(wx / N) + wm x ceil(master / N), gradients g0 + ceil(gx / N), optimizer state
     ceil(sx / N), overhead o0 + ceil(ox / N); activations, logits and KV cache whole. cpu_total: the offloaded
-    bytes of all ranks (_cpu_bytes)."""
+    bytes of all ranks (cpu_bytes_per_node)."""
 
     master: int
     phases: tuple[tuple, ...]
@@ -337,13 +333,16 @@ def sharded(job: SingleGpuJob, strategy: str, grad_ckpt: bool = False, offload: 
             wm, gx, sx, ox = wm - 1, 0, 0, 0
         elif offload == "params":  # everything on the CPU; the GPU holds the gathered units and their gradients
             w0, wx, wm, gx, sx, ox = w0 if not zero2 else 0, 0, 0, 0, 0, 0
-        rows.append((ph.name, w0, wx, wm, g0, gx, sx, ph.activations, ph.logits, ph.kv_cache,
+        act = ph.activations - (ph.expert_activations - _ceil(ph.expert_activations / EXPERT_PARALLEL)
+                                if s == "fsdp+ep" else 0)
+        rows.append((ph.name, w0, wx, wm, g0, gx, sx, act, ph.logits, ph.kv_cache,
                      copies + ph.overhead_fixed, ox))
     return Sharding(master, tuple(rows), _cpu_total(job, offload))
 
 
-def _cpu_bytes(job: SingleGpuJob, setup: Setup) -> int:
-    """Offloaded bytes the ranks of one node hold together: each rank its 1/N shard of _cpu_total."""
+def cpu_bytes_per_node(job: SingleGpuJob, setup: Setup) -> int:
+    """PerGpu.cpu_bytes_per_node: the offloaded bytes the ranks of one node hold together, each rank its 1/N shard
+    of _cpu_total (0 without offload)."""
     return _per_node(_cpu_total(job, setup.offload), setup.gpus)
 
 
