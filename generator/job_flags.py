@@ -60,7 +60,8 @@ def add_setup_arguments(p: argparse.ArgumentParser) -> None:
     ex.add_argument("--gpus", type=int, metavar="N", default=1, help="GPUs the job runs on (default 1); "
                                                                      "memory.peak_bytes is per GPU")
     ex.add_argument("--strategy", choices=[x for x in parallel.STRATEGIES if x not in ("single", "tp+pp")],
-                    help="how the job is spread (default: ddp when --gpus > 1)")
+                    help="how the job is spread (default: ddp when --gpus > 1); fsdp+ep: FSDP with a mixture of "
+                         "experts' routed experts spread over each node of 8")
     ex.add_argument("--offload", choices=parallel.OFFLOADS, default="none",
                     help="ZeRO-Offload (optimizer) or parameter offload (params) to CPU memory")
 
