@@ -5,7 +5,8 @@
 
 The estimator is pure, so it cannot ask transformers what a key missing from config.json becomes; the table holds
 the constructor default of every scalar field of every config class the estimator reads, each class's
-attribute_map, and the model classes of those model_types. tests/test_oracle_defaults.py fails when the table and
+attribute_map, the model classes of those model_types, and which of them hold their routed experts as tensors of
+an experts module rather than nn.Linear layers (bitsandbytes leaves those unquantised). tests/test_oracle_defaults.py fails when the table and
 the installed transformers differ (after a transformers upgrade: run this, review the diff).
 """
 
@@ -22,7 +23,8 @@ import transformers  # noqa: E402
 from transformers import CONFIG_MAPPING  # noqa: E402
 from transformers.models.auto import modeling_auto  # noqa: E402
 
-from generator.estimator.normalise import READ_TYPES  # noqa: E402
+from generator.estimator.graph.nodes import build_graph  # noqa: E402
+from generator.estimator.normalise import READ_TYPES, normalise  # noqa: E402
 
 TABLE = ROOT / "generator" / "estimator" / "config" / "transformers_defaults.py"
 
@@ -121,8 +123,63 @@ def render() -> str:
                candidates.items()}
     lines += [f"    {c!r}: {t!r}," for c, t in sorted(classes.items())]
     lines.append("}")
+    lines += ["", "# Model types whose routed experts transformers holds as tensors of an experts module (3-D gate_up_proj,",
+              "# down_proj, ...), not as nn.Linear layers: bitsandbytes' 4-bit and 8-bit conversion",
+              "# (integrations/bitsandbytes.py replace_with_bnb_linear: Conv1D or nn.Linear only) leaves them in the",
+              "# dtype the model loads in.",
+              "TENSOR_EXPERTS: frozenset[str] = frozenset({"]
+    lines += [f"    {t!r}," for t in fused_expert_types()]
+    lines.append("})")
     return "\n".join(lines) + "\n"
 
+
+# Class defaults transformers cannot build a model from as they stand (the oracle tests repair them alike).
+BUILD_REPAIRS = {"dbrx": {"attn_config": {"rope_theta": 10000.0}}}
+
+
+def fused_expert_types() -> list[str]:
+    """The model_types we read whose routed experts transformers holds as parameters outside nn.Linear / Conv1D:
+    those whose modeling file decorates an experts class with use_experts_implementation (transformers 5's fused
+    experts), and those whose class, built from its defaults on the meta device, has parameters under an `experts`
+    module that no nn.Linear or Conv1D owns (dbrx, jetmoe, llama4, ...). nllb-moe and switch_transformers keep
+    nn.Linear experts: bitsandbytes quantises theirs."""
+    import importlib
+    import inspect
+    import warnings
+
+    import torch
+    from torch import nn
+    from transformers.models.auto.configuration_auto import model_type_to_module_name
+    from transformers.pytorch_utils import Conv1D
+
+    warnings.filterwarnings("ignore")
+    transformers.logging.set_verbosity_error()
+    out = []
+    for t in model_types():
+        module = model_type_to_module_name(t)
+        try:
+            source = inspect.getsource(importlib.import_module(f"transformers.models.{module}.modeling_{module}"))
+        except (ImportError, OSError, TypeError):
+            source = ""
+        if "@use_experts_implementation" in source:
+            out.append(t)
+            continue
+        try:
+            config = CONFIG_MAPPING[t](**BUILD_REPAIRS.get(t, {}))
+            graph = build_graph(normalise(config.to_dict(), t))
+            if not any(p.top_k for b, _ in graph.spec.distinct_layers for p in b.parts):
+                continue
+            auto = (transformers.AutoModelForCausalLM if t in modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+                    else transformers.AutoModel)
+            with torch.device("meta"):
+                model = auto.from_config(config)
+        except Exception:  # noqa: BLE001 - a class neither the estimator nor transformers builds from its defaults
+            continue
+        linear = {name for name, m in model.named_modules() if isinstance(m, (nn.Linear, Conv1D))}
+        if any(".experts." in f".{name}" and "shared" not in name and name.rsplit(".", 1)[0] not in linear
+               for name, _ in model.named_parameters()):
+            out.append(t)
+    return out
 
 
 def main() -> int:

@@ -10,6 +10,7 @@ from .config.arch import Arch
 from .graph.nodes import Graph
 from .memory.attention import default_attention
 from .memory.lora import FUSED_EXPERTS
+from .memory.storage import bnb_keeps_experts
 
 
 @dataclass(frozen=True)
@@ -117,6 +118,10 @@ def check_scope(a: Arch, train_tokens: int, requested_tokens: int, serve_tokens:
                            "adapts the fused expert tensors and the router (target_parameters) and keeps each adapted "
                            "tensor's effective weight, about a second copy of the experts; --lora-targets "
                            "q_proj,k_proj,v_proj,o_proj prices attention-only adapters."))
+    if a.quant is None and a.experts > 1 and bnb_keeps_experts(a, "nf4"):
+        out.append(Finding("qlora_experts", "info",
+                           "QLoRA keeps the routed experts in bf16: transformers 5 holds them as 3-D tensors, and "
+                           "bitsandbytes quantises nn.Linear only (bitsandbytes#1849)."))
     attention, why = default_attention(a)
     if attention == "eager":
         out.append(Finding("attention_default", "warning",

@@ -32,7 +32,7 @@ from .lora import target_roles
 from .parallel import Phase
 from .profile import encoder_tokens, kv_bytes_of_block
 from .recipes import RECIPES, loss_terms
-from .storage import QUANTS, dequant_transient_bytes, layer_mats, quantised_params, saves_matmul_input, weight_bytes
+from .storage import dequant_transient_bytes, quantised_params, saves_matmul_input, stored_mats, weight_bytes
 
 METHODS = ("full", "lora", "qlora", "inference")
 
@@ -259,10 +259,10 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
         rank = job.lora_rank
         trainable = sum(n * v for (_, n), v in zip(distinct, adapter_params(spec, rank, roles, memo), strict=True))
         param_bytes = r.adapter_bytes
-        mats = layer_mats(g) if job.storage in QUANTS else None  # weights and the dequantised transient share it
+        mats = stored_mats(a, g, job.storage)  # weights and the dequantised transient share it
         weights = weight_bytes(g, job.storage, job.double_quant, mats) + param_bytes * trainable
         if job.upcast_fp32:  # prepare_model_for_kbit_training: every non-quantised fp16/bf16 parameter to fp32
-            weights += 2 * (P - quantised_params(g, job.storage))
+            weights += 2 * (P - quantised_params(mats))
         copies = 2 * trainable if r.amp and param_bytes != 2 else 0
         if r.amp and job.upcast_fp32:  # the fp32 LM head's bf16 autocast copy, saved for its input's gradient
             copies += 2 * head_mm
@@ -359,7 +359,8 @@ def _inference(a: Arch, g: Graph, s: Assumptions, job: Job) -> list[Phase]:
     spec = g.spec
     c = 4 if job.precision == "fp32" else 2
     B, T, N = job.batch, job.tokens, job.new_tokens
-    weights = weight_bytes(g, job.storage, job.double_quant)
+    mats = stored_mats(a, g, job.storage)
+    weights = weight_bytes(g, job.storage, job.double_quant, mats)
     enc = encoder_tokens(spec, T)
 
     def kv(tokens: int) -> int:
@@ -370,7 +371,7 @@ def _inference(a: Arch, g: Graph, s: Assumptions, job: Job) -> list[Phase]:
     acts = T * c * transient
     if job.attention == "eager":
         acts += eager_scores_bytes(a, g, T, c, one_layer=True)
-    dequant = dequant_transient_bytes(g, job.storage, c)
+    dequant = dequant_transient_bytes(g, job.storage, c, mats)
     return [_phase("prefill", weights=weights, kv_cache=B * kv(T), activations=B * acts, overhead_fixed=dequant),
             _phase("decode", weights=weights, kv_cache=B * kv(T + N), logits=B * (c + 4) * spec.vocab)]
 

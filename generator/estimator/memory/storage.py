@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..config.arch import Arch, Quant
+from ..config.transformers_defaults import TENSOR_EXPERTS
 from ..graph.nodes import Graph
 from ..graph.parts import Part
 from ..inputs import Assumptions
@@ -169,22 +170,32 @@ def weight_bytes(g: Graph, storage: str, double_quant: bool = False, mats: dict 
         return (4 if storage == "fp32" else 2) * g.params_total
     q = QUANTS[storage]
     total = 2.0 * g.params_total
-    for (count, i, o), times in (mats or layer_mats(g)).items():
+    for (count, i, o), times in (layer_mats(g) if mats is None else mats).items():
         total += times * (_mat_elements(q, count, i, o)[1] - 2 * count * i * o)
         if double_quant:
             total -= times * DOUBLE_QUANT_SAVING * count * i * o
     return int(total)
 
 
-def layer_mats(g: Graph) -> dict[tuple[int, int, int], int]:
+def layer_mats(g: Graph, fused_experts: bool = False) -> dict[tuple[int, int, int], int]:
     """Every weight matrix (count, in, out) of the layers' parts and how often it occurs, in the order of first
-    occurrence: each distinct layer (Spec.distinct_layers) is walked once, times the layers it stands for."""
+    occurrence: each distinct layer (Spec.distinct_layers) is walked once, times the layers it stands for.
+    fused_experts: leave out the routed experts' tensors (an MoE part's first two: graph.parts.moe_part), which
+    bitsandbytes does not quantise where transformers holds them outside nn.Linear (bnb_keeps_experts)."""
     tally: dict[tuple[int, int, int], int] = {}
     for b, copies in g.spec.distinct_layers:
         for p in b.parts:
-            for m in p.weight_mats:
+            for m in p.weight_mats[2:] if fused_experts and p.top_k else p.weight_mats:
                 tally[m] = tally.get(m, 0) + copies
     return tally
+
+
+def bnb_keeps_experts(a: Arch, storage: str) -> bool:
+    """Whether a bitsandbytes base (`storage` nf4 or int8, loaded with load_in_4bit / load_in_8bit) keeps this
+    model's routed experts in the dtype it loads in: transformers' conversion replaces nn.Linear and Conv1D only
+    (integrations/bitsandbytes.py replace_with_bnb_linear), and transformers 5 holds most MoE experts as 3-D
+    parameters of an experts module (config/transformers_defaults.TENSOR_EXPERTS; bitsandbytes issue #1849)."""
+    return storage in QUANTS and QUANTS[storage].method == "bitsandbytes" and a.model_type in TENSOR_EXPERTS
 
 
 def dequant_transient_bytes(g: Graph, storage: str, c: int, mats: dict | None = None) -> int:
@@ -193,14 +204,18 @@ def dequant_transient_bytes(g: Graph, storage: str, c: int, mats: dict | None = 
     packed weight: 0."""
     if storage not in ("nf4", "int8"):
         return 0
-    return c * max((i * o for _, i, o in (mats or layer_mats(g))), default=0)
+    return c * max((i * o for _, i, o in (layer_mats(g) if mats is None else mats)), default=0)
 
 
-def quantised_params(g: Graph, storage: str) -> int:
-    """Parameters a quantised base stores packed (the layers' Linears); 0 for a 16/32-bit base."""
-    if storage in ("bf16", "fp16", "fp32"):
-        return 0
-    return sum(n * count * i * o for b, n in g.spec.distinct_layers for p in b.parts for count, i, o in p.weight_mats)
+def stored_mats(a: Arch, g: Graph, storage: str) -> dict[tuple[int, int, int], int] | None:
+    """The layer_mats a quantised `storage` packs (None for a 16/32-bit base): every layer matrix, less the routed
+    experts where bitsandbytes keeps them (bnb_keeps_experts)."""
+    return layer_mats(g, bnb_keeps_experts(a, storage)) if storage in QUANTS else None
+
+
+def quantised_params(mats: dict[tuple[int, int, int], int] | None) -> int:
+    """Parameters a quantised base stores packed: the elements of its stored_mats (0 for a 16/32-bit base)."""
+    return sum(times * count * i * o for (count, i, o), times in (mats or {}).items())
 
 
 # bitsandbytes 0.43.2 (July 2024, PR #1270 "delete useless buffered activation") stopped MatMul4Bit saving its
