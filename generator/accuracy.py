@@ -266,7 +266,7 @@ def compute(datasets: Mapping[str, Sequence[Mapping[str, Any]]], settings, estim
             judged.append((setup.method, measured, est, row))
             if measured and name == "public" and abs(est - measured) / measured * 100 > MISS_PCT:
                 misses.append((str(row.get("id")), str(row.get("model")), setup.method,
-                               round((est - measured) / measured * 100, 1), miss_cause(row, setup)))
+                               _signed(est, measured), miss_cause(row, setup)))
             if measured is not None and (row.get("device") or {}).get("kind") == "cpu-simulated":
                 by_setup.setdefault(setup_label(setup), []).append((est, measured))
                 if setup.method != "inference":

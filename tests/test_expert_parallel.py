@@ -59,7 +59,7 @@ def test_a_rank_keeps_only_its_own_experts_effective_weights():
     (_job(experts=60), Setup("fsdp+ep", 16, True), "strategy", "fsdp+ep",
      "spreads routed experts over 8 GPUs; this model has 60 routed experts"),
     (_job(), Setup("fsdp+ep", 12, True), "gpus", 12, "fsdp+ep spans whole nodes of 8"),
-    (_job(), Setup("fsdp+ep", 16, True, "params"), "offload", "params", "is not priced with fsdp+ep"),
+    (_job(), Setup("fsdp+ep", 16, True, "params"), "offload", "params", "needs sharded params (zero3 or fsdp)"),
     (_job(method="serve"), Setup("fsdp+ep", 16), "strategy", "fsdp+ep", "shards training state"),
 ])
 def test_fsdp_ep_is_refused_by_name_where_it_cannot_run(job, setup, key, value, why):
@@ -84,11 +84,20 @@ def _configs() -> dict[str, tuple]:
 
 def test_the_largest_layers_routed_experts_are_read_off_the_graph():
     """DeepSeek-V3: 256 routed experts of gate, up (7,168 x 2,048) and down (2,048 x 7,168) in each MoE layer
-    (config.json n_routed_experts, hidden_size, moe_intermediate_size); a dense Llama has none."""
+    (config.json n_routed_experts, hidden_size, moe_intermediate_size), as many as transformers' own experts module
+    holds (built on the meta device, 4 layers: the 4th is the first MoE layer); a dense Llama has none."""
+    import torch
+    from transformers import CONFIG_MAPPING, AutoModelForCausalLM
+
     cfg, _ = _configs()["deepseek-ai/DeepSeek-V3"]
     arch = normalise(cfg, "deepseek-ai/DeepSeek-V3")
     shape = model_shape(arch, build_graph(arch))
     assert (shape.unit_expert_params, shape.experts) == (256 * 3 * 7168 * 2048, 256)
+    keys = {k: v for k, v in cfg.items() if k not in ("model_type", "auto_map", "quantization_config")}
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(CONFIG_MAPPING["deepseek_v3"](**{**keys, "num_hidden_layers": 4}))
+    built = sum(p.numel() for name, p in model.named_parameters() if name.startswith("model.layers.3.mlp.experts."))
+    assert built == shape.unit_expert_params
     assert shape.unit_expert_params < shape.unit_params
     cfg, _ = _configs()["meta-llama/Llama-3.1-8B"]
     arch = normalise(cfg, "meta-llama/Llama-3.1-8B")

@@ -178,10 +178,16 @@ def _spread(r: dict, amendments: Sequence[dict]) -> dict | None:
         return None
     if len(given) > 1:
         raise SystemExit(f"{r['id']}: parallel: {len(given)} amendments set it; one may")
-    m = GPU_COUNT.match(r["gpus"])
-    if m is None:
+    n = _gpu_count(r["gpus"])
+    if n is None:
         raise SystemExit(f"{r['id']}: gpus {r['gpus']!r}: an amended spread needs the row's GPU count (\"Nx ...\")")
-    return {"gpus": int(m.group(1)), **given[0]}
+    return {"gpus": n, **given[0]}
+
+
+def _gpu_count(gpus: str) -> int | None:
+    """The N of the row's "Nx <GPU>", or None where the row does not give it."""
+    m = GPU_COUNT.match(gpus)
+    return int(m.group(1)) if m else None
 
 
 def _single_gpu(parallelism: str) -> bool:
@@ -204,7 +210,7 @@ def convert(r: dict, amendments: Sequence[dict] = ()) -> dict:
     if spread is None:  # a spread the estimator can price (parallel) is compared per GPU, as memory.parallel does
         if not _single_gpu(r["parallelism"]):
             reasons.append(f"multi-GPU or offload ({r['parallelism']}): not one card's peak")
-        if "2x" in r["gpus"] or "4x" in r["gpus"] or "8x" in r["gpus"]:
+        if (_gpu_count(r["gpus"]) or 1) > 1:
             reasons.append(f"run on {r['gpus']}")
     if r["peak_unit"] == "GB-ambiguous":
         reasons.append("unit ambiguous (GB or GiB, +-7%)")

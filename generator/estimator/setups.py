@@ -21,7 +21,6 @@ from .memory.host_link import link_bytes
 from .memory.job import Job, JobMemory, job_phases, metric_memory, training_variants
 from .memory.kinds import GPU_COUNTS, TP_KINDS, Kind, count_index
 from .memory.parallel import (
-    EXPERT_PARALLEL,
     GPUS_PER_NODE,
     ParallelError,
     Phase,
@@ -29,6 +28,7 @@ from .memory.parallel import (
     Sharding,
     SingleGpuJob,
     cpu_bytes_per_node,
+    experts_spread,
     peak_parts,
     per_gpu,
     sharded,
@@ -72,8 +72,7 @@ def model_shape(a: Arch, g: Graph) -> Shape:
     replicated += sum(max(0, p.params - p.matmul) for p in spec.head)
     attention_layers = sum(n for b, n in distinct if b.kv)
     largest = max(distinct, key=lambda bn: bn[0].params)[0] if distinct else None
-    # a routed MoE part's first two weight tensors are its experts' gate+up and down (graph.parts.moe_part)
-    routed = sum(c * i * o for p in largest.parts if p.top_k for c, i, o in p.mats[:2]) if largest else 0
+    routed = sum(c * i * o for p in largest.parts for c, i, o in p.expert_mats) if largest else 0
     return Shape(g.params_total, max(1, len(blocks)), largest.params if largest else 0,
                  sum(p.params for p in spec.embed), sum(p.params for p in spec.head), replicated,
                  attention_layers * 2 * a.hidden * a.kv_heads * a.head_dim, a.heads, a.kv_heads, routed,
@@ -275,7 +274,7 @@ def plans_for(jobs: Mapping[str, SingleGpuJob], peak: PeakTable,
     reference job's (samples over all epochs, samples per optimizer step), which an offload setup moves its
     weights or gradients for over PCIe (host_link.py)."""
     methods = tuple(m for m in SITE_METHODS if m in jobs and m not in not_applicable)
-    experts = any(j.unit_expert_params > 0 and j.experts % EXPERT_PARALLEL == 0 for j in jobs.values())
+    experts = any(experts_spread(j) for j in jobs.values())
     plans, unreachable = search_plans(peak, methods, gpu_offers, job_flops, mfu, ckpt_flops, host_bytes_per_node,
                                       peak.first_count, link_bytes(jobs, *job_samples), experts)
     unreachable += [Unreachable(m, why) for m, why in not_applicable.items()]

@@ -46,6 +46,11 @@ class Part(NamedTuple):
         return self.mats or tuple((1, i, o) for i, o in self.linears)
 
     @property
+    def expert_mats(self) -> tuple[tuple[int, int, int], ...]:
+        """The routed experts' weight tensors (gate+up, down: the first two of moe_part's `mats`); () elsewhere."""
+        return self.mats[:2] if self.top_k else ()
+
+    @property
     def frozen_act(self) -> int:
         return self.act if self.act_frozen < 0 else self.act_frozen
 

@@ -152,13 +152,13 @@ def validate(job: SingleGpuJob, setup: Setup, model: str = "") -> None:
         raise ParallelError(model, "gpus", n, "must be a positive integer")
     if s == "single" and n != 1:
         raise ParallelError(model, "gpus", n, "strategy single runs on one GPU; pick ddp, zero2, zero3, fsdp, tp or pp")
-    if s == "fsdp+ep":
-        _validate_experts(job, setup, model)
     if s in ("zero3", "fsdp", "tp", "pp", "tp+pp", "ddp") and n == 1:
         raise ParallelError(model, "strategy", s, "needs 2 or more GPUs (--gpus 1 is strategy single)")
     serve = job.method == "serve"
-    if serve and s in ("ddp", "zero2", "zero3", "fsdp"):
+    if serve and s in ("ddp", "zero2", "zero3", "fsdp", "fsdp+ep"):
         raise ParallelError(model, "strategy", s, "shards training state; serving splits the model with tp or pp")
+    if s == "fsdp+ep":
+        _validate_experts(job, setup, model)
     if setup.grad_ckpt and (serve or not job.phases_ckpt):
         raise ParallelError(model, "grad_ckpt", True, "needs a training job with its checkpointed phases")
     if setup.offload == "optimizer" and s not in ("zero2", "zero3"):
@@ -186,17 +186,18 @@ def validate(job: SingleGpuJob, setup: Setup, model: str = "") -> None:
                                                   f"({job.layers})")
 
 
+def experts_spread(job: SingleGpuJob) -> bool:
+    """Whether fsdp+ep can spread this job's routed experts: it has some, in a number EXPERT_PARALLEL divides."""
+    return job.unit_expert_params > 0 and job.experts >= EXPERT_PARALLEL and job.experts % EXPERT_PARALLEL == 0
+
+
 def _validate_experts(job: SingleGpuJob, setup: Setup, model: str) -> None:
     ep, s = EXPERT_PARALLEL, setup.strategy
-    if job.method == "serve":
-        raise ParallelError(model, "strategy", s, "shards training state; serving splits the model with tp or pp")
-    if job.unit_expert_params <= 0 or job.experts < ep or job.experts % ep:
+    if not experts_spread(job):
         have = f"{job.experts} routed experts" if job.unit_expert_params > 0 else "no routed experts"
         raise ParallelError(model, "strategy", s, f"spreads routed experts over {ep} GPUs; this model has {have}")
     if setup.gpus % ep:
         raise ParallelError(model, "gpus", setup.gpus, f"fsdp+ep spans whole nodes of {ep}")
-    if setup.offload != "none":
-        raise ParallelError(model, "offload", setup.offload, "is not priced with fsdp+ep")
 
 
 def per_gpu(job: SingleGpuJob, setup: Setup, model: str = "") -> PerGpu:

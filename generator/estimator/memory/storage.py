@@ -50,7 +50,7 @@ def _mat_elements(q: Quant, count: int, n_in: int, n_out: int) -> tuple[int, flo
 
 def _fp4_experts(a: Arch, p: Part) -> tuple[tuple[int, int, int], ...]:
     """The expert tensors of an MoE part stored as FP4 (Quant.fp4_experts), else ()."""
-    return p.weight_mats[:2] if a.quant is not None and a.quant.fp4_experts and p.type.startswith("MoE") else ()
+    return p.expert_mats if a.quant is not None and a.quant.fp4_experts else ()
 
 
 def part_stored_delta(a: Arch, p: Part) -> tuple[int, float]:
@@ -73,10 +73,9 @@ def part_stored_delta(a: Arch, p: Part) -> tuple[int, float]:
 def quantised_mats(a: Arch, p: Part) -> tuple[tuple[int, int, int], ...]:
     """The matrices this format quantises in a part: experts only for MXFP4 (gpt-oss), else every
     Linear inside the layers (embeddings, norms, routers and the LM head stay in 16 bits)."""
-    mats = p.weight_mats
     if a.quant is not None and a.quant.method == "mxfp4":
-        return mats[:2] if p.type.startswith("MoE") else ()
-    return mats
+        return p.expert_mats
+    return p.weight_mats
 
 
 def stored_elements(a: Arch) -> int | None:
@@ -180,12 +179,12 @@ def weight_bytes(g: Graph, storage: str, double_quant: bool = False, mats: dict 
 def layer_mats(g: Graph, fused_experts: bool = False) -> dict[tuple[int, int, int], int]:
     """Every weight matrix (count, in, out) of the layers' parts and how often it occurs, in the order of first
     occurrence: each distinct layer (Spec.distinct_layers) is walked once, times the layers it stands for.
-    fused_experts: leave out the routed experts' tensors (an MoE part's first two: graph.parts.moe_part), which
-    bitsandbytes does not quantise where transformers holds them outside nn.Linear (bnb_keeps_experts)."""
+    fused_experts: leave out the routed experts' tensors (Part.expert_mats), which bitsandbytes does not quantise
+    where transformers holds them outside nn.Linear (bnb_keeps_experts)."""
     tally: dict[tuple[int, int, int], int] = {}
     for b, copies in g.spec.distinct_layers:
         for p in b.parts:
-            for m in p.weight_mats[2:] if fused_experts and p.top_k else p.weight_mats:
+            for m in p.weight_mats[len(p.expert_mats):] if fused_experts else p.weight_mats:
                 tally[m] = tally.get(m, 0) + copies
     return tally
 
