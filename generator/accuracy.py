@@ -193,7 +193,9 @@ DEFINITIONS = (
     ("setup", "the options of a run in words (method, precision, adapters' dtype, LoRA targets, LoRA dropout, "
               "checkpointing, attention, optimizer, outputs kept); ranks, batches and token counts are pooled"),
     ("cpu_kernels", "CPU-simulated rows are estimated with the CPU's kernels (estimator.job kernels='cpu'): dropout "
-                    "masks in the input's dtype, not bool, and layer_norm run in bf16 under autocast"),
+                    "masks in the input's dtype, not bool, layer_norm run in bf16 under autocast, and SDPA's math "
+                    "kernel (fp32 scores kept) where the CPU's flash kernel refuses the call: attention dropout, "
+                    "unequal q/k and v head dims (FINDINGS.md F15)"),
 )
 
 

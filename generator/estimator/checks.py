@@ -8,7 +8,7 @@ from typing import Any
 from .checkpoint import explain
 from .config.arch import Arch
 from .graph.nodes import Graph
-from .memory.attention import default_attention
+from .memory.attention import default_attention, math_sdpa
 from .memory.lora import FUSED_EXPERTS
 from .memory.storage import bnb_keeps_experts
 
@@ -123,6 +123,11 @@ def check_scope(a: Arch, train_tokens: int, requested_tokens: int, serve_tokens:
                            "QLoRA keeps the routed experts in bf16: transformers 5 holds them as 3-D tensors, and "
                            "bitsandbytes quantises nn.Linear only (bitsandbytes#1849)."))
     attention, why = default_attention(a)
+    kernel = math_sdpa(a, False, True) if attention != "eager" else ""
+    if kernel:
+        out.append(Finding("attention_math_kernel", "warning",
+                           f"{kernel[0].upper()}{kernel[1:]}. Training and prefill memory here include those scores "
+                           "(they grow with the square of the tokens)."))
     if attention == "eager":
         out.append(Finding("attention_default", "warning",
                            f"{why}. Training memory here includes the attention scores (they grow with the square of "

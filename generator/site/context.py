@@ -283,9 +283,12 @@ def _assumptions(report: Report, a: dict[str, Any]) -> dict[str, Any]:
     first = mem.cards[0] if mem.cards else None
     # eager where the model's class has no SDPA (the finding attention_default says why): its scores are kept
     eager = any(x.check == "attention_default" and x.severity == "warning" for x in report.findings)
+    # SDPA's math kernel (finding attention_math_kernel) keeps the scores too, in fp32
+    math = any(x.check == "attention_math_kernel" for x in report.findings)
     return {
         "attention": "eager attention (the model's class has no SDPA: the score matrix is kept, see the findings)"
-                     if eager else "SDPA attention (no score matrix stored)",
+                     if eager else "SDPA's math kernel (the fp32 score matrix is kept, see the findings)" if math
+                     else "SDPA attention (no score matrix stored)",
         "train_tokens": f.count(mem.train_tokens),
         "requested_tokens": f.count(a["train_tokens"]),
         "capped": mem.train_tokens < a["train_tokens"],

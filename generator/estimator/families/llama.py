@@ -35,9 +35,11 @@ def _xielu(d: Dims) -> int:
     return 2 if (d.r.str("hidden_act", "xielu") or "") == "xielu" else 0
 
 
-def _hyperclovax(d: Dims) -> int:
-    # modeling_hyperclovax.py: post_norm1 / post_norm2 after attention and MLP when use_post_norm.
-    return 2 * d.hidden if d.f("use_post_norm", True) else 0
+def _hyperclovax_layout(d: Dims) -> tuple[tuple[str, ...], bool]:
+    # modeling_hyperclovax.py HyperCLOVAXDecoderLayer: post_norm1 / post_norm2 (RMSNorm) on the attention's and the
+    # MLP's output before each residual add when use_post_norm (else nn.Identity): norms that save their input too.
+    post = d.f("use_post_norm", True)
+    return (("pre_attn", "post_attn", "pre_mlp", "post_mlp") if post else ("pre_attn", "pre_mlp")), False
 
 
 def moshi(cfg: Mapping[str, Any], model: str) -> Arch:
@@ -147,7 +149,7 @@ TRAITS: dict[str, DecoderTraits] = {
     "persimmon": DecoderTraits(norm="layernorm", mha=True, qkv_bias=True, o_bias=True, mlp="plain", mlp_bias=True, qk_norm="head",
                    qk_norm_key="qk_layernorm", fused_qkv=True),
     "hyperclovax": DecoderTraits(qkv_bias="attention_bias", o_bias="attention_bias", mlp_bias="mlp_bias",
-                          layer_extra=_hyperclovax),
+                          layout=_hyperclovax_layout),
     "cohere_compass_text": DecoderTraits(norm="layernorm_nobias", norms=("pre_attn",), parallel=True, qkv_bias="attention_bias",
                              o_bias="attention_bias", tie=True),
     # modeling_doge.py: q/k RMSNorm, dynamic-mask A (K/V heads) and dt_proj (K/V heads x head_dim -> K/V heads,

@@ -1,12 +1,13 @@
-"""Which attention a job runs and what eager attention keeps: the default per model class (transformers'
-`_supports_sdpa`, sdpa_table.py) or custom code, and the bytes per attention score."""
+"""Which attention a job runs and what it keeps beyond SDPA's fused kernels: the default per model class
+(transformers' `_supports_sdpa`, sdpa_table.py) or custom code, eager attention's scores, and SDPA's math kernel
+where torch cannot run a fused one."""
 
 from __future__ import annotations
 
 from ..config.arch import Arch
 from ..config.transformers_defaults import CLASS_DEFAULTS
 from ..graph.nodes import Graph
-from .activations import DIFFERENTIAL_ATTENTION, Regime
+from .activations import DIFFERENTIAL_ATTENTION, Regime, mask_bytes
 from .sdpa_table import NO_SDPA
 
 # Custom modeling code (auto_map) known to call torch's SDPA: THUDM/chatglm3-6b modeling_chatglm.py CoreAttention
@@ -69,3 +70,117 @@ def eager_layer_terms(a: Arch, b, compute_bytes: int, trained: bool, r: Regime |
     delta = c * ((2 if trained else 1) * q - 2 * kv) - 4 * a.heads
     calls = 2 if a.model_type in DIFFERENTIAL_ATTENTION else 1
     return len(attention) * delta, calls * sum(p.act32 for p in attention) * score_bytes(a, c, r)
+
+
+# Config keys transformers' attention classes pass to SDPA as dropout_p in a training step (the generic
+# sdpa_attention_forward's `dropout=0.0 if not self.training else self.attention_dropout`, gpt2's attn_pdrop...).
+MLA_PART = "Multi-head Latent Attn"  # families/assembly.mla_part's node type
+
+ATTENTION_DROPOUT_KEYS = ("attention_dropout", "attn_pdrop", "attn_dropout", "attention_probs_dropout_prob")
+
+
+def _falcon_multi_query(a: Arch) -> bool:
+    """Falcon's original multi-query attention (modeling_falcon.FalconAttention, multi_query without
+    new_decoder_architecture): it hands SDPA one K/V head for all query heads, broadcast, without enable_gqa."""
+    return a.model_type == "falcon" and bool(a.raw.get("multi_query")) and not a.raw.get("new_decoder_architecture")
+
+
+def attention_dropout(a: Arch) -> float:
+    """The dropout_p a training step passes to SDPA (0 for falcon without alibi, whose SDPA call passes 0.0)."""
+    if a.model_type == "falcon" and not a.raw.get("alibi"):
+        return 0.0
+    for key in ATTENTION_DROPOUT_KEYS:
+        p = a.raw.get(key)
+        if isinstance(p, (int, float)) and not isinstance(p, bool):
+            return float(p)
+    return 0.0
+
+
+def _head_dims(a: Arch) -> tuple[int, int]:
+    """(q/k head dim, v head dim): multi-head latent attention's nope + rope and v_head_dim, else head_dim."""
+    v = a.raw.get("v_head_dim")
+    nope, rope = a.raw.get("qk_nope_head_dim"), a.raw.get("qk_rope_head_dim")
+    if all(isinstance(x, int) and not isinstance(x, bool) for x in (v, nope, rope)):
+        return nope + rope, v  # type: ignore[operator, return-value]
+    return a.head_dim, a.head_dim
+
+
+def math_sdpa(a: Arch, cpu: bool, training: bool) -> str:
+    """Why torch's scaled_dot_product_attention runs its math kernel (aten _scaled_dot_product_attention_math)
+    for this model, '' where a fused one takes the call. torch picks a fused kernel only when its checks pass
+    (aten/src/ATen/native/transformers/sdp_utils_cpp.h and cuda/sdp_utils.cpp):
+    - equal query and K/V head counts unless enable_gqa (check_batch_size_and_num_heads_dense), on every device:
+      falcon's multi-query attention fails it;
+    - on the CPU (the simulation), the flash kernel alone: no dropout (check_for_dropout) and equal q/k and v head
+      dims (check_head_dim_size_cpp: multi-head latent attention's 192 vs 128). CUDA's memory-efficient kernel takes
+      both, so a GPU keeps no scores there."""
+    if _falcon_multi_query(a):
+        return ("falcon's multi-query attention hands torch's SDPA one K/V head for all query heads "
+                "(modeling_falcon.FalconAttention, no enable_gqa): the fused kernels need equal head counts, so it "
+                "runs the math kernel, which keeps every layer's attention scores in fp32")
+    if not cpu:
+        return ""
+    if training and attention_dropout(a) > 0:
+        return "attention dropout on the CPU: its flash kernel takes no dropout"
+    dk, dv = _head_dims(a)
+    return "unequal q/k and v head dims on the CPU: its flash kernel needs them equal" if dk != dv else ""
+
+
+def math_layer_terms(a: Arch, b, r: Regime) -> tuple[int, int]:
+    """(bytes per token, bytes per token squared) the math kernel adds to one layer's fused-SDPA activations
+    (at::_scaled_dot_product_attention_math, torch 2.13): it casts q, k, v to fp32 and saves q x scale, K^T x
+    scale and V (heads-wide when enable_gqa repeats them: transformers' use_gqa_in_sdpa; falcon broadcasts its one
+    K/V head) for its two matmuls, and the fp32 softmax of the scores (_safe_softmax); a training step's dropout
+    adds its mask (mask_bytes) and the dropped scores. In place of what the fused kernel kept: q, k, v and its
+    output (multi-head latent attention: every tensor of the part but its two compressed latents, which its norms
+    keep; o_proj keeps math's output copy when its weight trains) and the fp32 logsumexp. Read off CPU-simulated
+    steps with the fused kernels switched off (torch.backends.cuda.enable_flash_sdp(False)) and of DeepSeek-V3's
+    and MiniCPM3's latent attention."""
+    attention = [p for p in b.parts if p.attn_flops and not p.type.startswith("MoE")]
+    if not attention:
+        return 0, 0
+    c = r.compute_bytes
+    dk, dv = _head_dims(a)
+    heads = a.heads
+    kv = a.kv_heads if _falcon_multi_query(a) else heads
+    math = 4 * (heads * dk + kv * (dk + dv)) + (c * heads * dv if r.trained else 0)
+    latents = sum(a.raw.get(k) or 0 for k in ("q_lora_rank", "kv_lora_rank", "qk_rope_head_dim"))
+    fused = [c * (p.act - latents if p.type == MLA_PART else heads * dk + a.kv_heads * (dk + dv) + heads * dv)
+             + 4 * p.act32 for p in attention]
+    dropped = (mask_bytes(r, 4) + 4) if r.dropout and attention_dropout(a) > 0 else 0
+    return len(attention) * math - sum(fused), sum(p.act32 for p in attention) * (4 + dropped)
+
+
+def math_backward_bytes(a: Arch, g: Graph, r: Regime, tokens: int, attention: str = "sdpa") -> tuple[int, int]:
+    """Per sequence, at the backward of the largest math-kernel attention ((0, 0) where none runs: eager
+    attention, or a fused kernel): (what that attention saved, the fp32
+    heads x T x T gradients its backward holds beside them: the AV matmul's gradient of the probabilities (bmm)
+    and the softmax's (_softmax_backward_data)). By then the layer's later tensors (its MLP's) are freed.
+    Read off CPU-simulated steps (falcon and DeepSeek-V3 with checkpointing: those two tensors and the saved
+    softmax were the peak)."""
+    if attention == "eager" or not math_sdpa(a, r.cpu, True):
+        return 0, 0
+    heads = max((p.act32 for b in g.spec.blocks for p in b.parts if p.attn_flops and not p.type.startswith("MoE")),
+                default=0)
+    dk, dv = _head_dims(a)
+    kv = a.kv_heads if _falcon_multi_query(a) else a.heads
+    dropped = (mask_bytes(r, 4) + 4) if r.dropout and attention_dropout(a) > 0 else 0
+    saved = tokens * 4 * (a.heads * dk + kv * (dk + dv)) + tokens * tokens * heads * (4 + dropped)
+    # with dropout the peak is the dropout's backward (the dropped scores, the mask, one gradient beside the
+    # softmax); without, the softmax's (its output and two gradients)
+    return saved, (4 if dropped else 8) * heads * tokens * tokens
+
+
+def math_scores_bytes(a: Arch, g: Graph, tokens: int, cpu: bool) -> int:
+    """Serving (no grad), per sequence, the largest attention layer (one layer's tensors live at a time; 0 where
+    a fused kernel runs): the math
+    kernel's fp32 scores and the masked scores beside them (bmm, then + the causal mask), the fp32 [T, T] mask it
+    builds for is_causal, and its fp32 copies of q (and q x scale), k and v. Read off CPU-simulated prefills of
+    MiniCPM3 and DeepSeek-V3."""
+    if not math_sdpa(a, cpu, False):
+        return 0
+    heads = max((p.act32 for b in g.spec.blocks for p in b.parts if p.attn_flops and not p.type.startswith("MoE")),
+                default=0)
+    dk, dv = _head_dims(a)
+    kv = a.kv_heads if _falcon_multi_query(a) else a.heads
+    return heads * tokens * tokens * 8 + 4 * tokens * tokens + 4 * tokens * (2 * a.heads * dk + kv * (dk + dv))

@@ -26,7 +26,7 @@ from .activations import (
     recompute_transient_bytes,
     regime,
 )
-from .attention import default_attention, eager_scores_bytes
+from .attention import default_attention, eager_scores_bytes, math_backward_bytes, math_scores_bytes
 from .layer_terms import adapter_params, end_terms, layer_bytes, memoised, regime_terms
 from .lora import target_roles
 from .parallel import Phase
@@ -50,6 +50,8 @@ ATTENTIONS = ("sdpa", "eager")
 
 
 ADAPTER_DTYPES = ("fp32", "bf16")
+# their bytes; none asked: activations.regime's default (peft autocast_adapter_dtype=True; LitGPT/torchtune: bf16)
+ADAPTER_BYTES = {"fp32": 4, "bf16": 2}
 
 
 # How the loss meets the logits: transformers' ForCausalLMLoss (F1: 12 B per logit), TRL's chunked_nll (one
@@ -222,12 +224,6 @@ def metric_memory(name: str, parts: dict[str, int], s: Assumptions, job: Job, g:
     return JobMemory(sum(parts.values()), name, tuple((k, parts[k]) for k in PARTS))
 
 
-def _adapter_bytes(job: Job) -> int:
-    if job.adapter_dtype:
-        return {"fp32": 4, "bf16": 2}[job.adapter_dtype]
-    return 2 if job.precision == "bf16" else 4  # peft autocast_adapter_dtype=True; LitGPT/torchtune: bf16
-
-
 def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants: tuple[bool, ...],
               memo: dict | None = None) -> tuple[list[tuple[Phase, ...]], int, int, int]:
     """The job's phases once per entry of `variants` (gradient checkpointing off or on; job.grad_ckpt is not
@@ -237,7 +233,7 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
     the estimate's other jobs and profiles."""
     spec = g.spec
     lora = job.method != "full"
-    r = regime("lora" if lora else "full", job.precision, _adapter_bytes(job) if lora else 0,
+    r = regime("lora" if lora else "full", job.precision, ADAPTER_BYTES.get(job.adapter_dtype, 0) if lora else 0,
                lora and job.lora_dropout > 0, job.kernels == "cpu", lora and job.upcast_fp32)
     c = r.compute_bytes
     B, T = job.batch, job.tokens
@@ -311,6 +307,12 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
                           optimizer_state=state),)
     closing += (_phase("optimizer step", weights=weights, gradients=grad, optimizer_state=state,
                        overhead_step=temp),)
+    # SDPA's math kernel (attention.math_sdpa): its last attention's backward holds the scores' gradients beside
+    # what it saved; the layer's MLP tensors and the head's are gone, their gradients (a full fine-tune's) made
+    math_saved, math_grads = math_backward_bytes(a, g, r, T, job.attention)
+    head_params = sum(p.params for p in spec.head) + (spec.vocab * (a.embed_dim or a.hidden)
+                                                      if spec.tied and r.trained else 0)
+    made = param_bytes * (head_params + max(b.params for b, _ in distinct)) if r.trained else 0
     out: list[tuple[Phase, ...]] = []
     for grad_ckpt in variants:
         kept = 0
@@ -335,8 +337,6 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
             # layer keeps only its input through the forward. At the loss nothing is recomputed; then the backward
             # reruns one layer at a time, whose saved tensors live beside the gradients made so far (the head's).
             inputs = embed + len(spec.blocks) * T * r.residual_bytes * spec.hidden
-            head_params = sum(p.params for p in spec.head) + (spec.vocab * (a.embed_dim or a.hidden)
-                                                              if spec.tied and r.trained else 0)
             # the layer recomputed at the peak, and its per-expert tensors
             recomputed = max(zip(layer, held, fixed, strict=True), key=lambda t: B * (t[0] + t[1]) + t[2],
                              default=(0, 0, 0))
@@ -347,6 +347,11 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
                              gradients=param_bytes * head_params if r.trained else 0,
                              activations=B * inputs + B * (recomputed[0] + recomputed[1]) + recomputed[2],
                              overhead_weights=ckpt_copies[1], overhead_fixed=dequant, experts=recomputed[2])]
+        if math_grads:  # the last (the recomputed) layer's attention backward
+            live = B * inputs if grad_ckpt else B * (emb + layers_sum - min(layer) + T * views + kept) + fixed_sum
+            phases.append(_phase("backward (attention scores' gradients)", weights=weights, gradients=made,
+                                 optimizer_state=state, activations=live + B * (math_saved + math_grads),
+                                 overhead_weights=ckpt_copies[1] if grad_ckpt else copies, overhead_fixed=dequant))
         out.append((*phases, *closing))
     return out, trainable, c, param_bytes
 
@@ -369,8 +374,8 @@ def _inference(a: Arch, g: Graph, s: Assumptions, job: Job) -> list[Phase]:
 
     transient = max((mlp_transient(a, b) for b in spec.blocks), default=0) + 4 * spec.hidden
     acts = T * c * transient
-    if job.attention == "eager":
-        acts += eager_scores_bytes(a, g, T, c, one_layer=True)
+    acts += eager_scores_bytes(a, g, T, c, one_layer=True) if job.attention == "eager" else \
+        math_scores_bytes(a, g, T, job.kernels == "cpu")
     dequant = dequant_transient_bytes(g, job.storage, c, mats)
     return [_phase("prefill", weights=weights, kv_cache=B * kv(T), activations=B * acts, overhead_fixed=dequant),
             _phase("decode", weights=weights, kv_cache=B * kv(T + N), logits=B * (c + 4) * spec.vocab)]

@@ -22,7 +22,7 @@ from .activations import (
     masked_sdpa_terms,
     masked_sdpa_windows,
 )
-from .attention import eager_layer_terms
+from .attention import eager_layer_terms, math_layer_terms, math_sdpa
 from .lora import all_linear_roles, block_lora_params, distinct_inputs
 
 T = TypeVar("T")  # what a term is per layer (bytes, or a tuple of terms)
@@ -123,8 +123,12 @@ def layer_bytes(a: Arch, b: Block, r: Regime, attention: str, T: int, saves: boo
     `upcast`: prepare_model_for_kbit_training's fp32 non-quantised parameters)."""
     c = r.compute_bytes
     out = base
-    linear, squared = eager_layer_terms(a, b, c, r.trained, r) if attention == "eager" else \
-        masked_sdpa_terms(a, b, T, r)  # eager keeps its scores; SDPA handed a mask keeps it (F11)
+    if attention == "eager":  # eager keeps its scores
+        linear, squared = eager_layer_terms(a, b, c, r.trained, r)
+    elif math_sdpa(a, r.cpu, True):  # so does SDPA's math kernel, in fp32
+        linear, squared = math_layer_terms(a, b, r)
+    else:  # SDPA handed a mask keeps it (F11)
+        linear, squared = masked_sdpa_terms(a, b, T, r)
     out += linear + squared * T
     if saves:
         # A bitsandbytes matmul that saves its input (saves_matmul_input), where nn.Linear on a frozen weight would

@@ -32,7 +32,7 @@ from ..inputs import Assumptions, Card
 from .activations import (
     regime,
 )
-from .attention import default_attention, eager_layer_terms
+from .attention import default_attention, eager_layer_terms, math_backward_bytes, math_layer_terms, math_sdpa
 from .layer_terms import adapter_params, distinct_values, end_terms, layer_index, layer_values, regime_terms
 from .lora import all_linear_roles
 from .stages import Profile
@@ -101,10 +101,15 @@ def train_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, method: str, r
     rates = [rate + view for rate, view in zip(terms.act, terms.views, strict=True)]
     squares = [0] * len(rates)
     windows: list[tuple[tuple[int, int, int], ...]] = [()] * len(rates)
-    if default_attention(a)[0] == "eager":  # no SDPA in the model's class: eager keeps its scores
-        eager = distinct_values(spec, lambda b: eager_layer_terms(a, b, r.compute_bytes, r.trained, r))
-        rates = [rate + linear for rate, (linear, _) in zip(rates, eager, strict=True)]
-        squares = [sq for _, sq in eager]
+    eager = default_attention(a)[0] == "eager"  # no SDPA in the model's class: eager keeps its scores
+    # SDPA's math kernel: the fp32 score gradients of its last attention's backward (job.py's phase "backward
+    # (attention scores' gradients)"), folded into every phase here: at most the head's bytes above that job
+    math_sq = math_backward_bytes(a, g, r, 1, "eager" if eager else "sdpa")[1]
+    if eager or math_sdpa(a, r.cpu, True):  # and so does SDPA's math kernel, in fp32
+        scores = distinct_values(spec, lambda b: eager_layer_terms(a, b, r.compute_bytes, r.trained, r) if eager
+                                 else math_layer_terms(a, b, r))
+        rates = [rate + linear for rate, (linear, _) in zip(rates, scores, strict=True)]
+        squares = [sq for _, sq in scores]
     else:  # SDPA handed a mask (a window at tokens >= its width) keeps it and GQA's repeated k/v (F11)
         windows = terms.windows
     # every layer runs at the job's tokens (an encoder-decoder's encoder and decoder alike)
@@ -119,10 +124,12 @@ def train_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, method: str, r
     vision = s.compute_bytes * spec.vision_act * (1 if spec.image_tokens else 0)
     rates_sum = sum(k * rate for k, rate in zip(counts, rates, strict=True))
     grad = (grad_fixed, tokens * grad_token, embed_act + rates_sum + grad_token) if method != "full" else (0, 0, 0)
-    return Profile(method, embed_static, tuple(layer_static), head_static, tokens * embed_act + vision,
+    return Profile(method, embed_static, tuple(layer_static), head_static, tokens * embed_act + vision
+                   + tokens * tokens * math_sq,
                    tuple(layer_act), tokens * head_rate, tuple(counts), layer_index(spec, memo), tuple(layer_step),
                    embed_step, head_step, tuple(layer_eob), embed_eob, head_eob, tied,
-                   embed_act + rates_sum + head_rate, vision, sum(k * sq for k, sq in zip(counts, squares, strict=True)),
+                   embed_act + rates_sum + head_rate, vision,
+                   math_sq + sum(k * sq for k, sq in zip(counts, squares, strict=True)),
                    tuple((w, m, msq) for w, (m, msq) in sorted(masked.items())), *grad)
 
 
