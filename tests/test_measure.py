@@ -239,6 +239,14 @@ def test_shrink_overrides_and_hash():
     assert out["num_hidden_layers"] == 2 and out["layer_types"] == ["a", "a"] and out["attn_pdrop"] == 0.0
     assert changes == {"num_hidden_layers": [6, 2], "attn_pdrop": [0.1, 0.0], "name": [None, "x"]}
     assert cfg["num_hidden_layers"] == 6  # the source is not touched
+    # every per-layer list transformers validates against the count shrinks with it; layer indices are filtered
+    hybrid = {"num_hidden_layers": 4, "layer_types": ["linear_attention"] * 3 + ["full_attention"],
+              "mlp_layer_types": ["dense", "sparse", "sparse", "sparse"], "hybrid_override_pattern": "M-M*",
+              "moe_layers": [1, 3], "rope_scaling": {"long_factor": [1.0] * 4}}
+    small, _ = shrink(hybrid, 2)
+    assert small["layer_types"] == ["linear_attention"] * 2 and small["mlp_layer_types"] == ["dense", "sparse"]
+    assert small["hybrid_override_pattern"] == "M-" and small["moe_layers"] == [1]
+    assert small["rope_scaling"] == hybrid["rope_scaling"]  # not a per-layer key
     assert shrink(cfg, None) == (cfg, None)
     assert config_hash({"b": 1, "a": "é"}) == config_hash({"a": "é", "b": 1})
     assert context_of({"n_positions": 1024}) == 1024 and context_of({}) is None

@@ -17,6 +17,15 @@ ADAPTER_DTYPES = ("", "fp32", "bf16")
 ADAMW_IMPLS = ("foreach", "forloop", "fused")
 # Shrink keys: the config keys a --max-* option caps, by what transformers reads for each family.
 LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers")
+# Per-layer lists and strings (one entry per layer) that shrink with the count, keeping the first entries, as
+# transformers 5.24's configs name them (its validate_layer_type refuses a length other than the layer count):
+# gemma3's layer_types, mellum's mlp_layer_types, smollm3's no_rope_layers, zamba2's layers_block_type, gemma3n's
+# intermediate_size and activation_sparsity_pattern, nemotron_h's hybrid_override_pattern...
+PER_LAYER_KEYS = ("layer_types", "mlp_layer_types", "no_rope_layers", "indexer_types", "activation_sparsity_pattern",
+                  "intermediate_size", "layers_block_type", "layer_rope_theta", "attention_layers",
+                  "num_attention_heads_per_layer", "hybrid_override_pattern", "block_types")
+# Lists of layer indices (llama4's moe_layers, lfm2's full_attn_idxs, zamba2's hybrid_layer_ids): those kept.
+LAYER_INDEX_KEYS = ("moe_layers", "full_attn_idxs", "hybrid_layer_ids")
 
 
 @dataclass(frozen=True)
@@ -152,9 +161,15 @@ def shrink(config: Mapping[str, Any], max_layers: int | None = None,
             if isinstance(value, int) and value > max_layers:
                 changes[where + key] = [value, max_layers]
                 cfg[key] = max_layers
-                # Per-layer lists (gemma3's layer_types) must shrink with the count.
-                if isinstance(cfg.get("layer_types"), list) and len(cfg["layer_types"]) > max_layers:
-                    cfg["layer_types"] = cfg["layer_types"][:max_layers]
+                # Per-layer lists and layer indices must shrink with the count.
+                for name in PER_LAYER_KEYS:
+                    per_layer = cfg.get(name)
+                    if isinstance(per_layer, (list, str)) and len(per_layer) == value:
+                        cfg[name] = per_layer[:max_layers]
+                for name in LAYER_INDEX_KEYS:
+                    indices = cfg.get(name)
+                    if isinstance(indices, list) and all(isinstance(i, int) for i in indices):
+                        cfg[name] = [i for i in indices if i < max_layers]
     for key, value in (overrides or {}).items():
         if out.get(key) != value:
             changes[key] = [out.get(key), value]

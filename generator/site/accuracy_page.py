@@ -26,7 +26,8 @@ METHODS = (("full", "full fine-tuning"), ("lora", "LoRA"), ("qlora", "QLoRA"), (
 NO_RUNS = "no measured runs"
 # How each dataset file (data/measurements/<name>.jsonl) is named on the pages.
 DATASET_NAMES = {"cpu-sim": "CPU-simulated runs", "cpu-sim-extra": "CPU-simulated runs of other setups",
-                 "cpu-sim-matrix": "CPU-simulated setups matrix", "public": "public GPU measurements"}
+                 "cpu-sim-matrix": "CPU-simulated setups matrix",
+                 "cpu-sim-families": "CPU-simulated runs of other families", "public": "public GPU measurements"}
 
 
 def dataset_name(name: str) -> str:

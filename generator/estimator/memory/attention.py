@@ -20,6 +20,11 @@ CUSTOM_SDPA = frozenset({"chatglm"})
 # scores' dtype with no dtype=float32 (FINDINGS.md F9).
 CLAMPED_SCORES = {"xglm": "modeling_xglm.XGLMAttention"}
 
+# Eager attention with a learnable per-head sink applied as post-attention logsumexp scaling: torch.logsumexp over
+# the masked scores keeps them (in the compute dtype) for its backward, beside the softmax's (F15's sweep).
+LSE_SINK_SCORES = {"granite_swa": "modeling_granite_swa.eager_attention_forward",
+                   "granitemoe_swa": "modeling_granitemoe_swa.eager_attention_forward"}
+
 
 def default_attention(a: Arch) -> tuple[str, str]:
     """(the attention a job runs when none is asked, why). transformers picks SDPA only for classes with
@@ -38,7 +43,8 @@ def score_bytes(a: Arch, c: int, r: Regime | None = None) -> int:
     """Bytes per attention-score element eager attention keeps (transformers' eager_attention_forward):
     softmax(QK^T, dtype=float32) (fp32, saved by softmax) and its cast to the query dtype (saved by the AV
     matmul); dropout 0 keeps no mask. Gemma-2's logit soft-capping adds tanh's saved output
-    (modeling_gemma2.eager_attention_forward). CLAMPED_SCORES in a training step (`r`): the masked scores, in
+    (modeling_gemma2.eager_attention_forward), a logsumexp sink (LSE_SINK_SCORES) the masked scores it reads.
+    CLAMPED_SCORES in a training step (`r`): the masked scores, in
     the mask's dtype (the weights': fp32 under full AMP) when wider than the bf16 QK^T, kept by torch.max; their
     softmax (fp32 under CUDA autocast, which lists softmax among its fp32 ops; CPU autocast does not), and its cast
     to the compute dtype for the AV bmm when it differs."""
@@ -46,7 +52,7 @@ def score_bytes(a: Arch, c: int, r: Regime | None = None) -> int:
         masked = max(c, r.residual_bytes)
         soft = 4 if r.amp and not r.cpu else masked
         return masked + soft + (c if soft != c else 0)
-    return 4 + c + (c if a.raw.get("attn_logit_softcapping") else 0)
+    return 4 + c + (c if a.raw.get("attn_logit_softcapping") else 0) + (c if a.model_type in LSE_SINK_SCORES else 0)
 
 
 def eager_scores_bytes(a: Arch, g: Graph, tokens: int, c: int, one_layer: bool = False) -> int:

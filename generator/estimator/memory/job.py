@@ -307,11 +307,9 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
                           optimizer_state=state),)
     closing += (_phase("optimizer step", weights=weights, gradients=grad, optimizer_state=state,
                        overhead_step=temp),)
-    # SDPA's math kernel (attention.math_sdpa): its last attention's backward holds the scores' gradients beside
-    # what it saved; the layer's MLP tensors and the head's are gone, their gradients (a full fine-tune's) made
+    # SDPA's math kernel: the score gradients beside its saved tensors (attention.math_backward_bytes); `made`: the grads
     math_saved, math_grads = math_backward_bytes(a, g, r, T, job.attention)
-    head_params = sum(p.params for p in spec.head) + (spec.vocab * (a.embed_dim or a.hidden)
-                                                      if spec.tied and r.trained else 0)
+    head_params = sum(p.params for p in spec.head) + (spec.vocab * (a.embed_dim or a.hidden) if spec.tied else 0)
     made = param_bytes * (head_params + max(b.params for b, _ in distinct)) if r.trained else 0
     out: list[tuple[Phase, ...]] = []
     for grad_ckpt in variants:
@@ -325,13 +323,6 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
             phases = [_phase("loss (logits)" if logits * 2 > acts else "backward (activations)", weights=weights,
                              optimizer_state=state, activations=B * (acts - logits) + fixed_sum, logits=B * logits,
                              overhead_weights=copies, overhead_fixed=dequant + chunk, experts=fixed_sum)]
-            grads = terms.grads
-            if any(g for g, _ in grads):  # the last adapted down tensor's backward: the head's tensors are gone
-                weight_grad, per_token = max(grads, key=lambda t: t[0] + B * T * t[1])
-                phases.append(_phase("backward (an adapted expert tensor's gradient)", weights=weights,
-                                     optimizer_state=state, activations=B * (emb + layers_sum) + fixed_sum
-                                     + weight_grad + B * T * per_token, overhead_weights=copies,
-                                     overhead_fixed=dequant, experts=fixed_sum + weight_grad))
         else:
             # non-reentrant checkpointing per decoder layer (transformers gradient_checkpointing_enable): each
             # layer keeps only its input through the forward. At the loss nothing is recomputed; then the backward
@@ -347,10 +338,19 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
                              gradients=param_bytes * head_params if r.trained else 0,
                              activations=B * inputs + B * (recomputed[0] + recomputed[1]) + recomputed[2],
                              overhead_weights=ckpt_copies[1], overhead_fixed=dequant, experts=recomputed[2])]
+        if any(g for g, _ in terms.grads):  # the last (recomputed) layer's adapted down's backward (F10)
+            i, (weight_grad, per_token) = max(enumerate(terms.grads), key=lambda t: t[1][0] + B * T * t[1][1]
+                                              + (B * layer[t[0]] + fixed[t[0]] if grad_ckpt else 0))
+            live, experts = (B * (inputs + layer[i]), fixed[i]) if grad_ckpt else (B * (emb + layers_sum), fixed_sum)
+            phases.append(_phase("backward (an adapted expert tensor's gradient)", weights=weights,
+                                 optimizer_state=state, activations=live + experts + weight_grad + B * T * per_token,
+                                 overhead_weights=ckpt_copies[1] if grad_ckpt else copies, overhead_fixed=dequant,
+                                 experts=experts + weight_grad))
         if math_grads:  # the last (the recomputed) layer's attention backward
-            live = B * inputs if grad_ckpt else B * (emb + layers_sum - min(layer) + T * views + kept) + fixed_sum
+            live = inputs if grad_ckpt else emb + layers_sum - min(layer) + T * views + kept
             phases.append(_phase("backward (attention scores' gradients)", weights=weights, gradients=made,
-                                 optimizer_state=state, activations=live + B * (math_saved + math_grads),
+                                 optimizer_state=state, activations=B * (live + math_saved + math_grads)
+                                 + (0 if grad_ckpt else fixed_sum),
                                  overhead_weights=ckpt_copies[1] if grad_ckpt else copies, overhead_fixed=dequant))
         out.append((*phases, *closing))
     return out, trainable, c, param_bytes
