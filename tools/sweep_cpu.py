@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -124,10 +125,14 @@ def plan(only: str | None = None) -> list[tuple[str, int | None, list[str]]]:
     return runs
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", type=Path, default=ROOT / "data" / "measurements" / "cpu-sim.jsonl")
-    ap.add_argument("--only", help="run only models whose id contains this text")
+def sweep_main(doc: str, out: Path, plan: Callable[[str | None], list[tuple[str, int | None, list[str]]]],
+               only: str = "run only models whose id contains this text",
+               prepare: Callable[[list[tuple[str, int | None, list[str]]]], None] | None = None) -> int:
+    """The command line every sweep shares: --out (default `out`), --only, --list; `prepare` runs before the plan
+    (writing the configs it reads)."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=Path, default=out)
+    ap.add_argument("--only", help=only)
     ap.add_argument("--list", action="store_true", help="print the plan and exit")
     args = ap.parse_args()
     runs = plan(args.only)
@@ -136,7 +141,13 @@ def main() -> int:
             print(model, f"--max-layers {layers}" if layers else "", " ".join(opts))
         print(f"{len(runs)} runs")
         return 0
+    if prepare is not None:
+        prepare(runs)
     return run_plan(runs, args.out)
+
+
+def main() -> int:
+    return sweep_main(__doc__ or "", ROOT / "data" / "measurements" / "cpu-sim.jsonl", plan)
 
 
 def run_plan(runs: list[tuple[str, int | None, list[str]]], out: Path) -> int:

@@ -16,7 +16,6 @@ sdpa_table.NO_SDPA), as transformers runs it. Every run is `neurarch-trace measu
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -26,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tools"))
-from sweep_cpu import run_plan  # noqa: E402
+from sweep_cpu import sweep_main  # noqa: E402
 from transformers import CONFIG_MAPPING  # noqa: E402
 
 from generator.estimator.memory.sdpa_table import NO_SDPA  # noqa: E402
@@ -82,23 +81,15 @@ def plan(only: str | None = None) -> list[tuple[str, int | None, list[str]]]:
     return out
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", type=Path, default=ROOT / "data" / "measurements" / "cpu-sim-families.jsonl")
-    ap.add_argument("--only", help="run only model types containing this text")
-    ap.add_argument("--list", action="store_true", help="print the plan and exit")
-    args = ap.parse_args()
-    runs = plan(args.only)
-    if args.list:
-        for model, layers, opts in runs:
-            print(model, f"--max-layers {layers}", " ".join(opts))
-        print(f"{len(runs)} runs")
-        return 0
+def _write_configs(runs: list[tuple[str, int | None, list[str]]]) -> None:
     os.chdir(ROOT)  # the rows name their configs relative to the repository
     for model_type in sorted({Path(m).stem for m, _, _ in runs}):
         write_config(model_type)
-    return run_plan(runs, args.out)
 
+
+def main() -> int:
+    return sweep_main(__doc__ or "", ROOT / "data" / "measurements" / "cpu-sim-families.jsonl", plan,
+                      "run only model types containing this text", _write_configs)
 
 if __name__ == "__main__":
     raise SystemExit(main())

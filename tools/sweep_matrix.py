@@ -18,7 +18,6 @@ Every run is `neurarch-trace measure MODEL --device cpu --max-layers 2 ...` (too
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -26,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 sys.path.insert(0, str(ROOT / "tools"))
-from sweep_cpu import run_plan  # noqa: E402
+from sweep_cpu import sweep_main  # noqa: E402
 
 # (repo id in snapshot/, options added to every run); attention dropout off where the CPU kernel would
 # materialise the probabilities (tools/sweep_cpu.py), eager where transformers' class has no SDPA.
@@ -85,19 +84,7 @@ def plan(only: str | None = None) -> list[tuple[str, int | None, list[str]]]:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", type=Path, default=ROOT / "data" / "measurements" / "cpu-sim-matrix.jsonl")
-    ap.add_argument("--only", help="run only models whose id contains this text")
-    ap.add_argument("--list", action="store_true", help="print the plan and exit")
-    args = ap.parse_args()
-    runs = plan(args.only)
-    if args.list:
-        for model, layers, opts in runs:
-            print(model, f"--max-layers {layers}", " ".join(opts))
-        print(f"{len(runs)} runs")
-        return 0
-    return run_plan(runs, args.out)
-
+    return sweep_main(__doc__ or "", ROOT / "data" / "measurements" / "cpu-sim-matrix.jsonl", plan)
 
 if __name__ == "__main__":
     raise SystemExit(main())
