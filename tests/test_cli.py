@@ -342,3 +342,16 @@ def test_lora_dropout_and_fp32_adapters_cost_memory(capsys):
     plain = peak("--adapter-dtype", "bf16")
     assert peak("--adapter-dtype", "fp32") > plain
     assert peak("--adapter-dtype", "bf16", "--lora-dropout", "0.05") > plain
+
+
+def test_falcon_multi_query_names_the_math_kernel(capsys):
+    """falcon-7b's multi-query attention runs SDPA's math kernel (FINDINGS.md F15): the page's finding says so and
+    the full fine-tune peaks at the attention backward, where the fp32 score gradients live."""
+    config = str(ROOT / "data" / "measurements" / "configs" / "falcon.json")
+    code, out, err = run(capsys, config)
+    assert code == 0 and err == ""
+    assert "attention_math_kernel" in out and "backward (attention scores' gradients)" in out
+    code, out, _ = run(capsys, config, "--json")
+    report = json.loads(out)
+    assert code == 0 and any(f["check"] == "attention_math_kernel" and f["severity"] == "warning"
+                             for f in report["findings"])
