@@ -48,8 +48,8 @@ RUNS = (["--method", "lora", "--tokens", "1024"], ["--method", "lora", "--tokens
 
 
 def _finite(value):
-    """JSON has no infinity: transformers' to_json_string writes it as {'__float__': 'Infinity'}; a model's
-    config.json on the Hub carries it as a large float (mamba2's time_step_limit)."""
+    """transformers' to_json_string writes an infinite float (mamba2's time_step_limit) as
+    {'__float__': 'Infinity'}, which its own config classes then refuse: written as 1e30, a float they take."""
     if isinstance(value, dict):
         if set(value) == {"__float__"}:
             return 1e30 if math.isinf(float(value["__float__"])) else float(value["__float__"])

@@ -58,9 +58,13 @@ def score_bytes(a: Arch, c: int, r: Regime | None = None) -> int:
 def eager_scores_bytes(a: Arch, g: Graph, tokens: int, c: int, one_layer: bool = False) -> int:
     """Per sequence: heads x T x T score elements per attention layer (every layer's, or the largest one's when
     only one layer's tensors live: checkpointing's recomputation, serving)."""
-    spec = g.spec
-    heads = [p.act32 for b in spec.blocks for p in b.parts if p.attn_flops and not p.type.startswith("MoE")]
+    heads = _attention_heads(g)
     return (max(heads, default=0) if one_layer else sum(heads)) * tokens * tokens * score_bytes(a, c)
+
+
+def _attention_heads(g: Graph) -> list[int]:
+    """Query heads of every attention part of the model (a score matrix each), in layer order."""
+    return [p.act32 for b in g.spec.blocks for p in b.parts if p.attn_flops and not p.type.startswith("MoE")]
 
 
 def eager_layer_terms(a: Arch, b, compute_bytes: int, trained: bool, r: Regime | None = None) -> tuple[int, int]:
@@ -78,10 +82,10 @@ def eager_layer_terms(a: Arch, b, compute_bytes: int, trained: bool, r: Regime |
     return len(attention) * delta, calls * sum(p.act32 for p in attention) * score_bytes(a, c, r)
 
 
-# Config keys transformers' attention classes pass to SDPA as dropout_p in a training step (the generic
-# sdpa_attention_forward's `dropout=0.0 if not self.training else self.attention_dropout`, gpt2's attn_pdrop...).
 MLA_PART = "Multi-head Latent Attn"  # families/assembly.mla_part's node type
 
+# Config keys transformers' attention classes pass to SDPA as dropout_p in a training step (the generic
+# sdpa_attention_forward's `dropout=0.0 if not self.training else self.attention_dropout`, gpt2's attn_pdrop...).
 ATTENTION_DROPOUT_KEYS = ("attention_dropout", "attn_pdrop", "attn_dropout", "attention_probs_dropout_prob")
 
 
@@ -109,6 +113,20 @@ def _head_dims(a: Arch) -> tuple[int, int]:
     if all(isinstance(x, int) and not isinstance(x, bool) for x in (v, nope, rope)):
         return nope + rope, v  # type: ignore[operator, return-value]
     return a.head_dim, a.head_dim
+
+
+def _math_fp32_bytes(a: Arch) -> tuple[int, int]:
+    """(q/k head dim, per token the math kernel's fp32 q x scale, K^T x scale and V: heads-wide where enable_gqa
+    repeats K/V, K/V-wide where falcon broadcasts its one head)."""
+    dk, dv = _head_dims(a)
+    kv = a.kv_heads if _falcon_multi_query(a) else a.heads
+    return dk, 4 * (a.heads * dk + kv * (dk + dv))
+
+
+def _dropped_bytes(a: Arch, r: Regime) -> int:
+    """Per score element, what a training step's attention dropout adds in the math kernel: its mask (mask_bytes
+    of the fp32 scores) and the dropped scores."""
+    return (mask_bytes(r, 4) + 4) if r.dropout and attention_dropout(a) > 0 else 0
 
 
 def math_sdpa(a: Arch, cpu: bool, training: bool) -> str:
@@ -145,33 +163,26 @@ def math_layer_terms(a: Arch, b, r: Regime) -> tuple[int, int]:
     attention = [p for p in b.parts if p.attn_flops and not p.type.startswith("MoE")]
     if not attention:
         return 0, 0
-    c = r.compute_bytes
+    c, heads = r.compute_bytes, a.heads
     dk, dv = _head_dims(a)
-    heads = a.heads
-    kv = a.kv_heads if _falcon_multi_query(a) else heads
-    math = 4 * (heads * dk + kv * (dk + dv)) + (c * heads * dv if r.trained else 0)
+    math = _math_fp32_bytes(a)[1] + (c * heads * dv if r.trained else 0)
     latents = sum(a.raw.get(k) or 0 for k in ("q_lora_rank", "kv_lora_rank", "qk_rope_head_dim"))
     fused = [c * (p.act - latents if p.type == MLA_PART else heads * dk + a.kv_heads * (dk + dv) + heads * dv)
              + 4 * p.act32 for p in attention]
-    dropped = (mask_bytes(r, 4) + 4) if r.dropout and attention_dropout(a) > 0 else 0
-    return len(attention) * math - sum(fused), sum(p.act32 for p in attention) * (4 + dropped)
+    return len(attention) * math - sum(fused), sum(p.act32 for p in attention) * (4 + _dropped_bytes(a, r))
 
 
 def math_backward_bytes(a: Arch, g: Graph, r: Regime, tokens: int, attention: str = "sdpa") -> tuple[int, int]:
     """Per sequence, at the backward of the largest math-kernel attention ((0, 0) where none runs: eager
-    attention, or a fused kernel): (what that attention saved, the fp32
-    heads x T x T gradients its backward holds beside them: the AV matmul's gradient of the probabilities (bmm)
+    attention, or a fused kernel): (what that attention saved, the fp32 heads x T x T gradients its backward holds beside them: the AV matmul's gradient of the probabilities (bmm)
     and the softmax's (_softmax_backward_data)). By then the layer's later tensors (its MLP's) are freed.
     Read off CPU-simulated steps (falcon and DeepSeek-V3 with checkpointing: those two tensors and the saved
     softmax were the peak)."""
     if attention == "eager" or not math_sdpa(a, r.cpu, True):
         return 0, 0
-    heads = max((p.act32 for b in g.spec.blocks for p in b.parts if p.attn_flops and not p.type.startswith("MoE")),
-                default=0)
-    dk, dv = _head_dims(a)
-    kv = a.kv_heads if _falcon_multi_query(a) else a.heads
-    dropped = (mask_bytes(r, 4) + 4) if r.dropout and attention_dropout(a) > 0 else 0
-    saved = tokens * 4 * (a.heads * dk + kv * (dk + dv)) + tokens * tokens * heads * (4 + dropped)
+    heads = max(_attention_heads(g), default=0)
+    dropped = _dropped_bytes(a, r)
+    saved = tokens * _math_fp32_bytes(a)[1] + tokens * tokens * heads * (4 + dropped)
     # with dropout the peak is the dropout's backward (the dropped scores, the mask, one gradient beside the
     # softmax); without, the softmax's (its output and two gradients)
     return saved, (4 if dropped else 8) * heads * tokens * tokens
@@ -179,14 +190,11 @@ def math_backward_bytes(a: Arch, g: Graph, r: Regime, tokens: int, attention: st
 
 def math_scores_bytes(a: Arch, g: Graph, tokens: int, cpu: bool) -> int:
     """Serving (no grad), per sequence, the largest attention layer (one layer's tensors live at a time; 0 where
-    a fused kernel runs): the math
-    kernel's fp32 scores and the masked scores beside them (bmm, then + the causal mask), the fp32 [T, T] mask it
+    a fused kernel runs): the math kernel's fp32 scores and the masked scores beside them (bmm, then + the causal mask), the fp32 [T, T] mask it
     builds for is_causal, and its fp32 copies of q (and q x scale), k and v. Read off CPU-simulated prefills of
     MiniCPM3 and DeepSeek-V3."""
     if not math_sdpa(a, cpu, False):
         return 0
-    heads = max((p.act32 for b in g.spec.blocks for p in b.parts if p.attn_flops and not p.type.startswith("MoE")),
-                default=0)
-    dk, dv = _head_dims(a)
-    kv = a.kv_heads if _falcon_multi_query(a) else a.heads
-    return heads * tokens * tokens * 8 + 4 * tokens * tokens + 4 * tokens * (2 * a.heads * dk + kv * (dk + dv))
+    dk, fp32 = _math_fp32_bytes(a)  # + the fp32 q beside q x scale
+    return max(_attention_heads(g), default=0) * tokens * tokens * 8 + 4 * tokens * tokens \
+        + tokens * (fp32 + 4 * a.heads * dk)

@@ -49,9 +49,9 @@ OPTIMIZERS = ("adamw", "adamw-fused", "adamw8bit", "paged-adamw", "sgd")
 ATTENTIONS = ("sdpa", "eager")
 
 
-ADAPTER_DTYPES = ("fp32", "bf16")
-# their bytes; none asked: activations.regime's default (peft autocast_adapter_dtype=True; LitGPT/torchtune: bf16)
+# LoRA adapters' dtypes and bytes; none asked: regime's default (peft autocast_adapter_dtype=True; LitGPT: bf16)
 ADAPTER_BYTES = {"fp32": 4, "bf16": 2}
+ADAPTER_DTYPES = tuple(ADAPTER_BYTES)
 
 
 # How the loss meets the logits: transformers' ForCausalLMLoss (F1: 12 B per logit), TRL's chunked_nll (one
@@ -307,10 +307,10 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
                           optimizer_state=state),)
     closing += (_phase("optimizer step", weights=weights, gradients=grad, optimizer_state=state,
                        overhead_step=temp),)
-    # SDPA's math kernel: the score gradients beside its saved tensors (attention.math_backward_bytes); `made`: the grads
+    # SDPA's math kernel: its score gradients beside its tensors (attention.math_backward_bytes), the gradients made
     math_saved, math_grads = math_backward_bytes(a, g, r, T, job.attention)
     head_params = sum(p.params for p in spec.head) + (spec.vocab * (a.embed_dim or a.hidden) if spec.tied else 0)
-    made = param_bytes * (head_params + max(b.params for b, _ in distinct)) if r.trained else 0
+    made = param_bytes * (head_params + max(b.params for b, _ in distinct)) if r.trained and math_grads else 0
     out: list[tuple[Phase, ...]] = []
     for grad_ckpt in variants:
         kept = 0
