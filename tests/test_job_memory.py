@@ -216,11 +216,30 @@ def test_recomputed_layer_holds_the_dropout_chain(precision, adapter, per_inter,
 
 
 def test_eager_attention_adds_the_score_matrix():
-    sdpa = parts(mem(tokens=1024))
-    eager = parts(mem(tokens=1024, attention="eager"))
+    a, g = _ag(LLAMA)
+    sdpa = {ph.name: ph for ph in job_phases(a, g, S, Job(tokens=1024))}
+    eager = {ph.name: ph for ph in job_phases(a, g, S, Job(tokens=1024, attention="eager"))}
     # per layer 8 heads x T x T x (4 B fp32 softmax + 2 B bf16 copy), 2 layers; + repeat_kv, - LSE
     delta = 2 * 8 * 1024 * 1024 * 6 + 2 * 1024 * (2 * (2 * 256 - 2 * 128) - 4 * 8)
-    assert eager["activations"] - sdpa["activations"] == delta
+    loss = eager["backward (activations)"]
+    assert loss.activations - sdpa["backward (activations)"].activations == delta
+    # the last layer's softmax backward (torch _softmax_backward_data): its fp32 output saved, the fp32 gradients of
+    # the probabilities and of the scores; the bf16 probabilities freed: 4 + 4 + 4 - 2 = 6 B per score more than the
+    # layer saved. Freed by then: the head's tensors, and what the layer saved after its attention
+    late = eager["backward (attention scores' gradients)"]
+    # per token: F1's 12 B per logit; the final RMSNorm's fp32 input, fp32 normalised output (its weight trains),
+    # bf16 cast for the head and fp32 rsqrt (F3)
+    head = 1024 * (1000 * 12 + 256 * 4 + 256 * 4 + 256 * 2 + 4)
+    # per token: the post-attention RMSNorm's (as the final one's, with a bf16 cast for gate and up each) and the
+    # SwiGLU's gate, up, silu and product outputs in bf16 (F3)
+    after = 1024 * (256 * 4 + 4 + 256 * 4 + 2 * 256 * 2 + 4 * 688 * 2)
+    assert late.activations == loss.activations + loss.logits - head - after + 8 * 1024 * 1024 * 6
+    # the gradients made (fp32): the head's, the final norm's and the post-attention norm's and MLP's of layer 1,
+    # whose bf16 autocast copies are freed
+    mlp = 3 * 256 * 688
+    assert late.gradients == 4 * (256 * 1000 + 256 + 256 + mlp)
+    assert loss.overhead_weights - late.overhead_weights == 2 * mlp
+    assert "backward (attention scores' gradients)" not in sdpa
 
 
 def test_inference_prefill_and_decode():

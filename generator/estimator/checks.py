@@ -130,8 +130,9 @@ def check_scope(a: Arch, train_tokens: int, requested_tokens: int, serve_tokens:
                            "(they grow with the square of the tokens)."))
     if attention == "eager":
         out.append(Finding("attention_default", "warning",
-                           f"{why}. Training memory here includes the attention scores (they grow with the square of "
-                           "the tokens); --attention sdpa prices a run that asks for SDPA or FlashAttention."))
+                           f"{why}. Training memory here includes the attention scores and, at a layer's softmax "
+                           "backward, their gradients (they grow with the square of the tokens); --attention sdpa "
+                           "prices a run that asks for SDPA or FlashAttention."))
     elif a.custom_code:
         out.append(Finding("attention_default", "info",
                            "with trust_remote_code the repository's own modeling code runs; its attention was not "

@@ -26,6 +26,19 @@ LSE_SINK_SCORES = {"granite_swa": "modeling_granite_swa.eager_attention_forward"
                    "granitemoe_swa": "modeling_granitemoe_swa.eager_attention_forward"}
 
 
+# Eager attention with per-head sinks concatenated to the masked scores, softmax'd in their dtype (softmax(...,
+# dtype=combined_logits.dtype): the wider of the compute dtype and the sinks' parameter dtype; autocast leaves an
+# explicit dtype alone), the sink column sliced off as a view: no cast, one saved softmax output per score.
+SINK_SOFTMAX = {"gpt_oss": "modeling_gpt_oss.eager_attention_forward", "hy_v4": "modeling_hy_v4.eager_attention_forward",
+                "mimo_v2_flash": "modeling_mimo_v2_flash.eager_attention_forward"}
+
+# Eager attention on fp32 q and k (query.to(torch.float32)) with a softmax that names no dtype, then a cast to the
+# value's dtype: fp32 scores and softmax, except under CPU autocast, which runs the matmul in bf16 and leaves
+# softmax alone (CUDA autocast lists softmax among its fp32 ops), so the softmax keeps the bf16 scores' dtype and
+# the cast is a no-op.
+AUTOCAST_SOFTMAX = {"gpt_neo": "modeling_gpt_neo.GPTNeoSelfAttention._attn"}
+
+
 def default_attention(a: Arch) -> tuple[str, str]:
     """(the attention a job runs when none is asked, why). transformers picks SDPA only for classes with
     `_supports_sdpa` (sdpa_table.NO_SDPA, generated from transformers 5.24); a model_type transformers does not
@@ -40,19 +53,52 @@ def default_attention(a: Arch) -> tuple[str, str]:
 
 
 def score_bytes(a: Arch, c: int, r: Regime | None = None) -> int:
-    """Bytes per attention-score element eager attention keeps (transformers' eager_attention_forward):
-    softmax(QK^T, dtype=float32) (fp32, saved by softmax) and its cast to the query dtype (saved by the AV
-    matmul); dropout 0 keeps no mask. Gemma-2's logit soft-capping adds tanh's saved output
+    """Bytes per attention-score element eager attention keeps (transformers' eager_attention_forward), the sum
+    of _score_widths: softmax(QK^T, dtype=float32) (fp32, saved by softmax) and its cast to the query dtype (saved
+    by the AV matmul). Gemma-2's logit soft-capping adds tanh's saved output
     (modeling_gemma2.eager_attention_forward), a logsumexp sink (LSE_SINK_SCORES) the masked scores it reads.
-    CLAMPED_SCORES in a training step (`r`): the masked scores, in
-    the mask's dtype (the weights': fp32 under full AMP) when wider than the bf16 QK^T, kept by torch.max; their
-    softmax (fp32 under CUDA autocast, which lists softmax among its fp32 ops; CPU autocast does not), and its cast
-    to the compute dtype for the AV bmm when it differs."""
+    CLAMPED_SCORES in a training step (`r`): the masked scores, in the mask's dtype (the weights': fp32 under full
+    AMP) when wider than the bf16 QK^T, kept by torch.max; their softmax (fp32 under CUDA autocast, which lists
+    softmax among its fp32 ops; CPU autocast does not), and its cast to the compute dtype for the AV bmm when it
+    differs. SINK_SOFTMAX: the softmax's output alone, in its own dtype, cast where the AV matmul's differs;
+    AUTOCAST_SOFTMAX: the softmax in the dtype autocast leaves it. A
+    training step's attention dropout (nn.functional.dropout on the probabilities) keeps its mask
+    (mask_bytes) and hands the AV matmul the dropped probabilities in place of the cast ones."""
+    before, soft, after = _score_widths(a, c, r)
+    return before + soft + after
+
+
+def _score_widths(a: Arch, c: int, r: Regime | None) -> tuple[int, int, int]:
+    """Per score element, the bytes eager attention keeps (before its softmax, the softmax's saved output, after
+    it: the probabilities the AV matmul saves and the dropout's mask), as score_bytes reads them."""
+    widths = r.residual_bytes if r is not None else c  # the weights' bytes (a sink's, the mask's)
+    cast = False  # transformers' eager_attention_forward casts even where that is a no-op (fp32): priced as kept
     if r is not None and a.model_type in CLAMPED_SCORES:
-        masked = max(c, r.residual_bytes)
-        soft = 4 if r.amp and not r.cpu else masked
-        return masked + soft + (c if soft != c else 0)
-    return 4 + c + (c if a.raw.get("attn_logit_softcapping") else 0) + (c if a.model_type in LSE_SINK_SCORES else 0)
+        before, soft = max(c, widths), 4 if r.amp and not r.cpu else max(c, widths)
+    elif a.model_type in SINK_SOFTMAX:
+        before, soft = 0, max(c, widths)
+    elif a.model_type in AUTOCAST_SOFTMAX:
+        before, soft = 0, c if r is not None and r.amp and r.cpu else 4
+    else:
+        before = (c if a.raw.get("attn_logit_softcapping") else 0) + (c if a.model_type in LSE_SINK_SCORES else 0)
+        soft, cast = 4, True
+    if r is not None and r.dropout and attention_dropout(a) > 0:
+        return before, soft, mask_bytes(r, c) + c  # the dropped probabilities are a new tensor
+    return before, soft, c if soft != c or cast else 0  # no cast where the softmax kept the compute dtype
+
+
+def eager_backward_bytes(a: Arch, b, r: Regime) -> int:
+    """Bytes per token squared one layer's eager attention backward holds beside what the layer saved, at its
+    softmax's backward (_softmax_backward_data): the gradients of the probabilities and of the scores, each as
+    wide as the softmax (fp32), beside its saved output; the probabilities the AV matmul saved (and the dropout's
+    mask) are freed by then. Never less than one compute-dtype gradient (the AV matmul's backward, where the
+    softmax is as narrow as its output). Read off CPU-simulated LoRA and full steps of llama, phi, diffllama and
+    xglm with checkpointing: those tensors were the peak of the recomputed layer."""
+    heads = max((p.act32 for p in b.parts if p.attn_flops and not p.type.startswith("MoE")), default=0)
+    if not heads:
+        return 0
+    _, soft, after = _score_widths(a, r.compute_bytes, r)
+    return heads * max(r.compute_bytes, 2 * soft - after)
 
 
 def eager_scores_bytes(a: Arch, g: Graph, tokens: int, c: int, one_layer: bool = False) -> int:
@@ -80,6 +126,11 @@ def eager_layer_terms(a: Arch, b, compute_bytes: int, trained: bool, r: Regime |
     delta = c * ((2 if trained else 1) * q - 2 * kv) - 4 * a.heads
     calls = 2 if a.model_type in DIFFERENTIAL_ATTENTION else 1
     return len(attention) * delta, calls * sum(p.act32 for p in attention) * score_bytes(a, c, r)
+
+
+def head_params(a: Arch, g: Graph) -> int:
+    """Parameters whose gradients the loss backward makes first: the head's, and a tied embedding's."""
+    return sum(p.params for p in g.spec.head) + (g.spec.vocab * (a.embed_dim or a.hidden) if g.spec.tied else 0)
 
 
 MLA_PART = "Multi-head Latent Attn"  # families/assembly.mla_part's node type

@@ -20,55 +20,36 @@ from ...errors import JobError
 from ..config.arch import Arch
 from ..graph.nodes import Graph
 from ..inputs import Assumptions
-from .activations import (
-    kept_cache_bytes,
-    mlp_transient,
-    recompute_transient_bytes,
-    regime,
-)
-from .attention import default_attention, eager_scores_bytes, math_backward_bytes, math_scores_bytes
-from .layer_terms import adapter_params, end_terms, layer_bytes, memoised, regime_terms
+from .activations import kept_cache_bytes, mlp_transient, recompute_transient_bytes, regime
+from .attention import default_attention, eager_scores_bytes, head_params, math_backward_bytes, math_scores_bytes
+from .layer_terms import adapter_params, eager_backward_terms, end_terms, layer_bytes, memoised, regime_terms
 from .lora import target_roles
 from .parallel import Phase
 from .profile import encoder_tokens, kv_bytes_of_block
 from .recipes import RECIPES, loss_terms
 from .storage import dequant_transient_bytes, quantised_params, saves_matmul_input, stored_mats, weight_bytes
 
+# The values each option of a Job takes (validate)
 METHODS = ("full", "lora", "qlora", "inference")
-
-
 PRECISIONS = ("amp", "bf16", "fp32")
-
-
 WEIGHTS = ("bf16", "fp16", "fp32", "int8", "nf4", "gptq-int4", "fp8")
-
-
 OPTIMIZERS = ("adamw", "adamw-fused", "adamw8bit", "paged-adamw", "sgd")
-
-
 ATTENTIONS = ("sdpa", "eager")
-
+METRICS = ("allocated", "reserved", "nvidia-smi")
 
 # LoRA adapters' dtypes and bytes; none asked: regime's default (peft autocast_adapter_dtype=True; LitGPT: bf16)
 ADAPTER_BYTES = {"fp32": 4, "bf16": 2}
 ADAPTER_DTYPES = tuple(ADAPTER_BYTES)
 
-
 # How the loss meets the logits: transformers' ForCausalLMLoss (F1: 12 B per logit), TRL's chunked_nll (one
 # checkpointed 256-token chunk of fp32 logits at a time), LitGPT's chunked_cross_entropy (bf16 logits kept).
 LOSSES = ("hf", "trl-chunked", "litgpt-chunked")
-
 
 # Which kernels save the tensors: CUDA's (the estimate), or the CPU's (the simulation harness): CPU dropout masks
 # take the input's dtype and CPU autocast runs layer_norm in bf16 (data/measurements/FINDINGS.md F8).
 KERNELS = ("cuda", "cpu")
 
-
-METRICS = ("allocated", "reserved", "nvidia-smi")
-
-
 PARTS = ("weights", "gradients", "optimizer_state", "activations", "logits", "kv_cache", "overhead")
-
 
 # bitsandbytes 8-bit optimizers: two uint8 states + one fp32 absmax per 256-element block each
 # (bitsandbytes/optim/optimizer.py Optimizer2State.init_state, blocksize 256; Dettmers et al. 2022,
@@ -309,8 +290,13 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
                        overhead_step=temp),)
     # SDPA's math kernel: its score gradients beside its tensors (attention.math_backward_bytes), the gradients made
     math_saved, math_grads = math_backward_bytes(a, g, r, T, job.attention)
-    head_params = sum(p.params for p in spec.head) + (spec.vocab * (a.embed_dim or a.hidden) if spec.tied else 0)
-    made = param_bytes * (head_params + max(b.params for b, _ in distinct)) if r.trained and math_grads else 0
+    made = param_bytes * (head_params(a, g) + max(b.params for b, _ in distinct)) if r.trained and math_grads else 0
+    # eager attention's softmax backward, per distinct layer with attention: bytes beside what the layer saved, and
+    # (a full fine-tune) the gradients made by then and the autocast copies freed (eager_backward_terms)
+    late = [(i, T * t.per_token + T * T * t.per_token_sq, param_bytes * t.params_after if r.trained else 0,
+             2 * t.matmul_after if r.trained and r.amp else 0)
+            for i, t in enumerate(eager_backward_terms(a, b, r, rank, roles, saves, job.upcast_fp32) for b, _ in distinct)
+            if t.per_token_sq] if job.attention == "eager" else []
     out: list[tuple[Phase, ...]] = []
     for grad_ckpt in variants:
         kept = 0
@@ -335,7 +321,7 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
                              activations=B * (inputs + head + kept - logits), logits=B * logits,
                              overhead_weights=ckpt_copies[0], overhead_fixed=dequant + chunk),
                       _phase("backward (recomputing a checkpointed layer)", weights=weights, optimizer_state=state,
-                             gradients=param_bytes * head_params if r.trained else 0,
+                             gradients=param_bytes * head_params(a, g) if r.trained else 0,
                              activations=B * inputs + B * (recomputed[0] + recomputed[1]) + recomputed[2],
                              overhead_weights=ckpt_copies[1], overhead_fixed=dequant, experts=recomputed[2])]
         if any(g for g, _ in terms.grads):  # the last (recomputed) layer's adapted down's backward (F10)
@@ -352,6 +338,15 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
                                  optimizer_state=state, activations=B * (live + math_saved + math_grads)
                                  + (0 if grad_ckpt else fixed_sum),
                                  overhead_weights=ckpt_copies[1] if grad_ckpt else copies, overhead_fixed=dequant))
+        if late:  # the layer whose (recomputed) softmax backward holds the most, the head's tensors freed
+            k, extra, made, freed = max(late, key=lambda t: B * t[1] + t[2] - t[3]
+                                        + (B * layer[t[0]] + fixed[t[0]] if grad_ckpt else 0))
+            live, experts = (B * (inputs + layer[k] + extra), fixed[k]) if grad_ckpt else \
+                (B * (emb + layers_sum + T * views + kept + extra), fixed_sum)
+            phases.append(_phase("backward (attention scores' gradients)", weights=weights, optimizer_state=state,
+                                 gradients=param_bytes * head_params(a, g) + made if r.trained else 0,
+                                 activations=live + experts, overhead_fixed=dequant, experts=experts,
+                                 overhead_weights=(ckpt_copies[1] if grad_ckpt else copies) - freed))
         out.append((*phases, *closing))
     return out, trainable, c, param_bytes
 

@@ -22,7 +22,7 @@ from .activations import (
     masked_sdpa_terms,
     masked_sdpa_windows,
 )
-from .attention import eager_layer_terms, math_layer_terms, math_sdpa
+from .attention import eager_backward_bytes, eager_layer_terms, math_layer_terms, math_sdpa
 from .lora import all_linear_roles, block_lora_params, distinct_inputs
 
 T = TypeVar("T")  # what a term is per layer (bytes, or a tuple of terms)
@@ -141,3 +141,28 @@ def layer_bytes(a: Arch, b: Block, r: Regime, attention: str, T: int, saves: boo
         # are saved in fp32, not bf16.
         out += (4 - c) * sum(p.act_frozen for p in b.parts if not p.attn_flops)
     return out
+
+
+def eager_backward_terms(a: Arch, b: Block, r: Regime, rank: int, roles: frozenset[str] | None, saves: bool = False,
+                         upcast: bool = False) -> EagerBackward:
+    """What one layer holds at its eager attention's softmax backward beyond what it saved: the score gradients
+    (attention.eager_backward_bytes), less what its parts after the attention saved (the MLP and the norm before it,
+    with their adapters), which their backward has freed by then, as the CPU simulation's live tensors at that
+    moment show; those parts' parameters have their gradients by then and their autocast copies are freed.
+    Zeros for a layer without attention."""
+    squared = eager_backward_bytes(a, b, r)
+    if not squared:
+        return EagerBackward(0, 0, 0, 0)
+    last = max(i for i, p in enumerate(b.parts) if p.attn_flops and not p.type.startswith("MoE"))
+    after = Block(b.index, b.kind, b.parts[last + 1:], b.stack)
+    saved = layer_bytes(a, after, r, "eager", 0, saves, upcast, block_activation_bytes(a, after, r, rank, roles))
+    return EagerBackward(-saved, squared, after.params, after.matmul)
+
+
+class EagerBackward(NamedTuple):
+    """eager_backward_terms: bytes per token and per token squared, and the parameters (all, matmul) of the parts
+    after the attention."""
+    per_token: int
+    per_token_sq: int
+    params_after: int
+    matmul_after: int

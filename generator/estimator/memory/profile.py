@@ -32,10 +32,25 @@ from ..inputs import Assumptions, Card
 from .activations import (
     regime,
 )
-from .attention import default_attention, eager_layer_terms, math_backward_bytes, math_layer_terms, math_sdpa
-from .layer_terms import adapter_params, distinct_values, end_terms, layer_index, layer_values, regime_terms
+from .attention import (
+    default_attention,
+    eager_layer_terms,
+    head_params,
+    math_backward_bytes,
+    math_layer_terms,
+    math_sdpa,
+)
+from .layer_terms import (
+    adapter_params,
+    distinct_values,
+    eager_backward_terms,
+    end_terms,
+    layer_index,
+    layer_values,
+    regime_terms,
+)
 from .lora import all_linear_roles
-from .stages import Profile
+from .stages import Branch, Profile
 from .storage import serve_weight_bytes
 
 
@@ -57,7 +72,8 @@ def train_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, method: str, r
     adam = s.master_weight_bytes + s.optimizer_state_bytes
     # LoRA on every Linear, + adapted expert tensors' effective weights, kept per layer (job.py)
     roles = None if method == "full" else all_linear_roles(a)
-    terms = regime_terms(a, g, r, 0 if method == "full" else rank, roles, memo)
+    terms_rank = 0 if method == "full" else rank
+    terms = regime_terms(a, g, r, terms_rank, roles, memo)
     if method == "full":
         copy = s.autocast_copy_bytes
 
@@ -123,14 +139,28 @@ def train_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, method: str, r
             masked[w] = (m0 + count * m, sq0 + count * msq)
     vision = s.compute_bytes * spec.vision_act * (1 if spec.image_tokens else 0)
     rates_sum = sum(k * rate for k, rate in zip(counts, rates, strict=True))
-    grad = (grad_fixed, tokens * grad_token, embed_act + rates_sum + grad_token) if method != "full" else (0, 0, 0)
+    backward = []  # job.py's late-backward phases, the head's tensors freed
+    if method != "full" and grad_fixed:
+        backward.append(Branch("backward (an adapted expert tensor's gradient)", grad_fixed, tokens * grad_token,
+                               embed_act + rates_sum + grad_token))
+    # eager attention's softmax backward (job.py): one branch per distinct set of its terms over the layers with
+    # attention, the largest of which is the layer's, at any tokens and batch: its score gradients, its MLP's tensors
+    # freed (a full fine-tune has made the head's gradients and its MLP's, whose autocast copies are freed)
+    for late in sorted(set(distinct_values(spec, lambda b: eager_backward_terms(a, b, r, terms_rank, roles)))
+                       if eager else ()):
+        if late.per_token_sq:
+            made = s.grad_bytes * (head_params(a, g) + late.params_after) - s.autocast_copy_bytes * late.matmul_after \
+                if method == "full" else 0
+            backward.append(Branch("backward (attention scores' gradients)", made,
+                                   tokens * late.per_token + tokens * tokens * late.per_token_sq,
+                                   embed_act + rates_sum + late.per_token, late.per_token_sq))
     return Profile(method, embed_static, tuple(layer_static), head_static, tokens * embed_act + vision
                    + tokens * tokens * math_sq,
                    tuple(layer_act), tokens * head_rate, tuple(counts), layer_index(spec, memo), tuple(layer_step),
                    embed_step, head_step, tuple(layer_eob), embed_eob, head_eob, tied,
                    embed_act + rates_sum + head_rate, vision,
                    math_sq + sum(k * sq for k, sq in zip(counts, squares, strict=True)),
-                   tuple((w, m, msq) for w, (m, msq) in sorted(masked.items())), *grad)
+                   tuple((w, m, msq) for w, (m, msq) in sorted(masked.items())), tuple(backward))
 
 
 def encoder_tokens(spec: Spec, tokens: int) -> int:

@@ -24,7 +24,7 @@ def best_cut(p: Profile) -> Cut:
 
     The first stage grows and the second shrinks with the cut, so the best cut is where they cross:
     found by bisection, then the neighbours are compared (the lowest cut wins a tie). At batch 1 a stage's loss
-    branch and its adapted expert tensor's gradient branch both read static + per-sample bytes only, so three
+    branch and its late-backward branches all read static + per-sample bytes only, so three
     running sums over the layers do (static + per sample, optimizer step, end of backward): Profile.stage's
     branches, each ends' terms added as constants."""
     n, layout = p.layers, p.layout
@@ -34,11 +34,11 @@ def best_cut(p: Profile) -> Cut:
         return tuple(accumulate(map(values.__getitem__, layout), initial=0)) if values else zeros
     loads = running(tuple(a + b for a, b in zip(p.distinct_static, p.distinct_per_sample, strict=True)))
     steps, eobs = running(p.distinct_step), running(p.distinct_eob)
-    grad = p.grad_fixed
-    # the ends' share of each stage's loss branch, or of its gradient branch where that is larger (Profile.limits)
-    first_end = p.embed_static + p.embed_per_sample + (max(0, grad + p.grad_per_sample) if grad else 0)
-    second_end = p.head_static + p.head_per_sample + (max(0, grad - p.head_per_sample + p.grad_per_sample)
-                                                      if grad else 0)
+    # the ends' share of each stage's loss branch, or of a late-backward branch where that is larger
+    # (Profile.limits: a branch adds its fixed and per-sample bytes, less the head's per-sample ones)
+    late = max((b.fixed + b.per_sample for b in p.backward), default=0)
+    first_end = p.embed_static + p.embed_per_sample + max(0, late)
+    second_end = p.head_static + p.head_per_sample + max(0, late - p.head_per_sample)
     embed_step, embed_eob, head_step, head_eob = p.embed_step, p.embed_eob, p.head_step, p.head_eob
     load_n, step_n, eob_n = loads[n], steps[n], eobs[n]
     seen: dict[int, tuple[int, int]] = {}  # the bisection's stages, read again for the neighbours

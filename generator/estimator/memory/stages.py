@@ -7,6 +7,19 @@ import functools
 from dataclasses import dataclass, field
 from itertools import accumulate
 from operator import mul
+from typing import NamedTuple
+
+
+class Branch(NamedTuple):
+    """A late-backward peak (job.py's phases that hold one layer's backward transient beside every saved tensor
+    but the head's, which is freed by then): static + fixed + batch x (the per-sample bytes less the head's +
+    per_sample). rate and rate_sq: its per_sample's bytes per token and per token squared (Profile.totals_at)."""
+
+    phase: str  # the job phase it stands for (peak_phase)
+    fixed: int
+    per_sample: int
+    rate: int
+    rate_sq: int = 0
 
 
 @dataclass(frozen=True)
@@ -46,12 +59,9 @@ class Profile:
     # SDPA handed a mask (activations.masked_sdpa_windows): (window, bytes per token, per token squared) summed
     # over the layers, added from tokens >= window on; per_token and per_token_sq leave them out.
     masked: tuple[tuple[int, int, int], ...] = ()
-    # LoRA on fused expert tensors (job.py's phase "backward (an adapted expert tensor's gradient)"): a fourth
-    # branch, static + grad_fixed + batch x (the per-sample bytes less the head's + grad_per_sample); grad_rate is
-    # its bytes per token (total_at). 0 = no such branch.
-    grad_fixed: int = 0
-    grad_per_sample: int = 0
-    grad_rate: int = 0
+    # Late-backward branches beside the loss backward's: LoRA on fused expert tensors (an adapted expert tensor's
+    # gradient), eager attention's score gradients. () = none.
+    backward: tuple[Branch, ...] = ()
     total_static: int = field(init=False, repr=False, compare=False)
     # _parts of the whole model (every layer and both ends): what total, total_at, max_batch and peak_phase read
     whole: tuple[int, int, int] = field(init=False, repr=False, compare=False)
@@ -112,8 +122,8 @@ class Profile:
 
     def total(self, batch: int) -> int:
         static, act, fixed = self.whole
-        if self.grad_fixed:
-            return max(static + batch * act, fixed, self._grad_branch(batch, static, act, True))
+        if self.backward:
+            return max(static + batch * act, fixed, *self._late_branches(batch, static, act, True))
         return max(static + batch * act, fixed)
 
     def total_at(self, tokens: int, batch: int = 1) -> int:
@@ -126,14 +136,15 @@ class Profile:
         assert self.method != "serve", "serving caches are capped at windows: not linear in tokens"
         static, _, fixed = self.whole
         per_token, per_token_sq, per_sample_fixed = self.per_token, self.per_token_sq, self.per_sample_fixed
-        masked, grad_fixed, grad_rate = self.masked, self.grad_fixed, self.grad_rate
+        masked, backward = self.masked, self.backward
         out = []
         for tokens in points:
             square = tokens * tokens * per_token_sq + per_sample_fixed
             if masked:
                 square += sum(tokens * n + tokens * tokens * sq for window, n, sq in masked if tokens >= window)
-            grad = static + grad_fixed + batch * (tokens * grad_rate + square) if grad_fixed else 0
-            out.append(max(static + batch * (tokens * per_token + square), fixed, grad))
+            late = max((static + b.fixed + batch * (tokens * b.rate + tokens * tokens * b.rate_sq + square)
+                        for b in backward), default=0)
+            out.append(max(static + batch * (tokens * per_token + square), fixed, late))
         return out
 
     def per_sample(self) -> int:
@@ -155,13 +166,14 @@ class Profile:
     def stage(self, batch: int, first: int, last: int, with_embed: bool, with_head: bool) -> int:
         """Bytes of a contiguous slice of layers [first, last) plus the ends it holds."""
         static, act, fixed = self._parts(first, last, with_embed, with_head)
-        if self.grad_fixed:
-            return max(static + batch * act, fixed, self._grad_branch(batch, static, act, with_head))
+        if self.backward:
+            return max(static + batch * act, fixed, *self._late_branches(batch, static, act, with_head))
         return max(static + batch * act, fixed)
 
-    def _grad_branch(self, batch: int, static: int, act: int, with_head: bool) -> int:
-        return static + self.grad_fixed + batch * (act - (self.head_per_sample if with_head else 0)
-                                                   + self.grad_per_sample)
+    def _late_branches(self, batch: int, static: int, act: int, with_head: bool) -> list[int]:
+        """Each late-backward Branch's bytes at `batch` for a stage of these parts (the head's tensors freed)."""
+        act -= self.head_per_sample if with_head else 0
+        return [static + b.fixed + batch * (act + b.per_sample) for b in self.backward]
 
     def max_batch(self, budget: int, first: int = 0, last: int = -1, with_embed: bool = True,
                   with_head: bool = True, cap: int = 1 << 40) -> int:
@@ -173,13 +185,10 @@ class Profile:
 
     def limits(self, parts: tuple[int, int, int], with_head: bool) -> Limits:
         """A stage's branches as (bytes at batch 0, bytes per sample), from its _parts: the stage is max(static +
-        b x act, the batch-free branch[, the adapted expert tensor's gradient branch, _grad_branch])."""
+        b x act, the batch-free branch[, each late-backward Branch, _late_branches])."""
         static, act, fixed = parts
-        if self.grad_fixed:
-            return ((static, act), (fixed, 0), (static + self.grad_fixed,
-                                                act - (self.head_per_sample if with_head else 0)
-                                                + self.grad_per_sample))
-        return (static, act), (fixed, 0)
+        late = act - (self.head_per_sample if with_head else 0)
+        return ((static, act), (fixed, 0), *((static + b.fixed, late + b.per_sample) for b in self.backward))
 
     @functools.cached_property
     def whole_limits(self) -> Limits:
@@ -195,8 +204,11 @@ class Profile:
         step, eob = self.late
         if max(step, eob) > static + batch * act:
             return "optimizer step" if step >= eob else "end of backward (tied-embedding gradients)"
-        if self.grad_fixed and self._grad_branch(batch, static, act, True) > static + batch * act:
-            return "backward (an adapted expert tensor's gradient)"
+        if self.backward:
+            late, branch = max(zip(self._late_branches(batch, static, act, True), self.backward, strict=True),
+                               key=lambda t: t[0])
+            if late > static + batch * act:
+                return branch.phase
         return "loss (logits)" if self.head_per_sample * 2 > act else "backward (activations)"
 
 
