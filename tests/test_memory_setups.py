@@ -85,7 +85,8 @@ def test_f9_terms_hold_their_measured_rows():
     path = Path(__file__).resolve().parents[1] / "data" / "measurements" / "cpu-sim-extra.jsonl"
     rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
     f9 = {"apertus", "arcee", "diffllama", "xglm", "qwen3_moe", "mixtral"}  # F15's rows: tests/test_math_sdpa.py
-    mine = [r for r in rows if r["model"].startswith(F9_MODELS) and r["model_type"] in f9]
+    mine = [r for r in rows if r["model"].startswith(F9_MODELS) and r["model_type"] in f9
+            and not (r["setup"]["attention"] == "eager" and r["setup"]["tokens"] >= 2048)]  # F17's: test_eager_backward
     assert {r["model_type"] for r in mine} == f9 and len(mine) == 14
     for r in mine:
         est, measured = estimate_bytes(r, S), r["measured"]["peak_bytes"]
