@@ -146,14 +146,14 @@ def train_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, method: str, r
     # eager attention's softmax backward (job.py): one branch per distinct set of its terms over the layers with
     # attention, the largest of which is the layer's, at any tokens and batch: its score gradients, its MLP's tensors
     # freed (a full fine-tune has made the head's gradients and its MLP's, whose autocast copies are freed)
-    for late in sorted(set(distinct_values(spec, lambda b: eager_backward_terms(a, b, r, terms_rank, roles)))
-                       if eager else ()):
-        if late.per_token_sq:
-            made = s.grad_bytes * (head_params(a, g) + late.params_after) - s.autocast_copy_bytes * late.matmul_after \
-                if method == "full" else 0
+    for eager_terms in sorted(set(distinct_values(spec, lambda b: eager_backward_terms(a, b, r, terms_rank, roles)))
+                              if eager else ()):
+        if eager_terms.per_token_sq:
+            made = s.grad_bytes * (head_params(a, g) + eager_terms.params_after) \
+                - s.autocast_copy_bytes * eager_terms.matmul_after if method == "full" else 0
             backward.append(Branch("backward (attention scores' gradients)", made,
-                                   tokens * late.per_token + tokens * tokens * late.per_token_sq,
-                                   embed_act + rates_sum + late.per_token, late.per_token_sq))
+                                   tokens * eager_terms.per_token + tokens * tokens * eager_terms.per_token_sq,
+                                   embed_act + rates_sum + eager_terms.per_token, eager_terms.per_token_sq))
     return Profile(method, embed_static, tuple(layer_static), head_static, tokens * embed_act + vision
                    + tokens * tokens * math_sq,
                    tuple(layer_act), tokens * head_rate, tuple(counts), layer_index(spec, memo), tuple(layer_step),
