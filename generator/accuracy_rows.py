@@ -38,7 +38,7 @@ IMPORT_REASONS = {
 
 def setup_and_reason(row: Mapping[str, Any]):
     """(the row's Setup in estimator.job's terms, "") or (None, why the row is not compared)."""
-    from .estimator.memory.job import LOSSES
+    from .estimator.memory.job_options import LOSSES
     from .measure.setup import Setup, job_of
 
     if row.get("excluded"):  # the importer's reason, its first clause without the particulars in parentheses

@@ -13,9 +13,9 @@ from __future__ import annotations
 import argparse
 
 from .errors import ConfigError
-from .estimator.memory import job as j
+from .estimator.memory import job_options as j
 from .estimator.memory import parallel
-from .estimator.memory.job import Job
+from .estimator.memory.job_options import Job
 from .estimator.memory.parallel import Setup, default_setup
 from .estimator.memory.recipes import RECIPES
 
@@ -80,7 +80,7 @@ def setup_actions(p: argparse.ArgumentParser) -> list[argparse.Action]:
 
 
 def check(args: argparse.Namespace) -> None:
-    """The flags' own bounds, named as typed (the job's are checked by estimator.memory.job.validate)."""
+    """The flags' own bounds, named as typed (the job's are checked by estimator.memory.job_options.validate)."""
     for flag, value in (("--tokens", args.tokens), ("--batch", args.batch), ("--lora-rank", args.lora_rank),
                         ("--serve-tokens", args.serve_tokens)):
         if value is not None and value < 1:

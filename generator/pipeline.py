@@ -10,7 +10,7 @@ from .settings import Settings
 def report_for_record(record: ModelRecord, settings: Settings, job=None, setup=None,
                       serve_tokens: int | None = None, structure: bool = True) -> Report:
     """Estimate one record; raises ConfigError / UnsupportedArchitecture naming the model. `job`: an
-    estimator.job.Job for memory.peak_bytes (default: the site's job), on `setup` (memory.parallel.Setup; default
+    estimator.memory.job_options.Job for memory.peak_bytes (default: the site's job), on `setup` (memory.parallel.Setup; default
     one GPU). `serve_tokens`: a serving length the user named (checked against the context, not capped).
     `structure`: whether the Report carries the structure table (the terminal summary does without it)."""
     return estimate(

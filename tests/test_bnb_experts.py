@@ -11,7 +11,8 @@ import pytest
 
 from generator.estimator.config.transformers_defaults import TENSOR_EXPERTS
 from generator.estimator.graph.nodes import build_graph
-from generator.estimator.memory.job import Job, job_memory
+from generator.estimator.memory.job import job_memory
+from generator.estimator.memory.job_options import Job
 from generator.estimator.memory.storage import (
     bnb_keeps_experts,
     layer_mats,

@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings as hsettings, strategies as 
 from rich.console import Console
 
 from generator import calculator, cli, job_flags
-from generator.estimator.memory import job as j
+from generator.estimator.memory import job_options as j
 from generator.hub.snapshot import DEFAULT_SNAPSHOT_DIR, load_record
 from generator.settings import load_settings
 from generator.site import calculator as site_calc

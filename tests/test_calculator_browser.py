@@ -24,7 +24,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
 from rich.console import Console
 
-from generator.estimator.memory import job as j
+from generator.estimator.memory import job_options as j
 from generator.hub.snapshot import DEFAULT_SNAPSHOT_DIR, index_entry, load_record, write_index, write_record
 from generator.settings import load_settings
 from generator.site import calculator as site_calc

@@ -17,7 +17,8 @@ from generator.accuracy_rows import estimate_bytes
 from generator.estimator.graph.nodes import build_graph
 from generator.estimator.memory.activations import regime
 from generator.estimator.memory.attention import eager_backward_bytes, score_bytes
-from generator.estimator.memory.job import Job, job_memory, job_phases
+from generator.estimator.memory.job import job_memory, job_phases
+from generator.estimator.memory.job_options import Job
 from generator.estimator.memory.profile import train_profile
 from generator.estimator.normalise import normalise
 from generator.settings import load_settings

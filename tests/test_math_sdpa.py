@@ -21,7 +21,8 @@ from generator.estimator.memory.attention import (
     math_scores_bytes,
     math_sdpa,
 )
-from generator.estimator.memory.job import Job, job_memory
+from generator.estimator.memory.job import job_memory
+from generator.estimator.memory.job_options import Job
 from generator.estimator.normalise import normalise
 from generator.settings import load_settings
 

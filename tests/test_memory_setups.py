@@ -10,7 +10,8 @@ from generator.errors import JobError
 from generator.estimator.checks import check_scope
 from generator.estimator.graph.nodes import build_graph
 from generator.estimator.memory.attention import default_attention
-from generator.estimator.memory.job import Job, job_memory
+from generator.estimator.memory.job import job_memory
+from generator.estimator.memory.job_options import Job
 from generator.estimator.memory.recipes import RECIPES
 from generator.estimator.memory.sdpa_table import NO_SDPA
 from generator.estimator.normalise import normalise

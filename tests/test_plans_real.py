@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from generator.errors import TraceError
 from generator.estimator import estimate
 from generator.estimator.graph.nodes import build_graph
-from generator.estimator.memory.job import Job
+from generator.estimator.memory.job_options import Job
 from generator.estimator.memory.kinds import GPU_COUNTS, MAX_GPUS, kinds
 from generator.estimator.memory.parallel import GPUS_PER_NODE, ParallelError, Setup, per_gpu
 from generator.estimator.memory.plans import first_fit

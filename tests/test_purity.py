@@ -81,8 +81,8 @@ def test_the_calculators_modules_are_pure_too():
     site/calculator.check_imports, holds every shipped module to the same list)."""
     allowed = {"__future__", "argparse", "collections.abc", "contextlib", "dataclasses", "functools", "io", "json",
                "shlex", "typing", "urllib.parse", "generator", "generator.errors", "generator.estimator",
-               "generator.estimator.memory", "generator.estimator.memory.job", "generator.estimator.memory.recipes",
-               "generator.estimator.memory.parallel"}
+               "generator.estimator.memory", "generator.estimator.memory.job_options",
+               "generator.estimator.memory.recipes", "generator.estimator.memory.parallel"}
     for name in ("job_flags.py", "calculator.py"):
         bad = {m for m in _imports(ROOT / "generator" / name) if m not in allowed}
         assert not bad, f"{name} imports {bad}"

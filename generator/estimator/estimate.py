@@ -24,7 +24,8 @@ from .graph.structure import StructureTable
 from .inputs import Assumptions, Card, Gpu
 from .memory.attention import default_attention
 from .memory.curve import memory_curve
-from .memory.job import Job, metric_memory, resolve
+from .memory.job import metric_memory
+from .memory.job_options import Job, resolve
 from .memory.layer_terms import all_linear_params
 from .memory.parallel import Setup, per_gpu
 from .memory.profile import (
@@ -139,7 +140,7 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
     past_context = check_job_context(arch, job, model_id) if explicit else []
     shape = model_shape(arch, graph)
     weights_served = model_serve_weight_bytes(arch, s)
-    # the site's jobs, their attention the model class's already (what job.resolve fills in: done once, here)
+    # the site's jobs, their attention the model class's already (what job_options.resolve fills in: done once, here)
     attention = default_attention(arch)[0]
     site_jobs = {
         "full": training_job(arch, graph, s, Job(tokens=train_tokens, attention=attention), shape, model_id,

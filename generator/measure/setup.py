@@ -194,7 +194,7 @@ def parse_overrides(items: list[str] | None) -> dict[str, Any]:
 def job_of(setup: Setup, kernels: str = "cuda"):
     """The estimator's Job for this setup, or (None, why) where it has none; returns (job, reason). kernels "cpu":
     the run was simulated on the CPU, whose kernels keep some tensors in other dtypes (estimator.job KERNELS)."""
-    from ..estimator.memory.job import Job
+    from ..estimator.memory.job_options import Job
 
     if setup.optimizer == "adamw" and setup.adamw_impl == "forloop":
         return None, "AdamW for-loop step (FINDINGS.md P4, optional): not modelled"
@@ -212,7 +212,7 @@ def estimator_supports(setup: Setup) -> bool:
     """The setups estimator.job prices: every method, precision, optimizer, checkpointing and attention the
     harness runs, except LoRA dropout and the for-loop / fused AdamW step."""
     from ..errors import ConfigError
-    from ..estimator.memory.job import validate
+    from ..estimator.memory.job_options import validate
 
     job, _ = job_of(setup)
     if job is None:

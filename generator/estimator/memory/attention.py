@@ -29,7 +29,8 @@ LSE_SINK_SCORES = {"granite_swa": "modeling_granite_swa.eager_attention_forward"
 # Eager attention with per-head sinks concatenated to the masked scores, softmax'd in their dtype (softmax(...,
 # dtype=combined_logits.dtype): the wider of the compute dtype and the sinks' parameter dtype; autocast leaves an
 # explicit dtype alone), the sink column sliced off as a view: no cast, one saved softmax output per score.
-SINK_SOFTMAX = {"gpt_oss": "modeling_gpt_oss.eager_attention_forward", "hy_v4": "modeling_hy_v4.eager_attention_forward",
+SINK_SOFTMAX = {"gpt_oss": "modeling_gpt_oss.eager_attention_forward",
+                "hy_v4": "modeling_hy_v4.eager_attention_forward",
                 "mimo_v2_flash": "modeling_mimo_v2_flash.eager_attention_forward"}
 
 # Eager attention on fp32 q and k (query.to(torch.float32)) with a softmax that names no dtype, then a cast to the

@@ -11,43 +11,20 @@ Bytes per option, with sources, are in the functions below; `metric` turns tenso
 
 from __future__ import annotations
 
-import dataclasses
-import re
 from dataclasses import dataclass
-from typing import Any
 
-from ...errors import JobError
 from ..config.arch import Arch
 from ..graph.nodes import Graph
 from ..inputs import Assumptions
 from .activations import kept_cache_bytes, mlp_transient, recompute_transient_bytes, regime
-from .attention import default_attention, eager_scores_bytes, head_params, math_backward_bytes, math_scores_bytes
+from .attention import eager_scores_bytes, head_params, math_backward_bytes, math_scores_bytes
+from .job_options import ADAPTER_BYTES, Job, resolve, validate
 from .layer_terms import adapter_params, eager_backward_terms, end_terms, layer_bytes, memoised, regime_terms
 from .lora import target_roles
 from .parallel import Phase
 from .profile import encoder_tokens, kv_bytes_of_block
-from .recipes import RECIPES, loss_terms
+from .recipes import loss_terms
 from .storage import dequant_transient_bytes, quantised_params, saves_matmul_input, stored_mats, weight_bytes
-
-# The values each option of a Job takes (validate)
-METHODS = ("full", "lora", "qlora", "inference")
-PRECISIONS = ("amp", "bf16", "fp32")
-WEIGHTS = ("bf16", "fp16", "fp32", "int8", "nf4", "gptq-int4", "fp8")
-OPTIMIZERS = ("adamw", "adamw-fused", "adamw8bit", "paged-adamw", "sgd")
-ATTENTIONS = ("sdpa", "eager")
-METRICS = ("allocated", "reserved", "nvidia-smi")
-
-# LoRA adapters' dtypes and bytes; none asked: regime's default (peft autocast_adapter_dtype=True; LitGPT: bf16)
-ADAPTER_BYTES = {"fp32": 4, "bf16": 2}
-ADAPTER_DTYPES = tuple(ADAPTER_BYTES)
-
-# How the loss meets the logits: transformers' ForCausalLMLoss (F1: 12 B per logit), TRL's chunked_nll (one
-# checkpointed 256-token chunk of fp32 logits at a time), LitGPT's chunked_cross_entropy (bf16 logits kept).
-LOSSES = ("hf", "trl-chunked", "litgpt-chunked")
-
-# Which kernels save the tensors: CUDA's (the estimate), or the CPU's (the simulation harness): CPU dropout masks
-# take the input's dtype and CPU autocast runs layer_norm in bf16 (data/measurements/FINDINGS.md F8).
-KERNELS = ("cuda", "cpu")
 
 PARTS = ("weights", "gradients", "optimizer_state", "activations", "logits", "kv_cache", "overhead")
 
@@ -58,97 +35,10 @@ ADAMW8BIT_STATE_BYTES = 2 + 2 * 4 / 256
 
 
 @dataclass(frozen=True)
-class Job:
-    """The options of one run (the CLI's --method ... --metric). weights "" = follows precision (bf16 base for
-    LoRA, NF4 for QLoRA, bf16 served; fp32 with --precision fp32)."""
-
-    method: str = "full"
-    precision: str = "amp"
-    weights: str = ""
-    double_quant: bool = False  # QLoRA's nested absmax quantisation (nf4 only)
-    optimizer: str = "adamw"
-    grad_ckpt: bool = False
-    lora_rank: int = 16
-    lora_targets: str = "all-linear"
-    batch: int = 1
-    tokens: int = 2048
-    new_tokens: int = 0
-    attention: str = ""  # "" = the model class's default (default_attention)
-    metric: str = "allocated"
-    recipe: str = ""  # the recipe the options came from (recipes.RECIPES), echoed
-    adapter_dtype: str = ""  # "" = peft's default: fp32 under AMP and fp32, the base's dtype under pure bf16
-    lora_dropout: float = 0.0
-    keep_outputs: bool = False  # the loop keeps the model's output (logits, KV cache) alive through backward
-    upcast_fp32: bool = False  # peft prepare_model_for_kbit_training: non-quantised parameters cast to fp32
-    loss: str = "hf"
-    kernels: str = "cuda"
-    bnb_version: str = ""  # the bitsandbytes release the run uses, "" = a current one (0.43.2 or later)
-
-    def to_dict(self) -> dict[str, Any]:
-        """The options, with the storage the default resolves to."""
-        return {**vars(self), "weights": self.storage}  # a frozen dataclass's instance dict: its fields, in order
-
-    @staticmethod
-    def from_options(recipe: str = "", **given: Any) -> Job:
-        """A recipe's fields under the explicitly given options (given wins); an unknown recipe is an error."""
-        if recipe and recipe not in RECIPES:
-            raise JobError("command line", "recipe", recipe, f"must be one of {', '.join(RECIPES)}")
-        fields_ = dict(RECIPES[recipe].fields) if recipe else {}
-        if given.get("method") and given["method"] != fields_.get("method", given["method"]):
-            # a QLoRA recipe run as plain LoRA keeps a bf16 base: its quantisation fields do not apply
-            for key in ("weights", "double_quant", "upcast_fp32"):
-                fields_.pop(key, None)
-            fields_.pop("method", None)
-        return Job(**{**fields_, **given, "recipe": recipe})
-
-    @property
-    def storage(self) -> str:
-        if self.weights:
-            return self.weights
-        if self.precision == "fp32":
-            return "fp32"
-        return "nf4" if self.method == "qlora" else "bf16"
-
-
-@dataclass(frozen=True)
 class JobMemory:
     peak_bytes: int
     peak_phase: str
     breakdown: tuple[tuple[str, int], ...]  # PARTS at the peak phase; they sum to peak_bytes
-
-
-def resolve(job: Job, a: Arch) -> Job:
-    """The job with its defaults filled for this model: attention from the model class."""
-    if not job.attention:
-        return dataclasses.replace(job, attention=default_attention(a)[0])
-    return job
-
-
-def validate(job: Job, model: str) -> None:
-    for key, value, allowed in (("method", job.method, METHODS), ("precision", job.precision, PRECISIONS),
-                                ("weights", job.storage, WEIGHTS), ("optimizer", job.optimizer, OPTIMIZERS),
-                                ("attention", job.attention or "sdpa", ATTENTIONS), ("metric", job.metric, METRICS),
-                                ("adapter_dtype", job.adapter_dtype or "fp32", ADAPTER_DTYPES),
-                                ("loss", job.loss, LOSSES), ("kernels", job.kernels, KERNELS)):
-        if value not in allowed:
-            raise JobError(model, key, value, f"must be one of {', '.join(allowed)}")
-    if isinstance(job.lora_dropout, bool) or not isinstance(job.lora_dropout, (int, float)) \
-            or not 0 <= job.lora_dropout < 1:
-        raise JobError(model, "lora_dropout", job.lora_dropout, "must be in [0, 1)")
-    for key, number in (("batch", job.batch), ("tokens", job.tokens), ("lora_rank", job.lora_rank)):
-        if isinstance(number, bool) or not isinstance(number, int) or number < 1:
-            raise JobError(model, key, number, "must be a positive integer")
-    if job.new_tokens < 0 or (job.new_tokens and job.method != "inference"):
-        raise JobError(model, "new_tokens", job.new_tokens, "is for method inference, and must be >= 0")
-    if job.method == "full" and job.weights and job.weights != {"amp": "fp32"}.get(job.precision, job.precision):
-        raise JobError(model, "weights", job.weights, f"a full fine-tune trains the weights in its precision "
-                                                      f"({job.precision}); a quantised or other base is not trainable")
-    if job.method == "qlora" and job.storage not in ("nf4", "int8", "gptq-int4", "fp8"):
-        raise JobError(model, "weights", job.storage, "QLoRA needs a quantised base (nf4, int8, gptq-int4, fp8)")
-    if job.double_quant and job.storage != "nf4":
-        raise JobError(model, "double_quant", True, f"is for nf4 weights, not {job.storage}")
-    if job.bnb_version and not re.fullmatch(r"\d+(\.\d+){1,2}", job.bnb_version):
-        raise JobError(model, "bnb_version", job.bnb_version, "must be a release number such as 0.41.1")
 
 
 def _phase(name: str, weights: float = 0, gradients: float = 0, optimizer_state: float = 0, activations: float = 0,
@@ -295,7 +185,8 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
     # (a full fine-tune) the gradients made by then and the autocast copies freed (eager_backward_terms)
     late = [(i, T * t.per_token + T * T * t.per_token_sq, param_bytes * t.params_after if r.trained else 0,
              2 * t.matmul_after if r.trained and r.amp else 0)
-            for i, t in enumerate(eager_backward_terms(a, b, r, rank, roles, saves, job.upcast_fp32) for b, _ in distinct)
+            for i, t in enumerate(eager_backward_terms(a, b, r, rank, roles, saves, job.upcast_fp32)
+                                  for b, _ in distinct)
             if t.per_token_sq] if job.attention == "eager" else []
     out: list[tuple[Phase, ...]] = []
     for grad_ckpt in variants:

@@ -1,6 +1,6 @@
 """Named recipes (`--recipe NAME`): the options of what people run, each read from that framework's own source.
 
-A recipe is a set of job.Job fields; the explicit flags override it (Job.with_recipe). Each field below cites the
+A recipe is a set of job_options.Job fields; the explicit flags override it (Job.with_recipe). Each field below cites the
 file it was read from (pinned where the snapshot was read: trl f2cd577 = 1.10.0.dev0, 2026-07-24; litgpt 2685705,
 2026-06-29; peft 0.21.2 and transformers 5.24.0 as installed; bitsandbytes 95f9af3 = 0.50.2.dev0; axolotl 067b021,
 2026-07-24; unsloth 015bdef, 2026-08-22, with unsloth-zoo ce232d6, 2026-08-20).
@@ -29,7 +29,7 @@ LITGPT_CHUNK_TOKENS = 128
 class Recipe:
     name: str
     summary: str  # one line for the page
-    fields: tuple[tuple[str, Any], ...]  # job.Job fields this recipe sets
+    fields: tuple[tuple[str, Any], ...]  # job_options.Job fields this recipe sets
     sources: tuple[str, ...]  # where each field was read
 
 
