@@ -19,7 +19,15 @@ from ..inputs import Assumptions
 from .activations import kept_cache_bytes, mlp_transient, recompute_transient_bytes, regime
 from .attention import eager_scores_bytes, head_params, math_backward_bytes, math_scores_bytes
 from .job_options import ADAPTER_BYTES, Job, resolve, validate
-from .layer_terms import adapter_params, eager_backward_terms, end_terms, layer_bytes, memoised, regime_terms
+from .layer_terms import (
+    adapter_params,
+    eager_backward_terms,
+    end_terms,
+    layer_bytes,
+    layer_index,
+    memoised,
+    regime_terms,
+)
 from .lora import target_roles
 from .parallel import Phase
 from .profile import encoder_tokens, kv_bytes_of_block
@@ -188,6 +196,11 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
             for i, t in enumerate(eager_backward_terms(a, b, r, rank, roles, saves, job.upcast_fp32)
                                   for b, _ in distinct)
             if t.per_token_sq] if job.attention == "eager" else []
+    # checkpointing a full fine-tune: the first layer of the stack, its input alone kept (and the embedding's
+    # output), and the gradients of every other layer made before its recomputation
+    first = layer_index(spec, memo)[0] if spec.blocks else 0
+    first_inputs = embed + T * r.residual_bytes * spec.hidden
+    first_grads = param_bytes * (sum(n * b.params for b, n in distinct) - distinct[first][0].params) if distinct else 0
     out: list[tuple[Phase, ...]] = []
     for grad_ckpt in variants:
         kept = 0
@@ -203,7 +216,8 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
         else:
             # non-reentrant checkpointing per decoder layer (transformers gradient_checkpointing_enable): each
             # layer keeps only its input through the forward. At the loss nothing is recomputed; then the backward
-            # reruns one layer at a time, whose saved tensors live beside the gradients made so far (the head's).
+            # reruns one layer at a time, whose saved tensors live beside the gradients made so far (the head's at
+            # the last layer; a full fine-tune's every later layer's at the first).
             inputs = embed + len(spec.blocks) * T * r.residual_bytes * spec.hidden
             # the layer recomputed at the peak, and its per-expert tensors
             recomputed = max(zip(layer, held, fixed, strict=True), key=lambda t: B * (t[0] + t[1]) + t[2],
@@ -215,6 +229,12 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
                              gradients=param_bytes * head_params(a, g) if r.trained else 0,
                              activations=B * inputs + B * (recomputed[0] + recomputed[1]) + recomputed[2],
                              overhead_weights=ckpt_copies[1], overhead_fixed=dequant, experts=recomputed[2])]
+            if r.trained:  # a full fine-tune's gradients grow as the backward goes down the stack while the
+                # checkpointed inputs are freed: the first layer's recomputation, beside every later layer's gradients
+                phases.append(_phase("backward (recomputing the first checkpointed layer)", weights=weights,
+                                     optimizer_state=state, gradients=param_bytes * head_params(a, g) + first_grads,
+                                     activations=B * (first_inputs + layer[first] + held[first]) + fixed[first],
+                                     overhead_weights=ckpt_copies[1], overhead_fixed=dequant, experts=fixed[first]))
         if any(g for g, _ in terms.grads):  # the last (recomputed) layer's adapted down's backward (F10)
             i, (weight_grad, per_token) = max(enumerate(terms.grads), key=lambda t: t[1][0] + B * T * t[1][1]
                                               + (B * layer[t[0]] + fixed[t[0]] if grad_ckpt else 0))
