@@ -49,6 +49,7 @@ from .accuracy_rows import (  # noqa: F401
     tensor_bytes,
     unit_readings,
 )
+from .estimator.memory.job_options import legacy_cache
 
 DATA_DIR = Path(__file__).resolve().parents[1] / "data" / "measurements"
 OUTPUT = DATA_DIR / "accuracy.json"
@@ -131,6 +132,10 @@ def miss_cause(row: Mapping[str, Any], setup) -> str:
                                     or year in ("2022", "2023")):
         parts.append("stack before bitsandbytes 0.43.2, whose MatMul4Bit saved its input (or torchao NF4): the "
                      "estimate follows today's bitsandbytes")
+    if setup.method == "inference" and setup.transformers_version:
+        parts.append(f"priced with transformers {setup.transformers_version}'s generate"
+                     + (", which held the previous step's KV cache beside the new one (--transformers-version)"
+                        if legacy_cache(setup.transformers_version) else ""))
     spread = row.get("parallel")
     if spread:
         parts.append(f"{spread['strategy']} over {spread['gpus']} GPUs"

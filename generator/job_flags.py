@@ -50,6 +50,9 @@ def add_setup_arguments(p: argparse.ArgumentParser) -> None:
     ex.add_argument("--bnb-version", metavar="X.Y.Z",
                     help="the bitsandbytes release of a QLoRA run (default: 0.43.2 or later; before it, each 4-bit "
                          "matmul also saved its input for backward)")
+    ex.add_argument("--transformers-version", metavar="X.Y.Z",
+                    help="the transformers release of an inference run (default: a current one; before 4.36 "
+                         "generate held the previous step's KV cache beside the new one)")
     ex.add_argument("--lora-targets", metavar="NAMES", help="all-linear, or comma-separated module names (q_proj,v_proj)")
     ex.add_argument("--new-tokens", type=int, metavar="N", help="tokens generated after the prompt (inference)")
     ex.add_argument("--attention", choices=j.ATTENTIONS,
@@ -106,7 +109,8 @@ def asked(args: argparse.Namespace) -> bool:
     """Whether the command line names an exact setup (then the summary leads with it)."""
     return any(v is not None for v in (args.recipe, args.method, args.precision, args.weights, args.optimizer,
                                        args.lora_targets, args.new_tokens, args.attention, args.metric, args.strategy,
-                                       args.grad_ckpt, args.adapter_dtype, args.lora_dropout, args.bnb_version)) \
+                                       args.grad_ckpt, args.adapter_dtype, args.lora_dropout, args.bnb_version,
+                                       args.transformers_version)) \
         or args.gpus != 1 or args.offload != "none"
 
 
@@ -118,6 +122,7 @@ def job(args: argparse.Namespace) -> Job:
                                 ("new_tokens", args.new_tokens), ("attention", args.attention),
                                 ("metric", args.metric), ("grad_ckpt", args.grad_ckpt),
                                 ("adapter_dtype", args.adapter_dtype), ("lora_dropout", args.lora_dropout),
-                                ("bnb_version", args.bnb_version))
+                                ("bnb_version", args.bnb_version),
+                                ("transformers_version", args.transformers_version))
              if v is not None}
     return Job.from_options(args.recipe or "", **{"tokens": 0, **given})

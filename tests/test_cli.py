@@ -89,6 +89,21 @@ def test_an_older_bitsandbytes_prices_the_saved_4bit_matmul_inputs(capsys):
     assert code == 2 and "bnb_version" in err and "'latest'" in err and err.count("\n") == 1
 
 
+def test_an_older_transformers_prices_generates_two_caches(capsys):
+    serve = ("--json", "--method", "inference", "--tokens", "512", "--new-tokens", "64", "--batch", "4")
+    peaks = {}
+    for version in ("", "4.35.2", "4.36.0"):
+        code, out, _ = run(capsys, SEED, *serve, *(("--transformers-version", version) if version else ()))
+        assert code == 0
+        mem = json.loads(out)["memory"]
+        assert mem["job"]["transformers_version"] == version
+        peaks[version] = mem["breakdown"]["kv_cache"]
+    # before 4.36 each decode step's new tuples (576 tokens, as priced) live beside the previous step's (575)
+    assert peaks["4.35.2"] == peaks[""] * (576 + 575) // 576 and peaks["4.36.0"] == peaks[""]
+    code, _, err = run(capsys, SEED, *serve, "--transformers-version", "v4")
+    assert code == 2 and "transformers_version" in err and "'v4'" in err and err.count("\n") == 1
+
+
 def test_exact_setup_options_reach_the_report(capsys):
     code, out, _ = run(capsys, SEED, "--json", *EXACT)
     mem = json.loads(out)["memory"]
@@ -98,7 +113,7 @@ def test_exact_setup_options_reach_the_report(capsys):
                           "batch": 2, "tokens": 256, "new_tokens": 0, "attention": "eager", "metric": "reserved",
                           "recipe": "", "adapter_dtype": "", "lora_dropout": 0.0, "keep_outputs": False,
                           "upcast_fp32": False, "loss": "hf", "kernels": "cuda", "bnb_version": "",
-                          "gpus": 1, "strategy": "single", "offload": "none"}
+                          "transformers_version": "", "gpus": 1, "strategy": "single", "offload": "none"}
     assert sum(mem["breakdown"].values()) == mem["peak_bytes"] and mem["peak_phase"] == "loss (logits)"
     assert mem["breakdown"]["gradients"] == 0 and mem["breakdown"]["optimizer_state"] == 0  # SGD, no grads yet
     assert set(mem["peak_phase_by_method"]) == {"train_full", "train_lora", "serve"}

@@ -61,6 +61,13 @@ def test_a_quantised_rows_bitsandbytes_release_comes_from_its_framework():
     assert "bnb_version" not in imp.convert(rows["M020"])["setup"]  # the same stack's LoRA: no 4-bit base
 
 
+def test_a_generate_rows_transformers_release_comes_from_its_columns():
+    imp, rows = _importer(), _tsv_rows()
+    assert imp.convert(rows["M152"])["setup"]["transformers_version"] == "4.32"  # "eager (transformers ~4.32, ..."
+    assert imp.convert(rows["M166"])["setup"]["transformers_version"] == "4.35"  # "(bnb 0.41.1, transformers 4.35)"
+    assert "transformers_version" not in imp.convert(rows["M039"])["setup"]  # LitGPT's own generate
+
+
 def test_a_vllm_row_on_one_gpu_is_not_called_multi_gpu():
     got = _importer().convert(_tsv_rows()["M176"])  # parallelism "TP=1"
     assert "multi-GPU" not in got["excluded"] and got["excluded"].startswith("workload")

@@ -45,6 +45,9 @@ UNITS = {"GiB": 2**30, "MiB": 2**20, "GB": 10**9, "MB": 10**6}
 GPU_GB = re.compile(r"(\d+)\s*GB")
 GPU_COUNT = re.compile(r"^\s*(\d+)\s*[xX]\s")  # "2x A100-40GB", "2x 24GB GPUs (stated)"
 BNB_RELEASE = re.compile(r"\b(?:bitsandbytes|bnb)\s+(\d+\.\d+(?:\.\d+)?)")
+# The transformers release a generate row ran, as its attention or framework column states it ("transformers ~4.32",
+# "transformers 4.35"): before 4.36 generate held two KV caches at the end of a decode step (Job.transformers_version)
+TRANSFORMERS_RELEASE = re.compile(r"transformers ~?(\d+\.\d+(?:\.\d+)?)")
 # What an amendment may set: a setup key the TSV has no column for or states too loosely, a note, the spread.
 AMENDABLE_SETUP = ("lora_dropout", "loss")
 PARALLEL_KEYS = ("strategy", "offload")
@@ -263,6 +266,9 @@ def convert(r: dict, amendments: Sequence[dict] = ()) -> dict:
         release = BNB_RELEASE.search(r["framework"])
         if method == "qlora" and release:  # before 0.43.2 MatMul4Bit saved its input: Job.bnb_version prices it
             setup["bnb_version"] = release.group(1)
+        stack = TRANSFORMERS_RELEASE.search(f"{r['attention']} {r['framework']}")
+        if method == "inference" and stack:
+            setup["transformers_version"] = stack.group(1)
     for amendment in (a for a in amendments if "setup" in a):
         if setup is None:
             raise SystemExit(f"{r['id']}: setup: amended, but the row is not a training step or a generate run")

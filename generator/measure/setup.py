@@ -53,6 +53,7 @@ class Setup:
     adapter_dtype: str = ""  # "" = fp32 under amp/fp32, bf16 under pure bf16; fp32 = peft's autocast_adapter_dtype
     keep_outputs: bool = False  # a loop that keeps the model's output alive through backward (recipe custom-loop)
     bnb_version: str = ""  # public QLoRA rows: the bitsandbytes release they ran ("" = current or not stated)
+    transformers_version: str = ""  # public generate rows: the transformers release they ran ("" = current)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -205,7 +206,8 @@ def job_of(setup: Setup, kernels: str = "cuda"):
                grad_ckpt=setup.grad_ckpt, lora_rank=setup.lora_rank, lora_targets=setup.lora_targets,
                batch=setup.batch, tokens=setup.tokens, new_tokens=setup.new_tokens, attention=setup.attention,
                metric=setup.metric, adapter_dtype=setup.adapter_dtype, lora_dropout=setup.lora_dropout or 0.0,
-               keep_outputs=setup.keep_outputs, kernels=kernels, bnb_version=setup.bnb_version or ""), ""
+               keep_outputs=setup.keep_outputs, kernels=kernels, bnb_version=setup.bnb_version or "",
+               transformers_version=setup.transformers_version or ""), ""
 
 
 def estimator_supports(setup: Setup) -> bool:

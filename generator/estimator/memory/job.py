@@ -18,7 +18,7 @@ from ..graph.nodes import Graph
 from ..inputs import Assumptions
 from .activations import kept_cache_bytes, mlp_transient, recompute_transient_bytes, regime
 from .attention import eager_scores_bytes, head_params, math_backward_bytes, math_scores_bytes
-from .job_options import ADAPTER_BYTES, Job, resolve, validate
+from .job_options import ADAPTER_BYTES, Job, legacy_cache, resolve, validate
 from .layer_terms import (
     adapter_params,
     eager_backward_terms,
@@ -266,7 +266,8 @@ def _inference(a: Arch, g: Graph, s: Assumptions, job: Job) -> list[Phase]:
     """HF generate (F7): prefill of all B prompts in one forward, then decode. Prefill: weights + the prompts'
     KV cache + per prompt token c x (the largest part's working set + 4 hidden-wide tensors: inputs_embeds,
     the layer input, the post-attention residual, the normed input) [+ eager scores of one layer]. Decode:
-    weights + the KV cache at prompt + new tokens + the next-token logits (bf16 + transformers' fp32 copy)."""
+    weights + the KV cache at prompt + new tokens + the next-token logits (bf16 + transformers' fp32 copy); with
+    transformers' tuple caches (job_options.legacy_cache) the previous step's cache beside it."""
     spec = g.spec
     c = 4 if job.precision == "fp32" else 2
     B, T, N = job.batch, job.tokens, job.new_tokens
@@ -284,7 +285,9 @@ def _inference(a: Arch, g: Graph, s: Assumptions, job: Job) -> list[Phase]:
         math_scores_bytes(a, g, T, job.kernels == "cpu")
     dequant = dequant_transient_bytes(g, job.storage, c, mats)
     return [_phase("prefill", weights=weights, kv_cache=B * kv(T), activations=B * acts, overhead_fixed=dequant),
-            _phase("decode", weights=weights, kv_cache=B * kv(T + N), logits=B * (c + 4) * spec.vocab)]
+            _phase("decode", weights=weights, logits=B * (c + 4) * spec.vocab,
+                   kv_cache=B * (kv(T + N) + (kv(T + N - 1) if N > 1 and legacy_cache(job.transformers_version)
+                                              else 0)))]
 
 
 def _apply_metric(parts: dict[str, int], s: Assumptions, job: Job, g: Graph) -> None:

@@ -60,6 +60,7 @@ class Job:
     loss: str = "hf"
     kernels: str = "cuda"
     bnb_version: str = ""  # the bitsandbytes release the run uses, "" = a current one (0.43.2 or later)
+    transformers_version: str = ""  # the transformers release HF generate runs, "" = a current one (legacy_cache)
 
     def to_dict(self) -> dict[str, Any]:
         """The options, with the storage the default resolves to."""
@@ -117,5 +118,21 @@ def validate(job: Job, model: str) -> None:
         raise JobError(model, "weights", job.storage, "QLoRA needs a quantised base (nf4, int8, gptq-int4, fp8)")
     if job.double_quant and job.storage != "nf4":
         raise JobError(model, "double_quant", True, f"is for nf4 weights, not {job.storage}")
-    if job.bnb_version and not re.fullmatch(r"\d+(\.\d+){1,2}", job.bnb_version):
-        raise JobError(model, "bnb_version", job.bnb_version, "must be a release number such as 0.41.1")
+    for key, version, example in (("bnb_version", job.bnb_version, "0.41.1"),
+                                  ("transformers_version", job.transformers_version, "4.35.2")):
+        if version and not re.fullmatch(r"\d+(\.\d+){1,2}", version):
+            raise JobError(model, key, version, f"must be a release number such as {example}")
+
+
+# transformers 4.36 brought the Cache classes (cache_utils.DynamicCache, whose update() replaces each layer's tensors
+# in place); before, each attention layer returned a new (key, value) tuple, torch.cat of the previous step's and the
+# new token's (modeling_llama.LlamaAttention.forward in 4.35: past_key_value = (key_states, value_states)), and
+# generate's loop kept the previous step's tuples in model_kwargs["past_key_values"] until the forward returned.
+TUPLE_CACHE_BEFORE = (4, 36)
+
+
+def legacy_cache(transformers_version: str) -> bool:
+    """Whether HF generate holds two KV caches at the end of a decode step: the previous step's tuples, still
+    referenced by generate, and the new ones (transformers before TUPLE_CACHE_BEFORE; "" = a current release)."""
+    return bool(transformers_version) and tuple(int(x) for x in transformers_version.split("."))[:2] \
+        < TUPLE_CACHE_BEFORE
