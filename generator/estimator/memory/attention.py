@@ -28,9 +28,10 @@ LSE_SINK_SCORES = {"granite_swa": "modeling_granite_swa.eager_attention_forward"
 
 # Eager attention with per-head sinks concatenated to the masked scores, softmax'd in their dtype (softmax(...,
 # dtype=combined_logits.dtype): the wider of the compute dtype and the sinks' parameter dtype; autocast leaves an
-# explicit dtype alone), the sink column sliced off as a view: no cast, one saved softmax output per score.
+# explicit dtype alone), the sink column sliced off as a view: no cast, one saved softmax output per score. Only
+# where the sinks follow the model's dtype: hy_v4 and flint keep theirs in fp32 (_keep_in_fp32_modules_strict), so
+# their concatenation is fp32 and they keep the fp32 softmax and its cast, as eager_attention_forward does.
 SINK_SOFTMAX = {"gpt_oss": "modeling_gpt_oss.eager_attention_forward",
-                "hy_v4": "modeling_hy_v4.eager_attention_forward",
                 "mimo_v2_flash": "modeling_mimo_v2_flash.eager_attention_forward"}
 
 # Eager attention on fp32 q and k (query.to(torch.float32)) with a softmax that names no dtype, then a cast to the
