@@ -13,7 +13,9 @@ from typing import NamedTuple
 class Branch(NamedTuple):
     """A late-backward peak (job.py's phases that hold one layer's backward transient beside every saved tensor
     but the head's, which is freed by then): static + fixed + batch x (the per-sample bytes less the head's +
-    per_sample). rate and rate_sq: its per_sample's bytes per token and per token squared (Profile.totals_at)."""
+    per_sample). rate and rate_sq: the branch's whole per-sample bytes (the model's less the head's, plus
+    per_sample) per token and per token squared, to which Profile.totals_at adds the profile's own tokens-squared,
+    masked and fixed per-sample terms."""
 
     phase: str  # the job phase it stands for (peak_phase)
     fixed: int
@@ -24,8 +26,9 @@ class Branch(NamedTuple):
 
 @dataclass(frozen=True)
 class Profile:
-    """One method's memory per stage: the loss-backward branch (static + bytes per sample) and two batch-free
-    branches, the end of the backward and the optimizer step; a stage's peak is the largest of the three.
+    """One method's memory per stage: the loss-backward branch (static + bytes per sample), two batch-free
+    branches (the end of the backward and the optimizer step) and the late-backward Branches; a stage's peak is
+    the largest of them.
     The layer terms are held per distinct layer (Spec.distinct_layers, with the layers each stands for in
     `counts`): the whole model's figures are sums over them; `layout` lays them out per layer of the stack
     (layer_terms.layer_index) only where a slice of the stack is asked for (a split over cards)."""
