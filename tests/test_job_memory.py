@@ -337,10 +337,11 @@ def test_checkpointed_full_fine_tune_peaks_at_the_first_layer_beside_every_later
     per_layer = g.spec.blocks[0].params
     assert got[8].activations == got[4].activations
     assert got[8].gradients - got[4].gradients == 4 * 4 * per_layer
-    assert got[4].gradients == 4 * (256 * 1000 + 256 + 3 * per_layer)  # the head, the final norm, layers 1-3
+    # the head, the final norm, layers 1-3 and layer 0's down_proj (its backward's first weight gradient)
+    assert got[4].gradients == 4 * (256 * 1000 + 256 + 3 * per_layer + 688 * 256)
 
 
-def test_checkpointed_full_fine_tunes_are_priced_within_three_percent():
+def test_checkpointed_full_fine_tunes_are_priced_within_two_percent():
     # FINDINGS.md F18's runs: fused AdamW, SGD, pure bf16, a tied SmolLM and foreach AdamW (was -7.5% to +0.7%)
     import json
     from pathlib import Path
@@ -353,7 +354,7 @@ def test_checkpointed_full_fine_tunes_are_priced_within_three_percent():
     assert len(mine) == 5
     for r in mine:
         est, measured = estimate_bytes(r, S), r["measured"]["peak_bytes"]
-        assert abs(est / measured - 1) < 0.03, (r["model"], r["setup"], est / measured - 1)
+        assert abs(est / measured - 1) < 0.02, (r["model"], r["setup"], est / measured - 1)
 
 
 

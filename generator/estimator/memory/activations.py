@@ -215,6 +215,16 @@ def recompute_transient_bytes(b: Block, r: Regime, roles: frozenset[str] | None,
     return inputs * width + hidden * (forward + grads)
 
 
+def last_linear_params(b: Block) -> int:
+    """Weights of the layer's last Linear (down_proj, fc2): the first its backward reaches. 0 where the last part
+    with Linears is a mixture of experts (its tensors are the experts', not one Linear's)."""
+    part = next((p for p in reversed(b.parts) if p.linears), None)
+    if part is None or part.type.startswith("MoE"):
+        return 0
+    width, hidden = part.linears[-1]
+    return width * hidden
+
+
 def block_activation_bytes(a: Arch, b: Block, r: Regime, rank: int = 0,
                            roles: frozenset[str] | None = None) -> int:
     """Saved-for-backward bytes of one layer per token (SDPA attention): norms, the parts' saved tensors (frozen:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from ..config.arch import Arch
 from ..graph.nodes import Graph
 from ..inputs import Assumptions
-from .activations import kept_cache_bytes, mlp_transient, recompute_transient_bytes, regime
+from .activations import kept_cache_bytes, last_linear_params, mlp_transient, recompute_transient_bytes, regime
 from .attention import eager_scores_bytes, head_params, math_backward_bytes, math_scores_bytes
 from .job_options import ADAPTER_BYTES, Job, legacy_cache, resolve, validate
 from .layer_terms import (
@@ -197,10 +197,12 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
                                   for b, _ in distinct)
             if t.per_token_sq] if job.attention == "eager" else []
     # checkpointing a full fine-tune: the first layer of the stack, its input alone kept (and the embedding's
-    # output), and the gradients of every other layer made before its recomputation
+    # output), and the gradients of every other layer made before its recomputation, and of its own last Linear,
+    # whose backward runs first while the layer's saved tensors are all still live (read off F18's peak)
     first = layer_index(spec, memo)[0] if spec.blocks else 0
     first_inputs = embed + T * r.residual_bytes * spec.hidden
-    first_grads = param_bytes * (sum(n * b.params for b, n in distinct) - distinct[first][0].params) if distinct else 0
+    first_grads = param_bytes * (sum(n * b.params for b, n in distinct) - distinct[first][0].params
+                                 + last_linear_params(distinct[first][0])) if distinct else 0
     out: list[tuple[Phase, ...]] = []
     for grad_ckpt in variants:
         kept = 0
