@@ -51,6 +51,11 @@ class Part(NamedTuple):
         return self.mats[:2] if self.top_k else ()
 
     @property
+    def attends(self) -> bool:
+        """An attention part with score matrices of its own (an MoE part's attn_flops are its experts' routing)."""
+        return bool(self.attn_flops) and not self.type.startswith("MoE")
+
+    @property
     def frozen_act(self) -> int:
         return self.act if self.act_frozen < 0 else self.act_frozen
 

@@ -232,7 +232,7 @@ def block_activation_bytes(a: Arch, b: Block, r: Regime, rank: int = 0,
     c = r.compute_bytes
     out = norm_bytes(b.rms_width, b.norm_width, b.norm_stats_bytes, b.norm_read, b.norm_fed, r)
     out += c * (b.act if r.trained else b.act_frozen) + 4 * b.act32
-    attention = sum(1 for p in b.parts if p.attn_flops and not p.type.startswith("MoE"))
+    attention = sum(1 for p in b.parts if p.attends)
     if a.qk_norm and attention:
         # q_norm / k_norm (qwen3, olmo2, gemma3): the fp32 upcast, plus the normalised output when it trains, fp32
         # or in the projection's dtype (QK_NORM_FP32)
@@ -304,7 +304,7 @@ def masked_sdpa_windows(a: Arch, b: Block, r: Regime) -> tuple[tuple[int, int, i
     c = r.compute_bytes
     repeated = c * 2 * max(a.heads - a.kv_heads, 0) * a.head_dim
     return tuple((p.window, repeated, c) for p in b.parts
-                 if p.attn_flops and not p.type.startswith("MoE") and p.window > 0)
+                 if p.attends and p.window > 0)
 
 
 def fused_view_bytes(a: Arch, b: Block, r: Regime) -> int:
@@ -382,5 +382,5 @@ def kept_cache_bytes(a: Arch, g: Graph, r, grad_ckpt: bool) -> int:
     their bf16 cast; the values are the tensors SDPA saved already."""
     if grad_ckpt or r.residual_bytes == r.compute_bytes:
         return 0
-    layers = sum(1 for b in g.spec.blocks for p in b.parts if p.attn_flops and not p.type.startswith("MoE"))
+    layers = sum(1 for b in g.spec.blocks for p in b.parts if p.attends)
     return layers * r.residual_bytes * a.kv_heads * a.head_dim

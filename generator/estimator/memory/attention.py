@@ -96,7 +96,7 @@ def eager_backward_bytes(a: Arch, b, r: Regime) -> int:
     mask) are freed by then. Never less than one compute-dtype gradient (the AV matmul's backward, where the
     softmax is as narrow as its output). Read off CPU-simulated LoRA and full steps of llama, phi, diffllama and
     xglm with checkpointing: those tensors were the peak of the recomputed layer."""
-    heads = max((p.act32 for p in b.parts if p.attn_flops and not p.type.startswith("MoE")), default=0)
+    heads = max((p.act32 for p in b.parts if p.attends), default=0)
     if not heads:
         return 0
     _, soft, after = _score_widths(a, r.compute_bytes, r)
@@ -112,7 +112,7 @@ def eager_scores_bytes(a: Arch, g: Graph, tokens: int, c: int, one_layer: bool =
 
 def _attention_heads(g: Graph) -> list[int]:
     """Query heads of every attention part of the model (a score matrix each), in layer order."""
-    return [p.act32 for b in g.spec.blocks for p in b.parts if p.attn_flops and not p.type.startswith("MoE")]
+    return [p.act32 for b in g.spec.blocks for p in b.parts if p.attends]
 
 
 def eager_layer_terms(a: Arch, b, compute_bytes: int, trained: bool, r: Regime | None = None) -> tuple[int, int]:
@@ -120,7 +120,7 @@ def eager_layer_terms(a: Arch, b, compute_bytes: int, trained: bool, r: Regime |
     (transformers' eager_attention_forward): its matmuls save q and the heads-wide repeat_kv copies of k and v in
     place of SDPA's q, k, v; its output is saved by o_proj when that trains (SDPA saved it itself); no fp32 LSE;
     and heads x T x T scores of score_bytes each (twice for differential attention: two calls, each its own)."""
-    attention = [p for p in b.parts if p.attn_flops and not p.type.startswith("MoE")]
+    attention = [p for p in b.parts if p.attends]
     if not attention:
         return 0, 0
     c = compute_bytes
@@ -213,7 +213,7 @@ def math_layer_terms(a: Arch, b, r: Regime) -> tuple[int, int]:
     keep; o_proj keeps math's output copy when its weight trains) and the fp32 logsumexp. Read off CPU-simulated
     steps with the fused kernels switched off (torch.backends.cuda.enable_flash_sdp(False)) and of DeepSeek-V3's
     and MiniCPM3's latent attention."""
-    attention = [p for p in b.parts if p.attn_flops and not p.type.startswith("MoE")]
+    attention = [p for p in b.parts if p.attends]
     if not attention:
         return 0, 0
     c, heads = r.compute_bytes, a.heads

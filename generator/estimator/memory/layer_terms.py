@@ -153,7 +153,7 @@ def eager_backward_terms(a: Arch, b: Block, r: Regime, rank: int, roles: frozens
     squared = eager_backward_bytes(a, b, r)
     if not squared:
         return EagerBackward(0, 0, 0, 0)
-    last = max(i for i, p in enumerate(b.parts) if p.attn_flops and not p.type.startswith("MoE"))
+    last = max(i for i, p in enumerate(b.parts) if p.attends)
     after = Block(b.index, b.kind, b.parts[last + 1:], b.stack)
     saved = layer_bytes(a, after, r, "eager", 0, saves, upcast, block_activation_bytes(a, after, r, rank, roles))
     return EagerBackward(-saved, squared, after.params, after.matmul)

@@ -21,7 +21,7 @@ def linear_roles(p: Part) -> tuple[str, ...]:
     n = len(p.linears)
     if p.type.startswith("MoE"):
         return ("shared",) * n
-    if p.attn_flops and not p.type.startswith("MoE"):
+    if p.attends:
         if n >= 4 and p.linears[0][0] == p.linears[1][0] == p.linears[2][0]:
             return ("q", "k", "v", "o") + ("linear",) * (n - 4)
         if n >= 2:
