@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 from ..config.arch import Arch
 from ..graph.nodes import Graph
-from ..graph.parts import Block, norm_sums
+from ..graph.parts import Block, Part, norm_sums
 from ..inputs import Assumptions
 from .lora import adapted_linears, all_linear_roles, expert_tensors, linear_roles
 
@@ -198,8 +198,8 @@ def recompute_transient_bytes(b: Block, r: Regime, roles: frozenset[str] | None,
     pure-bf16 fp32-adapter row without dropout measures its peak at this moment, and this phase reads -1.56% of it
     (FINDINGS.md F12). QLoRA, which always checkpoints, runs the same peft forward (peft/tuners/lora/bnb.py
     Linear4bit.forward)."""
-    part = next((p for p in reversed(b.parts) if p.linears), None)
-    if r.trained or part is None or part.type.startswith("MoE"):
+    part = last_linear_part(b)
+    if r.trained or part is None:
         return 0
     if roles is not None and linear_roles(part)[-1] not in roles:
         return 0
@@ -215,14 +215,17 @@ def recompute_transient_bytes(b: Block, r: Regime, roles: frozenset[str] | None,
     return inputs * width + hidden * (forward + grads)
 
 
-def last_linear_params(b: Block) -> int:
-    """Weights of the layer's last Linear (down_proj, fc2): the first its backward reaches. 0 where the last part
-    with Linears is a mixture of experts (its tensors are the experts', not one Linear's)."""
+def last_linear_part(b: Block) -> Part | None:
+    """The part holding the layer's last Linear (down_proj, fc2: the first its backward reaches), None where the
+    layer has none or that part is a mixture of experts (its tensors are the experts', not one Linear's)."""
     part = next((p for p in reversed(b.parts) if p.linears), None)
-    if part is None or part.type.startswith("MoE"):
-        return 0
-    width, hidden = part.linears[-1]
-    return width * hidden
+    return None if part is None or part.type.startswith("MoE") else part
+
+
+def last_linear_params(b: Block) -> int:
+    """Weights of the layer's last Linear (last_linear_part), 0 where there is none."""
+    part = last_linear_part(b)
+    return 0 if part is None else part.linears[-1][0] * part.linears[-1][1]
 
 
 def block_activation_bytes(a: Arch, b: Block, r: Regime, rank: int = 0,

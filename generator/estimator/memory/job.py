@@ -21,7 +21,7 @@ from .attention import eager_scores_bytes, head_params, math_backward_bytes, mat
 from .job_options import ADAPTER_BYTES, Job, legacy_cache, resolve, validate
 from .layer_terms import (
     adapter_params,
-    eager_backward_terms,
+    eager_backward_values,
     end_terms,
     layer_bytes,
     layer_index,
@@ -188,21 +188,21 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
                        overhead_step=temp),)
     # SDPA's math kernel: its score gradients beside its tensors (attention.math_backward_bytes), the gradients made
     math_saved, math_grads = math_backward_bytes(a, g, r, T, job.attention)
-    made = param_bytes * (head_params(a, g) + max(b.params for b, _ in distinct)) if r.trained and math_grads else 0
+    head_grads = param_bytes * head_params(a, g) if r.trained else 0  # the loss backward's first gradients
+    made = head_grads + param_bytes * max(b.params for b, _ in distinct) if r.trained and math_grads else 0
     # eager attention's softmax backward, per distinct layer with attention: bytes beside what the layer saved, and
     # (a full fine-tune) the gradients made by then and the autocast copies freed (eager_backward_terms)
     late = [(i, T * t.per_token + T * T * t.per_token_sq, param_bytes * t.params_after if r.trained else 0,
              2 * t.matmul_after if r.trained and r.amp else 0)
-            for i, t in enumerate(eager_backward_terms(a, b, r, rank, roles, saves, job.upcast_fp32)
-                                  for b, _ in distinct)
+            for i, t in enumerate(eager_backward_values(a, g, r, rank, roles, memo, saves, job.upcast_fp32))
             if t.per_token_sq] if job.attention == "eager" else []
     # checkpointing a full fine-tune: the first layer of the stack, its input alone kept (and the embedding's
     # output), and the gradients of every other layer made before its recomputation, and of its own last Linear,
     # whose backward runs first while the layer's saved tensors are all still live (read off F18's peak)
-    first = layer_index(spec, memo)[0] if spec.blocks else 0
+    first = layer_index(spec, memo)[0] if r.trained and spec.blocks else 0
     first_inputs = embed + T * r.residual_bytes * spec.hidden
-    first_grads = param_bytes * (sum(n * b.params for b, n in distinct) - distinct[first][0].params
-                                 + last_linear_params(distinct[first][0])) if distinct else 0
+    first_grads = head_grads + param_bytes * (sum(n * b.params for b, n in distinct) - distinct[first][0].params
+                                              + last_linear_params(distinct[first][0])) if r.trained and distinct else 0
     out: list[tuple[Phase, ...]] = []
     for grad_ckpt in variants:
         kept = 0
@@ -228,13 +228,13 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
                              activations=B * (inputs + head + kept - logits), logits=B * logits,
                              overhead_weights=ckpt_copies[0], overhead_fixed=dequant + chunk),
                       _phase("backward (recomputing a checkpointed layer)", weights=weights, optimizer_state=state,
-                             gradients=param_bytes * head_params(a, g) if r.trained else 0,
+                             gradients=head_grads,
                              activations=B * inputs + B * (recomputed[0] + recomputed[1]) + recomputed[2],
                              overhead_weights=ckpt_copies[1], overhead_fixed=dequant, experts=recomputed[2])]
             if r.trained:  # a full fine-tune's gradients grow as the backward goes down the stack while the
                 # checkpointed inputs are freed: the first layer's recomputation, beside every later layer's gradients
                 phases.append(_phase("backward (recomputing the first checkpointed layer)", weights=weights,
-                                     optimizer_state=state, gradients=param_bytes * head_params(a, g) + first_grads,
+                                     optimizer_state=state, gradients=first_grads,
                                      activations=B * (first_inputs + layer[first] + held[first]) + fixed[first],
                                      overhead_weights=ckpt_copies[1], overhead_fixed=dequant, experts=fixed[first]))
         if any(g for g, _ in terms.grads):  # the last (recomputed) layer's adapted down's backward (F10)
@@ -252,13 +252,13 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
                                  + (0 if grad_ckpt else fixed_sum),
                                  overhead_weights=ckpt_copies[1] if grad_ckpt else copies, overhead_fixed=dequant))
         if late:  # the layer whose (recomputed) softmax backward holds the most, the head's tensors freed
-            k, extra, made, freed = max(late, key=lambda t: B * t[1] + t[2] - t[3]
-                                        + (B * layer[t[0]] + fixed[t[0]] if grad_ckpt else 0))
+            k, extra, made_after, freed = max(late, key=lambda t: B * t[1] + t[2] - t[3]
+                                              + (B * layer[t[0]] + fixed[t[0]] if grad_ckpt else 0))
             live, experts = (B * (inputs + layer[k] + extra), fixed[k]) if grad_ckpt else \
                 (B * (emb + layers_sum + T * views + kept + extra), fixed_sum)
             phases.append(_phase("backward (attention scores' gradients)", weights=weights, optimizer_state=state,
-                                 gradients=param_bytes * head_params(a, g) + made if r.trained else 0,
-                                 activations=live + experts, overhead_fixed=dequant, experts=experts,
+                                 gradients=head_grads + made_after, activations=live + experts,
+                                 overhead_fixed=dequant, experts=experts,
                                  overhead_weights=(ckpt_copies[1] if grad_ckpt else copies) - freed))
         out.append((*phases, *closing))
     return out, trainable, c, param_bytes

@@ -166,3 +166,11 @@ class EagerBackward(NamedTuple):
     per_token_sq: int
     params_after: int
     matmul_after: int
+
+
+def eager_backward_values(a: Arch, g: Graph, r: Regime, rank: int, roles: frozenset[str] | None,
+                          memo: dict | None = None, saves: bool = False, upcast: bool = False) -> list[EagerBackward]:
+    """eager_backward_terms of each distinct layer (distinct_values' order), once per estimate: the site's profile
+    and its jobs read the same."""
+    return memoised(memo, ("eager backward", r, rank, roles, saves, upcast), lambda: distinct_values(
+        g.spec, lambda b: eager_backward_terms(a, b, r, rank, roles, saves, upcast)))

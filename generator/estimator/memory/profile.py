@@ -43,7 +43,7 @@ from .attention import (
 from .layer_terms import (
     adapter_params,
     distinct_values,
-    eager_backward_terms,
+    eager_backward_values,
     end_terms,
     layer_index,
     layer_values,
@@ -146,8 +146,7 @@ def train_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, method: str, r
     # eager attention's softmax backward (job.py): one branch per distinct set of its terms over the layers with
     # attention, the largest of which is the layer's, at any tokens and batch: its score gradients, its MLP's tensors
     # freed (a full fine-tune has made the head's gradients and its MLP's, whose autocast copies are freed)
-    for eager_terms in sorted(set(distinct_values(spec, lambda b: eager_backward_terms(a, b, r, terms_rank, roles)))
-                              if eager else ()):
+    for eager_terms in sorted(set(eager_backward_values(a, g, r, terms_rank, roles, memo)) if eager else ()):
         if eager_terms.per_token_sq:
             made = s.grad_bytes * (head_params(a, g) + eager_terms.params_after) \
                 - s.autocast_copy_bytes * eager_terms.matmul_after if method == "full" else 0
