@@ -38,6 +38,12 @@ def snapshot_configs() -> list[tuple[str, dict, int | None]]:
     return out
 
 
+def measured_rows(name: str) -> list[dict]:
+    """The rows of data/measurements/<name>.jsonl (cpu-sim-extra, public, ...), in file order."""
+    path = ROOT / "data" / "measurements" / f"{name}.jsonl"
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
 def tiny_qwen2(**overrides) -> dict:
     """The seed reference model's config (reference page tiny-Qwen2ForCausalLM-2.5)."""
     cfg = {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 8,

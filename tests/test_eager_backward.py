@@ -22,6 +22,7 @@ from generator.estimator.memory.job_options import Job
 from generator.estimator.memory.profile import train_profile
 from generator.estimator.normalise import normalise
 from generator.settings import load_settings
+from tests.conftest import measured_rows
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "measurements"
 S = load_settings().assumptions
@@ -136,8 +137,8 @@ UNPRICED = {"bloom"}
 
 
 def test_eager_runs_are_priced_within_five_percent():
-    rows = [json.loads(line) for line in (DATA / "cpu-sim-extra.jsonl").read_text(encoding="utf-8").splitlines()]
-    rows = [r for r in rows if Path(r["model"]).stem in F17 and r["setup"]["attention"] == "eager"
+    rows = [r for r in measured_rows("cpu-sim-extra")
+            if Path(r["model"]).stem in F17 and r["setup"]["attention"] == "eager"
             and r["measured"]["status"] == "ok" and r["setup"]["tokens"] >= 2048]
     assert len(rows) >= 24
     errors = {}

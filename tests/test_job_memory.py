@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
+from generator.accuracy import estimate_bytes, tensor_bytes
 from generator.errors import ConfigError
 from generator.estimator.normalise import normalise
 from generator.estimator.graph.nodes import build_graph
@@ -19,7 +20,7 @@ from generator.estimator.memory.job import ADAMW8BIT_STATE_BYTES, PARTS, job_mem
 from generator.estimator.memory.job_options import METHODS, Job, JobError
 from generator.estimator.memory.storage import weight_bytes
 from generator.estimator.memory.profile import serve_profile, train_profile
-from tests.conftest import snapshot_configs, tiny_qwen2
+from tests.conftest import measured_rows, snapshot_configs, tiny_qwen2
 
 S = Assumptions()
 # A 2-layer Llama small enough that the optimizer step is the peak at short sequences (vocab 1000).
@@ -343,13 +344,7 @@ def test_checkpointed_full_fine_tune_peaks_at_the_first_layer_beside_every_later
 
 def test_checkpointed_full_fine_tunes_are_priced_within_two_percent():
     # FINDINGS.md F18's runs: fused AdamW, SGD, pure bf16, a tied SmolLM and foreach AdamW (was -7.5% to +0.7%)
-    import json
-    from pathlib import Path
-
-    from generator.accuracy import estimate_bytes
-    path = Path(__file__).resolve().parents[1] / "data" / "measurements" / "cpu-sim-extra.jsonl"
-    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
-    mine = [r for r in rows if r["setup"]["method"] == "full" and r["setup"]["grad_ckpt"]
+    mine = [r for r in measured_rows("cpu-sim-extra") if r["setup"]["method"] == "full" and r["setup"]["grad_ckpt"]
             and r["setup"]["attention"] == "sdpa"]
     assert len(mine) == 5
     for r in mine:
@@ -357,14 +352,15 @@ def test_checkpointed_full_fine_tunes_are_priced_within_two_percent():
         assert abs(est / measured - 1) < 0.02, (r["model"], r["setup"], est / measured - 1)
 
 
-
 def test_generate_before_transformers_4_36_holds_the_previous_steps_cache():
     # transformers 4.35 (modeling_llama: past_key_value = (torch.cat([past, new]), ...)): each decode step builds new
     # tuples while generate still references the previous step's; 4.36's DynamicCache replaces them in place
     per_token = 2 * 2 * 4 * 32 * 2  # 2 layers x K, V x 4 kv heads x 32 head_dim x 2 B
     job = Job(method="inference", precision="bf16", tokens=512, new_tokens=64, batch=4)
+    a, g = _ag(LLAMA)
     for version, tokens in (("", 576), ("4.36.0", 576), ("4.35.2", 576 + 575), ("4.32", 576 + 575)):
-        decode = {ph.name: ph for ph in job_phases(*_ag(LLAMA), S, Job(**{**vars(job), "transformers_version": version}))}
+        phases = job_phases(a, g, S, dataclasses.replace(job, transformers_version=version))
+        decode = {ph.name: ph for ph in phases}
         assert decode["decode"].kv_cache == 4 * per_token * tokens, version
 
 
@@ -372,13 +368,8 @@ def test_public_generate_rows_of_transformers_4_3x_are_priced_within_five_percen
     # optimum's benchmark_gptq.py on Llama-2-13b-chat (transformers ~4.32 / 4.35, 512 + 512 tokens): -1% to -40%
     # under before the two caches were priced, growing with the batch. The quantised kernels at batch 1 stay ~10%
     # under (their fixed buffers, unpriced: the prefill-only rows M164, M168 miss by the same bytes).
-    import json
-    from pathlib import Path
-
-    from generator.accuracy import estimate_bytes, tensor_bytes
-    path = Path(__file__).resolve().parents[1] / "data" / "measurements" / "public.jsonl"
-    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
-    mine = {r["id"]: r for r in rows if (r.get("setup") or {}).get("transformers_version") and not r.get("excluded")
+    mine = {r["id"]: r for r in measured_rows("public")
+            if (r.get("setup") or {}).get("transformers_version") and not r.get("excluded")
             and r["setup"]["new_tokens"] and (r["setup"]["batch"] > 1 or r["setup"]["weights"] == "fp16")}
     assert len(mine) == 7
     for row_id, r in mine.items():

@@ -25,6 +25,7 @@ from generator.estimator.memory.job import job_memory
 from generator.estimator.memory.job_options import Job
 from generator.estimator.normalise import normalise
 from generator.settings import load_settings
+from tests.conftest import measured_rows
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "measurements"
 
@@ -88,7 +89,7 @@ def test_the_kernel_only_adds_memory():
 
 
 def _extra_rows(config_names: set[str]) -> list[dict]:
-    rows = [json.loads(line) for line in (DATA / "cpu-sim-extra.jsonl").read_text(encoding="utf-8").splitlines()]
+    rows = measured_rows("cpu-sim-extra")
     return [r for r in rows if Path(r["model"]).stem in config_names and r["measured"]["status"] == "ok"]
 
 

@@ -15,7 +15,7 @@ from generator.estimator.memory.job_options import Job
 from generator.estimator.memory.recipes import RECIPES
 from generator.estimator.memory.sdpa_table import NO_SDPA
 from generator.estimator.normalise import normalise
-from tests.conftest import snapshot_configs
+from tests.conftest import measured_rows, snapshot_configs
 from generator.settings import load_settings
 
 S = load_settings().assumptions
@@ -79,12 +79,8 @@ F9_MODELS = ("data/measurements/configs/", "Qwen/Qwen3-30B-A3B", "mistralai/Mixt
 def test_f9_terms_hold_their_measured_rows():
     """FINDINGS.md F9: xIELU, relu² at generate, differential attention, xglm's clamped eager scores and routed
     experts' gathered inputs and outputs, each within 2% of its CPU-simulated run (cpu-sim-extra.jsonl)."""
-    import json
-    from pathlib import Path
-
     from generator.accuracy import estimate_bytes
-    path = Path(__file__).resolve().parents[1] / "data" / "measurements" / "cpu-sim-extra.jsonl"
-    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    rows = measured_rows("cpu-sim-extra")
     f9 = {"apertus", "arcee", "diffllama", "xglm", "qwen3_moe", "mixtral"}  # F15's rows: tests/test_math_sdpa.py
     mine = [r for r in rows if r["model"].startswith(F9_MODELS) and r["model_type"] in f9
             and not (r["setup"]["attention"] == "eager" and r["setup"]["tokens"] >= 2048)]  # F17's: test_eager_backward

@@ -73,12 +73,12 @@ def score_bytes(a: Arch, c: int, r: Regime | None = None) -> int:
 def _score_widths(a: Arch, c: int, r: Regime | None) -> tuple[int, int, int]:
     """Per score element, the bytes eager attention keeps (before its softmax, the softmax's saved output, after
     it: the probabilities the AV matmul saves and the dropout's mask), as score_bytes reads them."""
-    widths = r.residual_bytes if r is not None else c  # the weights' bytes (a sink's, the mask's)
+    weights = r.residual_bytes if r is not None else c  # bytes per weight (a sink's; the mask follows them)
     cast = False  # transformers' eager_attention_forward casts even where that is a no-op (fp32): priced as kept
     if r is not None and a.model_type in CLAMPED_SCORES:
-        before, soft = max(c, widths), 4 if r.amp and not r.cpu else max(c, widths)
+        before, soft = max(c, weights), 4 if r.amp and not r.cpu else max(c, weights)
     elif a.model_type in SINK_SOFTMAX:
-        before, soft = 0, max(c, widths)
+        before, soft = 0, max(c, weights)
     elif a.model_type in AUTOCAST_SOFTMAX:
         before, soft = 0, c if r is not None and r.amp and r.cpu else 4
     else:
