@@ -8,8 +8,10 @@ from typing import Any
 from .checkpoint import explain
 from .config.arch import Arch
 from .graph.nodes import Graph
+from .memory.activations import regime
 from .memory.attention import default_attention, math_sdpa
-from .memory.lora import FUSED_EXPERTS
+from .memory.lora import FUSED_EXPERTS, PEFT_MAMBA_TYPES
+from .memory.recurrence import scan_backward_bytes, torch_scan_bytes
 from .memory.storage import bnb_keeps_experts
 
 
@@ -102,7 +104,8 @@ def check_quantization(a: Arch, g: Graph, stored: int | None) -> list[Finding]:
 
 
 def check_scope(a: Arch, train_tokens: int, requested_tokens: int, serve_tokens: int | None = None,
-                requested_serve: int | None = None, kind: str = "decoder") -> list[Finding]:
+                requested_serve: int | None = None, kind: str = "decoder", attends: bool = True) -> list[Finding]:
+    """Findings on what the estimate covers; `attends`: some layer has attention (an SSM has none to default)."""
     out = []
     if a.custom_code:
         out.append(Finding("custom_code", "info",
@@ -122,8 +125,8 @@ def check_scope(a: Arch, train_tokens: int, requested_tokens: int, serve_tokens:
         out.append(Finding("qlora_experts", "info",
                            "QLoRA keeps the routed experts in bf16: transformers 5 holds them as 3-D tensors, and "
                            "bitsandbytes quantises nn.Linear only (bitsandbytes#1849)."))
-    attention, why = default_attention(a)
-    kernel = math_sdpa(a, False, True) if attention != "eager" else ""
+    attention, why = default_attention(a) if attends else ("sdpa", "")
+    kernel = math_sdpa(a, False, True) if attention != "eager" and attends else ""
     if kernel:
         out.append(Finding("attention_math_kernel", "warning",
                            f"{kernel[0].upper()}{kernel[1:]}. Training and prefill memory here include those scores "
@@ -133,7 +136,7 @@ def check_scope(a: Arch, train_tokens: int, requested_tokens: int, serve_tokens:
                            f"{why}. Training memory here includes the attention scores and, at a layer's softmax "
                            "backward, their gradients (they grow with the square of the tokens); --attention sdpa "
                            "prices a run that asks for SDPA or FlashAttention."))
-    elif a.custom_code:
+    elif a.custom_code and attends:
         out.append(Finding("attention_default", "info",
                            "with trust_remote_code the repository's own modeling code runs; its attention was not "
                            "read. Priced as transformers' own class runs it (SDPA: no score matrix kept)."))
@@ -154,4 +157,27 @@ def check_scope(a: Arch, train_tokens: int, requested_tokens: int, serve_tokens:
         out.append(Finding("context", "info",
                            f"serving is sized at the model's context, {serve_tokens:,} tokens per sequence, not "
                            f"{requested_serve:,} ({why})."))
+    return out
+
+
+def check_scan_kernels(a: Arch, g: Graph, train_tokens: int) -> list[Finding]:
+    """Mamba mixers. Mamba-1: training is priced with mamba-ssm's fused scan; transformers' torch scan, which runs
+    without mamba-ssm and causal-conv1d (and always on the CPU), keeps fp32 states per inner x state element
+    (memory.recurrence): what it adds to a LoRA step at batch 1. peft's refusal of out_proj (lora.PEFT_MAMBA_TYPES)."""
+    out = []
+    if a.model_type in PEFT_MAMBA_TYPES:
+        out.append(Finding("lora_targets", "info",
+                           "peft refuses LoRA on a Mamba mixer's out_proj and conv1d, target_modules='all-linear' "
+                           "included: LoRA is priced on the mixer's other Linears (in_proj; x_proj and dt_proj in "
+                           "Mamba-1)."))
+    spec = g.spec
+    r = regime("lora", "amp", cpu=True)
+    per_token = sum(n * torch_scan_bytes(b, r) for b, n in spec.distinct_layers)
+    if per_token:
+        extra = train_tokens * (per_token + max(scan_backward_bytes(b) for b, _ in spec.distinct_layers))
+        out.append(Finding("scan_kernels", "warning",
+                           f"training is priced with mamba-ssm's fused selective scan, which transformers runs where "
+                           f"the mamba-ssm and causal-conv1d packages are installed. Without them (and always on a "
+                           f"CPU) it runs its torch scan, which keeps every step's fp32 state: a LoRA step at "
+                           f"{train_tokens:,} tokens would need about {extra / 1e9:,.1f} GB more."))
     return out

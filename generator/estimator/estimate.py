@@ -13,6 +13,7 @@ from .checks import (
     check_checkpoint,
     check_quantization,
     check_rope,
+    check_scan_kernels,
     check_scope,
     check_shapes,
     check_special_tokens,
@@ -196,9 +197,10 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
     costs = _costs(arch, graph, s, cards, gpus, profiles, adapters, flops_per_token)
     stored = stored_elements(arch)
     match = None if checkpoint_params is None else checkpoint_params in (graph.params_total, stored)
+    attends = any(p.attends for b in spec.blocks for p in b.parts)
     findings: list[Finding] = [*check_scope(arch, train_tokens, s.train_tokens, serve_tokens, s.serve_tokens,
-                                            spec.kind),
-                               *check_shapes(arch),
+                                            spec.kind, attends),
+                               *check_shapes(arch), *check_scan_kernels(arch, graph, train_tokens),
                                *check_special_tokens(arch), *check_rope(arch), *check_quantization(arch, graph, stored),
                                *check_checkpoint(arch, graph, checkpoint_params, stored), *past_context,
                                *serve_past]

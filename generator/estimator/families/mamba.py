@@ -24,14 +24,19 @@ from .assembly import Builder, assemble
 
 
 def mamba_part(name: str, hidden: int, inner: int, state: int, kernel: int, dt_rank: int, *, bias: bool = False,
-               conv_bias: bool = True, extra: int = 0, typ: str = "Mamba") -> Part:
+               conv_bias: bool = True, extra: int = 0, typ: str = "Mamba", heads: int = 1) -> Part:
+    """`heads` > 1: Zamba's multi-head mixer (modeling_zamba.ZambaMambaMixer), whose x_proj and dt_proj are
+    per-head parameters (x_proj_weight, dt_proj_weight), not nn.Linears a LoRA adapter can wrap; the per-head
+    sizes multiply back to the same totals (dt_rank and state are per head)."""
+    x_out = heads * (dt_rank + 2 * state)
     params = (linear(hidden, 2 * inner, bias) + inner * kernel + (inner if conv_bias else 0)
-              + linear(inner, dt_rank + 2 * state) + linear(dt_rank, inner, True) + inner * state + inner
+              + inner // heads * x_out + heads * dt_rank * inner // heads + inner + inner * state + inner
               + linear(inner, hidden, bias) + extra)
-    lin = ((hidden, 2 * inner), (inner, dt_rank + 2 * state), (dt_rank, inner), (inner, hidden))
-    return Part(name, typ, params, matmul=sum(i * o for i, o in lin), linears=lin,
-                act=7 * inner + dt_rank + 2 * state, act32=0, transient=3 * inner + dt_rank + 2 * state,
-                state=inner * kernel + inner * state)
+    mats = ((hidden, 2 * inner), (inner // heads, x_out), (heads * dt_rank, inner // heads), (inner, hidden))
+    lin = mats if heads == 1 else (mats[0], mats[3])
+    return Part(name, typ, params, matmul=sum(i * o for i, o in mats), linears=lin,
+                act=7 * inner + x_out, act32=0, transient=3 * inner + x_out,
+                state=inner * kernel + inner * state, scan=(inner, state, heads))
 
 
 def mamba2_part(name: str, hidden: int, inner: int, heads: int, head_dim: int, groups: int, state: int,

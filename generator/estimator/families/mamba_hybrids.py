@@ -182,7 +182,7 @@ def zamba_like(cfg: Mapping[str, Any], model: str, v2: bool) -> Arch:
 
         def mixer(i: int) -> Part:
             return mamba_part(f"Mamba_{i}", h, inner, state, conv, rank, bias=r.flag("mamba_proj_bias", False),
-                              conv_bias=r.flag("mamba_conv_bias", True))
+                              conv_bias=r.flag("mamba_conv_bias", True), heads=r.int("n_mamba_heads", 2))
     hybrids = [i for i, t in enumerate(types) if t == "hybrid"]
     mem = r.int("num_mem_blocks", 1) if v2 else 1
     rank_a = r.int("adapter_rank", 128) if v2 else 0

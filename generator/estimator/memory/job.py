@@ -32,7 +32,12 @@ from .lora import target_roles
 from .parallel import Phase
 from .profile import encoder_tokens, kv_bytes_of_block
 from .recipes import loss_terms
+from .recurrence import scan_backward_terms
 from .storage import dequant_transient_bytes, quantised_params, saves_matmul_input, stored_mats, weight_bytes
+
+# The late-backward moments a layer's own backward adds (beside what the layers saved, the head's tensors freed).
+EAGER_PHASE = "backward (attention scores' gradients)"
+SCAN_PHASE = "backward (the torch scan's state gradients)"
 
 PARTS = ("weights", "gradients", "optimizer_state", "activations", "logits", "kv_cache", "overhead")
 
@@ -192,10 +197,16 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
     made = head_grads + param_bytes * max(b.params for b, _ in distinct) if r.trained and math_grads else 0
     # eager attention's softmax backward, per distinct layer with attention: bytes beside what the layer saved, and
     # (a full fine-tune) the gradients made by then and the autocast copies freed (eager_backward_terms)
-    late = [(i, T * t.per_token + T * T * t.per_token_sq, param_bytes * t.params_after if r.trained else 0,
-             2 * t.matmul_after if r.trained and r.amp else 0)
+    late = [(EAGER_PHASE, i, T * t.per_token + T * T * t.per_token_sq,
+             param_bytes * t.params_after if r.trained else 0, 2 * t.matmul_after if r.trained and r.amp else 0)
             for i, t in enumerate(eager_backward_values(a, g, r, rank, roles, memo, saves, job.upcast_fp32))
             if t.per_token_sq] if job.attention == "eager" else []
+    if r.cpu:  # the torch scan's backward of a Mamba layer (recurrence.scan_backward_terms): on the CPU, always
+        for i, (b, _) in enumerate(distinct):
+            scan, params_after, matmul_after = scan_backward_terms(b)
+            if scan:
+                late.append((SCAN_PHASE, i, T * scan, param_bytes * params_after if r.trained else 0,
+                             2 * matmul_after if r.trained and r.amp else 0))
     # checkpointing a full fine-tune: the first layer of the stack, its input alone kept (and the embedding's
     # output), and the gradients of every other layer made before its recomputation, and of its own last Linear,
     # whose backward runs first while the layer's saved tensors are all still live (read off F18's peak)
@@ -251,15 +262,25 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
                                  optimizer_state=state, activations=B * (live + math_saved + math_grads)
                                  + (0 if grad_ckpt else fixed_sum),
                                  overhead_weights=ckpt_copies[1] if grad_ckpt else copies, overhead_fixed=dequant))
-        if late:  # the layer whose (recomputed) softmax backward holds the most, the head's tensors freed
-            k, extra, made_after, freed = max(late, key=lambda t: B * t[1] + t[2] - t[3]
-                                              + (B * layer[t[0]] + fixed[t[0]] if grad_ckpt else 0))
+        if late:  # the layer whose (recomputed) softmax or scan backward holds the most, the head's tensors freed
+            name, k, extra, made_after, freed = max(late, key=lambda t: B * t[2] + t[3] - t[4]
+                                                    + (B * layer[t[1]] + fixed[t[1]] if grad_ckpt else 0))
             live, experts = (B * (inputs + layer[k] + extra), fixed[k]) if grad_ckpt else \
                 (B * (emb + layers_sum + T * views + kept + extra), fixed_sum)
-            phases.append(_phase("backward (attention scores' gradients)", weights=weights, optimizer_state=state,
+            if name == SCAN_PHASE and not grad_ckpt and r.trained and r.amp:
+                freed += 2 * head_mm  # the head's backward ran: its autocast copy is freed
+            phases.append(_phase(name, weights=weights, optimizer_state=state,
                                  gradients=head_grads + made_after, activations=live + experts,
                                  overhead_fixed=dequant, experts=experts,
                                  overhead_weights=(ckpt_copies[1] if grad_ckpt else copies) - freed))
+        scan_first = [t for t in late if t[0] == SCAN_PHASE and t[1] == first]
+        if grad_ckpt and r.trained and scan_first:  # a full fine-tune's first recomputed layer: every later
+            # layer's gradients made (as F18's phase), beside that layer's scan backward
+            _, k, extra, made_after, freed = scan_first[0]
+            phases.append(_phase(SCAN_PHASE, weights=weights, optimizer_state=state,
+                                 gradients=first_grads + made_after - param_bytes * last_linear_params(distinct[k][0]),
+                                 activations=B * (first_inputs + layer[k] + extra) + fixed[k], overhead_fixed=dequant,
+                                 experts=fixed[k], overhead_weights=ckpt_copies[1] - freed))
         out.append((*phases, *closing))
     return out, trainable, c, param_bytes
 

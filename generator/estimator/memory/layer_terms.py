@@ -24,6 +24,7 @@ from .activations import (
 )
 from .attention import eager_backward_bytes, eager_layer_terms, math_layer_terms, math_sdpa
 from .lora import all_linear_roles, block_lora_params, distinct_inputs
+from .recurrence import torch_scan_bytes
 
 T = TypeVar("T")  # what a term is per layer (bytes, or a tuple of terms)
 
@@ -130,6 +131,8 @@ def layer_bytes(a: Arch, b: Block, r: Regime, attention: str, T: int, saves: boo
     else:  # SDPA handed a mask keeps it (F11)
         linear, squared = masked_sdpa_terms(a, b, T, r)
     out += linear + squared * T
+    if r.cpu:  # on the CPU transformers runs a Mamba mixer's torch scan, never mamba-ssm's kernels
+        out += torch_scan_bytes(b, r)
     if saves:
         # A bitsandbytes matmul that saves its input (saves_matmul_input), where nn.Linear on a frozen weight would
         # save none: one copy of each distinct input not saved already (q/k/v and gate/up share theirs; o_proj

@@ -15,6 +15,16 @@ ROLE_GROUP = {"q": "attn_in", "k": "attn_in", "v": "attn_in", "qkv": "attn_in", 
               "gate": "mlp_in", "up": "mlp_in", "gate_up": "mlp_in", "down": "mlp_mid"}
 
 
+# A Mamba mixer's nn.Linears in forward order (modeling_mamba.MambaMixer: in_proj, x_proj, dt_proj, out_proj;
+# modeling_mamba2.Mamba2Mixer: in_proj, out_proj), as graph's mamba_part and mamba2_part list them.
+SSM_ROLES = {"Mamba": ("ssm_in", "ssm_x", "ssm_dt", "ssm_out"), "Mamba-2": ("ssm_in", "ssm_out")}
+
+# peft refuses LoRA on a Mamba mixer's out_proj and conv1d for these model types, "all-linear" included
+# (peft/tuners/tuners_utils.py _check_lora_target_modules_mamba: the fused kernels read out_proj's weight
+# directly): "all-linear" here prices every Linear peft accepts.
+PEFT_MAMBA_TYPES = frozenset({"falcon_h1", "mamba", "mamba2", "falcon_mamba", "nemotron_h"})
+
+
 def linear_roles(p: Part) -> tuple[str, ...]:
     """q, k, v, o / qkv, o for attention; gate, up, down / gate_up, down / up, down for MLPs; an MoE part's
     shared-expert Linears 'shared'; else 'linear'."""
@@ -30,6 +40,10 @@ def linear_roles(p: Part) -> tuple[str, ...]:
         return ("gate_up", "down") if n == 2 else ("gate", "up", "down")
     if p.type == "MLP" and n == 2:
         return ("up", "down")
+    if p.type in SSM_ROLES and n == len(SSM_ROLES[p.type]):
+        return SSM_ROLES[p.type]
+    if p.scan and n == 2:  # Zamba's mixer: x_proj and dt_proj are per-head parameters, not nn.Linears
+        return SSM_ROLES["Mamba-2"]
     return ("linear",) * n
 
 
@@ -46,7 +60,8 @@ def adapted_linears(b: Block, roles: frozenset[str] | None) -> list[tuple[int, i
 # Module names per LoRA role, as transformers' modeling files name them (peft matches target_modules by the
 # last name component). Default: modeling_llama and its descendants; plain MLPs default to fc1/fc2.
 NAMES = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "o_proj", "qkv": "qkv_proj", "gate": "gate_proj",
-         "up": "up_proj", "down": "down_proj", "gate_up": "gate_up_proj"}
+         "up": "up_proj", "down": "down_proj", "gate_up": "gate_up_proj", "ssm_in": "in_proj", "ssm_x": "x_proj",
+         "ssm_dt": "dt_proj", "ssm_out": "out_proj"}
 
 
 FAMILY_NAMES = {
@@ -96,12 +111,15 @@ EXPERT_ROLES = frozenset({"router", "experts_gate_up", "experts_down"})
 PATTERN_DROPS = {"mixtral": frozenset(), "qwen2_moe": frozenset({"gate", "up", "down", "shared"})}
 
 # Every role a layer's Linears and tensors can play: "all-linear" of a FUSED_EXPERTS model is these less the drops.
-ALL_ROLES = frozenset(ROLE_GROUP) | {"linear", "shared"} | EXPERT_ROLES
+ALL_ROLES = frozenset(ROLE_GROUP) | {"linear", "shared"} | EXPERT_ROLES | {r for v in SSM_ROLES.values() for r in v}
 
 
 def all_linear_roles(a: Arch) -> frozenset[str] | None:
     """What "all-linear" adapts: None (every nn.Linear) but for FUSED_EXPERTS models, where peft's conversion
-    adds the router and the expert tensors and drops the Linears named as the pattern's v4 expert names."""
+    adds the router and the expert tensors and drops the Linears named as the pattern's v4 expert names, and for
+    PEFT_MAMBA_TYPES, whose out_proj peft refuses."""
+    if a.model_type in PEFT_MAMBA_TYPES:
+        return ALL_ROLES - {"ssm_out"}
     pattern = FUSED_EXPERTS.get(a.model_type)
     return None if pattern is None else ALL_ROLES - PATTERN_DROPS[pattern]
 
@@ -157,6 +175,9 @@ def target_roles(a: Arch, g: Graph, targets: str, model: str) -> frozenset[str] 
             hit = {name} & present or ({"qkv"} & present if name in ("q", "k", "v") else set())
         else:
             hit = {r for r in present if names.get(r) == name}
+        if "ssm_out" in hit and a.model_type in PEFT_MAMBA_TYPES:
+            raise JobError(model, "lora_targets", name, f"peft refuses LoRA on a Mamba mixer's out_proj in a "
+                                                        f"{a.model_type} model (its fused kernels read the weight)")
         if not hit:
             known = sorted({names[r] for r in present if r in names}) + ["mlp", "all-linear"]
             raise JobError(model, "lora_targets", name, f"no Linear of this {a.model_type} model is named so; "
