@@ -10,8 +10,8 @@ from .config.arch import Arch
 from .graph.nodes import Graph
 from .memory.activations import regime
 from .memory.attention import default_attention, math_sdpa
-from .memory.lora import FUSED_EXPERTS, PEFT_MAMBA_TYPES
-from .memory.recurrence import scan_backward_bytes, torch_scan_bytes
+from .memory.lora import FUSED_EXPERTS
+from .memory.recurrence import chunk_scan_moments, scan_backward_bytes, torch_scan_bytes
 from .memory.storage import bnb_keeps_experts
 
 
@@ -161,23 +161,18 @@ def check_scope(a: Arch, train_tokens: int, requested_tokens: int, serve_tokens:
 
 
 def check_scan_kernels(a: Arch, g: Graph, train_tokens: int) -> list[Finding]:
-    """Mamba mixers. Mamba-1: training is priced with mamba-ssm's fused scan; transformers' torch scan, which runs
-    without mamba-ssm and causal-conv1d (and always on the CPU), keeps fp32 states per inner x state element
-    (memory.recurrence): what it adds to a LoRA step at batch 1. peft's refusal of out_proj (lora.PEFT_MAMBA_TYPES)."""
-    out = []
-    if a.model_type in PEFT_MAMBA_TYPES:
-        out.append(Finding("lora_targets", "info",
-                           "peft refuses LoRA on a Mamba mixer's out_proj and conv1d, target_modules='all-linear' "
-                           "included: LoRA is priced on the mixer's other Linears (in_proj; x_proj and dt_proj in "
-                           "Mamba-1)."))
+    """Mamba mixers: training is priced with mamba-ssm's fused kernels; transformers' torch scan, which runs without
+    mamba-ssm and causal-conv1d (and always on the CPU), keeps fp32 states per step or chunk (memory.recurrence):
+    what it adds to a LoRA step at batch 1. (peft's refusal of out_proj, lora.PEFT_MAMBA_TYPES, is priced
+    silently and named by --lora-targets out_proj's error.)"""
     spec = g.spec
     r = regime("lora", "amp", cpu=True)
-    per_token = sum(n * torch_scan_bytes(b, r) for b, n in spec.distinct_layers)
-    if per_token:
-        extra = train_tokens * (per_token + max(scan_backward_bytes(b) for b, _ in spec.distinct_layers))
-        out.append(Finding("scan_kernels", "warning",
-                           f"training is priced with mamba-ssm's fused selective scan, which transformers runs where "
-                           f"the mamba-ssm and causal-conv1d packages are installed. Without them (and always on a "
-                           f"CPU) it runs its torch scan, which keeps every step's fp32 state: a LoRA step at "
-                           f"{train_tokens:,} tokens would need about {extra / 1e9:,.1f} GB more."))
-    return out
+    per_token = sum(n * torch_scan_bytes(b, r, train_tokens) for b, n in spec.distinct_layers)
+    if not per_token:
+        return []
+    moments = [max(train_tokens * scan_backward_bytes(b), *chunk_scan_moments(b, r, train_tokens))
+               for b, _ in spec.distinct_layers]
+    extra = train_tokens * per_token + max(moments)
+    return [Finding("scan_kernels", "warning",
+                    f"priced with mamba-ssm's fused scan; without mamba-ssm (or on a CPU) transformers' torch scan "
+                    f"adds {extra / 1e9:,.1f} GB to LoRA at {train_tokens:,} tokens.")]

@@ -36,12 +36,14 @@ def mamba_part(name: str, hidden: int, inner: int, state: int, kernel: int, dt_r
     lin = mats if heads == 1 else (mats[0], mats[3])
     return Part(name, typ, params, matmul=sum(i * o for i, o in mats), linears=lin,
                 act=7 * inner + x_out, act32=0, transient=3 * inner + x_out,
-                state=inner * kernel + inner * state, scan=(inner, state, heads))
+                state=inner * kernel + inner * state, scan=(1, inner, state, heads))
 
 
 def mamba2_part(name: str, hidden: int, inner: int, heads: int, head_dim: int, groups: int, state: int,
                 kernel: int, *, bias: bool = False, conv_bias: bool = True, norm: bool = True, extra: int = 0,
-                typ: str = "Mamba-2") -> Part:
+                typ: str = "Mamba-2", chunk: int = 256) -> Part:
+    """`chunk`: the SSD algorithm's chunk length (config chunk_size / mamba_chunk_size), which sizes its torch
+    path's per-chunk tensors (memory.recurrence)."""
     conv = inner + 2 * groups * state
     proj = 2 * inner + 2 * groups * state + heads
     params = (linear(hidden, proj, bias) + conv * kernel + (conv if conv_bias else 0) + 3 * heads
@@ -49,7 +51,7 @@ def mamba2_part(name: str, hidden: int, inner: int, heads: int, head_dim: int, g
     lin = ((hidden, proj), (inner, hidden))
     return Part(name, typ, params, matmul=hidden * proj + inner * hidden, linears=lin,
                 act=proj + conv + 4 * inner, act32=heads, transient=proj + conv + inner,
-                state=conv * kernel + heads * head_dim * state)
+                state=conv * kernel + heads * head_dim * state, scan=(2, inner, state, heads, groups, chunk, kernel))
 
 
 def ssm_model(cfg: Mapping[str, Any], model: str, mt: str, v2: bool) -> Arch:
@@ -62,8 +64,9 @@ def ssm_model(cfg: Mapping[str, Any], model: str, mt: str, v2: bool) -> Arch:
     if v2:
         heads, hd, groups = r.int("num_heads"), r.int("head_dim"), r.int("n_groups", 1)
         inner = r.derived("intermediate_size", expand * h, "expand x hidden_size")
+        chunk = r.int("chunk_size", 256)
         mixer = lambda i: mamba2_part(f"Mamba2_{i}", h, inner, heads, hd, groups, state, kernel, bias=bias,  # noqa: E731
-                                      conv_bias=conv_bias)
+                                      conv_bias=conv_bias, chunk=chunk)
     else:
         inner = r.int("intermediate_size", expand * h)
         rank = cfg.get("time_step_rank")

@@ -55,7 +55,7 @@ def mamba2_from(d: Dims, n: int, prefix: str = "mamba_", *, inner: int | None = 
         else r.int(prefix + "d_head")
     return mamba2_part(f"Mamba2_{n}", d.hidden, inner, heads, hd, r.int(prefix + "n_groups", 1),
                        r.int(prefix + "d_state"), r.int(prefix + "d_conv", 4), bias=r.flag(prefix + "proj_bias", False),
-                       conv_bias=r.flag(prefix + "conv_bias", True), norm=norm)
+                       conv_bias=r.flag(prefix + "conv_bias", True), norm=norm, chunk=r.int(prefix + "chunk_size", 256))
 
 
 def _bamba_mixer(d: Dims, i: int) -> str:
@@ -103,7 +103,8 @@ def _nemotron_mamba(d: Dims, n: int) -> Part:
     heads, hd = r.int("mamba_num_heads"), r.int("mamba_head_dim")
     return mamba2_part(f"Mamba2_{n}", d.hidden, heads * hd, heads, hd, r.int("n_groups", 1), r.int("ssm_state_size"),
                        r.int("conv_kernel", 4), bias=r.flag("mamba_proj_bias", False),
-                       conv_bias=r.flag("use_conv_bias", True))
+                       conv_bias=r.flag("use_conv_bias", True),
+                       chunk=r.int("mamba_chunk_size", r.int("chunk_size", 128)))
 
 
 def _nemotron_mlp(d: Dims, n: int) -> Part:
@@ -172,7 +173,8 @@ def zamba_like(cfg: Mapping[str, Any], model: str, v2: bool) -> Arch:
 
         def mixer(i: int) -> Part:
             return mamba2_part(f"Mamba2_{i}", h, inner, mheads, inner // mheads, r.int("mamba_ngroups", 1), state, conv,
-                               bias=r.flag("add_bias_linear", False), conv_bias=r.flag("use_conv_bias", True))
+                               bias=r.flag("add_bias_linear", False), conv_bias=r.flag("use_conv_bias", True),
+                               chunk=r.int("chunk_size", 256))
     else:
         p, o = r.int("attn_layer_period", 6), r.int("attn_layer_offset", 4, minimum=0)
         types = _types(r, n, ["linear_attention", "linear_attention", "hybrid"] +

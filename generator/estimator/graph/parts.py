@@ -40,7 +40,7 @@ class Part(NamedTuple):
     mats: tuple[tuple[int, int, int], ...] = ()  # (count, in, out) weight matrices a quantised
     # checkpoint stores packed: every nn.Linear of the part and the experts' 3-D tensors. () = linears
     top_k: int = 0  # routed experts: the experts each token runs (their rows of the gathered input)
-    scan: tuple[int, ...] = ()  # a Mamba-1 mixer's (inner, state, heads) for memory.recurrence
+    scan: tuple[int, ...] = ()  # a Mamba mixer's dims for memory.recurrence (families.mamba: mamba_part, mamba2_part)
 
     @property
     def weight_mats(self) -> tuple[tuple[int, int, int], ...]:
@@ -373,7 +373,7 @@ def combine(name: str, typ: str, *parts: Part) -> Part:
                 act=total("act"), act32=total("act32"), act_frozen=sum(p.frozen_act for p in parts),
                 transient=max(p.transient for p in parts), kv=total("kv"),
                 window=max(p.window for p in parts), state=total("state"), attn_flops=total("attn_flops"),
-                mats=tuple(x for p in parts for x in p.weight_mats))
+                mats=tuple(x for p in parts for x in p.weight_mats), scan=next((p.scan for p in parts if p.scan), ()))
 
 
 # Block type names shown in the structure table.

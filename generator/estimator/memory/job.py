@@ -32,7 +32,7 @@ from .lora import target_roles
 from .parallel import Phase
 from .profile import encoder_tokens, kv_bytes_of_block
 from .recipes import loss_terms
-from .recurrence import scan_backward_terms
+from .recurrence import chunk_scan_moments, scan_backward_terms
 from .storage import dequant_transient_bytes, quantised_params, saves_matmul_input, stored_mats, weight_bytes
 
 # The late-backward moments a layer's own backward adds (beside what the layers saved, the head's tensors freed).
@@ -201,11 +201,12 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
              param_bytes * t.params_after if r.trained else 0, 2 * t.matmul_after if r.trained and r.amp else 0)
             for i, t in enumerate(eager_backward_values(a, g, r, rank, roles, memo, saves, job.upcast_fp32))
             if t.per_token_sq] if job.attention == "eager" else []
+    chunked = [chunk_scan_moments(b, r, T) for b, _ in distinct] if r.cpu else []
     if r.cpu:  # the torch scan's backward of a Mamba layer (recurrence.scan_backward_terms): on the CPU, always
         for i, (b, _) in enumerate(distinct):
             scan, params_after, matmul_after = scan_backward_terms(b)
-            if scan:
-                late.append((SCAN_PHASE, i, T * scan, param_bytes * params_after if r.trained else 0,
+            if scan or chunked[i][1] > 0:
+                late.append((SCAN_PHASE, i, T * scan + chunked[i][1], param_bytes * params_after if r.trained else 0,
                              2 * matmul_after if r.trained and r.amp else 0))
     # checkpointing a full fine-tune: the first layer of the stack, its input alone kept (and the embedding's
     # output), and the gradients of every other layer made before its recomputation, and of its own last Linear,
@@ -226,6 +227,10 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
             phases = [_phase("loss (logits)" if logits * 2 > acts else "backward (activations)", weights=weights,
                              optimizer_state=state, activations=B * (acts - logits) + fixed_sum, logits=B * logits,
                              overhead_weights=copies, overhead_fixed=dequant + chunk, experts=fixed_sum)]
+            if any(f for f, _ in chunked):  # the last Mamba-2 layer's forward, before the head (recurrence)
+                phases.append(_phase("forward (the torch scan's chunks)", weights=weights, optimizer_state=state,
+                                     activations=B * (emb + layers_sum + max(f for f, _ in chunked)) + fixed_sum,
+                                     overhead_weights=copies, overhead_fixed=dequant, experts=fixed_sum))
         else:
             # non-reentrant checkpointing per decoder layer (transformers gradient_checkpointing_enable): each
             # layer keeps only its input through the forward. At the loss nothing is recomputed; then the backward
@@ -242,6 +247,12 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
                              gradients=head_grads,
                              activations=B * inputs + B * (recomputed[0] + recomputed[1]) + recomputed[2],
                              overhead_weights=ckpt_copies[1], overhead_fixed=dequant, experts=recomputed[2])]
+            if any(f for f, _ in chunked):  # a Mamba-2 layer's recomputed forward at its chunks (recurrence)
+                k = max(range(len(distinct)), key=lambda i: B * (layer[i] + chunked[i][0]) + fixed[i])
+                phases.append(_phase("backward (recomputing the torch scan's chunks)", weights=weights,
+                                     optimizer_state=state, gradients=head_grads,
+                                     activations=B * (inputs + layer[k] + chunked[k][0]) + fixed[k],
+                                     overhead_weights=ckpt_copies[1], overhead_fixed=dequant, experts=fixed[k]))
             if r.trained:  # a full fine-tune's gradients grow as the backward goes down the stack while the
                 # checkpointed inputs are freed: the first layer's recomputation, beside every later layer's gradients
                 phases.append(_phase("backward (recomputing the first checkpointed layer)", weights=weights,

@@ -132,7 +132,7 @@ def layer_bytes(a: Arch, b: Block, r: Regime, attention: str, T: int, saves: boo
         linear, squared = masked_sdpa_terms(a, b, T, r)
     out += linear + squared * T
     if r.cpu:  # on the CPU transformers runs a Mamba mixer's torch scan, never mamba-ssm's kernels
-        out += torch_scan_bytes(b, r)
+        out += torch_scan_bytes(b, r, T)
     if saves:
         # A bitsandbytes matmul that saves its input (saves_matmul_input), where nn.Linear on a frozen weight would
         # save none: one copy of each distinct input not saved already (q/k/v and gate/up share theirs; o_proj

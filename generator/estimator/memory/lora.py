@@ -32,8 +32,10 @@ def linear_roles(p: Part) -> tuple[str, ...]:
     if p.type.startswith("MoE"):
         return ("shared",) * n
     if p.attends:
-        if n >= 4 and p.linears[0][0] == p.linears[1][0] == p.linears[2][0]:
-            return ("q", "k", "v", "o") + ("linear",) * (n - 4)
+        # falcon_h1's node runs attention and a Mamba-2 mixer side by side (graph combine): the mixer's Linears last
+        ssm = SSM_ROLES["Mamba-2"] if p.scan and p.scan[0] == 2 else ()
+        if n >= 4 + len(ssm) and p.linears[0][0] == p.linears[1][0] == p.linears[2][0]:
+            return ("q", "k", "v", "o") + ("linear",) * (n - 4 - len(ssm)) + ssm
         if n >= 2:
             return ("qkv", "o") + ("linear",) * (n - 2)
     if p.type in ("SwiGLU", "GeGLU", "GLU") and n in (2, 3):
@@ -42,7 +44,7 @@ def linear_roles(p: Part) -> tuple[str, ...]:
         return ("up", "down")
     if p.type in SSM_ROLES and n == len(SSM_ROLES[p.type]):
         return SSM_ROLES[p.type]
-    if p.scan and n == 2:  # Zamba's mixer: x_proj and dt_proj are per-head parameters, not nn.Linears
+    if p.scan and p.scan[0] == 1 and n == 2:  # Zamba's mixer: x_proj and dt_proj are per-head parameters, not nn.Linears
         return SSM_ROLES["Mamba-2"]
     return ("linear",) * n
 

@@ -22,10 +22,10 @@ from .activations import Regime
 
 def scan_dims(p: Part) -> tuple[int, int, int] | None:
     """(inner, state, heads) of a Mamba-1 mixer (graph mamba_part's `scan`), else None."""
-    return (p.scan[0], p.scan[1], p.scan[2]) if p.scan else None
+    return (p.scan[1], p.scan[2], p.scan[3]) if p.scan and p.scan[0] == 1 else None
 
 
-def torch_scan_bytes(b: Block, r: Regime) -> int:
+def torch_scan_bytes(b: Block, r: Regime, tokens: int = 1) -> int:
     """Per token, what the torch scan of a layer's Mamba-1 mixers keeps beyond the part's priced `act` (module
     docstring): 12 B per inner x state element (discrete_A, discrete_B, the step's state, fp32) plus the state's
     cast to the compute dtype where that is narrower; per inner channel 8 B of fp32 (x.float(), scan + x D) and 6
@@ -42,7 +42,7 @@ def torch_scan_bytes(b: Block, r: Regime) -> int:
         out += inner * state * (12 + (c if c < 4 else 0)) + inner * (8 - c) + 4 * state
         if r.trained:
             out += c * inner
-    return out
+    return out + sum(chunk_scan_bytes(p, r, tokens) for p in b.parts if p.scan and p.scan[0] == 2)
 
 
 def scan_backward_bytes(b: Block) -> int:
@@ -50,6 +50,37 @@ def scan_backward_bytes(b: Block) -> int:
     accumulated fp32 gradient and one step's zero-filled select gradient (module docstring); Zamba's heads run
     their scans one after the other (ZambaMambaMixer's loop over heads), so one head's at a time."""
     return max((16 * dims[0] // dims[2] * dims[1] for p in b.parts if (dims := scan_dims(p)) is not None), default=0)
+
+
+def chunk_scan_moments(b: Block, r: Regime, tokens: int) -> tuple[int, int]:
+    """(forward, backward): bytes a layer's Mamba-2 torch path holds beyond its saved tensors (chunk_scan_bytes) at
+    its two moments, read off the live tensors of CPU-simulated steps (FINDINGS.md F21). Forward, once Y_diag +
+    Y_off is made (a checkpointed layer's recomputation too): the second padded copy of B or C and B x decay (fp32),
+    x dt, the padded x, Y_off, their sum and its contiguous copy, the second Y einsum's output, the conv's silu
+    output, the chunk states' recurrence; under autocast also M = G L in fp32, which without autocast is saved
+    anyway; the gated norm and the D residual's sum are not made yet. Backward: under autocast the diagonal block's
+    fp32 gradients of M (two), of G (upcast) and of B's terms, less what the layer's later backward freed (the
+    norm, the casts of M, B, C and x, the padded copy, the chunk states); without autocast the gated norm's
+    backward (five fp32 tensors of the inner width, beside every saved one) holds more."""
+    fwd = bwd = 0
+    for p in b.parts:
+        if not p.scan or p.scan[0] != 2:
+            continue
+        _, inner, state, heads, groups, chunk, _ = p.scan
+        chunks = -(-tokens // chunk)
+        padded = chunks * chunk
+        hpn = inner * state
+        silu = 2 * (inner + 2 * groups * state) * tokens if r.compute_bytes == 2 else 0
+        norm = 20 * inner * tokens
+        if r.amp:
+            fwd += (padded * (4 * heads * chunk + 8 * heads * state + 14 * inner) - 8 * inner * tokens + silu
+                    + 2 * hpn * (chunks + 2))
+            bwd += max(norm, padded * (12 * heads * chunk - 6 * inner - 8 * heads) - 6 * inner * tokens
+                       - 2 * hpn * (2 * chunks + 1))
+        else:
+            fwd += padded * (8 * heads * state + 16 * inner) - 8 * inner * tokens + silu + 4 * hpn * (chunks + 2)
+            bwd += norm
+    return fwd, bwd
 
 
 def scan_backward_terms(b: Block) -> tuple[int, int, int]:
@@ -62,3 +93,36 @@ def scan_backward_terms(b: Block) -> tuple[int, int, int]:
     after = Block(b.index, b.kind, b.parts[last + 1:], b.stack)
     out_proj = b.parts[last].linears[-1][0] * b.parts[last].linears[-1][1]
     return scan_backward_bytes(b), after.params + out_proj, after.matmul + out_proj
+
+
+def chunk_scan_bytes(p: Part, r: Regime, tokens: int) -> int:
+    """Per token (rounded up), what a Mamba-2 mixer's torch path keeps beyond the part's priced `act` and `act32`:
+    transformers' mamba2_chunk_scan (modeling_mamba2.py, the SSD algorithm of Dao & Gu 2024, arXiv:2405.21060) pads
+    the sequence to whole chunks and keeps, per padded token, chunk x heads scores three times (L = exp(segsum),
+    fp32; G = C B^T and M = G L, bf16 under autocast, fp32 without: the einsums' operands), heads x state copies of
+    B and C (repeated per head from their groups, padded, and cast for each einsum), and head_dim x heads tensors
+    (the padded x, the D residual's sum, the einsum casts); per real token the projection (its views feed the conv),
+    x.float(), the gated norm's fp32 input, silu and product, dt in fp32 and softplus; per chunk the chunk states
+    and their recurrence. Read off the CPU simulation's live tensors per regime (FINDINGS.md F21): bf16 autocast
+    with frozen or trained weights, and no autocast in bf16 or fp32."""
+    _, inner, state, heads, _, chunk, kernel = p.scan
+    c = r.compute_bytes
+    groups = p.scan[4]
+    conv = inner + 2 * groups * state
+    proj = 2 * inner + conv + heads
+    chunks = -(-tokens // chunk)
+    padded = chunks * chunk
+    hpn = inner * state  # heads x head_dim x state: one chunk's state
+    if r.amp:
+        per_token = (22 * inner + 12 * heads + 2 * conv) if r.trained else (2 * proj + 16 * inner + 8 * heads)
+        per_padded = 8 * heads * chunk + 12 * heads * state + (14 if r.trained else 10) * inner + 8 * heads
+        per_chunks = 2 * hpn * (2 * chunks + 1) + 6 * heads * (chunks + 1) ** 2
+    else:
+        per_token = (4 * proj + 4 * conv + 8 * inner + 12 * heads) if c == 4 else (c * proj + 16 * inner + 8 * heads)
+        per_token += (2 * c * inner + 4 * heads) if r.trained else 0
+        per_padded = 12 * heads * chunk + 20 * heads * state + (20 if r.trained else 16) * inner + 8 * heads
+        per_chunks = 4 * hpn * (2 * chunks + 1) + 4 * heads * (chunks + 1) ** 2
+    total = (tokens * per_token + (2 if c == 2 else 4) * conv * (tokens + kernel - 1) + padded * per_padded
+             + per_chunks + 2 * chunk * chunk + 2 * (chunks + 1) ** 2 + 4 * heads)
+    priced = tokens * (c * (p.act if r.trained else p.frozen_act) + 4 * p.act32)
+    return max(0, -(-(total - priced) // tokens))
