@@ -40,6 +40,11 @@ SINK_SOFTMAX = {"gpt_oss": "modeling_gpt_oss.eager_attention_forward",
 # the cast is a no-op.
 AUTOCAST_SOFTMAX = {"gpt_neo": "modeling_gpt_neo.GPTNeoSelfAttention._attn"}
 
+# Eager attention whose scores take the residual stream's dtype: baddbmm into zeros of the query's dtype (the
+# rotary embedding's cos and sin follow the embedding output: fp32 under a full fine-tune's AMP), the mask added,
+# then a softmax that names no dtype: CUDA autocast runs it in fp32, CPU autocast in its input's dtype.
+PROMOTED_SOFTMAX = {"gpt_neox_japanese": "modeling_gpt_neox_japanese.GPTNeoXJapaneseAttention._attn"}
+
 
 def default_attention(a: Arch) -> tuple[str, str]:
     """(the attention a job runs when none is asked, why). transformers picks SDPA only for classes with
@@ -81,11 +86,13 @@ def _score_widths(a: Arch, c: int, r: Regime | None) -> tuple[int, int, int]:
         before, soft = 0, max(c, weights)
     elif a.model_type in AUTOCAST_SOFTMAX:
         before, soft = 0, c if r is not None and r.amp and r.cpu else 4
+    elif a.model_type in PROMOTED_SOFTMAX:
+        before, soft = 0, max(c, weights) if r is not None and r.cpu or r is None and c == 4 else 4
     else:
         before = (c if a.raw.get("attn_logit_softcapping") else 0) + (c if a.model_type in LSE_SINK_SCORES else 0)
         soft, cast = 4, True
-    if r is not None and r.dropout and attention_dropout(a) > 0:
-        return before, soft, mask_bytes(r, c) + c  # the dropped probabilities are a new tensor
+    if r is not None and r.dropout and attention_dropout(a) > 0:  # the dropped probabilities are a new tensor
+        return before, soft, mask_bytes(r, soft if a.model_type in PROMOTED_SOFTMAX else c) + c
     return before, soft, c if soft != c or cast else 0  # no cast where the softmax kept the compute dtype
 
 
