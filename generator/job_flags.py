@@ -53,6 +53,9 @@ def add_setup_arguments(p: argparse.ArgumentParser) -> None:
     ex.add_argument("--transformers-version", metavar="X.Y.Z",
                     help="the transformers release of an inference run (default: a current one; before 4.36 "
                          "generate held the previous step's KV cache beside the new one)")
+    ex.add_argument("--scan", choices=j.SCANS,
+                    help="a Mamba mixer's scan: fused (mamba-ssm's kernels, the default on a GPU) or torch "
+                         "(transformers' own code, which runs without mamba-ssm and causal-conv1d)")
     ex.add_argument("--lora-targets", metavar="NAMES", help="all-linear, or comma-separated module names (q_proj,v_proj)")
     ex.add_argument("--new-tokens", type=int, metavar="N", help="tokens generated after the prompt (inference)")
     ex.add_argument("--attention", choices=j.ATTENTIONS,
@@ -110,7 +113,7 @@ def asked(args: argparse.Namespace) -> bool:
     return any(v is not None for v in (args.recipe, args.method, args.precision, args.weights, args.optimizer,
                                        args.lora_targets, args.new_tokens, args.attention, args.metric, args.strategy,
                                        args.grad_ckpt, args.adapter_dtype, args.lora_dropout, args.bnb_version,
-                                       args.transformers_version)) \
+                                       args.transformers_version, args.scan)) \
         or args.gpus != 1 or args.offload != "none"
 
 
@@ -123,6 +126,6 @@ def job(args: argparse.Namespace) -> Job:
                                 ("metric", args.metric), ("grad_ckpt", args.grad_ckpt),
                                 ("adapter_dtype", args.adapter_dtype), ("lora_dropout", args.lora_dropout),
                                 ("bnb_version", args.bnb_version),
-                                ("transformers_version", args.transformers_version))
+                                ("transformers_version", args.transformers_version), ("scan", args.scan))
              if v is not None}
     return Job.from_options(args.recipe or "", **{"tokens": 0, **given})

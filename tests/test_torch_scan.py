@@ -14,6 +14,7 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
 from generator.accuracy_rows import estimate_bytes
+from generator.cli import main
 from generator.errors import JobError
 from generator.estimator.estimate import estimate
 from generator.estimator.graph.nodes import build_graph
@@ -189,3 +190,22 @@ def test_the_chunked_scan_never_falls_as_tokens_or_batch_grow(tokens, batch, pre
 
     assert peak(tokens + 1, batch) >= peak(tokens, batch)
     assert peak(tokens, batch + 1) >= peak(tokens, batch)
+
+
+def test_the_cli_prices_the_torch_scan_on_request(capsys):
+    """--scan torch: a GPU without mamba-ssm runs transformers' torch scan; the job, the exit code and the finding
+    say so. --scan fused with the CPU's kernels is refused (mamba-ssm's kernels are CUDA's)."""
+    config = str(DATA / "configs" / "mamba.json")
+    peaks = {}
+    for scan in ("fused", "torch"):
+        assert main([config, "--json", "--method", "lora", "--tokens", "2048", "--scan", scan]) == 0
+        report = json.loads(capsys.readouterr().out)
+        assert report["memory"]["job"]["scan"] == scan
+        peaks[scan] = report["memory"]["peak_bytes"]
+    finding = next(f for f in report["findings"] if f["check"] == "scan_kernels")["message"]
+    added = float(finding.split("adds about ")[1].split(" GB")[0])
+    assert peaks["torch"] > 5 * peaks["fused"]
+    assert abs((peaks["torch"] - peaks["fused"]) / 1e9 - added) / added < 0.1  # the finding's figure, within 10%
+    a, g = _mamba()
+    with pytest.raises(JobError, match="CUDA only"):
+        job_memory(a, g, S, Job(method="lora", kernels="cpu", scan="fused", lora_targets=TARGETS))

@@ -166,7 +166,7 @@ def check_scan_kernels(a: Arch, g: Graph, train_tokens: int) -> list[Finding]:
     what it adds to a LoRA step at batch 1. (peft's refusal of out_proj, lora.PEFT_MAMBA_TYPES, is priced
     silently and named by --lora-targets out_proj's error.)"""
     spec = g.spec
-    r = regime("lora", "amp", cpu=True)
+    r = regime("lora", "amp", torch_scan=True)
     per_token = sum(n * torch_scan_bytes(b, r, train_tokens) for b, n in spec.distinct_layers)
     if not per_token:
         return []
@@ -175,4 +175,4 @@ def check_scan_kernels(a: Arch, g: Graph, train_tokens: int) -> list[Finding]:
     extra = train_tokens * per_token + max(moments)
     return [Finding("scan_kernels", "warning",
                     f"priced with mamba-ssm's fused scan; without mamba-ssm (or on a CPU) transformers' torch scan "
-                    f"adds {extra / 1e9:,.1f} GB to LoRA at {train_tokens:,} tokens.")]
+                    f"adds about {extra / 1e9:,.1f} GB to LoRA at {train_tokens:,} tokens (--scan torch).")]

@@ -91,6 +91,7 @@ class Regime(NamedTuple):
     lora_dropout: bool = False  # LoRA dropout p > 0 (peft: nn.Dropout on each adapter's input, else Identity)
     cpu: bool = False  # CPU kernels (the simulation): dropout masks in the input dtype, layer_norm in bf16
     dropout: bool = True  # train mode: the model's own dropouts (DROPOUTS) are active
+    torch_scan: bool = False  # a Mamba mixer runs transformers' torch scan, not mamba-ssm's kernels (recurrence)
 
 
 def mask_bytes(r: Regime, input_bytes: int) -> int:
@@ -118,18 +119,19 @@ def model_dropouts(a: Arch) -> tuple[int, int]:
 
 
 def regime(method: str, precision: str, adapter_bytes: int = 0, lora_dropout: bool = False, cpu: bool = False,
-           upcast: bool = False) -> Regime:
+           upcast: bool = False, torch_scan: bool = False) -> Regime:
     """amp: fp32 weights under bf16 autocast for a full fine-tune (HF Trainer --bf16), a bf16 base with fp32
     adapters for LoRA; bf16: everything bf16 (LitGPT bf16-true, torchtune); fp32: no autocast. adapter_bytes 0:
     peft's default (fp32 adapters under AMP and fp32, the base's dtype under pure bf16, as LitGPT and torchtune
     make them). upcast: peft's prepare_model_for_kbit_training cast every non-quantised parameter (embeddings,
-    norms, LM head) to fp32 (peft/utils/other.py), so the residual stream is fp32."""
+    norms, LM head) to fp32 (peft/utils/other.py), so the residual stream is fp32. torch_scan: Mamba mixers run
+    transformers' torch scan (memory.recurrence), as without mamba-ssm and on the CPU."""
     trained = method == "full"
     if precision == "fp32":
-        return Regime(4, 4, trained, False, adapter_bytes or 4, lora_dropout, cpu)
+        return Regime(4, 4, trained, False, adapter_bytes or 4, lora_dropout, cpu, True, torch_scan)
     if precision == "bf16":
-        return Regime(4 if upcast else 2, 2, trained, False, adapter_bytes or 2, lora_dropout, cpu)
-    return Regime(4 if trained or upcast else 2, 2, trained, True, adapter_bytes or 4, lora_dropout, cpu)
+        return Regime(4 if upcast else 2, 2, trained, False, adapter_bytes or 2, lora_dropout, cpu, True, torch_scan)
+    return Regime(4 if trained or upcast else 2, 2, trained, True, adapter_bytes or 4, lora_dropout, cpu, True, torch_scan)
 
 
 def norm_bytes(rms_width: int, width: int, stats: int, read: int, fed: int, r: Regime) -> int:

@@ -118,7 +118,8 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
     spec = g.spec
     lora = job.method != "full"
     r = regime("lora" if lora else "full", job.precision, ADAPTER_BYTES.get(job.adapter_dtype, 0) if lora else 0,
-               lora and job.lora_dropout > 0, job.kernels == "cpu", lora and job.upcast_fp32)
+               lora and job.lora_dropout > 0, job.kernels == "cpu", lora and job.upcast_fp32,
+               job.scan == "torch" or (job.kernels == "cpu" and not job.scan))
     c = r.compute_bytes
     B, T = job.batch, job.tokens
     P = g.params_total
@@ -201,8 +202,8 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
              param_bytes * t.params_after if r.trained else 0, 2 * t.matmul_after if r.trained and r.amp else 0)
             for i, t in enumerate(eager_backward_values(a, g, r, rank, roles, memo, saves, job.upcast_fp32))
             if t.per_token_sq] if job.attention == "eager" else []
-    chunked = [chunk_scan_moments(b, r, T) for b, _ in distinct] if r.cpu else []
-    if r.cpu:  # the torch scan's backward of a Mamba layer (recurrence.scan_backward_terms): on the CPU, always
+    chunked = [chunk_scan_moments(b, r, T) for b, _ in distinct] if r.torch_scan else []
+    if r.torch_scan:  # the torch scan's backward of a Mamba layer (recurrence.scan_backward_terms)
         for i, (b, _) in enumerate(distinct):
             scan, params_after, matmul_after = scan_backward_terms(b)
             if scan or chunked[i][1] > 0:

@@ -33,6 +33,10 @@ LOSSES = ("hf", "trl-chunked", "litgpt-chunked")
 # take the input's dtype and CPU autocast runs layer_norm in bf16 (data/measurements/FINDINGS.md F8).
 KERNELS = ("cuda", "cpu")
 
+# A Mamba mixer's scan (memory.recurrence): mamba-ssm's fused kernels, which transformers runs where mamba-ssm and
+# causal-conv1d are installed, or its torch code, which runs without them (and always on the CPU).
+SCANS = ("fused", "torch")
+
 
 @dataclass(frozen=True)
 class Job:
@@ -61,6 +65,7 @@ class Job:
     kernels: str = "cuda"
     bnb_version: str = ""  # the bitsandbytes release the run uses, "" = a current one (0.43.2 or later)
     transformers_version: str = ""  # the transformers release HF generate runs, "" = a current one (legacy_cache)
+    scan: str = ""  # a Mamba mixer's scan (SCANS): "" = the kernels' own (fused on CUDA, torch on the CPU)
 
     def to_dict(self) -> dict[str, Any]:
         """The options, with the storage the default resolves to."""
@@ -100,7 +105,8 @@ def validate(job: Job, model: str) -> None:
                                 ("weights", job.storage, WEIGHTS), ("optimizer", job.optimizer, OPTIMIZERS),
                                 ("attention", job.attention or "sdpa", ATTENTIONS), ("metric", job.metric, METRICS),
                                 ("adapter_dtype", job.adapter_dtype or "fp32", ADAPTER_DTYPES),
-                                ("loss", job.loss, LOSSES), ("kernels", job.kernels, KERNELS)):
+                                ("loss", job.loss, LOSSES), ("kernels", job.kernels, KERNELS),
+                                ("scan", job.scan or "fused", SCANS)):
         if value not in allowed:
             raise JobError(model, key, value, f"must be one of {', '.join(allowed)}")
     if isinstance(job.lora_dropout, bool) or not isinstance(job.lora_dropout, (int, float)) \
@@ -118,6 +124,8 @@ def validate(job: Job, model: str) -> None:
         raise JobError(model, "weights", job.storage, "QLoRA needs a quantised base (nf4, int8, gptq-int4, fp8)")
     if job.double_quant and job.storage != "nf4":
         raise JobError(model, "double_quant", True, f"is for nf4 weights, not {job.storage}")
+    if job.scan == "fused" and job.kernels == "cpu":
+        raise JobError(model, "scan", job.scan, "mamba-ssm's fused kernels run on CUDA only")
     for key, version, example in (("bnb_version", job.bnb_version, "0.41.1"),
                                   ("transformers_version", job.transformers_version, "4.35.2")):
         if version and not re.fullmatch(r"\d+(\.\d+){1,2}", version):
