@@ -72,9 +72,9 @@ def test_the_scan_terms_per_element():
     block = g.spec.blocks[0]
     inner, state, heads = scan_dims(block.parts[1])
     assert (inner, state, heads) == (1536, 16, 1)
-    lora = torch_scan_bytes(block, regime("lora", "amp", cpu=True))
+    lora = torch_scan_bytes(block, regime("lora", "amp", cpu=True), 1)
     assert lora == inner * state * 14 + inner * 6 + 4 * state
-    assert torch_scan_bytes(block, regime("lora", "fp32", cpu=True)) == inner * state * 12 + 4 * state + 4 * inner
+    assert torch_scan_bytes(block, regime("lora", "fp32", cpu=True), 1) == inner * state * 12 + 4 * state + 4 * inner
     assert scan_backward_bytes(block) == 16 * inner * state
 
 

@@ -1,8 +1,9 @@
-"""What transformers' torch path of a Mamba mixer keeps: the sequential selective scan that runs where mamba-ssm
-and causal-conv1d are not installed, and always on the CPU (modeling_mamba.mamba_selective_scan's recurrent loop;
-the fused kernels it falls back from keep what graph's mamba_part prices).
+"""What transformers' torch path of a Mamba mixer keeps, which runs where mamba-ssm and causal-conv1d are not
+installed (Job.scan "torch") and always on the CPU: Mamba-1's sequential selective scan
+(modeling_mamba.mamba_selective_scan's recurrent loop) and Mamba-2's chunked scan (modeling_mamba2.mamba2_chunk_scan,
+chunk_scan_bytes). The fused kernels they fall back from keep what graph's mamba_part and mamba2_part price.
 
-The loop (transformers 5.24 modeling_mamba.py, "Recurrent iteration"), per token and inner x state element:
+Mamba-1's loop (transformers 5.24 modeling_mamba.py, "Recurrent iteration"), per token and inner x state element:
 discrete_A = exp(A x dt) is fp32 and kept by exp for its backward; discrete_B = dt x B.float() fp32, kept by the
 mul that makes deltaB_u; each step's state = discrete_A[:, :, i] x state + deltaB_u[:, :, i] is fp32 and kept by
 the next step's mul; its cast to the input dtype is kept by the matmul with C. Per inner channel, beside the
@@ -25,9 +26,9 @@ def scan_dims(p: Part) -> tuple[int, int, int] | None:
     return (p.scan[1], p.scan[2], p.scan[3]) if p.scan and p.scan[0] == 1 else None
 
 
-def torch_scan_bytes(b: Block, r: Regime, tokens: int = 1) -> int:
-    """Per token, what the torch scan of a layer's Mamba-1 mixers keeps beyond the part's priced `act` (module
-    docstring): 12 B per inner x state element (discrete_A, discrete_B, the step's state, fp32) plus the state's
+def torch_scan_bytes(b: Block, r: Regime, tokens: int) -> int:
+    """Per token of a `tokens`-long sequence, what the torch scan of a layer's Mamba mixers keeps beyond the parts'
+    priced `act`: a Mamba-2 mixer's chunk_scan_bytes; a Mamba-1 mixer's (module docstring): 12 B per inner x state element (discrete_A, discrete_B, the step's state, fp32) plus the state's
     cast to the compute dtype where that is narrower; per inner channel 8 B of fp32 (x.float(), scan + x D) and 6
     compute-dtype tensors (the projection's x and gate halves, the conv output, dt + bias, softplus(dt), silu(gate))
     where `act` priced 7; per state element B.float(). A full fine-tune's D and dt_proj train, so x D and the dt
