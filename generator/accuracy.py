@@ -144,7 +144,9 @@ def miss_cause(row: Mapping[str, Any], setup) -> str:
                      + (f" (the source: {row['notes']})" if row.get("notes") else ""))
     if "auto_map" in (row.get("config") or {}):
         parts.append("the snapshot's config is custom code (auto_map), priced as keeping its attention scores; "
-                     "this framework runs its own SDPA implementation")
+                     "this framework runs its own SDPA implementation" if setup.attention != "sdpa" else
+                     "the snapshot's config is custom code (auto_map), priced as transformers' own class; this "
+                     "framework runs its own model code")
     parts.append(f"recipe: {setup.method}, {setup.precision}, {setup.optimizer}"
                  + (", checkpointing" if setup.grad_ckpt else "") + f", {setup.attention or 'sdpa'}")
     parts.append(f"metric {m.get('metric')}")
