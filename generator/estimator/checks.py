@@ -8,10 +8,11 @@ from typing import Any
 from .checkpoint import explain
 from .config.arch import Arch
 from .graph.nodes import Graph
-from .memory.activations import regime
+from .inputs import Assumptions
 from .memory.attention import default_attention, math_sdpa
+from .memory.job import job_memory
+from .memory.job_options import Job
 from .memory.lora import FUSED_EXPERTS
-from .memory.recurrence import chunk_scan_moments, scan_backward_bytes, torch_scan_bytes
 from .memory.storage import bnb_keeps_experts
 
 
@@ -160,19 +161,15 @@ def check_scope(a: Arch, train_tokens: int, requested_tokens: int, serve_tokens:
     return out
 
 
-def check_scan_kernels(a: Arch, g: Graph, train_tokens: int) -> list[Finding]:
+def check_scan_kernels(a: Arch, g: Graph, s: Assumptions, train_tokens: int) -> list[Finding]:
     """Mamba mixers: training is priced with mamba-ssm's fused kernels; transformers' torch scan, which runs without
-    mamba-ssm and causal-conv1d (and always on the CPU), keeps fp32 states per step or chunk (memory.recurrence):
-    what it adds to a LoRA step at batch 1. (peft's refusal of out_proj, lora.PEFT_MAMBA_TYPES, is priced
-    silently and named by --lora-targets out_proj's error.)"""
-    spec = g.spec
-    r = regime("lora", "amp", torch_scan=True)
-    per_token = sum(n * torch_scan_bytes(b, r, train_tokens) for b, n in spec.distinct_layers)
-    if not per_token:
+    mamba-ssm and causal-conv1d (and always on the CPU), keeps fp32 states per step or chunk (memory.recurrence).
+    What it adds to the page's LoRA step is the difference of the two jobs --scan prices. (peft's refusal of
+    out_proj, lora.PEFT_MAMBA_TYPES, is priced silently and named by --lora-targets out_proj's error.)"""
+    if not any(p.scan for b, _ in g.spec.distinct_layers for p in b.parts):
         return []
-    moments = [max(train_tokens * scan_backward_bytes(b), *chunk_scan_moments(b, r, train_tokens))
-               for b, _ in spec.distinct_layers]
-    extra = train_tokens * per_token + max(moments)
+    fused, torch = (job_memory(a, g, s, Job(method="lora", tokens=train_tokens, scan=scan)).peak_bytes
+                    for scan in ("fused", "torch"))
     return [Finding("scan_kernels", "warning",
                     f"priced with mamba-ssm's fused scan; without mamba-ssm (or on a CPU) transformers' torch scan "
-                    f"adds about {extra / 1e9:,.1f} GB to LoRA at {train_tokens:,} tokens (--scan torch).")]
+                    f"adds {(torch - fused) / 1e9:,.1f} GB to LoRA at {train_tokens:,} tokens (--scan torch).")]

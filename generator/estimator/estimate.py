@@ -200,7 +200,7 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
     attends = any(p.attends for b in spec.blocks for p in b.parts)
     findings: list[Finding] = [*check_scope(arch, train_tokens, s.train_tokens, serve_tokens, s.serve_tokens,
                                             spec.kind, attends),
-                               *check_shapes(arch), *check_scan_kernels(arch, graph, train_tokens),
+                               *check_shapes(arch), *check_scan_kernels(arch, graph, s, train_tokens),
                                *check_special_tokens(arch), *check_rope(arch), *check_quantization(arch, graph, stored),
                                *check_checkpoint(arch, graph, checkpoint_params, stored), *past_context,
                                *serve_past]

@@ -28,12 +28,12 @@ def mamba_part(name: str, hidden: int, inner: int, state: int, kernel: int, dt_r
     """`heads` > 1: Zamba's multi-head mixer (modeling_zamba.ZambaMambaMixer), whose x_proj and dt_proj are
     per-head parameters (x_proj_weight, dt_proj_weight), not nn.Linears a LoRA adapter can wrap; the per-head
     sizes multiply back to the same totals (dt_rank and state are per head)."""
-    x_out = heads * (dt_rank + 2 * state)
     params = (linear(hidden, 2 * inner, bias) + inner * kernel + (inner if conv_bias else 0)
-              + inner // heads * x_out + heads * dt_rank * inner // heads + inner + inner * state + inner
+              + linear(inner, dt_rank + 2 * state) + linear(dt_rank, inner, True) + inner * state + inner
               + linear(inner, hidden, bias) + extra)
-    mats = ((hidden, 2 * inner), (inner // heads, x_out), (heads * dt_rank, inner // heads), (inner, hidden))
+    mats = ((hidden, 2 * inner), (inner, dt_rank + 2 * state), (dt_rank, inner), (inner, hidden))
     lin = mats if heads == 1 else (mats[0], mats[3])
+    x_out = heads * (dt_rank + 2 * state)  # each head's x_proj output, per token
     return Part(name, typ, params, matmul=sum(i * o for i, o in mats), linears=lin,
                 act=7 * inner + x_out, act32=0, transient=3 * inner + x_out,
                 state=inner * kernel + inner * state, scan=(1, inner, state, heads))

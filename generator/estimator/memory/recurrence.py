@@ -28,8 +28,9 @@ def scan_dims(p: Part) -> tuple[int, int, int] | None:
 
 def torch_scan_bytes(b: Block, r: Regime, tokens: int) -> int:
     """Per token of a `tokens`-long sequence, what the torch scan of a layer's Mamba mixers keeps beyond the parts'
-    priced `act`: a Mamba-2 mixer's chunk_scan_bytes; a Mamba-1 mixer's (module docstring): 12 B per inner x state element (discrete_A, discrete_B, the step's state, fp32) plus the state's
-    cast to the compute dtype where that is narrower; per inner channel 8 B of fp32 (x.float(), scan + x D) and 6
+    priced `act`: a Mamba-2 mixer's chunk_scan_bytes; a Mamba-1 mixer's (module docstring): 12 B per inner x state
+    element (discrete_A, discrete_B, the step's state, fp32) plus the state's cast to the compute dtype where that is
+    narrower; per inner channel 8 B of fp32 (x.float(), scan + x D) and 6
     compute-dtype tensors (the projection's x and gate halves, the conv output, dt + bias, softplus(dt), silu(gate))
     where `act` priced 7; per state element B.float(). A full fine-tune's D and dt_proj train, so x D and the dt
     matmul keep their inputs too: the silu output x and the low-rank dt, in the compute dtype."""
@@ -106,9 +107,8 @@ def chunk_scan_bytes(p: Part, r: Regime, tokens: int) -> int:
     x.float(), the gated norm's fp32 input, silu and product, dt in fp32 and softplus; per chunk the chunk states
     and their recurrence. Read off the CPU simulation's live tensors per regime (FINDINGS.md F21): bf16 autocast
     with frozen or trained weights, and no autocast in bf16 or fp32."""
-    _, inner, state, heads, _, chunk, kernel = p.scan
+    _, inner, state, heads, groups, chunk, kernel = p.scan
     c = r.compute_bytes
-    groups = p.scan[4]
     conv = inner + 2 * groups * state
     proj = 2 * inner + conv + heads
     chunks = -(-tokens // chunk)
