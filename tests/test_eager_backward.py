@@ -171,3 +171,6 @@ def test_gpt_neox_japanese_scores_take_the_residual_dtype():
     a, _ = _model("gpt_neox_japanese")
     assert score_bytes(a, 2, LORA_CPU) == 2 + 2 + 2  # bf16 softmax, bf16 mask, the dropped probabilities
     assert score_bytes(a, 2, LORA_CUDA) == 4 + 1 + 2  # fp32 softmax (autocast), bool mask, their bf16 cast
+    # without autocast the softmax keeps its input's dtype on CUDA too: pure bf16, and serving (no regime)
+    assert score_bytes(a, 2, regime("lora", "bf16")) == 2 + 1 + 2
+    assert score_bytes(a, 2) == 2

@@ -21,7 +21,7 @@ from generator.estimator.graph.nodes import build_graph
 from generator.estimator.memory.activations import regime
 from generator.estimator.memory.job import SCAN_PHASE, job_memory, job_phases
 from generator.estimator.memory.job_options import Job
-from generator.estimator.memory.lora import adapted_linears, target_roles
+from generator.estimator.memory.lora import EXPERT_ROLES, adapted_linears, all_linear_roles, target_roles
 from generator.estimator.memory.recurrence import chunk_scan_bytes, scan_backward_bytes, scan_dims, torch_scan_bytes
 from generator.estimator.normalise import normalise
 from generator.settings import load_settings
@@ -120,6 +120,16 @@ def test_zamba_runs_one_heads_scan_at_a_time():
     assert [(i, o) for i, o, _ in adapted_linears(block, None)] == [(hidden, 2 * inner), (inner, hidden)]
     with pytest.raises(JobError):
         target_roles(a, g, "x_proj", "zamba")
+
+
+def test_all_linear_on_a_peft_mamba_type_adapts_no_expert_tensor():
+    """Nemotron-H has MoE layers, but peft converts no expert tensor for it (lora.FUSED_EXPERTS): refusing out_proj
+    must not turn all-linear into "every role", expert tensors included."""
+    cfg = json.loads((DATA / "configs" / "nemotron_h.json").read_text(encoding="utf-8"))
+    a = normalise(cfg, "nemotron_h")
+    roles = all_linear_roles(a)
+    assert roles is not None and "ssm_out" not in roles and "ssm_in" in roles
+    assert not roles & EXPERT_ROLES
 
 
 def test_peft_refuses_out_proj_on_mamba_models():

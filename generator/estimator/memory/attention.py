@@ -42,7 +42,8 @@ AUTOCAST_SOFTMAX = {"gpt_neo": "modeling_gpt_neo.GPTNeoSelfAttention._attn"}
 
 # Eager attention whose scores take the residual stream's dtype: baddbmm into zeros of the query's dtype (the
 # rotary embedding's cos and sin follow the embedding output: fp32 under a full fine-tune's AMP), the mask added,
-# then a softmax that names no dtype: CUDA autocast runs it in fp32, CPU autocast in its input's dtype.
+# then a softmax that names no dtype: CUDA autocast runs it in fp32; CPU autocast, and any run without autocast
+# (pure bf16, fp32, serving), in its input's dtype.
 PROMOTED_SOFTMAX = {"gpt_neox_japanese": "modeling_gpt_neox_japanese.GPTNeoXJapaneseAttention._attn"}
 
 
@@ -87,7 +88,7 @@ def _score_widths(a: Arch, c: int, r: Regime | None) -> tuple[int, int, int]:
     elif a.model_type in AUTOCAST_SOFTMAX:
         before, soft = 0, c if r is not None and r.amp and r.cpu else 4
     elif a.model_type in PROMOTED_SOFTMAX:
-        before, soft = 0, max(c, weights) if r is not None and r.cpu or r is None and c == 4 else 4
+        before, soft = 0, 4 if r is not None and r.amp and not r.cpu else max(c, weights)
     else:
         before = (c if a.raw.get("attn_logit_softcapping") else 0) + (c if a.model_type in LSE_SINK_SCORES else 0)
         soft, cast = 4, True

@@ -120,10 +120,11 @@ def all_linear_roles(a: Arch) -> frozenset[str] | None:
     """What "all-linear" adapts: None (every nn.Linear) but for FUSED_EXPERTS models, where peft's conversion
     adds the router and the expert tensors and drops the Linears named as the pattern's v4 expert names, and for
     PEFT_MAMBA_TYPES, whose out_proj peft refuses."""
-    if a.model_type in PEFT_MAMBA_TYPES:
-        return ALL_ROLES - {"ssm_out"}
     pattern = FUSED_EXPERTS.get(a.model_type)
-    return None if pattern is None else ALL_ROLES - PATTERN_DROPS[pattern]
+    refused = frozenset({"ssm_out"}) if a.model_type in PEFT_MAMBA_TYPES else frozenset()
+    if pattern is None:  # every nn.Linear peft accepts; no fused expert tensor (peft converts none here)
+        return ALL_ROLES - EXPERT_ROLES - refused if refused else None
+    return ALL_ROLES - PATTERN_DROPS[pattern] - refused
 
 
 def expert_tensors(b: Block, roles: frozenset[str] | None) -> list[tuple[int, int, int, int, int]]:
