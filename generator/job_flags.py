@@ -54,8 +54,8 @@ def add_setup_arguments(p: argparse.ArgumentParser) -> None:
                     help="the transformers release of an inference run (default: a current one; before 4.36 "
                          "generate held the previous step's KV cache beside the new one)")
     ex.add_argument("--scan", choices=j.SCANS,
-                    help="a Mamba mixer's scan: fused (mamba-ssm's kernels, the default on a GPU) or torch "
-                         "(transformers' own code, which runs without mamba-ssm and causal-conv1d)")
+                    help="a Mamba or Gated DeltaNet mixer's scan: fused (mamba-ssm's or flash-linear-attention's "
+                         "kernels, the default on a GPU) or torch (transformers' own code, which runs without them)")
     ex.add_argument("--lora-targets", metavar="NAMES", help="all-linear, or comma-separated module names (q_proj,v_proj)")
     ex.add_argument("--new-tokens", type=int, metavar="N", help="tokens generated after the prompt (inference)")
     ex.add_argument("--attention", choices=j.ATTENTIONS,

@@ -161,15 +161,25 @@ def check_scope(a: Arch, train_tokens: int, requested_tokens: int, serve_tokens:
     return out
 
 
+# Per kind of Part.scan (graph: mamba_part 1, mamba2_part 2, gdn_part 3): the kernels training is priced with, the
+# package that provides them, and what transformers runs without it.
+SCAN_KERNELS = {1: ("mamba-ssm's fused scan", "mamba-ssm", "torch scan"),
+                2: ("mamba-ssm's fused scan", "mamba-ssm", "torch scan"),
+                3: ("flash-linear-attention's chunk kernel", "flash-linear-attention", "torch delta rule")}
+
+
 def check_scan_kernels(a: Arch, g: Graph, s: Assumptions, train_tokens: int) -> list[Finding]:
-    """Mamba mixers: training is priced with mamba-ssm's fused kernels; transformers' torch scan, which runs without
-    mamba-ssm and causal-conv1d (and always on the CPU), keeps fp32 states per step or chunk (memory.recurrence).
-    What it adds to the page's LoRA step is the difference of the two jobs --scan prices. (peft's refusal of
-    out_proj, lora.PEFT_MAMBA_TYPES, is priced silently and named by --lora-targets out_proj's error.)"""
-    if not any(p.scan for b, _ in g.spec.distinct_layers for p in b.parts):
+    """Recurrent mixers (Mamba, Gated DeltaNet): training is priced with their fused kernels; transformers' torch
+    code, which runs without mamba-ssm and causal-conv1d or flash-linear-attention (and always on the CPU), keeps
+    fp32 states per step or chunk (memory.recurrence). What it adds to the page's LoRA step is the difference of
+    the two jobs --scan prices. (peft's refusal of out_proj, lora.PEFT_MAMBA_TYPES, is priced silently and named
+    by --lora-targets out_proj's error.)"""
+    kinds = sorted({p.scan[0] for b, _ in g.spec.distinct_layers for p in b.parts if p.scan})
+    if not kinds:
         return []
     fused, torch = (job_memory(a, g, s, Job(method="lora", tokens=train_tokens, scan=scan)).peak_bytes
                     for scan in ("fused", "torch"))
+    kernels, package, fallback = SCAN_KERNELS[kinds[-1]]
     return [Finding("scan_kernels", "warning",
-                    f"priced with mamba-ssm's fused scan; without mamba-ssm (or on a CPU) transformers' torch scan "
+                    f"priced with {kernels}; without {package} (or on a CPU) transformers' {fallback} "
                     f"adds {(torch - fused) / 1e9:,.1f} GB to LoRA at {train_tokens:,} tokens (--scan torch).")]

@@ -31,6 +31,11 @@ def is_linear(name: str) -> bool:
     return name in ("linear_attention", "mamba", "conv", "recurrent", "lightning_attention")
 
 
+# torch_chunk_gated_delta_rule's chunk_size default, which no caller overrides (modeling_qwen3_next.py), and the
+# chunk of flash-linear-attention's chunk_gated_delta_rule.
+DELTA_CHUNK = 64
+
+
 def gdn_part(d: Dims, n: int, *, split: bool = False, prefix: str = "linear_") -> Part:
     """Gated DeltaNet (modeling_qwen3_next.py / modeling_qwen3_5.py): in_proj to q, k (key heads x d_k),
     v and z (value heads x d_v), b and a (value heads); conv1d over q, k, v; dt_bias and A_log per value
@@ -47,7 +52,7 @@ def gdn_part(d: Dims, n: int, *, split: bool = False, prefix: str = "linear_") -
         ((d.hidden, 2 * key + 2 * value), (d.hidden, 2 * nv))
     return Part(f"DeltaNet_{n}", "Gated DeltaNet", params, matmul=d.hidden * proj + value * d.hidden,
                 linears=lin + ((value, d.hidden),), act=proj + conv + 3 * value, act32=nv, transient=proj + conv + value,
-                state=conv * kernel + nv * dk * dv)
+                state=conv * kernel + nv * dk * dv, scan=(3, nk, nv, dk, dv, DELTA_CHUNK, kernel))
 
 
 def _qwen_next_types(d: Dims) -> list[str]:
@@ -122,7 +127,8 @@ def _olmo_gdn(d: Dims, n: int) -> Part:
     lin = ((h, key), (h, key), (h, value), (h, nv), (h, nv), (h, value), (value, h))
     params = sum(i * o for i, o in lin) + conv * kernel + dv + 2 * nv
     return Part(f"DeltaNet_{n}", "Gated DeltaNet", params, matmul=sum(i * o for i, o in lin), linears=lin,
-                act=2 * conv + 3 * value, act32=nv, transient=2 * conv + value, state=conv * kernel + nv * dk * dv)
+                act=2 * conv + 3 * value, act32=nv, transient=2 * conv + value, state=conv * kernel + nv * dk * dv,
+                scan=(3, nk, nv, dk, dv, DELTA_CHUNK, kernel))
 
 
 TRAITS: dict[str, DecoderTraits] = {

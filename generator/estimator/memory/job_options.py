@@ -33,8 +33,9 @@ LOSSES = ("hf", "trl-chunked", "litgpt-chunked")
 # take the input's dtype and CPU autocast runs layer_norm in bf16 (data/measurements/FINDINGS.md F8).
 KERNELS = ("cuda", "cpu")
 
-# A Mamba mixer's scan (memory.recurrence): mamba-ssm's fused kernels, which transformers runs where mamba-ssm and
-# causal-conv1d are installed, or its torch code, which runs without them (and always on the CPU).
+# A recurrent mixer's scan (memory.recurrence): the fused kernels transformers runs where they are installed
+# (mamba-ssm and causal-conv1d for Mamba, flash-linear-attention for Gated DeltaNet), or its torch code, which runs
+# without them (and always on the CPU).
 SCANS = ("fused", "torch")
 
 
@@ -65,7 +66,7 @@ class Job:
     kernels: str = "cuda"
     bnb_version: str = ""  # the bitsandbytes release the run uses, "" = a current one (0.43.2 or later)
     transformers_version: str = ""  # the transformers release HF generate runs, "" = a current one (legacy_cache)
-    scan: str = ""  # a Mamba mixer's scan (SCANS): "" = the kernels' own (fused on CUDA, torch on the CPU)
+    scan: str = ""  # a recurrent mixer's scan (SCANS): "" = the kernels' own (fused on CUDA, torch on the CPU)
 
     def to_dict(self) -> dict[str, Any]:
         """The options, with the storage the default resolves to."""
@@ -125,7 +126,7 @@ def validate(job: Job, model: str) -> None:
     if job.double_quant and job.storage != "nf4":
         raise JobError(model, "double_quant", True, f"is for nf4 weights, not {job.storage}")
     if job.scan == "fused" and job.kernels == "cpu":
-        raise JobError(model, "scan", job.scan, "mamba-ssm's fused kernels run on CUDA only")
+        raise JobError(model, "scan", job.scan, "the fused kernels (mamba-ssm, flash-linear-attention) run on CUDA only")
     for key, version, example in (("bnb_version", job.bnb_version, "0.41.1"),
                                   ("transformers_version", job.transformers_version, "4.35.2")):
         if version and not re.fullmatch(r"\d+(\.\d+){1,2}", version):

@@ -131,7 +131,7 @@ def layer_bytes(a: Arch, b: Block, r: Regime, attention: str, T: int, saves: boo
     else:  # SDPA handed a mask keeps it (F11)
         linear, squared = masked_sdpa_terms(a, b, T, r)
     out += linear + squared * T
-    if r.torch_scan:  # transformers' torch scan of a Mamba mixer (without mamba-ssm, and always on the CPU)
+    if r.torch_scan:  # transformers' torch code of a recurrent mixer (without its kernels, and always on the CPU)
         out += torch_scan_bytes(b, r, T)
     if saves:
         # A bitsandbytes matmul that saves its input (saves_matmul_input), where nn.Linear on a frozen weight would

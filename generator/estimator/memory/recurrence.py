@@ -44,7 +44,8 @@ def torch_scan_bytes(b: Block, r: Regime, tokens: int) -> int:
         out += inner * state * (12 + (c if c < 4 else 0)) + inner * (8 - c) + 4 * state
         if r.trained:
             out += c * inner
-    return out + sum(chunk_scan_bytes(p, r, tokens) for p in b.parts if p.scan and p.scan[0] == 2)
+    return (out + sum(chunk_scan_bytes(p, r, tokens) for p in b.parts if p.scan and p.scan[0] == 2)
+            + sum(delta_rule_bytes(p, r, tokens) for p in b.parts if p.scan and p.scan[0] == 3))
 
 
 def scan_backward_bytes(b: Block) -> int:
@@ -125,5 +126,45 @@ def chunk_scan_bytes(p: Part, r: Regime, tokens: int) -> int:
         per_chunks = 4 * hpn * (2 * chunks + 1) + 4 * heads * (chunks + 1) ** 2
     total = (tokens * per_token + (2 if c == 2 else 4) * conv * (tokens + kernel - 1) + padded * per_padded
              + per_chunks + 2 * chunk * chunk + 2 * (chunks + 1) ** 2 + 4 * heads)
+    priced = tokens * (c * (p.act if r.trained else p.frozen_act) + 4 * p.act32)
+    return max(0, -(-(total - priced) // tokens))
+
+
+# Per regime (autocast, trained, compute bytes): bytes per real token of each of nv x d_k, nv x d_v, nk x d_k and
+# nv; of the conv's (kernel - 1) padding columns; and per value head (delta_rule_bytes).
+DELTA_RULE_TOKEN = {
+    (True, False, 2): (8, 18, 8, 18, 2, 4), (True, True, 2): (8, 24, 8, 22, 2, 8),
+    (False, False, 2): (8, 18, 8, 18, 2, 4), (False, True, 2): (8, 22, 8, 22, 2, 8),
+    (False, False, 4): (8, 24, 16, 20, 4, 4), (False, True, 4): (8, 32, 16, 24, 4, 8),
+}
+
+
+def delta_rule_bytes(p: Part, r: Regime, tokens: int) -> int:
+    """Per token (rounded up), what a Gated DeltaNet mixer's torch path keeps beyond the part's priced `act` and
+    `act32`: transformers' torch_chunk_gated_delta_rule (modeling_qwen3_next.py and its copies; the chunked
+    algorithm of Yang et al. 2024, arXiv:2412.06464), which runs where flash-linear-attention's chunk kernel is
+    not installed and always on the CPU. It casts q, k, v, beta and g to fp32 (q and k repeated to the value
+    heads), pads to whole chunks of 64 and keeps, per padded token and value head: chunk-wide fp32 scores (the
+    pairwise decay, the UT system, the intra-chunk attention; under autocast their matmul outputs and the
+    intra-chunk attention's bf16 casts, without autocast their fp32 matmul operands), the padded q, k, v, k x beta,
+    the solved values and decayed keys (fp32), the decayed q and k; per chunk the fp32 recurrent state (heads x d_k
+    x d_v) and under autocast its two bf16 casts; per real token the conv's input and output, the fp32 q and k the
+    L2 norm reads, the gated norm's fp32 input and silu(z). Read off the saved tensors of the CPU-simulated mixer
+    per regime, exactly (FINDINGS.md F23); with one chunk, or unpadded in fp32, some operands are views."""
+    _, nk, nv, dk, dv, chunk, kernel = p.scan
+    c = r.compute_bytes
+    conv = 2 * nk * dk + nv * dv
+    chunks = -(-tokens // chunk)
+    padded = chunks * chunk
+    t_vk, t_vv, t_kk, t_v, conv_pad, heads = DELTA_RULE_TOKEN[(r.amp, r.trained, 2 if r.amp else c)]
+    total = tokens * (t_vk * nv * dk + t_vv * nv * dv + t_kk * nk * dk + t_v * nv) + conv_pad * conv * (kernel - 1)
+    total += chunk * chunk + heads * nv + 4 * chunks * nv  # the causal mask; A and dt_bias; each chunk's decay
+    if r.amp:
+        total += (padded * nv * (14 * chunk + 16 + 30 * dk + 12 * dv) + 8 * chunks * nv * dk * dv
+                  - 4 * nv * dk * dv - 6 * chunk * nv * dk - 2 * chunk * nv * dv)
+    else:
+        total += padded * nv * (20 * chunk + 16 + 24 * dk + 12 * dv) + 4 * chunks * nv * dk * dv
+        total -= 8 * chunk * nv * dk if chunks == 1 else 0
+        total += 16 * tokens * nv * dk if c == 4 and chunks > 1 and padded == tokens else 0
     priced = tokens * (c * (p.act if r.trained else p.frozen_act) + 4 * p.act32)
     return max(0, -(-(total - priced) // tokens))
