@@ -1,7 +1,7 @@
-"""Gated DeltaNet's torch delta rule (transformers' torch_chunk_gated_delta_rule, taken without
-flash-linear-attention and always on the CPU; FINDINGS.md F23). Reference values: the saved tensors of one
-CPU-run Qwen3_5GatedDeltaNet of qwen3_5_text's class-default dims (transformers 5.24, torch 2.13), counted per
-storage still referenced by the autograd graph; and CPU-simulated steps (cpu-sim-families.jsonl, cpu-sim-extra.jsonl)."""
+"""The delta rules' torch paths, taken without flash-linear-attention and always on the CPU: Gated DeltaNet's
+torch_chunk_gated_delta_rule (FINDINGS.md F23) and Kimi Delta Attention's chunk_kimi_delta_attention (F24).
+Reference values: the saved tensors of one CPU-run mixer (transformers 5.24, torch 2.13), counted per storage
+still referenced by the autograd graph; and CPU-simulated steps (cpu-sim-families.jsonl, cpu-sim-extra.jsonl)."""
 
 from __future__ import annotations
 
@@ -18,9 +18,15 @@ from generator.estimator.estimate import estimate
 from generator.estimator.graph.nodes import build_graph
 from generator.estimator.graph.parts import Part
 from generator.estimator.memory.activations import regime
-from generator.estimator.memory.job import job_memory
+from generator.estimator.memory.job import SCAN_PHASE, job_memory, job_phases
 from generator.estimator.memory.job_options import Job
-from generator.estimator.memory.recurrence import delta_rule_bytes, torch_scan_bytes
+from generator.estimator.memory.recurrence import (
+    chunk_scan_moments,
+    delta_rule_bytes,
+    kda_backward_bytes,
+    kda_bytes,
+    torch_scan_bytes,
+)
 from generator.estimator.normalise import normalise
 from generator.settings import load_settings
 from tests.conftest import measured_rows
@@ -28,6 +34,7 @@ from tests.conftest import measured_rows
 DATA = Path(__file__).resolve().parent.parent / "data" / "measurements"
 S = load_settings().assumptions
 GDN_TYPES = ("qwen3_next", "qwen3_5_text", "qwen3_5_moe_text", "olmo_hybrid", "lara_mini")
+KDA_TYPES = ("kimi_linear", "bailing_hybrid")
 # qwen3_5_text's class default: 16 key heads, 32 value heads, d_k = d_v = 128, conv kernel 4; chunks of 64.
 QWEN35 = Part("DeltaNet", "Gated DeltaNet", scan=(3, 16, 32, 128, 128, 64, 4))
 
@@ -64,12 +71,12 @@ def test_the_part_carries_its_dims():
 
 def _rows():
     return [r for name in ("cpu-sim-families", "cpu-sim-extra") for r in measured_rows(name)
-            if r["model_type"] in GDN_TYPES]
+            if r["model_type"] in GDN_TYPES + KDA_TYPES]
 
 
 def test_the_rows_cover_each_family_and_setup():
     rows = _rows()
-    assert {r["model_type"] for r in rows} == set(GDN_TYPES)
+    assert {r["model_type"] for r in rows} == set(GDN_TYPES + KDA_TYPES)
     setups = {(r["setup"]["method"], r["setup"]["precision"], r["setup"]["grad_ckpt"]) for r in rows}
     assert {("lora", "amp", False), ("lora", "amp", True), ("lora", "bf16", False), ("full", "amp", False),
             ("full", "bf16", False)} <= setups
@@ -79,14 +86,16 @@ def test_the_rows_cover_each_family_and_setup():
                                                        f"{r['setup']['precision']}-ckpt{r['setup']['grad_ckpt']}-"
                                                        f"t{r['setup']['tokens']}-v{r['config']['vocab_size']}")
 def test_the_delta_rule_matches_the_simulated_steps(row):
-    """With the class vocabularies every step is within 1.5% (they were 2.9-14.6% under before F23). With a
-    1,024-token vocabulary an autocast LoRA step peaks at the last down_proj's forward or the final norm's
-    backward, which no phase prices at such small logits: within 4.5% under (they were 20-36% under)."""
+    """With the class vocabularies every step is within 1.5% (Gated DeltaNet's were 2.9-14.6% under before F23,
+    KDA's 30-36% under before F24). With a 1,024-token vocabulary an autocast LoRA step of a Gated DeltaNet model
+    peaks at the last down_proj's forward or the final norm's backward, which no phase prices at such small
+    logits: within 4.5% under (they were 20-36% under)."""
     est = estimate_bytes(row, S)
     measured = row["measured"]["peak_bytes"]
     assert est is not None
     error = (est - measured) / measured
-    small_vocab = row["config"]["vocab_size"] <= 1024 and row["setup"]["method"] == "lora"
+    small_vocab = row["config"]["vocab_size"] <= 1024 and row["setup"]["method"] == "lora" \
+        and row["model_type"] in GDN_TYPES
     assert (-0.045 if small_vocab else -0.015) < error < 0.015, (est, measured)
 
 
@@ -119,3 +128,31 @@ def test_the_delta_rule_never_falls_as_tokens_or_batch_grow(tokens, batch, metho
 
     assert peak(tokens + 1, batch) >= peak(tokens, batch)
     assert peak(tokens, batch + 1) >= peak(tokens, batch)
+
+
+@pytest.mark.parametrize(("low_rank", "method", "precision", "saved_bytes"), [
+    (1, "lora", "amp", 42_279_728), (1, "full", "amp", 42_702_016), (1, "lora", "bf16", 42_861_360),
+    (1, "full", "bf16", 43_283_648), (0, "lora", "amp", 42_087_720), (0, "full", "amp", 42_471_600),
+    (0, "lora", "bf16", 42_669_352), (0, "full", "bf16", 43_053_224),
+])
+def test_the_saved_tensors_of_one_kda_mixer(low_rank, method, precision, saved_bytes):
+    """KimiLinearDeltaAttention (low-rank gates) and BailingHybridDeltaAttention (full-rank) of 4 heads of 32, a
+    kernel of 4, 300 tokens (five chunks, padded): the fit's figure within 0.01% of the mixer's saved bytes."""
+    part = Part("KDA", "Kimi Delta Attn", scan=(4, 4, 32, 64, 4, low_rank))
+    got = kda_bytes(part, regime(method, precision, cpu=True, torch_scan=True), 300) * 300
+    assert abs(got - saved_bytes) < 1e-4 * saved_bytes
+
+
+def test_kda_backward_holds_three_fp32_decay_masks():
+    """kimi_linear's class default (32 heads of 128): each chunk's select of the [heads, chunks, 64, 64, 128] fp32
+    decay mask gets a whole-mask gradient beside the one accumulated, 3 GiB at 1,024 tokens; a CUDA job prices the
+    kernel and no such phase."""
+    a = normalise(json.loads((DATA / "configs" / "kimi_linear.json").read_text(encoding="utf-8")), "kimi_linear")
+    g = build_graph(a)
+    kda = next(b for b, _ in g.spec.distinct_layers if any(p.scan for p in b.parts))
+    part = next(p for p in kda.parts if p.scan)
+    assert part.scan == (4, 32, 128, 64, 4, 1)
+    assert kda_backward_bytes(part, 1024) == 3 * 4 * 1024 * 32 * 64 * 128 == 3 * 2**30
+    assert chunk_scan_moments(kda, regime("lora", "amp", cpu=True, torch_scan=True), 1000)[1] == 3 * 2**30
+    assert SCAN_PHASE in {p.name for p in job_phases(a, g, S, Job(method="lora", tokens=1024, kernels="cpu"))}
+    assert SCAN_PHASE not in {p.name for p in job_phases(a, g, S, Job(method="lora", tokens=1024))}

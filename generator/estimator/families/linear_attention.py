@@ -31,8 +31,8 @@ def is_linear(name: str) -> bool:
     return name in ("linear_attention", "mamba", "conv", "recurrent", "lightning_attention")
 
 
-# torch_chunk_gated_delta_rule's chunk_size default, which no caller overrides (modeling_qwen3_next.py), and the
-# chunk of flash-linear-attention's chunk_gated_delta_rule.
+# torch_chunk_gated_delta_rule's and chunk_kimi_delta_attention's chunk_size default, which no caller overrides
+# (modeling_qwen3_next.py, modeling_kimi_linear.py), and the chunk of flash-linear-attention's kernels.
 DELTA_CHUNK = 64
 
 
@@ -96,7 +96,7 @@ def _kda(d: Dims, n: int, *, low_rank: bool) -> Part:
     params = 3 * h * inner + 3 * inner * k + inner + nh + gates + h * nh + hd + inner * h
     return Part(f"Linear_Attention_{n}", "Kimi Delta Attn" if low_rank else "Linear Attn", params,
                 matmul=sum(i * o for i, o in lin), linears=lin, act=9 * inner, act32=nh, transient=5 * inner,
-                state=3 * inner * k + nh * hd * hd)
+                state=3 * inner * k + nh * hd * hd, scan=(4, nh, hd, DELTA_CHUNK, k, int(low_rank)))
 
 
 def _kimi_mla(t: DecoderTraits, d: Dims, n: int, window: int) -> Part:

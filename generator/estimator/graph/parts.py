@@ -40,7 +40,7 @@ class Part(NamedTuple):
     mats: tuple[tuple[int, int, int], ...] = ()  # (count, in, out) weight matrices a quantised
     # checkpoint stores packed: every nn.Linear of the part and the experts' 3-D tensors. () = linears
     top_k: int = 0  # routed experts: the experts each token runs (their rows of the gathered input)
-    scan: tuple[int, ...] = ()  # a recurrent mixer's dims for memory.recurrence (mamba_part, mamba2_part, gdn_part)
+    scan: tuple[int, ...] = ()  # a recurrent mixer's dims for memory.recurrence (Mamba, Gated DeltaNet, KDA)
 
     @property
     def weight_mats(self) -> tuple[tuple[int, int, int], ...]:

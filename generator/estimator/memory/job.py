@@ -16,7 +16,14 @@ from dataclasses import dataclass
 from ..config.arch import Arch
 from ..graph.nodes import Graph
 from ..inputs import Assumptions
-from .activations import kept_cache_bytes, last_linear_params, mlp_transient, recompute_transient_bytes, regime
+from .activations import (
+    block_activation_bytes,
+    kept_cache_bytes,
+    last_linear_params,
+    mlp_transient,
+    recompute_transient_bytes,
+    regime,
+)
 from .attention import eager_scores_bytes, head_params, math_backward_bytes, math_scores_bytes
 from .job_options import ADAPTER_BYTES, Job, legacy_cache, resolve, validate
 from .layer_terms import (
@@ -32,7 +39,7 @@ from .lora import target_roles
 from .parallel import Phase
 from .profile import encoder_tokens, kv_bytes_of_block
 from .recipes import loss_terms
-from .recurrence import chunk_scan_moments, scan_backward_terms
+from .recurrence import chunk_scan_moments, mixer_tail, scan_backward_terms
 from .storage import dequant_transient_bytes, quantised_params, saves_matmul_input, stored_mats, weight_bytes
 
 # The late-backward moments a layer's own backward adds (beside what the layers saved, the head's tensors freed).
@@ -206,9 +213,16 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
     if r.torch_scan:  # the torch scan's backward of a Mamba layer (recurrence.scan_backward_terms)
         for i, (b, _) in enumerate(distinct):
             scan, params_after, matmul_after = scan_backward_terms(b)
-            if scan or chunked[i][1] > 0:
-                late.append((SCAN_PHASE, i, T * scan + chunked[i][1], param_bytes * params_after if r.trained else 0,
+            if scan or chunked[i][1] > 0:  # what the parts after the mixer saved is freed by then
+                tail = T * block_activation_bytes(a, mixer_tail(b), r, rank, roles)
+                late.append((SCAN_PHASE, i, T * scan + chunked[i][1] - tail,
+                             param_bytes * params_after if r.trained else 0,
                              2 * matmul_after if r.trained and r.amp else 0))
+    # per distinct layer, the saved bytes of the layers after its last one in the stack: the backward freed them
+    # before it reaches that layer
+    index = layer_index(spec, memo)
+    last_of = {k: j for j, k in enumerate(index)}
+    later = [sum(layer[k] for k in index[last_of[i] + 1:]) if i in last_of else 0 for i in range(len(distinct))]
     # checkpointing a full fine-tune: the first layer of the stack, its input alone kept (and the embedding's
     # output), and the gradients of every other layer made before its recomputation, and of its own last Linear,
     # whose backward runs first while the layer's saved tensors are all still live (read off F18's peak)
@@ -276,9 +290,9 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
                                  overhead_weights=ckpt_copies[1] if grad_ckpt else copies, overhead_fixed=dequant))
         if late:  # the layer whose (recomputed) softmax or scan backward holds the most, the head's tensors freed
             name, k, extra, made_after, freed = max(late, key=lambda t: B * t[2] + t[3] - t[4]
-                                                    + (B * layer[t[1]] + fixed[t[1]] if grad_ckpt else 0))
+                                                    + (B * layer[t[1]] + fixed[t[1]] if grad_ckpt else -B * later[t[1]]))
             live, experts = (B * (inputs + layer[k] + extra), fixed[k]) if grad_ckpt else \
-                (B * (emb + layers_sum + T * views + kept + extra), fixed_sum)
+                (B * (emb + layers_sum - later[k] + T * views + kept + extra), fixed_sum)
             if name == SCAN_PHASE and not grad_ckpt and r.trained and r.amp:
                 freed += 2 * head_mm  # the head's backward ran: its autocast copy is freed
             phases.append(_phase(name, weights=weights, optimizer_state=state,

@@ -45,7 +45,8 @@ def torch_scan_bytes(b: Block, r: Regime, tokens: int) -> int:
         if r.trained:
             out += c * inner
     return (out + sum(chunk_scan_bytes(p, r, tokens) for p in b.parts if p.scan and p.scan[0] == 2)
-            + sum(delta_rule_bytes(p, r, tokens) for p in b.parts if p.scan and p.scan[0] == 3))
+            + sum(delta_rule_bytes(p, r, tokens) for p in b.parts if p.scan and p.scan[0] == 3)
+            + sum(kda_bytes(p, r, tokens) for p in b.parts if p.scan and p.scan[0] == 4))
 
 
 def scan_backward_bytes(b: Block) -> int:
@@ -67,6 +68,8 @@ def chunk_scan_moments(b: Block, r: Regime, tokens: int) -> tuple[int, int]:
     backward (five fp32 tensors of the inner width, beside every saved one) holds more."""
     fwd = bwd = 0
     for p in b.parts:
+        if p.scan and p.scan[0] == 4:  # KDA's chunk loop indexes its decay mask chunk by chunk (kda_bytes)
+            bwd += kda_backward_bytes(p, tokens)
         if not p.scan or p.scan[0] != 2:
             continue
         _, inner, state, heads, groups, chunk, _ = p.scan
@@ -86,15 +89,22 @@ def chunk_scan_moments(b: Block, r: Regime, tokens: int) -> tuple[int, int]:
     return fwd, bwd
 
 
+def mixer_tail(b: Block) -> Block:
+    """The parts of a layer after its (last) recurrent mixer: their backward runs before the mixer's, which frees
+    what they saved and makes their gradients."""
+    last = max((i for i, p in enumerate(b.parts) if p.scan), default=len(b.parts) - 1)
+    return Block(b.index, b.kind, b.parts[last + 1:], b.stack)
+
+
 def scan_backward_terms(b: Block) -> tuple[int, int, int]:
     """(scan_backward_bytes, the parameters whose gradients exist by then, the matmul parameters among them): the
-    backward of the mixer's out_proj and of every part after the mixer ran first (a full fine-tune's gradients made,
-    their autocast copies freed)."""
-    last = max((i for i, p in enumerate(b.parts) if scan_dims(p) is not None), default=-1)
-    if last < 0:
+    backward of the mixer's out_proj and of every part after the mixer (mixer_tail) ran first (a full
+    fine-tune's gradients made, their autocast copies freed)."""
+    mixer = next((p for p in reversed(b.parts) if p.scan), None)
+    if mixer is None:
         return 0, 0, 0
-    after = Block(b.index, b.kind, b.parts[last + 1:], b.stack)
-    out_proj = b.parts[last].linears[-1][0] * b.parts[last].linears[-1][1]
+    after = mixer_tail(b)
+    out_proj = mixer.linears[-1][0] * mixer.linears[-1][1]
     return scan_backward_bytes(b), after.params + out_proj, after.matmul + out_proj
 
 
@@ -168,3 +178,56 @@ def delta_rule_bytes(p: Part, r: Regime, tokens: int) -> int:
         total += 16 * tokens * nv * dk if c == 4 and chunks > 1 and padded == tokens else 0
     priced = tokens * (c * (p.act if r.trained else p.frozen_act) + 4 * p.act32)
     return max(0, -(-(total - priced) // tokens))
+
+
+# Per (low-rank gates, autocast, trained, compute bytes): bytes per real token of each of heads x head_dim,
+# head_dim and heads, and per head (kda_bytes). kimi_linear's gates are low-rank (f_a/f_b, g_a/g_b: their
+# head_dim-wide middles are saved when they train); bailing_hybrid's are full-rank. The fp32 rows are the nearest
+# fit (some fp32 operands are views of one another, within 0.2% of the mixer's bytes); the others are exact.
+KDA_TOKEN = {
+    (True, True, False, 2): (41, 0, 14, 0), (True, True, True, 2): (51, 4, 14, 8),
+    (True, False, False, 2): (41, 0, 14, 0), (True, False, True, 2): (51, 4, 14, 8),
+    (True, False, False, 4): (53, 0, 13, 0), (True, False, True, 4): (65, 8, 13, 8),
+    (False, True, False, 2): (36, 0, 14, 0), (False, True, True, 2): (46, 0, 14, 4),
+    (False, False, False, 2): (36, 0, 14, 0), (False, False, True, 2): (46, 0, 14, 2),
+    (False, False, False, 4): (48, 0, 13, 0), (False, False, True, 4): (60, 0, 13, 4),
+}
+
+
+def kda_bytes(p: Part, r: Regime, tokens: int) -> int:
+    """Per token (rounded up), what a Kimi Delta Attention mixer's torch path keeps beyond the part's priced `act`
+    and `act32`: transformers' chunk_kimi_delta_attention (modeling_kimi_linear.py, modeling_bailing_hybrid.py),
+    which runs where flash-linear-attention's chunk_kda is not installed and always on the CPU. Its decay is per
+    key channel, so per padded token and head it keeps chunk x head_dim fp32 tensors (the decay mask, k x beta
+    times k and its product with the mask; in the chunk loop each chunk's slice of the mask and q x k), and its
+    in-place forward substitution (`attn[..., i, :i] = row + (row x sub).sum(-2)`, i = 1 .. chunk - 1) keeps
+    each row's and each leading block's clone: 4 (chunk^2 - 1) / 3 B per padded token and head. Per chunk the
+    fp32 state (heads x head_dim^2) and under autocast its two bf16 casts; per real token the conv's input and
+    output, the fp32 q, k, v, g and beta, the gates and the gated norm's input. Read off the saved tensors of the
+    CPU-simulated mixer per regime and fit on a basis of the dims (FINDINGS.md F24)."""
+    _, heads, head_dim, chunk, kernel, low_rank = p.scan
+    c = r.compute_bytes
+    t_hd, t_d, t_h, per_head = KDA_TOKEN[(bool(low_rank), r.amp, r.trained, 2 if r.amp else c)]
+    chunks = -(-tokens // chunk)
+    padded = chunks * chunk
+    hd = heads * head_dim
+    clones = 4 * (chunk * chunk - 1) // 3
+    total = tokens * (t_hd * hd + t_d * head_dim + t_h * heads) + per_head * heads + 3 * chunk * chunk
+    total += (2 if c == 2 else 4) * 3 * hd * (kernel - 1) + 4 * chunks * hd  # conv padding; each chunk's decay
+    if r.amp:
+        total += (padded * (hd * (12 * chunk + 40) + heads * (clones + 6 * chunk + 4)) - 4 * chunk * hd
+                  + (8 * chunks - 10) * hd * head_dim)
+    else:
+        total += (padded * (hd * (12 * chunk + 52) + heads * (clones + 8 * chunk + 4)) - 8 * chunk * hd
+                  + 4 * chunks * hd * head_dim)
+    priced = tokens * (c * (p.act if r.trained else p.frozen_act) + 4 * p.act32)
+    return max(0, -(-(total - priced) // tokens))
+
+
+def kda_backward_bytes(p: Part, tokens: int) -> int:
+    """Bytes a KDA mixer's backward holds beside its saved tensors: the chunk loop reads each chunk's slice of the
+    whole decay mask (padded tokens x heads x chunk x head_dim, fp32), so each slice's gradient is a zero-filled
+    tensor of the whole mask, added into the one accumulated: three fp32 masks at once (read off the CPU
+    simulation's live tensors at the backward's peak, FINDINGS.md F24; the pattern of a Mamba-1 scan's steps)."""
+    _, heads, head_dim, chunk, _, _ = p.scan
+    return 12 * -(-tokens // chunk) * chunk * heads * chunk * head_dim
