@@ -175,7 +175,7 @@ def check_scan_kernels(a: Arch, g: Graph, s: Assumptions, train_tokens: int) -> 
     fp32 states per step or chunk (memory.recurrence). What it adds to the page's LoRA step is the difference of
     the two jobs --scan prices. (peft's refusal of out_proj, lora.PEFT_MAMBA_TYPES, is priced silently and named
     by --lora-targets out_proj's error.)"""
-    kinds = sorted({p.scan[0] for b, _ in g.spec.distinct_layers for p in b.parts if p.scan})
+    kinds = sorted({p.scan[0] for b, _ in g.spec.distinct_layers for p in b.parts if p.scan} & SCAN_KERNELS.keys())
     if not kinds:
         return []
     fused, torch = (job_memory(a, g, s, Job(method="lora", tokens=train_tokens, scan=scan)).peak_bytes

@@ -222,7 +222,7 @@ def _rglru(d: Dims, n: int) -> Part:
     params = 2 * linear(h, lru, True) + linear(lru, h, True) + lru * k + lru + lru + 2 * (d.heads * bs * bs + d.heads * bs)
     lin = ((h, lru), (h, lru), (lru, h))
     return Part(f"RG_LRU_{n}", "Recurrent (RG-LRU)", params, matmul=3 * h * lru, linears=lin, act=8 * lru,
-                transient=4 * lru, state=lru * k + lru)
+                transient=4 * lru, state=lru * k + lru, scan=(5, lru))
 
 
 def _griffin_types(d: Dims) -> list[str]:

@@ -13,8 +13,7 @@ from typing import NamedTuple
 
 from ..config.arch import Arch
 from ..graph.nodes import Graph
-from ..graph.parts import Block, Part, norm_sums
-from ..inputs import Assumptions
+from ..graph.parts import Block, Part
 from .lora import adapted_linears, all_linear_roles, expert_tensors, linear_roles
 
 # transformers' Python-written GELUs (activations.py NewGELUActivation, FastGELUActivation, QuickGELUActivation)
@@ -344,40 +343,6 @@ def mlp_transient(a: Arch, b: Block) -> int:
     if mlp_act(a) != RELU_SQUARED:
         return b.transient
     return max([b.transient] + [3 * (p.act // 2) for p in b.parts if p.type == "MLP"])
-
-
-def head_activation_bytes(a: Arch, g: Graph, r: Regime, s: Assumptions) -> int:
-    """Per token after the stack: the final norm (read by the LM head) and `logits_bytes` per logit (F1);
-    final-logit soft-capping (gemma2: logits / cap, tanh, x cap) keeps tanh's output for its backward."""
-    spec = g.spec
-    rms, stats, read, fed = norm_sums(spec.head)
-    width = sum(p.norm_width for p in spec.head)
-    softcap = r.compute_bytes * spec.logits if a.raw.get("final_logit_softcapping") else 0
-    return norm_bytes(rms, width, stats, read, fed, r) + s.logits_bytes * spec.logits + softcap
-
-
-def frozen_embedding_bytes(a: Arch, g: Graph, r: Regime) -> int:
-    """Per token, what the charges of the embedding side (embed_dropout_bytes) and of the first layer's input norm
-    (block_activation_bytes) hold that a frozen model does not keep: a frozen embedding's output needs no gradient,
-    so neither the embedding dropout's mask nor the norm reading it (a frozen weight) is recorded by autograd
-    (FINDINGS.md F10). Not so when a Linear of the embedding side (a projection, a vision tower's) carries an
-    adapter, or the weights train; callers leave it in when enable_input_require_grads runs (gradient
-    checkpointing, prepare_model_for_kbit_training)."""
-    spec = g.spec
-    if r.trained or not spec.blocks or spec.image_tokens or any(p.linears or p.matmul for p in spec.embed):
-        return 0
-    first = spec.blocks[0].parts[:1]
-    out = embed_dropout_bytes(a, g, r)
-    if first and first[0].norm_width:
-        rms, stats, read, fed = norm_sums(first)
-        out += norm_bytes(rms, first[0].norm_width, stats, read, fed, r)
-    return out
-
-
-def embed_dropout_bytes(a: Arch, g: Graph, r: Regime) -> int:
-    """Per token: the embedding dropout's mask (DROPOUTS), on the embedding output (residual dtype)."""
-    _, embed = model_dropouts(a) if r.dropout else (0, 0)
-    return embed * g.spec.hidden * mask_bytes(r, r.residual_bytes)
 
 
 def kept_cache_bytes(a: Arch, g: Graph, r, grad_ckpt: bool) -> int:

@@ -25,6 +25,7 @@ from .activations import (
     regime,
 )
 from .attention import eager_scores_bytes, head_params, math_backward_bytes, math_scores_bytes
+from .ends import final_norm_backward_bytes, head_norm_bytes
 from .job_options import ADAPTER_BYTES, Job, legacy_cache, resolve, validate
 from .layer_terms import (
     adapter_params,
@@ -39,7 +40,7 @@ from .lora import target_roles
 from .parallel import Phase
 from .profile import encoder_tokens, kv_bytes_of_block
 from .recipes import loss_terms
-from .recurrence import chunk_scan_moments, mixer_tail, scan_backward_terms
+from .recurrence import chunk_scan_moments, mixer_tail, rglru_backward_bytes, scan_backward_terms
 from .storage import dequant_transient_bytes, quantised_params, saves_matmul_input, stored_mats, weight_bytes
 
 # The late-backward moments a layer's own backward adds (beside what the layers saved, the head's tensors freed).
@@ -209,15 +210,16 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
              param_bytes * t.params_after if r.trained else 0, 2 * t.matmul_after if r.trained and r.amp else 0)
             for i, t in enumerate(eager_backward_values(a, g, r, rank, roles, memo, saves, job.upcast_fp32))
             if t.per_token_sq] if job.attention == "eager" else []
-    chunked = [chunk_scan_moments(b, r, T) for b, _ in distinct] if r.torch_scan else []
-    if r.torch_scan:  # the torch scan's backward of a Mamba layer (recurrence.scan_backward_terms)
-        for i, (b, _) in enumerate(distinct):
-            scan, params_after, matmul_after = scan_backward_terms(b)
-            if scan or chunked[i][1] > 0:  # what the parts after the mixer saved is freed by then
-                tail = T * block_activation_bytes(a, mixer_tail(b), r, rank, roles)
-                late.append((SCAN_PHASE, i, T * scan + chunked[i][1] - tail,
-                             param_bytes * params_after if r.trained else 0,
-                             2 * matmul_after if r.trained and r.amp else 0))
+    chunked = [chunk_scan_moments(b, r, T) if r.torch_scan else (0, 0) for b, _ in distinct]
+    # the torch scan's backward of a recurrent layer (recurrence.scan_backward_terms; RecurrentGemma's on any device)
+    for i, (b, _) in enumerate(distinct):
+        scan, params_after, matmul_after = scan_backward_terms(b)
+        scan = (scan if r.torch_scan else 0) + rglru_backward_bytes(b, r)
+        if scan or chunked[i][1] > 0:  # what the parts after the mixer saved is freed by then
+            tail = T * block_activation_bytes(a, mixer_tail(b), r, rank, roles)
+            late.append((SCAN_PHASE, i, T * scan + chunked[i][1] - tail,
+                         param_bytes * params_after if r.trained else 0,
+                         2 * matmul_after if r.trained and r.amp else 0))
     # per distinct layer, the saved bytes of the layers after its last one in the stack: the backward freed them
     # before it reaches that layer
     index = layer_index(spec, memo)
@@ -230,6 +232,7 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
     first_inputs = embed + T * r.residual_bytes * spec.hidden
     first_grads = head_grads + param_bytes * (sum(n * b.params for b, n in distinct) - distinct[first][0].params
                                               + last_linear_params(distinct[first][0])) if r.trained and distinct else 0
+    head_norm, final_norm = T * head_norm_bytes(g, r), T * final_norm_backward_bytes(g)
     out: list[tuple[Phase, ...]] = []
     for grad_ckpt in variants:
         kept = 0
@@ -242,6 +245,10 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
             phases = [_phase("loss (logits)" if logits * 2 > acts else "backward (activations)", weights=weights,
                              optimizer_state=state, activations=B * (acts - logits) + fixed_sum, logits=B * logits,
                              overhead_weights=copies, overhead_fixed=dequant + chunk, experts=fixed_sum)]
+            if final_norm:  # the final norm's backward, the head's tensors freed (activations)
+                phases.append(_phase("backward (the final norm)", weights=weights, optimizer_state=state,
+                                     activations=B * (acts - head + head_norm + final_norm) + fixed_sum,
+                                     overhead_weights=copies, overhead_fixed=dequant, experts=fixed_sum))
             if any(f for f, _ in chunked):  # the last Mamba-2 layer's forward, before the head (recurrence)
                 phases.append(_phase("forward (the torch scan's chunks)", weights=weights, optimizer_state=state,
                                      activations=B * (emb + layers_sum + max(f for f, _ in chunked)) + fixed_sum,

@@ -13,18 +13,16 @@ from ..inputs import Assumptions
 from .activations import (
     Regime,
     block_activation_bytes,
-    embed_dropout_bytes,
     expert_grad_transient,
     expert_weight_bytes,
-    frozen_embedding_bytes,
     fused_view_bytes,
-    head_activation_bytes,
     masked_sdpa_terms,
     masked_sdpa_windows,
 )
 from .attention import eager_backward_bytes, eager_layer_terms, math_layer_terms, math_sdpa
+from .ends import embed_dropout_bytes, frozen_embedding_bytes, head_activation_bytes
 from .lora import all_linear_roles, block_lora_params, distinct_inputs
-from .recurrence import torch_scan_bytes
+from .recurrence import rglru_bytes, torch_scan_bytes
 
 T = TypeVar("T")  # what a term is per layer (bytes, or a tuple of terms)
 
@@ -133,6 +131,7 @@ def layer_bytes(a: Arch, b: Block, r: Regime, attention: str, T: int, saves: boo
     out += linear + squared * T
     if r.torch_scan:  # transformers' torch code of a recurrent mixer (without its kernels, and always on the CPU)
         out += torch_scan_bytes(b, r, T)
+    out += rglru_bytes(b, r)  # RecurrentGemma's loop, which has no kernel
     if saves:
         # A bitsandbytes matmul that saves its input (saves_matmul_input), where nn.Linear on a frozen weight would
         # save none: one copy of each distinct input not saved already (q/k/v and gate/up share theirs; o_proj

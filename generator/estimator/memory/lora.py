@@ -53,10 +53,20 @@ def adapted_linears(b: Block, roles: frozenset[str] | None) -> list[tuple[int, i
     """(in, out, input group) of each adapted Linear of a layer; roles None = every Linear (all-linear)."""
     out: list[tuple[int, int, str]] = []
     for k, p in enumerate(b.parts):
-        for (i, o), role in zip(p.linears, linear_roles(p), strict=True):
+        last = len(p.linears) - 1
+        for j, ((i, o), role) in enumerate(zip(p.linears, linear_roles(p), strict=True)):
             if roles is None or role in roles:
-                out.append((i, o, ROLE_GROUP.get(role) or f"{k}.{len(out)}"))  # the name made only when used
+                out.append((i, o, ROLE_GROUP.get(role) or _input_group(k, j, i, role, last)))
     return out
+
+
+def _input_group(k: int, j: int, width: int, role: str, last: int) -> str:
+    """A Linear's input group where its role names none: a recurrent mixer's input projections ('linear': Gated
+    DeltaNet's in_proj_qkv, _z, _b, _a; RG-LRU's linear_x and linear_y) read the part's one input, so those of a
+    width share it; its last Linear (out_proj, linear_out) reads its own. Any other role: a group of its own."""
+    if role == "linear" and j < last:
+        return f"{k}.in{width}"
+    return f"{k}.{j}"
 
 
 # Module names per LoRA role, as transformers' modeling files name them (peft matches target_modules by the

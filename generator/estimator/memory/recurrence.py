@@ -1,5 +1,6 @@
-"""What transformers' torch path of a Mamba mixer keeps, which runs where mamba-ssm and causal-conv1d are not
-installed (Job.scan "torch") and always on the CPU: Mamba-1's sequential selective scan
+"""What transformers' torch paths of recurrent mixers keep. RecurrentGemma's RG-LRU has no other (rglru_bytes,
+everywhere). A Mamba mixer's runs where mamba-ssm and causal-conv1d are not installed (Job.scan "torch") and
+always on the CPU; so do the delta rules' (delta_rule_bytes, kda_bytes) without flash-linear-attention: Mamba-1's sequential selective scan
 (modeling_mamba.mamba_selective_scan's recurrent loop) and Mamba-2's chunked scan (modeling_mamba2.mamba2_chunk_scan,
 chunk_scan_bytes). The fused kernels they fall back from keep what graph's mamba_part and mamba2_part price.
 
@@ -231,3 +232,39 @@ def kda_backward_bytes(p: Part, tokens: int) -> int:
     simulation's live tensors at the backward's peak, FINDINGS.md F24; the pattern of a Mamba-1 scan's steps)."""
     _, heads, head_dim, chunk, _, _ = p.scan
     return 12 * -(-tokens // chunk) * chunk * heads * chunk * head_dim
+
+
+# Per (autocast, trained, compute bytes): bytes per token and lru channel an RG-LRU block keeps beyond its part's
+# `act` (8 x lru at the compute dtype), and the bytes of its two select-indexed inputs (the recurrent gate, the
+# normalised input) per element (rglru_bytes, rglru_backward_bytes).
+RGLRU_TOKEN = {
+    (True, False, 2): (16, 2, 2), (True, True, 2): (26, 4, 2), (False, False, 2): (16, 2, 2),
+    (False, True, 2): (20, 2, 2), (False, False, 4): (24, 4, 4), (False, True, 4): (32, 4, 4),
+}
+
+
+def rglru_bytes(b: Block, r: Regime) -> int:
+    """Per token, what a RecurrentGemma recurrent block (modeling_recurrent_gemma.py, Griffin's RG-LRU: De et al.
+    2024, arXiv:2402.19427) keeps beyond its part's `act`: RecurrentGemmaRglru._rnn_scan loops over the tokens in
+    torch on every device, and each step keeps the fp32 state and the step's gate cast to fp32 for the next
+    multiply; beside them the gates' sigmoids and exps, the gated and normalised inputs, the conv's input and output,
+    gelu(y) and the two reset masks (bool). Read off the block's saved tensors per regime, exact for two heads or
+    more (FINDINGS.md F25)."""
+    out = 0
+    for p in b.parts:
+        if p.scan and p.scan[0] == 5:
+            per_lru, _, _ = RGLRU_TOKEN[(r.amp, r.trained, 2 if r.amp else r.compute_bytes)]
+            out += per_lru * p.scan[1] + 2
+    return out
+
+
+def rglru_backward_bytes(b: Block, r: Regime) -> int:
+    """Per token, what an RG-LRU block's backward holds beside its saved tensors: the loop indexes the recurrent
+    gate and the normalised input step by step, so each select's gradient is a zero-filled tensor of the whole
+    sequence added into the one accumulated, two of each (the gate fp32 where its parameter is, FINDINGS.md F25)."""
+    out = 0
+    for p in b.parts:
+        if p.scan and p.scan[0] == 5:
+            _, gate, inputs = RGLRU_TOKEN[(r.amp, r.trained, 2 if r.amp else r.compute_bytes)]
+            out = max(out, 2 * (gate + inputs) * p.scan[1])
+    return out
