@@ -342,6 +342,18 @@ def test_checkpointed_full_fine_tune_peaks_at_the_first_layer_beside_every_later
     assert got[4].gradients == 4 * (256 * 1000 + 256 + 3 * per_layer + 688 * 256)
 
 
+def test_checkpointed_lora_prices_the_adapters_gradients_at_the_first_layer():
+    # LoRA's gradients also accumulate down the stack: by the first layer's recomputation every later layer's
+    # adapters have theirs (fp32 under AMP), beside the first layer's tensors and only its input. Negligible for a
+    # dense model's adapters; LoRA on 512 experts' tensors makes them 820 MiB in a 4-layer qwen3_next step
+    # (cpu-sim-extra.jsonl, its measured peak: 821 MiB of gradients).
+    name = "backward (recomputing the first checkpointed layer)"
+    a, g = _ag({**LLAMA, "num_hidden_layers": 4})
+    phases = {ph.name: ph for ph in job_phases(a, g, S, Job(method="lora", tokens=256, grad_ckpt=True))}
+    assert phases[name].gradients == phases["optimizer step"].gradients * 3 // 4 > 0
+    assert phases[name].activations < phases["backward (recomputing a checkpointed layer)"].activations
+
+
 def test_checkpointed_full_fine_tunes_are_priced_within_two_percent():
     # FINDINGS.md F18's runs: fused AdamW, SGD, pure bf16, a tied SmolLM and foreach AdamW (was -7.5% to +0.7%)
     mine = [r for r in measured_rows("cpu-sim-extra") if r["setup"]["method"] == "full" and r["setup"]["grad_ckpt"]

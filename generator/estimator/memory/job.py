@@ -228,11 +228,13 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
     # checkpointing a full fine-tune: the first layer of the stack, its input alone kept (and the embedding's
     # output), and the gradients of every other layer made before its recomputation, and of its own last Linear,
     # whose backward runs first while the layer's saved tensors are all still live (read off F18's peak)
-    first = layer_index(spec, memo)[0] if r.trained and spec.blocks else 0
+    first = layer_index(spec, memo)[0] if spec.blocks else 0
     first_inputs = embed + T * r.residual_bytes * spec.hidden
     first_grads = head_grads + param_bytes * (sum(n * b.params for b, n in distinct) - distinct[first][0].params
                                               + last_linear_params(distinct[first][0])) if r.trained and distinct else 0
     head_norm, final_norm = T * head_norm_bytes(g, r), T * final_norm_backward_bytes(g)
+    adapter_grads_first = param_bytes * (trainable - adapter_params(spec, rank, roles, memo)[first]) \
+        if lora and distinct else 0
     out: list[tuple[Phase, ...]] = []
     for grad_ckpt in variants:
         kept = 0
@@ -279,6 +281,12 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
                 # checkpointed inputs are freed: the first layer's recomputation, beside every later layer's gradients
                 phases.append(_phase("backward (recomputing the first checkpointed layer)", weights=weights,
                                      optimizer_state=state, gradients=first_grads,
+                                     activations=B * (first_inputs + layer[first] + held[first]) + fixed[first],
+                                     overhead_weights=ckpt_copies[1], overhead_fixed=dequant, experts=fixed[first]))
+            elif lora:  # so do the adapters', which counts where they are large (LoRA on many experts' tensors):
+                # every later layer's, beside the first layer's recomputation
+                phases.append(_phase("backward (recomputing the first checkpointed layer)", weights=weights,
+                                     optimizer_state=state, gradients=adapter_grads_first,
                                      activations=B * (first_inputs + layer[first] + held[first]) + fixed[first],
                                      overhead_weights=ckpt_copies[1], overhead_fixed=dequant, experts=fixed[first]))
         if any(g for g, _ in terms.grads):  # the last (recomputed) layer's adapted down's backward (F10)
