@@ -161,12 +161,13 @@ def check_scope(a: Arch, train_tokens: int, requested_tokens: int, serve_tokens:
     return out
 
 
-# Per kind of Part.scan (mamba_part 1, mamba2_part 2, gdn_part 3, Kimi Delta Attention 4): the kernels training is priced with, the
-# package that provides them, and what transformers runs without it.
+# Per kind of Part.scan (mamba_part 1, mamba2_part 2, gdn_part 3, Kimi Delta Attention 4, RWKV 6): the kernels
+# training is priced with, what provides them, and what transformers runs without it.
 SCAN_KERNELS = {1: ("mamba-ssm's fused scan", "mamba-ssm", "torch scan"),
                 2: ("mamba-ssm's fused scan", "mamba-ssm", "torch scan"),
                 3: ("flash-linear-attention's chunk kernel", "flash-linear-attention", "torch delta rule"),
-                4: ("flash-linear-attention's chunk kernel", "flash-linear-attention", "torch delta rule")}
+                4: ("flash-linear-attention's chunk kernel", "flash-linear-attention", "torch delta rule"),
+                6: ("transformers' wkv CUDA kernel", "ninja to compile it", "torch loop")}
 
 
 def check_scan_kernels(a: Arch, g: Graph, s: Assumptions, train_tokens: int) -> list[Finding]:

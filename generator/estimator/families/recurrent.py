@@ -37,7 +37,7 @@ def rwkv(cfg: Mapping[str, Any], model: str) -> Arch:
     blocks = []
     for i in range(1, n + 1):
         tm = Part(f"TimeMix_{i}", "RWKV Time-mix", 3 * h * a + a * h + 2 * a + 3 * h, matmul=4 * h * a,
-                  linears=((h, a), (h, a), (h, a), (a, h)), act=8 * a, transient=5 * a, state=4 * h)
+                  linears=((h, a), (h, a), (h, a), (a, h)), act=8 * a, transient=5 * a, state=4 * h, scan=(6, a))
         cm = Part(f"ChannelMix_{i}", "RWKV Channel-mix", h * inter + h * h + inter * h + 2 * h,
                   matmul=2 * h * inter + h * h, linears=((h, inter), (h, h), (inter, h)), act=2 * inter + 2 * h,
                   transient=2 * inter, state=h)

@@ -40,7 +40,13 @@ from .lora import target_roles
 from .parallel import Phase
 from .profile import encoder_tokens, kv_bytes_of_block
 from .recipes import loss_terms
-from .recurrence import chunk_scan_moments, mixer_tail, rglru_backward_bytes, scan_backward_terms
+from .recurrence import (
+    chunk_scan_moments,
+    mixer_tail,
+    rglru_backward_bytes,
+    scan_backward_terms,
+    wkv_backward_bytes,
+)
 from .storage import dequant_transient_bytes, quantised_params, saves_matmul_input, stored_mats, weight_bytes
 
 # The late-backward moments a layer's own backward adds (beside what the layers saved, the head's tensors freed).
@@ -214,7 +220,7 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
     # the torch scan's backward of a recurrent layer (recurrence.scan_backward_terms; RecurrentGemma's on any device)
     for i, (b, _) in enumerate(distinct):
         scan, params_after, matmul_after = scan_backward_terms(b)
-        scan = (scan if r.torch_scan else 0) + rglru_backward_bytes(b, r)
+        scan = (scan + wkv_backward_bytes(b, r) if r.torch_scan else 0) + rglru_backward_bytes(b, r)
         if scan or chunked[i][1] > 0:  # what the parts after the mixer saved is freed by then
             tail = T * block_activation_bytes(a, mixer_tail(b), r, rank, roles)
             late.append((SCAN_PHASE, i, T * scan + chunked[i][1] - tail,

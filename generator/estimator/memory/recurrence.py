@@ -1,6 +1,7 @@
 """What transformers' torch paths of recurrent mixers keep. RecurrentGemma's RG-LRU has no other (rglru_bytes,
 everywhere). A Mamba mixer's runs where mamba-ssm and causal-conv1d are not installed (Job.scan "torch") and
-always on the CPU; so do the delta rules' (delta_rule_bytes, kda_bytes) without flash-linear-attention: Mamba-1's sequential selective scan
+always on the CPU; so do the delta rules' (delta_rule_bytes, kda_bytes) without flash-linear-attention and RWKV's
+(wkv_bytes) without its compiled CUDA kernel. Mamba-1's sequential selective scan
 (modeling_mamba.mamba_selective_scan's recurrent loop) and Mamba-2's chunked scan (modeling_mamba2.mamba2_chunk_scan,
 chunk_scan_bytes). The fused kernels they fall back from keep what graph's mamba_part and mamba2_part price.
 
@@ -47,7 +48,8 @@ def torch_scan_bytes(b: Block, r: Regime, tokens: int) -> int:
             out += c * inner
     return (out + sum(chunk_scan_bytes(p, r, tokens) for p in b.parts if p.scan and p.scan[0] == 2)
             + sum(delta_rule_bytes(p, r, tokens) for p in b.parts if p.scan and p.scan[0] == 3)
-            + sum(kda_bytes(p, r, tokens) for p in b.parts if p.scan and p.scan[0] == 4))
+            + sum(kda_bytes(p, r, tokens) for p in b.parts if p.scan and p.scan[0] == 4)
+            + sum(wkv_bytes(p, r) for p in b.parts if p.scan and p.scan[0] == 6))
 
 
 def scan_backward_bytes(b: Block) -> int:
@@ -268,3 +270,31 @@ def rglru_backward_bytes(b: Block, r: Regime) -> int:
             _, gate, inputs = RGLRU_TOKEN[(r.amp, r.trained, 2 if r.amp else r.compute_bytes)]
             out = max(out, 2 * (gate + inputs) * p.scan[1])
     return out
+
+
+# Per (autocast, trained, compute bytes): bytes per token of an RWKV time-mix's torch loop per attention channel
+# and per hidden channel (wkv_bytes).
+WKV_TOKEN = {
+    (True, False, 2): (54, 0), (True, True, 2): (56, 8), (False, False, 2): (54, 0), (False, True, 2): (56, 8),
+    (False, False, 4): (60, 0), (False, True, 4): (64, 16),
+}
+
+
+def wkv_bytes(p: Part, r: Regime) -> int:
+    """Per token, what an RWKV time-mix keeps beyond its part's `act` where transformers runs its torch loop
+    (modeling_rwkv.rwkv_linear_attention_cpu: on the CPU, and on a GPU where the wkv CUDA kernel was not compiled;
+    Peng et al. 2023, arXiv:2305.13048): each step's fp32 maxima, exponentials, numerator and denominator, and the
+    fp32 key, twelve fp32 tensors of the attention width, beside the time-shifted mixes, k, v, r and sigmoid(r)
+    (and, trained, the Linears' inputs). Read off the block's saved tensors per regime, exact (FINDINGS.md F26)."""
+    per_a, per_h = WKV_TOKEN[(r.amp, r.trained, 2 if r.amp else r.compute_bytes)]
+    hidden = p.linears[0][0]
+    return max(0, per_a * p.scan[1] + per_h * hidden - r.compute_bytes * (p.act if r.trained else p.frozen_act)
+               - 4 * p.act32)
+
+
+def wkv_backward_bytes(b: Block, r: Regime) -> int:
+    """Per token, what an RWKV time-mix's torch loop holds in its backward beside its saved tensors: it indexes the
+    key and the value step by step, so each select's gradient is a zero-filled tensor of the whole sequence added
+    into the one accumulated, two of each (FINDINGS.md F26; the pattern of F20's Mamba-1 steps)."""
+    c = 4 if not r.amp and r.compute_bytes == 4 else 2
+    return max((2 * 2 * c * p.scan[1] for p in b.parts if p.scan and p.scan[0] == 6), default=0)
