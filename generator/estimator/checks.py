@@ -171,8 +171,8 @@ SCAN_KERNELS = {1: ("mamba-ssm's fused scan", "mamba-ssm", "torch scan"),
 
 
 def check_scan_kernels(a: Arch, g: Graph, s: Assumptions, train_tokens: int) -> list[Finding]:
-    """Recurrent mixers (Mamba, Gated DeltaNet): training is priced with their fused kernels; transformers' torch
-    code, which runs without mamba-ssm and causal-conv1d or flash-linear-attention (and always on the CPU), keeps
+    """Recurrent mixers with a fused kernel (SCAN_KERNELS: Mamba, Gated DeltaNet, Kimi Delta Attention, RWKV):
+    training is priced with it; transformers' torch code, which runs without it (and always on the CPU), keeps
     fp32 states per step or chunk (memory.recurrence). What it adds to the page's LoRA step is the difference of
     the two jobs --scan prices. (peft's refusal of out_proj, lora.PEFT_MAMBA_TYPES, is priced silently and named
     by --lora-targets out_proj's error.)"""

@@ -23,6 +23,17 @@ from ..graph.parts import Block, Part
 from .activations import Regime
 
 
+def regime_key(r: Regime) -> tuple[bool, bool, int]:
+    """(autocast, trained, compute bytes): the key of the per-regime tables below (autocast computes in bf16)."""
+    return r.amp, r.trained, 2 if r.amp else r.compute_bytes
+
+
+def priced_bytes(p: Part, r: Regime) -> int:
+    """Per token, what the part's own `act` and `act32` price already (frozen: `act_frozen`), which the torch
+    paths' totals below are counted beyond."""
+    return r.compute_bytes * (p.act if r.trained else p.frozen_act) + 4 * p.act32
+
+
 def scan_dims(p: Part) -> tuple[int, int, int] | None:
     """(inner, state, heads) of a Mamba-1 mixer (graph mamba_part's `scan`), else None."""
     return (p.scan[1], p.scan[2], p.scan[3]) if p.scan and p.scan[0] == 1 else None
@@ -46,10 +57,12 @@ def torch_scan_bytes(b: Block, r: Regime, tokens: int) -> int:
         out += inner * state * (12 + (c if c < 4 else 0)) + inner * (8 - c) + 4 * state
         if r.trained:
             out += c * inner
-    return (out + sum(chunk_scan_bytes(p, r, tokens) for p in b.parts if p.scan and p.scan[0] == 2)
-            + sum(delta_rule_bytes(p, r, tokens) for p in b.parts if p.scan and p.scan[0] == 3)
-            + sum(kda_bytes(p, r, tokens) for p in b.parts if p.scan and p.scan[0] == 4)
-            + sum(wkv_bytes(p, r) for p in b.parts if p.scan and p.scan[0] == 6))
+    for p in b.parts:
+        if p.scan and p.scan[0] in CHUNKED_SCANS:
+            out += CHUNKED_SCANS[p.scan[0]](p, r, tokens)
+        elif p.scan and p.scan[0] == 6:
+            out += wkv_bytes(p, r)
+    return out
 
 
 def scan_backward_bytes(b: Block) -> int:
@@ -139,7 +152,7 @@ def chunk_scan_bytes(p: Part, r: Regime, tokens: int) -> int:
         per_chunks = 4 * hpn * (2 * chunks + 1) + 4 * heads * (chunks + 1) ** 2
     total = (tokens * per_token + (2 if c == 2 else 4) * conv * (tokens + kernel - 1) + padded * per_padded
              + per_chunks + 2 * chunk * chunk + 2 * (chunks + 1) ** 2 + 4 * heads)
-    priced = tokens * (c * (p.act if r.trained else p.frozen_act) + 4 * p.act32)
+    priced = tokens * priced_bytes(p, r)
     return max(0, -(-(total - priced) // tokens))
 
 
@@ -169,7 +182,7 @@ def delta_rule_bytes(p: Part, r: Regime, tokens: int) -> int:
     conv = 2 * nk * dk + nv * dv
     chunks = -(-tokens // chunk)
     padded = chunks * chunk
-    t_vk, t_vv, t_kk, t_v, conv_pad, heads = DELTA_RULE_TOKEN[(r.amp, r.trained, 2 if r.amp else c)]
+    t_vk, t_vv, t_kk, t_v, conv_pad, heads = DELTA_RULE_TOKEN[regime_key(r)]
     total = tokens * (t_vk * nv * dk + t_vv * nv * dv + t_kk * nk * dk + t_v * nv) + conv_pad * conv * (kernel - 1)
     total += chunk * chunk + heads * nv + 4 * chunks * nv  # the causal mask; A and dt_bias; each chunk's decay
     if r.amp:
@@ -179,7 +192,7 @@ def delta_rule_bytes(p: Part, r: Regime, tokens: int) -> int:
         total += padded * nv * (20 * chunk + 16 + 24 * dk + 12 * dv) + 4 * chunks * nv * dk * dv
         total -= 8 * chunk * nv * dk if chunks == 1 else 0
         total += 16 * tokens * nv * dk if c == 4 and chunks > 1 and padded == tokens else 0
-    priced = tokens * (c * (p.act if r.trained else p.frozen_act) + 4 * p.act32)
+    priced = tokens * priced_bytes(p, r)
     return max(0, -(-(total - priced) // tokens))
 
 
@@ -210,7 +223,7 @@ def kda_bytes(p: Part, r: Regime, tokens: int) -> int:
     CPU-simulated mixer per regime and fit on a basis of the dims (FINDINGS.md F24)."""
     _, heads, head_dim, chunk, kernel, low_rank = p.scan
     c = r.compute_bytes
-    t_hd, t_d, t_h, per_head = KDA_TOKEN[(bool(low_rank), r.amp, r.trained, 2 if r.amp else c)]
+    t_hd, t_d, t_h, per_head = KDA_TOKEN[(bool(low_rank),) + regime_key(r)]
     chunks = -(-tokens // chunk)
     padded = chunks * chunk
     hd = heads * head_dim
@@ -223,7 +236,7 @@ def kda_bytes(p: Part, r: Regime, tokens: int) -> int:
     else:
         total += (padded * (hd * (12 * chunk + 52) + heads * (clones + 8 * chunk + 4)) - 8 * chunk * hd
                   + 4 * chunks * hd * head_dim)
-    priced = tokens * (c * (p.act if r.trained else p.frozen_act) + 4 * p.act32)
+    priced = tokens * priced_bytes(p, r)
     return max(0, -(-(total - priced) // tokens))
 
 
@@ -255,7 +268,7 @@ def rglru_bytes(b: Block, r: Regime) -> int:
     out = 0
     for p in b.parts:
         if p.scan and p.scan[0] == 5:
-            per_lru, _, _ = RGLRU_TOKEN[(r.amp, r.trained, 2 if r.amp else r.compute_bytes)]
+            per_lru, _, _ = RGLRU_TOKEN[regime_key(r)]
             out += per_lru * p.scan[1] + 2
     return out
 
@@ -267,7 +280,7 @@ def rglru_backward_bytes(b: Block, r: Regime) -> int:
     out = 0
     for p in b.parts:
         if p.scan and p.scan[0] == 5:
-            _, gate, inputs = RGLRU_TOKEN[(r.amp, r.trained, 2 if r.amp else r.compute_bytes)]
+            _, gate, inputs = RGLRU_TOKEN[regime_key(r)]
             out = max(out, 2 * (gate + inputs) * p.scan[1])
     return out
 
@@ -286,15 +299,17 @@ def wkv_bytes(p: Part, r: Regime) -> int:
     Peng et al. 2023, arXiv:2305.13048): each step's fp32 maxima, exponentials, numerator and denominator, and the
     fp32 key, twelve fp32 tensors of the attention width, beside the time-shifted mixes, k, v, r and sigmoid(r)
     (and, trained, the Linears' inputs). Read off the block's saved tensors per regime, exact (FINDINGS.md F26)."""
-    per_a, per_h = WKV_TOKEN[(r.amp, r.trained, 2 if r.amp else r.compute_bytes)]
+    per_a, per_h = WKV_TOKEN[regime_key(r)]
     hidden = p.linears[0][0]
-    return max(0, per_a * p.scan[1] + per_h * hidden - r.compute_bytes * (p.act if r.trained else p.frozen_act)
-               - 4 * p.act32)
+    return max(0, per_a * p.scan[1] + per_h * hidden - priced_bytes(p, r))
 
 
 def wkv_backward_bytes(b: Block, r: Regime) -> int:
     """Per token, what an RWKV time-mix's torch loop holds in its backward beside its saved tensors: it indexes the
     key and the value step by step, so each select's gradient is a zero-filled tensor of the whole sequence added
     into the one accumulated, two of each (FINDINGS.md F26; the pattern of F20's Mamba-1 steps)."""
-    c = 4 if not r.amp and r.compute_bytes == 4 else 2
-    return max((2 * 2 * c * p.scan[1] for p in b.parts if p.scan and p.scan[0] == 6), default=0)
+    return max((2 * 2 * r.compute_bytes * p.scan[1] for p in b.parts if p.scan and p.scan[0] == 6), default=0)
+
+
+# The chunked torch paths by Part.scan kind (families: mamba2_part 2, gdn_part 3, the KDA mixer 4), per token.
+CHUNKED_SCANS = {2: chunk_scan_bytes, 3: delta_rule_bytes, 4: kda_bytes}
