@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from generator.estimator import estimate
 from generator.estimator.graph.nodes import build_graph
-from generator.estimator.memory.parallel import EXPERT_PARALLEL, ParallelError, Phase, Setup, SingleGpuJob, per_gpu
+from generator.estimator.memory.parallel import ParallelError, Phase, Setup, SingleGpuJob, per_gpu
+from generator.estimator.memory.sharding import EXPERT_PARALLEL
 from generator.estimator.normalise import normalise
 from generator.estimator.setups import model_shape
 from generator.settings import load_settings

@@ -20,7 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .memory.parallel import GPUS_PER_NODE, ParallelError, Setup
+from .memory.parallel import ParallelError, Setup
+from .memory.sharding import GPUS_PER_NODE
 
 DECODE_BANDWIDTH_EFFICIENCY = 0.78  # 17.07 / 22.0 ms (module docstring)
 PREFILL_MFU = 0.69  # 43.7 / 63.17 ms (module docstring)

@@ -22,22 +22,19 @@ from .memory.job import JobMemory, job_phases, metric_memory, training_variants
 from .memory.job_options import Job
 from .memory.kinds import GPU_COUNTS, TP_KINDS, Kind, count_index
 from .memory.parallel import (
-    GPUS_PER_NODE,
     ParallelError,
     Phase,
     Setup,
-    Sharding,
     SingleGpuJob,
-    cpu_bytes_per_node,
     experts_spread,
     peak_parts,
     per_gpu,
-    sharded,
     tp_phases,
     validate,
 )
 from .memory.plans import GpuOffer, Plan, Unreachable, first_fit, search_plans
 from .memory.profile import budget_bytes
+from .memory.sharding import GPUS_PER_NODE, Sharding, cpu_bytes_per_node, sharded
 from .memory.stages import Limits, Profile, largest_batch
 from .serving_speed import ServingModel, ServingSpeed, serving_speed
 

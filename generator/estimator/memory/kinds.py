@@ -7,7 +7,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from .parallel import GPUS_PER_NODE, Setup
+from .parallel import Setup
+from .sharding import GPUS_PER_NODE
 
 GPU_COUNTS = (1, 2, 4, 8) + tuple(GPUS_PER_NODE * k for k in range(2, 65))
 MAX_GPUS = GPU_COUNTS[-1]

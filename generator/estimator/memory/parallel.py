@@ -52,12 +52,18 @@ from dataclasses import dataclass
 
 from ...errors import JobError
 from .pipeline import stage_rows
+from .sharding import (
+    EXPERT_PARALLEL,
+    GPUS_PER_NODE,
+    _ceil,
+    _peak_row,
+    cpu_bytes_per_node,
+    sharded,
+)
 
 PARTS = ("weights", "gradients", "optimizer_state", "activations", "logits", "kv_cache", "overhead")
 STRATEGIES = ("single", "ddp", "zero2", "zero3", "fsdp", "fsdp+ep", "tp", "pp", "tp+pp")
 OFFLOADS = ("none", "optimizer", "params")
-GPUS_PER_NODE = 8  # tp+pp: tensor parallel inside a node of 8, pipeline stages across nodes (vLLM, Megatron-LM)
-EXPERT_PARALLEL = GPUS_PER_NODE  # fsdp+ep: the experts spread over the 8 GPUs of a node (all-to-all over NVLink)
 
 
 class ParallelError(JobError):
@@ -228,15 +234,6 @@ def peak_parts(job: SingleGpuJob, setup: Setup, model: str = "") -> tuple[str, t
     return best[0], best[1], stage_layers
 
 
-def _peak_row(rows: list[tuple[str, tuple[int, ...]]]) -> tuple[str, tuple[int, ...]]:
-    """The first phase of the largest sum (the first of equals): (name, parts in PARTS order)."""
-    best, top = rows[0], -1
-    for row in rows:
-        total = sum(row[1])
-        if total > top:
-            best, top = row, total
-    return best
-
 
 def _parts(ph: Phase, overhead: int, weights: int | None = None, gradients: int | None = None,
            optimizer_state: int | None = None) -> tuple[int, ...]:
@@ -246,11 +243,6 @@ def _parts(ph: Phase, overhead: int, weights: int | None = None, gradients: int 
             ph.kv_cache, overhead)
 
 
-def _master_excess(job: SingleGpuJob) -> int:
-    """Bytes the trainable weights hold above a compute-dtype copy (AMP's fp32 master: (4 - 2) x T)."""
-    return max(0, job.trainable_weight_bytes - job.compute_bytes) * job.params_trainable
-
-
 def _data_parallel(job: SingleGpuJob, phases: tuple[Phase, ...], setup: Setup) -> list[tuple[str, tuple[int, ...]]]:
     """Every phase's parts on one rank of ddp, zero2, zero3 or fsdp (module docstring)."""
     if setup.strategy == "ddp":
@@ -258,115 +250,6 @@ def _data_parallel(job: SingleGpuJob, phases: tuple[Phase, ...], setup: Setup) -
         return [(ph.name, _parts(ph, ph.overhead_weights + ph.overhead_step + ph.overhead_fixed + bucket))
                 for ph in phases]
     return sharded(job, setup.strategy, setup.grad_ckpt, setup.offload, setup.prefetch).rows(setup.gpus)
-
-
-@dataclass(frozen=True)
-class Sharding:
-    """One job's phases under zero2, zero3 or fsdp (and its offload) worked out once, so that N GPUs' parts are a
-    few ceiling divisions (the plan search asks for many N). Per phase (name, w0, wx, wm, g0, gx, sx, act, logits,
-    kv, o0, ox): weights w0 + ceil(wx / N) + wm x ceil(master / N), gradients g0 + ceil(gx / N), optimizer state
-    ceil(sx / N), overhead o0 + ceil(ox / N); activations, logits and KV cache whole. cpu_total: the offloaded
-    bytes of all ranks (cpu_bytes_per_node)."""
-
-    master: int
-    phases: tuple[tuple, ...]
-    cpu_total: int
-
-    def rows(self, n: int) -> list[tuple[str, tuple[int, ...]]]:
-        """Every phase's parts (PARTS order) on one of `n` ranks; int(-(-(x / n) // 1)) is _ceil(x / n)."""
-        m = int(-(-(self.master / n) // 1))
-        return [(name, (w0 + int(-(-(wx / n) // 1)) + wm * m, g0 + int(-(-(gx / n) // 1)), int(-(-(sx / n) // 1)),
-                        act, logits, kv, o0 + int(-(-(ox / n) // 1))))
-                for name, w0, wx, wm, g0, gx, sx, act, logits, kv, o0, ox in self.phases]
-
-    def peak(self, n: int) -> tuple[int, ...]:
-        """The parts of the first phase of the largest sum on one of `n` ranks (what peak_parts picks)."""
-        return _peak_row(self.rows(n))[1]
-
-    def cpu(self, n: int) -> int:
-        """PerGpu.cpu_bytes_per_node on `n` GPUs."""
-        return _per_node(self.cpu_total, n)
-
-    def limits(self) -> tuple[tuple[int, int], ...] | None:
-        """Per phase (A, S): its constants and the sum of its numerators, so that every ceil(x / N) being at least
-        x / N, its bytes on N GPUs are at least A + S / N; None where the peak may rise with the count (a negative
-        term), where no such bound says where it can start fitting."""
-        out = []
-        for _, w0, wx, wm, g0, gx, sx, act, logits, kv, o0, ox in self.phases:
-            if wm < 0 or min(wx, gx, sx, ox) < 0:
-                return None
-            out.append((w0 + g0 + act + logits + kv + o0, wx + gx + sx + ox + wm * self.master))
-        return tuple(out)
-
-
-def sharded(job: SingleGpuJob, strategy: str, grad_ckpt: bool = False, offload: str = "none",
-            prefetch: bool = True) -> Sharding:
-    """`job` under zero2, zero3 or fsdp, as a Sharding; what does not depend on the phase is worked out once."""
-    s, c, t = strategy, job.compute_bytes, job.params_trainable
-    trainable_share = t / job.params_total if job.params_total else 0.0
-    # A trainable weight stored above compute dtype (AMP's fp32 master): DeepSpeed keeps a 16-bit model copy
-    # (replicated by zero2, sharded by zero3) and partitions the fp32 master with the optimizer state; FSDP2 shards
-    # the params in their own dtype and gathers them in param_dtype (MixedPrecisionPolicy).
-    master = job.trainable_weight_bytes * t if _master_excess(job) else 0
-    copy16 = c * t if master and s not in ("fsdp", "fsdp+ep") else 0
-    # zero3, fsdp: the units being computed and prefetched, and one reduce-scatter input (the unit's gradient);
-    # fsdp+ep gathers a unit's experts only over its own expert shard
-    unit = job.unit_params - (job.unit_expert_params - _ceil(job.unit_expert_params / EXPERT_PARALLEL)
-                              if s == "fsdp+ep" else 0)
-    unit_grad = _ceil(c * unit * trainable_share)
-    units = 2 if prefetch else 1
-    # FSDP2's root (the params outside the layers) is not resharded after forward (_fsdp_state.py: "For the
-    # root, do not reshard after forward"): gathered through forward and backward beside the layer units.
-    root = job.first_stage_params + job.last_stage_params if s in ("fsdp", "fsdp+ep") else 0
-    gathered_computing = c * (units * unit + root)
-    zero2 = s == "zero2"
-    rows = []
-    for ph in job.phases_ckpt if grad_ckpt else job.phases:
-        computing = ph.computing
-        buffer = unit_grad if computing and not zero2 else 0
-        if zero2:  # replicated weights less the master, which is sharded
-            w0, wx, wm = ph.weights - master + copy16, 0, 1
-            copies = 0 if master else ph.overhead_weights
-        else:  # sharded params, the gathered units, the reduce-scatter input
-            w0, wx, wm, copies = gathered_computing if computing else 0, ph.weights + copy16, 0, 0
-        g0, gx, sx, ox = buffer, ph.gradients, ph.optimizer_state, ph.overhead_step
-        if offload == "optimizer":  # ZeRO-Offload: master, gradients, state and the step on the CPU
-            wm, gx, sx, ox = wm - 1, 0, 0, 0
-        elif offload == "params":  # everything on the CPU; the GPU holds the gathered units and their gradients
-            w0, wx, wm, gx, sx, ox = w0 if not zero2 else 0, 0, 0, 0, 0, 0
-        act = ph.activations - (ph.expert_activations - _ceil(ph.expert_activations / EXPERT_PARALLEL)
-                                if s == "fsdp+ep" else 0)
-        rows.append((ph.name, w0, wx, wm, g0, gx, sx, act, ph.logits, ph.kv_cache,
-                     copies + ph.overhead_fixed, ox))
-    return Sharding(master, tuple(rows), _cpu_total(job, offload))
-
-
-def cpu_bytes_per_node(job: SingleGpuJob, setup: Setup) -> int:
-    """PerGpu.cpu_bytes_per_node: the offloaded bytes the ranks of one node hold together, each rank its 1/N shard
-    of _cpu_total (0 without offload)."""
-    return _per_node(_cpu_total(job, setup.offload), setup.gpus)
-
-
-def _per_node(total: int, n: int) -> int:
-    """Of `total` bytes shared out 1/N per rank over `n` GPUs, what the ranks of one node (at most GPUS_PER_NODE)
-    hold together."""
-    return _ceil(total / n * min(n, GPUS_PER_NODE)) if total else 0
-
-
-def _cpu_total(job: SingleGpuJob, offload: str) -> int:
-    """Offloaded bytes of all ranks: the master copy, gradients and optimizer state (optimizer), and the params
-    too (params). DeepSpeed's estimators multiply this by an `additional_buffer_factor` (1.5) for pinned staging
-    buffers; that factor is left to the caller."""
-    if offload == "none":
-        return 0
-    peak = max(job.phases, key=lambda ph: ph.weights + ph.gradients + ph.optimizer_state + ph.overhead_step)
-    t = job.params_trainable
-    total = job.grad_bytes * t + peak.optimizer_state + peak.overhead_step
-    if offload == "optimizer":
-        total += job.trainable_weight_bytes * t if _master_excess(job) else 0
-    else:
-        total += peak.weights
-    return total
 
 
 def tp_phases(job: SingleGpuJob, phases: tuple[Phase, ...], n: int) -> tuple[Phase, ...]:
@@ -388,10 +271,6 @@ def _tp(job: SingleGpuJob, ph: Phase, n: int) -> Phase:
     return Phase(ph.name, w(ph.weights), w(ph.gradients), w(ph.optimizer_state), _ceil(ph.activations / n),
                  _ceil(ph.logits / n), kv, w(ph.overhead_weights), w(ph.overhead_step), ph.overhead_fixed,
                  ph.computing)
-
-
-def _ceil(x: float) -> int:
-    return int(-(-x // 1))
 
 
 def default_setup(gpus: int, strategy: str | None, offload: str, grad_ckpt: bool = False) -> Setup:

@@ -25,7 +25,8 @@ from typing import Any
 
 from .host_link import LinkBytes, link_hours
 from .kinds import LAST, MAX_GPUS, ORDERS, SEVERAL_NODES, Kind, kinds, probe_order
-from .parallel import GPUS_PER_NODE, ParallelError, Setup, SingleGpuJob, per_gpu
+from .parallel import ParallelError, Setup, SingleGpuJob, per_gpu
+from .sharding import GPUS_PER_NODE
 
 METHODS = ("full", "lora", "qlora", "serve")
 
