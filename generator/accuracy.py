@@ -161,7 +161,7 @@ SITE_SETUPS = {"full": "full, AMP", "lora": "LoRA, AMP, fp32 adapters, all-linea
 
 def setup_label(setup) -> str:
     """A run's setup in words, for the by-setup table: method, precision, adapters, targets, dropout,
-    checkpointing, attention, optimizer, outputs kept (rank, batch and tokens are pooled)."""
+    checkpointing, attention, optimizer, outputs kept, gradient accumulation (rank, batch and tokens are pooled)."""
     if setup.method == "inference":
         return "serving, HF generate" + (", eager" if setup.attention == "eager" else "")
     words = ["full" if setup.method == "full" else setup.method.replace("qlora", "QLoRA").replace("lora", "LoRA"),
@@ -179,6 +179,8 @@ def setup_label(setup) -> str:
         words.append(setup.optimizer if setup.optimizer != "adamw" else f"AdamW {setup.adamw_impl}")
     if getattr(setup, "keep_outputs", False):
         words.append("outputs kept")
+    if getattr(setup, "grad_accum", 1) > 1:
+        words.append("gradient accumulation")
     return ", ".join(words)
 
 
@@ -198,7 +200,8 @@ DEFINITIONS = (
     ("fitted_constants", "none: every byte count is read off the tensors PyTorch keeps (FINDINGS.md) or a "
                          "library's source, so each family's error is already its leave-one-family-out error"),
     ("setup", "the options of a run in words (method, precision, adapters' dtype, LoRA targets, LoRA dropout, "
-              "checkpointing, attention, optimizer, outputs kept); ranks, batches and token counts are pooled"),
+              "checkpointing, attention, optimizer, outputs kept, gradient accumulation); ranks, batches, token "
+              "counts and micro-batches per step are pooled"),
     ("cpu_kernels", "CPU-simulated rows are estimated with the CPU's kernels (estimator.job kernels='cpu'): dropout "
                     "masks in the input's dtype, not bool, layer_norm run in bf16 under autocast, and SDPA's math "
                     "kernel (fp32 scores kept) where the CPU's flash kernel refuses the call: attention dropout, "

@@ -51,8 +51,6 @@ def setup_and_reason(row: Mapping[str, Any]):
     if not raw or any(raw.get(k) is None for k in ("method", "batch", "tokens")):
         return None, "no setup (method, batch, tokens)"
     data = {k: v for k, v in raw.items() if v is not None}
-    if raw.get("grad_accum", 1) != 1:
-        return None, "gradient accumulation > 1 (gradients live across micro-batches): not modelled"
     weights = str(raw.get("weights", "")).lower()
     double = False
     if weights:  # public rows say how the base is stored
@@ -144,7 +142,10 @@ def estimate_or_reason(row: Mapping[str, Any], assumptions) -> tuple[int | None,
     try:
         arch = normalise(row["config"], row.get("model") or "model")
         if spread:
-            setup = default_setup(int(spread["gpus"]), spread["strategy"], spread.get("offload", "none"))
+            setup = dataclasses.replace(default_setup(int(spread["gpus"]), spread["strategy"],
+                                                      spread.get("offload", "none")),
+                                        mixed_units=bool(spread.get("mixed_units")),
+                                        sync_each_batch=bool(spread.get("sync_each_batch")))
             mem = job_on_setup(arch, build_graph(arch), assumptions, job, setup, row.get("model") or "model")
         else:
             mem = job_memory(arch, build_graph(arch), assumptions, job, row.get("model") or "model")

@@ -11,6 +11,7 @@ Pure: argparse, the estimator's Job and the typed errors; no file, network, cloc
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
 from .errors import ConfigError
 from .estimator.memory import job_options as j
@@ -43,6 +44,9 @@ def add_setup_arguments(p: argparse.ArgumentParser) -> None:
     ex.add_argument("--optimizer", choices=j.OPTIMIZERS)
     ex.add_argument("--grad-ckpt", action=argparse.BooleanOptionalAction, default=None,
                     help="gradient checkpointing (--no-grad-ckpt turns a recipe's off)")
+    ex.add_argument("--grad-accum", type=int, metavar="K",
+                    help="micro-batches per optimizer step (gradient_accumulation_steps, default 1): from the second "
+                         "on, every trainable parameter's gradient is held through forward and backward")
     ex.add_argument("--adapter-dtype", choices=j.ADAPTER_DTYPES,
                     help="LoRA adapters' dtype (default: peft's autocast_adapter_dtype, fp32 on a bf16 base under "
                          "AMP; bf16 under --precision bf16)")
@@ -70,6 +74,12 @@ def add_setup_arguments(p: argparse.ArgumentParser) -> None:
                          "experts' routed experts spread over each node of 8")
     ex.add_argument("--offload", choices=parallel.OFFLOADS, default="none",
                     help="ZeRO-Offload (optimizer) or parameter offload (params) to CPU memory")
+    ex.add_argument("--sync-each-batch", action="store_true",
+                    help="fsdp with --grad-accum: reduce-scatter the gradients every micro-batch (Accelerate's "
+                         "sync_each_batch) instead of no_sync, which keeps them unsharded on every GPU")
+    ex.add_argument("--mixed-units", action="store_true",
+                    help="fsdp, LoRA: FSDP1 units holding frozen and trainable params (use_orig_params=True, LitGPT's "
+                         "Block wrap), whose gradients cover the frozen params too")
 
 
 def setup_parser() -> argparse.ArgumentParser:
@@ -88,7 +98,7 @@ def setup_actions(p: argparse.ArgumentParser) -> list[argparse.Action]:
 def check(args: argparse.Namespace) -> None:
     """The flags' own bounds, named as typed (the job's are checked by estimator.memory.job_options.validate)."""
     for flag, value in (("--tokens", args.tokens), ("--batch", args.batch), ("--lora-rank", args.lora_rank),
-                        ("--serve-tokens", args.serve_tokens)):
+                        ("--serve-tokens", args.serve_tokens), ("--grad-accum", args.grad_accum)):
         if value is not None and value < 1:
             raise ConfigError("command line", flag, value, "must be a positive integer")
     if args.new_tokens is not None and args.new_tokens < 0:
@@ -105,7 +115,8 @@ def overrides(args: argparse.Namespace) -> dict[str, int | None]:
 
 def setup(args: argparse.Namespace) -> Setup:
     """The GPUs and the strategy the job is spread over (memory.peak_bytes is per GPU)."""
-    return default_setup(args.gpus, args.strategy, args.offload)
+    return dataclasses.replace(default_setup(args.gpus, args.strategy, args.offload),
+                               sync_each_batch=args.sync_each_batch, mixed_units=args.mixed_units)
 
 
 def asked(args: argparse.Namespace) -> bool:
@@ -114,7 +125,8 @@ def asked(args: argparse.Namespace) -> bool:
                                        args.lora_targets, args.new_tokens, args.attention, args.metric, args.strategy,
                                        args.grad_ckpt, args.adapter_dtype, args.lora_dropout, args.bnb_version,
                                        args.transformers_version, args.scan)) \
-        or args.gpus != 1 or args.offload != "none"
+        or args.gpus != 1 or args.offload != "none" or args.grad_accum is not None or args.sync_each_batch \
+        or args.mixed_units
 
 
 def job(args: argparse.Namespace) -> Job:
@@ -123,7 +135,7 @@ def job(args: argparse.Namespace) -> Job:
                                 ("optimizer", args.optimizer), ("lora_rank", args.lora_rank),
                                 ("lora_targets", args.lora_targets), ("batch", args.batch), ("tokens", args.tokens),
                                 ("new_tokens", args.new_tokens), ("attention", args.attention),
-                                ("metric", args.metric), ("grad_ckpt", args.grad_ckpt),
+                                ("metric", args.metric), ("grad_ckpt", args.grad_ckpt), ("grad_accum", args.grad_accum),
                                 ("adapter_dtype", args.adapter_dtype), ("lora_dropout", args.lora_dropout),
                                 ("bnb_version", args.bnb_version),
                                 ("transformers_version", args.transformers_version), ("scan", args.scan))

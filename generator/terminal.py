@@ -78,12 +78,18 @@ def _job_line(m) -> Text:
         what.append(f"r={job['lora_rank']} on {job['lora_targets']}")
     if job["method"] != "inference":
         what.append(job["optimizer"] + (", checkpointed" if job["grad_ckpt"] else ""))
+    if job.get("grad_accum", 1) > 1:
+        what.append(f"{fmt.count(job['grad_accum'])} micro-batches per step")
     tokens = f"{fmt.count(job['tokens'])} tokens" + (f" + {fmt.count(job['new_tokens'])} generated"
                                                     if job["new_tokens"] else "")
     parts = ", ".join(f"{k.replace('_', ' ')} {fmt.gb(v)}" for k, v in m.breakdown if v)
     gpus = job.get("gpus", 1)
     where = "on one GPU" if gpus == 1 else "per GPU, " + fmt.setup(gpus, "GPUs", job.get("strategy", "ddp"),
                                                                    False, job.get("offload", "none"))
+    if gpus > 1 and job.get("mixed_units"):
+        where += " (FSDP1 units of frozen and trainable params)"
+    if gpus > 1 and job.get("sync_each_batch"):
+        where += " (gradients synced every micro-batch)"
     cpu = f"; the offload holds {fmt.gb(m.offload_cpu_bytes_per_node)} of CPU memory per node" \
         if m.offload_cpu_bytes_per_node else ""
     return Text(f"This job ({', '.join(what)}, {job['attention']}, batch {job['batch']} x {tokens}) peaks at "

@@ -184,7 +184,8 @@ def _tiny(phase: Phase) -> SingleGpuJob:
                         s["layer_params"], s["embed_params"], s["head_params"], 0, 0, 4, 2)
 
 
-@pytest.mark.parametrize("run", MEASURED["runs"], ids=lambda r: f"{r['strategy']}-{r['gpus']}")
+@pytest.mark.parametrize("run", [r for r in MEASURED["runs"] if r["strategy"] in ("fsdp", "ddp")],
+                         ids=lambda r: f"{r['strategy']}-{r['gpus']}")
 def test_model_states_per_rank_match_the_measured_fsdp2_and_ddp_runs(run):
     """Tolerances. The optimizer step (sharded params, grads, AdamW state and its foreach temporary: 20 B / param
     over N): within 0.1%. DDP over the whole step (params, grads, AdamW state, foreach temporary, and the Reducer's

@@ -49,8 +49,9 @@ BNB_RELEASE = re.compile(r"\b(?:bitsandbytes|bnb)\s+(\d+\.\d+(?:\.\d+)?)")
 # "transformers 4.35"): before 4.36 generate held two KV caches at the end of a decode step (Job.transformers_version)
 TRANSFORMERS_RELEASE = re.compile(r"transformers ~?(\d+\.\d+(?:\.\d+)?)")
 # What an amendment may set: a setup key the TSV has no column for or states too loosely, a note, the spread.
-AMENDABLE_SETUP = ("lora_dropout", "loss")
+AMENDABLE_SETUP = ("lora_dropout", "loss", "grad_accum")
 PARALLEL_KEYS = ("strategy", "offload")
+PARALLEL_CHOICES = ("mixed_units", "sync_each_batch")  # FSDP's, true when given (memory.parallel.Setup)
 
 
 def _snapshot_config(model_id: str) -> tuple[dict | None, str | None, str | None]:
@@ -151,8 +152,8 @@ def _metric(text: str) -> str:
 
 def load_amendments(path: Path) -> dict[str, list[dict]]:
     """{row id: its amendments, in file order}. Each amendment names its rows (`ids`) and sets any of: `setup`
-    (keys of AMENDABLE_SETUP), `notes` (appended to the row's, after "; "), `parallel` (`strategy`, `offload`;
-    the GPU count is the row's own "Nx"), `inexact: true` (the stated length is a cap the run need not reach: the
+    (keys of AMENDABLE_SETUP), `notes` (appended to the row's, after "; "), `parallel` (`strategy`, `offload`,
+    any of PARALLEL_CHOICES; the GPU count is the row's own "Nx"), `inexact: true` (the stated length is a cap the run need not reach: the
     notes say why). Anything else is refused, naming the amendment and the key."""
     data = json.loads(path.read_text(encoding="utf-8"))
     out: dict[str, list[dict]] = {}
@@ -166,9 +167,11 @@ def load_amendments(path: Path) -> dict[str, list[dict]]:
             raise SystemExit(f"{where}: inexact {amendment['inexact']!r}: only true (say why in notes)")
         for key in set(amendment.get("setup", {})) - set(AMENDABLE_SETUP):
             raise SystemExit(f"{where}: setup key {key!r}: an amendment sets only {', '.join(AMENDABLE_SETUP)}")
-        if "parallel" in amendment and set(amendment["parallel"]) != set(PARALLEL_KEYS):
+        if "parallel" in amendment and (set(amendment["parallel"]) - set(PARALLEL_CHOICES) != set(PARALLEL_KEYS)
+                                        or any(amendment["parallel"].get(k, True) is not True
+                                               for k in PARALLEL_CHOICES)):
             raise SystemExit(f"{where}: parallel {amendment['parallel']!r}: must give exactly "
-                             f"{', '.join(PARALLEL_KEYS)}")
+                             f"{', '.join(PARALLEL_KEYS)}, and may set {', '.join(PARALLEL_CHOICES)} true")
         for row_id in amendment["ids"]:
             out.setdefault(row_id, []).append(amendment)
     return out

@@ -38,7 +38,7 @@ CONFIG = {"hidden_size": 128, "intermediate_size": 352, "num_hidden_layers": 4, 
           "num_key_value_heads": 2, "vocab_size": 512, "max_position_embeddings": 256, "tie_word_embeddings": False,
           "attention_dropout": 0.0}
 TOKENS = 64
-RUNS = (("fsdp", 2), ("fsdp", 4), ("ddp", 2), ("ddp", 4))
+RUNS = (("fsdp", 2), ("fsdp", 4), ("ddp", 2), ("ddp", 4), ("fsdp-accumulating", 2), ("fsdp-accumulating", 4))
 
 
 def _free_port() -> int:
@@ -67,7 +67,7 @@ def _rank(rank: int, world: int, strategy: str, port: int, out_dir: str) -> None
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world)
     model = _model()
-    if strategy == "fsdp":
+    if strategy.startswith("fsdp"):
         for layer in model.model.layers:
             fully_shard(layer)
         fully_shard(model)
@@ -85,6 +85,16 @@ def _rank(rank: int, world: int, strategy: str, port: int, out_dir: str) -> None
             opt.step()
             opt.zero_grad(set_to_none=True)
         phases["optimizer step"] = _categories(tracker.get_tracker_snapshot("peak"))
+    elif strategy == "fsdp-accumulating":  # two micro-batches, the first without a reduce-scatter
+        # (set_requires_gradient_sync(False), FSDP1's no_sync): the second runs beside the unsharded gradients
+        tracker = FSDPMemTracker(model, opt)  # one tracker over both, which sees the first one's gradients made
+        with tracker:
+            model.set_requires_gradient_sync(False)
+            model(input_ids=ids, labels=ids).loss.backward()
+            model.set_requires_gradient_sync(True)
+            tracker.reset_mod_stats()  # per-module stats only: the peak so far stays
+            model(input_ids=ids, labels=ids).loss.backward()
+        phases["two micro-batches"] = _categories(tracker.get_tracker_snapshot("peak"))
     else:  # DDP built inside the tracker, so the Reducer's gradient buckets are seen being made
         tracker = MemTracker()
         tracker.track_external(model, opt)
@@ -133,7 +143,9 @@ def main(argv: list[str] | None = None) -> int:
                 "(gradient_as_bucket_view=False, built inside the tracker); one step: forward + loss, backward, "
                 "AdamW(foreach=True) step, zero_grad(set_to_none=True); per rank, the peak (total and categories) of "
                 "torch.distributed._tools FSDPMemTracker on the cpu device for forward+backward and, with a fresh "
-                "tracker, for the optimizer step; DDP: MemTracker over the whole step"),
+                "tracker, for the optimizer step; DDP: MemTracker over the whole step; fsdp-accumulating: one "
+                "FSDPMemTracker over two micro-batches' forward + backward, the first under "
+                "set_requires_gradient_sync(False), the second syncing"),
         "config": CONFIG, "tokens": TOKENS, "batch_per_rank": 1,
         "structure": _structure(),
         "versions": {"torch": torch.__version__, "transformers": transformers.__version__,

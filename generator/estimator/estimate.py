@@ -183,7 +183,8 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
         peak_bytes=exact.peak_bytes, peak_phase=exact.peak_phase, breakdown=exact.breakdown,
         # the job as priced: the attention it defaulted to (the model class's) named, not left empty
         job=tuple({**resolve(job, arch).to_dict(), "gpus": setup.gpus, "strategy": setup.strategy,
-                   "offload": setup.offload}.items()),
+                   "offload": setup.offload, "sync_each_batch": setup.sync_each_batch,
+                   "mixed_units": setup.mixed_units}.items()),
         offload_cpu_bytes_per_node=spread.cpu_bytes_per_node,
         smallest_card_full=smallest("train_full_max_batch"), smallest_card_lora=smallest("train_lora_max_batch"),
         smallest_card_serve=smallest("serve_max_batch"), cards=plans,

@@ -86,7 +86,7 @@ def training_job(a: Arch, g: Graph, s: Assumptions, job: Job, shape: Shape, mode
     variants = ((True,) if job.grad_ckpt else (False, True)) if both else (job.grad_ckpt,)
     phases, trainable, compute_bytes, param_bytes = training_variants(a, g, s, job, variants, model, memo)
     plain, ckpt = phases[0], (phases[-1] if both else ())
-    return _single(job.method, plain, ckpt, trainable, compute_bytes, param_bytes, shape)
+    return _single(job.method, plain, ckpt, trainable, compute_bytes, param_bytes, shape, job.grad_accum > 1)
 
 
 def exact_job(a: Arch, g: Graph, s: Assumptions, job: Job, shape: Shape, model: str = "") -> SingleGpuJob:
@@ -121,11 +121,11 @@ def serving_job(serve: Profile, weight_bytes: int, shape: Shape, c: int, sequenc
 
 
 def _single(method: str, phases: tuple[Phase, ...], ckpt: tuple[Phase, ...], trainable: int, c: int, w: int,
-            shape: Shape) -> SingleGpuJob:
+            shape: Shape, accumulating: bool = False) -> SingleGpuJob:
     return SingleGpuJob(method, phases, shape.params_total, trainable, c, w, w, shape.layers, shape.unit_params,
                         shape.first_stage_params, shape.last_stage_params, shape.tp_replicated_params,
                         shape.kv_proj_params, shape.heads, shape.kv_heads, phases_ckpt=ckpt,
-                        unit_expert_params=shape.unit_expert_params, experts=shape.experts)
+                        unit_expert_params=shape.unit_expert_params, experts=shape.experts, accumulating=accumulating)
 
 
 def max_batch(job: SingleGpuJob, budget_bytes: int, adjust: Callable[[str, tuple[int, ...]], int],
@@ -194,11 +194,12 @@ class PeakTable:
         n = setup.gpus
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             validate(self.jobs[method], setup, method)
-        key = (method, setup.strategy, setup.grad_ckpt, setup.offload, setup.prefetch, n == 1)
+        key = (method, setup.strategy, setup.grad_ckpt, setup.offload, setup.prefetch, setup.sync_each_batch,
+               setup.mixed_units, n == 1)
 
         def make() -> Sharding:
             validate(self.jobs[method], setup, method)
-            return sharded(self.jobs[method], *key[1:5])
+            return sharded(self.jobs[method], *key[1:7])
         return _remembered(self.shardings, key, make)
 
     def first_count(self, method: str, kind: Kind, budget: int) -> int | None:

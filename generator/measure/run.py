@@ -70,16 +70,19 @@ def workload(model, setup: Setup, vocab: int, device: str, tracker: PeakTracker 
     opt = make_optimizer(model, setup)
     if tracker is not None:
         tracker.track_external(model, opt)
+    k = setup.grad_accum
     for step in range(1, setup.steps + 1):
-        stage(f"step {step}", "last step" if step == setup.steps else None)
-        with autocast:
-            out = model(input_ids=ids, labels=ids)
-        loss = out.loss
-        if not setup.keep_outputs:  # HF Trainer's compute_loss keeps only the loss; a hand-written loop may not
-            del out
-        loss.backward()
-        del loss
-        out = None
+        for micro in range(1, k + 1):  # HF Trainer's gradient accumulation: the loss over k, added into .grad
+            stage(f"step {step}" + (f" micro-batch {micro}" if k > 1 else ""),
+                  "last step" if step == setup.steps else None)
+            with autocast:
+                out = model(input_ids=ids, labels=ids)
+            loss = out.loss / k if k > 1 else out.loss
+            if not setup.keep_outputs:  # HF Trainer's compute_loss keeps only the loss; a hand-written loop may not
+                del out
+            loss.backward()
+            del loss
+            out = None
         opt.step()
         opt.zero_grad(set_to_none=True)
         if sync is not None:

@@ -54,6 +54,7 @@ class Setup:
     keep_outputs: bool = False  # a loop that keeps the model's output alive through backward (recipe custom-loop)
     bnb_version: str = ""  # public QLoRA rows: the bitsandbytes release they ran ("" = current or not stated)
     transformers_version: str = ""  # public generate rows: the transformers release they ran ("" = current)
+    grad_accum: int = 1  # training: micro-batches (forward + backward of the loss / grad_accum) per optimizer step
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -91,6 +92,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--grad-ckpt", action="store_true", help="gradient checkpointing (non-reentrant)")
     p.add_argument("--attention", choices=("sdpa", "eager"), default="sdpa")
     p.add_argument("--steps", type=int, default=2, metavar="S", help="training steps (the peak is over all of them)")
+    p.add_argument("--grad-accum", type=int, default=1, metavar="K",
+                   help="micro-batches per training step, their gradients accumulated before the optimizer step")
     p.add_argument("--eval-mode", action="store_true", help="train with dropout off (model.eval())")
     p.add_argument("--max-layers", type=int, default=None, metavar="L",
                    help="shrink the config to at most L layers (recorded in the JSON line's config_changes)")
@@ -114,7 +117,7 @@ def setup_from_args(args: argparse.Namespace) -> Setup:
     precision = args.precision or ("bf16" if args.method == "inference" else "amp")
     new_tokens = args.new_tokens if args.new_tokens is not None else (16 if args.method == "inference" else 0)
     for flag, value in (("--batch", args.batch), ("--tokens", args.tokens), ("--lora-rank", args.lora_rank),
-                        ("--steps", args.steps)):
+                        ("--steps", args.steps), ("--grad-accum", args.grad_accum)):
         if value < 1:
             raise ValueError(f"{flag} must be a positive integer, not {value}")
     if new_tokens < 0 or (args.method != "inference" and new_tokens):
@@ -128,7 +131,8 @@ def setup_from_args(args: argparse.Namespace) -> Setup:
     return Setup(method=args.method, precision=precision, batch=args.batch, tokens=args.tokens, new_tokens=new_tokens,
                  lora_rank=args.lora_rank, lora_targets=targets, lora_dropout=args.lora_dropout,
                  optimizer=args.optimizer, adamw_impl=args.adamw_impl, grad_ckpt=args.grad_ckpt,
-                 attention=args.attention, steps=args.steps, train_mode=not args.eval_mode,
+                 attention=args.attention, steps=args.steps, grad_accum=args.grad_accum,
+                 train_mode=not args.eval_mode,
                  adapter_dtype=args.adapter_dtype, keep_outputs=args.keep_outputs)
 
 
@@ -207,7 +211,7 @@ def job_of(setup: Setup, kernels: str = "cuda"):
                batch=setup.batch, tokens=setup.tokens, new_tokens=setup.new_tokens, attention=setup.attention,
                metric=setup.metric, adapter_dtype=setup.adapter_dtype, lora_dropout=setup.lora_dropout or 0.0,
                keep_outputs=setup.keep_outputs, kernels=kernels, bnb_version=setup.bnb_version or "",
-               transformers_version=setup.transformers_version or ""), ""
+               transformers_version=setup.transformers_version or "", grad_accum=setup.grad_accum or 1), ""
 
 
 def estimator_supports(setup: Setup) -> bool:

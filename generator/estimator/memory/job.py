@@ -3,7 +3,8 @@
 The site's figures (memory.train_profile / serve_profile) are this module's default job; here every option of a
 real run is priced, phase by phase, from the same per-layer formulas (activations.block_activation_bytes):
 - training: the loss backward (no gradient yet, FINDINGS.md F2), the end of the backward (all gradients; a tied
-  embedding's two gradients, F6), the optimizer step with its temporaries (F5);
+  embedding's two gradients, F6), the optimizer step with its temporaries (F5); with gradient accumulation every
+  micro-batch after the first beside all the gradients (F27);
 - inference as transformers' `generate` runs it (the measurement harness): one prefill of all prompts, then
   decode through the KV cache (F7). The site's serving figure is a chunked-prefill server instead (memory.py).
 Bytes per option, with sources, are in the functions below; `metric` turns tensor bytes into what a tool reports.
@@ -11,7 +12,7 @@ Bytes per option, with sources, are in the functions below; `metric` turns tenso
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..config.arch import Arch
 from ..graph.nodes import Graph
@@ -52,6 +53,7 @@ from .storage import dequant_transient_bytes, quantised_params, saves_matmul_inp
 # The late-backward moments a layer's own backward adds (beside what the layers saved, the head's tensors freed).
 EAGER_PHASE = "backward (attention scores' gradients)"
 SCAN_PHASE = "backward (the torch scan's state gradients)"
+CACHE_PHASE = "forward (the loss, autocast's cached weight copies)"
 
 PARTS = ("weights", "gradients", "optimizer_state", "activations", "logits", "kv_cache", "overhead")
 
@@ -267,6 +269,11 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
             # reruns one layer at a time, whose saved tensors live beside the gradients made so far (the head's at
             # the last layer; a full fine-tune's every later layer's at the first).
             inputs = embed + len(spec.blocks) * T * r.residual_bytes * spec.hidden
+            # The end of the forward, the loss computed inside autocast: autocast's cache keeps every layer's bf16
+            # copy of its fp32 weights until the autocast region exits (aten/src/ATen/autocast_mode.cpp
+            # cached_cast: fp32 leaves that require grad), checkpointed or not; the loss has made its fp32 copy
+            # and log_softmax of the logits, not yet the gradient (F27: c B per logit fewer than at the backward)
+            fwd_less = T * c * spec.logits if job.loss == "hf" else 0
             # the layer recomputed at the peak, and its per-expert tensors
             recomputed = max(zip(layer, held, fixed, strict=True), key=lambda t: B * (t[0] + t[1]) + t[2],
                              default=(0, 0, 0))
@@ -277,6 +284,10 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
                              gradients=head_grads,
                              activations=B * inputs + B * (recomputed[0] + recomputed[1]) + recomputed[2],
                              overhead_weights=ckpt_copies[1], overhead_fixed=dequant, experts=recomputed[2])]
+            if copies > ckpt_copies[0]:  # a full fine-tune under autocast: its cached copies at the loss
+                phases.append(_phase(CACHE_PHASE, weights=weights, optimizer_state=state,
+                                     activations=B * (inputs + head + kept - logits), logits=B * (logits - fwd_less),
+                                     overhead_weights=copies, overhead_fixed=dequant + chunk))
             if any(f for f, _ in chunked):  # a Mamba-2 layer's recomputed forward at its chunks (recurrence)
                 k = max(range(len(distinct)), key=lambda i: B * (layer[i] + chunked[i][0]) + fixed[i])
                 phases.append(_phase("backward (recomputing the torch scan's chunks)", weights=weights,
@@ -328,6 +339,10 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
                                  gradients=first_grads + made_after - param_bytes * last_linear_params(distinct[k][0]),
                                  activations=B * (first_inputs + layer[k] + extra) + fixed[k], overhead_fixed=dequant,
                                  experts=fixed[k], overhead_weights=ckpt_copies[1] - freed))
+        if job.grad_accum > 1:  # every micro-batch after a step's first runs beside the gradients accumulated
+            # so far, every trainable parameter's: autograd adds each new gradient into .grad in place
+            # (torch/csrc/autograd/functions/accumulate_grad.h), so the phase holds them all and no more
+            phases = [replace(ph, gradients=max(ph.gradients, grad)) for ph in phases]
         out.append((*phases, *closing))
     return out, trainable, c, param_bytes
 

@@ -67,6 +67,7 @@ class Job:
     bnb_version: str = ""  # the bitsandbytes release the run uses, "" = a current one (0.43.2 or later)
     transformers_version: str = ""  # the transformers release HF generate runs, "" = a current one (legacy_cache)
     scan: str = ""  # a recurrent mixer's scan (SCANS): "" = the kernels' own (fused on CUDA, torch on the CPU)
+    grad_accum: int = 1  # micro-batches per optimizer step (HF Trainer's gradient_accumulation_steps)
 
     def to_dict(self) -> dict[str, Any]:
         """The options, with the storage the default resolves to."""
@@ -113,11 +114,14 @@ def validate(job: Job, model: str) -> None:
     if isinstance(job.lora_dropout, bool) or not isinstance(job.lora_dropout, (int, float)) \
             or not 0 <= job.lora_dropout < 1:
         raise JobError(model, "lora_dropout", job.lora_dropout, "must be in [0, 1)")
-    for key, number in (("batch", job.batch), ("tokens", job.tokens), ("lora_rank", job.lora_rank)):
+    for key, number in (("batch", job.batch), ("tokens", job.tokens), ("lora_rank", job.lora_rank),
+                        ("grad_accum", job.grad_accum)):
         if isinstance(number, bool) or not isinstance(number, int) or number < 1:
             raise JobError(model, key, number, "must be a positive integer")
     if job.new_tokens < 0 or (job.new_tokens and job.method != "inference"):
         raise JobError(model, "new_tokens", job.new_tokens, "is for method inference, and must be >= 0")
+    if job.grad_accum > 1 and job.method == "inference":
+        raise JobError(model, "grad_accum", job.grad_accum, "is for training methods (full, lora, qlora)")
     if job.method == "full" and job.weights and job.weights != {"amp": "fp32"}.get(job.precision, job.precision):
         raise JobError(model, "weights", job.weights, f"a full fine-tune trains the weights in its precision "
                                                       f"({job.precision}); a quantised or other base is not trainable")

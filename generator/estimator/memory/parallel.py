@@ -36,6 +36,12 @@ u the largest sharding unit's params, c compute bytes, N GPUs). Sources:
   the cut minimising the largest stage (splits.best_cut for two cards, generalised). At batch 1 one micro-batch is in
   flight, so each stage holds its own layers' activations once (Megatron-LM theoretical_memory_usage.py: the first
   stage holds min(micro-batches, pp) in flight).
+- accumulating (SingleGpuJob.accumulating): fsdp's no_sync keeps every unit's gradient unsharded until a step's
+  last micro-batch (FullyShardedDataParallel.no_sync; FSDP2 set_requires_gradient_sync), unless sync_each_batch
+  (Accelerate's GradientAccumulationPlugin); ZeRO reduces every micro-batch into its partitioned gradients (DeepSpeedEngine.no_sync refuses stages 2 and 3); ddp
+  holds them whole anyway.
+  mixed_units: FSDP1 units flattening frozen and trainable params hold gradients for all of them (use_orig_params=True;
+  the FullyShardedDataParallel docstring). Rules and sources in sharding.py; FINDINGS.md F27.
 - fsdp+ep: the routed experts spread over EXPERT_PARALLEL ranks of a node (GShard, arXiv:2006.16668; DeepSpeed-MoE,
   arXiv:2201.05596 §5), FSDP over the other ranks as torchtitan builds it (torchtitan/distributed/parallel_dims.py
   _build_mesh_with_ep: dp_shard = dp_shard_mod_ep x dp_shard_in_ep, experts fully_shard-ed over dp_shard_mod_ep):
@@ -117,6 +123,7 @@ class SingleGpuJob:
     phases_ckpt: tuple[Phase, ...] = ()  # the same job with gradient checkpointing; () = not offered
     unit_expert_params: int = 0  # routed-expert params of the largest unit (fsdp+ep gathers 1 / EXPERT_PARALLEL)
     experts: int = 0  # routed experts per MoE layer
+    accumulating: bool = False  # gradients accumulate over micro-batches (Job.grad_accum > 1)
 
 
 @dataclass(frozen=True)
@@ -126,6 +133,8 @@ class Setup:
     grad_ckpt: bool = False
     offload: str = "none"
     prefetch: bool = True  # zero3 / fsdp: the next unit's all-gather is in flight (off: DeepSpeed's estimator)
+    sync_each_batch: bool = False  # fsdp, accumulating: reduce-scatter every micro-batch (no no_sync)
+    mixed_units: bool = False  # fsdp: FSDP1 units holding frozen and trainable params (use_orig_params=True)
 
 
 @dataclass(frozen=True)
@@ -175,6 +184,11 @@ def validate(job: SingleGpuJob, setup: Setup, model: str = "") -> None:
         raise ParallelError(model, "offload", "optimizer", "FSDP's CPUOffloadPolicy offloads params: use params")
     if serve and setup.offload != "none":
         raise ParallelError(model, "offload", setup.offload, "is for training jobs")
+    for key, on in (("sync_each_batch", setup.sync_each_batch), ("mixed_units", setup.mixed_units)):
+        if on and (s not in ("fsdp", "fsdp+ep") or serve):
+            raise ParallelError(model, key, True, f"is a choice of FSDP training (strategy fsdp), not {s}")
+    if setup.mixed_units and job.method == "full":
+        raise ParallelError(model, "mixed_units", True, "needs frozen params: a LoRA or QLoRA job")
     if s in ("tp", "tp+pp"):
         tp = min(n, GPUS_PER_NODE) if s == "tp+pp" else n
         if s == "tp+pp" and n % GPUS_PER_NODE:
@@ -249,7 +263,8 @@ def _data_parallel(job: SingleGpuJob, phases: tuple[Phase, ...], setup: Setup) -
         bucket = job.grad_bytes * job.params_trainable
         return [(ph.name, _parts(ph, ph.overhead_weights + ph.overhead_step + ph.overhead_fixed + bucket))
                 for ph in phases]
-    return sharded(job, setup.strategy, setup.grad_ckpt, setup.offload, setup.prefetch).rows(setup.gpus)
+    return sharded(job, setup.strategy, setup.grad_ckpt, setup.offload, setup.prefetch, setup.sync_each_batch,
+                   setup.mixed_units).rows(setup.gpus)
 
 
 def tp_phases(job: SingleGpuJob, phases: tuple[Phase, ...], n: int) -> tuple[Phase, ...]:

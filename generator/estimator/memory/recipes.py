@@ -73,12 +73,16 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
             "config.use_cache and builds a DynamicCache in training unless gradient checkpointing turns it off",
             "transformers/loss/loss_utils.py ForCausalLMLoss: logits.float() then cross_entropy (FINDINGS.md F1)")),
     Recipe("litgpt", "LitGPT finetune lora with its config hub's bf16-true: weights, adapters, gradients and AdamW "
-                     "states in bf16, LoRA r=8 on query and value with dropout 0.05, chunked cross-entropy",
+                     "states in bf16, LoRA r=8 on query and value with dropout 0.05, chunked cross-entropy, 16 "
+                     "micro-batches per step",
            (("precision", "bf16"), ("adapter_dtype", "bf16"), ("lora_rank", 8), ("lora_targets", "q,v"),
             ("lora_dropout", 0.05), ("grad_ckpt", False), ("optimizer", "adamw"), ("keep_outputs", False),
-            ("loss", "litgpt-chunked")),
+            ("loss", "litgpt-chunked"), ("grad_accum", 16)),
            ("litgpt/finetune/lora.py setup(): lora_r 8, lora_alpha 16, lora_dropout 0.05, lora_query and "
             "lora_value True; model(input_ids, lm_head_chunk_size=128); chunked_cross_entropy",
+            "litgpt/finetune/lora.py setup(): TrainArgs(global_batch_size=16, micro_batch_size=1); litgpt/args.py "
+            "gradient_accumulation_iters = global_batch_size // devices // micro_batch_size; fit() runs each "
+            "micro-batch in fabric.no_backward_sync",
             "config_hub/finetune/*/lora.yaml: precision bf16-true (utils.get_default_supported_precision would "
             "pick bf16-mixed)",
             "torch/optim/adamw.py: exp_avg and exp_avg_sq are zeros_like(param), the parameter's dtype")),

@@ -52,8 +52,8 @@ class Sharding:
         return tuple(out)
 
 
-def sharded(job: Any, strategy: str, grad_ckpt: bool = False, offload: str = "none",
-            prefetch: bool = True) -> Sharding:
+def sharded(job: Any, strategy: str, grad_ckpt: bool = False, offload: str = "none", prefetch: bool = True,
+            sync_each_batch: bool = False, mixed_units: bool = False) -> Sharding:
     """`job` under zero2, zero3 or fsdp, as a Sharding; what does not depend on the phase is worked out once."""
     s, c, t = strategy, job.compute_bytes, job.params_trainable
     trainable_share = t / job.params_total if job.params_total else 0.0
@@ -66,7 +66,22 @@ def sharded(job: Any, strategy: str, grad_ckpt: bool = False, offload: str = "no
     # fsdp+ep gathers a unit's experts only over its own expert shard
     unit = job.unit_params - (job.unit_expert_params - _ceil(job.unit_expert_params / EXPERT_PARALLEL)
                               if s == "fsdp+ep" else 0)
-    unit_grad = _ceil(c * unit * trainable_share)
+    # FSDP1 with use_orig_params=True flattens a unit's frozen and trainable params into one FlatParameter, whose
+    # gradient covers them all (the class docstring of torch/distributed/fsdp/fully_sharded_data_parallel.py: mixing
+    # them is "recommended to avoid ... to prevent higher than expected gradient memory usage"; torch 2.1's said
+    # "equivalent to not freezing those parameters").
+    # LitGPT's LoRA wraps each Block so (finetune/lora.py: FSDPStrategy(auto_wrap_policy={Block})); the params
+    # outside the layers, all frozen, form their own unit and have none.
+    layer_params = max(0, job.params_total - job.first_stage_params - job.last_stage_params)
+    grow = (layer_params + t) / t if mixed_units and t else 1.0
+    unit_grad = _ceil(job.grad_bytes * unit if mixed_units else c * unit * trainable_share)
+    # Accumulating over micro-batches under FSDP's no_sync (FSDP2: set_requires_gradient_sync(False)), as Lightning
+    # Fabric's no_backward_sync and Accelerate's accumulate (GradientAccumulationPlugin sync_each_batch=False) run
+    # every micro-batch but a step's last: FSDP1's _post_backward_hook returns before its reduce-scatter, so every
+    # unit's gradient stays unsharded on every rank, added into across micro-batches ("FSDP will accumulate the
+    # full model gradients (instead of gradient shards) until the eventual sync": FullyShardedDataParallel.no_sync;
+    # with CPU offload too, "the gradients will not be offloaded to CPU when inside the context manager").
+    whole = job.accumulating and s in ("fsdp", "fsdp+ep") and not sync_each_batch
     units = 2 if prefetch else 1
     # FSDP2's root (the params outside the layers) is not resharded after forward (_fsdp_state.py: "For the
     # root, do not reshard after forward"): gathered through forward and backward beside the layer units.
@@ -82,7 +97,9 @@ def sharded(job: Any, strategy: str, grad_ckpt: bool = False, offload: str = "no
             copies = 0 if master else ph.overhead_weights
         else:  # sharded params, the gathered units, the reduce-scatter input
             w0, wx, wm, copies = gathered_computing if computing else 0, ph.weights + copy16, 0, 0
-        g0, gx, sx, ox = buffer, ph.gradients, ph.optimizer_state, ph.overhead_step
+        grads = _ceil(ph.gradients * grow) if mixed_units else ph.gradients
+        g0, gx = (buffer + grads, 0) if whole and computing else (buffer, grads)
+        sx, ox = ph.optimizer_state, ph.overhead_step
         if offload == "optimizer":  # ZeRO-Offload: master, gradients, state and the step on the CPU
             wm, gx, sx, ox = wm - 1, 0, 0, 0
         elif offload == "params":  # everything on the CPU; the GPU holds the gathered units and their gradients
