@@ -160,7 +160,7 @@ SITE_SETUPS = {"full": "full, AMP", "lora": "LoRA, AMP, fp32 adapters, all-linea
 
 
 def setup_label(setup) -> str:
-    """A run's setup in words, for the by-setup table: method, precision, adapters, targets, dropout,
+    """A run's setup in words, for the by-setup table: method, precision, an fp32 base, adapters, targets, dropout,
     checkpointing, attention, optimizer, outputs kept, gradient accumulation (rank, batch and tokens are pooled)."""
     if setup.method == "inference":
         return "serving, HF generate" + (", eager" if setup.attention == "eager" else "")
@@ -168,6 +168,8 @@ def setup_label(setup) -> str:
              {"amp": "AMP", "bf16": "pure bf16", "fp32": "fp32"}[setup.precision]]
     if setup.method != "full":
         adapter = setup.adapter_dtype or ("bf16" if setup.precision == "bf16" else "fp32")
+        if getattr(setup, "weights", "") == "fp32":
+            words.append("fp32 base")
         words += [f"{adapter} adapters", "all-linear" if setup.lora_targets == "all-linear" else "some Linears"]
         if setup.lora_dropout:
             words.append("LoRA dropout")
@@ -199,7 +201,8 @@ DEFINITIONS = (
     ("cpu_sim", "CPU-simulated rows are judged against every card"),
     ("fitted_constants", "none: every byte count is read off the tensors PyTorch keeps (FINDINGS.md) or a "
                          "library's source, so each family's error is already its leave-one-family-out error"),
-    ("setup", "the options of a run in words (method, precision, adapters' dtype, LoRA targets, LoRA dropout, "
+    ("setup", "the options of a run in words (method, precision, an fp32 LoRA base, adapters' dtype, LoRA targets, "
+              "LoRA dropout, "
               "checkpointing, attention, optimizer, outputs kept, gradient accumulation); ranks, batches, token "
               "counts and micro-batches per step are pooled"),
     ("cpu_kernels", "CPU-simulated rows are estimated with the CPU's kernels (estimator.job kernels='cpu'): dropout "

@@ -180,3 +180,4 @@ def test_cli_grad_accum_and_fsdp_choices(capsys):
     code = main(["meta-llama/Llama-2-7b-hf", "--method", "lora", "--gpus", "2", "--mixed-units"])
     _, err = capsys.readouterr()
     assert code == 2 and "mixed_units" in err and "ddp" in err
+

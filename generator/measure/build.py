@@ -16,17 +16,19 @@ def dtypes(setup: Setup) -> tuple[torch.dtype, torch.dtype, bool]:
     """(dtype of the built weights, dtype of trainable adapters, autocast on) for a Setup.
 
     full: amp = fp32 weights under bf16 autocast (HF Trainer --bf16); bf16 = everything bf16; fp32.
-    lora/qlora: the base is bf16 (qlora: nf4) unless fp32; adapters are fp32 under amp (peft's
-    autocast_adapter_dtype, the default) and bf16 under pure bf16.
+    lora/qlora: the base is bf16 (qlora: nf4) unless fp32 (the precision, or Setup.weights fp32); adapters are fp32
+    under amp (peft's autocast_adapter_dtype, the default) and bf16 under pure bf16.
     inference: bf16 or fp32 weights; amp = fp32 weights under bf16 autocast.
     """
     amp = setup.precision == "amp"
     if setup.precision == "fp32":
         return torch.float32, torch.float32, False
     if setup.method in ("lora", "qlora"):
+        base = torch.float32 if setup.weights == "fp32" else torch.bfloat16  # a base loaded in fp32 (the default
+        # dtype of from_pretrained before transformers 5)
         if setup.adapter_dtype:  # asked: fp32 = peft's autocast_adapter_dtype=True, bf16 = the base's dtype
-            return torch.bfloat16, {"fp32": torch.float32, "bf16": torch.bfloat16}[setup.adapter_dtype], amp
-        return torch.bfloat16, torch.float32 if amp else torch.bfloat16, amp
+            return base, {"fp32": torch.float32, "bf16": torch.bfloat16}[setup.adapter_dtype], amp
+        return base, torch.float32 if amp or base == torch.float32 else torch.bfloat16, amp
     return (torch.float32 if amp else torch.bfloat16), torch.float32, amp
 
 

@@ -83,6 +83,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--lora-rank", type=int, default=16, metavar="R")
     p.add_argument("--lora-targets", default="all-linear", metavar="T", help="all-linear or a comma list (q_proj,v_proj)")
     p.add_argument("--lora-dropout", type=float, default=0.0, metavar="P")
+    p.add_argument("--weights", choices=("bf16", "fp32"), default="",
+                   help="lora: the frozen base's dtype (default bf16; fp32 = from_pretrained without a dtype before "
+                        "transformers 5)")
     p.add_argument("--adapter-dtype", choices=ADAPTER_DTYPES[1:], default="",
                    help="LoRA adapters' dtype (default fp32 under amp, bf16 under --precision bf16)")
     p.add_argument("--keep-outputs", action="store_true",
@@ -124,6 +127,8 @@ def setup_from_args(args: argparse.Namespace) -> Setup:
         raise ValueError("--new-tokens is for --method inference, and must be >= 0")
     if not 0.0 <= args.lora_dropout < 1.0:
         raise ValueError("--lora-dropout must be in [0, 1)")
+    if args.weights and args.method != "lora":
+        raise ValueError("--weights is for --method lora (a full fine-tune's weights follow --precision)")
     targets = args.lora_targets.strip()
     if targets != "all-linear" and not all(t.strip().replace("_", "").replace(".", "").isalnum()
                                            for t in targets.split(",")):
@@ -133,7 +138,7 @@ def setup_from_args(args: argparse.Namespace) -> Setup:
                  optimizer=args.optimizer, adamw_impl=args.adamw_impl, grad_ckpt=args.grad_ckpt,
                  attention=args.attention, steps=args.steps, grad_accum=args.grad_accum,
                  train_mode=not args.eval_mode,
-                 adapter_dtype=args.adapter_dtype, keep_outputs=args.keep_outputs)
+                 adapter_dtype=args.adapter_dtype, keep_outputs=args.keep_outputs, weights=args.weights)
 
 
 def config_hash(config: Mapping[str, Any]) -> str:

@@ -21,13 +21,13 @@ from .activations import (
     block_activation_bytes,
     kept_cache_bytes,
     last_linear_params,
-    mlp_transient,
     recompute_transient_bytes,
     regime,
 )
-from .attention import eager_scores_bytes, head_params, math_backward_bytes, math_scores_bytes
+from .attention import head_params, math_backward_bytes
 from .ends import final_norm_backward_bytes, head_norm_bytes
-from .job_options import ADAPTER_BYTES, Job, legacy_cache, resolve, validate
+from .generate import generate_phases
+from .job_options import ADAPTER_BYTES, Job, resolve, validate
 from .layer_terms import (
     adapter_params,
     eager_backward_values,
@@ -37,9 +37,8 @@ from .layer_terms import (
     memoised,
     regime_terms,
 )
-from .lora import target_roles
+from .lora import input_linear_params, target_roles
 from .parallel import Phase
-from .profile import encoder_tokens, kv_bytes_of_block
 from .recipes import loss_terms
 from .recurrence import (
     chunk_scan_moments,
@@ -89,7 +88,7 @@ def job_phases(a: Arch, g: Graph, s: Assumptions, job: Job, model: str = "",
     validate(job, model)
     job = resolve(job, a)
     if job.method == "inference":
-        return tuple(_inference(a, g, s, job))
+        return tuple(generate_phases(a, g, s, job))
     return _training(a, g, s, job, model, (job.grad_ckpt,), memo)[0][0]
 
 
@@ -133,8 +132,10 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
     the estimate's other jobs and profiles."""
     spec = g.spec
     lora = job.method != "full"
+    # a LoRA base stored in fp32 under autocast: fp32 norms and embedding, so an fp32 residual stream (F28)
+    fp32_base = lora and job.precision == "amp" and job.storage == "fp32"
     r = regime("lora" if lora else "full", job.precision, ADAPTER_BYTES.get(job.adapter_dtype, 0) if lora else 0,
-               lora and job.lora_dropout > 0, job.kernels == "cpu", lora and job.upcast_fp32,
+               lora and job.lora_dropout > 0, job.kernels == "cpu", lora and (job.upcast_fp32 or fp32_base),
                job.scan == "torch" or (job.kernels == "cpu" and not job.scan))
     c = r.compute_bytes
     B, T = job.batch, job.tokens
@@ -161,9 +162,17 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
         if job.upcast_fp32:  # prepare_model_for_kbit_training: every non-quantised fp16/bf16 parameter to fp32
             weights += 2 * (P - quantised_params(mats))
         copies = 2 * trainable if r.amp and param_bytes != 2 else 0
-        if r.amp and job.upcast_fp32:  # the fp32 LM head's bf16 autocast copy, saved for its input's gradient
-            copies += 2 * head_mm
+        if r.amp and (job.upcast_fp32 or fp32_base):  # the fp32 LM head's bf16 autocast copy, saved for its
+            copies += 2 * head_mm  # input's gradient
         ckpt_copies = (copies, copies)
+        if fp32_base:  # and every frozen fp32 Linear's: autocast casts it at each use (no cache: not a leaf that
+            # requires grad, aten/src/ATen/autocast_mode.cpp cached_cast) and the matmul saves the copy for its
+            # input's gradient, but in the first layer's input Linears, whose input needs none (a frozen
+            # embedding); checkpointing keeps only the recomputed layer's (F28)
+            first_in = input_linear_params(distinct[layer_index(spec, memo)[0]][0]) if distinct else 0
+            copies += 2 * (sum(n * b.matmul for b, n in distinct) - first_in)
+            ckpt_copies = (ckpt_copies[0], ckpt_copies[1] - 2 * head_mm
+                           + 2 * max((b.matmul for b, _ in distinct), default=0))  # the head's backward ran
     grad = param_bytes * trainable  # gradients take the trainable weights' dtype
     # Optimizer state per trainable parameter, and the step's temporaries:
     # - adamw (torch.optim.AdamW, foreach on CUDA): exp_avg, exp_avg_sq as zeros_like(param) = 2 x param bytes;
@@ -284,7 +293,8 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
                              gradients=head_grads,
                              activations=B * inputs + B * (recomputed[0] + recomputed[1]) + recomputed[2],
                              overhead_weights=ckpt_copies[1], overhead_fixed=dequant, experts=recomputed[2])]
-            if copies > ckpt_copies[0]:  # a full fine-tune under autocast: its cached copies at the loss
+            if r.trained and copies > ckpt_copies[0]:  # a full fine-tune under autocast: its cached copies at
+                # the loss (LoRA's are its adapters', in ckpt_copies already; a frozen weight's are not cached)
                 phases.append(_phase(CACHE_PHASE, weights=weights, optimizer_state=state,
                                      activations=B * (inputs + head + kept - logits), logits=B * (logits - fwd_less),
                                      overhead_weights=copies, overhead_fixed=dequant + chunk))
@@ -345,34 +355,6 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
             phases = [replace(ph, gradients=max(ph.gradients, grad)) for ph in phases]
         out.append((*phases, *closing))
     return out, trainable, c, param_bytes
-
-
-def _inference(a: Arch, g: Graph, s: Assumptions, job: Job) -> list[Phase]:
-    """HF generate (F7): prefill of all B prompts in one forward, then decode. Prefill: weights + the prompts'
-    KV cache + per prompt token c x (the largest part's working set + 4 hidden-wide tensors: inputs_embeds,
-    the layer input, the post-attention residual, the normed input) [+ eager scores of one layer]. Decode:
-    weights + the KV cache at prompt + new tokens + the next-token logits (bf16 + transformers' fp32 copy); with
-    transformers' tuple caches (job_options.legacy_cache) the previous step's cache beside it."""
-    spec = g.spec
-    c = 4 if job.precision == "fp32" else 2
-    B, T, N = job.batch, job.tokens, job.new_tokens
-    mats = stored_mats(a, g, job.storage)
-    weights = weight_bytes(g, job.storage, job.double_quant, mats)
-    enc = encoder_tokens(spec, T)
-
-    def kv(tokens: int) -> int:
-        per = sum(kv_bytes_of_block(b, s, tokens, enc) for b in spec.blocks if b.stack != "encoder")
-        return per * c // s.kv_bytes  # the cache takes the compute dtype
-
-    transient = max((mlp_transient(a, b) for b in spec.blocks), default=0) + 4 * spec.hidden
-    acts = T * c * transient
-    acts += eager_scores_bytes(a, g, T, c, one_layer=True) if job.attention == "eager" else \
-        math_scores_bytes(a, g, T, job.kernels == "cpu")
-    dequant = dequant_transient_bytes(g, job.storage, c, mats)
-    return [_phase("prefill", weights=weights, kv_cache=B * kv(T), activations=B * acts, overhead_fixed=dequant),
-            _phase("decode", weights=weights, logits=B * (c + 4) * spec.vocab,
-                   kv_cache=B * (kv(T + N) + (kv(T + N - 1) if N > 1 and legacy_cache(job.transformers_version)
-                                              else 0)))]
 
 
 def _apply_metric(parts: dict[str, int], s: Assumptions, job: Job, g: Graph) -> None:

@@ -212,6 +212,16 @@ def lora_params(g: Graph, a: Arch, rank: int, roles: frozenset[str] | None = Non
     return sum(n * block_lora_params(b, rank, roles) for b, n in g.spec.distinct_layers)
 
 
+def input_linear_params(b: Block) -> int:
+    """Weights of the layer's Linears that read its (normed) input: q, k, v (or qkv) of a first attention part, a
+    first mixer's in_proj. A frozen embedding's first layer runs them on an input that needs no gradient."""
+    p = next((p for p in b.parts if p.linears), None)
+    if p is None:
+        return 0
+    return sum(i * o for (i, o), role in zip(p.linears, linear_roles(p), strict=True)
+               if ROLE_GROUP.get(role) == "attn_in" or role == "ssm_in")
+
+
 def distinct_inputs(b: Block) -> dict[str, int]:
     """Width of each distinct tensor the layer's Linears read, by input group, less the attention output (SDPA
     saved it already): q/k/v share one input, gate/up another, and in a parallel block (gptj, phi, cohere,

@@ -1,0 +1,43 @@
+"""HF generate's phases for one inference job (the CLI's --method inference, the measurement harness's serving
+runs): one prefill of all prompts, then decode through the KV cache (FINDINGS.md F7, F19). job.py prices training;
+the site's serving figure is a chunked-prefill server instead (profile.serve_profile)."""
+
+from __future__ import annotations
+
+from ..config.arch import Arch
+from ..graph.nodes import Graph
+from ..inputs import Assumptions
+from .activations import mlp_transient
+from .attention import eager_scores_bytes, math_scores_bytes
+from .job_options import Job, legacy_cache
+from .parallel import Phase
+from .profile import encoder_tokens, kv_bytes_of_block
+from .storage import dequant_transient_bytes, stored_mats, weight_bytes
+
+
+def generate_phases(a: Arch, g: Graph, s: Assumptions, job: Job) -> list[Phase]:
+    """HF generate (F7): prefill of all B prompts in one forward, then decode. Prefill: weights + the prompts'
+    KV cache + per prompt token c x (the largest part's working set + 4 hidden-wide tensors: inputs_embeds,
+    the layer input, the post-attention residual, the normed input) [+ eager scores of one layer]. Decode:
+    weights + the KV cache at prompt + new tokens + the next-token logits (bf16 + transformers' fp32 copy); with
+    transformers' tuple caches (job_options.legacy_cache) the previous step's cache beside it."""
+    spec = g.spec
+    c = 4 if job.precision == "fp32" else 2
+    B, T, N = job.batch, job.tokens, job.new_tokens
+    mats = stored_mats(a, g, job.storage)
+    weights = weight_bytes(g, job.storage, job.double_quant, mats)
+    enc = encoder_tokens(spec, T)
+
+    def kv(tokens: int) -> int:
+        per = sum(kv_bytes_of_block(b, s, tokens, enc) for b in spec.blocks if b.stack != "encoder")
+        return per * c // s.kv_bytes  # the cache takes the compute dtype
+
+    transient = max((mlp_transient(a, b) for b in spec.blocks), default=0) + 4 * spec.hidden
+    acts = T * c * transient
+    acts += eager_scores_bytes(a, g, T, c, one_layer=True) if job.attention == "eager" else \
+        math_scores_bytes(a, g, T, job.kernels == "cpu")
+    dequant = dequant_transient_bytes(g, job.storage, c, mats)
+    return [Phase("prefill", weights=weights, kv_cache=B * kv(T), activations=B * acts, overhead_fixed=dequant),
+            Phase("decode", weights=weights, logits=B * (c + 4) * spec.vocab,
+                  kv_cache=B * (kv(T + N) + (kv(T + N - 1) if N > 1 and legacy_cache(job.transformers_version)
+                                             else 0)))]
