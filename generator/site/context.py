@@ -186,6 +186,7 @@ def _cost(report: Report, settings: Settings, assumptions: dict[str, Any], sourc
         "job_batch": f.count(report.memory.job_batch),
         "full_job_batch": f.gb(report.memory.train_full_bytes_job_batch),
         "lora_job_batch": f.gb(report.memory.train_lora_bytes_job_batch),
+        "full_accumulating": f.gb(report.memory.train_full_bytes_accumulating),
         "rows": list(rows.values()),
         "sources_href": sources_href,
     }
