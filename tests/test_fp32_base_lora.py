@@ -5,20 +5,11 @@ from __future__ import annotations
 
 from generator.accuracy import estimate_bytes, tensor_bytes
 from generator.estimator.graph.nodes import build_graph
-from generator.estimator.memory.job import CACHE_PHASE, job_phases
-from generator.estimator.memory.job_options import Job
+from generator.estimator.memory.job import CACHE_PHASE
 from generator.estimator.normalise import normalise
-from generator.settings import load_settings
 from tests.conftest import measured_rows
-
-S = load_settings().assumptions
-LLAMA = {"model_type": "llama", "hidden_size": 256, "intermediate_size": 688, "num_attention_heads": 4,
-         "num_key_value_heads": 2, "num_hidden_layers": 2, "vocab_size": 1000, "max_position_embeddings": 4096}
-
-
-def _phases(config, **job):
-    a = normalise(config, "m")
-    return job_phases(a, build_graph(a), S, Job(**{"tokens": 512, **job}), "m")
+from tests.test_grad_accum import LLAMA, S
+from tests.test_grad_accum import phases_of as _phases
 
 
 def test_fp32_base_under_autocast_keeps_each_frozen_weights_bf16_copy():

@@ -29,7 +29,8 @@ LLAMA = {"model_type": "llama", "hidden_size": 256, "intermediate_size": 688, "n
          "num_key_value_heads": 2, "num_hidden_layers": 2, "vocab_size": 1000, "max_position_embeddings": 4096}
 
 
-def _phases(config, **job):
+def phases_of(config, **job):
+    """The phases of a job on `config` (512 tokens unless given), as estimator.job lists them."""
     a = normalise(config, "m")
     return job_phases(a, build_graph(a), S, Job(**{"tokens": 512, **job}), "m")
 
@@ -43,8 +44,8 @@ def test_accumulating_phases_hold_every_gradient():
     """From the second micro-batch on, each compute phase holds the whole gradient (autograd adds into .grad in
     place); the optimizer step's are the same ones."""
     for method, ckpt in (("full", False), ("full", True), ("lora", False), ("lora", True)):
-        one = _phases(LLAMA, method=method, grad_ckpt=ckpt)
-        many = _phases(LLAMA, method=method, grad_ckpt=ckpt, grad_accum=8)
+        one = phases_of(LLAMA, method=method, grad_ckpt=ckpt)
+        many = phases_of(LLAMA, method=method, grad_ckpt=ckpt, grad_accum=8)
         whole = next(ph.gradients for ph in many if ph.name == "optimizer step")
         assert whole > 0
         for a, b in zip(one, many, strict=True):
@@ -77,13 +78,13 @@ def test_grad_accum_is_validated_naming_key_and_value():
 def test_checkpointed_amp_forward_keeps_autocast_cached_copies():
     """A checkpointed full fine-tune under autocast: at the end of its forward, the loss computed inside autocast,
     autocast's cache still holds every layer's bf16 weight copy (F27); the loss backward holds only the head's."""
-    phases = {ph.name: ph for ph in _phases(LLAMA, grad_ckpt=True)}
+    phases = {ph.name: ph for ph in phases_of(LLAMA, grad_ckpt=True)}
     cache, loss = phases[CACHE_PHASE], phases["loss (logits)"]
     a = normalise(LLAMA, "m")
     assert cache.overhead_weights == 2 * build_graph(a).params_matmul > loss.overhead_weights
     assert loss.logits - cache.logits == 2 * 512 * 1000  # the logits' gradient (c B each) is not made yet
-    assert CACHE_PHASE not in {ph.name for ph in _phases(LLAMA, grad_ckpt=True, precision="bf16")}
-    assert CACHE_PHASE not in {ph.name for ph in _phases(LLAMA, grad_ckpt=False)}
+    assert CACHE_PHASE not in {ph.name for ph in phases_of(LLAMA, grad_ckpt=True, precision="bf16")}
+    assert CACHE_PHASE not in {ph.name for ph in phases_of(LLAMA, grad_ckpt=False)}
 
 
 def test_accumulating_runs_match_their_cpu_simulations():
