@@ -142,10 +142,9 @@ def estimate_or_reason(row: Mapping[str, Any], assumptions) -> tuple[int | None,
     try:
         arch = normalise(row["config"], row.get("model") or "model")
         if spread:
-            setup = dataclasses.replace(default_setup(int(spread["gpus"]), spread["strategy"],
-                                                      spread.get("offload", "none")),
-                                        mixed_units=bool(spread.get("mixed_units")),
-                                        sync_each_batch=bool(spread.get("sync_each_batch")))
+            setup = default_setup(int(spread["gpus"]), spread["strategy"], spread.get("offload", "none"),
+                                  sync_each_batch=bool(spread.get("sync_each_batch")),
+                                  mixed_units=bool(spread.get("mixed_units")))
             mem = job_on_setup(arch, build_graph(arch), assumptions, job, setup, row.get("model") or "model")
         else:
             mem = job_memory(arch, build_graph(arch), assumptions, job, row.get("model") or "model")

@@ -11,7 +11,6 @@ Pure: argparse, the estimator's Job and the typed errors; no file, network, cloc
 from __future__ import annotations
 
 import argparse
-import dataclasses
 
 from .errors import ConfigError
 from .estimator.memory import job_options as j
@@ -115,8 +114,8 @@ def overrides(args: argparse.Namespace) -> dict[str, int | None]:
 
 def setup(args: argparse.Namespace) -> Setup:
     """The GPUs and the strategy the job is spread over (memory.peak_bytes is per GPU)."""
-    return dataclasses.replace(default_setup(args.gpus, args.strategy, args.offload),
-                               sync_each_batch=args.sync_each_batch, mixed_units=args.mixed_units)
+    return default_setup(args.gpus, args.strategy, args.offload, sync_each_batch=args.sync_each_batch,
+                         mixed_units=args.mixed_units)
 
 
 def asked(args: argparse.Namespace) -> bool:

@@ -25,7 +25,7 @@ from .graph.structure import StructureTable
 from .inputs import Assumptions, Card, Gpu
 from .memory.attention import default_attention
 from .memory.curve import memory_curve
-from .memory.job import metric_memory
+from .memory.job import accumulating_phases, metric_memory
 from .memory.job_options import Job, resolve
 from .memory.layer_terms import all_linear_params
 from .memory.parallel import Setup, per_gpu
@@ -153,9 +153,6 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
         "serve": serving_job(profiles["serve"], weights_served, shape, s.compute_bytes),
         "serve2": serving_job(profiles["serve"], weights_served, shape, s.compute_bytes, sequences=2),
     }
-    # the same full job accumulating gradients (the cost section's micro-batches): every gradient held
-    accumulating = training_job(arch, graph, s, Job(tokens=train_tokens, attention=attention, grad_accum=2), shape,
-                                model_id, both=False, memo=memo)
     # the site's full job: its phases are built already
     the_job = site_jobs["full"] if job is site_full or job == site_full else exact_job(arch, graph, s, job, shape,
                                                                                        model_id)
@@ -189,7 +186,9 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
                    "offload": setup.offload, "sync_each_batch": setup.sync_each_batch,
                    "mixed_units": setup.mixed_units}.items()),
         offload_cpu_bytes_per_node=spread.cpu_bytes_per_node,
-        train_full_bytes_accumulating=per_gpu(accumulating, Setup(), model_id).per_gpu_peak_bytes,
+        # the site's full job accumulating gradients (the cost section's micro-batches): every gradient held
+        train_full_bytes_accumulating=max(ph.total_bytes for ph in accumulating_phases(
+            site_jobs["full"].phases, site_jobs["full"].grad_bytes * site_jobs["full"].params_trainable)),
         smallest_card_full=smallest("train_full_max_batch"), smallest_card_lora=smallest("train_lora_max_batch"),
         smallest_card_serve=smallest("serve_max_batch"), cards=plans,
         kv_bytes_per_sequence=kv_per_sequence,

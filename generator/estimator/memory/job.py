@@ -293,8 +293,8 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
                              gradients=head_grads,
                              activations=B * inputs + B * (recomputed[0] + recomputed[1]) + recomputed[2],
                              overhead_weights=ckpt_copies[1], overhead_fixed=dequant, experts=recomputed[2])]
-            if r.trained and copies > ckpt_copies[0]:  # a full fine-tune under autocast: its cached copies at
-                # the loss (LoRA's are its adapters', in ckpt_copies already; a frozen weight's are not cached)
+            if r.trained and r.amp:  # a full fine-tune under autocast: its cached copies at the loss (LoRA's
+                # are its adapters', in ckpt_copies already; a frozen weight's are not cached)
                 phases.append(_phase(CACHE_PHASE, weights=weights, optimizer_state=state,
                                      activations=B * (inputs + head + kept - logits), logits=B * (logits - fwd_less),
                                      overhead_weights=copies, overhead_fixed=dequant + chunk))
@@ -349,12 +349,16 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
                                  gradients=first_grads + made_after - param_bytes * last_linear_params(distinct[k][0]),
                                  activations=B * (first_inputs + layer[k] + extra) + fixed[k], overhead_fixed=dequant,
                                  experts=fixed[k], overhead_weights=ckpt_copies[1] - freed))
-        if job.grad_accum > 1:  # every micro-batch after a step's first runs beside the gradients accumulated
-            # so far, every trainable parameter's: autograd adds each new gradient into .grad in place
-            # (torch/csrc/autograd/functions/accumulate_grad.h), so the phase holds them all and no more
-            phases = [replace(ph, gradients=max(ph.gradients, grad)) for ph in phases]
-        out.append((*phases, *closing))
+        out.append(accumulating_phases((*phases, *closing), grad) if job.grad_accum > 1 else (*phases, *closing))
     return out, trainable, c, param_bytes
+
+
+def accumulating_phases(phases: tuple[Phase, ...], grad_bytes: int) -> tuple[Phase, ...]:
+    """A training job's phases when it accumulates gradients over micro-batches (F27): every micro-batch after a
+    step's first runs beside the gradients accumulated so far, all `grad_bytes` of them, and autograd adds each
+    new gradient into .grad in place (torch/csrc/autograd/functions/accumulate_grad.h), so a phase holds them all
+    and no more; the phases after the backward hold them already."""
+    return tuple(replace(ph, gradients=max(ph.gradients, grad_bytes)) for ph in phases)
 
 
 def _apply_metric(parts: dict[str, int], s: Assumptions, job: Job, g: Graph) -> None:

@@ -288,6 +288,8 @@ def _tp(job: SingleGpuJob, ph: Phase, n: int) -> Phase:
                  ph.computing)
 
 
-def default_setup(gpus: int, strategy: str | None, offload: str, grad_ckpt: bool = False) -> Setup:
+def default_setup(gpus: int, strategy: str | None, offload: str, grad_ckpt: bool = False,
+                  sync_each_batch: bool = False, mixed_units: bool = False) -> Setup:
     """The CLI's setup: ddp when more than one GPU and no strategy is named, one GPU alone otherwise."""
-    return Setup(strategy or ("ddp" if gpus > 1 else "single"), gpus, grad_ckpt, offload)
+    return Setup(strategy or ("ddp" if gpus > 1 else "single"), gpus, grad_ckpt, offload,
+                 sync_each_batch=sync_each_batch, mixed_units=mixed_units)
