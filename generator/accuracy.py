@@ -156,7 +156,8 @@ def miss_cause(row: Mapping[str, Any], setup) -> str:
 
 
 # The setups the site's pages price (estimate.py's profiles): their accuracy line reads these rows.
-SITE_SETUPS = {"full": "full, AMP", "lora": "LoRA, AMP, fp32 adapters, all-linear"}
+SITE_SETUPS = {"full": "full, AMP", "lora": "LoRA, AMP, fp32 adapters, all-linear",
+               "qlora": "QLoRA, AMP, fp32 adapters, all-linear, double quant, checkpointing"}
 
 
 def setup_label(setup) -> str:
@@ -173,6 +174,9 @@ def setup_label(setup) -> str:
         words += [f"{adapter} adapters", "all-linear" if setup.lora_targets == "all-linear" else "some Linears"]
         if setup.lora_dropout:
             words.append("LoRA dropout")
+    if setup.method == "qlora":
+        words += (["double quant"] if getattr(setup, "double_quant", False) else []) \
+            + (["fp32 upcast"] if getattr(setup, "upcast_fp32", False) else [])
     if setup.grad_ckpt:
         words.append("checkpointing")
     if setup.attention == "eager":

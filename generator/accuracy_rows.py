@@ -92,7 +92,8 @@ def setup_and_reason(row: Mapping[str, Any]):
 
 def _double_quant(row: Mapping[str, Any]) -> bool:
     """Whether the row's 4-bit base also quantises its absmax (QLoRA double quantisation)."""
-    return WEIGHTS.get(str((row.get("setup") or {}).get("weights", "")).lower(), ("", False))[1]
+    setup = row.get("setup") or {}
+    return WEIGHTS.get(str(setup.get("weights", "")).lower(), ("", False))[1] or bool(setup.get("double_quant"))
 
 
 def _loss(row: Mapping[str, Any]) -> str:

@@ -36,15 +36,18 @@ def test_fp32_base_under_autocast_keeps_each_frozen_weights_bf16_copy():
 
 def test_fp32_base_runs_match_their_cpu_simulations():
     """Ten CPU-simulated runs (README: F28's commands) were 12-24% under before the term; within 0.5% now, but the
-    two with a 1,024-token vocabulary, which peak in the last layer's down_proj forward (peft's fp32 cast of its
-    input: a moment no phase prices, the bf16 base's same runs read -4.1% and -3.6%)."""
+    two with a 1,024-token vocabulary: the one without checkpointing peaks in the last layer's down_proj forward
+    (peft's fp32 cast of its input: a moment no phase prices, the bf16 base's same run reads -4.1%), and the
+    checkpointed one, rerun without the harness's leaked embedding leaf (F29), reads +2.7% at its recomputed layer."""
     rows = [r for r in measured_rows("cpu-sim-extra") if r["setup"].get("weights") == "fp32"
             and r["setup"]["method"] == "lora"]
     assert len(rows) == 10
     for r in rows:
         est, measured = estimate_bytes(r, S), tensor_bytes(r, S.cuda_context_bytes)
         small_vocab = (r.get("config_changes") or {}).get("vocab_size") is not None
-        if small_vocab:
+        if small_vocab and r["setup"]["grad_ckpt"]:
+            assert 0 < est / measured - 1 < 0.03, (r["setup"], est / measured - 1)
+        elif small_vocab:
             assert -0.075 < est / measured - 1 < 0, (r["setup"], est / measured - 1)
         else:
             assert abs(est / measured - 1) < 0.005, (r["model"], r["setup"], est / measured - 1)

@@ -140,8 +140,8 @@ def test_cli_refuses_what_it_cannot_run(tmp_path, capsys):
 
     cfg = tmp_path / "config.json"
     cfg.write_text(json.dumps(TINY_GPT2), encoding="utf-8")
-    assert run_measure([str(cfg), "--method", "qlora", "--device", "cpu"], None) == 2
-    assert "bitsandbytes" in capsys.readouterr().err
+    assert run_measure([str(cfg), "--optimizer", "adamw8bit", "--device", "cpu"], None) == 2
+    assert "adamw8bit's CUDA kernels are not simulated" in capsys.readouterr().err
     assert run_measure([str(cfg), "--tokens", "2048", "--device", "cpu"], None) == 2  # n_positions is 1024
     assert "1024 positions" in capsys.readouterr().err
     assert run_measure([str(cfg), "--batch", "0"], None) == 2
@@ -170,8 +170,10 @@ def test_measure_errors_name_the_key_and_the_value(tmp_path, capsys):
         (["--memory-fraction", "2"], "command line: key '--memory-fraction' = 2.0: must be in (0, 1]"),
         (["--card", "No Such Card"], "command line: key '--card' = 'No Such Card': is not a card of site_config.yaml"),
         (["--device", "cpu", "--memory-fraction", "0.5"], f"{model}: key '--memory-fraction' = 0.5: needs a CUDA"),
-        (["--device", "cpu", "--method", "qlora"], f"{model}: --method = 'qlora': needs bitsandbytes"),
-        (["--device", "cpu", "--optimizer", "adamw8bit"], f"{model}: --optimizer = 'adamw8bit': needs bitsandbytes"),
+        (["--double-quant"], "command line: key '--double-quant' = True: is for --method qlora"),
+        (["--method", "lora", "--kbit-prep"], "command line: key '--kbit-prep' = True: is for --method qlora"),
+        (["--device", "cpu", "--optimizer", "adamw8bit"], f"{model}: --optimizer = 'adamw8bit': adamw8bit's CUDA "
+                                                          "kernels are not simulated on the CPU"),
         (["--device", "cpu", "--tokens", "2048"], f"{model}: key '--tokens + --new-tokens' = 2048: is over the "
                                                  "model's 1024 positions"),
         (["--device", "cpu", "--out", str(tmp_path)], f"command line: key '--out' = {str(tmp_path)!r}: cannot write"),

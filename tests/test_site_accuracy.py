@@ -236,9 +236,12 @@ def test_an_eager_page_reads_the_eager_rows_and_names_what_no_run_measured() -> 
     assert eager["full fine-tuning"]["runs"][0]["dataset"] == "CPU-simulated runs of this setup (full / AMP / eager)"
     assert sdpa["full fine-tuning"]["runs"][0]["dataset"] == "CPU-simulated runs of this setup (full / AMP)"
     assert eager["full fine-tuning"]["runs"] != sdpa["full fine-tuning"]["runs"]
-    for line in (eager, sdpa):  # no CPU run of bitsandbytes or of a chunked-prefill server: said, not pooled
-        assert line["QLoRA"]["runs"] == [] and line["serving"]["runs"] == []
-        assert line["QLoRA"]["setup"] == accuracy_page.PAGE_SETUPS["qlora"]
+    # the site's QLoRA was simulated with bitsandbytes (cpu-sim-qlora.jsonl, FINDINGS.md F29), under SDPA only
+    assert sdpa["QLoRA"]["runs"][0]["dataset"] == ("CPU-simulated runs of this setup (QLoRA / AMP / fp32 adapters / "
+                                                   "all-linear / double quant / checkpointing)")
+    assert eager["QLoRA"]["runs"] == [] and eager["QLoRA"]["setup"] == accuracy_page.PAGE_SETUPS["qlora"]
+    for line in (eager, sdpa):  # no CPU run of a chunked-prefill server: said, not pooled
+        assert line["serving"]["runs"] == []
         assert line["serving"]["others"][0]["dataset"].startswith("CPU-simulated runs (serving / HF generate")
     assert eager["serving"]["others"][0]["dataset"] == "CPU-simulated runs (serving / HF generate / eager)"
 

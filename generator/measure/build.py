@@ -119,25 +119,106 @@ def materialise(model, device: str):
     return model
 
 
-def quantise_nf4(model) -> int:
-    """QLoRA base (CUDA, bitsandbytes; not yet run on a GPU here): every Linear but the head becomes nf4 in place,
-    before peft wraps it (as with from_pretrained(quantization_config=...)); returns the count."""
+def _bnb():
     try:
         import bitsandbytes as bnb
     except ImportError:
-        raise MeasureError("needs bitsandbytes (and a CUDA device)", key="--method", value="qlora") from None
-    count = 0
-    for module in list(model.modules()):
-        for name, child in list(module.named_children()):
-            if type(child) is torch.nn.Linear and name != "lm_head":
-                q = bnb.nn.Linear4bit(child.in_features, child.out_features, bias=child.bias is not None,
-                                      compute_dtype=torch.bfloat16, quant_type="nf4", device="cpu")
-                q.weight = bnb.nn.Params4bit(child.weight.data.to("cpu"), requires_grad=False, quant_type="nf4")
-                if child.bias is not None:
-                    q.bias = child.bias
-                setattr(module, name, q.to("cuda"))
-                count += 1
-    return count
+        raise MeasureError("needs bitsandbytes: pip install -e '.[measure]' in the repository", key="--method",
+                           value="qlora") from None
+    return bnb
+
+
+def _linears(model):
+    """(parent, name, Linear) for every nn.Linear but the head: what transformers' bnb quantiser converts
+    (integrations/bitsandbytes.py: the output embedding stays unquantised, get_keys_to_not_convert)."""
+    return [(module, name, child) for module in list(model.modules()) for name, child in list(module.named_children())
+            if type(child) is torch.nn.Linear and name != "lm_head"]
+
+
+def quantise_nf4(model, double_quant: bool = False) -> int:
+    """QLoRA base on CUDA: every Linear but the head becomes a bitsandbytes nf4 Linear4bit in place (quantised on
+    its move to the GPU, blocks of 64, absmax quantised again in blocks of 256 with double quantisation), before
+    peft wraps it, as from_pretrained(quantization_config=BitsAndBytesConfig(load_in_4bit=True, ...)) leaves it."""
+    bnb = _bnb()
+    linears = _linears(model)
+    for module, name, child in linears:
+        q = bnb.nn.Linear4bit(child.in_features, child.out_features, bias=child.bias is not None,
+                              compute_dtype=torch.bfloat16, quant_type="nf4", compress_statistics=double_quant,
+                              device="cpu")
+        q.weight = bnb.nn.Params4bit(child.weight.data.to("cpu"), requires_grad=False, quant_type="nf4",
+                                     compress_statistics=double_quant)
+        if child.bias is not None:
+            q.bias = child.bias
+        setattr(module, name, q.to("cuda"))
+    model.is_loaded_in_4bit = True  # as transformers' bnb quantiser marks it: peft's dispatch picks its 4-bit layer
+    return len(linears)
+
+
+def meta_linear4bit(model, double_quant: bool = False) -> int:
+    """The QLoRA base for the CPU simulation, first step, on the meta device: every Linear but the head becomes a
+    Linear4bit, so that peft's dispatch (peft/tuners/lora/bnb.py dispatch_bnb_4bit) wraps it in its 4-bit LoRA
+    layer. Its Params4bit is then swapped for a plain meta weight of the same shape: Params4bit cannot wrap a
+    FakeTensor, and `fake_pack_nf4` packs it after `materialise`."""
+    bnb = _bnb()
+    linears = _linears(model)
+    for module, name, child in linears:
+        q = bnb.nn.Linear4bit(child.in_features, child.out_features, bias=child.bias is not None,
+                              compute_dtype=torch.bfloat16, quant_type="nf4", compress_statistics=double_quant,
+                              device="meta")
+        q.support_avx512bf16_for_cpu = False  # an eval forward would repack the weight for the CPU kernel
+        if child.bias is not None:
+            q.bias = child.bias
+        setattr(module, name, q)
+    model.is_loaded_in_4bit = True  # as transformers' bnb quantiser (quantizer_bnb_4bit.py) marks it: peft's
+    # dispatch (peft/tuners/lora/bnb.py dispatch_bnb_4bit) wraps a Linear4bit in its 4-bit layer only so
+    return len(linears)
+
+
+def unwrap_params4bit(model) -> None:
+    """Each Linear4bit's meta Params4bit → a plain frozen meta Parameter (after peft has read its quant_type and
+    compress_statistics), so that `materialise` can make it a fake tensor."""
+    bnb = _bnb()
+    for m in model.modules():
+        if isinstance(m, bnb.nn.Linear4bit) and isinstance(m.weight, bnb.nn.Params4bit):
+            m.weight = torch.nn.Parameter(torch.empty(m.out_features, m.in_features, dtype=torch.bfloat16,
+                                                      device="meta"), requires_grad=False)
+
+
+def fake_pack_nf4(model, double_quant: bool = False) -> list[torch.Tensor]:
+    """Second step, under FakeTensorMode: each Linear4bit's weight goes through bitsandbytes' own quantize_4bit
+    (its registered fake kernel makes the packed uint8 weight and the absmax a real one would: blocks of 64; with
+    double quantisation the absmax again in blocks of 256) and becomes a frozen Parameter carrying what
+    Linear4bit.forward reads (quant_state). Returns the QuantState tensors (absmax and code; nested: the fp32
+    absmax of the uint8 absmax, its code and offset), which are no module's parameters: the tracker is given them."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    bnb = _bnb()
+    functional = bnb.functional
+    with unset_fake_temporarily():  # the 8-bit code book is built from Python floats (.tolist): make it real
+        functional.name2qmap.setdefault("dynamic", functional.create_dynamic_map())
+    states: list[torch.Tensor] = []
+    for m in model.modules():
+        if not isinstance(m, bnb.nn.Linear4bit):
+            continue
+        packed, state = functional.quantize_4bit(m.weight.data, blocksize=64, compress_statistics=double_quant,
+                                                 quant_type="nf4", quant_storage=torch.uint8)
+        m.weight = torch.nn.Parameter(packed, requires_grad=False)
+        m.weight.quant_state, m.weight.quant_type = state, "nf4"
+        m.weight.compress_statistics, m.weight.bnb_quantized = double_quant, True
+        states += [state.absmax, state.code] + ([state.offset, state.state2.absmax, state.state2.code]
+                                                if state.nested else [])
+    return states
+
+
+def kbit_prepare(model) -> None:
+    """peft's prepare_model_for_kbit_training as called by default (use_gradient_checkpointing=True), less the
+    checkpointing itself, which the workload enables (non-reentrant) when the Setup asks: every fp16/bf16 parameter
+    that is not 4-bit storage (Params4bit) is upcast to fp32 in place, and enable_input_require_grads makes the
+    embedding's output require grad (peft/utils/other.py)."""
+    from peft import prepare_model_for_kbit_training
+
+    prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
+    model.enable_input_require_grads()
 
 
 def make_optimizer(model, setup: Setup):

@@ -17,9 +17,13 @@ from .build import (
     build_on_meta,
     count_params,
     dtypes,
+    fake_pack_nf4,
+    kbit_prepare,
     make_optimizer,
     materialise,
+    meta_linear4bit,
     quantise_nf4,
+    unwrap_params4bit,
 )
 from .setup import Setup
 from .tracker import PeakTracker
@@ -82,6 +86,8 @@ def workload(model, setup: Setup, vocab: int, device: str, tracker: PeakTracker 
                 del out
             loss.backward()
             del loss
+            if tracker is not None:
+                tracker.backward_done()
             out = None
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -92,6 +98,31 @@ def workload(model, setup: Setup, vocab: int, device: str, tracker: PeakTracker 
 def _unpacked(position_ids: torch.Tensor) -> None:
     """masking_utils.find_packed_sequence_indices' answer for the harness's inputs: one sequence per row."""
     return None
+
+
+@contextlib.contextmanager
+def cuda_4bit_step():
+    """A QLoRA step as it runs on CUDA, two places where the CPU would take another path (FINDINGS.md F29):
+    - bitsandbytes' 4-bit matmul. MatMul4Bit.forward calls the gemm_4bit op; under FakeTensorMode its fake kernel
+      only makes the output, while CUDA past 1,536 rows (all rows on sm100, most shapes past 512) takes
+      _dequant_linear_fallback (bitsandbytes/backends/cuda/ops.py): the absmax and the weight dequantised into
+      fresh buffers, then F.linear. The default kernel is that same sequence, so the simulation runs it and sees
+      the transient weight.
+    - peft's 4-bit LoRA layer asks `torch.is_autocast_enabled()`, which without a device reads CUDA's autocast:
+      under the CPU's autocast it answers False and the layer casts each adapter's input to fp32 and the output
+      back, which a CUDA run under autocast does not (activations.ADAPTER_NO_CAST). The question is answered for
+      the device the simulation runs on."""
+    import bitsandbytes  # noqa: F401 - registers the torch.ops.bitsandbytes namespace
+    from bitsandbytes.backends.default.ops import _gemm_4bit_default_impl
+
+    asked = torch.is_autocast_enabled
+
+    def on_this_device(device_type: str | None = None) -> bool:
+        return asked(device_type or "cpu")
+
+    with mock.patch.object(torch.ops.bitsandbytes.gemm_4bit, "default", _gemm_4bit_default_impl), \
+            mock.patch.object(torch, "is_autocast_enabled", on_this_device):
+        yield
 
 
 def run_cpu(config: Mapping[str, Any], setup: Setup, explain: bool = False) -> dict[str, Any]:
@@ -106,19 +137,30 @@ def run_cpu(config: Mapping[str, Any], setup: Setup, explain: bool = False) -> d
     from torch._subclasses.fake_tensor import FakeTensorMode
     from transformers import masking_utils
 
-    if setup.method == "qlora" or setup.optimizer == "adamw8bit":
-        raise MeasureError("qlora and adamw8bit need bitsandbytes on a CUDA device; the CPU simulation has neither")
+    if setup.optimizer == "adamw8bit":
+        raise MeasureError("adamw8bit's CUDA kernels are not simulated on the CPU")
+    qlora = setup.method == "qlora"
 
     def once(capture_at: int | None) -> tuple[PeakTracker, tuple[int, int]]:
-        meta = build_on_meta(config, setup)
+        meta = build_on_meta(config, setup, with_lora=not qlora)
+        if qlora:  # quantise first, then peft wraps the 4-bit Linears (its bnb LoRA layers), all on meta
+            meta_linear4bit(meta, setup.double_quant)
+            if setup.upcast_fp32:
+                kbit_prepare(meta)
+            meta = apply_lora(meta, setup, dtypes(setup)[1])
+            unwrap_params4bit(meta)
         vocab = meta.get_input_embeddings().num_embeddings
         with FakeTensorMode(allow_non_fake_inputs=True), mock.patch.object(
-                masking_utils, "find_packed_sequence_indices", _unpacked):
+                masking_utils, "find_packed_sequence_indices", _unpacked), cuda_4bit_step() if qlora \
+                else contextlib.nullcontext():
             model = materialise(meta, "cpu")
+            states = fake_pack_nf4(model, setup.double_quant) if qlora else []
             counts = count_params(model)
             tracker = PeakTracker(explain=explain, capture_at=capture_at)
             if setup.method == "inference":
                 tracker.track_external(model)
+            if states:
+                tracker.track_external(*states)
             with tracker:
                 workload(model, setup, vocab, "cpu", tracker)
         return tracker, counts
@@ -168,7 +210,9 @@ def run_cuda(config: Mapping[str, Any], setup: Setup, memory_fraction: float | N
         if setup.method == "qlora":  # quantise first, then peft wraps the 4-bit Linears (its bnb LoRA layers)
             _, adapter_dtype, _ = dtypes(setup)
             model = materialise(build_on_meta(config, setup, with_lora=False), "cuda")
-            quantise_nf4(model)
+            quantise_nf4(model, setup.double_quant)
+            if setup.upcast_fp32:
+                kbit_prepare(model)
             model = apply_lora(model, setup, adapter_dtype, device="cuda")
         else:
             model = materialise(build_on_meta(config, setup), "cuda")

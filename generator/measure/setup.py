@@ -55,6 +55,8 @@ class Setup:
     bnb_version: str = ""  # public QLoRA rows: the bitsandbytes release they ran ("" = current or not stated)
     transformers_version: str = ""  # public generate rows: the transformers release they ran ("" = current)
     grad_accum: int = 1  # training: micro-batches (forward + backward of the loss / grad_accum) per optimizer step
+    double_quant: bool = False  # qlora: bnb_4bit_use_double_quant (the absmax quantised again, blocks of 256)
+    upcast_fp32: bool = False  # qlora: peft prepare_model_for_kbit_training (non-quantised parameters to fp32)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -88,6 +90,10 @@ def parser() -> argparse.ArgumentParser:
                         "transformers 5)")
     p.add_argument("--adapter-dtype", choices=ADAPTER_DTYPES[1:], default="",
                    help="LoRA adapters' dtype (default fp32 under amp, bf16 under --precision bf16)")
+    p.add_argument("--double-quant", action="store_true",
+                   help="qlora: quantise the 4-bit base's absmax again (bnb_4bit_use_double_quant)")
+    p.add_argument("--kbit-prep", action="store_true",
+                   help="qlora: peft's prepare_model_for_kbit_training (every non-quantised parameter upcast to fp32)")
     p.add_argument("--keep-outputs", action="store_true",
                    help="keep the model's output object alive through backward (a hand-written loop)")
     p.add_argument("--optimizer", choices=OPTIMIZERS, default="adamw")
@@ -127,6 +133,9 @@ def setup_from_args(args: argparse.Namespace) -> Setup:
         raise ValueError("--new-tokens is for --method inference, and must be >= 0")
     if not 0.0 <= args.lora_dropout < 1.0:
         raise ValueError("--lora-dropout must be in [0, 1)")
+    for flag, given in (("--double-quant", args.double_quant), ("--kbit-prep", args.kbit_prep)):
+        if given and args.method != "qlora":
+            raise ValueError(f"{flag} is for --method qlora")
     if args.weights and args.method != "lora":
         raise ValueError("--weights is for --method lora (a full fine-tune's weights follow --precision)")
     targets = args.lora_targets.strip()
@@ -138,7 +147,8 @@ def setup_from_args(args: argparse.Namespace) -> Setup:
                  optimizer=args.optimizer, adamw_impl=args.adamw_impl, grad_ckpt=args.grad_ckpt,
                  attention=args.attention, steps=args.steps, grad_accum=args.grad_accum,
                  train_mode=not args.eval_mode,
-                 adapter_dtype=args.adapter_dtype, keep_outputs=args.keep_outputs, weights=args.weights)
+                 adapter_dtype=args.adapter_dtype, keep_outputs=args.keep_outputs, weights=args.weights,
+                 double_quant=args.double_quant, upcast_fp32=args.kbit_prep)
 
 
 def config_hash(config: Mapping[str, Any]) -> str:
@@ -216,7 +226,8 @@ def job_of(setup: Setup, kernels: str = "cuda"):
                batch=setup.batch, tokens=setup.tokens, new_tokens=setup.new_tokens, attention=setup.attention,
                metric=setup.metric, adapter_dtype=setup.adapter_dtype, lora_dropout=setup.lora_dropout or 0.0,
                keep_outputs=setup.keep_outputs, kernels=kernels, bnb_version=setup.bnb_version or "",
-               transformers_version=setup.transformers_version or "", grad_accum=setup.grad_accum or 1), ""
+               transformers_version=setup.transformers_version or "", grad_accum=setup.grad_accum or 1,
+               double_quant=bool(setup.double_quant), upcast_fp32=bool(setup.upcast_fp32)), ""
 
 
 def estimator_supports(setup: Setup) -> bool:

@@ -4,15 +4,52 @@ from __future__ import annotations
 
 from collections import Counter
 from typing import Any
+from unittest import mock
 
 import torch
+from torch.autograd.graph import register_multi_grad_hook
+from torch.distributed._tools import mod_tracker
 from torch.distributed._tools.mem_tracker import _TOTAL_KEY, MemTracker, _MemRefType
+from torch.distributed._tools.mod_tracker import ModTracker
 from torch.utils.weak import WeakIdKeyDictionary
 
 CATEGORY_NAMES = {
     _MemRefType.PARAM: "param", _MemRefType.BUFFER: "buffer", _MemRefType.GRAD: "grad", _MemRefType.ACT: "act",
     _MemRefType.TEMP: "temp", _MemRefType.OPT: "opt", _MemRefType.OTH: "other",
 }
+
+
+class HookReleasingModTracker(ModTracker):
+    """ModTracker without its leak. Its forward hooks put a multi-grad hook on each module's inputs and outputs
+    that require grad, and each hook keeps those tensors' grad_fns (torch/autograd/graph.py
+    register_multi_grad_hook) while the grad_fn keeps the hook: a cycle through C++ that gc cannot see, so every
+    step's graph outlived it. Its saved tensors are freed by the backward, but not the leaves it reaches: the
+    embedding's output that enable_input_require_grads makes a leaf (peft does for checkpointing and in
+    prepare_model_for_kbit_training) and the .grad accumulated into it stayed alive at every later peak, where a
+    real run frees both with the graph (FINDINGS.md F29). The hooks are kept here and removed by
+    `release_grad_hooks` once their backward is over."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._grad_hooks: list[Any] = []
+
+    def _register(self, tensors, fn, mode="all"):
+        handle = register_multi_grad_hook(tensors, fn, mode=mode)
+        self._grad_hooks.append(handle)
+        return handle
+
+    def _fw_pre_hook(self, mod, input):
+        with mock.patch.object(mod_tracker, "register_multi_grad_hook", self._register):
+            return super()._fw_pre_hook(mod, input)
+
+    def _fw_post_hook(self, mod, input, output):
+        with mock.patch.object(mod_tracker, "register_multi_grad_hook", self._register):
+            return super()._fw_post_hook(mod, input, output)
+
+    def release_grad_hooks(self) -> None:
+        for handle in self._grad_hooks:
+            handle.remove()
+        self._grad_hooks.clear()
 
 
 class PeakTracker(MemTracker):
@@ -33,6 +70,7 @@ class PeakTracker(MemTracker):
 
     def __init__(self, explain: bool = False, capture_at: int | None = None) -> None:
         super().__init__()
+        self._mod_tracker: HookReleasingModTracker = HookReleasingModTracker()
         self.stage = "setup"
         self.phase_key: str | None = None  # when set, the per-phase peaks below are kept under this key + phase
         self.phase_peaks: dict[str, int] = {}
@@ -106,6 +144,10 @@ class PeakTracker(MemTracker):
         rows = [{"category": k[0], "op": k[1], "shape": list(k[2]), "dtype": k[3], "made_in": k[4],
                  "module": k[5], "count": counts[k], "bytes": b} for k, b in groups.items() if b]
         return sorted(rows, key=lambda r: -r["bytes"])
+
+    def backward_done(self) -> None:
+        """The step's backward is over: drop the module tracker's gradient hooks, freeing what they kept."""
+        self._mod_tracker.release_grad_hooks()
 
     def reset_peak(self) -> None:
         """Start a new peak from the current total (MemTracker keeps one peak for its whole life)."""

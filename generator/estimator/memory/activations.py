@@ -91,6 +91,7 @@ class Regime(NamedTuple):
     cpu: bool = False  # CPU kernels (the simulation): dropout masks in the input dtype, layer_norm in bf16
     dropout: bool = True  # train mode: the model's own dropouts (DROPOUTS) are active
     torch_scan: bool = False  # a Mamba mixer runs transformers' torch scan, not mamba-ssm's kernels (recurrence)
+    input_cast: bool = True  # peft casts each adapter's input to the adapters' dtype (not: ADAPTER_NO_CAST)
 
 
 def mask_bytes(r: Regime, input_bytes: int) -> int:
@@ -118,19 +119,35 @@ def model_dropouts(a: Arch) -> tuple[int, int]:
 
 
 def regime(method: str, precision: str, adapter_bytes: int = 0, lora_dropout: bool = False, cpu: bool = False,
-           upcast: bool = False, torch_scan: bool = False) -> Regime:
+           upcast: bool = False, torch_scan: bool = False, input_cast: bool = True) -> Regime:
     """amp: fp32 weights under bf16 autocast for a full fine-tune (HF Trainer --bf16), a bf16 base with fp32
     adapters for LoRA; bf16: everything bf16 (LitGPT bf16-true, torchtune); fp32: no autocast. adapter_bytes 0:
     peft's default (fp32 adapters under AMP and fp32, the base's dtype under pure bf16, as LitGPT and torchtune
     make them). upcast: peft's prepare_model_for_kbit_training cast every non-quantised parameter (embeddings,
     norms, LM head) to fp32 (peft/utils/other.py), so the residual stream is fp32. torch_scan: Mamba mixers run
-    transformers' torch scan (memory.recurrence), as without mamba-ssm and on the CPU."""
+    transformers' torch scan (memory.recurrence), as without mamba-ssm and on the CPU. input_cast False: the
+    adapters read their input as it comes, under autocast (ADAPTER_NO_CAST)."""
     trained = method == "full"
     if precision == "fp32":
         return Regime(4, 4, trained, False, adapter_bytes or 4, lora_dropout, cpu, True, torch_scan)
     if precision == "bf16":
         return Regime(4 if upcast else 2, 2, trained, False, adapter_bytes or 2, lora_dropout, cpu, True, torch_scan)
-    return Regime(4 if trained or upcast else 2, 2, trained, True, adapter_bytes or 4, lora_dropout, cpu, True, torch_scan)
+    return Regime(4 if trained or upcast else 2, 2, trained, True, adapter_bytes or 4, lora_dropout, cpu, True, torch_scan,
+                  input_cast)
+
+
+# peft's LoRA layers on a bitsandbytes base (peft/tuners/lora/bnb.py Linear8bitLt and Linear4bit.forward) cast the
+# adapters' input to their dtype only where `not torch.is_autocast_enabled()`: under autocast (CUDA's, which that
+# call without a device reads) lora_A reads the Linear's input as it is, bf16 or an upcast base's fp32, and autocast
+# makes its bf16 copy. peft's plain lora.Linear (layer.py) always casts. Storages whose LoRA layer is bnb's:
+ADAPTER_NO_CAST = frozenset({"nf4", "int8"})
+
+
+def adapter_input_bytes(r: Regime) -> int:
+    """Bytes per element of the tensor each adapter's path (dropout, lora_A) starts from: the adapters' dtype where
+    peft casts to it, else the Linear's input: the residual stream's dtype (bf16, or fp32 after
+    prepare_model_for_kbit_training's upcast)."""
+    return (r.adapter_bytes or r.compute_bytes) if r.input_cast else r.residual_bytes
 
 
 def norm_bytes(rms_width: int, width: int, stats: int, read: int, fed: int, r: Regime) -> int:
@@ -161,7 +178,7 @@ def adapter_activation_bytes(b: Block, roles: frozenset[str] | None, rank: int, 
     - LoRA dropout (p > 0) makes a dropped copy per adapter, saved by lora_A (under AMP: its bf16 autocast copy),
       plus the dropout's mask (mask_bytes of the adapter-dtype input);
     - lora_B saves A's output: rank x (c under AMP, else adapter bytes)."""
-    c, ab = r.compute_bytes, r.adapter_bytes or r.compute_bytes
+    c, ab = r.compute_bytes, adapter_input_bytes(r)
     saved = c if r.amp else ab  # the bytes per element lora_A's input copy and lora_B's input take
     if ab != c or r.lora_dropout:  # a copy per adapter: sums over the adapted Linears
         per_input = saved + (mask_bytes(r, ab) if r.lora_dropout else 0)
@@ -197,23 +214,30 @@ def recompute_transient_bytes(b: Block, r: Regime, roles: frozenset[str] | None,
     Nothing for a full fine-tune (its tensors are saved) or on an MoE part (ParamWrapper adapts the experts).
     Without LoRA dropout the chain is one copy shorter and the same hidden-wide tensors are held: the Mistral-7B
     pure-bf16 fp32-adapter row without dropout measures its peak at this moment, and this phase reads -1.56% of it
-    (FINDINGS.md F12). QLoRA, which always checkpoints, runs the same peft forward (peft/tuners/lora/bnb.py
-    Linear4bit.forward)."""
+    (FINDINGS.md F12). QLoRA runs the same forward in peft's 4-bit layer (peft/tuners/lora/bnb.py Linear4bit).
+    prepare_model_for_kbit_training's fp32 residual stream under AMP (`upcast`) copies less, as the
+    CPU simulation's live tensors at this peak show (F29): the norms upcast nothing, so the first norm's saved fp32
+    input is the checkpointed input itself and the post-attention residual is the second norm's (both priced
+    already: the result is negative where nothing else is held), and the backward's cast of lora_B's gradient for
+    the fp32 base branch is not made yet."""
+    fp32_stream = upcast and r.amp  # (an fp32 base's stream is fp32 too, but its bf16 Linear outputs hold other
+    # copies: its checkpointed runs read +2.7% without this, -2.7% with it, and are left as they were)
+    shared = 4 * b.parts[0].norm_width if fp32_stream and b.parts and b.parts[0].norm_width else 0
     part = last_linear_part(b)
-    if r.trained or part is None:
+    if r.trained:
         return 0
-    if roles is not None and linear_roles(part)[-1] not in roles:
-        return 0
+    if part is None or (roles is not None and linear_roles(part)[-1] not in roles):
+        return -shared
     width, hidden = part.linears[-1]
-    c, ab = r.compute_bytes, r.adapter_bytes or r.compute_bytes
-    x = 4 if upcast and r.amp else c
+    c, ab = r.compute_bytes, adapter_input_bytes(r)
+    x = 4 if fp32_stream else c
     chain = [x] + ([ab] if ab != x else []) + ([ab] if r.lora_dropout else []) + ([c] if r.amp and ab != c else [])
     copied = len(chain) > 1
     inputs = sum(chain[:-1]) - (x if saves and copied else 0)
     lora_out = c if r.amp else ab
-    grads = r.residual_bytes + lora_out + (x if lora_out != x else 0)
-    forward = r.residual_bytes + (x if copied and not saves else 0) + x
-    return inputs * width + hidden * (forward + grads)
+    grads = r.residual_bytes + lora_out + (x if lora_out != x and not fp32_stream else 0)
+    forward = (0 if fp32_stream else r.residual_bytes) + (x if copied and not saves else 0) + x
+    return inputs * width + hidden * (forward + grads) - shared
 
 
 def last_linear_part(b: Block) -> Part | None:

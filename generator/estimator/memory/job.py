@@ -18,6 +18,7 @@ from ..config.arch import Arch
 from ..graph.nodes import Graph
 from ..inputs import Assumptions
 from .activations import (
+    ADAPTER_NO_CAST,
     block_activation_bytes,
     kept_cache_bytes,
     last_linear_params,
@@ -47,12 +48,23 @@ from .recurrence import (
     scan_backward_terms,
     wkv_backward_bytes,
 )
-from .storage import dequant_transient_bytes, quantised_params, saves_matmul_input, stored_mats, weight_bytes
+from .storage import (
+    beside_held,
+    dequant_transient_bytes,
+    quantised_params,
+    saves_matmul_input,
+    stored_mats,
+    weight_bytes,
+)
 
 # The late-backward moments a layer's own backward adds (beside what the layers saved, the head's tensors freed).
 EAGER_PHASE = "backward (attention scores' gradients)"
 SCAN_PHASE = "backward (the torch scan's state gradients)"
 CACHE_PHASE = "forward (the loss, autocast's cached weight copies)"
+# A 4-bit or int8 base's weight is dequantised for each matmul and freed after it (storage.dequant_transient_bytes):
+# it lives inside a layer's forward or backward, never at the loss or the final norm (F29: checked on the CPU
+# simulation with bitsandbytes' own kernels)
+DEQUANT_PHASE = "forward (the last layer's dequantised weight)"
 
 PARTS = ("weights", "gradients", "optimizer_state", "activations", "logits", "kv_cache", "overhead")
 
@@ -136,7 +148,8 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
     fp32_base = lora and job.precision == "amp" and job.storage == "fp32"
     r = regime("lora" if lora else "full", job.precision, ADAPTER_BYTES.get(job.adapter_dtype, 0) if lora else 0,
                lora and job.lora_dropout > 0, job.kernels == "cpu", lora and (job.upcast_fp32 or fp32_base),
-               job.scan == "torch" or (job.kernels == "cpu" and not job.scan))
+               job.scan == "torch" or (job.kernels == "cpu" and not job.scan),
+               not (job.method == "qlora" and job.storage in ADAPTER_NO_CAST))
     c = r.compute_bytes
     B, T = job.batch, job.tokens
     P = g.params_total
@@ -161,18 +174,18 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
         weights = weight_bytes(g, job.storage, job.double_quant, mats) + param_bytes * trainable
         if job.upcast_fp32:  # prepare_model_for_kbit_training: every non-quantised fp16/bf16 parameter to fp32
             weights += 2 * (P - quantised_params(mats))
-        copies = 2 * trainable if r.amp and param_bytes != 2 else 0
-        if r.amp and (job.upcast_fp32 or fp32_base):  # the fp32 LM head's bf16 autocast copy, saved for its
-            copies += 2 * head_mm  # input's gradient
-        ckpt_copies = (copies, copies)
+        # the fp32 LM head's bf16 autocast copy, saved for its input's gradient; freed by its backward, before any
+        # checkpointed layer is recomputed
+        head_copy = 2 * head_mm if r.amp and (job.upcast_fp32 or fp32_base) else 0
+        copies = (2 * trainable if r.amp and param_bytes != 2 else 0) + head_copy
+        ckpt_copies = (copies, copies - head_copy)
         if fp32_base:  # and every frozen fp32 Linear's: autocast casts it at each use (no cache: not a leaf that
             # requires grad, aten/src/ATen/autocast_mode.cpp cached_cast) and the matmul saves the copy for its
             # input's gradient, but in the first layer's input Linears, whose input needs none (a frozen
             # embedding); checkpointing keeps only the recomputed layer's (F28)
             first_in = input_linear_params(distinct[layer_index(spec, memo)[0]][0]) if distinct else 0
             copies += 2 * (sum(n * b.matmul for b, n in distinct) - first_in)
-            ckpt_copies = (ckpt_copies[0], ckpt_copies[1] - 2 * head_mm
-                           + 2 * max((b.matmul for b, _ in distinct), default=0))  # the head's backward ran
+            ckpt_copies = (ckpt_copies[0], ckpt_copies[1] + 2 * max((b.matmul for b, _ in distinct), default=0))
     grad = param_bytes * trainable  # gradients take the trainable weights' dtype
     # Optimizer state per trainable parameter, and the step's temporaries:
     # - adamw (torch.optim.AdamW, foreach on CUDA): exp_avg, exp_avg_sq as zeros_like(param) = 2 x param bytes;
@@ -263,10 +276,14 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
             acts = emb + layers_sum + head + kept + T * views
             phases = [_phase("loss (logits)" if logits * 2 > acts else "backward (activations)", weights=weights,
                              optimizer_state=state, activations=B * (acts - logits) + fixed_sum, logits=B * logits,
-                             overhead_weights=copies, overhead_fixed=dequant + chunk, experts=fixed_sum)]
+                             overhead_weights=copies, overhead_fixed=chunk, experts=fixed_sum)]
             if final_norm:  # the final norm's backward, the head's tensors freed (activations)
                 phases.append(_phase("backward (the final norm)", weights=weights, optimizer_state=state,
                                      activations=B * (acts - head + head_norm + final_norm) + fixed_sum,
+                                     overhead_weights=copies, experts=fixed_sum))
+            if dequant:  # the last layer's last quantised matmul: every layer's saved tensors, its weight dequantised
+                phases.append(_phase(DEQUANT_PHASE, weights=weights, optimizer_state=state,
+                                     activations=B * (emb + layers_sum + T * views) + fixed_sum,
                                      overhead_weights=copies, overhead_fixed=dequant, experts=fixed_sum))
             if any(f for f, _ in chunked):  # the last Mamba-2 layer's forward, before the head (recurrence)
                 phases.append(_phase("forward (the torch scan's chunks)", weights=weights, optimizer_state=state,
@@ -288,16 +305,17 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
                              default=(0, 0, 0))
             phases = [_phase("loss (logits)", weights=weights, optimizer_state=state,
                              activations=B * (inputs + head + kept - logits), logits=B * logits,
-                             overhead_weights=ckpt_copies[0], overhead_fixed=dequant + chunk),
+                             overhead_weights=ckpt_copies[0], overhead_fixed=chunk),
                       _phase("backward (recomputing a checkpointed layer)", weights=weights, optimizer_state=state,
                              gradients=head_grads,
                              activations=B * inputs + B * (recomputed[0] + recomputed[1]) + recomputed[2],
-                             overhead_weights=ckpt_copies[1], overhead_fixed=dequant, experts=recomputed[2])]
+                             overhead_weights=ckpt_copies[1], overhead_fixed=beside_held(dequant, B * recomputed[1]),
+                             experts=recomputed[2])]
             if r.trained and r.amp:  # a full fine-tune under autocast: its cached copies at the loss (LoRA's
                 # are its adapters', in ckpt_copies already; a frozen weight's are not cached)
                 phases.append(_phase(CACHE_PHASE, weights=weights, optimizer_state=state,
                                      activations=B * (inputs + head + kept - logits), logits=B * (logits - fwd_less),
-                                     overhead_weights=copies, overhead_fixed=dequant + chunk))
+                                     overhead_weights=copies, overhead_fixed=chunk))
             if any(f for f, _ in chunked):  # a Mamba-2 layer's recomputed forward at its chunks (recurrence)
                 k = max(range(len(distinct)), key=lambda i: B * (layer[i] + chunked[i][0]) + fixed[i])
                 phases.append(_phase("backward (recomputing the torch scan's chunks)", weights=weights,
@@ -309,13 +327,15 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
                 phases.append(_phase("backward (recomputing the first checkpointed layer)", weights=weights,
                                      optimizer_state=state, gradients=first_grads,
                                      activations=B * (first_inputs + layer[first] + held[first]) + fixed[first],
-                                     overhead_weights=ckpt_copies[1], overhead_fixed=dequant, experts=fixed[first]))
+                                     overhead_weights=ckpt_copies[1], overhead_fixed=beside_held(dequant, B * held[first]),
+                                     experts=fixed[first]))
             elif lora:  # so do the adapters', which counts where they are large (LoRA on many experts' tensors):
                 # every later layer's, beside the first layer's recomputation
                 phases.append(_phase("backward (recomputing the first checkpointed layer)", weights=weights,
                                      optimizer_state=state, gradients=adapter_grads_first,
                                      activations=B * (first_inputs + layer[first] + held[first]) + fixed[first],
-                                     overhead_weights=ckpt_copies[1], overhead_fixed=dequant, experts=fixed[first]))
+                                     overhead_weights=ckpt_copies[1], overhead_fixed=beside_held(dequant, B * held[first]),
+                                     experts=fixed[first]))
         if any(g for g, _ in terms.grads):  # the last (recomputed) layer's adapted down's backward (F10)
             i, (weight_grad, per_token) = max(enumerate(terms.grads), key=lambda t: t[1][0] + B * T * t[1][1]
                                               + (B * layer[t[0]] + fixed[t[0]] if grad_ckpt else 0))

@@ -162,6 +162,12 @@ QUANTS = {
 # (QLoRA §2 "Double Quantization": 0.5 -> 0.127 bits per parameter): 1/64 + 4/(64 x 256) bytes per weight.
 DOUBLE_QUANT_SAVING = 4 / 64 - (1 / 64 + 4 / (64 * 256))
 
+# Each nf4 Linear's QuantState also holds its 16-value fp32 code (bitsandbytes/functional.py quantize_4bit:
+# get_4bit_type), and with double quantisation the 256-value fp32 code of its absmax, copied per state
+# (quantize_blockwise: code.to(A.device, copy=True)), and the fp32 offset subtracted before it: measured per Linear
+# on the CPU simulation's QuantState tensors (F29).
+NF4_STATE_BYTES, NESTED_STATE_BYTES = 16 * 4, 256 * 4 + 4
+
 
 def weight_bytes(g: Graph, storage: str, double_quant: bool = False, mats: dict | None = None) -> int:
     """Bytes of the whole model's weights stored as `storage` (quantised: the layers' Linears; the rest 16-bit)."""
@@ -173,6 +179,8 @@ def weight_bytes(g: Graph, storage: str, double_quant: bool = False, mats: dict 
         total += times * (_mat_elements(q, count, i, o)[1] - 2 * count * i * o)
         if double_quant:
             total -= times * DOUBLE_QUANT_SAVING * count * i * o
+        if storage == "nf4":
+            total += times * count * (NF4_STATE_BYTES + (NESTED_STATE_BYTES if double_quant else 0))
     return int(total)
 
 
@@ -204,6 +212,15 @@ def dequant_transient_bytes(g: Graph, storage: str, c: int, mats: dict | None = 
     if storage not in ("nf4", "int8"):
         return 0
     return c * max((i * o for _, i, o in (layer_mats(g) if mats is None else mats)), default=0)
+
+
+def beside_held(dequant: int, held: int) -> int:
+    """What a quantised base's dequantised weight adds to a recomputed layer's peak beyond `held`, the adapter forward
+    of its last Linear (activations.recompute_transient_bytes). peft's 4-bit layer runs the base matmul first and
+    the adapter after (peft/tuners/lora/bnb.py Linear4bit.forward: result = self.base_layer(x), then lora_B(lora_A(
+    dropout(x)))), and bitsandbytes frees the dequantised weight when its matmul returns: the two never meet, so the
+    peak holds the larger of them (F29: the CPU simulation's live tensors at the recomputed down_proj)."""
+    return max(0, dequant - max(held, 0))
 
 
 def stored_mats(a: Arch, g: Graph, storage: str) -> dict[tuple[int, int, int], int] | None:
