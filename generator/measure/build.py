@@ -135,6 +135,16 @@ def _linears(model):
             if type(child) is torch.nn.Linear and name != "lm_head"]
 
 
+def _linear4bit(bnb, child: torch.nn.Linear, double_quant: bool, device: str):
+    """The nf4 Linear4bit (compute in bf16, blocks of 64) standing for `child`, its bias carried over."""
+    q = bnb.nn.Linear4bit(child.in_features, child.out_features, bias=child.bias is not None,
+                          compute_dtype=torch.bfloat16, quant_type="nf4", compress_statistics=double_quant,
+                          device=device)
+    if child.bias is not None:
+        q.bias = child.bias
+    return q
+
+
 def quantise_nf4(model, double_quant: bool = False) -> int:
     """QLoRA base on CUDA: every Linear but the head becomes a bitsandbytes nf4 Linear4bit in place (quantised on
     its move to the GPU, blocks of 64, absmax quantised again in blocks of 256 with double quantisation), before
@@ -142,13 +152,9 @@ def quantise_nf4(model, double_quant: bool = False) -> int:
     bnb = _bnb()
     linears = _linears(model)
     for module, name, child in linears:
-        q = bnb.nn.Linear4bit(child.in_features, child.out_features, bias=child.bias is not None,
-                              compute_dtype=torch.bfloat16, quant_type="nf4", compress_statistics=double_quant,
-                              device="cpu")
+        q = _linear4bit(bnb, child, double_quant, "cpu")
         q.weight = bnb.nn.Params4bit(child.weight.data.to("cpu"), requires_grad=False, quant_type="nf4",
                                      compress_statistics=double_quant)
-        if child.bias is not None:
-            q.bias = child.bias
         setattr(module, name, q.to("cuda"))
     model.is_loaded_in_4bit = True  # as transformers' bnb quantiser marks it: peft's dispatch picks its 4-bit layer
     return len(linears)
@@ -162,12 +168,8 @@ def meta_linear4bit(model, double_quant: bool = False) -> int:
     bnb = _bnb()
     linears = _linears(model)
     for module, name, child in linears:
-        q = bnb.nn.Linear4bit(child.in_features, child.out_features, bias=child.bias is not None,
-                              compute_dtype=torch.bfloat16, quant_type="nf4", compress_statistics=double_quant,
-                              device="meta")
+        q = _linear4bit(bnb, child, double_quant, "meta")
         q.support_avx512bf16_for_cpu = False  # an eval forward would repack the weight for the CPU kernel
-        if child.bias is not None:
-            q.bias = child.bias
         setattr(module, name, q)
     model.is_loaded_in_4bit = True  # as transformers' bnb quantiser (quantizer_bnb_4bit.py) marks it: peft's
     # dispatch (peft/tuners/lora/bnb.py dispatch_bnb_4bit) wraps a Linear4bit in its 4-bit layer only so
