@@ -275,3 +275,42 @@ def test_tracker_handles_a_frozen_base():
     peak = tracker.peak_breakdown()
     assert peak["total"] > 0 and peak["grad"] > 0
     assert tracker.peak_where["stage"] == "step 1"
+
+
+@pytest.mark.parametrize("releasing", [True, False])
+def test_the_tracker_keeps_no_step_alive_past_its_backward(releasing):
+    """A real (not fake) CPU step of a peft model whose embedding output is a leaf that requires grad (what
+    enable_input_require_grads makes for checkpointing and prepare_model_for_kbit_training): without the tracker
+    the leaf dies with its graph. torch's ModTracker kept it and its .grad into every later step (a hook cycle gc
+    cannot see); PeakTracker's module tracker drops its hooks after each backward (FINDINGS.md F29)."""
+    import gc
+    import weakref
+
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from generator.measure.build import hf_config
+    from generator.measure.tracker import PeakTracker
+
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(hf_config({**TINY_LLAMA, "vocab_size": 100}, "sdpa"))
+    model.enable_input_require_grads()
+    model = get_peft_model(model, LoraConfig(r=4, target_modules="all-linear"))
+    leaves: list = []
+    model.get_input_embeddings().register_forward_hook(lambda mod, args, out: leaves.append(weakref.ref(out)))
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad])
+    ids = torch.randint(0, 100, (2, 16))
+    tracker = PeakTracker()
+    tracker.track_external(model, opt)
+    with tracker:
+        for _ in range(2):
+            tracker.reset_mod_stats()
+            model(input_ids=ids, labels=ids).loss.backward()
+            if releasing:
+                tracker.backward_done()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+    gc.collect()
+    alive = [ref() is not None for ref in leaves]
+    # without the release both steps' leaves outlive them: the leak this guards against is still torch's
+    assert alive == ([False, False] if releasing else [True, True])

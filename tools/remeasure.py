@@ -18,7 +18,6 @@ past its step until generator/measure/tracker.py HookReleasingModTracker (FINDIN
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -59,7 +58,8 @@ def main() -> int:
     rows = read_jsonl(args.file)
     chosen = [i for i, r in enumerate(rows) if r.get("device", {}).get("kind") == "cpu-simulated"
               and WHERE[args.where](r.get("setup") or {})]
-    rest = [i for i, r in enumerate(rows) if i not in set(chosen) and r.get("device", {}).get("kind") == "cpu-simulated"]
+    taken = set(chosen)
+    rest = [i for i, r in enumerate(rows) if i not in taken and r.get("device", {}).get("kind") == "cpu-simulated"]
     for i in rest[:: max(1, len(rest) // args.check)][: args.check] if args.check else []:
         again = rerun(rows[i])
         if again["measured"]["peak_bytes"] != rows[i]["measured"]["peak_bytes"]:

@@ -7,7 +7,7 @@ bitsandbytes nf4 base under peft LoRA, checked against the estimator's QLoRA ter
 
 bitsandbytes (>= 0.46, the [measure] extra) runs on the CPU: the harness quantises each Linear with its own
 quantize_4bit (under FakeTensorMode its registered fake kernel) and runs the 4-bit matmul as CUDA does for a
-training step's M > 1,536 rows (generator/measure/run.py cuda_4bit_matmul), so every run here has batch x tokens
+training step's M > 1,536 rows (generator/measure/run.py cuda_4bit_step), so every run here has batch x tokens
 >= 2,048. Per family (2 layers at full width), seven runs:
 - TRL's QLoRA (the trl-sft-qlora recipe less its chunked loss and paged optimizer, which the CPU has not): nf4 with
   double quantisation, prepare_model_for_kbit_training, LoRA dropout 0.05, all-linear rank 16, checkpointing on

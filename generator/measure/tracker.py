@@ -53,7 +53,7 @@ class HookReleasingModTracker(ModTracker):
 
 
 class PeakTracker(MemTracker):
-    """MemTracker with three changes (torch 2.13 `torch/distributed/_tools/mem_tracker.py`).
+    """MemTracker with four changes (torch 2.13 `torch/distributed/_tools/mem_tracker.py`).
 
     1. Gradient hooks go only on parameters that require grad. MemTracker hooks every parameter of
        every module it enters, and `register_hook` raises on a frozen one ("cannot register a hook on a
@@ -66,6 +66,8 @@ class PeakTracker(MemTracker):
        (forward / backward / optimizer) and the innermost module running. With `explain=True` each
        storage remembers the op, shape and dtype that made it, and with `capture_at` (a peak found by
        an earlier identical run) the live storages are listed when the total first reaches it.
+    4. Its module tracker is a HookReleasingModTracker, whose gradient hooks the runner drops after each
+       backward (`backward_done`): ModTracker's own kept every step's graph, and a leaf with it, alive.
     """
 
     def __init__(self, explain: bool = False, capture_at: int | None = None) -> None:

@@ -172,7 +172,8 @@ def adapter_activation_bytes(b: Block, roles: frozenset[str] | None, rank: int, 
     `roles` (lora.adapted_linears; None: every Linear, whose sums the layer holds: Block.lora_in, Block.linears):
     - the input is cast to the adapter's dtype when it differs (a new tensor per adapter). Under AMP autocast casts
       it back to bf16 for lora_A, and that bf16 copy is what lora_A saves (c x in); without autocast lora_A saves
-      the cast itself (adapter bytes x in);
+      the cast itself (adapter bytes x in). peft's bitsandbytes layers under autocast skip the cast
+      (ADAPTER_NO_CAST): the path starts from the Linear's input as it is (adapter_input_bytes);
     - with no cast and no dropout, adapters reading one tensor share it (counted once; o_proj's is the SDPA output,
       already saved);
     - LoRA dropout (p > 0) makes a dropped copy per adapter, saved by lora_A (under AMP: its bf16 autocast copy),
