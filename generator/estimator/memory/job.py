@@ -28,7 +28,7 @@ from .activations import (
 from .attention import head_params, math_backward_bytes
 from .ends import final_norm_backward_bytes, head_norm_bytes
 from .generate import generate_phases
-from .job_options import ADAPTER_BYTES, Job, resolve, validate
+from .job_options import ADAPTER_BYTES, Job, prepared
 from .layer_terms import (
     adapter_params,
     eager_backward_values,
@@ -40,7 +40,7 @@ from .layer_terms import (
 )
 from .lora import input_linear_params, target_roles
 from .parallel import Phase
-from .recipes import loss_terms
+from .recipes import framework_layer_bytes, loss_terms
 from .recurrence import (
     chunk_scan_moments,
     mixer_tail,
@@ -96,9 +96,7 @@ def job_phases(a: Arch, g: Graph, s: Assumptions, job: Job, model: str = "",
                memo: dict | None = None) -> tuple[Phase, ...]:
     """Every phase of `job` on one GPU (allocated tensors, before the metric): what memory.parallel shares out.
     `memo`: the per-layer terms already worked out in this estimate (layer_terms.regime_terms), shared."""
-    model = model or a.model_type
-    validate(job, model)
-    job = resolve(job, a)
+    a, g, job, model, memo = prepared(a, g, job, model, memo)
     if job.method == "inference":
         return tuple(generate_phases(a, g, s, job))
     return _training(a, g, s, job, model, (job.grad_ckpt,), memo)[0][0]
@@ -109,9 +107,8 @@ def training_variants(a: Arch, g: Graph, s: Assumptions, job: Job, variants: tup
     """A training job's phases once per entry of `variants` (checkpointing off or on), its trainable parameters,
     its compute bytes and its trainable weights' bytes per parameter: what setups.training_job needs, from one
     pass."""
-    model = model or a.model_type
-    validate(job, model)
-    return _training(a, g, s, resolve(job, a), model, variants, memo)
+    a, g, job, model, memo = prepared(a, g, job, model, memo)
+    return _training(a, g, s, job, model, variants, memo)
 
 
 def phase_parts(ph: Phase) -> dict[str, int]:
@@ -200,9 +197,10 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
     # lora.expert_tensors) its effective weights, kept batch-free (fixed)
     saves = job.method == "qlora" and saves_matmul_input(job.storage, job.bnb_version)
     terms = regime_terms(a, g, r, rank, roles, memo)
-    layer = memoised(memo, ("layer", r, rank, roles, job.attention, T, saves, job.upcast_fp32),
-                     lambda: [T * layer_bytes(a, b, r, job.attention, T, saves, job.upcast_fp32, n)
-                              for (b, _), n in zip(distinct, terms.act, strict=True)])
+    own = framework_layer_bytes(a, r, roles, job.loss, job.attention)  # LitGPT's own attention (recipes)
+    layer = memoised(memo, ("layer", r, rank, roles, job.attention, T, saves, job.upcast_fp32, own),
+                     lambda: [T * (layer_bytes(a, b, r, job.attention, T, saves, job.upcast_fp32, n)
+                                   + (own if b.attn else 0)) for (b, _), n in zip(distinct, terms.act, strict=True)])
     # the recomputed layer's copies of its last Linear's input, held beside its saved tensors (recompute_transient_bytes)
     held = memoised(memo, ("recompute", r, roles, saves, job.upcast_fp32), lambda: [
         T * recompute_transient_bytes(b, r, roles, saves, job.upcast_fp32) for b, _ in distinct])

@@ -10,8 +10,9 @@ from typing import Any
 
 from ...errors import JobError
 from ..config.arch import Arch
+from ..graph.nodes import Graph
 from .attention import default_attention
-from .recipes import RECIPES
+from .recipes import RECIPES, framework_model
 
 # The values each option of a Job takes (validate)
 METHODS = ("full", "lora", "qlora", "inference")
@@ -149,3 +150,13 @@ def legacy_cache(transformers_version: str) -> bool:
     referenced by generate, and the new ones (transformers before TUPLE_CACHE_BEFORE; "" = a current release)."""
     return bool(transformers_version) and tuple(int(x) for x in transformers_version.split("."))[:2] \
         < TUPLE_CACHE_BEFORE
+
+
+def prepared(a: Arch, g: Graph, job: Job, model: str, memo: dict | None
+             ) -> tuple[Arch, Graph, Job, str, dict | None]:
+    """The job checked and resolved, on the model its framework runs (recipes.framework_model: LitGPT's untied
+    head), with the estimate's memoised per-layer terms where that model is the one they were worked out for."""
+    model = model or a.model_type
+    validate(job, model)
+    a2, g2 = framework_model(a, g, job.loss)
+    return a2, g2, resolve(job, a2), model, memo if g2 is g else None

@@ -9,11 +9,12 @@ What a recipe does not say (tokens, batch) stays the job's.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..config.arch import Arch
-from ..graph.nodes import Graph
+from ..graph.nodes import Graph, build_graph
+from .activations import Regime, adapter_input_bytes, mask_bytes
 
 # TRL SFTTrainer's default loss_type "chunked_nll" (trl/trainer/sft_trainer.py _chunked_cross_entropy_loss,
 # _CHUNKED_LM_HEAD_CHUNK_SIZE = 256): each chunk of 256 tokens' fp32 logits (h.float() @ w.float().t()) lives only
@@ -145,6 +146,47 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
 
 def recipe(name: str) -> Recipe | None:
     return RECIPES.get(name)
+
+
+def framework_model(a: Arch, g: Graph, loss: str) -> tuple[Arch, Graph]:
+    """The model a job's framework runs. LitGPT runs its own GPT (the only one with lm_head_chunk_size, so
+    "litgpt-chunked" means its code), which never ties the head to the embedding: its GPT holds transformer.wte and
+    lm_head as two modules, and scripts/convert_hf_checkpoint.py copies the embedding into lm_head.weight where a
+    checkpoint has none (copy_weights_hf_llama and its siblings: `state_dict["lm_head.weight"] =
+    state_dict["transformer.wte.weight"]`), loaded into two parameters. A tied config is priced untied there:
+    one more vocab x hidden weight, with its own gradient and optimizer state in a full fine-tune (FINDINGS.md F30)."""
+    if loss != "litgpt-chunked" or not a.tie:
+        return a, g
+    head = tuple(p._replace(params=p.params + p.matmul) if p.name.startswith("LM_Head") else p for p in a.spec.head)
+    untied = replace(a, tie=False, spec=replace(a.spec, head=head, tied=False))
+    return untied, build_graph(untied)
+
+
+def framework_layer_bytes(a: Arch, r: Regime, roles: frozenset[str] | None, loss: str, attention: str) -> int:
+    """Per token of one attention layer: what LitGPT's own GPT keeps beyond transformers' class with peft's LoRA
+    (0 for other frameworks). From litgpt/model.py CausalSelfAttention.forward and litgpt/lora.py LoRAQKVLinear
+    (2685705), checked on its own code run under the simulation's tracker (FINDINGS.md F30):
+    - its q, k, v are slices of one fused qkv output. Under grouped queries, k and v are repeat_interleave'd to
+      every query head before SDPA ("flash attention requires it in training mode"), and SDPA saves the copies;
+      transformers' SDPA passes enable_gqa and keeps the grouped ones (eager's repeat_kv keeps the same copies as
+      LitGPT's). With as many kv heads as query heads, v stays a view of the fused output, so SDPA's saved v keeps
+      its q and k slices alive too;
+    - LoRA on part of q, k, v: zero_pad scatters lora_B's output into the fused width, and the scatter keeps that
+      output (the adapted widths) for its backward; one lora_dropout serves the fused Linear, where peft drops
+      each adapted projection's input on its own."""
+    if loss != "litgpt-chunked" or not a.heads:
+        return 0
+    c, q, kv = r.compute_bytes, a.heads * a.head_dim, a.kv_heads * a.head_dim
+    keep = (q + kv) * c if kv == q else 2 * (q - kv) * c if attention == "sdpa" else 0
+    if r.trained or not roles or "qkv" in roles:
+        return keep
+    adapted = [w for role, w in (("q", q), ("k", kv), ("v", kv)) if role in roles]
+    if adapted and len(adapted) < 3:
+        keep += c * sum(adapted)
+    if r.lora_dropout and len(adapted) > 1:
+        ab = adapter_input_bytes(r)
+        keep -= (len(adapted) - 1) * ((c if r.amp else ab) + mask_bytes(r, ab)) * a.hidden
+    return keep
 
 
 def loss_terms(a: Arch, g: Graph, loss: str, batch: int, tokens: int, c: int, head: int,

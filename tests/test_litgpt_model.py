@@ -1,0 +1,96 @@
+"""LitGPT's own model under `--recipe litgpt`: its untied head and its attention's kept tensors (FINDINGS.md F30).
+
+Reference values: peak tensor bytes of two LoRA steps of LitGPT's own GPT at commit 2685705 (finetune/lora.py's
+fit loop: bf16-true, r 8 on query and value, dropout 0.05, lm_head_chunk_size 128), 4 layers at full width,
+simulated on fake CPU tensors by `tools/sim_litgpt.py --litgpt CHECKOUT NAME REPO --layers 4`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from generator.estimator.graph.nodes import build_graph
+from generator.estimator.inputs import Assumptions
+from generator.estimator.memory.activations import regime
+from generator.estimator.memory.job import job_phases
+from generator.estimator.memory.job_options import Job
+from generator.estimator.memory.recipes import framework_layer_bytes, framework_model
+from generator.estimator.normalise import normalise
+from generator.hub.snapshot import load_record
+from generator.records import parse_config_text
+from tools.sim_litgpt import estimate
+
+SNAPSHOT = Path(__file__).resolve().parents[1] / "snapshot"
+
+
+def arch_of(repo: str):
+    record = load_record(SNAPSHOT, repo)
+    assert record is not None
+    return normalise(parse_config_text(record.config_json, repo), repo)
+
+# (LitGPT config name, snapshot repo, tokens, simulated bytes, tolerance %)
+SIMULATED = [
+    ("Llama-2-7b-hf", "meta-llama/Llama-2-7b-hf", 1304, 3_264_654_840, 0.5),  # MHA: the fused output kept by v
+    ("Llama-3.2-1B", "meta-llama/Llama-3.2-1B", 2048, 3_429_033_538, 0.5),  # tied, GQA: repeated k and v
+    ("Qwen3-0.6B", "Qwen/Qwen3-0.6B", 2048, 2_607_971_650, 0.5),  # tied, GQA, q/k norms
+    ("gemma-2-2b", "google/gemma-2-2b-it", 2048, 8_310_710_850, 0.5),  # tied 256k vocabulary, soft-capped eager
+    # LitGPT's sliding-window layers pass SDPA a T x T mask, which it keeps: 8 MiB a layer not priced (F30)
+    ("Mistral-7B-v0.1", "mistralai/Mistral-7B-v0.1", 2048, 4_042_522_660, 1.0),
+]
+
+
+@pytest.mark.parametrize(("name", "repo", "tokens", "simulated", "tolerance"), SIMULATED)
+def test_the_litgpt_recipe_prices_litgpt_own_model(name, repo, tokens, simulated, tolerance):
+    estimated = estimate(repo, 4, tokens)
+    assert abs(estimated - simulated) / simulated * 100 <= tolerance, (name, estimated, simulated)
+
+
+def test_a_tied_head_is_untied_only_for_litgpt_code():
+    a = arch_of("meta-llama/Llama-3.2-1B")
+    g = build_graph(a)
+    assert a.tie and g.params_lm_head == 0
+    a2, g2 = framework_model(a, g, "litgpt-chunked")
+    # convert_hf_checkpoint copies the embedding into lm_head.weight: one more vocab x hidden matrix
+    assert not a2.tie and g2.params_total - g.params_total == a.vocab * a.hidden
+    assert framework_model(a, g, "hf") == (a, g)
+    untied = arch_of("meta-llama/Llama-2-7b-hf")
+    graph = build_graph(untied)
+    assert framework_model(untied, graph, "litgpt-chunked")[1] is graph
+
+
+def test_litgpt_full_fine_tune_trains_its_own_head():
+    """A tied model's full fine-tune under LitGPT keeps gradients and AdamW states for the copied head too."""
+    a = arch_of("meta-llama/Llama-3.2-1B")
+    g = build_graph(a)
+    s = Assumptions()
+    def step(loss: str):
+        phases = job_phases(a, g, s, Job(method="full", precision="bf16", tokens=512, loss=loss), "m")
+        return next(ph for ph in phases if ph.name == "optimizer step")
+
+    hf, lit = step("hf"), step("litgpt-chunked")
+    head = a.vocab * a.hidden
+    assert (lit.weights - hf.weights, lit.gradients - hf.gradients) == (2 * head, 2 * head)
+    assert lit.optimizer_state - hf.optimizer_state == 4 * head
+
+
+def test_the_attention_term_follows_litgpt_code():
+    c = 2
+    r = regime("lora", "bf16", lora_dropout=True, cpu=False)
+    mha = arch_of("meta-llama/Llama-2-7b-hf")  # 32 heads, 32 kv heads, 128 wide
+    gqa = arch_of("meta-llama/Llama-3.2-1B")  # 32 heads, 8 kv heads, 64 wide
+    q, kv = gqa.heads * gqa.head_dim, gqa.kv_heads * gqa.head_dim
+    assert framework_layer_bytes(gqa, r, frozenset({"q", "v"}), "hf", "sdpa") == 0
+    # GQA: the repeated k and v; lora_B's q and v output kept by zero_pad; one dropout (copy + bool mask) fewer
+    assert framework_layer_bytes(gqa, r, frozenset({"q", "v"}), "litgpt-chunked", "sdpa") == (
+        2 * (q - kv) * c + c * (q + kv) - (c + 1) * gqa.hidden)
+    # eager attention's repeat_kv keeps the same copies transformers prices
+    assert framework_layer_bytes(gqa, r, frozenset({"q", "v"}), "litgpt-chunked", "eager") == (
+        c * (q + kv) - (c + 1) * gqa.hidden)
+    # MHA: v is a view of the fused output, so its q and k slices stay; all of q, k, v adapted: no zero_pad
+    width = mha.heads * mha.head_dim
+    assert framework_layer_bytes(mha, r, frozenset({"q", "k", "v"}), "litgpt-chunked", "sdpa") == (
+        2 * width * c - 2 * (c + 1) * mha.hidden)
+    full = r._replace(trained=True)
+    assert framework_layer_bytes(mha, full, None, "litgpt-chunked", "sdpa") == 2 * width * c

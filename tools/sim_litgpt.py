@@ -1,0 +1,150 @@
+#!/usr/bin/env python3
+"""LitGPT's own LoRA step, simulated on fake CPU tensors, beside the estimator's `--recipe litgpt` (FINDINGS.md F30).
+
+    git clone https://github.com/Lightning-AI/litgpt /tmp/litgpt && git -C /tmp/litgpt checkout 2685705
+    .venv/bin/python tools/sim_litgpt.py --litgpt /tmp/litgpt Llama-3.2-1B meta-llama/Llama-3.2-1B --layers 4
+
+The step is finetune/lora.py's fit() loop as that commit runs it: the model built under bf16-true (weights and
+adapters bf16), LoRA r 8 / alpha 16 / dropout 0.05 on query and value, `model.max_seq_length` set to the sample's
+length, `model(input_ids, lm_head_chunk_size=128)`, utils.chunked_cross_entropy, backward, torch AdamW (foreach),
+two steps. It runs LitGPT's own GPT (litgpt/lora.py), not transformers' class the estimator reads the config as:
+the point of the comparison. The estimate is the litgpt recipe on the snapshot's config cut to the same layers,
+priced with the CPU's kernels (dropout masks in bf16), one micro-batch.
+
+LitGPT's package imports Lightning; only its model code runs here, so every `lightning*` module is an empty stand-in
+(nothing of Lightning runs in the step). The checkout is not a dependency of the project: it is read at run time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.abc
+import importlib.machinery
+import json
+import sys
+import types
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+STAND_INS = ("lightning", "lightning_utilities", "lightning_sdk", "litdata", "jsonargparse", "torchmetrics", "tqdm")
+
+
+class _StandInModule(types.ModuleType):
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return type(name, (), {"__init__": lambda self, *args, **kwargs: None})
+
+
+class _StandIns(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Empty modules for Lightning and the other packages litgpt's utilities import at module level."""
+
+    def find_spec(self, name, path, target=None):
+        if name.split(".")[0] in STAND_INS:
+            return importlib.machinery.ModuleSpec(name, self, is_package=True)
+        return None
+
+    def create_module(self, spec):
+        module = _StandInModule(spec.name)
+        module.__path__ = []
+        return module
+
+    def exec_module(self, module) -> None:
+        pass
+
+
+def load_litgpt(checkout: Path) -> None:
+    """Make `litgpt.*` importable from a checkout without running its package __init__ (which starts its API)."""
+    sys.meta_path.insert(0, _StandIns())
+    package = types.ModuleType("litgpt")
+    package.__path__ = [str(checkout / "litgpt")]
+    sys.modules["litgpt"] = package
+
+
+def simulate(name: str, layers: int, tokens: int) -> tuple[int, dict]:
+    """Peak tensor bytes of two LoRA steps of LitGPT's GPT for its config `name`, and where the peak fell."""
+    import torch
+    from litgpt.lora import GPT, Config, mark_only_lora_as_trainable
+    from litgpt.utils import chunked_cross_entropy
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from generator.measure.tracker import PeakTracker
+
+    config = Config.from_name(name, lora_r=8, lora_alpha=16, lora_dropout=0.05, lora_query=True, lora_key=False,
+                              lora_value=True, lora_projection=False, lora_mlp=False, lora_head=False,
+                              n_layer=layers)
+    torch.set_default_dtype(torch.bfloat16)  # fabric.init_module under bf16-true
+    try:
+        with torch.device("meta"):
+            model = GPT(config)
+    finally:
+        torch.set_default_dtype(torch.float32)
+    mark_only_lora_as_trainable(model)
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        model = model.to_empty(device="cpu")
+        model.max_seq_length = tokens  # fit(): the longest sample's length (rebuilds the RoPE cache)
+        trainable = [p for p in model.parameters() if p.requires_grad]
+        optimizer = torch.optim.AdamW(trainable, lr=2e-4, foreach=True)
+        tracker = PeakTracker()
+        tracker.track_external(model, optimizer)
+        ids = torch.randint(0, config.padded_vocab_size, (1, tokens))
+        targets = torch.randint(0, config.padded_vocab_size, (1, tokens))
+        with tracker:
+            model.train()
+            for step in (1, 2):
+                tracker.stage = f"step {step}"
+                tracker.reset_mod_stats()
+                logits = model(ids, lm_head_chunk_size=128)
+                logits[-1] = logits[-1][..., :-1, :]
+                loss = chunked_cross_entropy(logits, targets[..., 1:])
+                loss.backward()
+                del loss, logits
+                tracker.backward_done()
+                optimizer.step()
+                optimizer.zero_grad()
+        return tracker.peak_breakdown()["total"], dict(tracker.peak_where)
+
+
+def estimate(repo_id: str, layers: int, tokens: int) -> int:
+    """The litgpt recipe's LoRA peak for the snapshot's config cut to `layers`, with the CPU's kernels."""
+    from generator.estimator.graph.nodes import build_graph
+    from generator.estimator.memory.job import job_memory
+    from generator.estimator.memory.job_options import Job
+    from generator.estimator.normalise import normalise
+    from generator.hub.snapshot import load_record
+    from generator.records import parse_config_text
+    from generator.settings import load_settings
+
+    record = load_record(ROOT / "snapshot", repo_id)
+    if record is None:
+        raise SystemExit(f"{repo_id}: not in the snapshot")
+    config = parse_config_text(record.config_json, repo_id)
+    config["num_hidden_layers"] = layers
+    if isinstance(config.get("layer_types"), list):
+        config["layer_types"] = config["layer_types"][:layers]
+    arch = normalise(config, repo_id)
+    job = Job.from_options("litgpt", method="lora", tokens=tokens, batch=1, grad_accum=1, kernels="cpu")
+    return job_memory(arch, build_graph(arch), load_settings().assumptions, job, repo_id).peak_bytes
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--litgpt", type=Path, required=True, help="a litgpt checkout (the folder holding litgpt/)")
+    parser.add_argument("name", help="LitGPT's config name (litgpt/config.py), e.g. Llama-3.2-1B")
+    parser.add_argument("repo_id", help="the same model's Hub id in the snapshot, e.g. meta-llama/Llama-3.2-1B")
+    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--tokens", type=int, default=2048)
+    args = parser.parse_args(argv)
+    load_litgpt(args.litgpt)
+    simulated, where = simulate(args.name, args.layers, args.tokens)
+    estimated = estimate(args.repo_id, args.layers, args.tokens)
+    print(json.dumps({"name": args.name, "repo_id": args.repo_id, "layers": args.layers, "tokens": args.tokens,
+                      "simulated_bytes": simulated, "estimated_bytes": estimated,
+                      "error_pct": round((estimated - simulated) / simulated * 100, 2), "peak": where}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
