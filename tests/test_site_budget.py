@@ -107,8 +107,9 @@ def test_the_calculator_adds_little_to_a_page_and_its_shared_files_are_once_per_
     # 340 kB with the PCIe bound of offload setups and expert parallelism (memory/host_link.py, fsdp+ep), 348 kB with
     # eager attention's backward (stages.Branch, attention.eager_backward_bytes) and job_options.py, 356 kB with the
     # Mamba mixers' torch scans (memory/recurrence.py, Job.scan), 360 kB with the delta rules' and RecurrentGemma's
-    # loops (recurrence.delta_rule_bytes, kda_bytes, rglru_bytes) and memory/ends.py
-    assert sum(v for k, v in shared.items() if k.endswith(".zip") and "estimator-" in k) < 368_000
+    # loops (recurrence.delta_rule_bytes, kda_bytes, rglru_bytes) and memory/ends.py, 372 kB with LitGPT's own
+    # model (recipes.framework_model, framework_layer_bytes)
+    assert sum(v for k, v in shared.items() if k.endswith(".zip") and "estimator-" in k) < 372_000
     assert sum(shared.values()) < 16_000_000  # Pyodide's runtime is most of it (the wasm: 9.6 MB)
     artifacts = Path(__file__).resolve().parents[1] / "test-artifacts"
     artifacts.mkdir(exist_ok=True)
