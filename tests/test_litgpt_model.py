@@ -35,9 +35,13 @@ SIMULATED = [
     ("Llama-2-7b-hf", "meta-llama/Llama-2-7b-hf", 1304, 3_264_654_840, 0.5),  # MHA: the fused output kept by v
     ("Llama-3.2-1B", "meta-llama/Llama-3.2-1B", 2048, 3_429_033_538, 0.5),  # tied, GQA: repeated k and v
     ("Qwen3-0.6B", "Qwen/Qwen3-0.6B", 2048, 2_607_971_650, 0.5),  # tied, GQA, q/k norms
+    # transformers' Phi-3 fuses qkv_proj (one adapter and one dropout, as LitGPT); LitGPT adapts q and v in it
+    ("Phi-3-mini-4k-instruct", "microsoft/Phi-3-mini-4k-instruct", 2048, 2_713_132_482, 0.5),
     ("gemma-2-2b", "google/gemma-2-2b-it", 2048, 8_310_710_850, 0.5),  # tied 256k vocabulary, soft-capped eager
-    # LitGPT's sliding-window layers pass SDPA a T x T mask, which it keeps: 8 MiB a layer not priced (F30)
-    ("Mistral-7B-v0.1", "mistralai/Mistral-7B-v0.1", 2048, 4_042_522_660, 1.0),
+    # every layer sliding (window 4,096): LitGPT's T x T mask, where transformers passes none
+    ("Mistral-7B-v0.1", "mistralai/Mistral-7B-v0.1", 2048, 4_042_522_660, 0.5),
+    # window 512 < T: transformers' SDPA is handed a mask and repeats k and v as LitGPT does
+    ("gemma-3-1b-it", "google/gemma-3-1b-it", 2048, 4_401_162_562, 0.5),
 ]
 
 
@@ -81,16 +85,16 @@ def test_the_attention_term_follows_litgpt_code():
     mha = arch_of("meta-llama/Llama-2-7b-hf")  # 32 heads, 32 kv heads, 128 wide
     gqa = arch_of("meta-llama/Llama-3.2-1B")  # 32 heads, 8 kv heads, 64 wide
     q, kv = gqa.heads * gqa.head_dim, gqa.kv_heads * gqa.head_dim
-    assert framework_layer_bytes(gqa, r, frozenset({"q", "v"}), "hf", "sdpa") == 0
+    assert framework_layer_bytes(gqa, gqa.spec.blocks[0], r, frozenset({"q", "v"}), "q,v", "hf", "sdpa", 2048) == 0
     # GQA: the repeated k and v; lora_B's q and v output kept by zero_pad; one dropout (copy + bool mask) fewer
-    assert framework_layer_bytes(gqa, r, frozenset({"q", "v"}), "litgpt-chunked", "sdpa") == (
+    assert framework_layer_bytes(gqa, gqa.spec.blocks[0], r, frozenset({"q", "v"}), "q,v", "litgpt-chunked", "sdpa", 2048) == (
         2 * (q - kv) * c + c * (q + kv) - (c + 1) * gqa.hidden)
     # eager attention's repeat_kv keeps the same copies transformers prices
-    assert framework_layer_bytes(gqa, r, frozenset({"q", "v"}), "litgpt-chunked", "eager") == (
+    assert framework_layer_bytes(gqa, gqa.spec.blocks[0], r, frozenset({"q", "v"}), "q,v", "litgpt-chunked", "eager", 2048) == (
         c * (q + kv) - (c + 1) * gqa.hidden)
     # MHA: v is a view of the fused output, so its q and k slices stay; all of q, k, v adapted: no zero_pad
     width = mha.heads * mha.head_dim
-    assert framework_layer_bytes(mha, r, frozenset({"q", "k", "v"}), "litgpt-chunked", "sdpa") == (
+    assert framework_layer_bytes(mha, mha.spec.blocks[0], r, frozenset({"q", "k", "v"}), "q,k,v", "litgpt-chunked", "sdpa", 2048) == (
         2 * width * c - 2 * (c + 1) * mha.hidden)
     full = r._replace(trained=True)
-    assert framework_layer_bytes(mha, full, None, "litgpt-chunked", "sdpa") == 2 * width * c
+    assert framework_layer_bytes(mha, mha.spec.blocks[0], full, None, "all-linear", "litgpt-chunked", "sdpa", 2048) == 2 * width * c

@@ -40,7 +40,7 @@ from .layer_terms import (
 )
 from .lora import input_linear_params, target_roles
 from .parallel import Phase
-from .recipes import framework_layer_bytes, loss_terms
+from .recipes import framework_fixed_bytes, framework_layer_bytes, loss_terms
 from .recurrence import (
     chunk_scan_moments,
     mixer_tail,
@@ -136,9 +136,8 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
               memo: dict | None = None) -> tuple[list[tuple[Phase, ...]], int, int, int]:
     """The job's phases once per entry of `variants` (gradient checkpointing off or on; job.grad_ckpt is not
     read), its trainable parameters, compute bytes and trainable bytes per parameter: everything but the phases'
-    assembly is shared. The layer terms are
-    worked out per distinct layer (Spec.distinct_layers) and summed times their counts; `memo` shares them with
-    the estimate's other jobs and profiles."""
+    assembly is shared. The layer terms are worked out per distinct layer (Spec.distinct_layers) and summed times
+    their counts; `memo` shares them with the estimate's other jobs and profiles."""
     spec = g.spec
     lora = job.method != "full"
     # a LoRA base stored in fp32 under autocast: fp32 norms and embedding, so an fp32 residual stream (F28)
@@ -197,14 +196,17 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
     # lora.expert_tensors) its effective weights, kept batch-free (fixed)
     saves = job.method == "qlora" and saves_matmul_input(job.storage, job.bnb_version)
     terms = regime_terms(a, g, r, rank, roles, memo)
-    own = framework_layer_bytes(a, r, roles, job.loss, job.attention)  # LitGPT's own attention (recipes)
-    layer = memoised(memo, ("layer", r, rank, roles, job.attention, T, saves, job.upcast_fp32, own),
-                     lambda: [T * (layer_bytes(a, b, r, job.attention, T, saves, job.upcast_fp32, n)
-                                   + (own if b.attn else 0)) for (b, _), n in zip(distinct, terms.act, strict=True)])
+    def per_layer(b, n):  # transformers' class, and what LitGPT's own code keeps beyond it (recipes.py)
+        return T * (layer_bytes(a, b, r, job.attention, T, saves, job.upcast_fp32, n)
+                    + framework_layer_bytes(a, b, r, roles, job.lora_targets, job.loss, job.attention, T))
+    layer = memoised(memo, ("layer", r, rank, roles, job.attention, T, saves, job.upcast_fp32, job.loss,
+                            job.lora_targets), lambda: [per_layer(b, n) for (b, _), n in zip(distinct, terms.act,
+                                                                                             strict=True)])
     # the recomputed layer's copies of its last Linear's input, held beside its saved tensors (recompute_transient_bytes)
     held = memoised(memo, ("recompute", r, roles, saves, job.upcast_fp32), lambda: [
         T * recompute_transient_bytes(b, r, roles, saves, job.upcast_fp32) for b, _ in distinct])
-    fixed = terms.experts
+    fixed = [f + framework_fixed_bytes(b, r, job.loss, job.attention, T)  # LitGPT's sliding-window masks
+             for (b, _), f in zip(distinct, terms.experts, strict=True)]
     layers_sum = sum(n * v for (_, n), v in zip(distinct, layer, strict=True))
     fixed_sum = sum(n * f for (_, n), f in zip(distinct, fixed, strict=True))
     embed = (r.residual_bytes * spec.hidden if r.trained else 0) * T + c * spec.vision_act * (1 if spec.image_tokens

@@ -14,6 +14,7 @@ from typing import Any
 
 from ..config.arch import Arch
 from ..graph.nodes import Graph, build_graph
+from ..graph.parts import Block
 from .activations import Regime, adapter_input_bytes, mask_bytes
 
 # TRL SFTTrainer's default loss_type "chunked_nll" (trl/trainer/sft_trainer.py _chunked_cross_entropy_loss,
@@ -162,31 +163,55 @@ def framework_model(a: Arch, g: Graph, loss: str) -> tuple[Arch, Graph]:
     return untied, build_graph(untied)
 
 
-def framework_layer_bytes(a: Arch, r: Regime, roles: frozenset[str] | None, loss: str, attention: str) -> int:
+def framework_layer_bytes(a: Arch, b: Block, r: Regime, roles: frozenset[str] | None, targets: str, loss: str,
+                          attention: str, tokens: int) -> int:
     """Per token of one attention layer: what LitGPT's own GPT keeps beyond transformers' class with peft's LoRA
     (0 for other frameworks). From litgpt/model.py CausalSelfAttention.forward and litgpt/lora.py LoRAQKVLinear
     (2685705), checked on its own code run under the simulation's tracker (FINDINGS.md F30):
     - its q, k, v are slices of one fused qkv output. Under grouped queries, k and v are repeat_interleave'd to
       every query head before SDPA ("flash attention requires it in training mode"), and SDPA saves the copies;
-      transformers' SDPA passes enable_gqa and keeps the grouped ones (eager's repeat_kv keeps the same copies as
-      LitGPT's). With as many kv heads as query heads, v stays a view of the fused output, so SDPA's saved v keeps
+      transformers' SDPA passes enable_gqa and keeps the grouped ones (eager's repeat_kv, and SDPA's where a
+      sliding window shorter than the sequence makes transformers pass a mask, keep the same copies as LitGPT's:
+      masked_sdpa_terms). With as many kv heads as query heads, v stays a view of the fused output, so SDPA's saved v keeps
       its q and k slices alive too;
     - LoRA on part of q, k, v: zero_pad scatters lora_B's output into the fused width, and the scatter keeps that
       output (the adapted widths) for its backward; one lora_dropout serves the fused Linear, where peft drops
       each adapted projection's input on its own."""
-    if loss != "litgpt-chunked" or not a.heads:
+    if loss != "litgpt-chunked" or not a.heads or not b.attn:
         return 0
     c, q, kv = r.compute_bytes, a.heads * a.head_dim, a.kv_heads * a.head_dim
-    keep = (q + kv) * c if kv == q else 2 * (q - kv) * c if attention == "sdpa" else 0
-    if r.trained or not roles or "qkv" in roles:
+    repeats = attention == "sdpa" and not _masked_by_transformers(b, tokens)
+    keep = (q + kv) * c if kv == q else 2 * (q - kv) * c if repeats else 0
+    if r.trained or not roles:
         return keep
-    adapted = [w for role, w in (("q", q), ("k", kv), ("v", kv)) if role in roles]
+    # a class with a fused qkv_proj (Phi-3) has the one adapter and dropout LitGPT has; `targets` says which of
+    # q, k, v LitGPT enables in it (the recipe's "q,v")
+    fused = "qkv" in roles
+    names = ({t.strip() for t in targets.split(",")} & {"q", "k", "v"} or {"q", "k", "v"}) if fused else roles
+    adapted = [w for role, w in (("q", q), ("k", kv), ("v", kv)) if role in names]
     if adapted and len(adapted) < 3:
         keep += c * sum(adapted)
-    if r.lora_dropout and len(adapted) > 1:
+    if r.lora_dropout and not fused and len(adapted) > 1:
         ab = adapter_input_bytes(r)
         keep -= (len(adapted) - 1) * ((c if r.amp else ab) + mask_bytes(r, ab)) * a.hidden
     return keep
+
+
+def framework_fixed_bytes(b: Block, r: Regime, loss: str, attention: str, tokens: int) -> int:
+    """Batch-free bytes one layer of LitGPT's own GPT keeps beyond transformers' class: a sliding-window layer
+    (litgpt/config.py sliding_window_indices: every layer of Mistral-7B-v0.1 and Phi-3-mini, gemma-3's local ones)
+    builds a T x T additive mask in the compute dtype, whatever the window, and passes it to SDPA, which keeps it
+    for its backward (litgpt/model.py CausalSelfAttention.forward). Soft-capped attention (gemma-2) takes LitGPT's
+    eager path, where the mask is only added to the scores (FINDINGS.md F30). Where the window is shorter than the
+    sequence, transformers' SDPA is handed a mask too, already priced (activations.masked_sdpa_terms)."""
+    if loss != "litgpt-chunked" or b.kind != "sliding" or attention != "sdpa" or _masked_by_transformers(b, tokens):
+        return 0
+    return tokens * tokens * r.compute_bytes
+
+
+def _masked_by_transformers(b: Block, tokens: int) -> bool:
+    """transformers passes SDPA a mask in this layer (a sliding window no longer than the sequence)."""
+    return any(p.attends and 0 < p.window <= tokens for p in b.parts)
 
 
 def loss_terms(a: Arch, g: Graph, loss: str, batch: int, tokens: int, c: int, head: int,
