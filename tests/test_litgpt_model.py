@@ -2,7 +2,8 @@
 
 Reference values: peak tensor bytes of two LoRA steps of LitGPT's own GPT at commit 2685705 (finetune/lora.py's
 fit loop: bf16-true, r 8 on query and value, dropout 0.05, lm_head_chunk_size 128), 4 layers at full width,
-simulated on fake CPU tensors by `tools/sim_litgpt.py --litgpt CHECKOUT NAME REPO --layers 4`.
+simulated on fake CPU tensors by `tools/sim_litgpt.py --litgpt CHECKOUT NAME REPO --layers 4` (and `--method
+full`: finetune/full.py's loop).
 """
 
 from __future__ import annotations
@@ -45,10 +46,25 @@ SIMULATED = [
 ]
 
 
+# finetune/full.py's loop (`--method full`), 2 layers, 1,024 tokens: the optimizer step's peak, where the untied
+# head's bf16 weight, gradient and two AdamW states count
+SIMULATED_FULL = [
+    ("Llama-3.2-1B", "meta-llama/Llama-3.2-1B", 6_470_348_868),
+    ("Qwen3-0.6B", "Qwen/Qwen3-0.6B", 3_427_335_252),
+    ("Mistral-7B-v0.1", "mistralai/Mistral-7B-v0.1", 6_984_777_796),
+]
+
+
 @pytest.mark.parametrize(("name", "repo", "tokens", "simulated", "tolerance"), SIMULATED)
 def test_the_litgpt_recipe_prices_litgpt_own_model(name, repo, tokens, simulated, tolerance):
     estimated = estimate(repo, 4, tokens)
     assert abs(estimated - simulated) / simulated * 100 <= tolerance, (name, estimated, simulated)
+
+
+@pytest.mark.parametrize(("name", "repo", "simulated"), SIMULATED_FULL)
+def test_the_litgpt_recipe_prices_litgpt_full_fine_tunes(name, repo, simulated):
+    estimated = estimate(repo, 2, 1024, "full")
+    assert abs(estimated - simulated) / simulated * 100 <= 0.1, (name, estimated, simulated)
 
 
 def test_a_tied_head_is_untied_only_for_litgpt_code():

@@ -63,25 +63,34 @@ def load_litgpt(checkout: Path) -> None:
     sys.modules["litgpt"] = package
 
 
-def simulate(name: str, layers: int, tokens: int) -> tuple[int, dict]:
-    """Peak tensor bytes of two LoRA steps of LitGPT's GPT for its config `name`, and where the peak fell."""
+def simulate(name: str, layers: int, tokens: int, method: str = "lora") -> tuple[int, dict]:
+    """Peak tensor bytes of two steps of LitGPT's GPT for its config `name`, and where the peak fell. lora:
+    finetune/lora.py's fit loop; full: finetune/full.py's (litgpt.model's GPT, every parameter trained,
+    `model(input_ids)` then chunked_cross_entropy over the whole logits)."""
     import torch
-    from litgpt.lora import GPT, Config, mark_only_lora_as_trainable
     from litgpt.utils import chunked_cross_entropy
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     from generator.measure.tracker import PeakTracker
 
-    config = Config.from_name(name, lora_r=8, lora_alpha=16, lora_dropout=0.05, lora_query=True, lora_key=False,
-                              lora_value=True, lora_projection=False, lora_mlp=False, lora_head=False,
-                              n_layer=layers)
+    if method == "lora":
+        from litgpt.lora import GPT, Config, mark_only_lora_as_trainable
+
+        config = Config.from_name(name, lora_r=8, lora_alpha=16, lora_dropout=0.05, lora_query=True,
+                                  lora_key=False, lora_value=True, lora_projection=False, lora_mlp=False,
+                                  lora_head=False, n_layer=layers)
+    else:
+        from litgpt.model import GPT, Config
+
+        config = Config.from_name(name, n_layer=layers)
     torch.set_default_dtype(torch.bfloat16)  # fabric.init_module under bf16-true
     try:
         with torch.device("meta"):
             model = GPT(config)
     finally:
         torch.set_default_dtype(torch.float32)
-    mark_only_lora_as_trainable(model)
+    if method == "lora":
+        mark_only_lora_as_trainable(model)
     with FakeTensorMode(allow_non_fake_inputs=True):
         model = model.to_empty(device="cpu")
         model.max_seq_length = tokens  # fit(): the longest sample's length (rebuilds the RoPE cache)
@@ -96,9 +105,13 @@ def simulate(name: str, layers: int, tokens: int) -> tuple[int, dict]:
             for step in (1, 2):
                 tracker.stage = f"step {step}"
                 tracker.reset_mod_stats()
-                logits = model(ids, lm_head_chunk_size=128)
-                logits[-1] = logits[-1][..., :-1, :]
-                loss = chunked_cross_entropy(logits, targets[..., 1:])
+                if method == "lora":
+                    logits = model(ids, lm_head_chunk_size=128)
+                    logits[-1] = logits[-1][..., :-1, :]
+                    loss = chunked_cross_entropy(logits, targets[..., 1:])
+                else:
+                    logits = model(ids)
+                    loss = chunked_cross_entropy(logits[..., :-1, :], targets[..., 1:])
                 loss.backward()
                 del loss, logits
                 tracker.backward_done()
@@ -107,8 +120,8 @@ def simulate(name: str, layers: int, tokens: int) -> tuple[int, dict]:
         return tracker.peak_breakdown()["total"], dict(tracker.peak_where)
 
 
-def estimate(repo_id: str, layers: int, tokens: int) -> int:
-    """The litgpt recipe's LoRA peak for the snapshot's config cut to `layers`, with the CPU's kernels."""
+def estimate(repo_id: str, layers: int, tokens: int, method: str = "lora") -> int:
+    """The litgpt recipe's peak for `method` for the snapshot's config cut to `layers`, with the CPU's kernels."""
     from generator.estimator.graph.nodes import build_graph
     from generator.estimator.memory.job import job_memory
     from generator.estimator.memory.job_options import Job
@@ -125,7 +138,7 @@ def estimate(repo_id: str, layers: int, tokens: int) -> int:
     if isinstance(config.get("layer_types"), list):
         config["layer_types"] = config["layer_types"][:layers]
     arch = normalise(config, repo_id)
-    job = Job.from_options("litgpt", method="lora", tokens=tokens, batch=1, grad_accum=1, kernels="cpu")
+    job = Job.from_options("litgpt", method=method, tokens=tokens, batch=1, grad_accum=1, kernels="cpu")
     return job_memory(arch, build_graph(arch), load_settings().assumptions, job, repo_id).peak_bytes
 
 
@@ -136,11 +149,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("repo_id", help="the same model's Hub id in the snapshot, e.g. meta-llama/Llama-3.2-1B")
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--tokens", type=int, default=2048)
+    parser.add_argument("--method", choices=("lora", "full"), default="lora")
     args = parser.parse_args(argv)
     load_litgpt(args.litgpt)
-    simulated, where = simulate(args.name, args.layers, args.tokens)
-    estimated = estimate(args.repo_id, args.layers, args.tokens)
-    print(json.dumps({"name": args.name, "repo_id": args.repo_id, "layers": args.layers, "tokens": args.tokens,
+    simulated, where = simulate(args.name, args.layers, args.tokens, args.method)
+    estimated = estimate(args.repo_id, args.layers, args.tokens, args.method)
+    print(json.dumps({"name": args.name, "repo_id": args.repo_id, "method": args.method, "layers": args.layers,
+                      "tokens": args.tokens,
                       "simulated_bytes": simulated, "estimated_bytes": estimated,
                       "error_pct": round((estimated - simulated) / simulated * 100, 2), "peak": where}))
     return 0
