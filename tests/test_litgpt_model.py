@@ -2,8 +2,8 @@
 
 Reference values: peak tensor bytes of two LoRA steps of LitGPT's own GPT at commit 2685705 (finetune/lora.py's
 fit loop: bf16-true, r 8 on query and value, dropout 0.05, lm_head_chunk_size 128), 4 layers at full width,
-simulated on fake CPU tensors by `tools/sim_litgpt.py --litgpt CHECKOUT NAME REPO --layers 4` (and `--method
-full`: finetune/full.py's loop).
+simulated on fake CPU tensors by `tools/sim_litgpt.py --litgpt CHECKOUT NAME REPO --layers 4` (`--method
+qlora`: the same with --quantize bnb.nf4; `--method full`: finetune/full.py's loop).
 """
 
 from __future__ import annotations
@@ -55,10 +55,37 @@ SIMULATED_FULL = [
 ]
 
 
+# `--method qlora` (`--quantize bnb.nf4`: Lightning quantises every Linear, the head's too), 4 layers, 2,048 tokens
+SIMULATED_QLORA = [
+    ("Llama-3.2-1B", "meta-llama/Llama-3.2-1B", 3_162_199_396, 0.5),
+    ("Qwen3-0.6B", "Qwen/Qwen3-0.6B", 2_527_823_204, 0.5),
+    ("gemma-2-2b", "google/gemma-2-2b-it", 7_999_305_572, 1.0),  # +0.87%: a 1.18 GB head dequantised per chunk
+]
+
+
 @pytest.mark.parametrize(("name", "repo", "tokens", "simulated", "tolerance"), SIMULATED)
 def test_the_litgpt_recipe_prices_litgpt_own_model(name, repo, tokens, simulated, tolerance):
     estimated = estimate(repo, 4, tokens)
     assert abs(estimated - simulated) / simulated * 100 <= tolerance, (name, estimated, simulated)
+
+
+@pytest.mark.parametrize(("name", "repo", "simulated", "tolerance"), SIMULATED_QLORA)
+def test_the_litgpt_recipe_prices_litgpt_qlora(name, repo, simulated, tolerance):
+    estimated = estimate(repo, 4, 2048, "qlora")
+    assert abs(estimated - simulated) / simulated * 100 <= tolerance, (name, estimated, simulated)
+
+
+def test_litgpt_quantises_the_head_and_transformers_does_not():
+    a = arch_of("meta-llama/Llama-2-7b-hf")
+    g = build_graph(a)
+    s = Assumptions()
+
+    def weights(loss: str) -> int:
+        phases = job_phases(a, g, s, Job(method="qlora", precision="bf16", tokens=512, loss=loss), "m")
+        return next(ph.weights for ph in phases if ph.name == "optimizer step")
+
+    head = a.vocab * a.hidden  # 2 B each in bf16; nf4: half a byte, a 4-byte absmax per 64, a 64-byte QuantState
+    assert weights("hf") - weights("litgpt-chunked") == 2 * head - (head // 2 + 4 * head // 64 + 64)
 
 
 @pytest.mark.parametrize(("name", "repo", "simulated"), SIMULATED_FULL)

@@ -4,7 +4,7 @@
     git clone https://github.com/Lightning-AI/litgpt /tmp/litgpt && git -C /tmp/litgpt checkout 2685705
     .venv/bin/python tools/sim_litgpt.py --litgpt /tmp/litgpt Llama-3.2-1B meta-llama/Llama-3.2-1B --layers 4
 
-The step is finetune/lora.py's fit() loop as that commit runs it: the model built under bf16-true (weights and
+The step (`--method lora`, the default) is finetune/lora.py's fit() loop as that commit runs it: the model built under bf16-true (weights and
 adapters bf16), LoRA r 8 / alpha 16 / dropout 0.05 on query and value, `model.max_seq_length` set to the sample's
 length, `model(input_ids, lm_head_chunk_size=128)`, utils.chunked_cross_entropy, backward, torch AdamW (foreach),
 two steps. It runs LitGPT's own GPT (litgpt/lora.py), not transformers' class the estimator reads the config as:
@@ -65,15 +65,21 @@ def load_litgpt(checkout: Path) -> None:
 
 def simulate(name: str, layers: int, tokens: int, method: str = "lora") -> tuple[int, dict]:
     """Peak tensor bytes of two steps of LitGPT's GPT for its config `name`, and where the peak fell. lora:
-    finetune/lora.py's fit loop; full: finetune/full.py's (litgpt.model's GPT, every parameter trained,
+    finetune/lora.py's fit loop; qlora: the same with `--quantize bnb.nf4`, every nn.Linear (the head's too) an nf4
+    Linear4bit as Lightning's BitsandbytesPrecision makes it, run through bitsandbytes' own code as the harness's
+    QLoRA runs (FINDINGS.md F29); full: finetune/full.py's loop (litgpt.model's GPT, every parameter trained,
     `model(input_ids)` then chunked_cross_entropy over the whole logits)."""
+    import contextlib
+
     import torch
     from litgpt.utils import chunked_cross_entropy
     from torch._subclasses.fake_tensor import FakeTensorMode
 
+    from generator.measure.build import fake_pack_nf4, meta_linear4bit, unwrap_params4bit
+    from generator.measure.run import cuda_4bit_step
     from generator.measure.tracker import PeakTracker
 
-    if method == "lora":
+    if method in ("lora", "qlora"):
         from litgpt.lora import GPT, Config, mark_only_lora_as_trainable
 
         config = Config.from_name(name, lora_r=8, lora_alpha=16, lora_dropout=0.05, lora_query=True,
@@ -89,15 +95,22 @@ def simulate(name: str, layers: int, tokens: int, method: str = "lora") -> tuple
             model = GPT(config)
     finally:
         torch.set_default_dtype(torch.float32)
-    if method == "lora":
+    if method != "full":
         mark_only_lora_as_trainable(model)
-    with FakeTensorMode(allow_non_fake_inputs=True):
+    if method == "qlora":  # LitGPT's head is a LoRALinear whose `.linear` the quantiser replaces like the rest
+        meta_linear4bit(model)
+        unwrap_params4bit(model)
+    with FakeTensorMode(allow_non_fake_inputs=True), \
+            cuda_4bit_step() if method == "qlora" else contextlib.nullcontext():
         model = model.to_empty(device="cpu")
+        states = fake_pack_nf4(model) if method == "qlora" else []
         model.max_seq_length = tokens  # fit(): the longest sample's length (rebuilds the RoPE cache)
         trainable = [p for p in model.parameters() if p.requires_grad]
         optimizer = torch.optim.AdamW(trainable, lr=2e-4, foreach=True)
         tracker = PeakTracker()
         tracker.track_external(model, optimizer)
+        if states:
+            tracker.track_external(*states)
         ids = torch.randint(0, config.padded_vocab_size, (1, tokens))
         targets = torch.randint(0, config.padded_vocab_size, (1, tokens))
         with tracker:
@@ -105,7 +118,7 @@ def simulate(name: str, layers: int, tokens: int, method: str = "lora") -> tuple
             for step in (1, 2):
                 tracker.stage = f"step {step}"
                 tracker.reset_mod_stats()
-                if method == "lora":
+                if method != "full":
                     logits = model(ids, lm_head_chunk_size=128)
                     logits[-1] = logits[-1][..., :-1, :]
                     loss = chunked_cross_entropy(logits, targets[..., 1:])
@@ -149,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("repo_id", help="the same model's Hub id in the snapshot, e.g. meta-llama/Llama-3.2-1B")
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--tokens", type=int, default=2048)
-    parser.add_argument("--method", choices=("lora", "full"), default="lora")
+    parser.add_argument("--method", choices=("lora", "qlora", "full"), default="lora")
     args = parser.parse_args(argv)
     load_litgpt(args.litgpt)
     simulated, where = simulate(args.name, args.layers, args.tokens, args.method)

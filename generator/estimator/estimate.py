@@ -25,10 +25,10 @@ from .graph.structure import StructureTable
 from .inputs import Assumptions, Card, Gpu
 from .memory.attention import default_attention
 from .memory.curve import memory_curve
-from .memory.job import accumulating_phases, metric_memory
+from .memory.job import metric_memory
 from .memory.job_options import Job, resolve
 from .memory.layer_terms import all_linear_params
-from .memory.parallel import Setup, per_gpu
+from .memory.parallel import Setup, accumulating_phases, per_gpu
 from .memory.profile import (
     budget_bytes,
     kv_bytes_per_sequence,

@@ -12,7 +12,7 @@ Bytes per option, with sources, are in the functions below; `metric` turns tenso
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from ..config.arch import Arch
 from ..graph.nodes import Graph
@@ -39,8 +39,8 @@ from .layer_terms import (
     regime_terms,
 )
 from .lora import input_linear_params, target_roles
-from .parallel import Phase
-from .recipes import framework_fixed_bytes, framework_layer_bytes, loss_terms
+from .parallel import Phase, accumulating_phases
+from .recipes import framework_fixed_bytes, framework_layer_bytes, framework_mats, loss_terms
 from .recurrence import (
     chunk_scan_moments,
     mixer_tail,
@@ -166,7 +166,8 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
         rank = job.lora_rank
         trainable = sum(n * v for (_, n), v in zip(distinct, adapter_params(spec, rank, roles, memo), strict=True))
         param_bytes = r.adapter_bytes
-        mats = stored_mats(a, g, job.storage)  # weights and the dequantised transient share it
+        # weights and the dequantised transient share it (LitGPT's quantiser packs the head too: recipes.py)
+        mats = framework_mats(a, job.loss, stored_mats(a, g, job.storage))
         weights = weight_bytes(g, job.storage, job.double_quant, mats) + param_bytes * trainable
         if job.upcast_fp32:  # prepare_model_for_kbit_training: every non-quantised fp16/bf16 parameter to fp32
             weights += 2 * (P - quantised_params(mats))
@@ -218,7 +219,7 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
     frozen_embed = 0 if job.upcast_fp32 else T * frozen
     head = T * head_rate
     logits = T * s.logits_bytes * spec.logits
-    head, logits, chunk = loss_terms(a, g, job.loss, job.batch, job.tokens, c, head, logits)
+    head, logits, chunk = loss_terms(a, g, job.loss, job.batch, job.tokens, c, head, logits, lora and mats is not None)
     # overhead by how it shares out over GPUs (parallel.Phase): autocast's copies of the weights; what every
     # process holds whole (the dequantised layer, the chunked loss's transient)
     dequant = dequant_transient_bytes(g, job.storage, c, mats)
@@ -371,14 +372,6 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
                                  experts=fixed[k], overhead_weights=ckpt_copies[1] - freed))
         out.append(accumulating_phases((*phases, *closing), grad) if job.grad_accum > 1 else (*phases, *closing))
     return out, trainable, c, param_bytes
-
-
-def accumulating_phases(phases: tuple[Phase, ...], grad_bytes: int) -> tuple[Phase, ...]:
-    """A training job's phases when it accumulates gradients over micro-batches (F27): every micro-batch after a
-    step's first runs beside the gradients accumulated so far, all `grad_bytes` of them, and autograd adds each
-    new gradient into .grad in place (torch/csrc/autograd/functions/accumulate_grad.h), so a phase holds them all
-    and no more; the phases after the backward hold them already."""
-    return tuple(replace(ph, gradients=max(ph.gradients, grad_bytes)) for ph in phases)
 
 
 def _apply_metric(parts: dict[str, int], s: Assumptions, job: Job, g: Graph) -> None:

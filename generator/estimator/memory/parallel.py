@@ -54,7 +54,7 @@ u the largest sharding unit's params, c compute bytes, N GPUs). Sources:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ...errors import JobError
 from .pipeline import stage_rows
@@ -99,6 +99,14 @@ class Phase:
         """Everything live at this moment: the sum of its parts (PerGpu's breakdown sums to it on one GPU)."""
         return (self.weights + self.gradients + self.optimizer_state + self.activations + self.logits + self.kv_cache
                 + self.overhead_weights + self.overhead_step + self.overhead_fixed)
+
+
+def accumulating_phases(phases: tuple[Phase, ...], grad_bytes: int) -> tuple[Phase, ...]:
+    """A training job's phases when it accumulates gradients over micro-batches (F27): every micro-batch after a
+    step's first runs beside the gradients accumulated so far, all `grad_bytes` of them, and autograd adds each
+    new gradient into .grad in place (torch/csrc/autograd/functions/accumulate_grad.h), so a phase holds them all
+    and no more; the phases after the backward hold them already."""
+    return tuple(replace(ph, gradients=max(ph.gradients, grad_bytes)) for ph in phases)
 
 
 @dataclass(frozen=True)

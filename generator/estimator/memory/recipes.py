@@ -214,8 +214,21 @@ def _masked_by_transformers(b: Block, tokens: int) -> bool:
     return any(p.attends and 0 < p.window <= tokens for p in b.parts)
 
 
+def framework_mats(a: Arch, loss: str, mats: dict[tuple[int, int, int], int] | None
+                   ) -> dict[tuple[int, int, int], int] | None:
+    """The weight matrices a quantised base packs (storage.stored_mats), as the job's framework quantises them.
+    LitGPT's `--quantize bnb.*` hands Fabric a BitsandbytesPrecision without ignore_modules
+    (litgpt/finetune/lora.py), whose init_context swaps torch.nn.Linear for its Linear4bit subclass
+    (lightning/fabric/plugins/precision/bitsandbytes.py): the LM head is packed too, where transformers' quantiser
+    keeps it 16-bit (FINDINGS.md F30)."""
+    if loss != "litgpt-chunked" or mats is None:
+        return mats
+    head = (1, a.embed_dim or a.hidden, a.spec.vocab)
+    return {**mats, head: mats.get(head, 0) + 1}
+
+
 def loss_terms(a: Arch, g: Graph, loss: str, batch: int, tokens: int, c: int, head: int,
-               logits: int) -> tuple[int, int, int]:
+               logits: int, quantised: bool = False) -> tuple[int, int, int]:
     """(head per sample, logits per sample, a batch-wide chunk transient) for a job's loss (Job.loss) at its batch and tokens.
     - hf: transformers' ForCausalLMLoss, s.logits_bytes per logit (F1).
     - trl-chunked: TRL's _chunked_cross_entropy_loss checkpoints each 256-token chunk: per chunk h.float() @
@@ -223,7 +236,9 @@ def loss_terms(a: Arch, g: Graph, loss: str, batch: int, tokens: int, c: int, he
       fp32 copy of the LM head's weight (w.float()): 16 B x chunk x V + 4 x V x E, once per batch.
     - litgpt-chunked: model(..., lm_head_chunk_size=128) returns bf16 logit chunks the loop keeps, and
       chunked_cross_entropy keeps each chunk's log_softmax output (no upcast under bf16-true): 2c per logit, and
-      one chunk's two gradients in the backward."""
+      one chunk's two gradients in the backward. On a quantised base (`quantised`, framework_mats) the head's
+      weight is dequantised for each chunk's backward matmul, when that chunk's log_softmax output is freed and its
+      logits' gradient is the one left: the larger of the two moments."""
     spec = g.spec
     if loss == "hf":
         return head, logits, 0
@@ -231,4 +246,5 @@ def loss_terms(a: Arch, g: Graph, loss: str, batch: int, tokens: int, c: int, he
         chunk = min(batch * tokens, TRL_CHUNK_TOKENS)
         return head - logits, 0, 16 * chunk * spec.logits + 4 * spec.logits * (a.embed_dim or a.hidden)
     kept = tokens * 2 * c * spec.logits
-    return head - logits + kept, kept, 2 * c * min(tokens, LITGPT_CHUNK_TOKENS) * spec.logits
+    dequant = c * spec.vocab * (a.embed_dim or a.hidden) if quantised else 0
+    return head - logits + kept, kept, max(2 * c * min(tokens, LITGPT_CHUNK_TOKENS) * spec.logits, dequant)
