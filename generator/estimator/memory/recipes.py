@@ -76,7 +76,8 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
             "transformers/loss/loss_utils.py ForCausalLMLoss: logits.float() then cross_entropy (FINDINGS.md F1)")),
     Recipe("litgpt", "LitGPT finetune lora with its config hub's bf16-true: weights, adapters, gradients and AdamW "
                      "states in bf16, LoRA r=8 on query and value with dropout 0.05, chunked cross-entropy, 16 "
-                     "micro-batches per step",
+                     "micro-batches per step, on LitGPT's own model code (an untied head, its attention's kept "
+                     "tensors; under qlora the head quantised too)",
            (("precision", "bf16"), ("adapter_dtype", "bf16"), ("lora_rank", 8), ("lora_targets", "q,v"),
             ("lora_dropout", 0.05), ("grad_ckpt", False), ("optimizer", "adamw"), ("keep_outputs", False),
             ("loss", "litgpt-chunked"), ("grad_accum", 16)),
@@ -87,7 +88,14 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
             "micro-batch in fabric.no_backward_sync",
             "config_hub/finetune/*/lora.yaml: precision bf16-true (utils.get_default_supported_precision would "
             "pick bf16-mixed)",
-            "torch/optim/adamw.py: exp_avg and exp_avg_sq are zeros_like(param), the parameter's dtype")),
+            "torch/optim/adamw.py: exp_avg and exp_avg_sq are zeros_like(param), the parameter's dtype",
+            "litgpt/scripts/convert_hf_checkpoint.py: lm_head.weight copied from the embedding where the checkpoint "
+            "ties them; litgpt/model.py CausalSelfAttention: the fused qkv, k and v repeat_interleave'd, a T x T "
+            "mask in sliding-window layers; litgpt/lora.py LoRAQKVLinear.zero_pad (framework_model, "
+            "framework_layer_bytes, framework_fixed_bytes)",
+            "litgpt/finetune/lora.py: BitsandbytesPrecision(quantize[4:], dtype) without ignore_modules; "
+            "lightning/fabric/plugins/precision/bitsandbytes.py init_context: every torch.nn.Linear becomes its "
+            "Linear4bit (framework_mats)")),
     Recipe("axolotl", "axolotl's LoRA example (examples/llama-3/lora-1b.yml): bf16 base, fp32 adapters under bf16 "
                       "autocast, LoRA dropout 0.05, gradient checkpointing (non-reentrant), bitsandbytes 8-bit AdamW, "
                       "flash-attention 2; vs hf-trainer: checkpointing, the 8-bit optimizer and LoRA dropout",
