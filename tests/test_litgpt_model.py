@@ -141,3 +141,17 @@ def test_the_attention_term_follows_litgpt_code():
         2 * width * c - 2 * (c + 1) * mha.hidden)
     full = r._replace(trained=True)
     assert framework_layer_bytes(mha, mha.spec.blocks[0], full, None, "all-linear", "litgpt-chunked", "sdpa", 2048) == 2 * width * c
+
+
+def test_the_litgpt_rows_are_read_as_litgpt_own_model_on_the_accuracy_page():
+    """data/measurements/cpu-sim-litgpt.jsonl (tools/sim_litgpt.py --sweep): every row within 1% and labelled by
+    setup as LitGPT's own model, and none counted in a transformers family's figure."""
+    from generator.accuracy import compute, load_datasets
+    from generator.settings import load_settings
+
+    rows = load_datasets()["cpu-sim-litgpt"]
+    assert len(rows) == 20 and {r["setup"]["method"] for r in rows} == {"lora", "qlora", "full"}
+    table = compute({"cpu-sim-litgpt": rows}, load_settings(), "test")
+    assert table.families == ()
+    assert table.setups and all(e.method.endswith("LitGPT's own model") for e in table.setups)
+    assert all(e.max_abs_pct <= 1.0 for e in table.errors)

@@ -133,15 +133,10 @@ def simulate(name: str, layers: int, tokens: int, method: str = "lora") -> tuple
         return tracker.peak_breakdown()["total"], dict(tracker.peak_where)
 
 
-def estimate(repo_id: str, layers: int, tokens: int, method: str = "lora") -> int:
-    """The litgpt recipe's peak for `method` for the snapshot's config cut to `layers`, with the CPU's kernels."""
-    from generator.estimator.graph.nodes import build_graph
-    from generator.estimator.memory.job import job_memory
-    from generator.estimator.memory.job_options import Job
-    from generator.estimator.normalise import normalise
+def shrunk_config(repo_id: str, layers: int) -> dict:
+    """The snapshot's config.json of `repo_id` cut to its first `layers` layers."""
     from generator.hub.snapshot import load_record
     from generator.records import parse_config_text
-    from generator.settings import load_settings
 
     record = load_record(ROOT / "snapshot", repo_id)
     if record is None:
@@ -150,26 +145,106 @@ def estimate(repo_id: str, layers: int, tokens: int, method: str = "lora") -> in
     config["num_hidden_layers"] = layers
     if isinstance(config.get("layer_types"), list):
         config["layer_types"] = config["layer_types"][:layers]
-    arch = normalise(config, repo_id)
+    return config
+
+
+def estimate(repo_id: str, layers: int, tokens: int, method: str = "lora") -> int:
+    """The litgpt recipe's peak for `method` for the snapshot's config cut to `layers`, with the CPU's kernels."""
+    from generator.estimator.graph.nodes import build_graph
+    from generator.estimator.memory.job import job_memory
+    from generator.estimator.memory.job_options import Job
+    from generator.estimator.normalise import normalise
+    from generator.settings import load_settings
+
+    arch = normalise(shrunk_config(repo_id, layers), repo_id)
     job = Job.from_options("litgpt", method=method, tokens=tokens, batch=1, grad_accum=1, kernels="cpu")
     return job_memory(arch, build_graph(arch), load_settings().assumptions, job, repo_id).peak_bytes
 
 
+# The runs behind data/measurements/cpu-sim-litgpt.jsonl: (LitGPT config, snapshot repo, method, layers, tokens)
+SWEEP = (
+    [(name, repo, "lora", 4, tokens) for name, repo, tokens in (
+        ("Llama-2-7b-hf", "meta-llama/Llama-2-7b-hf", 1304), ("Llama-3.2-1B", "meta-llama/Llama-3.2-1B", 2048),
+        ("Qwen3-0.6B", "Qwen/Qwen3-0.6B", 2048), ("gemma-2-2b", "google/gemma-2-2b-it", 2048),
+        ("gemma-3-1b-it", "google/gemma-3-1b-it", 2048), ("Mistral-7B-v0.1", "mistralai/Mistral-7B-v0.1", 2048),
+        ("Phi-3-mini-4k-instruct", "microsoft/Phi-3-mini-4k-instruct", 2048))]
+    + [(name, repo, "lora", 2, tokens) for name, repo, tokens in (
+        ("Llama-3.2-1B", "meta-llama/Llama-3.2-1B", 512), ("gemma-3-1b-it", "google/gemma-3-1b-it", 256),
+        ("Mistral-7B-v0.1", "mistralai/Mistral-7B-v0.1", 1024), ("Qwen3-0.6B", "Qwen/Qwen3-0.6B", 4096),
+        ("Phi-3-mini-4k-instruct", "microsoft/Phi-3-mini-4k-instruct", 1024))]
+    + [(name, repo, "qlora", 4, 2048) for name, repo in (
+        ("Llama-3.2-1B", "meta-llama/Llama-3.2-1B"), ("Qwen3-0.6B", "Qwen/Qwen3-0.6B"),
+        ("gemma-2-2b", "google/gemma-2-2b-it"), ("Mistral-7B-v0.1", "mistralai/Mistral-7B-v0.1"))]
+    + [(name, repo, "full", 2, 1024) for name, repo in (
+        ("Llama-3.2-1B", "meta-llama/Llama-3.2-1B"), ("Llama-2-7b-hf", "meta-llama/Llama-2-7b-hf"),
+        ("Qwen3-0.6B", "Qwen/Qwen3-0.6B"), ("Mistral-7B-v0.1", "mistralai/Mistral-7B-v0.1"))]
+)
+
+
+def record(name: str, repo_id: str, method: str, layers: int, tokens: int, checkout: str) -> dict:
+    """One JSON line in the harness's record format (generator.measure.record), for generator.accuracy. Its setup
+    is the litgpt recipe's as measure.setup.Setup says it, plus the recipe's `loss`, which public rows carry too and
+    generator.accuracy_rows hands to the Job (LitGPT's own model code: recipes.framework_model)."""
+    import time
+
+    from generator.accuracy_rows import estimate_bytes
+    from generator.estimator.memory.attention import default_attention
+    from generator.estimator.normalise import normalise
+    from generator.measure.record import versions
+    from generator.measure.setup import Setup, config_hash
+    from generator.settings import load_settings
+
+    config = shrunk_config(repo_id, layers)
+    start = time.perf_counter()
+    simulated, where = simulate(name, layers, tokens, method)
+    setup = Setup(method=method, precision="bf16", batch=1, tokens=tokens, lora_rank=8, lora_targets="q,v",
+                  lora_dropout=0.05 if method != "full" else 0.0, adapter_dtype="bf16" if method != "full" else "",
+                  attention=default_attention(normalise(config, repo_id))[0])
+    row = {"schema": 1, "model": repo_id, "model_type": config.get("model_type"), "config_hash": config_hash(config),
+           "config_changes": {"num_hidden_layers": layers}, "config": config,
+           "setup": {**setup.to_dict(), "loss": "litgpt-chunked"},
+           "framework": f"LitGPT {checkout} (its own GPT, config {name!r}): finetune/"
+                        + ("full.py" if method == "full" else "lora.py" + (" --quantize bnb.nf4" if method == "qlora"
+                                                                          else "")),
+           "device": {"kind": "cpu-simulated", "name": "FakeTensorMode(cpu)"}, "versions": versions(),
+           "measured": {"metric": "memtracker_fake_cpu", "status": "ok", "peak_bytes": simulated},
+           "peak": where, "seconds": round(time.perf_counter() - start, 2)}
+    estimated = estimate_bytes(row, load_settings().assumptions)
+    if estimated != estimate(repo_id, layers, tokens, method):  # the row's setup is the recipe's
+        raise SystemExit(f"{name}: the row's setup prices differently from the litgpt recipe")
+    row["estimate"] = {"peak_bytes": estimated}
+    return row
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--litgpt", type=Path, required=True, help="a litgpt checkout (the folder holding litgpt/)")
-    parser.add_argument("name", help="LitGPT's config name (litgpt/config.py), e.g. Llama-3.2-1B")
-    parser.add_argument("repo_id", help="the same model's Hub id in the snapshot, e.g. meta-llama/Llama-3.2-1B")
+    parser.add_argument("name", nargs="?", help="LitGPT's config name (litgpt/config.py), e.g. Llama-3.2-1B")
+    parser.add_argument("repo_id", nargs="?", help="the same model's Hub id in the snapshot, e.g. "
+                                                   "meta-llama/Llama-3.2-1B")
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--tokens", type=int, default=2048)
     parser.add_argument("--method", choices=("lora", "qlora", "full"), default="lora")
+    parser.add_argument("--sweep", type=Path, metavar="OUT", help="run SWEEP and write its JSON lines to OUT")
+    parser.add_argument("--commit", default="2685705", help="the checkout's commit, for the rows (default 2685705)")
     args = parser.parse_args(argv)
     load_litgpt(args.litgpt)
+    if args.sweep:
+        from generator.measure.record import dumps
+
+        lines = []
+        for run in SWEEP:
+            row = record(*run, checkout=args.commit)
+            lines.append(dumps(row))
+            error = (row["estimate"]["peak_bytes"] - row["measured"]["peak_bytes"]) / row["measured"]["peak_bytes"]
+            print(f"{run[0]:24s} {run[2]:5s} {run[3]} layers {run[4]:5d} tokens: {error * 100:+.2f}%", flush=True)
+        args.sweep.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        return 0
+    if not (args.name and args.repo_id):
+        parser.error("NAME and REPO_ID are needed without --sweep")
     simulated, where = simulate(args.name, args.layers, args.tokens, args.method)
     estimated = estimate(args.repo_id, args.layers, args.tokens, args.method)
     print(json.dumps({"name": args.name, "repo_id": args.repo_id, "method": args.method, "layers": args.layers,
-                      "tokens": args.tokens,
-                      "simulated_bytes": simulated, "estimated_bytes": estimated,
+                      "tokens": args.tokens, "simulated_bytes": simulated, "estimated_bytes": estimated,
                       "error_pct": round((estimated - simulated) / simulated * 100, 2), "peak": where}))
     return 0
 
