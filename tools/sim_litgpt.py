@@ -171,7 +171,9 @@ SWEEP = (
     + [(name, repo, "lora", 2, tokens) for name, repo, tokens in (
         ("Llama-3.2-1B", "meta-llama/Llama-3.2-1B", 512), ("gemma-3-1b-it", "google/gemma-3-1b-it", 256),
         ("Mistral-7B-v0.1", "mistralai/Mistral-7B-v0.1", 1024), ("Qwen3-0.6B", "Qwen/Qwen3-0.6B", 4096),
-        ("Phi-3-mini-4k-instruct", "microsoft/Phi-3-mini-4k-instruct", 1024))]
+        ("Phi-3-mini-4k-instruct", "microsoft/Phi-3-mini-4k-instruct", 1024), ("phi-2", "microsoft/phi-2", 2048),
+        ("pythia-6.9b", "EleutherAI/pythia-6.9b-deduped", 1024))]
+    + [("phi-1_5", "microsoft/phi-1_5", "lora", 4, 1024)]
     + [(name, repo, "qlora", 4, 2048) for name, repo in (
         ("Llama-3.2-1B", "meta-llama/Llama-3.2-1B"), ("Qwen3-0.6B", "Qwen/Qwen3-0.6B"),
         ("gemma-2-2b", "google/gemma-2-2b-it"), ("Mistral-7B-v0.1", "mistralai/Mistral-7B-v0.1"))]
@@ -188,7 +190,7 @@ def record(name: str, repo_id: str, method: str, layers: int, tokens: int, check
     import time
 
     from generator.accuracy_rows import estimate_bytes
-    from generator.estimator.memory.attention import default_attention
+    from generator.estimator.memory.recipes import framework_attention
     from generator.estimator.normalise import normalise
     from generator.measure.record import versions
     from generator.measure.setup import Setup, config_hash
@@ -199,7 +201,7 @@ def record(name: str, repo_id: str, method: str, layers: int, tokens: int, check
     simulated, where = simulate(name, layers, tokens, method)
     setup = Setup(method=method, precision="bf16", batch=1, tokens=tokens, lora_rank=8, lora_targets="q,v",
                   lora_dropout=0.05 if method != "full" else 0.0, adapter_dtype="bf16" if method != "full" else "",
-                  attention=default_attention(normalise(config, repo_id))[0])
+                  attention=framework_attention(normalise(config, repo_id), "litgpt-chunked"))
     row = {"schema": 1, "model": repo_id, "model_type": config.get("model_type"), "config_hash": config_hash(config),
            "config_changes": {"num_hidden_layers": layers}, "config": config,
            "setup": {**setup.to_dict(), "loss": "litgpt-chunked"},

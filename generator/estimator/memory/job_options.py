@@ -12,7 +12,7 @@ from ...errors import JobError
 from ..config.arch import Arch
 from ..graph.nodes import Graph
 from .attention import default_attention
-from .recipes import RECIPES, framework_model
+from .recipes import RECIPES, framework_attention, framework_model
 
 # The values each option of a Job takes (validate)
 METHODS = ("full", "lora", "qlora", "inference")
@@ -155,8 +155,11 @@ def legacy_cache(transformers_version: str) -> bool:
 def prepared(a: Arch, g: Graph, job: Job, model: str, memo: dict | None
              ) -> tuple[Arch, Graph, Job, str, dict | None]:
     """The job checked and resolved, on the model its framework runs (recipes.framework_model: LitGPT's untied
-    head), with the estimate's memoised per-layer terms where that model is the one they were worked out for."""
+    head) with that framework's default attention (recipes.framework_attention), and the estimate's memoised
+    per-layer terms where that model is the one they were worked out for."""
     model = model or a.model_type
     validate(job, model)
     a2, g2 = framework_model(a, g, job.loss)
+    if not job.attention and framework_attention(a2, job.loss):
+        job = dataclasses.replace(job, attention=framework_attention(a2, job.loss))
     return a2, g2, resolve(job, a2), model, memo if g2 is g else None

@@ -15,7 +15,7 @@ from typing import Any
 from ..config.arch import Arch
 from ..graph.nodes import Graph, build_graph
 from ..graph.parts import Block
-from .activations import Regime, adapter_input_bytes, mask_bytes
+from .activations import PYTHON_GELU, Regime, adapter_input_bytes, mask_bytes, mlp_act
 
 # TRL SFTTrainer's default loss_type "chunked_nll" (trl/trainer/sft_trainer.py _chunked_cross_entropy_loss,
 # _CHUNKED_LM_HEAD_CHUNK_SIZE = 256): each chunk of 256 tokens' fp32 logits (h.float() @ w.float().t()) lives only
@@ -171,6 +171,16 @@ def framework_model(a: Arch, g: Graph, loss: str) -> tuple[Arch, Graph]:
     return untied, build_graph(untied)
 
 
+def framework_attention(a: Arch, loss: str) -> str:
+    """The attention a job runs by default where its framework runs its own model ("" where transformers' class
+    decides: attention.default_attention). LitGPT's CausalSelfAttention calls SDPA whatever the checkpoint's own
+    code did, and computes the scores itself only with logit soft-capping (gemma-2's attn_logit_softcapping;
+    litgpt/model.py scaled_dot_product_attention)."""
+    if loss != "litgpt-chunked":
+        return ""
+    return "eager" if a.raw.get("attn_logit_softcapping") else "sdpa"
+
+
 def framework_layer_bytes(a: Arch, b: Block, r: Regime, roles: frozenset[str] | None, targets: str, loss: str,
                           attention: str, tokens: int) -> int:
     """Per token of one attention layer: what LitGPT's own GPT keeps beyond transformers' class with peft's LoRA
@@ -184,12 +194,16 @@ def framework_layer_bytes(a: Arch, b: Block, r: Regime, roles: frozenset[str] | 
       its q and k slices alive too;
     - LoRA on part of q, k, v: zero_pad scatters lora_B's output into the fused width, and the scatter keeps that
       output (the adapted widths) for its backward; one lora_dropout serves the fused Linear, where peft drops
-      each adapted projection's input on its own."""
+      each adapted projection's input on its own.
+    - Its MLP's GELU is one fused op (GptNeoxMLP: F.gelu(x, approximate=config.gelu_approximate)), where
+      transformers' Python-written gelu_new keeps three more MLP-wide tensors (activations.PYTHON_GELU)."""
     if loss != "litgpt-chunked" or not a.heads or not b.attn:
         return 0
     c, q, kv = r.compute_bytes, a.heads * a.head_dim, a.kv_heads * a.head_dim
     repeats = attention == "sdpa" and not _masked_by_transformers(b, tokens)
     keep = (q + kv) * c if kv == q else 2 * (q - kv) * c if repeats else 0
+    if mlp_act(a) in PYTHON_GELU:
+        keep -= 3 * c * sum(p.act // 2 for p in b.parts if p.type == "MLP")
     if r.trained or not roles:
         return keep
     # a class with a fused qkv_proj (Phi-3) has the one adapter and dropout LitGPT has; `targets` says which of
