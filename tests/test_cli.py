@@ -350,6 +350,16 @@ def test_a_recipe_sets_its_options_and_explicit_flags_override_it(capsys):
     assert (job["grad_ckpt"], job["lora_dropout"], job["adapter_dtype"]) == (False, 0.0, "bf16")
 
 
+@pytest.mark.parametrize("name", ["trl-sft", "litgpt", "axolotl", "torchtune"])
+def test_a_lora_recipe_prices_lora_unless_told_otherwise(capsys, name):
+    """Each of these recipes reads a LoRA run (its summary says so): without --method it prices LoRA, not the
+    command's default full fine-tune; --method still overrides it."""
+    code, out, _ = run(capsys, SEED, "--json", "--recipe", name)
+    assert code == 0 and json.loads(out)["memory"]["job"]["method"] == "lora"
+    code, out, _ = run(capsys, SEED, "--json", "--recipe", name, "--method", "full")
+    assert code == 0 and json.loads(out)["memory"]["job"]["method"] == "full"
+
+
 def test_lora_dropout_and_fp32_adapters_cost_memory(capsys):
     def peak(*flags):
         _, out, _ = run(capsys, SEED, "--json", "--method", "lora", "--precision", "bf16", *flags)

@@ -49,8 +49,8 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
             "peft/tuners/lora/config.py LoraConfig: lora_dropout = 0.0")),
     Recipe("trl-sft", "TRL SFTTrainer with a bf16 base and LoRA: bf16 autocast, gradient checkpointing on, "
                       "chunked cross-entropy (256 tokens), LoRA dropout 0.05",
-           (("precision", "amp"), ("adapter_dtype", "fp32"), ("lora_dropout", 0.05), ("grad_ckpt", True),
-            ("optimizer", "adamw-fused"), ("keep_outputs", False), ("loss", "trl-chunked")),
+           (("method", "lora"), ("precision", "amp"), ("adapter_dtype", "fp32"), ("lora_dropout", 0.05),
+            ("grad_ckpt", True), ("optimizer", "adamw-fused"), ("keep_outputs", False), ("loss", "trl-chunked")),
            ("trl/trainer/base_config.py: gradient_checkpointing = True, bf16 defaults to True",
             "trl/trainer/sft_config.py: loss_type defaults to 'chunked_nll'; trl/trainer/sft_trainer.py "
             "_CHUNKED_LM_HEAD_CHUNK_SIZE = 256",
@@ -78,9 +78,9 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
                      "states in bf16, LoRA r=8 on query and value with dropout 0.05, chunked cross-entropy, 16 "
                      "micro-batches per step, on LitGPT's own model code (an untied head, its attention's kept "
                      "tensors; under qlora the head quantised too)",
-           (("precision", "bf16"), ("adapter_dtype", "bf16"), ("lora_rank", 8), ("lora_targets", "q,v"),
-            ("lora_dropout", 0.05), ("grad_ckpt", False), ("optimizer", "adamw"), ("keep_outputs", False),
-            ("loss", "litgpt-chunked"), ("grad_accum", 16)),
+           (("method", "lora"), ("precision", "bf16"), ("adapter_dtype", "bf16"), ("lora_rank", 8),
+            ("lora_targets", "q,v"), ("lora_dropout", 0.05), ("grad_ckpt", False), ("optimizer", "adamw"),
+            ("keep_outputs", False), ("loss", "litgpt-chunked"), ("grad_accum", 16)),
            ("litgpt/finetune/lora.py setup(): lora_r 8, lora_alpha 16, lora_dropout 0.05, lora_query and "
             "lora_value True; model(input_ids, lm_head_chunk_size=128); chunked_cross_entropy",
             "litgpt/finetune/lora.py setup(): TrainArgs(global_batch_size=16, micro_batch_size=1); litgpt/args.py "
@@ -99,9 +99,9 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
     Recipe("axolotl", "axolotl's LoRA example (examples/llama-3/lora-1b.yml): bf16 base, fp32 adapters under bf16 "
                       "autocast, LoRA dropout 0.05, gradient checkpointing (non-reentrant), bitsandbytes 8-bit AdamW, "
                       "flash-attention 2; vs hf-trainer: checkpointing, the 8-bit optimizer and LoRA dropout",
-           (("precision", "amp"), ("adapter_dtype", "fp32"), ("lora_rank", 16), ("lora_targets", "all-linear"),
-            ("lora_dropout", 0.05), ("grad_ckpt", True), ("optimizer", "adamw8bit"), ("attention", "sdpa"),
-            ("keep_outputs", False), ("loss", "hf")),
+           (("method", "lora"), ("precision", "amp"), ("adapter_dtype", "fp32"), ("lora_rank", 16),
+            ("lora_targets", "all-linear"), ("lora_dropout", 0.05), ("grad_ckpt", True), ("optimizer", "adamw8bit"),
+            ("attention", "sdpa"), ("keep_outputs", False), ("loss", "hf")),
            ("axolotl examples/llama-3/lora-1b.yml: adapter lora, lora_r 16, lora_dropout 0.05, the 7 projections, "
             "optimizer adamw_8bit, bf16 auto, gradient_checkpointing true, attn_implementation flash_attention_2 "
             "(saves no score matrix, as SDPA)",
@@ -145,8 +145,8 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
             "input but the last is copied to pinned CPU buffers (not modelled: priced on the GPU)")),
     Recipe("torchtune", "torchtune's LoRA recipes: dtype bf16 everywhere, adapters in bf16, no LoRA dropout, "
                         "activation checkpointing on",
-           (("precision", "bf16"), ("adapter_dtype", "bf16"), ("lora_dropout", 0.0), ("grad_ckpt", True),
-            ("optimizer", "adamw"), ("keep_outputs", False), ("loss", "hf")),
+           (("method", "lora"), ("precision", "bf16"), ("adapter_dtype", "bf16"), ("lora_dropout", 0.0),
+            ("grad_ckpt", True), ("optimizer", "adamw"), ("keep_outputs", False), ("loss", "hf")),
            ("torchtune recipes/configs/llama3_2/3B_lora_single_device.yaml: dtype bf16, lora_dropout 0.0, "
             "enable_activation_checkpointing True (its CEWithChunkedOutputLoss is not modelled: priced as HF's "
             "loss, an upper bound)",)),
