@@ -190,12 +190,12 @@ def framework_layer_bytes(a: Arch, b: Block, r: Regime, roles: frozenset[str] | 
       every query head before SDPA ("flash attention requires it in training mode"), and SDPA saves the copies;
       transformers' SDPA passes enable_gqa and keeps the grouped ones (eager's repeat_kv, and SDPA's where a
       sliding window shorter than the sequence makes transformers pass a mask, keep the same copies as LitGPT's:
-      masked_sdpa_terms). With as many kv heads as query heads, v stays a view of the fused output, so SDPA's saved v keeps
-      its q and k slices alive too;
+      masked_sdpa_terms). With as many kv heads as query heads, v stays a view of the fused output, so SDPA's
+      saved v keeps its q and k slices alive too;
     - LoRA on part of q, k, v: zero_pad scatters lora_B's output into the fused width, and the scatter keeps that
       output (the adapted widths) for its backward; one lora_dropout serves the fused Linear, where peft drops
-      each adapted projection's input on its own.
-    - Its MLP's GELU is one fused op (GptNeoxMLP: F.gelu(x, approximate=config.gelu_approximate)), where
+      each adapted projection's input on its own;
+    - its MLP's GELU is one fused op (GptNeoxMLP: F.gelu(x, approximate=config.gelu_approximate)), where
       transformers' Python-written gelu_new keeps three more MLP-wide tensors (activations.PYTHON_GELU)."""
     if loss != "litgpt-chunked" or not a.heads or not b.attn:
         return 0
