@@ -9,8 +9,8 @@ every figure compares the estimator's formulas, as shipped, with measured peaks.
 
 Definitions (also in the table's `definitions`):
 - compared rows: a measured peak (status ok/measured) whose exact setup estimator.job prices: public rows are
-  mapped onto Job options (WEIGHTS, OPTIMIZERS, METRICS below; flash_attention_2 read as sdpa). Rows left out
-  are counted per reason in the table's `excluded`.
+  mapped onto Job options (accuracy_rows' WEIGHTS, OPTIMIZERS, METRICS; flash_attention_2 read as sdpa). Rows
+  left out are counted per reason in the table's `excluded`.
 - tensor bytes of a row: the measured peak, compared with the estimate in the row's own metric (MemTracker,
   max_memory_allocated and torchtune's active peak: allocated; max_memory_reserved: reserved); a metric that
   includes the CUDA context (NVML "used", allocated + non-torch) has the estimator's cuda_context_bytes taken
@@ -35,12 +35,7 @@ from pathlib import Path
 from typing import Any
 
 # Row-level helpers live in accuracy_rows.py; re-exported here for callers of generator.accuracy.
-from .accuracy_rows import (  # noqa: F401
-    CONTEXT_METRICS,
-    MEASURED,
-    METRICS,
-    OPTIMIZERS,
-    WEIGHTS,
+from .accuracy_rows import (  # noqa: F401 - _double_quant: tests reach it here
     _double_quant,
     estimate_bytes,
     estimate_or_reason,
@@ -50,6 +45,7 @@ from .accuracy_rows import (  # noqa: F401
     unit_readings,
 )
 from .estimator.memory.job_options import legacy_cache
+from .estimator.memory.recipes import runs_litgpt
 
 DATA_DIR = Path(__file__).resolve().parents[1] / "data" / "measurements"
 OUTPUT = DATA_DIR / "accuracy.json"
@@ -286,8 +282,8 @@ def compute(datasets: Mapping[str, Sequence[Mapping[str, Any]]], settings, estim
                 misses.append((str(row.get("id")), str(row.get("model")), setup.method,
                                _signed(est, measured), miss_cause(row, setup)))
             if measured is not None and (row.get("device") or {}).get("kind") == "cpu-simulated":
-                own = (row.get("setup") or {}).get("loss") == "litgpt-chunked"  # LitGPT's GPT ran: no family's
-                by_setup.setdefault(setup_label(setup) + (", LitGPT's own model" if own else ""), []).append((est, measured))
+                own = runs_litgpt(str((row.get("setup") or {}).get("loss")))  # LitGPT's GPT ran: no family's
+                by_setup.setdefault(setup_label(setup) + ", LitGPT's own model" * own, []).append((est, measured))
                 if setup.method != "inference" and not own:
                     by_family.setdefault(str(row.get("model_type")), []).append((est, measured))
         counts.append((name, len(rows), sum(1 for j in judged if j[1] is not None)))

@@ -190,7 +190,7 @@ def record(name: str, repo_id: str, method: str, layers: int, tokens: int, check
     import time
 
     from generator.accuracy_rows import estimate_bytes
-    from generator.estimator.memory.recipes import framework_attention
+    from generator.estimator.memory.recipes import LITGPT_LOSS, framework_attention
     from generator.estimator.normalise import normalise
     from generator.measure.record import versions
     from generator.measure.setup import Setup, config_hash
@@ -201,10 +201,10 @@ def record(name: str, repo_id: str, method: str, layers: int, tokens: int, check
     simulated, where = simulate(name, layers, tokens, method)
     setup = Setup(method=method, precision="bf16", batch=1, tokens=tokens, lora_rank=8, lora_targets="q,v",
                   lora_dropout=0.05 if method != "full" else 0.0, adapter_dtype="bf16" if method != "full" else "",
-                  attention=framework_attention(normalise(config, repo_id), "litgpt-chunked"))
+                  attention=framework_attention(normalise(config, repo_id), LITGPT_LOSS))
     row = {"schema": 1, "model": repo_id, "model_type": config.get("model_type"), "config_hash": config_hash(config),
            "config_changes": {"num_hidden_layers": layers}, "config": config,
-           "setup": {**setup.to_dict(), "loss": "litgpt-chunked"},
+           "setup": {**setup.to_dict(), "loss": LITGPT_LOSS},
            "framework": f"LitGPT {checkout} (its own GPT, config {name!r}): finetune/"
                         + ("full.py" if method == "full" else "lora.py" + (" --quantize bnb.nf4" if method == "qlora"
                                                                           else "")),

@@ -269,7 +269,7 @@ def block_activation_bytes(a: Arch, b: Block, r: Regime, rank: int = 0,
         out += attention * qk * (4 + (0 if not r.trained else 4 if a.model_type in QK_NORM_FP32 else c))
     act = mlp_act(a)
     if act in PYTHON_GELU:
-        out += 3 * c * sum(p.act // 2 for p in b.parts if p.type == "MLP")  # act = 2 x inter for a plain MLP
+        out += python_gelu_bytes(b, c)
     elif act == XIELU:  # over the two priced tensors (fc1 output; the activation's, saved by down_proj when it trains)
         per = max(r.residual_bytes, c) + c + 1 + (c if r.trained else 0)
         out += per * sum(p.act // 2 for p in b.parts if p.type == "MLP")
@@ -283,6 +283,12 @@ def block_activation_bytes(a: Arch, b: Block, r: Regime, rank: int = 0,
         out += adapter_activation_bytes(b, roles, rank, r)
         out += expert_adapter_activation_bytes(b, roles, r)
     return out
+
+
+def python_gelu_bytes(b: Block, c: int) -> int:
+    """Per token of one layer: the three more MLP-wide tensors a Python-written GELU (PYTHON_GELU) keeps beyond one
+    fused op (FINDINGS.md F8). A plain MLP's `act` is 2 x its width (fc1's output and the activation's)."""
+    return 3 * c * sum(p.act // 2 for p in b.parts if p.type == "MLP")
 
 
 def expert_adapter_activation_bytes(b: Block, roles: frozenset[str] | None, r: Regime) -> int:

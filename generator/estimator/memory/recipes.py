@@ -15,7 +15,15 @@ from typing import Any
 from ..config.arch import Arch
 from ..graph.nodes import Graph, build_graph
 from ..graph.parts import Block
-from .activations import PYTHON_GELU, Regime, adapter_input_bytes, mask_bytes, mlp_act
+from .activations import (
+    PYTHON_GELU,
+    Regime,
+    adapter_input_bytes,
+    mask_bytes,
+    masked_sdpa_windows,
+    mlp_act,
+    python_gelu_bytes,
+)
 
 # TRL SFTTrainer's default loss_type "chunked_nll" (trl/trainer/sft_trainer.py _chunked_cross_entropy_loss,
 # _CHUNKED_LM_HEAD_CHUNK_SIZE = 256): each chunk of 256 tokens' fp32 logits (h.float() @ w.float().t()) lives only
@@ -25,6 +33,10 @@ TRL_CHUNK_TOKENS = 256
 # LitGPT finetune/lora.py: model(input_ids, lm_head_chunk_size=128), then utils.chunked_cross_entropy over the
 # 128-token chunks (no fp32 upcast under bf16-true).
 LITGPT_CHUNK_TOKENS = 128
+
+# LitGPT's loss: model(..., lm_head_chunk_size=128) exists only in LitGPT's own GPT, so a job with it runs LitGPT's
+# model code (the framework_* functions below), not transformers' class for the config.
+LITGPT_LOSS = "litgpt-chunked"
 
 
 @dataclass(frozen=True)
@@ -80,7 +92,7 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
                      "tensors; under qlora the head quantised too)",
            (("method", "lora"), ("precision", "bf16"), ("adapter_dtype", "bf16"), ("lora_rank", 8),
             ("lora_targets", "q,v"), ("lora_dropout", 0.05), ("grad_ckpt", False), ("optimizer", "adamw"),
-            ("keep_outputs", False), ("loss", "litgpt-chunked"), ("grad_accum", 16)),
+            ("keep_outputs", False), ("loss", LITGPT_LOSS), ("grad_accum", 16)),
            ("litgpt/finetune/lora.py setup(): lora_r 8, lora_alpha 16, lora_dropout 0.05, lora_query and "
             "lora_value True; model(input_ids, lm_head_chunk_size=128); chunked_cross_entropy",
             "litgpt/finetune/lora.py setup(): TrainArgs(global_batch_size=16, micro_batch_size=1); litgpt/args.py "
@@ -157,6 +169,11 @@ def recipe(name: str) -> Recipe | None:
     return RECIPES.get(name)
 
 
+def runs_litgpt(loss: str) -> bool:
+    """Whether a job with this loss (Job.loss) runs LitGPT's own model code."""
+    return loss == LITGPT_LOSS
+
+
 def framework_model(a: Arch, g: Graph, loss: str) -> tuple[Arch, Graph]:
     """The model a job's framework runs. LitGPT runs its own GPT (the only one with lm_head_chunk_size, so
     "litgpt-chunked" means its code), which never ties the head to the embedding: its GPT holds transformer.wte and
@@ -164,7 +181,7 @@ def framework_model(a: Arch, g: Graph, loss: str) -> tuple[Arch, Graph]:
     checkpoint has none (copy_weights_hf_llama and its siblings: `state_dict["lm_head.weight"] =
     state_dict["transformer.wte.weight"]`), loaded into two parameters. A tied config is priced untied there:
     one more vocab x hidden weight, with its own gradient and optimizer state in a full fine-tune (FINDINGS.md F30)."""
-    if loss != "litgpt-chunked" or not a.tie:
+    if not runs_litgpt(loss) or not a.tie:
         return a, g
     head = tuple(p._replace(params=p.params + p.matmul) if p.name.startswith("LM_Head") else p for p in a.spec.head)
     untied = replace(a, tie=False, spec=replace(a.spec, head=head, tied=False))
@@ -176,7 +193,7 @@ def framework_attention(a: Arch, loss: str) -> str:
     decides: attention.default_attention). LitGPT's CausalSelfAttention calls SDPA whatever the checkpoint's own
     code did, and computes the scores itself only with logit soft-capping (gemma-2's attn_logit_softcapping;
     litgpt/model.py scaled_dot_product_attention)."""
-    if loss != "litgpt-chunked":
+    if not runs_litgpt(loss):
         return ""
     return "eager" if a.raw.get("attn_logit_softcapping") else "sdpa"
 
@@ -197,13 +214,13 @@ def framework_layer_bytes(a: Arch, b: Block, r: Regime, roles: frozenset[str] | 
       each adapted projection's input on its own;
     - its MLP's GELU is one fused op (GptNeoxMLP: F.gelu(x, approximate=config.gelu_approximate)), where
       transformers' Python-written gelu_new keeps three more MLP-wide tensors (activations.PYTHON_GELU)."""
-    if loss != "litgpt-chunked" or not a.heads or not b.attn:
+    if not runs_litgpt(loss) or not a.heads or not b.attn:
         return 0
     c, q, kv = r.compute_bytes, a.heads * a.head_dim, a.kv_heads * a.head_dim
-    repeats = attention == "sdpa" and not _masked_by_transformers(b, tokens)
+    repeats = attention == "sdpa" and not _masked_by_transformers(a, b, r, tokens)
     keep = (q + kv) * c if kv == q else 2 * (q - kv) * c if repeats else 0
     if mlp_act(a) in PYTHON_GELU:
-        keep -= 3 * c * sum(p.act // 2 for p in b.parts if p.type == "MLP")
+        keep -= python_gelu_bytes(b, c)
     if r.trained or not roles:
         return keep
     # a class with a fused qkv_proj (Phi-3) has the one adapter and dropout LitGPT has; `targets` says which of
@@ -219,21 +236,21 @@ def framework_layer_bytes(a: Arch, b: Block, r: Regime, roles: frozenset[str] | 
     return keep
 
 
-def framework_fixed_bytes(b: Block, r: Regime, loss: str, attention: str, tokens: int) -> int:
+def framework_fixed_bytes(a: Arch, b: Block, r: Regime, loss: str, attention: str, tokens: int) -> int:
     """Batch-free bytes one layer of LitGPT's own GPT keeps beyond transformers' class: a sliding-window layer
     (litgpt/config.py sliding_window_indices: every layer of Mistral-7B-v0.1 and Phi-3-mini, gemma-3's local ones)
     builds a T x T additive mask in the compute dtype, whatever the window, and passes it to SDPA, which keeps it
     for its backward (litgpt/model.py CausalSelfAttention.forward). Soft-capped attention (gemma-2) takes LitGPT's
     eager path, where the mask is only added to the scores (FINDINGS.md F30). Where the window is shorter than the
     sequence, transformers' SDPA is handed a mask too, already priced (activations.masked_sdpa_terms)."""
-    if loss != "litgpt-chunked" or b.kind != "sliding" or attention != "sdpa" or _masked_by_transformers(b, tokens):
+    if not runs_litgpt(loss) or b.kind != "sliding" or attention != "sdpa" or _masked_by_transformers(a, b, r, tokens):
         return 0
     return tokens * tokens * r.compute_bytes
 
 
-def _masked_by_transformers(b: Block, tokens: int) -> bool:
-    """transformers passes SDPA a mask in this layer (a sliding window no longer than the sequence)."""
-    return any(p.attends and 0 < p.window <= tokens for p in b.parts)
+def _masked_by_transformers(a: Arch, b: Block, r: Regime, tokens: int) -> bool:
+    """transformers passes SDPA a mask in this layer: the windows masked_sdpa_terms prices at these tokens."""
+    return any(window <= tokens for window, _, _ in masked_sdpa_windows(a, b, r))
 
 
 def framework_mats(a: Arch, loss: str, mats: dict[tuple[int, int, int], int] | None
@@ -243,7 +260,7 @@ def framework_mats(a: Arch, loss: str, mats: dict[tuple[int, int, int], int] | N
     (litgpt/finetune/lora.py), whose init_context swaps torch.nn.Linear for its Linear4bit subclass
     (lightning/fabric/plugins/precision/bitsandbytes.py): the LM head is packed too, where transformers' quantiser
     keeps it 16-bit (FINDINGS.md F30)."""
-    if loss != "litgpt-chunked" or mats is None:
+    if not runs_litgpt(loss) or mats is None:
         return mats
     head = (1, a.embed_dim or a.hidden, a.spec.vocab)
     return {**mats, head: mats.get(head, 0) + 1}
