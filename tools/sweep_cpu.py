@@ -125,6 +125,20 @@ def plan(only: str | None = None) -> list[tuple[str, int | None, list[str]]]:
     return runs
 
 
+def sized(runs: list[list[str]], sizes: list[tuple[str, str]], prefix: tuple[str, ...] = ()) -> list[list[str]]:
+    """Each run's options with a (tokens, batch) from `sizes` in turn, after `prefix`: the matrix sweeps spread
+    their batch and token sizes over the setups this way."""
+    return [[*prefix, *opts, "--tokens", sizes[i % len(sizes)][0], "--batch", sizes[i % len(sizes)][1]]
+            for i, opts in enumerate(runs)]
+
+
+def family_plan(families: list[tuple[str, list[str]]], runs_of: Callable[[str], list[list[str]]],
+                only: str | None, layers: int = 2) -> list[tuple[str, int | None, list[str]]]:
+    """Every run of runs_of(model) for each (model, options every run adds), at `layers` layers; --only filters."""
+    return [(model, layers, opts + always) for model, always in families if not only or only in model
+            for opts in runs_of(model)]
+
+
 def sweep_main(doc: str, out: Path, plan: Callable[[str | None], list[tuple[str, int | None, list[str]]]],
                only: str = "run only models whose id contains this text",
                prepare: Callable[[list[tuple[str, int | None, list[str]]]], None] | None = None) -> int:

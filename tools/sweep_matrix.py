@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 sys.path.insert(0, str(ROOT / "tools"))
-from sweep_cpu import sweep_main  # noqa: E402
+from sweep_cpu import family_plan, sized, sweep_main  # noqa: E402
 
 # (repo id in snapshot/, options added to every run); attention dropout off where the CPU kernel would
 # materialise the probabilities (tools/sweep_cpu.py), eager where transformers' class has no SDPA.
@@ -71,16 +71,11 @@ def runs_of(model: str) -> list[list[str]]:
     out += [["--method", "full", "--precision", "amp"], ["--method", "full", "--precision", "bf16"],
             ["--method", "full", "--precision", "amp", "--grad-ckpt"],
             ["--method", "full", "--precision", "amp", "--adamw-impl", "fused"]]
-    sized = []
-    for i, opts in enumerate(out):
-        tokens, batch = SIZES[i % len(SIZES)]
-        sized.append([*opts, "--tokens", tokens, "--batch", batch])
-    return sized
+    return sized(out, SIZES)
 
 
 def plan(only: str | None = None) -> list[tuple[str, int | None, list[str]]]:
-    return [(model, 2, opts + always) for model, always in FAMILIES if not only or only in model
-            for opts in runs_of(model)]
+    return family_plan(FAMILIES, runs_of, only)
 
 
 def main() -> int:

@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 sys.path.insert(0, str(ROOT / "tools"))
-from sweep_cpu import sweep_main  # noqa: E402
+from sweep_cpu import family_plan, sized, sweep_main  # noqa: E402
 from sweep_matrix import _qv  # noqa: E402
 
 FAMILIES = [
@@ -51,16 +51,11 @@ def runs_of(model: str) -> list[list[str]]:
            ["--precision", "bf16", "--adapter-dtype", "bf16", "--lora-rank", "8"],
            ["--kbit-prep", "--lora-rank", "8", "--lora-targets", _qv(model), "--lora-dropout", "0.05"],
            ["--double-quant", "--grad-ckpt", "--lora-rank", "16"]]
-    sized = []
-    for i, opts in enumerate(out):
-        tokens, batch = SIZES[i % len(SIZES)]
-        sized.append(["--method", "qlora", *opts, "--tokens", tokens, "--batch", batch])
-    return sized
+    return sized(out, SIZES, ("--method", "qlora"))
 
 
 def plan(only: str | None = None) -> list[tuple[str, int | None, list[str]]]:
-    return [(model, 2, opts + always) for model, always in FAMILIES if not only or only in model
-            for opts in runs_of(model)]
+    return family_plan(FAMILIES, runs_of, only)
 
 
 def main() -> int:
