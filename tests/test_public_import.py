@@ -61,6 +61,25 @@ def test_a_quantised_rows_bitsandbytes_release_comes_from_its_framework():
     assert "bnb_version" not in imp.convert(rows["M020"])["setup"]  # the same stack's LoRA: no 4-bit base
 
 
+
+def test_a_stack_pinned_by_the_framework_amends_the_bitsandbytes_release():
+    imp, row = _importer(), _tsv_rows()["M098"]  # "litgpt finetune (Mar 2024)": no release in the framework column
+    assert "bnb_version" not in imp.convert(row)["setup"]
+    got = imp.convert(row, [{"ids": ["M098"], "setup": {"bnb_version": "0.41.0"}, "notes": "pinned"}])
+    assert got["setup"]["bnb_version"] == "0.41.0"
+
+
+def test_litgpt_config_hub_rows_carry_the_step_their_yaml_runs():
+    """The committed rows as the amendments leave them: LitGPT's full.yaml on 4 GPUs accumulates 4 micro-batches
+    (global_batch_size 64 // devices 4 // micro_batch_size 4), and the March 2024 table ran bitsandbytes 0.41.0."""
+    rows = {r["id"]: r for r in map(json.loads, (DATA / "public.jsonl").read_text(encoding="utf-8").splitlines())}
+    for row_id in ("M073", "M076"):
+        assert rows[row_id]["setup"]["grad_accum"] == 4 and rows[row_id]["setup"]["loss"] == "litgpt-chunked"
+        assert rows[row_id]["parallel"] == {"gpus": 4, "strategy": "fsdp", "offload": "none"}
+    for row_id in ("M097", "M098"):
+        assert rows[row_id]["setup"]["loss"] == "litgpt-chunked" and rows[row_id]["setup"]["lora_dropout"] == 0.05
+    assert rows["M098"]["setup"]["bnb_version"] == "0.41.0" and "bnb_version" not in rows["M097"]["setup"]
+
 def test_a_generate_rows_transformers_release_comes_from_its_columns():
     imp, rows = _importer(), _tsv_rows()
     assert imp.convert(rows["M152"])["setup"]["transformers_version"] == "4.32"  # "eager (transformers ~4.32, ..."

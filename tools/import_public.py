@@ -49,7 +49,7 @@ BNB_RELEASE = re.compile(r"\b(?:bitsandbytes|bnb)\s+(\d+\.\d+(?:\.\d+)?)")
 # "transformers 4.35"): before 4.36 generate held two KV caches at the end of a decode step (Job.transformers_version)
 TRANSFORMERS_RELEASE = re.compile(r"transformers ~?(\d+\.\d+(?:\.\d+)?)")
 # What an amendment may set: a setup key the TSV has no column for or states too loosely, a note, the spread.
-AMENDABLE_SETUP = ("lora_dropout", "loss", "grad_accum")
+AMENDABLE_SETUP = ("lora_dropout", "loss", "grad_accum", "bnb_version")
 PARALLEL_KEYS = ("strategy", "offload")
 PARALLEL_CHOICES = ("mixed_units", "sync_each_batch")  # FSDP's, true when given (memory.parallel.Setup)
 
