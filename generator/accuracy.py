@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import re
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -44,7 +43,7 @@ from .accuracy_rows import (  # noqa: F401 - _double_quant: tests reach it here
     tensor_bytes,
     unit_readings,
 )
-from .estimator.memory.job_options import legacy_cache
+from .accuracy_words import SITE_SETUPS, miss_cause, setup_label  # noqa: F401 - SITE_SETUPS: the site reads it here
 from .estimator.memory.recipes import runs_litgpt
 
 DATA_DIR = Path(__file__).resolve().parents[1] / "data" / "measurements"
@@ -95,6 +94,9 @@ class AccuracyTable:
     # Public rows whose source does not say GB or GiB, otherwise comparable: not in any figure above, but judged
     # both ways: (row id, model, method, signed error % if GB, if GiB, what differs as in `misses`)
     unit_ambiguous: tuple[tuple[str, str, str, float, float, str], ...] = ()
+    # Public runs that ran out of memory on a card the estimate says they fit, named as the misses are (issue 13:
+    # every OOM flagged): (row id, model, method, the card judged, estimate bytes, that card's budget bytes, cause)
+    unflagged_oom: tuple[tuple[str, str, str, str, int, int, str], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -107,83 +109,12 @@ class AccuracyTable:
         out["misses"] = [{"id": i, "model": m, "method": k, "error_pct": e, "cause": c} for i, m, k, e, c in self.misses]
         out["unit_ambiguous"] = [{"id": i, "model": m, "method": k, "error_pct_if_gb": gb, "error_pct_if_gib": gib,
                                   "cause": c} for i, m, k, gb, gib, c in self.unit_ambiguous]
+        out["unflagged_oom"] = [{"id": i, "model": m, "method": k, "card": card, "estimate_bytes": e,
+                                 "budget_bytes": b, "cause": c} for i, m, k, card, e, b, c in self.unflagged_oom]
         return out
 
 
 MISS_PCT = 10.0
-
-
-def miss_cause(row: Mapping[str, Any], setup) -> str:
-    """A public row's framework, stack, recipe and metric, in words: what differs from the run the estimator prices
-    (the most likely cause of a miss, named rather than excluded). bitsandbytes before 0.43.2 (July 2024, #1270)
-    saved each 4-bit matmul's input; the estimate follows today's."""
-    m = row.get("measured") or {}
-    parts = [str(row.get("framework") or "framework not stated")]
-    source = str(row.get("source") or "")
-    year = next((y for y in ("2022", "2023", "2024", "2025") if y in str(row.get("notes") or "") + source), "")
-    text = " ".join(str(row.get(k) or "") for k in ("framework", "notes")) + " " + source
-    if setup.method == "qlora" and setup.bnb_version:
-        parts.append(f"priced with bitsandbytes {setup.bnb_version}, whose MatMul4Bit saved each input (--bnb-version)")
-    elif setup.method == "qlora" and (re.search(r"bnb 0\.(3\d|4[0-2])\b|(Jan|Feb|Mar|Apr|May|Jun) 2024", text) or "torchtune" in text
-                                    or year in ("2022", "2023")):
-        parts.append("stack before bitsandbytes 0.43.2, whose MatMul4Bit saved its input (or torchao NF4): the "
-                     "estimate follows today's bitsandbytes")
-    if setup.method == "inference" and setup.transformers_version:
-        parts.append(f"priced with transformers {setup.transformers_version}'s generate"
-                     + (", which held the previous step's KV cache beside the new one (--transformers-version)"
-                        if legacy_cache(setup.transformers_version) else ""))
-    spread = row.get("parallel")
-    if spread:
-        parts.append(f"{spread['strategy']} over {spread['gpus']} GPUs"
-                     + (f" with {spread['offload']} offload" if spread.get("offload", "none") != "none" else "")
-                     + ": the per-GPU peak as memory.parallel shares the job out"
-                     + (f" (the source: {row['notes']})" if row.get("notes") else ""))
-    if "auto_map" in (row.get("config") or {}):
-        parts.append("the snapshot's config is custom code (auto_map), priced as keeping its attention scores; "
-                     "this framework runs its own SDPA implementation" if setup.attention != "sdpa" else
-                     "the snapshot's config is custom code (auto_map), priced as transformers' own class; this "
-                     "framework runs its own model code")
-    parts.append(f"recipe: {setup.method}, {setup.precision}, {setup.optimizer}"
-                 + (", checkpointing" if setup.grad_ckpt else "") + f", {setup.attention or 'sdpa'}")
-    parts.append(f"metric {m.get('metric')}")
-    if str(row.get("trust")) != "A":
-        parts.append(f"trust {row.get('trust')}")
-    return "; ".join(parts)
-
-
-# The setups the site's pages price (estimate.py's profiles): their accuracy line reads these rows.
-SITE_SETUPS = {"full": "full, AMP", "lora": "LoRA, AMP, fp32 adapters, all-linear",
-               "qlora": "QLoRA, AMP, fp32 adapters, all-linear, double quant, checkpointing"}
-
-
-def setup_label(setup) -> str:
-    """A run's setup in words, for the by-setup table: method, precision, an fp32 base, adapters, targets, dropout,
-    checkpointing, attention, optimizer, outputs kept, gradient accumulation (rank, batch and tokens are pooled)."""
-    if setup.method == "inference":
-        return "serving, HF generate" + (", eager" if setup.attention == "eager" else "")
-    words = ["full" if setup.method == "full" else setup.method.replace("qlora", "QLoRA").replace("lora", "LoRA"),
-             {"amp": "AMP", "bf16": "pure bf16", "fp32": "fp32"}[setup.precision]]
-    if setup.method != "full":
-        adapter = setup.adapter_dtype or ("bf16" if setup.precision == "bf16" else "fp32")
-        if getattr(setup, "weights", "") == "fp32":
-            words.append("fp32 base")
-        words += [f"{adapter} adapters", "all-linear" if setup.lora_targets == "all-linear" else "some Linears"]
-        if setup.lora_dropout:
-            words.append("LoRA dropout")
-    if setup.method == "qlora":
-        words += (["double quant"] if getattr(setup, "double_quant", False) else []) \
-            + (["fp32 upcast"] if getattr(setup, "upcast_fp32", False) else [])
-    if setup.grad_ckpt:
-        words.append("checkpointing")
-    if setup.attention == "eager":
-        words.append("eager")
-    if setup.optimizer != "adamw" or setup.adamw_impl != "foreach":
-        words.append(setup.optimizer if setup.optimizer != "adamw" else f"AdamW {setup.adamw_impl}")
-    if getattr(setup, "keep_outputs", False):
-        words.append("outputs kept")
-    if getattr(setup, "grad_accum", 1) > 1:
-        words.append("gradient accumulation")
-    return ", ".join(words)
 
 
 DEFINITIONS = (
@@ -199,6 +130,9 @@ DEFINITIONS = (
     ("oom_rows", "an OOM row is a non-fitting job on every card no larger than its GPU (an emulated card: "
                  "the allocator's limit); public 'fits' rows are not used (fitting a card is not fitting its budget)"),
     ("cpu_sim", "CPU-simulated rows are judged against every card"),
+    ("unflagged_oom", "a public run that ran out of memory, whose estimate is within the budget of the largest card "
+                      "it is judged on: listed with what differs from the run the estimator prices, as the misses "
+                      "over 10% are"),
     ("fitted_constants", "none: every byte count is read off the tensors PyTorch keeps (FINDINGS.md) or a "
                          "library's source, so each family's error is already its leave-one-family-out error"),
     ("setup", "the options of a run in words (method, precision, an fp32 LoRA base, adapters' dtype, LoRA targets, "
@@ -243,6 +177,15 @@ def _oom_cards(row: Mapping[str, Any], cards, context_bytes: int) -> list:
     return [c for c in cards if c.memory_usable_bytes <= limit + context_bytes] if limit else []
 
 
+def _largest_oom_card(row: Mapping[str, Any], budgets, context_bytes: int):
+    """(card, budget) of the largest card an OOM row is judged on (its estimate must be over that budget for every
+    card it is judged on to flag it), or (None, 0) where it is judged on none."""
+    cards = _oom_cards(row, [c for c, _ in budgets], context_bytes)
+    if not cards:
+        return None, 0
+    return max(((c, b) for c, b in budgets if c in cards), key=lambda cb: cb[1])
+
+
 def compute(datasets: Mapping[str, Sequence[Mapping[str, Any]]], settings, estimator_version: str,
             estimate_fn: Callable[[Mapping[str, Any], Any], int | None] = estimate_bytes) -> AccuracyTable:
     """The table for {dataset name: rows}. `estimate_fn(row, assumptions)` defaults to the current estimator."""
@@ -255,6 +198,7 @@ def compute(datasets: Mapping[str, Sequence[Mapping[str, Any]]], settings, estim
     by_family: dict[str, list[tuple[int, int]]] = {}
     misses: list[tuple[str, str, str, float, str]] = []
     unit: list[tuple[str, str, str, float, float, str]] = []
+    unflagged: list[tuple[str, str, str, str, int, int, str]] = []
     excluded: dict[tuple[str, str], int] = {}
     for name in sorted(datasets):
         rows = datasets[name]
@@ -278,6 +222,11 @@ def compute(datasets: Mapping[str, Sequence[Mapping[str, Any]]], settings, estim
                 continue
             assert setup is not None and est is not None
             judged.append((setup.method, measured, est, row))
+            if status == "oom" and measured is None and name == "public":
+                card, budget = _largest_oom_card(row, budgets, s.cuda_context_bytes)
+                if card is not None and est <= budget:
+                    unflagged.append((str(row.get("id")), str(row.get("model")), setup.method, card.name, est, budget,
+                                      miss_cause(row, setup)))
             if measured and name == "public" and abs(est - measured) / measured * 100 > MISS_PCT:
                 misses.append((str(row.get("id")), str(row.get("model")), setup.method,
                                _signed(est, measured), miss_cause(row, setup)))
@@ -313,7 +262,7 @@ def compute(datasets: Mapping[str, Sequence[Mapping[str, Any]]], settings, estim
                          tuple((d, r, n) for (d, r), n in sorted(excluded.items(), key=lambda kv: (kv[0][0], -kv[1], kv[0][1]))),
                          tuple(error_row("cpu-sim", k, v) for k, v in sorted(by_setup.items())),
                          tuple(error_row(k, "training", v) for k, v in sorted(by_family.items())), tuple(misses),
-                         tuple(unit))
+                         tuple(unit), tuple(unflagged))
 
 
 def _signed(estimate: int, measured: int) -> float:
@@ -365,6 +314,9 @@ def render(table: AccuracyTable) -> str:
               for e in table.families]
     lines += ["", f"public rows missed by more than {MISS_PCT:.0f}%, with their named cause:"]
     lines += [f"  {i:<6} {m[:36]:<36} {k:<9} {e:+6.1f}%  {c}" for i, m, k, e, c in table.misses]
+    lines += ["", "public runs that ran out of memory where the estimate fits the card, with their named cause:"]
+    lines += [f"  {i:<6} {m[:36]:<36} {k:<9} {card}: {e / 1e9:.2f} GB estimated, budget {b / 1e9:.2f} GB;  {c}"
+              for i, m, k, card, e, b, c in table.unflagged_oom]
     lines += ["", "public rows whose unit is not stated (in no figure above), the error if GB and if GiB:"]
     lines += [f"  {i:<6} {m[:36]:<36} {k:<9} {gb:+6.1f}% {gib:+6.1f}%  {c}" for i, m, k, gb, gib, c in table.unit_ambiguous]
     if table.excluded:

@@ -177,6 +177,18 @@ def check_page(html: str, table: dict[str, Any]) -> None:
             assert _int(total[3]) == sum(x["jobs"] for x in fits)
             assert _share(total[4]) == (sum(x["nonfit_flagged"] for x in fits), sum(x["nonfit"] for x in fits))
             assert _share(total[5]) == (sum(x["false_wont_fit"] for x in fits), sum(x["fit"] for x in fits))
+    # Public runs out of memory that the estimate does not flag: each with its card, both figures and its cause.
+    oom = table.get("unflagged_oom") or []
+    if oom:
+        listed = [cells for _, cells in _table(page, "Public runs out of memory that the estimate does not flag")]
+        assert [c[0] for c in listed] == [x["id"] for x in oom]
+        for cells, x in zip(listed, oom):
+            assert (cells[1], cells[2], cells[3], cells[6]) == (x["model"], x["method"], x["card"], x["cause"])
+            assert abs(_gb(cells[4]) - x["estimate_bytes"]) <= 0.005 * x["estimate_bytes"], cells
+            assert abs(_gb(cells[5]) - x["budget_bytes"]) <= 0.005 * x["budget_bytes"], cells
+            assert x["estimate_bytes"] <= x["budget_bytes"]
+    else:
+        assert "unflagged-oom" not in page.sections
     # Definitions, fitted constants, excluded rows.
     for key, text in table["definitions"].items():
         assert key in page.sections["definitions"] and text in page.sections["definitions"]

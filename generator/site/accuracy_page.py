@@ -60,6 +60,8 @@ class Accuracy:
     misses: tuple[tuple[str, str, str, float, str], ...] = ()  # public rows over 10%: (id, model, method, %, cause)
     # public rows whose unit is not stated: (id, model, method, % if GB, % if GiB, cause)
     unit_ambiguous: tuple[tuple[str, str, str, float, float, str], ...] = ()
+    # public runs out of memory where the estimate fits: (id, model, method, card, estimate bytes, budget bytes, cause)
+    unflagged_oom: tuple[tuple[str, str, str, str, int, int, str], ...] = ()
 
     def datasets(self) -> list[str]:
         return [d for d, _, _ in self.rows]
@@ -106,6 +108,10 @@ def parse(data: Any, path: Path) -> Accuracy:
                        for x in data.get("misses") or ())
         unit = tuple((str(x["id"]), str(x["model"]), str(x["method"]), float(x["error_pct_if_gb"]),
                       float(x["error_pct_if_gib"]), str(x["cause"])) for x in data.get("unit_ambiguous") or ())
+        oom = tuple((str(x["id"]), str(x["model"]), str(x["method"]), str(x["card"]),
+                     _count(path, "unflagged_oom.estimate_bytes", x["estimate_bytes"]),
+                     _count(path, "unflagged_oom.budget_bytes", x["budget_bytes"]), str(x["cause"]))
+                    for x in data.get("unflagged_oom") or ())
     except KeyError as exc:
         raise _bad(path, str(exc.args[0]), "(missing)", "missing") from None
     except (TypeError, AttributeError) as exc:
@@ -119,7 +125,7 @@ def parse(data: Any, path: Path) -> Accuracy:
         for key in ("budget_bytes", "jobs", "nonfit", "nonfit_flagged", "fit", "false_wont_fit"):
             _count(path, f"fits.{key}", getattr(x, key))
     return Accuracy(str(data.get("estimator_version", "")), rows, errors, fits, definitions, fitted, excluded, setups,
-                    families, misses, unit)
+                    families, misses, unit, oom)
 
 
 @functools.lru_cache(maxsize=4)
@@ -256,5 +262,7 @@ def page_context(table: Accuracy | None) -> dict[str, Any]:
                    for i, m, k, e, c in table.misses],
         "unit_ambiguous": [{"id": i, "model": m, "method": k, "if_gb": f.signed_pct(gb), "if_gib": f.signed_pct(gib),
                             "cause": c} for i, m, k, gb, gib, c in table.unit_ambiguous],
+        "unflagged_oom": [{"id": i, "model": m, "method": k, "card": card, "estimate": f.gb(e), "budget": f.gb(b),
+                           "cause": c} for i, m, k, card, e, b, c in table.unflagged_oom],
         "no_runs": NO_RUNS,
     }
