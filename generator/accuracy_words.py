@@ -13,21 +13,26 @@ from .estimator.memory.job_options import legacy_cache
 def miss_cause(row: Mapping[str, Any], setup) -> str:
     """A public row's framework, stack, recipe and metric, in words: what differs from the run the estimator prices
     (the most likely cause of a miss, named rather than excluded). bitsandbytes before 0.43.2 (July 2024, #1270)
-    saved each 4-bit matmul's input; the estimate follows today's."""
+    saved each 4-bit matmul's input; the estimate follows today's. torchao's LinearNF4 (torchtune's QLoRA) keeps only
+    the weight for backward (torchao/dtypes/nf4tensor.py)."""
     m = row.get("measured") or {}
     parts = [str(row.get("framework") or "framework not stated")]
+    if row.get("cause"):  # what the source itself shows (public-amendments.json)
+        parts.append(f"the source: {row['cause']}")
     source = str(row.get("source") or "")
     year = next((y for y in ("2022", "2023", "2024", "2025") if y in str(row.get("notes") or "") + source), "")
     text = " ".join(str(row.get(k) or "") for k in ("framework", "notes")) + " " + source
     if setup.method == "qlora" and getattr(setup, "weights", "") == "int8":
         parts.append(f"an LLM.int8() base (bitsandbytes {setup.bnb_version or 'release not stated'}), whose "
                      "MatMul8bitLt saves each input")
+    elif setup.method == "qlora" and "torchao" in str((row.get("setup") or {}).get("weights", "")):
+        parts.append("a torchao NF4 base, whose LinearNF4 saves only the weight, as the estimate's bitsandbytes does")
     elif setup.method == "qlora" and setup.bnb_version:
         parts.append(f"priced with bitsandbytes {setup.bnb_version}, whose MatMul4Bit saved each input (--bnb-version)")
-    elif setup.method == "qlora" and (re.search(r"bnb 0\.(3\d|4[0-2])\b|(Jan|Feb|Mar|Apr|May|Jun) 2024", text) or "torchtune" in text
+    elif setup.method == "qlora" and (re.search(r"bnb 0\.(3\d|4[0-2])\b|(Jan|Feb|Mar|Apr|May|Jun) 2024", text)
                                     or year in ("2022", "2023")):
-        parts.append("stack before bitsandbytes 0.43.2, whose MatMul4Bit saved its input (or torchao NF4): the "
-                     "estimate follows today's bitsandbytes")
+        parts.append("stack before bitsandbytes 0.43.2, whose MatMul4Bit saved its input: the estimate follows "
+                     "today's bitsandbytes")
     if setup.method == "inference" and setup.transformers_version:
         parts.append(f"priced with transformers {setup.transformers_version}'s generate"
                      + (", which held the previous step's KV cache beside the new one (--transformers-version)"

@@ -69,6 +69,22 @@ def test_a_stack_pinned_by_the_framework_amends_the_bitsandbytes_release():
     assert got["setup"]["bnb_version"] == "0.41.0"
 
 
+
+def test_a_cause_the_source_shows_is_carried_to_the_rows_miss():
+    """An amendment's `cause` (what the source itself shows differs from the step) rides on the row, and /accuracy/
+    names it first: torchtune's QLoRA tutorial gives 9.13 GB reserved at model init beside the 9.29 GB of training."""
+    from generator.accuracy import miss_cause, setup_of
+
+    imp, row = _importer(), _tsv_rows()["M129"]
+    assert "cause" not in imp.convert(row)
+    got = imp.convert(row, [{"ids": ["M129"], "cause": "first"}, {"ids": ["M129"], "cause": "second"}])
+    assert got["cause"] == "first; second"
+    committed = next(r for r in map(json.loads, (DATA / "public.jsonl").read_text(encoding="utf-8").splitlines())
+                     if r["id"] == "M129")
+    cause = miss_cause(committed, setup_of(committed))
+    assert cause.startswith("torchtune; the source: the reserved training figure (9.29 GB)") and "9.13 GB" in cause
+    assert "LinearNF4 saves only the weight" in cause and "MatMul4Bit" not in cause  # torchao, not bitsandbytes
+
 def test_litgpt_config_hub_rows_carry_the_step_their_yaml_runs():
     """The committed rows as the amendments leave them: LitGPT's full.yaml on 4 GPUs accumulates 4 micro-batches
     (global_batch_size 64 // devices 4 // micro_batch_size 4), and the March 2024 table ran bitsandbytes 0.41.0."""

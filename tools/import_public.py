@@ -153,16 +153,18 @@ def _metric(text: str) -> str:
 def load_amendments(path: Path) -> dict[str, list[dict]]:
     """{row id: its amendments, in file order}. Each amendment names its rows (`ids`) and sets any of: `setup`
     (keys of AMENDABLE_SETUP), `notes` (appended to the row's, after "; "), `parallel` (`strategy`, `offload`,
-    any of PARALLEL_CHOICES; the GPU count is the row's own "Nx"), `inexact: true` (the stated length is a cap the run need not reach: the
-    notes say why). Anything else is refused, naming the amendment and the key."""
+    any of PARALLEL_CHOICES; the GPU count is the row's own "Nx"), `inexact: true` (the stated length is a cap the
+    run need not reach: the notes say why), `cause` (what the source itself shows differs from the step the
+    estimator prices: /accuracy/ names it beside the row's miss). Anything else is refused, naming the amendment and
+    the key."""
     data = json.loads(path.read_text(encoding="utf-8"))
     out: dict[str, list[dict]] = {}
     for n, amendment in enumerate(data["amendments"], 1):
         where = f"{path.name}: amendment {n}"
-        unknown = set(amendment) - {"ids", "setup", "notes", "parallel", "inexact"}
+        unknown = set(amendment) - {"ids", "setup", "notes", "parallel", "inexact", "cause"}
         if unknown or not amendment.get("ids"):
             raise SystemExit(f"{where}: key {sorted(unknown)[0] if unknown else 'ids'!r}: "
-                             "must name its rows (ids) and set only setup, notes, parallel or inexact")
+                             "must name its rows (ids) and set only setup, notes, parallel, inexact or cause")
         if amendment.get("inexact", True) is not True:
             raise SystemExit(f"{where}: inexact {amendment['inexact']!r}: only true (say why in notes)")
         for key in set(amendment.get("setup", {})) - set(AMENDABLE_SETUP):
@@ -285,6 +287,9 @@ def convert(r: dict, amendments: Sequence[dict] = ()) -> dict:
                              "peak_bytes": peak, "value": r["peak_value"] or None, "unit": r["peak_unit"] or None}})
     out["excluded"] = "; ".join(reasons) if reasons else None
     out["notes"] = "; ".join([n for n in [out["notes"]] + [a["notes"] for a in amendments if "notes" in a] if n]) or None
+    causes = [a["cause"] for a in amendments if a.get("cause")]
+    if causes:
+        out["cause"] = "; ".join(causes)
     if spread is not None:
         out["parallel"] = spread
     return out
