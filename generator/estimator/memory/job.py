@@ -12,7 +12,7 @@ Bytes per option, with sources, are in the functions below; `metric` turns tenso
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..config.arch import Arch
 from ..graph.nodes import Graph
@@ -40,7 +40,7 @@ from .layer_terms import (
 )
 from .lora import input_linear_params, target_roles
 from .parallel import Phase, accumulating_phases
-from .recipes import framework_fixed_bytes, framework_layer_bytes, framework_mats, loss_terms
+from .recipes import framework_buffer_bytes, framework_fixed_bytes, framework_layer_bytes, framework_mats, loss_terms
 from .recurrence import (
     chunk_scan_moments,
     mixer_tail,
@@ -183,6 +183,7 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
             first_in = input_linear_params(distinct[layer_index(spec, memo)[0]][0]) if distinct else 0
             copies += 2 * (sum(n * b.matmul for b, n in distinct) - first_in)
             ckpt_copies = (ckpt_copies[0], ckpt_copies[1] + 2 * max((b.matmul for b, _ in distinct), default=0))
+    buffers = framework_buffer_bytes(a, g, job.loss, lora)  # the framework's own model's (torchtune's RoPE caches)
     grad = param_bytes * trainable  # gradients take the trainable weights' dtype
     # Optimizer state per trainable parameter, and the step's temporaries:
     # - adamw (torch.optim.AdamW, foreach on CUDA): exp_avg, exp_avg_sq as zeros_like(param) = 2 x param bytes;
@@ -219,7 +220,8 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
     frozen_embed = 0 if job.upcast_fp32 else T * frozen
     head = T * head_rate
     logits = T * s.logits_bytes * spec.logits
-    head, logits, chunk = loss_terms(a, g, job.loss, job.batch, job.tokens, c, head, logits, lora and mats is not None)
+    head, logits, chunk = loss_terms(a, g, job.loss, job.batch, job.tokens, c, head, logits, lora and mats is not None,
+                                     r.trained)
     # overhead by how it shares out over GPUs (parallel.Phase): autocast's copies of the weights; what every
     # process holds whole (the dequantised layer, the chunked loss's transient)
     dequant = dequant_transient_bytes(g, job.storage, c, mats)
@@ -370,7 +372,8 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
                                  gradients=first_grads + made_after - param_bytes * last_linear_params(distinct[k][0]),
                                  activations=B * (first_inputs + layer[k] + extra) + fixed[k], overhead_fixed=dequant,
                                  experts=fixed[k], overhead_weights=ckpt_copies[1] - freed))
-        out.append(accumulating_phases((*phases, *closing), grad) if job.grad_accum > 1 else (*phases, *closing))
+        every = [replace(p, overhead_fixed=p.overhead_fixed + buffers) for p in (*phases, *closing)]
+        out.append(accumulating_phases(tuple(every), grad) if job.grad_accum > 1 else tuple(every))
     return out, trainable, c, param_bytes
 
 

@@ -12,7 +12,7 @@ from ...errors import JobError
 from ..config.arch import Arch
 from ..graph.nodes import Graph
 from .attention import default_attention
-from .recipes import LITGPT_LOSS, RECIPES, framework_attention, framework_model
+from .recipes import LITGPT_LOSS, RECIPES, TORCHTUNE_LOSS, framework_attention, framework_model
 
 # The values each option of a Job takes (validate)
 METHODS = ("full", "lora", "qlora", "inference")
@@ -28,7 +28,7 @@ ADAPTER_DTYPES = tuple(ADAPTER_BYTES)
 
 # How the loss meets the logits: transformers' ForCausalLMLoss (F1: 12 B per logit), TRL's chunked_nll (one
 # checkpointed 256-token chunk of fp32 logits at a time), LitGPT's chunked_cross_entropy (bf16 logits kept).
-LOSSES = ("hf", "trl-chunked", LITGPT_LOSS)
+LOSSES = ("hf", "trl-chunked", LITGPT_LOSS, TORCHTUNE_LOSS)
 
 # Which kernels save the tensors: CUDA's (the estimate), or the CPU's (the simulation harness): CPU dropout masks
 # take the input's dtype and CPU autocast runs layer_norm in bf16 (data/measurements/FINDINGS.md F8).

@@ -3,7 +3,8 @@
 A recipe is a set of job_options.Job fields; the explicit flags override it (Job.with_recipe). Each field below cites the
 file it was read from (pinned where the snapshot was read: trl f2cd577 = 1.10.0.dev0, 2026-07-24; litgpt 2685705,
 2026-06-29; peft 0.21.2 and transformers 5.24.0 as installed; bitsandbytes 95f9af3 = 0.50.2.dev0; axolotl 067b021,
-2026-07-24; unsloth 015bdef, 2026-08-22, with unsloth-zoo ce232d6, 2026-08-20).
+2026-07-24; unsloth 015bdef, 2026-08-22, with unsloth-zoo ce232d6, 2026-08-20; torchtune bd2a0fc,
+2026-04-23).
 What a recipe does not say (tokens, batch) stays the job's.
 """
 
@@ -37,6 +38,12 @@ LITGPT_CHUNK_TOKENS = 128
 # LitGPT's loss: model(..., lm_head_chunk_size=128) exists only in LitGPT's own GPT, so a job with it runs LitGPT's
 # model code (the framework_* functions below), not transformers' class for the config.
 LITGPT_LOSS = "litgpt-chunked"
+
+# torchtune's LinearCrossEntropyLoss (torchtune/modules/loss/cross_entropy_loss.py, num_output_chunks=8): the model
+# skips its output layer (set_model_output), the loss copies the valid tokens' hidden states (index_select) and runs
+# the projection and an fp32 cross-entropy per chunk, none of them checkpointed.
+TORCHTUNE_LOSS = "torchtune-linear-ce"
+TORCHTUNE_CHUNKS = 8
 
 
 @dataclass(frozen=True)
@@ -155,13 +162,24 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
             "whole; priced as TRL's 256-token chunks)",
             "unsloth-zoo unsloth_zoo/gradient_checkpointing.py UnslothCheckpointFunction: every checkpointed layer "
             "input but the last is copied to pinned CPU buffers (not modelled: priced on the GPU)")),
-    Recipe("torchtune", "torchtune's LoRA recipes: dtype bf16 everywhere, adapters in bf16, no LoRA dropout, "
-                        "activation checkpointing on",
-           (("method", "lora"), ("precision", "bf16"), ("adapter_dtype", "bf16"), ("lora_dropout", 0.0),
-            ("grad_ckpt", True), ("optimizer", "adamw"), ("keep_outputs", False), ("loss", "hf")),
-           ("torchtune recipes/configs/llama3_2/3B_lora_single_device.yaml: dtype bf16, lora_dropout 0.0, "
-            "enable_activation_checkpointing True (its CEWithChunkedOutputLoss is not modelled: priced as HF's "
-            "loss, an upper bound)",)),
+    Recipe("torchtune", "torchtune's LoRA recipe on its own model code: dtype bf16 everywhere, LoRA r=64 on q, v, "
+                        "the output projection and the MLP, no dropout, activation checkpointing, fused AdamW, 8 "
+                        "micro-batches per step, its LinearCrossEntropyLoss (8 chunks, fp32 log-softmax kept), k and "
+                        "v expanded to every query head, fp32 RoPE caches",
+           (("method", "lora"), ("precision", "bf16"), ("adapter_dtype", "bf16"), ("lora_rank", 64),
+            ("lora_targets", "q,v,o,mlp"), ("lora_dropout", 0.0), ("grad_ckpt", True), ("optimizer", "adamw-fused"),
+            ("keep_outputs", False), ("loss", TORCHTUNE_LOSS), ("grad_accum", 8)),
+           ("torchtune recipes/configs/llama3_2/3B_lora_single_device.yaml (bd2a0fc, 2026-04-23): "
+            "lora_attn_modules [q_proj, v_proj, output_proj], apply_lora_to_mlp True, lora_rank 64, lora_alpha 128, "
+            "lora_dropout 0.0 (L24-28), AdamW fused True (L60), loss LinearCrossEntropyLoss (L68), "
+            "gradient_accumulation_steps 8 (L73), dtype bf16 (L87), enable_activation_checkpointing True (L90)",
+            "torchtune recipes/lora_finetune_single_device.py: loss_fn.set_model_output(model) (the model skips its "
+            "output layer), _loss_step: outputs = model(**batch); loss = loss_fn(outputs, labels); del outputs",
+            "torchtune/modules/loss/cross_entropy_loss.py LinearCrossEntropyLoss: index_select of the valid tokens' "
+            "hidden states, tensor_split into 8 chunks, F.cross_entropy(linear(chunk).float()) per chunk",
+            "torchtune/modules/attention.py MultiHeadAttention.forward: k, v .expand(...).flatten(1, 2) before SDPA; "
+            "torchtune/models/*/_component_builders.py: one RoPE module per LoRA attention layer (one for the model "
+            "in Llama 3.1 and 3.2)")),
 )}
 
 
@@ -172,6 +190,17 @@ def recipe(name: str) -> Recipe | None:
 def runs_litgpt(loss: str) -> bool:
     """Whether a job with this loss (Job.loss) runs LitGPT's own model code."""
     return loss == LITGPT_LOSS
+
+
+def runs_torchtune(loss: str) -> bool:
+    """Whether a job with this loss runs torchtune's own model code: LinearCrossEntropyLoss takes over the output
+    layer of torchtune's TransformerDecoder (set_model_output), which no other framework's model has."""
+    return loss == TORCHTUNE_LOSS
+
+
+def own_model(loss: str) -> str:
+    """The framework whose own model code a job with this loss runs ("" where it is transformers' class)."""
+    return "LitGPT" if runs_litgpt(loss) else "torchtune" if runs_torchtune(loss) else ""
 
 
 def framework_model(a: Arch, g: Graph, loss: str) -> tuple[Arch, Graph]:
@@ -192,8 +221,10 @@ def framework_attention(a: Arch, loss: str) -> str:
     """The attention a job runs by default where its framework runs its own model ("" where transformers' class
     decides: attention.default_attention). LitGPT's CausalSelfAttention calls SDPA whatever the checkpoint's own
     code did, and computes the scores itself only with logit soft-capping (gemma-2's attn_logit_softcapping;
-    litgpt/model.py scaled_dot_product_attention)."""
-    if not runs_litgpt(loss):
+    litgpt/model.py scaled_dot_product_attention). torchtune's MultiHeadAttention calls SDPA too
+    (torchtune/modules/attention_utils.py _sdpa_or_flex_attention), its gemma-2 attention computes soft-capped
+    scores itself (torchtune/models/gemma2/_attention.py)."""
+    if not (runs_litgpt(loss) or runs_torchtune(loss)):
         return ""
     return "eager" if a.raw.get("attn_logit_softcapping") else "sdpa"
 
@@ -213,11 +244,16 @@ def framework_layer_bytes(a: Arch, b: Block, r: Regime, roles: frozenset[str] | 
       output (the adapted widths) for its backward; one lora_dropout serves the fused Linear, where peft drops
       each adapted projection's input on its own;
     - its MLP's GELU is one fused op (GptNeoxMLP: F.gelu(x, approximate=config.gelu_approximate)), where
-      transformers' Python-written gelu_new keeps three more MLP-wide tensors (activations.PYTHON_GELU)."""
-    if not runs_litgpt(loss) or not a.heads or not b.attn:
+      transformers' Python-written gelu_new keeps three more MLP-wide tensors (activations.PYTHON_GELU).
+    torchtune's MultiHeadAttention (torchtune/modules/attention.py forward, bd2a0fc) has separate q, k, v Linears and
+    peft's one LoRA dropout per adapted Linear (torchtune/modules/peft/lora.py), but it too expands k and v to every
+    query head before SDPA (k.unsqueeze(2).expand(...).flatten(1, 2), a copy SDPA saves): that term alone (F32)."""
+    if not (runs_litgpt(loss) or runs_torchtune(loss)) or not a.heads or not b.attn:
         return 0
     c, q, kv = r.compute_bytes, a.heads * a.head_dim, a.kv_heads * a.head_dim
     repeats = attention == "sdpa" and not _masked_by_transformers(a, b, r, tokens)
+    if runs_torchtune(loss):
+        return 2 * (q - kv) * c if repeats else 0
     keep = (q + kv) * c if kv == q else 2 * (q - kv) * c if repeats else 0
     if mlp_act(a) in PYTHON_GELU:
         keep -= python_gelu_bytes(b, c)
@@ -248,6 +284,29 @@ def framework_fixed_bytes(a: Arch, b: Block, r: Regime, loss: str, attention: st
     return tokens * tokens * r.compute_bytes
 
 
+# torchtune's RoPE modules whose cache holds cos and sin of the whole head dim, [max_seq_len, 2 x head_dim]
+# (Qwen2RotaryPositionalEmbeddings, Phi3RotaryPositionalEmbeddings: models/qwen2/_positional_embeddings.py,
+# models/phi3/_position_embeddings.py build_rope_cache); the others' is [max_seq_len, head_dim // 2, 2]
+# (modules/position_embeddings.py RotaryPositionalEmbeddings, models/llama3_1/_position_embeddings.py).
+TORCHTUNE_WIDE_ROPE = frozenset({"qwen2", "qwen3", "phi3"})
+
+
+def framework_buffer_bytes(a: Arch, g: Graph, loss: str, lora: bool) -> int:
+    """Buffers the framework's own model holds beyond transformers' class, in every phase and whole on every GPU.
+    torchtune's RoPE modules cache cos and sin in fp32 for every position up to the model's max_seq_len (beside a
+    theta of head_dim / 2). Its LoRA builders make one RoPE module per attention layer (lora_llama2_self_attention,
+    lora_qwen2_self_attention, ...: torchtune/models/*/_component_builders.py), but Llama 3.1's and 3.2's
+    (Llama3ScaledRoPE, rope_scaling "llama3"), and every full builder, one for the whole model: Qwen2.5-3B's LoRA
+    holds 36 caches of 32,768 x 256 fp32, 1.21 GB (F32)."""
+    if not runs_torchtune(loss) or a.position != "rope" or not a.head_dim:
+        return 0
+    dim = a.rotary_dims or a.head_dim
+    cache = 4 * a.max_context * dim * (2 if a.model_type in TORCHTUNE_WIDE_ROPE else 1) + 4 * (dim // 2)
+    scaling = a.raw.get("rope_scaling") or a.raw.get("rope_parameters") or {}
+    shared = not lora or scaling.get("rope_type", scaling.get("type")) == "llama3"
+    return cache * (1 if shared else sum(n for b, n in g.spec.distinct_layers if b.attn))
+
+
 def _masked_by_transformers(a: Arch, b: Block, r: Regime, tokens: int) -> bool:
     """transformers passes SDPA a mask in this layer: the windows masked_sdpa_terms prices at these tokens."""
     return any(window <= tokens for window, _, _ in masked_sdpa_windows(a, b, r))
@@ -267,7 +326,7 @@ def framework_mats(a: Arch, loss: str, mats: dict[tuple[int, int, int], int] | N
 
 
 def loss_terms(a: Arch, g: Graph, loss: str, batch: int, tokens: int, c: int, head: int,
-               logits: int, quantised: bool = False) -> tuple[int, int, int]:
+               logits: int, quantised: bool = False, trained: bool = False) -> tuple[int, int, int]:
     """(head per sample, logits per sample, a batch-wide chunk transient) for a job's loss (Job.loss) at its batch and tokens.
     - hf: transformers' ForCausalLMLoss, s.logits_bytes per logit (F1).
     - trl-chunked: TRL's _chunked_cross_entropy_loss checkpoints each 256-token chunk: per chunk h.float() @
@@ -277,13 +336,26 @@ def loss_terms(a: Arch, g: Graph, loss: str, batch: int, tokens: int, c: int, he
       chunked_cross_entropy keeps each chunk's log_softmax output (no upcast under bf16-true): 2c per logit, and
       one chunk's two gradients in the backward. On a quantised base (`quantised`, framework_mats) the head's
       weight is dequantised for each chunk's backward matmul, when that chunk's log_softmax output is freed and its
-      logits' gradient is the one left: the larger of the two moments."""
+      logits' gradient is the one left: the larger of the two moments.
+    - torchtune-linear-ce: torchtune's LinearCrossEntropyLoss keeps the hidden states' index_select copy (read by
+      each chunk's projection) and every chunk's fp32 log_softmax output (F.cross_entropy on logits.float(); the bf16
+      logits and their fp32 copy are freed once it has run), 4 x V per token; the copy is saved only where the
+      projection trains, in place of the normed hidden state transformers' head saves. Of the batch's tokens split
+      in 8, the larger of two moments: a chunk's backward, its two fp32 gradients (8 x V per token of the chunk), and
+      the last chunk's forward, its bf16 logits and their fp32 copy (6 x V) beside the normed hidden state the
+      recipe holds as `outputs` and, under a frozen projection, the copy (F32)."""
     spec = g.spec
     if loss == "hf":
         return head, logits, 0
     if loss == "trl-chunked":
         chunk = min(batch * tokens, TRL_CHUNK_TOKENS)
         return head - logits, 0, 16 * chunk * spec.logits + 4 * spec.logits * (a.embed_dim or a.hidden)
+    if loss == TORCHTUNE_LOSS:
+        kept = tokens * 4 * spec.logits
+        chunk = -(-batch * tokens // TORCHTUNE_CHUNKS)
+        hidden = batch * tokens * c * (a.embed_dim or a.hidden)
+        last = 6 * chunk * spec.logits + (1 if trained else 2) * hidden
+        return head - logits + kept, kept, max(8 * chunk * spec.logits, last)
     kept = tokens * 2 * c * spec.logits
     dequant = c * spec.vocab * (a.embed_dim or a.hidden) if quantised else 0
     return head - logits + kept, kept, max(2 * c * min(tokens, LITGPT_CHUNK_TOKENS) * spec.logits, dequant)
