@@ -59,7 +59,8 @@ def add_setup_arguments(p: argparse.ArgumentParser) -> None:
     ex.add_argument("--scan", choices=j.SCANS,
                     help="a Mamba or Gated DeltaNet mixer's scan: fused (mamba-ssm's or flash-linear-attention's "
                          "kernels, the default on a GPU) or torch (transformers' own code, which runs without them)")
-    ex.add_argument("--lora-targets", metavar="NAMES", help="all-linear, or comma-separated module names (q_proj,v_proj)")
+    ex.add_argument("--lora-targets", metavar="NAMES", help="all-linear, peft-default (peft's own for the model "
+                    "type, where a run names none), or comma-separated module names (q_proj,v_proj)")
     ex.add_argument("--new-tokens", type=int, metavar="N", help="tokens generated after the prompt (inference)")
     ex.add_argument("--attention", choices=j.ATTENTIONS,
                     help="default: the model class's (eager where transformers' class has no SDPA, and for custom "

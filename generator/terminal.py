@@ -75,7 +75,8 @@ def _job_line(m) -> Text:
     if job["method"] != "full":
         what.append(f"{job['weights']} base")
     if job["method"] in ("lora", "qlora"):
-        what.append(f"r={job['lora_rank']} on {job['lora_targets']}")
+        targets = job["lora_targets"]
+        what.append(f"r={job['lora_rank']} on " + ("peft's default targets" if targets == "peft-default" else targets))
     if job["method"] != "inference":
         what.append(job["optimizer"] + (", checkpointed" if job["grad_ckpt"] else ""))
     if job.get("grad_accum", 1) > 1:

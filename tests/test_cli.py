@@ -360,6 +360,17 @@ def test_a_lora_recipe_prices_lora_unless_told_otherwise(capsys, name):
     assert code == 0 and json.loads(out)["memory"]["job"]["method"] == "full"
 
 
+def test_trl_sft_adapts_peft_default_targets(capsys):
+    """TRL's SFT leaves lora_target_modules None, so peft adapts its own targets for the model type: the recipe
+    prices those (q and v on a llama), said as such, not every Linear; --lora-targets overrides."""
+    code, out, _ = run(capsys, SEED, "--json", "--recipe", "trl-sft")
+    job = json.loads(out)["memory"]["job"]
+    assert code == 0 and job["lora_targets"] == "peft-default"
+    code, text, _ = run(capsys, SEED, "--recipe", "trl-sft")
+    assert code == 0 and "peft's default targets" in " ".join(text.split())
+    _, every, _ = run(capsys, SEED, "--json", "--recipe", "trl-sft", "--lora-targets", "all-linear")
+    assert json.loads(every)["memory"]["peak_bytes"] > json.loads(out)["memory"]["peak_bytes"]
+
 def test_lora_dropout_and_fp32_adapters_cost_memory(capsys):
     def peak(*flags):
         _, out, _ = run(capsys, SEED, "--json", "--method", "lora", "--precision", "bf16", *flags)

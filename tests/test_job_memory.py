@@ -177,6 +177,26 @@ def test_lora_targets_and_rank():
         mem(method="lora", lora_targets="gate_proj", tokens=512).peak_bytes
 
 
+
+def test_peft_default_targets_follow_peft_per_model_type():
+    """peft-default: peft's own targets where a run names none (TRL's default, lora_target_modules None;
+    peft/utils/constants.py TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING): q and v for llama, the fused
+    query_key_value for gpt_neox, BERT's query and value; a model type peft does not map is refused by name."""
+    from generator.estimator.memory.lora import target_roles
+
+    a, g = _ag(LLAMA)
+    assert target_roles(a, g, "peft-default", "m") == frozenset({"q", "v"})
+    assert mem(method="lora", lora_targets="peft-default", tokens=512) == \
+        mem(method="lora", lora_targets="q_proj,v_proj", tokens=512)
+    neox = {**LLAMA, "model_type": "gpt_neox", "rotary_pct": 0.25, "use_parallel_residual": True}
+    assert target_roles(*_ag(neox), "peft-default", "m") == frozenset({"qkv"})
+    bert = {"model_type": "bert", "hidden_size": 256, "intermediate_size": 1024, "num_hidden_layers": 2,
+            "num_attention_heads": 4, "vocab_size": 1000, "max_position_embeddings": 512}
+    assert target_roles(*_ag(bert), "peft-default", "m") == frozenset({"q", "v"})
+    assert target_roles(*_ag(bert), "dense", "m") == frozenset({"o", "up", "down"})  # BERT's three `dense`
+    with pytest.raises(JobError, match="peft has no default LoRA targets for a phi3 model"):
+        mem({**LLAMA, "model_type": "phi3"}, method="lora", lora_targets="peft-default", tokens=64)
+
 def test_gradient_checkpointing_keeps_layer_inputs():
     plain = parts(mem(tiny_qwen2(), tokens=2048, batch=2))
     ckpt = parts(mem(tiny_qwen2(), tokens=2048, batch=2, grad_ckpt=True))

@@ -86,10 +86,34 @@ FAMILY_NAMES = {
     "opt": {"o": "out_proj", "up": "fc1", "down": "fc2"},
     "gptj": {"o": "out_proj", "up": "fc_in", "down": "fc_out"},
     "phi": {"o": "dense", "up": "fc1", "down": "fc2"},
+    # transformers' BertSelfAttention query/key/value, BertSelfOutput, BertIntermediate and BertOutput all `dense`
+    **dict.fromkeys(("bert", "roberta", "xlm-roberta", "electra"), {"q": "query", "k": "key", "v": "value",
+                                                                   "o": "dense", "up": "dense", "down": "dense"}),
+    # ChatGLM's own code (modeling_chatglm.py): one fused query_key_value, dense, dense_h_to_4h, dense_4h_to_h
+    "chatglm": {"q": "query_key_value", "k": "query_key_value", "v": "query_key_value", "o": "dense",
+                "gate_up": "dense_h_to_4h", "down": "dense_4h_to_h"},
 }
 
 
 MLP_ROLES = frozenset({"gate", "up", "down", "gate_up"})
+
+# peft's own LoRA targets where a run names none (peft 0.21.2 peft/utils/constants.py
+# TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING, read by peft/tuners/lora/model.py _prepare_adapter_config):
+# TRL leaves lora_target_modules None by default (trl/trainer/model_config.py), so its LoRA runs adapt these. A model
+# type missing here makes peft raise ("Please specify `target_modules`").
+PEFT_DEFAULT = "peft-default"
+PEFT_DEFAULT_TARGETS = {
+    **dict.fromkeys(("bart", "opt", "gptj", "gpt_neo", "llama", "llama4", "mistral", "mixtral", "stablelm", "gemma",
+                     "gemma2", "gemma3_text", "gemma4", "qwen2", "qwen3"), "q_proj,v_proj"),
+    **dict.fromkeys(("bloom", "gpt_neox", "chatglm", "RefinedWebModel", "RefinedWeb", "falcon"), "query_key_value"),
+    **dict.fromkeys(("gpt2", "gpt_bigcode"), "c_attn"),
+    **dict.fromkeys(("t5", "mt5"), "q,v"),
+    **dict.fromkeys(("bert", "roberta", "xlm-roberta", "electra", "layoutlm"), "query,value"),
+    "blip-2": "q,v,q_proj,v_proj", "deberta-v2": "query_proj,value_proj", "deberta": "in_proj", "mpt": "Wqkv",
+    "btlm": "c_proj,c_attn", "codegen": "qkv_proj", "phi": "q_proj,v_proj,fc1,fc2",
+    "nemotron_h": "q_proj,k_proj,v_proj,o_proj", "rwkv": "key,value,receptance,output",
+    "rwkv7": "r_proj,k_proj,v_proj,o_proj,key,value",
+}
 
 
 # peft 0.21 on transformers 5 (peft/utils/transformers_weight_conversion.py convert_peft_config_for_transformers,
@@ -166,17 +190,24 @@ def block_lora_params(b: Block, rank: int, roles: frozenset[str] | None) -> int:
 
 
 def target_roles(a: Arch, g: Graph, targets: str, model: str) -> frozenset[str] | None:
-    """The roles the comma list names (None: all-linear). `mlp` is torchtune's apply_lora_to_mlp (every MLP
-    Linear). A name no Linear of this model carries is an error, never a silent default."""
+    """The roles the comma list names (None: all-linear; peft-default: peft's own for the model type). `mlp` is
+    torchtune's apply_lora_to_mlp (every MLP Linear). A name no Linear of this model carries is an error, never a
+    silent default."""
     if targets == "all-linear":
         return all_linear_roles(a)
+    if targets == PEFT_DEFAULT:
+        if a.model_type not in PEFT_DEFAULT_TARGETS:
+            raise JobError(model, "lora_targets", targets, f"peft has no default LoRA targets for a {a.model_type} "
+                                                           "model (it asks for target_modules): name them")
+        targets = PEFT_DEFAULT_TARGETS[a.model_type]
     spec = g.spec
     pattern = FUSED_EXPERTS.get(a.model_type, "")
     expert_names = EXPERT_NAMES.get(pattern, {})
     moe = any(p.type.startswith("MoE") for b in spec.blocks for p in b.parts)
     present = {role for b in spec.blocks for p in b.parts for role in linear_roles(p)} - {"linear"}
     plain = any(p.type == "MLP" for b in spec.blocks for p in b.parts)
-    names = {**NAMES, **({"up": "fc1", "down": "fc2"} if plain else {}), **FAMILY_NAMES.get(a.family, {})}
+    names = {**NAMES, **({"up": "fc1", "down": "fc2"} if plain else {}), **FAMILY_NAMES.get(a.family, {}),
+             **FAMILY_NAMES.get(a.model_type, {})}
     roles: set[str] = set()
     for name in (t.strip() for t in targets.split(",")):
         hit: set[str] | frozenset[str]

@@ -25,6 +25,7 @@ from .activations import (
     mlp_act,
     python_gelu_bytes,
 )
+from .lora import PEFT_DEFAULT
 
 # TRL SFTTrainer's default loss_type "chunked_nll" (trl/trainer/sft_trainer.py _chunked_cross_entropy_loss,
 # _CHUNKED_LM_HEAD_CHUNK_SIZE = 256): each chunk of 256 tokens' fp32 logits (h.float() @ w.float().t()) lives only
@@ -67,13 +68,17 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
             "_cast_adapter_dtype: bf16/fp16 adapters are upcast to fp32",
             "peft/tuners/lora/config.py LoraConfig: lora_dropout = 0.0")),
     Recipe("trl-sft", "TRL SFTTrainer with a bf16 base and LoRA: bf16 autocast, gradient checkpointing on, "
-                      "chunked cross-entropy (256 tokens), LoRA dropout 0.05",
+                      "chunked cross-entropy (256 tokens), LoRA dropout 0.05 on peft's default targets (q and v "
+                      "for most decoders)",
            (("method", "lora"), ("precision", "amp"), ("adapter_dtype", "fp32"), ("lora_dropout", 0.05),
-            ("grad_ckpt", True), ("optimizer", "adamw-fused"), ("keep_outputs", False), ("loss", "trl-chunked")),
+            ("lora_targets", PEFT_DEFAULT), ("grad_ckpt", True), ("optimizer", "adamw-fused"),
+            ("keep_outputs", False), ("loss", "trl-chunked")),
            ("trl/trainer/base_config.py: gradient_checkpointing = True, bf16 defaults to True",
             "trl/trainer/sft_config.py: loss_type defaults to 'chunked_nll'; trl/trainer/sft_trainer.py "
             "_CHUNKED_LM_HEAD_CHUNK_SIZE = 256",
-            "trl/trainer/model_config.py: lora_r 16, lora_alpha 32, lora_dropout 0.05")),
+            "trl/trainer/model_config.py: lora_r 16, lora_alpha 32, lora_dropout 0.05, lora_target_modules None, "
+            "so peft adapts its own targets for the model type (peft/tuners/lora/model.py _prepare_adapter_config: "
+            "q_proj and v_proj for llama, mistral, qwen2, gemma; query_key_value for gpt_neox, falcon)")),
     Recipe("trl-sft-qlora", "QLoRA as the QLoRA paper and peft's guide run it under TRL: nf4 base with double "
                             "quantisation, prepare_model_for_kbit_training (every non-quantised parameter upcast to "
                             "fp32, gradient checkpointing on), paged AdamW 32-bit, LoRA dropout 0.05",
