@@ -123,7 +123,8 @@ def test_routed_experts_keep_each_tokens_input_and_output():
 def test_axolotl_changes_checkpointing_optimizer_and_dropout_from_hf_trainer():
     hf, ax = Job.from_options("hf-trainer", method="lora"), Job.from_options("axolotl", method="lora")
     moved = {f for f in Job.__dataclass_fields__ if getattr(hf, f) != getattr(ax, f)}
-    assert moved == {"recipe", "grad_ckpt", "optimizer", "lora_dropout", "attention"}
+    assert moved == {"recipe", "grad_ckpt", "optimizer", "lora_dropout", "attention", "lora_rank", "lora_targets"}
+    assert (hf.lora_rank, hf.lora_targets, ax.lora_rank, ax.lora_targets) == (8, "peft-default", 16, "all-linear")
     assert (ax.grad_ckpt, ax.optimizer, ax.lora_dropout, ax.attention) == (True, "adamw8bit", 0.05, "sdpa")
     q = Job.from_options("axolotl-qlora")
     assert (q.method, q.storage, q.double_quant, q.upcast_fp32, q.lora_rank) == ("qlora", "nf4", True, False, 32)

@@ -57,16 +57,19 @@ class Recipe:
 
 RECIPES: dict[str, Recipe] = {r.name: r for r in (
     Recipe("hf-trainer", "transformers Trainer(bf16=True): autocast over fp32 trainable weights, peft's fp32 "
-                         "adapters on a bf16 base, fused AdamW, the loss taken out of the outputs",
-           (("precision", "amp"), ("adapter_dtype", "fp32"), ("lora_dropout", 0.0), ("optimizer", "adamw-fused"),
-            ("grad_ckpt", False), ("keep_outputs", False), ("loss", "hf")),
+                         "adapters on a bf16 base with LoraConfig's defaults (r 8 on peft's default targets, no "
+                         "dropout), fused AdamW, the loss taken out of the outputs",
+           (("precision", "amp"), ("adapter_dtype", "fp32"), ("lora_rank", 8), ("lora_targets", PEFT_DEFAULT),
+            ("lora_dropout", 0.0), ("optimizer", "adamw-fused"), ("grad_ckpt", False), ("keep_outputs", False),
+            ("loss", "hf")),
            ("transformers/training_args.py: bf16 -> torch.autocast(bfloat16); optim defaults to adamw_torch_fused "
             "for torch >= 2.8; gradient_checkpointing defaults to False",
             "transformers/trainer.py compute_loss: returns outputs['loss'] only, the outputs are dropped before "
             "backward",
             "peft/mapping_func.py get_peft_model(autocast_adapter_dtype=True); peft/tuners/tuners_utils.py "
             "_cast_adapter_dtype: bf16/fp16 adapters are upcast to fp32",
-            "peft/tuners/lora/config.py LoraConfig: lora_dropout = 0.0")),
+            "peft/tuners/lora/config.py LoraConfig: r = 8, lora_dropout = 0.0, target_modules None (peft's own "
+            "for the model type: peft/tuners/lora/model.py _prepare_adapter_config)")),
     Recipe("trl-sft", "TRL SFTTrainer with a bf16 base and LoRA: bf16 autocast, gradient checkpointing on, "
                       "chunked cross-entropy (256 tokens), LoRA dropout 0.05 on peft's default targets (q and v "
                       "for most decoders)",
@@ -122,7 +125,8 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
             "Linear4bit (framework_mats)")),
     Recipe("axolotl", "axolotl's LoRA example (examples/llama-3/lora-1b.yml): bf16 base, fp32 adapters under bf16 "
                       "autocast, LoRA dropout 0.05, gradient checkpointing (non-reentrant), bitsandbytes 8-bit AdamW, "
-                      "flash-attention 2; vs hf-trainer: checkpointing, the 8-bit optimizer and LoRA dropout",
+                      "flash-attention 2; vs hf-trainer: checkpointing, the 8-bit optimizer, LoRA dropout, and r 16 "
+                      "on every Linear where LoraConfig's defaults adapt r 8 on peft's default targets",
            (("method", "lora"), ("precision", "amp"), ("adapter_dtype", "fp32"), ("lora_rank", 16),
             ("lora_targets", "all-linear"), ("lora_dropout", 0.05), ("grad_ckpt", True), ("optimizer", "adamw8bit"),
             ("attention", "sdpa"), ("keep_outputs", False), ("loss", "hf")),
