@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""torchtune's own LoRA step, simulated on fake CPU tensors, beside the estimator's `--recipe torchtune` (FINDINGS.md F32).
+"""torchtune's own LoRA step, simulated on fake CPU tensors, beside the estimator's `--recipe torchtune` (F32).
 
     git clone https://github.com/pytorch/torchtune /tmp/torchtune && git -C /tmp/torchtune checkout bd2a0fc
     .venv/bin/python tools/sim_torchtune.py --torchtune /tmp/torchtune llama3_2 lora_llama3_2_3b \

@@ -198,7 +198,8 @@ def target_roles(a: Arch, g: Graph, targets: str, model: str) -> frozenset[str] 
     if targets == PEFT_DEFAULT:
         if a.model_type not in PEFT_DEFAULT_TARGETS:
             raise JobError(model, "lora_targets", targets, f"peft has no default LoRA targets for a {a.model_type} "
-                                                           "model (it asks for target_modules): name them")
+                                                           "model (it asks for target_modules): name them with "
+                                                           "--lora-targets")
         targets = PEFT_DEFAULT_TARGETS[a.model_type]
     spec = g.spec
     pattern = FUSED_EXPERTS.get(a.model_type, "")
