@@ -16,6 +16,7 @@ from generator.estimator.graph.nodes import build_graph
 from generator.estimator.memory.activations import frozen_mlp_backward_bytes, last_linear_part, regime
 from generator.estimator.memory.recipes import (
     TORCHTUNE_LOSS,
+    dequant_bytes_per_weight,
     framework_attention,
     framework_buffer_bytes,
     framework_layer_bytes,
@@ -103,6 +104,17 @@ def test_torchtune_expands_k_and_v_and_runs_sdpa():
     assert (own_model(TORCHTUNE_LOSS), own_model("litgpt-chunked"), own_model("hf")) == ("torchtune", "LitGPT", "")
 
 
+def test_torchaos_nf4_decoding_holds_fourteen_bytes_a_weight():
+    """torchtune's QLoRA dequantises torchao's NF4Tensor in torch ops (get_original_weight): int64 indices of both
+    nibbles, their table values, the scaled values and the stacked result, 8 + 3 x 2 B per weight at once, where
+    bitsandbytes writes the bf16 weight alone. The 2-layer Llama-2-7B runs of cpu-sim-torchtune.jsonl read -36%
+    without it; bitsandbytes' 2 B stays for every other framework."""
+    assert dequant_bytes_per_weight(TORCHTUNE_LOSS, "nf4", 2) == 14
+    assert dequant_bytes_per_weight("hf", "nf4", 2) == dequant_bytes_per_weight(TORCHTUNE_LOSS, "int8", 2) == 2
+    checkpointed = estimate("meta-llama/Llama-2-7b-hf", 2, 1024, 1, True, 8, "q,v,o,mlp", "qlora")
+    assert abs(checkpointed - 1_601_258_828) / 1_601_258_828 < 0.025  # tools/sim_torchtune.py --method qlora
+
+
 def test_a_frozen_mlps_backward_holds_three_mlp_wide_gradients():
     """Down projection without an adapter: down's input gradient and the product's two gradients (compute dtype)
     beside the layer output's gradient (the residual's dtype). Llama-2-7B: 11,008 and 4,096."""
@@ -122,14 +134,15 @@ def test_the_torchtune_and_frozen_mlp_rows_hold_on_the_accuracy_page():
 
     datasets = load_datasets()
     rows = datasets["cpu-sim-torchtune"]
-    assert len(rows) == 15
+    assert len(rows) == 18 and sum(r["setup"]["method"] == "qlora" for r in rows) == 3
     table = compute({"cpu-sim-torchtune": rows}, load_settings(), "test")
     assert table.families == () and all(e.method.endswith("torchtune's own model") for e in table.setups)
     assumptions = load_settings().assumptions
     frozen = [r for r in datasets["cpu-sim-extra"] if r["setup"]["lora_targets"] == "q_proj,v_proj"
               and r["setup"]["grad_ckpt"] and "vocab_size" in (r.get("config_changes") or {})]
     assert len(frozen) == 4
-    for row in rows + frozen:
+    for row in rows + frozen:  # QLoRA: torchtune's on torchao's NF4 reads 1.5-2.2% under (F34)
         error = (estimate_bytes(row, assumptions) - row["measured"]["peak_bytes"]) / row["measured"]["peak_bytes"]
-        tolerance = 5.1 if row["setup"]["method"] == "qlora" else 0.5
+        tolerance = (2.5 if "torchtune" in row.get("framework", "") else 5.1) if row["setup"]["method"] == "qlora" \
+            else 0.5
         assert abs(error) * 100 <= tolerance, (row["model"], row["setup"], error)

@@ -15,8 +15,11 @@ the torchtune recipe on the snapshot's config cut to the same layers, priced wit
 Two things are made for the fake tensors, neither changing a byte: LinearCrossEntropyLoss finds the valid tokens with
 torch.where, which reads values fake tensors do not have (every target is valid here, so it is every index), and
 Llama 3's RoPE scaling branches on its frequencies' values (the caches are built for real, then made fake).
-torchtune's package needs torchao and its data stack; the step runs neither (no quantised base), so they are empty
-stand-ins. The checkout is not a dependency of the project: it is read at run time.
+torchtune's package imports torchao and its data stack; a LoRA step runs neither, so they are empty stand-ins.
+`--method qlora` (quantize_base=True, as torchtune's qlora_* builders) runs torchao's NF4Tensor itself, from
+`--torchao DIR`, a folder holding the torchao package (`pip download torchao==0.18.0 --no-deps`, the wheel
+unzipped; its compiled kernels are not needed). The checkouts are not dependencies of the project: they are read at
+run time. `--sweep` writes data/measurements/cpu-sim-torchtune.jsonl and needs both.
 """
 
 from __future__ import annotations
@@ -59,8 +62,11 @@ def build(package: str, builder: str, layers: int, **lora):
 
 
 def simulate(package: str, builder: str, layers: int, tokens: int, batch: int = 1, ckpt: bool = True, rank: int = 64,
-             targets: str = ALL_TARGETS) -> tuple[int, dict]:
-    """Peak tensor bytes of two steps of torchtune's LoRA recipe on its own model, and where the peak fell."""
+             targets: str = ALL_TARGETS, method: str = "lora") -> tuple[int, dict]:
+    """Peak tensor bytes of two steps of torchtune's LoRA recipe on its own model, and where the peak fell.
+    qlora: the same builder with quantize_base=True (torchtune's qlora_* builders), its Linears FrozenNF4Linear on
+    torchao's NF4Tensor; built straight on fake tensors (to_nf4 runs there), which a RoPE whose cache branches on
+    values (Llama 3's) cannot be."""
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torchtune import modules, training
@@ -70,9 +76,15 @@ def simulate(package: str, builder: str, layers: int, tokens: int, batch: int = 
     from generator.measure.tracker import PeakTracker
 
     attn = ["q_proj", "v_proj"] + (["output_proj"] if "o" in targets.split(",") else [])
-    with training.set_default_dtype(torch.bfloat16), torch.device("meta"):
-        model = build(package, builder, layers, lora_attn_modules=attn, apply_lora_to_mlp="mlp" in targets,
-                      lora_rank=rank, lora_alpha=2 * rank, lora_dropout=0.0)
+    lora = dict(lora_attn_modules=attn, apply_lora_to_mlp="mlp" in targets, lora_rank=rank, lora_alpha=2 * rank,
+                lora_dropout=0.0)
+    fake = FakeTensorMode(allow_non_fake_inputs=True)
+    if method == "qlora":
+        with fake, training.set_default_dtype(torch.bfloat16):
+            model = build(package, builder, layers, quantize_base=True, **lora)
+    else:
+        with training.set_default_dtype(torch.bfloat16), torch.device("meta"):
+            model = build(package, builder, layers, **lora)
     set_trainable_params(model, get_adapter_params(model))
     if ckpt:
         training.set_activation_checkpointing(model, auto_wrap_policy={modules.TransformerSelfAttentionLayer})
@@ -81,10 +93,10 @@ def simulate(package: str, builder: str, layers: int, tokens: int, batch: int = 
     every = types.SimpleNamespace(**{k: getattr(torch, k) for k in dir(torch) if not k.startswith("__")})
     every.where = lambda cond, *a: (torch.arange(cond.numel()),) if not a else torch.where(cond, *a)
     cross_entropy_loss.torch = every  # type: ignore[attr-defined]
-    fake = FakeTensorMode(allow_non_fake_inputs=True)
-    with fake:
-        model = model.to_empty(device="cpu")
-    for m in model.modules():
+    if method != "qlora":
+        with fake:
+            model = model.to_empty(device="cpu")
+    for m in model.modules() if method != "qlora" else ():
         if hasattr(m, "rope_init"):
             m.rope_init()
             for name, b in list(m.named_buffers(recurse=False)):
@@ -114,19 +126,22 @@ def simulate(package: str, builder: str, layers: int, tokens: int, batch: int = 
         return tracker.peak_breakdown()["total"], dict(tracker.peak_where)
 
 
-def setup_of(repo_id: str, layers: int, tokens: int, batch: int, ckpt: bool, rank: int, targets: str):
-    """The run's measure.setup.Setup: the torchtune recipe's options at one micro-batch."""
+def setup_of(repo_id: str, layers: int, tokens: int, batch: int, ckpt: bool, rank: int, targets: str,
+             method: str = "lora"):
+    """The run's measure.setup.Setup: the torchtune recipe's options at one micro-batch (qlora: torchao's NF4, whose
+    scalers are quantised again, as bitsandbytes' double quantisation)."""
     from generator.estimator.memory.recipes import TORCHTUNE_LOSS, framework_attention
     from generator.estimator.normalise import normalise
     from generator.measure.setup import Setup
 
     attention = framework_attention(normalise(shrunk_config(repo_id, layers), repo_id), TORCHTUNE_LOSS)
-    return Setup(method="lora", precision="bf16", batch=batch, tokens=tokens, lora_rank=rank, lora_targets=targets,
-                 adamw_impl="fused", grad_ckpt=ckpt, adapter_dtype="bf16", attention=attention)
+    return Setup(method=method, precision="bf16", batch=batch, tokens=tokens, lora_rank=rank, lora_targets=targets,
+                 adamw_impl="fused", grad_ckpt=ckpt, adapter_dtype="bf16", attention=attention,
+                 double_quant=method == "qlora")  # qlora's base is nf4 (measure.setup.job_of)
 
 
 def estimate(repo_id: str, layers: int, tokens: int, batch: int = 1, ckpt: bool = True, rank: int = 64,
-             targets: str = ALL_TARGETS) -> int:
+             targets: str = ALL_TARGETS, method: str = "lora") -> int:
     """The torchtune recipe's peak for the snapshot's config cut to `layers`, with the CPU's kernels."""
     from generator.estimator.graph.nodes import build_graph
     from generator.estimator.memory.job import job_memory
@@ -135,13 +150,14 @@ def estimate(repo_id: str, layers: int, tokens: int, batch: int = 1, ckpt: bool 
     from generator.settings import load_settings
 
     arch = normalise(shrunk_config(repo_id, layers), repo_id)
-    job = Job.from_options("torchtune", method="lora", tokens=tokens, batch=batch, grad_accum=1, grad_ckpt=ckpt,
-                           lora_rank=rank, lora_targets=targets, kernels="cpu")
+    quantised = {"weights": "nf4", "double_quant": True} if method == "qlora" else {}
+    job = Job.from_options("torchtune", method=method, tokens=tokens, batch=batch, grad_accum=1, grad_ckpt=ckpt,
+                           lora_rank=rank, lora_targets=targets, kernels="cpu", **quantised)
     return job_memory(arch, build_graph(arch), load_settings().assumptions, job, repo_id).peak_bytes
 
 
 # The runs behind data/measurements/cpu-sim-torchtune.jsonl:
-# (package, builder, snapshot repo, layers, tokens, batch, checkpointing, rank, targets)
+# (package, builder, snapshot repo, layers, tokens, batch, checkpointing, rank, targets[, method])
 SWEEP = (
     ("llama3_2", "lora_llama3_2_3b", "meta-llama/Llama-3.2-3B-Instruct", 28, 2048, 4, True, 64, ALL_TARGETS),
     ("llama3_2", "lora_llama3_2_3b", "meta-llama/Llama-3.2-3B-Instruct", 2, 1024, 1, False, 64, ALL_TARGETS),
@@ -158,11 +174,15 @@ SWEEP = (
     ("mistral", "lora_mistral_7b", "mistralai/Mistral-7B-v0.1", 2, 2048, 1, True, 8, "q,v"),
     ("gemma", "lora_gemma_2b", "google/gemma-2b", 2, 1024, 1, False, 64, ALL_TARGETS),
     ("phi3", "lora_phi3_mini", "microsoft/Phi-3-mini-4k-instruct", 2, 1024, 1, False, 64, ALL_TARGETS),
+    # 7B_qlora_single_device: r 8 on q, v, the output projection and the MLP; torchao's NF4 decoded in torch ops
+    ("llama2", "lora_llama2_7b", "meta-llama/Llama-2-7b-hf", 2, 1024, 1, True, 8, ALL_TARGETS, "qlora"),
+    ("llama2", "lora_llama2_7b", "meta-llama/Llama-2-7b-hf", 2, 1024, 1, False, 8, ALL_TARGETS, "qlora"),
+    ("llama2", "lora_llama2_7b", "meta-llama/Llama-2-7b-hf", 2, 512, 2, True, 8, ALL_TARGETS, "qlora"),
 )
 
 
 def record(package: str, builder: str, repo_id: str, layers: int, tokens: int, batch: int, ckpt: bool, rank: int,
-           targets: str, checkout: str) -> dict:
+           targets: str, method: str = "lora", *, checkout: str) -> dict:
     """One JSON line in the harness's record format (generator.measure.record), for generator.accuracy: its setup
     is the torchtune recipe's as measure.setup.Setup says it, plus the recipe's `loss`, which marks torchtune's own
     model code for generator.accuracy_rows (recipes.runs_torchtune)."""
@@ -174,18 +194,19 @@ def record(package: str, builder: str, repo_id: str, layers: int, tokens: int, b
 
     config = shrunk_config(repo_id, layers)
     start = time.perf_counter()
-    simulated, where = simulate(package, builder, layers, tokens, batch, ckpt, rank, targets)
-    setup = setup_of(repo_id, layers, tokens, batch, ckpt, rank, targets)
+    simulated, where = simulate(package, builder, layers, tokens, batch, ckpt, rank, targets, method)
+    setup = setup_of(repo_id, layers, tokens, batch, ckpt, rank, targets, method)
     row = {"schema": 1, "model": repo_id, "model_type": config.get("model_type"), "config_hash": config_hash(config),
            "config_changes": {"num_hidden_layers": layers}, "config": config,
            "setup": {**setup.to_dict(), "loss": TORCHTUNE_LOSS},
-           "framework": f"torchtune {checkout} (its own model, {package}.{builder}): "
-                        "recipes/lora_finetune_single_device.py",
+           "framework": f"torchtune {checkout} (its own model, {package}.{builder}"
+                        + (", quantize_base=True on torchao's NF4" if method == "qlora" else "")
+                        + "): recipes/lora_finetune_single_device.py",
            "device": {"kind": "cpu-simulated", "name": "FakeTensorMode(cpu)"}, "versions": versions(),
            "measured": {"metric": "memtracker_fake_cpu", "status": "ok", "peak_bytes": simulated},
            "peak": where, "seconds": round(time.perf_counter() - start, 2)}
     estimated = estimate_bytes(row, load_settings().assumptions)
-    if estimated != estimate(repo_id, layers, tokens, batch, ckpt, rank, targets):  # the row's setup is the recipe's
+    if estimated != estimate(repo_id, layers, tokens, batch, ckpt, rank, targets, method):  # the recipe's setup
         raise SystemExit(f"{builder}: the row's setup prices differently from the torchtune recipe")
     row["estimate"] = {"peak_bytes": estimated}
     return row
@@ -204,10 +225,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ckpt", action="store_true", help="activation checkpointing (the recipe's default is on)")
     parser.add_argument("--rank", type=int, default=64)
     parser.add_argument("--targets", default=ALL_TARGETS, help="q,v or q,v,o,mlp")
+    parser.add_argument("--method", choices=("lora", "qlora"), default="lora")
+    parser.add_argument("--torchao", type=Path, help="a folder holding torchao/ (its wheel unpacked: QLoRA's NF4); "
+                                                     "without it torchao is a stand-in and qlora cannot run")
     parser.add_argument("--sweep", type=Path, metavar="OUT", help="run SWEEP and write its JSON lines to OUT")
     parser.add_argument("--commit", default="bd2a0fc", help="the checkout's commit, for the rows (default bd2a0fc)")
     args = parser.parse_args(argv)
-    load_package(args.torchtune, "torchtune", STAND_INS)
+    if args.torchao:
+        sys.path.insert(0, str(args.torchao))
+    elif args.method == "qlora" or args.sweep:
+        parser.error("--method qlora and --sweep need --torchao")
+    load_package(args.torchtune, "torchtune", tuple(n for n in STAND_INS if not (args.torchao and n == "torchao")))
     if args.sweep:
         from generator.measure.record import dumps
 
@@ -216,12 +244,14 @@ def main(argv: list[str] | None = None) -> int:
             row = record(*run, checkout=args.commit)
             lines.append(dumps(row))
             error = (row["estimate"]["peak_bytes"] - row["measured"]["peak_bytes"]) / row["measured"]["peak_bytes"]
-            print(f"{run[1]:26s} {run[3]:2d} layers {run[4]:5d} tokens x {run[5]}: {error * 100:+.2f}%", flush=True)
+            print(f"{run[1]:26s} {run[-1] if len(run) > 9 else 'lora':5s} {run[3]:2d} layers {run[4]:5d} tokens x "
+                  f"{run[5]}: {error * 100:+.2f}%", flush=True)
         args.sweep.write_text("\n".join(lines) + "\n", encoding="utf-8")
         return 0
     if not (args.package and args.builder and args.repo_id):
         parser.error("PACKAGE, BUILDER and REPO_ID are needed without --sweep")
-    run = (args.package, args.builder, args.layers, args.tokens, args.batch, args.ckpt, args.rank, args.targets)
+    run = (args.package, args.builder, args.layers, args.tokens, args.batch, args.ckpt, args.rank, args.targets,
+           args.method)
     simulated, where = simulate(*run)
     estimated = estimate(args.repo_id, *run[2:])
     print(json.dumps({"builder": args.builder, "repo_id": args.repo_id, "layers": args.layers, "tokens": args.tokens,

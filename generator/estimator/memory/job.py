@@ -40,7 +40,14 @@ from .layer_terms import (
 )
 from .lora import input_linear_params, target_roles
 from .parallel import Phase, accumulating_phases
-from .recipes import framework_buffer_bytes, framework_fixed_bytes, framework_layer_bytes, framework_mats, loss_terms
+from .recipes import (
+    dequant_bytes_per_weight,
+    framework_buffer_bytes,
+    framework_fixed_bytes,
+    framework_layer_bytes,
+    framework_mats,
+    loss_terms,
+)
 from .recurrence import (
     chunk_scan_moments,
     mixer_tail,
@@ -61,9 +68,8 @@ from .storage import (
 EAGER_PHASE = "backward (attention scores' gradients)"
 SCAN_PHASE = "backward (the torch scan's state gradients)"
 CACHE_PHASE = "forward (the loss, autocast's cached weight copies)"
-# A 4-bit or int8 base's weight is dequantised for each matmul and freed after it (storage.dequant_transient_bytes):
-# it lives inside a layer's forward or backward, never at the loss or the final norm (F29: checked on the CPU
-# simulation with bitsandbytes' own kernels)
+# A 4-bit or int8 base's weight is dequantised for each matmul and freed after it (storage.dequant_transient_bytes),
+# inside a layer's forward or backward, never at the loss or the final norm (F29: bitsandbytes' own kernels, simulated)
 DEQUANT_PHASE = "forward (the last layer's dequantised weight)"
 
 PARTS = ("weights", "gradients", "optimizer_state", "activations", "logits", "kv_cache", "overhead")
@@ -105,8 +111,7 @@ def job_phases(a: Arch, g: Graph, s: Assumptions, job: Job, model: str = "",
 def training_variants(a: Arch, g: Graph, s: Assumptions, job: Job, variants: tuple[bool, ...], model: str = "",
                       memo: dict | None = None) -> tuple[list[tuple[Phase, ...]], int, int, int]:
     """A training job's phases once per entry of `variants` (checkpointing off or on), its trainable parameters,
-    its compute bytes and its trainable weights' bytes per parameter: what setups.training_job needs, from one
-    pass."""
+    its compute bytes and its trainable weights' bytes per parameter: what setups.training_job needs, in one pass."""
     a, g, job, model, memo = prepared(a, g, job, model, memo)
     return _training(a, g, s, job, model, variants, memo)
 
@@ -188,9 +193,8 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
     # Optimizer state per trainable parameter, and the step's temporaries:
     # - adamw (torch.optim.AdamW, foreach on CUDA): exp_avg, exp_avg_sq as zeros_like(param) = 2 x param bytes;
     #   the foreach step holds one temporary as large as the parameters (F5: 20 x P measured under AMP).
-    # - adamw-fused (torch._fused_adamw_, Trainer's default optim adamw_torch_fused): in place, no temporary.
-    # - adamw8bit / paged-adamw (bitsandbytes): one fused kernel updates in place, no temporary.
-    # - sgd (no momentum): no state, torch._foreach_add_ in place.
+    # - adamw-fused (torch._fused_adamw_, Trainer's adamw_torch_fused), adamw8bit / paged-adamw (bitsandbytes' one
+    #   fused kernel): in place, no temporary. sgd (no momentum): no state, torch._foreach_add_ in place.
     state = {"adamw": 2 * param_bytes, "adamw-fused": 2 * param_bytes, "paged-adamw": 2 * param_bytes,
              "adamw8bit": ADAMW8BIT_STATE_BYTES, "sgd": 0}[job.optimizer] * trainable
     temp = param_bytes * trainable if job.optimizer == "adamw" else 0
@@ -224,7 +228,7 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
                                      r.trained)
     # overhead by how it shares out over GPUs (parallel.Phase): autocast's copies of the weights; what every
     # process holds whole (the dequantised layer, the chunked loss's transient)
-    dequant = dequant_transient_bytes(g, job.storage, c, mats)
+    dequant = dequant_transient_bytes(g, job.storage, dequant_bytes_per_weight(job.loss, job.storage, c), mats)
     # the phases after the backward hold no activation: the same with checkpointing or without, made once
     closing: tuple[Phase, ...] = ()
     if not lora and spec.tied:  # F6: the tied weight's two gradients and their sum

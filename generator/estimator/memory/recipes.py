@@ -316,6 +316,15 @@ def framework_buffer_bytes(a: Arch, g: Graph, loss: str, lora: bool) -> int:
     return cache * (1 if shared else sum(n for b, n in g.spec.distinct_layers if b.attn))
 
 
+def dequant_bytes_per_weight(loss: str, storage: str, c: int) -> int:
+    """Bytes a quantised base's dequantisation holds at once per weight of the matrix. bitsandbytes writes the weight
+    in the compute dtype, c. torchao's NF4Tensor (torchtune's QLoRA), uncompiled, decodes in torch ops
+    (torchao/quantization/quantize_/workflows/nf4/nf4_tensor.py get_original_weight, torchao 0.18): each byte's two
+    nibbles as int64 indices (8 B per weight), their values from the table, the scaled values and the stacked result
+    (3 c), every one held until it returns: 14 B per weight in bf16 (F34)."""
+    return 8 + 3 * c if runs_torchtune(loss) and storage == "nf4" else c
+
+
 def _masked_by_transformers(a: Arch, b: Block, r: Regime, tokens: int) -> bool:
     """transformers passes SDPA a mask in this layer: the windows masked_sdpa_terms prices at these tokens."""
     return any(window <= tokens for window, _, _ in masked_sdpa_windows(a, b, r))
