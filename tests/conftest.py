@@ -38,6 +38,17 @@ def snapshot_configs() -> list[tuple[str, dict, int | None]]:
     return out
 
 
+def snapshot_arch(repo: str):
+    """The committed snapshot's config of `repo`, normalised (estimator.normalise)."""
+    from generator.estimator.normalise import normalise
+    from generator.hub.snapshot import load_record
+    from generator.records import parse_config_text
+
+    record = load_record(SNAPSHOT, repo)
+    assert record is not None, repo
+    return normalise(parse_config_text(record.config_json, repo), repo)
+
+
 def measured_rows(name: str) -> list[dict]:
     """The rows of data/measurements/<name>.jsonl (cpu-sim-extra, public, ...), in file order."""
     path = ROOT / "data" / "measurements" / f"{name}.jsonl"

@@ -8,8 +8,6 @@ qlora`: the same with --quantize bnb.nf4; `--method full`: finetune/full.py's lo
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from generator.estimator.graph.nodes import build_graph
@@ -18,18 +16,8 @@ from generator.estimator.memory.activations import regime
 from generator.estimator.memory.job import job_phases
 from generator.estimator.memory.job_options import Job
 from generator.estimator.memory.recipes import LITGPT_LOSS, framework_layer_bytes, framework_model
-from generator.estimator.normalise import normalise
-from generator.hub.snapshot import load_record
-from generator.records import parse_config_text
+from tests.conftest import snapshot_arch
 from tools.sim_litgpt import estimate
-
-SNAPSHOT = Path(__file__).resolve().parents[1] / "snapshot"
-
-
-def arch_of(repo: str):
-    record = load_record(SNAPSHOT, repo)
-    assert record is not None
-    return normalise(parse_config_text(record.config_json, repo), repo)
 
 # (LitGPT config name, snapshot repo, tokens, simulated bytes, tolerance %)
 SIMULATED = [
@@ -76,7 +64,7 @@ def test_the_litgpt_recipe_prices_litgpt_qlora(name, repo, simulated, tolerance)
 
 
 def test_litgpt_quantises_the_head_and_transformers_does_not():
-    a = arch_of("meta-llama/Llama-2-7b-hf")
+    a = snapshot_arch("meta-llama/Llama-2-7b-hf")
     g = build_graph(a)
     s = Assumptions()
 
@@ -95,21 +83,21 @@ def test_the_litgpt_recipe_prices_litgpt_full_fine_tunes(name, repo, simulated):
 
 
 def test_a_tied_head_is_untied_only_for_litgpt_code():
-    a = arch_of("meta-llama/Llama-3.2-1B")
+    a = snapshot_arch("meta-llama/Llama-3.2-1B")
     g = build_graph(a)
     assert a.tie and g.params_lm_head == 0
     a2, g2 = framework_model(a, g, LITGPT_LOSS)
     # convert_hf_checkpoint copies the embedding into lm_head.weight: one more vocab x hidden matrix
     assert not a2.tie and g2.params_total - g.params_total == a.vocab * a.hidden
     assert framework_model(a, g, "hf") == (a, g)
-    untied = arch_of("meta-llama/Llama-2-7b-hf")
+    untied = snapshot_arch("meta-llama/Llama-2-7b-hf")
     graph = build_graph(untied)
     assert framework_model(untied, graph, LITGPT_LOSS)[1] is graph
 
 
 def test_litgpt_full_fine_tune_trains_its_own_head():
     """A tied model's full fine-tune under LitGPT keeps gradients and AdamW states for the copied head too."""
-    a = arch_of("meta-llama/Llama-3.2-1B")
+    a = snapshot_arch("meta-llama/Llama-3.2-1B")
     g = build_graph(a)
     s = Assumptions()
     def step(loss: str):
@@ -125,8 +113,8 @@ def test_litgpt_full_fine_tune_trains_its_own_head():
 def test_the_attention_term_follows_litgpt_code():
     c = 2
     r = regime("lora", "bf16", lora_dropout=True, cpu=False)
-    mha = arch_of("meta-llama/Llama-2-7b-hf")  # 32 heads, 32 kv heads, 128 wide
-    gqa = arch_of("meta-llama/Llama-3.2-1B")  # 32 heads, 8 kv heads, 64 wide
+    mha = snapshot_arch("meta-llama/Llama-2-7b-hf")  # 32 heads, 32 kv heads, 128 wide
+    gqa = snapshot_arch("meta-llama/Llama-3.2-1B")  # 32 heads, 8 kv heads, 64 wide
     q, kv = gqa.heads * gqa.head_dim, gqa.kv_heads * gqa.head_dim
     qv, first = frozenset({"q", "v"}), gqa.spec.blocks[0]
     assert framework_layer_bytes(gqa, first, r, qv, "q,v", "hf", "sdpa", 2048) == 0
@@ -170,7 +158,7 @@ def test_litgpt_runs_sdpa_and_a_fused_gelu_whatever_the_checkpoint_code():
     runs its own attention (SDPA) and F.gelu; soft-capped gemma-2 takes LitGPT's eager path."""
     from generator.estimator.memory.recipes import framework_attention
 
-    phi, gemma2 = arch_of("microsoft/phi-1_5"), arch_of("google/gemma-2-2b-it")
+    phi, gemma2 = snapshot_arch("microsoft/phi-1_5"), snapshot_arch("google/gemma-2-2b-it")
     assert framework_attention(phi, LITGPT_LOSS) == "sdpa" and framework_attention(phi, "hf") == ""
     assert framework_attention(gemma2, LITGPT_LOSS) == "eager"
     r = regime("lora", "bf16")

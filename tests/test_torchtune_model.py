@@ -8,8 +8,6 @@ frozen MLP's backward, `neurarch-trace measure` runs of transformers' class (dat
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from generator.estimator.graph.nodes import build_graph
@@ -23,19 +21,8 @@ from generator.estimator.memory.recipes import (
     loss_terms,
     own_model,
 )
-from generator.estimator.normalise import normalise
-from generator.hub.snapshot import load_record
-from generator.records import parse_config_text
+from tests.conftest import snapshot_arch
 from tools.sim_torchtune import estimate
-
-SNAPSHOT = Path(__file__).resolve().parents[1] / "snapshot"
-
-
-def arch_of(repo: str):
-    record = load_record(SNAPSHOT, repo)
-    assert record is not None
-    return normalise(parse_config_text(record.config_json, repo), repo)
-
 
 # (snapshot repo, layers, tokens, batch, checkpointing, rank, targets, simulated bytes): tools/sim_torchtune.py
 SIMULATED = [
@@ -63,13 +50,13 @@ def test_linear_cross_entropy_keeps_fp32_log_softmax_and_peaks_at_a_chunk():
     """LinearCrossEntropyLoss: 4 B per logit kept (each chunk's fp32 log_softmax output), nothing of the bf16 logits;
     the larger of a chunk's backward (8 B per logit of the chunk) and the last chunk's forward (6 B per logit, beside
     the normed hidden states and, under a frozen projection, their index_select copy). Llama-3.2-3B: 128,256 x 3,072."""
-    a = arch_of("meta-llama/Llama-3.2-3B-Instruct")
+    a = snapshot_arch("meta-llama/Llama-3.2-3B-Instruct")
     g = build_graph(a)
     V = g.spec.logits
     head, logits, chunk = loss_terms(a, g, TORCHTUNE_LOSS, 4, 2048, 2, 1000 + 12 * V * 2048, 12 * V * 2048)
     assert (head, logits) == (1000 + 4 * V * 2048, 4 * V * 2048)
     assert chunk == 8 * V * 1024  # 4 x 2,048 tokens in 8 chunks
-    small = arch_of("meta-llama/Llama-2-7b-hf")  # 32k vocabulary: the forward moment is the larger
+    small = snapshot_arch("meta-llama/Llama-2-7b-hf")  # 32k vocabulary: the forward moment is the larger
     gs = build_graph(small)
     _, _, lora = loss_terms(small, gs, TORCHTUNE_LOSS, 1, 1024, 2, 0, 0)
     _, _, full = loss_terms(small, gs, TORCHTUNE_LOSS, 1, 1024, 2, 0, 0, trained=True)
@@ -81,7 +68,7 @@ def test_rope_caches_follow_torchtunes_builders():
     """One fp32 cache per LoRA attention layer (lora_*_self_attention builds its own RoPE), one for Llama 3.1/3.2
     (Llama3ScaledRoPE) and for a full fine-tune; Qwen2's holds cos and sin of the whole head dim. The sizes are the
     simulated runs' buffer bytes."""
-    llama32, qwen, llama2 = (arch_of(r) for r in ("meta-llama/Llama-3.2-3B-Instruct", "Qwen/Qwen2.5-3B-Instruct",
+    llama32, qwen, llama2 = (snapshot_arch(r) for r in ("meta-llama/Llama-3.2-3B-Instruct", "Qwen/Qwen2.5-3B-Instruct",
                                                   "meta-llama/Llama-2-7b-hf"))
     assert framework_buffer_bytes(llama32, build_graph(llama32), TORCHTUNE_LOSS, True) == 67_109_120
     assert framework_buffer_bytes(qwen, build_graph(qwen), TORCHTUNE_LOSS, True) == 36 * (32768 * 128 * 8 + 256)
@@ -93,13 +80,13 @@ def test_rope_caches_follow_torchtunes_builders():
 def test_torchtune_expands_k_and_v_and_runs_sdpa():
     """MultiHeadAttention expands k and v to every query head before SDPA: 2 x (q - kv) x 2 B per token under GQA,
     nothing under MHA; SDPA whatever the class's default, eager only for soft-capped gemma-2."""
-    gqa, mha = arch_of("meta-llama/Llama-3.2-3B-Instruct"), arch_of("meta-llama/Llama-2-7b-hf")
+    gqa, mha = snapshot_arch("meta-llama/Llama-3.2-3B-Instruct"), snapshot_arch("meta-llama/Llama-2-7b-hf")
     r = regime("lora", "bf16")
     q, kv = gqa.heads * gqa.head_dim, gqa.kv_heads * gqa.head_dim
     assert framework_layer_bytes(gqa, gqa.spec.blocks[0], r, None, "q,v,o,mlp", TORCHTUNE_LOSS, "sdpa", 1024) == (
         2 * (q - kv) * 2)
     assert framework_layer_bytes(mha, mha.spec.blocks[0], r, None, "q,v,o,mlp", TORCHTUNE_LOSS, "sdpa", 1024) == 0
-    assert framework_attention(arch_of("google/gemma-2-2b-it"), TORCHTUNE_LOSS) == "eager"
+    assert framework_attention(snapshot_arch("google/gemma-2-2b-it"), TORCHTUNE_LOSS) == "eager"
     assert framework_attention(gqa, TORCHTUNE_LOSS) == "sdpa" and framework_attention(gqa, "hf") == ""
     assert (own_model(TORCHTUNE_LOSS), own_model("litgpt-chunked"), own_model("hf")) == ("torchtune", "LitGPT", "")
 
@@ -118,7 +105,7 @@ def test_torchaos_nf4_decoding_holds_fourteen_bytes_a_weight():
 def test_a_frozen_mlps_backward_holds_three_mlp_wide_gradients():
     """Down projection without an adapter: down's input gradient and the product's two gradients (compute dtype)
     beside the layer output's gradient (the residual's dtype). Llama-2-7B: 11,008 and 4,096."""
-    block = arch_of("meta-llama/Llama-2-7b-hf").spec.blocks[0]
+    block = snapshot_arch("meta-llama/Llama-2-7b-hf").spec.blocks[0]
     part = last_linear_part(block)
     assert frozen_mlp_backward_bytes(part, regime("lora", "bf16")) == 3 * 11008 * 2 + 4096 * 2
     assert frozen_mlp_backward_bytes(part, regime("full", "amp")) == 3 * 11008 * 2 + 4096 * 4  # an fp32 stream

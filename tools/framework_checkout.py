@@ -1,4 +1,4 @@
-"""A framework's own model code imported from its checkout, for the simulations of its step (sim_litgpt, sim_torchtune).
+"""A framework's own model code imported from its checkout, and its simulated runs written (sim_litgpt, sim_torchtune).
 
 The checkout is read at run time, never a dependency of the project. Its package is made importable without running
 its `__init__` (LitGPT's starts its API, torchtune's insists on torchao), and the packages its utilities import at
@@ -13,8 +13,10 @@ import importlib.abc
 import importlib.machinery
 import sys
 import types
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+
+from generator.measure.record import dumps  # the callers put the project on sys.path first
 
 
 def _stand_in_class(name: str) -> type:
@@ -59,3 +61,16 @@ def load_package(checkout: Path, package: str, stand_ins: Iterable[str]) -> None
     module = types.ModuleType(package)
     module.__path__ = [str(checkout / package)]
     sys.modules[package] = module
+
+
+def write_sweep(runs: Sequence[tuple], record: Callable[..., dict], out: Path, checkout: str,
+                describe: Callable[[tuple], str]) -> None:
+    """`record(*run, checkout=checkout)` of every run as one JSON line of `out` (the harness's record format), each
+    run's error against the estimate printed as it is made."""
+    lines = []
+    for run in runs:
+        row = record(*run, checkout=checkout)
+        lines.append(dumps(row))
+        error = (row["estimate"]["peak_bytes"] - row["measured"]["peak_bytes"]) / row["measured"]["peak_bytes"]
+        print(f"{describe(run)}: {error * 100:+.2f}%", flush=True)
+    out.write_text("\n".join(lines) + "\n", encoding="utf-8")

@@ -25,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tools"))
-from framework_checkout import load_package  # noqa: E402
+from framework_checkout import load_package, write_sweep  # noqa: E402
 
 # LitGPT's package imports Lightning and these at module level; none of them runs in the step
 STAND_INS = ("lightning", "lightning_utilities", "lightning_sdk", "litdata", "jsonargparse", "torchmetrics", "tqdm")
@@ -204,15 +204,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     load_litgpt(args.litgpt)
     if args.sweep:
-        from generator.measure.record import dumps
-
-        lines = []
-        for run in SWEEP:
-            row = record(*run, checkout=args.commit)
-            lines.append(dumps(row))
-            error = (row["estimate"]["peak_bytes"] - row["measured"]["peak_bytes"]) / row["measured"]["peak_bytes"]
-            print(f"{run[0]:24s} {run[2]:5s} {run[3]} layers {run[4]:5d} tokens: {error * 100:+.2f}%", flush=True)
-        args.sweep.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        write_sweep(SWEEP, record, args.sweep, args.commit,
+                    lambda run: f"{run[0]:24s} {run[2]:5s} {run[3]} layers {run[4]:5d} tokens")
         return 0
     if not (args.name and args.repo_id):
         parser.error("NAME and REPO_ID are needed without --sweep")

@@ -36,7 +36,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tools"))
-from framework_checkout import load_package  # noqa: E402
+from framework_checkout import load_package, write_sweep  # noqa: E402
 from sim_litgpt import shrunk_config  # noqa: E402
 
 # What torchtune's modules import at module level that the step never runs
@@ -237,16 +237,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--method qlora and --sweep need --torchao")
     load_package(args.torchtune, "torchtune", tuple(n for n in STAND_INS if not (args.torchao and n == "torchao")))
     if args.sweep:
-        from generator.measure.record import dumps
-
-        lines = []
-        for run in SWEEP:
-            row = record(*run, checkout=args.commit)
-            lines.append(dumps(row))
-            error = (row["estimate"]["peak_bytes"] - row["measured"]["peak_bytes"]) / row["measured"]["peak_bytes"]
-            print(f"{run[1]:26s} {run[-1] if len(run) > 9 else 'lora':5s} {run[3]:2d} layers {run[4]:5d} tokens x "
-                  f"{run[5]}: {error * 100:+.2f}%", flush=True)
-        args.sweep.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        write_sweep(SWEEP, record, args.sweep, args.commit, lambda run: f"{run[1]:26s} "
+                    f"{run[-1] if len(run) > 9 else 'lora':5s} {run[3]:2d} layers {run[4]:5d} tokens x {run[5]}")
         return 0
     if not (args.package and args.builder and args.repo_id):
         parser.error("PACKAGE, BUILDER and REPO_ID are needed without --sweep")
