@@ -242,15 +242,16 @@ def recompute_transient_bytes(b: Block, r: Regime, roles: frozenset[str] | None,
 
 
 def frozen_mlp_backward_bytes(part: Part | None, r: Regime) -> int:
-    """Per token, what the backward of a gated MLP whose down projection carries no adapter holds beside the
-    layer's saved tensors, at its product's backward (act(gate) * up): down_proj's input gradient and the product's
-    two gradients, MLP-wide in the compute dtype, beside the gradient of the layer's output, hidden-wide in the
-    residual stream's dtype. Read off the live tensors of torchtune's checkpointed Llama-2-7B LoRA on q and v,
-    simulated, where with its lean loss this is the step's peak (FINDINGS.md F32). 0 for other parts."""
-    if part is None or part.type not in ("SwiGLU", "GeGLU", "GLU"):
+    """Per token, what the backward of an MLP whose down projection carries no adapter holds beside the layer's
+    saved tensors, MLP-wide in the compute dtype, beside the gradient of the layer's output, hidden-wide in the
+    residual stream's dtype. A gated MLP at its product's backward (act(gate) * up): down_proj's input gradient and
+    the product's two gradients (torchtune's checkpointed Llama-2-7B LoRA on q and v, simulated, and transformers'
+    Llama-2-7B and Mistral-7B with a 1,024-token vocabulary). A plain one (fc1, act, fc2) at its activation's
+    backward: fc2's input gradient and the activation's (pythia-6.9b, opt-125m). FINDINGS.md F32. 0 for other parts."""
+    if part is None or part.type not in ("SwiGLU", "GeGLU", "GLU", "MLP") or len(part.linears) not in (2, 3):
         return 0
     width, hidden = part.linears[-1]
-    return 3 * width * r.compute_bytes + hidden * r.residual_bytes
+    return (2 if part.type == "MLP" else 3) * width * r.compute_bytes + hidden * r.residual_bytes
 
 
 def last_linear_part(b: Block) -> Part | None:
