@@ -112,6 +112,8 @@ def test_a_frozen_mlps_backward_holds_three_mlp_wide_gradients():
     assert frozen_mlp_backward_bytes(None, regime("lora", "bf16")) == 0
     plain = last_linear_part(snapshot_arch("EleutherAI/pythia-6.9b-deduped").spec.blocks[0])  # fc1, GELU, fc2
     assert frozen_mlp_backward_bytes(plain, regime("lora", "bf16")) == 2 * 16384 * 2 + 4096 * 2
+    # a Python-written GELU (gelu_new): its product's two gradients beside fc2's input gradient
+    assert frozen_mlp_backward_bytes(plain, regime("lora", "bf16"), python_gelu=True) == 3 * 16384 * 2 + 4096 * 2
 
 
 def test_the_torchtune_and_frozen_mlp_rows_hold_on_the_accuracy_page():
@@ -131,8 +133,8 @@ def test_the_torchtune_and_frozen_mlp_rows_hold_on_the_accuracy_page():
               and r["setup"]["lora_targets"] != "all-linear" and "vocab_size" in (r.get("config_changes") or {})]
     assert len(frozen) == 7
     # QLoRA: torchtune's on torchao's NF4 -1.5% to -2.2% (F34), bitsandbytes' -5.0%; opt-125m's saved ReLU reads
-    # +2.9% (the families' opt rows read over too); gpt2's Python GELU backward holds more, -4.9%
-    tolerances = {"facebook/opt-125m": 3.0, "openai-community/gpt2": 5.0}
+    # +2.9% (the families' opt rows read over too); gpt2 (dropout on its residual) +1.7%
+    tolerances = {"facebook/opt-125m": 3.0, "openai-community/gpt2": 2.0}
     for row in rows + frozen:
         error = (estimate_bytes(row, assumptions) - row["measured"]["peak_bytes"]) / row["measured"]["peak_bytes"]
         tolerance = (2.5 if "torchtune" in row.get("framework", "") else 5.1) if row["setup"]["method"] == "qlora" \

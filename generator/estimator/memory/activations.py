@@ -192,7 +192,7 @@ def adapter_activation_bytes(b: Block, roles: frozenset[str] | None, rank: int, 
 
 
 def recompute_transient_bytes(b: Block, r: Regime, roles: frozenset[str] | None, saves: bool = False,
-                              upcast: bool = False) -> int:
+                              upcast: bool = False, a: Arch | None = None) -> int:
     """Per token, what a checkpointed layer's recomputation holds beyond its saved tensors (block_activation_bytes)
     at its peak, the adapter forward of the layer's last Linear (down_proj, fc2) when it is adapted. Non-reentrant
     checkpointing (torch/utils/checkpoint.py, early stop on by default) reruns the layer's forward inside its
@@ -228,7 +228,7 @@ def recompute_transient_bytes(b: Block, r: Regime, roles: frozenset[str] | None,
     if r.trained:
         return 0
     if part is None or (roles is not None and linear_roles(part)[-1] not in roles):
-        return frozen_mlp_backward_bytes(part, r) - shared
+        return frozen_mlp_backward_bytes(part, r, a is not None and mlp_act(a) in PYTHON_GELU) - shared
     width, hidden = part.linears[-1]
     c, ab = r.compute_bytes, adapter_input_bytes(r)
     x = 4 if fp32_stream else c
@@ -241,17 +241,17 @@ def recompute_transient_bytes(b: Block, r: Regime, roles: frozenset[str] | None,
     return inputs * width + hidden * (forward + grads) - shared
 
 
-def frozen_mlp_backward_bytes(part: Part | None, r: Regime) -> int:
+def frozen_mlp_backward_bytes(part: Part | None, r: Regime, python_gelu: bool = False) -> int:
     """Per token, what the backward of an MLP whose down projection carries no adapter holds beside the layer's
-    saved tensors, MLP-wide in the compute dtype, beside the gradient of the layer's output, hidden-wide in the
-    residual stream's dtype. A gated MLP at its product's backward (act(gate) * up): down_proj's input gradient and
-    the product's two gradients (torchtune's checkpointed Llama-2-7B LoRA on q and v, simulated, and transformers'
-    Llama-2-7B and Mistral-7B with a 1,024-token vocabulary). A plain one (fc1, act, fc2) at its activation's
-    backward: fc2's input gradient and the activation's (pythia-6.9b, opt-125m). FINDINGS.md F32. 0 for other parts."""
+    saved tensors: MLP-wide gradients in the compute dtype, and the layer output's, hidden-wide in the residual's.
+    A gated MLP at its product's backward (act(gate) * up): down_proj's input gradient and the product's two
+    (torchtune's checkpointed Llama-2-7B LoRA on q and v, simulated; transformers' Llama-2-7B and Mistral-7B with a
+    1,024-token vocabulary). A plain one (fc1, act, fc2) at its activation's backward: fc2's input gradient and the
+    activation's (pythia-6.9b, opt-125m); a Python-written GELU's a third (gpt2's gelu_new). F32. 0 for others."""
     if part is None or part.type not in ("SwiGLU", "GeGLU", "GLU", "MLP") or len(part.linears) not in (2, 3):
         return 0
     width, hidden = part.linears[-1]
-    return (2 if part.type == "MLP" else 3) * width * r.compute_bytes + hidden * r.residual_bytes
+    return (2 if part.type == "MLP" and not python_gelu else 3) * width * r.compute_bytes + hidden * r.residual_bytes
 
 
 def last_linear_part(b: Block) -> Part | None:

@@ -210,7 +210,7 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
                                                                                              strict=True)])
     # the recomputed layer's copies of its last Linear's input, held beside its saved tensors (recompute_transient_bytes)
     held = memoised(memo, ("recompute", r, roles, saves, job.upcast_fp32), lambda: [
-        T * recompute_transient_bytes(b, r, roles, saves, job.upcast_fp32) for b, _ in distinct])
+        T * recompute_transient_bytes(b, r, roles, saves, job.upcast_fp32, a) for b, _ in distinct])
     fixed = [f + framework_fixed_bytes(a, b, r, job.loss, job.attention, T)  # LitGPT's sliding-window masks
              for (b, _), f in zip(distinct, terms.experts, strict=True)]
     layers_sum = sum(n * v for (_, n), v in zip(distinct, layer, strict=True))
