@@ -266,7 +266,7 @@ def check_serve_context(arch, tokens: int, model_id: str) -> list[Finding]:
 
 def _site_metric(method: str, parts: tuple[int, ...]) -> int:
     """The site's figure of a job's parts (parallel.PARTS order): allocated bytes; QLoRA's paged AdamW state lives
-    in managed memory, out of the allocator's count (parts[2]; job._apply_metric)."""
+    in managed memory, out of the allocator's count (parts[2]; job_options.apply_metric)."""
     return sum(parts) - (parts[2] if method == "qlora" else 0)
 
 

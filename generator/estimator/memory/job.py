@@ -28,7 +28,7 @@ from .activations import (
 from .attention import head_params, math_backward_bytes
 from .ends import final_norm_backward_bytes, head_norm_bytes
 from .generate import generate_phases
-from .job_options import ADAPTER_BYTES, Job, prepared
+from .job_options import ADAPTER_BYTES, Job, apply_metric, prepared
 from .layer_terms import (
     adapter_params,
     eager_backward_values,
@@ -133,7 +133,7 @@ def job_memory(a: Arch, g: Graph, s: Assumptions, job: Job, model: str = "") -> 
 def metric_memory(name: str, parts: dict[str, int], s: Assumptions, job: Job, g: Graph) -> JobMemory:
     """A peak's breakdown (one GPU's, or the largest GPU's of a parallel setup) in the job's metric."""
     parts = dict(parts)
-    _apply_metric(parts, s, job, g)
+    apply_metric(parts, s, job, g)
     return JobMemory(sum(parts.values()), name, tuple((k, parts[k]) for k in PARTS))
 
 
@@ -379,22 +379,3 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
         every = [replace(p, overhead_fixed=p.overhead_fixed + buffers) for p in (*phases, *closing)]
         out.append(accumulating_phases(tuple(every), grad) if job.grad_accum > 1 else tuple(every))
     return out, trainable, c, param_bytes
-
-
-def _apply_metric(parts: dict[str, int], s: Assumptions, job: Job, g: Graph) -> None:
-    """allocated: live tensors (torch.cuda.max_memory_allocated). bitsandbytes' paged optimizers allocate their
-    state with cudaMallocManaged (bitsandbytes/functional.py get_paged), outside torch's caching allocator:
-    allocated and reserved do not see it, the driver (nvidia-smi) does while it is resident.
-    reserved: allocated + the freed blocks the allocator keeps and cannot reuse at the peak. The one modelled:
-    in training the bf16 logits (c x B x T x V) are freed before backward and their blocks are too small for the
-    4-byte gradients that follow (CUDACachingAllocator never splits across blocks nor returns them without
-    empty_cache). Rounding (512 B, 2 MiB for large blocks) is below 0.1% here and left out.
-    nvidia-smi: reserved + the CUDA context (Assumptions.cuda_context_bytes)."""
-    spec = g.spec
-    paged = job.optimizer == "paged-adamw"
-    if paged and job.metric != "nvidia-smi":
-        parts["optimizer_state"] = 0
-    if job.metric in ("reserved", "nvidia-smi") and job.method != "inference" and parts["logits"]:
-        parts["overhead"] += 2 * job.batch * job.tokens * spec.logits
-    if job.metric == "nvidia-smi":
-        parts["overhead"] += s.cuda_context_bytes

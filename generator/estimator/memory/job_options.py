@@ -11,6 +11,7 @@ from typing import Any
 from ...errors import JobError
 from ..config.arch import Arch
 from ..graph.nodes import Graph
+from ..inputs import Assumptions
 from .attention import default_attention
 from .recipes import LITGPT_LOSS, RECIPES, TORCHTUNE_LOSS, framework_attention, framework_model
 
@@ -163,3 +164,22 @@ def prepared(a: Arch, g: Graph, job: Job, model: str, memo: dict | None
     if not job.attention and (own := framework_attention(a2, job.loss)):
         job = dataclasses.replace(job, attention=own)
     return a2, g2, resolve(job, a2), model, memo if g2 is g else None
+
+
+def apply_metric(parts: dict[str, int], s: Assumptions, job: Job, g: Graph) -> None:
+    """allocated: live tensors (torch.cuda.max_memory_allocated). bitsandbytes' paged optimizers allocate their
+    state with cudaMallocManaged (bitsandbytes/functional.py get_paged), outside torch's caching allocator:
+    allocated and reserved do not see it, the driver (nvidia-smi) does while it is resident.
+    reserved: allocated + the freed blocks the allocator keeps and cannot reuse at the peak. The one modelled:
+    in training the bf16 logits (c x B x T x V) are freed before backward and their blocks are too small for the
+    4-byte gradients that follow (CUDACachingAllocator never splits across blocks nor returns them without
+    empty_cache). Rounding (512 B, 2 MiB for large blocks) is below 0.1% here and left out.
+    nvidia-smi: reserved + the CUDA context (Assumptions.cuda_context_bytes)."""
+    spec = g.spec
+    paged = job.optimizer == "paged-adamw"
+    if paged and job.metric != "nvidia-smi":
+        parts["optimizer_state"] = 0
+    if job.metric in ("reserved", "nvidia-smi") and job.method != "inference" and parts["logits"]:
+        parts["overhead"] += 2 * job.batch * job.tokens * spec.logits
+    if job.metric == "nvidia-smi":
+        parts["overhead"] += s.cuda_context_bytes
