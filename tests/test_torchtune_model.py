@@ -99,7 +99,8 @@ def test_torchaos_nf4_decoding_holds_fourteen_bytes_a_weight():
     assert dequant_bytes_per_weight(TORCHTUNE_LOSS, "nf4", 2) == 14
     assert dequant_bytes_per_weight("hf", "nf4", 2) == dequant_bytes_per_weight(TORCHTUNE_LOSS, "int8", 2) == 2
     checkpointed = estimate("meta-llama/Llama-2-7b-hf", 2, 1024, 1, True, 8, "q,v,o,mlp", "qlora")
-    assert abs(checkpointed - 1_601_258_828) / 1_601_258_828 < 0.025  # tools/sim_torchtune.py --method qlora
+    # tools/sim_torchtune.py --method qlora: the decoding meets the recomputed layer's adapter tensors (F34)
+    assert abs(checkpointed - 1_601_258_828) / 1_601_258_828 < 0.002
 
 
 def test_a_frozen_mlps_backward_holds_three_mlp_wide_gradients():
@@ -132,7 +133,7 @@ def test_the_torchtune_and_frozen_mlp_rows_hold_on_the_accuracy_page():
     frozen = [r for r in datasets["cpu-sim-extra"] if r["setup"]["method"] != "full" and r["setup"]["grad_ckpt"]
               and r["setup"]["lora_targets"] != "all-linear" and "vocab_size" in (r.get("config_changes") or {})]
     assert len(frozen) == 7
-    # QLoRA: torchtune's on torchao's NF4 -1.5% to -2.2% (F34), bitsandbytes' -5.0%; opt-125m's saved ReLU reads
+    # QLoRA: torchtune's on torchao's NF4 -0.1% checkpointed, -1.5% without (F34), bitsandbytes' -5.0%; opt-125m's saved ReLU reads
     # +2.9% (the families' opt rows read over too); gpt2 (dropout on its residual) +1.7%
     tolerances = {"facebook/opt-125m": 3.0, "openai-community/gpt2": 2.0}
     for row in rows + frozen:

@@ -47,6 +47,7 @@ from .recipes import (
     framework_layer_bytes,
     framework_mats,
     loss_terms,
+    runs_torchtune,
 )
 from .recurrence import (
     chunk_scan_moments,
@@ -229,6 +230,9 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
     # overhead by how it shares out over GPUs (parallel.Phase): autocast's copies of the weights; what every
     # process holds whole (the dequantised layer, the chunked loss's transient)
     dequant = dequant_transient_bytes(g, job.storage, dequant_bytes_per_weight(job.loss, job.storage, c), mats)
+    # bitsandbytes' dequantised weight and the recomputed layer's adapter chain never meet (storage.beside_held);
+    # torchtune's LoRALinear backward decodes torchao's weight while that chain's tensors live (F34)
+    beside = (lambda held: dequant) if runs_torchtune(job.loss) else (lambda held: beside_held(dequant, held))
     # the phases after the backward hold no activation: the same with checkpointing or without, made once
     closing: tuple[Phase, ...] = ()
     if not lora and spec.tied:  # F6: the tied weight's two gradients and their sum
@@ -316,7 +320,7 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
                       _phase("backward (recomputing a checkpointed layer)", weights=weights, optimizer_state=state,
                              gradients=head_grads,
                              activations=B * inputs + B * (recomputed[0] + recomputed[1]) + recomputed[2],
-                             overhead_weights=ckpt_copies[1], overhead_fixed=beside_held(dequant, B * recomputed[1]),
+                             overhead_weights=ckpt_copies[1], overhead_fixed=beside(B * recomputed[1]),
                              experts=recomputed[2])]
             if r.trained and r.amp:  # a full fine-tune under autocast: its cached copies at the loss (LoRA's
                 # are its adapters', in ckpt_copies already; a frozen weight's are not cached)
@@ -334,14 +338,14 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
                 phases.append(_phase("backward (recomputing the first checkpointed layer)", weights=weights,
                                      optimizer_state=state, gradients=first_grads,
                                      activations=B * (first_inputs + layer[first] + held[first]) + fixed[first],
-                                     overhead_weights=ckpt_copies[1], overhead_fixed=beside_held(dequant, B * held[first]),
+                                     overhead_weights=ckpt_copies[1], overhead_fixed=beside(B * held[first]),
                                      experts=fixed[first]))
             elif lora:  # so do the adapters', which counts where they are large (LoRA on many experts' tensors):
                 # every later layer's, beside the first layer's recomputation
                 phases.append(_phase("backward (recomputing the first checkpointed layer)", weights=weights,
                                      optimizer_state=state, gradients=adapter_grads_first,
                                      activations=B * (first_inputs + layer[first] + held[first]) + fixed[first],
-                                     overhead_weights=ckpt_copies[1], overhead_fixed=beside_held(dequant, B * held[first]),
+                                     overhead_weights=ckpt_copies[1], overhead_fixed=beside(B * held[first]),
                                      experts=fixed[first]))
         if any(g for g, _ in terms.grads):  # the last (recomputed) layer's adapted down's backward (F10)
             i, (weight_grad, per_token) = max(enumerate(terms.grads), key=lambda t: t[1][0] + B * T * t[1][1]
