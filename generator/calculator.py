@@ -188,7 +188,7 @@ def job_text(job: Mapping[str, Any]) -> str:
     if job["method"] != "inference":
         words.append(str(job["optimizer"]))
     if job["method"] in ("lora", "qlora"):
-        words.append(f"rank {f.count(job['lora_rank'])} on {job['lora_targets']}")
+        words.append(f"rank {f.count(job['lora_rank'])} on {f.lora_targets(job['lora_targets'])}")
     words += [f"batch {f.count(job['batch'])}", f"{f.count(job['tokens'])} tokens"]
     if job.get("new_tokens"):
         words.append(f"{f.count(job['new_tokens'])} new tokens")

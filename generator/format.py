@@ -15,6 +15,8 @@ import re
 from collections.abc import Sequence
 from datetime import date, datetime, timezone
 
+from .estimator.memory.lora import PEFT_DEFAULT
+
 GB = 10**9
 MB = 10**6
 GIB = 1 << 30
@@ -297,3 +299,8 @@ def tokens_per_s(x: float) -> str:
 def usd_per_million(x: float | None) -> str:
     """A price per million tokens: 0.1365 -> "$0.14 per M tokens"."""
     return DASH if x is None else f"{usd(x)} per M tokens"
+
+
+def lora_targets(targets: str) -> str:
+    """A job's LoRA targets in words: the names as given, all-linear, or peft's own for the model type."""
+    return "peft's default targets" if targets == PEFT_DEFAULT else targets

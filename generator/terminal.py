@@ -75,8 +75,7 @@ def _job_line(m) -> Text:
     if job["method"] != "full":
         what.append(f"{job['weights']} base")
     if job["method"] in ("lora", "qlora"):
-        targets = job["lora_targets"]
-        what.append(f"r={job['lora_rank']} on " + ("peft's default targets" if targets == "peft-default" else targets))
+        what.append(f"r={job['lora_rank']} on {fmt.lora_targets(job['lora_targets'])}")
     if job["method"] != "inference":
         what.append(job["optimizer"] + (", checkpointed" if job["grad_ckpt"] else ""))
     if job.get("grad_accum", 1) > 1:

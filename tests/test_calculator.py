@@ -156,6 +156,12 @@ def test_bad_input_gives_the_clis_message_and_unknown_keys_are_named() -> None:
     assert not answer["ok"] and shlex.split(answer["command"])[-2:] == ["--lora-targets", "--json;rm -rf"]
 
 
+def test_a_recipes_peft_default_targets_read_as_words_on_the_page() -> None:
+    """trl-sft adapts peft's own targets for the model type: the page says so, as the CLI's line does."""
+    answer = page_answer("Qwen/Qwen3-0.6B", "recipe=trl-sft")
+    assert answer["ok"] and answer["job"]["lora_targets"] == "peft-default"
+    assert "rank 16 on peft's default targets" in answer["job_text"]
+
 def test_switches_and_the_canonical_query() -> None:
     setup, ignored = calculator.setup_from_query("?grad-ckpt=yes&method=lora&batch=&tokens=%20512")
     assert setup == [("--tokens", "512"), ("--method", "lora"), ("--grad-ckpt", None)] and ignored == []
