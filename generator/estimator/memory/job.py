@@ -12,6 +12,7 @@ Bytes per option, with sources, are in the functions below; `metric` turns tenso
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, replace
 
 from ..config.arch import Arch
@@ -230,9 +231,7 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
     # overhead by how it shares out over GPUs (parallel.Phase): autocast's copies of the weights; what every
     # process holds whole (the dequantised layer, the chunked loss's transient)
     dequant = dequant_transient_bytes(g, job.storage, dequant_bytes_per_weight(job.loss, job.storage, c), mats)
-    # bitsandbytes' dequantised weight and the recomputed layer's adapter chain never meet (storage.beside_held);
-    # torchtune's LoRALinear backward decodes torchao's weight while that chain's tensors live (F34)
-    beside = (lambda held: dequant) if runs_torchtune(job.loss) else (lambda held: beside_held(dequant, held))
+    beside = functools.partial(beside_held, dequant, meets=runs_torchtune(job.loss))  # beside a recomputed layer
     # the phases after the backward hold no activation: the same with checkpointing or without, made once
     closing: tuple[Phase, ...] = ()
     if not lora and spec.tied:  # F6: the tied weight's two gradients and their sum

@@ -214,13 +214,15 @@ def dequant_transient_bytes(g: Graph, storage: str, c: int, mats: dict | None = 
     return c * max((i * o for _, i, o in (layer_mats(g) if mats is None else mats)), default=0)
 
 
-def beside_held(dequant: int, held: int) -> int:
+def beside_held(dequant: int, held: int, meets: bool = False) -> int:
     """What a quantised base's dequantised weight adds to a recomputed layer's peak beyond `held`, the adapter forward
     of its last Linear (activations.recompute_transient_bytes). peft's 4-bit layer runs the base matmul first and
     the adapter after (peft/tuners/lora/bnb.py Linear4bit.forward: result = self.base_layer(x), then lora_B(lora_A(
     dropout(x)))), and bitsandbytes frees the dequantised weight when its matmul returns: the two never meet, so the
-    peak holds the larger of them (F29: the CPU simulation's live tensors at the recomputed down_proj)."""
-    return max(0, dequant - max(held, 0))
+    peak holds the larger of them (F29: the CPU simulation's live tensors at the recomputed down_proj). `meets`:
+    torchtune's LoRALinear backward decodes torchao's NF4 weight while the adapter chain's tensors live, so both
+    count (F34: its simulated checkpointed QLoRA)."""
+    return dequant if meets else max(0, dequant - max(held, 0))
 
 
 def stored_mats(a: Arch, g: Graph, storage: str) -> dict[tuple[int, int, int], int] | None:
