@@ -197,6 +197,21 @@ def test_peft_default_targets_follow_peft_per_model_type():
     with pytest.raises(JobError, match="peft has no default LoRA targets for a phi3 model"):
         mem({**LLAMA, "model_type": "phi3"}, method="lora", lora_targets="peft-default", tokens=64)
 
+def test_peft_default_targets_are_peft_installed_table():
+    """lora.PEFT_DEFAULT_TARGETS is peft's TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING (peft/utils/
+    constants.py) as installed: the same model types and the same names (gemma4's regex names q_proj and v_proj of
+    its language model, the text tower the estimator reads)."""
+    constants = pytest.importorskip("peft.utils.constants")
+    from generator.estimator.memory.lora import PEFT_DEFAULT_TARGETS
+
+    theirs = constants.TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING
+    assert set(PEFT_DEFAULT_TARGETS) == set(theirs)
+    for model_type, names in theirs.items():
+        if isinstance(names, str):  # a regex
+            assert all(n in names for n in PEFT_DEFAULT_TARGETS[model_type].split(",")), model_type
+        else:
+            assert PEFT_DEFAULT_TARGETS[model_type] == ",".join(names), model_type
+
 def test_gradient_checkpointing_keeps_layer_inputs():
     plain = parts(mem(tiny_qwen2(), tokens=2048, batch=2))
     ckpt = parts(mem(tiny_qwen2(), tokens=2048, batch=2, grad_ckpt=True))
