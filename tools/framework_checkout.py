@@ -16,7 +16,11 @@ import types
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
-from generator.measure.record import dumps  # the callers put the project on sys.path first
+from generator.hub.snapshot import load_record  # the callers put the project on sys.path first
+from generator.measure.record import dumps
+from generator.records import parse_config_text
+
+SNAPSHOT = Path(__file__).resolve().parents[1] / "snapshot"
 
 
 def _stand_in_class(name: str) -> type:
@@ -61,6 +65,18 @@ def load_package(checkout: Path, package: str, stand_ins: Iterable[str]) -> None
     module = types.ModuleType(package)
     module.__path__ = [str(checkout / package)]
     sys.modules[package] = module
+
+
+def shrunk_config(repo_id: str, layers: int) -> dict:
+    """The snapshot's config.json of `repo_id` cut to its first `layers` layers, as the simulations run it."""
+    record = load_record(SNAPSHOT, repo_id)
+    if record is None:
+        raise SystemExit(f"{repo_id}: not in the snapshot")
+    config = parse_config_text(record.config_json, repo_id)
+    config["num_hidden_layers"] = layers
+    if isinstance(config.get("layer_types"), list):
+        config["layer_types"] = config["layer_types"][:layers]
+    return config
 
 
 def write_sweep(runs: Sequence[tuple], record: Callable[..., dict], out: Path, checkout: str,

@@ -25,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tools"))
-from framework_checkout import load_package, write_sweep  # noqa: E402
+from framework_checkout import load_package, shrunk_config, write_sweep  # noqa: E402
 
 # LitGPT's package imports Lightning and these at module level; none of them runs in the step
 STAND_INS = ("lightning", "lightning_utilities", "lightning_sdk", "litdata", "jsonargparse", "torchmetrics", "tqdm")
@@ -104,21 +104,6 @@ def simulate(name: str, layers: int, tokens: int, method: str = "lora") -> tuple
                 optimizer.step()
                 optimizer.zero_grad()
         return tracker.peak_breakdown()["total"], dict(tracker.peak_where)
-
-
-def shrunk_config(repo_id: str, layers: int) -> dict:
-    """The snapshot's config.json of `repo_id` cut to its first `layers` layers."""
-    from generator.hub.snapshot import load_record
-    from generator.records import parse_config_text
-
-    record = load_record(ROOT / "snapshot", repo_id)
-    if record is None:
-        raise SystemExit(f"{repo_id}: not in the snapshot")
-    config = parse_config_text(record.config_json, repo_id)
-    config["num_hidden_layers"] = layers
-    if isinstance(config.get("layer_types"), list):
-        config["layer_types"] = config["layer_types"][:layers]
-    return config
 
 
 def estimate(repo_id: str, layers: int, tokens: int, method: str = "lora") -> int:

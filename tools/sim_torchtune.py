@@ -36,8 +36,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tools"))
-from framework_checkout import load_package, write_sweep  # noqa: E402
-from sim_litgpt import shrunk_config  # noqa: E402
+from framework_checkout import load_package, shrunk_config, write_sweep  # noqa: E402
 
 # What torchtune's modules import at module level that the step never runs
 STAND_INS = ("torchao", "torchdata", "datasets", "kagglehub", "omegaconf", "sentencepiece", "tiktoken", "blobfile",
