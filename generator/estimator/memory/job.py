@@ -379,6 +379,7 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
                                  gradients=first_grads + made_after - param_bytes * last_linear_params(distinct[k][0]),
                                  activations=B * (first_inputs + layer[k] + extra) + fixed[k], overhead_fixed=dequant,
                                  experts=fixed[k], overhead_weights=ckpt_copies[1] - freed))
-        every = [replace(p, overhead_fixed=p.overhead_fixed + buffers) for p in (*phases, *closing)]
-        out.append(accumulating_phases(tuple(every), grad) if job.grad_accum > 1 else tuple(every))
+        every = tuple(replace(p, overhead_fixed=p.overhead_fixed + buffers) for p in (*phases, *closing)) \
+            if buffers else (*phases, *closing)  # only a framework's own model has buffers to add (the site's none)
+        out.append(accumulating_phases(every, grad) if job.grad_accum > 1 else every)
     return out, trainable, c, param_bytes
