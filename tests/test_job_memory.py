@@ -197,6 +197,30 @@ def test_peft_default_targets_follow_peft_per_model_type():
     with pytest.raises(JobError, match="peft has no default LoRA targets for a phi3 model"):
         mem({**LLAMA, "model_type": "phi3"}, method="lora", lora_targets="peft-default", tokens=64)
 
+def test_custom_code_types_take_their_own_module_names():
+    """A custom-code model (auto_map) is read as its nearest family (config.custom_code), but LoRA targets name the
+    Linears of its own modeling file: Qwen-1's c_attn, c_proj, w1 and w2 (modeling_qwen.py QWenAttention, QWenMLP:
+    c_proj(w1(x) * silu(w2(x)))), InternLM2's wqkv, wo and w2(act(w1(x)) * w3(x)) (modeling_internlm2.py), Ling
+    2.0's query_key_value and dense (modeling_bailing_moe_v2.py). ms-swift's and Qwen's own LoRA scripts name them
+    so; the family's names are refused, as peft would find no such module."""
+    from generator.estimator.memory.lora import target_roles
+
+    qwen1 = {"model_type": "qwen", "hidden_size": 256, "intermediate_size": 1376, "num_hidden_layers": 2,
+             "num_attention_heads": 8, "kv_channels": 32, "vocab_size": 1000, "seq_length": 2048, "no_bias": True}
+    a, g = _ag(qwen1)
+    assert target_roles(a, g, "c_attn", "m") == frozenset({"q", "k", "v"})
+    assert target_roles(a, g, "c_proj", "m") == frozenset({"o", "down"})
+    assert target_roles(a, g, "w1,w2", "m") == frozenset({"up", "gate"})
+    assert target_roles(a, g, "c_attn,c_proj,w1,w2", "m") == frozenset({"q", "k", "v", "o", "gate", "up", "down"})
+    with pytest.raises(JobError, match="its names: c_attn, c_proj, w1, w2"):
+        target_roles(a, g, "q_proj", "m")
+    internlm2 = {**LLAMA, "model_type": "internlm2", "bias": False}
+    a, g = _ag(internlm2)
+    assert target_roles(a, g, "wqkv,wo", "m") == frozenset({"q", "k", "v", "o"})
+    assert target_roles(a, g, "w1", "m") == frozenset({"gate"}) and target_roles(a, g, "w3", "m") == frozenset({"up"})
+    assert target_roles(a, g, "w2", "m") == frozenset({"down"})
+
+
 def test_peft_default_targets_are_peft_installed_table():
     """lora.PEFT_DEFAULT_TARGETS is peft's TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING (peft/utils/
     constants.py) as installed: the same model types and the same names (gemma4's regex names q_proj and v_proj of

@@ -92,6 +92,14 @@ FAMILY_NAMES = {
     # ChatGLM's own code (modeling_chatglm.py): one fused query_key_value, dense, dense_h_to_4h, dense_4h_to_h
     "chatglm": {"q": "query_key_value", "k": "query_key_value", "v": "query_key_value", "o": "dense",
                 "gate_up": "dense_h_to_4h", "down": "dense_4h_to_h"},
+    # The other custom-code types (config.custom_code) name their Linears in their own modeling files:
+    # Qwen-1's modeling_qwen.py QWenAttention c_attn (q, k, v fused), c_proj; QWenMLP w1 (the up half, a1),
+    # w2 (the gate, silu(a2)), c_proj (so `c_proj` adapts both, as in gpt2);
+    "qwen": {"q": "c_attn", "k": "c_attn", "v": "c_attn", "o": "c_proj", "gate": "w2", "up": "w1", "down": "c_proj"},
+    # InternLM2's modeling_internlm2.py attention.wqkv, wo; feed_forward w2(act(w1(x)) * w3(x));
+    "internlm2": {"q": "wqkv", "k": "wqkv", "v": "wqkv", "o": "wo", "gate": "w1", "up": "w3", "down": "w2"},
+    # Ling 2.0's modeling_bailing_moe_v2.py BailingMoeV2Attention query_key_value, dense (MLPs: gate/up/down_proj).
+    "bailing_moe": {"q": "query_key_value", "k": "query_key_value", "v": "query_key_value", "o": "dense"},
 }
 
 
