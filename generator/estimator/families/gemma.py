@@ -22,7 +22,8 @@ from ..graph.parts import (
 from .assembly import Builder, assemble
 from .decoder import DecoderTraits, Dims, ExpertTraits, StackRule, attention, build, mlp
 from .decoder import Dims as _D
-from .vision_language import retie
+from .vision_language import attach, retie, vision_memory
+from .vision_towers import GEMMA4_SOFT_TOKENS, vision_tower
 
 
 def _overrides(d: Dims) -> dict[int, dict[str, int]]:
@@ -108,16 +109,33 @@ def _text(cfg: Mapping[str, Any], model: str) -> Arch:
 
 
 def gemma4(cfg: Mapping[str, Any], model: str) -> Arch:
-    """The multimodal wrappers: the text tower (text_config); vision/audio towers when configured are not
-    counted yet (known_gaps.py)."""
+    """The multimodal wrappers (modeling_gemma4.Gemma4ForConditionalGeneration): the text tower (text_config), the
+    vision tower (Gemma4VisionModel, vision_towers.gemma4_vision) and its embedder (Gemma4MultimodalEmbedder: a
+    bias-free Linear of the tower's width to the text width after an RMSNorm without scale). An image adds
+    vision_soft_tokens_per_image tokens (the processor's 280 where the file does not say). The audio tower and
+    gemma4_unified's vision tower are not counted yet (known_gaps.py)."""
     mt = str(cfg.get("model_type"))
     text = cfg.get("text_config") or {}
     if not isinstance(text, Mapping):
         raise ConfigError(model, "text_config", text, "must be a JSON object")
     inner = "gemma4_text" if mt == "gemma4" else "gemma4_unified_text"
     arch = gemma4_text(dict(text, model_type=inner), model, inner)
-    arch = retie(arch, Reader(cfg, model, mt).flag("tie_word_embeddings", arch.tie))
-    towers = [k for k in ("vision_config", "audio_config") if cfg.get(k)]
+    r = Reader(cfg, model, mt)
+    tie = r.flag("tie_word_embeddings", arch.tie)
+    vc = cfg.get("vision_config")
+    if mt == "gemma4" and vc:
+        if not isinstance(vc, Mapping):
+            raise ConfigError(model, "vision_config", vc, "must be a JSON object")
+        tower, patches, vh, per_patch = vision_tower(vc, r, "gemma4_vision")
+        soft = r.int("vision_soft_tokens_per_image", GEMMA4_SOFT_TOKENS)
+        patches = soft * (patches // GEMMA4_SOFT_TOKENS)
+        embedder = Part("Projector", "Gemma4MultimodalEmbedder (norm, Linear)", vh * arch.spec.hidden,
+                        matmul=vh * arch.spec.hidden)
+        act, transient = vision_memory(tower, patches, vh, per_patch)
+        arch = attach(arch, cfg, r, (tower, embedder), tokens=soft, act=act, transient=transient, tie=tie)
+    else:
+        arch = retie(arch, tie)
+    towers = [k for k in ("audio_config",) + (("vision_config",) if mt != "gemma4" else ()) if cfg.get(k)]
     why = f"its {' and '.join(towers)} tower(s) are not counted" if towers else None
     return dataclasses.replace(arch, model_type=mt, family=mt, approximate=why, text_tower_only=bool(towers),
                                architectures=architectures_of(cfg, model))

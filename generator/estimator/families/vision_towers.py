@@ -283,6 +283,25 @@ def ernie4_5_vl_moe(v: Reader, kind: str) -> TowerResult:
     return _part(params, n, h, inter, (448 // p) ** 2, 8 * h + 2 * inter)  # a nominal 448 x 448 image
 
 
+# image_processing_gemma4.py Gemma4ImageProcessor.max_soft_tokens: the soft tokens one image becomes by default.
+GEMMA4_SOFT_TOKENS = 280
+
+
+def gemma4_vision(v: Reader, kind: str) -> TowerResult:
+    """modeling_gemma4.Gemma4VisionModel: a bias-free Linear patch embedding (3 x patch^2 -> hidden) plus a
+    2 x position_embedding_size x hidden table of x and y positions; layers of bias-free q/k/v/o
+    (Gemma4ClippableLinear; q and k RMSNorms of head_dim, v's without scale), a gated MLP and four RMSNorms; a
+    parameter-free pooler averaging pooling_kernel_size^2 patches into one soft token. An image is
+    GEMMA4_SOFT_TOKENS x pooling_kernel_size^2 patches at most (image_processing_gemma4.py max_patches)."""
+    h, n, inter = v.int("hidden_size"), v.int("num_hidden_layers"), v.int("intermediate_size")
+    heads, hd = v.int("num_attention_heads"), v.int("head_dim")
+    kv, p, k = v.int("num_key_value_heads", heads), v.int("patch_size"), v.int("pooling_kernel_size")
+    layer = 2 * h * heads * hd + 2 * h * kv * hd + 3 * h * inter + 4 * h + 2 * hd
+    params = 3 * p * p * h + 2 * v.int("position_embedding_size") * h + n * layer
+    # per patch and layer: a gated MLP keeps gate, up and their product (3 x inter), as Qwen2.5-VL's tower
+    return _part(params, n, h, inter, GEMMA4_SOFT_TOKENS * k * k, 8 * h + 3 * inter)
+
+
 TOWERS: dict[str, Callable[[Reader, str], TowerResult]] = {
     "qwen2_vl_vision": qwen_vl, "qwen2_5_vl_vision": qwen_vl, "pixtral": pixtral, "clip_vision_model": clip,
     "siglip_vision_model": siglip, "idefics3_vision": siglip, "smolvlm_vision": siglip,
@@ -292,7 +311,7 @@ TOWERS: dict[str, Callable[[Reader, str], TowerResult]] = {
     "qwen3_5_moe_vision": qwen3_vl, "qwen2_5_omni_vision_encoder": qwen_vl, "qwen3_omni_moe_vision_encoder": qwen3_vl,
     "glm4v_vision": glm4v, "glm4v_moe_vision": glm4v, "glm_ocr_vision": glm_ocr,
     "hy_v4_vl_vision": hy_v4_vl, "step3p5_vision": step3p7,
-    "ernie4_5_vl_moe_vision": ernie4_5_vl_moe,
+    "ernie4_5_vl_moe_vision": ernie4_5_vl_moe, "gemma4_vision": gemma4_vision,
     "vit": vit, "deit": vit, "granite_docling_vision": siglip, "idefics_vision": clip, "idefics2_vision": siglip, "kosmos_2_vision_model": clip,
     **dict.fromkeys(("blip_vision_model", "blip_2_vision_model", "instructblip_vision_model",
                      "instructblipvideo_vision_model"), blip),
