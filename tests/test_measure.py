@@ -109,6 +109,26 @@ def test_tiny_gpt2_lora_within_tolerance():
     assert _within(_peak(TINY_GPT2, setup)["measured"]["peak_bytes"], _estimate(TINY_GPT2, setup))
 
 
+def test_an_encoder_decoder_runs_its_seq2seq_class():
+    """config.is_encoder_decoder: built with AutoModelForSeq2SeqLM (labels = the input ids, so the decoder runs as
+    many tokens as the encoder), and priced with the CPU's kernels within the tolerance; its generate is refused
+    by name (the harness's prefill feeds a decoder alone)."""
+    pytest.importorskip("peft")
+    from generator.measure.build import MeasureError, build_on_meta
+
+    tiny_t5 = {"architectures": ["T5ForConditionalGeneration"], "model_type": "t5", "d_model": 64, "d_ff": 256,
+               "d_kv": 16, "num_heads": 4, "num_layers": 2, "vocab_size": 1000, "dropout_rate": 0.1,
+               "decoder_start_token_id": 0, "pad_token_id": 0}
+    assert type(build_on_meta(tiny_t5, Setup("full", tokens=64))).__name__ == "T5ForConditionalGeneration"
+    setup = Setup("lora", tokens=256)
+    from generator.settings import load_settings
+
+    estimate = estimate_for(tiny_t5, "tiny", setup, load_settings().assumptions, kernels="cpu")["peak_bytes"]
+    assert _within(_peak(tiny_t5, setup)["measured"]["peak_bytes"], estimate)
+    with pytest.raises(MeasureError, match="encoder-decoder's generate is not simulated"):
+        build_on_meta(tiny_t5, Setup("inference", tokens=64, new_tokens=4))
+
+
 # --- harness pieces ----------------------------------------------------------------------------------------
 
 def test_cli_writes_one_json_line(tmp_path, capsys):

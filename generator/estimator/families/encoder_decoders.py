@@ -175,6 +175,9 @@ def t5(cfg: Mapping[str, Any], model: str, mt: str, t: T5Traits) -> Arch:
     vocab, buckets = r.int("vocab_size"), r.int("relative_attention_num_buckets", 32)
     proj = r.str("feed_forward_proj", "relu") or "relu"
     gated = proj.startswith("gated")
+    # configuration_t5.py: dense_act_fn is feed_forward_proj's last word, and "gated-gelu" runs gelu_new (a
+    # Python-written GELU, activations.PYTHON_GELU); the file's own dense_act_fn is recomputed, never read.
+    act = "gelu_new" if proj == "gated-gelu" else proj.split("-")[-1]
     tie = r.flag("tie_word_embeddings", True) if t.read_tie else True
     # Untied, the shared table and the encoder's and decoder's embed_tokens are three tensors (as bart_like).
     embed: list[Part] = [Part("Input", "Input", width=-1), Part("Embedding", "Embedding", (1 if tie else 3) * vocab * d),
@@ -211,7 +214,7 @@ def t5(cfg: Mapping[str, Any], model: str, mt: str, t: T5Traits) -> Arch:
     ctx = r.int("n_positions", 512)
     arch = assemble(cfg, model, r, hidden=d, layers=len(blocks), heads=heads, kv=heads, head_dim=d_kv, inter=ff,
                     vocab=vocab, ctx=ctx, tie=tie, embed=[*embed, encoder_final], blocks=blocks, head=head,
-                    kind="encoder-decoder", position="relative")
+                    kind="encoder-decoder", position="relative", act=act)
     return arch
 
 

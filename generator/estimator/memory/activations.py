@@ -14,6 +14,7 @@ from typing import NamedTuple
 from ..config.arch import Arch
 from ..graph.nodes import Graph
 from ..graph.parts import Block, Part
+from .dropouts import layer_dropouts
 from .lora import adapted_linears, all_linear_roles, expert_tensors, linear_roles
 
 # transformers' Python-written GELUs (activations.py NewGELUActivation, FastGELUActivation, QuickGELUActivation)
@@ -39,25 +40,6 @@ DIFFERENTIAL_ATTENTION = {"diffllama": "modeling_diffllama.DiffLlamaAttention"}
 # Config keys naming the MLP's activation, in the order transformers' config classes read them
 # (config/reader.activation_name reads the same keys).
 ACT_KEYS = ("hidden_act", "activation_function", "hidden_activation", "afn")
-
-# The model's own dropouts in train mode, per model_type: (config key, dropouts per layer on hidden-wide tensors,
-# dropouts on the embedding output). Read off transformers 5.24's modeling files: gpt2/gptj/gpt_bigcode
-# (attn.resid_dropout + mlp.dropout, wte drop), gpt_neo (resid_dropout x 2, embed_dropout), opt (two
-# nn.functional.dropout per OPTDecoderLayer), phi (resid_dropout on both branches, embed_dropout), starcoder2
-# (attention and MLP residual_dropout, embedding_dropout), gpt_neox (post_attention/post_mlp_dropout, emb_dropout),
-# bloom (dropout_add after attention and MLP), xglm (two per layer + the embeddings'). A dropout with p > 0 keeps
-# a mask per element for its backward: bool on CUDA (at::native_dropout, the fused kernel), the input's dtype on
-# CPU (at::_dropout_impl multiplies by a noise tensor of the input's dtype and autograd saves it); p = 0 returns
-# its input (no mask).
-DROPOUTS = {
-    "gpt2": (("resid_pdrop", 2), ("embd_pdrop", 1)), "gptj": (("resid_pdrop", 2), ("embd_pdrop", 1)),
-    "gpt_bigcode": (("resid_pdrop", 2), ("embd_pdrop", 1)), "gpt_neo": (("resid_dropout", 2), ("embed_dropout", 1)),
-    "opt": (("dropout", 2),), "phi": (("resid_pdrop", 2), ("embd_pdrop", 1)),
-    "starcoder2": (("residual_dropout", 2), ("embedding_dropout", 1)),
-    "gpt_neox": (("hidden_dropout", 2), ("hidden_dropout", 1)), "bloom": (("hidden_dropout", 2),),
-    "xglm": (("dropout", 2), ("dropout", 1)),
-}
-
 
 # q_norm / k_norm classes that multiply by the weight in fp32 before casting back ((weight * x).to(input_dtype):
 # modeling_olmo2.Olmo2RMSNorm and its copies; Gemma's output * (1 + weight.float()), then type_as: modeling_gemma3
@@ -95,7 +77,8 @@ class Regime(NamedTuple):
 
 
 def mask_bytes(r: Regime, input_bytes: int) -> int:
-    """Bytes per element of a dropout mask kept for backward (DROPOUTS): bool on CUDA, the input's dtype on CPU."""
+    """Bytes per element of a dropout mask kept for backward (dropouts.py): bool on CUDA, the input's dtype on
+    CPU."""
     return input_bytes if r.cpu else 1
 
 
@@ -106,16 +89,6 @@ def mlp_act(a: Arch) -> str:
         if isinstance(value, str):
             return value
     return a.act
-
-
-def model_dropouts(a: Arch) -> tuple[int, int]:
-    """(hidden-wide dropouts per layer, on the embedding output) with p > 0, in train mode (DROPOUTS)."""
-    per_layer = embed = 0
-    for i, (key, n) in enumerate(DROPOUTS.get(a.model_type, ())):
-        p = a.raw.get(key)
-        if isinstance(p, (int, float)) and not isinstance(p, bool) and p > 0:
-            per_layer, embed = (n, embed) if i == 0 else (per_layer, n)
-    return per_layer, embed
 
 
 def regime(method: str, precision: str, adapter_bytes: int = 0, lora_dropout: bool = False, cpu: bool = False,
@@ -288,9 +261,10 @@ def block_activation_bytes(a: Arch, b: Block, r: Regime, rank: int = 0,
         out += per * sum(p.act // 2 for p in b.parts if p.type == "MLP")
     if attention and a.model_type in DIFFERENTIAL_ATTENTION:
         out += attention * differential_attention_bytes(a, r)
-    per_layer, _ = model_dropouts(a) if r.dropout else (0, 0)
-    if per_layer:  # masks of the residual-branch dropouts, on the branch outputs (compute dtype)
-        out += per_layer * a.hidden * mask_bytes(r, c)
+    hidden, inter = layer_dropouts(a, b) if r.dropout else (0, 0)
+    out += hidden * a.hidden * mask_bytes(r, c)  # masks of the residual-branch dropouts, on the branch outputs
+    if inter and (down := last_linear_part(b)) is not None:  # the dropped MLP-wide tensor the down Linear saves
+        out += inter * down.linears[-1][0] * (c + mask_bytes(r, c))
     if rank:
         roles = all_linear_roles(a) if roles is None else roles
         out += adapter_activation_bytes(b, roles, rank, r)
@@ -300,8 +274,10 @@ def block_activation_bytes(a: Arch, b: Block, r: Regime, rank: int = 0,
 
 def python_gelu_bytes(b: Block, c: int) -> int:
     """Per token of one layer: the three more MLP-wide tensors a Python-written GELU (PYTHON_GELU) keeps beyond one
-    fused op (FINDINGS.md F8). A plain MLP's `act` is 2 x its width (fc1's output and the activation's)."""
-    return 3 * c * sum(p.act // 2 for p in b.parts if p.type == "MLP")
+    fused op (FINDINGS.md F8: gpt2's plain MLP, whose `act` is 2 x its width; F35: T5 v1.1's gated "GeGLU", gelu_new
+    on wi_0's output, as wide as what wo reads)."""
+    return 3 * c * sum(p.act // 2 if p.type == "MLP" else p.linears[-1][0] for p in b.parts
+                       if p.type in ("MLP", "GeGLU"))
 
 
 def expert_adapter_activation_bytes(b: Block, roles: frozenset[str] | None, r: Regime) -> int:
@@ -333,6 +309,14 @@ def expert_grad_transient(b: Block, roles: frozenset[str] | None, r: Regime) -> 
     return r.residual_bytes * e * i * o, r.compute_bytes * (k * i + k * o + o)
 
 
+# Relative position biases handed to SDPA as a float mask (transformers integrations/sdpa_attention.py
+# create_position_bias_mask): every self-attention call makes its own [1, heads, T, T] mask from the stack's bias,
+# torch.where with the causal mask in a decoder, .contiguous() of the permuted bias Embedding's output in an encoder,
+# and the kernel keeps it for its backward. Cross-attention's zero bias is contiguous already: one, shared.
+POSITION_BIAS_SDPA = {"t5": "modeling_t5.T5Attention", "mt5": "modeling_mt5.MT5Attention",
+                      "umt5": "modeling_umt5.UMT5Attention"}
+
+
 def masked_sdpa_terms(a: Arch, b: Block, tokens: int, r: Regime) -> tuple[int, int]:
     """(bytes per token, bytes per token squared) SDPA keeps in one layer when the model hands it a mask instead of
     is_causal (FINDINGS.md F11): a sliding-window layer at tokens >= its window (transformers masking_utils
@@ -351,8 +335,11 @@ def masked_sdpa_windows(a: Arch, b: Block, r: Regime) -> tuple[tuple[int, int, i
     the layer, each applying from tokens >= window on (Profile.total_at moves a profile across that step)."""
     c = r.compute_bytes
     repeated = c * 2 * max(a.heads - a.kv_heads, 0) * a.head_dim
-    return tuple((p.window, repeated, c) for p in b.parts
-                 if p.attends and p.window > 0)
+    windowed = tuple((p.window, repeated, c) for p in b.parts if p.attends and p.window > 0)
+    if a.model_type not in POSITION_BIAS_SDPA:
+        return windowed
+    # from the first token on, each self-attention's heads x T x T mask, in the compute dtype (autocast's SDPA casts it)
+    return windowed + tuple((1, 0, p.act32 * c) for p in b.parts if p.attends and p.window == 0)
 
 
 def fused_view_bytes(a: Arch, b: Block, r: Regime) -> int:

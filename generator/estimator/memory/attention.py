@@ -44,7 +44,11 @@ AUTOCAST_SOFTMAX = {"gpt_neo": "modeling_gpt_neo.GPTNeoSelfAttention._attn"}
 # rotary embedding's cos and sin follow the embedding output: fp32 under a full fine-tune's AMP), the mask added,
 # then a softmax that names no dtype: CUDA autocast runs it in fp32; CPU autocast, and any run without autocast
 # (pure bf16, fp32, serving), in its input's dtype.
-PROMOTED_SOFTMAX = {"gpt_neox_japanese": "modeling_gpt_neox_japanese.GPTNeoXJapaneseAttention._attn"}
+# T5 and its copies add the relative position bias (the bias Embedding's dtype: fp32 under a full fine-tune's AMP)
+# to the scores, so they follow the same rule.
+PROMOTED_SOFTMAX = {"gpt_neox_japanese": "modeling_gpt_neox_japanese.GPTNeoXJapaneseAttention._attn",
+                    "t5": "modeling_t5.eager_attention_forward", "mt5": "modeling_mt5.eager_attention_forward",
+                    "umt5": "modeling_umt5.eager_attention_forward"}
 
 
 def default_attention(a: Arch) -> tuple[str, str]:
@@ -148,6 +152,9 @@ MLA_PART = "Multi-head Latent Attn"  # families/assembly.mla_part's node type
 # Config keys transformers' attention classes pass to SDPA as dropout_p in a training step (the generic
 # sdpa_attention_forward's `dropout=0.0 if not self.training else self.attention_dropout`, gpt2's attn_pdrop...).
 ATTENTION_DROPOUT_KEYS = ("attention_dropout", "attn_pdrop", "attn_dropout", "attention_probs_dropout_prob")
+# Model types whose attention reads another key: T5Attention's `self.dropout = config.dropout_rate` (modeling_t5.py,
+# modeling_mt5.py, modeling_umt5.py), the one dropout rate of the whole model.
+ATTENTION_DROPOUT_KEY = dict.fromkeys(("t5", "mt5", "umt5"), "dropout_rate")
 
 
 def _falcon_multi_query(a: Arch) -> bool:
@@ -160,7 +167,7 @@ def attention_dropout(a: Arch) -> float:
     """The dropout_p a training step passes to SDPA (0 for falcon without alibi, whose SDPA call passes 0.0)."""
     if a.model_type == "falcon" and not a.raw.get("alibi"):
         return 0.0
-    for key in ATTENTION_DROPOUT_KEYS:
+    for key in (ATTENTION_DROPOUT_KEY[a.model_type],) if a.model_type in ATTENTION_DROPOUT_KEY else ATTENTION_DROPOUT_KEYS:
         p = a.raw.get(key)
         if isinstance(p, (int, float)) and not isinstance(p, bool):
             return float(p)

@@ -7,7 +7,8 @@ from ..config.arch import Arch
 from ..graph.nodes import Graph
 from ..graph.parts import norm_sums
 from ..inputs import Assumptions
-from .activations import Regime, mask_bytes, model_dropouts, norm_bytes
+from .activations import Regime, mask_bytes, norm_bytes
+from .dropouts import embed_dropouts
 
 # The config keys of final-logit soft-capping: gemma2's and its followers' final_logit_softcapping,
 # RecurrentGemma's logits_soft_cap (modeling_recurrent_gemma.py applies it unconditionally), xLSTM's
@@ -57,6 +58,7 @@ def frozen_embedding_bytes(a: Arch, g: Graph, r: Regime) -> int:
 
 
 def embed_dropout_bytes(a: Arch, g: Graph, r: Regime) -> int:
-    """Per token: the embedding dropout's mask (DROPOUTS), on the embedding output (residual dtype)."""
-    _, embed = model_dropouts(a) if r.dropout else (0, 0)
+    """Per token: the masks of the dropouts outside the layers (dropouts.DROPOUTS), on the embedding output
+    (residual dtype)."""
+    embed = embed_dropouts(a) if r.dropout else 0
     return embed * g.spec.hidden * mask_bytes(r, r.residual_bytes)

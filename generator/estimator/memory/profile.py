@@ -112,7 +112,7 @@ def train_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, method: str, r
         if any(t != (0, 0) for t in grads):  # the last layer of the largest transient (its latest on a tie)
             grad_fixed, grad_token = max(layer_values(spec, grads, memo)[::-1], key=lambda t: t[0] + tokens * t[1])
     dropout, _, head_rate = end_terms(a, g, s, r, memo)
-    embed_act += dropout  # the embedding dropout's mask (activations.DROPOUTS)
+    embed_act += dropout  # the embedding dropout's mask (dropouts.DROPOUTS)
     # the fused qkv output kept by q's view (gpt2): the training forward's cache is on without checkpointing
     rates = [rate + view for rate, view in zip(terms.act, terms.views, strict=True)]
     squares = [0] * len(rates)
