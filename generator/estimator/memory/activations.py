@@ -263,8 +263,12 @@ def block_activation_bytes(a: Arch, b: Block, r: Regime, rank: int = 0,
         out += attention * differential_attention_bytes(a, r)
     hidden, inter = layer_dropouts(a, b) if r.dropout else (0, 0)
     out += hidden * a.hidden * mask_bytes(r, c)  # masks of the residual-branch dropouts, on the branch outputs
-    if inter and (down := last_linear_part(b)) is not None:  # the dropped MLP-wide tensor the down Linear saves
-        out += inter * down.linears[-1][0] * (c + mask_bytes(r, c))
+    if inter and (down := last_linear_part(b)) is not None:
+        # its mask, and where the down Linear trains, the dropped tensor it saves in place of its input, which only
+        # relu (threshold_backward reads its result) keeps anyway: gelu and silu save their input, a gated product's
+        # mul its factors. A frozen down Linear saves nothing; its adapter's cast input is priced either way.
+        kept = c if r.trained and act == "relu" and down.type == "MLP" else 0
+        out += inter * down.linears[-1][0] * (kept + mask_bytes(r, c))
     if rank:
         roles = all_linear_roles(a) if roles is None else roles
         out += adapter_activation_bytes(b, roles, rank, r)

@@ -21,7 +21,8 @@ class ModelDropouts(NamedTuple):
     per_layer: int  # hidden-wide dropouts per layer, on residual branches; BRANCHES: one per branch the layer has
     embed_key: str = ""
     embed: int = 0  # hidden-wide dropouts per token outside the layers (the embedding output, a stack's output)
-    inter: int = 0  # MLP-wide dropouts per layer, between the activation and the down projection (layer_key's p)
+    inter: int = 0  # MLP-wide dropouts per layer, between the activation and the down projection
+    inter_key: str = ""  # the MLP-wide dropout's key, where it is not layer_key
 
 
 BRANCHES = -1
@@ -33,7 +34,10 @@ BRANCHES = -1
 # and MLP), xglm (two per layer + the embeddings'). T5 and its copies (modeling_t5.py, modeling_mt5.py,
 # modeling_umt5.py), all on config.dropout_rate: T5LayerSelfAttention, T5LayerCrossAttention and T5LayerFF each drop
 # their branch's output; T5DenseActDense and T5DenseGatedActDense drop the MLP-wide tensor wo reads; each T5Stack
-# drops its input embeddings and its final norm's output (four per token for an encoder and a decoder).
+# drops its input embeddings and its final norm's output (four per token for an encoder and a decoder). BART and
+# the encoder-decoders copied from it (modeling_bart.py, mbart, marian, pegasus, m2m_100, blenderbot,
+# blenderbot_small, plbart): config.dropout on each residual branch's output and on each stack's embeddings (two per
+# token), config.activation_dropout between fc1's activation and fc2.
 DROPOUTS: dict[str, ModelDropouts] = {
     "gpt2": ModelDropouts("resid_pdrop", 2, "embd_pdrop", 1), "gptj": ModelDropouts("resid_pdrop", 2, "embd_pdrop", 1),
     "gpt_bigcode": ModelDropouts("resid_pdrop", 2, "embd_pdrop", 1),
@@ -43,6 +47,8 @@ DROPOUTS: dict[str, ModelDropouts] = {
     "gpt_neox": ModelDropouts("hidden_dropout", 2, "hidden_dropout", 1), "bloom": ModelDropouts("hidden_dropout", 2),
     "xglm": ModelDropouts("dropout", 2, "dropout", 1),
     **dict.fromkeys(("t5", "mt5", "umt5"), ModelDropouts("dropout_rate", BRANCHES, "dropout_rate", 4, 1)),
+    **dict.fromkeys(("bart", "mbart", "marian", "pegasus", "m2m_100", "blenderbot", "blenderbot-small", "plbart"),
+                    ModelDropouts("dropout", BRANCHES, "dropout", 2, 1, "activation_dropout")),
 }
 
 
@@ -55,10 +61,10 @@ def layer_dropouts(a: Arch, b: Block) -> tuple[int, int]:
     """(hidden-wide, MLP-wide) dropouts of one layer with p > 0, in train mode (DROPOUTS). A layer's branches are
     its parts with Linears: attention, cross-attention, MLP."""
     d = DROPOUTS.get(a.model_type)
-    if d is None or not _active(a, d.layer_key):
+    if d is None:
         return 0, 0
     per_layer = sum(1 for p in b.parts if p.linears) if d.per_layer == BRANCHES else d.per_layer
-    return per_layer, d.inter
+    return (per_layer if _active(a, d.layer_key) else 0), (d.inter if _active(a, d.inter_key or d.layer_key) else 0)
 
 
 def embed_dropouts(a: Arch) -> int:
