@@ -129,6 +129,25 @@ def test_an_encoder_decoder_runs_its_seq2seq_class():
         build_on_meta(tiny_t5, Setup("inference", tokens=64, new_tokens=4))
 
 
+def test_a_masked_lm_runs_its_masked_lm_class():
+    """architectures ending in ForMaskedLM: built with AutoModelForMaskedLM (every token a label), adapted by peft's
+    plain PeftModel (no task type wraps a masked LM), priced within the tolerance; its generate is refused."""
+    pytest.importorskip("peft")
+    from generator.measure.build import MeasureError, build_on_meta
+
+    tiny_bert = {"architectures": ["BertForMaskedLM"], "model_type": "bert", "hidden_size": 64,
+                 "intermediate_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 1000,
+                 "max_position_embeddings": 512, "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1}
+    assert type(build_on_meta(tiny_bert, Setup("full", tokens=64))).__name__ == "BertForMaskedLM"
+    setup = Setup("lora", tokens=256)
+    from generator.settings import load_settings
+
+    estimate = estimate_for(tiny_bert, "tiny", setup, load_settings().assumptions, kernels="cpu")["peak_bytes"]
+    assert _within(_peak(tiny_bert, setup)["measured"]["peak_bytes"], estimate)
+    with pytest.raises(MeasureError, match="a masked LM's generate is not simulated"):
+        build_on_meta(tiny_bert, Setup("inference", tokens=64, new_tokens=4))
+
+
 # --- harness pieces ----------------------------------------------------------------------------------------
 
 def test_cli_writes_one_json_line(tmp_path, capsys):

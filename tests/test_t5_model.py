@@ -75,26 +75,6 @@ def test_an_mlp_dropout_keeps_its_mask_and_in_a_full_fine_tune_relus_dropped_cop
     assert block_activation_bytes(arch, encoder, lora) - block_activation_bytes(off, encoder0, lora) == 2 * d + ff
 
 
-def test_bart_likes_drop_on_dropout_and_activation_dropout():
-    """modeling_marian.py (copied from modeling_bart.py): config.dropout after each residual branch and on each
-    stack's embeddings, config.activation_dropout between fc1's activation and fc2; each read on its own."""
-    arch, g = _model("Helsinki-NLP/opus-mt-en-fr")
-    encoder, decoder = g.spec.blocks[0], g.spec.blocks[-1]
-    assert layer_dropouts(arch, encoder) == (2, 0) and layer_dropouts(arch, decoder) == (3, 0)
-    assert embed_dropouts(arch) == 2
-    act, g1 = _model("Helsinki-NLP/opus-mt-en-fr", activation_dropout=0.1)
-    assert layer_dropouts(act, g1.spec.blocks[0]) == (2, 1)
-
-
-def test_simulated_marian_steps_are_priced():
-    """Six CPU-simulated steps of opus-mt-en-fr (full, LoRA, checkpointed LoRA, activation dropout 0.1, batch 4):
-    each within 1%. Its LoRA read -1.9% before the BART-like dropouts were priced."""
-    rows = [r for r in measured_rows("cpu-sim-extra") if r["model"] == "Helsinki-NLP/opus-mt-en-fr"]
-    assert len(rows) == 6
-    for error, row in _errors(rows):
-        assert abs(error) < 0.01, (error, row["setup"])
-
-
 def test_sdpa_keeps_a_position_bias_mask_per_self_attention():
     """integrations/sdpa_attention.py create_position_bias_mask: each self-attention call hands SDPA its own
     [1, heads, T, T] mask (torch.where with the causal mask, or .contiguous() of the permuted bias), which the kernel

@@ -69,23 +69,25 @@ def default_dtype(dtype: torch.dtype):
 def build_on_meta(config: Mapping[str, Any], setup: Setup, with_lora: bool = True):
     """The model on the meta device (no memory), LoRA applied where asked. Move it with `materialise`. An
     encoder-decoder (config.is_encoder_decoder: T5, BART...) is built with its seq2seq LM class, whose training step
-    (workload: labels = the input ids) runs the decoder over as many tokens as the encoder; its generate is not
-    simulated."""
-    from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM
+    (workload: labels = the input ids) runs the decoder over as many tokens as the encoder; a masked LM (the
+    config's architectures: BertForMaskedLM...) with its masked-LM class, every token a label. Neither generates."""
+    from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, AutoModelForSeq2SeqLM
 
     weight_dtype, adapter_dtype, amp = dtypes(setup)
     hf = hf_config(config, setup.attention)
     seq2seq = bool(getattr(hf, "is_encoder_decoder", False))
-    if seq2seq and setup.method == "inference":
-        raise MeasureError("an encoder-decoder's generate is not simulated (the harness prefills a decoder alone)",
-                           key="--method", value=setup.method)
-    auto = AutoModelForSeq2SeqLM if seq2seq else AutoModelForCausalLM
+    archs = config.get("architectures") or [""]
+    masked = not seq2seq and isinstance(archs[0], str) and archs[0].endswith("ForMaskedLM")
+    if (seq2seq or masked) and setup.method == "inference":
+        raise MeasureError(f"{'an encoder-decoder' if seq2seq else 'a masked LM'}'s generate is not simulated (the "
+                           "harness prefills a decoder alone)", key="--method", value=setup.method)
+    auto = AutoModelForSeq2SeqLM if seq2seq else AutoModelForMaskedLM if masked else AutoModelForCausalLM
     # The default dtype is set before building: .to(bfloat16) on fake tensors fails ("Couldn't swap").
     with default_dtype(weight_dtype), torch.device("meta"):
         try:
             model = auto.from_config(hf, dtype=weight_dtype)  # not config.json's torch_dtype
         except ValueError as exc:
-            kind = "seq2seq-LM" if seq2seq else "causal-LM"
+            kind = "seq2seq-LM" if seq2seq else "masked-LM" if masked else "causal-LM"
             raise MeasureError(f"no {kind} class for this config: {exc}", key="model_type",
                                    value=config.get("model_type")) from None
     if with_lora and setup.method in ("lora", "qlora"):
@@ -102,8 +104,11 @@ def apply_lora(model, setup: Setup, adapter_dtype: torch.dtype, device: str = "m
                            value=setup.method) from None
     targets: Any = "all-linear" if setup.lora_targets == "all-linear" else [t.strip() for t in setup.lora_targets.split(",")]
     seq2seq = bool(getattr(model.config, "is_encoder_decoder", False))
+    causal = type(model).__name__.endswith(("ForCausalLM", "LMHeadModel"))
+    # peft's task types wrap a seq2seq or causal LM; a masked LM takes the plain PeftModel (task_type None)
+    task = "SEQ_2_SEQ_LM" if seq2seq else "CAUSAL_LM" if causal else None
     cfg = LoraConfig(r=setup.lora_rank, lora_alpha=2 * setup.lora_rank, lora_dropout=setup.lora_dropout,
-                     target_modules=targets, task_type="SEQ_2_SEQ_LM" if seq2seq else "CAUSAL_LM")
+                     target_modules=targets, task_type=task)
     # Adapters are made in the default dtype, then peft casts them to fp32 when autocast_adapter_dtype.
     with default_dtype(adapter_dtype), torch.device(device):
         try:

@@ -38,7 +38,12 @@ SINK_SOFTMAX = {"gpt_oss": "modeling_gpt_oss.eager_attention_forward",
 # value's dtype: fp32 scores and softmax, except under CPU autocast, which runs the matmul in bf16 and leaves
 # softmax alone (CUDA autocast lists softmax among its fp32 ops), so the softmax keeps the bf16 scores' dtype and
 # the cast is a no-op.
-AUTOCAST_SOFTMAX = {"gpt_neo": "modeling_gpt_neo.GPTNeoSelfAttention._attn"}
+# BERT's eager_attention_forward and its copies (modeling_bert.py, roberta, xlm_roberta, distilbert) take the scores
+# in the compute dtype and also name no dtype: the same rule.
+AUTOCAST_SOFTMAX = {"gpt_neo": "modeling_gpt_neo.GPTNeoSelfAttention._attn",
+                    "bert": "modeling_bert.eager_attention_forward", "roberta": "modeling_roberta.eager_attention_forward",
+                    "xlm-roberta": "modeling_xlm_roberta.eager_attention_forward",
+                    "distilbert": "modeling_distilbert.eager_attention_forward"}
 
 # Eager attention whose scores take the residual stream's dtype: baddbmm into zeros of the query's dtype (the
 # rotary embedding's cos and sin follow the embedding output: fp32 under a full fine-tune's AMP), the mask added,

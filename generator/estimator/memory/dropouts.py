@@ -37,7 +37,9 @@ BRANCHES = -1
 # drops its input embeddings and its final norm's output (four per token for an encoder and a decoder). BART and
 # the encoder-decoders copied from it (modeling_bart.py, mbart, marian, pegasus, m2m_100, blenderbot,
 # blenderbot_small, plbart): config.dropout on each residual branch's output and on each stack's embeddings (two per
-# token), config.activation_dropout between fc1's activation and fc2.
+# token), config.activation_dropout between fc1's activation and fc2. BERT and its copies (modeling_bert.py,
+# roberta, xlm_roberta): hidden_dropout_prob in BertSelfOutput and BertOutput and on the embeddings; DistilBERT
+# (modeling_distilbert.py): config.dropout after the FFN's lin2 and on the embeddings.
 DROPOUTS: dict[str, ModelDropouts] = {
     "gpt2": ModelDropouts("resid_pdrop", 2, "embd_pdrop", 1), "gptj": ModelDropouts("resid_pdrop", 2, "embd_pdrop", 1),
     "gpt_bigcode": ModelDropouts("resid_pdrop", 2, "embd_pdrop", 1),
@@ -49,6 +51,8 @@ DROPOUTS: dict[str, ModelDropouts] = {
     **dict.fromkeys(("t5", "mt5", "umt5"), ModelDropouts("dropout_rate", BRANCHES, "dropout_rate", 4, 1)),
     **dict.fromkeys(("bart", "mbart", "marian", "pegasus", "m2m_100", "blenderbot", "blenderbot-small", "plbart"),
                     ModelDropouts("dropout", BRANCHES, "dropout", 2, 1, "activation_dropout")),
+    **dict.fromkeys(("bert", "roberta", "xlm-roberta"), ModelDropouts("hidden_dropout_prob", 2, "hidden_dropout_prob", 1)),
+    "distilbert": ModelDropouts("dropout", 1, "dropout", 1),
 }
 
 
