@@ -109,43 +109,33 @@ def test_tiny_gpt2_lora_within_tolerance():
     assert _within(_peak(TINY_GPT2, setup)["measured"]["peak_bytes"], _estimate(TINY_GPT2, setup))
 
 
-def test_an_encoder_decoder_runs_its_seq2seq_class():
-    """config.is_encoder_decoder: built with AutoModelForSeq2SeqLM (labels = the input ids, so the decoder runs as
-    many tokens as the encoder), and priced with the CPU's kernels within the tolerance; its generate is refused
-    by name (the harness's prefill feeds a decoder alone)."""
+TINY_T5 = {"architectures": ["T5ForConditionalGeneration"], "model_type": "t5", "d_model": 64, "d_ff": 256, "d_kv": 16,
+           "num_heads": 4, "num_layers": 2, "vocab_size": 1000, "dropout_rate": 0.1, "decoder_start_token_id": 0,
+           "pad_token_id": 0}
+TINY_BERT = {"architectures": ["BertForMaskedLM"], "model_type": "bert", "hidden_size": 64, "intermediate_size": 256,
+             "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 1000, "max_position_embeddings": 512,
+             "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1}
+
+
+@pytest.mark.parametrize("config, built, refused", [
+    (TINY_T5, "T5ForConditionalGeneration", "an encoder-decoder's generate is not simulated"),
+    (TINY_BERT, "BertForMaskedLM", "a masked LM's generate is not simulated"),
+])
+def test_encoder_decoders_and_masked_lms_run_their_own_class(config, built, refused):
+    """config.is_encoder_decoder: AutoModelForSeq2SeqLM (labels = the input ids, so the decoder runs as many tokens
+    as the encoder); architectures ending in ForMaskedLM: AutoModelForMaskedLM (every token a label; peft's plain
+    PeftModel, as no task type wraps a masked LM). Each is priced with the CPU's kernels within the tolerance, and
+    its generate is refused by name (the harness's prefill feeds a decoder alone)."""
     pytest.importorskip("peft")
     from generator.measure.build import MeasureError, build_on_meta
-
-    tiny_t5 = {"architectures": ["T5ForConditionalGeneration"], "model_type": "t5", "d_model": 64, "d_ff": 256,
-               "d_kv": 16, "num_heads": 4, "num_layers": 2, "vocab_size": 1000, "dropout_rate": 0.1,
-               "decoder_start_token_id": 0, "pad_token_id": 0}
-    assert type(build_on_meta(tiny_t5, Setup("full", tokens=64))).__name__ == "T5ForConditionalGeneration"
-    setup = Setup("lora", tokens=256)
     from generator.settings import load_settings
 
-    estimate = estimate_for(tiny_t5, "tiny", setup, load_settings().assumptions, kernels="cpu")["peak_bytes"]
-    assert _within(_peak(tiny_t5, setup)["measured"]["peak_bytes"], estimate)
-    with pytest.raises(MeasureError, match="encoder-decoder's generate is not simulated"):
-        build_on_meta(tiny_t5, Setup("inference", tokens=64, new_tokens=4))
-
-
-def test_a_masked_lm_runs_its_masked_lm_class():
-    """architectures ending in ForMaskedLM: built with AutoModelForMaskedLM (every token a label), adapted by peft's
-    plain PeftModel (no task type wraps a masked LM), priced within the tolerance; its generate is refused."""
-    pytest.importorskip("peft")
-    from generator.measure.build import MeasureError, build_on_meta
-
-    tiny_bert = {"architectures": ["BertForMaskedLM"], "model_type": "bert", "hidden_size": 64,
-                 "intermediate_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 1000,
-                 "max_position_embeddings": 512, "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1}
-    assert type(build_on_meta(tiny_bert, Setup("full", tokens=64))).__name__ == "BertForMaskedLM"
+    assert type(build_on_meta(config, Setup("full", tokens=64))).__name__ == built
     setup = Setup("lora", tokens=256)
-    from generator.settings import load_settings
-
-    estimate = estimate_for(tiny_bert, "tiny", setup, load_settings().assumptions, kernels="cpu")["peak_bytes"]
-    assert _within(_peak(tiny_bert, setup)["measured"]["peak_bytes"], estimate)
-    with pytest.raises(MeasureError, match="a masked LM's generate is not simulated"):
-        build_on_meta(tiny_bert, Setup("inference", tokens=64, new_tokens=4))
+    estimate = estimate_for(config, "tiny", setup, load_settings().assumptions, kernels="cpu")["peak_bytes"]
+    assert _within(_peak(config, setup)["measured"]["peak_bytes"], estimate)
+    with pytest.raises(MeasureError, match=refused):
+        build_on_meta(config, Setup("inference", tokens=64, new_tokens=4))
 
 
 # --- harness pieces ----------------------------------------------------------------------------------------
