@@ -70,24 +70,33 @@ def build_on_meta(config: Mapping[str, Any], setup: Setup, with_lora: bool = Tru
     """The model on the meta device (no memory), LoRA applied where asked. Move it with `materialise`. An
     encoder-decoder (config.is_encoder_decoder: T5, BART...) is built with its seq2seq LM class, whose training step
     (workload: labels = the input ids) runs the decoder over as many tokens as the encoder; a masked LM (the
-    config's architectures: BertForMaskedLM...) with its masked-LM class, every token a label. Neither generates."""
-    from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, AutoModelForSeq2SeqLM
+    config's architectures: BertForMaskedLM...) with its masked-LM class, every token a label; a sequence classifier
+    (XLMRobertaForSequenceClassification...) with its own class, one label per sequence. None of them generates."""
+    from transformers import (
+        AutoModelForCausalLM,
+        AutoModelForMaskedLM,
+        AutoModelForSeq2SeqLM,
+        AutoModelForSequenceClassification,
+    )
 
     weight_dtype, adapter_dtype, amp = dtypes(setup)
     hf = hf_config(config, setup.attention)
     seq2seq = bool(getattr(hf, "is_encoder_decoder", False))
     archs = config.get("architectures") or [""]
-    masked = not seq2seq and isinstance(archs[0], str) and archs[0].endswith("ForMaskedLM")
-    if (seq2seq or masked) and setup.method == "inference":
-        raise MeasureError(f"{'an encoder-decoder' if seq2seq else 'a masked LM'}'s generate is not simulated (the "
-                           "harness prefills a decoder alone)", key="--method", value=setup.method)
-    auto = AutoModelForSeq2SeqLM if seq2seq else AutoModelForMaskedLM if masked else AutoModelForCausalLM
+    head = archs[0] if isinstance(archs[0], str) and not seq2seq else ""
+    masked, classifier = head.endswith("ForMaskedLM"), head.endswith("ForSequenceClassification")
+    if (seq2seq or masked or classifier) and setup.method == "inference":
+        what = "an encoder-decoder" if seq2seq else "a masked LM" if masked else "a sequence classifier"
+        raise MeasureError(f"{what}'s generate is not simulated (the harness prefills a decoder alone)",
+                           key="--method", value=setup.method)
+    auto = (AutoModelForSeq2SeqLM if seq2seq else AutoModelForMaskedLM if masked
+            else AutoModelForSequenceClassification if classifier else AutoModelForCausalLM)
     # The default dtype is set before building: .to(bfloat16) on fake tensors fails ("Couldn't swap").
     with default_dtype(weight_dtype), torch.device("meta"):
         try:
             model = auto.from_config(hf, dtype=weight_dtype)  # not config.json's torch_dtype
         except ValueError as exc:
-            kind = "seq2seq-LM" if seq2seq else "masked-LM" if masked else "causal-LM"
+            kind = "seq2seq-LM" if seq2seq else "masked-LM" if masked else "classifier" if classifier else "causal-LM"
             raise MeasureError(f"no {kind} class for this config: {exc}", key="model_type",
                                    value=config.get("model_type")) from None
     if with_lora and setup.method in ("lora", "qlora"):

@@ -75,12 +75,13 @@ def workload(model, setup: Setup, vocab: int, device: str, tracker: PeakTracker 
     if tracker is not None:
         tracker.track_external(model, opt)
     k = setup.grad_accum
+    labels = _labels(model, ids)
     for step in range(1, setup.steps + 1):
         for micro in range(1, k + 1):  # HF Trainer's gradient accumulation: the loss over k, added into .grad
             stage(f"step {step}" + (f" micro-batch {micro}" if k > 1 else ""),
                   "last step" if step == setup.steps else None)
             with autocast:
-                out = model(input_ids=ids, labels=ids)
+                out = model(input_ids=ids, labels=labels)
             loss = out.loss / k if k > 1 else out.loss
             if not setup.keep_outputs:  # HF Trainer's compute_loss keeps only the loss; a hand-written loop may not
                 del out
@@ -93,6 +94,18 @@ def workload(model, setup: Setup, vocab: int, device: str, tracker: PeakTracker 
         opt.zero_grad(set_to_none=True)
         if sync is not None:
             sync()
+
+
+def _labels(model, ids: torch.Tensor) -> torch.Tensor:
+    """The training step's labels: the input ids (a causal, masked or seq2seq LM's every token), or one per sequence
+    for a sequence classifier: a float target where num_labels is 1 (transformers' regression loss, MSE), a class
+    index otherwise."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    if not type(base).__name__.endswith("ForSequenceClassification"):
+        return ids
+    if base.config.num_labels == 1:
+        return torch.zeros(ids.shape[0], device=ids.device)
+    return torch.zeros(ids.shape[0], dtype=torch.long, device=ids.device)
 
 
 def _unpacked(position_ids: torch.Tensor) -> None:

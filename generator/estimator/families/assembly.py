@@ -40,9 +40,12 @@ def assemble(cfg: Mapping[str, Any], model: str, r: Reader, *, hidden: int, laye
              experts: int = 0, top_k: int = 0, logits: int | None = None,
              position: str = "rope", approx: str | None = None, act: str | None = None, qk_norm: str | None = None,
              **spec_extra: Any) -> Arch:
-    """An Arch from parts a family builder laid out itself (gpt2_era, mamba, encoders, vision_language...)."""
+    """An Arch from parts a family builder laid out itself (gpt2_era, mamba, encoders, vision_language...). An
+    encoder whose class has no LM head (sequence or token classification, QA, a bare model: encoders.head_kind)
+    shares its word embeddings with nothing, whatever tie_word_embeddings says: its Spec is not tied."""
+    lm_head = kind != "encoder" or any(p.name.startswith("LM_Head") for p in head)
     spec = Spec(kind, hidden, vocab, tuple(embed), tuple(blocks), tuple(head), vocab if logits is None else logits,
-                tied=tie, **spec_extra)
+                tied=tie and lm_head, **spec_extra)
     mt = str(cfg.get("model_type"))
     return Arch(model_type=mt, family=family or mt, architectures=architectures_of(cfg, model),
                 custom_code="auto_map" in cfg, text_tower_only=False, hidden=hidden, layers=layers, heads=heads,
