@@ -278,10 +278,9 @@ def block_activation_bytes(a: Arch, b: Block, r: Regime, rank: int = 0,
 
 def python_gelu_bytes(b: Block, c: int) -> int:
     """Per token of one layer: the three more MLP-wide tensors a Python-written GELU (PYTHON_GELU) keeps beyond one
-    fused op (FINDINGS.md F8: gpt2's plain MLP, whose `act` is 2 x its width; F35: T5 v1.1's gated "GeGLU", gelu_new
-    on wi_0's output, as wide as what wo reads)."""
-    return 3 * c * sum(p.act // 2 if p.type == "MLP" else p.linears[-1][0] for p in b.parts
-                       if p.type in ("MLP", "GeGLU"))
+    fused op (FINDINGS.md F8: gpt2's plain MLP; F35: T5 v1.1's gated "GeGLU", gelu_new on wi_0's output), each as
+    wide as what the MLP's down Linear reads."""
+    return 3 * c * sum(p.linears[-1][0] for p in b.parts if p.type in ("MLP", "GeGLU") and p.linears)
 
 
 def expert_adapter_activation_bytes(b: Block, roles: frozenset[str] | None, r: Regime) -> int:
