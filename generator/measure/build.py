@@ -66,12 +66,27 @@ def default_dtype(dtype: torch.dtype):
         torch.set_default_dtype(old)
 
 
+# The class the harness builds per model kind (model_kind), and what its error messages call it.
+KIND_WORDS = {"seq2seq": ("seq2seq-LM", "an encoder-decoder"), "masked": ("masked-LM", "a masked LM"),
+              "classifier": ("classifier", "a sequence classifier"), "causal": ("causal-LM", "a causal LM")}
+
+
+def model_kind(hf) -> str:
+    """What transformers config `hf` is trained as: "seq2seq" (is_encoder_decoder: T5, BART...), "masked" or
+    "classifier" (its architectures end in ForMaskedLM or ForSequenceClassification), else "causal"."""
+    if getattr(hf, "is_encoder_decoder", False):
+        return "seq2seq"
+    archs = getattr(hf, "architectures", None) or [""]
+    head = archs[0] if isinstance(archs[0], str) else ""
+    return "masked" if head.endswith("ForMaskedLM") else "classifier" if head.endswith("ForSequenceClassification") \
+        else "causal"
+
+
 def build_on_meta(config: Mapping[str, Any], setup: Setup, with_lora: bool = True):
     """The model on the meta device (no memory), LoRA applied where asked. Move it with `materialise`. An
-    encoder-decoder (config.is_encoder_decoder: T5, BART...) is built with its seq2seq LM class, whose training step
-    (workload: labels = the input ids) runs the decoder over as many tokens as the encoder; a masked LM (the
-    config's architectures: BertForMaskedLM...) with its masked-LM class, every token a label; a sequence classifier
-    (XLMRobertaForSequenceClassification...) with its own class, one label per sequence. None of them generates."""
+    encoder-decoder is built with its seq2seq LM class, whose training step (workload: labels = the input ids) runs
+    the decoder over as many tokens as the encoder; a masked LM with its masked-LM class, every token a label; a
+    sequence classifier with its own class, one label per sequence (model_kind). None of them generates."""
     from transformers import (
         AutoModelForCausalLM,
         AutoModelForMaskedLM,
@@ -81,23 +96,18 @@ def build_on_meta(config: Mapping[str, Any], setup: Setup, with_lora: bool = Tru
 
     weight_dtype, adapter_dtype, amp = dtypes(setup)
     hf = hf_config(config, setup.attention)
-    seq2seq = bool(getattr(hf, "is_encoder_decoder", False))
-    archs = config.get("architectures") or [""]
-    head = archs[0] if isinstance(archs[0], str) and not seq2seq else ""
-    masked, classifier = head.endswith("ForMaskedLM"), head.endswith("ForSequenceClassification")
-    if (seq2seq or masked or classifier) and setup.method == "inference":
-        what = "an encoder-decoder" if seq2seq else "a masked LM" if masked else "a sequence classifier"
-        raise MeasureError(f"{what}'s generate is not simulated (the harness prefills a decoder alone)",
-                           key="--method", value=setup.method)
-    auto = (AutoModelForSeq2SeqLM if seq2seq else AutoModelForMaskedLM if masked
-            else AutoModelForSequenceClassification if classifier else AutoModelForCausalLM)
+    kind = model_kind(hf)
+    if kind != "causal" and setup.method == "inference":
+        raise MeasureError(f"{KIND_WORDS[kind][1]}'s generate is not simulated (the harness prefills a decoder "
+                           "alone)", key="--method", value=setup.method)
+    auto = {"seq2seq": AutoModelForSeq2SeqLM, "masked": AutoModelForMaskedLM,
+            "classifier": AutoModelForSequenceClassification, "causal": AutoModelForCausalLM}[kind]
     # The default dtype is set before building: .to(bfloat16) on fake tensors fails ("Couldn't swap").
     with default_dtype(weight_dtype), torch.device("meta"):
         try:
             model = auto.from_config(hf, dtype=weight_dtype)  # not config.json's torch_dtype
         except ValueError as exc:
-            kind = "seq2seq-LM" if seq2seq else "masked-LM" if masked else "classifier" if classifier else "causal-LM"
-            raise MeasureError(f"no {kind} class for this config: {exc}", key="model_type",
+            raise MeasureError(f"no {KIND_WORDS[kind][0]} class for this config: {exc}", key="model_type",
                                    value=config.get("model_type")) from None
     if with_lora and setup.method in ("lora", "qlora"):
         model = apply_lora(model, setup, adapter_dtype)
@@ -112,10 +122,8 @@ def apply_lora(model, setup: Setup, adapter_dtype: torch.dtype, device: str = "m
         raise MeasureError("LoRA needs peft: pip install -e '.[measure]' in the repository", key="--method",
                            value=setup.method) from None
     targets: Any = "all-linear" if setup.lora_targets == "all-linear" else [t.strip() for t in setup.lora_targets.split(",")]
-    seq2seq = bool(getattr(model.config, "is_encoder_decoder", False))
-    causal = type(model).__name__.endswith(("ForCausalLM", "LMHeadModel"))
-    # peft's task types wrap a seq2seq or causal LM; a masked LM takes the plain PeftModel (task_type None)
-    task = "SEQ_2_SEQ_LM" if seq2seq else "CAUSAL_LM" if causal else None
+    # peft's task types wrap a seq2seq or causal LM; a masked LM or a classifier takes the plain PeftModel
+    task = {"seq2seq": "SEQ_2_SEQ_LM", "causal": "CAUSAL_LM"}.get(model_kind(model.config))
     cfg = LoraConfig(r=setup.lora_rank, lora_alpha=2 * setup.lora_rank, lora_dropout=setup.lora_dropout,
                      target_modules=targets, task_type=task)
     # Adapters are made in the default dtype, then peft casts them to fp32 when autocast_adapter_dtype.

@@ -22,6 +22,7 @@ from .build import (
     make_optimizer,
     materialise,
     meta_linear4bit,
+    model_kind,
     quantise_nf4,
     unwrap_params4bit,
 )
@@ -100,12 +101,10 @@ def _labels(model, ids: torch.Tensor) -> torch.Tensor:
     """The training step's labels: the input ids (a causal, masked or seq2seq LM's every token), or one per sequence
     for a sequence classifier: a float target where num_labels is 1 (transformers' regression loss, MSE), a class
     index otherwise."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    if not type(base).__name__.endswith("ForSequenceClassification"):
+    config = (model.get_base_model() if hasattr(model, "get_base_model") else model).config
+    if model_kind(config) != "classifier":
         return ids
-    if base.config.num_labels == 1:
-        return torch.zeros(ids.shape[0], device=ids.device)
-    return torch.zeros(ids.shape[0], dtype=torch.long, device=ids.device)
+    return torch.zeros(ids.shape[0], dtype=torch.float32 if config.num_labels == 1 else torch.long, device=ids.device)
 
 
 def _unpacked(position_ids: torch.Tensor) -> None:
