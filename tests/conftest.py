@@ -38,15 +38,37 @@ def snapshot_configs() -> list[tuple[str, dict, int | None]]:
     return out
 
 
-def snapshot_arch(repo: str):
-    """The committed snapshot's config of `repo`, normalised (estimator.normalise)."""
+def snapshot_arch(repo: str, **changes):
+    """The committed snapshot's config of `repo`, with `changes` over its keys, normalised (estimator.normalise)."""
     from generator.estimator.normalise import normalise
     from generator.hub.snapshot import load_record
     from generator.records import parse_config_text
 
     record = load_record(SNAPSHOT, repo)
     assert record is not None, repo
-    return normalise(parse_config_text(record.config_json, repo), repo)
+    return normalise({**parse_config_text(record.config_json, repo), **changes}, repo)
+
+
+def snapshot_model(repo: str, **changes):
+    """(snapshot_arch, its graph)."""
+    from generator.estimator.graph.nodes import build_graph
+
+    arch = snapshot_arch(repo, **changes)
+    return arch, build_graph(arch)
+
+
+def priced_errors(rows: list[dict]) -> list[tuple[float, dict]]:
+    """(estimate / measured - 1, row) for measured rows, each priced as /accuracy/ prices it (accuracy_rows)."""
+    from generator.accuracy_rows import estimate_bytes
+    from generator.settings import load_settings
+
+    s = load_settings().assumptions
+    out = []
+    for row in rows:
+        estimate = estimate_bytes(row, s)
+        assert estimate is not None, row["setup"]
+        out.append((estimate / row["measured"]["peak_bytes"] - 1, row))
+    return out
 
 
 def measured_rows(name: str) -> list[dict]:
