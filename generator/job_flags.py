@@ -43,6 +43,8 @@ def add_setup_arguments(p: argparse.ArgumentParser) -> None:
     ex.add_argument("--optimizer", choices=j.OPTIMIZERS)
     ex.add_argument("--grad-ckpt", action=argparse.BooleanOptionalAction, default=None,
                     help="gradient checkpointing (--no-grad-ckpt turns a recipe's off)")
+    ex.add_argument("--offload-checkpoints", action=argparse.BooleanOptionalAction, default=None,
+                    help="with --grad-ckpt: the layer inputs wait in CPU RAM (Unsloth's checkpointing)")
     ex.add_argument("--grad-accum", type=int, metavar="K",
                     help="micro-batches per optimizer step (gradient_accumulation_steps, default 1): from the second "
                          "on, every trainable parameter's gradient is held through forward and backward")
@@ -124,7 +126,7 @@ def asked(args: argparse.Namespace) -> bool:
     return any(v is not None for v in (args.recipe, args.method, args.precision, args.weights, args.optimizer,
                                        args.lora_targets, args.new_tokens, args.attention, args.metric, args.strategy,
                                        args.grad_ckpt, args.adapter_dtype, args.lora_dropout, args.bnb_version,
-                                       args.transformers_version, args.scan)) \
+                                       args.transformers_version, args.scan, args.offload_checkpoints)) \
         or args.gpus != 1 or args.offload != "none" or args.grad_accum is not None or args.sync_each_batch \
         or args.mixed_units
 
@@ -138,6 +140,7 @@ def job(args: argparse.Namespace) -> Job:
                                 ("metric", args.metric), ("grad_ckpt", args.grad_ckpt), ("grad_accum", args.grad_accum),
                                 ("adapter_dtype", args.adapter_dtype), ("lora_dropout", args.lora_dropout),
                                 ("bnb_version", args.bnb_version),
-                                ("transformers_version", args.transformers_version), ("scan", args.scan))
+                                ("transformers_version", args.transformers_version), ("scan", args.scan),
+                                ("offload_checkpoints", args.offload_checkpoints))
              if v is not None}
     return Job.from_options(args.recipe or "", **{"tokens": 0, **given})

@@ -77,7 +77,8 @@ def _job_line(m) -> Text:
     if job["method"] in ("lora", "qlora"):
         what.append(f"r={job['lora_rank']} on {fmt.lora_targets(job['lora_targets'])}")
     if job["method"] != "inference":
-        what.append(job["optimizer"] + (", checkpointed" if job["grad_ckpt"] else ""))
+        what.append(job["optimizer"] + (", checkpointed" if job["grad_ckpt"] else "")
+                    + (" (the layer inputs in CPU RAM)" if job.get("offload_checkpoints") else ""))
     if job.get("grad_accum", 1) > 1:
         what.append(f"{fmt.count(job['grad_accum'])} micro-batches per step")
     tokens = f"{fmt.count(job['tokens'])} tokens" + (f" + {fmt.count(job['new_tokens'])} generated"

@@ -102,7 +102,8 @@ def test_the_calculator_adds_little_to_a_page_and_its_shared_files_are_once_per_
                    for p in (site / calculator.CALC_DIR).glob("estimator-*.zip")})
     shared.update({p.relative_to(site).as_posix(): p.stat().st_size
                    for p in sorted((site / calculator.RUNTIME_DIR).glob("*"))})
-    assert shared[calculator.SCRIPT] < 12_000 and shared[calculator.SITE_JSON] < 12_000
+    # site.json is mostly the setup flags' help (the form's labels): 12 kB until --offload-checkpoints, 12.5 kB since
+    assert shared[calculator.SCRIPT] < 12_000 and shared[calculator.SITE_JSON] < 12_500
     # the estimator's zip: 313 kB once the families cover 99% of transformers' language-model classes (it was 300),
     # 340 kB with the PCIe bound of offload setups and expert parallelism (memory/host_link.py, fsdp+ep), 348 kB with
     # eager attention's backward (stages.Branch, attention.eager_backward_bytes) and job_options.py, 356 kB with the

@@ -26,7 +26,7 @@ from .inputs import Assumptions, Card, Gpu
 from .memory.attention import default_attention
 from .memory.curve import memory_curve
 from .memory.job import metric_memory
-from .memory.job_options import Job, resolve
+from .memory.job_options import Job, checkpoint_host_bytes, resolve
 from .memory.layer_terms import all_linear_params
 from .memory.parallel import Setup, accumulating_phases, per_gpu
 from .memory.profile import (
@@ -37,6 +37,7 @@ from .memory.profile import (
     state_bytes_per_sequence,
     train_profile,
 )
+from .memory.sharding import GPUS_PER_NODE
 from .memory.splits import Cut, best_cut, two_card_batch
 from .memory.stages import Profile, largest_batch
 from .memory.storage import model_serve_weight_bytes, stored_elements
@@ -185,7 +186,9 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
         job=tuple({**resolve(job, arch).to_dict(), "gpus": setup.gpus, "strategy": setup.strategy,
                    "offload": setup.offload, "sync_each_batch": setup.sync_each_batch,
                    "mixed_units": setup.mixed_units}.items()),
-        offload_cpu_bytes_per_node=spread.cpu_bytes_per_node,
+        # ZeRO's offload, and each rank's offloaded checkpoints (Unsloth's), on the ranks of one node
+        offload_cpu_bytes_per_node=spread.cpu_bytes_per_node
+        + checkpoint_host_bytes(graph, resolve(job, arch)) * min(setup.gpus, GPUS_PER_NODE),
         # the site's full job accumulating gradients (the cost section's micro-batches): every gradient held
         train_full_bytes_accumulating=max(ph.total_bytes for ph in accumulating_phases(
             site_jobs["full"].phases, site_jobs["full"].grad_bytes * site_jobs["full"].params_trainable)),

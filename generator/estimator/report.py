@@ -107,7 +107,8 @@ class Memory:
     breakdown: tuple[tuple[str, int], ...] = ()
     job: tuple[tuple[str, Any], ...] = ()
     curve: tuple[CurvePoint, ...] = ()  # batch-1 peaks from 512 tokens to the context (estimator/curve.py)
-    offload_cpu_bytes_per_node: int = 0  # the exact job's --offload: CPU memory the ranks of one node hold
+    offload_cpu_bytes_per_node: int = 0  # the exact job's --offload and --offload-checkpoints: CPU memory the
+    # ranks of one node hold
     # the site's full fine-tune at batch 1 accumulating gradients over micro-batches (how a card that holds less
     # than job_batch runs the reference job): every gradient held between them (FINDINGS.md F27)
     train_full_bytes_accumulating: int = 0

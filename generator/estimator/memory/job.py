@@ -19,17 +19,15 @@ from ..config.arch import Arch
 from ..graph.nodes import Graph
 from ..inputs import Assumptions
 from .activations import (
-    ADAPTER_NO_CAST,
     block_activation_bytes,
     kept_cache_bytes,
     last_linear_params,
     recompute_transient_bytes,
-    regime,
 )
 from .attention import head_params, math_backward_bytes
 from .ends import final_norm_backward_bytes, head_norm_bytes
 from .generate import generate_phases
-from .job_options import ADAPTER_BYTES, Job, apply_metric, prepared
+from .job_options import Job, apply_metric, checkpoint_inputs, job_regime, prepared
 from .layer_terms import (
     adapter_params,
     eager_backward_values,
@@ -149,10 +147,7 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
     lora = job.method != "full"
     # a LoRA base stored in fp32 under autocast: fp32 norms and embedding, so an fp32 residual stream (F28)
     fp32_base = lora and job.precision == "amp" and job.storage == "fp32"
-    r = regime("lora" if lora else "full", job.precision, ADAPTER_BYTES.get(job.adapter_dtype, 0) if lora else 0,
-               lora and job.lora_dropout > 0, job.kernels == "cpu", lora and (job.upcast_fp32 or fp32_base),
-               job.scan == "torch" or (job.kernels == "cpu" and not job.scan),
-               not (job.method == "qlora" and job.storage in ADAPTER_NO_CAST))
+    r = job_regime(job)
     c = r.compute_bytes
     B, T = job.batch, job.tokens
     P = g.params_total
@@ -269,7 +264,9 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
     # output), and the gradients of every other layer made before its recomputation, and of its own last Linear,
     # whose backward runs first while the layer's saved tensors are all still live (read off F18's peak)
     first = layer_index(spec, memo)[0] if spec.blocks else 0
-    first_inputs = embed + T * r.residual_bytes * spec.hidden
+    # the layer inputs checkpointing keeps on the GPU (all of them; with Unsloth's offload, its buffers and the last)
+    kept_inputs, first_kept = checkpoint_inputs(job, len(spec.blocks), B * T * r.residual_bytes * spec.hidden)
+    first_inputs = embed + first_kept * T * r.residual_bytes * spec.hidden
     first_grads = head_grads + param_bytes * (sum(n * b.params for b, n in distinct) - distinct[first][0].params
                                               + last_linear_params(distinct[first][0])) if r.trained and distinct else 0
     head_norm, final_norm = T * head_norm_bytes(g, r), T * final_norm_backward_bytes(g)
@@ -304,7 +301,7 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
             # layer keeps only its input through the forward. At the loss nothing is recomputed; then the backward
             # reruns one layer at a time, whose saved tensors live beside the gradients made so far (the head's at
             # the last layer; a full fine-tune's every later layer's at the first).
-            inputs = embed + len(spec.blocks) * T * r.residual_bytes * spec.hidden
+            inputs = embed + kept_inputs * T * r.residual_bytes * spec.hidden
             # The end of the forward, the loss computed inside autocast: autocast's cache keeps every layer's bf16
             # copy of its fp32 weights until the autocast region exits (aten/src/ATen/autocast_mode.cpp
             # cached_cast: fp32 leaves that require grad), checkpointed or not; the loss has made its fp32 copy

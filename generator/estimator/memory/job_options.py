@@ -12,6 +12,7 @@ from ...errors import JobError
 from ..config.arch import Arch
 from ..graph.nodes import Graph
 from ..inputs import Assumptions
+from .activations import ADAPTER_NO_CAST, Regime, regime
 from .attention import default_attention
 from .recipes import LITGPT_LOSS, RECIPES, TORCHTUNE_LOSS, framework_attention, framework_model
 
@@ -70,6 +71,7 @@ class Job:
     transformers_version: str = ""  # the transformers release HF generate runs, "" = a current one (legacy_cache)
     scan: str = ""  # a recurrent mixer's scan (SCANS): "" = the kernels' own (fused on CUDA, torch on the CPU)
     grad_accum: int = 1  # micro-batches per optimizer step (HF Trainer's gradient_accumulation_steps)
+    offload_checkpoints: bool = False  # the checkpointed layers' inputs wait in CPU RAM (Unsloth's checkpointing)
 
     def to_dict(self) -> dict[str, Any]:
         """The options, with the storage the default resolves to."""
@@ -86,6 +88,8 @@ class Job:
             for key in ("weights", "double_quant", "upcast_fp32"):
                 fields_.pop(key, None)
             fields_.pop("method", None)
+        if given.get("grad_ckpt") is False:  # no checkpoints: a recipe's offload of them does not apply
+            fields_.pop("offload_checkpoints", None)
         return Job(**{**fields_, **given, "recipe": recipe})
 
     @property
@@ -122,6 +126,9 @@ def validate(job: Job, model: str) -> None:
             raise JobError(model, key, number, "must be a positive integer")
     if job.new_tokens < 0 or (job.new_tokens and job.method != "inference"):
         raise JobError(model, "new_tokens", job.new_tokens, "is for method inference, and must be >= 0")
+    if job.offload_checkpoints and (job.method == "inference" or not job.grad_ckpt):
+        raise JobError(model, "offload_checkpoints", True, "offloads gradient checkpointing's layer inputs: it needs "
+                                                           "a training method with grad_ckpt")
     if job.grad_accum > 1 and job.method == "inference":
         raise JobError(model, "grad_accum", job.grad_accum, "is for training methods (full, lora, qlora)")
     if job.method == "full" and job.weights and job.weights != {"amp": "fp32"}.get(job.precision, job.precision):
@@ -164,6 +171,43 @@ def prepared(a: Arch, g: Graph, job: Job, model: str, memo: dict | None
     if not job.attention and (own := framework_attention(a2, job.loss)):
         job = dataclasses.replace(job, attention=own)
     return a2, g2, resolve(job, a2), model, memo if g2 is g else None
+
+
+# Unsloth's gradient checkpointing (use_gradient_checkpointing="unsloth"; unsloth_zoo/gradient_checkpointing.py
+# UnslothCheckpointFunction at ce232d6): each checkpointed layer's input of more than MINIMUM_SIZE elements (2 MiB of
+# it) is copied to a pinned CPU buffer in the forward, but the last layer's from the second step on (LAST_GC_INDEX,
+# "Don't offload the last layer"). The backward copies it back into a persistent GPU buffer sized to the largest
+# input (GPU_BUFFERS) and recomputes the layer on that buffer; a second one (GPU_BUFFERS_B) double-buffers the copy
+# where more than 512 MiB were free after the first step (DOUBLE_BUFFER_HEADROOM). Priced with both.
+OFFLOAD_GPU_BUFFERS = 2
+OFFLOAD_MIN_BYTES = 2 * 1024 * 1024
+
+
+def checkpoint_inputs(job: Job, layers: int, input_bytes: int) -> tuple[int, int]:
+    """How many checkpointed layer inputs of `input_bytes` (one sample's batch, all of it: B x T x hidden x dtype)
+    the GPU holds (through the loss and the backward, at the first layer's recomputation): every layer's with
+    torch.utils.checkpoint, the staging buffers and the last layer's with Unsloth's offload."""
+    if not job.offload_checkpoints or input_bytes <= OFFLOAD_MIN_BYTES or layers < 2:
+        return layers, 1
+    return min(layers, 1 + OFFLOAD_GPU_BUFFERS), OFFLOAD_GPU_BUFFERS
+
+
+def checkpoint_host_bytes(g: Graph, job: Job) -> int:
+    """The pinned CPU RAM one process's offloaded checkpoints hold: every layer's input but the last (CPU_BUFFERS)."""
+    if job.method == "inference" or not job.offload_checkpoints:
+        return 0
+    layers, per_input = len(g.spec.blocks), job.batch * job.tokens * job_regime(job).residual_bytes * g.spec.hidden
+    return (layers - 1) * per_input if checkpoint_inputs(job, layers, per_input)[0] < layers else 0
+
+
+def job_regime(job: Job) -> Regime:
+    """The dtypes a training job's tensors take (activations.regime), from its options."""
+    lora = job.method != "full"
+    fp32_base = lora and job.precision == "amp" and job.storage == "fp32"  # F28
+    return regime("lora" if lora else "full", job.precision, ADAPTER_BYTES.get(job.adapter_dtype, 0) if lora else 0,
+                  lora and job.lora_dropout > 0, job.kernels == "cpu", lora and (job.upcast_fp32 or fp32_base),
+                  job.scan == "torch" or (job.kernels == "cpu" and not job.scan),
+                  not (job.method == "qlora" and job.storage in ADAPTER_NO_CAST))
 
 
 def apply_metric(parts: dict[str, int], s: Assumptions, job: Job, g: Graph) -> None:

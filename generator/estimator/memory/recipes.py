@@ -75,7 +75,7 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
                       "for most decoders)",
            (("method", "lora"), ("precision", "amp"), ("adapter_dtype", "fp32"), ("lora_dropout", 0.05),
             ("lora_targets", PEFT_DEFAULT), ("grad_ckpt", True), ("optimizer", "adamw-fused"),
-            ("keep_outputs", False), ("loss", "trl-chunked")),
+            ("keep_outputs", False), ("loss", "trl-chunked"), ("offload_checkpoints", True)),
            ("trl/trainer/base_config.py: gradient_checkpointing = True, bf16 defaults to True",
             "trl/trainer/sft_config.py: loss_type defaults to 'chunked_nll'; trl/trainer/sft_trainer.py "
             "_CHUNKED_LM_HEAD_CHUNK_SIZE = 256",
@@ -153,13 +153,12 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
             "(patched by src/axolotl/monkeypatch/peft/utils.py to leave embed_tokens and lm_head), then "
             "_convert_embedding_modules_dtype puts the norms back in torch_dtype (bf16)")),
     Recipe("unsloth", "Unsloth's FastLanguageModel defaults: nf4 base with double quantisation, fp32 adapters r=16 "
-                      "on the 7 projections, no LoRA dropout, its own gradient checkpointing, 8-bit AdamW, a chunked "
-                      "fused cross-entropy; priced with the layer inputs on the GPU (Unsloth offloads them to CPU "
-                      "RAM) and HF's LoRA autograd (Unsloth's fused LoRA kernels save other tensors): an upper bound",
+                      "on the 7 projections, no LoRA dropout, its checkpointing with the layer inputs in CPU RAM, "
+                      "8-bit AdamW, a chunked fused cross-entropy; its fused LoRA kernels priced as peft's",
            (("method", "qlora"), ("precision", "amp"), ("weights", "nf4"), ("double_quant", True),
             ("upcast_fp32", False), ("adapter_dtype", "fp32"), ("lora_rank", 16), ("lora_targets", "all-linear"),
             ("lora_dropout", 0.0), ("grad_ckpt", True), ("optimizer", "adamw8bit"), ("attention", "sdpa"),
-            ("keep_outputs", False), ("loss", "trl-chunked")),
+            ("keep_outputs", False), ("loss", "trl-chunked"), ("offload_checkpoints", True)),
            ("unsloth unsloth/models/loader.py FastLanguageModel.from_pretrained: load_in_4bit = True, "
             "use_gradient_checkpointing = 'unsloth'; BitsAndBytesConfig bnb_4bit_use_double_quant True, nf4",
             "unsloth unsloth/models/llama.py FastLlamaModel.get_peft_model: r 16, lora_alpha 16, lora_dropout 0.0, "
@@ -169,8 +168,10 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
             "unsloth unsloth/models/rl.py: its TRL configs default optim 'adamw_8bit'",
             "unsloth unsloth/models/llama.py CausalLM_fast_forward: unsloth_fused_ce_loss (chunked, logits never "
             "whole; priced as TRL's 256-token chunks)",
-            "unsloth-zoo unsloth_zoo/gradient_checkpointing.py UnslothCheckpointFunction: every checkpointed layer "
-            "input but the last is copied to pinned CPU buffers (not modelled: priced on the GPU)")),
+            "unsloth-zoo unsloth_zoo/gradient_checkpointing.py UnslothCheckpointFunction (ce232d6): every "
+            "checkpointed layer input over 2 MiB but the last is copied to pinned CPU buffers, and copied back into "
+            "GPU_BUFFERS (and GPU_BUFFERS_B, double buffering) for its layer's recomputation "
+            "(job_options.checkpoint_inputs)")),
     Recipe("torchtune", "torchtune's LoRA recipe on its own model code: dtype bf16 everywhere, LoRA r=64 on q, v, "
                         "the output projection and the MLP, no dropout, activation checkpointing, fused AdamW, 8 "
                         "micro-batches per step, its LinearCrossEntropyLoss (8 chunks, fp32 log-softmax kept), k and "
