@@ -44,7 +44,7 @@ from .accuracy_rows import (  # noqa: F401 - _double_quant: tests reach it here
     unit_readings,
 )
 from .accuracy_words import SITE_SETUPS, miss_cause, setup_label  # noqa: F401 - SITE_SETUPS: the site reads it here
-from .estimator.memory.recipes import own_model
+from .estimator.memory.frameworks import own_model
 
 DATA_DIR = Path(__file__).resolve().parents[1] / "data" / "measurements"
 OUTPUT = DATA_DIR / "accuracy.json"

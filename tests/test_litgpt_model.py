@@ -13,9 +13,9 @@ import pytest
 from generator.estimator.graph.nodes import build_graph
 from generator.estimator.inputs import Assumptions
 from generator.estimator.memory.activations import regime
+from generator.estimator.memory.frameworks import LITGPT_LOSS, framework_layer_bytes, framework_model
 from generator.estimator.memory.job import job_phases
 from generator.estimator.memory.job_options import Job
-from generator.estimator.memory.recipes import LITGPT_LOSS, framework_layer_bytes, framework_model
 from tests.conftest import snapshot_arch
 from tools.sim_litgpt import estimate
 
@@ -156,7 +156,7 @@ def test_the_litgpt_rows_are_read_as_litgpt_own_model_on_the_accuracy_page():
 def test_litgpt_runs_sdpa_and_a_fused_gelu_whatever_the_checkpoint_code():
     """phi-1_5's snapshot config is custom code (phi-msft), priced as keeping its scores under transformers; LitGPT
     runs its own attention (SDPA) and F.gelu; soft-capped gemma-2 takes LitGPT's eager path."""
-    from generator.estimator.memory.recipes import framework_attention
+    from generator.estimator.memory.frameworks import framework_attention
 
     phi, gemma2 = snapshot_arch("microsoft/phi-1_5"), snapshot_arch("google/gemma-2-2b-it")
     assert framework_attention(phi, LITGPT_LOSS) == "sdpa" and framework_attention(phi, "hf") == ""

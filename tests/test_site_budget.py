@@ -109,7 +109,7 @@ def test_the_calculator_adds_little_to_a_page_and_its_shared_files_are_once_per_
     # eager attention's backward (stages.Branch, attention.eager_backward_bytes) and job_options.py, 356 kB with the
     # Mamba mixers' torch scans (memory/recurrence.py, Job.scan), 360 kB with the delta rules' and RecurrentGemma's
     # loops (recurrence.delta_rule_bytes, kda_bytes, rglru_bytes) and memory/ends.py, 372 kB with LitGPT's own
-    # model (recipes.framework_model, framework_layer_bytes), 376 kB with torchtune's (its loss, RoPE caches and NF4
+    # model (frameworks.framework_model, framework_layer_bytes), 376 kB with torchtune's (its loss, RoPE caches and NF4
     # decoding in recipes.py), a frozen MLP's backward and peft's default targets (lora.PEFT_DEFAULT_TARGETS), 380 kB
     # with Gemma 4's vision tower, T5's dropouts and position-bias masks (memory/dropouts.py) and custom code's names
     assert sum(v for k, v in shared.items() if k.endswith(".zip") and "estimator-" in k) < 380_000

@@ -12,7 +12,7 @@ import pytest
 
 from generator.estimator.graph.nodes import build_graph
 from generator.estimator.memory.activations import frozen_mlp_backward_bytes, last_linear_part, regime
-from generator.estimator.memory.recipes import (
+from generator.estimator.memory.frameworks import (
     TORCHTUNE_LOSS,
     dequant_bytes_per_weight,
     framework_attention,

@@ -144,11 +144,11 @@ SWEEP = (
 def record(name: str, repo_id: str, method: str, layers: int, tokens: int, checkout: str) -> dict:
     """One JSON line in the harness's record format (generator.measure.record), for generator.accuracy. Its setup
     is the litgpt recipe's as measure.setup.Setup says it, plus the recipe's `loss`, which public rows carry too and
-    generator.accuracy_rows hands to the Job (LitGPT's own model code: recipes.framework_model)."""
+    generator.accuracy_rows hands to the Job (LitGPT's own model code: frameworks.framework_model)."""
     import time
 
     from generator.accuracy_rows import estimate_bytes
-    from generator.estimator.memory.recipes import LITGPT_LOSS, framework_attention
+    from generator.estimator.memory.frameworks import LITGPT_LOSS, framework_attention
     from generator.estimator.normalise import normalise
     from generator.measure.record import versions
     from generator.measure.setup import Setup, config_hash

@@ -129,7 +129,7 @@ def setup_of(repo_id: str, layers: int, tokens: int, batch: int, ckpt: bool, ran
              method: str = "lora"):
     """The run's measure.setup.Setup: the torchtune recipe's options at one micro-batch (qlora: torchao's NF4, whose
     scalers are quantised again, as bitsandbytes' double quantisation)."""
-    from generator.estimator.memory.recipes import TORCHTUNE_LOSS, framework_attention
+    from generator.estimator.memory.frameworks import TORCHTUNE_LOSS, framework_attention
     from generator.estimator.normalise import normalise
     from generator.measure.setup import Setup
 
@@ -184,9 +184,9 @@ def record(package: str, builder: str, repo_id: str, layers: int, tokens: int, b
            targets: str, method: str = "lora", *, checkout: str) -> dict:
     """One JSON line in the harness's record format (generator.measure.record), for generator.accuracy: its setup
     is the torchtune recipe's as measure.setup.Setup says it, plus the recipe's `loss`, which marks torchtune's own
-    model code for generator.accuracy_rows (recipes.runs_torchtune)."""
+    model code for generator.accuracy_rows (frameworks.runs_torchtune)."""
     from generator.accuracy_rows import estimate_bytes
-    from generator.estimator.memory.recipes import TORCHTUNE_LOSS
+    from generator.estimator.memory.frameworks import TORCHTUNE_LOSS
     from generator.measure.record import versions
     from generator.measure.setup import config_hash
     from generator.settings import load_settings

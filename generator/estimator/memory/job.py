@@ -26,6 +26,15 @@ from .activations import (
 )
 from .attention import head_params, math_backward_bytes
 from .ends import final_norm_backward_bytes, head_norm_bytes
+from .frameworks import (
+    dequant_bytes_per_weight,
+    framework_buffer_bytes,
+    framework_fixed_bytes,
+    framework_layer_bytes,
+    framework_mats,
+    loss_terms,
+    runs_torchtune,
+)
 from .generate import generate_phases
 from .job_options import Job, apply_metric, checkpoint_inputs, job_regime, prepared
 from .layer_terms import (
@@ -39,15 +48,6 @@ from .layer_terms import (
 )
 from .lora import input_linear_params, target_roles
 from .parallel import Phase, accumulating_phases
-from .recipes import (
-    dequant_bytes_per_weight,
-    framework_buffer_bytes,
-    framework_fixed_bytes,
-    framework_layer_bytes,
-    framework_mats,
-    loss_terms,
-    runs_torchtune,
-)
 from .recurrence import (
     chunk_scan_moments,
     mixer_tail,
@@ -168,7 +168,7 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
         rank = job.lora_rank
         trainable = sum(n * v for (_, n), v in zip(distinct, adapter_params(spec, rank, roles, memo), strict=True))
         param_bytes = r.adapter_bytes
-        # weights and the dequantised transient share it (LitGPT's quantiser packs the head too: recipes.py)
+        # weights and the dequantised transient share it (LitGPT's quantiser packs the head too: frameworks.py)
         mats = framework_mats(a, job.loss, stored_mats(a, g, job.storage))
         weights = weight_bytes(g, job.storage, job.double_quant, mats) + param_bytes * trainable
         if job.upcast_fp32:  # prepare_model_for_kbit_training: every non-quantised fp16/bf16 parameter to fp32
@@ -199,7 +199,7 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
     # lora.expert_tensors) its effective weights, kept batch-free (fixed)
     saves = job.method == "qlora" and saves_matmul_input(job.storage, job.bnb_version)
     terms = regime_terms(a, g, r, rank, roles, memo)
-    def per_layer(b, n):  # transformers' class, and what LitGPT's own code keeps beyond it (recipes.py)
+    def per_layer(b, n):  # transformers' class, and what LitGPT's own code keeps beyond it (frameworks.py)
         return T * (layer_bytes(a, b, r, job.attention, T, saves, job.upcast_fp32, n)
                     + framework_layer_bytes(a, b, r, roles, job.lora_targets, job.loss, job.attention, T))
     layer = memoised(memo, ("layer", r, rank, roles, job.attention, T, saves, job.upcast_fp32, job.loss,

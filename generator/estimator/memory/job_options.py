@@ -14,7 +14,8 @@ from ..graph.nodes import Graph
 from ..inputs import Assumptions
 from .activations import ADAPTER_NO_CAST, Regime, regime
 from .attention import default_attention
-from .recipes import LITGPT_LOSS, RECIPES, TORCHTUNE_LOSS, framework_attention, framework_model
+from .frameworks import LITGPT_LOSS, TORCHTUNE_LOSS, framework_attention, framework_model
+from .recipes import RECIPES
 
 # The values each option of a Job takes (validate)
 METHODS = ("full", "lora", "qlora", "inference")
@@ -162,8 +163,8 @@ def legacy_cache(transformers_version: str) -> bool:
 
 def prepared(a: Arch, g: Graph, job: Job, model: str, memo: dict | None
              ) -> tuple[Arch, Graph, Job, str, dict | None]:
-    """The job checked and resolved, on the model its framework runs (recipes.framework_model: LitGPT's untied
-    head) with that framework's default attention (recipes.framework_attention), and the estimate's memoised
+    """The job checked and resolved, on the model its framework runs (frameworks.framework_model: LitGPT's untied
+    head) with that framework's default attention (frameworks.framework_attention), and the estimate's memoised
     per-layer terms where that model is the one they were worked out for."""
     model = model or a.model_type
     validate(job, model)
