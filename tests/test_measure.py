@@ -269,6 +269,10 @@ def test_setup_options_and_support():
     assert setup_from_args(parser().parse_args(["m", "--method", "inference"])).new_tokens == 16
     with pytest.raises(ValueError):
         setup_from_args(parser().parse_args(["m", "--new-tokens", "4"]))  # training has no decode
+    reentrant = setup_from_args(parser().parse_args(["m", "--method", "lora", "--grad-ckpt", "--reentrant"]))
+    assert reentrant.reentrant and Setup.from_dict(reentrant.to_dict()) == reentrant
+    with pytest.raises(ValueError, match="--reentrant"):
+        setup_from_args(parser().parse_args(["m", "--method", "lora", "--reentrant"]))
 
 
 def test_shrink_overrides_and_hash():

@@ -132,6 +132,30 @@ def test_axolotl_changes_checkpointing_optimizer_and_dropout_from_hf_trainer():
     assert (u.method, u.storage, u.lora_dropout, u.lora_rank, u.optimizer) == ("qlora", "nf4", 0.0, 16, "adamw8bit")
 
 
+def test_llama_factory_recipes_are_its_defaults_and_price_its_simulated_steps():
+    """FINDINGS.md F38: LLaMA-Factory's LoRA example under its argument defaults, and quantization_bit 4. Its eight
+    CPU-simulated steps (reentrant checkpointing, cpu-sim-extra.jsonl) are priced within 0.5% by the recipe's own
+    job at each row's model, batch and tokens; the reentrant run peaks where its non-reentrant twin does."""
+    lf, q = Job.from_options("llama-factory"), Job.from_options("llama-factory-qlora")
+    assert (lf.method, lf.precision, lf.storage, lf.adapter_dtype, lf.lora_rank, lf.lora_targets, lf.lora_dropout,
+            lf.grad_ckpt, lf.optimizer, lf.grad_accum) == ("lora", "amp", "bf16", "fp32", 8, "all-linear", 0.0, True,
+                                                          "adamw-fused", 8)
+    moved = {f for f in Job.__dataclass_fields__ if getattr(lf, f) != getattr(q, f)}
+    assert moved == {"recipe", "method", "weights", "double_quant"} and (q.storage, q.upcast_fp32) == ("nf4", False)
+    rows = [r for r in measured_rows("cpu-sim-extra") if r["setup"].get("reentrant")]
+    assert len(rows) == 7
+    for row in rows:
+        a = normalise(row["config"], row["model"])
+        recipe = q if row["setup"]["method"] == "qlora" else lf
+        job = dataclasses.replace(recipe, batch=row["setup"]["batch"], tokens=row["setup"]["tokens"], kernels="cpu",
+                                  attention=row["setup"]["attention"])
+        priced = job_memory(a, build_graph(a), S, job, row["model"]).peak_bytes
+        assert abs(priced / row["measured"]["peak_bytes"] - 1) < 0.005, row["model"]
+    twins = [r["measured"]["peak_bytes"] for r in measured_rows("cpu-sim-extra")
+             if r["model"].endswith("configs/llama.json") and r["setup"].get("grad_accum") == 8]
+    assert len(twins) == 2 and twins[0] == twins[1]
+
+
 def test_moe_pages_say_their_lora_adapts_the_expert_tensors():
     """peft 0.21's all-linear wraps the fused expert tensors of these types (memory.lora.FUSED_EXPERTS): the page
     says so, with the flag that prices attention-only adapters; a dense model and qwen2_moe (not converted) do not."""

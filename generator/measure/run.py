@@ -71,7 +71,10 @@ def workload(model, setup: Setup, vocab: int, device: str, tracker: PeakTracker 
         return
     model.train(setup.train_mode)
     if setup.grad_ckpt:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if setup.reentrant:  # reentrant checkpointing needs an input that requires grad: a frozen embedding's output
+            # is made to (transformers enable_input_require_grads, as LLaMA-Factory's _gradient_checkpointing_enable)
+            model.enable_input_require_grads()
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": setup.reentrant})
     opt = make_optimizer(model, setup)
     if tracker is not None:
         tracker.track_external(model, opt)

@@ -43,6 +43,7 @@ class Setup:
     optimizer: str = "adamw"
     adamw_impl: str = "foreach"  # torch's CUDA default; CPU's default would be the for-loop
     grad_ckpt: bool = False
+    reentrant: bool = False  # grad_ckpt with use_reentrant=True and the inputs made to require grads (LLaMA-Factory)
     attention: str = "sdpa"
     steps: int = 2  # the peak is taken over all steps; step 2 is the first with optimizer state
     train_mode: bool = True  # model.train(): dropout layers active as in a real fine-tune
@@ -99,6 +100,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--optimizer", choices=OPTIMIZERS, default="adamw")
     p.add_argument("--adamw-impl", choices=ADAMW_IMPLS, default="foreach")
     p.add_argument("--grad-ckpt", action="store_true", help="gradient checkpointing (non-reentrant)")
+    p.add_argument("--reentrant", action="store_true",
+                   help="with --grad-ckpt: torch's reentrant checkpoint, the embeddings' output made to require "
+                        "grads (LLaMA-Factory's use_reentrant_gc, its default)")
     p.add_argument("--attention", choices=("sdpa", "eager"), default="sdpa")
     p.add_argument("--steps", type=int, default=2, metavar="S", help="training steps (the peak is over all of them)")
     p.add_argument("--grad-accum", type=int, default=1, metavar="K",
@@ -136,6 +140,8 @@ def setup_from_args(args: argparse.Namespace) -> Setup:
     for flag, given in (("--double-quant", args.double_quant), ("--kbit-prep", args.kbit_prep)):
         if given and args.method != "qlora":
             raise ValueError(f"{flag} is for --method qlora")
+    if args.reentrant and not args.grad_ckpt:
+        raise ValueError("--reentrant is for --grad-ckpt")
     if args.weights and args.method != "lora":
         raise ValueError("--weights is for --method lora (a full fine-tune's weights follow --precision)")
     targets = args.lora_targets.strip()
@@ -145,7 +151,7 @@ def setup_from_args(args: argparse.Namespace) -> Setup:
     return Setup(method=args.method, precision=precision, batch=args.batch, tokens=args.tokens, new_tokens=new_tokens,
                  lora_rank=args.lora_rank, lora_targets=targets, lora_dropout=args.lora_dropout,
                  optimizer=args.optimizer, adamw_impl=args.adamw_impl, grad_ckpt=args.grad_ckpt,
-                 attention=args.attention, steps=args.steps, grad_accum=args.grad_accum,
+                 reentrant=args.reentrant, attention=args.attention, steps=args.steps, grad_accum=args.grad_accum,
                  train_mode=not args.eval_mode,
                  adapter_dtype=args.adapter_dtype, keep_outputs=args.keep_outputs, weights=args.weights,
                  double_quant=args.double_quant, upcast_fp32=args.kbit_prep)

@@ -3,9 +3,9 @@
 A recipe is a set of job_options.Job fields; the explicit flags override it (Job.with_recipe). Each field below cites the
 file it was read from (pinned where the snapshot was read: trl f2cd577 = 1.10.0.dev0, 2026-07-24; litgpt 2685705,
 2026-06-29; peft 0.21.2 and transformers 5.24.0 as installed; bitsandbytes 95f9af3 = 0.50.2.dev0; axolotl 067b021,
-2026-07-24; unsloth 015bdef, 2026-08-22, with unsloth-zoo ce232d6, 2026-08-20; torchtune bd2a0fc,
-2026-04-23). What a framework's own model code holds (LitGPT's, torchtune's) is priced in frameworks.py.
-What a recipe does not say (tokens, batch) stays the job's.
+2026-07-24; unsloth 015bdef, 2026-08-22, with unsloth-zoo ce232d6, 2026-08-20; torchtune bd2a0fc, 2026-04-23;
+LLaMA-Factory ff6d4d1, 2026-08-18). What a framework's own model code holds (LitGPT's, torchtune's) is priced in
+frameworks.py. What a recipe does not say (tokens, batch) stays the job's.
 """
 
 from __future__ import annotations
@@ -142,6 +142,31 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
             "checkpointed layer input over 2 MiB but the last is copied to pinned CPU buffers, and copied back into "
             "GPU_BUFFERS (and GPU_BUFFERS_B, double buffering) for its layer's recomputation "
             "(job_options.checkpoint_inputs)")),
+    Recipe("llama-factory", "LLaMA-Factory's LoRA SFT example with its defaults: bf16 base, fp32 adapters r=8 on "
+                            "every Linear, no dropout, gradient checkpointing, fused AdamW, 8 micro-batches",
+           (("method", "lora"), ("precision", "amp"), ("adapter_dtype", "fp32"), ("lora_rank", 8),
+            ("lora_targets", "all-linear"), ("lora_dropout", 0.0), ("grad_ckpt", True), ("optimizer", "adamw-fused"),
+            ("keep_outputs", False), ("loss", "hf"), ("grad_accum", 8)),
+           ("LLaMA-Factory examples/train_lora/qwen3_lora_sft.yaml (ff6d4d1, 2026-08-18): finetuning_type lora, "
+            "lora_rank 8, lora_target all, per_device_train_batch_size 1, gradient_accumulation_steps 8, bf16 true",
+            "src/llamafactory/hparams/finetuning_args.py: lora_dropout 0.0; hparams/model_args.py: "
+            "disable_gradient_checkpointing False, use_reentrant_gc True, flash_attn auto (model_utils/attention.py: "
+            "the class's SDPA where it has one), upcast_layernorm False",
+            "src/llamafactory/model/adapter.py init_adapter: trainable parameters cast to fp32 unless pure_bf16",
+            "src/llamafactory/train/sft/trainer.py compute_loss: transformers Trainer's; TrainingArguments' optim "
+            "adamw_torch_fused")),
+    Recipe("llama-factory-qlora", "llama-factory with quantization_bit 4: an nf4 base with double quantisation, "
+                                  "its norms left in bf16",
+           (("method", "qlora"), ("precision", "amp"), ("weights", "nf4"), ("double_quant", True),
+            ("upcast_fp32", False), ("adapter_dtype", "fp32"), ("lora_rank", 8), ("lora_targets", "all-linear"),
+            ("lora_dropout", 0.0), ("grad_ckpt", True), ("optimizer", "adamw-fused"), ("keep_outputs", False),
+            ("loss", "hf"), ("grad_accum", 8)),
+           ("LLaMA-Factory src/llamafactory/hparams/model_args.py (ff6d4d1): quantization_type nf4, "
+            "double_quantization True; model/model_utils/quantization.py configure_quantization: "
+            "BitsAndBytesConfig(load_in_4bit, bnb_4bit_compute_dtype and bnb_4bit_quant_storage = compute dtype)",
+            "src/llamafactory/model/adapter.py init_adapter: a quantised model's trainable parameters cast to fp32; "
+            "nothing in src/llamafactory calls peft's prepare_model_for_kbit_training",
+            "the rest as llama-factory (examples/train_lora/qwen3_lora_sft.yaml and the argument defaults)")),
     Recipe("torchtune", "torchtune's LoRA recipe on its own model code: dtype bf16 everywhere, LoRA r=64 on q, v, "
                         "the output projection and the MLP, no dropout, activation checkpointing, fused AdamW, 8 "
                         "micro-batches per step, its LinearCrossEntropyLoss (8 chunks, fp32 log-softmax kept), k and "
