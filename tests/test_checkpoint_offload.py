@@ -125,3 +125,11 @@ def test_cli_prices_and_reports_the_offload(capsys):
     code = main(["meta-llama/Llama-3.1-8B-Instruct", "--method", "lora", "--offload-checkpoints"])
     err = capsys.readouterr().err
     assert code == 2 and "offload_checkpoints" in err and "grad_ckpt" in err
+    # data parallel: each rank offloads its own inputs, the node's ranks together; not split by layers
+    code = main(["meta-llama/Llama-3.1-8B-Instruct", "--recipe", "unsloth", "--tokens", "32768", "--gpus", "2",
+                 "--strategy", "ddp", "--json"])
+    ddp = json.loads(capsys.readouterr().out)["memory"]
+    assert code == 0 and ddp["offload_cpu_bytes_per_node"] == 2 * 31 * 32768 * 4096 * 2
+    code = main(["meta-llama/Llama-3.1-8B-Instruct", "--recipe", "unsloth", "--gpus", "2", "--strategy", "pp"])
+    err = capsys.readouterr().err
+    assert code == 2 and "offload_checkpoints" in err and "pp" in err and err.count("\n") == 1

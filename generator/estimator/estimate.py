@@ -135,6 +135,9 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
     setup = setup or Setup()
     if setup.grad_ckpt:  # the exact job carries checkpointing; its phases are built with it
         job, setup = dataclasses.replace(job, grad_ckpt=True), dataclasses.replace(setup, grad_ckpt=False)
+    if job.offload_checkpoints and setup.strategy in ("tp", "pp", "tp+pp"):  # each rank holds every layer's input
+        raise JobError(model_id, "offload_checkpoints", True, f"prices one process holding every layer (one GPU or "
+                                                              f"data parallel), not strategy {setup.strategy}")
     if not job.tokens:  # the site's tokens: training capped at the context, serving's prompt
         job = dataclasses.replace(job, tokens=serve_tokens if job.method == "inference" else train_tokens)
     if job.method == "inference" and job.precision == "amp":  # autocast is a training notion: bf16 serving
