@@ -45,6 +45,8 @@ def add_setup_arguments(p: argparse.ArgumentParser) -> None:
                     help="gradient checkpointing (--no-grad-ckpt turns a recipe's off)")
     ex.add_argument("--offload-checkpoints", action=argparse.BooleanOptionalAction, default=None,
                     help="with --grad-ckpt: the layer inputs wait in CPU RAM (Unsloth's checkpointing)")
+    ex.add_argument("--images", type=int, metavar="N",
+                    help="images per training sample of a vision-language model (default 1; 0: text only)")
     ex.add_argument("--grad-accum", type=int, metavar="K",
                     help="micro-batches per optimizer step (gradient_accumulation_steps, default 1): from the second "
                          "on, every trainable parameter's gradient is held through forward and backward")
@@ -103,8 +105,9 @@ def check(args: argparse.Namespace) -> None:
                         ("--serve-tokens", args.serve_tokens), ("--grad-accum", args.grad_accum)):
         if value is not None and value < 1:
             raise ConfigError("command line", flag, value, "must be a positive integer")
-    if args.new_tokens is not None and args.new_tokens < 0:
-        raise ConfigError("command line", "--new-tokens", args.new_tokens, "must be >= 0")
+    for flag, value in (("--new-tokens", args.new_tokens), ("--images", args.images)):
+        if value is not None and value < 0:
+            raise ConfigError("command line", flag, value, "must be >= 0")
     if args.gpus < 1:
         raise ConfigError("command line", "--gpus", args.gpus, "must be a positive integer")
 
@@ -126,7 +129,8 @@ def asked(args: argparse.Namespace) -> bool:
     return any(v is not None for v in (args.recipe, args.method, args.precision, args.weights, args.optimizer,
                                        args.lora_targets, args.new_tokens, args.attention, args.metric, args.strategy,
                                        args.grad_ckpt, args.adapter_dtype, args.lora_dropout, args.bnb_version,
-                                       args.transformers_version, args.scan, args.offload_checkpoints)) \
+                                       args.transformers_version, args.scan, args.offload_checkpoints,
+                                       args.images)) \
         or args.gpus != 1 or args.offload != "none" or args.grad_accum is not None or args.sync_each_batch \
         or args.mixed_units
 
@@ -141,6 +145,6 @@ def job(args: argparse.Namespace) -> Job:
                                 ("adapter_dtype", args.adapter_dtype), ("lora_dropout", args.lora_dropout),
                                 ("bnb_version", args.bnb_version),
                                 ("transformers_version", args.transformers_version), ("scan", args.scan),
-                                ("offload_checkpoints", args.offload_checkpoints))
+                                ("offload_checkpoints", args.offload_checkpoints), ("images", args.images))
              if v is not None}
     return Job.from_options(args.recipe or "", **{"tokens": 0, **given})

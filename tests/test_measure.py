@@ -165,7 +165,7 @@ def test_cli_writes_one_json_line(tmp_path, capsys):
     assert rec["config_hash"] == hashlib.sha256(
         json.dumps(TINY_LLAMA, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
     assert rec["device"]["kind"] == "cpu-simulated" and rec["measured"]["metric"] == "memtracker_fake_cpu"
-    assert rec["setup"] == Setup("inference", precision="bf16", tokens=64, new_tokens=2).to_dict()
+    assert rec["setup"] == Setup("inference", precision="bf16", tokens=64, new_tokens=2, images=0).to_dict()
     assert rec["versions"]["torch"] and rec["versions"]["transformers"]
     assert rec["estimate"]["peak_bytes"] > 0
     assert "peak" in capsys.readouterr().err  # the one-line summary goes to stderr

@@ -214,7 +214,7 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
                                *check_special_tokens(arch), *check_rope(arch), *check_quantization(arch, graph, stored),
                                *check_checkpoint(arch, graph, checkpoint_params, stored), *past_context,
                                *serve_past]
-    vision = sum(p.params for p in spec.embed if p.name.startswith(VISION_PREFIXES))
+    vision = graph.params_towers
     kinds: dict[str, int] = {}  # layers per kind, in order of first appearance (a kind is part of a distinct layer)
     for b, n in spec.distinct_layers:
         kinds[b.kind] = kinds.get(b.kind, 0) + n
@@ -301,8 +301,6 @@ def _setups(arch, graph, s: Assumptions, cards, gpus, jobs, flops_per_token: tup
 
 
 # Structure-table names of the parts outside the language model (vision, audio and protein towers, projectors).
-VISION_PREFIXES = ("Vision", "Projector", "Audio", "Protein")
-
 def structure_rows(spec: Spec, tokens: int) -> StructureTable:
     """The structure table: one row per part in forward order (the embedding stage, every layer's parts, the
     head), output shapes at `tokens` (the config's maximum context). Its rows are made when first read, and the

@@ -58,6 +58,7 @@ class Setup:
     grad_accum: int = 1  # training: micro-batches (forward + backward of the loss / grad_accum) per optimizer step
     double_quant: bool = False  # qlora: bnb_4bit_use_double_quant (the absmax quantised again, blocks of 256)
     upcast_fp32: bool = False  # qlora: peft prepare_model_for_kbit_training (non-quantised parameters to fp32)
+    images: int | None = None  # images per sample: the harness feeds text only (0); None = not stated (public rows)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -154,7 +155,7 @@ def setup_from_args(args: argparse.Namespace) -> Setup:
                  reentrant=args.reentrant, attention=args.attention, steps=args.steps, grad_accum=args.grad_accum,
                  train_mode=not args.eval_mode,
                  adapter_dtype=args.adapter_dtype, keep_outputs=args.keep_outputs, weights=args.weights,
-                 double_quant=args.double_quant, upcast_fp32=args.kbit_prep)
+                 double_quant=args.double_quant, upcast_fp32=args.kbit_prep, images=0)
 
 
 def config_hash(config: Mapping[str, Any]) -> str:
@@ -233,7 +234,7 @@ def job_of(setup: Setup, kernels: str = "cuda"):
                metric=setup.metric, adapter_dtype=setup.adapter_dtype, lora_dropout=setup.lora_dropout or 0.0,
                keep_outputs=setup.keep_outputs, kernels=kernels, bnb_version=setup.bnb_version or "",
                transformers_version=setup.transformers_version or "", grad_accum=setup.grad_accum or 1,
-               double_quant=bool(setup.double_quant), upcast_fp32=bool(setup.upcast_fp32)), ""
+               double_quant=bool(setup.double_quant), upcast_fp32=bool(setup.upcast_fp32), images=setup.images), ""
 
 
 def estimator_supports(setup: Setup) -> bool:

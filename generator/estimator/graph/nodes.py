@@ -12,6 +12,10 @@ from dataclasses import dataclass
 from ..config.arch import Arch
 from .parts import Block, Spec
 
+# The embedding side's parts that read another modality (family builders name them so): the towers and their
+# projectors, which a text-only step never runs
+TOWER_PREFIXES = ("Vision", "Projector", "Audio", "Protein")
+
 
 @dataclass(frozen=True)
 class Graph:
@@ -29,6 +33,8 @@ class Graph:
     # attention FLOPs per token per attended key, summed per (window, causal): cost.py's attention term
     attention_terms: tuple[tuple[int, bool, int], ...] = ()
     context: int = 0  # tokens the structure table's output shapes are given at (the config's maximum context)
+    params_towers: int = 0  # of params_total, the TOWER_PREFIXES parts' (a VLM's vision tower and projector)
+    towers_matmul: int = 0  # of params_matmul, theirs
 
 
 def build_graph(a: Arch) -> Graph:
@@ -55,5 +61,7 @@ def build_graph(a: Arch) -> Graph:
             key = (max(window, 0), causal)
             terms[key] = terms.get(key, 0) + n * flops
     first: Block | None = spec.blocks[0] if spec.blocks else None
+    towers = [p for p in spec.embed if p.name.startswith(TOWER_PREFIXES)]
     return Graph(total, embedding, head, per_layer, matmul, first.linears if first else (), spec,
-                 active, active_mm, tuple((w, c, f) for (w, c), f in sorted(terms.items())), a.max_context)
+                 active, active_mm, tuple((w, c, f) for (w, c), f in sorted(terms.items())), a.max_context,
+                 sum(p.params for p in towers), sum(p.matmul for p in towers))

@@ -153,14 +153,19 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
     P = g.params_total
     distinct = spec.distinct_layers
     head_mm = sum(p.matmul for p in spec.head) or (spec.vocab * (a.embed_dim or a.hidden) if spec.tied else 0)
+    # the vision tower's saved tensors, once per image of the sample (its soft tokens are among the T tokens)
+    images = (1 if spec.image_tokens else 0) if job.images is None else job.images
     if not lora:
-        trainable, param_bytes = P, {"amp": 4, "bf16": 2, "fp32": 4}[job.precision]
+        # a text-only step never runs the towers: their weights get no gradient, so AdamW keeps no state for them
+        # (torch/optim/adamw.py skips a parameter whose .grad is None) and autocast makes no copy of them
+        unused = (g.params_towers, g.towers_matmul) if spec.image_tokens and not images else (0, 0)
+        trainable, param_bytes = P - unused[0], {"amp": 4, "bf16": 2, "fp32": 4}[job.precision]
         weights = param_bytes * P
         roles, rank, mats = None, 0, None
         # autocast's bf16 weight copies, saved for backward (F2). With checkpointing a layer's copies are made
         # inside its checkpointed forward and not kept: only the LM head's live at the loss, one layer's in the
         # recomputation (torch/utils/checkpoint.py: the recomputed forward's saved tensors).
-        copies = 2 * g.params_matmul if r.amp else 0
+        copies = 2 * (g.params_matmul - unused[1]) if r.amp else 0
         layer_mm = max((b.matmul for b, _ in distinct), default=0)
         ckpt_copies = (2 * head_mm, 2 * layer_mm) if r.amp else (0, 0)
     else:
@@ -212,8 +217,7 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
              for (b, _), f in zip(distinct, terms.experts, strict=True)]
     layers_sum = sum(n * v for (_, n), v in zip(distinct, layer, strict=True))
     fixed_sum = sum(n * f for (_, n), f in zip(distinct, fixed, strict=True))
-    embed = (r.residual_bytes * spec.hidden if r.trained else 0) * T + c * spec.vision_act * (1 if spec.image_tokens
-                                                                                             else 0)
+    embed = (r.residual_bytes * spec.hidden if r.trained else 0) * T + c * spec.vision_act * images
     dropout, frozen, head_rate = end_terms(a, g, s, r, memo)
     embed += T * dropout
     # a frozen embedding's output needs no gradient: layer 0's norm and the dropout after it keep nothing, unless

@@ -73,6 +73,7 @@ class Job:
     scan: str = ""  # a recurrent mixer's scan (SCANS): "" = the kernels' own (fused on CUDA, torch on the CPU)
     grad_accum: int = 1  # micro-batches per optimizer step (HF Trainer's gradient_accumulation_steps)
     offload_checkpoints: bool = False  # the checkpointed layers' inputs wait in CPU RAM (Unsloth's checkpointing)
+    images: int | None = None  # images per training sample; None = one where the model reads images, 0 = text only
 
     def to_dict(self) -> dict[str, Any]:
         """The options, with the storage the default resolves to."""
@@ -127,6 +128,8 @@ def validate(job: Job, model: str) -> None:
             raise JobError(model, key, number, "must be a positive integer")
     if job.new_tokens < 0 or (job.new_tokens and job.method != "inference"):
         raise JobError(model, "new_tokens", job.new_tokens, "is for method inference, and must be >= 0")
+    if job.images is not None and (isinstance(job.images, bool) or not isinstance(job.images, int) or job.images < 0):
+        raise JobError(model, "images", job.images, "must be a whole number of images per sample, 0 or more")
     if job.offload_checkpoints and (job.method == "inference" or not job.grad_ckpt):
         raise JobError(model, "offload_checkpoints", True, "offloads gradient checkpointing's layer inputs: it needs "
                                                            "a training method with grad_ckpt")
@@ -168,6 +171,9 @@ def prepared(a: Arch, g: Graph, job: Job, model: str, memo: dict | None
     per-layer terms where that model is the one they were worked out for."""
     model = model or a.model_type
     validate(job, model)
+    if job.images and not g.spec.image_tokens:
+        raise JobError(model, "images", job.images, "is for a model whose images add tokens to its sequence (a vision "
+                                                    "tower and a projector); this one reads none")
     a2, g2 = framework_model(a, g, job.loss)
     if not job.attention and (own := framework_attention(a2, job.loss)):
         job = dataclasses.replace(job, attention=own)

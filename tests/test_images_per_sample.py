@@ -1,0 +1,85 @@
+"""Images per training sample of a vision-language model (Job.images, --images; FINDINGS.md F39): the vision
+tower's saved tensors count once per image, and a text-only full fine-tune keeps no gradient, AdamW state or
+autocast copy for the towers it never runs."""
+
+from __future__ import annotations
+
+import json
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from generator.accuracy_rows import estimate_bytes
+from generator.cli import main
+from generator.estimator.memory.job import job_memory, job_phases
+from generator.estimator.memory.job_options import Job
+from generator.settings import load_settings
+from tests.conftest import measured_rows, snapshot_model
+
+S = load_settings().assumptions
+GEMMA3 = "google/gemma-3-27b-it"  # 256 soft tokens per image, a 27-layer SigLIP tower of width 1,152
+
+
+def _text_only_rows():
+    return [r for r in measured_rows("cpu-sim-extra") if r["setup"].get("images") == 0
+            and r["config"].get("vision_config")]
+
+
+def test_text_only_steps_are_priced_without_the_tower():
+    """The harness feeds text only: gemma-3's four steps within 0.5%, gemma-4's within 3%. Priced with one image
+    (the default), gemma-3's LoRA at 1,024 tokens reads 40% over."""
+    rows = _text_only_rows()
+    assert len(rows) == 5
+    for row in rows:
+        error = estimate_bytes(row, S) / row["measured"]["peak_bytes"] - 1
+        assert abs(error) < (0.03 if row["model"] == "google/gemma-4-26B-A4B" else 0.005), row["model"]
+    lora = next(r for r in rows if r["model"] == GEMMA3 and r["setup"]["method"] == "lora"
+                and r["setup"]["tokens"] == 1024)
+    one_image = estimate_bytes({**lora, "setup": {**lora["setup"], "images": None}}, S)
+    assert one_image / lora["measured"]["peak_bytes"] - 1 > 0.3
+
+
+def test_each_image_adds_the_towers_tensors():
+    a, g = snapshot_model(GEMMA3)
+    peaks = [job_memory(a, g, S, Job(method="lora", grad_ckpt=True, tokens=2048, images=n), GEMMA3)
+             for n in (0, 1, 2)]
+    assert [p.peak_phase for p in peaks] == ["loss (logits)"] * 3
+    per_image = 2 * g.spec.vision_act  # bf16 under autocast
+    assert peaks[1].peak_bytes - peaks[0].peak_bytes == peaks[2].peak_bytes - peaks[1].peak_bytes == per_image
+    default = job_memory(a, g, S, Job(method="lora", grad_ckpt=True, tokens=2048), GEMMA3)
+    assert default == peaks[1]  # one image per sample unless told
+
+
+def test_a_text_only_full_fine_tune_keeps_no_state_for_the_towers():
+    """AdamW (foreach) at its step holds 4 B of gradient, 8 B of state and a 4 B temporary per trained parameter:
+    16 B fewer per tower parameter when no image runs; the fp32 weights stay."""
+    a, g = snapshot_model(GEMMA3)
+    assert g.params_towers > 400_000_000
+    step = {n: next(ph for ph in job_phases(a, g, S, Job(tokens=512, images=n), GEMMA3)
+                    if ph.name == "optimizer step") for n in (0, 1)}
+    assert step[1].weights == step[0].weights
+    assert (step[1].gradients + step[1].optimizer_state + step[1].overhead_step) \
+        - (step[0].gradients + step[0].optimizer_state + step[0].overhead_step) == 16 * g.params_towers
+
+
+@settings(max_examples=25, deadline=None)
+@given(images=st.integers(0, 6), tokens=st.sampled_from([512, 1024, 4096]), method=st.sampled_from(["full", "lora"]))
+def test_memory_never_falls_as_images_grow(images, tokens, method):
+    a, g = snapshot_model(GEMMA3)
+    def peak(n):
+        return job_memory(a, g, S, Job(method=method, tokens=tokens, images=n), GEMMA3).peak_bytes
+    assert peak(images + 1) >= peak(images)
+
+
+def test_cli_images(capsys):
+    code = main([GEMMA3, "--method", "lora", "--images", "0", "--json"])
+    mem = json.loads(capsys.readouterr().out)["memory"]
+    assert code == 0 and mem["job"]["images"] == 0
+    code = main([GEMMA3, "--method", "lora", "--images", "0"])
+    assert code == 0 and "text only" in " ".join(capsys.readouterr().out.split())
+    code = main(["meta-llama/Llama-3.1-8B", "--images", "1"])
+    err = capsys.readouterr().err
+    assert code == 2 and "'images' = 1" in err and "reads none" in err and err.count("\n") == 1
+    code = main([GEMMA3, "--images", "-1"])
+    err = capsys.readouterr().err
+    assert code == 2 and "--images" in err and err.count("\n") == 1
