@@ -300,7 +300,6 @@ def _setups(arch, graph, s: Assumptions, cards, gpus, jobs, flops_per_token: tup
     return plans, unreachable, serving
 
 
-# Structure-table names of the parts outside the language model (vision, audio and protein towers, projectors).
 def structure_rows(spec: Spec, tokens: int) -> StructureTable:
     """The structure table: one row per part in forward order (the embedding stage, every layer's parts, the
     head), output shapes at `tokens` (the config's maximum context). Its rows are made when first read, and the
