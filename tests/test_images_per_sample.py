@@ -26,13 +26,13 @@ def _text_only_rows():
 
 
 def test_text_only_steps_are_priced_without_the_tower():
-    """The harness feeds text only: gemma-3's four steps within 0.5%, gemma-4's within 3%. Priced with one image
+    """The harness feeds text only: gemma-3's four steps within 0.5%, gemma-4's within 1% (F40). Priced with one image
     (the default), gemma-3's LoRA at 1,024 tokens reads 40% over."""
     rows = _text_only_rows()
     assert len(rows) == 5
     for row in rows:
         error = estimate_bytes(row, S) / row["measured"]["peak_bytes"] - 1
-        assert abs(error) < (0.03 if row["model"] == "google/gemma-4-26B-A4B" else 0.005), row["model"]
+        assert abs(error) < (0.01 if row["model"] == "google/gemma-4-26B-A4B" else 0.005), row["model"]
     lora = next(r for r in rows if r["model"] == GEMMA3 and r["setup"]["method"] == "lora"
                 and r["setup"]["tokens"] == 1024)
     one_image = estimate_bytes({**lora, "setup": {**lora["setup"], "images": None}}, S)

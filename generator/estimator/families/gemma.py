@@ -57,14 +57,26 @@ def _attention(t: DecoderTraits, d: Dims, n: int, window: int) -> Part:
     over = _overrides(d).get(i, {})
     hd, kv = over.get("head_dim", d.hd), over.get("num_key_value_heads", d.kv)
     if _shared(d, i):  # reuses an earlier layer's K/V: q_proj, q_norm, o_proj only, no cache
-        return shared_kv_attention_part(f"Attention_{n}", d.hidden, d.heads, hd, bias=d.f("attention_bias"), extra=hd,
-                                        window=window)
+        p = shared_kv_attention_part(f"Attention_{n}", d.hidden, d.heads, hd, bias=d.f("attention_bias"), extra=hd,
+                                     window=window)
+        return _head_norms(p, d.heads, 0, hd)
     k_eq_v = d.f("attention_k_eq_v", False) and not window
     p = attention(t, d, n, window, kv=kv, hd=hd, extra=2 * hd)  # q_norm, k_norm (v_norm has no scale)
     if k_eq_v:  # no v_proj: the keys are the values
         p = p._replace(params=p.params - d.hidden * kv * hd, matmul=p.matmul - d.hidden * kv * hd,
                                 linears=tuple(x for j, x in enumerate(p.linears) if j != 2), kv=kv * hd)
-    return p
+    return _head_norms(p, d.heads, kv, hd)
+
+
+def _head_norms(p: Part, heads: int, kv: int, hd: int) -> Part:
+    """Gemma4TextAttention's per-head RMSNorms: q_norm on q, k_norm on k and v_norm (no scale) on v, the values
+    (the keys again where attention_k_eq_v), the last two only where the layer makes its own K/V. Each saves its fp32
+    input and two fp32 statistics per head (the mean square plus eps, and its -0.5 power, Gemma4RMSNorm); where the
+    weights train, q_norm's and k_norm's fp32 normalised outputs too (4 B: act at 2 B, twice). Read off the live
+    tensors of CPU-simulated gemma-4 steps (FINDINGS.md F40)."""
+    q, k = heads * hd, kv * hd
+    return p._replace(act32=p.act32 + q + 2 * k + 2 * (heads + 2 * kv), act=p.act + 2 * (q + k),
+                      act_frozen=p.frozen_act)
 
 
 def _ple(d: Dims) -> int:
@@ -84,8 +96,8 @@ def _mlp_width(d: Dims, i: int) -> int:
 
 
 def gemma4_text(cfg: Mapping[str, Any], model: str, mt: str) -> Arch:
-    moe = ExpertTraits(top_k="top_k_experts", shared=lambda d: d.inter,
-            extra=lambda d: d.hidden + d.k("num_experts") + 3 * d.hidden)
+    # the router's scale and per_expert_scale; the block's other norms are parts of their own (_moe_norms)
+    moe = ExpertTraits(top_k="top_k_experts", shared=lambda d: d.inter, extra=lambda d: d.hidden + d.k("num_experts"))
     t = DecoderTraits(norms=("pre_attn", "post_attn", "pre_mlp", "post_mlp"), qk_norm=None, tie=True, attn=_attention,
           qkv_bias="attention_bias", o_bias="attention_bias",
           top_extra=_ple, layer_extra=_layer_ple, moe=moe,
@@ -100,8 +112,21 @@ def gemma4_text(cfg: Mapping[str, Any], model: str, mt: str) -> Arch:
         if width != d.inter:
             b = dataclasses.replace(b, parts=tuple(mlp(t, d, b.index, width) if p.name == f"FFN_{b.index}" else p
                                                    for p in b.parts))
+        if any(p.type.startswith("MoE") for p in b.parts):
+            b = dataclasses.replace(b, parts=_moe_norms(b.parts, b.index, d.hidden))
         blocks.append(b)
     return dataclasses.replace(arch, spec=dataclasses.replace(spec, blocks=tuple(blocks)))
+
+
+def _moe_norms(parts: tuple[Part, ...], n: int, h: int) -> tuple[Part, ...]:
+    """Gemma4TextDecoderLayer with enable_moe_block: beside the dense MLP's post_feedforward_layernorm_1, the
+    router's norm (no scale) and pre_feedforward_layernorm_2 read the residual, post_feedforward_layernorm_2 the
+    experts' output, before the shared post_feedforward_layernorm: four more RMSNorms of hidden width, each saving
+    its fp32 input (norm_bytes). After the MoE part, so no Linear counts as their reader."""
+    norms = (norm_part(f"RMSNorm_{n}_5", "rmsnorm", h), Part(f"RMSNorm_{n}_6", "RMSNorm", 0, norm_width=h),
+             norm_part(f"RMSNorm_{n}_7", "rmsnorm", h), norm_part(f"RMSNorm_{n}_8", "rmsnorm", h))
+    k = next(i for i, p in enumerate(parts) if p.type.startswith("MoE")) + 1
+    return parts[:k] + norms + parts[k:]
 
 
 def _text(cfg: Mapping[str, Any], model: str) -> Arch:
