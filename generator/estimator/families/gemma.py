@@ -220,24 +220,35 @@ def gemma3n_text(cfg: Mapping[str, Any], model: str) -> Arch:
                                                 for i in range(n)]
     window = r.int("sliding_window", minimum=0)
     windows = tuple(window if "sliding" in str(t) else 0 for t in types[:n])
+    sparsity = r.list("activation_sparsity_pattern", float, n) if cfg.get("activation_sparsity_pattern") else [0.0] * n
     bias = r.flag("attention_bias")
     blocks = []
     for i in range(1, n + 1):
         w = windows[i - 1]
         if i - 1 >= shared_from:  # reuses an earlier layer's K/V (kv_sharing_modes "reuse")
-            attn = shared_kv_attention_part(f"Attention_{i}", h, heads, hd, bias=bias, extra=hd, window=w)
+            attn = _head_norms(shared_kv_attention_part(f"Attention_{i}", h, heads, hd, bias=bias, extra=hd, window=w),
+                               heads, 0, hd)
         else:
-            attn = attention_part(f"Attention_{i}", "Grouped Query Attn", h, heads, kv, hd, qkv_bias=bias,
-                                  o_bias=bias, extra=2 * hd, window=w)
+            attn = _head_norms(attention_part(f"Attention_{i}", "Grouped Query Attn", h, heads, kv, hd, qkv_bias=bias,
+                                              o_bias=bias, extra=2 * hd, window=w), heads, kv, hd)
         ffn = mlp_part(f"FFN_{i}", "GeGLU", h, inter[i - 1], True)
+        if sparsity[i - 1] > 0:  # Gemma3nTextMLP._gaussian_topk: relu(gate - cutoff) saved beside the gate's output
+            ffn = ffn._replace(act=ffn.act + inter[i - 1], act_frozen=ffn.frozen_act + inter[i - 1])
         block = standard_block(i, [], attn, ffn, "rmsnorm", h, norms=("pre_attn", "post_attn", "pre_mlp", "post_mlp"),
                                kind="sliding" if w else "attention")
         coefs = h * alt + alt * alt + alt ** 3  # modality_router, correction_coefs, prediction_coefs
+        # AltUp's predict saves the layer's alt stacked inputs (its matmul's operand), correct the repeated
+        # innovation (its mul's); trained, the router's inputs and the scaled output's clone too
         extras = (Part(f"AltUp_{i}", "AltUp", 2 * h + coefs, matmul=coefs,
-                       linears=((h, alt), (alt, alt), (alt, alt * alt))),
+                       linears=((h, alt), (alt, alt), (alt, alt * alt)), act=4 * alt * h + 3 * h,
+                       act_frozen=2 * alt * h),
                   Part(f"LAuReL_{i}", "LAuReL", 2 * h * rank + h, matmul=2 * h * rank, linears=((h, rank), (rank, h))),
                   Part(f"Per_Layer_Input_{i}", "Per-layer input", 2 * h * ple + h, matmul=2 * h * ple,
-                       linears=((h, ple), (ple, h))))
+                       linears=((h, ple), (ple, h))),
+                  # the norms whose scales the three rows above hold: AltUp's router norm, run by predict and by
+                  # correct, LAuReL's post norm and the per-layer input's; each saves its fp32 input (norm_bytes)
+                  *(Part(f"{name}_{i}", "RMSNorm", 0, norm_width=h) for name in (
+                      "AltUp_Router_Norm_Predict", "AltUp_Router_Norm_Correct", "LAuReL_Norm", "Per_Layer_Input_Norm")))
         blocks.append(dataclasses.replace(block, parts=(*block.parts, *extras)))
     tie = r.flag("tie_word_embeddings", True)
     table = r.int("vocab_size_per_layer_input") * n * ple
@@ -251,9 +262,10 @@ def gemma3n_text(cfg: Mapping[str, Any], model: str) -> Arch:
                  linears=((h, h),) * (alt - 1)),
             norm_part("Final_RMSNorm", "rmsnorm", h), lm_head_part(vocab, h, tie),
             Part("Output", "Output", width=vocab)]
-    return assemble(cfg, model, r, hidden=h, layers=n, heads=heads, kv=kv, head_dim=hd, inter=max(inter), vocab=vocab,
-                    ctx=r.int("max_position_embeddings"), tie=tie, embed=embed, blocks=blocks, head=head,
+    arch = assemble(cfg, model, r, hidden=h, layers=n, heads=heads, kv=kv, head_dim=hd, inter=max(inter),
+                    vocab=vocab, ctx=r.int("max_position_embeddings"), tie=tie, embed=embed, blocks=blocks, head=head,
                     windows=windows)
+    return dataclasses.replace(arch, spec=dataclasses.replace(arch.spec, streams=alt))
 
 
 # --- RecurrentGemma (modeling_recurrent_gemma.py, Griffin: De et al. 2024, arXiv:2402.19427): block_types

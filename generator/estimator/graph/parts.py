@@ -172,6 +172,7 @@ class Spec:
     # tokens the decoder's cross-attention reads when the encoder's input fixes them (one image's patches:
     # VisionEncoderDecoderModel); 0: an encoder-decoder's encoder runs at the job's tokens
     encoder_tokens: int = 0
+    streams: int = 1  # hidden-width streams a layer reads (Gemma-3n's AltUp: 4): a checkpointed layer's input
     notes: tuple[str, ...] = field(default_factory=tuple)  # formulas and semantics to show
 
     @functools.cached_property

@@ -269,8 +269,9 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
     # whose backward runs first while the layer's saved tensors are all still live (read off F18's peak)
     first = layer_index(spec, memo)[0] if spec.blocks else 0
     # the layer inputs checkpointing keeps on the GPU (all of them; with Unsloth's offload, its buffers and the last)
-    kept_inputs, first_kept = checkpoint_inputs(job, len(spec.blocks), B * T * r.residual_bytes * spec.hidden)
-    first_inputs = embed + first_kept * T * r.residual_bytes * spec.hidden
+    per_input = r.residual_bytes * spec.hidden * spec.streams  # per token: a layer's input, every stream of it
+    kept_inputs, first_kept = checkpoint_inputs(job, len(spec.blocks), B * T * per_input)
+    first_inputs = embed + first_kept * T * per_input
     first_grads = head_grads + param_bytes * (sum(n * b.params for b, n in distinct) - distinct[first][0].params
                                               + last_linear_params(distinct[first][0])) if r.trained and distinct else 0
     head_norm, final_norm = T * head_norm_bytes(g, r), T * final_norm_backward_bytes(g)
@@ -305,7 +306,7 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
             # layer keeps only its input through the forward. At the loss nothing is recomputed; then the backward
             # reruns one layer at a time, whose saved tensors live beside the gradients made so far (the head's at
             # the last layer; a full fine-tune's every later layer's at the first).
-            inputs = embed + kept_inputs * T * r.residual_bytes * spec.hidden
+            inputs = embed + kept_inputs * T * per_input
             # The end of the forward, the loss computed inside autocast: autocast's cache keeps every layer's bf16
             # copy of its fp32 weights until the autocast region exits (aten/src/ATen/autocast_mode.cpp
             # cached_cast: fp32 leaves that require grad), checkpointed or not; the loss has made its fp32 copy

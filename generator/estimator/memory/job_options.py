@@ -203,7 +203,8 @@ def checkpoint_host_bytes(g: Graph, job: Job) -> int:
     """The pinned CPU RAM one process's offloaded checkpoints hold: every layer's input but the last (CPU_BUFFERS)."""
     if job.method == "inference" or not job.offload_checkpoints:
         return 0
-    layers, per_input = len(g.spec.blocks), job.batch * job.tokens * job_regime(job).residual_bytes * g.spec.hidden
+    per_input = job.batch * job.tokens * job_regime(job).residual_bytes * g.spec.hidden * g.spec.streams
+    layers = len(g.spec.blocks)
     return (layers - 1) * per_input if checkpoint_inputs(job, layers, per_input)[0] < layers else 0
 
 
