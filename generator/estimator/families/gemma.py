@@ -69,11 +69,11 @@ def _attention(t: DecoderTraits, d: Dims, n: int, window: int) -> Part:
 
 
 def _head_norms(p: Part, heads: int, kv: int, hd: int) -> Part:
-    """Gemma4TextAttention's per-head RMSNorms: q_norm on q, k_norm on k and v_norm (no scale) on v, the values
-    (the keys again where attention_k_eq_v), the last two only where the layer makes its own K/V. Each saves its fp32
-    input and two fp32 statistics per head (the mean square plus eps, and its -0.5 power, Gemma4RMSNorm); where the
-    weights train, q_norm's and k_norm's fp32 normalised outputs too (4 B: act at 2 B, twice). Read off the live
-    tensors of CPU-simulated gemma-4 steps (FINDINGS.md F40)."""
+    """Gemma4TextAttention's (and Gemma3nTextAttention's) per-head RMSNorms: q_norm on q, k_norm on k and v_norm
+    (no scale) on v, the values (the keys again where attention_k_eq_v), the last two only where the layer makes its
+    own K/V. Each saves its fp32 input and two fp32 statistics per head (the mean square plus eps, and its -0.5 power,
+    Gemma4RMSNorm); where the weights train, q_norm's and k_norm's fp32 normalised outputs too (4 B: act at 2 B,
+    twice). Read off the live tensors of CPU-simulated gemma-4 and gemma-3n steps (FINDINGS.md F40, F41)."""
     q, k = heads * hd, kv * hd
     return p._replace(act32=p.act32 + q + 2 * k + 2 * (heads + 2 * kv), act=p.act + 2 * (q + k),
                       act_frozen=p.frozen_act)
@@ -238,7 +238,8 @@ def gemma3n_text(cfg: Mapping[str, Any], model: str) -> Arch:
                                kind="sliding" if w else "attention")
         coefs = h * alt + alt * alt + alt ** 3  # modality_router, correction_coefs, prediction_coefs
         # AltUp's predict saves the layer's alt stacked inputs (its matmul's operand), correct the repeated
-        # innovation (its mul's); trained, the router's inputs and the scaled output's clone too
+        # innovation (its mul's): 2 x alt streams, in the residual stream's dtype, so fp32 (twice act's 2 B) in an
+        # AMP full fine-tune, which also keeps the router's inputs and the scaled output's clone (FINDINGS.md F41)
         extras = (Part(f"AltUp_{i}", "AltUp", 2 * h + coefs, matmul=coefs,
                        linears=((h, alt), (alt, alt), (alt, alt * alt)), act=4 * alt * h + 3 * h,
                        act_frozen=2 * alt * h),
