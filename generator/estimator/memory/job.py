@@ -36,7 +36,15 @@ from .frameworks import (
     runs_torchtune,
 )
 from .generate import generate_phases
-from .job_options import Job, apply_metric, checkpoint_inputs, job_regime, prepared
+from .job_options import (
+    Job,
+    apply_metric,
+    checkpoint_inputs,
+    fp32_base,
+    job_regime,
+    layer_input_bytes,
+    prepared,
+)
 from .layer_terms import (
     adapter_params,
     eager_backward_values,
@@ -145,8 +153,7 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
     their counts; `memo` shares them with the estimate's other jobs and profiles."""
     spec = g.spec
     lora = job.method != "full"
-    # a LoRA base stored in fp32 under autocast: fp32 norms and embedding, so an fp32 residual stream (F28)
-    fp32_base = lora and job.precision == "amp" and job.storage == "fp32"
+    fp32 = fp32_base(job)
     r = job_regime(job)
     c = r.compute_bytes
     B, T = job.batch, job.tokens
@@ -180,10 +187,10 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
             weights += 2 * (P - quantised_params(mats))
         # the fp32 LM head's bf16 autocast copy, saved for its input's gradient; freed by its backward, before any
         # checkpointed layer is recomputed
-        head_copy = 2 * head_mm if r.amp and (job.upcast_fp32 or fp32_base) else 0
+        head_copy = 2 * head_mm if r.amp and (job.upcast_fp32 or fp32) else 0
         copies = (2 * trainable if r.amp and param_bytes != 2 else 0) + head_copy
         ckpt_copies = (copies, copies - head_copy)
-        if fp32_base:  # and every frozen fp32 Linear's: autocast casts it at each use (no cache: not a leaf that
+        if fp32:  # and every frozen fp32 Linear's: autocast casts it at each use (no cache: not a leaf that
             # requires grad, aten/src/ATen/autocast_mode.cpp cached_cast) and the matmul saves the copy for its
             # input's gradient, but in the first layer's input Linears, whose input needs none (a frozen
             # embedding); checkpointing keeps only the recomputed layer's (F28)
@@ -269,7 +276,7 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
     # whose backward runs first while the layer's saved tensors are all still live (read off F18's peak)
     first = layer_index(spec, memo)[0] if spec.blocks else 0
     # the layer inputs checkpointing keeps on the GPU (all of them; with Unsloth's offload, its buffers and the last)
-    per_input = r.residual_bytes * spec.hidden * spec.streams  # per token: a layer's input, every stream of it
+    per_input = layer_input_bytes(g, r)
     kept_inputs, first_kept = checkpoint_inputs(job, len(spec.blocks), B * T * per_input)
     first_inputs = embed + first_kept * T * per_input
     first_grads = head_grads + param_bytes * (sum(n * b.params for b, n in distinct) - distinct[first][0].params

@@ -203,17 +203,27 @@ def checkpoint_host_bytes(g: Graph, job: Job) -> int:
     """The pinned CPU RAM one process's offloaded checkpoints hold: every layer's input but the last (CPU_BUFFERS)."""
     if job.method == "inference" or not job.offload_checkpoints:
         return 0
-    per_input = job.batch * job.tokens * job_regime(job).residual_bytes * g.spec.hidden * g.spec.streams
+    per_input = job.batch * job.tokens * layer_input_bytes(g, job_regime(job))
     layers = len(g.spec.blocks)
     return (layers - 1) * per_input if checkpoint_inputs(job, layers, per_input)[0] < layers else 0
+
+
+def layer_input_bytes(g: Graph, r: Regime) -> int:
+    """Per token, what a checkpointed layer keeps as its input: the residual stream, every stream of it
+    (Spec.streams)."""
+    return r.residual_bytes * g.spec.hidden * g.spec.streams
+
+
+def fp32_base(job: Job) -> bool:
+    """A LoRA base stored in fp32 under autocast: fp32 norms and embedding, so an fp32 residual stream (F28)."""
+    return job.method != "full" and job.precision == "amp" and job.storage == "fp32"
 
 
 def job_regime(job: Job) -> Regime:
     """The dtypes a training job's tensors take (activations.regime), from its options."""
     lora = job.method != "full"
-    fp32_base = lora and job.precision == "amp" and job.storage == "fp32"  # F28
     return regime("lora" if lora else "full", job.precision, ADAPTER_BYTES.get(job.adapter_dtype, 0) if lora else 0,
-                  lora and job.lora_dropout > 0, job.kernels == "cpu", lora and (job.upcast_fp32 or fp32_base),
+                  lora and job.lora_dropout > 0, job.kernels == "cpu", lora and (job.upcast_fp32 or fp32_base(job)),
                   job.scan == "torch" or (job.kernels == "cpu" and not job.scan),
                   not (job.method == "qlora" and job.storage in ADAPTER_NO_CAST))
 
