@@ -66,3 +66,25 @@ def test_gemma3n_layer_terms():
     assert ffn[0].frozen_act - ffn[1].frozen_act == 16384  # the sparse layer's relu output
     altup = next(p for p in first.parts if p.type == "AltUp")
     assert altup.frozen_act == 2 * 4 * 2048
+
+
+def test_gemma3n_sparsity_defaults_as_transformers_fills_them():
+    """A config without activation_sparsity_pattern (or null) gets transformers' default, the first 10 layers sparse
+    (Gemma3nTextConfig.__post_init__): priced as the pattern transformers writes out."""
+    from transformers import Gemma3nTextConfig
+
+    from generator.estimator.graph.nodes import build_graph
+    from generator.estimator.normalise import normalise
+
+    row = next(r for r in measured_rows("cpu-sim-extra") if r["model"].endswith("configs/gemma3n_text.json"))
+    for layers in (35, 8):
+        given = {**row["config"], "num_hidden_layers": layers, "layer_types": row["config"]["layer_types"][:layers],
+                 "intermediate_size": row["config"]["intermediate_size"][:layers], "num_kv_shared_layers": 0}
+        filled = Gemma3nTextConfig(**{k: v for k, v in given.items() if k != "activation_sparsity_pattern"})
+        explicit = {**given, "activation_sparsity_pattern": list(filled.activation_sparsity_pattern)}
+        blocks = [build_graph(normalise(c, "m")).spec.blocks for c in (
+            explicit, {**given, "activation_sparsity_pattern": None},
+            {k: v for k, v in given.items() if k != "activation_sparsity_pattern"})]
+        acts = [[p.frozen_act for b in bs for p in b.parts] for bs in blocks]
+        assert acts[0] == acts[1] == acts[2]
+    assert sum(1 for s in filled.activation_sparsity_pattern if s) == 0  # 8 layers: none sparse

@@ -220,7 +220,9 @@ def gemma3n_text(cfg: Mapping[str, Any], model: str) -> Arch:
                                                 for i in range(n)]
     window = r.int("sliding_window", minimum=0)
     windows = tuple(window if "sliding" in str(t) else 0 for t in types[:n])
-    sparsity = r.list("activation_sparsity_pattern", float, n) if cfg.get("activation_sparsity_pattern") else [0.0] * n
+    # configuration_gemma3n.py: where the config gives none, the first 10 layers are sparse (0.95) if there are more
+    sparsity = r.list("activation_sparsity_pattern", float, n) if cfg.get("activation_sparsity_pattern") is not None \
+        else [0.95] * (10 if n > 10 else 0) + [0.0] * (n if n <= 10 else n - 10)
     bias = r.flag("attention_bias")
     blocks = []
     for i in range(1, n + 1):
