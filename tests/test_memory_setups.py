@@ -53,6 +53,19 @@ def test_every_recipe_prices_and_cites(name):
     assert job_memory(a, build_graph(a), S, job, "m").peak_bytes > 0
 
 
+def test_only_unsloth_keeps_its_checkpoints_in_cpu_ram():
+    """Offloaded checkpoints are Unsloth's (use_gradient_checkpointing='unsloth'). TRL's activation_offloading
+    defaults to False (trl/trainer/sft_config.py), and the other frameworks keep torch's checkpoints on the GPU: a
+    recipe that set the offload would price trl-sft 16% low at 16k tokens (tests/guard/estimates.json keeps every
+    recipe's figures on three models)."""
+    assert {n for n, r in RECIPES.items() if dict(r.fields).get("offload_checkpoints")} == {"unsloth"}
+    a = normalise(LLAMA, "m")
+    trl = job_memory(a, build_graph(a), S, Job.from_options("trl-sft", tokens=4096, lora_targets="all-linear"), "m")
+    torch_ckpt = Job(method="lora", precision="amp", adapter_dtype="fp32", lora_dropout=0.05, grad_ckpt=True,
+                     optimizer="adamw-fused", loss="trl-chunked", tokens=4096)
+    assert trl.peak_bytes == job_memory(a, build_graph(a), S, torch_ckpt, "m").peak_bytes
+
+
 def test_unknown_recipe_is_an_error():
     with pytest.raises(JobError):
         Job.from_options("no-such-recipe")

@@ -6,7 +6,8 @@
 
 Inputs: each committed snapshot record, and each model_type of the installed transformers (CONFIG_MAPPING) in two
 forms, its class defaults (`to_dict()`) and its sparse form (`to_diff_dict()`), built as the oracle tests build
-them (tests/test_oracle_support.config_forms). Each case keeps a SHA-256 of the Report's JSON (less
+them (tests/test_oracle_support.config_forms); then every named recipe on RECIPE_MODELS at two lengths, so that a
+recipe's fields are guarded as the default job is. Each case keeps a SHA-256 of the Report's JSON (less
 `estimator_version`) plus its headline figures, so that a change says which number moved and by how much; an
 input the estimator refuses keeps its error class and message. A restructuring that must not change numbers is
 proven by an empty diff; one that should is reviewed case by case from this script's listing.
@@ -25,6 +26,8 @@ sys.path.insert(0, str(ROOT))
 
 from generator.errors import TraceError  # noqa: E402
 from generator.estimator import estimate  # noqa: E402
+from generator.estimator.memory.job_options import Job  # noqa: E402
+from generator.estimator.memory.recipes import RECIPES  # noqa: E402
 from generator.settings import load_settings  # noqa: E402
 from tests.conftest import snapshot_configs  # noqa: E402
 
@@ -32,6 +35,9 @@ GUARD = ROOT / "tests" / "guard" / "estimates.json"
 # The headline figures kept in the clear beside each hash (dotted paths into Report.to_dict()).
 FIGURES = ("params.graph", "params.active", "memory.train_full_bytes_batch1", "memory.train_lora_bytes_batch1",
            "memory.serve_bytes_batch1", "memory.peak_bytes", "memory.peak_phase", "model.approximate_reason")
+# Recipe cases: a dense GQA decoder, a tied small one and a MoE, each recipe at a short and a long length.
+RECIPE_MODELS = ("meta-llama/Llama-3.1-8B", "Qwen/Qwen3-0.6B", "Qwen/Qwen3-30B-A3B")
+RECIPE_TOKENS = (2048, 16384)
 
 
 def _dig(d: dict[str, Any], path: str) -> Any:
@@ -58,10 +64,17 @@ def case_inputs() -> dict[str, dict[str, Any]]:
     return cases
 
 
-def outcome(case: str, cfg: dict[str, Any], settings: Any) -> dict[str, Any]:
+def recipe_cases(configs: dict[str, dict[str, Any]]) -> dict[str, tuple[dict[str, Any], Job]]:
+    """case id -> (config, job): each recipe on each of RECIPE_MODELS found in the snapshot, at RECIPE_TOKENS."""
+    return {f"recipe/{name}/{mid}/{tokens}": (configs[f"snapshot/{mid}"], Job.from_options(name, tokens=tokens))
+            for name in sorted(RECIPES) for mid in RECIPE_MODELS if f"snapshot/{mid}" in configs
+            for tokens in RECIPE_TOKENS}
+
+
+def outcome(case: str, cfg: dict[str, Any], settings: Any, job: Job | None = None) -> dict[str, Any]:
     try:
         report = estimate(cfg, model_id=case, assumptions=settings.assumptions, cards=settings.cards,
-                          gpus=settings.gpus)
+                          gpus=settings.gpus, job=job)
     except TraceError as exc:
         return {"error": f"{type(exc).__name__}: {exc}"[:300]}
     d = report.to_dict()
@@ -76,7 +89,10 @@ def _hash(value: Any) -> str:
 
 def current() -> dict[str, dict[str, Any]]:
     settings = load_settings()
-    return {case: outcome(case, cfg, settings) for case, cfg in case_inputs().items()}
+    inputs = case_inputs()
+    out = {case: outcome(case, cfg, settings) for case, cfg in inputs.items()}
+    out.update({case: outcome(case, cfg, settings, job) for case, (cfg, job) in recipe_cases(inputs).items()})
+    return out
 
 
 def differences(old: dict[str, dict[str, Any]], new: dict[str, dict[str, Any]]) -> list[str]:

@@ -45,8 +45,9 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
                       "for most decoders)",
            (("method", "lora"), ("precision", "amp"), ("adapter_dtype", "fp32"), ("lora_dropout", 0.05),
             ("lora_targets", PEFT_DEFAULT), ("grad_ckpt", True), ("optimizer", "adamw-fused"),
-            ("keep_outputs", False), ("loss", "trl-chunked"), ("offload_checkpoints", True)),
-           ("trl/trainer/base_config.py: gradient_checkpointing = True, bf16 defaults to True",
+            ("keep_outputs", False), ("loss", "trl-chunked")),
+           ("trl/trainer/base_config.py: gradient_checkpointing = True, bf16 defaults to True; "
+            "trl/trainer/sft_config.py: activation_offloading = False (the layer inputs stay on the GPU)",
             "trl/trainer/sft_config.py: loss_type defaults to 'chunked_nll'; trl/trainer/sft_trainer.py "
             "_CHUNKED_LM_HEAD_CHUNK_SIZE = 256",
             "trl/trainer/model_config.py: lora_r 16, lora_alpha 32, lora_dropout 0.05, lora_target_modules None, "
