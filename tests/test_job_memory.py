@@ -178,6 +178,28 @@ def test_lora_targets_and_rank():
 
 
 
+def test_mlp_targets_adapt_an_moe_layers_experts():
+    """`mlp` is torchtune's apply_lora_to_mlp, which "includes both vanilla MLP layers and MoE layers"
+    (torchtune/models/llama4/_component_builders.py lora_llama4_decoder): on a fused-expert MoE it adapts the shared
+    expert and the expert tensors, not the router. It had been refused while the refusal listed `mlp` among the names;
+    a model with no MLP no longer offers it."""
+    from generator.estimator.memory.lora import target_roles
+
+    moe = {"model_type": "qwen3_moe", "hidden_size": 256, "intermediate_size": 688, "moe_intermediate_size": 128,
+           "num_experts": 8, "num_experts_per_tok": 2, "head_dim": 32,
+           "num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 4, "vocab_size": 1000,
+           "max_position_embeddings": 4096}
+    a, g = _ag(moe)
+    assert target_roles(a, g, "mlp", "m") == frozenset({"experts_gate_up", "experts_down"})
+    assert mem(moe, method="lora", lora_targets="q_proj,v_proj,mlp", tokens=256).peak_bytes > \
+        mem(moe, method="lora", lora_targets="q_proj,v_proj", tokens=256).peak_bytes
+    mamba = {"model_type": "mamba", "hidden_size": 256, "state_size": 16, "num_hidden_layers": 2,
+             "vocab_size": 1000, "expand": 2, "conv_kernel": 4}
+    with pytest.raises(JobError, match=r"its names: [^m]*all-linear") as err:
+        target_roles(*_ag(mamba), "up_proj", "m")
+    assert "mlp" not in str(err.value).split("its names:")[1]
+
+
 def test_peft_default_targets_follow_peft_per_model_type():
     """peft-default: peft's own targets where a run names none (TRL's default, lora_target_modules None;
     peft/utils/constants.py TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING): q and v for llama, the fused

@@ -199,8 +199,10 @@ def block_lora_params(b: Block, rank: int, roles: frozenset[str] | None) -> int:
 
 def target_roles(a: Arch, g: Graph, targets: str, model: str) -> frozenset[str] | None:
     """The roles the comma list names (None: all-linear; peft-default: peft's own for the model type). `mlp` is
-    torchtune's apply_lora_to_mlp (every MLP Linear). A name no Linear of this model carries is an error, never a
-    silent default."""
+    torchtune's apply_lora_to_mlp: every MLP Linear, and in an MoE layer the shared expert and the expert tensors
+    (torchtune/models/llama4/_component_builders.py lora_llama4_decoder: "this includes both vanilla MLP layers and
+    MoE layers"; its LoRAGroupedExperts priced as peft's ParamWrapper, the router left alone). A name no Linear of
+    this model carries is an error, never a silent default."""
     if targets == "all-linear":
         return all_linear_roles(a)
     if targets == PEFT_DEFAULT:
@@ -217,13 +219,16 @@ def target_roles(a: Arch, g: Graph, targets: str, model: str) -> frozenset[str] 
     plain = any(p.type == "MLP" for b in spec.blocks for p in b.parts)
     names = {**NAMES, **({"up": "fc1", "down": "fc2"} if plain else {}), **FAMILY_NAMES.get(a.family, {}),
              **FAMILY_NAMES.get(a.model_type, {})}
+    # torchtune's apply_lora_to_mlp adapts MoE layers too: their shared expert and expert tensors
+    mlp = (MLP_ROLES | ({"shared"} if moe else set())) & present \
+        | ({"experts_gate_up", "experts_down"} if moe and pattern else set())
     roles: set[str] = set()
     for name in (t.strip() for t in targets.split(",")):
         hit: set[str] | frozenset[str]
         if moe and name in expert_names:  # peft's conversion: a v4 expert name targets the fused tensor
             hit = {expert_names[name]}
         elif name == "mlp":
-            hit = MLP_ROLES & present
+            hit = mlp
         elif name in ROLE_GROUP:  # a role by its own name (recipes: LitGPT's lora_query/lora_value = "q,v")
             hit = {name} & present or ({"qkv"} & present if name in ("q", "k", "v") else set())
         else:
@@ -232,7 +237,7 @@ def target_roles(a: Arch, g: Graph, targets: str, model: str) -> frozenset[str] 
             raise JobError(model, "lora_targets", name, f"peft refuses LoRA on a Mamba mixer's out_proj in a "
                                                         f"{a.model_type} model (its fused kernels read the weight)")
         if not hit:
-            known = sorted({names[r] for r in present if r in names}) + ["mlp", "all-linear"]
+            known = sorted({names[r] for r in present if r in names}) + ["mlp"] * bool(mlp) + ["all-linear"]
             raise JobError(model, "lora_targets", name, f"no Linear of this {a.model_type} model is named so; "
                                                         f"its names: {', '.join(known)}")
         roles |= hit
