@@ -71,7 +71,7 @@ def gemma_stack(s: Reader, stack: str, first: int, pattern: int, *, qk_norm: boo
 
 
 def _finish(cfg: Mapping[str, Any], model: str, r: Reader, dec: Reader, embed: list[Part], blocks: list[Block],
-            tie: bool, **spec_extra: Any) -> Arch:
+            tie: bool, qk_norm: str | None = None, **spec_extra: Any) -> Arch:
     h, vocab = dec.int("hidden_size"), dec.int("vocab_size")
     heads, kv = dec.int("num_attention_heads"), dec.int("num_key_value_heads")
     head = [norm_part("Final_RMSNorm", "rmsnorm", h), lm_head_part(vocab, h, tie), Part("Output", "Output", width=vocab)]
@@ -79,7 +79,7 @@ def _finish(cfg: Mapping[str, Any], model: str, r: Reader, dec: Reader, embed: l
     return assemble(cfg, model, r, hidden=h, layers=len(blocks), heads=heads, kv=kv,
                     head_dim=dec.int("head_dim", h // heads), inter=dec.int("intermediate_size"), vocab=vocab,
                     ctx=dec.int("max_position_embeddings", 8192), tie=tie, embed=embed, blocks=blocks, head=head,
-                    kind="encoder-decoder", windows=windows, act="gelu_pytorch_tanh", qk_norm=None, **spec_extra)
+                    kind="encoder-decoder", windows=windows, act="gelu_pytorch_tanh", qk_norm=qk_norm, **spec_extra)
 
 
 def t5gemma(cfg: Mapping[str, Any], model: str) -> Arch:
@@ -114,7 +114,8 @@ def t5gemma2(cfg: Mapping[str, Any], model: str) -> Arch:
         embed.append(Part("Embedding", "Embedding", dec.int("vocab_size") * dh + dh))
     blocks += gemma_stack(dec, "decoder", len(blocks) + 1, 6, qk_norm=True, merged=True)
     act, transient = vision_memory(tower, patches, vh, per_patch)
-    return _finish(cfg, model, r, dec, embed, blocks, tie, image_tokens=e.int("mm_tokens_per_image", 256),
+    # modeling_t5gemma2.py T5Gemma2SelfAttention / T5Gemma2MergedAttention: q_norm and k_norm on each head
+    return _finish(cfg, model, r, dec, embed, blocks, tie, "head", image_tokens=e.int("mm_tokens_per_image", 256),
                    vision_act=act, vision_transient=transient)
 
 

@@ -43,6 +43,7 @@ class RotaryTraits:
     tie: bool = True  # tie_word_embeddings when the config has none
     attn_extra: Callable[[Reader, int, int, int], int] | None = None  # (reader, hidden, heads, head_dim)
     gate: bool = False  # a sigmoid output gate hidden -> heads x head_dim (NeoMME)
+    qk_norm: str | None = None  # q_norm / k_norm on each head ("head") or over the projection ("flat"), as Arch
     layer_extra: int = 0  # parameters per layer outside attention and MLP
     embed: Callable[[Reader, int, int, int], list[Part]] | None = None  # (reader, hidden, vocab, kv width): in place
     # of the word embedding table
@@ -125,7 +126,7 @@ def rotary_encoder(cfg: Mapping[str, Any], model: str, mt: str, t: RotaryTraits)
     kind = head_kind(cfg)
     return assemble(cfg, model, r, hidden=h, layers=n, heads=heads, kv=kv, head_dim=hd, inter=inter, vocab=vocab,
                     ctx=ctx, tie=tie, embed=embed, blocks=blocks, head=head, kind="encoder", windows=windows,
-                    logits=logits_of(kind, vocab, cfg), position="rope")
+                    logits=logits_of(kind, vocab, cfg), position="rope", qk_norm=t.qk_norm)
 
 
 PRE_NORM = ("pre_attn", "pre_mlp")
@@ -140,7 +141,7 @@ TRAITS: dict[str, RotaryTraits] = {
     # modeling_esmc.py: pre-norm LayerNorms, q_norm/k_norm over hidden_size without bias, a bias-free final norm
     "esmc": RotaryTraits(head=_esmc_head, norms=PRE_NORM, qkv_bias="attention_bias", o_bias="attention_bias",
                          mlp_bias="mlp_bias", token_types=False, embed_norm=None, final_norm="layernorm_nobias",
-                         gqa=True, tie=False, attn_extra=lambda r, h, heads, hd: 2 * h),
+                         gqa=True, tie=False, attn_extra=lambda r, h, heads, hd: 2 * h, qk_norm="flat"),
     # modeling_ultrabert.py: a llama layer (RMSNorm, GQA, gated MLP) without causality, sliding layers by layer_types
     "ultrabert": RotaryTraits(head=_ultrabert_head, norm="rmsnorm", norms=PRE_NORM, qkv_bias="attention_bias",
                               o_bias="attention_bias", mlp_bias="mlp_bias", token_types=False, embed_norm=None,
@@ -150,7 +151,8 @@ TRAITS: dict[str, RotaryTraits] = {
     "neomme": RotaryTraits(head=_neomme_head, norm="layernorm_noparams", norms=PRE_NORM, gated=False,
                            qkv_bias="attention_bias", o_bias="attention_bias", mlp_bias="mlp_bias", token_types=False,
                            embed_norm="layernorm_noparams", final_norm="layernorm_noparams", gqa=True, gate=True,
-                           attn_extra=lambda r, h, heads, hd: heads, layer_extra=2, embed=_neomme_embed),
+                           attn_extra=lambda r, h, heads, hd: heads, layer_extra=2, embed=_neomme_embed,
+                           qk_norm="head"),
 }
 
 BUILDERS: dict[str, Builder] = bind(TRAITS, rotary_encoder)
