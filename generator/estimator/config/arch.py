@@ -43,7 +43,8 @@ class Arch:
     tie: bool
     spec: Spec  # the layer graph's parts, grouped in blocks
     act: str = "silu"  # the MLP's activation (activations.py prices the Python-written GELUs)
-    qk_norm: str | None = None  # q/k norms inside attention (activations.py prices their saved tensors)
+    qk_norm: str | None = None  # q/k norms inside attention: "head", "flat", "per_head", or "noscale" (no weight)
+    # (activations.py prices their saved tensors)
     position: str = "rope"  # "rope", "learned", "alibi", ...
     embed_dim: int = 0  # width of the token embedding when it differs from hidden (OPT's word_embed_proj_dim)
     rotary_dims: int = 0  # rotated dims per head (partial rotary for phi, neox, stablelm, gptj)

@@ -22,6 +22,7 @@ from . import (
     encoder_decoders,
     encoders,
     ergo,
+    every_expert_moe,
     gemma,
     gemma_encoder_decoders,
     gpt2_era,
@@ -76,7 +77,7 @@ def merged(*tables: Mapping[str, Any]) -> dict[str, Any]:
 DECODERS: dict[str, DecoderTraits] = merged(gpt2_era.TRAITS, llama.TRAITS, gemma.TRAITS, mixture_of_experts.TRAITS,
                                 latent_attention.TRAITS, linear_attention.TRAITS, mamba_hybrids.TRAITS,
                                 short_convolution.TRAITS, multimodal_moe.TRAITS, muse.TRAITS, ergo.TRAITS,
-                                kolibri.TRAITS)
+                                kolibri.TRAITS, every_expert_moe.TRAITS)
 BUILDERS: dict[str, Builder] = merged(gpt2_era.BUILDERS, llama.BUILDERS, gemma.BUILDERS, mixture_of_experts.BUILDERS,
                                       latent_attention.BUILDERS, mamba.BUILDERS, mamba_hybrids.BUILDERS,
                                       short_convolution.BUILDERS, recurrent.BUILDERS, encoders.BUILDERS, bert_descendants.BUILDERS,

@@ -103,6 +103,7 @@ class ExpertTraits:
     dense_inter: str = "intermediate_size"  # width of the dense layers' MLP
     extra: Count | None = None  # other per-MoE-layer parameters
     expert_extra: Count | None = None  # other parameters of each routed expert (ergo's post-expert norm)
+    part: Callable[[Part, Dims], Part] | None = None  # the family's own saved tensors on the built MoE part
 
 
 @dataclass(frozen=True)
@@ -118,7 +119,7 @@ class DecoderTraits:
     o_bias: bool | str = False
     mlp: str = "gated"  # "gated" or "plain"
     mlp_bias: bool | str = False
-    qk_norm: str | None = None  # "head" (head_dim), "flat" (heads x head_dim), "per_head"
+    qk_norm: str | None = None  # "head" (head_dim), "flat" (heads x head_dim), "per_head", "noscale" (no weight)
     qk_norm_key: str | None = None  # config key that switches it on
     qk_norm_kind: str | None = None
     tie: bool = False  # tie_word_embeddings default when the class has none
@@ -253,7 +254,8 @@ def moe(t: DecoderTraits, d: Dims, i: int) -> Part:
     part = moe_part(f"MoE_{i}", d.hidden, experts, k, inter, gated=m.gated, bias=m.expert_bias, shared=shared,
                     shared_gate=m.shared_gate, router_bias=d.f(m.router_bias), extra=extra,
                     expert_extra=m.expert_extra(d) if m.expert_extra else 0)
-    return part._replace(type=f"MoE ({experts} experts, top-{k})")
+    part = part._replace(type=f"MoE ({experts} experts, top-{k})")
+    return m.part(part, d) if m.part else part
 
 
 def ffn_kind(t: DecoderTraits, d: Dims, i: int) -> str:

@@ -135,7 +135,8 @@ TRAITS: dict[str, DecoderTraits] = {
                      attn_extra=lambda d: d.heads),
     "jais2": DecoderTraits(norm="layernorm", qkv_bias="attention_bias", o_bias="attention_bias", mlp="plain", mlp_bias="mlp_bias"),
     # modeling_nanochat.py: RMSNorm without weights, fc1/fc2 MLP, parameter-free q/k norm
-    "nanochat": DecoderTraits(norm="layernorm_noparams", qkv_bias="attention_bias", o_bias="attention_bias", mlp="plain"),
+    "nanochat": DecoderTraits(norm="layernorm_noparams", qkv_bias="attention_bias", o_bias="attention_bias", mlp="plain",
+                  qk_norm="noscale"),
     "olmo3": DecoderTraits(norms=("post_attn", "post_mlp"), qkv_bias="attention_bias", o_bias="attention_bias", qk_norm="flat"),
     "seed_oss": DecoderTraits(qkv_bias="attention_bias", o_bias="attention_out_bias", mlp_bias="mlp_bias"),
     "vaultgemma": DecoderTraits(norms=("pre_attn", "pre_mlp"), qkv_bias="attention_bias", o_bias="attention_bias", tie=True),

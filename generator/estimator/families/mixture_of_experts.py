@@ -112,15 +112,6 @@ def _laguna_attention(t: DecoderTraits, d: Dims, n: int, window: int) -> Part:
     return attention(t, d, n, window, heads=heads, extra=gate)
 
 
-def _llama4_sparse(d: Dims) -> list[bool]:
-    # configuration_llama4.py: moe_layers, else every interleave_moe_layer_step-th layer.
-    layers = d.r.list("moe_layers", int)
-    if layers is None:
-        step = d.k("interleave_moe_layer_step", 1)
-        return [(i - (step - 1)) % step == 0 and i >= step - 1 for i in range(d.layers)]
-    return [i in layers for i in range(d.layers)]
-
-
 def _minimax_m3_attention(t: DecoderTraits, d: Dims, n: int, window: int) -> Part:
     # modeling_minimax_m3_vl.py: per-head q/k RMSNorm; a sparse indexer on "minimax_m3_sparse" layers.
     types = d.r.cfg.get("layer_types")
@@ -350,9 +341,6 @@ TRAITS: dict[str, DecoderTraits] = {
     "laguna": DecoderTraits(qkv_bias="attention_bias", o_bias="attention_bias", qk_norm="head", attn=_laguna_attention,
                 moe=ExpertTraits(shared=_width("shared_expert_intermediate_size"), score_bias=True,
                       sparse=sparse_by_types(from_layer(1)))),
-    "llama4_text": DecoderTraits(qkv_bias="attention_bias", o_bias="attention_bias",
-                     moe=ExpertTraits(experts="num_local_experts", inter="intermediate_size", shared=_width("intermediate_size"),
-                           sparse=StackRule(_llama4_sparse), dense_inter="intermediate_size_mlp")),
     "minimax_m3_vl_text": DecoderTraits(qk_norm="head", attn=_minimax_m3_attention,
                             moe=ExpertTraits(experts="num_local_experts", inter="intermediate_size",
                                   shared=_width("shared_intermediate_size"), dense_inter="dense_intermediate_size",

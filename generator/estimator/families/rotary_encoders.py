@@ -43,7 +43,8 @@ class RotaryTraits:
     tie: bool = True  # tie_word_embeddings when the config has none
     attn_extra: Callable[[Reader, int, int, int], int] | None = None  # (reader, hidden, heads, head_dim)
     gate: bool = False  # a sigmoid output gate hidden -> heads x head_dim (NeoMME)
-    qk_norm: str | None = None  # q_norm / k_norm on each head ("head") or over the projection ("flat"), as Arch
+    qk_norm: str | None = None  # q_norm / k_norm: on each head ("head"), over the projection ("flat"), weight-less
+    # ("noscale"), as Arch.qk_norm
     layer_extra: int = 0  # parameters per layer outside attention and MLP
     embed: Callable[[Reader, int, int, int], list[Part]] | None = None  # (reader, hidden, vocab, kv width): in place
     # of the word embedding table
@@ -152,7 +153,7 @@ TRAITS: dict[str, RotaryTraits] = {
                            qkv_bias="attention_bias", o_bias="attention_bias", mlp_bias="mlp_bias", token_types=False,
                            embed_norm="layernorm_noparams", final_norm="layernorm_noparams", gqa=True, gate=True,
                            attn_extra=lambda r, h, heads, hd: heads, layer_extra=2, embed=_neomme_embed,
-                           qk_norm="head"),
+                           qk_norm="noscale"),
 }
 
 BUILDERS: dict[str, Builder] = bind(TRAITS, rotary_encoder)

@@ -250,9 +250,11 @@ def block_activation_bytes(a: Arch, b: Block, r: Regime, rank: int = 0,
     attention = sum(1 for p in b.parts if p.attends)
     if a.qk_norm and attention:
         # q_norm / k_norm (qwen3, olmo2, gemma3): the fp32 upcast, plus the normalised output when it trains, fp32
-        # or in the projection's dtype (QK_NORM_FP32)
+        # or in the projection's dtype (QK_NORM_FP32); a scale-free norm ("noscale": nanochat, NeoMME) has no
+        # weight to multiply, so nothing saves its output
         qk = a.heads * a.head_dim + a.kv_heads * a.head_dim
-        out += attention * qk * (4 + (0 if not r.trained else 4 if a.model_type in QK_NORM_FP32 else c))
+        scaled = r.trained and a.qk_norm != "noscale"
+        out += attention * qk * (4 + (0 if not scaled else 4 if a.model_type in QK_NORM_FP32 else c))
     act = mlp_act(a)
     if act in PYTHON_GELU:
         out += python_gelu_bytes(b, c)
@@ -292,24 +294,6 @@ def expert_adapter_activation_bytes(b: Block, roles: frozenset[str] | None, r: R
     for experts, i, _, _, k in expert_tensors(b, roles):
         out += r.compute_bytes * (k * i if experts > 1 else i)
     return out
-
-
-def expert_weight_bytes(b: Block, roles: frozenset[str] | None, r: Regime) -> int:
-    """Per layer and step, batch-free: each adapted tensor's effective weight W + scaling x lhs @ rhs, made in the
-    base weight's dtype (the residual stream's: bf16, or fp32 after prepare_model_for_kbit_training or under
-    fp32) and kept by the grouped matmul (the router's F.linear) for its input's gradient (FINDINGS.md F10)."""
-    return r.residual_bytes * sum(e * i * o for e, i, o, _, _ in expert_tensors(b, roles))
-
-
-def expert_grad_transient(b: Block, roles: frozenset[str] | None, r: Regime) -> tuple[int, int]:
-    """(batch-free bytes, bytes per token) the backward of an adapted down tensor holds at once (FINDINGS.md F10):
-    the effective weight's gradient (experts x inter x hidden, the weight's dtype), the gradients of its input
-    (k x inter) and of the routed outputs (k x hidden), and the residual stream's gradient (hidden)."""
-    down = [(e, i, o, k) for e, i, o, m, k in expert_tensors(b, roles) if e > 1 and m == 1]
-    if not down:
-        return 0, 0
-    e, i, o, k = max(down, key=lambda t: t[0] * t[1] * t[2])
-    return r.residual_bytes * e * i * o, r.compute_bytes * (k * i + k * o + o)
 
 
 # Relative position biases handed to SDPA as a float mask (transformers integrations/sdpa_attention.py

@@ -26,6 +26,7 @@ from .activations import (
 )
 from .attention import head_params, math_backward_bytes
 from .ends import final_norm_backward_bytes, head_norm_bytes
+from .experts import every_expert_backward_terms
 from .frameworks import (
     dequant_bytes_per_weight,
     framework_buffer_bytes,
@@ -75,6 +76,7 @@ from .storage import (
 # The late-backward moments a layer's own backward adds (beside what the layers saved, the head's tensors freed).
 EAGER_PHASE = "backward (attention scores' gradients)"
 SCAN_PHASE = "backward (the torch scan's state gradients)"
+EXPERTS_PHASE = "backward (every expert's gradients)"
 CACHE_PHASE = "forward (the loss, autocast's cached weight copies)"
 # A 4-bit or int8 base's weight is dequantised for each matmul and freed after it (storage.dequant_transient_bytes),
 # inside a layer's forward or backward, never at the loss or the final norm (F29: bitsandbytes' own kernels, simulated)
@@ -266,6 +268,10 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
             late.append((SCAN_PHASE, i, T * scan + chunked[i][1] - tail,
                          param_bytes * params_after if r.trained else 0,
                          2 * matmul_after if r.trained and r.amp else 0))
+        experts_bwd, experts_made = every_expert_backward_terms(b, r)  # Llama 4's MoE: every expert's gradients
+        if experts_bwd:
+            late.append((EXPERTS_PHASE, i, T * experts_bwd, param_bytes * experts_made,
+                         2 * experts_made if r.amp else 0))
     # per distinct layer, the saved bytes of the layers after its last one in the stack: the backward freed them
     # before it reaches that layer
     index = layer_index(spec, memo)
@@ -374,7 +380,7 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
                                                     + (B * layer[t[1]] + fixed[t[1]] if grad_ckpt else -B * later[t[1]]))
             live, experts = (B * (inputs + layer[k] + extra), fixed[k]) if grad_ckpt else \
                 (B * (emb + layers_sum - later[k] + T * views + kept + extra), fixed_sum)
-            if name == SCAN_PHASE and not grad_ckpt and r.trained and r.amp:
+            if name in (SCAN_PHASE, EXPERTS_PHASE) and not grad_ckpt and r.trained and r.amp:
                 freed += 2 * head_mm  # the head's backward ran: its autocast copy is freed
             phases.append(_phase(name, weights=weights, optimizer_state=state,
                                  gradients=head_grads + made_after, activations=live + experts,

@@ -13,14 +13,13 @@ from ..inputs import Assumptions
 from .activations import (
     Regime,
     block_activation_bytes,
-    expert_grad_transient,
-    expert_weight_bytes,
     fused_view_bytes,
     masked_sdpa_terms,
     masked_sdpa_windows,
 )
 from .attention import eager_backward_bytes, eager_layer_terms, math_layer_terms, math_sdpa
 from .ends import embed_dropout_bytes, frozen_embedding_bytes, head_activation_bytes
+from .experts import expert_grad_transient, expert_weight_bytes
 from .lora import all_linear_roles, block_lora_params, distinct_inputs
 from .recurrence import rglru_bytes, torch_scan_bytes
 

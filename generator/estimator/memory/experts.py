@@ -1,0 +1,48 @@
+"""What routed experts add to a layer's memory beyond their saved tensors: the effective weights and gradients of
+peft's adapted expert tensors, and the gradients of an MoE that runs every expert on every token."""
+
+from __future__ import annotations
+
+from ..graph.parts import Block
+from .activations import Regime
+from .lora import expert_tensors
+
+
+def expert_weight_bytes(b: Block, roles: frozenset[str] | None, r: Regime) -> int:
+    """Per layer and step, batch-free: each adapted tensor's effective weight W + scaling x lhs @ rhs, made in the
+    base weight's dtype (the residual stream's: bf16, or fp32 after prepare_model_for_kbit_training or under
+    fp32) and kept by the grouped matmul (the router's F.linear) for its input's gradient (FINDINGS.md F10)."""
+    return r.residual_bytes * sum(e * i * o for e, i, o, _, _ in expert_tensors(b, roles))
+
+
+def expert_grad_transient(b: Block, roles: frozenset[str] | None, r: Regime) -> tuple[int, int]:
+    """(batch-free bytes, bytes per token) the backward of an adapted down tensor holds at once (FINDINGS.md F10):
+    the effective weight's gradient (experts x inter x hidden, the weight's dtype), the gradients of its input
+    (k x inter) and of the routed outputs (k x hidden), and the residual stream's gradient (hidden)."""
+    down = [(e, i, o, k) for e, i, o, m, k in expert_tensors(b, roles) if e > 1 and m == 1]
+    if not down:
+        return 0, 0
+    e, i, o, k = max(down, key=lambda t: t[0] * t[1] * t[2])
+    return r.residual_bytes * e * i * o, r.compute_bytes * (k * i + k * o + o)
+
+
+def every_expert_backward_terms(b: Block, r: Regime) -> tuple[int, int]:
+    """(bytes per token, parameters whose gradients are made by then) of the backward of experts that run on every token
+    though fewer count as active (Part.top_k = the expert count, its active matmul weights the top-k's: Llama 4's
+    Llama4TextMoe, families/every_expert_moe.py; not an MoE whose top-k is unknown and counted whole), beside the
+    layer's saved tensors: the gradients of the gate-up product's two factors and of its result (3 x experts x inter
+    in the compute dtype: the two mul.Tensor gradients and down's bmm input gradient) and two of the residual
+    stream's (the layer output's and the MoE output's). Where the weights train, the shared expert's backward has run
+    first and down's bmm has made the experts' down gradient (their parameters, returned: the caller adds their
+    gradients and frees their autocast copies), and has freed the product it saved (one of the three). Read off the
+    CPU-simulated peaks of Llama 4 steps, LoRA checkpointed and not and a full fine-tune (FINDINGS.md F42). (0, 0)
+    where an MoE routes each token to top-k of its experts."""
+    for p in b.parts:
+        if p.type.startswith("MoE") and len(p.mats) >= 2 and p.top_k == p.mats[1][0] \
+                and p.active_matmul_params < p.matmul:
+            experts, inter, hidden = p.mats[1]
+            if not r.trained:
+                return 3 * experts * inter * r.compute_bytes + 2 * hidden * r.residual_bytes, 0
+            made = experts * inter * hidden + sum(i * o for i, o in p.linears)
+            return 2 * experts * inter * r.compute_bytes + 2 * hidden * r.residual_bytes, made
+    return 0, 0
