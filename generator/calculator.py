@@ -28,7 +28,7 @@ from . import format as f
 from . import job_flags
 from .errors import TraceError
 from .estimator import Assumptions, Card, Gpu, estimate
-from .estimator.memory.job import PARTS
+from .estimator.memory.job_result import PARTS
 
 SITE_FORMAT = 1  # site.json's layout; the page's script refuses another
 TRUE = ("1", "true", "on", "yes")  # a switch's value in the query (grad-ckpt=1)

@@ -25,8 +25,8 @@ from .graph.structure import StructureTable
 from .inputs import Assumptions, Card, Gpu
 from .memory.attention import default_attention
 from .memory.curve import memory_curve
-from .memory.job import metric_memory
 from .memory.job_options import Job, checkpoint_host_bytes, resolve
+from .memory.job_result import metric_memory
 from .memory.layer_terms import all_linear_params
 from .memory.parallel import Setup, accumulating_phases, per_gpu
 from .memory.profile import (

@@ -18,8 +18,9 @@ from .cost import flops_per_token, job_tokens
 from .graph.nodes import Graph
 from .inputs import Assumptions, Card, Gpu
 from .memory.host_link import link_bytes
-from .memory.job import JobMemory, job_phases, metric_memory, training_variants
+from .memory.job import job_phases, training_variants
 from .memory.job_options import Job
+from .memory.job_result import JobMemory, metric_memory
 from .memory.kinds import GPU_COUNTS, TP_KINDS, Kind, count_index
 from .memory.parallel import (
     ParallelError,

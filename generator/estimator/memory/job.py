@@ -13,7 +13,7 @@ Bytes per option, with sources, are in the functions below; `metric` turns tenso
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from ..config.arch import Arch
 from ..graph.nodes import Graph
@@ -39,13 +39,13 @@ from .frameworks import (
 from .generate import generate_phases
 from .job_options import (
     Job,
-    apply_metric,
     checkpoint_inputs,
     fp32_base,
     job_regime,
     layer_input_bytes,
     prepared,
 )
+from .job_result import JobMemory, metric_memory, phase, phase_parts
 from .layer_terms import (
     adapter_params,
     eager_backward_values,
@@ -82,30 +82,10 @@ CACHE_PHASE = "forward (the loss, autocast's cached weight copies)"
 # inside a layer's forward or backward, never at the loss or the final norm (F29: bitsandbytes' own kernels, simulated)
 DEQUANT_PHASE = "forward (the last layer's dequantised weight)"
 
-PARTS = ("weights", "gradients", "optimizer_state", "activations", "logits", "kv_cache", "overhead")
-
 # bitsandbytes 8-bit optimizers: two uint8 states + one fp32 absmax per 256-element block each
 # (bitsandbytes/optim/optimizer.py Optimizer2State.init_state, blocksize 256; Dettmers et al. 2022,
 # arXiv:2110.02861). Tensors under 4,096 elements stay 32-bit (min_8bit_size); their share is ignored.
 ADAMW8BIT_STATE_BYTES = 2 + 2 * 4 / 256
-
-
-@dataclass(frozen=True)
-class JobMemory:
-    peak_bytes: int
-    peak_phase: str
-    breakdown: tuple[tuple[str, int], ...]  # PARTS at the peak phase; they sum to peak_bytes
-
-
-def _phase(name: str, weights: float = 0, gradients: float = 0, optimizer_state: float = 0, activations: float = 0,
-           logits: float = 0, kv_cache: float = 0, overhead_weights: float = 0, overhead_step: float = 0,
-           overhead_fixed: float = 0, experts: float = 0) -> Phase:
-    """One phase; `overhead` comes split by how it shares out over GPUs (parallel.Phase): autocast's weight
-    copies, the optimizer step's temporaries, and what every process holds whole. `experts`: of the activations,
-    the per-expert tensors (an expert-parallel rank holds only its own experts')."""
-    return Phase(name, int(weights), int(gradients), int(optimizer_state), int(activations), int(logits),
-                 int(kv_cache), int(overhead_weights), int(overhead_step), int(overhead_fixed),
-                 name != "optimizer step", int(experts))
 
 
 def job_phases(a: Arch, g: Graph, s: Assumptions, job: Job, model: str = "",
@@ -126,25 +106,11 @@ def training_variants(a: Arch, g: Graph, s: Assumptions, job: Job, variants: tup
     return _training(a, g, s, job, model, variants, memo)
 
 
-def phase_parts(ph: Phase) -> dict[str, int]:
-    """A phase as the breakdown's PARTS (overhead summed)."""
-    return {"weights": ph.weights, "gradients": ph.gradients, "optimizer_state": ph.optimizer_state,
-            "activations": ph.activations, "logits": ph.logits, "kv_cache": ph.kv_cache,
-            "overhead": ph.overhead_weights + ph.overhead_step + ph.overhead_fixed}
-
-
 def job_memory(a: Arch, g: Graph, s: Assumptions, job: Job, model: str = "") -> JobMemory:
     """The peak of `job` and its phase, with the breakdown at that phase, in the `metric`'s terms."""
     parts_of = [(ph.name, phase_parts(ph)) for ph in job_phases(a, g, s, job, model)]
     name, parts = max(parts_of, key=lambda ph: sum(ph[1].values()))
     return metric_memory(name, parts, s, job, g)
-
-
-def metric_memory(name: str, parts: dict[str, int], s: Assumptions, job: Job, g: Graph) -> JobMemory:
-    """A peak's breakdown (one GPU's, or the largest GPU's of a parallel setup) in the job's metric."""
-    parts = dict(parts)
-    apply_metric(parts, s, job, g)
-    return JobMemory(sum(parts.values()), name, tuple((k, parts[k]) for k in PARTS))
 
 
 def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants: tuple[bool, ...],
@@ -244,10 +210,10 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
     closing: tuple[Phase, ...] = ()
     if not lora and spec.tied:  # F6: the tied weight's two gradients and their sum
         tied = 2 * param_bytes * spec.vocab * (a.embed_dim or a.hidden)
-        closing = (_phase("end of backward (tied-embedding gradients)", weights=weights, gradients=grad + tied,
-                          optimizer_state=state),)
-    closing += (_phase("optimizer step", weights=weights, gradients=grad, optimizer_state=state,
-                       overhead_step=temp),)
+        closing = (phase("end of backward (tied-embedding gradients)", weights=weights, gradients=grad + tied,
+                         optimizer_state=state),)
+    closing += (phase("optimizer step", weights=weights, gradients=grad, optimizer_state=state,
+                      overhead_step=temp),)
     # SDPA's math kernel: its score gradients beside its tensors (attention.math_backward_bytes), the gradients made
     math_saved, math_grads = math_backward_bytes(a, g, r, T, job.attention)
     head_grads = param_bytes * head_params(a, g) if r.trained else 0  # the loss backward's first gradients
@@ -299,21 +265,21 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
             emb = embed - frozen_embed
             views = sum(n * v for (_, n), v in zip(distinct, terms.views, strict=True))  # the cache's copies (F11)
             acts = emb + layers_sum + head + kept + T * views
-            phases = [_phase("loss (logits)" if logits * 2 > acts else "backward (activations)", weights=weights,
-                             optimizer_state=state, activations=B * (acts - logits) + fixed_sum, logits=B * logits,
-                             overhead_weights=copies, overhead_fixed=chunk, experts=fixed_sum)]
+            phases = [phase("loss (logits)" if logits * 2 > acts else "backward (activations)", weights=weights,
+                            optimizer_state=state, activations=B * (acts - logits) + fixed_sum, logits=B * logits,
+                            overhead_weights=copies, overhead_fixed=chunk, experts=fixed_sum)]
             if final_norm:  # the final norm's backward, the head's tensors freed (activations)
-                phases.append(_phase("backward (the final norm)", weights=weights, optimizer_state=state,
-                                     activations=B * (acts - head + head_norm + final_norm) + fixed_sum,
-                                     overhead_weights=copies, experts=fixed_sum))
+                phases.append(phase("backward (the final norm)", weights=weights, optimizer_state=state,
+                                    activations=B * (acts - head + head_norm + final_norm) + fixed_sum,
+                                    overhead_weights=copies, experts=fixed_sum))
             if dequant:  # the last layer's last quantised matmul: every layer's saved tensors, its weight dequantised
-                phases.append(_phase(DEQUANT_PHASE, weights=weights, optimizer_state=state,
-                                     activations=B * (emb + layers_sum + T * views) + fixed_sum,
-                                     overhead_weights=copies, overhead_fixed=dequant, experts=fixed_sum))
+                phases.append(phase(DEQUANT_PHASE, weights=weights, optimizer_state=state,
+                                    activations=B * (emb + layers_sum + T * views) + fixed_sum,
+                                    overhead_weights=copies, overhead_fixed=dequant, experts=fixed_sum))
             if any(f for f, _ in chunked):  # the last Mamba-2 layer's forward, before the head (recurrence)
-                phases.append(_phase("forward (the torch scan's chunks)", weights=weights, optimizer_state=state,
-                                     activations=B * (emb + layers_sum + max(f for f, _ in chunked)) + fixed_sum,
-                                     overhead_weights=copies, overhead_fixed=dequant, experts=fixed_sum))
+                phases.append(phase("forward (the torch scan's chunks)", weights=weights, optimizer_state=state,
+                                    activations=B * (emb + layers_sum + max(f for f, _ in chunked)) + fixed_sum,
+                                    overhead_weights=copies, overhead_fixed=dequant, experts=fixed_sum))
         else:
             # non-reentrant checkpointing per decoder layer (transformers gradient_checkpointing_enable): each
             # layer keeps only its input through the forward. At the loss nothing is recomputed; then the backward
@@ -328,53 +294,53 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
             # the layer recomputed at the peak, and its per-expert tensors
             recomputed = max(zip(layer, held, fixed, strict=True), key=lambda t: B * (t[0] + t[1]) + t[2],
                              default=(0, 0, 0))
-            phases = [_phase("loss (logits)", weights=weights, optimizer_state=state,
-                             activations=B * (inputs + head + kept - logits), logits=B * logits,
-                             overhead_weights=ckpt_copies[0], overhead_fixed=chunk),
-                      _phase("backward (recomputing a checkpointed layer)", weights=weights, optimizer_state=state,
-                             gradients=head_grads,
-                             activations=B * inputs + B * (recomputed[0] + recomputed[1]) + recomputed[2],
-                             overhead_weights=ckpt_copies[1], overhead_fixed=beside(B * recomputed[1]),
-                             experts=recomputed[2])]
+            phases = [phase("loss (logits)", weights=weights, optimizer_state=state,
+                            activations=B * (inputs + head + kept - logits), logits=B * logits,
+                            overhead_weights=ckpt_copies[0], overhead_fixed=chunk),
+                      phase("backward (recomputing a checkpointed layer)", weights=weights, optimizer_state=state,
+                            gradients=head_grads,
+                            activations=B * inputs + B * (recomputed[0] + recomputed[1]) + recomputed[2],
+                            overhead_weights=ckpt_copies[1], overhead_fixed=beside(B * recomputed[1]),
+                            experts=recomputed[2])]
             if r.trained and r.amp:  # a full fine-tune under autocast: its cached copies at the loss (LoRA's
                 # are its adapters', in ckpt_copies already; a frozen weight's are not cached)
-                phases.append(_phase(CACHE_PHASE, weights=weights, optimizer_state=state,
-                                     activations=B * (inputs + head + kept - logits), logits=B * (logits - fwd_less),
-                                     overhead_weights=copies, overhead_fixed=chunk))
+                phases.append(phase(CACHE_PHASE, weights=weights, optimizer_state=state,
+                                    activations=B * (inputs + head + kept - logits), logits=B * (logits - fwd_less),
+                                    overhead_weights=copies, overhead_fixed=chunk))
             if any(f for f, _ in chunked):  # a Mamba-2 layer's recomputed forward at its chunks (recurrence)
                 k = max(range(len(distinct)), key=lambda i: B * (layer[i] + chunked[i][0]) + fixed[i])
-                phases.append(_phase("backward (recomputing the torch scan's chunks)", weights=weights,
-                                     optimizer_state=state, gradients=head_grads,
-                                     activations=B * (inputs + layer[k] + chunked[k][0]) + fixed[k],
-                                     overhead_weights=ckpt_copies[1], overhead_fixed=dequant, experts=fixed[k]))
+                phases.append(phase("backward (recomputing the torch scan's chunks)", weights=weights,
+                                    optimizer_state=state, gradients=head_grads,
+                                    activations=B * (inputs + layer[k] + chunked[k][0]) + fixed[k],
+                                    overhead_weights=ckpt_copies[1], overhead_fixed=dequant, experts=fixed[k]))
             if r.trained:  # a full fine-tune's gradients grow as the backward goes down the stack while the
                 # checkpointed inputs are freed: the first layer's recomputation, beside every later layer's gradients
-                phases.append(_phase("backward (recomputing the first checkpointed layer)", weights=weights,
-                                     optimizer_state=state, gradients=first_grads,
-                                     activations=B * (first_inputs + layer[first] + held[first]) + fixed[first],
-                                     overhead_weights=ckpt_copies[1], overhead_fixed=beside(B * held[first]),
-                                     experts=fixed[first]))
+                phases.append(phase("backward (recomputing the first checkpointed layer)", weights=weights,
+                                    optimizer_state=state, gradients=first_grads,
+                                    activations=B * (first_inputs + layer[first] + held[first]) + fixed[first],
+                                    overhead_weights=ckpt_copies[1], overhead_fixed=beside(B * held[first]),
+                                    experts=fixed[first]))
             elif lora:  # so do the adapters', which counts where they are large (LoRA on many experts' tensors):
                 # every later layer's, beside the first layer's recomputation
-                phases.append(_phase("backward (recomputing the first checkpointed layer)", weights=weights,
-                                     optimizer_state=state, gradients=adapter_grads_first,
-                                     activations=B * (first_inputs + layer[first] + held[first]) + fixed[first],
-                                     overhead_weights=ckpt_copies[1], overhead_fixed=beside(B * held[first]),
-                                     experts=fixed[first]))
+                phases.append(phase("backward (recomputing the first checkpointed layer)", weights=weights,
+                                    optimizer_state=state, gradients=adapter_grads_first,
+                                    activations=B * (first_inputs + layer[first] + held[first]) + fixed[first],
+                                    overhead_weights=ckpt_copies[1], overhead_fixed=beside(B * held[first]),
+                                    experts=fixed[first]))
         if any(g for g, _ in terms.grads):  # the last (recomputed) layer's adapted down's backward (F10)
             i, (weight_grad, per_token) = max(enumerate(terms.grads), key=lambda t: t[1][0] + B * T * t[1][1]
                                               + (B * layer[t[0]] + fixed[t[0]] if grad_ckpt else 0))
             live, experts = (B * (inputs + layer[i]), fixed[i]) if grad_ckpt else (B * (emb + layers_sum), fixed_sum)
-            phases.append(_phase("backward (an adapted expert tensor's gradient)", weights=weights,
-                                 optimizer_state=state, activations=live + experts + weight_grad + B * T * per_token,
-                                 overhead_weights=ckpt_copies[1] if grad_ckpt else copies, overhead_fixed=dequant,
-                                 experts=experts + weight_grad))
+            phases.append(phase("backward (an adapted expert tensor's gradient)", weights=weights,
+                                optimizer_state=state, activations=live + experts + weight_grad + B * T * per_token,
+                                overhead_weights=ckpt_copies[1] if grad_ckpt else copies, overhead_fixed=dequant,
+                                experts=experts + weight_grad))
         if math_grads:  # the last (the recomputed) layer's attention backward
             live = inputs if grad_ckpt else emb + layers_sum - min(layer) + T * views + kept
-            phases.append(_phase("backward (attention scores' gradients)", weights=weights, gradients=made,
-                                 optimizer_state=state, activations=B * (live + math_saved + math_grads)
-                                 + (0 if grad_ckpt else fixed_sum),
-                                 overhead_weights=ckpt_copies[1] if grad_ckpt else copies, overhead_fixed=dequant))
+            phases.append(phase("backward (attention scores' gradients)", weights=weights, gradients=made,
+                                optimizer_state=state, activations=B * (live + math_saved + math_grads)
+                                + (0 if grad_ckpt else fixed_sum),
+                                overhead_weights=ckpt_copies[1] if grad_ckpt else copies, overhead_fixed=dequant))
         if late:  # the layer whose (recomputed) softmax or scan backward holds the most, the head's tensors freed
             name, k, extra, made_after, freed = max(late, key=lambda t: B * t[2] + t[3] - t[4]
                                                     + (B * layer[t[1]] + fixed[t[1]] if grad_ckpt else -B * later[t[1]]))
@@ -382,18 +348,18 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
                 (B * (emb + layers_sum - later[k] + T * views + kept + extra), fixed_sum)
             if name in (SCAN_PHASE, EXPERTS_PHASE) and not grad_ckpt and r.trained and r.amp:
                 freed += 2 * head_mm  # the head's backward ran: its autocast copy is freed
-            phases.append(_phase(name, weights=weights, optimizer_state=state,
-                                 gradients=head_grads + made_after, activations=live + experts,
-                                 overhead_fixed=dequant, experts=experts,
-                                 overhead_weights=(ckpt_copies[1] if grad_ckpt else copies) - freed))
+            phases.append(phase(name, weights=weights, optimizer_state=state,
+                                gradients=head_grads + made_after, activations=live + experts,
+                                overhead_fixed=dequant, experts=experts,
+                                overhead_weights=(ckpt_copies[1] if grad_ckpt else copies) - freed))
         scan_first = [t for t in late if t[0] == SCAN_PHASE and t[1] == first]
         if grad_ckpt and r.trained and scan_first:  # a full fine-tune's first recomputed layer: every later
             # layer's gradients made (as F18's phase), beside that layer's scan backward
             _, k, extra, made_after, freed = scan_first[0]
-            phases.append(_phase(SCAN_PHASE, weights=weights, optimizer_state=state,
-                                 gradients=first_grads + made_after - param_bytes * last_linear_params(distinct[k][0]),
-                                 activations=B * (first_inputs + layer[k] + extra) + fixed[k], overhead_fixed=dequant,
-                                 experts=fixed[k], overhead_weights=ckpt_copies[1] - freed))
+            phases.append(phase(SCAN_PHASE, weights=weights, optimizer_state=state,
+                                gradients=first_grads + made_after - param_bytes * last_linear_params(distinct[k][0]),
+                                activations=B * (first_inputs + layer[k] + extra) + fixed[k], overhead_fixed=dequant,
+                                experts=fixed[k], overhead_weights=ckpt_copies[1] - freed))
         every = tuple(replace(p, overhead_fixed=p.overhead_fixed + buffers) for p in (*phases, *closing)) \
             if buffers else (*phases, *closing)  # only a framework's own model has buffers to add (the site's none)
         out.append(accumulating_phases(every, grad) if job.grad_accum > 1 else every)
