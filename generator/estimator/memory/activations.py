@@ -165,7 +165,7 @@ def adapter_activation_bytes(b: Block, roles: frozenset[str] | None, rank: int, 
 
 
 def recompute_transient_bytes(b: Block, r: Regime, roles: frozenset[str] | None, saves: bool = False,
-                              upcast: bool = False, a: Arch | None = None) -> int:
+                              upcast: bool = False, a: Arch | None = None, backward: bool = True) -> int:
     """Per token, what a checkpointed layer's recomputation holds beyond its saved tensors (block_activation_bytes)
     at its peak, the adapter forward of the layer's last Linear (down_proj, fc2) when it is adapted. Non-reentrant
     checkpointing (torch/utils/checkpoint.py, early stop on by default) reruns the layer's forward inside its
@@ -185,6 +185,9 @@ def recompute_transient_bytes(b: Block, r: Regime, roles: frozenset[str] | None,
     hidden state, unless lora_A of gate/up saves it: no copy), the Linear's base output `result`; the backward's
     gradient of the layer output, lora_B's output gradient times scaling (bf16 under autocast, else the adapters'
     dtype) and, where that dtype is not the base output's, the add's cast of it for the base branch.
+    `backward` False: the same forward at the end of a forward pass without checkpointing, every layer's tensors
+    saved and no gradient yet (job.py's FORWARD_PHASE; an adapted last Linear only, else 0): the peak of steps whose
+    vocabulary is small beside the MLP's width (FINDINGS.md F44).
     Nothing for a full fine-tune (its tensors are saved) or on an MoE part (ParamWrapper adapts the experts).
     Without LoRA dropout the chain is one copy shorter and the same hidden-wide tensors are held: the Mistral-7B
     pure-bf16 fp32-adapter row without dropout measures its peak at this moment, and this phase reads -1.56% of it
@@ -200,7 +203,11 @@ def recompute_transient_bytes(b: Block, r: Regime, roles: frozenset[str] | None,
     part = last_linear_part(b)
     if r.trained:
         return 0
+    if not backward and (part is None or part.type not in MLP_TYPES):
+        return 0  # measured on MLPs only: RWKV's channel mix, say, peaks elsewhere (+3.3% with this term)
     if part is None or (roles is not None and linear_roles(part)[-1] not in roles):
+        if not backward:
+            return 0
         return frozen_mlp_backward_bytes(part, r, a is not None and mlp_act(a) in PYTHON_GELU) - shared
     width, hidden = part.linears[-1]
     c, ab = r.compute_bytes, adapter_input_bytes(r)
@@ -209,9 +216,12 @@ def recompute_transient_bytes(b: Block, r: Regime, roles: frozenset[str] | None,
     copied = len(chain) > 1
     inputs = sum(chain[:-1]) - (x if saves and copied else 0)
     lora_out = c if r.amp else ab
-    grads = r.residual_bytes + lora_out + (x if lora_out != x and not fp32_stream else 0)
+    grads = r.residual_bytes + lora_out + (x if lora_out != x and not fp32_stream else 0) if backward else 0
     forward = (0 if fp32_stream else r.residual_bytes) + (x if copied and not saves else 0) + x
     return inputs * width + hidden * (forward + grads) - shared
+
+
+MLP_TYPES = ("SwiGLU", "GeGLU", "GLU", "MLP")  # a dense feed-forward's Part.type
 
 
 def frozen_mlp_backward_bytes(part: Part | None, r: Regime, python_gelu: bool = False) -> int:
@@ -221,7 +231,7 @@ def frozen_mlp_backward_bytes(part: Part | None, r: Regime, python_gelu: bool = 
     (torchtune's checkpointed Llama-2-7B LoRA on q and v, simulated; transformers' Llama-2-7B and Mistral-7B with a
     1,024-token vocabulary). A plain one (fc1, act, fc2) at its activation's backward: fc2's input gradient and the
     activation's (pythia-6.9b, opt-125m); a Python-written GELU's a third (gpt2's gelu_new). F32. 0 for others."""
-    if part is None or part.type not in ("SwiGLU", "GeGLU", "GLU", "MLP") or len(part.linears) not in (2, 3):
+    if part is None or part.type not in MLP_TYPES or len(part.linears) not in (2, 3):
         return 0
     width, hidden = part.linears[-1]
     return (2 if part.type == "MLP" and not python_gelu else 3) * width * r.compute_bytes + hidden * r.residual_bytes

@@ -78,6 +78,7 @@ EAGER_PHASE = "backward (attention scores' gradients)"
 SCAN_PHASE = "backward (the torch scan's state gradients)"
 EXPERTS_PHASE = "backward (every expert's gradients)"
 CACHE_PHASE = "forward (the loss, autocast's cached weight copies)"
+FORWARD_PHASE = "forward (the last layer's last adapted Linear)"
 # A 4-bit or int8 base's weight is dequantised for each matmul and freed after it (storage.dequant_transient_bytes),
 # inside a layer's forward or backward, never at the loss or the final norm (F29: bitsandbytes' own kernels, simulated)
 DEQUANT_PHASE = "forward (the last layer's dequantised weight)"
@@ -272,6 +273,11 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
                 phases.append(phase("backward (the final norm)", weights=weights, optimizer_state=state,
                                     activations=B * (acts - head + head_norm + final_norm) + fixed_sum,
                                     overhead_weights=copies, experts=fixed_sum))
+            fwd = T * recompute_transient_bytes(distinct[index[-1]][0], r, roles, saves, job.upcast_fp32, a,
+                                                backward=False) if lora and index else 0
+            if fwd:  # the last layer's last Linear's adapter forward, every layer's tensors saved (F44)
+                phases.append(phase(FORWARD_PHASE, weights=weights, optimizer_state=state, overhead_weights=copies,
+                                    activations=B * (emb + layers_sum + T * views + fwd) + fixed_sum, experts=fixed_sum))
             if dequant:  # the last layer's last quantised matmul: every layer's saved tensors, its weight dequantised
                 phases.append(phase(DEQUANT_PHASE, weights=weights, optimizer_state=state,
                                     activations=B * (emb + layers_sum + T * views) + fixed_sum,

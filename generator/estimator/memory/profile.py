@@ -29,9 +29,7 @@ from ..config.arch import Arch
 from ..graph.nodes import Graph
 from ..graph.parts import Block, Part, Spec
 from ..inputs import Assumptions, Card
-from .activations import (
-    regime,
-)
+from .activations import recompute_transient_bytes, regime
 from .attention import (
     default_attention,
     eager_layer_terms,
@@ -143,6 +141,12 @@ def train_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, method: str, r
     if method != "full" and grad_fixed:
         backward.append(Branch("backward (an adapted expert tensor's gradient)", grad_fixed, tokens * grad_token,
                                embed_act + rates_sum + grad_token))
+    # the end of the forward: the last layer's adapted down projection holds its input's copies (job.py F44)
+    last = spec.blocks[-1] if spec.blocks and method != "full" else None
+    fwd = recompute_transient_bytes(last, r, roles, a=a, backward=False) if last is not None else 0
+    if fwd:
+        backward.append(Branch("forward (the last layer's last adapted Linear)", 0, tokens * fwd,
+                               embed_act + rates_sum + fwd))
     # eager attention's softmax backward (job.py): one branch per distinct set of its terms over the layers with
     # attention, the largest of which is the layer's, at any tokens and batch: its score gradients, its MLP's tensors
     # freed (a full fine-tune has made the head's gradients and its MLP's, whose autocast copies are freed)

@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 class Branch(NamedTuple):
     """A late-backward peak (job.py's phases that hold one layer's backward transient beside every saved tensor
-    but the head's, which is freed by then): static + fixed + batch x (the per-sample bytes less the head's +
+    but the head's, which is freed by then), or the forward's end (every saved tensor, the head's not made yet): static + fixed + batch x (the per-sample bytes less the head's +
     per_sample). rate and rate_sq: the branch's whole per-sample bytes (the model's less the head's, plus
     per_sample) per token and per token squared, to which Profile.totals_at adds the profile's own tokens-squared,
     masked and fixed per-sample terms."""
