@@ -180,3 +180,33 @@ def test_moe_pages_say_their_lora_adapts_the_expert_tensors():
             seen[repo] = "lora_expert_tensors" in checks
     assert seen == {"Qwen/Qwen3-30B-A3B": True, "mistralai/Mixtral-8x7B-v0.1": True,
                     "openai-community/gpt2": False, "Qwen/Qwen1.5-MoE-A2.7B-Chat": False}
+
+
+def test_pages_warn_where_peft_all_linear_fails_on_a_tuple_router():
+    """Llama 4's and PhiMoE's routers are nn.Linear subclasses returning a tuple: peft's all-linear wraps them and
+    the step fails (both CPU simulations did); their pages say so, naming the flag, and a routed MoE's do not. The
+    table is the installed transformers' (each class an nn.Linear whose forward returns several values)."""
+    import importlib
+    import inspect
+
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from generator.estimator.checks import TUPLE_ROUTERS
+
+    for path in set(TUPLE_ROUTERS.values()):
+        module, name = path.rsplit(".", 1)
+        package = f"transformers.models.{module.removeprefix('modeling_')}.{module}"
+        cls = getattr(importlib.import_module(package), name)
+        assert issubclass(cls, torch.nn.Linear)
+        lines = inspect.getsource(cls.forward).splitlines()
+        assert any(line.strip().startswith("return") and "," in line for line in lines)
+    for repo, cfg, _ in snapshot_configs():
+        if repo in ("microsoft/Phi-mini-MoE-instruct", "Qwen/Qwen3-30B-A3B"):
+            checks = [f.check for f in check_scope(normalise(cfg, repo), 2048, 2048)]
+            assert ("lora_all_linear_fails" in checks) == (repo == "microsoft/Phi-mini-MoE-instruct"), repo
+    llama4 = {"model_type": "llama4_text", "hidden_size": 512, "intermediate_size": 1024,
+              "intermediate_size_mlp": 2048, "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 64,
+              "num_local_experts": 8, "num_hidden_layers": 4, "vocab_size": 8192}
+    message = next(f.message for f in check_scope(normalise(llama4, "m"), 2048, 2048)
+                   if f.check == "lora_all_linear_fails")
+    assert "Llama4Router" in message and "--lora-targets" in message

@@ -15,6 +15,12 @@ from .memory.job_options import Job
 from .memory.lora import FUSED_EXPERTS
 from .memory.storage import bnb_keeps_experts
 
+# Routers written as an nn.Linear subclass whose forward returns a tuple (transformers 5.24): peft 0.21's
+# all-linear wraps them, and the wrapped layer fails at its first forward (peft/tuners/lora/layer.py Linear.forward
+# reads result.dtype). Seen in the CPU simulation of both (FINDINGS.md F42).
+TUPLE_ROUTERS = {"llama4": "modeling_llama4.Llama4Router", "llama4_text": "modeling_llama4.Llama4Router",
+                 "phimoe": "modeling_phimoe.PhimoeTopKRouter"}
+
 
 @dataclass(frozen=True)
 class Finding:
@@ -122,6 +128,12 @@ def check_scope(a: Arch, train_tokens: int, requested_tokens: int, serve_tokens:
                            "adapts the fused expert tensors and the router (target_parameters) and keeps each adapted "
                            "tensor's effective weight, about a second copy of the experts; --lora-targets "
                            "q_proj,k_proj,v_proj,o_proj prices attention-only adapters."))
+    if a.model_type in TUPLE_ROUTERS:
+        out.append(Finding("lora_all_linear_fails", "warning",
+                           f"peft 0.21's target_modules='all-linear' wraps {TUPLE_ROUTERS[a.model_type]}, an nn.Linear "
+                           "whose forward returns a tuple, and the step fails ('tuple' object has no attribute "
+                           "'dtype'): the LoRA figures price all-linear as if it ran; a run names its targets "
+                           "(--lora-targets q_proj,k_proj,v_proj,o_proj)."))
     if a.quant is None and a.experts > 1 and bnb_keeps_experts(a, "nf4"):
         out.append(Finding("qlora_experts", "info",
                            "QLoRA keeps the routed experts in bf16: transformers 5 holds them as 3-D tensors, and "
