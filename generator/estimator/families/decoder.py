@@ -169,6 +169,7 @@ class DecoderTraits:
     # biases (fused_qkv: q apart, K and V fused), with its own norm between the self-attention and the MLP
     # (modeling_gpt2.GPT2Block.crossattention and ln_cross_attn)
     cross: bool = False
+    streams: str | None = None  # config key of the hidden-width streams between layers (hyper-connections): Spec
 
 
 def has_qk_norm(t: DecoderTraits, d: Dims) -> bool:
@@ -374,7 +375,8 @@ def build(cfg: Mapping[str, Any], model: str, model_type: str, t: DecoderTraits,
     if e != h:
         head.append(Part("Project_Out", "Linear", linear(h, e), width=e, matmul=h * e))
     head += [lm_head_part(d.vocab, e, tie, d.f(t.head_bias)), Part("Output", "Output", width=d.vocab)]
-    spec = Spec("decoder", d.hidden, d.vocab, tuple(embed), blocks, tuple(head), d.vocab, tied=tie)
+    spec = Spec("decoder", d.hidden, d.vocab, tuple(embed), blocks, tuple(head), d.vocab, tied=tie,
+                streams=d.k(t.streams, 1) if t.streams else 1)
     m = t.moe
     # numbered copies name their parts as their source does: the layers the builder made answer for them
     has_moe = any(p.name.startswith("MoE_") for b in blocks if b.source is None for p in b.parts)

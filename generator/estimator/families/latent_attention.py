@@ -169,7 +169,7 @@ TRAITS: dict[str, DecoderTraits] = {
                          sparse=first_k_dense(freq="moe_layer_freq", k0=1),
                          extra=lambda d: 2 * d.hidden * d.k("gated_norm_rank", 16))),
     # DeepseekV4HyperHead: hc_fn (m x m.hidden), hc_base (m), hc_scale (1)
-"deepseek_v4": DecoderTraits(attn=_v4_attention, inter_key=None, layer_extra=_v4_hyper, mha=False,
+"deepseek_v4": DecoderTraits(attn=_v4_attention, inter_key=None, layer_extra=_v4_hyper, mha=False, streams="hc_mult",
                           # DeepseekV4HyperHead: hc_fn (m x m.hidden), hc_base (m), hc_scale (1)
                           extra_head=lambda d: d.k("hc_mult") ** 2 * d.hidden + d.k("hc_mult") + 1,
                           moe=ExpertTraits(experts="n_routed_experts", shared=lambda d: d.k("moe_intermediate_size"),
