@@ -178,7 +178,7 @@ def test_the_estimator_layers_import_only_downwards():
 
 def test_the_layer_check_reads_relative_imports():
     levels = {t: _level(t) for _, t in _estimator_imports(ESTIMATOR / "estimate.py")}
-    assert levels.get("generator.estimator.memory.job") == 3 and levels.get("generator.estimator.checks") == 4
+    assert levels.get("generator.estimator.memory.job_result") == 3 and levels.get("generator.estimator.checks") == 4
     assert {_level(t) for _, t in _estimator_imports(ESTIMATOR / "families" / "llama.py")} - {None} == {0, 1}
 
 
