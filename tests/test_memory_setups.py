@@ -155,7 +155,8 @@ def test_llama_factory_recipes_are_its_defaults_and_price_its_simulated_steps():
                                                           "adamw-fused", 8)
     moved = {f for f in Job.__dataclass_fields__ if getattr(lf, f) != getattr(q, f)}
     assert moved == {"recipe", "method", "weights", "double_quant"} and (q.storage, q.upcast_fp32) == ("nf4", False)
-    rows = [r for r in measured_rows("cpu-sim-extra") if r["setup"].get("reentrant")]
+    rows = [r for r in measured_rows("cpu-sim-extra") if r["setup"].get("reentrant")
+            and r["setup"].get("grad_accum") == 8]
     assert len(rows) == 7
     for row in rows:
         a = normalise(row["config"], row["model"])
@@ -168,6 +169,27 @@ def test_llama_factory_recipes_are_its_defaults_and_price_its_simulated_steps():
              if r["model"].endswith("configs/llama.json") and r["setup"].get("grad_accum") == 8]
     assert len(twins) == 2 and twins[0] == twins[1]
 
+
+def test_ms_swift_recipes_are_its_defaults_and_price_its_simulated_steps():
+    """ms-swift's `swift sft --train_type lora` defaults (swift/arguments/tuner_args.py, swift/trainers/arguments.py
+    at 3602360): r 8 on all-linear with dropout 0.05, reentrant checkpointing on one GPU, 16 micro-batches; with
+    --quant_bits 4 an nf4 base with double quantisation and no fp32 upcast. Its three CPU-simulated steps (Qwen3-0.6B
+    LoRA and QLoRA, Llama-3.1-8B's shape) are priced within 0.5% by the recipe's job; the logits are every token's
+    (an upper bound where ms-swift's use_logits_to_keep skips the prompt's)."""
+    sw, q = Job.from_options("ms-swift"), Job.from_options("ms-swift-qlora")
+    assert (sw.method, sw.precision, sw.storage, sw.adapter_dtype, sw.lora_rank, sw.lora_targets, sw.lora_dropout,
+            sw.grad_ckpt, sw.optimizer, sw.loss, sw.grad_accum) == ("lora", "amp", "bf16", "fp32", 8, "all-linear",
+                                                                    0.05, True, "adamw-fused", "hf", 16)
+    moved = {f for f in Job.__dataclass_fields__ if getattr(sw, f) != getattr(q, f)}
+    assert moved == {"recipe", "method", "weights", "double_quant"} and (q.storage, q.upcast_fp32) == ("nf4", False)
+    rows = [r for r in measured_rows("cpu-sim-extra") if r["setup"].get("grad_accum") == 16]
+    assert len(rows) == 3
+    for row in rows:
+        a = normalise(row["config"], row["model"])
+        job = dataclasses.replace(q if row["setup"]["method"] == "qlora" else sw, batch=row["setup"]["batch"],
+                                  tokens=row["setup"]["tokens"], kernels="cpu")
+        priced = job_memory(a, build_graph(a), S, job, row["model"]).peak_bytes
+        assert abs(priced / row["measured"]["peak_bytes"] - 1) < 0.005, (row["model"], row["setup"]["method"])
 
 def test_moe_pages_say_their_lora_adapts_the_expert_tensors():
     """peft 0.21's all-linear wraps the fused expert tensors of these types (memory.lora.FUSED_EXPERTS): the page

@@ -4,8 +4,8 @@ A recipe is a set of job_options.Job fields; the explicit flags override it (Job
 file it was read from (pinned where the snapshot was read: trl f2cd577 = 1.10.0.dev0, 2026-07-24; litgpt 2685705,
 2026-06-29; peft 0.21.2 and transformers 5.24.0 as installed; bitsandbytes 95f9af3 = 0.50.2.dev0; axolotl 067b021,
 2026-07-24; unsloth 015bdef, 2026-08-22, with unsloth-zoo ce232d6, 2026-08-20; torchtune bd2a0fc, 2026-04-23;
-LLaMA-Factory ff6d4d1, 2026-08-18). What a framework's own model code holds (LitGPT's, torchtune's) is priced in
-frameworks.py. What a recipe does not say (tokens, batch) stays the job's.
+LLaMA-Factory ff6d4d1, 2026-08-18; ms-swift 3602360, 2026-08-22). What a framework's own model code holds (LitGPT's,
+torchtune's) is priced in frameworks.py. What a recipe does not say (tokens, batch) stays the job's.
 """
 
 from __future__ import annotations
@@ -168,6 +168,33 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
             "src/llamafactory/model/adapter.py init_adapter: a quantised model's trainable parameters cast to fp32; "
             "nothing in src/llamafactory calls peft's prepare_model_for_kbit_training",
             "the rest as llama-factory (examples/train_lora/qwen3_lora_sft.yaml and the argument defaults)")),
+    Recipe("ms-swift", "ms-swift's `swift sft --train_type lora` with its defaults on one GPU: bf16 base, fp32 adapters "
+                       "r=8 on every Linear with dropout 0.05, reentrant gradient checkpointing, fused AdamW, 16 "
+                       "micro-batches; its logits priced for every token, where ms-swift computes only the labelled "
+                       "tokens' (use_logits_to_keep): an upper bound on the loss's share",
+           (("method", "lora"), ("precision", "amp"), ("adapter_dtype", "fp32"), ("lora_rank", 8),
+            ("lora_targets", "all-linear"), ("lora_dropout", 0.05), ("grad_ckpt", True), ("optimizer", "adamw-fused"),
+            ("keep_outputs", False), ("loss", "hf"), ("grad_accum", 16)),
+           ("ms-swift swift/arguments/tuner_args.py (3602360, 2026-08-22): target_modules ['all-linear'], lora_rank 8, "
+            "lora_alpha 32, lora_dropout 0.05, lora_dtype None (peft's fp32 adapters, swift/tuners/peft.py "
+            "_cast_adapter_dtype_hook)",
+            "swift/trainers/arguments.py: per_device_train_batch_size 1, gradient_checkpointing True, "
+            "gradient_accumulation_steps ceil(16 / batch / world size); swift/trainers/mixin.py "
+            "_fix_gradient_checkpointing: use_reentrant True on one GPU (reentrant and non-reentrant peak equal, "
+            "FINDINGS.md F38)",
+            "swift/arguments/base_args/model_args.py: bf16 follows the model's torch_dtype; transformers' "
+            "TrainingArguments optim adamw_torch_fused",
+            "swift/trainers/mixin.py get_use_logits_to_keep: on where the model's forward takes logits_to_keep; the "
+            "logits of the tokens whose label is -100 are not made, a share of each sample the job does not say")),
+    Recipe("ms-swift-qlora", "ms-swift with --quant_method bnb --quant_bits 4: an nf4 base with double quantisation "
+                             "(its defaults), norms left in bf16",
+           (("method", "qlora"), ("precision", "amp"), ("weights", "nf4"), ("double_quant", True),
+            ("upcast_fp32", False), ("adapter_dtype", "fp32"), ("lora_rank", 8), ("lora_targets", "all-linear"),
+            ("lora_dropout", 0.05), ("grad_ckpt", True), ("optimizer", "adamw-fused"), ("keep_outputs", False),
+            ("loss", "hf"), ("grad_accum", 16)),
+           ("ms-swift swift/arguments/base_args/quant_args.py: bnb_4bit_quant_type 'nf4', bnb_4bit_use_double_quant "
+            "True; nothing in swift/ calls peft's prepare_model_for_kbit_training",
+            "the rest as ms-swift")),
     Recipe("torchtune", "torchtune's LoRA recipe on its own model code: dtype bf16 everywhere, LoRA r=64 on q, v, "
                         "the output projection and the MLP, no dropout, activation checkpointing, fused AdamW, 8 "
                         "micro-batches per step, its LinearCrossEntropyLoss (8 chunks, fp32 log-softmax kept), k and "
