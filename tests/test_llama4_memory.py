@@ -98,3 +98,15 @@ def test_memory_grows_with_the_expert_count_not_the_active_parameters(experts, t
     assert peaks[1] > peaks[0]
     assert active[1] - active[0] == 4 * 512 * experts  # only the router grows: hidden x the added experts, 4 layers
 
+
+
+def test_a_per_layer_top_k_that_routes_every_expert_serves_as_dense():
+    """A per-layer top-k list (modeling_hunyuan_v1_moe.py reads one) whose largest entry is the expert count left
+    serving's routed share to divide by 1 - k/E = 0 (found by a fuzz of Llama 4's configs): such a model reads
+    every expert, so its decode reads the whole weights, and the estimate is a report, not a ZeroDivisionError."""
+    from generator.estimator import estimate
+
+    s = load_settings()
+    cfg = {**LLAMA4, "num_experts_per_tok": [8, 1, 1, 1]}
+    report = estimate(cfg, model_id="m", assumptions=s.assumptions, cards=s.cards, gpus=s.gpus)
+    assert report.params.graph > 0 and report.serving

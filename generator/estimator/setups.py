@@ -289,7 +289,8 @@ def serving_model(a: Arch, g: Graph, s: Assumptions, weight_bytes: int, kv_per_s
     p, active = g.params_total, g.params_active or g.params_total
     per_param = weight_bytes / p if p else 0.0
     e, k = a.experts, min(a.experts_per_token, a.experts)
-    experts = int((p - active) / (1 - k / e)) if e and k and active < p else 0
+    # k = E (a per-layer top-k list whose largest routes every expert) reads every expert: no routed share apart
+    experts = int((p - active) / (1 - k / e)) if e and 0 < k < e and active < p else 0
     dense = p - experts - (0 if g.spec.tied else g.params_embedding)
     forward = flops_per_token(a, g, s, "full", 0, serve_tokens) / 3.0
     return ServingModel(int(dense * per_param), int(experts * per_param), e if experts else 0, k if experts else 0,
