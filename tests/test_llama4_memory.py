@@ -110,3 +110,16 @@ def test_a_per_layer_top_k_that_routes_every_expert_serves_as_dense():
     cfg = {**LLAMA4, "num_experts_per_tok": [8, 1, 1, 1]}
     report = estimate(cfg, model_id="m", assumptions=s.assumptions, cards=s.cards, gpus=s.gpus)
     assert report.params.graph > 0 and report.serving
+
+
+def test_the_page_says_transformers_computes_every_expert():
+    """The memory prices transformers' every-expert MoE; the cost counts the routed experts' compute, as the
+    frameworks that route run it. A finding says which (Llama 4 only: a routed MoE has none)."""
+    from generator.estimator.checks import check_scope
+
+    checks = {f.check for f in check_scope(normalise(LLAMA4, "m"), 2048, 2048)}
+    assert "every_expert_compute" in checks
+    qwen = {"model_type": "qwen3_moe", "hidden_size": 256, "intermediate_size": 688, "moe_intermediate_size": 128,
+            "num_experts": 8, "num_experts_per_tok": 2, "head_dim": 32, "num_hidden_layers": 2,
+            "num_attention_heads": 8, "num_key_value_heads": 4, "vocab_size": 1000, "max_position_embeddings": 4096}
+    assert "every_expert_compute" not in {f.check for f in check_scope(normalise(qwen, "m"), 2048, 2048)}

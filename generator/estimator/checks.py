@@ -10,6 +10,7 @@ from .config.arch import Arch
 from .graph.nodes import Graph
 from .inputs import Assumptions
 from .memory.attention import default_attention, math_sdpa
+from .memory.experts import runs_every_expert
 from .memory.job import job_memory
 from .memory.job_options import Job
 from .memory.lora import FUSED_EXPERTS
@@ -134,6 +135,12 @@ def check_scope(a: Arch, train_tokens: int, requested_tokens: int, serve_tokens:
                            "whose forward returns a tuple, and the step fails ('tuple' object has no attribute "
                            "'dtype'): the LoRA figures price all-linear as if it ran; a run names its targets "
                            "(--lora-targets q_proj,k_proj,v_proj,o_proj)."))
+    if any(runs_every_expert(p) for b, _ in a.spec.distinct_layers for p in b.parts):
+        out.append(Finding("every_expert_compute", "info",
+                           "transformers runs every expert of this MoE on every token (a repeated copy of each token "
+                           "weighed by the router's scores): memory here prices that, while the compute, and so the "
+                           "cost, counts the routed experts' as frameworks that route (vLLM, torchtune, Megatron) "
+                           "run them; a fine-tune through transformers computes all of them."))
     if a.quant is None and a.experts > 1 and bnb_keeps_experts(a, "nf4"):
         out.append(Finding("qlora_experts", "info",
                            "QLoRA keeps the routed experts in bf16: transformers 5 holds them as 3-D tensors, and "

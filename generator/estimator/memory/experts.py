@@ -3,7 +3,7 @@ peft's adapted expert tensors, and the gradients of an MoE that runs every exper
 
 from __future__ import annotations
 
-from ..graph.parts import Block
+from ..graph.parts import Block, Part
 from .activations import Regime
 from .lora import expert_tensors
 
@@ -26,11 +26,17 @@ def expert_grad_transient(b: Block, roles: frozenset[str] | None, r: Regime) -> 
     return r.residual_bytes * e * i * o, r.compute_bytes * (k * i + k * o + o)
 
 
+def runs_every_expert(p: Part) -> bool:
+    """An MoE part whose experts all run on every token though fewer count as active (Part.top_k = the expert count,
+    its active matmul weights the top-k's: Llama 4's Llama4TextMoe, families/every_expert_moe.py); not an MoE whose
+    top-k is unknown and counted whole."""
+    return p.type.startswith("MoE") and len(p.mats) >= 2 and p.top_k == p.mats[1][0] \
+        and p.active_matmul_params < p.matmul
+
+
 def every_expert_backward_terms(b: Block, r: Regime) -> tuple[int, int]:
     """(bytes per token, parameters whose gradients are made by then) of the backward of experts that run on every token
-    though fewer count as active (Part.top_k = the expert count, its active matmul weights the top-k's: Llama 4's
-    Llama4TextMoe, families/every_expert_moe.py; not an MoE whose top-k is unknown and counted whole), beside the
-    layer's saved tensors: the gradients of the gate-up product's two factors and of its result (3 x experts x inter
+    (runs_every_expert), beside the layer's saved tensors: the gradients of the gate-up product's two factors and of its result (3 x experts x inter
     in the compute dtype: the two mul.Tensor gradients and down's bmm input gradient) and two of the residual
     stream's (the layer output's and the MoE output's). Where the weights train, the shared expert's backward has run
     first and down's bmm has made the experts' down gradient (their parameters, returned: the caller adds their
@@ -38,8 +44,7 @@ def every_expert_backward_terms(b: Block, r: Regime) -> tuple[int, int]:
     CPU-simulated peaks of Llama 4 steps, LoRA checkpointed and not and a full fine-tune (FINDINGS.md F42). (0, 0)
     where an MoE routes each token to top-k of its experts."""
     for p in b.parts:
-        if p.type.startswith("MoE") and len(p.mats) >= 2 and p.top_k == p.mats[1][0] \
-                and p.active_matmul_params < p.matmul:
+        if runs_every_expert(p):
             experts, inter, hidden = p.mats[1]
             if not r.trained:
                 return 3 * experts * inter * r.compute_bytes + 2 * hidden * r.residual_bytes, 0
