@@ -21,6 +21,7 @@ from generator.estimator.memory.job_result import PARTS
 from generator.estimator.memory.job_options import METHODS, Job, JobError
 from generator.estimator.memory.storage import weight_bytes
 from generator.estimator.memory.profile import serve_profile, train_profile
+from generator.settings import load_settings
 from tests.conftest import measured_rows, snapshot_configs, tiny_qwen2
 
 S = Assumptions()
@@ -199,6 +200,34 @@ def test_mlp_targets_adapt_an_moe_layers_experts():
     with pytest.raises(JobError, match=r"its names: [^m]*all-linear") as err:
         target_roles(*_ag(mamba), "up_proj", "m")
     assert "mlp" not in str(err.value).split("its names:")[1]
+
+
+def test_mla_linears_take_their_modeling_files_names():
+    """An MLA layer's Linears (modeling_deepseek_v3.DeepseekV3Attention: q_a_proj, q_b_proj, kv_a_proj_with_mqa,
+    kv_b_proj, o_proj; without q_lora_rank one q_proj) are named as there: a LoRA run names them so, and they had
+    been offered as qkv_proj and o_proj, the latter adapting q_b_proj's shape. Two CPU-simulated DeepSeek-V3 steps on
+    those names (cpu-sim-extra.jsonl) read within 2%."""
+    from generator.estimator.memory.lora import target_roles
+
+    mla = {"model_type": "deepseek_v3", "hidden_size": 256, "intermediate_size": 688, "moe_intermediate_size": 128,
+           "n_routed_experts": 8, "num_experts_per_tok": 2, "num_hidden_layers": 2, "num_attention_heads": 8,
+           "num_key_value_heads": 8,
+           "vocab_size": 1000, "kv_lora_rank": 64, "q_lora_rank": 96, "qk_rope_head_dim": 16, "qk_nope_head_dim": 32,
+           "v_head_dim": 32, "first_k_dense_replace": 1}
+    a, g = _ag(mla)
+    assert target_roles(a, g, "q_a_proj,q_b_proj,kv_a_proj_with_mqa,kv_b_proj,o_proj", "m") == \
+        frozenset({"q_a", "q_b", "kv_a", "kv_b", "o"})
+    # o_proj is the (heads x v_head_dim -> hidden) Linear: its adapter is r x (256 + 256)
+    assert parts(mem(mla, method="lora", lora_targets="o_proj", tokens=64))["optimizer_state"] == 8 * 16 * 2 * (256 + 256)
+    a, g = _ag({**mla, "q_lora_rank": None})
+    assert target_roles(a, g, "q_proj", "m") == frozenset({"q"})
+    with pytest.raises(JobError, match="kv_a_proj_with_mqa, kv_b_proj"):
+        target_roles(a, g, "qkv_proj", "m")
+    rows = [r for r in measured_rows("cpu-sim-extra") if r["model"] == "deepseek-ai/DeepSeek-V3"
+            and "kv_b_proj" in r["setup"]["lora_targets"]]
+    assert len(rows) == 2
+    for row in rows:
+        assert abs(estimate_bytes(row, load_settings().assumptions) / row["measured"]["peak_bytes"] - 1) < 0.02
 
 
 def test_peft_default_targets_follow_peft_per_model_type():

@@ -12,7 +12,9 @@ from ..graph.parts import Block, Part
 # LoRA target roles of a part's nn.Linears, in the order the builders list them (spec.py attention_part,
 # mlp_part); a group is one input tensor that several adapters may share.
 ROLE_GROUP = {"q": "attn_in", "k": "attn_in", "v": "attn_in", "qkv": "attn_in", "o": "attn_out",
-              "gate": "mlp_in", "up": "mlp_in", "gate_up": "mlp_in", "down": "mlp_mid"}
+              "gate": "mlp_in", "up": "mlp_in", "gate_up": "mlp_in", "down": "mlp_mid",
+              # MLA: q_a and kv_a read the normed hidden state; q_b and kv_b each read their own low-rank norm's output
+              "q_a": "attn_in", "kv_a": "attn_in", "q_b": "mla_q", "kv_b": "mla_kv"}
 
 
 # A Mamba mixer's nn.Linears in forward order (modeling_mamba.MambaMixer: in_proj, x_proj, dt_proj, out_proj;
@@ -26,11 +28,14 @@ PEFT_MAMBA_TYPES = frozenset({"falcon_h1", "mamba", "mamba2", "falcon_mamba", "n
 
 
 def linear_roles(p: Part) -> tuple[str, ...]:
-    """q, k, v, o / qkv, o for attention; gate, up, down / gate_up, down / up, down for MLPs; an MoE part's
-    shared-expert Linears 'shared'; else 'linear'."""
+    """q, k, v, o / qkv, o for attention; MLA's q_a, q_b (or q), kv_a, kv_b, o; gate, up, down / gate_up, down /
+    up, down for MLPs; an MoE part's shared-expert Linears 'shared'; else 'linear'."""
     n = len(p.linears)
     if p.type.startswith("MoE"):
         return ("shared",) * n
+    mla = _mla_roles(p) if p.type == "Multi-head Latent Attn" else None
+    if mla:
+        return mla
     if p.attends:
         # falcon_h1's node runs attention and a Mamba-2 mixer side by side (graph combine): the mixer's Linears last
         ssm = SSM_ROLES["Mamba-2"] if p.scan and p.scan[0] == 2 else ()
@@ -47,6 +52,24 @@ def linear_roles(p: Part) -> tuple[str, ...]:
     if p.scan and p.scan[0] == 1 and n == 2:  # Zamba's mixer: x_proj and dt_proj are per-head parameters, not nn.Linears
         return SSM_ROLES["Mamba-2"]
     return ("linear",) * n
+
+
+def _mla_roles(p: Part) -> tuple[str, ...] | None:
+    """The roles of an MLA part's Linears by their shapes, in the orders the builders list them: assembly.mla_part
+    (modeling_deepseek_v3.DeepseekV3Attention: q_a_proj, q_b_proj or one q_proj, kv_a_proj_with_mqa, kv_b_proj,
+    o_proj) and multimodal_moe's MistralLarge4 (q_proj, kv_b_proj, o_proj, then kv_a_proj_with_mqa where the layer
+    makes its own latent KV). None for another layout."""
+    lin, n = p.linears, len(p.linears)
+    hidden = lin[0][0] if lin else 0
+    if n == 5 and lin[1][0] == lin[0][1] and lin[2][0] == hidden:
+        return ("q_a", "q_b", "kv_a", "kv_b", "o")
+    if n == 4 and lin[1][0] == hidden:
+        return ("q", "kv_a", "kv_b", "o")
+    if n == 4 and lin[3][0] == hidden:
+        return ("q", "kv_b", "o", "kv_a")
+    if n == 3 and lin[2][1] == hidden:
+        return ("q", "kv_b", "o")
+    return None
 
 
 def adapted_linears(b: Block, roles: frozenset[str] | None) -> list[tuple[int, int, str]]:
@@ -73,7 +96,8 @@ def _input_group(k: int, j: int, width: int, role: str, last: int) -> str:
 # last name component). Default: modeling_llama and its descendants; plain MLPs default to fc1/fc2.
 NAMES = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "o_proj", "qkv": "qkv_proj", "gate": "gate_proj",
          "up": "up_proj", "down": "down_proj", "gate_up": "gate_up_proj", "ssm_in": "in_proj", "ssm_x": "x_proj",
-         "ssm_dt": "dt_proj", "ssm_out": "out_proj"}
+         "ssm_dt": "dt_proj", "ssm_out": "out_proj",
+         "q_a": "q_a_proj", "q_b": "q_b_proj", "kv_a": "kv_a_proj_with_mqa", "kv_b": "kv_b_proj"}
 
 
 FAMILY_NAMES = {
