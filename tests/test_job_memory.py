@@ -223,6 +223,9 @@ def test_mla_linears_take_their_modeling_files_names():
     assert target_roles(a, g, "q_proj", "m") == frozenset({"q"})
     with pytest.raises(JobError, match="kv_a_proj_with_mqa, kv_b_proj"):
         target_roles(a, g, "qkv_proj", "m")
+    v4 = next(c for m, c, _ in snapshot_configs() if m == "deepseek-ai/DeepSeek-V4-Flash")
+    a, g = _ag(v4)  # modeling_deepseek_v4.DeepseekV4Attention: q_a_proj, q_b_proj, kv_proj, o_a_proj (grouped), o_b_proj
+    assert target_roles(a, g, "q_a_proj,q_b_proj,kv_proj,o_b_proj", "m") == frozenset({"q_a", "q_b", "kv", "o_b"})
     rows = [r for r in measured_rows("cpu-sim-extra") if r["model"] == "deepseek-ai/DeepSeek-V3"
             and "kv_b_proj" in r["setup"]["lora_targets"]]
     assert len(rows) == 2

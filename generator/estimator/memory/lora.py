@@ -14,7 +14,9 @@ from ..graph.parts import Block, Part
 ROLE_GROUP = {"q": "attn_in", "k": "attn_in", "v": "attn_in", "qkv": "attn_in", "o": "attn_out",
               "gate": "mlp_in", "up": "mlp_in", "gate_up": "mlp_in", "down": "mlp_mid",
               # MLA: q_a and kv_a read the normed hidden state; q_b and kv_b each read their own low-rank norm's output
-              "q_a": "attn_in", "kv_a": "attn_in", "q_b": "mla_q", "kv_b": "mla_kv"}
+              "q_a": "attn_in", "kv_a": "attn_in", "q_b": "mla_q", "kv_b": "mla_kv",
+              # DeepSeek-V4: kv_proj reads the normed hidden state too; o_b_proj the grouped o_a_proj's output
+              "kv": "attn_in", "o_b": "mla_o"}
 
 
 # A Mamba mixer's nn.Linears in forward order (modeling_mamba.MambaMixer: in_proj, x_proj, dt_proj, out_proj;
@@ -28,14 +30,17 @@ PEFT_MAMBA_TYPES = frozenset({"falcon_h1", "mamba", "mamba2", "falcon_mamba", "n
 
 
 def linear_roles(p: Part) -> tuple[str, ...]:
-    """q, k, v, o / qkv, o for attention; MLA's q_a, q_b (or q), kv_a, kv_b, o; gate, up, down / gate_up, down /
-    up, down for MLPs; an MoE part's shared-expert Linears 'shared'; else 'linear'."""
+    """q, k, v, o / qkv, o for attention; MLA's q_a, q_b (or q), kv_a, kv_b, o (DeepSeek-V4's q_a, q_b, kv, o_b);
+    gate, up, down / gate_up, down / up, down for MLPs; an MoE part's shared-expert Linears 'shared'; else
+    'linear'."""
     n = len(p.linears)
     if p.type.startswith("MoE"):
         return ("shared",) * n
     mla = _mla_roles(p) if p.type == "Multi-head Latent Attn" else None
     if mla:
         return mla
+    if p.type in ("Compressed MQA", "Sliding MQA") and n == 4:  # DeepSeek-V4 (families/latent_attention._v4_part)
+        return ("q_a", "q_b", "kv", "o_b")
     if p.attends:
         # falcon_h1's node runs attention and a Mamba-2 mixer side by side (graph combine): the mixer's Linears last
         ssm = SSM_ROLES["Mamba-2"] if p.scan and p.scan[0] == 2 else ()
@@ -97,7 +102,8 @@ def _input_group(k: int, j: int, width: int, role: str, last: int) -> str:
 NAMES = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "o_proj", "qkv": "qkv_proj", "gate": "gate_proj",
          "up": "up_proj", "down": "down_proj", "gate_up": "gate_up_proj", "ssm_in": "in_proj", "ssm_x": "x_proj",
          "ssm_dt": "dt_proj", "ssm_out": "out_proj",
-         "q_a": "q_a_proj", "q_b": "q_b_proj", "kv_a": "kv_a_proj_with_mqa", "kv_b": "kv_b_proj"}
+         "q_a": "q_a_proj", "q_b": "q_b_proj", "kv_a": "kv_a_proj_with_mqa", "kv_b": "kv_b_proj", "kv": "kv_proj",
+         "o_b": "o_b_proj"}
 
 
 FAMILY_NAMES = {
