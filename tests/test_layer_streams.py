@@ -29,8 +29,8 @@ def test_hyper_connection_streams_follow_hc_mult_and_cost_a_checkpointed_job():
     repo = "deepseek-ai/DeepSeek-V4-Flash"
     four, two = (normalise({**CONFIGS[repo], "hc_mult": n}, repo) for n in (4, 2))
     assert (four.spec.streams, two.spec.streams) == (4, 2)
-    job = Job(method="lora", lora_targets="o_proj", grad_ckpt=True, tokens=4096)
-    free = Job(method="lora", lora_targets="o_proj", tokens=4096)
+    job = Job(method="lora", lora_targets="o_b_proj", grad_ckpt=True, tokens=4096)
+    free = Job(method="lora", lora_targets="o_b_proj", tokens=4096)
     s = Assumptions()
     peaks = [job_memory(a, build_graph(a), s, j, repo).peak_bytes for a in (four, two) for j in (job, free)]
     assert peaks[0] - peaks[2] >= 2 * 4096 * four.hidden * 2 * (four.layers - 1)
