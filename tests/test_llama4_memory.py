@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from generator.accuracy_rows import estimate_bytes
+from generator.errors import ConfigError
 from generator.estimator.graph.nodes import build_graph
 from generator.estimator.inputs import Assumptions
 from generator.estimator.memory.activations import regime
@@ -123,3 +125,18 @@ def test_the_page_says_transformers_computes_every_expert():
             "num_experts": 8, "num_experts_per_tok": 2, "head_dim": 32, "num_hidden_layers": 2,
             "num_attention_heads": 8, "num_key_value_heads": 4, "vocab_size": 1000, "max_position_embeddings": 4096}
     assert "every_expert_compute" not in {f.check for f in check_scope(normalise(qwen, "m"), 2048, 2048)}
+
+
+def test_rope_layers_follow_the_config_and_refuse_a_short_list():
+    """Which layers apply RoPE (every_expert_moe.rope_layers, read by Llama 4 and MistralLarge4): no_rope_layers
+    where written, else a NoPE layer every no_rope_layer_interval-th; the L2 q/k norm runs on the RoPE layers only.
+    A list shorter than the stack is one ConfigError naming the key (transformers would index past its end)."""
+    def qk_layers(cfg):
+        blocks = build_graph(normalise(cfg, "m")).spec.blocks
+        return [next(p for p in b.parts if p.attends).act32 > 8 for b in blocks]  # beyond SDPA's statistics
+
+    assert qk_layers(LLAMA4) == [True, True, True, False]
+    assert qk_layers({**LLAMA4, "no_rope_layer_interval": 2}) == [True, False, True, False]
+    assert qk_layers({**LLAMA4, "no_rope_layers": [0, 1, 1, 1]}) == [False, True, True, True]
+    with pytest.raises(ConfigError, match="no_rope_layers"):
+        normalise({**LLAMA4, "no_rope_layers": [1]}, "m")

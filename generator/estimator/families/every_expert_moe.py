@@ -13,16 +13,23 @@ from __future__ import annotations
 
 from ..graph.parts import Part
 from .decoder import DecoderTraits, Dims, ExpertTraits, StackRule, attention
+from .mixture_of_experts import _width
+
+
+def rope_layers(d: Dims) -> list[int]:
+    """Per layer, 1 where it applies RoPE, 0 on a NoPE layer: no_rope_layers where the config writes it, else a NoPE
+    layer every no_rope_layer_interval-th (default 4), as configuration_llama4.py and configuration_mistral_large4.py
+    fill it."""
+    return d.r.list("no_rope_layers", int, d.layers) or [int((j + 1) % d.k("no_rope_layer_interval", 4) != 0)
+                                                         for j in range(d.layers)]
 
 
 def _attention(t: DecoderTraits, d: Dims, n: int, window: int) -> Part:
-    """modeling_llama4.Llama4TextAttention: on the layers that apply RoPE (no_rope_layers 1; every 4th is NoPE by
-    default), use_qk_norm runs Llama4TextL2Norm on q and on k after the rotation: x.float() * rsqrt(mean(x^2) + eps)
-    with no weight, which saves the fp32 copy and one fp32 factor per head (act32)."""
+    """modeling_llama4.Llama4TextAttention: on the layers that apply RoPE (rope_layers), use_qk_norm runs
+    Llama4TextL2Norm on q and on k after the rotation: x.float() * rsqrt(mean(x^2) + eps) with no weight, which saves
+    the fp32 copy and one fp32 factor per head (act32)."""
     p = attention(t, d, n, window)
-    uses_rope = d.r.list("no_rope_layers", int) or [int((j + 1) % d.k("no_rope_layer_interval", 4) != 0)
-                                                    for j in range(d.layers)]
-    if not d.f("use_qk_norm", True) or not (n <= len(uses_rope) and uses_rope[n - 1]):
+    if not d.f("use_qk_norm", True) or not rope_layers(d)[n - 1]:
         return p
     return p._replace(act32=p.act32 + (d.heads + d.kv) * (d.hd + 1))
 
@@ -52,7 +59,7 @@ def _every_expert(p: Part, d: Dims) -> Part:
     so the part's top_k (the experts each token runs, graph/parts.Part) becomes E: memory/experts.py prices the
     backward's expert-wide gradients from it; the parameters counted active stay the top-k's."""
     experts, hidden, inter = p.mats[1][0], p.mats[0][1], p.mats[0][2]
-    shared = d.k("intermediate_size", 0, minimum=0)
+    shared = p.linears[0][1] if p.linears else 0  # the shared expert's width, as moe_part laid it out
     router = experts + 4 * p.top_k
     return p._replace(top_k=experts, act=experts * (4 * inter + 3 * hidden) + 4 * shared + router,
                       act_frozen=experts * (3 * inter + hidden) + 3 * shared + router,
@@ -62,7 +69,7 @@ def _every_expert(p: Part, d: Dims) -> Part:
 TRAITS: dict[str, DecoderTraits] = {
     "llama4_text": DecoderTraits(qkv_bias="attention_bias", o_bias="attention_bias", attn=_attention,
                                  moe=ExpertTraits(experts="num_local_experts", inter="intermediate_size",
-                                                  shared=lambda d: d.k("intermediate_size", 0, minimum=0),
+                                                  shared=_width("intermediate_size"),
                                                   sparse=StackRule(_sparse), dense_inter="intermediate_size_mlp",
                                                   part=_every_expert)),
 }

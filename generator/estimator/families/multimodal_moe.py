@@ -13,6 +13,7 @@ from ..config.reader import Reader
 from ..graph.parts import Part, linear
 from .assembly import Builder
 from .decoder import DecoderTraits, Dims, ExpertTraits, attention, build
+from .every_expert_moe import rope_layers
 from .mixture_of_experts import first_k_dense, from_layer, sparse_by_types
 
 
@@ -60,7 +61,7 @@ def _mistral_large4_attention(t: DecoderTraits, d: Dims, n: int, window: int) ->
     r, h, heads, i = d.r, d.hidden, d.heads, n - 1
     rope, nope, v, rank = r.int("qk_rope_head_dim"), r.int("qk_nope_head_dim", minimum=0), r.int("v_head_dim"), \
         r.int("kv_lora_rank")
-    uses_rope = r.list("no_rope_layers", int) or [int((j + 1) % 4 != 0) for j in range(d.layers)]
+    uses_rope = rope_layers(d)
     sources = r.list("kv_source_layers", int) or list(range(d.layers))
     rk = rope if uses_rope[i] else 0
     bias = d.f("attention_bias")
