@@ -265,10 +265,9 @@ def gemma3n_text(cfg: Mapping[str, Any], model: str) -> Arch:
                  linears=((h, h),) * (alt - 1)),
             norm_part("Final_RMSNorm", "rmsnorm", h), lm_head_part(vocab, h, tie),
             Part("Output", "Output", width=vocab)]
-    arch = assemble(cfg, model, r, hidden=h, layers=n, heads=heads, kv=kv, head_dim=hd, inter=max(inter),
+    return assemble(cfg, model, r, hidden=h, layers=n, heads=heads, kv=kv, head_dim=hd, inter=max(inter),
                     vocab=vocab, ctx=r.int("max_position_embeddings"), tie=tie, embed=embed, blocks=blocks, head=head,
-                    windows=windows)
-    return dataclasses.replace(arch, spec=dataclasses.replace(arch.spec, streams=alt))
+                    windows=windows, streams=alt)
 
 
 # --- RecurrentGemma (modeling_recurrent_gemma.py, Griffin: De et al. 2024, arXiv:2402.19427): block_types

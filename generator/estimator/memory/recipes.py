@@ -25,6 +25,23 @@ class Recipe:
     sources: tuple[str, ...]  # where each field was read
 
 
+def nf4_base(fields: tuple[tuple[str, Any], ...]) -> tuple[tuple[str, Any], ...]:
+    """A LoRA recipe's fields with bitsandbytes' 4-bit base, as the front ends that take one flag for it set it: nf4
+    with double quantisation, the norms left in the compute dtype (no prepare_model_for_kbit_training upcast)."""
+    return tuple({**dict(fields), "method": "qlora", "weights": "nf4", "double_quant": True,
+                  "upcast_fp32": False}.items())
+
+
+# The LoRA recipes of LLaMA-Factory and ms-swift, whose 4-bit variants change only the base (nf4_base); the
+# sources are their Recipe rows' below.
+LLAMA_FACTORY = (("method", "lora"), ("precision", "amp"), ("adapter_dtype", "fp32"), ("lora_rank", 8),
+                 ("lora_targets", "all-linear"), ("lora_dropout", 0.0), ("grad_ckpt", True),
+                 ("optimizer", "adamw-fused"), ("keep_outputs", False), ("loss", "hf"), ("grad_accum", 8))
+MS_SWIFT = (("method", "lora"), ("precision", "amp"), ("adapter_dtype", "fp32"), ("lora_rank", 8),
+            ("lora_targets", "all-linear"), ("lora_dropout", 0.05), ("grad_ckpt", True), ("optimizer", "adamw-fused"),
+            ("keep_outputs", False), ("loss", "hf"), ("grad_accum", 16))
+
+
 RECIPES: dict[str, Recipe] = {r.name: r for r in (
     Recipe("hf-trainer", "transformers Trainer(bf16=True): autocast over fp32 trainable weights, peft's fp32 "
                          "adapters on a bf16 base with LoraConfig's defaults (r 8 on peft's default targets, no "
@@ -145,9 +162,7 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
             "(job_options.checkpoint_inputs)")),
     Recipe("llama-factory", "LLaMA-Factory's LoRA SFT example with its defaults: bf16 base, fp32 adapters r=8 on "
                             "every Linear, no dropout, gradient checkpointing, fused AdamW, 8 micro-batches",
-           (("method", "lora"), ("precision", "amp"), ("adapter_dtype", "fp32"), ("lora_rank", 8),
-            ("lora_targets", "all-linear"), ("lora_dropout", 0.0), ("grad_ckpt", True), ("optimizer", "adamw-fused"),
-            ("keep_outputs", False), ("loss", "hf"), ("grad_accum", 8)),
+           LLAMA_FACTORY,
            ("LLaMA-Factory examples/train_lora/qwen3_lora_sft.yaml (ff6d4d1, 2026-08-18): finetuning_type lora, "
             "lora_rank 8, lora_target all, per_device_train_batch_size 1, gradient_accumulation_steps 8, bf16 true",
             "src/llamafactory/hparams/finetuning_args.py: lora_dropout 0.0; hparams/model_args.py: "
@@ -158,10 +173,7 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
             "adamw_torch_fused")),
     Recipe("llama-factory-qlora", "llama-factory with quantization_bit 4: an nf4 base with double quantisation, "
                                   "its norms left in bf16",
-           (("method", "qlora"), ("precision", "amp"), ("weights", "nf4"), ("double_quant", True),
-            ("upcast_fp32", False), ("adapter_dtype", "fp32"), ("lora_rank", 8), ("lora_targets", "all-linear"),
-            ("lora_dropout", 0.0), ("grad_ckpt", True), ("optimizer", "adamw-fused"), ("keep_outputs", False),
-            ("loss", "hf"), ("grad_accum", 8)),
+           nf4_base(LLAMA_FACTORY),
            ("LLaMA-Factory src/llamafactory/hparams/model_args.py (ff6d4d1): quantization_type nf4, "
             "double_quantization True; model/model_utils/quantization.py configure_quantization: "
             "BitsAndBytesConfig(load_in_4bit, bnb_4bit_compute_dtype and bnb_4bit_quant_storage = compute dtype)",
@@ -172,9 +184,7 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
                        "r=8 on every Linear with dropout 0.05, reentrant gradient checkpointing, fused AdamW, 16 "
                        "micro-batches; its logits priced for every token, where ms-swift computes only the labelled "
                        "tokens' (use_logits_to_keep): an upper bound on the loss's share",
-           (("method", "lora"), ("precision", "amp"), ("adapter_dtype", "fp32"), ("lora_rank", 8),
-            ("lora_targets", "all-linear"), ("lora_dropout", 0.05), ("grad_ckpt", True), ("optimizer", "adamw-fused"),
-            ("keep_outputs", False), ("loss", "hf"), ("grad_accum", 16)),
+           MS_SWIFT,
            ("ms-swift swift/arguments/tuner_args.py (3602360, 2026-08-22): target_modules ['all-linear'], lora_rank 8, "
             "lora_alpha 32, lora_dropout 0.05, lora_dtype None (peft's fp32 adapters, swift/tuners/peft.py "
             "_cast_adapter_dtype_hook)",
@@ -188,10 +198,7 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
             "logits of the tokens whose label is -100 are not made, a share of each sample the job does not say")),
     Recipe("ms-swift-qlora", "ms-swift with --quant_method bnb --quant_bits 4: an nf4 base with double quantisation "
                              "(its defaults), norms left in bf16",
-           (("method", "qlora"), ("precision", "amp"), ("weights", "nf4"), ("double_quant", True),
-            ("upcast_fp32", False), ("adapter_dtype", "fp32"), ("lora_rank", 8), ("lora_targets", "all-linear"),
-            ("lora_dropout", 0.05), ("grad_ckpt", True), ("optimizer", "adamw-fused"), ("keep_outputs", False),
-            ("loss", "hf"), ("grad_accum", 16)),
+           nf4_base(MS_SWIFT),
            ("ms-swift swift/arguments/base_args/quant_args.py: bnb_4bit_quant_type 'nf4', bnb_4bit_use_double_quant "
             "True; nothing in swift/ calls peft's prepare_model_for_kbit_training",
             "the rest as ms-swift")),
