@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 # Row-level helpers live in accuracy_rows.py; re-exported here for callers of generator.accuracy.
+from .accuracy_allocator import AllocatorRow, allocator_rows
 from .accuracy_rows import (  # noqa: F401 - _double_quant: tests reach it here
     _double_quant,
     estimate_bytes,
@@ -97,6 +98,8 @@ class AccuracyTable:
     # Public runs that ran out of memory on a card the estimate says they fit, named as the misses are (issue 13:
     # every OOM flagged): (row id, model, method, the card judged, estimate bytes, that card's budget bytes, cause)
     unflagged_oom: tuple[tuple[str, str, str, str, int, int, str], ...] = ()
+    # CPU-simulated steps replayed through the CUDA caching allocator, by setup (accuracy_allocator)
+    allocator: tuple[AllocatorRow, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -109,6 +112,7 @@ class AccuracyTable:
         out["misses"] = [{"id": i, "model": m, "method": k, "error_pct": e, "cause": c} for i, m, k, e, c in self.misses]
         out["unit_ambiguous"] = [{"id": i, "model": m, "method": k, "error_pct_if_gb": gb, "error_pct_if_gib": gib,
                                   "cause": c} for i, m, k, gb, gib, c in self.unit_ambiguous]
+        out["allocator"] = [asdict(a) for a in self.allocator]
         out["unflagged_oom"] = [{"id": i, "model": m, "method": k, "card": card, "estimate_bytes": e,
                                  "budget_bytes": b, "cause": c} for i, m, k, card, e, b, c in self.unflagged_oom]
         return out
@@ -133,6 +137,10 @@ DEFINITIONS = (
     ("unflagged_oom", "a public run that ran out of memory, whose estimate is within the budget of the largest card "
                       "it is judged on: listed with what differs from the run the estimator prices, as the misses "
                       "over 10% are"),
+    ("allocator", "CPU-simulated steps replayed, allocation by allocation, through a model of PyTorch's CUDA caching "
+                  "allocator (generator/measure/allocator.py): reserved is max_memory_reserved on a card with room; "
+                  "the least card is the least memory the step runs in, the allocator freeing its cached segments "
+                  "before it gives up; a run is short of headroom where estimate x headroom is under its least card"),
     ("fitted_constants", "none: every byte count is read off the tensors PyTorch keeps (FINDINGS.md) or a "
                          "library's source, so each family's error is already its leave-one-family-out error"),
     ("setup", "the options of a run in words (method, precision, an fp32 LoRA base, adapters' dtype, LoRA targets, "
@@ -263,7 +271,17 @@ def compute(datasets: Mapping[str, Sequence[Mapping[str, Any]]], settings, estim
                          tuple((d, r, n) for (d, r), n in sorted(excluded.items(), key=lambda kv: (kv[0][0], -kv[1], kv[0][1]))),
                          tuple(error_row("cpu-sim", k, v) for k, v in sorted(by_setup.items())),
                          tuple(error_row(k, "training", v) for k, v in sorted(by_family.items())), tuple(misses),
-                         tuple(unit), tuple(unflagged))
+                         tuple(unit), tuple(unflagged), _allocator(datasets, s, estimate_fn))
+
+
+def _allocator(datasets: Mapping[str, Sequence[Mapping[str, Any]]], s, estimate_fn) -> tuple[AllocatorRow, ...]:
+    """The replayed rows of every dataset, by setup."""
+    def label(row: Mapping[str, Any]) -> str | None:
+        setup = setup_of(row)
+        return setup_label(setup) if setup is not None else None
+
+    rows = [row for name in sorted(datasets) for row in datasets[name]]
+    return allocator_rows(rows, s.headroom, label, lambda row: estimate_fn(row, s))
 
 
 def _signed(estimate: int, measured: int) -> float:
@@ -313,6 +331,13 @@ def render(table: AccuracyTable) -> str:
     lines += ["", "CPU-simulated training rows by family (leave-one-family-out: nothing is fitted):"]
     lines += [f"  {e.dataset:<16} {e.compared:>4} {f(e.median_abs_pct):>6} {f(e.p90_abs_pct):>6} {f(e.max_abs_pct):>6}"
               for e in table.families]
+    lines += ["", "CPU-simulated steps replayed through the caching allocator: reserved and least card over the live "
+                  "peak (median, max %), the reserved estimate's error (median |err|, mean %), headroom margin (min %), "
+                  "runs short of headroom:"]
+    lines += [f"  {a.setup:<62} {a.runs:>3} {a.reserved_over_median_pct:>5} {a.reserved_over_max_pct:>5} "
+              f"{a.least_card_over_median_pct:>5} {a.least_card_over_max_pct:>5} {a.reserved_error_median_abs_pct:>5} "
+              f"{a.reserved_error_mean_signed_pct:>6} {a.headroom_margin_min_pct:>6} {a.headroom_short:>3}"
+              for a in table.allocator]
     lines += ["", f"public rows missed by more than {MISS_PCT:.0f}%, with their named cause:"]
     lines += [f"  {i:<6} {m[:36]:<36} {k:<9} {e:+6.1f}%  {c}" for i, m, k, e, c in table.misses]
     lines += ["", "public runs that ran out of memory where the estimate fits the card, with their named cause:"]

@@ -177,7 +177,7 @@ def run_plan(runs: list[tuple[str, int | None, list[str]]], out: Path) -> int:
         args_ = parser().parse_args(argv)
         try:
             rec = measure(model, setup_from_args(args_), device="cpu", max_layers=layers,
-                          overrides=parse_overrides(args_.set))
+                          overrides=parse_overrides(args_.set), allocator=args_.allocator)
         except Exception as exc:  # noqa: BLE001 - a sweep records what failed and goes on
             failures += 1
             print(f"[{n}/{len(runs)}] FAILED {' '.join(argv)}: {type(exc).__name__}: {exc}", file=sys.stderr)

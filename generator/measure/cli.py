@@ -51,7 +51,7 @@ def _described(setup) -> str:
 
 def measure(model: str, setup, *, device: str = "auto", max_layers: int | None = None,
             overrides: dict[str, Any] | None = None, memory_fraction: float | None = None, explain: bool = False,
-            snapshot: str | None = None, note: str | None = None) -> dict[str, Any]:
+            snapshot: str | None = None, note: str | None = None, allocator: bool = False) -> dict[str, Any]:
     """Resolve MODEL (folder, config.json, or repo id in the snapshot / on the Hub), run, and return the record.
 
     Raises a TraceError: ConfigError or ModelNotFound for bad input, MeasureError for a run this install or device
@@ -88,7 +88,7 @@ def measure(model: str, setup, *, device: str = "auto", max_layers: int | None =
         if device == "cuda":
             result = run_cuda(config, setup, memory_fraction=memory_fraction)
         else:
-            result = run_cpu(config, setup, explain=explain)
+            result = run_cpu(config, setup, explain=explain, allocator=allocator)
     except MeasureError as exc:
         raise exc.for_model(record.id) from None
     except TraceError:
@@ -135,7 +135,7 @@ def _measure_command(argv: Sequence[str], console) -> int:
     if args.card:
         fraction = card_fraction(args.card)
     rec = measure(args.model, setup, device=args.device, max_layers=args.max_layers, overrides=overrides,
-                  memory_fraction=fraction, explain=args.explain, snapshot=args.snapshot,
+                  memory_fraction=fraction, explain=args.explain, snapshot=args.snapshot, allocator=args.allocator,
                   note=f"emulating {args.card}" if args.card else None)
     line = dumps(rec)
     if args.out:

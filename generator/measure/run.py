@@ -11,6 +11,7 @@ from unittest import mock
 
 import torch
 
+from .allocator import minimum_capacity_bytes
 from .build import (
     MeasureError,
     apply_lora,
@@ -140,8 +141,11 @@ def cuda_4bit_step():
         yield
 
 
-def run_cpu(config: Mapping[str, Any], setup: Setup, explain: bool = False) -> dict[str, Any]:
-    """MemTracker on fake CPU tensors: exact tensor bytes of the step, no allocator, no CUDA kernels' own choices.
+def run_cpu(config: Mapping[str, Any], setup: Setup, explain: bool = False, allocator: bool = False) -> dict[str, Any]:
+    """MemTracker on fake CPU tensors: exact tensor bytes of the step, no CUDA kernels' own choices. With
+    `allocator`, the step's storages are also replayed through the CUDA caching allocator (allocator.py): the
+    measured record gains `reserved_bytes` (max_memory_reserved on a card with room) and `minimum_capacity_bytes`
+    (the least memory the step runs in, the allocator freeing its cached segments to make room).
 
     transformers cannot read a fake tensor's values, so masking_utils.find_packed_sequence_indices takes the
     position ids of a forward without a cache (gradient checkpointing) for packed sequences (`not
@@ -171,7 +175,8 @@ def run_cpu(config: Mapping[str, Any], setup: Setup, explain: bool = False) -> d
             model = materialise(meta, "cpu")
             states = fake_pack_nf4(model, setup.double_quant) if qlora else []
             counts = count_params(model)
-            tracker = PeakTracker(explain=explain, capture_at=capture_at)
+            tracker = PeakTracker(explain=explain, capture_at=capture_at,
+                                  replay_allocator=allocator and capture_at is None)
             if setup.method == "inference":
                 tracker.track_external(model)
             if states:
@@ -187,10 +192,14 @@ def run_cpu(config: Mapping[str, Any], setup: Setup, explain: bool = False) -> d
     if explain:
         again, _ = once(peak["total"])
         live = again.live_at_peak
+    measured = {"metric": "memtracker_fake_cpu", "status": "ok", "peak_bytes": peak["total"],
+                "categories": {k: v for k, v in peak.items() if k != "total"}}
+    if tracker.allocator is not None:
+        measured["reserved_bytes"] = tracker.allocator.peak_reserved_bytes
+        measured["minimum_capacity_bytes"] = minimum_capacity_bytes(tracker.allocation_events)
     return {
         "device": {"kind": "cpu-simulated", "name": "FakeTensorMode(cpu)"},
-        "measured": {"metric": "memtracker_fake_cpu", "status": "ok", "peak_bytes": peak["total"],
-                     "categories": {k: v for k, v in peak.items() if k != "total"}},
+        "measured": measured,
         "peak": dict(tracker.peak_where, phase_peaks=dict(tracker.phase_peaks)),
         "params": {"total": total, "trainable": trainable},
         "live_at_peak": live,

@@ -9,9 +9,11 @@ from unittest import mock
 import torch
 from torch.autograd.graph import register_multi_grad_hook
 from torch.distributed._tools import mod_tracker
-from torch.distributed._tools.mem_tracker import _TOTAL_KEY, MemTracker, _MemRefType
+from torch.distributed._tools.mem_tracker import _TOTAL_KEY, MemTracker, _MemRefType, _UpdateType
 from torch.distributed._tools.mod_tracker import ModTracker
 from torch.utils.weak import WeakIdKeyDictionary
+
+from .allocator import CachingAllocator, Event
 
 CATEGORY_NAMES = {
     _MemRefType.PARAM: "param", _MemRefType.BUFFER: "buffer", _MemRefType.GRAD: "grad", _MemRefType.ACT: "act",
@@ -68,9 +70,11 @@ class PeakTracker(MemTracker):
        an earlier identical run) the live storages are listed when the total first reaches it.
     4. Its module tracker is a HookReleasingModTracker, whose gradient hooks the runner drops after each
        backward (`backward_done`): ModTracker's own kept every step's graph, and a leaf with it, alive.
+    5. With `replay_allocator=True` every storage made and freed is replayed, in order, through a model of the CUDA
+       caching allocator (allocator.CachingAllocator): the segments a CUDA run would hold, `max_memory_reserved`.
     """
 
-    def __init__(self, explain: bool = False, capture_at: int | None = None) -> None:
+    def __init__(self, explain: bool = False, capture_at: int | None = None, replay_allocator: bool = False) -> None:
         super().__init__()
         self._mod_tracker: HookReleasingModTracker = HookReleasingModTracker()
         self.stage = "setup"
@@ -82,6 +86,8 @@ class PeakTracker(MemTracker):
         self.live_at_peak: list[dict[str, Any]] | None = None
         self._origin: WeakIdKeyDictionary = WeakIdKeyDictionary()
         self._op = ""
+        self.allocator: CachingAllocator | None = CachingAllocator() if replay_allocator else None
+        self.allocation_events: list[Event] = []
 
     # 1. frozen parameters -------------------------------------------------------------------------
     def _track_module_params_and_buffers(self, module: torch.nn.Module, install_grad_hooks: bool = True):
@@ -97,6 +103,27 @@ class PeakTracker(MemTracker):
 
     def _grad_hook(self, grad: torch.Tensor) -> None:
         self._update_and_maybe_create_winfos(grad, _MemRefType.GRAD)  # must return None: a hook's value replaces grad
+
+    # 5. the caching allocator's segments -----------------------------------------------------------
+    def _update_snap(self, u_type, winfo, old_mem_consumed=None, old_reftype=None) -> None:
+        super()._update_snap(u_type, winfo, old_mem_consumed=old_mem_consumed, old_reftype=old_reftype)
+        if self.allocator is None:
+            return
+        events: list[Event] = []
+        if u_type == _UpdateType.ADD:
+            events.append((id(winfo), winfo.mem_consumed))
+        elif u_type == _UpdateType.DEL:
+            events.append((id(winfo), None))
+        elif u_type == _UpdateType.SIZE:  # resize_ (FSDP's, not a single-GPU step's): the old block, then the new
+            events.append((id(winfo), None))
+            if winfo.mem_consumed:
+                events.append((id(winfo), winfo.mem_consumed))
+        for handle, nbytes in events:
+            if nbytes is None:
+                self.allocator.free(handle)
+            else:
+                self.allocator.malloc(handle, nbytes)
+        self.allocation_events += events
 
     # 2 and 3. global peak with its place ----------------------------------------------------------
     def _where(self) -> dict[str, Any]:

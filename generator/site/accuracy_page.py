@@ -19,6 +19,7 @@ from typing import Any
 from .. import accuracy as table_module
 from .. import format as f
 from ..accuracy import ErrorRow, FitRow
+from ..accuracy_allocator import AllocatorRow
 from . import pages
 
 ACCURACY_JSON = table_module.OUTPUT  # tests point this elsewhere
@@ -26,6 +27,7 @@ METHODS = (("full", "full fine-tuning"), ("lora", "LoRA"), ("qlora", "QLoRA"), (
 NO_RUNS = "no measured runs"
 # How each dataset file (data/measurements/<name>.jsonl) is named on the pages.
 DATASET_NAMES = {"cpu-sim": "CPU-simulated runs", "cpu-sim-extra": "CPU-simulated runs of other setups",
+                 "cpu-sim-allocator": "CPU-simulated whole models, replayed through the caching allocator",
                  "cpu-sim-matrix": "CPU-simulated setups matrix",
                  "cpu-sim-families": "CPU-simulated runs of other families",
                  "cpu-sim-qlora": "CPU-simulated QLoRA runs (bitsandbytes' own code)",
@@ -65,6 +67,7 @@ class Accuracy:
     unit_ambiguous: tuple[tuple[str, str, str, float, float, str], ...] = ()
     # public runs out of memory where the estimate fits: (id, model, method, card, estimate bytes, budget bytes, cause)
     unflagged_oom: tuple[tuple[str, str, str, str, int, int, str], ...] = ()
+    allocator: tuple[AllocatorRow, ...] = ()  # simulated steps replayed through the caching allocator, by setup
 
     def datasets(self) -> list[str]:
         return [d for d, _, _ in self.rows]
@@ -115,6 +118,7 @@ def parse(data: Any, path: Path) -> Accuracy:
                      _count(path, "unflagged_oom.estimate_bytes", x["estimate_bytes"]),
                      _count(path, "unflagged_oom.budget_bytes", x["budget_bytes"]), str(x["cause"]))
                     for x in data.get("unflagged_oom") or ())
+        allocator = tuple(AllocatorRow(**x) for x in data.get("allocator") or ())
     except KeyError as exc:
         raise _bad(path, str(exc.args[0]), "(missing)", "missing") from None
     except (TypeError, AttributeError) as exc:
@@ -124,11 +128,19 @@ def parse(data: Any, path: Path) -> Accuracy:
         for key in ("median_abs_pct", "p90_abs_pct", "max_abs_pct", "mean_signed_pct"):
             if _pct(path, f"errors.{key}", getattr(e, key)) is None and e.compared:
                 raise _bad(path, f"errors.{key}", None, f"null although {e.compared} rows were compared")
+    for a in allocator:
+        for key in ("runs", "headroom_short"):
+            _count(path, f"allocator.{key}", getattr(a, key))
+        for key in ("reserved_over_median_pct", "reserved_over_max_pct", "least_card_over_median_pct",
+                    "least_card_over_max_pct", "reserved_error_median_abs_pct", "reserved_error_mean_signed_pct",
+                    "headroom_margin_min_pct"):
+            if _pct(path, f"allocator.{key}", getattr(a, key)) is None:
+                raise _bad(path, f"allocator.{key}", None, "null")
     for x in fits:
         for key in ("budget_bytes", "jobs", "nonfit", "nonfit_flagged", "fit", "false_wont_fit"):
             _count(path, f"fits.{key}", getattr(x, key))
     return Accuracy(str(data.get("estimator_version", "")), rows, errors, fits, definitions, fitted, excluded, setups,
-                    families, misses, unit, oom)
+                    families, misses, unit, oom, allocator)
 
 
 @functools.lru_cache(maxsize=4)
@@ -267,5 +279,12 @@ def page_context(table: Accuracy | None) -> dict[str, Any]:
                             "cause": c} for i, m, k, gb, gib, c in table.unit_ambiguous],
         "unflagged_oom": [{"id": i, "model": m, "method": k, "card": card, "estimate": f.gb(e), "budget": f.gb(b),
                            "cause": c} for i, m, k, card, e, b, c in table.unflagged_oom],
+        "allocator": [{"setup": a.setup, "runs": f.count(a.runs),
+                       "reserved": f"{f.error_pct(a.reserved_over_median_pct)} ({f.error_pct(a.reserved_over_max_pct)})",
+                       "least": f"{f.error_pct(a.least_card_over_median_pct)} ({f.error_pct(a.least_card_over_max_pct)})",
+                       "reserved_error": f.error_pct(a.reserved_error_median_abs_pct),
+                       "reserved_mean": f.signed_pct(a.reserved_error_mean_signed_pct),
+                       "margin": f.signed_pct(a.headroom_margin_min_pct), "short": f.count(a.headroom_short)}
+                      for a in table.allocator],
         "no_runs": NO_RUNS,
     }

@@ -1,0 +1,72 @@
+"""The caching allocator's share of a step, by setup: what the allocator replay (measure --allocator) adds to the live
+tensors, and whether the estimate with the card's headroom still covers the least memory the step runs in."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class AllocatorRow:
+    """One setup's replayed steps. Percentages are over the live tensors' peak (max_memory_allocated)."""
+
+    setup: str
+    runs: int
+    reserved_over_median_pct: float  # max_memory_reserved on a card with room, over the live peak
+    reserved_over_max_pct: float
+    least_card_over_median_pct: float  # the least memory the step runs in, over the live peak
+    least_card_over_max_pct: float
+    reserved_error_median_abs_pct: float  # the estimator's reserved metric against the replay's reserved peak
+    reserved_error_mean_signed_pct: float
+    headroom_margin_min_pct: float  # min over runs of (estimate x headroom / least card - 1) x 100
+    headroom_short: int  # runs whose estimate x headroom is under the least card: a "fits" a card can refute
+
+
+def replayed(row: Mapping[str, Any]) -> bool:
+    """Whether the row's step was replayed through the allocator."""
+    measured = row.get("measured") or {}
+    return bool(measured.get("reserved_bytes")) and bool(measured.get("minimum_capacity_bytes"))
+
+
+def reserved_twin(row: Mapping[str, Any]) -> dict[str, Any]:
+    """The row as if it had been read with max_memory_reserved: its estimate is then the estimator's reserved one."""
+    measured = dict(row["measured"], metric="max_memory_reserved", peak_bytes=row["measured"]["reserved_bytes"])
+    return dict(row, measured=measured)
+
+
+def _pct(over: float) -> float:
+    return round(over * 100, 1)
+
+
+def allocator_rows(rows: Sequence[Mapping[str, Any]], headroom: float, label: Callable[[Mapping[str, Any]], str | None],
+                   estimate: Callable[[Mapping[str, Any]], int | None]) -> tuple[AllocatorRow, ...]:
+    """Per setup (`label(row)`, None to leave a row out), then "all setups": the replayed rows' figures.
+    `estimate(row)` is the estimator's peak in the row's metric (allocated for a simulated step)."""
+    groups: dict[str, list[tuple[int, int, int, int, int]]] = {}
+    for row in rows:
+        name = label(row) if replayed(row) else None
+        if name is None:
+            continue
+        allocated_est, reserved_est = estimate(row), estimate(reserved_twin(row))
+        if allocated_est is None or reserved_est is None:
+            continue
+        m = row["measured"]
+        groups.setdefault(name, []).append((int(m["peak_bytes"]), int(m["reserved_bytes"]),
+                                            int(m["minimum_capacity_bytes"]), allocated_est, reserved_est))
+    if groups:
+        groups["all setups"] = [run for runs in groups.values() for run in runs]
+    out = []
+    for name, runs in groups.items():
+        reserved_over = [r / a - 1 for a, r, _, _, _ in runs]
+        least_over = [c / a - 1 for a, _, c, _, _ in runs]
+        errors = [e / r - 1 for _, r, _, _, e in runs]
+        margins = [ea * headroom / c - 1 for _, _, c, ea, _ in runs]
+        out.append(AllocatorRow(
+            name, len(runs), _pct(statistics.median(reserved_over)), _pct(max(reserved_over)),
+            _pct(statistics.median(least_over)), _pct(max(least_over)),
+            _pct(statistics.median(abs(e) for e in errors)), _pct(statistics.fmean(errors)),
+            _pct(min(margins)), sum(1 for m in margins if m < 0)))
+    return tuple(out)
