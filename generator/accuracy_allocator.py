@@ -8,6 +8,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+ALL_SETUPS = "all setups"  # the row pooling every setup's replayed steps
+
 
 @dataclass(frozen=True)
 class AllocatorRow:
@@ -57,7 +59,7 @@ def allocator_rows(rows: Sequence[Mapping[str, Any]], headroom: float, label: Ca
         groups.setdefault(name, []).append((int(m["peak_bytes"]), int(m["reserved_bytes"]),
                                             int(m["minimum_capacity_bytes"]), allocated_est, reserved_est))
     if groups:
-        groups["all setups"] = [run for runs in groups.values() for run in runs]
+        groups[ALL_SETUPS] = [run for runs in groups.values() for run in runs]
     out = []
     for name, runs in groups.items():
         reserved_over = [r / a - 1 for a, r, _, _, _ in runs]

@@ -189,6 +189,22 @@ def check_page(html: str, table: dict[str, Any]) -> None:
             assert x["estimate_bytes"] <= x["budget_bytes"]
     else:
         assert "unflagged-oom" not in page.sections
+    # The allocator replay by setup: every row and figure of the JSON's.
+    replayed = table.get("allocator") or []
+    if replayed:
+        listed = [cells for _, cells in _table(page, "Simulated steps replayed through the caching allocator")]
+        assert [c[0] for c in listed] == [a["setup"] for a in replayed]
+        for cells, a in zip(listed, replayed):
+            assert _int(cells[1]) == a["runs"] and _int(cells[7]) == a["headroom_short"]
+            pairs = [re.fullmatch(r"(\S+) \((\S+)\)", cells[i]) for i in (2, 3)]
+            assert all(pairs), cells
+            shown = [_pct(x) for m in pairs for x in m.groups()] + [_pct(c) for c in cells[4:7]]  # type: ignore[union-attr]
+            wanted = [a["reserved_over_median_pct"], a["reserved_over_max_pct"], a["least_card_over_median_pct"],
+                      a["least_card_over_max_pct"], a["reserved_error_median_abs_pct"],
+                      a["reserved_error_mean_signed_pct"], a["headroom_margin_min_pct"]]
+            assert all(abs(x - w) <= ROUNDING for x, w in zip(shown, wanted)), (cells, a)
+    else:
+        assert "allocator" not in page.sections
     # Definitions, fitted constants, excluded rows.
     for key, text in table["definitions"].items():
         assert key in page.sections["definitions"] and text in page.sections["definitions"]
@@ -287,6 +303,7 @@ def _variant() -> dict[str, Any]:
     table["fits"] = [x for x in table["fits"] if x["method"] != "lora"]
     table["setups"] = [x for x in table.get("setups", []) if not x["method"].startswith("LoRA")]
     table["fitted_constants"] = ["allocator_rounding_bytes"]
+    table["allocator"] = []  # no replayed steps: no section
     table["excluded"] = [{"dataset": "public", "reason": "multi-GPU run <b>", "rows": 12},
                          {"dataset": "public", "reason": "unit ambiguous", "rows": [{"id": 1}, {"id": 2}]}]
     return table
@@ -325,7 +342,11 @@ def test_without_a_table_the_pages_say_so_and_show_no_figure(tmp_path: Path, mon
 @pytest.mark.parametrize("broken, key", [("{not json", "(file)"), ('{"rows": []}', "errors"),
                                          (json.dumps({**json.loads(DATA.read_text(encoding="utf-8")),
                                                       "rows": [{"dataset": "x", "rows": -1, "compared": 0}]}),
-                                          "rows.rows")])
+                                          "rows.rows"),
+                                         (json.dumps({**json.loads(DATA.read_text(encoding="utf-8")),
+                                                      "allocator": [{**json.loads(DATA.read_text(encoding="utf-8"))[
+                                                          "allocator"][0], "reserved_over_max_pct": None}]}),
+                                          "allocator.reserved_over_max_pct")])
 def test_a_broken_table_is_one_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, broken: str,
                                            key: str) -> None:
     path = tmp_path / "accuracy.json"

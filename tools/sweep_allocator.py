@@ -11,7 +11,7 @@ What it measures, per step, beside the live tensors' peak (what max_memory_alloc
 - minimum_capacity_bytes: the least memory the step runs in, the allocator freeing its cached segments and trying
   again before it raises out-of-memory: the figure a "fits on this card" answer is about.
 The setups are the site's methods and the recipes people run, at every layer (fragmentation depends on how many
-tensors of each size a step makes, so a 2-layer model would not show it), on models from 135M to 8B.
+tensors of each size a step makes, so a 2-layer model would not show it), on models from 135M to 9B.
 """
 
 from __future__ import annotations
@@ -35,6 +35,10 @@ MODELS = [
     ("microsoft/Phi-3-mini-4k-instruct", []),
     ("mistralai/Mistral-7B-v0.1", []),
     ("meta-llama/Llama-3.1-8B", []),
+    ("meta-llama/Llama-3.2-3B-Instruct", []),
+    ("Qwen/Qwen3-4B", []),
+    ("Qwen/Qwen3-8B", []),
+    ("google/gemma-2-9b-it", ["--attention", "eager"]),
 ]
 SETUPS = [
     # the site's LoRA (HF Trainer, bf16 autocast, peft's fp32 adapters, all-linear), with and without checkpointing

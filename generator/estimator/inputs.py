@@ -19,7 +19,7 @@ class Assumptions:
     train_tokens: int = 2048  # tokens per training sample (capped at the model's context)
     lora_rank: int = 16
     serve_tokens: int = 4096  # tokens per served sequence (prompt + generated)
-    headroom: float = 1.15  # allocator fragmentation / framework slack, applied to every card
+    headroom: float = 1.15  # allocator fragmentation / framework slack, applied to every card (FINDINGS F49)
     cuda_context_bytes: int = GIB // 2  # PyTorch 2.x with lazy module loading: 0.47 GiB on A100 [ML-PERF]
     # AMP full fine-tune (HF Trainer --bf16 on fp32 weights): fp32 master weights, fp32 grads,
     # two fp32 AdamW moments; bf16 copies of every matmul weight saved by autocast for backward.
