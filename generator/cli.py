@@ -108,7 +108,13 @@ def _run_model(argv: Sequence[str], console: Console, err: Console) -> int:
         return 0
     from .terminal import print_summary
 
-    print_summary(console, report, plan=args.plan, settings=settings, asked=job_flags.asked(args))
+    replayed = None
+    if dict(report.memory.job or ()).get("metric") in ("reserved", "nvidia-smi"):
+        from .site import accuracy_page
+
+        table = accuracy_page.load()  # what the caching allocator adds, measured: None where the table is absent
+        replayed = None if table is None else accuracy_page.replayed_all(table)
+    print_summary(console, report, plan=args.plan, settings=settings, asked=job_flags.asked(args), replayed=replayed)
     return 0
 
 

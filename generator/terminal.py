@@ -8,6 +8,7 @@ from rich.text import Text
 
 from . import format as fmt
 from . import setups_text
+from .accuracy_allocator import AllocatorRow
 from .estimator import Report
 from .settings import Settings
 
@@ -18,9 +19,11 @@ def _fits(card: str | None) -> str:
     return f"fits one {card}" if card else "fits no single card listed; the setups below spread it over several"
 
 
-def print_summary(console: Console, report: Report, *, plan: bool, settings: Settings, asked: bool = False) -> None:
+def print_summary(console: Console, report: Report, *, plan: bool, settings: Settings, asked: bool = False,
+                  replayed: AllocatorRow | None = None) -> None:
     """Every string from the config is printed as plain Text, never parsed as rich markup. `asked`: the command
-    line named an exact setup, so the summary leads with it and says per card whether it fits."""
+    line named an exact setup, so the summary leads with it and says per card whether it fits. `replayed`: the
+    measured allocator figures, said beside a reserved or nvidia-smi peak."""
     m, p, model = report.memory, report.params, report.model
     a = dict(m.assumptions)
     title = Text(model.id, style="bold")
@@ -31,6 +34,8 @@ def print_summary(console: Console, report: Report, *, plan: bool, settings: Set
     console.print(title)
     if asked and m.job:
         console.print(_job_line(m))
+        if dict(m.job).get("metric") in ("reserved", "nvidia-smi"):
+            console.print(_reserved_note(dict(m.job)["metric"], replayed), style="dim")
         console.print(_verdicts(m))
     console.print(Text(
         f"{'The site' + chr(39) + 's jobs: f' if asked else 'F'}ine-tuning at batch 1 and {fmt.count(m.train_tokens)} "
@@ -97,6 +102,21 @@ def _job_line(m) -> Text:
         if m.offload_cpu_bytes_per_node else ""
     return Text(f"This job ({', '.join(what)}, {job['attention']}, batch {job['batch']} x {tokens}) peaks at "
                 f"{fmt.gb(m.peak_bytes)} {job['metric']} {where}, during {m.peak_phase}: {parts}{cpu}.")
+
+
+def _reserved_note(metric: str, replayed: AllocatorRow | None) -> Text:
+    """What a reserved (or nvidia-smi) peak leaves out: the caching allocator's other cached blocks, with the
+    measured figures where the accuracy table has them (FINDINGS.md F49)."""
+    text = ("This is reserved memory plus the CUDA context; reserved" if metric == "nvidia-smi" else "Reserved") + \
+        " here is the live peak plus the freed bf16 logits' blocks. The caching allocator keeps other freed blocks too, " \
+        "not priced"
+    if replayed is None:
+        return Text(text + ".")
+    mean = replayed.reserved_error_mean_signed_pct
+    return Text(f"{text}: {fmt.count(replayed.runs)} steps replayed through it ran a median "
+                f"{fmt.error_pct(replayed.reserved_over_median_pct)} (up to {fmt.error_pct(replayed.reserved_over_max_pct)}) "
+                f"over their live peak, where the estimator's reserved figure read {fmt.error_pct(abs(mean))} "
+                f"{'low' if mean < 0 else 'high'} on average (/accuracy/).")
 
 
 def _verdicts(m) -> Text:

@@ -393,3 +393,27 @@ def test_falcon_multi_query_names_the_math_kernel(capsys):
     report = json.loads(out)
     assert code == 0 and any(f["check"] == "attention_math_kernel" and f["severity"] == "warning"
                              for f in report["findings"])
+
+
+def test_a_reserved_peak_says_what_the_allocator_adds_with_the_measured_figures(capsys, tmp_path, monkeypatch):
+    """--metric reserved / nvidia-smi: the summary says the allocator's other cached blocks are not priced, and gives
+    the replayed steps' figures from accuracy.json (FINDINGS.md F49); without the table, it says so without them."""
+    from generator.site import accuracy_page
+
+    pooled = next(a for a in json.loads(accuracy_page.ACCURACY_JSON.read_text(encoding="utf-8"))["allocator"]
+                  if a["setup"] == "all setups")
+    code, out, err = run(capsys, SEED, "--method", "lora", "--metric", "reserved")
+    text = " ".join(out.split())
+    assert code == 0 and err == ""
+    assert "Reserved here is the live peak plus the freed bf16 logits' blocks." in text
+    assert f"{pooled['runs']:,} steps replayed through it ran a median {pooled['reserved_over_median_pct']:.1f}%" in text
+    assert f"read {abs(pooled['reserved_error_mean_signed_pct']):.1f}% low on average" in text
+    code, out, _ = run(capsys, SEED, "--method", "lora", "--metric", "nvidia-smi")
+    assert code == 0 and "This is reserved memory plus the CUDA context" in " ".join(out.split())
+    code, out, _ = run(capsys, SEED, "--method", "lora")  # allocated: nothing to say
+    assert code == 0 and "caching allocator" not in out
+    monkeypatch.setattr(accuracy_page, "ACCURACY_JSON", tmp_path / "missing.json")
+    code, out, _ = run(capsys, SEED, "--method", "lora", "--metric", "reserved")
+    text = " ".join(out.split())
+    assert code == 0 and "The caching allocator keeps other freed blocks too, not priced." in text
+    assert "replayed" not in text

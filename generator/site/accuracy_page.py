@@ -19,7 +19,7 @@ from typing import Any
 from .. import accuracy as table_module
 from .. import format as f
 from ..accuracy import ErrorRow, FitRow
-from ..accuracy_allocator import AllocatorRow
+from ..accuracy_allocator import ALL_SETUPS, AllocatorRow
 from . import pages
 
 ACCURACY_JSON = table_module.OUTPUT  # tests point this elsewhere
@@ -220,6 +220,11 @@ def model_line(table: Accuracy | None, href: str | None, attention: str = "sdpa"
         words = PAGE_SETUPS.get(method) or (setup or "").replace(", ", " / ")
         methods.append({"label": label, "runs": [], "setup": words, "others": others, "none": NO_RUNS})
     return {"methods": methods, "href": href}
+
+
+def replayed_all(table: Accuracy) -> AllocatorRow | None:
+    """The allocator replay pooled over every setup, or None where the table has no replayed steps."""
+    return next((a for a in table.allocator if a.setup == ALL_SETUPS), None)
 
 
 def _line_run(e: ErrorRow, name: str) -> dict[str, Any]:
