@@ -88,4 +88,6 @@ def setup_label(setup) -> str:
         words.append("outputs kept")
     if getattr(setup, "grad_accum", 1) > 1:
         words.append("gradient accumulation")
+    if getattr(setup, "min_tokens", 0):
+        words.append("lengths varied")
     return ", ".join(words)

@@ -241,7 +241,7 @@ def test_a_torch_failure_is_reported_as_a_failed_run_not_as_bad_input(tmp_path, 
     it is not a usage error (exit 2) and not an internal error (exit 70)."""
     from generator.measure import run
 
-    def fails(config, setup, explain=False):
+    def fails(config, setup, explain=False, allocator=False):
         raise RuntimeError("Expected all tensors to be on the same device\nsecond line")
 
     monkeypatch.setattr(run, "run_cpu", fails)
@@ -273,6 +273,19 @@ def test_setup_options_and_support():
     assert reentrant.reentrant and Setup.from_dict(reentrant.to_dict()) == reentrant
     with pytest.raises(ValueError, match="--reentrant"):
         setup_from_args(parser().parse_args(["m", "--method", "lora", "--reentrant"]))
+
+
+def test_varied_lengths_are_seeded_and_run_the_priced_length_once():
+    setup = setup_from_args(parser().parse_args(["m", "--method", "lora", "--tokens", "2048", "--min-tokens", "256",
+                                                 "--steps", "12"]))
+    lengths = setup.lengths()
+    assert len(lengths) == 12 and lengths[6] == 2048 and all(256 <= n <= 2048 for n in lengths)
+    assert len(set(lengths)) > 6  # drawn, not repeated
+    assert lengths == Setup.from_dict(setup.to_dict()).lengths()  # the same setup, the same lengths
+    assert Setup("lora", tokens=512, steps=3).lengths() == [512, 512, 512]
+    for argv in (["--min-tokens", "4096"], ["--method", "inference", "--min-tokens", "8"], ["--min-tokens", "-1"]):
+        with pytest.raises(ValueError, match="--min-tokens"):
+            setup_from_args(parser().parse_args(["m", "--tokens", "2048", *argv]))
 
 
 def test_shrink_overrides_and_hash():

@@ -57,6 +57,19 @@ SETUPS = [
     # serving: HF generate
     ["--method", "inference", "--tokens", "2048", "--new-tokens", "16", "--batch", "4"],
 ]
+# Training as a padded-per-batch loader runs it: 12 steps whose lengths are drawn from [tokens / 8, tokens], the
+# middle one at `tokens` (Setup.lengths), on the models below; each freed block fits only requests of its size or
+# less, so steps of other lengths strand what the longest needs.
+VARIED = ["--steps", "12"]
+VARIED_MODELS = ["Qwen/Qwen3-0.6B", "meta-llama/Llama-3.2-1B-Instruct", "Qwen/Qwen3-4B", "mistralai/Mistral-7B-v0.1",
+                 "meta-llama/Llama-3.1-8B"]
+VARIED_SETUPS = [
+    ["--method", "lora", "--tokens", "2048", "--min-tokens", "256", "--batch", "1"],
+    ["--method", "lora", "--tokens", "2048", "--min-tokens", "256", "--batch", "1", "--grad-ckpt"],
+    ["--method", "qlora", "--double-quant", "--kbit-prep", "--grad-ckpt", "--tokens", "2048", "--min-tokens", "256",
+     "--batch", "1"],
+    ["--method", "full", "--tokens", "1024", "--min-tokens", "128", "--batch", "1"],
+]
 # Phi-3-mini's projections are fused (qkv_proj): torchtune's q and v are one Linear there.
 TARGETS = {"microsoft/Phi-3-mini-4k-instruct": {"q_proj,v_proj": "qkv_proj"}}
 
@@ -73,6 +86,9 @@ def plan(only: str | None = None) -> list[tuple[str, int | None, list[str]]]:
             new = int(opts[opts.index("--new-tokens") + 1]) if "--new-tokens" in opts else 0
             if context is None or int(opts[opts.index("--tokens") + 1]) + new <= context:
                 runs.append((model, None, [*opts, *always, "--allocator"]))
+    for model in VARIED_MODELS:
+        if not only or only in model:
+            runs += [(model, None, [*opts, *VARIED, "--allocator"]) for opts in VARIED_SETUPS]
     return runs
 
 

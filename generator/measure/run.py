@@ -80,8 +80,13 @@ def workload(model, setup: Setup, vocab: int, device: str, tracker: PeakTracker 
     if tracker is not None:
         tracker.track_external(model, opt)
     k = setup.grad_accum
+    lengths = setup.lengths()
     labels = _labels(model, ids)
     for step in range(1, setup.steps + 1):
+        if setup.min_tokens:  # a batch padded to its own longest sample: this step's length
+            del ids, labels
+            ids = torch.randint(0, vocab, (setup.batch, lengths[step - 1]), device=device)
+            labels = _labels(model, ids)
         for micro in range(1, k + 1):  # HF Trainer's gradient accumulation: the loss over k, added into .grad
             stage(f"step {step}" + (f" micro-batch {micro}" if k > 1 else ""),
                   "last step" if step == setup.steps else None)

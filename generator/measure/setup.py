@@ -6,6 +6,7 @@ import argparse
 import dataclasses
 import hashlib
 import json
+import random
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -59,9 +60,23 @@ class Setup:
     double_quant: bool = False  # qlora: bnb_4bit_use_double_quant (the absmax quantised again, blocks of 256)
     upcast_fp32: bool = False  # qlora: peft prepare_model_for_kbit_training (non-quantised parameters to fp32)
     images: int | None = None  # images per sample: the harness feeds text only (0); None = not stated (public rows)
+    # training: 0 = every step at `tokens`; else each step's length is drawn from [min_tokens, tokens] (lengths()),
+    # as a padded-per-batch loader feeds samples of every length, and one step runs at `tokens` itself
+    min_tokens: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+    def lengths(self) -> list[int]:
+        """Each training step's tokens per sample: `tokens` throughout, or with `min_tokens`, drawn uniformly from
+        [min_tokens, tokens] by a generator seeded with the step count (the same setup, the same lengths), the
+        middle step at `tokens`, the length the estimate prices."""
+        if not self.min_tokens:
+            return [self.tokens] * self.steps
+        rng = random.Random(self.steps)
+        out = [rng.randint(self.min_tokens, self.tokens) for _ in range(self.steps)]
+        out[self.steps // 2] = self.tokens
+        return out
 
     @staticmethod
     def from_dict(data: Mapping[str, Any]) -> Setup:
@@ -106,6 +121,9 @@ def parser() -> argparse.ArgumentParser:
                         "grads (LLaMA-Factory's use_reentrant_gc, its default)")
     p.add_argument("--attention", choices=("sdpa", "eager"), default="sdpa")
     p.add_argument("--steps", type=int, default=2, metavar="S", help="training steps (the peak is over all of them)")
+    p.add_argument("--min-tokens", type=int, default=0, metavar="T",
+                   help="training: draw each step's length from [T, --tokens] (seeded; the middle step at --tokens), "
+                        "as batches padded to their own longest sample run")
     p.add_argument("--grad-accum", type=int, default=1, metavar="K",
                    help="micro-batches per training step, their gradients accumulated before the optimizer step")
     p.add_argument("--eval-mode", action="store_true", help="train with dropout off (model.eval())")
@@ -144,6 +162,8 @@ def setup_from_args(args: argparse.Namespace) -> Setup:
     for flag, given in (("--double-quant", args.double_quant), ("--kbit-prep", args.kbit_prep)):
         if given and args.method != "qlora":
             raise ValueError(f"{flag} is for --method qlora")
+    if args.min_tokens and (args.method == "inference" or not 0 < args.min_tokens <= args.tokens):
+        raise ValueError("--min-tokens is for training, between 1 and --tokens")
     if args.reentrant and not args.grad_ckpt:
         raise ValueError("--reentrant is for --grad-ckpt")
     if args.weights and args.method != "lora":
@@ -158,7 +178,7 @@ def setup_from_args(args: argparse.Namespace) -> Setup:
                  reentrant=args.reentrant, attention=args.attention, steps=args.steps, grad_accum=args.grad_accum,
                  train_mode=not args.eval_mode,
                  adapter_dtype=args.adapter_dtype, keep_outputs=args.keep_outputs, weights=args.weights,
-                 double_quant=args.double_quant, upcast_fp32=args.kbit_prep, images=0)
+                 double_quant=args.double_quant, upcast_fp32=args.kbit_prep, images=0, min_tokens=args.min_tokens)
 
 
 def config_hash(config: Mapping[str, Any]) -> str:
