@@ -8,7 +8,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-ALL_SETUPS = "all setups"  # the row pooling every setup's replayed steps
+from .accuracy_words import LENGTHS_VARIED
+
+ALL_SETUPS = "every setup at one length"  # the row pooling the fixed-length runs (what the estimate prices)
 
 
 @dataclass(frozen=True)
@@ -45,7 +47,8 @@ def _pct(over: float) -> float:
 
 def allocator_rows(rows: Sequence[Mapping[str, Any]], headroom: float, label: Callable[[Mapping[str, Any]], str | None],
                    estimate: Callable[[Mapping[str, Any]], int | None]) -> tuple[AllocatorRow, ...]:
-    """Per setup (`label(row)`, None to leave a row out), then "all setups": the replayed rows' figures.
+    """Per setup (`label(row)`, None to leave a row out), then every setup at one length pooled: the replayed rows'
+    figures.
     `estimate(row)` is the estimator's peak in the row's metric (allocated for a simulated step)."""
     groups: dict[str, list[tuple[int, int, int, int, int]]] = {}
     for row in rows:
@@ -58,8 +61,9 @@ def allocator_rows(rows: Sequence[Mapping[str, Any]], headroom: float, label: Ca
         m = row["measured"]
         groups.setdefault(name, []).append((int(m["peak_bytes"]), int(m["reserved_bytes"]),
                                             int(m["minimum_capacity_bytes"]), allocated_est, reserved_est))
-    if groups:
-        groups[ALL_SETUPS] = [run for runs in groups.values() for run in runs]
+    one_length = [run for name, runs in groups.items() if not name.endswith(LENGTHS_VARIED) for run in runs]
+    if one_length:
+        groups[ALL_SETUPS] = one_length
     out = []
     for name, runs in groups.items():
         reserved_over = [r / a - 1 for a, r, _, _, _ in runs]

@@ -61,6 +61,9 @@ SITE_SETUPS = {"full": "full, AMP", "lora": "LoRA, AMP, fp32 adapters, all-linea
                "qlora": "QLoRA, AMP, fp32 adapters, all-linear, double quant, checkpointing"}
 
 
+LENGTHS_VARIED = "lengths varied"  # a run whose steps' lengths were drawn (Setup.min_tokens)
+
+
 def setup_label(setup) -> str:
     """A run's setup in words, for the by-setup table: method, precision, an fp32 base, adapters, targets, dropout,
     checkpointing, attention, optimizer, outputs kept, gradient accumulation (rank, batch and tokens are pooled)."""
@@ -89,5 +92,5 @@ def setup_label(setup) -> str:
     if getattr(setup, "grad_accum", 1) > 1:
         words.append("gradient accumulation")
     if getattr(setup, "min_tokens", 0):
-        words.append("lengths varied")
+        words.append(LENGTHS_VARIED)
     return ", ".join(words)

@@ -113,10 +113,10 @@ def _reserved_note(metric: str, replayed: AllocatorRow | None) -> Text:
     if replayed is None:
         return Text(text + ".")
     mean = replayed.reserved_error_mean_signed_pct
-    return Text(f"{text}: {fmt.count(replayed.runs)} steps replayed through it ran a median "
+    return Text(f"{text}: {fmt.count(replayed.runs)} steps replayed through it, each at one length, ran a median "
                 f"{fmt.error_pct(replayed.reserved_over_median_pct)} (up to {fmt.error_pct(replayed.reserved_over_max_pct)}) "
                 f"over their live peak, where the estimator's reserved figure read {fmt.error_pct(abs(mean))} "
-                f"{'low' if mean < 0 else 'high'} on average (/accuracy/).")
+                f"{'low' if mean < 0 else 'high'} on average; steps of varied lengths hold more (/accuracy/).")
 
 
 def _verdicts(m) -> Text:

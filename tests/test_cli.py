@@ -401,12 +401,12 @@ def test_a_reserved_peak_says_what_the_allocator_adds_with_the_measured_figures(
     from generator.site import accuracy_page
 
     pooled = next(a for a in json.loads(accuracy_page.ACCURACY_JSON.read_text(encoding="utf-8"))["allocator"]
-                  if a["setup"] == "all setups")
+                  if a["setup"] == "every setup at one length")
     code, out, err = run(capsys, SEED, "--method", "lora", "--metric", "reserved")
     text = " ".join(out.split())
     assert code == 0 and err == ""
     assert "Reserved here is the live peak plus the freed bf16 logits' blocks." in text
-    assert f"{pooled['runs']:,} steps replayed through it ran a median {pooled['reserved_over_median_pct']:.1f}%" in text
+    assert f"{pooled['runs']:,} steps replayed through it, each at one length, ran a median {pooled['reserved_over_median_pct']:.1f}%" in text
     assert f"read {abs(pooled['reserved_error_mean_signed_pct']):.1f}% low on average" in text
     code, out, _ = run(capsys, SEED, "--method", "lora", "--metric", "nvidia-smi")
     assert code == 0 and "This is reserved memory plus the CUDA context" in " ".join(out.split())

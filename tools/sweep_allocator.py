@@ -2,7 +2,7 @@
 """The allocator sweep behind data/measurements/cpu-sim-allocator.jsonl: CPU-simulated steps of whole models (every
 layer), each replayed through the CUDA caching allocator (`neurarch-trace measure --allocator`).
 
-    nice .venv/bin/python tools/sweep_allocator.py --out data/measurements/cpu-sim-allocator.jsonl   # ~20 min
+    nice .venv/bin/python tools/sweep_allocator.py --out data/measurements/cpu-sim-allocator.jsonl   # ~2 h 30 min
     .venv/bin/python tools/sweep_allocator.py --list
 
 What it measures, per step, beside the live tensors' peak (what max_memory_allocated reads):
@@ -11,7 +11,8 @@ What it measures, per step, beside the live tensors' peak (what max_memory_alloc
 - minimum_capacity_bytes: the least memory the step runs in, the allocator freeing its cached segments and trying
   again before it raises out-of-memory: the figure a "fits on this card" answer is about.
 The setups are the site's methods and the recipes people run, at every layer (fragmentation depends on how many
-tensors of each size a step makes, so a 2-layer model would not show it), on models from 135M to 9B.
+tensors of each size a step makes, so a 2-layer model would not show it), on models from 135M to 9B; then 12-step
+runs whose lengths vary, as a loader padding each batch to its longest sample feeds them (`--min-tokens`).
 """
 
 from __future__ import annotations
@@ -70,6 +71,9 @@ VARIED_SETUPS = [
      "--batch", "1"],
     ["--method", "full", "--tokens", "1024", "--min-tokens", "128", "--batch", "1"],
 ]
+# The same, longer: what a varied-length run's cached blocks come to after 40 and 100 steps.
+LONG = [("Qwen/Qwen3-0.6B", ["--method", "lora", "--tokens", "2048", "--min-tokens", "256", "--batch", "1",
+                             "--grad-ckpt", "--steps", str(steps)]) for steps in (40, 100)]
 # Phi-3-mini's projections are fused (qkv_proj): torchtune's q and v are one Linear there.
 TARGETS = {"microsoft/Phi-3-mini-4k-instruct": {"q_proj,v_proj": "qkv_proj"}}
 
@@ -89,6 +93,7 @@ def plan(only: str | None = None) -> list[tuple[str, int | None, list[str]]]:
     for model in VARIED_MODELS:
         if not only or only in model:
             runs += [(model, None, [*opts, *VARIED, "--allocator"]) for opts in VARIED_SETUPS]
+    runs += [(model, None, [*opts, "--allocator"]) for model, opts in LONG if not only or only in model]
     return runs
 
 
