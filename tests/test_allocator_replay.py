@@ -170,3 +170,70 @@ def test_a_simulated_step_reports_its_reserved_peak_and_least_card():
     assert "reserved_bytes" not in plain
     assert measured["peak_bytes"] == plain["peak_bytes"]  # the replay changes nothing the tracker counts
     assert measured["peak_bytes"] <= measured["minimum_capacity_bytes"] <= measured["reserved_bytes"]
+    assert measured["peak_bytes"] <= measured["minimum_capacity_bytes_expandable"] <= \
+        measured["reserved_bytes_expandable"]
+
+
+# --- expandable segments --------------------------------------------------------------------------------------
+
+from generator.measure.expandable import VIRTUAL_BYTES, ExpandableAllocator  # noqa: E402
+
+
+@pytest.mark.parametrize("request_bytes, mapped", [(512 * KIB, 2 * MIB), (5 * MIB, 20 * MIB), (45 * MIB, 60 * MIB)])
+def test_expandable_segments_map_whole_pages(request_bytes, mapped):
+    a = ExpandableAllocator()
+    a.malloc(1, request_bytes)
+    assert a.reserved_bytes == mapped  # 2 MiB pages in the small pool, 20 MiB in the large one
+
+
+def test_a_pinned_segment_gives_back_its_free_pages_with_expandable_segments():
+    """A 4 MiB tensor left in a freed 100 MiB block: the default allocator cannot give that segment back, so a
+    110 MiB request needs a new one beside it; expandable segments map the request onto the free tail."""
+    events = [(1, 100 * MIB), (1, None), (2, 4 * MIB), (3, 110 * MIB)]
+    assert minimum_capacity_bytes(events) == 210 * MIB
+    assert minimum_capacity_bytes(events, make=ExpandableAllocator) == 120 * MIB
+    with pytest.raises(OutOfMemoryError):
+        replay(events, 118 * MIB, ExpandableAllocator)
+
+
+def test_a_full_card_unmaps_free_pages_anywhere_in_the_segment():
+    events = [(1, 100 * MIB), (2, 4 * MIB), (1, None), (3, 110 * MIB)]
+    assert replay(events, make=ExpandableAllocator).peak_reserved_bytes == 220 * MIB
+    squeezed = replay(events, 140 * MIB, ExpandableAllocator)
+    # block 2 (100-104 MiB) keeps its page, 100-120; the freed 0-100 is unmapped, and block 3 maps 120-220 after
+    # the free 104-120 it starts in
+    assert squeezed.reserved_bytes == 120 * MIB and squeezed.allocated_bytes == 114 * MIB
+
+
+@settings(max_examples=150, deadline=None)
+@given(event_lists())
+def test_expandable_least_card_runs_and_two_mib_less_does_not(events):
+    roomy = replay(events, make=ExpandableAllocator)
+    least = minimum_capacity_bytes(events, make=ExpandableAllocator)
+    assert roomy.peak_allocated_bytes <= least <= roomy.peak_reserved_bytes
+    replay(events, least, ExpandableAllocator)
+    if least - 2 * MIB >= roomy.peak_allocated_bytes:
+        with pytest.raises(OutOfMemoryError):
+            replay(events, least - 2 * MIB, ExpandableAllocator)
+
+
+@settings(max_examples=100, deadline=None)
+@given(event_lists())
+def test_expandable_frees_and_unmaps_back_to_nothing(events):
+    a = ExpandableAllocator()
+    live = set()
+    for handle, nbytes in events:
+        if nbytes is None:
+            a.free(handle)
+            live.discard(handle)
+        else:
+            a.malloc(handle, nbytes)
+            live.add(handle)
+        assert a.allocated_bytes <= a.reserved_bytes
+    for handle in live:
+        a.free(handle)
+    a.empty_cache()
+    assert a.reserved_bytes == 0 and a.allocated_bytes == 0
+    # every pool is one unmapped run again: the merges and the page arithmetic lost nothing
+    assert [[(addr, run.size) for addr, run in a._unmapped[small]] for small in (True, False)] == \
+        [[(0, VIRTUAL_BYTES)], [(0, VIRTUAL_BYTES)]]

@@ -27,8 +27,9 @@ in, the number a "fits on this card" answer is about.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 MIN_BLOCK_BYTES = 512  # kMinBlockSize
 SMALL_REQUEST_BYTES = 1 << 20  # kSmallSize: the small pool's largest request
@@ -179,9 +180,24 @@ class CachingAllocator:
         self.peak_allocated_bytes = self.allocated_bytes
 
 
-def replay(events: Iterable[Event], capacity_bytes: int | None = None) -> CachingAllocator:
-    """The allocator after `events`; raises OutOfMemoryError where they do not run in `capacity_bytes`."""
-    allocator = CachingAllocator(capacity_bytes)
+class Allocator(Protocol):
+    """What a replay needs of an allocator model (this module's, or expandable.ExpandableAllocator)."""
+
+    reserved_bytes: int
+    peak_reserved_bytes: int
+    allocated_bytes: int
+    peak_allocated_bytes: int
+
+    def malloc(self, handle: int, nbytes: int) -> None: ...
+
+    def free(self, handle: int) -> None: ...
+
+
+def replay(events: Iterable[Event], capacity_bytes: int | None = None,
+           make: Callable[[int | None], Allocator] = CachingAllocator) -> Allocator:
+    """The allocator `make(capacity_bytes)` makes, after `events`; raises OutOfMemoryError where they do not run in
+    `capacity_bytes`."""
+    allocator = make(capacity_bytes)
     for handle, nbytes in events:
         if nbytes is None:
             allocator.free(handle)
@@ -190,16 +206,17 @@ def replay(events: Iterable[Event], capacity_bytes: int | None = None) -> Cachin
     return allocator
 
 
-def minimum_capacity_bytes(events: list[Event], step_bytes: int = LARGE_ROUNDING_BYTES) -> int:
+def minimum_capacity_bytes(events: list[Event], step_bytes: int = LARGE_ROUNDING_BYTES,
+                           make: Callable[[int | None], Allocator] = CachingAllocator) -> int:
     """The least card memory (a multiple of `step_bytes`) the events run in: bisected between the peak of the live
     requests, which no card can go under, and the reserved peak of a card with room, which always runs."""
-    roomy = replay(events)
+    roomy = replay(events, make=make)
     low = -(-roomy.peak_allocated_bytes // step_bytes) - 1  # in steps; known to fail (or be the floor)
     high = -(-roomy.peak_reserved_bytes // step_bytes)  # known to run
     while high - low > 1:
         middle = (low + high) // 2
         try:
-            replay(events, middle * step_bytes)
+            replay(events, middle * step_bytes, make)
         except OutOfMemoryError:
             low = middle
         else:

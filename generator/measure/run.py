@@ -11,7 +11,7 @@ from unittest import mock
 
 import torch
 
-from .allocator import minimum_capacity_bytes
+from .allocator import minimum_capacity_bytes, replay
 from .build import (
     MeasureError,
     apply_lora,
@@ -27,6 +27,7 @@ from .build import (
     quantise_nf4,
     unwrap_params4bit,
 )
+from .expandable import ExpandableAllocator
 from .setup import Setup
 from .tracker import PeakTracker
 
@@ -150,7 +151,8 @@ def run_cpu(config: Mapping[str, Any], setup: Setup, explain: bool = False, allo
     """MemTracker on fake CPU tensors: exact tensor bytes of the step, no CUDA kernels' own choices. With
     `allocator`, the step's storages are also replayed through the CUDA caching allocator (allocator.py): the
     measured record gains `reserved_bytes` (max_memory_reserved on a card with room) and `minimum_capacity_bytes`
-    (the least memory the step runs in, the allocator freeing its cached segments to make room).
+    (the least memory the step runs in, the allocator freeing its cached segments to make room), and both again with
+    expandable segments (`..._expandable`, expandable.py).
 
     transformers cannot read a fake tensor's values, so masking_utils.find_packed_sequence_indices takes the
     position ids of a forward without a cache (gradient checkpointing) for packed sequences (`not
@@ -200,8 +202,12 @@ def run_cpu(config: Mapping[str, Any], setup: Setup, explain: bool = False, allo
     measured = {"metric": "memtracker_fake_cpu", "status": "ok", "peak_bytes": peak["total"],
                 "categories": {k: v for k, v in peak.items() if k != "total"}}
     if tracker.allocator is not None:
+        events = tracker.allocation_events
         measured["reserved_bytes"] = tracker.allocator.peak_reserved_bytes
-        measured["minimum_capacity_bytes"] = minimum_capacity_bytes(tracker.allocation_events)
+        measured["minimum_capacity_bytes"] = minimum_capacity_bytes(events)
+        # the same allocations under PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (expandable.py)
+        measured["reserved_bytes_expandable"] = replay(events, make=ExpandableAllocator).peak_reserved_bytes
+        measured["minimum_capacity_bytes_expandable"] = minimum_capacity_bytes(events, make=ExpandableAllocator)
     return {
         "device": {"kind": "cpu-simulated", "name": "FakeTensorMode(cpu)"},
         "measured": measured,

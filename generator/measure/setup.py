@@ -141,7 +141,8 @@ def parser() -> argparse.ArgumentParser:
                    help="CPU: run twice and list the live tensors at the peak (op, shape, dtype) in the JSON line")
     p.add_argument("--allocator", action="store_true",
                    help="CPU: replay the step through the CUDA caching allocator: max_memory_reserved on a card with "
-                        "room (reserved_bytes) and the least memory the step runs in (minimum_capacity_bytes)")
+                        "room (reserved_bytes) and the least memory the step runs in (minimum_capacity_bytes), by "
+                        "default and with expandable segments (..._expandable)")
     p.add_argument("--snapshot", default=None, metavar="DIR", help="snapshot folder to look repo ids up in")
     p.add_argument("--out", default=None, metavar="FILE", help="append the JSON line to FILE (default: print it)")
     return p
