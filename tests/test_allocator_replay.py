@@ -4,6 +4,7 @@ c10/cuda/CUDACachingAllocator.cpp, its out-of-memory retry, and a simulated step
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -237,3 +238,24 @@ def test_expandable_frees_and_unmaps_back_to_nothing(events):
     # every pool is one unmapped run again: the merges and the page arithmetic lost nothing
     assert [[(addr, run.size) for addr, run in a._unmapped[small]] for small in (True, False)] == \
         [[(0, VIRTUAL_BYTES)], [(0, VIRTUAL_BYTES)]]
+
+
+def test_f51_expandable_segments_keep_the_least_card_within_the_headroom():
+    """FINDINGS.md F51 against its runs (data/measurements/allocator-expandable.json): expandable segments never need
+    more than the default allocator, keep every run's least card within 3.2% of its live peak, and so within the
+    cards' 1.15 headroom over the estimate, where the default allocator needed up to 27.1% and two runs overran it."""
+    from generator.settings import load_settings
+
+    headroom = load_settings().assumptions.headroom
+    path = Path(__file__).resolve().parents[1] / "data" / "measurements" / "allocator-expandable.json"
+    runs = json.loads(path.read_text(encoding="utf-8"))["runs"]
+    assert len(runs) == 7
+    short_by_default = 0
+    for run in runs:
+        m, estimate = run["measured"], run["estimate"]["peak_bytes"]
+        assert m["minimum_capacity_bytes_expandable"] <= m["minimum_capacity_bytes"]
+        assert m["reserved_bytes_expandable"] <= m["reserved_bytes"]
+        assert m["minimum_capacity_bytes_expandable"] <= 1.032 * m["peak_bytes"]
+        assert estimate * headroom >= 1.11 * m["minimum_capacity_bytes_expandable"]
+        short_by_default += estimate * headroom < m["minimum_capacity_bytes"]
+    assert short_by_default == 2
