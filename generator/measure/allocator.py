@@ -29,7 +29,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 MIN_BLOCK_BYTES = 512  # kMinBlockSize
 SMALL_REQUEST_BYTES = 1 << 20  # kSmallSize: the small pool's largest request
@@ -51,7 +51,7 @@ class Block:
     """A run of one segment, allocated or free; `prev`/`next` are its neighbours in the segment."""
 
     segment: int
-    offset: int
+    addr: int  # within its segment
     size: int
     small: bool
     allocated: bool = False
@@ -61,7 +61,7 @@ class Block:
     def key(self) -> tuple[int, int, int]:
         # The pool's order: size, then address. Segments are numbered in the order they were made, which stands in
         # for the addresses cudaMalloc hands out.
-        return (self.size, self.segment, self.offset)
+        return (self.size, self.segment, self.addr)
 
 
 def round_size(nbytes: int) -> int:
@@ -76,6 +76,30 @@ def segment_size(size: int) -> int:
     if size < MIN_LARGE_SEGMENT_REQUEST_BYTES:
         return LARGE_SEGMENT_BYTES
     return -(-size // LARGE_ROUNDING_BYTES) * LARGE_ROUNDING_BYTES
+
+
+class Linked(Protocol):
+    """A run of a segment in its address-ordered chain (Block here, expandable.Run)."""
+
+    addr: int
+    size: int
+    prev: Any
+    next: Any
+
+
+def absorb(run: Linked, other: Linked) -> None:
+    """`other`, the run just before or after `run` in its segment, joins it (try_merge_blocks): `run` takes the
+    whole span and `other`'s place in the chain. Neither is in a free set while this runs."""
+    if other is run.prev:
+        run.addr = other.addr
+        run.prev = other.prev
+        if other.prev is not None:
+            other.prev.next = run
+    else:
+        run.next = other.next
+        if other.next is not None:
+            other.next.prev = run
+    run.size += other.size
 
 
 class CachingAllocator:
@@ -131,7 +155,7 @@ class CachingAllocator:
         block = self._free_block(size, small) or self._new_segment(size, small)
         remaining = block.size - size
         if remaining >= MIN_BLOCK_BYTES if small else remaining > SMALL_REQUEST_BYTES:
-            rest = Block(block.segment, block.offset + size, remaining, small, prev=block, next=block.next)
+            rest = Block(block.segment, block.addr + size, remaining, small, prev=block, next=block.next)
             if block.next is not None:
                 block.next.prev = rest
             block.next = rest
@@ -148,19 +172,9 @@ class CachingAllocator:
         block.allocated = False
         self.allocated_bytes -= block.size
         for other in (block.prev, block.next):
-            if other is None or other.allocated:
-                continue
-            self._remove(other)
-            if other is block.prev:
-                block.offset = other.offset
-                block.prev = other.prev
-                if other.prev is not None:
-                    other.prev.next = block
-            else:
-                block.next = other.next
-                if other.next is not None:
-                    other.next.prev = block
-            block.size += other.size
+            if other is not None and not other.allocated:
+                self._remove(other)
+                absorb(block, other)
         self._insert(block)
 
     def empty_cache(self) -> None:

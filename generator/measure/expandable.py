@@ -27,6 +27,7 @@ from .allocator import (
     SMALL_REQUEST_BYTES,
     SMALL_SEGMENT_BYTES,
     OutOfMemoryError,
+    absorb,
     round_size,
 )
 
@@ -95,16 +96,7 @@ class ExpandableAllocator:
         if other is None or other.allocated or other.mapped != run.mapped:
             return
         self._remove(other)
-        if other is run.prev:
-            run.addr = other.addr
-            run.prev = other.prev
-            if other.prev is not None:
-                other.prev.next = run
-        else:
-            run.next = other.next
-            if other.next is not None:
-                other.next.prev = run
-        run.size += other.size
+        absorb(run, other)
 
     def _split(self, run: Run, size: int, mapped: bool) -> Run:
         """Cut `run` (in no set) at `size`; the rest, with `mapped`, goes back to its set."""
