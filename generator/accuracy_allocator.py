@@ -47,9 +47,8 @@ def _pct(over: float) -> float:
 
 def allocator_rows(rows: Sequence[Mapping[str, Any]], headroom: float, label: Callable[[Mapping[str, Any]], str | None],
                    estimate: Callable[[Mapping[str, Any]], int | None]) -> tuple[AllocatorRow, ...]:
-    """Per setup (`label(row)`, None to leave a row out), then every setup at one length pooled: the replayed rows'
-    figures.
-    `estimate(row)` is the estimator's peak in the row's metric (allocated for a simulated step)."""
+    """The replayed rows' figures per setup (`label(row)`, None to leave a row out), then every setup at one length
+    pooled. `estimate(row)` is the estimator's peak in the row's metric (allocated for a simulated step)."""
     groups: dict[str, list[tuple[int, int, int, int, int]]] = {}
     for row in rows:
         name = label(row) if replayed(row) else None

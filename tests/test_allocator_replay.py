@@ -259,3 +259,20 @@ def test_f51_expandable_segments_keep_the_least_card_within_the_headroom():
         assert estimate * headroom >= 1.11 * m["minimum_capacity_bytes_expandable"]
         short_by_default += estimate * headroom < m["minimum_capacity_bytes"]
     assert short_by_default == 2
+
+
+def test_a_resized_storage_is_replayed_as_a_free_and_a_malloc():
+    """UntypedStorage.resize_ (FSDP frees and refills its flat parameters so): the old block goes, the new one comes,
+    and a storage resized to nothing is not freed twice."""
+    torch = pytest.importorskip("torch")
+    from generator.measure.tracker import PeakTracker
+
+    tracker = PeakTracker(replay_allocator=True)
+    with tracker:
+        t = torch.empty(4096, dtype=torch.uint8)
+        storage = t.untyped_storage()
+        storage.resize_(3 * MIB)
+        storage.resize_(0)
+        storage.resize_(8192)
+        assert tracker.allocator is not None and tracker.allocator.allocated_bytes == 8192
+    assert [n for _, n in tracker.allocation_events] == [4096, None, 3 * MIB, None, 8192]

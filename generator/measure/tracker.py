@@ -115,7 +115,8 @@ class PeakTracker(MemTracker):
         elif u_type == _UpdateType.DEL:
             events.append((id(winfo), None))
         elif u_type == _UpdateType.SIZE:  # resize_ (FSDP's, not a single-GPU step's): the old block, then the new
-            events.append((id(winfo), None))
+            if old_mem_consumed:  # a storage of 0 bytes was never allocated
+                events.append((id(winfo), None))
             if winfo.mem_consumed:
                 events.append((id(winfo), winfo.mem_consumed))
         for handle, nbytes in events:
