@@ -116,8 +116,8 @@ def _reserved_note(metric: str, replayed: AllocatorRow | None) -> Text:
     return Text(f"{text}: {fmt.count(replayed.runs)} steps replayed through it, each at one length, ran a median "
                 f"{fmt.error_pct(replayed.reserved_over_median_pct)} (up to {fmt.error_pct(replayed.reserved_over_max_pct)}) "
                 f"over their live peak, where the estimator's reserved figure read {fmt.error_pct(abs(mean))} "
-                f"{'low' if mean < 0 else 'high'} on average; steps of varied lengths hold more, expandable segments "
-                "(PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True) less (/accuracy/).")
+                f"{'low' if mean < 0 else 'high'} on average; steps of varied lengths hold more, and expandable segments "
+                "(PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True) held less in the 0.6B-8B runs replayed (/accuracy/).")
 
 
 def _verdicts(m) -> Text:

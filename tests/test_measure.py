@@ -171,6 +171,22 @@ def test_cli_writes_one_json_line(tmp_path, capsys):
     assert "peak" in capsys.readouterr().err  # the one-line summary goes to stderr
 
 
+def test_cli_allocator_line_and_summary(tmp_path, capsys):
+    """--allocator: the JSON line carries both allocators' figures, and the summary says them over the live peak."""
+    from generator.measure.cli import run_measure
+
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(TINY_LLAMA), encoding="utf-8")
+    assert run_measure([str(cfg), "--method", "lora", "--tokens", "128", "--device", "cpu", "--allocator"], None) == 0
+    out, err = capsys.readouterr()
+    m = json.loads(out)["measured"]
+    for key in ("reserved_bytes", "minimum_capacity_bytes", "reserved_bytes_expandable",
+                "minimum_capacity_bytes_expandable"):
+        assert m[key] >= m["peak_bytes"], key
+    over = (m["reserved_bytes"] / m["peak_bytes"] - 1) * 100
+    assert f"; reserved {over:+.1f}%, least card " in err and "(expandable segments: " in err
+
+
 def test_cli_refuses_what_it_cannot_run(tmp_path, capsys):
     from generator.measure.cli import run_measure
 
