@@ -102,20 +102,58 @@ def absorb(run: Linked, other: Linked) -> None:
     run.size += other.size
 
 
-class CachingAllocator:
+class Ledger:
+    """What both allocator models keep alike: the live runs by handle, reserved and allocated bytes and their peaks.
+    A model supplies `_take(size, small)`, a run of at least `size` bytes taken out of its free sets (split as its
+    rules say, reserving memory where it must), and `_release(run)`, a freed run merged with its free neighbours and
+    back in its set."""
+
+    def __init__(self, capacity_bytes: int | None = None) -> None:
+        self.capacity_bytes = capacity_bytes
+        self._live: dict[int, Any] = {}
+        self.reserved_bytes = 0
+        self.peak_reserved_bytes = 0
+        self.allocated_bytes = 0
+        self.peak_allocated_bytes = 0
+
+    def _reserve(self, nbytes: int) -> None:
+        self.reserved_bytes += nbytes
+        self.peak_reserved_bytes = max(self.peak_reserved_bytes, self.reserved_bytes)
+
+    def malloc(self, handle: int, nbytes: int) -> None:
+        """Allocate `nbytes` for `handle` (a storage's identity), as the allocator's malloc would."""
+        if handle in self._live:
+            raise ValueError(f"handle {handle} is already allocated")
+        size = round_size(nbytes)
+        run = self._take(size, size <= SMALL_REQUEST_BYTES)
+        run.allocated = True
+        self._live[handle] = run
+        self.allocated_bytes += run.size
+        self.peak_allocated_bytes = max(self.peak_allocated_bytes, self.allocated_bytes)
+
+    def free(self, handle: int) -> None:
+        """Free `handle`'s run and merge it with its free neighbours."""
+        run = self._live.pop(handle)
+        run.allocated = False
+        self.allocated_bytes -= run.size
+        self._release(run)
+
+    def _take(self, size: int, small: bool) -> Any:
+        raise NotImplementedError
+
+    def _release(self, run: Any) -> None:
+        raise NotImplementedError
+
+
+class CachingAllocator(Ledger):
     """The replay. `malloc(handle, nbytes)` and `free(handle)` in the step's order; `reserved_bytes` is what
     torch.cuda.memory_reserved would read, `peak_reserved_bytes` its maximum, `allocated_bytes` the rounded live
     requests (torch.cuda.memory_allocated)."""
 
     def __init__(self, capacity_bytes: int | None = None) -> None:
-        self.capacity_bytes = capacity_bytes
+        super().__init__(capacity_bytes)
         self._pools: dict[bool, list[tuple[tuple[int, int, int], Block]]] = {True: [], False: []}
-        self._live: dict[int, Block] = {}
         self._segments = 0
-        self.reserved_bytes = 0
-        self.peak_reserved_bytes = 0
-        self.allocated_bytes = 0
-        self.peak_allocated_bytes = 0
 
     def _insert(self, block: Block) -> None:
         bisect.insort(self._pools[block.small], (block.key(), block))
@@ -142,16 +180,10 @@ class CachingAllocator:
             if self.reserved_bytes + nbytes > self.capacity_bytes:
                 raise OutOfMemoryError(f"{nbytes} bytes more than {self.capacity_bytes - self.reserved_bytes} free")
         self._segments += 1
-        self.reserved_bytes += nbytes
-        self.peak_reserved_bytes = max(self.peak_reserved_bytes, self.reserved_bytes)
+        self._reserve(nbytes)
         return Block(self._segments, 0, nbytes, small)
 
-    def malloc(self, handle: int, nbytes: int) -> None:
-        """Allocate `nbytes` for `handle` (a storage's identity), as the allocator's malloc would."""
-        if handle in self._live:
-            raise ValueError(f"handle {handle} is already allocated")
-        size = round_size(nbytes)
-        small = size <= SMALL_REQUEST_BYTES
+    def _take(self, size: int, small: bool) -> Block:
         block = self._free_block(size, small) or self._new_segment(size, small)
         remaining = block.size - size
         if remaining >= MIN_BLOCK_BYTES if small else remaining > SMALL_REQUEST_BYTES:
@@ -161,16 +193,9 @@ class CachingAllocator:
             block.next = rest
             block.size = size
             self._insert(rest)
-        block.allocated = True
-        self._live[handle] = block
-        self.allocated_bytes += block.size
-        self.peak_allocated_bytes = max(self.peak_allocated_bytes, self.allocated_bytes)
+        return block
 
-    def free(self, handle: int) -> None:
-        """Free `handle`'s block and merge it with its free neighbours."""
-        block = self._live.pop(handle)
-        block.allocated = False
-        self.allocated_bytes -= block.size
+    def _release(self, block: Block) -> None:
         for other in (block.prev, block.next):
             if other is not None and not other.allocated:
                 self._remove(other)
@@ -188,27 +213,9 @@ class CachingAllocator:
                     keep.append((key, block))
             self._pools[small] = keep
 
-    def reset_peak(self) -> None:
-        """torch.cuda.reset_peak_memory_stats: the peaks start again from now."""
-        self.peak_reserved_bytes = self.reserved_bytes
-        self.peak_allocated_bytes = self.allocated_bytes
-
-
-class Allocator(Protocol):
-    """What a replay needs of an allocator model (this module's, or expandable.ExpandableAllocator)."""
-
-    reserved_bytes: int
-    peak_reserved_bytes: int
-    allocated_bytes: int
-    peak_allocated_bytes: int
-
-    def malloc(self, handle: int, nbytes: int) -> None: ...
-
-    def free(self, handle: int) -> None: ...
-
 
 def replay(events: Iterable[Event], capacity_bytes: int | None = None,
-           make: Callable[[int | None], Allocator] = CachingAllocator) -> Allocator:
+           make: Callable[[int | None], Ledger] = CachingAllocator) -> Ledger:
     """The allocator `make(capacity_bytes)` makes, after `events`; raises OutOfMemoryError where they do not run in
     `capacity_bytes`."""
     allocator = make(capacity_bytes)
@@ -220,10 +227,11 @@ def replay(events: Iterable[Event], capacity_bytes: int | None = None,
     return allocator
 
 
-def minimum_capacity_bytes(events: list[Event], step_bytes: int = LARGE_ROUNDING_BYTES,
-                           make: Callable[[int | None], Allocator] = CachingAllocator) -> int:
-    """The least card memory (a multiple of `step_bytes`) the events run in: bisected between the peak of the live
-    requests, which no card can go under, and the reserved peak of a card with room, which always runs."""
+def capacity_figures(events: list[Event], make: Callable[[int | None], Ledger] = CachingAllocator,
+                     step_bytes: int = LARGE_ROUNDING_BYTES) -> tuple[int, int]:
+    """(the reserved peak on a card with room, the least card memory the events run in, a multiple of `step_bytes`).
+    The least card is bisected between the peak of the live requests, which no card can go under, and the roomy
+    reserved peak, which always runs."""
     roomy = replay(events, make=make)
     low = -(-roomy.peak_allocated_bytes // step_bytes) - 1  # in steps; known to fail (or be the floor)
     high = -(-roomy.peak_reserved_bytes // step_bytes)  # known to run
@@ -235,4 +243,9 @@ def minimum_capacity_bytes(events: list[Event], step_bytes: int = LARGE_ROUNDING
             low = middle
         else:
             high = middle
-    return high * step_bytes
+    return roomy.peak_reserved_bytes, high * step_bytes
+
+
+def minimum_capacity_bytes(events: list[Event], make: Callable[[int | None], Ledger] = CachingAllocator) -> int:
+    """The least card memory the events run in (capacity_figures)."""
+    return capacity_figures(events, make)[1]

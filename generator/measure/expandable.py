@@ -24,11 +24,10 @@ from dataclasses import dataclass, field
 from .allocator import (
     LARGE_SEGMENT_BYTES,
     MIN_BLOCK_BYTES,
-    SMALL_REQUEST_BYTES,
     SMALL_SEGMENT_BYTES,
+    Ledger,
     OutOfMemoryError,
     absorb,
-    round_size,
 )
 
 VIRTUAL_BYTES = 1 << 50  # each pool's address range: far beyond any card, as the segment reserves the device's size
@@ -56,21 +55,15 @@ class Run:
     next: Run | None = field(default=None, repr=False)
 
 
-class ExpandableAllocator:
-    """The replay, with the interface of allocator.CachingAllocator: malloc, free, the reserved and allocated bytes
-    and their peaks."""
+class ExpandableAllocator(Ledger):
+    """The replay, on allocator.Ledger's malloc and free."""
 
     def __init__(self, capacity_bytes: int | None = None) -> None:
-        self.capacity_bytes = capacity_bytes
+        super().__init__(capacity_bytes)
         self._free: dict[bool, list[tuple[tuple[int, int], Run]]] = {True: [], False: []}  # mapped, by size
         self._unmapped: dict[bool, list[tuple[int, Run]]] = {True: [], False: []}  # by address
         for small in (True, False):
             self._unmapped[small].append((0, Run(0, VIRTUAL_BYTES, small, mapped=False)))
-        self._live: dict[int, Run] = {}
-        self.reserved_bytes = 0
-        self.peak_reserved_bytes = 0
-        self.allocated_bytes = 0
-        self.peak_allocated_bytes = 0
 
     # --- the two sorted sets --------------------------------------------------------------------------------
     def _insert(self, run: Run) -> None:
@@ -120,8 +113,7 @@ class ExpandableAllocator:
         if size < run.size:
             self._split(run, size, mapped=False)
         run.mapped = True
-        self.reserved_bytes += size
-        self.peak_reserved_bytes = max(self.peak_reserved_bytes, self.reserved_bytes)
+        self._reserve(size)
         self._merge(run, run.prev)
         self._merge(run, run.next)
         self._insert(run)
@@ -182,11 +174,7 @@ class ExpandableAllocator:
         self._remove(candidate)
         return candidate
 
-    def malloc(self, handle: int, nbytes: int) -> None:
-        if handle in self._live:
-            raise ValueError(f"handle {handle} is already allocated")
-        size = round_size(nbytes)
-        small = size <= SMALL_REQUEST_BYTES
+    def _take(self, size: int, small: bool) -> Run:
         pool = self._free[small]
         i = bisect.bisect_left(pool, ((size, -1),))
         if i < len(pool):
@@ -202,19 +190,9 @@ class ExpandableAllocator:
                     raise OutOfMemoryError(f"{size} bytes do not map within {self.capacity_bytes}") from None
         if run.size - size >= MIN_BLOCK_BYTES:
             self._split(run, size, mapped=True)
-        run.allocated = True
-        self._live[handle] = run
-        self.allocated_bytes += run.size
-        self.peak_allocated_bytes = max(self.peak_allocated_bytes, self.allocated_bytes)
+        return run
 
-    def free(self, handle: int) -> None:
-        run = self._live.pop(handle)
-        run.allocated = False
-        self.allocated_bytes -= run.size
+    def _release(self, run: Run) -> None:
         self._merge(run, run.prev)
         self._merge(run, run.next)
         self._insert(run)
-
-    def reset_peak(self) -> None:
-        self.peak_reserved_bytes = self.reserved_bytes
-        self.peak_allocated_bytes = self.allocated_bytes

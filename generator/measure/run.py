@@ -11,7 +11,7 @@ from unittest import mock
 
 import torch
 
-from .allocator import minimum_capacity_bytes, replay
+from .allocator import CachingAllocator, capacity_figures
 from .build import (
     MeasureError,
     apply_lora,
@@ -183,7 +183,7 @@ def run_cpu(config: Mapping[str, Any], setup: Setup, explain: bool = False, allo
             states = fake_pack_nf4(model, setup.double_quant) if qlora else []
             counts = count_params(model)
             tracker = PeakTracker(explain=explain, capture_at=capture_at,
-                                  replay_allocator=allocator and capture_at is None)
+                                  record_allocations=allocator and capture_at is None)
             if setup.method == "inference":
                 tracker.track_external(model)
             if states:
@@ -201,13 +201,11 @@ def run_cpu(config: Mapping[str, Any], setup: Setup, explain: bool = False, allo
         live = again.live_at_peak
     measured = {"metric": "memtracker_fake_cpu", "status": "ok", "peak_bytes": peak["total"],
                 "categories": {k: v for k, v in peak.items() if k != "total"}}
-    if tracker.allocator is not None:
-        events = tracker.allocation_events
-        measured["reserved_bytes"] = tracker.allocator.peak_reserved_bytes
-        measured["minimum_capacity_bytes"] = minimum_capacity_bytes(events)
-        # the same allocations under PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (expandable.py)
-        measured["reserved_bytes_expandable"] = replay(events, make=ExpandableAllocator).peak_reserved_bytes
-        measured["minimum_capacity_bytes_expandable"] = minimum_capacity_bytes(events, make=ExpandableAllocator)
+    if tracker.allocation_events is not None:
+        # the default allocator, then PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (expandable.py)
+        for suffix, make in (("", CachingAllocator), ("_expandable", ExpandableAllocator)):
+            reserved, least = capacity_figures(tracker.allocation_events, make)
+            measured["reserved_bytes" + suffix], measured["minimum_capacity_bytes" + suffix] = reserved, least
     return {
         "device": {"kind": "cpu-simulated", "name": "FakeTensorMode(cpu)"},
         "measured": measured,

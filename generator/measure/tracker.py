@@ -13,7 +13,7 @@ from torch.distributed._tools.mem_tracker import _TOTAL_KEY, MemTracker, _MemRef
 from torch.distributed._tools.mod_tracker import ModTracker
 from torch.utils.weak import WeakIdKeyDictionary
 
-from .allocator import CachingAllocator, Event
+from .allocator import Event
 
 CATEGORY_NAMES = {
     _MemRefType.PARAM: "param", _MemRefType.BUFFER: "buffer", _MemRefType.GRAD: "grad", _MemRefType.ACT: "act",
@@ -70,11 +70,11 @@ class PeakTracker(MemTracker):
        an earlier identical run) the live storages are listed when the total first reaches it.
     4. Its module tracker is a HookReleasingModTracker, whose gradient hooks the runner drops after each
        backward (`backward_done`): ModTracker's own kept every step's graph, and a leaf with it, alive.
-    5. With `replay_allocator=True` every storage made and freed is replayed, in order, through a model of the CUDA
-       caching allocator (allocator.CachingAllocator): the segments a CUDA run would hold, `max_memory_reserved`.
+    5. With `record_allocations=True` every storage made and freed is recorded, in order (`allocation_events`), for
+       a replay through a model of the CUDA caching allocator after the run (allocator.capacity_figures).
     """
 
-    def __init__(self, explain: bool = False, capture_at: int | None = None, replay_allocator: bool = False) -> None:
+    def __init__(self, explain: bool = False, capture_at: int | None = None, record_allocations: bool = False) -> None:
         super().__init__()
         self._mod_tracker: HookReleasingModTracker = HookReleasingModTracker()
         self.stage = "setup"
@@ -86,8 +86,7 @@ class PeakTracker(MemTracker):
         self.live_at_peak: list[dict[str, Any]] | None = None
         self._origin: WeakIdKeyDictionary = WeakIdKeyDictionary()
         self._op = ""
-        self.allocator: CachingAllocator | None = CachingAllocator() if replay_allocator else None
-        self.allocation_events: list[Event] = []
+        self.allocation_events: list[Event] | None = [] if record_allocations else None
 
     # 1. frozen parameters -------------------------------------------------------------------------
     def _track_module_params_and_buffers(self, module: torch.nn.Module, install_grad_hooks: bool = True):
@@ -104,12 +103,12 @@ class PeakTracker(MemTracker):
     def _grad_hook(self, grad: torch.Tensor) -> None:
         self._update_and_maybe_create_winfos(grad, _MemRefType.GRAD)  # must return None: a hook's value replaces grad
 
-    # 5. the caching allocator's segments -----------------------------------------------------------
+    # 5. the allocations, for the caching allocator's replay --------------------------------------------------
     def _update_snap(self, u_type, winfo, old_mem_consumed=None, old_reftype=None) -> None:
         super()._update_snap(u_type, winfo, old_mem_consumed=old_mem_consumed, old_reftype=old_reftype)
-        if self.allocator is None:
+        events = self.allocation_events
+        if events is None:
             return
-        events: list[Event] = []
         if u_type == _UpdateType.ADD:
             events.append((id(winfo), winfo.mem_consumed))
         elif u_type == _UpdateType.DEL:
@@ -119,12 +118,6 @@ class PeakTracker(MemTracker):
                 events.append((id(winfo), None))
             if winfo.mem_consumed:
                 events.append((id(winfo), winfo.mem_consumed))
-        for handle, nbytes in events:
-            if nbytes is None:
-                self.allocator.free(handle)
-            else:
-                self.allocator.malloc(handle, nbytes)
-        self.allocation_events += events
 
     # 2 and 3. global peak with its place ----------------------------------------------------------
     def _where(self) -> dict[str, Any]:
