@@ -183,8 +183,9 @@ def test_cli_allocator_line_and_summary(tmp_path, capsys):
     for key in ("reserved_bytes", "minimum_capacity_bytes", "reserved_bytes_expandable",
                 "minimum_capacity_bytes_expandable"):
         assert m[key] >= m["peak_bytes"], key
-    over = (m["reserved_bytes"] / m["peak_bytes"] - 1) * 100
-    assert f"; reserved {over:+.1f}%, least card " in err and "(expandable segments: " in err
+    r, c, xr, xc = ((m[key] / m["peak_bytes"] - 1) * 100 for key in (
+        "reserved_bytes", "minimum_capacity_bytes", "reserved_bytes_expandable", "minimum_capacity_bytes_expandable"))
+    assert f"; reserved {r:+.1f}%, least card {c:+.1f}% (expandable segments: {xr:+.1f}%, {xc:+.1f}%)" in err
 
 
 def test_cli_refuses_what_it_cannot_run(tmp_path, capsys):

@@ -346,7 +346,11 @@ def test_without_a_table_the_pages_say_so_and_show_no_figure(tmp_path: Path, mon
                                          (json.dumps({**json.loads(DATA.read_text(encoding="utf-8")),
                                                       "allocator": [{**json.loads(DATA.read_text(encoding="utf-8"))[
                                                           "allocator"][0], "reserved_over_max_pct": None}]}),
-                                          "allocator.reserved_over_max_pct")])
+                                          "allocator.reserved_over_max_pct"),
+                                         (json.dumps({**json.loads(DATA.read_text(encoding="utf-8")),
+                                                      "allocator": [{**json.loads(DATA.read_text(encoding="utf-8"))[
+                                                          "allocator"][0], "headroom_short": -1}]}),
+                                          "allocator.headroom_short")])
 def test_a_broken_table_is_one_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, broken: str,
                                            key: str) -> None:
     path = tmp_path / "accuracy.json"

@@ -154,10 +154,11 @@ def _measure_command(argv: Sequence[str], console) -> int:
     if est:
         summary += f", estimate {est['peak_bytes'] / 2**30:.3f} GiB ({(est['peak_bytes'] / max(m['peak_bytes'], 1) - 1) * 100:+.1f}%)"
     if m.get("reserved_bytes"):  # --allocator: the replay's figures over the live peak
-        over = lambda key: f"{(m[key] / max(m['peak_bytes'], 1) - 1) * 100:+.1f}%"  # noqa: E731
-        summary += (f"; reserved {over('reserved_bytes')}, least card {over('minimum_capacity_bytes')}"
-                    f" (expandable segments: {over('reserved_bytes_expandable')}, "
-                    f"{over('minimum_capacity_bytes_expandable')})")
+        reserved, least, x_reserved, x_least = (
+            f"{(m[key] / max(m['peak_bytes'], 1) - 1) * 100:+.1f}%" for key in (
+                "reserved_bytes", "minimum_capacity_bytes", "reserved_bytes_expandable",
+                "minimum_capacity_bytes_expandable"))
+        summary += f"; reserved {reserved}, least card {least} (expandable segments: {x_reserved}, {x_least})"
     if args.out and console is not None:  # stdout is free: the JSON went to the file
         console.print(summary + f" -> {args.out}", markup=False, highlight=False, soft_wrap=True)
     else:

@@ -12,7 +12,7 @@ import functools
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -128,14 +128,13 @@ def parse(data: Any, path: Path) -> Accuracy:
         for key in ("median_abs_pct", "p90_abs_pct", "max_abs_pct", "mean_signed_pct"):
             if _pct(path, f"errors.{key}", getattr(e, key)) is None and e.compared:
                 raise _bad(path, f"errors.{key}", None, f"null although {e.compared} rows were compared")
-    for a in allocator:
-        for key in ("runs", "headroom_short"):
-            _count(path, f"allocator.{key}", getattr(a, key))
-        for key in ("reserved_over_median_pct", "reserved_over_max_pct", "least_card_over_median_pct",
-                    "least_card_over_max_pct", "reserved_error_median_abs_pct", "reserved_error_mean_signed_pct",
-                    "headroom_margin_min_pct"):
-            if _pct(path, f"allocator.{key}", getattr(a, key)) is None:
-                raise _bad(path, f"allocator.{key}", None, "null")
+    for a in allocator:  # every count and percentage AllocatorRow declares
+        for column in fields(AllocatorRow):
+            key, value = f"allocator.{column.name}", getattr(a, column.name)
+            if column.type == "int":
+                _count(path, key, value)
+            elif column.type == "float" and _pct(path, key, value) is None:
+                raise _bad(path, key, None, "null")
     for x in fits:
         for key in ("budget_bytes", "jobs", "nonfit", "nonfit_flagged", "fit", "false_wont_fit"):
             _count(path, f"fits.{key}", getattr(x, key))
