@@ -87,6 +87,16 @@ class Linked(Protocol):
     next: Any
 
 
+def cut(run: Linked, rest: Linked) -> None:
+    """`rest`, made for `run`'s tail, takes its place in the chain after `run`, which keeps only its head
+    (the split in malloc and in map_block). `rest.addr` and `rest.size` are already the tail's."""
+    rest.prev, rest.next = run, run.next
+    if run.next is not None:
+        run.next.prev = rest
+    run.next = rest
+    run.size -= rest.size
+
+
 def absorb(run: Linked, other: Linked) -> None:
     """`other`, the run just before or after `run` in its segment, joins it (try_merge_blocks): `run` takes the
     whole span and `other`'s place in the chain. Neither is in a free set while this runs."""
@@ -187,11 +197,8 @@ class CachingAllocator(Ledger):
         block = self._free_block(size, small) or self._new_segment(size, small)
         remaining = block.size - size
         if remaining >= MIN_BLOCK_BYTES if small else remaining > SMALL_REQUEST_BYTES:
-            rest = Block(block.segment, block.addr + size, remaining, small, prev=block, next=block.next)
-            if block.next is not None:
-                block.next.prev = rest
-            block.next = rest
-            block.size = size
+            rest = Block(block.segment, block.addr + size, remaining, small)
+            cut(block, rest)
             self._insert(rest)
         return block
 

@@ -28,6 +28,7 @@ from .allocator import (
     Ledger,
     OutOfMemoryError,
     absorb,
+    cut,
 )
 
 VIRTUAL_BYTES = 1 << 50  # each pool's address range: far beyond any card, as the segment reserves the device's size
@@ -93,11 +94,8 @@ class ExpandableAllocator(Ledger):
 
     def _split(self, run: Run, size: int, mapped: bool) -> Run:
         """Cut `run` (in no set) at `size`; the rest, with `mapped`, goes back to its set."""
-        rest = Run(run.addr + size, run.size - size, run.small, mapped=mapped, prev=run, next=run.next)
-        if run.next is not None:
-            run.next.prev = rest
-        run.next = rest
-        run.size = size
+        rest = Run(run.addr + size, run.size - size, run.small, mapped=mapped)
+        cut(run, rest)
         self._insert(rest)
         return rest
 
