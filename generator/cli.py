@@ -106,10 +106,10 @@ def _run_model(argv: Sequence[str], console: Console, err: Console) -> int:
                               f"cannot write the page ({exc.strerror or exc})") from None
         err.print(f"wrote {args.html} ({len(page.encode()):,} bytes)", markup=False, highlight=False)
         return 0
-    from .terminal import print_summary
+    from .terminal import print_summary, wants_replay
 
     replayed = None
-    if dict(report.memory.job or ()).get("metric") in ("reserved", "nvidia-smi"):
+    if wants_replay(report, job_flags.asked(args)):
         from .site import accuracy_page
 
         table = accuracy_page.load()  # what the caching allocator adds, measured: None where the table is absent

@@ -9,14 +9,32 @@ from rich.text import Text
 from . import format as fmt
 from . import setups_text
 from .accuracy_allocator import AllocatorRow
-from .estimator import Report
+from .estimator import Report, card_verdict
 from .settings import Settings
 
 _SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 
 
-def _fits(card: str | None) -> str:
-    return f"fits one {card}" if card else "fits no single card listed; the setups below spread it over several"
+def _fits(card: str | None, tight: str | None = None) -> str:
+    """Where batch 1 fits with the headroom, and the smaller card that holds it without (Memory.tight_card_*)."""
+    if card:
+        return f"fits one {card}" + (f"; tight on one {tight}" if tight else "")
+    return ("fits no single card listed" + (f" (tight on one {tight})" if tight else "")
+            + "; the setups below spread it over several")
+
+
+def wants_replay(report: Report, asked: bool) -> bool:
+    """Whether the summary says what the caching allocator adds: beside a reserved or nvidia-smi peak, or a card
+    called tight."""
+    return dict(report.memory.job or ()).get("metric") in ("reserved", "nvidia-smi") or _any_tight(report.memory,
+                                                                                               asked)
+
+
+def _any_tight(m, asked: bool) -> bool:
+    """A site job tight on its smallest card, or (asked) the exact job tight on any card."""
+    exact = asked and bool(m.job) and any(card_verdict(m.peak_bytes, c.budget_bytes, c.capacity_bytes) == "tight"
+                                          for c in m.cards)
+    return exact or any((m.tight_card_full, m.tight_card_lora, m.tight_card_serve))
 
 
 def print_summary(console: Console, report: Report, *, plan: bool, settings: Settings, asked: bool = False,
@@ -39,12 +57,15 @@ def print_summary(console: Console, report: Report, *, plan: bool, settings: Set
         console.print(_verdicts(m))
     console.print(Text(
         f"{'The site' + chr(39) + 's jobs: f' if asked else 'F'}ine-tuning at batch 1 and {fmt.count(m.train_tokens)} "
-        f"tokens takes about {fmt.gb(m.train_full_bytes_batch1)} for a full fine-tune ({_fits(m.smallest_card_full)}), "
+        f"tokens takes about {fmt.gb(m.train_full_bytes_batch1)} for a full fine-tune "
+        f"({_fits(m.smallest_card_full, m.tight_card_full)}), "
         f"and {fmt.gb(m.train_lora_bytes_batch1)} with LoRA r={a['lora_rank']} on a bf16 base "
-        f"({_fits(m.smallest_card_lora)}). Serving {fmt.serve_weights(p.quantization)} weights at "
-        f"{fmt.count(m.serve_tokens)} tokens per sequence "
-        f"starts at {fmt.gb(m.serve_bytes_batch1)} ({_fits(m.smallest_card_serve)}). "
+        f"({_fits(m.smallest_card_lora, m.tight_card_lora)}). Serving {fmt.serve_weights(p.quantization)} weights "
+        f"at {fmt.count(m.serve_tokens)} tokens per sequence "
+        f"starts at {fmt.gb(m.serve_bytes_batch1)} ({_fits(m.smallest_card_serve, m.tight_card_serve)}). "
         "Estimated from the config's structure, not measured."))
+    if _any_tight(m, asked):
+        console.print(_tight_note(a["headroom"], replayed), style="dim")
     rows = setups_text.headline(report.plans, report.plans_unreachable, report.serving)
     if rows:
         console.print(Text("Setups that run it: " + " ".join(setups_text.sentence(r) for r in rows)))
@@ -121,10 +142,32 @@ def _reserved_note(metric: str, replayed: AllocatorRow | None) -> Text:
 
 
 def _verdicts(m) -> Text:
-    """Per card, whether the exact job's per-GPU peak fits its budget."""
-    said = [f"{c.name} {'fits' if m.peak_bytes <= c.budget_bytes else 'does not fit'} (budget {fmt.gb(c.budget_bytes)})"
-            for c in m.cards]
+    """Per card, whether the exact job's per-GPU peak fits its budget, or only its capacity (tight)."""
+    said = []
+    for c in m.cards:
+        verdict = card_verdict(m.peak_bytes, c.budget_bytes, c.capacity_bytes)
+        if verdict == "tight":
+            said.append(f"{c.name} is tight ({fmt.gb(c.capacity_bytes)} for tensors: "
+                        f"{fmt.error_pct((c.capacity_bytes / m.peak_bytes - 1) * 100)} to spare; "
+                        f"budget {fmt.gb(c.budget_bytes)})")
+        else:
+            said.append(f"{c.name} {verdict} (budget {fmt.gb(c.budget_bytes)})")
     return Text("Per card: " + "; ".join(said) + ".")
+
+
+def _tight_note(headroom: float, replayed: AllocatorRow | None) -> Text:
+    """What "tight" means: the card holds the live peak but not the headroom, and the caching allocator's
+    fragmentation decides; with the measured figures where the accuracy table has them (FINDINGS.md F49)."""
+    text = (f"Tight: the card holds the estimate but not its {fmt.ratio(headroom)} headroom, kept for the caching "
+            "allocator's fragmentation and the estimate's own error. Whether the step runs depends on how the "
+            "allocator's blocks fall")
+    if replayed is None:
+        return Text(text + "; expandable segments (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True) waste less.")
+    return Text(f"{text}: {fmt.count(replayed.runs)} steps replayed through it, each at one length, needed a median "
+                f"{fmt.error_pct(replayed.least_card_over_median_pct)} (up to "
+                f"{fmt.error_pct(replayed.least_card_over_max_pct)}) over their live peak to run; steps of varied "
+                "lengths need more, and expandable segments (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True) less "
+                "(/accuracy/).")
 
 
 def _print_plan(console: Console, report: Report, settings: Settings, method: str | None = None) -> None:

@@ -31,6 +31,7 @@ from .memory.layer_terms import all_linear_params
 from .memory.parallel import Setup, accumulating_phases, per_gpu
 from .memory.profile import (
     budget_bytes,
+    capacity_bytes,
     kv_bytes_per_sequence,
     kv_bytes_per_token,
     serve_profile,
@@ -39,7 +40,7 @@ from .memory.profile import (
 )
 from .memory.sharding import GPUS_PER_NODE
 from .memory.splits import Cut, best_cut, two_card_batch
-from .memory.stages import Profile, largest_batch
+from .memory.stages import Limits, Profile, largest_batch
 from .memory.storage import model_serve_weight_bytes, stored_elements
 from .normalise import normalise
 from .report import (
@@ -197,6 +198,9 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
             site_jobs["full"].phases, site_jobs["full"].grad_bytes * site_jobs["full"].params_trainable)),
         smallest_card_full=smallest("train_full_max_batch"), smallest_card_lora=smallest("train_lora_max_batch"),
         smallest_card_serve=smallest("serve_max_batch"), cards=plans,
+        tight_card_full=_tight_card(by_budget, profiles["train_full"].whole_limits, "train_full"),
+        tight_card_lora=_tight_card(by_budget, profiles["train_lora"].whole_limits, "train_lora"),
+        tight_card_serve=_tight_card(by_budget, profiles["serve"].whole_limits, "serve"),
         kv_bytes_per_sequence=kv_per_sequence,
         state_bytes_per_sequence=state_bytes_per_sequence(arch, s), image_tokens=spec.image_tokens,
         serve_weight_bytes=weights_served,
@@ -317,7 +321,7 @@ def _card_plan(cards: tuple[Card, ...], profiles: Mapping[str, Profile], s: Assu
     cuts: dict[str, Cut] = {}  # the best two-card cut per method, where a card asks for one
     plans = []
     for card in cards:
-        budget = budget_bytes(card, s)
+        budget, capacity = budget_bytes(card, s), capacity_bytes(card, s)
         batches = {k: largest_batch(lim, budget) for k, lim in limits.items()}
         splits: list[SplitPlan] = []
         for k, batch in batches.items():
@@ -326,8 +330,16 @@ def _card_plan(cards: tuple[Card, ...], profiles: Mapping[str, Profile], s: Assu
                 splits.append(SplitPlan(k, 2, cut.layers, (cut.first, cut.second), two_card_batch(cut, budget)))
         plans.append(CardPlan(card.name, card.memory_marketed_bytes, card.memory_usable_bytes, budget,
                               batches["train_full"], batches["train_lora"], batches["serve"], tuple(splits) or None,
-                              0 if qlora_limits is None else largest_batch(qlora_limits, budget)))
+                              0 if qlora_limits is None else largest_batch(qlora_limits, budget), capacity))
     return tuple(plans)
+
+
+def _tight_card(by_budget: list[CardPlan], limits: Limits, key: str) -> str | None:
+    """The smallest card whose capacity holds batch 1 of `key` (train_full, train_lora, serve) where that card's
+    budget does not (profile.card_verdict's "tight"); None where the smallest card holding it has the headroom
+    too, or none holds it."""
+    holding = next((c for c in by_budget if largest_batch(limits, c.capacity_bytes) >= 1), None)
+    return holding.name if holding is not None and getattr(holding, f"{key}_max_batch") == 0 else None
 
 
 def _costs(arch, graph, s: Assumptions, cards, gpus, profiles, adapters,

@@ -77,6 +77,7 @@ class CardPlan:
     # QLoRA (NF4 base, double quantisation, paged AdamW, checkpointing) on one card; 0 where batch 1 does not fit
     # or QLoRA does not apply (an already quantised checkpoint: plans_unreachable says so)
     train_qlora_max_batch: int = 0
+    capacity_bytes: int = 0  # usable less CUDA context: what the process can allocate (budget = this / headroom)
 
 
 @dataclass(frozen=True)
@@ -112,6 +113,11 @@ class Memory:
     # the site's full fine-tune at batch 1 accumulating gradients over micro-batches (how a card that holds less
     # than job_batch runs the reference job): every gradient held between them (FINDINGS.md F27)
     train_full_bytes_accumulating: int = 0
+    # per method, the smallest card whose capacity holds batch 1 but not its headroom, where no smaller card fits
+    # (memory.profile.card_verdict's "tight": the allocator's fragmentation decides); None where there is none
+    tight_card_full: str | None = None
+    tight_card_lora: str | None = None
+    tight_card_serve: str | None = None
 
 
 @dataclass(frozen=True)

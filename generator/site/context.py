@@ -68,6 +68,9 @@ def model_context(report: Report, record: ModelRecord | None, settings: Settings
             "full_card": mem.smallest_card_full,
             "lora": f.gb(mem.train_lora_bytes_batch1),
             "lora_card": mem.smallest_card_lora,
+            "full_tight": mem.tight_card_full,  # holds batch 1, not its headroom (estimator.card_verdict)
+            "lora_tight": mem.tight_card_lora,
+            "headroom": f.ratio(assumptions["headroom"]),
             "rank": f.count(assumptions["lora_rank"]),
             "custom_code": model.custom_code,
         },

@@ -1,0 +1,124 @@
+"""A card that holds a job's peak but not its headroom is "tight", not "does not fit" (estimator.card_verdict):
+the verdict's three states, the report's tight cards against their budget and capacity, what the CLI and a
+model page say of them, with the allocator replay's measured figures (FINDINGS.md F49)."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from generator.cli import main
+from generator.estimator import card_verdict
+from generator.estimator.memory.profile import budget_bytes, capacity_bytes
+from generator.hub.snapshot import DEFAULT_SNAPSHOT_DIR, load_record
+from generator.pipeline import report_for_record
+from generator.settings import load_settings
+from generator.site import accuracy_page
+from generator.site.build import render_model_page
+
+SETTINGS = load_settings()
+PHI = "microsoft/Phi-3.5-mini-instruct"  # full fine-tune 76.4 GB: over the 80 GB card's budget, within its capacity
+LLAMA8 = "meta-llama/Llama-3.1-8B"
+GB = 10**9
+
+
+def _report(model: str):
+    record = load_record(DEFAULT_SNAPSHOT_DIR, model)
+    assert record is not None
+    return report_for_record(record, SETTINGS), record
+
+
+def run(capsys, *args):
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, " ".join(out.split()), err
+
+
+def test_the_three_states_at_their_edges() -> None:
+    card = SETTINGS.cards[2]  # A100 40 GB: 42,405,855,232 B usable
+    s = SETTINGS.assumptions
+    budget, capacity = budget_bytes(card, s), capacity_bytes(card, s)
+    assert capacity == card.memory_usable_bytes - s.cuda_context_bytes == 41_868_984_320
+    assert budget == int(capacity / 1.15)
+    assert card_verdict(budget, budget, capacity) == "fits"
+    assert card_verdict(budget + 1, budget, capacity) == "tight"
+    assert card_verdict(capacity, budget, capacity) == "tight"
+    assert card_verdict(capacity + 1, budget, capacity) == "does not fit"
+
+
+@given(st.integers(0, 400 * GB), st.integers(1, 200 * GB), st.floats(1.0, 2.0))
+def test_a_larger_peak_never_gets_a_kinder_verdict(peak: int, capacity: int, headroom: float) -> None:
+    budget = int(capacity / headroom)
+    order = ("fits", "tight", "does not fit")
+    here = order.index(card_verdict(peak, budget, capacity))
+    assert here <= order.index(card_verdict(peak + GB, budget, capacity))
+    assert (here == 0) == (peak <= budget) and (here == 2) == (peak > capacity)
+
+
+@pytest.mark.parametrize("model", [PHI, LLAMA8, "Qwen/Qwen3-0.6B", "google-t5/t5-large", "meta-llama/Llama-3.1-70B",
+                                   "Gensyn/Qwen2.5-0.5B-Instruct", "llava-hf/llava-1.5-7b-hf"])
+def test_a_tight_card_holds_batch_1_within_its_capacity_and_no_smaller_card_fits(model: str) -> None:
+    mem = _report(model)[0].memory
+    by_budget = sorted(mem.cards, key=lambda c: c.budget_bytes)
+    for key, batch1, smallest, tight in (
+            ("train_full", mem.train_full_bytes_batch1, mem.smallest_card_full, mem.tight_card_full),
+            ("train_lora", mem.train_lora_bytes_batch1, mem.smallest_card_lora, mem.tight_card_lora),
+            ("serve", mem.serve_bytes_batch1, mem.smallest_card_serve, mem.tight_card_serve)):
+        verdicts = [card_verdict(batch1, c.budget_bytes, c.capacity_bytes) for c in by_budget]
+        # the report's batches and the verdict agree on every card
+        assert [v == "fits" for v in verdicts] == [getattr(c, f"{key}_max_batch") >= 1 for c in by_budget]
+        first = next((i for i, v in enumerate(verdicts) if v != "does not fit"), None)
+        expected = by_budget[first].name if first is not None and verdicts[first] == "tight" else None
+        assert tight == expected, (model, key)
+        if tight is not None:
+            names = [c.name for c in by_budget]
+            assert smallest is None or names.index(tight) < names.index(smallest)
+
+
+def test_the_snapshot_has_tight_cards_where_the_band_says() -> None:
+    mem = _report(PHI)[0].memory
+    assert mem.tight_card_full == "A100 / H100 80 GB" and mem.smallest_card_full == "H200 141 GB"
+    card = next(c for c in mem.cards if c.name == "A100 / H100 80 GB")
+    assert card.budget_bytes < mem.train_full_bytes_batch1 <= card.capacity_bytes
+
+
+def test_the_cli_says_tight_per_card_with_the_measured_figures(capsys, tmp_path, monkeypatch) -> None:
+    pooled = next(a for a in json.loads(accuracy_page.ACCURACY_JSON.read_text(encoding="utf-8"))["allocator"]
+                  if a["setup"] == "every setup at one length")
+    # LoRA at 2,500 tokens: 37.9 GB, over the A100 40 GB's 36.4 GB budget, within its 41.9 GB
+    code, text, err = run(capsys, LLAMA8, "--method", "lora", "--tokens", "2500")
+    assert code == 0 and err == ""
+    assert "A100 40 GB is tight (41.9 GB for tensors: 10.5% to spare; budget 36.4 GB)" in text
+    assert "L4 24 GB does not fit (budget 20.5 GB)" in text and "H200 141 GB fits (budget 131 GB)" in text
+    assert "fits one A100 / H100 80 GB; tight on one A100 40 GB" in text
+    assert (f"{pooled['runs']:,} steps replayed through it, each at one length, needed a median "
+            f"{pooled['least_card_over_median_pct']:.1f}% (up to {pooled['least_card_over_max_pct']:.1f}%) over their "
+            "live peak to run") in text
+    assert text.index("Per card:") < text.index("Tight: the card holds the estimate but not its 1.15x headroom")
+    code, text, _ = run(capsys, LLAMA8, "--method", "lora", "--tokens", "1024")  # fits or not: nothing tight
+    assert code == 0 and "tight" not in text.lower()
+    monkeypatch.setattr(accuracy_page, "ACCURACY_JSON", tmp_path / "missing.json")
+    code, text, _ = run(capsys, LLAMA8, "--method", "lora", "--tokens", "2500")
+    assert code == 0 and "is tight" in text and "replayed" not in text
+    assert "expandable segments (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True) waste less." in text
+
+
+def test_the_site_summary_names_the_tight_card(capsys) -> None:
+    code, text, _ = run(capsys, PHI)
+    assert code == 0 and "76.4 GB for a full fine-tune (fits one H200 141 GB; tight on one A100 / H100 80 GB)" in text
+    assert "Tight: the card holds the estimate" in text
+
+
+def test_a_model_page_names_the_tight_card_and_says_what_it_means() -> None:
+    report, record = _report(PHI)
+    text = re.sub(r"<[^>]+>", "", render_model_page(report, record, SETTINGS, standalone=False))
+    assert "for a full fine-tune (fits one H200 141 GB; tight on one A100 / H100 80 GB)" in text
+    assert ('"Tight on" a card: its memory less the CUDA context holds batch 1, not the 1.15x headroom kept for '
+            "the caching allocator's fragmentation (measured); the table counts it as not fitting.") in text
+    report, record = _report("Qwen/Qwen3-0.6B")
+    text = re.sub(r"<[^>]+>", "", render_model_page(report, record, SETTINGS, standalone=False))
+    assert "tight" not in text.lower()
