@@ -18,7 +18,8 @@ Definitions (also in the table's `definitions`):
 - error: (estimate - tensor bytes) / tensor bytes, in %. Median and p90 of its absolute value per method.
 - fits on a card: tensor bytes <= memory.budget_bytes(card) = (driver-reported memory - CUDA context) /
   headroom, the line every estimate is held against. The estimator "flags" a job on a card when its estimate
-  is over that budget. An OOM row (public) is a non-fitting job on every card no larger than the GPU it ran
+  is over that budget; it says "does not fit" when the estimate is over the capacity (driver-reported memory -
+  CUDA context) too, and "tight" between the two (estimator.card_verdict). An OOM row (public) is a non-fitting job on every card no larger than the GPU it ran
   out of memory on. CPU-simulated rows are judged against every card.
 """
 
@@ -72,7 +73,8 @@ class FitRow:
     nonfit: int  # jobs that do not fit the budget (measured) or ran out of memory
     nonfit_flagged: int  # ... of which the estimator also says "does not fit"
     fit: int
-    false_wont_fit: int  # fitting jobs the estimator says do not fit
+    false_wont_fit: int  # fitting jobs the estimator says do not fit: the estimate is over the card's capacity
+    fit_tight: int = 0  # fitting jobs the estimator calls tight: over the budget, within the capacity
 
 
 @dataclass(frozen=True)
@@ -130,7 +132,10 @@ DEFINITIONS = (
                      "estimate, allocated rows with the allocated one"),
     ("error_pct", "(estimate - tensor bytes) / tensor bytes x 100; median and p90 of the absolute value"),
     ("fits", "tensor bytes <= budget_bytes(card) = (driver-reported memory - CUDA context) / headroom"),
-    ("flagged", "the estimate is over the card's budget"),
+    ("flagged", "the estimate is over the card's budget: the estimator says the job is tight on it, or does not fit"),
+    ("tight", "the estimate is over the card's budget but within its capacity (driver-reported memory - CUDA "
+              "context): whether the step runs depends on the allocator's fragmentation; a fitting job called tight "
+              "is not a false \"won't fit\", which needs the estimate over the capacity"),
     ("oom_rows", "an OOM row is a non-fitting job on every card no larger than its GPU (an emulated card: "
                  "the allocator's limit); public 'fits' rows are not used (fitting a card is not fitting its budget)"),
     ("cpu_sim", "CPU-simulated rows are judged against every card"),
@@ -197,10 +202,11 @@ def _largest_oom_card(row: Mapping[str, Any], budgets, context_bytes: int):
 def compute(datasets: Mapping[str, Sequence[Mapping[str, Any]]], settings, estimator_version: str,
             estimate_fn: Callable[[Mapping[str, Any], Any], int | None] = estimate_bytes) -> AccuracyTable:
     """The table for {dataset name: rows}. `estimate_fn(row, assumptions)` defaults to the current estimator."""
-    from .estimator.memory.profile import budget_bytes
+    from .estimator.memory.profile import budget_bytes, capacity_bytes, card_verdict
 
     s = settings.assumptions
     budgets = [(c, budget_bytes(c, s)) for c in settings.cards]
+    capacity = {c.name: capacity_bytes(c, s) for c in settings.cards}
     errors, fits, counts = [], [], []
     by_setup: dict[str, list[tuple[int, int]]] = {}
     by_family: dict[str, list[tuple[int, int]]] = {}
@@ -251,7 +257,7 @@ def compute(datasets: Mapping[str, Sequence[Mapping[str, Any]]], settings, estim
                 continue
             errors.append(error_row(name, method, [(e, m) for _, m, e, _ in mine if m is not None]))
             for card, budget in budgets:
-                jobs = nonfit = flagged = fit = false_no = 0
+                jobs = nonfit = flagged = fit = false_no = tight = 0
                 for _, m, e, row in mine:
                     if m is None:  # an OOM row: judged only on cards no larger than its GPU
                         if card not in _oom_cards(row, settings.cards, s.cuda_context_bytes):
@@ -262,11 +268,13 @@ def compute(datasets: Mapping[str, Sequence[Mapping[str, Any]]], settings, estim
                     jobs += 1
                     if does_fit:
                         fit += 1
-                        false_no += e > budget
+                        verdict = card_verdict(e, budget, capacity[card.name])
+                        false_no += verdict == "does not fit"
+                        tight += verdict == "tight"
                     else:
                         nonfit += 1
                         flagged += e > budget
-                fits.append(FitRow(name, method, card.name, budget, jobs, nonfit, flagged, fit, false_no))
+                fits.append(FitRow(name, method, card.name, budget, jobs, nonfit, flagged, fit, false_no, tight))
     return AccuracyTable(estimator_version, tuple(counts), tuple(errors), tuple(fits), DEFINITIONS, (),
                          tuple((d, r, n) for (d, r), n in sorted(excluded.items(), key=lambda kv: (kv[0][0], -kv[1], kv[0][1]))),
                          tuple(error_row("cpu-sim", k, v) for k, v in sorted(by_setup.items())),
@@ -321,10 +329,11 @@ def render(table: AccuracyTable) -> str:
         f = lambda v: "-" if v is None else f"{v:.1f}"  # noqa: E731
         lines.append(f"{e.dataset:<10} {e.method:<10} {e.compared:>4} {f(e.median_abs_pct):>14} {f(e.p90_abs_pct):>11} "
                      f"{f(e.max_abs_pct):>8} {f(e.mean_signed_pct):>10}")
-    lines += ["", f"{'dataset':<10} {'method':<10} {'card':<18} {'jobs':>5} {'non-fit flagged':>16} {'false no-fit':>13}"]
+    lines += ["", f"{'dataset':<10} {'method':<10} {'card':<18} {'jobs':>5} {'non-fit flagged':>16} {'false no-fit':>13} "
+                  f"{'fit, tight':>11}"]
     for r in table.fits:
         lines.append(f"{r.dataset:<10} {r.method:<10} {r.card:<18} {r.jobs:>5} {f'{r.nonfit_flagged}/{r.nonfit}':>16} "
-                     f"{f'{r.false_wont_fit}/{r.fit}':>13}")
+                     f"{f'{r.false_wont_fit}/{r.fit}':>13} {f'{r.fit_tight}/{r.fit}':>11}")
     lines += ["", "CPU-simulated rows by setup:"]
     lines += [f"  {e.method:<62} {e.compared:>4} {f(e.median_abs_pct):>6} {f(e.p90_abs_pct):>6} {f(e.max_abs_pct):>6}"
               for e in table.setups]

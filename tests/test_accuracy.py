@@ -44,6 +44,22 @@ def test_tensor_bytes_takes_off_the_context_only_where_the_metric_has_it():
     assert tensor_bytes(row("max_memory_allocated", "oom", None), 1000) is None
 
 
+def test_a_fitting_job_called_tight_is_not_a_false_wont_fit():
+    """Between a card's budget and its capacity the estimator says tight (estimator.card_verdict): a fitting job
+    there is counted as called tight; only an estimate over the capacity is a false "won't fit"."""
+    from generator.estimator.inputs import Assumptions, Card
+
+    s = Assumptions(cuda_context_bytes=10 * 10**9, headroom=1.25)  # capacity 100 GB, budget 80 GB
+    settings = SimpleNamespace(assumptions=s, cards=(Card("card", 110 * 10**9, 110 * 10**9, ""),))
+    base = {"setup": {"method": "full", "precision": "amp", "batch": 1, "tokens": 8}, "config": {"x": 1}}
+    rows = [dict(base, measured={"metric": "memtracker_fake_cpu", "status": "ok", "peak_bytes": m * 10**9}, est=e)
+            for m, e in ((50, 60), (50, 90), (70, 100), (70, 101), (90, 95))]
+    table = compute({"d": rows}, settings, "t", estimate_fn=lambda row, _: row["est"] * 10**9)
+    (row,) = table.fits
+    # fit (<= 80): 60 fits, 90 and 100 tight, 101 over the capacity; 90 measured does not fit, 95 flags it
+    assert (row.jobs, row.fit, row.fit_tight, row.false_wont_fit, row.nonfit, row.nonfit_flagged) == (5, 4, 2, 1, 1, 1)
+
+
 def test_fit_verdicts_count_per_card():
     from generator.estimator.inputs import Assumptions, Card
 

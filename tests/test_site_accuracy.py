@@ -173,10 +173,12 @@ def check_page(html: str, table: dict[str, Any]) -> None:
                 assert _int(cells[3]) == x["jobs"]
                 assert _share(cells[4]) == (x["nonfit_flagged"], x["nonfit"])
                 assert _share(cells[5]) == (x["false_wont_fit"], x["fit"])
+                assert _share(cells[6]) == (x["fit_tight"], x["fit"])
             total = mine[-1]
             assert _int(total[3]) == sum(x["jobs"] for x in fits)
             assert _share(total[4]) == (sum(x["nonfit_flagged"] for x in fits), sum(x["nonfit"] for x in fits))
             assert _share(total[5]) == (sum(x["false_wont_fit"] for x in fits), sum(x["fit"] for x in fits))
+            assert _share(total[6]) == (sum(x["fit_tight"] for x in fits), sum(x["fit"] for x in fits))
     # Public runs out of memory that the estimate does not flag: each with its card, both figures and its cause.
     oom = table.get("unflagged_oom") or []
     if oom:

@@ -136,7 +136,7 @@ def parse(data: Any, path: Path) -> Accuracy:
             elif column.type == "float" and _pct(path, key, value) is None:
                 raise _bad(path, key, None, "null")
     for x in fits:
-        for key in ("budget_bytes", "jobs", "nonfit", "nonfit_flagged", "fit", "false_wont_fit"):
+        for key in ("budget_bytes", "jobs", "nonfit", "nonfit_flagged", "fit", "false_wont_fit", "fit_tight"):
             _count(path, f"fits.{key}", getattr(x, key))
     return Accuracy(str(data.get("estimator_version", "")), rows, errors, fits, definitions, fitted, excluded, setups,
                     families, misses, unit, oom, allocator)
@@ -243,9 +243,10 @@ def _error_cells(e: ErrorRow | None) -> dict[str, Any]:
             "max": f.error_pct(largest), "mean": f.signed_pct(mean)}
 
 
-def _fit_row(card: str, budget: str, jobs: int, nonfit: int, flagged: int, fit: int, false_no: int) -> dict[str, str]:
+def _fit_row(card: str, budget: str, jobs: int, nonfit: int, flagged: int, fit: int, false_no: int,
+             tight: int) -> dict[str, str]:
     return {"card": card, "budget": budget, "jobs": f.count(jobs), "flagged": f.share(flagged, nonfit),
-            "false_no": f.share(false_no, fit)}
+            "false_no": f.share(false_no, fit), "tight": f.share(tight, fit)}
 
 
 def page_context(table: Accuracy | None) -> dict[str, Any]:
@@ -258,10 +259,11 @@ def page_context(table: Accuracy | None) -> dict[str, Any]:
         for method, label in METHODS:
             fits = [x for x in table.fits if x.dataset == name and x.method == method]
             cards = [_fit_row(x.card, f.gb(x.budget_bytes), x.jobs, x.nonfit, x.nonfit_flagged, x.fit,
-                              x.false_wont_fit) for x in fits]
+                              x.false_wont_fit, x.fit_tight) for x in fits]
             total = None if not fits else _fit_row(
                 "all cards", f.DASH, sum(x.jobs for x in fits), sum(x.nonfit for x in fits),
-                sum(x.nonfit_flagged for x in fits), sum(x.fit for x in fits), sum(x.false_wont_fit for x in fits))
+                sum(x.nonfit_flagged for x in fits), sum(x.fit for x in fits), sum(x.false_wont_fit for x in fits),
+                sum(x.fit_tight for x in fits))
             methods.append({"label": label, "error": _error_cells(table.error(name, method)), "cards": cards,
                             "total": total})
         datasets.append({"id": name, "name": dataset_name(name), "rows": f.count(rows), "compared": f.count(compared),
