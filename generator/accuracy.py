@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 # Row-level helpers live in accuracy_rows.py; re-exported here for callers of generator.accuracy.
-from .accuracy_allocator import AllocatorRow, allocator_rows
+from .accuracy_allocator import AllocatorRow, allocator_rows, least_card_over_pcts
 from .accuracy_rows import (  # noqa: F401 - _double_quant: tests reach it here
     _double_quant,
     estimate_bytes,
@@ -102,6 +102,8 @@ class AccuracyTable:
     unflagged_oom: tuple[tuple[str, str, str, str, int, int, str], ...] = ()
     # CPU-simulated steps replayed through the CUDA caching allocator, by setup (accuracy_allocator)
     allocator: tuple[AllocatorRow, ...] = ()
+    # every step of the allocator's ALL_SETUPS row: its least card over its live peak, %, smallest first
+    least_card_over_pct: tuple[float, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -115,6 +117,7 @@ class AccuracyTable:
         out["unit_ambiguous"] = [{"id": i, "model": m, "method": k, "error_pct_if_gb": gb, "error_pct_if_gib": gib,
                                   "cause": c} for i, m, k, gb, gib, c in self.unit_ambiguous]
         out["allocator"] = [asdict(a) for a in self.allocator]
+        out["least_card_over_pct"] = list(self.least_card_over_pct)
         out["unflagged_oom"] = [{"id": i, "model": m, "method": k, "card": card, "estimate_bytes": e,
                                  "budget_bytes": b, "cause": c} for i, m, k, card, e, b, c in self.unflagged_oom]
         return out
@@ -142,6 +145,9 @@ DEFINITIONS = (
     ("unflagged_oom", "a public run that ran out of memory, whose estimate is within the budget of the largest card "
                       "it is judged on: listed with what differs from the run the estimator prices, as the misses "
                       "over 10% are"),
+    ("least_card_over_pct", "each CPU-simulated step replayed through the allocator at one length: the least card it "
+                            "runs in over its live peak, in %, smallest first; a card with x% more memory than a "
+                            "job's live peak would have run the steps at or under x (what the CLI says of a tight card)"),
     ("allocator", "CPU-simulated steps replayed, allocation by allocation, through a model of PyTorch's CUDA caching "
                   "allocator (generator/measure/allocator.py): reserved is max_memory_reserved on a card with room; "
                   "the least card is the least memory the step runs in, the allocator freeing its cached segments "
@@ -279,17 +285,19 @@ def compute(datasets: Mapping[str, Sequence[Mapping[str, Any]]], settings, estim
                          tuple((d, r, n) for (d, r), n in sorted(excluded.items(), key=lambda kv: (kv[0][0], -kv[1], kv[0][1]))),
                          tuple(error_row("cpu-sim", k, v) for k, v in sorted(by_setup.items())),
                          tuple(error_row(k, "training", v) for k, v in sorted(by_family.items())), tuple(misses),
-                         tuple(unit), tuple(unflagged), _allocator(datasets, s, estimate_fn))
+                         tuple(unit), tuple(unflagged), *_allocator(datasets, s, estimate_fn))
 
 
-def _allocator(datasets: Mapping[str, Sequence[Mapping[str, Any]]], s, estimate_fn) -> tuple[AllocatorRow, ...]:
-    """The replayed rows of every dataset, by setup."""
+def _allocator(datasets: Mapping[str, Sequence[Mapping[str, Any]]], s,
+               estimate_fn) -> tuple[tuple[AllocatorRow, ...], tuple[float, ...]]:
+    """The replayed rows of every dataset, by setup, and the one-length steps' least cards over their live peaks."""
     def label(row: Mapping[str, Any]) -> str | None:
         setup = setup_of(row)
         return setup_label(setup) if setup is not None else None
 
     rows = [row for name in sorted(datasets) for row in datasets[name]]
-    return allocator_rows(rows, s.headroom, label, lambda row: estimate_fn(row, s))
+    estimate = lambda row: estimate_fn(row, s)  # noqa: E731
+    return allocator_rows(rows, s.headroom, label, estimate), least_card_over_pcts(rows, label, estimate)
 
 
 def _signed(estimate: int, measured: int) -> float:

@@ -45,11 +45,14 @@ def _pct(over: float) -> float:
     return round(over * 100, 1)
 
 
-def allocator_rows(rows: Sequence[Mapping[str, Any]], headroom: float, label: Callable[[Mapping[str, Any]], str | None],
-                   estimate: Callable[[Mapping[str, Any]], int | None]) -> tuple[AllocatorRow, ...]:
-    """The replayed rows' figures per setup (`label(row)`, None to leave a row out), then every setup at one length
-    pooled. `estimate(row)` is the estimator's peak in the row's metric (allocated for a simulated step)."""
-    groups: dict[str, list[tuple[int, int, int, int, int]]] = {}
+Run = tuple[int, int, int, int, int]  # live peak, reserved, least card, allocated estimate, reserved estimate
+
+
+def _groups(rows: Sequence[Mapping[str, Any]], label: Callable[[Mapping[str, Any]], str | None],
+            estimate: Callable[[Mapping[str, Any]], int | None]) -> dict[str, list[Run]]:
+    """The replayed rows the estimator prices, by setup (`label(row)`, None to leave a row out), then every setup at
+    one length pooled (ALL_SETUPS)."""
+    groups: dict[str, list[Run]] = {}
     for row in rows:
         name = label(row) if replayed(row) else None
         if name is None:
@@ -63,8 +66,15 @@ def allocator_rows(rows: Sequence[Mapping[str, Any]], headroom: float, label: Ca
     one_length = [run for name, runs in groups.items() if not name.endswith(LENGTHS_VARIED) for run in runs]
     if one_length:
         groups[ALL_SETUPS] = one_length
+    return groups
+
+
+def allocator_rows(rows: Sequence[Mapping[str, Any]], headroom: float, label: Callable[[Mapping[str, Any]], str | None],
+                   estimate: Callable[[Mapping[str, Any]], int | None]) -> tuple[AllocatorRow, ...]:
+    """The replayed rows' figures per setup, then every setup at one length pooled. `estimate(row)` is the
+    estimator's peak in the row's metric (allocated for a simulated step)."""
     out = []
-    for name, runs in groups.items():
+    for name, runs in _groups(rows, label, estimate).items():
         reserved_over = [r / a - 1 for a, r, _, _, _ in runs]
         least_over = [c / a - 1 for a, _, c, _, _ in runs]
         errors = [e / r - 1 for _, r, _, _, e in runs]
@@ -75,3 +85,16 @@ def allocator_rows(rows: Sequence[Mapping[str, Any]], headroom: float, label: Ca
             _pct(statistics.median(abs(e) for e in errors)), _pct(statistics.fmean(errors)),
             _pct(min(margins)), sum(1 for m in margins if m < 0)))
     return tuple(out)
+
+
+def least_card_over_pcts(rows: Sequence[Mapping[str, Any]], label: Callable[[Mapping[str, Any]], str | None],
+                         estimate: Callable[[Mapping[str, Any]], int | None]) -> tuple[float, ...]:
+    """Each step of ALL_SETUPS: the least memory it ran in over its live peak, in %, smallest first. A card with
+    x% more than a job's live peak would have run the steps whose figure is at most x (a tight card's odds)."""
+    runs = _groups(rows, label, estimate).get(ALL_SETUPS, [])
+    return tuple(sorted(_pct(c / a - 1) for a, _, c, _, _ in runs))
+
+
+def runs_within(least_over: Sequence[float], spare_pct: float) -> int:
+    """How many of least_card_over_pcts' steps would have run with spare_pct % over their live peak."""
+    return sum(1 for x in least_over if x <= spare_pct)

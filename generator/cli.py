@@ -109,12 +109,15 @@ def _run_model(argv: Sequence[str], console: Console, err: Console) -> int:
     from .terminal import print_summary, wants_replay
 
     replayed = None
+    least_over: tuple[float, ...] = ()
     if wants_replay(report, job_flags.asked(args)):
         from .site import accuracy_page
 
         table = accuracy_page.load()  # what the caching allocator adds, measured: None where the table is absent
-        replayed = None if table is None else accuracy_page.replayed_all(table)
-    print_summary(console, report, plan=args.plan, settings=settings, asked=job_flags.asked(args), replayed=replayed)
+        if table is not None:
+            replayed, least_over = accuracy_page.replayed_all(table), table.least_card_over_pct
+    print_summary(console, report, plan=args.plan, settings=settings, asked=job_flags.asked(args), replayed=replayed,
+                  least_over=least_over)
     return 0
 
 

@@ -19,7 +19,8 @@ from typing import Any
 from .. import accuracy as table_module
 from .. import format as f
 from ..accuracy import ErrorRow, FitRow
-from ..accuracy_allocator import ALL_SETUPS, AllocatorRow
+from ..accuracy_allocator import ALL_SETUPS, AllocatorRow, runs_within
+from ..estimator import Report
 from . import pages
 
 ACCURACY_JSON = table_module.OUTPUT  # tests point this elsewhere
@@ -68,6 +69,7 @@ class Accuracy:
     # public runs out of memory where the estimate fits: (id, model, method, card, estimate bytes, budget bytes, cause)
     unflagged_oom: tuple[tuple[str, str, str, str, int, int, str], ...] = ()
     allocator: tuple[AllocatorRow, ...] = ()  # simulated steps replayed through the caching allocator, by setup
+    least_card_over_pct: tuple[float, ...] = ()  # each one-length replayed step's least card over its live peak, %
 
     def datasets(self) -> list[str]:
         return [d for d, _, _ in self.rows]
@@ -119,6 +121,7 @@ def parse(data: Any, path: Path) -> Accuracy:
                      _count(path, "unflagged_oom.budget_bytes", x["budget_bytes"]), str(x["cause"]))
                     for x in data.get("unflagged_oom") or ())
         allocator = tuple(AllocatorRow(**x) for x in data.get("allocator") or ())
+        least_over = tuple(data.get("least_card_over_pct") or ())
     except KeyError as exc:
         raise _bad(path, str(exc.args[0]), "(missing)", "missing") from None
     except (TypeError, AttributeError) as exc:
@@ -138,8 +141,13 @@ def parse(data: Any, path: Path) -> Accuracy:
     for x in fits:
         for key in ("budget_bytes", "jobs", "nonfit", "nonfit_flagged", "fit", "false_wont_fit", "fit_tight"):
             _count(path, f"fits.{key}", getattr(x, key))
+    for value in least_over:  # a least card is never under the live peak
+        if _pct(path, "least_card_over_pct", value) is None or value < 0:
+            raise _bad(path, "least_card_over_pct", value, "not a percentage of 0 or more")
+    if list(least_over) != sorted(least_over):
+        raise _bad(path, "least_card_over_pct", least_over, "not smallest first")
     return Accuracy(str(data.get("estimator_version", "")), rows, errors, fits, definitions, fitted, excluded, setups,
-                    families, misses, unit, oom, allocator)
+                    families, misses, unit, oom, allocator, least_over)
 
 
 @functools.lru_cache(maxsize=4)
@@ -294,3 +302,20 @@ def page_context(table: Accuracy | None) -> dict[str, Any]:
                       for a in table.allocator],
         "no_runs": NO_RUNS,
     }
+
+
+def tight_lines(report: Report, table: Accuracy | None) -> list[dict[str, str]]:
+    """Per training method tight on its smallest holding card: the margin that card leaves over batch 1, and how
+    many of the allocator replay's one-length steps needed no more over their live peak (accuracy.json)."""
+    mem, out = report.memory, []
+    least_over = table.least_card_over_pct if table is not None else ()
+    for method, card, batch1 in (("full fine-tune", mem.tight_card_full, mem.train_full_bytes_batch1),
+                                 ("LoRA", mem.tight_card_lora, mem.train_lora_bytes_batch1)):
+        plan = next((c for c in mem.cards if c.name == card), None)
+        if plan is None:
+            continue
+        spare = (plan.capacity_bytes / batch1 - 1) * 100
+        out.append({"method": method, "card": plan.name, "spare": f.error_pct(spare),
+                    "runs": f.count(runs_within(least_over, spare)) if least_over else "",
+                    "of": f.count(len(least_over))})
+    return out

@@ -57,6 +57,7 @@ def model_context(report: Report, record: ModelRecord | None, settings: Settings
     assumptions = dict(mem.assumptions)
     findings = [{"severity": x.severity, "check": x.check, "message": x.message} for x in report.findings]
     count = _count(report, record)
+    table = accuracy_page.load()
     return {
         "model_id": model.id,
         "name": crumbs[-1]["text"],
@@ -70,6 +71,7 @@ def model_context(report: Report, record: ModelRecord | None, settings: Settings
             "lora_card": mem.smallest_card_lora,
             "full_tight": mem.tight_card_full,  # holds batch 1, not its headroom (estimator.card_verdict)
             "lora_tight": mem.tight_card_lora,
+            "tight": accuracy_page.tight_lines(report, table),
             "headroom": f.ratio(assumptions["headroom"]),
             "rank": f.count(assumptions["lora_rank"]),
             "custom_code": model.custom_code,
@@ -82,7 +84,7 @@ def model_context(report: Report, record: ModelRecord | None, settings: Settings
                       sources.href(settings.site, crumbs_root(crumbs), standalone)),
         "memory": _memory(report, root=crumbs_root(crumbs)),
         "charts": _charts(report),
-        "accuracy": accuracy_page.model_line(accuracy_page.load(),
+        "accuracy": accuracy_page.model_line(table,
                                              accuracy_page.href(settings.site, crumbs_root(crumbs), standalone),
                                              dict(report.memory.job).get("attention") or "sdpa"),
         "assumptions": _assumptions(report, assumptions),
