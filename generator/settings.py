@@ -135,6 +135,8 @@ def load_settings(path: Path | None = None, **job_overrides: Any) -> Settings:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0 \
                 or (isinstance(default, int) and not isinstance(value, int)):
             raise ConfigError(where, name, value, "must be a positive " + type(default).__name__)
+    if values.get("headroom", 1) < 1:  # under 1 a budget would exceed the card: "fits" past its memory
+        raise ConfigError(where, "headroom", values["headroom"], "must be 1 or more (the room kept on every card)")
     assumptions = Assumptions(**values)
 
     gpus: dict[str, Gpu] = {}

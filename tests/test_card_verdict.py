@@ -143,3 +143,14 @@ def test_the_replayed_least_cards_are_sorted_and_counted_against_a_margin() -> N
     with pytest.raises(ValueError, match="least_card_over_pct"):
         accuracy_page.parse(dict(json.loads(accuracy_page.ACCURACY_JSON.read_text(encoding="utf-8")),
                                  least_card_over_pct=[3.0, 1.0]), accuracy_page.ACCURACY_JSON)
+
+
+@pytest.mark.parametrize("headroom, code", [(0.5, 2), (0.99, 2), (1, 0), (1.3, 0)])
+def test_a_headroom_under_1_is_refused_naming_the_key(capsys, tmp_path, headroom, code) -> None:
+    """Under 1 a card's budget would exceed its capacity: "fits" past the card's memory, and no job tight."""
+    settings = tmp_path / "site_config.yaml"
+    settings.write_text(f"job: {{headroom: {headroom}}}\n", encoding="utf-8")
+    got, text, err = run(capsys, "Qwen/Qwen3-0.6B", "--config", str(settings))
+    assert got == code
+    if code:
+        assert f"key 'headroom' = {headroom}: must be 1 or more" in err and text == ""
