@@ -125,10 +125,19 @@ def test_a_model_page_names_the_tight_card_and_says_what_it_means() -> None:
     least_over = accuracy_page.load().least_card_over_pct
     spare = (next(c for c in report.memory.cards if c.name == "A100 / H100 80 GB").capacity_bytes
              / report.memory.train_full_bytes_batch1 - 1) * 100
-    assert ('"Tight on" a card: its memory less the CUDA context holds batch 1, not the 1.15x headroom kept for '
-            "the caching allocator's fragmentation; the table counts it as not fitting. The full fine-tune leaves "
+    assert ('"Tight": the card\'s memory less the CUDA context holds batch 1, not the 1.15x headroom kept for '
+            "the caching allocator's fragmentation. The full fine-tune leaves "
             f"{spare:.1f}% to spare on one A100 / H100 80 GB, enough for {sum(1 for x in least_over if x <= spare)} "
             f"of the {len(least_over)} steps replayed through the allocator (measured).") in text
+    # the memory table says tight in the card's cell, where "—" stood
+    assert re.search(r"A100 / H100 80 GB</a></th><td[^>]*>[^<]*<br><small>[^<]*</small></td>\s*"
+                     r'<td class="num answer" data-label="Full fine-tune">tight<br>',
+                     render_model_page(report, record, SETTINGS, standalone=False))
+    # serving's margin is given without the replay's odds: those steps are training steps and HF generate
+    report, record = _report("meta-llama/Llama-3.1-70B")
+    text = re.sub(r"<[^>]+>", "", render_model_page(report, record, SETTINGS, standalone=False))
+    assert report.memory.tight_card_serve == "H200 141 GB"
+    assert re.search(r"Serving leaves \d+\.\d% to spare on one H200 141 GB\.", text)
     report, record = _report("Qwen/Qwen3-0.6B")
     text = re.sub(r"<[^>]+>", "", render_model_page(report, record, SETTINGS, standalone=False))
     assert "tight" not in text.lower()

@@ -305,17 +305,21 @@ def page_context(table: Accuracy | None) -> dict[str, Any]:
 
 
 def tight_lines(report: Report, table: Accuracy | None) -> list[dict[str, str]]:
-    """Per training method tight on its smallest holding card: the margin that card leaves over batch 1, and how
+    """Per method tight on its smallest holding card: the margin that card leaves over batch 1, and how
     many of the allocator replay's one-length steps needed no more over their live peak (accuracy.json)."""
     mem, out = report.memory, []
     least_over = table.least_card_over_pct if table is not None else ()
-    for method, card, batch1 in (("full fine-tune", mem.tight_card_full, mem.train_full_bytes_batch1),
-                                 ("LoRA", mem.tight_card_lora, mem.train_lora_bytes_batch1)):
+    # the replayed steps are training steps and HF generate: their odds are not a serving engine's, which sizes
+    # its own KV pool (the site's serving job), so serving gets the margin alone
+    for method, card, batch1, odds in (
+            ("The full fine-tune", mem.tight_card_full, mem.train_full_bytes_batch1, True),
+            ("LoRA", mem.tight_card_lora, mem.train_lora_bytes_batch1, True),
+            ("Serving", mem.tight_card_serve, mem.serve_bytes_batch1, False)):
         plan = next((c for c in mem.cards if c.name == card), None)
         if plan is None:
             continue
         spare = (plan.capacity_bytes / batch1 - 1) * 100
         out.append({"method": method, "card": plan.name, "spare": f.error_pct(spare),
-                    "runs": f.count(runs_within(least_over, spare)) if least_over else "",
+                    "runs": f.count(runs_within(least_over, spare)) if least_over and odds else "",
                     "of": f.count(len(least_over))})
     return out

@@ -250,8 +250,10 @@ def _memory(report: Report, root: str | None = None) -> dict[str, Any]:
         splits = {s.method: s for s in card.split or ()}
         row: dict[str, Any] = {"card": card.name, "usable": f.gb(card.usable_bytes), "budget": f.gb(card.budget_bytes),
                                "href": None if root is None else f"{root}{pages.card_dir(card.name)}/index.html"}
-        for short, method in METHODS:
-            row[short] = {"batch": f.batch(getattr(card, f"{method}_max_batch")), "split": _split(splits.get(method))}
+        for short, method in METHODS:  # a card batch 1 is tight on (Memory.tight_card_*) says so in place of "—"
+            tight = card.name == getattr(report.memory, f"tight_card_{short}")
+            row[short] = {"batch": "tight" if tight else f.batch(getattr(card, f"{method}_max_batch")),
+                          "split": _split(splits.get(method))}
         row["qlora"] = {"batch": f.batch(card.train_qlora_max_batch), "split": None}
         row["cells"] = [row[k] for k in keys]
         rows.append(row)
