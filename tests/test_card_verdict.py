@@ -18,7 +18,7 @@ from generator.estimator.memory.profile import budget_bytes, capacity_bytes
 from generator.hub.snapshot import DEFAULT_SNAPSHOT_DIR, load_record
 from generator.pipeline import report_for_record
 from generator.settings import load_settings
-from generator.site import accuracy_page
+from generator.site import accuracy_page, listing
 from generator.site.build import render_model_page
 
 SETTINGS = load_settings()
@@ -163,3 +163,16 @@ def test_a_headroom_under_1_is_refused_naming_the_key(capsys, tmp_path, headroom
     assert got == code
     if code:
         assert f"key 'headroom' = {headroom}: must be 1 or more" in err and text == ""
+
+
+def test_a_card_page_marks_a_tight_method_beside_its_gpu_count() -> None:
+    """A card page's cell for a method batch 1 is tight on: "tight · " before the fewest GPUs that hold it with the
+    headroom; on another card the same method shows the GPU count alone."""
+    e = listing.Entry("org/m", "llama", "llama", 10**9, 100, "H200 141 GB", "T4 16 GB", None,
+                      smallest_serve="T4 16 GB", batches=((0, 1, 3), (0, 2, 5)), qlora_batches=(2, 4),
+                      gpus=((2, 1, 1, 1), (1, 1, 1, 1)), tight_full="T4 16 GB")
+    (row,), _ = listing.card_rows([e], 0, "../", "T4 16 GB")["one"]
+    assert row["cells"] == ["tight · 2 GPUs", "batch 1", "batch 2", "batch 3"]
+    (row,), _ = listing.card_rows([e], 1, "../", "L4 24 GB")["one"]
+    assert row["cells"][0] == "1 GPU"
+    assert listing.Entry.from_dict(e.to_dict()) == e  # the manifest keeps it

@@ -57,6 +57,10 @@ class Entry:
     qlora_batches: tuple[int, ...] = ()  # per card, QLoRA's largest batch on one card (0: does not fit or apply)
     # per card, the fewest GPUs of it that run each of METHODS at batch 1 (report.plans; 0: none up to 512)
     gpus: tuple[tuple[int, ...], ...] = ()
+    # the card batch 1 of a full fine-tune, LoRA, serving is tight on (Memory.tight_card_*), None where none is
+    tight_full: str | None = None
+    tight_lora: str | None = None
+    tight_serve: str | None = None
 
     @property
     def estimated(self) -> bool:
@@ -131,7 +135,8 @@ def entry_for(record: ModelRecord, report: Report | None, reason: str | None) ->
         layers=p.layers, context=first_shape[-1] if first_shape else None,
         active=active if active and active != p.graph else None, last_modified=live["last_modified"],
         read_date=live["read_date"], train_tokens=mem.train_tokens,
-        qlora_batches=tuple(c.train_qlora_max_batch for c in mem.cards), gpus=_fewest_gpus(report))
+        qlora_batches=tuple(c.train_qlora_max_batch for c in mem.cards), gpus=_fewest_gpus(report),
+        tight_full=mem.tight_card_full, tight_lora=mem.tight_card_lora, tight_serve=mem.tight_card_serve)
 
 
 def _fewest_gpus(report: Report) -> tuple[tuple[int, ...], ...]:
@@ -256,11 +261,12 @@ def family_rows(entries: Iterable[Entry], root: str) -> list[dict[str, Any]]:
     return out
 
 
-def card_rows(entries: Iterable[Entry], index: int, root: str) -> dict[str, Any]:
-    """The models card number `index` runs, most downloaded first, then those without a download count, by id:
-    `one` those with a method that fits one card alone (the largest batch per method, or the fewest GPUs of it
-    where one does not hold the method), `several` those that need several of it for every method (the fewest
-    GPUs per method); and how many estimated models no count of it up to 512 runs."""
+def card_rows(entries: Iterable[Entry], index: int, root: str, card: str = "") -> dict[str, Any]:
+    """The models card number `index` (named `card`) runs, most downloaded first, then those without a download
+    count, by id: `one` those with a method that fits one card alone (the largest batch per method, or the fewest
+    GPUs of it where one does not hold the method, "tight" first where one card holds batch 1 without its
+    headroom), `several` those that need several of it for every method (the fewest GPUs per method); and how many
+    estimated models no count of it up to 512 runs."""
     out: dict[str, Any] = {"one": ([], []), "several": ([], []), "none": 0}
     for part, entries_ in enumerate(split_by_downloads(entries)):
         for e in entries_:
@@ -274,7 +280,9 @@ def card_rows(entries: Iterable[Entry], index: int, root: str) -> dict[str, Any]
             else:
                 out["none"] += 1
                 continue
-            cells = [f.batch(b) if b > 0 else f.gpu_count(g) if g > 0 else f.DASH for b, g in zip(batches, gpus, strict=False)]
+            tight = (e.tight_full == card, e.tight_lora == card, False, e.tight_serve == card)  # METHODS' order
+            cells = [f.batch(b) if b > 0 else ("tight · " if t else "") + (f.gpu_count(g) if g > 0 else f.DASH)
+                     for b, g, t in zip(batches, gpus, tight, strict=False)]
             out[group][part].append({"href": f"{root}{model_dir(e.id)}/index.html", "id": e.id,
                                      "params": f.short_count(e.params), "cells": cells})
     return out

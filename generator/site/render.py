@@ -252,7 +252,7 @@ def render_card(index: int, entries: list[listing.Entry], settings: Settings) ->
                    description=f"Every model you can fine-tune or serve on one {card.name}, with its largest batch.")
     crumbs = [{"text": "Models", "href": root + pages.HOME}, {"text": "Cards", "href": root + pages.CARDS_INDEX},
               {"text": card.name, "href": None}]
-    got = listing.card_rows(entries, index, root)
+    got = listing.card_rows(entries, index, root, card.name)
     (rows, unknown_rows), (several, several_unknown) = got["one"], got["several"]
     a = settings.assumptions
     return _render("card.html", **frame, crumbs=crumbs, card=card.name, rows=rows, unknown_rows=unknown_rows,
@@ -264,7 +264,7 @@ def render_card(index: int, entries: list[listing.Entry], settings: Settings) ->
                    fits=f.count(len(rows) + len(unknown_rows)), usable=f.gb(card.memory_usable_bytes),
                    usable_gib=f.gib(card.memory_usable_bytes),
                    tokens=f.count(a.train_tokens), serve_tokens=f.count(a.serve_tokens), rank=f.count(a.lora_rank),
-                   cards_href=root + pages.CARDS_INDEX)
+                   cards_href=root + pages.CARDS_INDEX, headroom=f.ratio(a.headroom))
 
 
 def render_changes(history: list[dict], live: set[str], settings: Settings) -> str:
