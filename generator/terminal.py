@@ -188,13 +188,18 @@ def _print_plan(console: Console, report: Report, settings: Settings, method: st
         for col in ("Card", "Budget", "Full fine-tune", f"LoRA r={a['lora_rank']}", *(("QLoRA",) if qlora else ()),
                     f"Serve {fmt.serve_weights(report.params.quantization)}"):
             table.add_column(col)
+        def cell(c, batch: int, tight: str | None) -> str:  # "tight" where batch 1 fits the card, not its budget
+            return "tight" if c.name == tight else fmt.batch(batch)
+
         for c in m.cards:
-            table.add_row(c.name, fmt.gb(c.budget_bytes), fmt.batch(c.train_full_max_batch),
-                          fmt.batch(c.train_lora_max_batch), *((fmt.batch(c.train_qlora_max_batch),) if qlora else ()),
-                          fmt.batch(c.serve_max_batch))
+            table.add_row(c.name, fmt.gb(c.budget_bytes), cell(c, c.train_full_max_batch, m.tight_card_full),
+                          cell(c, c.train_lora_max_batch, m.tight_card_lora),
+                          *((fmt.batch(c.train_qlora_max_batch),) if qlora else ()),
+                          cell(c, c.serve_max_batch, m.tight_card_serve))
         console.print(table)
         console.print(Text(f"Budget = (driver-reported memory - {fmt.gb(a['cuda_context_bytes'])} CUDA context) / "
-                           f"{fmt.ratio(a['headroom'])} headroom.", style="dim"))
+                           f"{fmt.ratio(a['headroom'])} headroom; tight: the memory less the context holds batch 1, "
+                           "the budget does not.", style="dim"))
     plans = [p for p in report.plans if method is None or p.method == method]
     if plans:
         table = Table(title=f"Setups that hold batch 1 (cost: {a['job_epochs']} epochs x "

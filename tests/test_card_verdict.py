@@ -112,10 +112,15 @@ def test_the_cli_says_tight_per_card_with_the_measured_figures(capsys, tmp_path,
     assert "expandable segments (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True) waste less." in text
 
 
-def test_the_site_summary_names_the_tight_card(capsys) -> None:
+def test_the_site_summary_names_the_tight_card(capsys, monkeypatch) -> None:
     code, text, _ = run(capsys, PHI)
     assert code == 0 and "76.4 GB for a full fine-tune (fits one H200 141 GB; tight on one A100 / H100 80 GB)" in text
     assert "Tight: the card holds the estimate" in text
+    monkeypatch.setenv("COLUMNS", "160")
+    code, out = main([PHI, "--plan"]), capsys.readouterr().out
+    row = next(line for line in out.splitlines() if "A100 / H100 80 GB" in line and "73.4 GB" in line)
+    assert code == 0 and [c.strip() for c in row.split("│")[1:-1]][:4] == ["A100 / H100 80 GB", "73.4 GB", "tight",
+                                                                          "batch 6"]
 
 
 def test_a_model_page_names_the_tight_card_and_says_what_it_means() -> None:
