@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 # Row-level helpers live in accuracy_rows.py; re-exported here for callers of generator.accuracy.
-from .accuracy_allocator import AllocatorRow, allocator_rows, least_card_over_pcts
+from .accuracy_allocator import AllocatorRow, allocator_rows, least_card_expandable_pcts, least_card_over_pcts
 from .accuracy_rows import (  # noqa: F401 - _double_quant: tests reach it here
     _double_quant,
     estimate_bytes,
@@ -104,6 +104,7 @@ class AccuracyTable:
     allocator: tuple[AllocatorRow, ...] = ()
     # every step of the allocator's ALL_SETUPS row: its least card over its live peak, %, smallest first
     least_card_over_pct: tuple[float, ...] = ()
+    least_card_expandable_pct: tuple[float, ...] = ()  # the same steps with expandable segments, where replayed so
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -118,6 +119,7 @@ class AccuracyTable:
                                   "cause": c} for i, m, k, gb, gib, c in self.unit_ambiguous]
         out["allocator"] = [asdict(a) for a in self.allocator]
         out["least_card_over_pct"] = list(self.least_card_over_pct)
+        out["least_card_expandable_pct"] = list(self.least_card_expandable_pct)
         out["unflagged_oom"] = [{"id": i, "model": m, "method": k, "card": card, "estimate_bytes": e,
                                  "budget_bytes": b, "cause": c} for i, m, k, card, e, b, c in self.unflagged_oom]
         return out
@@ -148,6 +150,8 @@ DEFINITIONS = (
     ("least_card_over_pct", "each CPU-simulated step replayed through the allocator at one length: the least card it "
                             "runs in over its live peak, in %, smallest first; a card with x% more memory than a "
                             "job's live peak would have run the steps at or under x (what the CLI says of a tight card)"),
+    ("least_card_expandable_pct", "least_card_over_pct under PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "
+                                  "(generator/measure/expandable.py), for the steps replayed with it too"),
     ("allocator", "CPU-simulated steps replayed, allocation by allocation, through a model of PyTorch's CUDA caching "
                   "allocator (generator/measure/allocator.py): reserved is max_memory_reserved on a card with room; "
                   "the least card is the least memory the step runs in, the allocator freeing its cached segments "
@@ -289,15 +293,17 @@ def compute(datasets: Mapping[str, Sequence[Mapping[str, Any]]], settings, estim
 
 
 def _allocator(datasets: Mapping[str, Sequence[Mapping[str, Any]]], s,
-               estimate_fn) -> tuple[tuple[AllocatorRow, ...], tuple[float, ...]]:
-    """The replayed rows of every dataset, by setup, and the one-length steps' least cards over their live peaks."""
+               estimate_fn) -> tuple[tuple[AllocatorRow, ...], tuple[float, ...], tuple[float, ...]]:
+    """The replayed rows of every dataset, by setup, and the one-length steps' least cards over their live peaks,
+    under the default allocator and under expandable segments."""
     def label(row: Mapping[str, Any]) -> str | None:
         setup = setup_of(row)
         return setup_label(setup) if setup is not None else None
 
     rows = [row for name in sorted(datasets) for row in datasets[name]]
     estimate = lambda row: estimate_fn(row, s)  # noqa: E731
-    return allocator_rows(rows, s.headroom, label, estimate), least_card_over_pcts(rows, label, estimate)
+    return (allocator_rows(rows, s.headroom, label, estimate), least_card_over_pcts(rows, label, estimate),
+            least_card_expandable_pcts(rows, label, estimate))
 
 
 def _signed(estimate: int, measured: int) -> float:

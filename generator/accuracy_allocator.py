@@ -27,6 +27,11 @@ class AllocatorRow:
     reserved_error_mean_signed_pct: float
     headroom_margin_min_pct: float  # min over runs of (estimate x headroom / least card - 1) x 100
     headroom_short: int  # runs whose estimate x headroom is under the least card: a "fits" a card can refute
+    # the same runs under PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (measure/expandable.py), where replayed so
+    expandable_runs: int = 0
+    least_card_expandable_median_pct: float | None = None
+    least_card_expandable_max_pct: float | None = None
+    expandable_short: int = 0  # runs whose estimate x headroom is under that least card
 
 
 def replayed(row: Mapping[str, Any]) -> bool:
@@ -45,7 +50,9 @@ def _pct(over: float) -> float:
     return round(over * 100, 1)
 
 
-Run = tuple[int, int, int, int, int]  # live peak, reserved, least card, allocated estimate, reserved estimate
+# live peak, reserved, least card, allocated estimate, reserved estimate, least card with expandable segments (0: not
+# replayed so)
+Run = tuple[int, int, int, int, int, int]
 
 
 def _groups(rows: Sequence[Mapping[str, Any]], label: Callable[[Mapping[str, Any]], str | None],
@@ -62,7 +69,8 @@ def _groups(rows: Sequence[Mapping[str, Any]], label: Callable[[Mapping[str, Any
             continue
         m = row["measured"]
         groups.setdefault(name, []).append((int(m["peak_bytes"]), int(m["reserved_bytes"]),
-                                            int(m["minimum_capacity_bytes"]), allocated_est, reserved_est))
+                                            int(m["minimum_capacity_bytes"]), allocated_est, reserved_est,
+                                            int(m.get("minimum_capacity_bytes_expandable") or 0)))
     one_length = [run for name, runs in groups.items() if not name.endswith(LENGTHS_VARIED) for run in runs]
     if one_length:
         groups[ALL_SETUPS] = one_length
@@ -75,15 +83,19 @@ def allocator_rows(rows: Sequence[Mapping[str, Any]], headroom: float, label: Ca
     estimator's peak in the row's metric (allocated for a simulated step)."""
     out = []
     for name, runs in _groups(rows, label, estimate).items():
-        reserved_over = [r / a - 1 for a, r, _, _, _ in runs]
-        least_over = [c / a - 1 for a, _, c, _, _ in runs]
-        errors = [e / r - 1 for _, r, _, _, e in runs]
-        margins = [ea * headroom / c - 1 for _, _, c, ea, _ in runs]
+        reserved_over = [r / a - 1 for a, r, _, _, _, _ in runs]
+        least_over = [c / a - 1 for a, _, c, _, _, _ in runs]
+        errors = [e / r - 1 for _, r, _, _, e, _ in runs]
+        margins = [ea * headroom / c - 1 for _, _, c, ea, _, _ in runs]
+        expandable = [(x / a - 1, ea * headroom / x - 1) for a, _, _, ea, _, x in runs if x]
         out.append(AllocatorRow(
             name, len(runs), _pct(statistics.median(reserved_over)), _pct(max(reserved_over)),
             _pct(statistics.median(least_over)), _pct(max(least_over)),
             _pct(statistics.median(abs(e) for e in errors)), _pct(statistics.fmean(errors)),
-            _pct(min(margins)), sum(1 for m in margins if m < 0)))
+            _pct(min(margins)), sum(1 for m in margins if m < 0), len(expandable),
+            _pct(statistics.median(o for o, _ in expandable)) if expandable else None,
+            _pct(max(o for o, _ in expandable)) if expandable else None,
+            sum(1 for _, m in expandable if m < 0)))
     return tuple(out)
 
 
@@ -92,7 +104,14 @@ def least_card_over_pcts(rows: Sequence[Mapping[str, Any]], label: Callable[[Map
     """Each step of ALL_SETUPS: the least memory it ran in over its live peak, in %, smallest first. A card with
     x% more than a job's live peak would have run the steps whose figure is at most x (a tight card's odds)."""
     runs = _groups(rows, label, estimate).get(ALL_SETUPS, [])
-    return tuple(sorted(_pct(c / a - 1) for a, _, c, _, _ in runs))
+    return tuple(sorted(_pct(c / a - 1) for a, _, c, _, _, _ in runs))
+
+
+def least_card_expandable_pcts(rows: Sequence[Mapping[str, Any]], label: Callable[[Mapping[str, Any]], str | None],
+                               estimate: Callable[[Mapping[str, Any]], int | None]) -> tuple[float, ...]:
+    """least_card_over_pcts under expandable segments, for the steps of ALL_SETUPS replayed so."""
+    runs = _groups(rows, label, estimate).get(ALL_SETUPS, [])
+    return tuple(sorted(_pct(x / a - 1) for a, _, _, _, _, x in runs if x))
 
 
 def runs_within(least_over: Sequence[float], spare_pct: float) -> int:

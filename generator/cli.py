@@ -110,14 +110,16 @@ def _run_model(argv: Sequence[str], console: Console, err: Console) -> int:
 
     replayed = None
     least_over: tuple[float, ...] = ()
+    least_expandable: tuple[float, ...] = ()
     if wants_replay(report, job_flags.asked(args)):
         from .site import accuracy_page
 
         table = accuracy_page.load()  # what the caching allocator adds, measured: None where the table is absent
         if table is not None:
             replayed, least_over = accuracy_page.replayed_all(table), table.least_card_over_pct
+            least_expandable = table.least_card_expandable_pct
     print_summary(console, report, plan=args.plan, settings=settings, asked=job_flags.asked(args), replayed=replayed,
-                  least_over=least_over)
+                  least_over=least_over, least_expandable=least_expandable)
     return 0
 
 

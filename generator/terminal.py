@@ -40,11 +40,13 @@ def _any_tight(m, asked: bool) -> bool:
 
 
 def print_summary(console: Console, report: Report, *, plan: bool, settings: Settings, asked: bool = False,
-                  replayed: AllocatorRow | None = None, least_over: Sequence[float] = ()) -> None:
+                  replayed: AllocatorRow | None = None, least_over: Sequence[float] = (),
+                  least_expandable: Sequence[float] = ()) -> None:
     """Every string from the config is printed as plain Text, never parsed as rich markup. `asked`: the command
     line named an exact setup, so the summary leads with it and says per card whether it fits. `replayed`: the
     measured allocator figures, said beside a reserved or nvidia-smi peak or a tight card; `least_over`: each
-    replayed step's least card over its live peak (%), to say how many a tight card's margin would have run."""
+    replayed step's least card over its live peak (%), to say how many a tight card's margin would have run, and
+    `least_expandable` the same with expandable segments."""
     m, p, model = report.memory, report.params, report.model
     a = dict(m.assumptions)
     title = Text(model.id, style="bold")
@@ -57,7 +59,7 @@ def print_summary(console: Console, report: Report, *, plan: bool, settings: Set
         console.print(_job_line(m))
         if dict(m.job).get("metric") in ("reserved", "nvidia-smi"):
             console.print(_reserved_note(dict(m.job)["metric"], replayed), style="dim")
-        console.print(_verdicts(m, least_over))
+        console.print(_verdicts(m, least_over, least_expandable))
     console.print(Text(
         f"{'The site' + chr(39) + 's jobs: f' if asked else 'F'}ine-tuning at batch 1 and {fmt.count(m.train_tokens)} "
         f"tokens takes about {fmt.gb(m.train_full_bytes_batch1)} for a full fine-tune "
@@ -144,7 +146,7 @@ def _reserved_note(metric: str, replayed: AllocatorRow | None) -> Text:
                 "(PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True) held less in the 0.6B-8B runs replayed (/accuracy/).")
 
 
-def _verdicts(m, least_over: Sequence[float] = ()) -> Text:
+def _verdicts(m, least_over: Sequence[float] = (), least_expandable: Sequence[float] = ()) -> Text:
     """Per card, whether the exact job's per-GPU peak fits its budget, or only its capacity (tight: with the
     margin left, and how many replayed steps needed no more than that over their live peak)."""
     said = []
@@ -154,6 +156,9 @@ def _verdicts(m, least_over: Sequence[float] = ()) -> Text:
             spare = (c.capacity_bytes / m.peak_bytes - 1) * 100
             odds = (f", enough for {fmt.count(runs_within(least_over, spare))} of {fmt.count(len(least_over))} "
                     "replayed steps" if least_over else "")
+            if least_over and least_expandable:
+                odds += (f" ({fmt.count(runs_within(least_expandable, spare))} of {fmt.count(len(least_expandable))} "
+                         "with expandable segments)")
             said.append(f"{c.name} is tight ({fmt.gb(c.capacity_bytes)} for tensors: {fmt.error_pct(spare)} to "
                         f"spare{odds}; budget {fmt.gb(c.budget_bytes)})")
         else:

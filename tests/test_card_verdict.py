@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from generator.accuracy_allocator import runs_within
+from generator.accuracy_allocator import ALL_SETUPS, allocator_rows, least_card_expandable_pcts, runs_within
 from generator.cli import main
 from generator.estimator import card_verdict
 from generator.estimator.memory.profile import budget_bytes, capacity_bytes
@@ -181,3 +181,24 @@ def test_a_card_page_marks_a_tight_method_beside_its_gpu_count() -> None:
     (row,), _ = listing.card_rows([e], 1, "../", "L4 24 GB")["one"]
     assert row["cells"][0] == "1 GPU"
     assert listing.Entry.from_dict(e.to_dict()) == e  # the manifest keeps it
+
+
+def test_the_allocator_table_takes_expandable_segments_where_a_step_was_replayed_so() -> None:
+    """accuracy_allocator: per setup, how many runs have the expandable replay, their least card over the live peak
+    (median, max) and how many the headroom does not cover; the pooled list for the tight odds holds only them."""
+    def row(live: int, least: int, expandable: int | None) -> dict:
+        measured = {"peak_bytes": live, "reserved_bytes": least + 10, "minimum_capacity_bytes": least}
+        if expandable is not None:
+            measured["minimum_capacity_bytes_expandable"] = expandable
+        return {"measured": measured, "est": live}
+
+    rows = [row(100, 104, 101), row(100, 110, None), row(100, 120, 118)]
+    got = allocator_rows(rows, 1.15, lambda r: "setup", lambda r: r["est"])
+    one, pooled = got
+    assert pooled.setup == ALL_SETUPS and one.runs == 3 and one.expandable_runs == 2
+    # 101 and 118 over 100: median 9.5%, max 18%; 100 x 1.15 is under 118
+    assert (one.least_card_expandable_median_pct, one.least_card_expandable_max_pct, one.expandable_short) == (9.5, 18.0,
+                                                                                                          1)
+    assert least_card_expandable_pcts(rows, lambda r: "setup", lambda r: r["est"]) == (1.0, 18.0)
+    none = allocator_rows(rows[1:2], 1.15, lambda r: "setup", lambda r: r["est"])[0]
+    assert none.expandable_runs == 0 and none.least_card_expandable_median_pct is None

@@ -205,6 +205,15 @@ def check_page(html: str, table: dict[str, Any]) -> None:
                       a["least_card_over_max_pct"], a["reserved_error_median_abs_pct"],
                       a["reserved_error_mean_signed_pct"], a["headroom_margin_min_pct"]]
             assert all(abs(x - w) <= ROUNDING for x, w in zip(shown, wanted)), (cells, a)
+            # expandable segments: "median (max) in runs; short", or a dash where no run was replayed so
+            if a["expandable_runs"]:
+                got = re.fullmatch(r"(\S+) \((\S+)\) in (\d+); (\d+) short", cells[8])
+                assert got, cells
+                assert abs(_pct(got[1]) - a["least_card_expandable_median_pct"]) <= ROUNDING
+                assert abs(_pct(got[2]) - a["least_card_expandable_max_pct"]) <= ROUNDING
+                assert (int(got[3]), int(got[4])) == (a["expandable_runs"], a["expandable_short"])
+            else:
+                assert cells[8] == "—" and a["least_card_expandable_median_pct"] is None
     else:
         assert "allocator" not in page.sections
     # Definitions, fitted constants, excluded rows.

@@ -70,6 +70,7 @@ class Accuracy:
     unflagged_oom: tuple[tuple[str, str, str, str, int, int, str], ...] = ()
     allocator: tuple[AllocatorRow, ...] = ()  # simulated steps replayed through the caching allocator, by setup
     least_card_over_pct: tuple[float, ...] = ()  # each one-length replayed step's least card over its live peak, %
+    least_card_expandable_pct: tuple[float, ...] = ()  # ... with expandable segments, the steps replayed so
 
     def datasets(self) -> list[str]:
         return [d for d, _, _ in self.rows]
@@ -122,6 +123,7 @@ def parse(data: Any, path: Path) -> Accuracy:
                     for x in data.get("unflagged_oom") or ())
         allocator = tuple(AllocatorRow(**x) for x in data.get("allocator") or ())
         least_over = tuple(data.get("least_card_over_pct") or ())
+        least_expandable = tuple(data.get("least_card_expandable_pct") or ())
     except KeyError as exc:
         raise _bad(path, str(exc.args[0]), "(missing)", "missing") from None
     except (TypeError, AttributeError) as exc:
@@ -138,16 +140,19 @@ def parse(data: Any, path: Path) -> Accuracy:
                 _count(path, key, value)
             elif column.type == "float" and _pct(path, key, value) is None:
                 raise _bad(path, key, None, "null")
+            elif column.type == "float | None" and (_pct(path, key, value) is None) != (a.expandable_runs == 0):
+                raise _bad(path, key, value, f"null is for a setup without expandable runs ({a.expandable_runs})")
     for x in fits:
         for key in ("budget_bytes", "jobs", "nonfit", "nonfit_flagged", "fit", "false_wont_fit", "fit_tight"):
             _count(path, f"fits.{key}", getattr(x, key))
-    for value in least_over:  # a least card is never under the live peak
-        if _pct(path, "least_card_over_pct", value) is None or value < 0:
-            raise _bad(path, "least_card_over_pct", value, "not a percentage of 0 or more")
-    if list(least_over) != sorted(least_over):
-        raise _bad(path, "least_card_over_pct", least_over, "not smallest first")
+    for key, values in (("least_card_over_pct", least_over), ("least_card_expandable_pct", least_expandable)):
+        for value in values:  # a least card is never under the live peak
+            if _pct(path, key, value) is None or value < 0:
+                raise _bad(path, key, value, "not a percentage of 0 or more")
+        if list(values) != sorted(values):
+            raise _bad(path, key, values, "not smallest first")
     return Accuracy(str(data.get("estimator_version", "")), rows, errors, fits, definitions, fitted, excluded, setups,
-                    families, misses, unit, oom, allocator, least_over)
+                    families, misses, unit, oom, allocator, least_over, least_expandable)
 
 
 @functools.lru_cache(maxsize=4)
@@ -298,7 +303,11 @@ def page_context(table: Accuracy | None) -> dict[str, Any]:
                        "least": f"{f.error_pct(a.least_card_over_median_pct)} ({f.error_pct(a.least_card_over_max_pct)})",
                        "reserved_error": f.error_pct(a.reserved_error_median_abs_pct),
                        "reserved_mean": f.signed_pct(a.reserved_error_mean_signed_pct),
-                       "margin": f.signed_pct(a.headroom_margin_min_pct), "short": f.count(a.headroom_short)}
+                       "margin": f.signed_pct(a.headroom_margin_min_pct), "short": f.count(a.headroom_short),
+                       "expandable": f.DASH if a.least_card_expandable_median_pct is None else
+                       f"{f.error_pct(a.least_card_expandable_median_pct)} "
+                       f"({f.error_pct(a.least_card_expandable_max_pct or 0)}) in {f.count(a.expandable_runs)}; "
+                       f"{f.count(a.expandable_short)} short"}
                       for a in table.allocator],
         "no_runs": NO_RUNS,
     }
@@ -309,6 +318,7 @@ def tight_lines(report: Report, table: Accuracy | None) -> list[dict[str, str]]:
     many of the allocator replay's one-length steps needed no more over their live peak (accuracy.json)."""
     mem, out = report.memory, []
     least_over = table.least_card_over_pct if table is not None else ()
+    least_expandable = table.least_card_expandable_pct if table is not None else ()
     # the replayed steps are training steps and HF generate: their odds are not a serving engine's, which sizes
     # its own KV pool (the site's serving job), so serving gets the margin alone
     for method, card, batch1, odds in (
@@ -321,5 +331,7 @@ def tight_lines(report: Report, table: Accuracy | None) -> list[dict[str, str]]:
         spare = (plan.capacity_bytes / batch1 - 1) * 100
         out.append({"method": method, "card": plan.name, "spare": f.error_pct(spare),
                     "runs": f.count(runs_within(least_over, spare)) if least_over and odds else "",
-                    "of": f.count(len(least_over))})
+                    "of": f.count(len(least_over)),
+                    "expandable": f.count(runs_within(least_expandable, spare)) if least_expandable and odds else "",
+                    "expandable_of": f.count(len(least_expandable))})
     return out
