@@ -124,3 +124,11 @@ def test_the_calculator_adds_little_to_a_page_and_its_shared_files_are_once_per_
         {"per_page_section_bytes": {"median": median, "largest": largest, "smallest": added[0]},
          "largest_page_bytes": max(p.stat().st_size for p in model_pages),
          "shared_bytes": shared, "shared_total": sum(shared.values())}, indent=1) + "\n")
+
+
+def test_the_accuracy_page_is_within_its_budget(site: Path) -> None:
+    """/accuracy/ lists every setup, family, miss and replayed setup in tables of its own: 118 kB with the allocator's
+    section, 124 kB with the fit table's tight column and expandable segments. Past 200 kB it needs splitting."""
+    page = site / pages.ACCURACY
+    assert page.stat().st_size < 200_000
+    assert [p.name for p in _loaded(page, site)] == ["style.css"]
