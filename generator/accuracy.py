@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 # Row-level helpers live in accuracy_rows.py; re-exported here for callers of generator.accuracy.
-from .accuracy_allocator import AllocatorRow, allocator_rows, least_card_expandable_pcts, least_card_over_pcts
+from .accuracy_allocator import AllocatorRow, allocator_rows, least_card_pcts, replay_groups
 from .accuracy_rows import (  # noqa: F401 - _double_quant: tests reach it here
     _double_quant,
     estimate_bytes,
@@ -301,9 +301,8 @@ def _allocator(datasets: Mapping[str, Sequence[Mapping[str, Any]]], s,
         return setup_label(setup) if setup is not None else None
 
     rows = [row for name in sorted(datasets) for row in datasets[name]]
-    estimate = lambda row: estimate_fn(row, s)  # noqa: E731
-    return (allocator_rows(rows, s.headroom, label, estimate), least_card_over_pcts(rows, label, estimate),
-            least_card_expandable_pcts(rows, label, estimate))
+    groups = replay_groups(rows, label, lambda row: estimate_fn(row, s))
+    return allocator_rows(groups, s.headroom), least_card_pcts(groups), least_card_pcts(groups, expandable=True)
 
 
 def _signed(estimate: int, measured: int) -> float:

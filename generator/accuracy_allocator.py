@@ -55,10 +55,11 @@ def _pct(over: float) -> float:
 Run = tuple[int, int, int, int, int, int]
 
 
-def _groups(rows: Sequence[Mapping[str, Any]], label: Callable[[Mapping[str, Any]], str | None],
-            estimate: Callable[[Mapping[str, Any]], int | None]) -> dict[str, list[Run]]:
+def replay_groups(rows: Sequence[Mapping[str, Any]], label: Callable[[Mapping[str, Any]], str | None],
+                  estimate: Callable[[Mapping[str, Any]], int | None]) -> dict[str, list[Run]]:
     """The replayed rows the estimator prices, by setup (`label(row)`, None to leave a row out), then every setup at
-    one length pooled (ALL_SETUPS)."""
+    one length pooled (ALL_SETUPS). `estimate(row)` is the estimator's peak in the row's metric (allocated for a
+    simulated step); each row is estimated twice, as read and as its reserved twin."""
     groups: dict[str, list[Run]] = {}
     for row in rows:
         name = label(row) if replayed(row) else None
@@ -77,12 +78,10 @@ def _groups(rows: Sequence[Mapping[str, Any]], label: Callable[[Mapping[str, Any
     return groups
 
 
-def allocator_rows(rows: Sequence[Mapping[str, Any]], headroom: float, label: Callable[[Mapping[str, Any]], str | None],
-                   estimate: Callable[[Mapping[str, Any]], int | None]) -> tuple[AllocatorRow, ...]:
-    """The replayed rows' figures per setup, then every setup at one length pooled. `estimate(row)` is the
-    estimator's peak in the row's metric (allocated for a simulated step)."""
+def allocator_rows(groups: Mapping[str, Sequence[Run]], headroom: float) -> tuple[AllocatorRow, ...]:
+    """replay_groups' figures per setup, then every setup at one length pooled."""
     out = []
-    for name, runs in _groups(rows, label, estimate).items():
+    for name, runs in groups.items():
         reserved_over = [r / a - 1 for a, r, _, _, _, _ in runs]
         least_over = [c / a - 1 for a, _, c, _, _, _ in runs]
         errors = [e / r - 1 for _, r, _, _, e, _ in runs]
@@ -99,21 +98,15 @@ def allocator_rows(rows: Sequence[Mapping[str, Any]], headroom: float, label: Ca
     return tuple(out)
 
 
-def least_card_over_pcts(rows: Sequence[Mapping[str, Any]], label: Callable[[Mapping[str, Any]], str | None],
-                         estimate: Callable[[Mapping[str, Any]], int | None]) -> tuple[float, ...]:
-    """Each step of ALL_SETUPS: the least memory it ran in over its live peak, in %, smallest first. A card with
-    x% more than a job's live peak would have run the steps whose figure is at most x (a tight card's odds)."""
-    runs = _groups(rows, label, estimate).get(ALL_SETUPS, [])
-    return tuple(sorted(_pct(c / a - 1) for a, _, c, _, _, _ in runs))
-
-
-def least_card_expandable_pcts(rows: Sequence[Mapping[str, Any]], label: Callable[[Mapping[str, Any]], str | None],
-                               estimate: Callable[[Mapping[str, Any]], int | None]) -> tuple[float, ...]:
-    """least_card_over_pcts under expandable segments, for the steps of ALL_SETUPS replayed so."""
-    runs = _groups(rows, label, estimate).get(ALL_SETUPS, [])
-    return tuple(sorted(_pct(x / a - 1) for a, _, _, _, _, x in runs if x))
+def least_card_pcts(groups: Mapping[str, Sequence[Run]], expandable: bool = False) -> tuple[float, ...]:
+    """Each step of ALL_SETUPS: the least memory it ran in over its live peak, in %, smallest first (expandable:
+    under expandable segments, the steps replayed so). A card with x% more than a job's live peak would have run
+    the steps whose figure is at most x (a tight card's odds)."""
+    runs = groups.get(ALL_SETUPS, ())
+    least = [(x if expandable else c, a) for a, _, c, _, _, x in runs]
+    return tuple(sorted(_pct(c / a - 1) for c, a in least if c))
 
 
 def runs_within(least_over: Sequence[float], spare_pct: float) -> int:
-    """How many of least_card_over_pcts' steps would have run with spare_pct % over their live peak."""
+    """How many of least_card_pcts' steps would have run with spare_pct % over their live peak."""
     return sum(1 for x in least_over if x <= spare_pct)

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from generator.accuracy_allocator import ALL_SETUPS, allocator_rows, least_card_expandable_pcts, runs_within
+from generator.accuracy_allocator import ALL_SETUPS, allocator_rows, least_card_pcts, replay_groups, runs_within
 from generator.cli import main
 from generator.estimator import card_verdict
 from generator.estimator.memory.profile import budget_bytes, capacity_bytes
@@ -193,12 +193,12 @@ def test_the_allocator_table_takes_expandable_segments_where_a_step_was_replayed
         return {"measured": measured, "est": live}
 
     rows = [row(100, 104, 101), row(100, 110, None), row(100, 120, 118)]
-    got = allocator_rows(rows, 1.15, lambda r: "setup", lambda r: r["est"])
-    one, pooled = got
+    groups = replay_groups(rows, lambda r: "setup", lambda r: r["est"])
+    one, pooled = allocator_rows(groups, 1.15)
     assert pooled.setup == ALL_SETUPS and one.runs == 3 and one.expandable_runs == 2
     # 101 and 118 over 100: median 9.5%, max 18%; 100 x 1.15 is under 118
     assert (one.least_card_expandable_median_pct, one.least_card_expandable_max_pct, one.expandable_short) == (9.5, 18.0,
                                                                                                           1)
-    assert least_card_expandable_pcts(rows, lambda r: "setup", lambda r: r["est"]) == (1.0, 18.0)
-    none = allocator_rows(rows[1:2], 1.15, lambda r: "setup", lambda r: r["est"])[0]
+    assert least_card_pcts(groups, expandable=True) == (1.0, 18.0) and least_card_pcts(groups) == (4.0, 10.0, 20.0)
+    none = allocator_rows(replay_groups(rows[1:2], lambda r: "setup", lambda r: r["est"]), 1.15)[0]
     assert none.expandable_runs == 0 and none.least_card_expandable_median_pct is None
