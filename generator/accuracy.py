@@ -150,8 +150,8 @@ DEFINITIONS = (
     ("least_card_over_pct", "each CPU-simulated step replayed through the allocator at one length: the least card it "
                             "runs in over its live peak, in %, smallest first; a card with x% more memory than a "
                             "job's live peak would have run the steps at or under x (what the CLI says of a tight card)"),
-    ("least_card_expandable_pct", "least_card_over_pct under PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "
-                                  "(generator/measure/expandable.py), for the steps replayed with it too"),
+    ("least_card_expandable_pct", "least_card_over_pct with the allocator's expandable segments "
+                                  "(generator/measure/expandable.py), for the steps replayed with them too"),
     ("allocator", "CPU-simulated steps replayed, allocation by allocation, through a model of PyTorch's CUDA caching "
                   "allocator (generator/measure/allocator.py): reserved is max_memory_reserved on a card with room; "
                   "the least card is the least memory the step runs in, the allocator freeing its cached segments "

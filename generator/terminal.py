@@ -157,8 +157,8 @@ def _verdicts(m, least_over: Sequence[float] = (), least_expandable: Sequence[fl
             odds = (f", enough for {fmt.count(runs_within(least_over, spare))} of {fmt.count(len(least_over))} "
                     "replayed steps" if least_over else "")
             if least_over and least_expandable:
-                odds += (f" ({fmt.count(runs_within(least_expandable, spare))} of {fmt.count(len(least_expandable))} "
-                         "with expandable segments)")
+                odds += (f", {fmt.count(runs_within(least_expandable, spare))} of {fmt.count(len(least_expandable))} "
+                         "with expandable segments")
             said.append(f"{c.name} is tight ({fmt.gb(c.capacity_bytes)} for tensors: {fmt.error_pct(spare)} to "
                         f"spare{odds}; budget {fmt.gb(c.budget_bytes)})")
         else:

@@ -91,12 +91,14 @@ def test_the_cli_says_tight_per_card_with_the_measured_figures(capsys, tmp_path,
     pooled = next(a for a in json.loads(accuracy_page.ACCURACY_JSON.read_text(encoding="utf-8"))["allocator"]
                   if a["setup"] == "every setup at one length")
     # LoRA at 2,500 tokens: 37.9 GB, over the A100 40 GB's 36.4 GB budget, within its 41.9 GB
-    least_over = json.loads(accuracy_page.ACCURACY_JSON.read_text(encoding="utf-8"))["least_card_over_pct"]
+    table = json.loads(accuracy_page.ACCURACY_JSON.read_text(encoding="utf-8"))
+    least_over, expandable = table["least_card_over_pct"], table["least_card_expandable_pct"]
     code, text, err = run(capsys, LLAMA8, "--method", "lora", "--tokens", "2500")
     assert code == 0 and err == ""
     enough = sum(1 for x in least_over if x <= 10.5)  # the steps whose least card is within the margin
     assert (f"A100 40 GB is tight (41.9 GB for tensors: 10.5% to spare, enough for {enough} of {len(least_over)} "
-            "replayed steps; budget 36.4 GB)") in text
+            f"replayed steps, {sum(1 for x in expandable if x <= 10.5)} of {len(expandable)} with expandable "
+            "segments; budget 36.4 GB)") in text
     assert "L4 24 GB does not fit (budget 20.5 GB)" in text and "H200 141 GB fits (budget 131 GB)" in text
     assert "fits one A100 / H100 80 GB; tight on one A100 40 GB" in text
     assert (f"{pooled['runs']:,} steps replayed through it, each at one length, needed a median "
@@ -127,13 +129,14 @@ def test_a_model_page_names_the_tight_card_and_says_what_it_means() -> None:
     report, record = _report(PHI)
     text = re.sub(r"<[^>]+>", "", render_model_page(report, record, SETTINGS, standalone=False))
     assert "for a full fine-tune (fits one H200 141 GB; tight on one A100 / H100 80 GB)" in text
-    least_over = accuracy_page.load().least_card_over_pct
+    least_over, expandable = accuracy_page.load().least_card_over_pct, accuracy_page.load().least_card_expandable_pct
     spare = (next(c for c in report.memory.cards if c.name == "A100 / H100 80 GB").capacity_bytes
              / report.memory.train_full_bytes_batch1 - 1) * 100
     assert ('"Tight": the card\'s memory less the CUDA context holds batch 1, not the 1.15x headroom kept for '
             "the caching allocator's fragmentation. The full fine-tune leaves "
             f"{spare:.1f}% to spare on one A100 / H100 80 GB, enough for {sum(1 for x in least_over if x <= spare)} "
-            f"of the {len(least_over)} steps replayed through the allocator (measured).") in text
+            f"of the {len(least_over)} steps replayed through the allocator, "
+            f"{sum(1 for x in expandable if x <= spare)} of {len(expandable)} with expandable segments (measured).") in text
     # the memory table says tight in the card's cell, where "—" stood
     assert re.search(r"A100 / H100 80 GB</a></th><td[^>]*>[^<]*<br><small>[^<]*</small></td>\s*"
                      r'<td class="num answer" data-label="Full fine-tune">tight<br>',

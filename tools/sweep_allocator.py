@@ -2,14 +2,16 @@
 """The allocator sweep behind data/measurements/cpu-sim-allocator.jsonl: CPU-simulated steps of whole models (every
 layer), each replayed through the CUDA caching allocator (`neurarch-trace measure --allocator`).
 
-    nice .venv/bin/python tools/sweep_allocator.py --out data/measurements/cpu-sim-allocator.jsonl   # ~2 h 30 min
+    nice .venv/bin/python tools/sweep_allocator.py --out data/measurements/cpu-sim-allocator.jsonl   # about 65 min
     .venv/bin/python tools/sweep_allocator.py --list
 
 What it measures, per step, beside the live tensors' peak (what max_memory_allocated reads):
 - reserved_bytes: what max_memory_reserved reads on a card with room, where the allocator never gives a segment
   back: the figure torchtune, ms-swift and `nvidia-smi` report;
 - minimum_capacity_bytes: the least memory the step runs in, the allocator freeing its cached segments and trying
-  again before it raises out-of-memory: the figure a "fits on this card" answer is about.
+  again before it raises out-of-memory: the figure a "fits on this card" answer is about;
+- reserved_bytes_expandable, minimum_capacity_bytes_expandable: the same with
+  PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (generator/measure/expandable.py).
 The setups are the site's methods and the recipes people run, at every layer (fragmentation depends on how many
 tensors of each size a step makes, so a 2-layer model would not show it), on models from 135M to 9B; then 12-step
 runs whose lengths vary, as a loader padding each batch to its longest sample feeds them (`--min-tokens`).
