@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from generator.accuracy_allocator import ALL_SETUPS, allocator_rows, least_card_pcts, replay_groups, runs_within
 from generator.cli import main
-from generator.estimator import card_verdict
+from generator.estimator import ENGINE_DEFAULT_SHARE, card_verdict, engine_share
 from generator.estimator.memory.profile import budget_bytes, capacity_bytes
 from generator.hub.snapshot import DEFAULT_SNAPSHOT_DIR, load_record
 from generator.pipeline import report_for_record
@@ -145,7 +145,11 @@ def test_a_model_page_names_the_tight_card_and_says_what_it_means() -> None:
     report, record = _report("meta-llama/Llama-3.1-70B")
     text = re.sub(r"<[^>]+>", "", render_model_page(report, record, SETTINGS, standalone=False))
     assert report.memory.tight_card_serve == "H200 141 GB"
-    assert re.search(r"Serving leaves \d+\.\d% to spare on one H200 141 GB\.", text)
+    h200 = next(c for c in report.memory.cards if c.name == "H200 141 GB")
+    share = engine_share(report.memory.serve_bytes_batch1, h200.usable_bytes, SETTINGS.assumptions.cuda_context_bytes)
+    assert 0.9 < share <= 0.96  # 143 GB and the context of the H200's 151 GB
+    assert re.search(r"Serving leaves \d+\.\d% to spare on one H200 141 GB: a vLLM server needs "
+                     r"gpu_memory_utilization 0\.96 or more there \(0\.9 by default\)\.", text)
     report, record = _report("Qwen/Qwen3-0.6B")
     text = re.sub(r"<[^>]+>", "", render_model_page(report, record, SETTINGS, standalone=False))
     assert "tight" not in text.lower()
@@ -205,3 +209,11 @@ def test_the_allocator_table_takes_expandable_segments_where_a_step_was_replayed
     assert least_card_pcts(groups, expandable=True) == (1.0, 18.0) and least_card_pcts(groups) == (4.0, 10.0, 20.0)
     none = allocator_rows(replay_groups(rows[1:2], lambda r: "setup", lambda r: r["est"]), 1.15)[0]
     assert none.expandable_runs == 0 and none.least_card_expandable_median_pct is None
+
+
+def test_a_serving_engines_share_counts_the_context_against_the_whole_card() -> None:
+    """vLLM's gpu_memory_utilization is a share of the card's total memory that must hold the tensors and the memory
+    outside torch: (peak + context) / driver-reported total, against its default of 0.9."""
+    assert ENGINE_DEFAULT_SHARE == 0.9
+    assert engine_share(80 * GB, 100 * GB, 5 * GB) == 0.85
+    assert engine_share(90 * GB, 100 * GB, 5 * GB) == 0.95

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
@@ -20,7 +21,7 @@ from .. import accuracy as table_module
 from .. import format as f
 from ..accuracy import ErrorRow, FitRow
 from ..accuracy_allocator import ALL_SETUPS, AllocatorRow, runs_within
-from ..estimator import Report
+from ..estimator import ENGINE_DEFAULT_SHARE, Report, engine_share
 from . import pages
 
 ACCURACY_JSON = table_module.OUTPUT  # tests point this elsewhere
@@ -329,7 +330,11 @@ def tight_lines(report: Report, table: Accuracy | None) -> list[dict[str, str]]:
         if plan is None:
             continue
         spare = (plan.capacity_bytes / batch1 - 1) * 100
+        # serving: the share of the card vLLM's gpu_memory_utilization must give, where its default does not
+        share = 0.0 if odds else engine_share(batch1, plan.usable_bytes, dict(mem.assumptions)["cuda_context_bytes"])
         out.append({"method": method, "card": plan.name, "spare": f.error_pct(spare),
+                    "share": f.decimal(math.ceil(share * 100) / 100) if share > ENGINE_DEFAULT_SHARE else "",
+                    "default_share": f.decimal(ENGINE_DEFAULT_SHARE),
                     "runs": f.count(runs_within(least_over, spare)) if least_over and odds else "",
                     "of": f.count(len(least_over)),
                     "expandable": f.count(runs_within(least_expandable, spare)) if least_expandable and odds else "",

@@ -298,6 +298,18 @@ def budget_bytes(card: Card, s: Assumptions) -> int:
     return int(capacity_bytes(card, s) / s.headroom)
 
 
+# vLLM's share of a card by default: CacheConfig.gpu_memory_utilization (vllm/config/cache.py), "the fraction of GPU
+# memory to be used for the model executor", taken of the card's total memory; weights, activations, the KV cache and
+# the memory outside torch (the CUDA context) must fit in it.
+ENGINE_DEFAULT_SHARE = 0.9
+
+
+def engine_share(peak_bytes: int, usable_bytes: int, context_bytes: int) -> float:
+    """The share of a card's driver-reported memory a serving engine sized like vLLM must be given to hold
+    `peak_bytes` of tensors beside the CUDA context (compare ENGINE_DEFAULT_SHARE)."""
+    return (peak_bytes + context_bytes) / usable_bytes
+
+
 def card_verdict(peak_bytes: int, budget: int, capacity: int) -> str:
     """"fits" within a card's budget; "tight" where its capacity holds the peak but not the headroom, so whether
     the step runs depends on how the allocator's blocks fall (FINDINGS.md F49: the least memory each of 106 replayed
