@@ -110,3 +110,23 @@ def least_card_pcts(groups: Mapping[str, Sequence[Run]], expandable: bool = Fals
 def runs_within(least_over: Sequence[float], spare_pct: float) -> int:
     """How many of least_card_pcts' steps would have run with spare_pct % over their live peak."""
     return sum(1 for x in least_over if x <= spare_pct)
+
+
+@dataclass(frozen=True)
+class Margin:
+    """What a card leaves over a job's peak, and how many replayed steps that would have run (a tight card's odds)."""
+
+    spare_pct: float  # the card's capacity over the peak, %
+    runs: int  # of the default allocator's replayed steps (least_card_pcts), those it covers
+    of: int
+    expandable_runs: int  # the same with expandable segments
+    expandable_of: int
+
+
+def margin(capacity_bytes: int, peak_bytes: int, least_over: Sequence[float],
+           least_expandable: Sequence[float]) -> Margin:
+    """The Margin of a card with `capacity_bytes` for tensors over a job of `peak_bytes`, against the replayed steps'
+    least cards (accuracy.json's least_card_over_pct, least_card_expandable_pct)."""
+    spare = (capacity_bytes / peak_bytes - 1) * 100
+    return Margin(spare, runs_within(least_over, spare), len(least_over), runs_within(least_expandable, spare),
+                  len(least_expandable))

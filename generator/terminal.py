@@ -10,7 +10,7 @@ from rich.text import Text
 
 from . import format as fmt
 from . import setups_text
-from .accuracy_allocator import AllocatorRow, runs_within
+from .accuracy_allocator import AllocatorRow, margin
 from .estimator import Report, card_verdict
 from .settings import Settings
 
@@ -153,14 +153,12 @@ def _verdicts(m, least_over: Sequence[float] = (), least_expandable: Sequence[fl
     for c in m.cards:
         verdict = card_verdict(m.peak_bytes, c.budget_bytes, c.capacity_bytes)
         if verdict == "tight":
-            spare = (c.capacity_bytes / m.peak_bytes - 1) * 100
-            odds = (f", enough for {fmt.count(runs_within(least_over, spare))} of {fmt.count(len(least_over))} "
-                    "replayed steps" if least_over else "")
-            if least_over and least_expandable:
-                odds += (f", {fmt.count(runs_within(least_expandable, spare))} of {fmt.count(len(least_expandable))} "
-                         "with expandable segments")
-            said.append(f"{c.name} is tight ({fmt.gb(c.capacity_bytes)} for tensors: {fmt.error_pct(spare)} to "
-                        f"spare{odds}; budget {fmt.gb(c.budget_bytes)})")
+            got = margin(c.capacity_bytes, m.peak_bytes, least_over, least_expandable)
+            odds = (f", enough for {fmt.count(got.runs)} of {fmt.count(got.of)} replayed steps" if got.of else "")
+            if got.of and got.expandable_of:
+                odds += f", {fmt.count(got.expandable_runs)} of {fmt.count(got.expandable_of)} with expandable segments"
+            said.append(f"{c.name} is tight ({fmt.gb(c.capacity_bytes)} for tensors: {fmt.error_pct(got.spare_pct)} "
+                        f"to spare{odds}; budget {fmt.gb(c.budget_bytes)})")
         else:
             said.append(f"{c.name} {verdict} (budget {fmt.gb(c.budget_bytes)})")
     return Text("Per card: " + "; ".join(said) + ".")

@@ -11,7 +11,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from generator.accuracy_allocator import ALL_SETUPS, allocator_rows, least_card_pcts, replay_groups, runs_within
+from generator.accuracy_allocator import (
+    ALL_SETUPS,
+    allocator_rows,
+    least_card_pcts,
+    margin,
+    replay_groups,
+    runs_within,
+)
 from generator.cli import main
 from generator.estimator import ENGINE_DEFAULT_SHARE, card_verdict, engine_share
 from generator.estimator.memory.profile import budget_bytes, capacity_bytes
@@ -217,3 +224,9 @@ def test_a_serving_engines_share_counts_the_context_against_the_whole_card() -> 
     assert ENGINE_DEFAULT_SHARE == 0.9
     assert engine_share(80 * GB, 100 * GB, 5 * GB) == 0.85
     assert engine_share(90 * GB, 100 * GB, 5 * GB) == 0.95
+
+
+def test_a_margin_counts_the_replayed_steps_at_or_under_it() -> None:
+    got = margin(110 * GB, 100 * GB, (5.0, 10.0, 10.5, 20.0), (1.0, 12.0))
+    assert abs(got.spare_pct - 10.0) < 1e-9 and (got.runs, got.of, got.expandable_runs, got.expandable_of) == (2, 4, 1, 2)
+    assert margin(110 * GB, 100 * GB, (), ()).of == 0

@@ -20,7 +20,7 @@ from typing import Any
 from .. import accuracy as table_module
 from .. import format as f
 from ..accuracy import ErrorRow, FitRow
-from ..accuracy_allocator import ALL_SETUPS, AllocatorRow, runs_within
+from ..accuracy_allocator import ALL_SETUPS, AllocatorRow, margin
 from ..estimator import ENGINE_DEFAULT_SHARE, Report, engine_share
 from . import pages
 
@@ -329,14 +329,13 @@ def tight_lines(report: Report, table: Accuracy | None) -> list[dict[str, str]]:
         plan = next((c for c in mem.cards if c.name == card), None)
         if plan is None:
             continue
-        spare = (plan.capacity_bytes / batch1 - 1) * 100
+        got = margin(plan.capacity_bytes, batch1, least_over, least_expandable)
         # serving: the share of the card vLLM's gpu_memory_utilization must give, where its default does not
         share = 0.0 if odds else engine_share(batch1, plan.usable_bytes, dict(mem.assumptions)["cuda_context_bytes"])
-        out.append({"method": method, "card": plan.name, "spare": f.error_pct(spare),
+        out.append({"method": method, "card": plan.name, "spare": f.error_pct(got.spare_pct),
                     "share": f.decimal(math.ceil(share * 100) / 100) if share > ENGINE_DEFAULT_SHARE else "",
                     "default_share": f.decimal(ENGINE_DEFAULT_SHARE),
-                    "runs": f.count(runs_within(least_over, spare)) if least_over and odds else "",
-                    "of": f.count(len(least_over)),
-                    "expandable": f.count(runs_within(least_expandable, spare)) if least_expandable and odds else "",
-                    "expandable_of": f.count(len(least_expandable))})
+                    "runs": f.count(got.runs) if got.of and odds else "", "of": f.count(got.of),
+                    "expandable": f.count(got.expandable_runs) if got.expandable_of and odds else "",
+                    "expandable_of": f.count(got.expandable_of)})
     return out

@@ -261,7 +261,7 @@ def family_rows(entries: Iterable[Entry], root: str) -> list[dict[str, Any]]:
     return out
 
 
-def card_rows(entries: Iterable[Entry], index: int, root: str, card: str = "") -> dict[str, Any]:
+def card_rows(entries: Iterable[Entry], index: int, root: str, card: str) -> dict[str, Any]:
     """The models card number `index` (named `card`) runs, most downloaded first, then those without a download
     count, by id: `one` those with a method that fits one card alone (the largest batch per method, or the fewest
     GPUs of it where one does not hold the method, "tight" first where one card holds batch 1 without its
