@@ -298,9 +298,10 @@ def budget_bytes(card: Card, s: Assumptions) -> int:
     return int(capacity_bytes(card, s) / s.headroom)
 
 
-# vLLM's share of a card by default: CacheConfig.gpu_memory_utilization (vllm/config/cache.py), "the fraction of GPU
-# memory to be used for the model executor", taken of the card's total memory; weights, activations, the KV cache and
-# the memory outside torch (the CUDA context) must fit in it.
+# vLLM's share of a card by default: EngineArgs.gpu_memory_utilization = 0.90 (vllm/engine/arg_utils.py), handed to
+# CacheConfig as "the fraction of GPU memory to be used for the model executor" and taken of the card's total memory
+# (requested = total x utilization); weights, activations, the KV cache and the memory outside torch (the CUDA context)
+# must fit in it.
 ENGINE_DEFAULT_SHARE = 0.9
 
 
