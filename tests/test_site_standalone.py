@@ -13,7 +13,7 @@ from generator.hub.snapshot import DEFAULT_SNAPSHOT_DIR, load_record
 from generator.pipeline import report_for_record
 from generator.settings import load_settings
 from generator.site.build import render_model_page
-from generator.site.context import find_layer_block
+from generator.site.structure_table import find_repeat
 
 SETTINGS = load_settings()
 
@@ -71,11 +71,10 @@ def test_no_single_card_and_the_two_card_split() -> None:
 
 
 def test_repeated_layers_are_folded_but_kept() -> None:
-    report, record = _report("Qwen/Qwen3-0.6B")
+    report, record = _report("meta-llama/Llama-3.2-1B")  # 16 layers: 102 rows, within MAX_STRUCTURE_ROWS
     html = render_model_page(report, record, SETTINGS, standalone=False)
-    assert "<details><summary>Layers 2 to 28: the same 6 rows as layer 1 (162 rows)</summary>" in html
+    assert "<details><summary>Layers 2 to 16: the same 6 rows as layer 1 (90 rows)</summary>" in html
     for row in report.structure:  # every node is still on the page
         assert f"<td>{row.name}<td>" in html
-    keys = [(r.type, r.output_shape, r.params) for r in report.structure]
-    assert find_layer_block(keys, report.params.layers) == (3, 6)
-    assert find_layer_block([("a",), ("b",), ("c",)], 3) is None
+    assert find_repeat(["a"] * 28) == (0, 1, 28)
+    assert find_repeat(["a", "b", "c"]) is None

@@ -17,13 +17,8 @@ from ..records import ModelRecord
 from ..settings import Settings
 from . import accuracy_page, charts, pages, sources
 from .setups_context import setups_context
+from .structure_table import structure_context
 
-MIN_LAYERS_TO_FOLD = 3  # with 1 or 2 layers folding saves nothing (the reference page shows all rows)
-# The most structure rows a page shows (a row is ~80 bytes; the page budget is 60 KB). A 126-layer
-# model has 762 rows: beyond this, the repeated layers or the middle rows are named, not listed, and
-# the JSON twin beside the page has every row.
-MAX_STRUCTURE_ROWS = 200
-TAIL_ROWS = 4  # rows kept after a cut in a stack that does not fold (the final norm and the head)
 METHODS = (("full", "train_full"), ("lora", "train_lora"), ("serve", "serve"))
 _PHASE_TEXT = {"loss (logits)": "the loss (the logits)", "optimizer step": "the optimizer step",
                "backward (activations)": "backward (the saved activations)",
@@ -332,63 +327,3 @@ def _serve_storage(report: Report) -> dict[str, str] | None:
     if name == "bf16":
         return None
     return {"name": name, "describes": str(dict(report.params.quantization or ()).get("describes") or "")}
-
-
-def _row(r: Any) -> dict[str, str]:
-    return {"index": f.count(r.index), "name": r.name, "type": r.type, "shape": f.shape(r.output_shape),
-            "params": f.count(r.params)}
-
-
-def find_layer_block(keys: Sequence[tuple], layers: int) -> tuple[int, int] | None:
-    """(start, rows per layer) of the first run of `layers` identical blocks, or None.
-
-    Rows are compared by (type, shape, params): the names differ per layer (Attention_1,
-    Attention_2) but a decoder stack repeats the same blocks, which is what makes folding honest."""
-    n = len(keys)
-    for per in range(1, n // max(layers, 1) + 1):
-        span = layers * per
-        for start in range(n - span + 1):
-            if all(keys[start + j] == keys[start + j % per] for j in range(per, span)):
-                return start, per
-    return None
-
-
-def structure_context(report: Report) -> dict[str, Any]:
-    """The structure table. A 126-layer model has 762 rows: the page shows the rows before the stack,
-    layer 1 and the rows after it, and keeps layers 2..L in a <details> element while the page holds
-    at most MAX_STRUCTURE_ROWS rows; beyond that the repeated layers (or, in a stack that does not
-    repeat, the middle rows) are named by their row numbers and left to the JSON twin, which has
-    every row. Only the rows shown are formatted."""
-    rows = report.structure
-    layers = report.params.layers
-    first_shape = rows[0].output_shape if rows else ()
-    context: dict[str, Any] = {
-        "nodes": f.count(len(rows)),
-        # The Input node's shape is (1, tokens): the context the shapes were propagated at.
-        "tokens": f.count(first_shape[-1]) if first_shape else f.DASH,
-        "train_tokens": f.count(report.memory.train_tokens),
-        "same_as_train": bool(first_shape) and first_shape[-1] == report.memory.train_tokens,
-        "head": [], "fold": None, "cut": None, "tail": [],
-    }
-    block = None if layers < MIN_LAYERS_TO_FOLD else \
-        find_layer_block([(r.type, r.output_shape, r.params) for r in rows], layers)
-    if block is None:
-        if len(rows) <= MAX_STRUCTURE_ROWS:
-            context["head"] = [_row(r) for r in rows]
-            return context
-        keep = MAX_STRUCTURE_ROWS - TAIL_ROWS
-        context["head"] = [_row(r) for r in rows[:keep]]
-        context["cut"] = {"first": f.count(rows[keep].index), "last": f.count(rows[-TAIL_ROWS - 1].index),
-                          "count": f.count(len(rows) - keep - TAIL_ROWS)}
-        context["tail"] = [_row(r) for r in rows[-TAIL_ROWS:]]
-        return context
-    start, per = block
-    end = start + layers * per
-    folded = rows[start + per:end]
-    shown = len(rows) <= MAX_STRUCTURE_ROWS
-    context["head"] = [_row(r) for r in rows[: start + per]]
-    context["fold"] = {"first": "2", "last": f.count(layers), "per_layer": f.count(per),
-                       "rows": [_row(r) for r in folded] if shown else None, "count": f.count(len(folded)),
-                       "from": f.count(folded[0].index), "to": f.count(folded[-1].index)}
-    context["tail"] = [_row(r) for r in rows[end:]]
-    return context
