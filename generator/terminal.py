@@ -197,7 +197,7 @@ def _print_plan(console: Console, report: Report, settings: Settings, method: st
         for c in m.cards:
             table.add_row(c.name, fmt.gb(c.budget_bytes), cell(c, c.train_full_max_batch, m.tight_card_full),
                           cell(c, c.train_lora_max_batch, m.tight_card_lora),
-                          *((fmt.batch(c.train_qlora_max_batch),) if qlora else ()),
+                          *((cell(c, c.train_qlora_max_batch, m.tight_card_qlora),) if qlora else ()),
                           cell(c, c.serve_max_batch, m.tight_card_serve))
         console.print(table)
         console.print(Text(f"Budget = (driver-reported memory - {fmt.gb(a['cuda_context_bytes'])} CUDA context) / "

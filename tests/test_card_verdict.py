@@ -75,7 +75,9 @@ def test_a_tight_card_holds_batch_1_within_its_capacity_and_no_smaller_card_fits
     for key, batch1, smallest, tight in (
             ("train_full", mem.train_full_bytes_batch1, mem.smallest_card_full, mem.tight_card_full),
             ("train_lora", mem.train_lora_bytes_batch1, mem.smallest_card_lora, mem.tight_card_lora),
-            ("serve", mem.serve_bytes_batch1, mem.smallest_card_serve, mem.tight_card_serve)):
+            ("serve", mem.serve_bytes_batch1, mem.smallest_card_serve, mem.tight_card_serve),
+            ("train_qlora", mem.train_qlora_bytes_batch1,
+             next((c.name for c in by_budget if c.train_qlora_max_batch >= 1), None), mem.tight_card_qlora)):
         verdicts = [card_verdict(batch1, c.budget_bytes, c.capacity_bytes) for c in by_budget]
         # the report's batches and the verdict agree on every card
         assert [v == "fits" for v in verdicts] == [getattr(c, f"{key}_max_batch") >= 1 for c in by_budget]
@@ -92,6 +94,42 @@ def test_the_snapshot_has_tight_cards_where_the_band_says() -> None:
     assert mem.tight_card_full == "A100 / H100 80 GB" and mem.smallest_card_full == "H200 141 GB"
     card = next(c for c in mem.cards if c.name == "A100 / H100 80 GB")
     assert card.budget_bytes < mem.train_full_bytes_batch1 <= card.capacity_bytes
+
+
+QWEN14 = "Qwen/Qwen3-14B"  # QLoRA at batch 1: 14.9 GB, over the T4's 13.5 GB budget, within its 15.6 GB
+
+
+def test_qlora_tight_on_a_card_is_said_in_every_place_the_other_methods_are(capsys, monkeypatch) -> None:
+    report, record = _report(QWEN14)
+    mem = report.memory
+    t4 = next(c for c in mem.cards if c.name == "T4 16 GB")
+    assert mem.tight_card_qlora == "T4 16 GB" and t4.train_qlora_max_batch == 0
+    assert t4.budget_bytes < (mem.train_qlora_bytes_batch1 or 0) <= t4.capacity_bytes
+    # its model page: the memory table's QLoRA cell, and the margin with the replay's odds
+    page = render_model_page(report, record, SETTINGS, standalone=False)
+    assert re.search(r'T4 16 GB</a></th>(?:<td[^>]*>.*?</td>\s*){3}<td class="num answer" data-label="QLoRA">tight<',
+                     page, re.S)
+    spare = (t4.capacity_bytes / mem.train_qlora_bytes_batch1 - 1) * 100
+    least_over = accuracy_page.load().least_card_over_pct
+    assert (f"QLoRA leaves {spare:.1f}% to spare on one T4 16 GB, enough for "
+            f"{sum(1 for x in least_over if x <= spare)} of the {len(least_over)} steps replayed") in re.sub(
+                r"<[^>]+>", "", page)
+    # the CLI's plan table
+    monkeypatch.setenv("COLUMNS", "160")
+    code, out = main([QWEN14, "--plan"]), capsys.readouterr().out
+    row = next(line for line in out.splitlines() if "T4 16 GB" in line and "13.5 GB" in line)
+    assert code == 0 and [c.strip() for c in row.split("│")[1:-1]][4] == "tight"
+    # the card page: "tight · " before the fewest T4s that hold it with the headroom
+    entry = listing.entry_for(record, report, None)
+    assert entry.tight_qlora == "T4 16 GB"
+    t4_index = [c.name for c in mem.cards].index("T4 16 GB")
+    (row,) = [r for part in listing.card_rows([entry], t4_index, "../", "T4 16 GB")["several"] for r in part]
+    assert row["cells"][2] == "tight · 2 GPUs"
+
+
+def test_qlora_has_no_batch_1_figure_where_it_does_not_apply() -> None:
+    mem = _report("openai/gpt-oss-20b")[0].memory  # an MXFP4 checkpoint: QLoRA does not apply
+    assert mem.train_qlora_bytes_batch1 is None and mem.tight_card_qlora is None
 
 
 def test_the_cli_says_tight_per_card_with_the_measured_figures(capsys, tmp_path, monkeypatch) -> None:
@@ -192,6 +230,12 @@ def test_a_card_page_marks_a_tight_method_beside_its_gpu_count() -> None:
                       gpus=((2, 1, 1, 1), (1, 1, 1, 1)), tight_full="T4 16 GB")
     (row,), _ = listing.card_rows([e], 0, "../", "T4 16 GB")["one"]
     assert row["cells"] == ["tight · 2 GPUs", "batch 1", "batch 2", "batch 3"]
+    q = listing.Entry("org/q", "llama", "llama", 10**9, 100, "T4 16 GB", "T4 16 GB", None,
+                      smallest_serve="T4 16 GB", batches=((1, 1, 3),), qlora_batches=(0,),
+                      gpus=((1, 1, 2, 1),), tight_qlora="T4 16 GB")
+    (row,), _ = listing.card_rows([q], 0, "../", "T4 16 GB")["one"]
+    assert row["cells"] == ["batch 1", "batch 1", "tight · 2 GPUs", "batch 3"]
+    assert listing.Entry.from_dict(q.to_dict()) == q
     (row,), _ = listing.card_rows([e], 1, "../", "L4 24 GB")["one"]
     assert row["cells"][0] == "1 GPU"
     assert listing.Entry.from_dict(e.to_dict()) == e  # the manifest keeps it

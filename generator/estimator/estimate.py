@@ -163,8 +163,9 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
                                                                                        model_id)
     spread = per_gpu(the_job, setup, model_id)
     exact = metric_memory(spread.peak_phase, dict(spread.breakdown), s, job, graph)
-    qlora_applies = arch.quant is None
-    plans = _card_plan(cards, profiles, s, site_jobs["qlora"] if qlora_applies else None)
+    # QLoRA's phases at batch 1 (None where the checkpoint is quantised already: plans_unreachable says why)
+    qlora_limits = job_limits(site_jobs["qlora"], _site_metric) if arch.quant is None else None
+    plans = _card_plan(cards, profiles, s, qlora_limits)
     kv_per_sequence = kv_bytes_per_sequence(arch, s, serve_tokens)
     # full and LoRA FLOPs per token of the reference job: priced per GPU by the costs and the plans alike
     flops_per_token = training_flops_per_token(arch, graph, s, adapters, job_tokens(arch, s))
@@ -201,6 +202,8 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
         tight_card_full=_tight_card(by_budget, profiles["train_full"].whole_limits, "train_full"),
         tight_card_lora=_tight_card(by_budget, profiles["train_lora"].whole_limits, "train_lora"),
         tight_card_serve=_tight_card(by_budget, profiles["serve"].whole_limits, "serve"),
+        train_qlora_bytes_batch1=None if qlora_limits is None else max(base + grow for base, grow in qlora_limits),
+        tight_card_qlora=None if qlora_limits is None else _tight_card(by_budget, qlora_limits, "train_qlora"),
         kv_bytes_per_sequence=kv_per_sequence,
         state_bytes_per_sequence=state_bytes_per_sequence(arch, s), image_tokens=spec.image_tokens,
         serve_weight_bytes=weights_served,
@@ -312,12 +315,11 @@ def structure_rows(spec: Spec, tokens: int) -> StructureTable:
 
 
 def _card_plan(cards: tuple[Card, ...], profiles: Mapping[str, Profile], s: Assumptions,
-               qlora=None) -> tuple[CardPlan, ...]:
-    """Each card's largest batches (QLoRA's from its job's phases, 0 without one) and two-card splits. What a card
-    is held against (the profiles' and QLoRA's limits, the best two-card cut per method) is the same on every
+               qlora_limits: Limits | None = None) -> tuple[CardPlan, ...]:
+    """Each card's largest batches (QLoRA's from its job's limits, 0 without them) and two-card splits. What a
+    card is held against (the profiles' and QLoRA's limits, the best two-card cut per method) is the same on every
     card: worked out once, each card then only divides its budget."""
     limits = {k: p.whole_limits for k, p in profiles.items()}
-    qlora_limits = None if qlora is None else job_limits(qlora, _site_metric)
     cuts: dict[str, Cut] = {}  # the best two-card cut per method, where a card asks for one
     plans = []
     for card in cards:
@@ -335,9 +337,9 @@ def _card_plan(cards: tuple[Card, ...], profiles: Mapping[str, Profile], s: Assu
 
 
 def _tight_card(by_budget: list[CardPlan], limits: Limits, key: str) -> str | None:
-    """The smallest card whose capacity holds batch 1 of `key` (train_full, train_lora, serve) where that card's
-    budget does not (profile.card_verdict's "tight"); None where the smallest card holding it has the headroom
-    too, or none holds it."""
+    """The smallest card whose capacity holds batch 1 of `key` (train_full, train_lora, train_qlora, serve) where
+    that card's budget does not (profile.card_verdict's "tight"); None where the smallest card holding it has the
+    headroom too, or none holds it."""
     holding = next((c for c in by_budget if largest_batch(limits, c.capacity_bytes) >= 1), None)
     return holding.name if holding is not None and getattr(holding, f"{key}_max_batch") == 0 else None
 

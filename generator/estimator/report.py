@@ -118,6 +118,10 @@ class Memory:
     tight_card_full: str | None = None
     tight_card_lora: str | None = None
     tight_card_serve: str | None = None
+    # the site's QLoRA job (NF4 base, double quantisation, paged AdamW, checkpointing) at batch 1, and the card it is
+    # tight on; None where QLoRA does not apply (an already quantised checkpoint)
+    train_qlora_bytes_batch1: int | None = None
+    tight_card_qlora: str | None = None
 
 
 @dataclass(frozen=True)

@@ -325,6 +325,7 @@ def tight_lines(report: Report, table: Accuracy | None) -> list[dict[str, str]]:
     for method, card, batch1, odds in (
             ("The full fine-tune", mem.tight_card_full, mem.train_full_bytes_batch1, True),
             ("LoRA", mem.tight_card_lora, mem.train_lora_bytes_batch1, True),
+            ("QLoRA", mem.tight_card_qlora, mem.train_qlora_bytes_batch1 or 0, True),
             ("Serving", mem.tight_card_serve, mem.serve_bytes_batch1, False)):
         plan = next((c for c in mem.cards if c.name == card), None)
         if plan is None:

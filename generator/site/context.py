@@ -249,7 +249,8 @@ def _memory(report: Report, root: str | None = None) -> dict[str, Any]:
             tight = card.name == getattr(report.memory, f"tight_card_{short}")
             row[short] = {"batch": "tight" if tight else f.batch(getattr(card, f"{method}_max_batch")),
                           "split": _split(splits.get(method))}
-        row["qlora"] = {"batch": f.batch(card.train_qlora_max_batch), "split": None}
+        row["qlora"] = {"batch": "tight" if card.name == report.memory.tight_card_qlora
+                        else f.batch(card.train_qlora_max_batch), "split": None}
         row["cells"] = [row[k] for k in keys]
         rows.append(row)
     rank = f.count(dict(report.memory.assumptions)["lora_rank"])

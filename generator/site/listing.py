@@ -57,10 +57,11 @@ class Entry:
     qlora_batches: tuple[int, ...] = ()  # per card, QLoRA's largest batch on one card (0: does not fit or apply)
     # per card, the fewest GPUs of it that run each of METHODS at batch 1 (report.plans; 0: none up to 512)
     gpus: tuple[tuple[int, ...], ...] = ()
-    # the card batch 1 of a full fine-tune, LoRA, serving is tight on (Memory.tight_card_*), None where none is
+    # the card batch 1 of a full fine-tune, LoRA, QLoRA, serving is tight on (Memory.tight_card_*), None where none is
     tight_full: str | None = None
     tight_lora: str | None = None
     tight_serve: str | None = None
+    tight_qlora: str | None = None
 
     @property
     def estimated(self) -> bool:
@@ -136,7 +137,8 @@ def entry_for(record: ModelRecord, report: Report | None, reason: str | None) ->
         active=active if active and active != p.graph else None, last_modified=live["last_modified"],
         read_date=live["read_date"], train_tokens=mem.train_tokens,
         qlora_batches=tuple(c.train_qlora_max_batch for c in mem.cards), gpus=_fewest_gpus(report),
-        tight_full=mem.tight_card_full, tight_lora=mem.tight_card_lora, tight_serve=mem.tight_card_serve)
+        tight_full=mem.tight_card_full, tight_lora=mem.tight_card_lora, tight_serve=mem.tight_card_serve,
+        tight_qlora=mem.tight_card_qlora)
 
 
 def _fewest_gpus(report: Report) -> tuple[tuple[int, ...], ...]:
@@ -280,7 +282,7 @@ def card_rows(entries: Iterable[Entry], index: int, root: str, card: str) -> dic
             else:
                 out["none"] += 1
                 continue
-            tight = (e.tight_full == card, e.tight_lora == card, False, e.tight_serve == card)  # METHODS' order
+            tight = (e.tight_full == card, e.tight_lora == card, e.tight_qlora == card, e.tight_serve == card)  # METHODS
             cells = [f.batch(b) if b > 0 else ("tight · " if t else "") + (f.gpu_count(g) if g > 0 else f.DASH)
                      for b, g, t in zip(batches, gpus, tight, strict=False)]
             out[group][part].append({"href": f"{root}{model_dir(e.id)}/index.html", "id": e.id,
