@@ -110,6 +110,8 @@ def test_llms_txt_is_an_index_whose_links_resolve(site: Path) -> None:
     for link in links:
         assert _target(site, link).is_file(), link
     assert "- [openai-community/gpt2](" in text
+    # a job tight on a smaller card than the one that fits says so, as the model page's headline does
+    assert "full fine-tune 76.4 GB (H200 141 GB; tight on A100 / H100 80 GB)" in text
 
 
 class _Meta(HTMLParser):

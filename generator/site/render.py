@@ -356,9 +356,12 @@ def _llms_line(e: listing.Entry) -> str:
     """One model in llms.txt, at the tokens its own estimate used (the job's, or its context when shorter)."""
     active = "" if e.active is None else f" ({f.short_count(e.active)} active per token)"
     tokens = f.UNKNOWN if e.train_tokens is None else f.count(e.train_tokens)
+    def where(card: str | None, tight: str | None) -> str:  # as the page's headline: a tight card named too
+        return (card or "no single card") + (f"; tight on {tight}" if tight else "")
+
     return (f"{f.short_count(e.params)} parameters{active}; batch 1 at {tokens} tokens: "
-            f"full fine-tune {f.gb(e.full_bytes or 0)} ({e.smallest_full or 'no single card'}), "
-            f"LoRA {f.gb(e.lora_bytes or 0)} ({e.smallest_lora or 'no single card'})")
+            f"full fine-tune {f.gb(e.full_bytes or 0)} ({where(e.smallest_full, e.tight_full)}), "
+            f"LoRA {f.gb(e.lora_bytes or 0)} ({where(e.smallest_lora, e.tight_lora)})")
 
 
 def render_llms(entries: list[listing.Entry], settings: Settings) -> str:
