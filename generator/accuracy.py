@@ -36,7 +36,9 @@ from typing import Any
 
 # Row-level helpers live in accuracy_rows.py; re-exported here for callers of generator.accuracy.
 from .accuracy_allocator import AllocatorRow, allocator_rows, least_card_pcts, replay_groups
+from .accuracy_capped import capped_rows
 from .accuracy_rows import (  # noqa: F401 - _double_quant: tests reach it here
+    MISS_PCT,
     _double_quant,
     estimate_bytes,
     estimate_or_reason,
@@ -45,6 +47,7 @@ from .accuracy_rows import (  # noqa: F401 - _double_quant: tests reach it here
     tensor_bytes,
     unit_readings,
 )
+from .accuracy_text import render
 from .accuracy_words import SITE_SETUPS, miss_cause, setup_label  # noqa: F401 - SITE_SETUPS: the site reads it here
 from .estimator.memory.frameworks import own_model
 
@@ -105,6 +108,9 @@ class AccuracyTable:
     # every step of the allocator's ALL_SETUPS row: its least card over its live peak, %, smallest first
     least_card_over_pct: tuple[float, ...] = ()
     least_card_expandable_pct: tuple[float, ...] = ()  # the same steps with expandable segments, where replayed so
+    # Public rows left out only because their length is a cap: the estimate at the cap bounds the run's peak, so a
+    # run over it is under-estimated (accuracy_capped): (row id, model, method, cap tokens, signed error %, cause)
+    capped: tuple[tuple[str, str, str, int, float, str], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -120,12 +126,13 @@ class AccuracyTable:
         out["allocator"] = [asdict(a) for a in self.allocator]
         out["least_card_over_pct"] = list(self.least_card_over_pct)
         out["least_card_expandable_pct"] = list(self.least_card_expandable_pct)
+        out["capped"] = [{"id": i, "model": m, "method": k, "cap_tokens": n, "error_pct": e, "cause": c}
+                         for i, m, k, n, e, c in self.capped]
         out["unflagged_oom"] = [{"id": i, "model": m, "method": k, "card": card, "estimate_bytes": e,
                                  "budget_bytes": b, "cause": c} for i, m, k, card, e, b, c in self.unflagged_oom]
         return out
 
 
-MISS_PCT = 10.0
 
 
 DEFINITIONS = (
@@ -147,6 +154,9 @@ DEFINITIONS = (
     ("unflagged_oom", "a public run that ran out of memory, whose estimate is within the budget of the largest card "
                       "it is judged on: listed with what differs from the run the estimator prices, as the misses "
                       "over 10% are"),
+    ("capped", "a public run left out only because its token count is a cap (each batch padded to its longest "
+               "sample, truncated at the cap): no step ran longer, so the estimate at the cap bounds its peak from "
+               "above, and a negative error there is an under-estimate whatever lengths it ran"),
     ("least_card_over_pct", "each CPU-simulated step replayed through the allocator at one length: the least card it "
                             "runs in over its live peak, in %, smallest first; a card with x% more memory than a "
                             "job's live peak would have run the steps at or under x (what the CLI says of a tight card)"),
@@ -289,7 +299,8 @@ def compute(datasets: Mapping[str, Sequence[Mapping[str, Any]]], settings, estim
                          tuple((d, r, n) for (d, r), n in sorted(excluded.items(), key=lambda kv: (kv[0][0], -kv[1], kv[0][1]))),
                          tuple(error_row("cpu-sim", k, v) for k, v in sorted(by_setup.items())),
                          tuple(error_row(k, "training", v) for k, v in sorted(by_family.items())), tuple(misses),
-                         tuple(unit), tuple(unflagged), *_allocator(datasets, s, estimate_fn))
+                         tuple(unit), tuple(unflagged), *_allocator(datasets, s, estimate_fn),
+                         capped_rows(datasets.get("public", ()), s))
 
 
 def _allocator(datasets: Mapping[str, Sequence[Mapping[str, Any]]], s,
@@ -331,46 +342,6 @@ def current_table(data_dir: Path = DATA_DIR) -> AccuracyTable:
     from .settings import load_settings
 
     return compute(load_datasets(data_dir), load_settings(), __version__)
-
-
-def render(table: AccuracyTable) -> str:
-    """Plain-text table (the command's output)."""
-    lines = [f"estimator {table.estimator_version}; rows compared: "
-             + ", ".join(f"{d} {c}/{n}" for d, n, c in table.rows), "",
-             f"{'dataset':<10} {'method':<10} {'n':>4} {'median |err|%':>14} {'p90 |err|%':>11} {'max':>8} {'mean err%':>10}"]
-    for e in table.errors:
-        f = lambda v: "-" if v is None else f"{v:.1f}"  # noqa: E731
-        lines.append(f"{e.dataset:<10} {e.method:<10} {e.compared:>4} {f(e.median_abs_pct):>14} {f(e.p90_abs_pct):>11} "
-                     f"{f(e.max_abs_pct):>8} {f(e.mean_signed_pct):>10}")
-    lines += ["", f"{'dataset':<10} {'method':<10} {'card':<18} {'jobs':>5} {'non-fit flagged':>16} {'false no-fit':>13} "
-                  f"{'fit, tight':>11}"]
-    for r in table.fits:
-        lines.append(f"{r.dataset:<10} {r.method:<10} {r.card:<18} {r.jobs:>5} {f'{r.nonfit_flagged}/{r.nonfit}':>16} "
-                     f"{f'{r.false_wont_fit}/{r.fit}':>13} {f'{r.fit_tight}/{r.fit}':>11}")
-    lines += ["", "CPU-simulated rows by setup:"]
-    lines += [f"  {e.method:<62} {e.compared:>4} {f(e.median_abs_pct):>6} {f(e.p90_abs_pct):>6} {f(e.max_abs_pct):>6}"
-              for e in table.setups]
-    lines += ["", "CPU-simulated training rows by family (leave-one-family-out: nothing is fitted):"]
-    lines += [f"  {e.dataset:<16} {e.compared:>4} {f(e.median_abs_pct):>6} {f(e.p90_abs_pct):>6} {f(e.max_abs_pct):>6}"
-              for e in table.families]
-    lines += ["", "CPU-simulated steps replayed through the caching allocator: reserved and least card over the live "
-                  "peak (median, max %), the reserved estimate's error (median |err|, mean %), headroom margin (min %), "
-                  "runs short of headroom:"]
-    lines += [f"  {a.setup:<62} {a.runs:>3} {a.reserved_over_median_pct:>5} {a.reserved_over_max_pct:>5} "
-              f"{a.least_card_over_median_pct:>5} {a.least_card_over_max_pct:>5} {a.reserved_error_median_abs_pct:>5} "
-              f"{a.reserved_error_mean_signed_pct:>6} {a.headroom_margin_min_pct:>6} {a.headroom_short:>3}"
-              for a in table.allocator]
-    lines += ["", f"public rows missed by more than {MISS_PCT:.0f}%, with their named cause:"]
-    lines += [f"  {i:<6} {m[:36]:<36} {k:<9} {e:+6.1f}%  {c}" for i, m, k, e, c in table.misses]
-    lines += ["", "public runs that ran out of memory where the estimate fits the card, with their named cause:"]
-    lines += [f"  {i:<6} {m[:36]:<36} {k:<9} {card}: {e / 1e9:.2f} GB estimated, budget {b / 1e9:.2f} GB;  {c}"
-              for i, m, k, card, e, b, c in table.unflagged_oom]
-    lines += ["", "public rows whose unit is not stated (in no figure above), the error if GB and if GiB:"]
-    lines += [f"  {i:<6} {m[:36]:<36} {k:<9} {gb:+6.1f}% {gib:+6.1f}%  {c}" for i, m, k, gb, gib, c in table.unit_ambiguous]
-    if table.excluded:
-        lines += ["", "not compared (dataset, rows, why):"]
-        lines += [f"  {d:<10} {n:>4}  {r}" for d, r, n in table.excluded]
-    return "\n".join(lines)
 
 
 def main(argv: Iterable[str] | None = None) -> int:

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 CONTEXT_METRICS = ("nvml_used", "allocated_plus_non_torch")
+MISS_PCT = 10.0  # a public row whose estimate misses by more than this is listed with its named cause
 MEASURED = ("ok", "measured")
 
 

@@ -212,3 +212,29 @@ def test_a_row_left_out_only_for_its_unit_is_judged_under_both_readings():
     assert set(listed) == {"M426", "M427", "M428", "M429", "M430"}  # M426/M427 accumulate (GA 4, GA 2)
     assert all(x["error_pct_if_gb"] > x["error_pct_if_gib"] and "metric nvml_used" in x["cause"]
                for x in listed.values())
+
+
+def test_a_run_whose_length_is_a_cap_is_judged_against_the_estimate_at_the_cap():
+    """A run that padded to each batch's longest sample and cut at a cap is in no pooled figure, but no step of it was
+    longer than the cap: the estimate there bounds its peak, so its error there is listed (accuracy_capped). Only
+    rows left out for that reason alone are; the importer's clauses split outside parentheses."""
+    from generator.accuracy_capped import capped_rows, clauses
+    from generator.accuracy_rows import estimate_or_reason, tensor_bytes
+    from generator.settings import load_settings
+
+    assert clauses("a (x; y); b") == ["a (x; y)", "b"] and clauses("") == []
+    assumptions = load_settings().assumptions
+    rows = [json.loads(line) for line in (DATA / "public.jsonl").read_text(encoding="utf-8").splitlines()]
+    got = {x[0]: x for x in capped_rows(rows, assumptions)}
+    # LitGPT's config hub: Alpaca2k cut at 512 tokens (config_hub/finetune/*/qlora.yaml max_seq_length 512)
+    row = next(r for r in rows if r["id"] == "M072")
+    assert row["excluded"].startswith("sequence length not exact ('512'; Alpaca2k")
+    plain = {**row, "excluded": None}
+    estimate = estimate_or_reason(plain, assumptions)[0]
+    measured = tensor_bytes(plain, assumptions.cuda_context_bytes)
+    assert got["M072"][2:5] == ("qlora", 512, round((estimate - measured) / measured * 100, 1))
+    assert "bitsandbytes 0.42.0" in got["M072"][5]
+    # trust C or a LoRA on the head as well: another reason, not listed
+    assert "M079" not in got and "M064" not in got
+    committed = json.loads((DATA / "accuracy.json").read_text(encoding="utf-8"))
+    assert [x["id"] for x in committed["capped"]] == list(got)

@@ -11,6 +11,8 @@ from generator.estimator import Assumptions, estimate
 from generator.estimator.normalise import normalise
 from tests.conftest import FIRST_DECODERS as FAMILIES
 from generator.estimator.graph.nodes import build_graph
+from generator.estimator.memory.job import job_memory
+from generator.estimator.memory.job_options import Job
 from generator.estimator.memory.profile import serve_profile, train_profile
 from generator.settings import load_settings
 
@@ -115,3 +117,29 @@ def test_report_numbers_are_finite_and_non_negative(cfg):
         assert min(c.train_full_max_batch, c.train_lora_max_batch, c.serve_max_batch) >= 0
     for line in r.cost:
         assert line.hours > 0 and line.hours < float("inf") and (line.usd is None or line.usd >= 0)
+
+
+# The setups /accuracy/ judges at a length cap (accuracy_capped): LitGPT's own LoRA, QLoRA on bitsandbytes 0.42 and
+# full fine-tune with accumulation, and a checkpointed TRL-style QLoRA. The bound holds only if the exact job's peak
+# never falls as the tokens grow.
+CAPPED_JOBS = (
+    Job(method="lora", precision="bf16", lora_rank=32, lora_targets="q,v", lora_dropout=0.05,
+        loss="litgpt-chunked", grad_accum=4, batch=2),
+    Job(method="qlora", precision="bf16", weights="nf4", optimizer="paged-adamw", lora_rank=32,
+        lora_targets="q,v", lora_dropout=0.05, loss="litgpt-chunked", bnb_version="0.42.0", grad_accum=4,
+        batch=2),
+    Job(method="full", precision="bf16", loss="litgpt-chunked", grad_accum=8, batch=4),
+    Job(method="qlora", weights="nf4", double_quant=True, optimizer="paged-adamw", grad_ckpt=True, lora_dropout=0.05,
+        loss="trl-chunked"),
+)
+
+
+@given(configs(min_hidden=64), st.integers(1, 8192), st.integers(1, 8192), st.sampled_from(CAPPED_JOBS))
+@hsettings(max_examples=60, deadline=None)
+def test_an_exact_jobs_peak_never_falls_as_tokens_grow(cfg, t1, t2, job):
+    lo, hi = sorted((t1, t2))
+    arch = normalise(cfg, "p")
+    graph = build_graph(arch)
+    peaks = [job_memory(arch, graph, SETTINGS.assumptions, dataclasses.replace(job, tokens=t), "p").peak_bytes
+             for t in (lo, hi)]
+    assert peaks[0] <= peaks[1], (job, lo, hi, peaks)

@@ -191,6 +191,16 @@ def check_page(html: str, table: dict[str, Any]) -> None:
             assert x["estimate_bytes"] <= x["budget_bytes"]
     else:
         assert "unflagged-oom" not in page.sections
+    # Public runs whose length is a cap: each with its cap, the error at the cap and its cause.
+    capped = table.get("capped") or []
+    if capped:
+        listed = [cells for _, cells in _table(page, "Public runs with a length cap")]
+        assert [c[0] for c in listed] == [x["id"] for x in capped]
+        for cells, x in zip(listed, capped):
+            assert (cells[1], cells[2], cells[5]) == (x["model"], x["method"], x["cause"])
+            assert _int(cells[3]) == x["cap_tokens"] and abs(_pct(cells[4]) - x["error_pct"]) <= ROUNDING
+    else:
+        assert "capped" not in page.sections
     # The allocator replay by setup: every row and figure of the JSON's.
     replayed = table.get("allocator") or []
     if replayed:

@@ -72,6 +72,8 @@ class Accuracy:
     allocator: tuple[AllocatorRow, ...] = ()  # simulated steps replayed through the caching allocator, by setup
     least_card_over_pct: tuple[float, ...] = ()  # each one-length replayed step's least card over its live peak, %
     least_card_expandable_pct: tuple[float, ...] = ()  # ... with expandable segments, the steps replayed so
+    # public runs whose length is a cap: (id, model, method, cap tokens, % error of the estimate at the cap, cause)
+    capped: tuple[tuple[str, str, str, int, float, str], ...] = ()
 
     def datasets(self) -> list[str]:
         return [d for d, _, _ in self.rows]
@@ -125,6 +127,8 @@ def parse(data: Any, path: Path) -> Accuracy:
         allocator = tuple(AllocatorRow(**x) for x in data.get("allocator") or ())
         least_over = tuple(data.get("least_card_over_pct") or ())
         least_expandable = tuple(data.get("least_card_expandable_pct") or ())
+        capped = tuple((str(x["id"]), str(x["model"]), str(x["method"]), _count(path, "capped.cap_tokens", x["cap_tokens"]),
+                        float(x["error_pct"]), str(x["cause"])) for x in data.get("capped") or ())
     except KeyError as exc:
         raise _bad(path, str(exc.args[0]), "(missing)", "missing") from None
     except (TypeError, AttributeError) as exc:
@@ -153,7 +157,7 @@ def parse(data: Any, path: Path) -> Accuracy:
         if list(values) != sorted(values):
             raise _bad(path, key, values, "not smallest first")
     return Accuracy(str(data.get("estimator_version", "")), rows, errors, fits, definitions, fitted, excluded, setups,
-                    families, misses, unit, oom, allocator, least_over, least_expandable)
+                    families, misses, unit, oom, allocator, least_over, least_expandable, capped)
 
 
 @functools.lru_cache(maxsize=4)
@@ -295,6 +299,8 @@ def page_context(table: Accuracy | None) -> dict[str, Any]:
         "families": [{"family": e.dataset, **_error_cells(e)} for e in table.families],
         "misses": [{"id": i, "model": m, "method": k, "error": f.signed_pct(e), "cause": c}
                    for i, m, k, e, c in table.misses],
+        "capped": [{"id": i, "model": m, "method": k, "cap": f.count(n), "error": f.signed_pct(e), "cause": c}
+                   for i, m, k, n, e, c in table.capped],
         "unit_ambiguous": [{"id": i, "model": m, "method": k, "if_gb": f.signed_pct(gb), "if_gib": f.signed_pct(gib),
                             "cause": c} for i, m, k, gb, gib, c in table.unit_ambiguous],
         "unflagged_oom": [{"id": i, "model": m, "method": k, "card": card, "estimate": f.gb(e), "budget": f.gb(b),
