@@ -255,11 +255,19 @@ def check_line(html: str, table: dict[str, Any]) -> None:
         method = LABELS[label]
         said = re.findall(r"(\d[\d,]*) ([^,]+), median error ([\d.]+%), p90 ([\d.]+%)", segment)
         mine = re.match(r"\d[\d,]* CPU-simulated runs of this setup \(([^)]*)\)", segment)
-        if mine:  # the page's own setup, figures from its row
+        if mine:  # the page's own setup, figures from its row; then the method's public GPU runs, of other setups
             setup = mine.group(1).replace(" / ", ", ")
             assert setup in (SITE_SETUPS.get(method), f"{SITE_SETUPS.get(method)}, eager"), segment
-            assert len(said) == 1, segment
-            rows = [setups[setup]]
+            public = next((e for e in table["errors"] if e["dataset"] == "public" and e["method"] == method
+                           and e["compared"]), None)
+            assert len(said) == 1 + (public is not None), segment
+            rows = [setups[setup]] + ([public] if public else [])
+            if public:
+                gpu = re.search(r"public GPU runs of other setups, median error [\d.]+%, p90 [\d.]+%, "
+                                r"the estimate ([\d.]+)% (under|over) the run on average$", segment)
+                assert gpu, segment
+                assert abs(float(gpu.group(1)) - abs(public["mean_signed_pct"])) <= ROUNDING
+                assert (gpu.group(2) == "under") == (public["mean_signed_pct"] < 0)
         else:
             assert segment.startswith("no measured runs of this setup ("), segment
             rows = []

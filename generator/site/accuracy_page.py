@@ -227,7 +227,14 @@ def model_line(table: Accuracy | None, href: str | None, attention: str = "sdpa"
         mine = next((e for e in table.setups if setup and e.method == setup and e.compared > 0), None)
         if mine is not None:
             runs = [_line_run(mine, f"CPU-simulated runs of this setup ({(setup or '').replace(', ', ' / ')})")]
-            methods.append({"label": label, "runs": runs, "setup": None, "others": [], "none": NO_RUNS})
+            # the method's public GPU runs, of other setups: what a CPU run cannot show (FINDINGS.md F54), and
+            # which way they miss (the mean signed error)
+            public = table.error("public", method)
+            gpu = None if public is None or not public.compared else {
+                **_line_run(public, "public GPU runs of other setups"),
+                "mean": f.error_pct(abs(public.mean_signed_pct or 0.0)),  # a page shows no negative number
+                "side": "under" if (public.mean_signed_pct or 0) < 0 else "over"}
+            methods.append({"label": label, "runs": runs, "setup": None, "others": [], "none": NO_RUNS, "gpu": gpu})
             continue
         nearest = next((e for e in table.setups if e.method == (NEAREST.get(method, "") + eager) and e.compared > 0),
                        None)
@@ -235,7 +242,7 @@ def model_line(table: Accuracy | None, href: str | None, attention: str = "sdpa"
         others += [_line_run(e, dataset_name(e.dataset)) for e in (table.error(d, method) for d in table.datasets())
                    if e is not None and e.compared > 0 and not (nearest and e.dataset.startswith("cpu-sim"))]
         words = PAGE_SETUPS.get(method) or (setup or "").replace(", ", " / ")
-        methods.append({"label": label, "runs": [], "setup": words, "others": others, "none": NO_RUNS})
+        methods.append({"label": label, "runs": [], "setup": words, "others": others, "none": NO_RUNS, "gpu": None})
     return {"methods": methods, "href": href}
 
 
