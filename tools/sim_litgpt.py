@@ -36,18 +36,25 @@ def load_litgpt(checkout: Path) -> None:
     load_package(checkout, "litgpt", STAND_INS)
 
 
-def simulate(name: str, layers: int, tokens: int, method: str = "lora") -> tuple[int, dict]:
+def simulate(name: str, layers: int, tokens: int, method: str = "lora", bnb: str = "") -> tuple[int, dict]:
     """Peak tensor bytes of two steps of LitGPT's GPT for its config `name`, and where the peak fell. lora:
     finetune/lora.py's fit loop; qlora: the same with `--quantize bnb.nf4`, every nn.Linear (the head's too) an nf4
     Linear4bit as Lightning's BitsandbytesPrecision makes it, run through bitsandbytes' own code as the harness's
     QLoRA runs (FINDINGS.md F29); full: finetune/full.py's loop (litgpt.model's GPT, every parameter trained,
-    `model(input_ids)` then chunked_cross_entropy over the whole logits)."""
+    `model(input_ids)` then chunked_cross_entropy over the whole logits).
+
+    `bnb` a bitsandbytes release before 0.43.2 (qlora): its MatMul4Bit kept each input on ctx.tensors, outside the
+    saved tensors (0.42.0 bitsandbytes/autograd/_functions.py L522-525), which the installed release's forward is
+    wrapped to do; and the loop keeps `loss` and `logits` until the next step replaces them, as fit() does
+    (litgpt@43c44323 finetune/lora.py L274-281), where the default run drops them after the backward
+    (FINDINGS.md F55)."""
     import contextlib
 
     import torch
     from litgpt.utils import chunked_cross_entropy
     from torch._subclasses.fake_tensor import FakeTensorMode
 
+    from generator.estimator.memory.storage import saves_matmul_input
     from generator.measure.build import fake_pack_nf4, meta_linear4bit, unwrap_params4bit
     from generator.measure.run import cuda_4bit_step
     from generator.measure.tracker import PeakTracker
@@ -73,8 +80,10 @@ def simulate(name: str, layers: int, tokens: int, method: str = "lora") -> tuple
     if method == "qlora":  # LitGPT's head is a LoRALinear whose `.linear` the quantiser replaces like the rest
         meta_linear4bit(model)
         unwrap_params4bit(model)
+    kept_input = method == "qlora" and bnb and saves_matmul_input("nf4", bnb)
     with FakeTensorMode(allow_non_fake_inputs=True), \
-            cuda_4bit_step() if method == "qlora" else contextlib.nullcontext():
+            cuda_4bit_step() if method == "qlora" else contextlib.nullcontext(), \
+            matmul_keeps_input() if kept_input else contextlib.nullcontext():
         model = model.to_empty(device="cpu")
         states = fake_pack_nf4(model) if method == "qlora" else []
         model.max_seq_length = tokens  # fit(): the longest sample's length (rebuilds the RoPE cache)
@@ -99,14 +108,40 @@ def simulate(name: str, layers: int, tokens: int, method: str = "lora") -> tuple
                     logits = model(ids)
                     loss = chunked_cross_entropy(logits[..., :-1, :], targets[..., 1:])
                 loss.backward()
-                del loss, logits
+                if not kept_input:
+                    del loss, logits
                 tracker.backward_done()
                 optimizer.step()
                 optimizer.zero_grad()
         return tracker.peak_breakdown()["total"], dict(tracker.peak_where)
 
 
-def estimate(repo_id: str, layers: int, tokens: int, method: str = "lora") -> int:
+def matmul_keeps_input():
+    """bitsandbytes' MatMul4Bit as releases before 0.43.2 ran it: the input kept on ctx.tensors beside the weight
+    (#1270 replaced it with None). The installed release's forward runs, then puts the input back."""
+    import contextlib
+
+    import bitsandbytes.autograd._functions as functions
+
+    forward = functions.MatMul4Bit.forward
+
+    def keeping(ctx, A, B, out=None, bias=None, quant_state=None):
+        output = forward(ctx, A, B, out, bias, quant_state)
+        if getattr(ctx, "tensors", (None, None))[1] is not None:
+            ctx.tensors = (A, ctx.tensors[1])
+        return output
+
+    @contextlib.contextmanager
+    def patched():
+        functions.MatMul4Bit.forward = staticmethod(keeping)
+        try:
+            yield
+        finally:
+            functions.MatMul4Bit.forward = staticmethod(forward)
+    return patched()
+
+
+def estimate(repo_id: str, layers: int, tokens: int, method: str = "lora", bnb: str = "") -> int:
     """The litgpt recipe's peak for `method` for the snapshot's config cut to `layers`, with the CPU's kernels."""
     from generator.estimator.graph.nodes import build_graph
     from generator.estimator.memory.job import job_memory
@@ -115,7 +150,8 @@ def estimate(repo_id: str, layers: int, tokens: int, method: str = "lora") -> in
     from generator.settings import load_settings
 
     arch = normalise(shrunk_config(repo_id, layers), repo_id)
-    job = Job.from_options("litgpt", method=method, tokens=tokens, batch=1, grad_accum=1, kernels="cpu")
+    job = Job.from_options("litgpt", method=method, tokens=tokens, batch=1, grad_accum=1, kernels="cpu",
+                           bnb_version=bnb)
     return job_memory(arch, build_graph(arch), load_settings().assumptions, job, repo_id).peak_bytes
 
 
@@ -135,13 +171,16 @@ SWEEP = (
     + [(name, repo, "qlora", 4, 2048) for name, repo in (
         ("Llama-3.2-1B", "meta-llama/Llama-3.2-1B"), ("Qwen3-0.6B", "Qwen/Qwen3-0.6B"),
         ("gemma-2-2b", "google/gemma-2-2b-it"), ("Mistral-7B-v0.1", "mistralai/Mistral-7B-v0.1"))]
+    # bitsandbytes 0.42.0's MatMul4Bit, its inputs held to the next step by fit()'s loss (FINDINGS.md F55)
+    + [(name, repo, "qlora", 4, 2048, "0.42.0") for name, repo in (
+        ("Llama-3.2-1B", "meta-llama/Llama-3.2-1B"), ("Mistral-7B-v0.1", "mistralai/Mistral-7B-v0.1"))]
     + [(name, repo, "full", 2, 1024) for name, repo in (
         ("Llama-3.2-1B", "meta-llama/Llama-3.2-1B"), ("Llama-2-7b-hf", "meta-llama/Llama-2-7b-hf"),
         ("Qwen3-0.6B", "Qwen/Qwen3-0.6B"), ("Mistral-7B-v0.1", "mistralai/Mistral-7B-v0.1"))]
 )
 
 
-def record(name: str, repo_id: str, method: str, layers: int, tokens: int, checkout: str) -> dict:
+def record(name: str, repo_id: str, method: str, layers: int, tokens: int, bnb: str = "", *, checkout: str) -> dict:
     """One JSON line in the harness's record format (generator.measure.record), for generator.accuracy. Its setup
     is the litgpt recipe's as measure.setup.Setup says it, plus the recipe's `loss`, which public rows carry too and
     generator.accuracy_rows hands to the Job (LitGPT's own model code: frameworks.framework_model)."""
@@ -156,21 +195,22 @@ def record(name: str, repo_id: str, method: str, layers: int, tokens: int, check
 
     config = shrunk_config(repo_id, layers)
     start = time.perf_counter()
-    simulated, where = simulate(name, layers, tokens, method)
+    simulated, where = simulate(name, layers, tokens, method, bnb)
     setup = Setup(method=method, precision="bf16", batch=1, tokens=tokens, lora_rank=8, lora_targets="q,v",
                   lora_dropout=0.05 if method != "full" else 0.0, adapter_dtype="bf16" if method != "full" else "",
-                  attention=framework_attention(normalise(config, repo_id), LITGPT_LOSS))
+                  attention=framework_attention(normalise(config, repo_id), LITGPT_LOSS), bnb_version=bnb)
     row = {"schema": 1, "model": repo_id, "model_type": config.get("model_type"), "config_hash": config_hash(config),
            "config_changes": {"num_hidden_layers": layers}, "config": config,
            "setup": {**setup.to_dict(), "loss": LITGPT_LOSS},
            "framework": f"LitGPT {checkout} (its own GPT, config {name!r}): finetune/"
                         + ("full.py" if method == "full" else "lora.py" + (" --quantize bnb.nf4" if method == "qlora"
-                                                                          else "")),
+                                                                          else ""))
+                        + (f", bitsandbytes {bnb}'s MatMul4Bit and fit()'s loss kept to the next step" if bnb else ""),
            "device": {"kind": "cpu-simulated", "name": "FakeTensorMode(cpu)"}, "versions": versions(),
            "measured": {"metric": "memtracker_fake_cpu", "status": "ok", "peak_bytes": simulated},
            "peak": where, "seconds": round(time.perf_counter() - start, 2)}
     estimated = estimate_bytes(row, load_settings().assumptions)
-    if estimated != estimate(repo_id, layers, tokens, method):  # the row's setup is the recipe's
+    if estimated != estimate(repo_id, layers, tokens, method, bnb):  # the row's setup is the recipe's
         raise SystemExit(f"{name}: the row's setup prices differently from the litgpt recipe")
     row["estimate"] = {"peak_bytes": estimated}
     return row
@@ -184,6 +224,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--tokens", type=int, default=2048)
     parser.add_argument("--method", choices=("lora", "qlora", "full"), default="lora")
+    parser.add_argument("--bnb", default="", metavar="X.Y.Z", help="qlora: a bitsandbytes release before 0.43.2, "
+                        "whose MatMul4Bit kept its input, run as fit()'s loop holds it (default: the installed one)")
     parser.add_argument("--sweep", type=Path, metavar="OUT", help="run SWEEP and write its JSON lines to OUT")
     parser.add_argument("--commit", default="2685705", help="the checkout's commit, for the rows (default 2685705)")
     args = parser.parse_args(argv)
@@ -194,8 +236,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if not (args.name and args.repo_id):
         parser.error("NAME and REPO_ID are needed without --sweep")
-    simulated, where = simulate(args.name, args.layers, args.tokens, args.method)
-    estimated = estimate(args.repo_id, args.layers, args.tokens, args.method)
+    simulated, where = simulate(args.name, args.layers, args.tokens, args.method, args.bnb)
+    estimated = estimate(args.repo_id, args.layers, args.tokens, args.method, args.bnb)
     print(json.dumps({"name": args.name, "repo_id": args.repo_id, "method": args.method, "layers": args.layers,
                       "tokens": args.tokens, "simulated_bytes": simulated, "estimated_bytes": estimated,
                       "error_pct": round((estimated - simulated) / simulated * 100, 2), "peak": where}))

@@ -34,6 +34,7 @@ from .frameworks import (
     framework_layer_bytes,
     framework_mats,
     loss_terms,
+    runs_litgpt,
     runs_torchtune,
 )
 from .generate import generate_phases
@@ -55,7 +56,7 @@ from .layer_terms import (
     memoised,
     regime_terms,
 )
-from .lora import input_linear_params, target_roles
+from .lora import held_input_width, input_linear_params, target_roles
 from .parallel import Phase, accumulating_phases
 from .recurrence import (
     chunk_scan_moments,
@@ -179,6 +180,15 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
     # per distinct layer: its saved bytes per sample (layer), and (LoRA on fused expert tensors,
     # lora.expert_tensors) its effective weights, kept batch-free (fixed)
     saves = job.method == "qlora" and saves_matmul_input(job.storage, job.bnb_version)
+    # Those releases keep each 4-bit matmul's input on ctx.tensors, not among the saved tensors the backward frees
+    # (bitsandbytes/autograd/_functions.py MatMul4Bit.forward at 0.42.0 L522-525; #1270 dropped it in 0.43.2): they
+    # live as long as the graph. LitGPT's loop keeps `loss`, the graph's root, until the next micro-batch's loss
+    # replaces it (litgpt@43c44323 finetune/lora.py L274-281), as a loop keeping the output does: the previous
+    # micro-batch's inputs of every quantised Linear (LitGPT's head among them) live through this one's forward
+    # and loss (FINDINGS.md F55)
+    carried = B * T * c * (sum(n * held_input_width(b) for b, n in distinct)
+                           + (a.embed_dim or a.hidden if runs_litgpt(job.loss) else 0)) \
+        if saves and (runs_litgpt(job.loss) or job.keep_outputs) else 0
     terms = regime_terms(a, g, r, rank, roles, memo)
     def per_layer(b, n):  # transformers' class, and what LitGPT's own code keeps beyond it (frameworks.py)
         return T * (layer_bytes(a, b, r, job.attention, T, saves, job.upcast_fp32, n)
@@ -267,7 +277,8 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
             views = sum(n * v for (_, n), v in zip(distinct, terms.views, strict=True))  # the cache's copies (F11)
             acts = emb + layers_sum + head + kept + T * views
             phases = [phase("loss (logits)" if logits * 2 > acts else "backward (activations)", weights=weights,
-                            optimizer_state=state, activations=B * (acts - logits) + fixed_sum, logits=B * logits,
+                            optimizer_state=state, activations=B * (acts - logits) + fixed_sum + carried,
+                            logits=B * logits,
                             overhead_weights=copies, overhead_fixed=chunk, experts=fixed_sum)]
             if final_norm:  # the final norm's backward, the head's tensors freed (activations)
                 phases.append(phase("backward (the final norm)", weights=weights, optimizer_state=state,
@@ -277,14 +288,16 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
                                                 backward=False) if lora and index else 0
             if fwd:  # the last layer's last Linear's adapter forward, every layer's tensors saved (F44)
                 phases.append(phase(FORWARD_PHASE, weights=weights, optimizer_state=state, overhead_weights=copies,
-                                    activations=B * (emb + layers_sum + T * views + fwd) + fixed_sum, experts=fixed_sum))
+                                    activations=B * (emb + layers_sum + T * views + fwd) + fixed_sum + carried,
+                                    experts=fixed_sum))
             if dequant:  # the last layer's last quantised matmul: every layer's saved tensors, its weight dequantised
                 phases.append(phase(DEQUANT_PHASE, weights=weights, optimizer_state=state,
-                                    activations=B * (emb + layers_sum + T * views) + fixed_sum,
+                                    activations=B * (emb + layers_sum + T * views) + fixed_sum + carried,
                                     overhead_weights=copies, overhead_fixed=dequant, experts=fixed_sum))
             if any(f for f, _ in chunked):  # the last Mamba-2 layer's forward, before the head (recurrence)
                 phases.append(phase("forward (the torch scan's chunks)", weights=weights, optimizer_state=state,
-                                    activations=B * (emb + layers_sum + max(f for f, _ in chunked)) + fixed_sum,
+                                    activations=B * (emb + layers_sum + max(f for f, _ in chunked)) + fixed_sum
+                                    + carried,
                                     overhead_weights=copies, overhead_fixed=dequant, experts=fixed_sum))
         else:
             # non-reentrant checkpointing per decoder layer (transformers gradient_checkpointing_enable): each
@@ -301,7 +314,7 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
             recomputed = max(zip(layer, held, fixed, strict=True), key=lambda t: B * (t[0] + t[1]) + t[2],
                              default=(0, 0, 0))
             phases = [phase("loss (logits)", weights=weights, optimizer_state=state,
-                            activations=B * (inputs + head + kept - logits), logits=B * logits,
+                            activations=B * (inputs + head + kept - logits) + carried, logits=B * logits,
                             overhead_weights=ckpt_copies[0], overhead_fixed=chunk),
                       phase("backward (recomputing a checkpointed layer)", weights=weights, optimizer_state=state,
                             gradients=head_grads,
@@ -311,7 +324,8 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
             if r.trained and r.amp:  # a full fine-tune under autocast: its cached copies at the loss (LoRA's
                 # are its adapters', in ckpt_copies already; a frozen weight's are not cached)
                 phases.append(phase(CACHE_PHASE, weights=weights, optimizer_state=state,
-                                    activations=B * (inputs + head + kept - logits), logits=B * (logits - fwd_less),
+                                    activations=B * (inputs + head + kept - logits) + carried,
+                                    logits=B * (logits - fwd_less),
                                     overhead_weights=copies, overhead_fixed=chunk))
             if any(f for f, _ in chunked):  # a Mamba-2 layer's recomputed forward at its chunks (recurrence)
                 k = max(range(len(distinct)), key=lambda i: B * (layer[i] + chunked[i][0]) + fixed[i])

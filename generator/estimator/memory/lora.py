@@ -297,6 +297,12 @@ def input_linear_params(b: Block) -> int:
                if ROLE_GROUP.get(role) == "attn_in" or role == "ssm_in")
 
 
+def held_input_width(b: Block) -> int:
+    """Width of every distinct tensor the layer's Linears read, the attention output included: what bitsandbytes'
+    4-bit matmuls before 0.43.2 keep on their autograd context once the backward has freed the saved tensors."""
+    return sum(distinct_inputs(b).values()) + sum(i for i, _, g in adapted_linears(b, None) if g == "attn_out")
+
+
 def distinct_inputs(b: Block) -> dict[str, int]:
     """Width of each distinct tensor the layer's Linears read, by input group, less the attention output (SDPA
     saved it already): q/k/v share one input, gate/up another, and in a parallel block (gptj, phi, cohere,
