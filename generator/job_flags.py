@@ -56,7 +56,8 @@ def add_setup_arguments(p: argparse.ArgumentParser) -> None:
     ex.add_argument("--lora-dropout", type=float, metavar="P", help="LoRA dropout probability (default 0)")
     ex.add_argument("--bnb-version", metavar="X.Y.Z",
                     help="the bitsandbytes release of a QLoRA run (default: 0.43.2 or later; before it, each 4-bit "
-                         "matmul also saved its input for backward)")
+                         "matmul also saved its input for backward, held as long as the graph: into the next step's "
+                         "forward where the loop keeps the loss or the output)")
     ex.add_argument("--transformers-version", metavar="X.Y.Z",
                     help="the transformers release of an inference run (default: a current one; before 4.36 "
                          "generate held the previous step's KV cache beside the new one)")
