@@ -13,22 +13,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .accuracy_rows import estimate_or_reason, setup_of, tensor_bytes
+from .accuracy_rows import clauses, estimate_or_reason, setup_of, tensor_bytes
 from .accuracy_words import miss_cause
 
 CAP_CLAUSE = "sequence length not exact"
-
-
-def clauses(text: str) -> list[str]:
-    """The importer's reasons for leaving a row out, split at "; " outside parentheses (a clause's particulars
-    may hold "; " themselves)."""
-    out, depth, start = [], 0, 0
-    for i, ch in enumerate(text):
-        depth += (ch == "(") - (ch == ")")
-        if depth == 0 and text.startswith("; ", i):
-            out.append(text[start:i])
-            start = i + 2
-    return [*out, text[start:]] if text else []
 
 
 def capped_rows(rows: Sequence[Mapping[str, Any]],

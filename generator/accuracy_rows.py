@@ -159,15 +159,27 @@ def estimate_or_reason(row: Mapping[str, Any], assumptions) -> tuple[int | None,
 UNIT_CLAUSE = "unit ambiguous"
 
 
+def clauses(text: str) -> list[str]:
+    """The importer's reasons for leaving a row out, split at "; " outside parentheses (a clause's particulars
+    may hold "; " themselves)."""
+    out, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        depth += (ch == "(") - (ch == ")")
+        if depth == 0 and text.startswith("; ", i):
+            out.append(text[start:i])
+            start = i + 2
+    return [*out, text[start:]] if text else []
+
+
 def unit_readings(row: Mapping[str, Any], assumptions) -> tuple[Mapping[str, Any], int, int, int] | None:
     """A public row left out only because its source does not say GB or GiB, read both ways: (the row as
     compared, the estimate, the measured tensor bytes if the figure is GB, and if it is GiB), or None where the
     row has another reason too or no estimate. Its figure is value x 1e9 or value x 2**30 bytes (the importer
     stores the GiB reading)."""
-    text = str(row.get("excluded") or "")
-    if not text.startswith(UNIT_CLAUSE):
+    reasons = clauses(str(row.get("excluded") or ""))
+    if not reasons or not reasons[0].startswith(UNIT_CLAUSE):
         return None
-    rest = "; ".join(c for c in text.split("; ") if not c.startswith(UNIT_CLAUSE))
+    rest = "; ".join(c for c in reasons if not c.startswith(UNIT_CLAUSE))
     plain = {**row, "excluded": rest or None}
     est = estimate_or_reason(plain, assumptions)[0]
     gib = tensor_bytes(plain, assumptions.cuda_context_bytes)

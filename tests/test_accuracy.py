@@ -218,7 +218,8 @@ def test_a_run_whose_length_is_a_cap_is_judged_against_the_estimate_at_the_cap()
     """A run that padded to each batch's longest sample and cut at a cap is in no pooled figure, but no step of it was
     longer than the cap: the estimate there bounds its peak, so its error there is listed (accuracy_capped). Only
     rows left out for that reason alone are; the importer's clauses split outside parentheses."""
-    from generator.accuracy_capped import capped_rows, clauses
+    from generator.accuracy_capped import capped_rows
+    from generator.accuracy_rows import clauses
     from generator.accuracy_rows import estimate_or_reason, tensor_bytes
     from generator.settings import load_settings
 

@@ -18,8 +18,10 @@ LitGPT's package imports Lightning; only its model code runs here, so every `lig
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,7 +38,8 @@ def load_litgpt(checkout: Path) -> None:
     load_package(checkout, "litgpt", STAND_INS)
 
 
-def simulate(name: str, layers: int, tokens: int, method: str = "lora", bnb: str = "") -> tuple[int, dict]:
+def simulate(name: str, layers: int, tokens: int, method: str = "lora", bnb: str = "",
+             batch: int = 1) -> tuple[int, dict]:
     """Peak tensor bytes of two steps of LitGPT's GPT for its config `name`, and where the peak fell. lora:
     finetune/lora.py's fit loop; qlora: the same with `--quantize bnb.nf4`, every nn.Linear (the head's too) an nf4
     Linear4bit as Lightning's BitsandbytesPrecision makes it, run through bitsandbytes' own code as the harness's
@@ -47,9 +50,7 @@ def simulate(name: str, layers: int, tokens: int, method: str = "lora", bnb: str
     saved tensors (0.42.0 bitsandbytes/autograd/_functions.py L522-525), which the installed release's forward is
     wrapped to do; and the loop keeps `loss` and `logits` until the next step replaces them, as fit() does
     (litgpt@43c44323 finetune/lora.py L274-281), where the default run drops them after the backward
-    (FINDINGS.md F55)."""
-    import contextlib
-
+    (FINDINGS.md F55). `batch`: samples per step, each `tokens` long."""
     import torch
     from litgpt.utils import chunked_cross_entropy
     from torch._subclasses.fake_tensor import FakeTensorMode
@@ -93,8 +94,8 @@ def simulate(name: str, layers: int, tokens: int, method: str = "lora", bnb: str
         tracker.track_external(model, optimizer)
         if states:
             tracker.track_external(*states)
-        ids = torch.randint(0, config.padded_vocab_size, (1, tokens))
-        targets = torch.randint(0, config.padded_vocab_size, (1, tokens))
+        ids = torch.randint(0, config.padded_vocab_size, (batch, tokens))
+        targets = torch.randint(0, config.padded_vocab_size, (batch, tokens))
         with tracker:
             model.train()
             for step in (1, 2):
@@ -116,11 +117,10 @@ def simulate(name: str, layers: int, tokens: int, method: str = "lora", bnb: str
         return tracker.peak_breakdown()["total"], dict(tracker.peak_where)
 
 
-def matmul_keeps_input():
+@contextlib.contextmanager
+def matmul_keeps_input() -> Iterator[None]:
     """bitsandbytes' MatMul4Bit as releases before 0.43.2 ran it: the input kept on ctx.tensors beside the weight
     (#1270 replaced it with None). The installed release's forward runs, then puts the input back."""
-    import contextlib
-
     import bitsandbytes.autograd._functions as functions
 
     forward = functions.MatMul4Bit.forward
@@ -131,17 +131,14 @@ def matmul_keeps_input():
             ctx.tensors = (A, ctx.tensors[1])
         return output
 
-    @contextlib.contextmanager
-    def patched():
-        functions.MatMul4Bit.forward = staticmethod(keeping)
-        try:
-            yield
-        finally:
-            functions.MatMul4Bit.forward = staticmethod(forward)
-    return patched()
+    functions.MatMul4Bit.forward = staticmethod(keeping)
+    try:
+        yield
+    finally:
+        functions.MatMul4Bit.forward = staticmethod(forward)
 
 
-def estimate(repo_id: str, layers: int, tokens: int, method: str = "lora", bnb: str = "") -> int:
+def estimate(repo_id: str, layers: int, tokens: int, method: str = "lora", bnb: str = "", batch: int = 1) -> int:
     """The litgpt recipe's peak for `method` for the snapshot's config cut to `layers`, with the CPU's kernels."""
     from generator.estimator.graph.nodes import build_graph
     from generator.estimator.memory.job import job_memory
@@ -150,7 +147,7 @@ def estimate(repo_id: str, layers: int, tokens: int, method: str = "lora", bnb: 
     from generator.settings import load_settings
 
     arch = normalise(shrunk_config(repo_id, layers), repo_id)
-    job = Job.from_options("litgpt", method=method, tokens=tokens, batch=1, grad_accum=1, kernels="cpu",
+    job = Job.from_options("litgpt", method=method, tokens=tokens, batch=batch, grad_accum=1, kernels="cpu",
                            bnb_version=bnb)
     return job_memory(arch, build_graph(arch), load_settings().assumptions, job, repo_id).peak_bytes
 
@@ -223,6 +220,7 @@ def main(argv: list[str] | None = None) -> int:
                                                    "meta-llama/Llama-3.2-1B")
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--tokens", type=int, default=2048)
+    parser.add_argument("--batch", type=int, default=1, help="samples per step (default 1)")
     parser.add_argument("--method", choices=("lora", "qlora", "full"), default="lora")
     parser.add_argument("--bnb", default="", metavar="X.Y.Z", help="qlora: a bitsandbytes release before 0.43.2, "
                         "whose MatMul4Bit kept its input, run as fit()'s loop holds it (default: the installed one)")
@@ -236,8 +234,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if not (args.name and args.repo_id):
         parser.error("NAME and REPO_ID are needed without --sweep")
-    simulated, where = simulate(args.name, args.layers, args.tokens, args.method, args.bnb)
-    estimated = estimate(args.repo_id, args.layers, args.tokens, args.method, args.bnb)
+    simulated, where = simulate(args.name, args.layers, args.tokens, args.method, args.bnb, args.batch)
+    estimated = estimate(args.repo_id, args.layers, args.tokens, args.method, args.bnb, args.batch)
     print(json.dumps({"name": args.name, "repo_id": args.repo_id, "method": args.method, "layers": args.layers,
                       "tokens": args.tokens, "simulated_bytes": simulated, "estimated_bytes": estimated,
                       "error_pct": round((estimated - simulated) / simulated * 100, 2), "peak": where}))

@@ -19,7 +19,7 @@ from . import accuracy_page, charts, pages, sources
 from .setups_context import setups_context
 from .structure_table import structure_context
 
-METHODS = (("full", "train_full"), ("lora", "train_lora"), ("serve", "serve"))
+METHODS = (("full", "train_full"), ("lora", "train_lora"), ("qlora", "train_qlora"), ("serve", "serve"))
 _PHASE_TEXT = {"loss (logits)": "the loss (the logits)", "optimizer step": "the optimizer step",
                "backward (activations)": "backward (the saved activations)",
                "decode (full KV cache)": "decoding with a full KV cache"}
@@ -249,8 +249,6 @@ def _memory(report: Report, root: str | None = None) -> dict[str, Any]:
             tight = card.name == getattr(report.memory, f"tight_card_{short}")
             row[short] = {"batch": "tight" if tight else f.batch(getattr(card, f"{method}_max_batch")),
                           "split": _split(splits.get(method))}
-        row["qlora"] = {"batch": "tight" if card.name == report.memory.tight_card_qlora
-                        else f.batch(card.train_qlora_max_batch), "split": None}
         row["cells"] = [row[k] for k in keys]
         rows.append(row)
     rank = f.count(dict(report.memory.assumptions)["lora_rank"])
