@@ -38,6 +38,20 @@ def link_bound(p: Any) -> bool:
     return linked is not None and hours is not None and linked >= hours
 
 
+def cheapest_per_token(serving: Any) -> Any | None:
+    """The serving row whose output tokens cost least at its full concurrency, then the fewest GPUs; None when no
+    row is priced. The headline's plan is the cheapest per hour: a server for one user. This is the one for a
+    server kept full, where the per-hour choice can cost ten times more per token (Llama-3.1-70B: 2x A100 80GB
+    hold 3 sequences beside the weights, 2x H200 hold 88)."""
+    priced = [s for s in serving if _get(s, "usd_per_million_output_tokens") is not None]
+    return min(priced, key=lambda s: (_get(s, "usd_per_million_output_tokens"), _get(s, "gpus")), default=None)
+
+
+def label_of_speed(s: Any) -> str:
+    """A serving-speed row's setup in words, as label() words a plan: "2× H200 SXM with tensor parallel"."""
+    return f.setup(_get(s, "gpus"), _get(s, "gpu_model") or _get(s, "gpu"), _get(s, "strategy"), False, "none")
+
+
 def serving_of(serving: Any, plan: Any) -> Any | None:
     """The serving-speed row of the card and GPU a serving plan names."""
     for s in serving:
@@ -59,6 +73,11 @@ def headline(plans: Any, unreachable: Any, serving: Any) -> list[dict[str, str]]
         if method == "serve":
             s = serving_of(serving, p)
             detail = "" if s is None else f"about {f.tokens_per_s(_get(s, 'decode_tokens_per_s'))} per sequence"
+            cheap = cheapest_per_token(serving)
+            if detail and cheap is not None and cheap is not s:
+                detail += (f"; the cheapest per token at full load: {label_of_speed(cheap)}, "
+                           f"{f.usd(_get(cheap, 'usd_per_million_output_tokens'))} per M output tokens "
+                           f"at {f.count(_get(cheap, 'max_concurrency'))} sequences")
         else:
             detail = "" if _get(p, "job_usd") is None else f"about {f.usd(_get(p, 'job_usd'))} for the reference job"
             if detail and link_bound(p):

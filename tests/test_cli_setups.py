@@ -160,3 +160,38 @@ def test_fsdp_ep_spreads_a_mixture_of_experts_over_each_node(capsys):
     assert code == 0 and ep["job"]["strategy"] == "fsdp+ep" and ep["peak_bytes"] < fsdp["peak_bytes"]
     code, out, err = run(capsys, "Qwen/Qwen3-30B-A3B", "--gpus", "12", "--strategy", "fsdp+ep")
     assert code == 2 and "key 'gpus' = 12" in words(err) and "whole nodes of 8" in words(err)
+
+
+def test_the_serving_headline_names_the_cheapest_per_token_setup_too(capsys, wide):
+    """The serving headline's setup is the cheapest per hour (a server for one user). Where another card's setup
+    costs less per output token at its full concurrency, the sentence names that one too, with its price and
+    concurrency read from the same Report's serving rows; where it is the same setup, nothing is added."""
+    import re
+
+    from generator import format as f
+
+    seen_other = seen_same = False
+    for model in ("meta-llama/Llama-3.1-70B-Instruct", QWEN8, "Qwen/Qwen3-235B-A22B"):
+        code, out, _ = run(capsys, model, "--json")
+        serving = json.loads(out)["serving"]
+        code, out, _ = run(capsys, model)
+        text = words(out)
+        assert code == 0
+        serve = text.split("Serving: ", 1)[1].split(". ", 1)[0]
+        cheapest = min((s for s in serving if s["usd_per_million_output_tokens"] is not None),
+                       key=lambda s: (s["usd_per_million_output_tokens"], s["gpus"]))
+        head = re.match(r"(\d+)× (.+?)(?: with .+?)?, about", serve)
+        assert head is not None, serve
+        same = (int(head.group(1)), head.group(2)) == (cheapest["gpus"], cheapest["gpu_model"])
+        if same:
+            seen_same = True
+            assert "cheapest per token" not in serve
+        else:
+            seen_other = True
+            clause = serve.split("; the cheapest per token at full load: ", 1)[1]
+            assert clause.startswith(f"{cheapest['gpus']}× {cheapest['gpu_model']}")
+            assert f"{f.usd(cheapest['usd_per_million_output_tokens'])} per M output tokens" in clause
+            assert clause.endswith(f"at {f.count(cheapest['max_concurrency'])} sequences")
+    # Llama-3.1-70B: 2x A100 80GB the cheapest per hour (3 sequences), 2x H200 per token (88); Qwen3-235B-A22B:
+    # 8x A100 80GB both
+    assert seen_other and seen_same
