@@ -241,6 +241,21 @@ def test_a_card_page_marks_a_tight_method_beside_its_gpu_count() -> None:
     assert listing.Entry.from_dict(e.to_dict()) == e  # the manifest keeps it
 
 
+def test_a_card_cell_says_what_one_gpu_needs_where_the_card_alone_does_not_hold_batch_1() -> None:
+    """Where a card's batch column reads no batch but its one-GPU plan fits, the cell names the plan's options:
+    "tight · 1 GPU" alone reads as a contradiction. Read from a real Report: Qwen3-1.7B's LoRA on a T4 is tight
+    without checkpointing and fits one T4 with it."""
+    report, record = _report("Qwen/Qwen3-1.7B")
+    e = listing.entry_for(record, report, None)
+    t4 = [c.name for c in report.memory.cards].index("T4 16 GB")
+    assert report.memory.tight_card_lora == "T4 16 GB" and report.memory.cards[t4].train_lora_max_batch == 0
+    one = [p for p in report.plans if p.gpu == "T4 16 GB" and p.method == "lora" and p.fits and p.gpus == 1]
+    assert one and one[0].grad_ckpt
+    (row,), _ = listing.card_rows([e], t4, "../", "T4 16 GB")["one"]
+    assert row["cells"][1] == "tight · 1 GPU, checkpointed"
+    assert listing.Entry.from_dict(e.to_dict()) == e
+
+
 def test_the_allocator_table_takes_expandable_segments_where_a_step_was_replayed_so() -> None:
     """accuracy_allocator: per setup, how many runs have the expandable replay, their least card over the live peak
     (median, max) and how many the headroom does not cover; the pooled list for the tight odds holds only them."""

@@ -62,6 +62,9 @@ class Entry:
     tight_lora: str | None = None
     tight_serve: str | None = None
     tight_qlora: str | None = None
+    # per card, per METHODS, what the one-GPU plan adds where one card holds the method only with it: "checkpointed",
+    # "CPU optimizer offload"; "" elsewhere (report.plans)
+    one_gpu_with: tuple[tuple[str, ...], ...] = ()
 
     @property
     def estimated(self) -> bool:
@@ -77,6 +80,7 @@ class Entry:
         values["batches"] = tuple(tuple(b) for b in values.get("batches", ()))
         values["qlora_batches"] = tuple(values.get("qlora_batches", ()))
         values["gpus"] = tuple(tuple(g) for g in values.get("gpus", ()))
+        values["one_gpu_with"] = tuple(tuple(w) for w in values.get("one_gpu_with", ()))
         return cls(**values)
 
     def one_card(self, index: int) -> tuple[int, ...]:
@@ -138,7 +142,7 @@ def entry_for(record: ModelRecord, report: Report | None, reason: str | None) ->
         read_date=live["read_date"], train_tokens=mem.train_tokens,
         qlora_batches=tuple(c.train_qlora_max_batch for c in mem.cards), gpus=_fewest_gpus(report),
         tight_full=mem.tight_card_full, tight_lora=mem.tight_card_lora, tight_serve=mem.tight_card_serve,
-        tight_qlora=mem.tight_card_qlora)
+        tight_qlora=mem.tight_card_qlora, one_gpu_with=_one_gpu_with(report))
 
 
 def _fewest_gpus(report: Report) -> tuple[tuple[int, ...], ...]:
@@ -263,6 +267,17 @@ def family_rows(entries: Iterable[Entry], root: str) -> list[dict[str, Any]]:
     return out
 
 
+def _one_gpu_with(report: Report) -> tuple[tuple[str, ...], ...]:
+    """Per card of the Report, per METHODS, the options of its fitting one-GPU plan in words ("checkpointed", "CPU
+    optimizer offload"), "" where there is none or it adds nothing."""
+    words: dict[tuple[str, str], str] = {}
+    for p in report.plans:
+        if p.fits and p.gpus == 1:
+            said = [w for w in ("checkpointed" if p.grad_ckpt else "", f.OFFLOAD_WORDS.get(p.offload, p.offload)) if w]
+            words[(p.gpu, p.method)] = ", ".join(said)
+    return tuple(tuple(words.get((c.name, m), "") for m, _ in METHODS) for c in report.memory.cards)
+
+
 def card_rows(entries: Iterable[Entry], index: int, root: str, card: str) -> dict[str, Any]:
     """The models card number `index` (named `card`) runs, most downloaded first, then those without a download
     count, by id: `one` those with a method that fits one card alone (the largest batch per method, or the fewest
@@ -283,8 +298,12 @@ def card_rows(entries: Iterable[Entry], index: int, root: str, card: str) -> dic
                 out["none"] += 1
                 continue
             tight = (e.tight_full == card, e.tight_lora == card, e.tight_qlora == card, e.tight_serve == card)  # METHODS
+            # a method one card holds only with its plan's options says which: "tight · 1 GPU" alone would read as a
+            # contradiction where batch 1 is tight without checkpointing and fits with it
+            how = e.one_gpu_with[index] if index < len(e.one_gpu_with) else ("",) * len(METHODS)
             cells = [f.batch(b) if b > 0 else ("tight · " if t else "") + (f.gpu_count(g) if g > 0 else f.DASH)
-                     for b, g, t in zip(batches, gpus, tight, strict=False)]
+                     + (f", {w}" if g == 1 and w else "")
+                     for b, g, t, w in zip(batches, gpus, tight, how, strict=False)]
             out[group][part].append({"href": f"{root}{model_dir(e.id)}/index.html", "id": e.id,
                                      "params": f.short_count(e.params), "cells": cells})
     return out
