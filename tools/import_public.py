@@ -38,6 +38,12 @@ VOUCHED = {
                             "LLaMA-1 7B: Llama-2-7B's shapes (4096 x 32 layers, 32 heads, MLP 11008, vocab 32000), 2048 positions"),
     "huggyllama/llama-13b": ("meta-llama/Llama-2-13b-hf", {"max_position_embeddings": 2048},
                              "LLaMA-1 13B: Llama-2-13B's shapes (5120 x 40 layers, 40 heads, MLP 13824, vocab 32000), 2048 positions"),
+    "codellama/CodeLlama-34b-hf": ("codellama/CodeLlama-13b-hf",
+                                   {"hidden_size": 8192, "intermediate_size": 22016, "num_attention_heads": 64,
+                                    "num_key_value_heads": 8, "num_hidden_layers": 48, "vocab_size": 32000},
+                                   "CodeLlama-13B's config with the 34B's shapes (8192 x 48 layers, 64 heads, 8 KV "
+                                   "heads, MLP 22016, vocab 32000; the same 16384 positions and rope_theta 1e6) as "
+                                   "litgpt@26857050 litgpt/config.py L1430-1449 copies them from the Hub's config.json"),
     "TinyLlama/TinyLlama-1.1B-intermediate-step-1431k-3T": ("TinyLlama/TinyLlama-1.1B-Chat-v1.0", {},
                                                             "the chat model is this checkpoint fine-tuned: same config shapes"),
 }
