@@ -34,6 +34,8 @@ IMPORT_REASONS = {
     "unit ambiguous": "unit ambiguous: GB or GiB is not stated (a 7% difference)",
     "trust C": "trust C: the source's figure is ambiguous or inconsistent",
     "sequence length not exact": "sequence length not exact: the source gives an approximate length or a cap (dynamic padding)",
+    "no optimizer step": "no optimizer step: a forward-and-backward benchmark loop, not a training step (FINDINGS.md "
+                         "F56 pairs its eager and SDPA runs)",
 }
 
 

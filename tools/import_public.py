@@ -44,6 +44,19 @@ VOUCHED = {
                                    "CodeLlama-13B's config with the 34B's shapes (8192 x 48 layers, 64 heads, 8 KV "
                                    "heads, MLP 22016, vocab 32000; the same 16384 positions and rope_theta 1e6) as "
                                    "litgpt@26857050 litgpt/config.py L1430-1449 copies them from the Hub's config.json"),
+    "EleutherAI/pythia-410m-deduped": ("EleutherAI/pythia-6.9b-deduped",
+                                       {"hidden_size": 1024, "intermediate_size": 4096, "num_attention_heads": 16,
+                                        "num_hidden_layers": 24, "vocab_size": 50304},
+                                       "Pythia-6.9B-deduped's config with the 410M's shapes (1024 x 24 layers, 16 "
+                                       "heads, MLP 4096, vocab 50254 padded to a multiple of 128: 50304) as "
+                                       "litgpt@26857050 litgpt/config.py L414-423 gives them; the deduped and "
+                                       "standard runs share one architecture (Biderman et al. 2023, Table 1)"),
+    "facebook/opt-350m": ("facebook/opt-125m",
+                          {"hidden_size": 1024, "ffn_dim": 4096, "num_attention_heads": 16, "num_hidden_layers": 24,
+                           "word_embed_proj_dim": 512, "do_layer_norm_before": False},
+                          "OPT-125M's config with the 350M's shapes (1024 x 24 layers, 16 heads, FFN 4096, 512-wide "
+                          "embeddings projected in and out, post-norm without a final norm) as print(model) of "
+                          "facebook/opt-350m lists its modules (github:if001/alpaca-lora gomi.md)"),
     "TinyLlama/TinyLlama-1.1B-intermediate-step-1431k-3T": ("TinyLlama/TinyLlama-1.1B-Chat-v1.0", {},
                                                             "the chat model is this checkpoint fine-tuned: same config shapes"),
 }
@@ -232,6 +245,8 @@ def convert(r: dict, amendments: Sequence[dict] = ()) -> dict:
         reasons.append("trust C (ambiguous or inconsistent in the source)")
     if status not in ("measured", "oom", "fits", "boundary"):
         reasons.append(f"status {r['status']!r}")
+    if method not in (None, "inference") and _optimizer(r["optimizer"]) == "none":
+        reasons.append("no optimizer step (a forward-and-backward benchmark loop, its loss logits.sum())")
     metric = _metric(r["metric"])
     if metric == "not_stated" and status == "measured":
         reasons.append("the measuring tool is not stated")
