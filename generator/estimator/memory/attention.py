@@ -55,6 +55,50 @@ PROMOTED_SOFTMAX = {"gpt_neox_japanese": "modeling_gpt_neox_japanese.GPTNeoXJapa
                     "t5": "modeling_t5.eager_attention_forward", "mt5": "modeling_mt5.eager_attention_forward",
                     "umt5": "modeling_umt5.eager_attention_forward"}
 
+# Eager attention whose forward holds more score-sized tensors at its softmax than its backward keeps: locals that
+# still reference them until the function returns, by their widths (the compute dtype's, or the residual stream's
+# where the mask or the query takes it: fp32 under a full fine-tune's AMP). BLOOM: the raw alibi.baddbmm output
+# (`attention_scores`) beside its sum with the mask, which follows the embeddings' dtype (transformers 5.24
+# modeling_bloom.py BloomAttention.forward L271-284); GPT-NeoX-Japanese: the zeros buffer baddbmm adds into
+# (`attn_scores`, the query's dtype) beside the masked sum (modeling_gpt_neox_japanese.py _attn L244-263).
+FORWARD_HELD_SCORES = {"bloom": ("compute", "residual"), "gpt_neox_japanese": ("residual", "residual")}
+# Their layers return the attention probabilities with the hidden states, and the model's layer loop holds that
+# tuple until the next layer returns (modeling_bloom.py BloomAttention.forward L311, BloomModel.forward L524-537;
+# modeling_gpt_neox_japanese.py L453): checkpointed, the previous layer's probabilities live through this one's
+# forward, which keeps none of its own.
+RETURNS_PROBS = frozenset({"bloom", "gpt_neox_japanese"})
+
+
+def eager_forward_excess(a: Arch, c: int, r: Regime) -> int:
+    """Bytes per score a FORWARD_HELD_SCORES model's eager attention holds in the forward beyond the scores its
+    layer keeps for the backward (score_bytes), at the larger of two moments: its softmax (the locals' tensors, the
+    fp32 copy of the softmax's input where the softmax is fp32 and its input narrower, the softmax's output) and the
+    cast after it (the locals', the softmax's output, the dropout's mask and output where dropout runs, and the cast
+    where it makes a new tensor). 0 for eager_attention_forward and the others: their moments stay under their
+    backward's (eager_backward_bytes). Read off CPU-simulated steps of BLOOM (checkpointed LoRA) and
+    GPT-NeoX-Japanese (LoRA and full, not checkpointed) at 2,048 tokens, whose peaks were in the last layer's
+    forward (FINDINGS.md F57)."""
+    kinds = FORWARD_HELD_SCORES.get(a.model_type, ())
+    if not kinds:
+        return 0
+    widths = [c if k == "compute" else max(c, r.residual_bytes) for k in kinds]
+    before, soft, after = _score_widths(a, c, r)
+    copy = 4 if soft == 4 and widths[-1] < 4 else 0
+    cast = c if soft != c else 0
+    dropped = mask_bytes(r, soft) + soft if r.dropout and attention_dropout(a) > 0 else 0
+    held = sum(widths)
+    return max(held + copy + soft, held + soft + dropped + cast) - (before + soft + after)
+
+
+def eager_forward_scores(a: Arch, g: Graph, r: Regime, tokens: int, grad_ckpt: bool) -> int:
+    """Per sequence, what eager_forward_excess adds at the largest attention layer's softmax, and checkpointed, the
+    previous layer's returned probabilities in the compute dtype (RETURNS_PROBS); 0 for other models."""
+    excess = eager_forward_excess(a, r.compute_bytes, r)
+    if not excess:
+        return 0
+    returned = r.compute_bytes if grad_ckpt and a.model_type in RETURNS_PROBS else 0
+    return max(_attention_heads(g), default=0) * tokens * tokens * (excess + returned)
+
 
 def default_attention(a: Arch) -> tuple[str, str]:
     """(the attention a job runs when none is asked, why). transformers picks SDPA only for classes with

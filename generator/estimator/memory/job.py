@@ -24,7 +24,7 @@ from .activations import (
     last_linear_params,
     recompute_transient_bytes,
 )
-from .attention import head_params, math_backward_bytes
+from .attention import eager_forward_scores, head_params, math_backward_bytes
 from .ends import final_norm_backward_bytes, head_norm_bytes
 from .experts import every_expert_backward_terms
 from .frameworks import (
@@ -78,6 +78,7 @@ from .storage import (
 EAGER_PHASE = "backward (attention scores' gradients)"
 SCAN_PHASE = "backward (the torch scan's state gradients)"
 EXPERTS_PHASE = "backward (every expert's gradients)"
+EAGER_FORWARD_PHASE = "forward (the last attention layer's softmax)"
 CACHE_PHASE = "forward (the loss, autocast's cached weight copies)"
 FORWARD_PHASE = "forward (the last layer's last adapted Linear)"
 # A 4-bit or int8 base's weight is dequantised for each matmul and freed after it (storage.dequant_transient_bytes),
@@ -372,6 +373,13 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
                                 gradients=head_grads + made_after, activations=live + experts,
                                 overhead_fixed=dequant, experts=experts,
                                 overhead_weights=(ckpt_copies[1] if grad_ckpt else copies) - freed))
+        held_scores = eager_forward_scores(a, g, r, T, grad_ckpt) if job.attention == "eager" else 0
+        if held_scores:  # the largest attention layer's softmax in the forward: its locals' scores (attention.py)
+            k = max(range(len(distinct)), key=lambda i: layer[i])
+            live = inputs + layer[k] if grad_ckpt else emb + layers_sum + T * views + kept
+            phases.append(phase(EAGER_FORWARD_PHASE, weights=weights, optimizer_state=state, overhead_fixed=dequant,
+                                activations=B * (live + held_scores) + (fixed[k] if grad_ckpt else fixed_sum) + carried,
+                                overhead_weights=ckpt_copies[0] if grad_ckpt else copies))
         scan_first = [t for t in late if t[0] == SCAN_PHASE and t[1] == first]
         if grad_ckpt and r.trained and scan_first:  # a full fine-tune's first recomputed layer: every later
             # layer's gradients made (as F18's phase), beside that layer's scan backward
