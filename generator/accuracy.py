@@ -111,6 +111,9 @@ class AccuracyTable:
     # Public rows left out only because their length is a cap: the estimate at the cap bounds the run's peak, so a
     # run over it is under-estimated (accuracy_capped): (row id, model, method, cap tokens, signed error %, cause)
     capped: tuple[tuple[str, str, str, int, float, str], ...] = ()
+    # Public rows by what their number measured (ErrorRow.dataset = the metric: allocated, reserved, nvidia-smi):
+    # a page prices the allocated peak, and a model page's line gives those runs apart from the others
+    public_metrics: tuple[ErrorRow, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -171,6 +174,10 @@ DEFINITIONS = (
     ("setup", "the options of a run in words (method, precision, an fp32 LoRA base, adapters' dtype, LoRA targets, "
               "LoRA dropout, checkpointing, attention, optimizer, outputs kept, gradient accumulation, LitGPT's or "
               "torchtune's own model code); ranks, batches, token counts and micro-batches per step are pooled"),
+    ("public_metrics", "the public rows compared, by what their number measured: allocated (max_memory_allocated "
+                       "or the allocator's active peak: what the pages price), reserved (max_memory_reserved: the "
+                       "allocator's cached blocks too), nvidia-smi (the driver's count: the CUDA context as well); "
+                       "each is compared with the estimate in its own metric"),
     ("cpu_kernels", "CPU-simulated rows are estimated with the CPU's kernels (estimator.job kernels='cpu'): dropout "
                     "masks in the input's dtype, not bool, layer_norm run in bf16 under autocast, and SDPA's math "
                     "kernel (fp32 scores kept) where the CPU's flash kernel refuses the call: attention dropout, "
@@ -230,6 +237,7 @@ def compute(datasets: Mapping[str, Sequence[Mapping[str, Any]]], settings, estim
     errors, fits, counts = [], [], []
     by_setup: dict[str, list[tuple[int, int]]] = {}
     by_family: dict[str, list[tuple[int, int]]] = {}
+    by_metric: dict[tuple[str, str], list[tuple[int, int]]] = {}  # public rows: (metric, method)
     misses: list[tuple[str, str, str, float, str]] = []
     unit: list[tuple[str, str, str, float, float, str]] = []
     unflagged: list[tuple[str, str, str, str, int, int, str]] = []
@@ -261,6 +269,8 @@ def compute(datasets: Mapping[str, Sequence[Mapping[str, Any]]], settings, estim
                 if card is not None and est <= budget:
                     unflagged.append((str(row.get("id")), str(row.get("model")), setup.method, card.name, est, budget,
                                       miss_cause(row, setup)))
+            if measured and name == "public":
+                by_metric.setdefault((setup.metric, setup.method), []).append((est, measured))
             if measured and name == "public" and abs(est - measured) / measured * 100 > MISS_PCT:
                 misses.append((str(row.get("id")), str(row.get("model")), setup.method,
                                _signed(est, measured), miss_cause(row, setup)))
@@ -300,7 +310,8 @@ def compute(datasets: Mapping[str, Sequence[Mapping[str, Any]]], settings, estim
                          tuple(error_row("cpu-sim", k, v) for k, v in sorted(by_setup.items())),
                          tuple(error_row(k, "training", v) for k, v in sorted(by_family.items())), tuple(misses),
                          tuple(unit), tuple(unflagged), *_allocator(datasets, s, estimate_fn),
-                         capped_rows(datasets.get("public", ()), s))
+                         capped_rows(datasets.get("public", ()), s),
+                         tuple(error_row(metric, method, pairs) for (metric, method), pairs in sorted(by_metric.items())))
 
 
 def _allocator(datasets: Mapping[str, Sequence[Mapping[str, Any]]], s,

@@ -16,6 +16,9 @@ def render(table: Any) -> str:
         f = lambda v: "-" if v is None else f"{v:.1f}"  # noqa: E731
         lines.append(f"{e.dataset:<10} {e.method:<10} {e.compared:>4} {f(e.median_abs_pct):>14} {f(e.p90_abs_pct):>11} "
                      f"{f(e.max_abs_pct):>8} {f(e.mean_signed_pct):>10}")
+    lines += ["", "public rows by what they measured (the pages price the allocated peak):"]
+    lines += [f"  {e.dataset:<10} {e.method:<10} {e.compared:>4} {f(e.median_abs_pct):>14} {f(e.p90_abs_pct):>11} "
+              f"{f(e.max_abs_pct):>8} {f(e.mean_signed_pct):>10}" for e in table.public_metrics]
     lines += ["", f"{'dataset':<10} {'method':<10} {'card':<18} {'jobs':>5} {'non-fit flagged':>16} {'false no-fit':>13} "
                   f"{'fit, tight':>11}"]
     for r in table.fits:

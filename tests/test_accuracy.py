@@ -258,3 +258,36 @@ def test_a_run_whose_length_is_a_cap_is_judged_against_the_estimate_at_the_cap()
     assert "M079" not in got and "M064" not in got
     committed = json.loads((DATA / "accuracy.json").read_text(encoding="utf-8"))
     assert [x["id"] for x in committed["capped"]] == list(got)
+
+
+def test_public_rows_by_metric_are_the_rows_that_measured_it():
+    """accuracy.json public_metrics: the compared public rows grouped by what their number measured (accuracy_rows.
+    METRICS), each figure recomputed here from the rows. The pages price the allocated peak: on those rows adapter
+    training is within 10% at the median and not systematically low (LoRA 10 rows, QLoRA 7)."""
+    import statistics
+
+    from generator.accuracy_rows import METRICS, estimate_or_reason, tensor_bytes
+    from generator.settings import load_settings
+
+    s = load_settings().assumptions
+    committed = json.loads((DATA / "accuracy.json").read_text(encoding="utf-8"))
+    groups: dict[tuple[str, str], list[float]] = {}
+    for line in (DATA / "public.jsonl").read_text(encoding="utf-8").splitlines():
+        row = json.loads(line)
+        estimate, _ = estimate_or_reason(row, s)
+        measured = tensor_bytes(row, s.cuda_context_bytes)
+        if estimate is None or not measured:
+            continue
+        key = (METRICS[row["measured"]["metric"]], row["setup"]["method"])
+        groups.setdefault(key, []).append((estimate - measured) / measured * 100)
+    table = {(e["dataset"], e["method"]): e for e in committed["public_metrics"]}
+    assert set(table) == set(groups)
+    for key, errors in groups.items():
+        e = table[key]
+        assert e["compared"] == len(errors)
+        assert abs(e["median_abs_pct"] - statistics.median(abs(x) for x in errors)) <= 0.01
+        assert abs(e["mean_signed_pct"] - statistics.fmean(errors)) <= 0.01
+    adapters = groups[("allocated", "lora")] + groups[("allocated", "qlora")]
+    assert statistics.median(abs(x) for x in adapters) <= 10 and statistics.fmean(adapters) >= -5
+    assert sum(len(v) for v in groups.values()) == sum(e["compared"] for e in committed["errors"]
+                                                       if e["dataset"] == "public")

@@ -288,8 +288,8 @@ def test_accuracy_page_renders_in_both_schemes(served: str, browser: Browser) ->
         browser.scheme(scheme)
         browser.goto(f"{served}accuracy/")
         ids = browser.js("[...document.querySelectorAll('section[id]')].map(e => e.id)")
-        assert ids == ["datasets", "errors", "setups", "families", "allocator", "misses", "unflagged-oom",
-                       "capped", "unit-ambiguous", "fits", "definitions", "fitted", "excluded"]
+        assert ids == ["datasets", "errors", "public-metrics", "setups", "families", "allocator", "misses",
+                       "unflagged-oom", "capped", "unit-ambiguous", "fits", "definitions", "fitted", "excluded"]
         assert browser.js("document.querySelectorAll('table caption').length") >= 3
         browser.screenshot(ARTIFACTS / f"accuracy-{scheme}.png", full=True)
     browser.scheme("light")

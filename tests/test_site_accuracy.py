@@ -12,6 +12,7 @@ import io
 import json
 import re
 import shutil
+from html import unescape
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -246,7 +247,7 @@ def check_line(html: str, table: dict[str, Any]) -> None:
     table, figures equal), or "no measured runs of this setup (...)" followed by other setups' runs, each named."""
     found = re.search(r'<p id="accuracy-line">(.*?)</p>', html, re.S)
     assert found
-    text = re.sub(r"<[^>]+>", "", found.group(1))
+    text = unescape(re.sub(r"<[^>]+>", "", found.group(1)))
     assert "measured peaks of the same setups on other models" in text and "over every measured run" not in text
     segments = dict(re.findall(r"(full fine-tuning|QLoRA|LoRA|serving): (.*?)(?=; (?:QLoRA|LoRA|serving): |\. How we|\.$)", text))
     assert sorted(segments) == sorted(LABELS), text
@@ -258,16 +259,29 @@ def check_line(html: str, table: dict[str, Any]) -> None:
         if mine:  # the page's own setup, figures from its row; then the method's public GPU runs, of other setups
             setup = mine.group(1).replace(" / ", ", ")
             assert setup in (SITE_SETUPS.get(method), f"{SITE_SETUPS.get(method)}, eager"), segment
-            public = next((e for e in table["errors"] if e["dataset"] == "public" and e["method"] == method
-                           and e["compared"]), None)
+            # the runs that measured the allocated peak the page gives, where any did; then, in parentheses, how
+            # many measured more (reserved memory, the driver's count) and which way the estimate misses them
+            by_metric = [e for e in table.get("public_metrics", []) if e["method"] == method and e["compared"]]
+            allocated = next((e for e in by_metric if e["dataset"] == "allocated"), None)
+            public = allocated or next((e for e in table["errors"] if e["dataset"] == "public"
+                                        and e["method"] == method and e["compared"]), None)
             assert len(said) == 1 + (public is not None), segment
             rows = [setups[setup]] + ([public] if public else [])
             if public:
-                gpu = re.search(r"public GPU runs of other setups, median error [\d.]+%, p90 [\d.]+%, "
-                                r"the estimate ([\d.]+)% (under|over) the run on average$", segment)
+                name = "that measured the allocated peak this page gives" if allocated else ""
+                gpu = re.search(r"public GPU runs? of other setups ?" + name + r", median error [\d.]+%, p90 [\d.]+%, "
+                                r"the estimate ([\d.]+)% (under|over) the run on average((?: \(.*?\))*)$", segment)
                 assert gpu, segment
                 assert abs(float(gpu.group(1)) - abs(public["mean_signed_pct"])) <= ROUNDING
                 assert (gpu.group(2) == "under") == (public["mean_signed_pct"] < 0)
+                cached = re.findall(r"\((\d[\d,]*) more measured ([^:]+): the estimate ([\d.]+)% (under|over) them on "
+                                    r"average\)", gpu.group(3))
+                others = [e for e in by_metric if e["dataset"] != "allocated"] if allocated else []
+                assert len(cached) == len(others), segment
+                for (n, what, mean, side), e in zip(cached, others, strict=True):
+                    assert _int(n) == e["compared"] and what == accuracy_page.CACHED_METRICS[e["dataset"]]
+                    assert abs(float(mean) - abs(e["mean_signed_pct"])) <= ROUNDING
+                    assert (side == "under") == (e["mean_signed_pct"] < 0)
         else:
             assert segment.startswith("no measured runs of this setup ("), segment
             rows = []

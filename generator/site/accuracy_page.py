@@ -74,6 +74,7 @@ class Accuracy:
     least_card_expandable_pct: tuple[float, ...] = ()  # ... with expandable segments, the steps replayed so
     # public runs whose length is a cap: (id, model, method, cap tokens, % error of the estimate at the cap, cause)
     capped: tuple[tuple[str, str, str, int, float, str], ...] = ()
+    public_metrics: tuple[ErrorRow, ...] = ()  # public rows by what they measured (dataset = the metric)
 
     def datasets(self) -> list[str]:
         return [d for d, _, _ in self.rows]
@@ -129,11 +130,12 @@ def parse(data: Any, path: Path) -> Accuracy:
         least_expandable = tuple(data.get("least_card_expandable_pct") or ())
         capped = tuple((str(x["id"]), str(x["model"]), str(x["method"]), _count(path, "capped.cap_tokens", x["cap_tokens"]),
                         float(x["error_pct"]), str(x["cause"])) for x in data.get("capped") or ())
+        public_metrics = tuple(ErrorRow(**e) for e in data.get("public_metrics") or ())
     except KeyError as exc:
         raise _bad(path, str(exc.args[0]), "(missing)", "missing") from None
     except (TypeError, AttributeError) as exc:
         raise _bad(path, "(rows)", exc, "a row of the wrong shape") from None
-    for e in errors + setups + families:
+    for e in errors + setups + families + public_metrics:
         _count(path, "errors.compared", e.compared)
         for key in ("median_abs_pct", "p90_abs_pct", "max_abs_pct", "mean_signed_pct"):
             if _pct(path, f"errors.{key}", getattr(e, key)) is None and e.compared:
@@ -157,7 +159,7 @@ def parse(data: Any, path: Path) -> Accuracy:
         if list(values) != sorted(values):
             raise _bad(path, key, values, "not smallest first")
     return Accuracy(str(data.get("estimator_version", "")), rows, errors, fits, definitions, fitted, excluded, setups,
-                    families, misses, unit, oom, allocator, least_over, least_expandable, capped)
+                    families, misses, unit, oom, allocator, least_over, least_expandable, capped, public_metrics)
 
 
 @functools.lru_cache(maxsize=4)
@@ -229,11 +231,7 @@ def model_line(table: Accuracy | None, href: str | None, attention: str = "sdpa"
             runs = [_line_run(mine, f"CPU-simulated runs of this setup ({(setup or '').replace(', ', ' / ')})")]
             # the method's public GPU runs, of other setups: what a CPU run cannot show (FINDINGS.md F54), and
             # which way they miss (the mean signed error)
-            public = table.error("public", method)
-            gpu = None if public is None or not public.compared else {
-                **_line_run(public, "public GPU runs of other setups"),
-                "mean": f.error_pct(abs(public.mean_signed_pct or 0.0)),  # a page shows no negative number
-                "side": "under" if (public.mean_signed_pct or 0) < 0 else "over"}
+            gpu = _gpu_runs(table, method)
             methods.append({"label": label, "runs": runs, "setup": None, "others": [], "none": NO_RUNS, "gpu": gpu})
             continue
         nearest = next((e for e in table.setups if e.method == (NEAREST.get(method, "") + eager) and e.compared > 0),
@@ -244,6 +242,34 @@ def model_line(table: Accuracy | None, href: str | None, attention: str = "sdpa"
         words = PAGE_SETUPS.get(method) or (setup or "").replace(", ", " / ")
         methods.append({"label": label, "runs": [], "setup": words, "others": others, "none": NO_RUNS, "gpu": None})
     return {"methods": methods, "href": href}
+
+
+# What a public row's number counts beyond the allocated peak the pages price (accuracy.json public_metrics)
+CACHED_METRICS = {"reserved": "reserved memory, the allocator's cached blocks too",
+                  "nvidia-smi": "the driver's count, the CUDA context and the cache too"}
+
+
+def _side(e: ErrorRow) -> dict[str, str]:
+    """The mean signed error in words: a page shows no negative number."""
+    mean = e.mean_signed_pct or 0.0
+    return {"mean": f.error_pct(abs(mean)), "side": "under" if mean < 0 else "over"}
+
+
+def _gpu_runs(table: Accuracy, method: str) -> dict[str, Any] | None:
+    """The method's public GPU runs (of other setups, what a CPU run cannot show: FINDINGS.md F54): those that
+    measured the allocated peak, as the page prices it, with their error and its direction, then how many measured
+    more than that and which way the estimate misses them; all of them pooled where no row says which."""
+    mine = next((e for e in table.public_metrics if e.dataset == "allocated" and e.method == method and e.compared),
+                None)
+    if mine is None:
+        public = table.error("public", method)
+        return None if public is None or not public.compared else {
+            **_line_run(public, "public GPU runs of other setups"), **_side(public), "cached": []}
+    runs = "run" if mine.compared == 1 else "runs"
+    return {**_line_run(mine, f"public GPU {runs} of other setups that measured the allocated peak this page gives"),
+            **_side(mine),
+            "cached": [{"compared": f.count(e.compared), "what": CACHED_METRICS.get(e.dataset, e.dataset), **_side(e)}
+                       for e in table.public_metrics if e.method == method and e.dataset != "allocated" and e.compared]}
 
 
 def replayed_all(table: Accuracy) -> AllocatorRow | None:
@@ -303,6 +329,8 @@ def page_context(table: Accuracy | None) -> dict[str, Any]:
             {"dataset": dataset_name(x.dataset), "reason": x.reason, "rows": f.count(x.rows)} for x in table.excluded],
         "excluded_listed": table.excluded is not None,
         "setups": [{"setup": e.method, **_error_cells(e)} for e in table.setups],
+        "public_metrics": [{"metric": e.dataset, "method": dict(METHODS).get(e.method, e.method), **_error_cells(e)}
+                           for e in table.public_metrics],
         "families": [{"family": e.dataset, **_error_cells(e)} for e in table.families],
         "misses": [{"id": i, "model": m, "method": k, "error": f.signed_pct(e), "cause": c}
                    for i, m, k, e, c in table.misses],
