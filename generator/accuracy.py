@@ -52,6 +52,7 @@ from .accuracy_words import SITE_SETUPS, miss_cause, setup_label  # noqa: F401 -
 from .estimator.memory.frameworks import own_model
 
 DATA_DIR = Path(__file__).resolve().parents[1] / "data" / "measurements"
+METHOD_ORDER = ("full", "lora", "qlora", "inference")  # as the pages list the methods
 OUTPUT = DATA_DIR / "accuracy.json"
 
 
@@ -281,7 +282,7 @@ def compute(datasets: Mapping[str, Sequence[Mapping[str, Any]]], settings, estim
                 if setup.method != "inference" and not own:
                     by_family.setdefault(str(row.get("model_type")), []).append((est, measured))
         counts.append((name, len(rows), sum(1 for j in judged if j[1] is not None)))
-        for method in ("full", "lora", "qlora", "inference"):
+        for method in METHOD_ORDER:
             mine = [j for j in judged if j[0] == method]
             if not mine:
                 continue
@@ -311,7 +312,8 @@ def compute(datasets: Mapping[str, Sequence[Mapping[str, Any]]], settings, estim
                          tuple(error_row(k, "training", v) for k, v in sorted(by_family.items())), tuple(misses),
                          tuple(unit), tuple(unflagged), *_allocator(datasets, s, estimate_fn),
                          capped_rows(datasets.get("public", ()), s),
-                         tuple(error_row(metric, method, pairs) for (metric, method), pairs in sorted(by_metric.items())))
+                         tuple(error_row(metric, method, by_metric[(metric, method)])
+                               for metric, method in sorted(by_metric, key=lambda k: (k[0], METHOD_ORDER.index(k[1])))))
 
 
 def _allocator(datasets: Mapping[str, Sequence[Mapping[str, Any]]], s,
