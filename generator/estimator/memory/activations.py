@@ -217,7 +217,11 @@ def recompute_transient_bytes(b: Block, r: Regime, roles: frozenset[str] | None,
     inputs = sum(chain[:-1]) - (x if saves and copied else 0)
     lora_out = c if r.amp else ab
     grads = r.residual_bytes + lora_out + (x if lora_out != x and not fp32_stream else 0) if backward else 0
-    forward = (0 if fp32_stream else r.residual_bytes) + (x if copied and not saves else 0) + x
+    # the forward runs on past lora_A: lora_B's output and its product with the scaling, before the add to `result`
+    # (a recomputation stops at lora_B's input, its last saved tensor: F44's CPU-simulated peaks, llama at 1 to 3
+    # layers with a 1,024-token vocabulary)
+    forward = (0 if fp32_stream else r.residual_bytes) + (x if copied and not saves else 0) + x \
+        + (0 if backward else 2 * lora_out)
     return inputs * width + hidden * (forward + grads) - shared
 
 

@@ -32,6 +32,7 @@ from ..inputs import Assumptions, Card
 from .activations import recompute_transient_bytes, regime
 from .attention import (
     default_attention,
+    eager_forward_scores,
     eager_layer_terms,
     head_params,
     math_backward_bytes,
@@ -144,9 +145,15 @@ def train_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, method: str, r
     # the end of the forward: the last layer's adapted down projection holds its input's copies (job.py F44)
     last = spec.blocks[-1] if spec.blocks and method != "full" else None
     fwd = recompute_transient_bytes(last, r, roles, a=a, backward=False) if last is not None else 0
-    if fwd:
+    if fwd:  # with the model's forward locals: its embedding output and the last layer's input (job.py F58)
+        fwd += r.residual_bytes * spec.hidden * spec.streams * min(2, len(spec.blocks))
         backward.append(Branch("forward (the last layer's last adapted Linear)", 0, tokens * fwd,
                                embed_act + rates_sum + fwd))
+    # eager attention whose forward holds more at its softmax than its backward keeps (job.py F57)
+    held_sq = eager_forward_scores(a, g, r, 1, False) if eager else 0
+    if held_sq:
+        backward.append(Branch("forward (the last attention layer's softmax)", 0, tokens * tokens * held_sq,
+                               embed_act + rates_sum, held_sq))
     # eager attention's softmax backward (job.py): one branch per distinct set of its terms over the layers with
     # attention, the largest of which is the layer's, at any tokens and batch: its score gradients, its MLP's tensors
     # freed (a full fine-tune has made the head's gradients and its MLP's, whose autocast copies are freed)
