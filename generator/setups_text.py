@@ -9,8 +9,14 @@ from . import format as f
 METHOD_NAMES = {"full": "Full fine-tune", "lora": "LoRA", "qlora": "QLoRA", "serve": "Serving"}
 
 
-def _get(x: Any, key: str) -> Any:
-    return x[key] if isinstance(x, dict) else getattr(x, key)
+_REQUIRED = object()
+
+
+def _get(x: Any, key: str, default: Any = _REQUIRED) -> Any:
+    """A field of a Report object or of its JSON dict; a missing one is an error unless a default is given."""
+    if default is _REQUIRED:
+        return x[key] if isinstance(x, dict) else getattr(x, key)
+    return x.get(key, default) if isinstance(x, dict) else getattr(x, key, default)
 
 
 def chosen(plans: Any, method: str) -> Any | None:
@@ -27,9 +33,10 @@ def chosen(plans: Any, method: str) -> Any | None:
 
 
 def label(p: Any) -> str:
-    """The setup of one plan in words: "8× H100 SXM with ZeRO-3 and gradient checkpointing"."""
+    """The setup of one plan, or of a serving-speed row (no checkpointing, no offload), in words: "8× H100 SXM with
+    ZeRO-3 and gradient checkpointing"."""
     return f.setup(_get(p, "gpus"), _get(p, "gpu_model") or _get(p, "gpu"), _get(p, "strategy"),
-                   _get(p, "grad_ckpt"), _get(p, "offload"))
+                   bool(_get(p, "grad_ckpt", False)), _get(p, "offload", "none"))
 
 
 def link_bound(p: Any) -> bool:
@@ -45,11 +52,6 @@ def cheapest_per_token(serving: Any) -> Any | None:
     hold 3 sequences beside the weights, 2x H200 hold 88)."""
     priced = [s for s in serving if _get(s, "usd_per_million_output_tokens") is not None]
     return min(priced, key=lambda s: (_get(s, "usd_per_million_output_tokens"), _get(s, "gpus")), default=None)
-
-
-def label_of_speed(s: Any) -> str:
-    """A serving-speed row's setup in words, as label() words a plan: "2× H200 SXM with tensor parallel"."""
-    return f.setup(_get(s, "gpus"), _get(s, "gpu_model") or _get(s, "gpu"), _get(s, "strategy"), False, "none")
 
 
 def serving_of(serving: Any, plan: Any) -> Any | None:
@@ -75,7 +77,7 @@ def headline(plans: Any, unreachable: Any, serving: Any) -> list[dict[str, str]]
             detail = "" if s is None else f"about {f.tokens_per_s(_get(s, 'decode_tokens_per_s'))} per sequence"
             cheap = cheapest_per_token(serving)
             if detail and cheap is not None and cheap is not s:
-                detail += (f"; the cheapest per token at full load: {label_of_speed(cheap)}, "
+                detail += (f"; the cheapest per token at full load: {label(cheap)}, "
                            f"{f.usd(_get(cheap, 'usd_per_million_output_tokens'))} per M output tokens "
                            f"at {f.count(_get(cheap, 'max_concurrency'))} sequences")
         else:

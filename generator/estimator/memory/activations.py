@@ -225,6 +225,15 @@ def recompute_transient_bytes(b: Block, r: Regime, roles: frozenset[str] | None,
     return inputs * width + hidden * (forward + grads) - shared
 
 
+def forward_locals_bytes(g: Graph, r: Regime) -> int:
+    """Per token, what a LoRA forward's model code still references at its last layer and no backward saves: the
+    embedding output (`inputs_embeds`) and, through the layer loop's `hidden_states`, the last layer's input, each
+    as wide as the residual stream; one tensor under one layer (transformers 5.24 modeling_llama.py
+    LlamaModel.forward; BERT's `embedding_output` and encoder loop alike). Read off CPU-simulated Llama LoRA steps
+    at 1, 2 and 3 layers (FINDINGS.md F58)."""
+    return r.residual_bytes * g.spec.hidden * g.spec.streams * min(2, len(g.spec.blocks))
+
+
 MLP_TYPES = ("SwiGLU", "GeGLU", "GLU", "MLP")  # a dense feed-forward's Part.type
 
 

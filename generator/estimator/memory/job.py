@@ -20,6 +20,7 @@ from ..graph.nodes import Graph
 from ..inputs import Assumptions
 from .activations import (
     block_activation_bytes,
+    forward_locals_bytes,
     kept_cache_bytes,
     last_linear_params,
     recompute_transient_bytes,
@@ -287,13 +288,11 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
                                     overhead_weights=copies, experts=fixed_sum))
             fwd = T * recompute_transient_bytes(distinct[index[-1]][0], r, roles, saves, job.upcast_fp32, a,
                                                 backward=False) if lora and index else 0
-            if fwd:  # the last layer's last Linear's adapter forward, every layer's tensors saved (F44), and the
-                # model's forward locals: its embedding output (inputs_embeds) and the last layer's input (the layer
-                # loop's hidden_states), the same tensor under one layer (modeling_llama.py LlamaModel.forward)
-                model_locals = T * per_input * min(2, len(spec.blocks)) if not r.trained else 0
+            if fwd:  # the last layer's last Linear's adapter forward, every layer's tensors saved (F44), beside
+                # what the model's forward still references (F58)
+                fwd += T * forward_locals_bytes(g, r)
                 phases.append(phase(FORWARD_PHASE, weights=weights, optimizer_state=state, overhead_weights=copies,
-                                    activations=B * (emb + layers_sum + T * views + fwd + model_locals) + fixed_sum
-                                    + carried,
+                                    activations=B * (emb + layers_sum + T * views + fwd) + fixed_sum + carried,
                                     experts=fixed_sum))
             if dequant:  # the last layer's last quantised matmul: every layer's saved tensors, its weight dequantised
                 phases.append(phase(DEQUANT_PHASE, weights=weights, optimizer_state=state,

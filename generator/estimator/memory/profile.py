@@ -29,7 +29,7 @@ from ..config.arch import Arch
 from ..graph.nodes import Graph
 from ..graph.parts import Block, Part, Spec
 from ..inputs import Assumptions, Card
-from .activations import recompute_transient_bytes, regime
+from .activations import forward_locals_bytes, recompute_transient_bytes, regime
 from .attention import (
     default_attention,
     eager_forward_scores,
@@ -145,8 +145,8 @@ def train_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, method: str, r
     # the end of the forward: the last layer's adapted down projection holds its input's copies (job.py F44)
     last = spec.blocks[-1] if spec.blocks and method != "full" else None
     fwd = recompute_transient_bytes(last, r, roles, a=a, backward=False) if last is not None else 0
-    if fwd:  # with the model's forward locals: its embedding output and the last layer's input (job.py F58)
-        fwd += r.residual_bytes * spec.hidden * spec.streams * min(2, len(spec.blocks))
+    if fwd:  # beside what the model's forward still references (F58)
+        fwd += forward_locals_bytes(g, r)
         backward.append(Branch("forward (the last layer's last adapted Linear)", 0, tokens * fwd,
                                embed_act + rates_sum + fwd))
     # eager attention whose forward holds more at its softmax than its backward keeps (job.py F57)
