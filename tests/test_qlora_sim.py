@@ -14,7 +14,7 @@ from generator.accuracy import estimate_bytes, tensor_bytes
 from generator.estimator.graph.nodes import build_graph
 from generator.estimator.memory.activations import recompute_transient_bytes, regime
 from generator.estimator.memory.job import DEQUANT_PHASE
-from generator.estimator.memory.storage import dequant_transient_bytes
+from generator.estimator.memory.storage import dequant_meeting_bytes, dequant_transient_bytes
 from generator.estimator.normalise import normalise
 from tests.conftest import measured_rows
 from tests.test_grad_accum import LLAMA, S
@@ -46,10 +46,12 @@ def test_the_dequantised_weight_lives_inside_a_matmul_only():
     assert plain["backward (activations)"].overhead_fixed == 0
     assert plain[DEQUANT_PHASE].overhead_fixed == dequant
     # checkpointed: peft runs the base matmul before the adapters, so a recomputed layer holds the larger of the
-    # dequantised weight and its last Linear's adapter forward; with down_proj not adapted, the larger of the weight
-    # and the frozen MLP's backward gradients (FINDINGS.md F32; at 1 token the weight)
+    # dequantised weight and its last Linear's adapter forward; with down_proj not adapted, the larger of the frozen
+    # MLP's backward gradients (FINDINGS.md F32) and the weight beside down_proj's input gradient and the
+    # hidden-wide tensors that meet it (F59; at 1 token the weight)
     recompute = "backward (recomputing a checkpointed layer)"
-    for targets, tokens, expected in (("q_proj,v_proj", 512, 0), ("q_proj,v_proj", 1, dequant - frozen_mlp_of(1)),
+    for targets, tokens, expected in (("q_proj,v_proj", 512, 0),
+                                      ("q_proj,v_proj", 1, dequant + meeting_of(1) - frozen_mlp_of(1)),
                                       ("all-linear", 512, 0),
                                       ("all-linear", 1, dequant - recompute_transient_bytes_of(1))):
         phases = {ph.name: ph for ph in _phases(LLAMA, method="qlora", grad_ckpt=True, lora_targets=targets,
@@ -66,6 +68,13 @@ def frozen_mlp_of(tokens: int) -> int:
     return tokens * recompute_transient_bytes(build_graph(a).spec.distinct_layers[0][0], regime("lora", "amp", 4,
                                                                                                 input_cast=False),
                                               frozenset({"q", "v"}))
+
+
+def meeting_of(tokens: int) -> int:
+    """What meets the llama's dequantised gate/up weight when down_proj has no adapter (q and v), per `tokens`."""
+    a = normalise(LLAMA, "m")
+    r = regime("lora", "amp", 4, input_cast=False)
+    return tokens * dequant_meeting_bytes(build_graph(a).spec.distinct_layers[0][0], r, frozenset({"q", "v"}))
 
 
 def recompute_transient_bytes_of(tokens: int) -> int:

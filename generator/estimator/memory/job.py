@@ -12,7 +12,6 @@ Bytes per option, with sources, are in the functions below; `metric` turns tenso
 
 from __future__ import annotations
 
-import functools
 from dataclasses import replace
 
 from ..config.arch import Arch
@@ -68,6 +67,7 @@ from .recurrence import (
 )
 from .storage import (
     beside_held,
+    dequant_meeting_bytes,
     dequant_transient_bytes,
     quantised_params,
     saves_matmul_input,
@@ -217,8 +217,11 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
                                      r.trained)
     # overhead by how it shares out over GPUs (parallel.Phase): autocast's copies of the weights; what every
     # process holds whole (the dequantised layer, the chunked loss's transient)
-    dequant = dequant_transient_bytes(g, job.storage, dequant_bytes_per_weight(job.loss, job.storage, c), mats)
-    beside = functools.partial(beside_held, dequant, meets=runs_torchtune(job.loss))  # beside a recomputed layer
+    dequant = dequant_transient_bytes(g, job.storage, dequant_bytes_per_weight(job.loss, job.storage, c), mats,
+                                      job.double_quant and not runs_torchtune(job.loss))
+    # what the dequantised weight adds beside each layer's recomputation, and what meets it there (F59)
+    beside = [beside_held(dequant, B * h, runs_torchtune(job.loss), B * T * dequant_meeting_bytes(
+        b, r, roles, job.upcast_fp32)) for (b, _), h in zip(distinct, held, strict=True)]
     # the phases after the backward hold no activation: the same with checkpointing or without, made once
     closing: tuple[Phase, ...] = ()
     if not lora and spec.tied:  # F6: the tied weight's two gradients and their sum
@@ -315,15 +318,15 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
             # and log_softmax of the logits, not yet the gradient (F27: c B per logit fewer than at the backward)
             fwd_less = T * c * spec.logits if job.loss == "hf" else 0
             # the layer recomputed at the peak, and its per-expert tensors
-            recomputed = max(zip(layer, held, fixed, strict=True), key=lambda t: B * (t[0] + t[1]) + t[2],
-                             default=(0, 0, 0))
+            recomputed = max(zip(layer, held, fixed, beside, strict=True), key=lambda t: B * (t[0] + t[1]) + sum(t[2:]),
+                             default=(0, 0, 0, 0))
             phases = [phase("loss (logits)", weights=weights, optimizer_state=state,
                             activations=B * (inputs + head + kept - logits) + carried, logits=B * logits,
                             overhead_weights=ckpt_copies[0], overhead_fixed=chunk),
                       phase("backward (recomputing a checkpointed layer)", weights=weights, optimizer_state=state,
                             gradients=head_grads,
                             activations=B * inputs + B * (recomputed[0] + recomputed[1]) + recomputed[2],
-                            overhead_weights=ckpt_copies[1], overhead_fixed=beside(B * recomputed[1]),
+                            overhead_weights=ckpt_copies[1], overhead_fixed=recomputed[3],
                             experts=recomputed[2])]
             if r.trained and r.amp:  # a full fine-tune under autocast: its cached copies at the loss (LoRA's
                 # are its adapters', in ckpt_copies already; a frozen weight's are not cached)
@@ -342,14 +345,14 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
                 phases.append(phase("backward (recomputing the first checkpointed layer)", weights=weights,
                                     optimizer_state=state, gradients=first_grads,
                                     activations=B * (first_inputs + layer[first] + held[first]) + fixed[first],
-                                    overhead_weights=ckpt_copies[1], overhead_fixed=beside(B * held[first]),
+                                    overhead_weights=ckpt_copies[1], overhead_fixed=beside[first],
                                     experts=fixed[first]))
             elif lora:  # so do the adapters', which counts where they are large (LoRA on many experts' tensors):
                 # every later layer's, beside the first layer's recomputation
                 phases.append(phase("backward (recomputing the first checkpointed layer)", weights=weights,
                                     optimizer_state=state, gradients=adapter_grads_first,
                                     activations=B * (first_inputs + layer[first] + held[first]) + fixed[first],
-                                    overhead_weights=ckpt_copies[1], overhead_fixed=beside(B * held[first]),
+                                    overhead_weights=ckpt_copies[1], overhead_fixed=beside[first],
                                     experts=fixed[first]))
         if any(g for g, _ in terms.grads):  # the last (recomputed) layer's adapted down's backward (F10)
             i, (weight_grad, per_token) = max(enumerate(terms.grads), key=lambda t: t[1][0] + B * T * t[1][1]

@@ -8,8 +8,10 @@ from collections.abc import Callable
 from ..config.arch import Arch, Quant
 from ..config.transformers_defaults import TENSOR_EXPERTS
 from ..graph.nodes import Graph
-from ..graph.parts import Part
+from ..graph.parts import Block, Part
 from ..inputs import Assumptions
+from .activations import MLP_TYPES, Regime, last_linear_part
+from .lora import linear_roles
 
 
 def _mat_elements(q: Quant, count: int, n_in: int, n_out: int) -> tuple[int, float]:
@@ -205,24 +207,51 @@ def bnb_keeps_experts(a: Arch, storage: str) -> bool:
     return storage in QUANTS and QUANTS[storage].method == "bitsandbytes" and a.model_type in TENSOR_EXPERTS
 
 
-def dequant_transient_bytes(g: Graph, storage: str, c: int, mats: dict | None = None) -> int:
+def dequant_transient_bytes(g: Graph, storage: str, c: int, mats: dict | None = None, nested: bool = False) -> int:
     """A 4-bit or int8 base's largest Linear dequantised to the compute dtype for a matmul (bitsandbytes
     MatMul4Bit: dequantize_4bit(W) @ x, freed after; its backward does the same); GPTQ and fp8 kernels read the
-    packed weight: 0."""
+    packed weight: 0. `nested` (double quantisation): bitsandbytes/functional.py dequantize_4bit first decodes the
+    absmax, one fp32 value per block of 64 weights (dequantize_blockwise, then += offset), held beside the weight it
+    scales (F59: the CPU simulation's live tensors, [704512] fp32 beside Llama-2-7B's [11008, 4096] up_proj)."""
     if storage not in ("nf4", "int8"):
         return 0
-    return c * max((i * o for _, i, o in (layer_mats(g) if mats is None else mats)), default=0)
+    largest = max((i * o for _, i, o in (layer_mats(g) if mats is None else mats)), default=0)
+    return c * largest + (4 * largest // QUANTS["nf4"].group_size if nested and storage == "nf4" else 0)
 
 
-def beside_held(dequant: int, held: int, meets: bool = False) -> int:
+def beside_held(dequant: int, held: int, meets: bool = False, meeting: int = 0) -> int:
     """What a quantised base's dequantised weight adds to a recomputed layer's peak beyond `held`, the adapter forward
     of its last Linear (activations.recompute_transient_bytes). peft's 4-bit layer runs the base matmul first and
     the adapter after (peft/tuners/lora/bnb.py Linear4bit.forward: result = self.base_layer(x), then lora_B(lora_A(
     dropout(x)))), and bitsandbytes frees the dequantised weight when its matmul returns: the two never meet, so the
     peak holds the larger of them (F29: the CPU simulation's live tensors at the recomputed down_proj). `meets`:
     torchtune's LoRALinear backward decodes torchao's NF4 weight while the adapter chain's tensors live, so both
-    count (F34: its simulated checkpointed QLoRA)."""
-    return dequant if meets else max(0, dequant - max(held, 0))
+    count (F34: its simulated checkpointed QLoRA). `meeting`: what lives beside the weight the recomputation
+    dequantises where the last Linear has no adapter (dequant_meeting_bytes)."""
+    return dequant if meets else max(0, dequant + (meeting if dequant else 0) - max(held, 0))
+
+
+def dequant_meeting_bytes(b: Block, r: Regime, roles: frozenset[str] | None, upcast: bool = False) -> int:
+    """Per token, what a checkpointed layer whose last Linear (down_proj, fc2) is a bitsandbytes matmul without an
+    adapter holds beside its saved tensors while its recomputation dequantises the MLP's first weights (gate/up,
+    fc1; 0 for other layers). MatMul4Bit keeps its weight on ctx.tensors, not through save_for_backward
+    (bitsandbytes/autograd/_functions.py), so torch/utils/checkpoint.py's saved-tensor hooks never see it: the
+    backward makes down_proj's input gradient first, and only the next op's saved tensor (the product's, the
+    activation's) starts the recomputation. Beside the dequantised weight, then: that gradient (MLP-wide, in the
+    MLP's dtype), the layer output's gradient and the post-attention residual (a parallel block's attention
+    output) in the residual's dtype, and the MLP's input. Read off the CPU simulation's live tensors at this peak
+    (F59: Llama-2-7B, Mistral-7B, Qwen3-8B and Pythia-6.9B on q and v or query_key_value, checkpointed). After
+    prepare_model_for_kbit_training (`upcast`) the stream and the MLP are fp32, the first norm reads the
+    checkpointed input itself (as in recompute_transient_bytes), and the matmul at the peak has not yet cast its
+    output to fp32, where the layer's saved tensors count it: the fp32 gradient less that difference is
+    MLP-wide in the compute dtype (Pythia-6.9B's plain MLP, +9.6% without it)."""
+    part = last_linear_part(b)
+    if part is None or part.type not in MLP_TYPES or (roles is None or linear_roles(part)[-1] in roles):
+        return 0
+    fp32_stream = upcast and r.amp
+    width, hidden = part.linears[-1]
+    mlp = r.residual_bytes if fp32_stream else r.compute_bytes
+    return width * r.compute_bytes + hidden * (2 * r.residual_bytes + mlp) - (4 * hidden if fp32_stream else 0)
 
 
 def stored_mats(a: Arch, g: Graph, storage: str) -> dict[tuple[int, int, int], int] | None:

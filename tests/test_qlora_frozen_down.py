@@ -1,0 +1,96 @@
+"""QLoRA whose last Linear has no adapter, checkpointed (FINDINGS.md F59): bitsandbytes' 4-bit matmul keeps its
+weight outside save_for_backward, so down_proj's backward runs before the recomputation, and its input gradient
+lives while the recomputation dequantises gate/up. After prepare_model_for_kbit_training the MLP's gradients are
+fp32. Double quantisation decodes an fp32 absmax per 64 weights beside the dequantised weight."""
+
+from __future__ import annotations
+
+from generator.accuracy_rows import estimate_bytes
+from generator.estimator.graph.nodes import build_graph
+from generator.estimator.inputs import Assumptions
+from generator.estimator.memory.activations import recompute_transient_bytes, regime
+from generator.estimator.memory.job import job_memory
+from generator.estimator.memory.job_options import Job
+from generator.estimator.memory.storage import beside_held, dequant_meeting_bytes, dequant_transient_bytes
+from generator.estimator.normalise import normalise
+from generator.settings import load_settings
+from tests.conftest import measured_rows
+
+S = Assumptions()
+# Llama-2-7B's layer shapes, two layers and a 1,024-token vocabulary, as the CPU-simulated rows run them
+LLAMA = {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 2,
+         "num_attention_heads": 32, "num_key_value_heads": 32, "vocab_size": 1024, "max_position_embeddings": 4096}
+QV = frozenset({"q", "v"})
+
+
+def _last_block():
+    a = normalise(LLAMA, "m")
+    return build_graph(a).spec.blocks[-1]
+
+
+def test_what_meets_the_dequantised_weight():
+    """Read off the listing at the simulated peak (Llama-2-7B, q and v, 2,048 tokens, measure --explain): beside
+    the layer's saved tensors and up_proj's dequantised weight, down_proj's input gradient ([2048, 11008] bf16) and
+    three hidden-wide bf16 tensors (the layer output's gradient, the post-attention residual, the MLP's input)."""
+    b = _last_block()
+    amp = regime("qlora", "amp")
+    assert dequant_meeting_bytes(b, amp, QV) == 2 * 11008 + 3 * 2 * 4096
+    # upcast: the gradient is fp32 but up_proj's output is not cast yet (net: bf16 wide); the stream is fp32 and
+    # the first norm reads the checkpointed input itself
+    up = regime("qlora", "amp", upcast=True)
+    assert dequant_meeting_bytes(b, up, QV, upcast=True) == 2 * 11008 + 3 * 4 * 4096 - 4 * 4096
+    # an adapted down_proj (every Linear: roles None, or named) runs its adapter's backward first: no such moment
+    assert dequant_meeting_bytes(b, amp, None) == 0
+    assert dequant_meeting_bytes(b, amp, frozenset({"q", "v", "down"})) == 0
+
+
+def test_the_meeting_counts_only_beside_a_dequantised_weight():
+    assert beside_held(0, 100, meeting=500) == 0  # a 16-bit base: nothing dequantised, nothing meets
+    assert beside_held(300, 100) == 200  # an adapted last Linear: the larger of the two
+    assert beside_held(300, 100, meeting=50) == 250
+    assert beside_held(300, 100, meets=True, meeting=50) == 300  # torchtune: its own rule (F34)
+
+
+def test_kbit_prep_makes_the_frozen_mlps_gradients_fp32():
+    """bitsandbytes Linear4bit.forward returns its output in its input's dtype, fp32 after the upcast: the
+    product's two gradients and down_proj's input gradient are [2048, 11008] fp32 at the simulated peak."""
+    b = _last_block()
+    plain = recompute_transient_bytes(b, regime("qlora", "amp"), QV)
+    up = recompute_transient_bytes(b, regime("qlora", "amp", upcast=True), QV, upcast=True)
+    assert plain == 3 * 2 * 11008 + 2 * 4096
+    assert up == 3 * 4 * 11008 + 4 * 4096 - 4 * 4096
+
+
+def test_double_quant_decodes_an_fp32_absmax_per_64_weights():
+    """bitsandbytes/functional.py dequantize_4bit with a nested QuantState: the absmax decoded to fp32 (704,512 of
+    them for up_proj's 45 M weights) lives beside the bf16 weight."""
+    g = build_graph(normalise(LLAMA, "m"))
+    plain = dequant_transient_bytes(g, "nf4", 2)
+    assert plain == 2 * 11008 * 4096
+    assert dequant_transient_bytes(g, "nf4", 2, nested=True) - plain == 704512 * 4
+    assert dequant_transient_bytes(g, "int8", 1, nested=True) == 11008 * 4096  # nested is nf4's only
+
+
+def test_the_step_grows_by_the_meeting():
+    a = normalise(LLAMA, "m")
+    g = build_graph(a)
+    job = dict(method="qlora", tokens=2048, grad_ckpt=True, lora_rank=8, double_quant=True)
+    qv = job_memory(a, g, S, Job(**job, lora_targets="q_proj,v_proj"))
+    assert qv.peak_phase == "backward (recomputing a checkpointed layer)"
+    # without checkpointing nothing is recomputed: the moment does not exist
+    plain = job_memory(a, g, S, Job(**{**job, "grad_ckpt": False}, lora_targets="q_proj,v_proj"))
+    assert plain.peak_phase != "backward (recomputing a checkpointed layer)"
+
+
+def test_the_simulated_steps_read_within_two_percent():
+    """Every CPU-simulated checkpointed QLoRA step in cpu-sim-extra whose down projection has no adapter (F59's
+    rows: Llama-2-7B, Mistral-7B, Qwen3-8B, Qwen2.5-7B, Gemma-7B, Phi-3-mini, Pythia-6.9B, OPT-125M; with and
+    without prepare_model_for_kbit_training, LoRA dropout, pure bf16, 256 to 4,096 tokens). They read -4% to -19%
+    before F59."""
+    s = load_settings().assumptions
+    rows = [r for r in measured_rows("cpu-sim-extra") if r["setup"]["method"] == "qlora"
+            and r["setup"]["grad_ckpt"] and r["setup"]["lora_targets"] != "all-linear"]
+    assert len(rows) >= 20
+    for row in rows:
+        error = estimate_bytes(row, s) / row["measured"]["peak_bytes"] - 1
+        assert abs(error) < 0.025, (row["model"], row["setup"], error)
