@@ -14,7 +14,7 @@ from .memory.experts import runs_every_expert
 from .memory.job import job_memory
 from .memory.job_options import Job
 from .memory.lora import FUSED_EXPERTS
-from .memory.storage import bnb_keeps_experts
+from .memory.storage import bnb_keeps_experts, bnb_leaves_linears
 
 # Routers written as an nn.Linear subclass whose forward returns a tuple (transformers 5.24): peft 0.21's
 # all-linear wraps them, and the wrapped layer fails at its first forward (peft/tuners/lora/layer.py Linear.forward
@@ -145,6 +145,12 @@ def check_scope(a: Arch, train_tokens: int, requested_tokens: int, serve_tokens:
         out.append(Finding("qlora_experts", "info",
                            "QLoRA keeps the routed experts in bf16: transformers 5 holds them as 3-D tensors, and "
                            "bitsandbytes quantises nn.Linear only (bitsandbytes#1849)."))
+    if a.quant is None and (cls := bnb_leaves_linears(a, "nf4")):
+        out.append(Finding("qlora_unquantised", "warning",
+                           f"QLoRA here is LoRA on a bf16 base (fp32 after prepare_model_for_kbit_training): "
+                           f"transformers 5 quantises only modules whose type is nn.Linear, and this model's layers "
+                           f"are {cls}, a subclass, so bitsandbytes leaves every one as it loads. Priced so; "
+                           f"transformers 4 quantised them."))
     attention, why = default_attention(a) if attends else ("sdpa", "")
     kernel = math_sdpa(a, False, True) if attention != "eager" and attends else ""
     if kernel:

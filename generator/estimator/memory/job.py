@@ -119,10 +119,9 @@ def job_memory(a: Arch, g: Graph, s: Assumptions, job: Job, model: str = "") -> 
 
 def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants: tuple[bool, ...],
               memo: dict | None = None) -> tuple[list[tuple[Phase, ...]], int, int, int]:
-    """The job's phases once per entry of `variants` (gradient checkpointing off or on; job.grad_ckpt is not
-    read), its trainable parameters, compute bytes and trainable bytes per parameter: everything but the phases'
-    assembly is shared. The layer terms are worked out per distinct layer (Spec.distinct_layers) and summed times
-    their counts; `memo` shares them with the estimate's other jobs and profiles."""
+    """The job's phases once per entry of `variants` (checkpointing off or on; job.grad_ckpt is not read), its
+    trainable parameters, compute bytes and trainable bytes per parameter. The layer terms are worked out once per
+    distinct layer (Spec.distinct_layers) and summed times their counts; `memo` shares them with other jobs."""
     spec = g.spec
     lora = job.method != "full"
     fp32 = fp32_base(job)
@@ -146,7 +145,7 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
         # recomputation (torch/utils/checkpoint.py: the recomputed forward's saved tensors).
         copies = 2 * (g.params_matmul - unused[1]) if r.amp else 0
         layer_mm = max((b.matmul for b, _ in distinct), default=0)
-        ckpt_copies = (2 * head_mm, 2 * layer_mm) if r.amp else (0, 0)
+        ckpt_copies: tuple[int, ...] = (2 * head_mm, 2 * layer_mm) if r.amp else (0, 0)
     else:
         roles = target_roles(a, g, job.lora_targets, model)
         rank = job.lora_rank
@@ -164,11 +163,12 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
         ckpt_copies = (copies, copies - head_copy)
         if fp32:  # and every frozen fp32 Linear's: autocast casts it at each use (no cache: not a leaf that
             # requires grad, aten/src/ATen/autocast_mode.cpp cached_cast) and the matmul saves the copy for its
-            # input's gradient, but in the first layer's input Linears, whose input needs none (a frozen
-            # embedding); checkpointing keeps only the recomputed layer's (F28)
+            # input's gradient, but in the first layer's input Linears, whose input needs none (a frozen embedding);
+            # checkpointing keeps the recomputed layer's, and at its attention's backward only q/k/v's (F28, F60)
             first_in = input_linear_params(distinct[layer_index(spec, memo)[0]][0]) if distinct else 0
             copies += 2 * (sum(n * b.matmul for b, n in distinct) - first_in)
-            ckpt_copies = (ckpt_copies[0], ckpt_copies[1] + 2 * max((b.matmul for b, _ in distinct), default=0))
+            ckpt_copies = (ckpt_copies[0], ckpt_copies[1] + 2 * max((b.matmul for b, _ in distinct), default=0),
+                           ckpt_copies[1] + 2 * max((input_linear_params(b) for b, _ in distinct), default=0))
     buffers = framework_buffer_bytes(a, g, job.loss, lora)  # the framework's own model's (torchtune's RoPE caches)
     grad = param_bytes * trainable  # gradients take the trainable weights' dtype
     # Optimizer state per trainable parameter, and the step's temporaries:
@@ -367,7 +367,7 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
             phases.append(phase("backward (attention scores' gradients)", weights=weights, gradients=made,
                                 optimizer_state=state, activations=B * (live + math_saved + math_grads)
                                 + (0 if grad_ckpt else fixed_sum),
-                                overhead_weights=ckpt_copies[1] if grad_ckpt else copies, overhead_fixed=dequant))
+                                overhead_weights=ckpt_copies[-1] if grad_ckpt else copies, overhead_fixed=dequant))
         if late:  # the layer whose (recomputed) softmax or scan backward holds the most, the head's tensors freed
             name, k, extra, made_after, freed = max(late, key=lambda t: B * t[2] + t[3] - t[4]
                                                     + (B * layer[t[1]] + fixed[t[1]] if grad_ckpt else -B * later[t[1]]))

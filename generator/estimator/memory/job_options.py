@@ -14,8 +14,16 @@ from ..graph.nodes import Graph
 from ..inputs import Assumptions
 from .activations import ADAPTER_NO_CAST, Regime, regime
 from .attention import default_attention
-from .frameworks import LITGPT_LOSS, TORCHTUNE_LOSS, framework_attention, framework_model
+from .frameworks import (
+    LITGPT_LOSS,
+    TORCHTUNE_LOSS,
+    framework_attention,
+    framework_model,
+    runs_litgpt,
+    runs_torchtune,
+)
 from .recipes import RECIPES
+from .storage import bnb_leaves_linears
 
 # The values each option of a Job takes (validate)
 METHODS = ("full", "lora", "qlora", "inference")
@@ -104,9 +112,17 @@ class Job:
 
 
 def resolve(job: Job, a: Arch) -> Job:
-    """The job with its defaults filled for this model: attention from the model class."""
+    """The job with its defaults filled for this model: attention from the model class; and QLoRA through
+    transformers on a model whose Linears bitsandbytes leaves as they are (storage.bnb_leaves_linears): LoRA on
+    the base as it loads, bf16, or fp32 after prepare_model_for_kbit_training, which casts every parameter that is
+    not Params4bit (peft/utils/other.py), every weight here (F60: its CPU-simulated steps peak at exactly those
+    LoRA steps')."""
     if not job.attention:
-        return dataclasses.replace(job, attention=default_attention(a)[0])
+        job = dataclasses.replace(job, attention=default_attention(a)[0])
+    if job.method == "qlora" and not runs_litgpt(job.loss) and not runs_torchtune(job.loss) \
+            and bnb_leaves_linears(a, job.storage, job.transformers_version):
+        job = dataclasses.replace(job, method="lora", weights="fp32" if job.upcast_fp32 else "bf16",
+                                  double_quant=False, upcast_fp32=False, bnb_version="")
     return job
 
 

@@ -254,6 +254,24 @@ def dequant_meeting_bytes(b: Block, r: Regime, roles: frozenset[str] | None, upc
     return width * r.compute_bytes + hidden * (2 * r.residual_bytes + mlp) - (4 * hidden if fp32_stream else 0)
 
 
+# transformers 5 quantises a module for bitsandbytes only where its type is nn.Linear, or it is a Conv1D
+# (integrations/bitsandbytes.py replace_with_bnb_linear: `isinstance(module, Conv1D) or type(module) is nn.Linear`,
+# 5.24); transformers 4 took isinstance(module, nn.Linear). A model whose layers build their projections from a
+# subclass of it keeps them in the dtype it loads in (FINDINGS.md F60). model_type -> that subclass:
+BNB_UNCONVERTED = {
+    "falcon": "FalconLinear",  # modeling_falcon.py: query_key_value, dense, dense_h_to_4h and dense_4h_to_h
+}
+
+
+def bnb_leaves_linears(a: Arch, storage: str, transformers_version: str = "") -> str:
+    """The nn.Linear subclass whose layers a bitsandbytes `storage` (nf4, int8) leaves unquantised on this model
+    under transformers 5 or later ("" = a current release), or "" where it quantises them."""
+    if storage not in QUANTS or QUANTS[storage].method != "bitsandbytes" \
+            or (transformers_version and int(transformers_version.split(".")[0]) < 5):
+        return ""
+    return BNB_UNCONVERTED.get(a.model_type, "")
+
+
 def stored_mats(a: Arch, g: Graph, storage: str) -> dict[tuple[int, int, int], int] | None:
     """The layer_mats a quantised `storage` packs (None for a 16/32-bit base): every layer matrix, less the routed
     experts where bitsandbytes keeps them (bnb_keeps_experts)."""
