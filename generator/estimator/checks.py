@@ -147,10 +147,10 @@ def check_scope(a: Arch, train_tokens: int, requested_tokens: int, serve_tokens:
                            "bitsandbytes quantises nn.Linear only (bitsandbytes#1849)."))
     if a.quant is None and (cls := bnb_leaves_linears(a, "nf4")):
         out.append(Finding("qlora_unquantised", "warning",
-                           f"QLoRA here is LoRA on a bf16 base (fp32 after prepare_model_for_kbit_training): "
-                           f"transformers 5 quantises only modules whose type is nn.Linear, and this model's layers "
-                           f"are {cls}, a subclass, so bitsandbytes leaves every one as it loads. Priced so; "
-                           f"transformers 4 quantised them."))
+                           f"under transformers 5, QLoRA here is LoRA on a bf16 base (fp32 after "
+                           f"prepare_model_for_kbit_training): it quantises only modules whose type is nn.Linear, and "
+                           f"this model's layers are {cls}, a subclass, so bitsandbytes leaves every one as it loads. "
+                           f"Priced so; transformers 4 quantised them (--transformers-version)."))
     attention, why = default_attention(a) if attends else ("sdpa", "")
     kernel = math_sdpa(a, False, True) if attention != "eager" and attends else ""
     if kernel:
