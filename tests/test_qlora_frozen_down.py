@@ -89,7 +89,8 @@ def test_the_simulated_steps_read_within_two_percent():
     before F59."""
     s = load_settings().assumptions
     rows = [r for r in measured_rows("cpu-sim-extra") if r["setup"]["method"] == "qlora"
-            and r["setup"]["grad_ckpt"] and r["setup"]["lora_targets"] != "all-linear" and r["model_type"] != "falcon"]
+            and r["setup"]["grad_ckpt"] and r["setup"]["lora_targets"] != "all-linear"
+            and r["model_type"] not in ("falcon", "gpt2")]  # their own tests: test_bnb_unconverted (F60)
     assert len(rows) >= 20
     for row in rows:
         error = estimate_bytes(row, s) / row["measured"]["peak_bytes"] - 1

@@ -161,15 +161,28 @@ def _bnb():
 
 
 def _linears(model):
-    """(parent, name, Linear) for every nn.Linear but the head: what transformers' bnb quantiser converts
-    (integrations/bitsandbytes.py: the output embedding stays unquantised, get_keys_to_not_convert)."""
+    """(parent, name, module) for every module transformers' bnb quantiser converts but the head: a module whose
+    type is nn.Linear (not a subclass: Falcon's FalconLinear stays, FINDINGS.md F60) or a Conv1D, GPT-2's
+    (integrations/bitsandbytes.py replace_with_bnb_linear, transformers 5.24; the output embedding stays
+    unquantised, get_keys_to_not_convert)."""
+    from transformers.pytorch_utils import Conv1D
+
     return [(module, name, child) for module in list(model.modules()) for name, child in list(module.named_children())
-            if type(child) is torch.nn.Linear and name != "lm_head"]
+            if (type(child) is torch.nn.Linear or isinstance(child, Conv1D)) and name != "lm_head"]
 
 
-def _linear4bit(bnb, child: torch.nn.Linear, double_quant: bool, device: str):
+def _in_out(child) -> tuple[int, int]:
+    """(in, out) features of a Linear, or of a Conv1D, whose weight is stored transposed ([in, out])."""
+    if isinstance(child, torch.nn.Linear):
+        return child.in_features, child.out_features
+    n_in, n_out = child.weight.shape
+    return n_in, n_out
+
+
+def _linear4bit(bnb, child, double_quant: bool, device: str):
     """The nf4 Linear4bit (compute in bf16, blocks of 64) standing for `child`, its bias carried over."""
-    q = bnb.nn.Linear4bit(child.in_features, child.out_features, bias=child.bias is not None,
+    n_in, n_out = _in_out(child)
+    q = bnb.nn.Linear4bit(n_in, n_out, bias=child.bias is not None,
                           compute_dtype=torch.bfloat16, quant_type="nf4", compress_statistics=double_quant,
                           device=device)
     if child.bias is not None:
@@ -185,7 +198,8 @@ def quantise_nf4(model, double_quant: bool = False) -> int:
     linears = _linears(model)
     for module, name, child in linears:
         q = _linear4bit(bnb, child, double_quant, "cpu")
-        q.weight = bnb.nn.Params4bit(child.weight.data.to("cpu"), requires_grad=False, quant_type="nf4",
+        weight = child.weight.data if isinstance(child, torch.nn.Linear) else child.weight.data.t().contiguous()
+        q.weight = bnb.nn.Params4bit(weight.to("cpu"), requires_grad=False, quant_type="nf4",
                                      compress_statistics=double_quant)
         setattr(module, name, q.to("cuda"))
     model.is_loaded_in_4bit = True  # as transformers' bnb quantiser marks it: peft's dispatch picks its 4-bit layer
