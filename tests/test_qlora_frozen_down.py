@@ -23,25 +23,25 @@ LLAMA = {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 11008,
 QV = frozenset({"q", "v"})
 
 
-def _last_block():
-    a = normalise(LLAMA, "m")
-    return build_graph(a).spec.blocks[-1]
+def _last_block(cfg=LLAMA):
+    a = normalise(cfg, "m")
+    return a, build_graph(a).spec.blocks[-1]
 
 
 def test_what_meets_the_dequantised_weight():
     """Read off the listing at the simulated peak (Llama-2-7B, q and v, 2,048 tokens, measure --explain): beside
     the layer's saved tensors and up_proj's dequantised weight, down_proj's input gradient ([2048, 11008] bf16) and
     three hidden-wide bf16 tensors (the layer output's gradient, the post-attention residual, the MLP's input)."""
-    b = _last_block()
+    a, b = _last_block()
     amp = regime("qlora", "amp")
-    assert dequant_meeting_bytes(b, amp, QV) == 2 * 11008 + 3 * 2 * 4096
+    assert dequant_meeting_bytes(a, b, amp, QV) == 2 * 11008 + 3 * 2 * 4096
     # upcast: the gradient is fp32 but up_proj's output is not cast yet (net: bf16 wide); the stream is fp32 and
     # the first norm reads the checkpointed input itself
     up = regime("qlora", "amp", upcast=True)
-    assert dequant_meeting_bytes(b, up, QV, upcast=True) == 2 * 11008 + 3 * 4 * 4096 - 4 * 4096
+    assert dequant_meeting_bytes(a, b, up, QV, upcast=True) == 2 * 11008 + 3 * 4 * 4096 - 4 * 4096
     # an adapted down_proj (every Linear: roles None, or named) runs its adapter's backward first: no such moment
-    assert dequant_meeting_bytes(b, amp, None) == 0
-    assert dequant_meeting_bytes(b, amp, frozenset({"q", "v", "down"})) == 0
+    assert dequant_meeting_bytes(a, b, amp, None) == 0
+    assert dequant_meeting_bytes(a, b, amp, frozenset({"q", "v", "down"})) == 0
 
 
 def test_the_meeting_counts_only_beside_a_dequantised_weight():
@@ -54,7 +54,7 @@ def test_the_meeting_counts_only_beside_a_dequantised_weight():
 def test_kbit_prep_makes_the_frozen_mlps_gradients_fp32():
     """bitsandbytes Linear4bit.forward returns its output in its input's dtype, fp32 after the upcast: the
     product's two gradients and down_proj's input gradient are [2048, 11008] fp32 at the simulated peak."""
-    b = _last_block()
+    _, b = _last_block()
     plain = recompute_transient_bytes(b, regime("qlora", "amp"), QV)
     up = recompute_transient_bytes(b, regime("qlora", "amp", upcast=True), QV, upcast=True)
     assert plain == 3 * 2 * 11008 + 2 * 4096
@@ -95,3 +95,22 @@ def test_the_simulated_steps_read_within_two_percent():
     for row in rows:
         error = estimate_bytes(row, s) / row["measured"]["peak_bytes"] - 1
         assert abs(error) < 0.025, (row["model"], row["setup"], error)
+
+
+def test_a_dropout_after_the_mlp_runs_the_recomputation_through_down_proj():
+    """StarCoder2's residual dropout saves its mask after down_proj (c_proj), so the recomputation runs on through
+    it: under the upcast, c_proj's fp32 input (the activation's output) lives beside its bf16 copy. Read off the
+    listing at the simulated peak (StarCoder2-7B, 2 layers, q and v): [1, 1024, 18432] fp32 (gelu) beside the
+    [1, 1024, 18432] bf16 _to_copy and c_proj's dequantised weight. Without the dropout, or with relu (which saves
+    its output anyway), nothing more."""
+    cfg = {"model_type": "starcoder2", "hidden_size": 256, "intermediate_size": 1024, "num_hidden_layers": 2,
+           "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 1024, "max_position_embeddings": 4096,
+           "hidden_act": "gelu_pytorch_tanh", "residual_dropout": 0.1, "use_bias": True}
+    up = regime("qlora", "amp", upcast=True)
+    a, b = _last_block(cfg)
+    a0, b0 = _last_block({**cfg, "residual_dropout": 0.0})
+    assert dequant_meeting_bytes(a, b, up, QV, upcast=True) - dequant_meeting_bytes(a0, b0, up, QV, upcast=True) \
+        == 4 * 1024
+    # not without the upcast: down_proj's bf16 input is the one tensor, as F59's moment counts it
+    amp = regime("qlora", "amp")
+    assert dequant_meeting_bytes(a, b, amp, QV) == dequant_meeting_bytes(a0, b0, amp, QV)

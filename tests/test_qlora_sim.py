@@ -74,7 +74,7 @@ def meeting_of(tokens: int) -> int:
     """What meets the llama's dequantised gate/up weight when down_proj has no adapter (q and v), per `tokens`."""
     a = normalise(LLAMA, "m")
     r = regime("lora", "amp", 4, input_cast=False)
-    return tokens * dequant_meeting_bytes(build_graph(a).spec.distinct_layers[0][0], r, frozenset({"q", "v"}))
+    return tokens * dequant_meeting_bytes(a, build_graph(a).spec.distinct_layers[0][0], r, frozenset({"q", "v"}))
 
 
 def recompute_transient_bytes_of(tokens: int) -> int:
