@@ -120,10 +120,10 @@ def test_the_harness_quantises_what_transformers_does():
 
 def test_gpt2_qlora_steps():
     """GPT-2 (2 layers, a 1,024-token vocabulary), QLoRA on c_attn, checkpointed, its Conv1D layers quantised as
-    transformers converts them: -2.6% (its attention dropout sends the CPU to SDPA's math kernel), and -7.1% after
-    prepare_model_for_kbit_training, whose fp32 MLP runs gelu_new in Python (tanh, mul, add, each fp32): left, named
-    in the closing notes."""
+    transformers converts them: -2.6% (its attention dropout sends the CPU to SDPA's math kernel), and -0.5% after
+    prepare_model_for_kbit_training, whose fp32 MLP runs gelu_new in Python (tanh, mul, add, each fp32: -7.1%
+    while they were priced in bf16)."""
     s = load_settings().assumptions
     rows = [r for r in measured_rows("cpu-sim-extra") if r["model_type"] == "gpt2" and r["setup"]["method"] == "qlora"]
     errors = {r["setup"]["upcast_fp32"]: estimate_bytes(r, s) / r["measured"]["peak_bytes"] - 1 for r in rows}
-    assert len(rows) == 2 and -0.03 < errors[False] < 0 and -0.075 < errors[True] < 0, errors
+    assert len(rows) == 2 and -0.03 < errors[False] < 0 and abs(errors[True]) < 0.01, errors

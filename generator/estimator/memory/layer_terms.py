@@ -11,11 +11,14 @@ from ..graph.nodes import Graph
 from ..graph.parts import Block, Spec
 from ..inputs import Assumptions
 from .activations import (
+    PYTHON_GELU,
     Regime,
     block_activation_bytes,
     fused_view_bytes,
     masked_sdpa_terms,
     masked_sdpa_windows,
+    mlp_act,
+    python_gelu_bytes,
 )
 from .attention import eager_backward_bytes, eager_layer_terms, math_layer_terms, math_sdpa
 from .ends import embed_dropout_bytes, frozen_embedding_bytes, head_activation_bytes
@@ -139,8 +142,10 @@ def layer_bytes(a: Arch, b: Block, r: Regime, attention: str, T: int, saves: boo
     if upcast and not r.trained and r.amp:
         # prepare_model_for_kbit_training leaves fp32 norms and residual: bitsandbytes Linear4bit.forward returns
         # matmul_4bit(...).to(inp_dtype), fp32, so the MLP's gate, act and up (silu and mul are not autocast ops)
-        # are saved in fp32, not bf16.
+        # are saved in fp32, not bf16; so are a Python GELU's own tensors (tanh, mul, add: GPT-J's and GPT-2's
+        # gelu_new, F59)
         out += (4 - c) * sum(p.act_frozen for p in b.parts if not p.attn_flops)
+        out += python_gelu_bytes(b, 4) - python_gelu_bytes(b, c) if mlp_act(a) in PYTHON_GELU else 0
     return out
 
 
