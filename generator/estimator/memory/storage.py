@@ -258,7 +258,10 @@ def dequant_meeting_bytes(a: Arch, b: Block, r: Regime, roles: frozenset[str] | 
     fp32_stream = upcast and r.amp
     width, hidden = part.linears[-1]
     mlp = r.residual_bytes if fp32_stream else r.compute_bytes
-    act, through = mlp_act(a), r.dropout and layer_dropouts(a, b)[0] > 0
+    # a norm on the MLP's output (OLMo-2's and Gemma-2's post_feedforward_layernorm) saves its input after down_proj
+    # too: OLMo-2-7B's upcast step read -4.5% without it
+    post_norm = any(p.type.endswith("Norm") for p in b.parts[b.parts.index(part) + 1:])
+    act, through = mlp_act(a), post_norm or (r.dropout and layer_dropouts(a, b)[0] > 0)
     out = width * r.compute_bytes + hidden * (2 * r.residual_bytes + mlp) - (4 * hidden if fp32_stream else 0)
     if through:
         return out + (4 * width if fp32_stream and act != "relu" else 0)
