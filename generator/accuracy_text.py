@@ -7,28 +7,35 @@ from typing import Any
 from .accuracy_rows import MISS_PCT
 
 
+def _pct(v: float | None) -> str:
+    """A percentage figure, "-" where it has no rows."""
+    return "-" if v is None else f"{v:.1f}"
+
+
+def _error_line(e: Any) -> str:
+    """One ErrorRow under the header render() writes."""
+    return (f"{e.dataset:<10} {e.method:<10} {e.compared:>4} {_pct(e.median_abs_pct):>14} {_pct(e.p90_abs_pct):>11} "
+            f"{_pct(e.max_abs_pct):>8} {_pct(e.mean_signed_pct):>10}")
+
+
 def render(table: Any) -> str:
     """Plain-text table (the command's output)."""
     lines = [f"estimator {table.estimator_version}; rows compared: "
              + ", ".join(f"{d} {c}/{n}" for d, n, c in table.rows), "",
              f"{'dataset':<10} {'method':<10} {'n':>4} {'median |err|%':>14} {'p90 |err|%':>11} {'max':>8} {'mean err%':>10}"]
-    for e in table.errors:
-        f = lambda v: "-" if v is None else f"{v:.1f}"  # noqa: E731
-        lines.append(f"{e.dataset:<10} {e.method:<10} {e.compared:>4} {f(e.median_abs_pct):>14} {f(e.p90_abs_pct):>11} "
-                     f"{f(e.max_abs_pct):>8} {f(e.mean_signed_pct):>10}")
+    lines += [_error_line(e) for e in table.errors]
     lines += ["", "public rows by what they measured (the pages price the allocated peak):"]
-    lines += [f"  {e.dataset:<10} {e.method:<10} {e.compared:>4} {f(e.median_abs_pct):>14} {f(e.p90_abs_pct):>11} "
-              f"{f(e.max_abs_pct):>8} {f(e.mean_signed_pct):>10}" for e in table.public_metrics]
+    lines += [f"  {_error_line(e)}" for e in table.public_metrics]
     lines += ["", f"{'dataset':<10} {'method':<10} {'card':<18} {'jobs':>5} {'non-fit flagged':>16} {'false no-fit':>13} "
                   f"{'fit, tight':>11}"]
     for r in table.fits:
         lines.append(f"{r.dataset:<10} {r.method:<10} {r.card:<18} {r.jobs:>5} {f'{r.nonfit_flagged}/{r.nonfit}':>16} "
                      f"{f'{r.false_wont_fit}/{r.fit}':>13} {f'{r.fit_tight}/{r.fit}':>11}")
     lines += ["", "CPU-simulated rows by setup:"]
-    lines += [f"  {e.method:<62} {e.compared:>4} {f(e.median_abs_pct):>6} {f(e.p90_abs_pct):>6} {f(e.max_abs_pct):>6}"
+    lines += [f"  {e.method:<62} {e.compared:>4} {_pct(e.median_abs_pct):>6} {_pct(e.p90_abs_pct):>6} {_pct(e.max_abs_pct):>6}"
               for e in table.setups]
     lines += ["", "CPU-simulated training rows by family (leave-one-family-out: nothing is fitted):"]
-    lines += [f"  {e.dataset:<16} {e.compared:>4} {f(e.median_abs_pct):>6} {f(e.p90_abs_pct):>6} {f(e.max_abs_pct):>6}"
+    lines += [f"  {e.dataset:<16} {e.compared:>4} {_pct(e.median_abs_pct):>6} {_pct(e.p90_abs_pct):>6} {_pct(e.max_abs_pct):>6}"
               for e in table.families]
     lines += ["", "CPU-simulated steps replayed through the caching allocator: reserved and least card over the live "
                   "peak (median, max %), the reserved estimate's error (median |err|, mean %), headroom margin (min %), "

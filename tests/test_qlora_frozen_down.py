@@ -9,7 +9,7 @@ from generator.accuracy_rows import estimate_bytes
 from generator.estimator.graph.nodes import build_graph
 from generator.estimator.inputs import Assumptions
 from generator.estimator.memory.activations import recompute_transient_bytes, regime
-from generator.estimator.memory.job import job_memory
+from generator.estimator.memory.job import job_memory, job_phases
 from generator.estimator.memory.job_options import Job
 from generator.estimator.memory.storage import beside_held, dequant_meeting_bytes, dequant_transient_bytes
 from generator.estimator.normalise import normalise
@@ -72,11 +72,19 @@ def test_double_quant_decodes_an_fp32_absmax_per_64_weights():
 
 
 def test_the_step_grows_by_the_meeting():
+    """The recomputed layer's phase holds the dequantised weight (and its absmax) with what meets it, beyond the
+    frozen MLP's backward gradients it held before: dequant + T x meeting - T x held on top of the layer."""
     a = normalise(LLAMA, "m")
     g = build_graph(a)
     job = dict(method="qlora", tokens=2048, grad_ckpt=True, lora_rank=8, double_quant=True)
     qv = job_memory(a, g, S, Job(**job, lora_targets="q_proj,v_proj"))
     assert qv.peak_phase == "backward (recomputing a checkpointed layer)"
+    phase = next(ph for ph in job_phases(a, g, S, Job(**job, lora_targets="q_proj,v_proj"))
+                 if ph.name == qv.peak_phase)
+    b, r = g.spec.blocks[-1], regime("qlora", "amp")
+    expected = dequant_transient_bytes(g, "nf4", 2, nested=True) \
+        + 2048 * (dequant_meeting_bytes(a, b, r, QV) - recompute_transient_bytes(b, r, QV))
+    assert phase.overhead_fixed == expected > 0
     # without checkpointing nothing is recomputed: the moment does not exist
     plain = job_memory(a, g, S, Job(**{**job, "grad_ckpt": False}, lora_targets="q_proj,v_proj"))
     assert plain.peak_phase != "backward (recomputing a checkpointed layer)"

@@ -221,7 +221,7 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
                                       job.double_quant and not runs_torchtune(job.loss))
     # what the dequantised weight adds beside each layer's recomputation, and what meets it there (F59)
     beside = [beside_held(dequant, B * h, runs_torchtune(job.loss), B * T * dequant_meeting_bytes(
-        a, b, r, roles, job.upcast_fp32)) for (b, _), h in zip(distinct, held, strict=True)]
+        a, b, r, roles, job.upcast_fp32) if dequant else 0) for (b, _), h in zip(distinct, held, strict=True)]
     # the phases after the backward hold no activation: the same with checkpointing or without, made once
     closing: tuple[Phase, ...] = ()
     if not lora and spec.tied:  # F6: the tied weight's two gradients and their sum

@@ -14,14 +14,7 @@ from ..graph.nodes import Graph
 from ..inputs import Assumptions
 from .activations import ADAPTER_NO_CAST, Regime, regime
 from .attention import default_attention
-from .frameworks import (
-    LITGPT_LOSS,
-    TORCHTUNE_LOSS,
-    framework_attention,
-    framework_model,
-    runs_litgpt,
-    runs_torchtune,
-)
+from .frameworks import LITGPT_LOSS, TORCHTUNE_LOSS, framework_attention, framework_model, own_model
 from .recipes import RECIPES
 from .storage import bnb_leaves_linears
 
@@ -119,8 +112,8 @@ def resolve(job: Job, a: Arch) -> Job:
     LoRA steps')."""
     if not job.attention:
         job = dataclasses.replace(job, attention=default_attention(a)[0])
-    if job.method == "qlora" and not runs_litgpt(job.loss) and not runs_torchtune(job.loss) \
-            and bnb_leaves_linears(a, job.storage, job.transformers_version):
+    if job.method == "qlora" and not own_model(job.loss) and bnb_leaves_linears(a, job.storage,
+                                                                             job.transformers_version):
         job = dataclasses.replace(job, method="lora", weights="fp32" if job.upcast_fp32 else "bf16",
                                   double_quant=False, upcast_fp32=False, bnb_version="")
     return job
