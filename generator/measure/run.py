@@ -147,6 +147,44 @@ def cuda_4bit_step():
         yield
 
 
+class _GroupedMatmul(torch.autograd.Function):
+    """aten._grouped_mm on fake tensors of a dtype its meta kernel refuses (anything but bf16): CUDA's kernel takes
+    fp32 and fp16 too (aten/src/ATen/native/cuda/GroupedBlas.cpp: its bf16 fast path, else _grouped_mm_fallback,
+    an mm per group into one output), and its autograd node (GroupedMmBackward0) saves each operand only for the
+    other's gradient (a frozen weight: the weight, not the input) and makes only the gradients asked for. Same
+    allocations, no values: the simulation never reads them."""
+
+    @staticmethod
+    def forward(ctx, a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(a if b.requires_grad else None, b if a.requires_grad else None)
+        ctx.shapes = a.shape, b.shape
+        return a.new_empty(a.shape[0], b.shape[-1])
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        a_shape, b_shape = ctx.shapes
+        return (grad.new_empty(a_shape) if ctx.needs_input_grad[0] else None,
+                grad.new_empty(b_shape) if ctx.needs_input_grad[1] else None, None)
+
+
+@contextlib.contextmanager
+def cuda_grouped_mm():
+    """Routed experts whose weights are not bf16 (prepare_model_for_kbit_training upcasts the experts bitsandbytes
+    leaves unquantised to fp32) as a CUDA card from sm80 runs them: transformers' _grouped_mm calls torch's grouped
+    matmul there (integrations/moe.py _can_use_grouped_mm), whose meta kernel checks for bf16 only."""
+    from transformers.integrations import moe
+
+    ours = moe._grouped_mm
+
+    def grouped(input: torch.Tensor, weight: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
+        if weight.dtype == torch.bfloat16:
+            return ours(input, weight, offs)
+        return _GroupedMatmul.apply(input.to(weight.dtype), weight, offs)
+
+    with mock.patch.object(moe, "_grouped_mm", grouped):
+        yield
+
+
 def run_cpu(config: Mapping[str, Any], setup: Setup, explain: bool = False, allocator: bool = False) -> dict[str, Any]:
     """MemTracker on fake CPU tensors: exact tensor bytes of the step, no CUDA kernels' own choices. With
     `allocator`, the step's storages are also replayed through the CUDA caching allocator (allocator.py): the
@@ -178,7 +216,7 @@ def run_cpu(config: Mapping[str, Any], setup: Setup, explain: bool = False, allo
         vocab = meta.get_input_embeddings().num_embeddings
         with FakeTensorMode(allow_non_fake_inputs=True), mock.patch.object(
                 masking_utils, "find_packed_sequence_indices", _unpacked), cuda_4bit_step() if qlora \
-                else contextlib.nullcontext():
+                else contextlib.nullcontext(), cuda_grouped_mm():
             model = materialise(meta, "cpu")
             states = fake_pack_nf4(model, setup.double_quant) if qlora else []
             counts = count_params(model)

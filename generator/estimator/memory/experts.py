@@ -1,10 +1,12 @@
 """What routed experts add to a layer's memory beyond their saved tensors: the effective weights and gradients of
-peft's adapted expert tensors, and the gradients of an MoE that runs every expert on every token."""
+peft's adapted expert tensors, what frozen routed experts hold at their forward's end and their backward, and the
+gradients of an MoE that runs every expert on every token."""
 
 from __future__ import annotations
 
+from ..config.arch import Arch
 from ..graph.parts import Block, Part
-from .activations import Regime
+from .activations import Regime, recompute_transient_bytes
 from .lora import expert_tensors
 
 
@@ -51,3 +53,47 @@ def every_expert_backward_terms(b: Block, r: Regime) -> tuple[int, int]:
             made = experts * inter * hidden + sum(i * o for i, o in p.linears)
             return 2 * experts * inter * r.compute_bytes + 2 * hidden * r.residual_bytes, made
     return 0, 0
+
+
+def routed_transient_bytes(b: Block, r: Regime, roles: frozenset[str] | None, backward: bool = True) -> int:
+    """Per token, what a layer's top-k MoE with frozen experts (none of its expert tensors adapted) holds beyond its
+    saved tensors, at the larger of two moments, in the residual stream's dtype (bf16; fp32 after
+    prepare_model_for_kbit_training, whose upcast reaches the experts bitsandbytes leaves unquantised):
+    - the end of its forward (transformers 5.24 integrations/moe.py grouped_mm_experts_forward): the routed tokens'
+      gathered input hidden_states[perm // k], their weighted output proj_out * sample_weights_g and its reordering
+      weighted_out[inv_perm], three k x hidden tensors no backward saves (a frozen weight's grouped matmul keeps no
+      input: GroupedMmBackward0 saves each operand only for the other's gradient). A checkpointed layer's
+      recomputation stops there, at the last tensor it saves (torch/utils/checkpoint.py early stop), its frame's
+      locals alive, or beside the incoming [tokens, k, hidden] gradient in place of the reordering; without
+      checkpointing, the last layer's forward ends there (`backward` False);
+    - the backward of the experts' gated product, as a frozen MLP's (activations.frozen_mlp_backward_bytes) over the
+      k routed copies: the product's gradient and its two factors' (two for a plain MLP), and the layer output's,
+      the routed outputs the routing weights' gradient read freed by then.
+    Read off CPU-simulated QLoRA steps on q and v (FINDINGS.md F61): Qwen3-30B-A3B checkpointed and not, and under
+    the upcast; Qwen1.5-MoE-A2.7B (its shared expert runs first); Mixtral-8x7B, whose MLP-wide product is the
+    larger moment. 0 for a full fine-tune, adapted experts (F10's terms) and an MoE that runs every expert
+    (every_expert_backward_terms)."""
+    if r.trained or expert_tensors(b, roles):
+        return 0
+    part = next((p for p in b.parts if p.type.startswith("MoE") and len(p.mats) >= 2), None)
+    if part is None or runs_every_expert(part):
+        return 0
+    experts, inter, hidden = part.mats[1]
+    k, x = part.top_k, r.residual_bytes
+    routed = 3 * k * hidden * x
+    if not backward:
+        return routed
+    factors = 3 if part.mats[0][0] == 2 * experts else 2
+    return max(routed, factors * k * inter * x + hidden * r.residual_bytes - k * hidden * x)
+
+
+def held_transient_bytes(b: Block, r: Regime, roles: frozenset[str] | None, saves: bool = False, upcast: bool = False,
+                         a: Arch | None = None, backward: bool = True) -> int:
+    """Per token, what a layer holds beyond its saved tensors at its recomputation's peak (`backward` False: at the
+    end of a forward without checkpointing): the larger of its last Linear's moment, the adapter forward or frozen
+    MLP backward (activations.recompute_transient_bytes: an MoE layer's last Linear is its attention's, o_proj,
+    whose adapter forward runs before the experts) and a frozen routed MoE's (routed_transient_bytes). A negative
+    first term is prepare_model_for_kbit_training's norm input counted twice, which holds for both."""
+    last = recompute_transient_bytes(b, r, roles, saves, upcast, a, backward)
+    routed = routed_transient_bytes(b, r, roles, backward)
+    return max(last, routed + min(last, 0)) if routed else last

@@ -22,11 +22,10 @@ from .activations import (
     forward_locals_bytes,
     kept_cache_bytes,
     last_linear_params,
-    recompute_transient_bytes,
 )
 from .attention import eager_forward_scores, head_params, math_backward_bytes
 from .ends import final_norm_backward_bytes, head_norm_bytes
-from .experts import every_expert_backward_terms
+from .experts import every_expert_backward_terms, held_transient_bytes
 from .frameworks import (
     dequant_bytes_per_weight,
     framework_buffer_bytes,
@@ -81,7 +80,7 @@ SCAN_PHASE = "backward (the torch scan's state gradients)"
 EXPERTS_PHASE = "backward (every expert's gradients)"
 EAGER_FORWARD_PHASE = "forward (the last attention layer's softmax)"
 CACHE_PHASE = "forward (the loss, autocast's cached weight copies)"
-FORWARD_PHASE = "forward (the last layer's last adapted Linear)"
+FORWARD_PHASE = "forward (the end of the last layer)"
 # A 4-bit or int8 base's weight is dequantised for each matmul and freed after it (storage.dequant_transient_bytes),
 # inside a layer's forward or backward, never at the loss or the final norm (F29: bitsandbytes' own kernels, simulated)
 DEQUANT_PHASE = "forward (the last layer's dequantised weight)"
@@ -198,9 +197,10 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
     layer = memoised(memo, ("layer", r, rank, roles, job.attention, T, saves, job.upcast_fp32, job.loss,
                             job.lora_targets), lambda: [per_layer(b, n) for (b, _), n in zip(distinct, terms.act,
                                                                                              strict=True)])
-    # the recomputed layer's copies of its last Linear's input, held beside its saved tensors (recompute_transient_bytes)
+    # the recomputed layer's copies of its last Linear's input, held beside its saved tensors, and a frozen routed
+    # MoE's moments (experts.held_transient_bytes)
     held = memoised(memo, ("recompute", r, roles, saves, job.upcast_fp32), lambda: [
-        T * recompute_transient_bytes(b, r, roles, saves, job.upcast_fp32, a) for b, _ in distinct])
+        T * held_transient_bytes(b, r, roles, saves, job.upcast_fp32, a) for b, _ in distinct])
     fixed = [f + framework_fixed_bytes(a, b, r, job.loss, job.attention, T)  # LitGPT's sliding-window masks
              for (b, _), f in zip(distinct, terms.experts, strict=True)]
     layers_sum = sum(n * v for (_, n), v in zip(distinct, layer, strict=True))
@@ -289,8 +289,8 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
                 phases.append(phase("backward (the final norm)", weights=weights, optimizer_state=state,
                                     activations=B * (acts - head + head_norm + final_norm) + fixed_sum,
                                     overhead_weights=copies, experts=fixed_sum))
-            fwd = T * recompute_transient_bytes(distinct[index[-1]][0], r, roles, saves, job.upcast_fp32, a,
-                                                backward=False) if lora and index else 0
+            fwd = T * held_transient_bytes(distinct[index[-1]][0], r, roles, saves, job.upcast_fp32, a,
+                                            backward=False) if lora and index else 0
             if fwd:  # the last layer's last Linear's adapter forward, every layer's tensors saved (F44), beside
                 # what the model's forward still references (F58)
                 fwd += T * forward_locals_bytes(g, r)

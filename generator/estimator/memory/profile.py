@@ -29,7 +29,7 @@ from ..config.arch import Arch
 from ..graph.nodes import Graph
 from ..graph.parts import Block, Part, Spec
 from ..inputs import Assumptions, Card
-from .activations import forward_locals_bytes, recompute_transient_bytes, regime
+from .activations import forward_locals_bytes, regime
 from .attention import (
     default_attention,
     eager_forward_scores,
@@ -39,6 +39,7 @@ from .attention import (
     math_layer_terms,
     math_sdpa,
 )
+from .experts import held_transient_bytes
 from .layer_terms import (
     adapter_params,
     distinct_values,
@@ -142,12 +143,13 @@ def train_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, method: str, r
     if method != "full" and grad_fixed:
         backward.append(Branch("backward (an adapted expert tensor's gradient)", grad_fixed, tokens * grad_token,
                                embed_act + rates_sum + grad_token))
-    # the end of the forward: the last layer's adapted down projection holds its input's copies (job.py F44)
+    # the end of the forward: the last layer's adapted down projection holds its input's copies (job.py F44), or its
+    # frozen routed experts their tokens' copies (F61)
     last = spec.blocks[-1] if spec.blocks and method != "full" else None
-    fwd = recompute_transient_bytes(last, r, roles, a=a, backward=False) if last is not None else 0
+    fwd = held_transient_bytes(last, r, roles, a=a, backward=False) if last is not None else 0
     if fwd:  # beside what the model's forward still references (F58)
         fwd += forward_locals_bytes(g, r)
-        backward.append(Branch("forward (the last layer's last adapted Linear)", 0, tokens * fwd,
+        backward.append(Branch("forward (the end of the last layer)", 0, tokens * fwd,
                                embed_act + rates_sum + fwd))
     # eager attention whose forward holds more at its softmax than its backward keeps (job.py F57)
     held_sq = eager_forward_scores(a, g, r, 1, False) if eager else 0
