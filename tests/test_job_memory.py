@@ -16,10 +16,10 @@ from generator.estimator.normalise import normalise
 from generator.estimator.graph.nodes import build_graph
 from generator.estimator.inputs import Assumptions
 from generator.estimator.memory.activations import recompute_transient_bytes, regime
-from generator.estimator.memory.job import ADAMW8BIT_STATE_BYTES, DEQUANT_PHASE, job_memory, job_phases
+from generator.estimator.memory.job import DEQUANT_PHASE, job_memory, job_phases
 from generator.estimator.memory.job_result import PARTS
 from generator.estimator.memory.job_options import METHODS, Job, JobError
-from generator.estimator.memory.storage import weight_bytes
+from generator.estimator.memory.storage import ADAMW8BIT_STATE_BYTES, weight_bytes
 from generator.estimator.memory.profile import serve_profile, train_profile
 from generator.settings import load_settings
 from tests.conftest import measured_rows, snapshot_configs, tiny_qwen2

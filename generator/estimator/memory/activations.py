@@ -389,12 +389,12 @@ def mlp_transient(a: Arch, b: Block) -> int:
     return max([b.transient] + [3 * (p.act // 2) for p in b.parts if p.type == "MLP"])
 
 
-def kept_cache_bytes(a: Arch, g: Graph, r, grad_ckpt: bool) -> int:
+def kept_cache_bytes(a: Arch, g: Graph, r, grad_ckpt: bool, upcast: bool = False) -> int:
     """Per token: the DynamicCache a training forward builds (use_cache defaults to config.use_cache; gradient
-    checkpointing turns it off) holds each attention layer's rope'd keys in the residual stream's dtype (fp32 under
-    full AMP: rope's cos/sin take the hidden states' dtype, modeling_llama LlamaRotaryEmbedding) where SDPA saved
-    their bf16 cast; the values are the tensors SDPA saved already."""
-    if grad_ckpt or r.residual_bytes == r.compute_bytes:
+    checkpointing turns it off). Under full AMP it holds each attention layer's rope'd keys in fp32 (rope's cos/sin
+    take the hidden states' dtype, modeling_llama) where SDPA saved their bf16 cast, the values the tensors SDPA
+    saved; after prepare_model_for_kbit_training (`upcast`) keys and values, rope or not (F62's listings)."""
+    if grad_ckpt or r.residual_bytes == r.compute_bytes or not a.raw.get("use_cache", True):
         return 0
     layers = sum(1 for b in g.spec.blocks for p in b.parts if p.attends)
-    return layers * r.residual_bytes * a.kv_heads * a.head_dim
+    return layers * r.residual_bytes * a.kv_heads * a.head_dim * (2 if upcast and not r.trained else 1)

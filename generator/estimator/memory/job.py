@@ -65,6 +65,7 @@ from .recurrence import (
     wkv_backward_bytes,
 )
 from .storage import (
+    ADAMW8BIT_STATE_BYTES,
     beside_held,
     dequant_meeting_bytes,
     dequant_transient_bytes,
@@ -84,12 +85,6 @@ FORWARD_PHASE = "forward (the end of the last layer)"
 # A 4-bit or int8 base's weight is dequantised for each matmul and freed after it (storage.dequant_transient_bytes),
 # inside a layer's forward or backward, never at the loss or the final norm (F29: bitsandbytes' own kernels, simulated)
 DEQUANT_PHASE = "forward (the last layer's dequantised weight)"
-
-# bitsandbytes 8-bit optimizers: two uint8 states + one fp32 absmax per 256-element block each
-# (bitsandbytes/optim/optimizer.py Optimizer2State.init_state, blocksize 256; Dettmers et al. 2022,
-# arXiv:2110.02861). Tensors under 4,096 elements stay 32-bit (min_8bit_size); their share is ignored.
-ADAMW8BIT_STATE_BYTES = 2 + 2 * 4 / 256
-
 
 def job_phases(a: Arch, g: Graph, s: Assumptions, job: Job, model: str = "",
                memo: dict | None = None) -> tuple[Phase, ...]:
@@ -272,11 +267,14 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
     head_norm, final_norm = T * head_norm_bytes(g, r), T * final_norm_backward_bytes(g)
     adapter_grads_first = param_bytes * (trainable - adapter_params(spec, rank, roles, memo)[first]) \
         if lora and distinct else 0
+    # at the loss the logits' fp32 copy and log_softmax are made, not yet their gradient (F27: c B per logit fewer)
+    fwd_less = T * c * spec.logits if job.loss == "hf" else 0
     out: list[tuple[Phase, ...]] = []
     for grad_ckpt in variants:
-        kept = 0
-        if job.keep_outputs:  # the output object alive through backward: its bf16 logits and its KV cache (F8)
-            kept = T * (c * spec.logits + kept_cache_bytes(a, g, r, grad_ckpt))
+        # the training forward's KV cache: through the backward with the output the loop keeps, beside its bf16
+        # logits (F8); after the upcast its fp32 keys and values are copies, alive to the loss in any loop (F62)
+        cache = T * kept_cache_bytes(a, g, r, grad_ckpt, job.upcast_fp32)
+        kept, cache = (T * c * spec.logits + cache if job.keep_outputs else 0), (cache if job.upcast_fp32 else 0)
         if not grad_ckpt:
             emb = embed - frozen_embed
             views = sum(n * v for (_, n), v in zip(distinct, terms.views, strict=True))  # the cache's copies (F11)
@@ -285,6 +283,10 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
                             optimizer_state=state, activations=B * (acts - logits) + fixed_sum + carried,
                             logits=B * logits,
                             overhead_weights=copies, overhead_fixed=chunk, experts=fixed_sum)]
+            if cache and not kept:  # the loss, its gradient not made yet (F27), the cache alive (F62)
+                phases.append(phase("loss (logits)", weights=weights, optimizer_state=state, overhead_weights=copies,
+                                    activations=B * (acts - logits + cache) + fixed_sum + carried,
+                                    logits=B * (logits - fwd_less), overhead_fixed=chunk, experts=fixed_sum))
             if final_norm:  # the final norm's backward, the head's tensors freed (activations)
                 phases.append(phase("backward (the final norm)", weights=weights, optimizer_state=state,
                                     activations=B * (acts - head + head_norm + final_norm) + fixed_sum,
@@ -295,11 +297,11 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
                 # what the model's forward still references (F58)
                 fwd += T * forward_locals_bytes(g, r)
                 phases.append(phase(FORWARD_PHASE, weights=weights, optimizer_state=state, overhead_weights=copies,
-                                    activations=B * (emb + layers_sum + T * views + fwd) + fixed_sum + carried,
+                                    activations=B * (emb + layers_sum + T * views + fwd + cache) + fixed_sum + carried,
                                     experts=fixed_sum))
             if dequant:  # the last layer's last quantised matmul: every layer's saved tensors, its weight dequantised
                 phases.append(phase(DEQUANT_PHASE, weights=weights, optimizer_state=state,
-                                    activations=B * (emb + layers_sum + T * views) + fixed_sum + carried,
+                                    activations=B * (emb + layers_sum + T * views + cache) + fixed_sum + carried,
                                     overhead_weights=copies, overhead_fixed=dequant, experts=fixed_sum))
             if any(f for f, _ in chunked):  # the last Mamba-2 layer's forward, before the head (recurrence)
                 phases.append(phase("forward (the torch scan's chunks)", weights=weights, optimizer_state=state,
@@ -312,11 +314,6 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
             # reruns one layer at a time, whose saved tensors live beside the gradients made so far (the head's at
             # the last layer; a full fine-tune's every later layer's at the first).
             inputs = embed + kept_inputs * T * per_input
-            # The end of the forward, the loss computed inside autocast: autocast's cache keeps every layer's bf16
-            # copy of its fp32 weights until the autocast region exits (aten/src/ATen/autocast_mode.cpp
-            # cached_cast: fp32 leaves that require grad), checkpointed or not; the loss has made its fp32 copy
-            # and log_softmax of the logits, not yet the gradient (F27: c B per logit fewer than at the backward)
-            fwd_less = T * c * spec.logits if job.loss == "hf" else 0
             # the layer recomputed at the peak, and its per-expert tensors
             recomputed = max(zip(layer, held, fixed, beside, strict=True), key=lambda t: B * (t[0] + t[1]) + sum(t[2:]),
                              default=(0, 0, 0, 0))
@@ -329,7 +326,9 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
                             overhead_weights=ckpt_copies[1], overhead_fixed=recomputed[3],
                             experts=recomputed[2])]
             if r.trained and r.amp:  # a full fine-tune under autocast: its cached copies at the loss (LoRA's
-                # are its adapters', in ckpt_copies already; a frozen weight's are not cached)
+                # are its adapters', in ckpt_copies already; a frozen weight's are not cached): autocast's cache
+                # keeps every layer's bf16 copy of its fp32 weights until the autocast region exits
+                # (aten/src/ATen/autocast_mode.cpp cached_cast: fp32 leaves that require grad), checkpointed or not
                 phases.append(phase(CACHE_PHASE, weights=weights, optimizer_state=state,
                                     activations=B * (inputs + head + kept - logits) + carried,
                                     logits=B * (logits - fwd_less),

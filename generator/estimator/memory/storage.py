@@ -1,5 +1,5 @@
 """Stored bytes of weights: a quantised checkpoint's packed elements and scales, the bases a job may quantise to
-(QUANTS), the weights a job or a server holds, and the dequantised transient."""
+(QUANTS), the weights a job or a server holds, the dequantised transient, and bitsandbytes' 8-bit optimizer state."""
 
 from __future__ import annotations
 
@@ -13,6 +13,11 @@ from ..inputs import Assumptions
 from .activations import MLP_TYPES, PYTHON_GELU, Regime, last_linear_part, mlp_act, python_gelu_bytes
 from .dropouts import layer_dropouts
 from .lora import linear_roles
+
+# bitsandbytes 8-bit optimizers: two uint8 states + one fp32 absmax per 256-element block each
+# (bitsandbytes/optim/optimizer.py Optimizer2State.init_state, blocksize 256; Dettmers et al. 2022,
+# arXiv:2110.02861). Tensors under 4,096 elements stay 32-bit (min_8bit_size); their share is ignored.
+ADAMW8BIT_STATE_BYTES = 2 + 2 * 4 / 256
 
 
 def _mat_elements(q: Quant, count: int, n_in: int, n_out: int) -> tuple[int, float]:
