@@ -53,11 +53,14 @@ QK_NORM_FP32 = frozenset({
     "shieldgemma2", "step3p7", "t5gemma2"})  # shieldgemma2: Gemma3's text model
 
 
-# Attention classes whose fused projection's output stays alive through a view SDPA saves: q is a view of the fused
-# qkv output (split, view, transpose, no rope to copy it), while a training forward's DynamicCache (use_cache from
-# the config; None under gradient checkpointing) copies k and v (cache_utils.DynamicLayer.update: torch.cat), and
-# SDPA saves those copies: the fused output's k and v slices are kept beside them.
-FUSED_QKV_VIEW = {"gpt2": "modeling_gpt2.GPT2Attention", "gpt_bigcode": "modeling_gpt_bigcode.GPTBigCodeAttention"}
+# LayerNorms written in Python that save two fp32 centred copies of their input (x - mean, once for the variance's
+# pow, once for the normalising mul) and the rsqrt, not native layer_norm's input, mean and rstd; with a trained
+# weight the fp32 normalised tensor too (CohereLayerNorm.forward; the CPU simulation's sub.Tensor pairs, F63).
+PYTHON_LAYER_NORM = {"cohere": "modeling_cohere.CohereLayerNorm", "cohere2": "modeling_cohere2.Cohere2LayerNorm",
+                     "cohere2_moe": "modeling_cohere2_moe.Cohere2MoeLayerNorm",
+                     "cohere_compass": "modeling_cohere_compass.CohereCompassLayerNorm",
+                     "cohere_compass_text": "modeling_cohere_compass.CohereCompassLayerNorm"}
+
 
 class Regime(NamedTuple):
     """How a training step keeps its tensors: the residual stream's and the matmuls' bytes per element, whether
@@ -137,6 +140,18 @@ def norm_bytes(rms_width: int, width: int, stats: int, read: int, fed: int, r: R
     # pure bf16 / fp32: RMS upcasts its input; the normalised output (weight gradient) and the scaled output
     # (the Linears' shared input) in the weights' dtype
     return 4 * rms_width + r.residual_bytes * ln + stats + r.residual_bytes * (rms_width + fed)
+
+
+def python_layer_norm_bytes(a: Arch, parts: tuple[Part, ...] | list[Part], r: Regime) -> int:
+    """Per token, what a PYTHON_LAYER_NORM family's LayerNorms among `parts` save beyond what norm_bytes charged
+    them as native layer_norm (its input in fp32 under CUDA autocast, else in the residual's dtype, with mean and
+    rstd): 8 B per element and 4 per norm, 12 B per element where the weight trains. 0 for other families."""
+    if a.model_type not in PYTHON_LAYER_NORM:
+        return 0
+    norms = [p for p in parts if p.norm_width and p.type != "RMSNorm"]
+    width = sum(p.norm_width for p in norms)
+    native = (4 if r.amp and (r.trained or not r.cpu) else r.residual_bytes) * width + 8 * len(norms)
+    return (12 if r.trained else 8) * width + 4 * len(norms) - native
 
 
 def adapter_activation_bytes(b: Block, roles: frozenset[str] | None, rank: int, r: Regime) -> int:
@@ -272,6 +287,7 @@ def block_activation_bytes(a: Arch, b: Block, r: Regime, rank: int = 0,
     `act_frozen`), fp32 softmax statistics, q/k norms over head_dim and adapters' inputs."""
     c = r.compute_bytes
     out = norm_bytes(b.rms_width, b.norm_width, b.norm_stats_bytes, b.norm_read, b.norm_fed, r)
+    out += python_layer_norm_bytes(a, b.parts, r)
     out += c * (b.act if r.trained else b.act_frozen) + 4 * b.act32
     attention = sum(1 for p in b.parts if p.attends)
     if a.qk_norm and attention:
@@ -355,15 +371,6 @@ def masked_sdpa_windows(a: Arch, b: Block, r: Regime) -> tuple[tuple[int, int, i
     return windowed + tuple((1, 0, p.act32 * c) for p in b.parts if p.attends and p.window == 0)
 
 
-def fused_view_bytes(a: Arch, b: Block, r: Regime) -> int:
-    """Per token of one layer: the k and v slices of the fused qkv output kept by q's view (FUSED_QKV_VIEW) where
-    the training forward's DynamicCache copied them: use_cache on (the config's, default True); callers leave it
-    out under gradient checkpointing (no cache)."""
-    if a.model_type not in FUSED_QKV_VIEW or not a.raw.get("use_cache", True):
-        return 0
-    layers = sum(1 for p in b.parts if p.attn_flops and p.kv and p.window >= 0)
-    return layers * r.compute_bytes * 2 * a.kv_heads * a.head_dim
-
 def differential_attention_bytes(a: Arch, r: Regime) -> int:
     """Per token, what one differential attention layer saves over plain SDPA attention (DIFFERENTIAL_ATTENTION):
     the second call's output and fp32 LSE; two half-V tensors repeated to every KV head (v.repeat(1, 2, 1, 1))
@@ -379,14 +386,6 @@ def differential_attention_bytes(a: Arch, r: Regime) -> int:
     if r.trained:
         out += c * 3 * q
     return out
-
-
-def mlp_transient(a: Arch, b: Block) -> int:
-    """Elements per token a layer's largest part holds at once in a forward without grad (Part.transient); a plain
-    MLP with relu² holds three MLP-wide tensors (RELU_SQUARED), a gated one's three already."""
-    if mlp_act(a) != RELU_SQUARED:
-        return b.transient
-    return max([b.transient] + [3 * (p.act // 2) for p in b.parts if p.type == "MLP"])
 
 
 def kept_cache_bytes(a: Arch, g: Graph, r, grad_ckpt: bool, upcast: bool = False) -> int:

@@ -5,10 +5,21 @@ from __future__ import annotations
 
 from ..config.arch import Arch
 from ..graph.nodes import Graph
-from ..graph.parts import norm_sums
+from ..graph.parts import Block, Part, norm_sums
 from ..inputs import Assumptions
-from .activations import Regime, mask_bytes, norm_bytes
+from .activations import (
+    MLP_TYPES,
+    PYTHON_GELU,
+    Regime,
+    adapter_input_bytes,
+    mask_bytes,
+    mlp_act,
+    norm_bytes,
+    python_gelu_bytes,
+    python_layer_norm_bytes,
+)
 from .dropouts import embed_dropouts
+from .lora import adapted_linears, linear_roles
 
 # The config keys of final-logit soft-capping: gemma2's and its followers' final_logit_softcapping,
 # RecurrentGemma's logits_soft_cap (modeling_recurrent_gemma.py applies it unconditionally), xLSTM's
@@ -39,22 +50,49 @@ def final_norm_backward_bytes(g: Graph) -> int:
     return 20 * norm_sums(g.spec.head)[0]
 
 
-def frozen_embedding_bytes(a: Arch, g: Graph, r: Regime) -> int:
+def frozen_embedding_bytes(a: Arch, g: Graph, r: Regime, roles: frozenset[str] | None = None) -> int:
     """Per token, what the charges of the embedding side (embed_dropout_bytes) and of the first layer's input norm
     (block_activation_bytes) hold that a frozen model does not keep: a frozen embedding's output needs no gradient,
     so neither the embedding dropout's mask nor the norm reading it (a frozen weight) is recorded by autograd
-    (FINDINGS.md F10). Not so when a Linear of the embedding side (a projection, a vision tower's) carries an
-    adapter, or the weights train; callers leave it in when enable_input_require_grads runs (gradient
-    checkpointing, prepare_model_for_kbit_training)."""
+    (FINDINGS.md F10); on named targets (`roles`) of transformers' model, nor the LoRA dropouts' masks of the first
+    layer's adapters on that norm's output, nor, in a parallel block, its MLP's tensors where none of its Linears
+    carries an adapter: that MLP reads the layer's input too (F63). Not so when a Linear of the embedding side (a projection, a vision
+    tower's) carries an adapter, or the weights train; callers leave it in when enable_input_require_grads runs
+    (gradient checkpointing, prepare_model_for_kbit_training)."""
     spec = g.spec
     if r.trained or not spec.blocks or spec.image_tokens or any(p.linears or p.matmul for p in spec.embed):
         return 0
-    first = spec.blocks[0].parts[:1]
+    block = spec.blocks[0]
+    first = block.parts[:next((i for i, p in enumerate(block.parts) if not p.norm_width), len(block.parts))]
+    first = first if parallel_mlp(block) is not None else first[:1]
     out = embed_dropout_bytes(a, g, r)
-    if first and first[0].norm_width:
+    if first:  # the layer's input norm, or a parallel block's two (gpt_neox's parallel residual)
         rms, stats, read, fed = norm_sums(first)
-        out += norm_bytes(rms, first[0].norm_width, stats, read, fed, r)
+        out += norm_bytes(rms, sum(p.norm_width for p in first), stats, read, fed, r) \
+            + python_layer_norm_bytes(a, first, r)
+    if roles is None:  # every Linear adapted, or a framework's own model (LitGPT's keeps these: F30's rows)
+        return out
+    mlp = parallel_mlp(block)
+    if mlp is not None and not set(linear_roles(mlp)) & roles:
+        out += r.compute_bytes * mlp.frozen_act + (python_gelu_bytes(block, r.compute_bytes)
+                                                    if mlp_act(a) in PYTHON_GELU else 0)
+    if r.lora_dropout:
+        out += mask_bytes(r, adapter_input_bytes(r)) * sum(
+            i for i, _, group in adapted_linears(block, roles) if group == "attn_in")
     return out
+
+
+def parallel_mlp(b: Block) -> Part | None:
+    """The MLP of a parallel block (gptj, phi, cohere, falcon, gpt_neox's parallel residual): no Add between the
+    attention and it, so both read the layer's input through its first norms; None in a sequential block."""
+    attended = False
+    for p in b.parts:
+        attended = attended or p.attends
+        if attended and p.type == "Add":
+            return None
+        if attended and p.type in MLP_TYPES:
+            return p
+    return None
 
 
 def embed_dropout_bytes(a: Arch, g: Graph, r: Regime) -> int:

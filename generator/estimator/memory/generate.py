@@ -6,13 +6,22 @@ from __future__ import annotations
 
 from ..config.arch import Arch
 from ..graph.nodes import Graph
+from ..graph.parts import Block
 from ..inputs import Assumptions
-from .activations import mlp_transient
+from .activations import RELU_SQUARED, mlp_act
 from .attention import eager_scores_bytes, math_scores_bytes
 from .job_options import Job, legacy_cache
 from .parallel import Phase
 from .profile import encoder_tokens, kv_bytes_of_block
 from .storage import dequant_transient_bytes, stored_mats, weight_bytes
+
+
+def mlp_transient(a: Arch, b: Block) -> int:
+    """Elements per token a layer's largest part holds at once in a forward without grad (Part.transient); a plain
+    MLP with relu² holds three MLP-wide tensors (RELU_SQUARED), a gated one's three already."""
+    if mlp_act(a) != RELU_SQUARED:
+        return b.transient
+    return max([b.transient] + [3 * (p.act // 2) for p in b.parts if p.type == "MLP"])
 
 
 def generate_phases(a: Arch, g: Graph, s: Assumptions, job: Job) -> list[Phase]:

@@ -33,6 +33,7 @@ from .frameworks import (
     framework_layer_bytes,
     framework_mats,
     loss_terms,
+    own_model,
     runs_litgpt,
     runs_torchtune,
 )
@@ -67,6 +68,7 @@ from .recurrence import (
 from .storage import (
     ADAMW8BIT_STATE_BYTES,
     beside_held,
+    dequant_forward_bytes,
     dequant_meeting_bytes,
     dequant_transient_bytes,
     quantised_params,
@@ -201,7 +203,7 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
     layers_sum = sum(n * v for (_, n), v in zip(distinct, layer, strict=True))
     fixed_sum = sum(n * f for (_, n), f in zip(distinct, fixed, strict=True))
     embed = (r.residual_bytes * spec.hidden if r.trained else 0) * T + c * spec.vision_act * images
-    dropout, frozen, head_rate = end_terms(a, g, s, r, memo)
+    dropout, frozen, head_rate = end_terms(a, g, s, r, memo, None if own_model(job.loss) else roles)
     embed += T * dropout
     # a frozen embedding's output needs no gradient: layer 0's norm and the dropout after it keep nothing, unless
     # enable_input_require_grads runs (checkpointing, prepare_model_for_kbit_training)
@@ -271,8 +273,7 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
     fwd_less = T * c * spec.logits if job.loss == "hf" else 0
     out: list[tuple[Phase, ...]] = []
     for grad_ckpt in variants:
-        # the training forward's KV cache: through the backward with the output the loop keeps, beside its bf16
-        # logits (F8); after the upcast its fp32 keys and values are copies, alive to the loss in any loop (F62)
+        # the forward's KV cache: with a kept output through the backward (F8); after the upcast to the loss (F62)
         cache = T * kept_cache_bytes(a, g, r, grad_ckpt, job.upcast_fp32)
         kept, cache = (T * c * spec.logits + cache if job.keep_outputs else 0), (cache if job.upcast_fp32 else 0)
         if not grad_ckpt:
@@ -281,8 +282,7 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
             acts = emb + layers_sum + head + kept + T * views
             phases = [phase("loss (logits)" if logits * 2 > acts else "backward (activations)", weights=weights,
                             optimizer_state=state, activations=B * (acts - logits) + fixed_sum + carried,
-                            logits=B * logits,
-                            overhead_weights=copies, overhead_fixed=chunk, experts=fixed_sum)]
+                            logits=B * logits, overhead_weights=copies, overhead_fixed=chunk, experts=fixed_sum)]
             if cache and not kept:  # the loss, its gradient not made yet (F27), the cache alive (F62)
                 phases.append(phase("loss (logits)", weights=weights, optimizer_state=state, overhead_weights=copies,
                                     activations=B * (acts - logits + cache) + fixed_sum + carried,
@@ -300,8 +300,9 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
                                     activations=B * (emb + layers_sum + T * views + fwd + cache) + fixed_sum + carried,
                                     experts=fixed_sum))
             if dequant:  # the last layer's last quantised matmul: every layer's saved tensors, its weight dequantised
+                last = T * dequant_forward_bytes(a, g, distinct[index[-1]][0], r, roles, job.upcast_fp32)
                 phases.append(phase(DEQUANT_PHASE, weights=weights, optimizer_state=state,
-                                    activations=B * (emb + layers_sum + T * views + cache) + fixed_sum + carried,
+                                    activations=B * (emb + layers_sum + T * views + cache + last) + fixed_sum + carried,
                                     overhead_weights=copies, overhead_fixed=dequant, experts=fixed_sum))
             if any(f for f, _ in chunked):  # the last Mamba-2 layer's forward, before the head (recurrence)
                 phases.append(phase("forward (the torch scan's chunks)", weights=weights, optimizer_state=state,

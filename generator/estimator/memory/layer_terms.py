@@ -14,7 +14,6 @@ from .activations import (
     PYTHON_GELU,
     Regime,
     block_activation_bytes,
-    fused_view_bytes,
     masked_sdpa_terms,
     masked_sdpa_windows,
     mlp_act,
@@ -28,12 +27,31 @@ from .recurrence import rglru_bytes, torch_scan_bytes
 
 T = TypeVar("T")  # what a term is per layer (bytes, or a tuple of terms)
 
+# Attention classes whose fused projection's output stays alive through a view SDPA saves: q is a view of the fused
+# qkv output (split, view, transpose, no rope to copy it), while a training forward's DynamicCache (use_cache from
+# the config; None under gradient checkpointing) copies k and v (cache_utils.DynamicLayer.update: torch.cat), and
+# SDPA saves those copies: the fused output's k and v slices are kept beside them.
+FUSED_QKV_VIEW = {"gpt2": "modeling_gpt2.GPT2Attention", "gpt_bigcode": "modeling_gpt_bigcode.GPTBigCodeAttention"}
 
-def end_terms(a: Arch, g: Graph, s: Assumptions, r: Regime, memo: dict | None = None) -> tuple[int, int, int]:
-    """Per token under `r`: the embedding dropout's mask (embed_dropout_bytes), what a frozen embedding does not
-    keep (frozen_embedding_bytes) and the head's activations (head_activation_bytes), once per estimate."""
-    return memoised(memo, ("ends", r), lambda: (embed_dropout_bytes(a, g, r), frozen_embedding_bytes(a, g, r),
-                                                head_activation_bytes(a, g, r, s)))
+
+def fused_view_bytes(a: Arch, b: Block, r: Regime) -> int:
+    """Per token of one layer: the k and v slices of the fused qkv output kept by q's view (FUSED_QKV_VIEW) where
+    the training forward's DynamicCache copied them: use_cache on (the config's, default True); callers leave it
+    out under gradient checkpointing (no cache)."""
+    if a.model_type not in FUSED_QKV_VIEW or not a.raw.get("use_cache", True):
+        return 0
+    layers = sum(1 for p in b.parts if p.attn_flops and p.kv and p.window >= 0)
+    return layers * r.compute_bytes * 2 * a.kv_heads * a.head_dim
+
+
+def end_terms(a: Arch, g: Graph, s: Assumptions, r: Regime, memo: dict | None = None,
+              roles: frozenset[str] | None = None) -> tuple[int, int, int]:
+    """Per token under `r` (adapters on `roles`): the embedding dropout's mask (embed_dropout_bytes), what a frozen
+    embedding does not keep (frozen_embedding_bytes) and the head's activations (head_activation_bytes), once per
+    estimate."""
+    return memoised(memo, ("ends", r, roles), lambda: (embed_dropout_bytes(a, g, r),
+                                                       frozen_embedding_bytes(a, g, r, roles),
+                                                       head_activation_bytes(a, g, r, s)))
 
 
 class RegimeTerms(NamedTuple):

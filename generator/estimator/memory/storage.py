@@ -10,8 +10,18 @@ from ..config.transformers_defaults import TENSOR_EXPERTS
 from ..graph.nodes import Graph
 from ..graph.parts import Block, Part
 from ..inputs import Assumptions
-from .activations import MLP_TYPES, PYTHON_GELU, Regime, last_linear_part, mlp_act, python_gelu_bytes
+from .activations import (
+    MLP_TYPES,
+    PYTHON_GELU,
+    Regime,
+    adapter_input_bytes,
+    forward_locals_bytes,
+    last_linear_part,
+    mlp_act,
+    python_gelu_bytes,
+)
 from .dropouts import layer_dropouts
+from .ends import parallel_mlp
 from .lora import linear_roles
 
 # bitsandbytes 8-bit optimizers: two uint8 states + one fp32 absmax per 256-element block each
@@ -273,6 +283,28 @@ def dequant_meeting_bytes(a: Arch, b: Block, r: Regime, roles: frozenset[str] | 
     if part.type == "MLP":
         out -= python_gelu_bytes(b, mlp) if act in PYTHON_GELU else width * mlp if act == "relu" else 0
     return out
+
+
+def dequant_forward_bytes(a: Arch, g: Graph, b: Block, r: Regime, roles: frozenset[str] | None,
+                          upcast: bool = False) -> int:
+    """Per token, what the last layer holds beyond its saved tensors at its last Linear's matmul in a forward without
+    checkpointing, where that Linear (down_proj, fc2) is a bitsandbytes matmul without an adapter (0 for others):
+    its input (the MLP's product or activation: a frozen weight's MatMul4Bit saves none), in the MLP's dtype, and
+    under the upcast its bf16 copy (Linear4bit.forward: x.to(compute_dtype)); the matmul's output; the MLP's input
+    (the normed hidden state: frozen gate/up save none) in the residual's dtype; and where the stream is bf16 the
+    post-attention residual and the model's locals (forward_locals_bytes), whose norms saved fp32 casts, not them
+    (under the upcast they are the norms' saved inputs). A parallel block's MLP input is its attention's: saved
+    already where that attention's adapters read it uncopied (adapter_activation_bytes). Read off CPU-simulated
+    QLoRA steps on q and v, 2 layers and a 1,024-token vocabulary, which peak here (F63: Llama-2-7B, Mistral-7B,
+    Gemma-7B, Qwen2.5-7B, GPT-J-6B, OPT-125M; Llama-2-7B -8.7% and -8.5% without it)."""
+    part = last_linear_part(b)
+    if part is None or part.type not in MLP_TYPES or roles is None or linear_roles(part)[-1] in roles:
+        return 0
+    fp32_stream, c = upcast and r.amp, r.compute_bytes
+    width, hidden = part.linears[-1]
+    shared = parallel_mlp(b) is part and not r.lora_dropout and adapter_input_bytes(r) == c
+    out = width * (4 + c if fp32_stream else c) + hidden * (c + (0 if shared else r.residual_bytes))
+    return out if fp32_stream else out + hidden * r.residual_bytes + forward_locals_bytes(g, r)
 
 
 # transformers 5 quantises a module for bitsandbytes only where its type is nn.Linear, or it is a Conv1D
