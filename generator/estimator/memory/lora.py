@@ -116,6 +116,15 @@ FAMILY_NAMES = {
     "opt": {"o": "out_proj", "up": "fc1", "down": "fc2"},
     "gptj": {"o": "out_proj", "up": "fc_in", "down": "fc_out"},
     "phi": {"o": "dense", "up": "fc1", "down": "fc2"},
+    # transformers 5.24's modeling files (each model's Linears on the meta device, tests/test_linear_names.py)
+    **dict.fromkeys(("persimmon", "fuyu", "gpt_neox_japanese"), {"qkv": "query_key_value", "o": "dense",
+                                                                "up": "dense_h_to_4h", "down": "dense_4h_to_h"}),
+    "codegen": {"o": "out_proj", "up": "fc_in", "down": "fc_out"},
+    "gpt_neo": {"o": "out_proj", "up": "c_fc", "down": "c_proj"},
+    **dict.fromkeys(("biogpt", "xglm"), {"o": "out_proj"}),
+    **dict.fromkeys(("apertus", "apertus1p5_text", "arcee", "jais2", "nemotron"), {"up": "up_proj", "down": "down_proj"}),
+    "mpt": {"qkv": "Wqkv", "o": "out_proj", "up": "up_proj", "down": "down_proj"},
+    **dict.fromkeys(("lfm2", "lfm3"), {"o": "out_proj", "gate": "w1", "up": "w3", "down": "w2"}),
     # transformers' BertSelfAttention query/key/value, BertSelfOutput, BertIntermediate and BertOutput all `dense`
     **dict.fromkeys(("bert", "roberta", "xlm-roberta", "electra"), {"q": "query", "k": "key", "v": "value",
                                                                    "o": "dense", "up": "dense", "down": "dense"}),
