@@ -223,7 +223,8 @@ def recompute_transient_bytes(b: Block, r: Regime, roles: frozenset[str] | None,
     if part is None or (roles is not None and linear_roles(part)[-1] not in roles):
         if not backward:
             return 0
-        return frozen_mlp_backward_bytes(part, r, a is not None and mlp_act(a) in PYTHON_GELU, 4 * fp32_stream) - shared
+        act = mlp_act(a) if a is not None else ""
+        return frozen_mlp_backward_bytes(part, r, act in PYTHON_GELU, 4 * fp32_stream, act == RELU_SQUARED) - shared
     width, hidden = part.linears[-1]
     c, ab = r.compute_bytes, adapter_input_bytes(r)
     x = 4 if fp32_stream else c
@@ -252,20 +253,20 @@ def forward_locals_bytes(g: Graph, r: Regime) -> int:
 MLP_TYPES = ("SwiGLU", "GeGLU", "GLU", "MLP")  # a dense feed-forward's Part.type
 
 
-def frozen_mlp_backward_bytes(part: Part | None, r: Regime, python_gelu: bool = False, mlp_bytes: int = 0) -> int:
+def frozen_mlp_backward_bytes(part: Part | None, r: Regime, python_gelu: bool = False, mlp_bytes: int = 0,
+                              relu_squared: bool = False) -> int:
     """Per token, what the backward of an MLP whose down projection carries no adapter holds beside the layer's
     saved tensors: MLP-wide gradients in the MLP's dtype (`mlp_bytes`, default the compute dtype; fp32 after
     prepare_model_for_kbit_training, as Linear4bit.forward returns its input's dtype: F59), and the layer output's,
     hidden-wide in the residual's. A gated MLP at its product's backward (act(gate) * up): down_proj's input
-    gradient and the product's two (torchtune's checkpointed Llama-2-7B LoRA on q and v, simulated; transformers'
-    Llama-2-7B and Mistral-7B with a 1,024-token vocabulary). A plain one (fc1, act, fc2) at its activation's
-    backward: fc2's input gradient and the activation's (pythia-6.9b, opt-125m); a Python-written GELU's a third
-    (gpt2's gelu_new). F32. 0 for others."""
+    gradient and the product's two (torchtune's Llama-2-7B LoRA on q and v; Llama-2-7B, Mistral-7B). A plain one at
+    its activation's: fc2's input gradient and the activation's (pythia-6.9b, opt-125m), a Python GELU's a third
+    (gpt2's gelu_new), relu²'s two more (grad * 2 * x.pow(1): Persimmon's step read -10.5% without, F64). F32."""
     if part is None or part.type not in MLP_TYPES or len(part.linears) not in (2, 3):
         return 0
     width, hidden = part.linears[-1]
-    return (2 if part.type == "MLP" and not python_gelu else 3) * width * (mlp_bytes or r.compute_bytes) \
-        + hidden * r.residual_bytes
+    wide = (2 if not python_gelu else 3) + (2 if relu_squared else 0) if part.type == "MLP" else 3
+    return wide * width * (mlp_bytes or r.compute_bytes) + hidden * r.residual_bytes
 
 
 def last_linear_part(b: Block) -> Part | None:

@@ -69,7 +69,7 @@ from .storage import (
     ADAMW8BIT_STATE_BYTES,
     beside_held,
     dequant_forward_bytes,
-    dequant_meeting_bytes,
+    dequant_meeting,
     dequant_transient_bytes,
     quantised_params,
     saves_matmul_input,
@@ -214,11 +214,11 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
                                      r.trained)
     # overhead by how it shares out over GPUs (parallel.Phase): autocast's copies of the weights; what every
     # process holds whole (the dequantised layer, the chunked loss's transient)
-    dequant = dequant_transient_bytes(g, job.storage, dequant_bytes_per_weight(job.loss, job.storage, c), mats,
-                                      job.double_quant and not runs_torchtune(job.loss))
-    # what the dequantised weight adds beside each layer's recomputation, and what meets it there (F59)
-    beside = [beside_held(dequant, B * h, runs_torchtune(job.loss), B * T * dequant_meeting_bytes(
-        a, b, r, roles, job.upcast_fp32) if dequant else 0) for (b, _), h in zip(distinct, held, strict=True)]
+    cw, nested = dequant_bytes_per_weight(job.loss, job.storage, c), job.double_quant and not runs_torchtune(job.loss)
+    dequant = dequant_transient_bytes(g, job.storage, cw, mats, nested)
+    # what the dequantised weight adds beside each layer's recomputation, and what meets it there (F59, F64)
+    beside = [beside_held(dequant, B * h, runs_torchtune(job.loss), *dequant_meeting(
+        a, g, b, r, roles, job.upcast_fp32, B * T, job.storage, cw, nested)) for (b, _), h in zip(distinct, held, strict=True)]
     # the phases after the backward hold no activation: the same with checkpointing or without, made once
     closing: tuple[Phase, ...] = ()
     if not lora and spec.tied:  # F6: the tied weight's two gradients and their sum

@@ -235,7 +235,7 @@ def dequant_transient_bytes(g: Graph, storage: str, c: int, mats: dict | None = 
     return c * largest + (4 * largest // QUANTS["nf4"].group_size if nested and storage == "nf4" else 0)
 
 
-def beside_held(dequant: int, held: int, meets: bool = False, meeting: int = 0) -> int:
+def beside_held(dequant: int, held: int, meets: bool = False, meeting: int = 0, meeting_dequant: int = 0) -> int:
     """What a quantised base's dequantised weight adds to a recomputed layer's peak beyond `held`, the adapter forward
     of its last Linear (activations.recompute_transient_bytes). peft's 4-bit layer runs the base matmul first and
     the adapter after (peft/tuners/lora/bnb.py Linear4bit.forward: result = self.base_layer(x), then lora_B(lora_A(
@@ -243,8 +243,33 @@ def beside_held(dequant: int, held: int, meets: bool = False, meeting: int = 0) 
     peak holds the larger of them (F29: the CPU simulation's live tensors at the recomputed down_proj). `meets`:
     torchtune's LoRALinear backward decodes torchao's NF4 weight while the adapter chain's tensors live, so both
     count (F34: its simulated checkpointed QLoRA). `meeting`: what lives beside the weight the recomputation
-    dequantises where the last Linear has no adapter (dequant_meeting_bytes)."""
-    return dequant if meets else max(0, dequant + (meeting if dequant else 0) - max(held, 0))
+    dequantises where the last Linear has no adapter (dequant_meeting_bytes); `meeting_dequant`: that weight's bytes
+    where it is not the largest (dequant_meeting: the last Linear's, F64)."""
+    if meets:
+        return dequant
+    return max(0, ((meeting_dequant or dequant) + meeting if dequant and meeting else dequant) - max(held, 0))
+
+
+def dequant_meeting(a: Arch, g: Graph, b: Block, r: Regime, roles: frozenset[str] | None, upcast: bool, tokens: int,
+                    storage: str, bytes_per_weight: int, nested: bool) -> tuple[int, int]:
+    """(bytes, dequantised weight's bytes) of the moment dequant_meeting_bytes prices, over `tokens`: where the
+    recomputation runs on through the last Linear (a dropout or a norm after the MLP), the weight it meets is that
+    Linear's, not the layer's largest: GLM-4's post_mlp_layernorm meets down_proj's [4096, 13696], not its fused
+    gate_up_proj's twice as large (F64: its simulated step read +17.6% with the larger). (0, 0) where nothing meets."""
+    per_token = dequant_meeting_bytes(a, b, r, roles, upcast)
+    part = last_linear_part(b)
+    if not per_token or part is None or not runs_through(a, b, r, part):
+        return tokens * per_token, 0
+    width, hidden = part.linears[-1]
+    return tokens * per_token, dequant_transient_bytes(g, storage, bytes_per_weight, {(0, width, hidden): 1}, nested)
+
+
+def runs_through(a: Arch, b: Block, r: Regime, part: Part) -> bool:
+    """Whether a checkpointed layer's recomputation runs on through its MLP's last Linear: a norm after the MLP
+    (OLMo-2's and Gemma-2's post_feedforward_layernorm) or a dropout on its output (dropouts.DROPOUTS) saves its
+    input after it (F59)."""
+    post_norm = any(p.type.endswith("Norm") for p in b.parts[b.parts.index(part) + 1:])
+    return post_norm or (r.dropout and layer_dropouts(a, b)[0] > 0)
 
 
 def dequant_meeting_bytes(a: Arch, b: Block, r: Regime, roles: frozenset[str] | None, upcast: bool = False) -> int:
@@ -273,10 +298,8 @@ def dequant_meeting_bytes(a: Arch, b: Block, r: Regime, roles: frozenset[str] | 
     fp32_stream = upcast and r.amp
     width, hidden = part.linears[-1]
     mlp = r.residual_bytes if fp32_stream else r.compute_bytes
-    # a norm on the MLP's output (OLMo-2's and Gemma-2's post_feedforward_layernorm) saves its input after down_proj
-    # too: OLMo-2-7B's upcast step read -4.5% without it
-    post_norm = any(p.type.endswith("Norm") for p in b.parts[b.parts.index(part) + 1:])
-    act, through = mlp_act(a), post_norm or (r.dropout and layer_dropouts(a, b)[0] > 0)
+    # a norm on the MLP's output saves its input after down_proj too: OLMo-2-7B's upcast step read -4.5% without it
+    act, through = mlp_act(a), runs_through(a, b, r, part)
     out = width * r.compute_bytes + hidden * (2 * r.residual_bytes + mlp) - (4 * hidden if fp32_stream else 0)
     if through:
         return out + (4 * width if fp32_stream and act != "relu" else 0)
