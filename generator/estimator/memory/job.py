@@ -51,6 +51,7 @@ from .layer_terms import (
     adapter_params,
     eager_backward_values,
     end_terms,
+    last_mlp_backward_bytes,
     layer_bytes,
     layer_index,
     memoised,
@@ -84,6 +85,7 @@ EXPERTS_PHASE = "backward (every expert's gradients)"
 EAGER_FORWARD_PHASE = "forward (the last attention layer's softmax)"
 CACHE_PHASE = "forward (the loss, autocast's cached weight copies)"
 FORWARD_PHASE = "forward (the end of the last layer)"
+MLP_PHASE = "backward (the last layer's MLP)"
 # A 4-bit or int8 base's weight is dequantised for each matmul and freed after it (storage.dequant_transient_bytes),
 # inside a layer's forward or backward, never at the loss or the final norm (F29: bitsandbytes' own kernels, simulated)
 DEQUANT_PHASE = "forward (the last layer's dequantised weight)"
@@ -194,8 +196,7 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
     layer = memoised(memo, ("layer", r, rank, roles, job.attention, T, saves, job.upcast_fp32, job.loss,
                             job.lora_targets), lambda: [per_layer(b, n) for (b, _), n in zip(distinct, terms.act,
                                                                                              strict=True)])
-    # the recomputed layer's copies of its last Linear's input, held beside its saved tensors, and a frozen routed
-    # MoE's moments (experts.held_transient_bytes)
+    # what a recomputed layer holds beside its saved tensors: its last Linear's, a frozen routed MoE's (experts.py)
     held = memoised(memo, ("recompute", r, roles, saves, job.upcast_fp32), lambda: [
         T * held_transient_bytes(b, r, roles, saves, job.upcast_fp32, a) for b, _ in distinct])
     fixed = [f + framework_fixed_bytes(a, b, r, job.loss, job.attention, T)  # LitGPT's sliding-window masks
@@ -251,8 +252,7 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
         if experts_bwd:
             late.append((EXPERTS_PHASE, i, T * experts_bwd, param_bytes * experts_made,
                          2 * experts_made if r.amp else 0))
-    # per distinct layer, the saved bytes of the layers after its last one in the stack: the backward freed them
-    # before it reaches that layer
+    # per distinct layer, the saved bytes of the layers after its last one, freed before the backward reaches it
     index = layer_index(spec, memo)
     last_of = {k: j for j, k in enumerate(index)}
     later = [sum(layer[k] for k in index[last_of[i] + 1:]) if i in last_of else 0 for i in range(len(distinct))]
@@ -287,14 +287,14 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
                 phases.append(phase("loss (logits)", weights=weights, optimizer_state=state, overhead_weights=copies,
                                     activations=B * (acts - logits + cache) + fixed_sum + carried,
                                     logits=B * (logits - fwd_less), overhead_fixed=chunk, experts=fixed_sum))
-            if final_norm:  # the final norm's backward, the head's tensors freed (activations)
-                phases.append(phase("backward (the final norm)", weights=weights, optimizer_state=state,
-                                    activations=B * (acts - head + head_norm + final_norm) + fixed_sum,
-                                    overhead_weights=copies, experts=fixed_sum))
+            mlp = T * last_mlp_backward_bytes(a, distinct[index[-1]][0], r, roles, job.upcast_fp32) if index else 0
+            if final_norm or mlp:  # the final norm's backward, the head's tensors freed; then the last frozen MLP's (F65)
+                phases.append(phase("backward (the final norm)" if head_norm + final_norm >= mlp else MLP_PHASE,
+                                    weights=weights, optimizer_state=state, overhead_weights=copies, experts=fixed_sum,
+                                    activations=B * (acts - head + max(head_norm + final_norm, mlp)) + fixed_sum))
             fwd = T * held_transient_bytes(distinct[index[-1]][0], r, roles, saves, job.upcast_fp32, a,
                                             backward=False) if lora and index else 0
-            if fwd:  # the last layer's last Linear's adapter forward, every layer's tensors saved (F44), beside
-                # what the model's forward still references (F58)
+            if fwd:  # the last layer's end, every layer's tensors saved (F44), and the model's locals (F58)
                 fwd += T * forward_locals_bytes(g, r)
                 phases.append(phase(FORWARD_PHASE, weights=weights, optimizer_state=state, overhead_weights=copies,
                                     activations=B * (emb + layers_sum + T * views + fwd + cache) + fixed_sum + carried,
