@@ -8,13 +8,11 @@ from __future__ import annotations
 
 import pytest
 
-from generator.accuracy_rows import estimate_bytes
 from generator.estimator.graph.nodes import build_graph
 from generator.estimator.memory.activations import recompute_transient_bytes, regime
 from generator.estimator.memory.experts import held_transient_bytes, routed_transient_bytes
 from generator.estimator.normalise import normalise
-from generator.settings import load_settings
-from tests.conftest import measured_rows
+from tests.conftest import measured_rows, priced_errors
 
 QV = frozenset({"q", "v"})
 # Qwen3-30B-A3B's and Mixtral-8x7B's layer shapes, two layers, as the CPU-simulated rows run them
@@ -82,12 +80,10 @@ def test_the_simulated_steps_read_within_two_percent(model_type):
     """F61's CPU-simulated steps: QLoRA and LoRA on q and v over Qwen3-30B-A3B, Mixtral-8x7B, Qwen1.5-MoE-A2.7B and
     gpt-oss-20b, checkpointed and not, with and without prepare_model_for_kbit_training (its experts fp32) and LoRA
     dropout. They read -1.7% to -5.3% before."""
-    s = load_settings().assumptions
     rows = [r for r in measured_rows("cpu-sim-extra") if r["model_type"] == model_type
             and r["setup"]["method"] in ("lora", "qlora") and r["setup"]["lora_targets"] == "q_proj,v_proj"]
     assert rows
-    for row in rows:
-        error = estimate_bytes(row, s) / row["measured"]["peak_bytes"] - 1
+    for error, row in priced_errors(rows):
         assert abs(error) < 0.02, (row["model"], row["setup"], error)
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from generator.accuracy_rows import estimate_bytes
 from generator.estimator.graph.nodes import build_graph
 from generator.estimator.inputs import Assumptions
 from generator.estimator.memory.activations import regime
@@ -16,8 +15,7 @@ from generator.estimator.memory.job_options import Job
 from generator.estimator.memory.layer_terms import last_mlp_backward_bytes
 from generator.estimator.normalise import normalise
 from generator.measure.setup import shrink
-from generator.settings import load_settings
-from tests.conftest import measured_rows
+from tests.conftest import measured_rows, priced_errors
 
 FAMILIES = Path(__file__).resolve().parents[1] / "data" / "measurements" / "configs" / "families"
 QV = frozenset({"q", "v"})
@@ -50,22 +48,18 @@ def test_the_phase_is_the_peak_where_the_logits_are_small():
 
 def test_the_simulated_steps_read_within_two_percent():
     """Phi's, SmolLM3's and Persimmon's LoRA steps on q and v without checkpointing read -9.7%, -3.7% and -8.8%."""
-    s = load_settings().assumptions
     rows = [r for r in measured_rows("cpu-sim-extra") if "configs/families/" in r["model"]
             and r["model_type"] in ("phi", "smollm3", "persimmon") and r["setup"]["method"] == "lora"
             and not r["setup"]["grad_ckpt"] and r["setup"]["lora_targets"] != "all-linear"]
     assert len(rows) == 3
-    for row in rows:
-        error = estimate_bytes(row, s) / row["measured"]["peak_bytes"] - 1
+    for error, row in priced_errors(rows):
         assert abs(error) < 0.02, (row["model"], error)
 
 
 def test_the_checkpointed_steps_over_the_same_families():
     """F65's checkpointed LoRA steps on q and v with dropout (fifteen families): within 1.5%, Persimmon's +2.3%."""
-    s = load_settings().assumptions
     rows = [r for r in measured_rows("cpu-sim-extra") if "configs/families/" in r["model"]
             and r["setup"]["method"] == "lora" and r["setup"]["grad_ckpt"] and r["setup"]["lora_dropout"]]
     assert len(rows) == 15
-    for row in rows:
-        error = estimate_bytes(row, s) / row["measured"]["peak_bytes"] - 1
+    for error, row in priced_errors(rows):
         assert abs(error) < (0.025 if row["model_type"] == "persimmon" else 0.015), (row["model"], error)

@@ -7,14 +7,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from generator.accuracy_rows import estimate_bytes
 from generator.estimator.graph.nodes import build_graph
 from generator.estimator.memory.activations import frozen_mlp_backward_bytes, last_linear_part, regime
 from generator.estimator.memory.storage import beside_held, dequant_meeting, dequant_transient_bytes
 from generator.estimator.normalise import normalise
 from generator.measure.setup import shrink
-from generator.settings import load_settings
-from tests.conftest import measured_rows
+from tests.conftest import measured_rows, priced_errors
 
 FAMILIES = Path(__file__).resolve().parents[1] / "data" / "measurements" / "configs" / "families"
 QV = frozenset({"q", "v"})
@@ -56,11 +54,9 @@ def test_relu_squared_keeps_two_more_in_its_backward():
 def test_the_sixteen_steps_read_within_a_percent_and_a_half():
     """They read -10.5% (Persimmon) and +17.6% (GLM-4) before, the fourteen others within 1.3%; GLM-4 stays over
     (+3.1%) and Persimmon under (-2.3%), their remainders unread."""
-    s = load_settings().assumptions
     rows = [r for r in measured_rows("cpu-sim-extra") if "configs/families/" in r["model"]
             and r["setup"]["method"] == "qlora" and r["setup"]["upcast_fp32"] and r["setup"]["grad_ckpt"]]
     assert len(rows) == 16
-    for row in rows:
-        error = estimate_bytes(row, s) / row["measured"]["peak_bytes"] - 1
+    for error, row in priced_errors(rows):
         bound = 0.035 if row["model_type"] in ("glm4", "persimmon") else 0.015
         assert abs(error) < bound, (row["model"], error)

@@ -4,15 +4,13 @@ beside the bf16 casts SDPA saves, alive to the loss."""
 
 from __future__ import annotations
 
-from generator.accuracy_rows import estimate_bytes
 from generator.estimator.graph.nodes import build_graph
 from generator.estimator.inputs import Assumptions
 from generator.estimator.memory.activations import kept_cache_bytes, regime
 from generator.estimator.memory.job import job_memory, job_phases
 from generator.estimator.memory.job_options import Job
 from generator.estimator.normalise import normalise
-from generator.settings import load_settings
-from tests.conftest import measured_rows
+from tests.conftest import measured_rows, priced_errors
 
 S = Assumptions()
 # Llama-2-7B's shapes at four layers and its own 32,000-token vocabulary, as the simulated row runs them
@@ -60,5 +58,5 @@ def test_the_simulated_step_reads_within_one_percent():
     """Llama-2-7B's four layers, QLoRA on q and v after the upcast, no checkpointing: -2.7% without the cache."""
     row = next(r for r in measured_rows("cpu-sim-extra") if r["model"] == "meta-llama/Llama-2-7b-hf"
                and r["setup"]["upcast_fp32"] and not r["setup"]["grad_ckpt"] and r["config"]["vocab_size"] == 32000)
-    error = estimate_bytes(row, load_settings().assumptions) / row["measured"]["peak_bytes"] - 1
+    [(error, _)] = priced_errors([row])
     assert abs(error) < 0.01
