@@ -252,10 +252,10 @@ def beside_held(dequant: int, held: int, meets: bool = False, meeting: int = 0, 
 
 def dequant_meeting(a: Arch, g: Graph, b: Block, r: Regime, roles: frozenset[str] | None, upcast: bool, tokens: int,
                     storage: str, bytes_per_weight: int, nested: bool) -> tuple[int, int]:
-    """(bytes, dequantised weight's bytes) of the moment dequant_meeting_bytes prices, over `tokens`: where the
-    recomputation runs on through the last Linear (a dropout or a norm after the MLP), the weight it meets is that
-    Linear's, not the layer's largest: GLM-4's post_mlp_layernorm meets down_proj's [4096, 13696], not its fused
-    gate_up_proj's twice as large (F64: its simulated step read +17.6% with the larger). (0, 0) where nothing meets."""
+    """The moment dequant_meeting_bytes prices, over `tokens`: (its bytes, the met weight's dequantised bytes where
+    that is not the layer's largest weight, else 0). Where the recomputation runs on through the last Linear (a
+    dropout or a norm after the MLP), the weight it meets is that Linear's: GLM-4's post_mlp_layernorm meets
+    down_proj's [4096, 13696], not its fused gate_up_proj's twice as large (F64: +17.6% with the larger)."""
     per_token = dequant_meeting_bytes(a, b, r, roles, upcast)
     part = last_linear_part(b)
     if not per_token or part is None or not runs_through(a, b, r, part):
