@@ -19,8 +19,8 @@ QV = frozenset({"q", "v"})
 
 
 def _model(stem: str):
-    a = normalise(shrink(json.loads((FAMILIES / f"{stem}.json").read_text(encoding="utf-8")), 2, {"vocab_size": 1024})[0],
-                  "m")
+    cfg = json.loads((FAMILIES / f"{stem}.json").read_text(encoding="utf-8"))
+    a = normalise(shrink(cfg, 2, {"vocab_size": 1024})[0], "m")
     return a, build_graph(a)
 
 
@@ -47,7 +47,7 @@ def test_relu_squared_keeps_two_more_in_its_backward():
     a, g = _model("persimmon")
     part = last_linear_part(g.spec.blocks[-1])
     amp = regime("qlora", "amp")
-    assert frozen_mlp_backward_bytes(part, amp, relu_squared=True) - frozen_mlp_backward_bytes(part, amp) \
+    assert frozen_mlp_backward_bytes(part, amp, "relu2") - frozen_mlp_backward_bytes(part, amp) \
         == 2 * 16384 * 2
 
 

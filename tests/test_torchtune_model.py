@@ -114,7 +114,7 @@ def test_a_frozen_mlps_backward_holds_three_mlp_wide_gradients():
     plain = last_linear_part(snapshot_arch("EleutherAI/pythia-6.9b-deduped").spec.blocks[0])  # fc1, GELU, fc2
     assert frozen_mlp_backward_bytes(plain, regime("lora", "bf16")) == 2 * 16384 * 2 + 4096 * 2
     # a Python-written GELU (gelu_new): its product's two gradients beside fc2's input gradient
-    assert frozen_mlp_backward_bytes(plain, regime("lora", "bf16"), python_gelu=True) == 3 * 16384 * 2 + 4096 * 2
+    assert frozen_mlp_backward_bytes(plain, regime("lora", "bf16"), "gelu_new") == 3 * 16384 * 2 + 4096 * 2
 
 
 def test_the_torchtune_and_frozen_mlp_rows_hold_on_the_accuracy_page():

@@ -223,8 +223,7 @@ def recompute_transient_bytes(b: Block, r: Regime, roles: frozenset[str] | None,
     if part is None or (roles is not None and linear_roles(part)[-1] not in roles):
         if not backward:
             return 0
-        act = mlp_act(a) if a is not None else ""
-        return frozen_mlp_backward_bytes(part, r, act in PYTHON_GELU, 4 * fp32_stream, act == RELU_SQUARED) - shared
+        return frozen_mlp_backward_bytes(part, r, mlp_act(a) if a is not None else "", 4 * fp32_stream) - shared
     width, hidden = part.linears[-1]
     c, ab = r.compute_bytes, adapter_input_bytes(r)
     x = 4 if fp32_stream else c
@@ -253,19 +252,18 @@ def forward_locals_bytes(g: Graph, r: Regime) -> int:
 MLP_TYPES = ("SwiGLU", "GeGLU", "GLU", "MLP")  # a dense feed-forward's Part.type
 
 
-def frozen_mlp_backward_bytes(part: Part | None, r: Regime, python_gelu: bool = False, mlp_bytes: int = 0,
-                              relu_squared: bool = False) -> int:
+def frozen_mlp_backward_bytes(part: Part | None, r: Regime, act: str = "", mlp_bytes: int = 0) -> int:
     """Per token, what the backward of an MLP whose down projection carries no adapter holds beside the layer's
     saved tensors: MLP-wide gradients in the MLP's dtype (`mlp_bytes`, default the compute dtype; fp32 after
     prepare_model_for_kbit_training, as Linear4bit.forward returns its input's dtype: F59), and the layer output's,
     hidden-wide in the residual's. A gated MLP at its product's backward (act(gate) * up): down_proj's input
     gradient and the product's two (torchtune's Llama-2-7B LoRA on q and v; Llama-2-7B, Mistral-7B). A plain one at
-    its activation's: fc2's input gradient and the activation's (pythia-6.9b, opt-125m), a Python GELU's a third
+    its activation's (`act`, mlp_act): fc2's input gradient and the activation's (pythia-6.9b, opt-125m), a Python GELU's a third
     (gpt2's gelu_new), relu²'s two more (grad * 2 * x.pow(1): Persimmon's step read -10.5% without, F64). F32."""
     if part is None or part.type not in MLP_TYPES or len(part.linears) not in (2, 3):
         return 0
     width, hidden = part.linears[-1]
-    wide = (2 if not python_gelu else 3) + (2 if relu_squared else 0) if part.type == "MLP" else 3
+    wide = (3 if act in PYTHON_GELU else 2) + (2 if act == RELU_SQUARED else 0) if part.type == "MLP" else 3
     return wide * width * (mlp_bytes or r.compute_bytes) + hidden * r.residual_bytes
 
 

@@ -56,15 +56,16 @@ def frozen_embedding_bytes(a: Arch, g: Graph, r: Regime, roles: frozenset[str] |
     so neither the embedding dropout's mask nor the norm reading it (a frozen weight) is recorded by autograd
     (FINDINGS.md F10); on named targets (`roles`) of transformers' model, nor the LoRA dropouts' masks of the first
     layer's adapters on that norm's output, nor, in a parallel block, its MLP's tensors where none of its Linears
-    carries an adapter: that MLP reads the layer's input too (F63). Not so when a Linear of the embedding side (a projection, a vision
-    tower's) carries an adapter, or the weights train; callers leave it in when enable_input_require_grads runs
-    (gradient checkpointing, prepare_model_for_kbit_training)."""
+    carries an adapter: that MLP reads the layer's input too (F63). Not so when a Linear of the embedding side (a
+    projection, a vision tower's) carries an adapter, or the weights train; callers leave it in when
+    enable_input_require_grads runs (gradient checkpointing, prepare_model_for_kbit_training)."""
     spec = g.spec
     if r.trained or not spec.blocks or spec.image_tokens or any(p.linears or p.matmul for p in spec.embed):
         return 0
     block = spec.blocks[0]
+    mlp = parallel_mlp(block)
     first = block.parts[:next((i for i, p in enumerate(block.parts) if not p.norm_width), len(block.parts))]
-    first = first if parallel_mlp(block) is not None else first[:1]
+    first = first if mlp is not None else first[:1]
     out = embed_dropout_bytes(a, g, r)
     if first:  # the layer's input norm, or a parallel block's two (gpt_neox's parallel residual)
         rms, stats, read, fed = norm_sums(first)
@@ -72,7 +73,6 @@ def frozen_embedding_bytes(a: Arch, g: Graph, r: Regime, roles: frozenset[str] |
             + python_layer_norm_bytes(a, first, r)
     if roles is None:  # every Linear adapted, or a framework's own model (LitGPT's keeps these: F30's rows)
         return out
-    mlp = parallel_mlp(block)
     if mlp is not None and not set(linear_roles(mlp)) & roles:
         out += r.compute_bytes * mlp.frozen_act + (python_gelu_bytes(block, r.compute_bytes)
                                                     if mlp_act(a) in PYTHON_GELU else 0)

@@ -219,7 +219,8 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
     dequant = dequant_transient_bytes(g, job.storage, cw, mats, nested)
     # what the dequantised weight adds beside each layer's recomputation, and what meets it there (F59, F64)
     beside = [beside_held(dequant, B * h, runs_torchtune(job.loss), *dequant_meeting(
-        a, g, b, r, roles, job.upcast_fp32, B * T, job.storage, cw, nested)) for (b, _), h in zip(distinct, held, strict=True)]
+        a, g, b, r, roles, job.upcast_fp32, B * T, job.storage, cw, nested))
+        for (b, _), h in zip(distinct, held, strict=True)]
     # the phases after the backward hold no activation: the same with checkpointing or without, made once
     closing: tuple[Phase, ...] = ()
     if not lora and spec.tied:  # F6: the tied weight's two gradients and their sum
@@ -273,8 +274,7 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
     fwd_less = T * c * spec.logits if job.loss == "hf" else 0
     out: list[tuple[Phase, ...]] = []
     for grad_ckpt in variants:
-        # the forward's KV cache: with a kept output through the backward (F8); after the upcast to the loss (F62)
-        cache = T * kept_cache_bytes(a, g, r, grad_ckpt, job.upcast_fp32)
+        cache = T * kept_cache_bytes(a, g, r, grad_ckpt, job.upcast_fp32)  # kept output's (F8); upcast's (F62)
         kept, cache = (T * c * spec.logits + cache if job.keep_outputs else 0), (cache if job.upcast_fp32 else 0)
         if not grad_ckpt:
             emb = embed - frozen_embed
@@ -288,7 +288,7 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
                                     activations=B * (acts - logits + cache) + fixed_sum + carried,
                                     logits=B * (logits - fwd_less), overhead_fixed=chunk, experts=fixed_sum))
             mlp = T * last_mlp_backward_bytes(a, distinct[index[-1]][0], r, roles, job.upcast_fp32) if index else 0
-            if final_norm or mlp:  # the final norm's backward, the head's tensors freed; then the last frozen MLP's (F65)
+            if final_norm or mlp:  # the final norm's backward, the head's freed; then the last frozen MLP's (F65)
                 phases.append(phase("backward (the final norm)" if head_norm + final_norm >= mlp else MLP_PHASE,
                                     weights=weights, optimizer_state=state, overhead_weights=copies, experts=fixed_sum,
                                     activations=B * (acts - head + max(head_norm + final_norm, mlp)) + fixed_sum))

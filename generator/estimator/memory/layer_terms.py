@@ -12,7 +12,6 @@ from ..graph.parts import Block, Spec
 from ..inputs import Assumptions
 from .activations import (
     PYTHON_GELU,
-    RELU_SQUARED,
     Regime,
     block_activation_bytes,
     frozen_mlp_backward_bytes,
@@ -212,5 +211,4 @@ def last_mlp_backward_bytes(a: Arch, b: Block, r: Regime, roles: frozenset[str] 
     part = last_linear_part(b)
     if r.trained or part is None or roles is None or linear_roles(part)[-1] in roles:
         return 0
-    act = mlp_act(a)
-    return frozen_mlp_backward_bytes(part, r, act in PYTHON_GELU, 4 if upcast and r.amp else 0, act == RELU_SQUARED)
+    return frozen_mlp_backward_bytes(part, r, mlp_act(a), 4 if upcast and r.amp else 0)

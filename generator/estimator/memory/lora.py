@@ -122,7 +122,8 @@ FAMILY_NAMES = {
     "codegen": {"o": "out_proj", "up": "fc_in", "down": "fc_out"},
     "gpt_neo": {"o": "out_proj", "up": "c_fc", "down": "c_proj"},
     **dict.fromkeys(("biogpt", "xglm"), {"o": "out_proj"}),
-    **dict.fromkeys(("apertus", "apertus1p5_text", "arcee", "jais2", "nemotron"), {"up": "up_proj", "down": "down_proj"}),
+    **dict.fromkeys(("apertus", "apertus1p5_text", "arcee", "jais2", "nemotron"),
+                    {"up": "up_proj", "down": "down_proj"}),
     "mpt": {"qkv": "Wqkv", "o": "out_proj", "up": "up_proj", "down": "down_proj"},
     **dict.fromkeys(("lfm2", "lfm3"), {"o": "out_proj", "gate": "w1", "up": "w3", "down": "w2"}),
     # transformers' BertSelfAttention query/key/value, BertSelfOutput, BertIntermediate and BertOutput all `dense`

@@ -106,7 +106,7 @@ def train_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, method: str, r
         layer_step = [s.base_weight_bytes * b.params + late_rate * n for (b, _), n in zip(distinct, adapters, strict=True)]
         layer_eob = []
         embed_step, head_step, embed_eob, head_eob, tied = embed_static, head_static, 0, 0, 0
-        embed_act = -end_terms(a, g, s, r, memo, roles)[1]  # a frozen embedding saves nothing (F4), nor the norm reading it
+        embed_act = -end_terms(a, g, s, r, memo, roles)[1]  # a frozen embedding saves nothing (F4), nor its norm
         grads = terms.grads
         grad_fixed, grad_token = 0, 0
         if any(t != (0, 0) for t in grads):  # the last layer of the largest transient (its latest on a tie)
