@@ -34,7 +34,6 @@ from .frameworks import (
     framework_mats,
     loss_terms,
     own_model,
-    runs_litgpt,
     runs_torchtune,
 )
 from .generate import generate_phases
@@ -44,6 +43,7 @@ from .job_options import (
     fp32_base,
     job_regime,
     layer_input_bytes,
+    optimizer_bytes,
     prepared,
 )
 from .job_result import JobMemory, metric_memory, phase, phase_parts
@@ -57,18 +57,19 @@ from .layer_terms import (
     memoised,
     regime_terms,
 )
-from .lora import held_input_width, input_linear_params, target_roles
+from .lora import input_linear_params, target_roles
 from .parallel import Phase, accumulating_phases
 from .recurrence import (
     chunk_scan_moments,
     mixer_tail,
     rglru_backward_bytes,
+    rglru_kept_bytes,
     scan_backward_terms,
     wkv_backward_bytes,
 )
 from .storage import (
-    ADAMW8BIT_STATE_BYTES,
     beside_held,
+    carried_input_bytes,
     dequant_forward_bytes,
     dequant_meeting,
     dequant_transient_bytes,
@@ -169,26 +170,11 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
                            ckpt_copies[1] + 2 * max((input_linear_params(b) for b, _ in distinct), default=0))
     buffers = framework_buffer_bytes(a, g, job.loss, lora)  # the framework's own model's (torchtune's RoPE caches)
     grad = param_bytes * trainable  # gradients take the trainable weights' dtype
-    # Optimizer state per trainable parameter, and the step's temporaries:
-    # - adamw (torch.optim.AdamW, foreach on CUDA): exp_avg, exp_avg_sq as zeros_like(param) = 2 x param bytes;
-    #   the foreach step holds one temporary as large as the parameters (F5: 20 x P measured under AMP).
-    # - adamw-fused (torch._fused_adamw_, Trainer's adamw_torch_fused), adamw8bit / paged-adamw (bitsandbytes' one
-    #   fused kernel): in place, no temporary. sgd (no momentum): no state, torch._foreach_add_ in place.
-    state = {"adamw": 2 * param_bytes, "adamw-fused": 2 * param_bytes, "paged-adamw": 2 * param_bytes,
-             "adamw8bit": ADAMW8BIT_STATE_BYTES, "sgd": 0}[job.optimizer] * trainable
-    temp = param_bytes * trainable if job.optimizer == "adamw" else 0
+    state, temp = optimizer_bytes(job.optimizer, trainable, param_bytes)
     # per distinct layer: its saved bytes per sample (layer), and (LoRA on fused expert tensors,
     # lora.expert_tensors) its effective weights, kept batch-free (fixed)
     saves = job.method == "qlora" and saves_matmul_input(job.storage, job.bnb_version)
-    # Those releases keep each 4-bit matmul's input on ctx.tensors, not among the saved tensors the backward frees
-    # (bitsandbytes/autograd/_functions.py MatMul4Bit.forward at 0.42.0 L522-525; #1270 dropped it in 0.43.2): they
-    # live as long as the graph. LitGPT's loop keeps `loss`, the graph's root, until the next micro-batch's loss
-    # replaces it (litgpt@43c44323 finetune/lora.py L274-281), as a loop keeping the output does: the previous
-    # micro-batch's inputs of every quantised Linear (LitGPT's head among them) live through this one's forward
-    # and loss (FINDINGS.md F55)
-    carried = B * T * c * (sum(n * held_input_width(b) for b, n in distinct)
-                           + (a.embed_dim or a.hidden if runs_litgpt(job.loss) else 0)) \
-        if saves and (runs_litgpt(job.loss) or job.keep_outputs) else 0
+    carried = B * T * carried_input_bytes(a, distinct, job.loss, job.keep_outputs, saves, c)  # F55
     terms = regime_terms(a, g, r, rank, roles, memo)
     def per_layer(b, n):  # transformers' class, and what LitGPT's own code keeps beyond it (frameworks.py)
         return T * (layer_bytes(a, b, r, job.attention, T, saves, job.upcast_fp32, n)
@@ -257,6 +243,12 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
     index = layer_index(spec, memo)
     last_of = {k: j for j, k in enumerate(index)}
     later = [sum(layer[k] for k in index[last_of[i] + 1:]) if i in last_of else 0 for i in range(len(distinct))]
+    # checkpointed, per distinct layer at its lowest: what the recurrent layers above keep of their recomputation
+    # (recurrence.rglru_kept_bytes), but through Unsloth's checkpointing, whose backward frees the recomputed graph
+    lru = [0 if job.offload_checkpoints else T * rglru_kept_bytes(b, r) for b, _ in distinct]
+    first_of = {k: j for j, k in reversed(list(enumerate(index)))}
+    ckpt_layer = [v + sum(lru[k] for k in index[first_of[i] + 1:]) if any(lru) and i in first_of else v
+                  for i, v in enumerate(layer)]
     # checkpointing a full fine-tune: the first layer of the stack, its input alone kept (and the embedding's
     # output), and the gradients of every other layer made before its recomputation, and of its own last Linear,
     # whose backward runs first while the layer's saved tensors are all still live (read off F18's peak)
@@ -274,6 +266,7 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
     fwd_less = T * c * spec.logits if job.loss == "hf" else 0
     out: list[tuple[Phase, ...]] = []
     for grad_ckpt in variants:
+        lay = ckpt_layer if grad_ckpt else layer  # `lay` is read where the layers are checkpointed
         cache = T * kept_cache_bytes(a, g, r, grad_ckpt, job.upcast_fp32)  # kept output's (F8); upcast's (F62)
         kept, cache = (T * c * spec.logits + cache if job.keep_outputs else 0), (cache if job.upcast_fp32 else 0)
         if not grad_ckpt:
@@ -316,7 +309,7 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
             # the last layer; a full fine-tune's every later layer's at the first).
             inputs = embed + kept_inputs * T * per_input
             # the layer recomputed at the peak, and its per-expert tensors
-            recomputed = max(zip(layer, held, fixed, beside, strict=True), key=lambda t: B * (t[0] + t[1]) + sum(t[2:]),
+            recomputed = max(zip(lay, held, fixed, beside, strict=True), key=lambda t: B * (t[0] + t[1]) + sum(t[2:]),
                              default=(0, 0, 0, 0))
             phases = [phase("loss (logits)", weights=weights, optimizer_state=state,
                             activations=B * (inputs + head + kept - logits) + carried, logits=B * logits,
@@ -335,29 +328,29 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
                                     logits=B * (logits - fwd_less),
                                     overhead_weights=copies, overhead_fixed=chunk))
             if any(f for f, _ in chunked):  # a Mamba-2 layer's recomputed forward at its chunks (recurrence)
-                k = max(range(len(distinct)), key=lambda i: B * (layer[i] + chunked[i][0]) + fixed[i])
+                k = max(range(len(distinct)), key=lambda i: B * (lay[i] + chunked[i][0]) + fixed[i])
                 phases.append(phase("backward (recomputing the torch scan's chunks)", weights=weights,
                                     optimizer_state=state, gradients=head_grads,
-                                    activations=B * (inputs + layer[k] + chunked[k][0]) + fixed[k],
+                                    activations=B * (inputs + lay[k] + chunked[k][0]) + fixed[k],
                                     overhead_weights=ckpt_copies[1], overhead_fixed=dequant, experts=fixed[k]))
             if r.trained:  # a full fine-tune's gradients grow as the backward goes down the stack while the
                 # checkpointed inputs are freed: the first layer's recomputation, beside every later layer's gradients
                 phases.append(phase("backward (recomputing the first checkpointed layer)", weights=weights,
                                     optimizer_state=state, gradients=first_grads,
-                                    activations=B * (first_inputs + layer[first] + held[first]) + fixed[first],
+                                    activations=B * (first_inputs + lay[first] + held[first]) + fixed[first],
                                     overhead_weights=ckpt_copies[1], overhead_fixed=beside[first],
                                     experts=fixed[first]))
             elif lora:  # so do the adapters', which counts where they are large (LoRA on many experts' tensors):
                 # every later layer's, beside the first layer's recomputation
                 phases.append(phase("backward (recomputing the first checkpointed layer)", weights=weights,
                                     optimizer_state=state, gradients=adapter_grads_first,
-                                    activations=B * (first_inputs + layer[first] + held[first]) + fixed[first],
+                                    activations=B * (first_inputs + lay[first] + held[first]) + fixed[first],
                                     overhead_weights=ckpt_copies[1], overhead_fixed=beside[first],
                                     experts=fixed[first]))
         if any(g for g, _ in terms.grads):  # the last (recomputed) layer's adapted down's backward (F10)
             i, (weight_grad, per_token) = max(enumerate(terms.grads), key=lambda t: t[1][0] + B * T * t[1][1]
-                                              + (B * layer[t[0]] + fixed[t[0]] if grad_ckpt else 0))
-            live, experts = (B * (inputs + layer[i]), fixed[i]) if grad_ckpt else (B * (emb + layers_sum), fixed_sum)
+                                              + (B * lay[t[0]] + fixed[t[0]] if grad_ckpt else 0))
+            live, experts = (B * (inputs + lay[i]), fixed[i]) if grad_ckpt else (B * (emb + layers_sum), fixed_sum)
             phases.append(phase("backward (an adapted expert tensor's gradient)", weights=weights,
                                 optimizer_state=state, activations=live + experts + weight_grad + B * T * per_token,
                                 overhead_weights=ckpt_copies[1] if grad_ckpt else copies, overhead_fixed=dequant,
@@ -370,8 +363,8 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
                                 overhead_weights=ckpt_copies[-1] if grad_ckpt else copies, overhead_fixed=dequant))
         if late:  # the layer whose (recomputed) softmax or scan backward holds the most, the head's tensors freed
             name, k, extra, made_after, freed = max(late, key=lambda t: B * t[2] + t[3] - t[4]
-                                                    + (B * layer[t[1]] + fixed[t[1]] if grad_ckpt else -B * later[t[1]]))
-            live, experts = (B * (inputs + layer[k] + extra), fixed[k]) if grad_ckpt else \
+                                                    + (B * lay[t[1]] + fixed[t[1]] if grad_ckpt else -B * later[t[1]]))
+            live, experts = (B * (inputs + lay[k] + extra), fixed[k]) if grad_ckpt else \
                 (B * (emb + layers_sum - later[k] + T * views + kept + extra), fixed_sum)
             if name in (SCAN_PHASE, EXPERTS_PHASE) and not grad_ckpt and r.trained and r.amp:
                 freed += 2 * head_mm  # the head's backward ran: its autocast copy is freed
@@ -381,8 +374,8 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
                                 overhead_weights=(ckpt_copies[1] if grad_ckpt else copies) - freed))
         held_scores = eager_forward_scores(a, g, r, T, grad_ckpt) if job.attention == "eager" else 0
         if held_scores:  # the largest attention layer's softmax in the forward: its locals' scores (attention.py)
-            k = max(range(len(distinct)), key=lambda i: layer[i])
-            live = inputs + layer[k] if grad_ckpt else emb + layers_sum + T * views + kept
+            k = max(range(len(distinct)), key=lambda i: lay[i])
+            live = inputs + lay[k] if grad_ckpt else emb + layers_sum + T * views + kept
             phases.append(phase(EAGER_FORWARD_PHASE, weights=weights, optimizer_state=state, overhead_fixed=dequant,
                                 activations=B * (live + held_scores) + (fixed[k] if grad_ckpt else fixed_sum) + carried,
                                 overhead_weights=ckpt_copies[0] if grad_ckpt else copies))
@@ -392,9 +385,11 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
             _, k, extra, made_after, freed = scan_first[0]
             phases.append(phase(SCAN_PHASE, weights=weights, optimizer_state=state,
                                 gradients=first_grads + made_after - param_bytes * last_linear_params(distinct[k][0]),
-                                activations=B * (first_inputs + layer[k] + extra) + fixed[k], overhead_fixed=dequant,
+                                activations=B * (first_inputs + lay[k] + extra) + fixed[k], overhead_fixed=dequant,
                                 experts=fixed[k], overhead_weights=ckpt_copies[1] - freed))
-        every = tuple(replace(p, overhead_fixed=p.overhead_fixed + buffers) for p in (*phases, *closing)) \
-            if buffers else (*phases, *closing)  # only a framework's own model has buffers to add (the site's none)
+        ends = tuple(replace(p, activations=p.activations + B * sum(lru[k] for k in index)) for p in closing) \
+            if grad_ckpt and any(lru) else closing  # every recurrent layer's recomputation, kept (F66)
+        every = tuple(replace(p, overhead_fixed=p.overhead_fixed + buffers) for p in (*phases, *ends)) \
+            if buffers else (*phases, *ends)  # only a framework's own model has buffers to add (the site's none)
         out.append(accumulating_phases(every, grad) if job.grad_accum > 1 else every)
     return out, trainable, c, param_bytes

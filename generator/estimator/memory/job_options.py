@@ -16,7 +16,7 @@ from .activations import ADAPTER_NO_CAST, Regime, regime
 from .attention import default_attention
 from .frameworks import LITGPT_LOSS, TORCHTUNE_LOSS, framework_attention, framework_model, own_model
 from .recipes import RECIPES
-from .storage import bnb_leaves_linears
+from .storage import ADAMW8BIT_STATE_BYTES, bnb_leaves_linears
 
 # The values each option of a Job takes (validate)
 METHODS = ("full", "lora", "qlora", "inference")
@@ -221,6 +221,17 @@ def layer_input_bytes(g: Graph, r: Regime) -> int:
     """Per token, what a checkpointed layer keeps as its input: the residual stream, every stream of it
     (Spec.streams)."""
     return r.residual_bytes * g.spec.hidden * g.spec.streams
+
+
+def optimizer_bytes(optimizer: str, trainable: int, param_bytes: int) -> tuple[float, int]:
+    """The optimizer's state for `trainable` parameters of `param_bytes` each, and its step's temporaries:
+    - adamw (torch.optim.AdamW, foreach on CUDA): exp_avg, exp_avg_sq as zeros_like(param) = 2 x param bytes; the
+      foreach step holds one temporary as large as the parameters (F5: 20 x P measured under AMP);
+    - adamw-fused (torch._fused_adamw_, Trainer's adamw_torch_fused), adamw8bit / paged-adamw (bitsandbytes' one
+      fused kernel): in place, no temporary. sgd (no momentum): no state, torch._foreach_add_ in place."""
+    state = {"adamw": 2 * param_bytes, "adamw-fused": 2 * param_bytes, "paged-adamw": 2 * param_bytes,
+             "adamw8bit": ADAMW8BIT_STATE_BYTES, "sgd": 0}[optimizer] * trainable
+    return state, param_bytes * trainable if optimizer == "adamw" else 0
 
 
 def fp32_base(job: Job) -> bool:

@@ -273,6 +273,19 @@ def rglru_bytes(b: Block, r: Regime) -> int:
     return out
 
 
+def rglru_kept_bytes(b: Block, r: Regime) -> int:
+    """Per token, what a RecurrentGemma recurrent layer's checkpointed recomputation leaves alive until the next
+    step's forward reaches that layer. RecurrentGemmaRglru.forward stores its final state on the module
+    (`self.recurrent_states`, with use_cache off too), and a recomputation's graph holds the tensors it saved
+    (torch/utils/checkpoint.py _recomputation_hook: pack_hook returns the tensor itself), so the stored state keeps
+    the x branch's graph and the loop's tensors, the block's whole saved set (the part's `act` and rglru_bytes), and
+    a trained linear_x's input: beside every lower layer's backward, the optimizer step, and the next forward's
+    lower layers. Read off the live tensors at a lower layer's backward (FINDINGS.md F66)."""
+    c = r.compute_bytes
+    return rglru_bytes(b, r) + sum(c * p.act + (c * p.linears[1][0] if r.trained else 0)
+                                   for p in b.parts if p.scan and p.scan[0] == 5)
+
+
 def rglru_backward_bytes(b: Block, r: Regime) -> int:
     """Per token, what an RG-LRU block's backward holds beside its saved tensors: the loop indexes the recurrent
     gate and the normalised input step by step, so each select's gradient is a zero-filled tensor of the whole

@@ -1,9 +1,10 @@
 """Stored bytes of weights: a quantised checkpoint's packed elements and scales, the bases a job may quantise to
-(QUANTS), the weights a job or a server holds, the dequantised transient, and bitsandbytes' 8-bit optimizer state."""
+(QUANTS), the weights a job or a server holds, the dequantised transient, what a 4-bit matmul saves, and
+bitsandbytes' 8-bit optimizer state."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from ..config.arch import Arch, Quant
 from ..config.transformers_defaults import TENSOR_EXPERTS
@@ -22,7 +23,8 @@ from .activations import (
 )
 from .dropouts import layer_dropouts
 from .ends import parallel_mlp
-from .lora import linear_roles
+from .frameworks import runs_litgpt
+from .lora import held_input_width, linear_roles
 
 # bitsandbytes 8-bit optimizers: two uint8 states + one fp32 absmax per 256-element block each
 # (bitsandbytes/optim/optimizer.py Optimizer2State.init_state, blocksize 256; Dettmers et al. 2022,
@@ -371,3 +373,17 @@ def saves_matmul_input(storage: str, bnb_version: str) -> bool:
     if storage == "int8":
         return True
     return storage == "nf4" and bool(bnb_version) and tuple(int(x) for x in bnb_version.split(".")) < BNB_INPUT_FREED
+
+
+def carried_input_bytes(a: Arch, blocks: Sequence[tuple[Block, int]], loss: str, keep_outputs: bool, saves: bool,
+                        c: int) -> int:
+    """Per token, the previous micro-batch's inputs of every quantised Linear (`blocks`: distinct layers and their
+    counts), live through this one's forward and loss. The releases that save the matmul's input
+    (saves_matmul_input) keep it on ctx.tensors, not among the saved tensors the backward frees
+    (bitsandbytes/autograd/_functions.py MatMul4Bit.forward at 0.42.0 L522-525; #1270 dropped it in 0.43.2), so it
+    lives as long as the graph; LitGPT's loop keeps `loss`, the graph's root, until the next micro-batch's loss
+    replaces it (litgpt@43c44323 finetune/lora.py L274-281), as a loop keeping the output does. LitGPT's quantised
+    head's input among them (FINDINGS.md F55)."""
+    if not saves or not (runs_litgpt(loss) or keep_outputs):
+        return 0
+    return c * (sum(n * held_input_width(b) for b, n in blocks) + (a.embed_dim or a.hidden if runs_litgpt(loss) else 0))
