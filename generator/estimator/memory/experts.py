@@ -5,9 +5,10 @@ gradients of an MoE that runs every expert on every token."""
 from __future__ import annotations
 
 from ..config.arch import Arch
+from ..graph.nodes import Graph
 from ..graph.parts import Block, Part
 from .activations import Regime, recompute_transient_bytes
-from .lora import expert_tensors
+from .lora import all_linear_roles, expert_tensors
 
 
 def expert_weight_bytes(b: Block, roles: frozenset[str] | None, r: Regime) -> int:
@@ -15,6 +16,23 @@ def expert_weight_bytes(b: Block, roles: frozenset[str] | None, r: Regime) -> in
     base weight's dtype (the residual stream's: bf16, or fp32 after prepare_model_for_kbit_training or under
     fp32) and kept by the grouped matmul (the router's F.linear) for its input's gradient (FINDINGS.md F10)."""
     return r.residual_bytes * sum(e * i * o for e, i, o, _, _ in expert_tensors(b, roles))
+
+
+def frozen_input_expert_bytes(a: Arch, g: Graph, roles: frozenset[str] | None, r: Regime) -> int:
+    """Batch-free, what expert_weight_bytes charges that the first layer of a parallel MoE block does not keep where
+    the embedding is frozen (Cohere2-MoE: attention and MoE read one norm's output). That MoE's input then needs no
+    gradient, so the effective weights that only its gradient reads, the router's and the gate-up tensor's, are made
+    and not saved; the down tensor reads the gate-up's output, which needs one (FINDINGS.md F67). Callers leave it
+    in when enable_input_require_grads runs (checkpointing, prepare_model_for_kbit_training)."""
+    spec = g.spec
+    if r.trained or not spec.blocks or spec.image_tokens or any(p.linears or p.matmul for p in spec.embed):
+        return 0
+    parts = spec.blocks[0].parts
+    moe = next((i for i, p in enumerate(parts) if p.type.startswith("MoE")), 0)
+    if not any(p.attends for p in parts[:moe]) or any(p.type == "Add" for p in parts[:moe]):
+        return 0
+    tensors = expert_tensors(spec.blocks[0], all_linear_roles(a) if roles is None else roles)
+    return r.residual_bytes * sum(e * i * o for e, i, o, m, _ in tensors if e == 1 or m == 2)
 
 
 def expert_grad_transient(b: Block, roles: frozenset[str] | None, r: Regime) -> tuple[int, int]:

@@ -25,7 +25,7 @@ from .activations import (
 )
 from .attention import eager_forward_scores, head_params, math_backward_bytes
 from .ends import final_norm_backward_bytes, head_norm_bytes
-from .experts import every_expert_backward_terms, held_transient_bytes
+from .experts import every_expert_backward_terms, frozen_input_expert_bytes, held_transient_bytes
 from .frameworks import (
     dequant_bytes_per_weight,
     framework_buffer_bytes,
@@ -188,7 +188,8 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
     fixed = [f + framework_fixed_bytes(a, b, r, job.loss, job.attention, T)  # LitGPT's sliding-window masks
              for (b, _), f in zip(distinct, terms.experts, strict=True)]
     layers_sum = sum(n * v for (_, n), v in zip(distinct, layer, strict=True))
-    fixed_sum = sum(n * f for (_, n), f in zip(distinct, fixed, strict=True))
+    fixed_sum = sum(n * f for (_, n), f in zip(distinct, fixed, strict=True)) - (  # without checkpointing
+        0 if job.upcast_fp32 or own_model(job.loss) else frozen_input_expert_bytes(a, g, roles, r))
     embed = (r.residual_bytes * spec.hidden if r.trained else 0) * T + c * spec.vision_act * images
     dropout, frozen, head_rate = end_terms(a, g, s, r, memo, None if own_model(job.loss) else roles)
     embed += T * dropout
