@@ -25,14 +25,19 @@ def _text_only_rows():
             and r["config"].get("vision_config")]
 
 
+# F68: Llama-3.2-11B-Vision's text-only step skips its cross-attention layers, which the estimate prices as run
+TEXT_ONLY_BOUND = {"google/gemma-4-26B-A4B": 0.01, "meta-llama/Llama-3.2-11B-Vision": 0.03}
+
+
 def test_text_only_steps_are_priced_without_the_tower():
-    """The harness feeds text only: gemma-3's four steps within 0.5%, gemma-4's within 1% (F40). Priced with one image
-    (the default), gemma-3's LoRA at 1,024 tokens reads 40% over."""
+    """The harness feeds text only: gemma-3's steps (QLoRA among them), Qwen2.5-VL's, LLaVA's, Magistral's and
+    Qwen3.5's within 0.6%, gemma-4's within 1% (F40), Llama-3.2-Vision's within 3% (F68). Priced with one image (the
+    default), gemma-3's LoRA at 1,024 tokens reads 40% over."""
     rows = _text_only_rows()
-    assert len(rows) == 5
+    assert len(rows) == 15
     for row in rows:
         error = estimate_bytes(row, S) / row["measured"]["peak_bytes"] - 1
-        assert abs(error) < (0.01 if row["model"] == "google/gemma-4-26B-A4B" else 0.005), row["model"]
+        assert abs(error) < TEXT_ONLY_BOUND.get(row["model"], 0.006), (row["model"], error)
     lora = next(r for r in rows if r["model"] == GEMMA3 and r["setup"]["method"] == "lora"
                 and r["setup"]["tokens"] == 1024)
     one_image = estimate_bytes({**lora, "setup": {**lora["setup"], "images": None}}, S)

@@ -123,13 +123,17 @@ TINY_BERT = {"architectures": ["BertForMaskedLM"], "model_type": "bert", "hidden
     # priced at full size in test_encoder_dropouts (bge-reranker): at 64 wide the pooler and classifier weigh in
     ({**TINY_BERT, "architectures": ["BertForSequenceClassification"], "id2label": {"0": "score"}},
      "BertForSequenceClassification", "a sequence classifier's generate is not simulated", False),
+    # an embedding model (Snowflake's arctic-embed, e5): the bare encoder, its pooler, a contrastive loss
+    ({**TINY_BERT, "architectures": ["BertModel"]}, "BertModel", "an embedding model's generate is not simulated",
+     True),
 ])
 def test_encoder_decoders_and_masked_lms_run_their_own_class(config, built, refused, priced):
     """config.is_encoder_decoder: AutoModelForSeq2SeqLM (labels = the input ids, so the decoder runs as many tokens
     as the encoder); architectures ending in ForMaskedLM: AutoModelForMaskedLM (every token a label; peft's plain
     PeftModel, as no task type wraps a masked LM); in ForSequenceClassification: that class (one float label per
-    sequence where num_labels is 1). Each is priced with the CPU's kernels within the tolerance, and
-    its generate is refused by name (the harness's prefill feeds a decoder alone)."""
+    sequence where num_labels is 1); a bare encoder (BertModel): AutoModel, trained on run.embedding_loss. Each is
+    priced with the CPU's kernels within the tolerance, and its generate is refused by name (the harness's prefill
+    feeds a decoder alone)."""
     pytest.importorskip("peft")
     from generator.measure.build import MeasureError, build_on_meta
     from generator.settings import load_settings
@@ -143,6 +147,47 @@ def test_encoder_decoders_and_masked_lms_run_their_own_class(config, built, refu
         assert _within(run["measured"]["peak_bytes"], estimate)
     with pytest.raises(MeasureError, match=refused):
         build_on_meta(config, Setup("inference", tokens=64, new_tokens=4))
+
+
+TINY_LLAVA = {"architectures": ["LlavaForConditionalGeneration"], "model_type": "llava", "image_token_index": 999,
+              "text_config": {**TINY_LLAMA, "vocab_size": 1000},
+              "vision_config": {"model_type": "clip_vision_model", "hidden_size": 32, "intermediate_size": 64,
+                                "num_hidden_layers": 2, "num_attention_heads": 2, "image_size": 28, "patch_size": 14,
+                                "projection_dim": 32}}
+
+
+def test_a_vision_language_checkpoint_is_built_whole_and_fed_text():
+    """A ForConditionalGeneration of an image-text-to-text class is built with AutoModelForImageTextToText, its
+    vision tower and projector included (the estimate counts their weights), where the causal-LM mapping names the
+    text model alone for some types (qwen3_5: Qwen3_5ForCausalLM; mllama); the step is text-only and priced
+    within the tolerance; its generate is not refused."""
+    pytest.importorskip("peft")
+    from generator.measure.build import build_on_meta, hf_config, model_kind
+    from generator.settings import load_settings
+
+    model = build_on_meta(TINY_LLAVA, Setup("full", tokens=64))
+    assert type(model).__name__ == "LlavaForConditionalGeneration"
+    assert model_kind(hf_config(TINY_LLAVA, "sdpa")) == "vision"
+    assert model_kind(hf_config({**TINY_LLAVA, "architectures": ["LlavaForCausalLM"]}, "sdpa")) == "causal"
+    assert type(build_on_meta(TINY_LLAVA, Setup("inference", tokens=64, new_tokens=4))) is type(model)
+    setup = Setup("lora", tokens=256)
+    run = _peak(TINY_LLAVA, setup)
+    assert run["measured"]["status"] == "ok"
+    estimate = estimate_for(TINY_LLAVA, "tiny", setup, load_settings().assumptions, kernels="cpu")["peak_bytes"]
+    assert _within(run["measured"]["peak_bytes"], estimate)
+
+
+def test_the_embedding_loss_scores_in_batch_negatives():
+    """run.embedding_loss: CLS states normalised, 20 x their cosine similarities, cross-entropy on the diagonal;
+    identical sequences score log(batch)."""
+    from types import SimpleNamespace
+
+    from generator.measure.run import embedding_loss
+
+    same = SimpleNamespace(last_hidden_state=torch.ones(4, 3, 8))
+    assert abs(embedding_loss(same).item() - torch.log(torch.tensor(4.0)).item()) < 1e-6
+    apart = SimpleNamespace(last_hidden_state=torch.eye(4).unsqueeze(1).expand(4, 3, 4).contiguous())
+    assert embedding_loss(apart).item() < 1e-6
 
 
 # --- harness pieces ----------------------------------------------------------------------------------------

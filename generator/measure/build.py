@@ -68,16 +68,32 @@ def default_dtype(dtype: torch.dtype):
 
 # The class the harness builds per model kind (model_kind), and what its error messages call it.
 KIND_WORDS = {"seq2seq": ("seq2seq-LM", "an encoder-decoder"), "masked": ("masked-LM", "a masked LM"),
-              "classifier": ("classifier", "a sequence classifier"), "causal": ("causal-LM", "a causal LM")}
+              "classifier": ("classifier", "a sequence classifier"), "causal": ("causal-LM", "a causal LM"),
+              "embedding": ("bare encoder", "an embedding model"),
+              "vision": ("image-text-to-text", "a vision-language model")}
 
 
 def model_kind(hf) -> str:
     """What transformers config `hf` is trained as: "seq2seq" (is_encoder_decoder: T5, BART...), "masked" or
-    "classifier" (its architectures end in ForMaskedLM or ForSequenceClassification), else "causal"."""
+    "classifier" (its architectures end in ForMaskedLM or ForSequenceClassification), "embedding" (a bare encoder:
+    BertModel, XLMRobertaModel, as embedding models ship, of a type that has a masked-LM class), "vision" (a
+    vision-language checkpoint, its architectures a ForConditionalGeneration of an image-text-to-text class: built
+    whole, towers included, where the causal-LM mapping may name its text model alone), else "causal"."""
+    from transformers.models.auto.modeling_auto import (
+        MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES,
+        MODEL_FOR_MASKED_LM_MAPPING_NAMES,
+    )
+
     if getattr(hf, "is_encoder_decoder", False):
         return "seq2seq"
     archs = getattr(hf, "architectures", None) or [""]
     head = archs[0] if isinstance(archs[0], str) else ""
+    if head.endswith(("Model", "Encoder")) and not head.endswith("LMHeadModel") \
+            and getattr(hf, "model_type", "") in MODEL_FOR_MASKED_LM_MAPPING_NAMES:
+        return "embedding"
+    if head.endswith("ForConditionalGeneration") and getattr(hf, "vision_config", None) is not None \
+            and MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES.get(getattr(hf, "model_type", "")) == head:
+        return "vision"
     return "masked" if head.endswith("ForMaskedLM") else "classifier" if head.endswith("ForSequenceClassification") \
         else "causal"
 
@@ -86,9 +102,13 @@ def build_on_meta(config: Mapping[str, Any], setup: Setup, with_lora: bool = Tru
     """The model on the meta device (no memory), LoRA applied where asked. Move it with `materialise`. An
     encoder-decoder is built with its seq2seq LM class, whose training step (workload: labels = the input ids) runs
     the decoder over as many tokens as the encoder; a masked LM with its masked-LM class, every token a label; a
-    sequence classifier with its own class, one label per sequence (model_kind). None of them generates."""
+    sequence classifier with its own class, one label per sequence; an embedding model as its bare encoder, trained
+    on a contrastive loss (run.embedding_loss); a vision-language model whole, fed text (model_kind). None of them
+    but a causal LM generates."""
     from transformers import (
+        AutoModel,
         AutoModelForCausalLM,
+        AutoModelForImageTextToText,
         AutoModelForMaskedLM,
         AutoModelForSeq2SeqLM,
         AutoModelForSequenceClassification,
@@ -97,11 +117,12 @@ def build_on_meta(config: Mapping[str, Any], setup: Setup, with_lora: bool = Tru
     weight_dtype, adapter_dtype, amp = dtypes(setup)
     hf = hf_config(config, setup.attention)
     kind = model_kind(hf)
-    if kind != "causal" and setup.method == "inference":
+    if kind not in ("causal", "vision") and setup.method == "inference":
         raise MeasureError(f"{KIND_WORDS[kind][1]}'s generate is not simulated (the harness prefills a decoder "
                            "alone)", key="--method", value=setup.method)
-    auto = {"seq2seq": AutoModelForSeq2SeqLM, "masked": AutoModelForMaskedLM,
-            "classifier": AutoModelForSequenceClassification, "causal": AutoModelForCausalLM}[kind]
+    auto = {"seq2seq": AutoModelForSeq2SeqLM, "masked": AutoModelForMaskedLM, "embedding": AutoModel,
+            "classifier": AutoModelForSequenceClassification, "causal": AutoModelForCausalLM,
+            "vision": AutoModelForImageTextToText}[kind]
     # The default dtype is set before building: .to(bfloat16) on fake tensors fails ("Couldn't swap").
     with default_dtype(weight_dtype), torch.device("meta"):
         try:
@@ -123,7 +144,7 @@ def apply_lora(model, setup: Setup, adapter_dtype: torch.dtype, device: str = "m
                            value=setup.method) from None
     targets: Any = "all-linear" if setup.lora_targets == "all-linear" else [t.strip() for t in setup.lora_targets.split(",")]
     # peft's task types wrap a seq2seq or causal LM; a masked LM or a classifier takes the plain PeftModel
-    task = {"seq2seq": "SEQ_2_SEQ_LM", "causal": "CAUSAL_LM"}.get(model_kind(model.config))
+    task = {"seq2seq": "SEQ_2_SEQ_LM", "causal": "CAUSAL_LM", "vision": "CAUSAL_LM"}.get(model_kind(model.config))
     cfg = LoraConfig(r=setup.lora_rank, lora_alpha=2 * setup.lora_rank, lora_dropout=setup.lora_dropout,
                      target_modules=targets, task_type=task)
     # Adapters are made in the default dtype, then peft casts them to fp32 when autocast_adapter_dtype.

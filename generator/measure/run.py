@@ -92,8 +92,9 @@ def workload(model, setup: Setup, vocab: int, device: str, tracker: PeakTracker 
             stage(f"step {step}" + (f" micro-batch {micro}" if k > 1 else ""),
                   "last step" if step == setup.steps else None)
             with autocast:
-                out = model(input_ids=ids, labels=labels)
-            loss = out.loss / k if k > 1 else out.loss
+                out = model(input_ids=ids) if labels is None else model(input_ids=ids, labels=labels)
+                loss = embedding_loss(out) if labels is None else out.loss
+            loss = loss / k if k > 1 else loss
             if not setup.keep_outputs:  # HF Trainer's compute_loss keeps only the loss; a hand-written loop may not
                 del out
             loss.backward()
@@ -107,14 +108,27 @@ def workload(model, setup: Setup, vocab: int, device: str, tracker: PeakTracker 
             sync()
 
 
-def _labels(model, ids: torch.Tensor) -> torch.Tensor:
-    """The training step's labels: the input ids (a causal, masked or seq2seq LM's every token), or one per sequence
-    for a sequence classifier: a float target where num_labels is 1 (transformers' regression loss, MSE), a class
-    index otherwise."""
+def _labels(model, ids: torch.Tensor) -> torch.Tensor | None:
+    """The training step's labels: the input ids (a causal, masked or seq2seq LM's every token), one per sequence
+    for a sequence classifier (a float target where num_labels is 1, transformers' regression loss, MSE; a class
+    index otherwise), none for an embedding model (embedding_loss)."""
     config = (model.get_base_model() if hasattr(model, "get_base_model") else model).config
-    if model_kind(config) != "classifier":
+    kind = model_kind(config)
+    if kind == "embedding":
+        return None
+    if kind != "classifier":
         return ids
     return torch.zeros(ids.shape[0], dtype=torch.float32 if config.num_labels == 1 else torch.long, device=ids.device)
+
+
+def embedding_loss(out) -> torch.Tensor:
+    """An embedding model's step as sentence-transformers trains one (MultipleNegativesRankingLoss, its default for
+    pairs): each sequence's first-token state (CLS pooling), normalised, scored against every sequence of the batch
+    at scale 20 (in-batch negatives), cross-entropy on the diagonal. What it adds beside the encoder is
+    batch x hidden; the encoder's own tensors are the step's memory."""
+    emb = torch.nn.functional.normalize(out.last_hidden_state[:, 0].float(), dim=-1)
+    scores = 20.0 * emb @ emb.T
+    return torch.nn.functional.cross_entropy(scores, torch.arange(scores.shape[0], device=scores.device))
 
 
 def _unpacked(position_ids: torch.Tensor) -> None:

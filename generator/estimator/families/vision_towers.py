@@ -34,8 +34,11 @@ def _side(v: Reader, name: str, default: int | None = None) -> int:
     return v.int(name, default)
 
 
-def _part(params: int, n: int, h: int, inter: int, patches: int, per_patch: int) -> TowerResult:
-    return (Part("Vision_Tower", f"Vision transformer ({n} layers)", params, matmul=n * (4 * h * h + 2 * h * inter)),
+def _part(params: int, n: int, h: int, inter: int, patches: int, per_patch: int, gated: bool = False) -> TowerResult:
+    """The tower's Part: its matmul weights are each layer's q/k/v/o (4 x h x h) and its MLP's two matrices, or
+    three where the MLP is gated (gate, up, down)."""
+    mlp = (3 if gated else 2) * h * inter
+    return (Part("Vision_Tower", f"Vision transformer ({n} layers)", params, matmul=n * (4 * h * h + mlp)),
             patches, h, per_patch)
 
 
@@ -51,7 +54,7 @@ def qwen_vl(v: Reader, kind: str) -> TowerResult:
         layer = 4 * h * h + 4 * h + 3 * h * inter + 2 * inter + h + 2 * h  # gated MLP with biases, RMSNorms
     params = ch * tp * p * p * h + depth * layer
     patches = (448 // p) ** 2  # a nominal 448 x 448 image (the processor resizes dynamically)
-    part, _, _, _ = _part(params, depth, h, inter, patches, 0)
+    part, _, _, _ = _part(params, depth, h, inter, patches, 0, gated=kind != "qwen2_vl_vision")
     return part, patches, h, 8 * h + 3 * inter
 
 
@@ -66,7 +69,7 @@ def exaone4_5(v: Reader, kind: str) -> TowerResult:
     layer = 2 * h + linear(h, h + 2 * kv, True) + linear(h, h, True) + 2 * linear(h, inter, True) \
         + linear(inter, h, True)
     patches = (448 // p) ** 2  # a nominal 448 x 448 image (the processor resizes dynamically)
-    return _part(ch * tp * p * p * h + depth * layer, depth, h, inter, patches, 8 * h + 3 * inter)
+    return _part(ch * tp * p * p * h + depth * layer, depth, h, inter, patches, 8 * h + 3 * inter, gated=True)
 
 
 def siglip2(v: Reader, kind: str) -> TowerResult:
@@ -95,7 +98,7 @@ def pixtral(v: Reader, kind: str) -> TowerResult:
     p, ch, size = v.int("patch_size"), v.int("num_channels", 3), v.int("image_size")
     params = ch * p * p * h + h + n * vit_layer(h, inter, bias=False, norm="rmsnorm", gated=True)
     patches = min((size // p) ** 2, (1024 // p) ** 2)  # a nominal 1024 x 1024 image
-    return _part(params, n, h, inter, patches, 8 * h + 2 * inter)
+    return _part(params, n, h, inter, patches, 8 * h + 2 * inter, gated=True)
 
 
 def clip(v: Reader, kind: str) -> TowerResult:
@@ -232,7 +235,7 @@ def glm4v(v: Reader, kind: str) -> TowerResult:
     patches = (v.int("image_size") // p) ** 2
     layer = 2 * h + linear(h, 3 * h, v.flag("attention_bias", False)) + h * h + 3 * h * out
     params = patches * h + ch * tp * p * p * h + h + depth * layer + h + linear(h * m * m, out, True) + h
-    return _part(params, depth, h, out, patches, 8 * h + 3 * out)
+    return _part(params, depth, h, out, patches, 8 * h + 3 * out, gated=True)
 
 
 def glm_ocr(v: Reader, kind: str) -> TowerResult:
@@ -247,7 +250,7 @@ def glm_ocr(v: Reader, kind: str) -> TowerResult:
     layer = 2 * h + linear(h, 3 * h, bias) + linear(h, h, bias) + 2 * hd + 2 * linear(h, inter, bias) \
         + linear(inter, h, bias)
     params = ch * tp * p * p * h + h + depth * layer + linear(h * m * m, out, True) + h
-    return _part(params, depth, h, inter, (v.int("image_size") // p) ** 2, 8 * h + 3 * inter)
+    return _part(params, depth, h, inter, (v.int("image_size") // p) ** 2, 8 * h + 3 * inter, gated=True)
 
 
 def hy_v4_vl(v: Reader, kind: str) -> TowerResult:
@@ -299,7 +302,7 @@ def gemma4_vision(v: Reader, kind: str) -> TowerResult:
     layer = 2 * h * heads * hd + 2 * h * kv * hd + 3 * h * inter + 4 * h + 2 * hd
     params = 3 * p * p * h + 2 * v.int("position_embedding_size") * h + n * layer
     # per patch and layer: a gated MLP keeps gate, up and their product (3 x inter), as Qwen2.5-VL's tower
-    return _part(params, n, h, inter, GEMMA4_SOFT_TOKENS * k * k, 8 * h + 3 * inter)
+    return _part(params, n, h, inter, GEMMA4_SOFT_TOKENS * k * k, 8 * h + 3 * inter, gated=True)
 
 
 TOWERS: dict[str, Callable[[Reader, str], TowerResult]] = {

@@ -74,6 +74,7 @@ from .storage import (
     dequant_meeting,
     dequant_transient_bytes,
     quantised_params,
+    quantised_tower_params,
     saves_matmul_input,
     stored_mats,
     weight_bytes,
@@ -154,7 +155,7 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
         mats = framework_mats(a, job.loss, stored_mats(a, g, job.storage))
         weights = weight_bytes(g, job.storage, job.double_quant, mats) + param_bytes * trainable
         if job.upcast_fp32:  # prepare_model_for_kbit_training: every non-quantised fp16/bf16 parameter to fp32
-            weights += 2 * (P - quantised_params(mats))
+            weights += 2 * (P - quantised_params(mats) - quantised_tower_params(g, job.storage))
         # the fp32 LM head's bf16 autocast copy, saved for its input's gradient; freed by its backward, before any
         # checkpointed layer is recomputed
         head_copy = 2 * head_mm if r.amp and (job.upcast_fp32 or fp32) else 0

@@ -190,11 +190,15 @@ NF4_STATE_BYTES, NESTED_STATE_BYTES = 16 * 4, 256 * 4 + 4
 
 
 def weight_bytes(g: Graph, storage: str, double_quant: bool = False, mats: dict | None = None) -> int:
-    """Bytes of the whole model's weights stored as `storage` (quantised: the layers' Linears; the rest 16-bit)."""
+    """Bytes of the whole model's weights stored as `storage` (quantised: the layers' Linears, and a bitsandbytes
+    base's towers, quantised_tower_params; the rest 16-bit)."""
     if storage in ("bf16", "fp16", "fp32"):
         return (4 if storage == "fp32" else 2) * g.params_total
     q = QUANTS[storage]
     total = 2.0 * g.params_total
+    towers = quantised_tower_params(g, storage)
+    if towers:  # one aggregate: nf4's bytes follow the elements alone (int8's row scales are left out)
+        total += _mat_elements(q, 1, towers, 1)[1] - 2 * towers - (DOUBLE_QUANT_SAVING * towers if double_quant else 0)
     for (count, i, o), times in (layer_mats(g) if mats is None else mats).items():
         total += times * (_mat_elements(q, count, i, o)[1] - 2 * count * i * o)
         if double_quant:
@@ -354,6 +358,13 @@ def stored_mats(a: Arch, g: Graph, storage: str) -> dict[tuple[int, int, int], i
     """The layer_mats a quantised `storage` packs (None for a 16/32-bit base): every layer matrix, less the routed
     experts where bitsandbytes keeps them (bnb_keeps_experts)."""
     return layer_mats(g, bnb_keeps_experts(a, storage)) if storage in QUANTS else None
+
+
+def quantised_tower_params(g: Graph, storage: str) -> int:
+    """The towers' matmul weights (Graph.towers_matmul) that a bitsandbytes base packs as well: transformers 5.24
+    converts every nn.Linear but the output embedding, tied weights and the last parameter (quantizers/base.py
+    get_keys_to_not_convert), a tower's too (FINDINGS.md F69); a pre-quantised checkpoint's are as its file holds."""
+    return g.towers_matmul if storage in QUANTS and QUANTS[storage].method == "bitsandbytes" else 0
 
 
 def quantised_params(mats: dict[tuple[int, int, int], int] | None) -> int:

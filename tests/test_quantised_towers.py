@@ -1,0 +1,49 @@
+"""A bitsandbytes base quantises a vision-language model's towers too (FINDINGS.md F69), and a gated tower counts its
+MLP's three matrices among its matmul weights. Reference values: the Linear weights of Qwen2.5-VL-7B's vision tower
+and merger on the meta device (transformers 5.24), and the CPU-simulated QLoRA steps of Qwen2.5-VL-7B and
+gemma-3-27b (cpu-sim-extra.jsonl; +28.7% and +11.2% before)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from generator.accuracy_rows import estimate_bytes
+from generator.estimator.memory.storage import QUANTS, quantised_tower_params, weight_bytes
+from generator.settings import load_settings
+from tests.conftest import measured_rows, snapshot_model
+
+S = load_settings().assumptions
+QWEN_VL = "Qwen/Qwen2.5-VL-7B-Instruct"
+
+
+def test_a_gated_towers_matmul_weights_are_its_linears():
+    """Qwen2.5-VL's 32 vision blocks (fused qkv, proj, gate, up, down) and its merger: 674,529,280 Linear weights on
+    the meta device (489,881,600 before the gated MLP's third matrix was counted)."""
+    _, g = snapshot_model(QWEN_VL)
+    assert g.towers_matmul == 674_529_280
+
+
+def test_only_a_bitsandbytes_base_packs_the_towers():
+    """transformers' conversion (quantizers/base.py get_keys_to_not_convert) spares only the output embedding, tied
+    weights and the last parameter: the towers' Linears are packed as the layers' are, 0.5 B and an fp32 absmax
+    per 64 weights in nf4. A pre-quantised checkpoint's storage is what its file holds."""
+    _, g = snapshot_model(QWEN_VL)
+    assert QUANTS["nf4"].method == QUANTS["int8"].method == "bitsandbytes"
+    assert quantised_tower_params(g, "nf4") == quantised_tower_params(g, "int8") == g.towers_matmul
+    assert quantised_tower_params(g, "bf16") == quantised_tower_params(g, "gptq-int4") == 0
+    towers = g.towers_matmul
+    # the layers alone packed (the towers 16-bit): the towers' share of the saving is 2 B per weight less 0.5 B
+    # and 4 B of absmax per 64
+    layers_only = weight_bytes(dataclasses.replace(g, towers_matmul=0), "nf4")
+    assert abs(layers_only - weight_bytes(g, "nf4") - (2 - 0.5 - 4 / 64) * towers) < 1
+
+
+def test_the_simulated_qlora_steps_of_two_vlms():
+    """TRL's QLoRA (nf4, double quantisation, the kbit upcast, checkpointing, dropout 0.05), text only: within 1%."""
+    rows = [r for r in measured_rows("cpu-sim-extra") if r["setup"]["method"] == "qlora"
+            and r["model"] in (QWEN_VL, "google/gemma-3-27b-it")]
+    assert len(rows) == 2
+    for row in rows:
+        est, measured = estimate_bytes(row, S), row["measured"]["peak_bytes"]
+        assert est is not None
+        assert abs(est - measured) < 0.01 * measured, (row["model"], est / measured - 1)
