@@ -120,7 +120,7 @@ def test_vlm_training_carries_the_image(settings):
     a = normalise(cfg, "l")
     g = build_graph(a)
     with_image = train_profile(a, g, settings.assumptions, 2048, "lora", 16)
-    a2 = dataclasses.replace(a, spec=dataclasses.replace(a.spec, image_tokens=0))
+    a2 = dataclasses.replace(a, spec=dataclasses.replace(a.spec, image_tokens=0, vision_act=0))
     text_only = train_profile(a2, build_graph(a2), settings.assumptions, 2048, "lora", 16)
     assert with_image.embed_per_sample > text_only.embed_per_sample
 

@@ -51,6 +51,7 @@ from .layer_terms import (
     adapter_params,
     eager_backward_values,
     end_terms,
+    image_only,
     last_mlp_backward_bytes,
     layer_bytes,
     layer_index,
@@ -123,20 +124,19 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
     trainable parameters, compute bytes and trainable bytes per parameter. The layer terms are worked out once per
     distinct layer (Spec.distinct_layers) and summed times their counts; `memo` shares them with other jobs."""
     spec = g.spec
-    lora = job.method != "full"
-    fp32 = fp32_base(job)
+    lora, fp32 = job.method != "full", fp32_base(job)
     r = job_regime(job)
     c = r.compute_bytes
-    B, T = job.batch, job.tokens
-    P = g.params_total
+    B, T, P = job.batch, job.tokens, g.params_total
     distinct = spec.distinct_layers
     head_mm = sum(p.matmul for p in spec.head) or (spec.vocab * (a.embed_dim or a.hidden) if spec.tied else 0)
     # the vision tower's saved tensors, once per image of the sample (its soft tokens are among the T tokens)
-    images = (1 if spec.image_tokens else 0) if job.images is None else job.images
+    vision = spec.image_tokens or spec.vision_act  # mllama's images add no tokens, yet its tower runs on them
+    images = (1 if vision else 0) if job.images is None else job.images
     if not lora:
         # a text-only step never runs the towers: their weights get no gradient, so AdamW keeps no state for them
         # (torch/optim/adamw.py skips a parameter whose .grad is None) and autocast makes no copy of them
-        unused = (g.params_towers, g.towers_matmul) if spec.image_tokens and not images else (0, 0)
+        unused = (g.params_towers, g.towers_matmul) if vision and not images else (0, 0)
         trainable, param_bytes = P - unused[0], {"amp": 4, "bf16": 2, "fp32": 4}[job.precision]
         weights = param_bytes * P
         roles, rank, mats = None, 0, None
@@ -147,8 +147,7 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
         layer_mm = max((b.matmul for b, _ in distinct), default=0)
         ckpt_copies: tuple[int, ...] = (2 * head_mm, 2 * layer_mm) if r.amp else (0, 0)
     else:
-        roles = target_roles(a, g, job.lora_targets, model)
-        rank = job.lora_rank
+        roles, rank = target_roles(a, g, job.lora_targets, model), job.lora_rank
         trainable = sum(n * v for (_, n), v in zip(distinct, adapter_params(spec, rank, roles, memo), strict=True))
         param_bytes = r.adapter_bytes
         # weights and the dequantised transient share it (LitGPT's quantiser packs the head too: frameworks.py)
@@ -188,6 +187,9 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
         T * held_transient_bytes(b, r, roles, saves, job.upcast_fp32, a) for b, _ in distinct])
     fixed = [f + framework_fixed_bytes(a, b, r, job.loss, job.attention, T)  # LitGPT's sliding-window masks
              for (b, _), f in zip(distinct, terms.experts, strict=True)]
+    if not images:  # a text-only step skips the layers that run only beside an image (layer_terms.image_only)
+        layer, held = ([0 if image_only(a, b) else v for (b, _), v in zip(distinct, t, strict=True)]
+                       for t in (layer, held))
     layers_sum = sum(n * v for (_, n), v in zip(distinct, layer, strict=True))
     fixed_sum = sum(n * f for (_, n), f in zip(distinct, fixed, strict=True)) - (  # without checkpointing
         0 if job.upcast_fp32 or own_model(job.loss) else frozen_input_expert_bytes(a, g, roles, r))
@@ -197,8 +199,7 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
     # a frozen embedding's output needs no gradient: layer 0's norm and the dropout after it keep nothing, unless
     # enable_input_require_grads runs (checkpointing, prepare_model_for_kbit_training)
     frozen_embed = 0 if job.upcast_fp32 else T * frozen
-    head = T * head_rate
-    logits = T * s.logits_bytes * spec.logits
+    head, logits = T * head_rate, T * s.logits_bytes * spec.logits
     head, logits, chunk = loss_terms(a, g, job.loss, job.batch, job.tokens, c, head, logits, lora and mats is not None,
                                      r.trained)
     # overhead by how it shares out over GPUs (parallel.Phase): autocast's copies of the weights; what every

@@ -180,9 +180,9 @@ def prepared(a: Arch, g: Graph, job: Job, model: str, memo: dict | None
     per-layer terms where that model is the one they were worked out for."""
     model = model or a.model_type
     validate(job, model)
-    if job.images and not g.spec.image_tokens:
-        raise JobError(model, "images", job.images, "is for a model whose images add tokens to its sequence (a vision "
-                                                    "tower and a projector); this one reads none")
+    if job.images and not (g.spec.image_tokens or g.spec.vision_act):
+        raise JobError(model, "images", job.images, "is for a model that reads images (a vision tower and a "
+                                                    "projector); this one reads none")
     a2, g2 = framework_model(a, g, job.loss)
     if not job.attention and (own := framework_attention(a2, job.loss)):
         job = dataclasses.replace(job, attention=own)

@@ -29,6 +29,17 @@ from .recurrence import rglru_bytes, torch_scan_bytes
 
 T = TypeVar("T")  # what a term is per layer (bytes, or a tuple of terms)
 
+# The layers transformers runs only beside an image, per family: mllama's cross-attention layers
+# (modeling_mllama.MllamaTextModel.forward: `if is_cross_attention_layer and cross_attention_states is None and
+# is_cross_attention_cache_empty: continue`).
+IMAGE_ONLY_MIXERS = {"mllama": "Cross Attn"}
+
+
+def image_only(a: Arch, b: Block) -> bool:
+    """Whether layer `b` runs only when the step carries an image (IMAGE_ONLY_MIXERS): a text-only step skips it."""
+    kind = IMAGE_ONLY_MIXERS.get(a.family)
+    return kind is not None and any(p.type == kind for p in b.parts)
+
 # Attention classes whose fused projection's output stays alive through a view SDPA saves: q is a view of the fused
 # qkv output (split, view, transpose, no rope to copy it), while a training forward's DynamicCache (use_cache from
 # the config; None under gradient checkpointing) copies k and v (cache_utils.DynamicLayer.update: torch.cat), and

@@ -137,7 +137,7 @@ def train_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, method: str, r
         for w, m, msq in ws:
             m0, sq0 = masked.get(w, (0, 0))
             masked[w] = (m0 + count * m, sq0 + count * msq)
-    vision = s.compute_bytes * spec.vision_act * (1 if spec.image_tokens else 0)
+    vision = s.compute_bytes * spec.vision_act  # one image per sample (job.py's default), where the model reads any
     rates_sum = sum(k * rate for k, rate in zip(counts, rates, strict=True))
     backward = []  # job.py's late-backward phases, the head's tensors freed
     if method != "full" and grad_fixed:
