@@ -14,6 +14,7 @@ from generator.errors import JobError
 from generator.estimator.graph.nodes import build_graph
 from generator.estimator.memory.lora import PEFT_DEFAULT_TARGETS, target_roles
 from generator.estimator.normalise import normalise
+from generator.measure.build import model_kind
 from generator.measure.setup import shrink
 
 CONFIGS = Path(__file__).resolve().parents[1] / "data" / "measurements" / "configs"
@@ -49,8 +50,11 @@ def test_every_accepted_name_is_a_linear_of_the_model(path):
     ours = _our_names(cfg)  # before transformers' config class reads (and normalises) the nested dicts in place
     try:
         config = transformers.AutoConfig.for_model(**json.loads(json.dumps(cfg)))
+        # a vision-language checkpoint is built whole, as the harness builds it (measure/build.model_kind)
+        auto = transformers.AutoModelForImageTextToText if model_kind(config) == "vision" else \
+            transformers.AutoModelForCausalLM
         with torch.device("meta"):
-            model = transformers.AutoModelForCausalLM.from_config(config)
+            model = auto.from_config(config)
     except (ValueError, TypeError, KeyError, StrictDataclassClassValidationError) as exc:
         pytest.skip(f"transformers does not build this class-default config at 2 layers: {exc}")
     theirs = {name.split(".")[-1] for name, module in model.named_modules()

@@ -1,14 +1,16 @@
-"""A bitsandbytes base quantises a vision-language model's towers too (FINDINGS.md F69), and a gated tower counts its
-MLP's three matrices among its matmul weights. Reference values: the Linear weights of Qwen2.5-VL-7B's vision tower
-and merger on the meta device (transformers 5.24), and the CPU-simulated QLoRA steps of Qwen2.5-VL-7B and
-gemma-3-27b (cpu-sim-extra.jsonl; +28.7% and +11.2% before)."""
+"""A bitsandbytes base quantises a vision-language model's towers too (FINDINGS.md F69), a perceiver resampler among
+them (F71), and a gated tower counts its MLP's three matrices among its matmul weights. Reference values: the Linear
+weights of Qwen2.5-VL-7B's vision tower and merger on the meta device (transformers 5.24), and the CPU-simulated
+QLoRA steps of Qwen2.5-VL-7B and gemma-3-27b (cpu-sim-extra.jsonl; +28.7% and +11.2% before)."""
 
 from __future__ import annotations
 
 import dataclasses
 
 from generator.accuracy_rows import estimate_bytes
+from generator.estimator.graph.nodes import build_graph
 from generator.estimator.memory.storage import QUANTS, quantised_tower_params, weight_bytes
+from generator.estimator.normalise import normalise
 from generator.settings import load_settings
 from tests.conftest import measured_rows, snapshot_model
 
@@ -47,3 +49,22 @@ def test_the_simulated_qlora_steps_of_two_vlms():
         est, measured = estimate_bytes(row, S), row["measured"]["peak_bytes"]
         assert est is not None
         assert abs(est - measured) < 0.01 * measured, (row["model"], est / measured - 1)
+
+
+def test_a_perceiver_resampler_is_a_tower():
+    """F71: IDEFICS2's perceiver resampler (651,468,800 weights in its class defaults, as on the meta device) runs
+    only on an image and bitsandbytes packs its Linears: it counts among the towers; its QLoRA step, +93.5% before,
+    and twelve other VLM families' within 1%."""
+    rows = [r for r in measured_rows("cpu-sim-extra") if r["model"].startswith("data/measurements/configs/")
+            and r["setup"]["method"] == "qlora" and r["config"].get("vision_config")]
+    assert len(rows) == 13
+    for row in rows:
+        est, measured = estimate_bytes(row, S), row["measured"]["peak_bytes"]
+        assert est is not None
+        assert abs(est - measured) < 0.01 * measured, (row["model_type"], est / measured - 1)
+    idefics2 = next(r for r in rows if r["model_type"] == "idefics2")
+    g = build_graph(normalise(idefics2["config"], "idefics2"))
+    resampler = next(p for p in g.spec.embed if p.name == "Resampler")
+    assert resampler.params == 651_468_800
+    assert g.params_towers == sum(p.params for p in g.spec.embed if p.name.startswith(("Vision", "Projector",
+                                                                                           "Resampler")))

@@ -1,7 +1,8 @@
 """RecurrentGemma (Griffin): the RG-LRU's torch loop, which runs on every device, its logit soft-cap, the final
-RMSNorm's backward (FINDINGS.md F25), and the recomputation a checkpointed recurrent layer keeps (F66). Reference values: the saved tensors of one CPU-run RecurrentGemmaRecurrentBlock
-of the class-default dims (hidden and lru 2,560, 10 heads; transformers 5.24, torch 2.13), counted per storage still
-referenced by the autograd graph; and CPU-simulated steps (cpu-sim-families.jsonl, cpu-sim-extra.jsonl)."""
+RMSNorm's backward (FINDINGS.md F25), and the recomputation a checkpointed recurrent layer keeps (F66). Reference
+values: the saved tensors of one CPU-run RecurrentGemmaRecurrentBlock of the class-default dims (hidden and lru
+2,560, 10 heads; transformers 5.24, torch 2.13), counted per storage still referenced by the autograd graph; and
+CPU-simulated steps (cpu-sim-families.jsonl, cpu-sim-extra.jsonl)."""
 
 from __future__ import annotations
 
@@ -94,7 +95,8 @@ def _rows():
 
 @pytest.mark.parametrize("row", _rows(), ids=lambda r: f"{r['setup']['method']}-{r['setup']['precision']}-"
                                                        f"ckpt{r['setup']['grad_ckpt']}-t{r['setup']['tokens']}-"
-                                                       f"v{r['config']['vocab_size']}-l{r['config']['num_hidden_layers']}")
+                                                       f"v{r['config']['vocab_size']}-"
+                                                       f"l{r['config']['num_hidden_layers']}")
 def test_the_simulated_steps(row):
     """Within 1% (the class-vocabulary rows were 10.8 and 11.8% under before F25, the small-vocabulary LoRA step
     4.9%; the checkpointed small-vocabulary steps 5.9 to 13.4% under before F66)."""

@@ -9,8 +9,9 @@ from generator.settings import load_settings
 from tests.conftest import measured_rows
 
 S = load_settings().assumptions
-EMBEDDING = ("Snowflake/snowflake-arctic-embed-m", "Snowflake/snowflake-arctic-embed-s", "intfloat/multilingual-e5-large",
-             "ibm-granite/granite-embedding-125m-english", "ibm-granite/granite-embedding-278m-multilingual")
+EMBEDDING = ("Snowflake/snowflake-arctic-embed-m", "Snowflake/snowflake-arctic-embed-s",
+             "intfloat/multilingual-e5-large", "ibm-granite/granite-embedding-125m-english",
+             "ibm-granite/granite-embedding-278m-multilingual")
 
 
 def _error(row) -> float:
@@ -39,7 +40,8 @@ def test_checkpointed_lora_on_every_expert():
     """Qwen3-30B-A3B's and Mixtral-8x7B's checkpointed LoRA on every Linear and the fused expert tensors: within
     0.5%."""
     rows = [r for r in measured_rows("cpu-sim-extra") if r["model_type"] in ("qwen3_moe", "mixtral")
-            and r["setup"]["grad_ckpt"] and r["setup"]["method"] == "lora" and r["setup"]["lora_targets"] == "all-linear"]
+            and r["setup"]["grad_ckpt"] and r["setup"]["method"] == "lora"
+            and r["setup"]["lora_targets"] == "all-linear"]
     assert len(rows) == 2
     for row in rows:
         assert abs(_error(row)) < 0.005, row["model"]

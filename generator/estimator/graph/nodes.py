@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from ..config.arch import Arch
 from .parts import Block, Spec
 
-# The embedding side's parts that read another modality (family builders name them so): the towers and their
-# projectors, which a text-only step never runs
-TOWER_PREFIXES = ("Vision", "Projector", "Audio", "Protein")
+# The embedding side's parts that read another modality (family builders name them so): the towers, their
+# resamplers and projectors, which a text-only step never runs
+TOWER_PREFIXES = ("Vision", "Projector", "Resampler", "Audio", "Protein")
 
 
 @dataclass(frozen=True)
@@ -33,7 +33,7 @@ class Graph:
     # attention FLOPs per token per attended key, summed per (window, causal): cost.py's attention term
     attention_terms: tuple[tuple[int, bool, int], ...] = ()
     context: int = 0  # tokens the structure table's output shapes are given at (the config's maximum context)
-    params_towers: int = 0  # of params_total, the TOWER_PREFIXES parts' (a VLM's vision tower and projector)
+    params_towers: int = 0  # of params_total, the TOWER_PREFIXES parts' (a VLM's vision tower, resampler and projector)
     towers_matmul: int = 0  # of params_matmul, theirs
 
 

@@ -125,7 +125,7 @@ FAMILY_NAMES = {
     **dict.fromkeys(("apertus", "apertus1p5_text", "arcee", "jais2", "nemotron"),
                     {"up": "up_proj", "down": "down_proj"}),
     "mpt": {"qkv": "Wqkv", "o": "out_proj", "up": "up_proj", "down": "down_proj"},
-    **dict.fromkeys(("lfm2", "lfm3"), {"o": "out_proj", "gate": "w1", "up": "w3", "down": "w2"}),
+    **dict.fromkeys(("lfm2", "lfm3", "lfm2_vl", "lfm3_vl"), {"o": "out_proj", "gate": "w1", "up": "w3", "down": "w2"}),
     # transformers' BertSelfAttention query/key/value, BertSelfOutput, BertIntermediate and BertOutput all `dense`
     **dict.fromkeys(("bert", "roberta", "xlm-roberta", "electra"), {"q": "query", "k": "key", "v": "value",
                                                                    "o": "dense", "up": "dense", "down": "dense"}),
