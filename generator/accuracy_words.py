@@ -93,4 +93,6 @@ def setup_label(setup) -> str:
         words.append("gradient accumulation")
     if getattr(setup, "min_tokens", 0):
         words.append(LENGTHS_VARIED)
+    if getattr(setup, "padded", False):
+        words.append("padded")
     return ", ".join(words)

@@ -45,6 +45,9 @@ def add_setup_arguments(p: argparse.ArgumentParser) -> None:
                     help="gradient checkpointing (--no-grad-ckpt turns a recipe's off)")
     ex.add_argument("--offload-checkpoints", action=argparse.BooleanOptionalAction, default=None,
                     help="with --grad-ckpt: the layer inputs wait in CPU RAM (Unsloth's checkpointing)")
+    ex.add_argument("--padded", action=argparse.BooleanOptionalAction, default=None,
+                    help="the batch's samples are padded to its longest (HF Trainer's and TRL's collators): SDPA is "
+                         "handed a mask in every layer, which it keeps, with GQA's k and v repeated to every head")
     ex.add_argument("--images", type=int, metavar="N",
                     help="images per training sample of a vision-language model (default 1; 0: text only)")
     ex.add_argument("--grad-accum", type=int, metavar="K",
@@ -132,7 +135,7 @@ def asked(args: argparse.Namespace) -> bool:
                                        args.lora_targets, args.new_tokens, args.attention, args.metric, args.strategy,
                                        args.grad_ckpt, args.adapter_dtype, args.lora_dropout, args.bnb_version,
                                        args.transformers_version, args.scan, args.offload_checkpoints,
-                                       args.images)) \
+                                       args.images, args.padded)) \
         or args.gpus != 1 or args.offload != "none" or args.grad_accum is not None or args.sync_each_batch \
         or args.mixed_units
 
@@ -147,6 +150,7 @@ def job(args: argparse.Namespace) -> Job:
                                 ("adapter_dtype", args.adapter_dtype), ("lora_dropout", args.lora_dropout),
                                 ("bnb_version", args.bnb_version),
                                 ("transformers_version", args.transformers_version), ("scan", args.scan),
-                                ("offload_checkpoints", args.offload_checkpoints), ("images", args.images))
+                                ("offload_checkpoints", args.offload_checkpoints), ("images", args.images),
+                                ("padded", args.padded))
              if v is not None}
     return Job.from_options(args.recipe or "", **{"tokens": 0, **given})

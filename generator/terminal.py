@@ -126,7 +126,8 @@ def _job_line(m) -> Text:
         where += " (gradients synced every micro-batch)"
     cpu = f"; the offload holds {fmt.gb(m.offload_cpu_bytes_per_node)} of CPU memory per node" \
         if m.offload_cpu_bytes_per_node else ""
-    return Text(f"This job ({', '.join(what)}, {job['attention']}, batch {job['batch']} x {tokens}) peaks at "
+    padded = " padded to its longest" if job.get("padded") and job["batch"] > 1 else ""
+    return Text(f"This job ({', '.join(what)}, {job['attention']}, batch {job['batch']} x {tokens}{padded}) peaks at "
                 f"{fmt.gb(m.peak_bytes)} {job['metric']} {where}, during {m.peak_phase}: {parts}{cpu}.")
 
 

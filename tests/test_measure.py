@@ -429,3 +429,21 @@ def test_the_tracker_keeps_no_step_alive_past_its_backward(releasing):
     alive = [ref() is not None for ref in leaves]
     # without the release both steps' leaves outlive them: the leak this guards against is still torch's
     assert alive == ([False, False] if releasing else [True, True])
+
+
+def test_a_padded_batch_masks_every_sample_but_the_first_on_its_last_quarter():
+    """--padded (training, batch 2 or more): the model gets an attention_mask, the padded tokens' labels are -100,
+    as a collator that pads to the batch's longest leaves them (F72)."""
+    from generator.measure.run import _masked, _padding
+
+    setup = setup_from_args(parser().parse_args(["m", "--method", "lora", "--batch", "3", "--tokens", "8",
+                                                 "--padded"]))
+    assert setup.padded and setup.to_dict()["padded"] is True
+    ids = torch.zeros(3, 8, dtype=torch.long)
+    mask = _padding(ids, setup)["attention_mask"]
+    assert mask.tolist() == [[1] * 8, [1] * 6 + [0] * 2, [1] * 6 + [0] * 2]
+    assert (_masked(ids, {"attention_mask": mask}) == -100).sum().item() == 4
+    assert _padding(ids, Setup("lora", batch=3, tokens=8)) == {}
+    for argv in (["--batch", "1", "--padded"], ["--method", "inference", "--batch", "2", "--padded"]):
+        with pytest.raises(ValueError, match="--padded"):
+            setup_from_args(parser().parse_args(["m", *argv]))

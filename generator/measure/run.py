@@ -82,17 +82,18 @@ def workload(model, setup: Setup, vocab: int, device: str, tracker: PeakTracker 
         tracker.track_external(model, opt)
     k = setup.grad_accum
     lengths = setup.lengths()
-    labels = _labels(model, ids)
+    labels, mask = _labels(model, ids), _padding(ids, setup)
     for step in range(1, setup.steps + 1):
         if setup.min_tokens:  # a batch padded to its own longest sample: this step's length
-            del ids, labels
+            del ids, labels, mask
             ids = torch.randint(0, vocab, (setup.batch, lengths[step - 1]), device=device)
-            labels = _labels(model, ids)
+            labels, mask = _labels(model, ids), _padding(ids, setup)
         for micro in range(1, k + 1):  # HF Trainer's gradient accumulation: the loss over k, added into .grad
             stage(f"step {step}" + (f" micro-batch {micro}" if k > 1 else ""),
                   "last step" if step == setup.steps else None)
             with autocast:
-                out = model(input_ids=ids) if labels is None else model(input_ids=ids, labels=labels)
+                out = model(input_ids=ids, **mask) if labels is None else model(input_ids=ids, labels=_masked(
+                    labels, mask), **mask)
                 loss = embedding_loss(out) if labels is None else out.loss
             loss = loss / k if k > 1 else loss
             if not setup.keep_outputs:  # HF Trainer's compute_loss keeps only the loss; a hand-written loop may not
@@ -119,6 +120,21 @@ def _labels(model, ids: torch.Tensor) -> torch.Tensor | None:
     if kind != "classifier":
         return ids
     return torch.zeros(ids.shape[0], dtype=torch.float32 if config.num_labels == 1 else torch.long, device=ids.device)
+
+
+def _padding(ids: torch.Tensor, setup: Setup) -> dict[str, torch.Tensor]:
+    """The model's attention_mask where the setup pads (Setup.padded): every sample but the first padded on its last
+    quarter, as a collator pads a batch to its longest sample (DataCollatorWithPadding, TRL's); none otherwise."""
+    if not setup.padded or ids.shape[0] < 2:
+        return {}
+    mask = torch.ones_like(ids)
+    mask[1:, ids.shape[1] - ids.shape[1] // 4:] = 0
+    return {"attention_mask": mask}
+
+
+def _masked(labels: torch.Tensor, mask: dict[str, torch.Tensor]) -> torch.Tensor:
+    """The labels with the padded tokens' set to -100 (the collators' ignore index), where the batch is padded."""
+    return labels.masked_fill(mask["attention_mask"] == 0, -100) if mask and labels.dim() == 2 else labels
 
 
 def embedding_loss(out) -> torch.Tensor:

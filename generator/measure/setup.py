@@ -63,6 +63,7 @@ class Setup:
     # training: 0 = every step at `tokens`; else each step's length is drawn from [min_tokens, tokens] (lengths()),
     # as a padded-per-batch loader feeds samples of every length, and one step runs at `tokens` itself
     min_tokens: int = 0
+    padded: bool = False  # training, batch > 1: every sample but the first padded on its last quarter (attention_mask)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -111,6 +112,9 @@ def parser() -> argparse.ArgumentParser:
                    help="qlora: quantise the 4-bit base's absmax again (bnb_4bit_use_double_quant)")
     p.add_argument("--kbit-prep", action="store_true",
                    help="qlora: peft's prepare_model_for_kbit_training (every non-quantised parameter upcast to fp32)")
+    p.add_argument("--padded", action="store_true",
+                   help="training, --batch 2 or more: every sample but the first padded on its last quarter, as a "
+                        "collator pads to the batch's longest (an attention mask, those tokens' labels -100)")
     p.add_argument("--keep-outputs", action="store_true",
                    help="keep the model's output object alive through backward (a hand-written loop)")
     p.add_argument("--optimizer", choices=OPTIMIZERS, default="adamw")
@@ -165,6 +169,8 @@ def setup_from_args(args: argparse.Namespace) -> Setup:
             raise ValueError(f"{flag} is for --method qlora")
     if args.min_tokens and (args.method == "inference" or not 0 < args.min_tokens <= args.tokens):
         raise ValueError("--min-tokens is for training, between 1 and --tokens")
+    if args.padded and (args.method == "inference" or args.batch < 2):
+        raise ValueError("--padded is for training with --batch 2 or more")
     if args.reentrant and not args.grad_ckpt:
         raise ValueError("--reentrant is for --grad-ckpt")
     if args.weights and args.method != "lora":
@@ -179,7 +185,8 @@ def setup_from_args(args: argparse.Namespace) -> Setup:
                  reentrant=args.reentrant, attention=args.attention, steps=args.steps, grad_accum=args.grad_accum,
                  train_mode=not args.eval_mode,
                  adapter_dtype=args.adapter_dtype, keep_outputs=args.keep_outputs, weights=args.weights,
-                 double_quant=args.double_quant, upcast_fp32=args.kbit_prep, images=0, min_tokens=args.min_tokens)
+                 double_quant=args.double_quant, upcast_fp32=args.kbit_prep, images=0, min_tokens=args.min_tokens,
+                 padded=args.padded)
 
 
 def config_hash(config: Mapping[str, Any]) -> str:
@@ -258,7 +265,8 @@ def job_of(setup: Setup, kernels: str = "cuda"):
                metric=setup.metric, adapter_dtype=setup.adapter_dtype, lora_dropout=setup.lora_dropout or 0.0,
                keep_outputs=setup.keep_outputs, kernels=kernels, bnb_version=setup.bnb_version or "",
                transformers_version=setup.transformers_version or "", grad_accum=setup.grad_accum or 1,
-               double_quant=bool(setup.double_quant), upcast_fp32=bool(setup.upcast_fp32), images=setup.images), ""
+               double_quant=bool(setup.double_quant), upcast_fp32=bool(setup.upcast_fp32), images=setup.images,
+               padded=bool(setup.padded)), ""
 
 
 def estimator_supports(setup: Setup) -> bool:

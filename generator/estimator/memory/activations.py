@@ -77,6 +77,7 @@ class Regime(NamedTuple):
     dropout: bool = True  # train mode: the model's own dropouts (DROPOUTS) are active
     torch_scan: bool = False  # a Mamba mixer runs transformers' torch scan, not mamba-ssm's kernels (recurrence)
     input_cast: bool = True  # peft casts each adapter's input to the adapters' dtype (not: ADAPTER_NO_CAST)
+    padded: bool = False  # samples padded to the batch's longest: SDPA gets a mask in every layer (masked_sdpa_windows)
 
 
 def mask_bytes(r: Regime, input_bytes: int) -> int:
@@ -121,8 +122,7 @@ ADAPTER_NO_CAST = frozenset({"nf4", "int8"})
 
 def adapter_input_bytes(r: Regime) -> int:
     """Bytes per element of the tensor each adapter's path (dropout, lora_A) starts from: the adapters' dtype where
-    peft casts to it, else the Linear's input: the residual stream's dtype (bf16, or fp32 after
-    prepare_model_for_kbit_training's upcast)."""
+    peft casts to it, else the Linear's input, the residual stream's (bf16, or fp32 after the kbit upcast)."""
     return (r.adapter_bytes or r.compute_bytes) if r.input_cast else r.residual_bytes
 
 
@@ -233,8 +233,7 @@ def recompute_transient_bytes(b: Block, r: Regime, roles: frozenset[str] | None,
     lora_out = c if r.amp else ab
     grads = r.residual_bytes + lora_out + (x if lora_out != x and not fp32_stream else 0) if backward else 0
     # the forward runs on past lora_A: lora_B's output and its product with the scaling, before the add to `result`
-    # (a recomputation stops at lora_B's input, its last saved tensor: F44's CPU-simulated peaks, llama at 1 to 3
-    # layers with a 1,024-token vocabulary)
+    # (a recomputation stops at lora_B's input, its last saved tensor: F44's CPU-simulated peaks, llama, 1-3 layers)
     forward = (0 if fp32_stream else r.residual_bytes) + (x if copied and not saves else 0) + x \
         + (0 if backward else 2 * lora_out)
     return inputs * width + hidden * (forward + grads) - shared
@@ -353,7 +352,8 @@ def masked_sdpa_terms(a: Arch, b: Block, tokens: int, r: Regime) -> tuple[int, i
     (convert_boolean_attn_mask: where(mask, 0, -inf)), a new [B, 1, T, T] tensor per call that the kernel saves
     for its backward (the CPU flash kernel and CUDA's memory-efficient one, which takes masks); and with a mask
     integrations/sdpa_attention.use_gqa_in_sdpa is False, so GQA's k and v are repeat_kv'd to every head and SDPA
-    saves the copies (heads - kv_heads more heads of each) in place of the kv-wide tensors."""
+    saves the copies (heads - kv_heads more heads of each) in place of the kv-wide tensors; in every layer where a
+    batch is padded (Regime.padded, F72)."""
     active = [(linear, squared) for window, linear, squared in masked_sdpa_windows(a, b, r) if window <= tokens]
     return sum(t[0] for t in active), sum(t[1] for t in active)
 
@@ -363,8 +363,10 @@ def masked_sdpa_windows(a: Arch, b: Block, r: Regime) -> tuple[tuple[int, int, i
     the layer, each applying from tokens >= window on (Profile.total_at moves a profile across that step)."""
     c = r.compute_bytes
     repeated = c * 2 * max(a.heads - a.kv_heads, 0) * a.head_dim
-    windowed = tuple((p.window, repeated, c) for p in b.parts if p.attends and p.window > 0)
-    if a.model_type not in POSITION_BIAS_SDPA:
+    padded = r.padded and a.model_type not in POSITION_BIAS_SDPA  # padding keeps the mask (_ignore_causal_mask_sdpa)
+    windowed = tuple((1 if padded else p.window, repeated, c) for p in b.parts
+                     if p.attends and (padded or p.window > 0))
+    if padded or a.model_type not in POSITION_BIAS_SDPA:
         return windowed
     # from the first token on, each self-attention's heads x T x T mask, in the compute dtype (autocast's SDPA casts it)
     return windowed + tuple((1, 0, p.act32 * c) for p in b.parts if p.attends and p.window == 0)

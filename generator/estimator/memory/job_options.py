@@ -75,6 +75,7 @@ class Job:
     grad_accum: int = 1  # micro-batches per optimizer step (HF Trainer's gradient_accumulation_steps)
     offload_checkpoints: bool = False  # the checkpointed layers' inputs wait in CPU RAM (Unsloth's checkpointing)
     images: int | None = None  # images per training sample; None = one where the model reads images, 0 = text only
+    padded: bool = False  # the batch's samples padded to its longest (HF collators): an attention mask in every layer
 
     def to_dict(self) -> dict[str, Any]:
         """The options, with the storage the default resolves to."""
@@ -142,6 +143,8 @@ def validate(job: Job, model: str) -> None:
     if job.offload_checkpoints and (job.method == "inference" or not job.grad_ckpt):
         raise JobError(model, "offload_checkpoints", True, "offloads gradient checkpointing's layer inputs: it needs "
                                                            "a training method with grad_ckpt")
+    if job.padded and job.method == "inference":
+        raise JobError(model, "padded", True, "prices a padded training batch: it needs a training method")
     if job.grad_accum > 1 and job.method == "inference":
         raise JobError(model, "grad_accum", job.grad_accum, "is for training methods (full, lora, qlora)")
     if job.method == "full" and job.weights and job.weights != {"amp": "fp32"}.get(job.precision, job.precision):
@@ -245,7 +248,8 @@ def job_regime(job: Job) -> Regime:
     return regime("lora" if lora else "full", job.precision, ADAPTER_BYTES.get(job.adapter_dtype, 0) if lora else 0,
                   lora and job.lora_dropout > 0, job.kernels == "cpu", lora and (job.upcast_fp32 or fp32_base(job)),
                   job.scan == "torch" or (job.kernels == "cpu" and not job.scan),
-                  not (job.method == "qlora" and job.storage in ADAPTER_NO_CAST))
+                  not (job.method == "qlora" and job.storage in ADAPTER_NO_CAST))._replace(
+        padded=job.padded and job.batch > 1)  # one sample is padded to its own length: no mask
 
 
 def apply_metric(parts: dict[str, int], s: Assumptions, job: Job, g: Graph) -> None:
