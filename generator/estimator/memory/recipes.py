@@ -32,6 +32,13 @@ def nf4_base(fields: tuple[tuple[str, Any], ...]) -> tuple[tuple[str, Any], ...]
                   "upcast_fp32": False}.items())
 
 
+# TRL's SFTTrainer pads each batch to its longest sample and passes the mask (FINDINGS.md F72: from batch 2, SDPA keeps
+# it in every layer), as its defaults leave packing and padding_free off
+TRL_PADS = ("trl/trainer/sft_config.py: packing = False, padding_free = False; trl/trainer/sft_trainer.py "
+            "DataCollatorForLanguageModeling.torch_call pads input_ids to the batch's longest and returns its "
+            "attention_mask (huggingface/trl@f2cd577 L462-506)")
+
+
 # The LoRA recipes of LLaMA-Factory and ms-swift, whose 4-bit variants change only the base (nf4_base); the
 # sources are their Recipe rows' below.
 LLAMA_FACTORY = (("method", "lora"), ("precision", "amp"), ("adapter_dtype", "fp32"), ("lora_rank", 8),
@@ -59,30 +66,33 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
             "for the model type: peft/tuners/lora/model.py _prepare_adapter_config)")),
     Recipe("trl-sft", "TRL SFTTrainer with a bf16 base and LoRA: bf16 autocast, gradient checkpointing on, "
                       "chunked cross-entropy (256 tokens), LoRA dropout 0.05 on peft's default targets (q and v "
-                      "for most decoders)",
+                      "for most decoders), batches padded to their longest sample",
            (("method", "lora"), ("precision", "amp"), ("adapter_dtype", "fp32"), ("lora_dropout", 0.05),
             ("lora_targets", PEFT_DEFAULT), ("grad_ckpt", True), ("optimizer", "adamw-fused"),
-            ("keep_outputs", False), ("loss", "trl-chunked")),
+            ("keep_outputs", False), ("loss", "trl-chunked"), ("padded", True)),
            ("trl/trainer/base_config.py: gradient_checkpointing = True, bf16 defaults to True; "
             "trl/trainer/sft_config.py: activation_offloading = False (the layer inputs stay on the GPU)",
             "trl/trainer/sft_config.py: loss_type defaults to 'chunked_nll'; trl/trainer/sft_trainer.py "
             "_CHUNKED_LM_HEAD_CHUNK_SIZE = 256",
             "trl/trainer/model_config.py: lora_r 16, lora_alpha 32, lora_dropout 0.05, lora_target_modules None, "
             "so peft adapts its own targets for the model type (peft/tuners/lora/model.py _prepare_adapter_config: "
-            "q_proj and v_proj for llama, mistral, qwen2, gemma; query_key_value for gpt_neox, falcon)")),
+            "q_proj and v_proj for llama, mistral, qwen2, gemma; query_key_value for gpt_neox, falcon)",
+            TRL_PADS)),
     Recipe("trl-sft-qlora", "QLoRA as the QLoRA paper and peft's guide run it under TRL: nf4 base with double "
                             "quantisation, prepare_model_for_kbit_training (every non-quantised parameter upcast to "
-                            "fp32, gradient checkpointing on), paged AdamW 32-bit, LoRA dropout 0.05",
+                            "fp32, gradient checkpointing on), paged AdamW 32-bit, LoRA dropout 0.05, batches "
+                            "padded to their longest sample",
            (("method", "qlora"), ("precision", "amp"), ("weights", "nf4"), ("double_quant", True),
             ("upcast_fp32", True), ("adapter_dtype", "fp32"), ("lora_dropout", 0.05), ("grad_ckpt", True),
-            ("optimizer", "paged-adamw"), ("keep_outputs", False), ("loss", "trl-chunked")),
+            ("optimizer", "paged-adamw"), ("keep_outputs", False), ("loss", "trl-chunked"), ("padded", True)),
            ("peft/utils/other.py prepare_model_for_kbit_training: param.data.to(torch.float32) for every fp16/bf16 "
             "parameter that is not Params4bit; use_gradient_checkpointing=True",
             "artidoro/qlora qlora.py: bnb_4bit_use_double_quant=True, bnb_4bit_quant_type='nf4', "
             "optim='paged_adamw_32bit', lora_dropout 0.05",
             "bitsandbytes/optim/optimizer.py get_state_buffer: paged state (F.get_paged, cudaMallocManaged) for "
             "tensors of 1e5 elements or more",
-            "trl/trainer/sft_config.py: loss_type 'chunked_nll'; base_config.py: gradient_checkpointing = True")),
+            "trl/trainer/sft_config.py: loss_type 'chunked_nll'; base_config.py: gradient_checkpointing = True",
+            TRL_PADS)),
     Recipe("custom-loop", "a hand-written loop: out = model(**batch); out.loss.backward() with `out` alive, so "
                           "the bf16 logits and the forward's KV cache live through the backward",
            (("precision", "amp"), ("adapter_dtype", "fp32"), ("keep_outputs", True), ("loss", "hf")),
