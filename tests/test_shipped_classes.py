@@ -22,9 +22,9 @@ def _error(row) -> float:
 
 def test_the_embedding_models_steps():
     """Eighteen steps of the site's five embedding models (BertModel, RobertaModel, XLMRobertaModel): within 1.7%,
-    but snowflake-arctic-embed-m's full fine-tune at batch 16 x 128 tokens, 5.1% under: with attention dropout and a
-    padding mask the CPU's SDPA runs its math kernel, whose fp32 q, k, v copies and fp32 dropout mask under a full
-    fine-tune's autocast are a CPU-only term, not priced."""
+    but snowflake-arctic-embed-m's full fine-tune at batch 16 x 128 tokens, 5.1% under: with attention dropout the
+    CPU's SDPA runs its math kernel, whose fp32 q, k, v copies and fp32 dropout mask under a full fine-tune's
+    autocast are a CPU-only term, not priced."""
     rows = [r for r in measured_rows("cpu-sim-extra") if r["model"] in EMBEDDING]
     assert len(rows) == 18
     assert {r["config"]["architectures"][0] for r in rows} == {"BertModel", "RobertaModel", "XLMRobertaModel"}
