@@ -43,7 +43,8 @@ TRL_PADS = ("trl/trainer/sft_config.py: packing = False, padding_free = False; t
 # sources are their Recipe rows' below.
 LLAMA_FACTORY = (("method", "lora"), ("precision", "amp"), ("adapter_dtype", "fp32"), ("lora_rank", 8),
                  ("lora_targets", "all-linear"), ("lora_dropout", 0.0), ("grad_ckpt", True),
-                 ("optimizer", "adamw-fused"), ("keep_outputs", False), ("loss", "hf"), ("grad_accum", 8))
+                 ("optimizer", "adamw-fused"), ("keep_outputs", False), ("loss", "hf"), ("grad_accum", 8),
+                 ("padded", True))
 MS_SWIFT = (("method", "lora"), ("precision", "amp"), ("adapter_dtype", "fp32"), ("lora_rank", 8),
             ("lora_targets", "all-linear"), ("lora_dropout", 0.05), ("grad_ckpt", True), ("optimizer", "adamw-fused"),
             ("keep_outputs", False), ("loss", "hf"), ("grad_accum", 16))
@@ -171,7 +172,8 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
             "GPU_BUFFERS (and GPU_BUFFERS_B, double buffering) for its layer's recomputation "
             "(job_options.checkpoint_inputs)")),
     Recipe("llama-factory", "LLaMA-Factory's LoRA SFT example with its defaults: bf16 base, fp32 adapters r=8 on "
-                            "every Linear, no dropout, gradient checkpointing, fused AdamW, 8 micro-batches",
+                            "every Linear, no dropout, gradient checkpointing, fused AdamW, 8 micro-batches, "
+                            "batches padded to their longest sample",
            LLAMA_FACTORY,
            ("LLaMA-Factory examples/train_lora/qwen3_lora_sft.yaml (ff6d4d1, 2026-08-18): finetuning_type lora, "
             "lora_rank 8, lora_target all, per_device_train_batch_size 1, gradient_accumulation_steps 8, bf16 true",
@@ -180,7 +182,10 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
             "the class's SDPA where it has one), upcast_layernorm False",
             "src/llamafactory/model/adapter.py init_adapter: trainable parameters cast to fp32 unless pure_bf16",
             "src/llamafactory/train/sft/trainer.py compute_loss: transformers Trainer's; TrainingArguments' optim "
-            "adamw_torch_fused")),
+            "adamw_torch_fused",
+            "src/llamafactory/train/sft/workflow.py L62-67: SFTDataCollatorWith4DAttentionMask, a transformers "
+            "DataCollatorForSeq2Seq (pads each batch to its longest, pad_to_multiple_of 8, with the attention_mask); "
+            "hparams/data_args.py: packing None, off for SFT (FINDINGS.md F72)")),
     Recipe("llama-factory-qlora", "llama-factory with quantization_bit 4: an nf4 base with double quantisation, "
                                   "its norms left in bf16",
            nf4_base(LLAMA_FACTORY),
