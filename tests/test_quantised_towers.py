@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
+
 from generator.accuracy_rows import estimate_bytes
 from generator.estimator.graph.nodes import build_graph
 from generator.estimator.memory.storage import QUANTS, quantised_tower_params, weight_bytes
@@ -18,11 +20,23 @@ S = load_settings().assumptions
 QWEN_VL = "Qwen/Qwen2.5-VL-7B-Instruct"
 
 
-def test_a_gated_towers_matmul_weights_are_its_linears():
-    """Qwen2.5-VL's 32 vision blocks (fused qkv, proj, gate, up, down) and its merger: 674,529,280 Linear weights on
-    the meta device (489,881,600 before the gated MLP's third matrix was counted)."""
-    _, g = snapshot_model(QWEN_VL)
-    assert g.towers_matmul == 674_529_280
+# The towers' and projectors' nn.Linear weights of each snapshot VLM, counted on the meta device
+# (AutoModelForImageTextToText.from_config, transformers 5.24), which a bitsandbytes base packs.
+TOWER_LINEARS = {QWEN_VL: 674_529_280, "Qwen/Qwen3.5-27B": 455_897_088, "llava-hf/llava-1.5-7b-hf": 322_961_408,
+                 "meta-llama/Llama-3.2-11B-Vision": 817_889_280, "mistralai/Magistral-Small-2509": 438_304_768,
+                 "google/gemma-3-27b-it": 411_070_464, "google/gemma-4-26B-A4B": 549_070_848}
+# Where the count differs, and why: gemma-3's projector weight is an nn.Parameter (mm_input_projection_weight, not
+# a Linear, left unpacked); gemma-4's patch embedding is a Linear (3 x 16 x 16 x 1,152) the tower's matmul omits.
+TOWER_OFF_BY = {"google/gemma-3-27b-it": 6_193_152, "google/gemma-4-26B-A4B": -884_736}
+
+
+@pytest.mark.parametrize("repo", sorted(TOWER_LINEARS))
+def test_the_towers_matmul_weights_are_their_linears(repo):
+    """Qwen2.5-VL's 32 vision blocks (fused qkv, proj, gate, up, down) and its merger: 674,529,280 (489,881,600
+    before the gated MLP's third matrix was counted); Pixtral's (Magistral) and Gemma-4's gated towers too; the
+    others exactly, but the two named differences."""
+    _, g = snapshot_model(repo)
+    assert g.towers_matmul - TOWER_LINEARS[repo] == TOWER_OFF_BY.get(repo, 0)
 
 
 def test_only_a_bitsandbytes_base_packs_the_towers():

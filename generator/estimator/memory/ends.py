@@ -50,6 +50,14 @@ def final_norm_backward_bytes(g: Graph) -> int:
     return 20 * norm_sums(g.spec.head)[0]
 
 
+def frozen_input(g: Graph, r: Regime) -> bool:
+    """Whether the first layer's input needs no gradient: the weights are frozen and nothing on the embedding side
+    carries an adapter or feeds image tokens (a projection, a vision tower); autograd then records nothing for what
+    only that input's gradient would read (frozen_embedding_bytes, experts.frozen_input_expert_bytes)."""
+    spec = g.spec
+    return not (r.trained or not spec.blocks or spec.image_tokens or any(p.linears or p.matmul for p in spec.embed))
+
+
 def frozen_embedding_bytes(a: Arch, g: Graph, r: Regime, roles: frozenset[str] | None = None) -> int:
     """Per token, what the charges of the embedding side (embed_dropout_bytes) and of the first layer's input norm
     (block_activation_bytes) hold that a frozen model does not keep: a frozen embedding's output needs no gradient,
@@ -59,10 +67,9 @@ def frozen_embedding_bytes(a: Arch, g: Graph, r: Regime, roles: frozenset[str] |
     carries an adapter: that MLP reads the layer's input too (F63). Not so when a Linear of the embedding side (a
     projection, a vision tower's) carries an adapter, or the weights train; callers leave it in when
     enable_input_require_grads runs (gradient checkpointing, prepare_model_for_kbit_training)."""
-    spec = g.spec
-    if r.trained or not spec.blocks or spec.image_tokens or any(p.linears or p.matmul for p in spec.embed):
+    if not frozen_input(g, r):
         return 0
-    block = spec.blocks[0]
+    block = g.spec.blocks[0]
     mlp = parallel_mlp(block)
     first = block.parts[:next((i for i, p in enumerate(block.parts) if not p.norm_width), len(block.parts))]
     first = first if mlp is not None else first[:1]

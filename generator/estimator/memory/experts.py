@@ -8,6 +8,7 @@ from ..config.arch import Arch
 from ..graph.nodes import Graph
 from ..graph.parts import Block, Part
 from .activations import Regime, recompute_transient_bytes
+from .ends import frozen_input
 from .lora import all_linear_roles, expert_tensors
 
 
@@ -24,14 +25,13 @@ def frozen_input_expert_bytes(a: Arch, g: Graph, roles: frozenset[str] | None, r
     gradient, so the effective weights that only its gradient reads, the router's and the gate-up tensor's, are made
     and not saved; the down tensor reads the gate-up's output, which needs one (FINDINGS.md F67). Callers leave it
     in when enable_input_require_grads runs (checkpointing, prepare_model_for_kbit_training)."""
-    spec = g.spec
-    if r.trained or not spec.blocks or spec.image_tokens or any(p.linears or p.matmul for p in spec.embed):
+    if not frozen_input(g, r):
         return 0
-    parts = spec.blocks[0].parts
+    parts = g.spec.blocks[0].parts
     moe = next((i for i, p in enumerate(parts) if p.type.startswith("MoE")), 0)
     if not any(p.attends for p in parts[:moe]) or any(p.type == "Add" for p in parts[:moe]):
         return 0
-    tensors = expert_tensors(spec.blocks[0], all_linear_roles(a) if roles is None else roles)
+    tensors = expert_tensors(g.spec.blocks[0], all_linear_roles(a) if roles is None else roles)
     return r.residual_bytes * sum(e * i * o for e, i, o, m, _ in tensors if e == 1 or m == 2)
 
 
