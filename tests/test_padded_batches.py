@@ -16,6 +16,7 @@ from generator.errors import JobError
 from generator.estimator.memory.activations import masked_sdpa_windows, regime
 from generator.estimator.memory.job import job_memory, job_phases
 from generator.estimator.memory.job_options import Job
+from generator.estimator.memory.recipes import RECIPES
 from generator.settings import load_settings
 from tests.conftest import measured_rows, priced_errors, snapshot_model
 
@@ -86,7 +87,7 @@ def test_the_trl_recipes_pad_their_batches():
     and passes the mask (recipes.TRL_PADS), as LLaMA-Factory's SFT collator (a DataCollatorForSeq2Seq) does: those
     recipes price a padded batch from batch 2; --no-padded takes it back; at batch 1 nothing is padded."""
     a, g = snapshot_model(MISTRAL)
-    for recipe in ("trl-sft", "trl-sft-qlora", "llama-factory", "llama-factory-qlora"):
+    for recipe in ("trl-sft", "trl-sft-qlora", "llama-factory", "llama-factory-qlora", "ms-swift", "ms-swift-qlora"):
         padded = Job.from_options(recipe, batch=4, tokens=2048)
         assert padded.padded is True
         plain = Job.from_options(recipe, batch=4, tokens=2048, padded=False)
@@ -98,3 +99,18 @@ def test_the_trl_recipes_pad_their_batches():
         one, one_plain = Job.from_options(recipe, tokens=2048), Job.from_options(recipe, tokens=2048, padded=False)
         assert job_memory(a, g, S, one) == job_memory(a, g, S, one_plain)
     assert Job.from_options("hf-trainer").padded is False
+
+
+def test_every_recipe_says_why_it_pads_or_not():
+    """A padded batch costs a mask and GQA's repeated k and v in every layer (F72), so each framework recipe cites the
+    collator that decides it: padded with a mask (TRL, LLaMA-Factory, ms-swift), or no mask reaching SDPA (the
+    Trainer's run_clm blocks, axolotl's packing, Unsloth's padding-free batches, LitGPT's and torchtune's collators,
+    which pass no mask). A hand-written loop's batches are the user's."""
+    padding = {"trl-sft", "trl-sft-qlora", "llama-factory", "llama-factory-qlora", "ms-swift", "ms-swift-qlora"}
+    for name, r in RECIPES.items():
+        assert dict(r.fields).get("padded", False) is (name in padding), name
+        if name != "custom-loop":
+            # a 4-bit variant's sources read "the rest as <its LoRA recipe>"
+            base = RECIPES.get(name.removesuffix("-qlora"), r)
+            assert any("pad" in source or "packing" in source for source in r.sources + base.sources), name
+        assert "padded to their longest" not in r.summary or name in padding, name

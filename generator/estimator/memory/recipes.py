@@ -39,6 +39,15 @@ TRL_PADS = ("trl/trainer/sft_config.py: packing = False, padding_free = False; t
             "attention_mask (huggingface/trl@f2cd577 L462-506)")
 
 
+# Why the other recipes price no padding mask (F72 needs one handed to SDPA): each one's batches come unpadded, or
+# padded without a mask, or flattened with flash-attention's varlen path.
+HF_EXAMPLE_UNPADDED = ("transformers examples/pytorch/language-modeling/run_clm.py (00d481d): group_texts cuts the "
+                       "corpus into block_size chunks and the Trainer takes default_data_collator, so no sample is "
+                       "padded")
+AXOLOTL_PACKS = ("axolotl examples/llama-3/lora-1b.yml and qlora-1b.yml L16-19: sample_packing true with "
+                 "flash_attention_2, packed samples told apart by position_ids, no padding mask")
+
+
 # The LoRA recipes of LLaMA-Factory and ms-swift, whose 4-bit variants change only the base (nf4_base); the
 # sources are their Recipe rows' below.
 LLAMA_FACTORY = (("method", "lora"), ("precision", "amp"), ("adapter_dtype", "fp32"), ("lora_rank", 8),
@@ -47,7 +56,7 @@ LLAMA_FACTORY = (("method", "lora"), ("precision", "amp"), ("adapter_dtype", "fp
                  ("padded", True))
 MS_SWIFT = (("method", "lora"), ("precision", "amp"), ("adapter_dtype", "fp32"), ("lora_rank", 8),
             ("lora_targets", "all-linear"), ("lora_dropout", 0.05), ("grad_ckpt", True), ("optimizer", "adamw-fused"),
-            ("keep_outputs", False), ("loss", "hf"), ("grad_accum", 16))
+            ("keep_outputs", False), ("loss", "hf"), ("grad_accum", 16), ("padded", True))
 
 
 RECIPES: dict[str, Recipe] = {r.name: r for r in (
@@ -59,6 +68,7 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
             ("loss", "hf")),
            ("transformers/training_args.py: bf16 -> torch.autocast(bfloat16); optim defaults to adamw_torch_fused "
             "for torch >= 2.8; gradient_checkpointing defaults to False",
+            HF_EXAMPLE_UNPADDED,
             "transformers/trainer.py compute_loss: returns outputs['loss'] only, the outputs are dropped before "
             "backward",
             "peft/mapping_func.py get_peft_model(autocast_adapter_dtype=True); peft/tuners/tuners_utils.py "
@@ -121,7 +131,9 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
             "framework_layer_bytes, framework_fixed_bytes)",
             "litgpt/finetune/lora.py: BitsandbytesPrecision(quantize[4:], dtype) without ignore_modules; "
             "lightning/fabric/plugins/precision/bitsandbytes.py init_context: every torch.nn.Linear becomes its "
-            "Linear4bit (framework_mats)")),
+            "Linear4bit (framework_mats)",
+            "litgpt/data/base.py _sft_collate_fn (L122): input_ids and labels padded to the batch's longest, no "
+            "attention mask; the model applies its own causal mask")),
     Recipe("axolotl", "axolotl's LoRA example (examples/llama-3/lora-1b.yml): bf16 base, fp32 adapters under bf16 "
                       "autocast, LoRA dropout 0.05, gradient checkpointing (non-reentrant), bitsandbytes 8-bit AdamW, "
                       "flash-attention 2; vs hf-trainer: checkpointing, the 8-bit optimizer, LoRA dropout, and r 16 "
@@ -136,7 +148,8 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
             "torch_dtype (bf16) for adapters; src/axolotl/loaders/adapter.py: get_peft_model without "
             "autocast_adapter_dtype unless peft_autocast_adapter_dtype is set (peft's default: fp32 adapters)",
             "axolotl src/axolotl/core/builders/base.py _configure_gradient_checkpointing: use_reentrant False unless "
-            "gradient_checkpointing_kwargs say otherwise")),
+            "gradient_checkpointing_kwargs say otherwise",
+            AXOLOTL_PACKS)),
     Recipe("axolotl-qlora", "axolotl's QLoRA example (examples/llama-3/qlora-1b.yml): nf4 base with double "
                             "quantisation, norms back in bf16 (no fp32 upcast), r=32, LoRA dropout 0.05, gradient "
                             "checkpointing, bitsandbytes 8-bit AdamW; vs trl-sft-qlora: no fp32 upcast, 8-bit AdamW "
@@ -150,7 +163,8 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
             "axolotl src/axolotl/loaders/model.py _set_quantization_config: bnb_4bit_quant_type nf4, "
             "bnb_4bit_use_double_quant True; _prepare_model_for_quantization runs prepare_model_for_kbit_training "
             "(patched by src/axolotl/monkeypatch/peft/utils.py to leave embed_tokens and lm_head), then "
-            "_convert_embedding_modules_dtype puts the norms back in torch_dtype (bf16)")),
+            "_convert_embedding_modules_dtype puts the norms back in torch_dtype (bf16)",
+            AXOLOTL_PACKS)),
     Recipe("unsloth", "Unsloth's FastLanguageModel defaults: nf4 base with double quantisation, fp32 adapters r=16 "
                       "on the 7 projections, no LoRA dropout, its checkpointing with the layer inputs in CPU RAM, "
                       "8-bit AdamW, a chunked fused cross-entropy; its fused LoRA kernels priced as peft's",
@@ -170,7 +184,9 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
             "unsloth-zoo unsloth_zoo/gradient_checkpointing.py UnslothCheckpointFunction (ce232d6): every "
             "checkpointed layer input over 2 MiB but the last is copied to pinned CPU buffers, and copied back into "
             "GPU_BUFFERS (and GPU_BUFFERS_B, double buffering) for its layer's recomputation "
-            "(job_options.checkpoint_inputs)")),
+            "(job_options.checkpoint_inputs)",
+            "unsloth unsloth/trainer.py L903-911: SFTTrainer's padding_free switched on unless the user set it "
+            "(gemma2 and gpt_oss excepted), so a batch is one flattened row with no padding mask")),
     Recipe("llama-factory", "LLaMA-Factory's LoRA SFT example with its defaults: bf16 base, fp32 adapters r=8 on "
                             "every Linear, no dropout, gradient checkpointing, fused AdamW, 8 micro-batches, "
                             "batches padded to their longest sample",
@@ -197,8 +213,9 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
             "the rest as llama-factory (examples/train_lora/qwen3_lora_sft.yaml and the argument defaults)")),
     Recipe("ms-swift", "ms-swift's `swift sft --train_type lora` with its defaults on one GPU: bf16 base, fp32 adapters "
                        "r=8 on every Linear with dropout 0.05, reentrant gradient checkpointing, fused AdamW, 16 "
-                       "micro-batches; its logits priced for every token, where ms-swift computes only the labelled "
-                       "tokens' (use_logits_to_keep): an upper bound on the loss's share",
+                       "micro-batches, batches padded to their longest sample; its logits priced for every token, "
+                       "where ms-swift computes only the labelled tokens' (use_logits_to_keep): an upper bound on the "
+                       "loss's share",
            MS_SWIFT,
            ("ms-swift swift/arguments/tuner_args.py (3602360, 2026-08-22): target_modules ['all-linear'], lora_rank 8, "
             "lora_alpha 32, lora_dropout 0.05, lora_dtype None (peft's fp32 adapters, swift/tuners/peft.py "
@@ -210,7 +227,10 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
             "swift/arguments/base_args/model_args.py: bf16 follows the model's torch_dtype; transformers' "
             "TrainingArguments optim adamw_torch_fused",
             "swift/trainers/mixin.py get_use_logits_to_keep: on where the model's forward takes logits_to_keep; the "
-            "logits of the tokens whose label is -100 are not made, a share of each sample the job does not say")),
+            "logits of the tokens whose label is -100 are not made, a share of each sample the job does not say",
+            "swift/template/base.py _data_collator L1909-2018: padded on the right to the batch's longest with the "
+            "attention_mask; swift/arguments/base_args/template_args.py L139 padding_free False and base_args.py "
+            "L105 packing False (FINDINGS.md F72)")),
     Recipe("ms-swift-qlora", "ms-swift with --quant_method bnb --quant_bits 4: an nf4 base with double quantisation "
                              "(its defaults), norms left in bf16",
            nf4_base(MS_SWIFT),
@@ -234,7 +254,9 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
             "hidden states, tensor_split into 8 chunks, F.cross_entropy(linear(chunk).float()) per chunk",
             "torchtune/modules/attention.py MultiHeadAttention.forward: k, v .expand(...).flatten(1, 2) before SDPA; "
             "torchtune/models/*/_component_builders.py: one RoPE module per LoRA attention layer (one for the model "
-            "in Llama 3.1 and 3.2)")),
+            "in Llama 3.1 and 3.2)",
+            "torchtune/data/_collate.py padded_collate_sft (L190): tokens and labels padded to the batch's longest, "
+            "no mask; the model's attention stays causal")),
 )}
 
 
