@@ -66,7 +66,8 @@ LENGTHS_VARIED = "lengths varied"  # a run whose steps' lengths were drawn (Setu
 
 def setup_label(setup) -> str:
     """A run's setup in words, for the by-setup table: method, precision, an fp32 base, adapters, targets, dropout,
-    checkpointing, attention, optimizer, outputs kept, gradient accumulation (rank, batch and tokens are pooled)."""
+    checkpointing, attention, optimizer, outputs kept, gradient accumulation, padding, images fed (rank, batch and
+    tokens are pooled)."""
     if setup.method == "inference":
         return "serving, HF generate" + (", eager" if setup.attention == "eager" else "")
     words = ["full" if setup.method == "full" else setup.method.replace("qlora", "QLoRA").replace("lora", "LoRA"),
@@ -95,4 +96,6 @@ def setup_label(setup) -> str:
         words.append(LENGTHS_VARIED)
     if getattr(setup, "padded", False):
         words.append("padded")
+    if getattr(setup, "images", 0):
+        words.append("images")
     return ", ".join(words)

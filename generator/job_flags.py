@@ -48,6 +48,9 @@ def add_setup_arguments(p: argparse.ArgumentParser) -> None:
     ex.add_argument("--padded", action=argparse.BooleanOptionalAction, default=None,
                     help="the batch's samples are padded to its longest (HF Trainer's and TRL's collators): SDPA is "
                          "handed a mask in every layer, which it keeps, with GQA's k and v repeated to every head")
+    ex.add_argument("--tower-adapters", action=argparse.BooleanOptionalAction, default=None,
+                    help="LoRA's targets reach a vision-language model's tower and projector, as peft's all-linear "
+                         "does (default); --no-tower-adapters: the text model's alone (LLaMA-Factory's, ms-swift's)")
     ex.add_argument("--images", type=int, metavar="N",
                     help="images per training sample of a vision-language model (default 1; 0: text only)")
     ex.add_argument("--grad-accum", type=int, metavar="K",
@@ -135,7 +138,7 @@ def asked(args: argparse.Namespace) -> bool:
                                        args.lora_targets, args.new_tokens, args.attention, args.metric, args.strategy,
                                        args.grad_ckpt, args.adapter_dtype, args.lora_dropout, args.bnb_version,
                                        args.transformers_version, args.scan, args.offload_checkpoints,
-                                       args.images, args.padded)) \
+                                       args.images, args.padded, args.tower_adapters)) \
         or args.gpus != 1 or args.offload != "none" or args.grad_accum is not None or args.sync_each_batch \
         or args.mixed_units
 
@@ -151,6 +154,6 @@ def job(args: argparse.Namespace) -> Job:
                                 ("bnb_version", args.bnb_version),
                                 ("transformers_version", args.transformers_version), ("scan", args.scan),
                                 ("offload_checkpoints", args.offload_checkpoints), ("images", args.images),
-                                ("padded", args.padded))
+                                ("padded", args.padded), ("tower_adapters", args.tower_adapters))
              if v is not None}
     return Job.from_options(args.recipe or "", **{"tokens": 0, **given})

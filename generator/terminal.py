@@ -106,7 +106,8 @@ def _job_line(m) -> Text:
     if job["method"] != "full":
         what.append(f"{job['weights']} base")
     if job["method"] in ("lora", "qlora"):
-        what.append(f"r={job['lora_rank']} on {fmt.lora_targets(job['lora_targets'])}")
+        what.append(f"r={job['lora_rank']} on {fmt.lora_targets(job['lora_targets'])}"
+                    + ("" if job.get("tower_adapters", True) else " of the text model"))
     if job["method"] != "inference":
         what.append(job["optimizer"] + (", checkpointed" if job["grad_ckpt"] else "")
                     + (" (the layer inputs in CPU RAM)" if job.get("offload_checkpoints") else ""))

@@ -113,7 +113,8 @@ def test_exact_setup_options_reach_the_report(capsys):
                           "batch": 2, "tokens": 256, "new_tokens": 0, "attention": "eager", "metric": "reserved",
                           "recipe": "", "adapter_dtype": "", "lora_dropout": 0.0, "keep_outputs": False,
                           "upcast_fp32": False, "loss": "hf", "kernels": "cuda", "bnb_version": "",
-                          "transformers_version": "", "scan": "", "grad_accum": 1, "offload_checkpoints": False, "images": None, "padded": False,
+                          "transformers_version": "", "scan": "", "grad_accum": 1, "offload_checkpoints": False,
+                          "images": None, "padded": False, "tower_adapters": True,
                           "gpus": 1, "strategy": "single",
                           "offload": "none", "sync_each_batch": False, "mixed_units": False}
     assert sum(mem["breakdown"].values()) == mem["peak_bytes"] and mem["peak_phase"] == "loss (logits)"

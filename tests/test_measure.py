@@ -170,11 +170,53 @@ def test_a_vision_language_checkpoint_is_built_whole_and_fed_text():
     assert model_kind(hf_config(TINY_LLAVA, "sdpa")) == "vision"
     assert model_kind(hf_config({**TINY_LLAVA, "architectures": ["LlavaForCausalLM"]}, "sdpa")) == "causal"
     assert type(build_on_meta(TINY_LLAVA, Setup("inference", tokens=64, new_tokens=4))) is type(model)
-    setup = Setup("lora", tokens=256)
+    setup = Setup("lora", tokens=256, images=0)
     run = _peak(TINY_LLAVA, setup)
     assert run["measured"]["status"] == "ok"
     estimate = estimate_for(TINY_LLAVA, "tiny", setup, load_settings().assumptions, kernels="cpu")["peak_bytes"]
     assert _within(run["measured"]["peak_bytes"], estimate)
+
+
+def test_images_are_fed_as_the_processor_writes_them():
+    """--images N (training): llava's pixel_values and its grid's patches as image tokens at the start of every
+    sample (image_size 28 / patch 14: 4 tokens, the class token dropped); the step with an image holds more than the
+    text-only one and is priced within the tolerance (tower_adapters.image_bytes); the flag is refused for
+    inference, for a model the harness cannot feed, and where the images do not fit in the tokens."""
+    pytest.importorskip("peft")
+    from types import SimpleNamespace
+
+    from generator.measure.build import hf_config
+    from generator.measure.images import image_inputs
+    from generator.settings import load_settings
+
+    config = hf_config(TINY_LLAVA, "sdpa")
+    ids, extra = image_inputs(config, torch.ones(2, 16, dtype=torch.long), 2, torch.bfloat16)
+    assert ids[:, :8].eq(999).all() and not ids[:, 8:].eq(999).any()
+    assert extra["pixel_values"].shape == (4, 3, 28, 28) and extra["pixel_values"].dtype == torch.bfloat16
+    with pytest.raises(ValueError, match="do not fit"):
+        image_inputs(config, torch.ones(1, 8, dtype=torch.long), 2, torch.bfloat16)
+    with pytest.raises(ValueError, match="'qwen2'"):
+        image_inputs(SimpleNamespace(model_type="qwen2"), torch.ones(1, 8, dtype=torch.long), 1, torch.bfloat16)
+    with pytest.raises(ValueError, match="--images"):
+        setup_from_args(parser().parse_args(["m", "--method", "inference", "--images", "1"]))
+    setup = setup_from_args(parser().parse_args(["m", "--method", "lora", "--tokens", "256", "--images", "1"]))
+    assert setup.images == 1 and setup.to_dict()["images"] == 1
+    runs = [_peak(TINY_LLAVA, Setup("lora", tokens=256, images=n)) for n in (0, 1)]
+    assert runs[1]["measured"]["peak_bytes"] > runs[0]["measured"]["peak_bytes"]
+    estimate = estimate_for(TINY_LLAVA, "tiny", Setup("lora", tokens=256, images=1), load_settings().assumptions,
+                            kernels="cpu")["peak_bytes"]
+    assert _within(runs[1]["measured"]["peak_bytes"], estimate)
+
+
+def test_a_dotted_override_sets_a_nested_config_key():
+    """--set text_config.num_hidden_layers=2 reaches a key --max-layers cannot (llava's text_config leaves its layer
+    count to the class default), recorded as any change; a path through a value that is not a config is refused."""
+    config, changes = shrink(TINY_LLAVA, None, {"text_config.num_hidden_layers": 1, "vision_config.new.key": 3})
+    assert config["text_config"]["num_hidden_layers"] == 1 and config["vision_config"]["new"] == {"key": 3}
+    assert changes == {"text_config.num_hidden_layers": [2, 1], "vision_config.new.key": [None, 3]}
+    assert TINY_LLAVA["text_config"]["num_hidden_layers"] == 2  # a copy
+    with pytest.raises(ValueError, match="model_type is not a nested config"):
+        shrink(TINY_LLAVA, None, {"model_type.x": 1})
 
 
 def test_the_embedding_loss_scores_in_batch_negatives():

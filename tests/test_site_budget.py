@@ -118,8 +118,9 @@ def test_the_calculator_adds_little_to_a_page_and_its_shared_files_are_once_per_
     # forward's end (job_result.py) and ms-swift's recipes, 396 kB with eager attention's forward locals
     # (attention.eager_forward_excess, F57) and the forward end's lora_B tensors and model locals (F58), 400 kB with
     # frozen routed experts' moments (experts.routed_transient_bytes, F61), 404 kB with a checkpointed
-    # RecurrentGemma's kept recomputation (F66), a parallel MoE's first layer (F67) and bitsandbytes' towers (F69)
-    assert sum(v for k, v in shared.items() if k.endswith(".zip") and "estimator-" in k) < 404_000
+    # RecurrentGemma's kept recomputation (F66), a parallel MoE's first layer (F67) and bitsandbytes' towers (F69),
+    # 412 kB with the towers' Linears and their adapters (families/tower_linears.py, memory/tower_adapters.py, F73)
+    assert sum(v for k, v in shared.items() if k.endswith(".zip") and "estimator-" in k) < 412_000
     assert sum(shared.values()) < 16_000_000  # Pyodide's runtime is most of it (the wasm: 9.6 MB)
     artifacts = Path(__file__).resolve().parents[1] / "test-artifacts"
     artifacts.mkdir(exist_ok=True)

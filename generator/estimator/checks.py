@@ -111,6 +111,17 @@ def check_quantization(a: Arch, g: Graph, stored: int | None) -> list[Finding]:
                     f"{stored:,} elements; serving memory uses the stored format.")]
 
 
+def check_tower_adapters(g: Graph) -> list[Finding]:
+    """A vision tower whose Linears families/tower_linears.py does not itemise: peft's all-linear adapts them too,
+    and the LoRA figures leave those adapters out."""
+    if not g.towers_matmul or g.spec.tower_linears is not None:
+        return []
+    return [Finding("tower_adapters", "info",
+                    f"peft's all-linear LoRA also adapts the towers' Linears ({g.towers_matmul:,} weights); this "
+                    "model's are not itemised, so the LoRA and QLoRA figures leave their adapters out and price the "
+                    "towers' saved tensors as if they trained.")]
+
+
 def check_scope(a: Arch, train_tokens: int, requested_tokens: int, serve_tokens: int | None = None,
                 requested_serve: int | None = None, kind: str = "decoder", attends: bool = True) -> list[Finding]:
     """Findings on what the estimate covers; `attends`: some layer has attention (an SSM has none to default)."""

@@ -17,6 +17,7 @@ from .checks import (
     check_scope,
     check_shapes,
     check_special_tokens,
+    check_tower_adapters,
 )
 from .cost import CostLine, job_cost, job_tokens, step_work, training_flops_per_token
 from .graph.nodes import build_graph
@@ -220,6 +221,7 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
                                *check_shapes(arch), *check_scan_kernels(arch, graph, s, train_tokens),
                                *check_special_tokens(arch), *check_rope(arch), *check_quantization(arch, graph, stored),
                                *check_checkpoint(arch, graph, checkpoint_params, stored), *past_context,
+                               *check_tower_adapters(graph),
                                *serve_past]
     vision = graph.params_towers
     kinds: dict[str, int] = {}  # layers per kind, in order of first appearance (a kind is part of a distinct layer)

@@ -28,6 +28,7 @@ from .build import (
     unwrap_params4bit,
 )
 from .expandable import ExpandableAllocator
+from .images import image_inputs, placeholder_check_skipped
 from .setup import Setup
 from .tracker import PeakTracker
 
@@ -82,18 +83,20 @@ def workload(model, setup: Setup, vocab: int, device: str, tracker: PeakTracker 
         tracker.track_external(model, opt)
     k = setup.grad_accum
     lengths = setup.lengths()
+    ids, pictures = _with_images(model, ids, setup)
     labels, mask = _labels(model, ids), _padding(ids, setup)
     for step in range(1, setup.steps + 1):
         if setup.min_tokens:  # a batch padded to its own longest sample: this step's length
             del ids, labels, mask
-            ids = torch.randint(0, vocab, (setup.batch, lengths[step - 1]), device=device)
+            ids, pictures = _with_images(model, torch.randint(0, vocab, (setup.batch, lengths[step - 1]),
+                                                              device=device), setup)
             labels, mask = _labels(model, ids), _padding(ids, setup)
         for micro in range(1, k + 1):  # HF Trainer's gradient accumulation: the loss over k, added into .grad
             stage(f"step {step}" + (f" micro-batch {micro}" if k > 1 else ""),
                   "last step" if step == setup.steps else None)
             with autocast:
-                out = model(input_ids=ids, **mask) if labels is None else model(input_ids=ids, labels=_masked(
-                    labels, mask), **mask)
+                out = model(input_ids=ids, **mask, **pictures) if labels is None else model(
+                    input_ids=ids, labels=_masked(labels, mask), **mask, **pictures)
                 loss = embedding_loss(out) if labels is None else out.loss
             loss = loss / k if k > 1 else loss
             if not setup.keep_outputs:  # HF Trainer's compute_loss keeps only the loss; a hand-written loop may not
@@ -107,6 +110,14 @@ def workload(model, setup: Setup, vocab: int, device: str, tracker: PeakTracker 
         opt.zero_grad(set_to_none=True)
         if sync is not None:
             sync()
+
+
+def _with_images(model, ids: torch.Tensor, setup: Setup) -> tuple[torch.Tensor, dict]:
+    """The ids with setup.images images' tokens, and the model's image inputs (images.image_inputs); none for 0."""
+    if not setup.images:
+        return ids, {}
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return image_inputs(base.config, ids, setup.images, base.dtype)
 
 
 def _labels(model, ids: torch.Tensor) -> torch.Tensor | None:
@@ -246,7 +257,7 @@ def run_cpu(config: Mapping[str, Any], setup: Setup, explain: bool = False, allo
         vocab = meta.get_input_embeddings().num_embeddings
         with FakeTensorMode(allow_non_fake_inputs=True), mock.patch.object(
                 masking_utils, "find_packed_sequence_indices", _unpacked), cuda_4bit_step() if qlora \
-                else contextlib.nullcontext(), cuda_grouped_mm():
+                else contextlib.nullcontext(), cuda_grouped_mm(), placeholder_check_skipped(meta):
             model = materialise(meta, "cpu")
             states = fake_pack_nf4(model, setup.double_quant) if qlora else []
             counts = count_params(model)

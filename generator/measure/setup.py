@@ -59,7 +59,7 @@ class Setup:
     grad_accum: int = 1  # training: micro-batches (forward + backward of the loss / grad_accum) per optimizer step
     double_quant: bool = False  # qlora: bnb_4bit_use_double_quant (the absmax quantised again, blocks of 256)
     upcast_fp32: bool = False  # qlora: peft prepare_model_for_kbit_training (non-quantised parameters to fp32)
-    images: int | None = None  # images per sample: the harness feeds text only (0); None = not stated (public rows)
+    images: int | None = None  # images per sample the harness feeds (measure/images.py); None = not stated (public rows)
     # training: 0 = every step at `tokens`; else each step's length is drawn from [min_tokens, tokens] (lengths()),
     # as a padded-per-batch loader feeds samples of every length, and one step runs at `tokens` itself
     min_tokens: int = 0
@@ -115,6 +115,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--padded", action="store_true",
                    help="training, --batch 2 or more: every sample but the first padded on its last quarter, as a "
                         "collator pads to the batch's longest (an attention mask, those tokens' labels -100)")
+    p.add_argument("--images", type=int, default=0, metavar="N",
+                   help="training: N synthetic images per sample fed to a vision-language model (llava, qwen2_5_vl), "
+                        "their tokens at the start of the sample, among --tokens (measure/images.py)")
     p.add_argument("--keep-outputs", action="store_true",
                    help="keep the model's output object alive through backward (a hand-written loop)")
     p.add_argument("--optimizer", choices=OPTIMIZERS, default="adamw")
@@ -134,7 +137,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--max-layers", type=int, default=None, metavar="L",
                    help="shrink the config to at most L layers (recorded in the JSON line's config_changes)")
     p.add_argument("--set", action="append", metavar="KEY=VALUE",
-                   help="override a top-level config key, e.g. attn_pdrop=0.0 (recorded in the JSON line)")
+                   help="override a config key, e.g. attn_pdrop=0.0, or a nested config's by a dotted key, e.g. "
+                        "text_config.num_hidden_layers=2 (recorded in the JSON line)")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
                    help="auto: cuda when available, else the CPU simulation")
     p.add_argument("--memory-fraction", type=float, default=None, metavar="F",
@@ -171,6 +175,8 @@ def setup_from_args(args: argparse.Namespace) -> Setup:
         raise ValueError("--min-tokens is for training, between 1 and --tokens")
     if args.padded and (args.method == "inference" or args.batch < 2):
         raise ValueError("--padded is for training with --batch 2 or more")
+    if args.images < 0 or (args.images and args.method == "inference"):
+        raise ValueError("--images is for training, and must be >= 0")
     if args.reentrant and not args.grad_ckpt:
         raise ValueError("--reentrant is for --grad-ckpt")
     if args.weights and args.method != "lora":
@@ -185,7 +191,7 @@ def setup_from_args(args: argparse.Namespace) -> Setup:
                  reentrant=args.reentrant, attention=args.attention, steps=args.steps, grad_accum=args.grad_accum,
                  train_mode=not args.eval_mode,
                  adapter_dtype=args.adapter_dtype, keep_outputs=args.keep_outputs, weights=args.weights,
-                 double_quant=args.double_quant, upcast_fp32=args.kbit_prep, images=0, min_tokens=args.min_tokens,
+                 double_quant=args.double_quant, upcast_fp32=args.kbit_prep, images=args.images, min_tokens=args.min_tokens,
                  padded=args.padded)
 
 
@@ -207,8 +213,9 @@ def context_of(config: Mapping[str, Any]) -> int | None:
 
 def shrink(config: Mapping[str, Any], max_layers: int | None = None,
            overrides: Mapping[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, Any] | None]:
-    """A copy of config with at most max_layers layers (also inside text_config) and `overrides` applied
-    (top-level keys); returns it and the changes as {key: [old, new]}, or None when nothing changed."""
+    """A copy of config with at most max_layers layers (also inside text_config) and `overrides` applied (top-level
+    keys, or a nested config's by a dotted key); returns it and the changes as {key: [old, new]}, or None when nothing
+    changed."""
     out = json.loads(json.dumps(config))
     changes: dict[str, Any] = {}
     for where, cfg in (("", out), ("text_config.", out.get("text_config"))):
@@ -228,10 +235,17 @@ def shrink(config: Mapping[str, Any], max_layers: int | None = None,
                     indices = cfg.get(name)
                     if isinstance(indices, list) and all(isinstance(i, int) for i in indices):
                         cfg[name] = [i for i in indices if i < max_layers]
-    for key, value in (overrides or {}).items():
-        if out.get(key) != value:
-            changes[key] = [out.get(key), value]
-            out[key] = value
+    for key, value in (overrides or {}).items():  # a dotted key sets a nested config's (text_config.hidden_size)
+        *path, last = key.split(".")
+        node: dict[str, Any] = out
+        for part in path:
+            nested = node.setdefault(part, {})
+            if not isinstance(nested, dict):
+                raise ValueError(f"--set {key}: {part} is not a nested config")
+            node = nested
+        if node.get(last) != value:
+            changes[key] = [node.get(last), value]
+            node[last] = value
     return out, changes or None
 
 

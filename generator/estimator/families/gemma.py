@@ -22,6 +22,7 @@ from ..graph.parts import (
 from .assembly import Builder, assemble
 from .decoder import DecoderTraits, Dims, ExpertTraits, StackRule, attention, build, mlp
 from .decoder import Dims as _D
+from .tower_linears import tower_linears
 from .vision_language import attach, retie, vision_memory
 from .vision_towers import GEMMA4_SOFT_TOKENS, vision_tower
 
@@ -157,7 +158,9 @@ def gemma4(cfg: Mapping[str, Any], model: str) -> Arch:
         embedder = Part("Projector", "Gemma4MultimodalEmbedder (norm, Linear)", vh * arch.spec.hidden,
                         matmul=vh * arch.spec.hidden)
         act, transient = vision_memory(tower, patches, vh, per_patch)
-        arch = attach(arch, cfg, r, (tower, embedder), tokens=soft, act=act, transient=transient, tie=tie)
+        linears = tower_linears(mt, r, vc, "gemma4_vision", (vh, arch.spec.hidden), (patches, soft))
+        arch = attach(arch, cfg, r, (tower, embedder), tokens=soft, act=act, transient=transient, tie=tie,
+                      linears=linears)
     else:
         arch = retie(arch, tie)
     towers = [k for k in ("audio_config",) + (("vision_config",) if mt != "gemma4" else ()) if cfg.get(k)]

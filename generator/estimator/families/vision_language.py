@@ -31,6 +31,7 @@ from ..graph.parts import (
 from .assembly import Builder, TextReader, Wrapper, assemble
 from .decoder import DecoderTraits, Dims, attention, build
 from .llama import TRAITS as LLAMA_TRAITS
+from .tower_linears import tower_linears
 from .vision_projectors import PROJECTORS, projector
 from .vision_towers import sam, tower_kind, vision_activations, vision_tower, vision_transient
 
@@ -123,33 +124,36 @@ def vlm(cfg: Mapping[str, Any], model: str, read_text: TextReader) -> Arch:
     vc = cfg.get("vision_config") or {}
     if not isinstance(vc, Mapping):
         raise ConfigError(model, "vision_config", vc, "must be a JSON object")
-    tower, patches, vh, per_patch = vision_tower(vc, r, tower_kind(mt, vc))
+    kind = tower_kind(mt, vc)
+    tower, patches, vh, per_patch = vision_tower(vc, r, kind)
     proj, shrink = projector(mt, r, vh, spec.hidden, cfg)
     tokens = patches // shrink
     if mt in ("gemma3", "shieldgemma2"):
         tokens = r.int("mm_tokens_per_image", 256)
     elif mt in IMAGE_SEQ_LENGTH and isinstance(cfg.get("image_seq_length"), int):
         tokens = r.int("image_seq_length")
-    if mt in ("llava_next", "llava_next_video"):  # anyres: the base image plus up to 4 tiles (image_grid_pinpoints)
-        tokens *= 5
+    tiles = 5 if mt in ("llava_next", "llava_next_video") else 1  # anyres: the base image, up to 4 tiles (pinpoints)
+    tokens *= tiles
     vision_act, vision_transient = vision_memory(tower, patches, vh, per_patch)
     # modeling_video_llava.VideoLlavaModel holds two towers of vision_config: image_tower and video_tower.
     towers = (tower, tower._replace(name="Video_Tower")) if mt == "video_llava" else (tower,)
     # The LM head hangs on the top-level model: its tie_word_embeddings decides (not text_config's).
+    linears = tower_linears(mt, r, vc, kind, (vh, spec.hidden), (tiles * patches, tokens))
     return attach(text, cfg, r, (*towers, proj), tokens=tokens, act=vision_act, transient=vision_transient,
-                  tie=r.flag("tie_word_embeddings", text.tie))
+                  tie=r.flag("tie_word_embeddings", text.tie), linears=linears)
 
 
 def attach(text: Arch, cfg: Mapping[str, Any], r: Reader, parts: tuple[Part, ...], *, tokens: int, act: int,
-           transient: int, tie: bool | None = None) -> Arch:
+           transient: int, tie: bool | None = None, linears: tuple | None = None) -> Arch:
     """The wrapper's model: its text tower with the vision (audio, protein) parts after the token embedding, the
-    tokens one image adds, the tower's activations per image, and the LM head tied as `tie` says (the text
-    tower's own tie when None). The Arch takes the wrapper's model_type, family and `architectures`."""
+    tokens one image adds, the tower's activations per image, its Linears (Spec.tower_linears; None: not itemised)
+    and the LM head tied as `tie` says (the text tower's own tie when None). The Arch takes the wrapper's
+    model_type, family and `architectures`."""
     spec = text.spec
     tie = text.tie if tie is None else tie
     head = tuple(_retie(p, tie, spec.vocab, spec.hidden) for p in spec.head)
     new = dataclasses.replace(spec, embed=(*spec.embed, *parts), head=head, tied=tie, image_tokens=tokens,
-                              vision_act=act, vision_transient=transient)
+                              vision_act=act, vision_transient=transient, tower_linears=linears)
     return dataclasses.replace(text, model_type=r.model_type, family=r.model_type, spec=new, tie=tie,
                                uses=tuple(r.uses) + text.uses, architectures=architectures_of(cfg, r.model))
 
@@ -204,7 +208,8 @@ def mllama(cfg: Mapping[str, Any], model: str) -> Arch:
     spec = text.spec
     proj = Part("Projector", "Linear projector", linear(out, spec.hidden, True), matmul=out * spec.hidden)
     # Image tokens do not enter the text sequence: the cross-attention layers cache K/V over them.
-    new = dataclasses.replace(spec, embed=(*spec.embed, tower, proj), image_tokens=0,
+    linears = tower_linears("mllama", r, vc, "mllama_vision_model", (vh, spec.hidden), (vision_tokens, vision_tokens))
+    new = dataclasses.replace(spec, embed=(*spec.embed, tower, proj), image_tokens=0, tower_linears=linears,
                               vision_act=vision_tokens * 12 * vh, vision_transient=vision_tokens * 8 * vh,
                               notes=(f"one image = {vision_tokens:,} vision tokens held as cross-attention K/V",))
     return dataclasses.replace(text, model_type="mllama", family="mllama", spec=new, architectures=archs)

@@ -15,6 +15,11 @@ from .parts import Block, Spec
 # The embedding side's parts that read another modality (family builders name them so): the towers, their
 # resamplers and projectors, which a text-only step never runs
 TOWER_PREFIXES = ("Vision", "Projector", "Resampler", "Audio", "Protein")
+# The LoRA role of a projector's Linears in Spec.tower_linears (families/tower_linears.py): they run after the tower's
+PROJECTOR_ROLE = "projector"
+# The roles of a tower layer's Linears there: what checkpointing recomputes (a patch embedding's, "linear", and a
+# projector's run outside the layers)
+LAYER_ROLES = frozenset({"q", "k", "v", "qkv", "o", "gate", "up", "down"})
 
 
 @dataclass(frozen=True)

@@ -129,12 +129,9 @@ class Block:
             state += p.state
             if p.transient > transient:
                 transient = p.transient
-            if p.linears:
-                linears += p.linears
-            if p.kv:
-                kv.append((p.window, p.kv))
-            if p.attn_flops:
-                attn.append((p.window, p.attn_flops))
+            linears += p.linears
+            kv += [(p.window, p.kv)] if p.kv else []
+            attn += [(p.window, p.attn_flops)] if p.attn_flops else []
         rms, stats, read, fed = norm_sums(self.parts)
         self.__dict__.update(  # frozen: fields set once, here (what object.__setattr__ would do, field by field)
             act_frozen=act_frozen, rms_width=rms, norm_stats_bytes=stats, norm_read=read, norm_fed=fed, params=params,
@@ -169,6 +166,9 @@ class Spec:
     image_tokens: int = 0  # text-sequence tokens one image (or audio clip) takes, from the vision/audio config
     vision_act: int = 0  # training: saved elements of the vision tower per image
     vision_transient: int = 0  # serving: vision tower working set per image, elements
+    # the towers' and projector's nn.Linears, (count, in, out, LoRA role, module name, rows per image, checkpointed)
+    # each (families/tower_linears.py); None where not itemised there (a model without towers has none to itemise)
+    tower_linears: tuple[tuple[int, int, int, str, str, int, bool], ...] | None = None
     # tokens the decoder's cross-attention reads when the encoder's input fixes them (one image's patches:
     # VisionEncoderDecoderModel); 0: an encoder-decoder's encoder runs at the job's tokens
     encoder_tokens: int = 0

@@ -31,7 +31,6 @@ from .frameworks import (
     framework_buffer_bytes,
     framework_fixed_bytes,
     framework_layer_bytes,
-    framework_mats,
     loss_terms,
     own_model,
     runs_torchtune,
@@ -40,7 +39,6 @@ from .generate import generate_phases
 from .job_options import (
     Job,
     checkpoint_inputs,
-    fp32_base,
     job_regime,
     layer_input_bytes,
     optimizer_bytes,
@@ -58,7 +56,6 @@ from .layer_terms import (
     memoised,
     regime_terms,
 )
-from .lora import input_linear_params, target_roles
 from .parallel import Phase, accumulating_phases
 from .recurrence import (
     chunk_scan_moments,
@@ -74,12 +71,10 @@ from .storage import (
     dequant_forward_bytes,
     dequant_meeting,
     dequant_transient_bytes,
-    quantised_params,
-    quantised_tower_params,
     saves_matmul_input,
-    stored_mats,
-    weight_bytes,
 )
+from .tower_adapters import image_bytes
+from .trained_weights import trained_weights
 
 # The late-backward moments a layer's own backward adds (beside what the layers saved, the head's tensors freed).
 EAGER_PHASE = "backward (attention scores' gradients)"
@@ -124,50 +119,17 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
     trainable parameters, compute bytes and trainable bytes per parameter. The layer terms are worked out once per
     distinct layer (Spec.distinct_layers) and summed times their counts; `memo` shares them with other jobs."""
     spec = g.spec
-    lora, fp32 = job.method != "full", fp32_base(job)
+    lora = job.method != "full"
     r = job_regime(job)
     c = r.compute_bytes
-    B, T, P = job.batch, job.tokens, g.params_total
+    B, T = job.batch, job.tokens
     distinct = spec.distinct_layers
     head_mm = sum(p.matmul for p in spec.head) or (spec.vocab * (a.embed_dim or a.hidden) if spec.tied else 0)
-    # the vision tower's saved tensors, once per image of the sample (its soft tokens are among the T tokens)
+    # images per sample: one where the model reads any (its soft tokens are among the T tokens)
     vision = spec.image_tokens or spec.vision_act  # mllama's images add no tokens, yet its tower runs on them
     images = (1 if vision else 0) if job.images is None else job.images
-    if not lora:
-        # a text-only step never runs the towers: their weights get no gradient, so AdamW keeps no state for them
-        # (torch/optim/adamw.py skips a parameter whose .grad is None) and autocast makes no copy of them
-        unused = (g.params_towers, g.towers_matmul) if vision and not images else (0, 0)
-        trainable, param_bytes = P - unused[0], {"amp": 4, "bf16": 2, "fp32": 4}[job.precision]
-        weights = param_bytes * P
-        roles, rank, mats = None, 0, None
-        # autocast's bf16 weight copies, saved for backward (F2). With checkpointing a layer's copies are made
-        # inside its checkpointed forward and not kept: only the LM head's live at the loss, one layer's in the
-        # recomputation (torch/utils/checkpoint.py: the recomputed forward's saved tensors).
-        copies = 2 * (g.params_matmul - unused[1]) if r.amp else 0
-        layer_mm = max((b.matmul for b, _ in distinct), default=0)
-        ckpt_copies: tuple[int, ...] = (2 * head_mm, 2 * layer_mm) if r.amp else (0, 0)
-    else:
-        roles, rank = target_roles(a, g, job.lora_targets, model), job.lora_rank
-        trainable = sum(n * v for (_, n), v in zip(distinct, adapter_params(spec, rank, roles, memo), strict=True))
-        param_bytes = r.adapter_bytes
-        # weights and the dequantised transient share it (LitGPT's quantiser packs the head too: frameworks.py)
-        mats = framework_mats(a, job.loss, stored_mats(a, g, job.storage))
-        weights = weight_bytes(g, job.storage, job.double_quant, mats) + param_bytes * trainable
-        if job.upcast_fp32:  # prepare_model_for_kbit_training: every non-quantised fp16/bf16 parameter to fp32
-            weights += 2 * (P - quantised_params(mats) - quantised_tower_params(g, job.storage))
-        # the fp32 LM head's bf16 autocast copy, saved for its input's gradient; freed by its backward, before any
-        # checkpointed layer is recomputed
-        head_copy = 2 * head_mm if r.amp and (job.upcast_fp32 or fp32) else 0
-        copies = (2 * trainable if r.amp and param_bytes != 2 else 0) + head_copy
-        ckpt_copies = (copies, copies - head_copy)
-        if fp32:  # and every frozen fp32 Linear's: autocast casts it at each use (no cache: not a leaf that
-            # requires grad, aten/src/ATen/autocast_mode.cpp cached_cast) and the matmul saves the copy for its
-            # input's gradient, but in the first layer's input Linears, whose input needs none (a frozen embedding);
-            # checkpointing keeps the recomputed layer's, and at its attention's backward only q/k/v's (F28, F60)
-            first_in = input_linear_params(distinct[layer_index(spec, memo)[0]][0]) if distinct else 0
-            copies += 2 * (sum(n * b.matmul for b, n in distinct) - first_in)
-            ckpt_copies = (ckpt_copies[0], ckpt_copies[1] + 2 * max((b.matmul for b, _ in distinct), default=0),
-                           ckpt_copies[1] + 2 * max((input_linear_params(b) for b, _ in distinct), default=0))
+    w = trained_weights(a, g, job, r, model, images, memo)
+    trainable, param_bytes, weights, copies, ckpt_copies, roles, rank, mats = w[:8]
     buffers = framework_buffer_bytes(a, g, job.loss, lora)  # the framework's own model's (torchtune's RoPE caches)
     grad = param_bytes * trainable  # gradients take the trainable weights' dtype
     state, temp = optimizer_bytes(job.optimizer, trainable, param_bytes)
@@ -193,7 +155,9 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
     layers_sum = sum(n * v for (_, n), v in zip(distinct, layer, strict=True))
     fixed_sum = sum(n * f for (_, n), f in zip(distinct, fixed, strict=True)) - (  # without checkpointing
         0 if job.upcast_fp32 or own_model(job.loss) else frozen_input_expert_bytes(a, g, roles, r))
-    embed = (r.residual_bytes * spec.hidden if r.trained else 0) * T + c * spec.vision_act * images
+    embed = (r.residual_bytes * spec.hidden if r.trained else 0) * T
+    # what each image's tower and projector keep, without checkpointing and with it (tower_adapters.image_bytes)
+    imaging = [images * v for v in image_bytes(spec, w.towers, rank, r)]
     dropout, frozen, head_rate = end_terms(a, g, s, r, memo, None if own_model(job.loss) else roles)
     embed += T * dropout
     # a frozen embedding's output needs no gradient: layer 0's norm and the dropout after it keep nothing, unless
@@ -259,11 +223,12 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
     # the layer inputs checkpointing keeps on the GPU (all of them; with Unsloth's offload, its buffers and the last)
     per_input = layer_input_bytes(g, r)
     kept_inputs, first_kept = checkpoint_inputs(job, len(spec.blocks), B * T * per_input)
-    first_inputs = embed + first_kept * T * per_input
+    first_inputs = embed + imaging[1] + first_kept * T * per_input
     first_grads = head_grads + param_bytes * (sum(n * b.params for b, n in distinct) - distinct[first][0].params
                                               + last_linear_params(distinct[first][0])) if r.trained and distinct else 0
     head_norm, final_norm = T * head_norm_bytes(g, r), T * final_norm_backward_bytes(g)
-    adapter_grads_first = param_bytes * (trainable - adapter_params(spec, rank, roles, memo)[first]) \
+    # the towers' adapters take their gradients after the text layers'
+    adapter_grads_first = param_bytes * (trainable - w.tower_trained - adapter_params(spec, rank, roles, memo)[first]) \
         if lora and distinct else 0
     # at the loss the logits' fp32 copy and log_softmax are made, not yet their gradient (F27: c B per logit fewer)
     fwd_less = T * c * spec.logits if job.loss == "hf" else 0
@@ -273,7 +238,7 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
         cache = T * kept_cache_bytes(a, g, r, grad_ckpt, job.upcast_fp32)  # kept output's (F8); upcast's (F62)
         kept, cache = (T * c * spec.logits + cache if job.keep_outputs else 0), (cache if job.upcast_fp32 else 0)
         if not grad_ckpt:
-            emb = embed - frozen_embed
+            emb = embed - frozen_embed + imaging[0]
             views = sum(n * v for (_, n), v in zip(distinct, terms.views, strict=True))  # the cache's copies (F11)
             acts = emb + layers_sum + head + kept + T * views
             phases = [phase("loss (logits)" if logits * 2 > acts else "backward (activations)", weights=weights,
@@ -310,7 +275,7 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
             # layer keeps only its input through the forward. At the loss nothing is recomputed; then the backward
             # reruns one layer at a time, whose saved tensors live beside the gradients made so far (the head's at
             # the last layer; a full fine-tune's every later layer's at the first).
-            inputs = embed + kept_inputs * T * per_input
+            inputs = embed + imaging[1] + kept_inputs * T * per_input
             # the layer recomputed at the peak, and its per-expert tensors
             recomputed = max(zip(lay, held, fixed, beside, strict=True), key=lambda t: B * (t[0] + t[1]) + sum(t[2:]),
                              default=(0, 0, 0, 0))

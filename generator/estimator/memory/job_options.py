@@ -76,6 +76,9 @@ class Job:
     offload_checkpoints: bool = False  # the checkpointed layers' inputs wait in CPU RAM (Unsloth's checkpointing)
     images: int | None = None  # images per training sample; None = one where the model reads images, 0 = text only
     padded: bool = False  # the batch's samples padded to its longest (HF collators): an attention mask in every layer
+    # LoRA's targets reach the towers' Linears, as peft's do (False: the text model's alone, as LLaMA-Factory's and
+    # ms-swift's defaults freeze the vision tower and projector: memory/tower_adapters.py)
+    tower_adapters: bool = True
 
     def to_dict(self) -> dict[str, Any]:
         """The options, with the storage the default resolves to."""

@@ -26,6 +26,7 @@ from .ends import embed_dropout_bytes, frozen_embedding_bytes, head_activation_b
 from .experts import expert_grad_transient, expert_weight_bytes
 from .lora import all_linear_roles, block_lora_params, distinct_inputs, linear_roles
 from .recurrence import rglru_bytes, torch_scan_bytes
+from .tower_adapters import tower_adapted, tower_lora_params
 
 T = TypeVar("T")  # what a term is per layer (bytes, or a tuple of terms)
 
@@ -106,10 +107,12 @@ def adapter_params(spec: Spec, rank: int, roles: frozenset[str] | None, memo: di
 
 
 def all_linear_params(a: Arch, g: Graph, rank: int, memo: dict | None = None) -> int:
-    """lora.lora_params of all-linear adapters (the site's LoRA), from the estimate's table (adapter_params)."""
+    """lora.lora_params of all-linear adapters (the site's LoRA), from the estimate's table (adapter_params), and
+    those peft puts on the towers' Linears (tower_adapters.py)."""
     spec = g.spec
     return sum(n * v for (_, n), v in zip(spec.distinct_layers, adapter_params(spec, rank, all_linear_roles(a), memo),
-                                          strict=True))
+                                          strict=True)) + tower_lora_params(tower_adapted(spec, "all-linear",
+                                                                                          a.model_type), rank)
 
 
 def layer_index(spec: Spec, memo: dict | None = None) -> tuple[int, ...]:

@@ -52,6 +52,7 @@ from .layer_terms import (
 from .lora import all_linear_roles
 from .stages import Branch, Profile
 from .storage import serve_weight_bytes
+from .tower_adapters import image_bytes, tower_adapted, tower_lora_params, tower_trained_params, unreached_weights
 
 
 def _ends(g: Graph) -> tuple[list[Part], list[Part]]:
@@ -91,6 +92,11 @@ def train_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, method: str, r
         layer_eob: list[int] = [late(b.params, 0) for b, _ in distinct]
         embed_step, head_step = late(ends[0], step), late(ends[1], step)
         embed_eob, head_eob = late(ends[0], 0), late(ends[1], 0)
+        # the towers' layers above the one the projector reads get no gradient, state or autocast copy (F73)
+        dead = unreached_weights(spec)
+        embed_static -= (s.optimizer_state_bytes + copy) * dead
+        embed_step -= (s.optimizer_state_bytes + s.grad_bytes + step) * dead
+        embed_eob -= (s.optimizer_state_bytes + s.grad_bytes) * dead
         # F6: a tied weight's two gradients (embedding, LM head) and their sum are live together.
         tied = 2 * s.grad_bytes * spec.vocab * (a.embed_dim or a.hidden) if spec.tied else 0
         embed_act = s.master_weight_bytes * spec.hidden
@@ -99,13 +105,19 @@ def train_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, method: str, r
         adapters = adapter_params(spec, rank, roles, memo)
         layer_static = [s.base_weight_bytes * b.params + adapter_rate * n + e
                         for (b, _), n, e in zip(distinct, adapters, terms.experts, strict=True)]
-        embed_static = s.base_weight_bytes * sum(p.params for p in embed)
+        # the towers' adapters (tower_adapters.py) count with the embedding side's weights; those above the layer
+        # the projector reads get no gradient, so no state or autocast copy
+        adapted = tower_adapted(spec, "all-linear", a.model_type)
+        trained, made = tower_trained_params(adapted, rank), tower_lora_params(adapted, rank)
+        embed_static = s.base_weight_bytes * sum(p.params for p in embed) + adapter_rate * trained \
+            + s.master_weight_bytes * (made - trained)
         head_static = s.base_weight_bytes * sum(p.params for p in head)
         # the adapters' AdamW step: weights + adapters (4 + 4 + 8 + 4 foreach) B each
         late_rate = adam + s.grad_bytes + s.foreach_temp_bytes
         layer_step = [s.base_weight_bytes * b.params + late_rate * n for (b, _), n in zip(distinct, adapters, strict=True)]
         layer_eob = []
-        embed_step, head_step, embed_eob, head_eob, tied = embed_static, head_static, 0, 0, 0
+        embed_step = embed_static + (late_rate - adapter_rate) * trained
+        head_step, embed_eob, head_eob, tied = head_static, 0, 0, 0
         embed_act = -end_terms(a, g, s, r, memo, roles)[1]  # a frozen embedding saves nothing (F4), nor its norm
         grads = terms.grads
         grad_fixed, grad_token = 0, 0
@@ -137,7 +149,9 @@ def train_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, method: str, r
         for w, m, msq in ws:
             m0, sq0 = masked.get(w, (0, 0))
             masked[w] = (m0 + count * m, sq0 + count * msq)
-    vision = s.compute_bytes * spec.vision_act  # one image per sample (job.py's default), where the model reads any
+    # one image per sample (job.py's default), where the model reads any: what its tower and projector keep
+    adapted = tower_adapted(spec, "all-linear", a.model_type) if method != "full" else ()
+    vision = image_bytes(spec, adapted, rank, r)[0] if spec.image_tokens or spec.vision_act else 0
     rates_sum = sum(k * rate for k, rate in zip(counts, rates, strict=True))
     backward = []  # job.py's late-backward phases, the head's tensors freed
     if method != "full" and grad_fixed:

@@ -53,10 +53,10 @@ AXOLOTL_PACKS = ("axolotl examples/llama-3/lora-1b.yml and qlora-1b.yml L16-19: 
 LLAMA_FACTORY = (("method", "lora"), ("precision", "amp"), ("adapter_dtype", "fp32"), ("lora_rank", 8),
                  ("lora_targets", "all-linear"), ("lora_dropout", 0.0), ("grad_ckpt", True),
                  ("optimizer", "adamw-fused"), ("keep_outputs", False), ("loss", "hf"), ("grad_accum", 8),
-                 ("padded", True))
+                 ("padded", True), ("tower_adapters", False))
 MS_SWIFT = (("method", "lora"), ("precision", "amp"), ("adapter_dtype", "fp32"), ("lora_rank", 8),
             ("lora_targets", "all-linear"), ("lora_dropout", 0.05), ("grad_ckpt", True), ("optimizer", "adamw-fused"),
-            ("keep_outputs", False), ("loss", "hf"), ("grad_accum", 16), ("padded", True))
+            ("keep_outputs", False), ("loss", "hf"), ("grad_accum", 16), ("padded", True), ("tower_adapters", False))
 
 
 RECIPES: dict[str, Recipe] = {r.name: r for r in (
@@ -188,8 +188,9 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
             "unsloth unsloth/trainer.py L903-911: SFTTrainer's padding_free switched on unless the user set it "
             "(gemma2 and gpt_oss excepted), so a batch is one flattened row with no padding mask")),
     Recipe("llama-factory", "LLaMA-Factory's LoRA SFT example with its defaults: bf16 base, fp32 adapters r=8 on "
-                            "every Linear, no dropout, gradient checkpointing, fused AdamW, 8 micro-batches, "
-                            "batches padded to their longest sample",
+                            "every Linear of the text model (a vision tower and projector frozen), no dropout, "
+                            "gradient checkpointing, fused AdamW, 8 micro-batches, batches padded to their longest "
+                            "sample",
            LLAMA_FACTORY,
            ("LLaMA-Factory examples/train_lora/qwen3_lora_sft.yaml (ff6d4d1, 2026-08-18): finetuning_type lora, "
             "lora_rank 8, lora_target all, per_device_train_batch_size 1, gradient_accumulation_steps 8, bf16 true",
@@ -201,7 +202,10 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
             "adamw_torch_fused",
             "src/llamafactory/train/sft/workflow.py L62-67: SFTDataCollatorWith4DAttentionMask, a transformers "
             "DataCollatorForSeq2Seq (pads each batch to its longest, pad_to_multiple_of 8, with the attention_mask); "
-            "hparams/data_args.py: packing None, off for SFT (FINDINGS.md F72)")),
+            "hparams/data_args.py: packing None, off for SFT (FINDINGS.md F72)",
+            "src/llamafactory/hparams/finetuning_args.py L546-553: freeze_vision_tower and "
+            "freeze_multi_modal_projector True; model/model_utils/visual.py patch_target_modules: a vision-language "
+            "model's LoRA targets are the module names outside its vision tower and projector (FINDINGS.md F73)")),
     Recipe("llama-factory-qlora", "llama-factory with quantization_bit 4: an nf4 base with double quantisation, "
                                   "its norms left in bf16",
            nf4_base(LLAMA_FACTORY),
@@ -212,10 +216,10 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
             "nothing in src/llamafactory calls peft's prepare_model_for_kbit_training",
             "the rest as llama-factory (examples/train_lora/qwen3_lora_sft.yaml and the argument defaults)")),
     Recipe("ms-swift", "ms-swift's `swift sft --train_type lora` with its defaults on one GPU: bf16 base, fp32 adapters "
-                       "r=8 on every Linear with dropout 0.05, reentrant gradient checkpointing, fused AdamW, 16 "
-                       "micro-batches, batches padded to their longest sample; its logits priced for every token, "
-                       "where ms-swift computes only the labelled tokens' (use_logits_to_keep): an upper bound on the "
-                       "loss's share",
+                       "r=8 on every Linear of the text model (a vision tower and aligner frozen) with dropout 0.05, "
+                       "reentrant gradient checkpointing, fused AdamW, 16 micro-batches, batches padded to their "
+                       "longest sample; its logits priced for every token, where ms-swift computes only the labelled "
+                       "tokens' (use_logits_to_keep): an upper bound on the loss's share",
            MS_SWIFT,
            ("ms-swift swift/arguments/tuner_args.py (3602360, 2026-08-22): target_modules ['all-linear'], lora_rank 8, "
             "lora_alpha 32, lora_dropout 0.05, lora_dtype None (peft's fp32 adapters, swift/tuners/peft.py "
@@ -230,7 +234,10 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
             "logits of the tokens whose label is -100 are not made, a share of each sample the job does not say",
             "swift/template/base.py _data_collator L1909-2018: padded on the right to the batch's longest with the "
             "attention_mask; swift/arguments/base_args/template_args.py L139 padding_free False and base_args.py "
-            "L105 packing False (FINDINGS.md F72)")),
+            "L105 packing False (FINDINGS.md F72)",
+            "swift/arguments/tuner_args.py L122-124: freeze_llm False, freeze_vit True, freeze_aligner True; "
+            "swift/utils/transformers_utils.py get_multimodal_target_regex: all-linear reaches the language model's "
+            "Linears alone (FINDINGS.md F73)")),
     Recipe("ms-swift-qlora", "ms-swift with --quant_method bnb --quant_bits 4: an nf4 base with double quantisation "
                              "(its defaults), norms left in bf16",
            nf4_base(MS_SWIFT),

@@ -1,0 +1,101 @@
+"""LoRA on a vision-language model's towers: the adapters peft puts on the vision tower's and projector's Linears,
+their parameters, and what they save per image.
+
+peft's "all-linear" wraps every nn.Linear of the model but the output embedding (peft/tuners/tuners_utils.py
+_maybe_include_all_linear_layers), so a VLM's tower and projector are adapted beside its text layers, and a target
+name adapts the tower's Linears of that name too (peft matches a module by its name's last component). The
+Linears are Spec.tower_linears (families/tower_linears.py). peft makes the adapters whether or not a step feeds an
+image; a text-only step leaves their gradients None, so AdamW keeps no state for them (torch/optim/adamw.py skips a
+parameter whose .grad is None).
+"""
+
+from __future__ import annotations
+
+from ..graph.nodes import LAYER_ROLES, PROJECTOR_ROLE
+from ..graph.parts import Spec
+from .activations import Regime, adapter_input_bytes, mask_bytes
+from .lora import PEFT_DEFAULT, PEFT_DEFAULT_TARGETS, ROLE_GROUP
+
+TowerLinears = tuple[tuple[int, int, int, str, str, int, bool], ...]
+
+
+def tower_adapted(spec: Spec, targets: str, model_type: str) -> TowerLinears:
+    """The tower Linears `targets` adapts: every one under all-linear, else those whose module name is named (peft's
+    own defaults for the model type under peft-default). A role LitGPT's or torchtune's own code reads ("q,v",
+    "mlp") names no tower Linear: their model code builds no tower."""
+    linears = spec.tower_linears or ()
+    if targets == "all-linear":
+        return linears
+    if targets == PEFT_DEFAULT:
+        targets = PEFT_DEFAULT_TARGETS.get(model_type, "")
+    names = {t.strip() for t in targets.split(",")}
+    return tuple(x for x in linears if x[4] in names)
+
+
+def tower_lora_params(adapted: TowerLinears, rank: int) -> int:
+    """A (rank x in) and B (out x rank) per adapted Linear, times its copies over the tower's layers."""
+    return sum(rank * count * (i + o) for count, i, o, *_ in adapted)
+
+
+def tower_adapter_bytes(adapted: TowerLinears, rank: int, r: Regime) -> int:
+    """Bytes the adapters save per image, as activations.adapter_activation_bytes prices a text layer's per token
+    (peft/tuners/lora/layer.py Linear.forward), over the rows each Linear reads per image: with a cast to the
+    adapters' dtype or LoRA dropout, a copy of the input per adapter (and the dropout's mask); else one input per
+    group of Linears reading one tensor (q/k/v, gate/up), the attention output's left out (SDPA saved it). lora_B
+    saves lora_A's output, rank wide."""
+    c, ab = r.compute_bytes, adapter_input_bytes(r)
+    saved = c if r.amp else ab
+    if ab != c or r.lora_dropout:
+        per_input = saved + (mask_bytes(r, ab) if r.lora_dropout else 0)
+        return sum(count * rows * (per_input * i + saved * rank) for count, i, _, _, _, rows, _ in adapted)
+    groups: dict[tuple[str, int, int], int] = {}  # one input per group, per layer count and rows
+    for count, i, _, role, name, rows, _ in adapted:
+        group = ROLE_GROUP.get(role, name)
+        if group != "attn_out":
+            groups[(group, count, rows)] = i
+    return sum(count * rows * i for (_, count, rows), i in groups.items()) * saved \
+        + sum(count * rows * saved * rank for count, _, _, _, _, rows, _ in adapted)
+
+
+def image_bytes(spec: Spec, adapted: TowerLinears, rank: int, r: Regime) -> tuple[int, int]:
+    """What one image's tower and projector keep for the backward (without checkpointing, with it), read off the
+    CPU simulation of llava-1.5 (FINDINGS.md F73):
+    - the tower's layers save their tensors (Spec.vision_act) where the tower is on the gradient's path: trained (a
+      full fine-tune) or adapted; a frozen tower with no adapter saves nothing (its input, the pixels, needs no
+      gradient), whatever its projector does;
+    - checkpointed, the tower's layers are too where they are transformers' GradientCheckpointingLayer (all here but
+      mllama's, Spec.tower_linears' last field): each keeps its input alone, rows x width in the residual stream's
+      dtype;
+    - the projector, never checkpointed, on the gradient's path keeps its activation's input (each Linear's input
+      but the first's);
+    - the adapters keep their inputs' copies (tower_adapter_bytes), a checkpointed tower layer's not.
+    A tower whose Linears are not itemised (Spec.tower_linears None) keeps Spec.vision_act, trained or not."""
+    c, linears = r.compute_bytes, spec.tower_linears
+    if linears is None:
+        return c * spec.vision_act, c * spec.vision_act
+    tower = r.trained or any(x[3] != PROJECTOR_ROLE for x in adapted)
+    projector = [x for x in linears if x[3] == PROJECTOR_ROLE]
+    on_path = tower or any(x[3] == PROJECTOR_ROLE for x in adapted)
+    rb = r.residual_bytes  # the tower's stream and the projector's activation: fp32 after the kbit upcast
+    kept = rb * sum(count * rows * i for count, i, _, _, _, rows, _ in projector[1:]) if on_path else 0
+    inputs = rb * sum(count * rows * i for count, i, _, role, _, rows, _ in linears if role in ("q", "qkv"))
+    unchecked = tower_adapter_bytes(tuple(x for x in adapted if x[3] not in LAYER_ROLES), rank, r)
+    # the layers above the one the projector reads (rows 0: tower_linears.live_layers) keep nothing
+    firsts = [(count, rows) for count, _, _, role, _, rows, _ in linears if role in ("q", "qkv")]
+    live = sum(count for count, rows in firsts if rows) / max(1, sum(count for count, _ in firsts))
+    plain = (int(c * spec.vision_act * live) if tower else 0) + kept + tower_adapter_bytes(adapted, rank, r)
+    # a tower whose layers are not GradientCheckpointingLayers (mllama's) keeps them all, checkpointing or not
+    checkpointed = all(x[6] for x in linears if x[3] in LAYER_ROLES)
+    return plain, (inputs if tower else 0) + kept + unchecked if checkpointed else plain
+
+
+def tower_trained_params(adapted: TowerLinears, rank: int) -> int:
+    """Of tower_lora_params, the adapters that get a gradient: not those of the layers above the one the projector
+    reads (rows 0), which run in the forward only."""
+    return tower_lora_params(tuple(x for x in adapted if x[5]), rank)
+
+
+def unreached_weights(spec: Spec) -> int:
+    """The matmul weights of the tower layers above the one the projector reads (rows 0): a full fine-tune's
+    gradients and AdamW state leave them out (their norms' and biases' few weights are not itemised)."""
+    return sum(count * i * o for count, i, o, _, _, rows, _ in spec.tower_linears or () if not rows)
