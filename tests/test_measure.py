@@ -208,6 +208,39 @@ def test_images_are_fed_as_the_processor_writes_them():
     assert _within(runs[1]["measured"]["peak_bytes"], estimate)
 
 
+TINY_QWEN_VL = {"architectures": ["Qwen2_5_VLForConditionalGeneration"], "model_type": "qwen2_5_vl",
+                "image_token_id": 999, "video_token_id": 998, "vision_start_token_id": 997,
+                "text_config": {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 1,
+                                "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 1000,
+                                "rope_scaling": {"type": "mrope", "mrope_section": [2, 3, 3]}},
+                "vision_config": {"hidden_size": 32, "intermediate_size": 64, "depth": 1, "num_heads": 2,
+                                  "out_hidden_size": 64, "patch_size": 14, "spatial_merge_size": 2,
+                                  "temporal_patch_size": 2, "in_channels": 3, "fullatt_block_indexes": [0]}}
+
+
+def test_qwen_vl_images_are_flattened_patches_and_a_grid():
+    """Qwen2.5-VL's nominal 448 x 448 image as Qwen2VLImageProcessor flattens it: 32 x 32 patches of 2 frames x 3
+    channels x 14^2, image_grid_thw (1, 32, 32), 256 tokens after the 2 x 2 merge; a real step (random weights)
+    runs forward and backward on them. The CPU simulation refuses it, naming why: the tower reads the grid's values."""
+    from generator.measure.build import hf_config
+    from generator.errors import MeasureError
+    from generator.measure.images import image_inputs, image_tokens
+    from generator.measure.run import run_cpu
+
+    transformers = pytest.importorskip("transformers")
+    config = hf_config(TINY_QWEN_VL, "sdpa")
+    assert image_tokens(config) == (256, 1024)
+    ids, extra = image_inputs(config, torch.randint(0, 990, (2, 300)), 1, torch.float32)
+    assert extra["pixel_values"].shape == (2048, 1176) and extra["image_grid_thw"].tolist() == [[1, 32, 32]] * 2
+    assert ids[:, :256].eq(999).all() and not ids[:, 256:].eq(999).any()
+    model = transformers.AutoModelForImageTextToText.from_config(config)
+    out = model(input_ids=ids, labels=ids, **extra)
+    out.loss.backward()
+    assert model.model.visual.blocks[0].attn.qkv.weight.grad is not None  # the tower is on the gradient's path
+    with pytest.raises(MeasureError, match="grid's values"):
+        run_cpu(TINY_QWEN_VL, Setup("lora", tokens=300, images=1))
+
+
 def test_a_dotted_override_sets_a_nested_config_key():
     """--set text_config.num_hidden_layers=2 reaches a key --max-layers cannot (llava's text_config leaves its layer
     count to the class default), recorded as any change; a path through a value that is not a config is refused."""

@@ -16,6 +16,9 @@ import torch
 
 # The wrappers the harness can feed an image to; a model of another type is refused with its name.
 IMAGE_FAMILIES = ("llava", "qwen2_5_vl")
+# Of those, the ones whose tower reads the image grid's values (Qwen2.5-VL's rot_pos_emb and get_window_index loop
+# over image_grid_thw), which a FakeTensor does not hold: they run on CUDA, not in the CPU simulation.
+GRID_READERS = ("qwen2_5_vl",)
 
 # Qwen2.5-VL's nominal image (vision_towers.qwen_vl prices a 448 x 448 one: the processor resizes dynamically).
 QWEN_VL_SIDE = 448

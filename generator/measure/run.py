@@ -28,7 +28,7 @@ from .build import (
     unwrap_params4bit,
 )
 from .expandable import ExpandableAllocator
-from .images import image_inputs, placeholder_check_skipped
+from .images import GRID_READERS, image_inputs, placeholder_check_skipped
 from .setup import Setup
 from .tracker import PeakTracker
 
@@ -244,6 +244,9 @@ def run_cpu(config: Mapping[str, Any], setup: Setup, explain: bool = False, allo
 
     if setup.optimizer == "adamw8bit":
         raise MeasureError("adamw8bit's CUDA kernels are not simulated on the CPU")
+    if setup.images and config.get("model_type") in GRID_READERS:
+        raise MeasureError(f"a {config.get('model_type')} tower reads its image grid's values, which the CPU "
+                           "simulation's fake tensors do not hold: --images runs on CUDA")
     qlora = setup.method == "qlora"
 
     def once(capture_at: int | None) -> tuple[PeakTracker, tuple[int, int]]:
