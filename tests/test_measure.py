@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from tests.conftest import tiny_qwen2
+from tests.conftest import snapshot_configs, tiny_qwen2
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -199,6 +199,15 @@ def test_images_are_fed_as_the_processor_writes_them():
         image_inputs(SimpleNamespace(model_type="qwen2"), torch.ones(1, 8, dtype=torch.long), 1, torch.bfloat16)
     with pytest.raises(ValueError, match="--images"):
         setup_from_args(parser().parse_args(["m", "--method", "inference", "--images", "1"]))
+    # gemma-3: 256 soft tokens and the token_type_ids its processor returns; mllama: one <|image|> token, four tiles
+    # of 1,025 patches padded to 1,032, its aspect ratio and cross-attention masks
+    configs = {m: cfg for m, cfg, _ in snapshot_configs()}
+    gemma, mllama = (hf_config(configs[m], "sdpa") for m in ("google/gemma-3-27b-it", "meta-llama/Llama-3.2-11B-Vision"))
+    ids, extra = image_inputs(gemma, torch.ones(1, 300, dtype=torch.long), 1, torch.bfloat16)
+    assert extra["token_type_ids"].sum() == 256 and extra["pixel_values"].shape == (1, 3, 896, 896)
+    ids, extra = image_inputs(mllama, torch.ones(2, 16, dtype=torch.long), 1, torch.bfloat16)
+    assert ids[:, 0].eq(mllama.image_token_index).all() and extra["pixel_values"].shape == (2, 1, 4, 3, 448, 448)
+    assert extra["cross_attention_mask"].shape == (2, 16, 1, 4) and extra["aspect_ratio_ids"].tolist() == [[6], [6]]
     setup = setup_from_args(parser().parse_args(["m", "--method", "lora", "--tokens", "256", "--images", "1"]))
     assert setup.images == 1 and setup.to_dict()["images"] == 1
     runs = [_peak(TINY_LLAVA, Setup("lora", tokens=256, images=n)) for n in (0, 1)]

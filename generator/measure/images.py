@@ -15,7 +15,7 @@ from unittest import mock
 import torch
 
 # The wrappers the harness can feed an image to; a model of another type is refused with its name.
-IMAGE_FAMILIES = ("llava", "qwen2_5_vl")
+IMAGE_FAMILIES = ("llava", "qwen2_5_vl", "gemma3", "mllama")
 # Of those, the ones whose tower reads the image grid's values (Qwen2.5-VL's rot_pos_emb and get_window_index loop
 # over image_grid_thw), which a FakeTensor does not hold: they run on CUDA, not in the CPU simulation.
 GRID_READERS = ("qwen2_5_vl",)
@@ -29,19 +29,25 @@ def image_tokens(config: Any) -> tuple[int, int]:
     - llava: the CLIP grid's (image_size / patch_size)^2 patches, its class token dropped under the "default"
       vision_feature_select_strategy (modeling_llava.LlavaModel.get_image_features);
     - qwen2_5_vl: a 448 x 448 image as Qwen2VLImageProcessor flattens it: (448 / 14)^2 patches of
-      temporal_patch_size frames, merged spatial_merge_size^2 to a token (modeling_qwen2_5_vl.PatchMerger)."""
+      temporal_patch_size frames, merged spatial_merge_size^2 to a token (modeling_qwen2_5_vl.PatchMerger);
+    - gemma3: the SigLIP grid's patches pooled to mm_tokens_per_image soft tokens (Gemma3MultiModalProjector)."""
     v = config.vision_config
     if config.model_type == "llava":
         patches = (v.image_size // v.patch_size) ** 2
         return patches + (config.vision_feature_select_strategy == "full"), patches
+    if config.model_type == "gemma3":
+        return config.mm_tokens_per_image, (v.image_size // v.patch_size) ** 2
+    if config.model_type == "mllama":  # one <|image|> token; the tower reads every tile's patches and class token
+        return 1, v.max_num_tiles * ((v.image_size // v.patch_size) ** 2 + 1)
     side = QWEN_VL_SIDE // v.patch_size
     return side * side // v.spatial_merge_size ** 2, side * side
 
 
 def image_inputs(config: Any, ids: torch.Tensor, images: int, dtype: torch.dtype) -> tuple[torch.Tensor, dict]:
     """The ids with `images` images' tokens at the start of every sample, and the model's image inputs for them:
-    llava's pixel_values [samples x images, channels, side, side]; Qwen2.5-VL's flattened patches
-    [rows, channels x temporal_patch_size x patch^2] and image_grid_thw (1, side, side) per image. Raises
+    llava's and gemma-3's pixel_values [samples x images, channels, side, side] (gemma-3's token_type_ids too, as its
+    processor returns them); Qwen2.5-VL's flattened patches [rows, channels x temporal_patch_size x patch^2] and
+    image_grid_thw (1, side, side) per image. Raises
     ValueError where the model is not of IMAGE_FAMILIES or the images do not fit in the sample."""
     if config.model_type not in IMAGE_FAMILIES:
         raise ValueError(f"--images: the harness feeds images to {', '.join(IMAGE_FAMILIES)}, not "
@@ -55,10 +61,22 @@ def image_inputs(config: Any, ids: torch.Tensor, images: int, dtype: torch.dtype
     ids[:, :images * per_image] = config.image_token_id
     v = config.vision_config
     g = torch.Generator().manual_seed(0)
-    if config.model_type == "llava":
+    if config.model_type in ("llava", "gemma3"):
         side = v.image_size
         pixels = torch.randn(batch * images, v.num_channels, side, side, generator=g)
-        return ids, {"pixel_values": pixels.to(ids.device, dtype)}
+        extra = {"pixel_values": pixels.to(ids.device, dtype)}
+        if config.model_type == "gemma3":  # Gemma3Processor's token_type_ids (mm_token_type_ids): 1 on image tokens
+            extra["token_type_ids"] = (ids == config.image_token_id).long()
+        return ids, extra
+    if config.model_type == "mllama":  # MllamaProcessor's tiles: all max_num_tiles of a 2 x 2 aspect ratio, each read
+        tiles, side = v.max_num_tiles, v.image_size
+        pixels = torch.randn(batch, images, tiles, v.num_channels, side, side, generator=g)
+        ratio = 1 + v.supported_aspect_ratios.index([2, 2]) if [2, 2] in v.supported_aspect_ratios else 1
+        return ids, {"pixel_values": pixels.to(ids.device, dtype),
+                     "aspect_ratio_ids": torch.full((batch, images), ratio, device=ids.device),
+                     "aspect_ratio_mask": torch.ones(batch, images, tiles, dtype=torch.long, device=ids.device),
+                     "cross_attention_mask": torch.ones(batch, tokens, images, tiles, dtype=torch.long,
+                                                        device=ids.device)}
     side = QWEN_VL_SIDE // v.patch_size
     width = v.in_channels * v.temporal_patch_size * v.patch_size ** 2
     pixels = torch.randn(batch * images * rows, width, generator=g)

@@ -176,9 +176,12 @@ def mllama_text(cfg: Mapping[str, Any], model: str) -> Arch:
     return build(cfg, model, "mllama_text_model", t, family="mllama")
 
 
-def mllama_vision(vc: Mapping[str, Any], r: Reader) -> tuple[Part, int, int, int]:
+def mllama_vision(vc: Mapping[str, Any], r: Reader) -> tuple[Part, int, int, int, int]:
     """MllamaVisionModel: class embedding, patch conv, gated position/tile embeddings, a local transformer
-    (num_hidden_layers) and a gated global one (num_global_layers), LayerNorms with bias."""
+    (num_hidden_layers) and a gated global one (num_global_layers), LayerNorms with bias. (tower, vision tokens per
+    image, output width, hidden width, saved elements per image): every tile's patches and class token, padded to a
+    multiple of 8 (num_padding_patches), through every layer at a ViT layer's 8 x hidden + 2 x MLP width, and the
+    [tokens, tokens] attention mask the layers share (read off the CPU simulation, FINDINGS.md F73)."""
     v = r.child(vc, "mllama_vision_model", prefix="vision_config.")
     h, inter, p = v.int("hidden_size"), v.int("intermediate_size"), v.int("patch_size")
     n, g = v.int("num_hidden_layers"), v.int("num_global_layers")
@@ -190,8 +193,10 @@ def mllama_vision(vc: Mapping[str, Any], r: Reader) -> tuple[Part, int, int, int
     params = (h + v.int("num_channels", 3) * p * p * h + 1 + patches * h + (ids + 1) * tiles * patches * h
               + 2 * (1 + (ids + 1) * tiles * h) + 4 * h + n * layer + g * (layer + 2))
     out = v.int("vision_output_dim", h * 6)
+    tokens = tiles * -(-patches // 8) * 8
+    act = tokens * (n + g) * (8 * h + 2 * inter) + tokens * tokens
     return Part("Vision_Tower", f"Vision transformer ({n}+{g} layers)", params,
-                matmul=(n + g) * (4 * h * h + 2 * h * inter)), tiles * patches, out, h
+                matmul=(n + g) * (4 * h * h + 2 * h * inter)), tokens, out, h, act
 
 
 def mllama(cfg: Mapping[str, Any], model: str) -> Arch:
@@ -204,13 +209,13 @@ def mllama(cfg: Mapping[str, Any], model: str) -> Arch:
         return dataclasses.replace(text, model_type="mllama", architectures=archs)
     r = Reader(cfg, model, "mllama")
     vc = cfg.get("vision_config") or {}
-    tower, vision_tokens, out, vh = mllama_vision(vc, r)
+    tower, vision_tokens, out, vh, act = mllama_vision(vc, r)
     spec = text.spec
     proj = Part("Projector", "Linear projector", linear(out, spec.hidden, True), matmul=out * spec.hidden)
     # Image tokens do not enter the text sequence: the cross-attention layers cache K/V over them.
     linears = tower_linears("mllama", r, vc, "mllama_vision_model", (vh, spec.hidden), (vision_tokens, vision_tokens))
     new = dataclasses.replace(spec, embed=(*spec.embed, tower, proj), image_tokens=0, tower_linears=linears,
-                              vision_act=vision_tokens * 12 * vh, vision_transient=vision_tokens * 8 * vh,
+                              vision_act=act, vision_transient=vision_tokens * 8 * vh,
                               notes=(f"one image = {vision_tokens:,} vision tokens held as cross-attention K/V",))
     return dataclasses.replace(text, model_type="mllama", family="mllama", spec=new, architectures=archs)
 

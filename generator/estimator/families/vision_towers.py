@@ -102,12 +102,15 @@ def pixtral(v: Reader, kind: str) -> TowerResult:
 
 
 def clip(v: Reader, kind: str) -> TowerResult:
-    """modeling_clip.CLIPVisionTransformer: class embedding, patch conv, positions, pre- and post-LayerNorm."""
+    """modeling_clip.CLIPVisionTransformer: class embedding, patch conv, positions, pre- and post-LayerNorm. Its
+    quick_gelu (activations.QuickGELUActivation: input * sigmoid(1.702 x)) keeps the sigmoid beside its input: one
+    more MLP-wide tensor per patch and layer (read off llava-1.5's simulated step, FINDINGS.md F73)."""
     h, n, inter = v.int("hidden_size"), v.int("num_hidden_layers"), v.int("intermediate_size")
     p, ch, size = v.int("patch_size"), v.int("num_channels", 3), v.int("image_size")
     patches = (size // p) ** 2
     params = h + ch * p * p * h + (patches + 1) * h + 4 * h + n * vit_layer(h, inter)
-    return _part(params, n, h, inter, patches, 8 * h + 2 * inter)
+    kept = 3 if v.str("hidden_act", "quick_gelu") == "quick_gelu" else 2
+    return _part(params, n, h, inter, patches, 8 * h + kept * inter)
 
 
 def blip(v: Reader, kind: str) -> TowerResult:

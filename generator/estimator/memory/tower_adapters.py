@@ -83,10 +83,40 @@ def image_bytes(spec: Spec, adapted: TowerLinears, rank: int, r: Regime) -> tupl
     # the layers above the one the projector reads (rows 0: tower_linears.live_layers) keep nothing
     firsts = [(count, rows) for count, _, _, role, _, rows, _ in linears if role in ("q", "qkv")]
     live = sum(count for count, rows in firsts if rows) / max(1, sum(count for count, _ in firsts))
-    plain = (int(c * spec.vision_act * live) if tower else 0) + kept + tower_adapter_bytes(adapted, rank, r)
+    # frozen, the tower's Linears keep no input (their adapters keep copies, priced apart): the distinct inputs of a
+    # layer's Linears (q/k/v's, the MLP's first and second; the attention output SDPA keeps) come off vision_act
+    inputs_by_group = _layer_inputs(linears)
+    frozen = 0 if r.trained else c * sum(count * rows * i for (_, count, rows), i in inputs_by_group.items())
+    plain = (int(c * spec.vision_act * live) - frozen if tower else 0) + kept + tower_adapter_bytes(adapted, rank, r)
+    if tower and not r.trained and rb > c:  # after the kbit upcast: the stream and the MLP's activation in fp32
+        plain += (rb - c) * _upcast_elements(spec, inputs_by_group)
     # a tower whose layers are not GradientCheckpointingLayers (mllama's) keeps them all, checkpointing or not
     checkpointed = all(x[6] for x in linears if x[3] in LAYER_ROLES)
     return plain, (inputs if tower else 0) + kept + unchecked if checkpointed else plain
+
+
+def _layer_inputs(linears: TowerLinears) -> dict[tuple[str, int, int], int]:
+    """The width of each distinct tensor a tower layer's Linears read, by (input group, copies, rows): q, k and v read
+    one, gate and up one; the attention output is left out (SDPA keeps it), and so are layers above the one the
+    projector reads (rows 0)."""
+    out: dict[tuple[str, int, int], int] = {}
+    for count, i, _, role, _, rows, _ in linears:
+        group = ROLE_GROUP.get(role, "")
+        if role in LAYER_ROLES and rows and group != "attn_out":
+            out[(group, count, rows)] = i
+    return out
+
+
+def _upcast_elements(spec: Spec, inputs: dict[tuple[str, int, int], int]) -> int:
+    """The elements of a frozen tower's saved tensors that prepare_model_for_kbit_training turns fp32 (read off
+    mllama's simulated QLoRA step, FINDINGS.md F74): the residual stream its norms read (2 x hidden per row and
+    layer) and its MLP's activation, whose input a bitsandbytes 4-bit Linear returns in its input's dtype (the
+    trained rate's MLP share less the second Linear's input); q, k, v and SDPA's output stay bf16 (autocast)."""
+    rows = sum(count * n for (group, count, n) in inputs if group == "attn_in")
+    hidden = next((i for (group, _, _), i in inputs.items() if group == "attn_in"), 0)
+    second = next((i for (group, _, _), i in inputs.items() if group == "mlp_mid"), 0)
+    per_row = spec.vision_act // max(1, rows)
+    return rows * (2 * hidden + max(0, per_row - 8 * hidden - second))
 
 
 def tower_trained_params(adapted: TowerLinears, rank: int) -> int:
