@@ -17,6 +17,7 @@ from ..config.reader import Reader
 from ..graph.nodes import LAYER_ROLES, PROJECTOR_ROLE
 
 TowerLinear = tuple[int, int, int, str, str]  # (count, in, out, role, name)
+HEAD = "pooling head"  # the role of a tower's Linears whose output no VLM reads: they run, keep nothing, train not
 Inventory = tuple[TowerLinear, ...]
 
 # SigLIP's and CLIP's layer names (modeling_clip.CLIPAttention q_proj/k_proj/v_proj/out_proj, CLIPMLP fc1/fc2),
@@ -42,8 +43,9 @@ def clip(v: Reader, kind: str) -> Inventory:
         p = v.int("patch_size")
         out = ((1, v.int("num_channels", 3) * p * p, h, "linear", "patch_embedding"), *out)
     if kind in ("siglip_vision_model", "siglip2_vision_model") and v.flag("vision_use_head", True):
-        # SiglipMultiheadAttentionPoolingHead: nn.MultiheadAttention's out_proj (its in_proj is a Parameter), an MLP
-        out += ((1, h, h, "o", "out_proj"), (1, h, inter, "up", "fc1"), (1, inter, h, "down", "fc2"))
+        # SiglipMultiheadAttentionPoolingHead: nn.MultiheadAttention's out_proj (its in_proj is a Parameter), an MLP;
+        # a VLM reads the tower's last hidden state, not the pooled output, so the head gets no gradient (HEAD)
+        out += ((1, h, h, HEAD, "out_proj"), (1, h, inter, HEAD, "fc1"), (1, inter, h, HEAD, "fc2"))
     return out
 
 
@@ -171,8 +173,9 @@ def live_layers(r: Reader, n: int) -> int:
 def tower_linears(mt: str, r: Reader, vc: Mapping[str, Any], kind: str, widths: tuple[int, int],
                   rows: tuple[int, int]) -> tuple[tuple[int, int, int, str, str, int, bool], ...] | None:
     """The tower's Linears and the projector's, each with the rows it reads per image and whether checkpointing
-    recomputes it (Spec.tower_linears), or None where either is not listed. `kind`: vision_towers.tower_kind; `widths`: the tower's output and the text
-    model's; `rows`: the patches the tower reads per image, the tokens the projector makes of them."""
+    recomputes it (Spec.tower_linears), or None where either is not listed. `kind`: vision_towers.tower_kind;
+    `widths`: the tower's output and the text model's; `rows`: the patches the tower reads per image, the tokens
+    the projector makes of them. Rows 0: a Linear whose output reaches nothing (live_layers, HEAD)."""
     if kind not in TOWERS or mt not in PROJECTED:
         return None
     v = r.child(vc, kind, prefix="vision_config.")
@@ -180,7 +183,7 @@ def tower_linears(mt: str, r: Reader, vc: Mapping[str, Any], kind: str, widths: 
     ckpt = kind not in UNCHECKPOINTED
     tower: list[tuple[int, int, int, str, str, int, bool]] = []
     for count, i, o, role, name in TOWERS[kind](v, kind):
-        live = live_layers(r, count) if role in LAYER_ROLES else count  # the layers above read no row (0)
-        tower += [(live, i, o, role, name, rows[0], ckpt)] + (
+        live = 0 if role == HEAD else live_layers(r, count) if role in LAYER_ROLES else count
+        tower += ([(live, i, o, role, name, rows[0], ckpt)] if live else []) + (
             [(count - live, i, o, role, name, 0, ckpt)] if live < count else [])
     return tuple(tower) + tuple((c, i, o, PROJECTOR_ROLE, name, rows[1], False) for c, i, o, _, name in proj)
