@@ -59,10 +59,12 @@ def tower_adapter_bytes(adapted: TowerLinears, rank: int, r: Regime) -> int:
 
 def image_bytes(spec: Spec, adapted: TowerLinears, rank: int, r: Regime) -> tuple[int, int]:
     """What one image's tower and projector keep for the backward (without checkpointing, with it), read off the
-    CPU simulation of llava-1.5 (FINDINGS.md F73):
+    CPU simulations of llava-1.5, gemma-3 and Llama-3.2-Vision fed images (FINDINGS.md F73, F74):
     - the tower's layers save their tensors (Spec.vision_act) where the tower is on the gradient's path: trained (a
-      full fine-tune) or adapted; a frozen tower with no adapter saves nothing (its input, the pixels, needs no
-      gradient), whatever its projector does;
+      full fine-tune) or adapted, but for its Linears' inputs when it is frozen (a frozen base Linear keeps none, its
+      adapter keeps a copy), and at 4 bytes after the kbit upcast for its stream and MLP activation
+      (_upcast_elements); a frozen tower with no adapter saves nothing (its input, the pixels, needs no gradient),
+      whatever its projector does; layers whose output reaches nothing (rows 0) save nothing;
     - checkpointed, the tower's layers are too where they are transformers' GradientCheckpointingLayer (all here but
       mllama's, Spec.tower_linears' last field): each keeps its input alone, rows x width in the residual stream's
       dtype;
