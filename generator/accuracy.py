@@ -48,7 +48,7 @@ from .accuracy_rows import (  # noqa: F401 - _double_quant: tests reach it here
     unit_readings,
 )
 from .accuracy_text import render
-from .accuracy_words import SITE_SETUPS, miss_cause, setup_label  # noqa: F401 - SITE_SETUPS: the site reads it here
+from .accuracy_words import PAGE_SETUPS, SITE_SETUPS, miss_cause, setup_label  # noqa: F401 - SITE_SETUPS: the site reads it here
 from .estimator.memory.frameworks import own_model
 
 DATA_DIR = Path(__file__).resolve().parents[1] / "data" / "measurements"
@@ -115,6 +115,9 @@ class AccuracyTable:
     # Public rows by what their number measured (ErrorRow.dataset = the metric: allocated, reserved, nvidia-smi):
     # a page prices the allocated peak, and a model page's line gives those runs apart from the others
     public_metrics: tuple[ErrorRow, ...] = ()
+    # The setups a model page quotes (page_setups), without one model's own runs (ErrorRow.dataset = that model):
+    # a page's line is "the same setups on other models", so a model measured in its setup reads these
+    held_out: tuple[ErrorRow, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -124,6 +127,7 @@ class AccuracyTable:
         out["fitted_constants"] = list(self.fitted_constants)
         out["setups"] = [asdict(e) for e in self.setups]
         out["families"] = [asdict(e) for e in self.families]
+        out["held_out"] = [asdict(e) for e in self.held_out]
         out["misses"] = [{"id": i, "model": m, "method": k, "error_pct": e, "cause": c} for i, m, k, e, c in self.misses]
         out["unit_ambiguous"] = [{"id": i, "model": m, "method": k, "error_pct_if_gb": gb, "error_pct_if_gib": gib,
                                   "cause": c} for i, m, k, gb, gib, c in self.unit_ambiguous]
@@ -237,6 +241,7 @@ def compute(datasets: Mapping[str, Sequence[Mapping[str, Any]]], settings, estim
     capacity = {c.name: capacity_bytes(c, s) for c in settings.cards}
     errors, fits, counts = [], [], []
     by_setup: dict[str, list[tuple[int, int]]] = {}
+    by_model: dict[str, list[tuple[str, int, int]]] = {}  # a page's setup: (model, estimate, measured)
     by_family: dict[str, list[tuple[int, int]]] = {}
     by_metric: dict[tuple[str, str], list[tuple[int, int]]] = {}  # public rows: (metric, method)
     misses: list[tuple[str, str, str, float, str]] = []
@@ -277,8 +282,10 @@ def compute(datasets: Mapping[str, Sequence[Mapping[str, Any]]], settings, estim
                                _signed(est, measured), miss_cause(row, setup)))
             if measured is not None and (row.get("device") or {}).get("kind") == "cpu-simulated":
                 own = own_model(str((row.get("setup") or {}).get("loss")))  # LitGPT's or torchtune's: no family's
-                by_setup.setdefault(setup_label(setup) + (f", {own}'s own model" if own else ""), []).append(
-                    (est, measured))
+                label = setup_label(setup) + (f", {own}'s own model" if own else "")
+                by_setup.setdefault(label, []).append((est, measured))
+                if label in PAGE_SETUPS:
+                    by_model.setdefault(label, []).append((str(row.get("model")), est, measured))
                 if setup.method != "inference" and not own:
                     by_family.setdefault(str(row.get("model_type")), []).append((est, measured))
         counts.append((name, len(rows), sum(1 for j in judged if j[1] is not None)))
@@ -313,7 +320,10 @@ def compute(datasets: Mapping[str, Sequence[Mapping[str, Any]]], settings, estim
                          tuple(unit), tuple(unflagged), *_allocator(datasets, s, estimate_fn),
                          capped_rows(datasets.get("public", ()), s),
                          tuple(error_row(metric, method, by_metric[(metric, method)])
-                               for metric, method in sorted(by_metric, key=lambda k: (k[0], METHOD_ORDER.index(k[1])))))
+                               for metric, method in sorted(by_metric, key=lambda k: (k[0], METHOD_ORDER.index(k[1])))),
+                         tuple(error_row(model, label, [(e, m) for other, e, m in runs if other != model])
+                               for label, runs in sorted(by_model.items())
+                               for model in sorted({model for model, _, _ in runs})))
 
 
 def _allocator(datasets: Mapping[str, Sequence[Mapping[str, Any]]], s,

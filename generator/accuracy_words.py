@@ -61,6 +61,12 @@ SITE_SETUPS = {"full": "full, AMP", "lora": "LoRA, AMP, fp32 adapters, all-linea
                "qlora": "QLoRA, AMP, fp32 adapters, all-linear, double quant, checkpointing"}
 
 
+# Every setup a model page quotes: its method's, with eager attention where the model class has no SDPA, with an image
+# per sample where the model reads images (setup_label's words in its order)
+PAGE_SETUPS = frozenset(base + eager + images for base in SITE_SETUPS.values() for eager in ("", ", eager")
+                        for images in ("", ", images"))
+
+
 LENGTHS_VARIED = "lengths varied"  # a run whose steps' lengths were drawn (Setup.min_tokens)
 
 

@@ -242,9 +242,10 @@ def check_page(html: str, table: dict[str, Any]) -> None:
             (x["reason"], len(x["rows"]) if isinstance(x["rows"], list) else x["rows"]) for x in excluded]
 
 
-def check_line(html: str, table: dict[str, Any]) -> None:
+def check_line(html: str, table: dict[str, Any], model: str = "") -> None:
     """The model page's accuracy line: per method, the runs of the setup the page prices (its row of the by-setup
-    table, figures equal), or "no measured runs of this setup (...)" followed by other setups' runs, each named."""
+    table, or where `model` is among its runs that row without them, held_out; figures equal), or "no measured runs
+    of this setup (...)" followed by other setups' runs, each named."""
     found = re.search(r'<p id="accuracy-line">(.*?)</p>', html, re.S)
     assert found
     text = unescape(re.sub(r"<[^>]+>", "", found.group(1)))
@@ -252,13 +253,15 @@ def check_line(html: str, table: dict[str, Any]) -> None:
     segments = dict(re.findall(r"(full fine-tuning|QLoRA|LoRA|serving): (.*?)(?=; (?:QLoRA|LoRA|serving): |\. How we|\.$)", text))
     assert sorted(segments) == sorted(LABELS), text
     setups = {e["method"]: e for e in table.get("setups", []) if e["compared"]}
+    setups.update({e["method"]: e for e in table.get("held_out", []) if e["dataset"] == model})  # its own held out
     for label, segment in segments.items():
         method = LABELS[label]
         said = re.findall(r"(\d[\d,]*) ([^,]+), median error ([\d.]+%), p90 ([\d.]+%)", segment)
-        mine = re.match(r"\d[\d,]* CPU-simulated runs of this setup \(([^)]*)\)", segment)
+        mine = re.match(r"\d[\d,]* CPU-simulated runs? of this setup \(([^)]*)\)", segment)
         if mine:  # the page's own setup, figures from its row; then the method's public GPU runs, of other setups
             setup = mine.group(1).replace(" / ", ", ")
-            assert setup in (SITE_SETUPS.get(method), f"{SITE_SETUPS.get(method)}, eager"), segment
+            assert setup in {f"{SITE_SETUPS.get(method)}{e}{i}" for e in ("", ", eager") for i in ("", ", images")}, \
+                segment
             # the runs that measured the allocated peak the page gives, where any did; then, in parentheses, how
             # many measured more (reserved memory, the driver's count) and which way the estimate misses them
             by_metric = [e for e in table.get("public_metrics", []) if e["method"] == method and e["compared"]]
@@ -327,7 +330,7 @@ def test_every_model_page_carries_the_line_and_links_the_page(site: Path) -> Non
     assert len(model_pages) == GOLDEN_MODELS == 4
     for page in model_pages:
         html = page.read_text(encoding="utf-8")
-        check_line(html, table)
+        check_line(html, table, page.parent.relative_to(site / "models").as_posix())
         assert '<a href="../../../accuracy/index.html">How we measure</a>' in html
         assert html.index('id="accuracy-line"') < html.index('id="memory-chart"')
     for page in site.rglob("*.html"):  # in every page's footer
@@ -345,6 +348,7 @@ def _variant() -> dict[str, Any]:
                        if e["method"] == "lora" else e for e in table["errors"]]
     table["fits"] = [x for x in table["fits"] if x["method"] != "lora"]
     table["setups"] = [x for x in table.get("setups", []) if not x["method"].startswith("LoRA")]
+    table["held_out"] = [x for x in table.get("held_out", []) if not x["method"].startswith("LoRA")]
     table["fitted_constants"] = ["allocator_rounding_bytes"]
     table["allocator"] = []  # no replayed steps: no section
     table["excluded"] = [{"dataset": "public", "reason": "multi-GPU run <b>", "rows": 12},
@@ -366,7 +370,7 @@ def test_missing_values_say_no_measured_runs_and_exclusions_are_listed(tmp_path:
     record = load_record(GOLDEN_SNAPSHOT, "openai-community/gpt2")
     assert record is not None
     page = render_model_page(report_for_record(record, SETTINGS), record, SETTINGS, standalone=True)
-    check_line(page, _variant())
+    check_line(page, _variant(), "openai-community/gpt2")
     assert "LoRA: no measured runs of this setup (LoRA / AMP / fp32 adapters / all-linear);" in page and '<a href="https://neurarch-trace.github.io/accuracy/">' in page
 
 
@@ -420,7 +424,8 @@ def test_a_changed_table_rerenders_every_model_page(tmp_path: Path, monkeypatch:
     buffer = io.StringIO()
     assert run_build(console=Console(file=buffer, width=200), **build) == 0
     assert re.search(rf"models rendered\s*│\s*{GOLDEN_MODELS}", buffer.getvalue())
-    check_line((out / "models/openai-community/gpt2/index.html").read_text(encoding="utf-8"), _variant())
+    check_line((out / "models/openai-community/gpt2/index.html").read_text(encoding="utf-8"), _variant(),
+               "openai-community/gpt2")
     check_page((out / "accuracy/index.html").read_text(encoding="utf-8"), _variant())
 
 
@@ -436,3 +441,24 @@ def test_rendering_the_figures_measures_nothing() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=Path(__file__).resolve().parents[1])
     assert out.stdout.strip() == "[]"
+
+
+def test_a_page_quotes_its_setup_without_its_own_model() -> None:
+    """The line says "on other models (not this model's own)": a model measured in its page's setup reads that setup
+    without its runs (accuracy.json held_out). A vision-language page prices one image per sample, so it quotes the
+    image setups: llava-1.5's full fine-tune with an image was measured on llava-1.5 alone, so its page has no run
+    of it, while Qwen2.5-VL's page quotes that run."""
+    table = accuracy_page.parse(_committed(), DATA)
+    lora = SITE_SETUPS["lora"]
+    pooled = next(e for e in table.setups if e.method == lora)
+    own = next(e for e in table.held_out if e.method == lora and e.dataset == "Qwen/Qwen3-0.6B")
+    assert 0 < own.compared < pooled.compared
+
+    def full(model: str) -> dict[str, Any]:
+        line = accuracy_page.model_line(table, None, "sdpa", True, model)
+        assert line is not None
+        return next(m for m in line["methods"] if m["label"] == "full fine-tuning")
+
+    assert full("llava-hf/llava-1.5-7b-hf")["runs"] == [] and full("llava-hf/llava-1.5-7b-hf")["setup"] == \
+        "full / AMP / images"
+    assert [r["compared"] for r in full("Qwen/Qwen2.5-VL-7B-Instruct")["runs"]] == ["1"]

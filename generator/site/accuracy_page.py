@@ -75,6 +75,7 @@ class Accuracy:
     # public runs whose length is a cap: (id, model, method, cap tokens, % error of the estimate at the cap, cause)
     capped: tuple[tuple[str, str, str, int, float, str], ...] = ()
     public_metrics: tuple[ErrorRow, ...] = ()  # public rows by what they measured (dataset = the metric)
+    held_out: tuple[ErrorRow, ...] = ()  # a page's setups without one model's runs (dataset = that model)
 
     def datasets(self) -> list[str]:
         return [d for d, _, _ in self.rows]
@@ -131,11 +132,12 @@ def parse(data: Any, path: Path) -> Accuracy:
         capped = tuple((str(x["id"]), str(x["model"]), str(x["method"]), _count(path, "capped.cap_tokens", x["cap_tokens"]),
                         float(x["error_pct"]), str(x["cause"])) for x in data.get("capped") or ())
         public_metrics = tuple(ErrorRow(**e) for e in data.get("public_metrics") or ())
+        held_out = tuple(ErrorRow(**e) for e in data.get("held_out") or ())
     except KeyError as exc:
         raise _bad(path, str(exc.args[0]), "(missing)", "missing") from None
     except (TypeError, AttributeError) as exc:
         raise _bad(path, "(rows)", exc, "a row of the wrong shape") from None
-    for e in errors + setups + families + public_metrics:
+    for e in errors + setups + families + public_metrics + held_out:
         _count(path, "errors.compared", e.compared)
         for key in ("median_abs_pct", "p90_abs_pct", "max_abs_pct", "mean_signed_pct"):
             if _pct(path, f"errors.{key}", getattr(e, key)) is None and e.compared:
@@ -159,7 +161,8 @@ def parse(data: Any, path: Path) -> Accuracy:
         if list(values) != sorted(values):
             raise _bad(path, key, values, "not smallest first")
     return Accuracy(str(data.get("estimator_version", "")), rows, errors, fits, definitions, fitted, excluded, setups,
-                    families, misses, unit, oom, allocator, least_over, least_expandable, capped, public_metrics)
+                    families, misses, unit, oom, allocator, least_over, least_expandable, capped, public_metrics,
+                    held_out)
 
 
 @functools.lru_cache(maxsize=4)
@@ -215,20 +218,25 @@ PAGE_SETUPS = {"qlora": "nf4, double quant, paged AdamW, checkpointing",
 NEAREST = {"inference": "serving, HF generate"}
 
 
-def model_line(table: Accuracy | None, href: str | None, attention: str = "sdpa") -> dict[str, Any] | None:
+def model_line(table: Accuracy | None, href: str | None, attention: str = "sdpa", images: bool = False,
+               model: str = "") -> dict[str, Any] | None:
     """Per method, the error of the setup this page prices (`attention`: the page's default, eager where the
-    model class has no SDPA); where no run measured that setup, the line says so and gives the other setups'
-    runs as such. None without a table."""
+    model class has no SDPA; `images`: one image per training sample, where the model reads images) on other
+    models' runs (`model`'s own held out: Accuracy.held_out); where no run measured that setup, the line says so and
+    gives the other setups' runs as such. None without a table."""
     if table is None:
         return None
     eager = ", eager" if attention == "eager" else ""
     methods = []
     for method, label in METHODS:
         setup = table_module.SITE_SETUPS.get(method)
-        setup = setup + eager if setup else None
-        mine = next((e for e in table.setups if setup and e.method == setup and e.compared > 0), None)
+        setup = setup + eager + (", images" if images else "") if setup else None
+        held = next((e for e in table.held_out if setup and e.method == setup and e.dataset == model), None)
+        mine = held if held is not None else next((e for e in table.setups if setup and e.method == setup), None)
+        mine = mine if mine is not None and mine.compared > 0 else None
         if mine is not None:
-            runs = [_line_run(mine, f"CPU-simulated runs of this setup ({(setup or '').replace(', ', ' / ')})")]
+            runs = [_line_run(mine, f"CPU-simulated {'run' if mine.compared == 1 else 'runs'} of this setup "
+                                    f"({(setup or '').replace(', ', ' / ')})")]
             # the method's public GPU runs, of other setups: what a CPU run cannot show (FINDINGS.md F54), and
             # which way they miss (the mean signed error)
             gpu = _gpu_runs(table, method)
