@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from generator.errors import JobError
 from generator.estimator.estimate import estimate
 from generator.estimator.graph.nodes import build_graph
 from generator.estimator.memory.job import job_memory, training_variants
@@ -205,3 +206,13 @@ def test_the_simulated_gemma_3_and_mllama_steps_with_an_image():
 
 
 MLLAMA = "meta-llama/Llama-3.2-11B-Vision"
+
+
+def test_a_target_naming_only_tower_linears_is_taken():
+    """peft takes a name only the tower carries (llava's fc1 and fc2, CLIP's MLP): its adapters are the tower's
+    alone; a name no Linear carries is refused, the towers' names among those listed."""
+    a, g = snapshot_model("llava-hf/llava-1.5-7b-hf")
+    trained = training_variants(a, g, S, Job(method="lora", tokens=1024, lora_targets="fc1,fc2"), (False,))[1]
+    assert trained == 23 * 16 * 2 * (1024 + 4096)  # the 23 layers the projector reads
+    with pytest.raises(JobError, match="its names: .*fc1.*linear_1"):
+        training_variants(a, g, S, Job(method="lora", tokens=1024, lora_targets="nope"), (False,))

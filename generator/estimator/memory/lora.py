@@ -276,8 +276,11 @@ def target_roles(a: Arch, g: Graph, targets: str, model: str) -> frozenset[str] 
         if "ssm_out" in hit and a.model_type in PEFT_MAMBA_TYPES:
             raise JobError(model, "lora_targets", name, f"peft refuses LoRA on a Mamba mixer's out_proj in a "
                                                         f"{a.model_type} model (its fused kernels read the weight)")
+        towers = {x[4] for x in spec.tower_linears or ()}
+        if not hit and name in towers:  # a tower's or projector's Linear alone (tower_adapters.tower_adapted)
+            continue
         if not hit:
-            known = sorted({names[r] for r in present if r in names}) + ["mlp"] * bool(mlp) + ["all-linear"]
+            known = sorted({names[r] for r in present if r in names} | towers) + ["mlp"] * bool(mlp) + ["all-linear"]
             raise JobError(model, "lora_targets", name, f"no Linear of this {a.model_type} model is named so; "
                                                         f"its names: {', '.join(known)}")
         roles |= hit
