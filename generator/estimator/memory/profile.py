@@ -52,7 +52,14 @@ from .layer_terms import (
 from .lora import all_linear_roles
 from .stages import Branch, Profile
 from .storage import serve_weight_bytes
-from .tower_adapters import image_bytes, tower_adapted, tower_lora_params, tower_trained_params, unreached_weights
+from .tower_adapters import (
+    IMAGE_MASKED,
+    image_bytes,
+    tower_adapted,
+    tower_lora_params,
+    tower_trained_params,
+    unreached_weights,
+)
 
 
 def _ends(g: Graph) -> tuple[list[Part], list[Part]]:
@@ -70,6 +77,8 @@ def train_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, method: str, r
     counts = [n for _, n in distinct]
     embed, head = _ends(g)
     r = regime(method, "amp")
+    # one image per sample where the model reads any (job.py's default): gemma-3's block mask in every layer
+    r = r._replace(padded=True) if a.model_type in IMAGE_MASKED and (spec.image_tokens or spec.vision_act) else r
     adam = s.master_weight_bytes + s.optimizer_state_bytes
     # LoRA on every Linear, + adapted expert tensors' effective weights, kept per layer (job.py)
     roles = None if method == "full" else all_linear_roles(a)

@@ -18,6 +18,11 @@ from .lora import PEFT_DEFAULT, PEFT_DEFAULT_TARGETS, ROLE_GROUP
 
 TowerLinears = tuple[tuple[int, int, int, str, str, int, bool], ...]
 
+# Wrappers whose processor marks an image's tokens (token_type_ids) and whose text model then attends over them
+# bidirectionally: modeling_gemma3.create_masks_for_vision_model ORs a block mask into the causal one, so a step with
+# an image hands SDPA a mask in every text layer, as a padded batch does (FINDINGS.md F72, F74): Regime.padded.
+IMAGE_MASKED = frozenset({"gemma3"})
+
 
 def tower_adapted(spec: Spec, targets: str, model_type: str) -> TowerLinears:
     """The tower Linears `targets` adapts: every one under all-linear, else those whose module name is named (peft's
