@@ -30,7 +30,9 @@ def image_tokens(config: Any) -> tuple[int, int]:
       vision_feature_select_strategy (modeling_llava.LlavaModel.get_image_features);
     - qwen2_5_vl: a 448 x 448 image as Qwen2VLImageProcessor flattens it: (448 / 14)^2 patches of
       temporal_patch_size frames, merged spatial_merge_size^2 to a token (modeling_qwen2_5_vl.PatchMerger);
-    - gemma3: the SigLIP grid's patches pooled to mm_tokens_per_image soft tokens (Gemma3MultiModalProjector)."""
+    - gemma3: the SigLIP grid's patches pooled to mm_tokens_per_image soft tokens (Gemma3MultiModalProjector);
+    - mllama: one <|image|> token (the cross-attention layers read the image), the tower every tile's patches and
+      class token (MllamaVisionModel; its padding to a multiple of 8 is the model's own)."""
     v = config.vision_config
     if config.model_type == "llava":
         patches = (v.image_size // v.patch_size) ** 2
