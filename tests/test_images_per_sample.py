@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from generator.accuracy_rows import estimate_bytes
 from generator.cli import main
-from generator.estimator.memory.job import job_memory, job_phases
+from generator.estimator.memory.job import job_memory, job_phases, training_variants
 from generator.estimator.memory.job_options import Job, job_regime
 from generator.estimator.memory.tower_adapters import image_bytes, tower_adapted, tower_lora_params
 from generator.settings import load_settings
@@ -34,10 +34,11 @@ TEXT_ONLY_BOUND = {"google/gemma-4-26B-A4B": 0.01}
 def test_text_only_steps_are_priced_without_the_tower():
     """The harness feeds text only: gemma-3's steps (QLoRA among them), Qwen2.5-VL's, LLaVA's, Magistral's, Qwen3.5's
     and Llama-3.2-Vision's (its cross-attention layers skipped, F70; +2.4% before), and the text-only steps beside
-    F73's and F74's image steps (three of llava-1.5, three of gemma-3, one of Llama-3.2-Vision), within 0.6%, gemma-4's
-    within 1% (F40). Priced with one image (the default), gemma-3's LoRA at 1,024 tokens reads 40% over."""
+    F73's and F74's image steps (three of llava-1.5, three of gemma-3, one of Llama-3.2-Vision), and
+    Llama-3.2-Vision's full fine-tune (its cross-attention layers' weights untrained: +9.1% before), within 0.6%,
+    gemma-4's within 1% (F40). Priced with one image (the default), gemma-3's LoRA at 1,024 tokens reads 40% over."""
     rows = _text_only_rows()
-    assert len(rows) == 22
+    assert len(rows) == 23
     for row in rows:
         error = estimate_bytes(row, S) / row["measured"]["peak_bytes"] - 1
         assert abs(error) < TEXT_ONLY_BOUND.get(row["model"], 0.006), (row["model"], error)
@@ -126,3 +127,17 @@ def test_mllama_reads_an_image_by_default_and_skips_its_cross_attention_without_
     trained = 10 * tower_lora_params(tower_adapted(g.spec, "all-linear", a.model_type), 16)  # their state, copies
     one_layer = (peaks[1].peak_bytes - per_image - trained - peaks[0].peak_bytes) / cross
     assert one_layer > 1024 * 4096 * 2  # each skipped layer saved more than its bf16 input
+
+
+def test_a_text_only_step_trains_no_skipped_layer():
+    """A text-only mllama step skips its cross-attention layers (MllamaTextModel.forward), so their weights, and
+    the adapters on them, get no gradient: AdamW keeps no state for them and autocast makes no copy. The simulated
+    full fine-tune (four layers, one of them cross-attention) read +9.1% before; LoRA's adapters there stay weights."""
+    a, g = snapshot_model(MLLAMA)
+    cross = sum(n * b.params for b, n in g.spec.distinct_layers if any(p.type == "Cross Attn" for p in b.parts))
+    runs = {n: training_variants(a, g, S, Job(tokens=1024, images=n), (False,))[1] for n in (0, 1)}
+    assert runs[1] - runs[0] == g.params_towers + cross
+    lora = {n: training_variants(a, g, S, Job(method="lora", tokens=1024, images=n), (False,)) for n in (0, 1)}
+    assert lora[1][0][0][0].weights == lora[0][0][0][0].weights and lora[1][1] > lora[0][1]
+    row = next(r for r in measured_rows("cpu-sim-extra") if r["model"] == MLLAMA and r["setup"]["method"] == "full")
+    assert abs(estimate_bytes(row, S) / row["measured"]["peak_bytes"] - 1) < 0.005

@@ -10,7 +10,7 @@ from ..graph.nodes import Graph
 from .activations import Regime
 from .frameworks import framework_mats
 from .job_options import Job, fp32_base
-from .layer_terms import adapter_params, layer_index
+from .layer_terms import adapter_params, image_only, layer_index
 from .lora import input_linear_params, target_roles
 from .storage import quantised_params, quantised_tower_params, stored_mats, weight_bytes
 from .tower_adapters import TowerLinears, tower_adapted, tower_lora_params, tower_trained_params, unreached_weights
@@ -31,15 +31,20 @@ class Weights(NamedTuple):
 
 def trained_weights(a: Arch, g: Graph, job: Job, r: Regime, model: str, images: int,
                     memo: dict | None = None) -> Weights:
-    """The job's Weights. A text-only step (images 0) never runs the towers: a full fine-tune's tower weights, and
-    the adapters peft puts on the towers' Linears (made always: tower_adapters.py), get no gradient, so AdamW keeps
-    no state for them (torch/optim/adamw.py skips a parameter whose .grad is None) and autocast makes no copy."""
+    """The job's Weights. A text-only step (images 0) never runs the towers, nor the layers that run only beside an
+    image (layer_terms.image_only: mllama's cross-attention layers, which MllamaTextModel.forward skips): a full
+    fine-tune's weights there, and the adapters peft puts on them (made always: tower_adapters.py), get no gradient,
+    so AdamW keeps no state for them (torch/optim/adamw.py skips a parameter whose .grad is None) and autocast makes
+    no copy."""
     spec, distinct, P = g.spec, g.spec.distinct_layers, g.params_total
     head_mm = sum(p.matmul for p in spec.head) or (spec.vocab * (a.embed_dim or a.hidden) if spec.tied else 0)
     vision = spec.image_tokens or spec.vision_act
+    skipped = [not images and image_only(a, b) for b, _ in distinct]  # per distinct layer: skipped text-only
     if job.method == "full":
         dead = unreached_weights(spec)  # the towers' layers above the one the projector reads get no gradient
-        unused = (g.params_towers, g.towers_matmul) if vision and not images else (dead, dead)
+        off = [sum(n * (b.params, b.matmul)[k] for (b, n), s in zip(distinct, skipped, strict=True) if s)
+               for k in (0, 1)]
+        unused = (g.params_towers + off[0], g.towers_matmul + off[1]) if vision and not images else (dead, dead)
         param_bytes = {"amp": 4, "bf16": 2, "fp32": 4}[job.precision]
         # autocast's bf16 weight copies, saved for backward (F2). With checkpointing a layer's copies are made
         # inside its checkpointed forward and not kept: only the LM head's live at the loss, one layer's in the
@@ -52,12 +57,13 @@ def trained_weights(a: Arch, g: Graph, job: Job, r: Regime, model: str, images: 
     towers = tower_adapted(spec, job.lora_targets, a.model_type) if job.tower_adapters else ()
     tower_params = tower_lora_params(towers, rank)
     tower_trained = tower_trained_params(towers, rank) if images else 0
-    trainable = sum(n * v for (_, n), v in zip(distinct, adapter_params(spec, rank, roles, memo), strict=True)) \
-        + tower_trained
+    adapters = [n * v for (_, n), v in zip(distinct, adapter_params(spec, rank, roles, memo), strict=True)]
+    idle = sum(v for v, s in zip(adapters, skipped, strict=True) if s)  # the skipped layers': made, not trained
+    trainable = sum(adapters) - idle + tower_trained
     param_bytes = r.adapter_bytes
     # weights and the dequantised transient share it (LitGPT's quantiser packs the head too: frameworks.py)
     mats = framework_mats(a, job.loss, stored_mats(a, g, job.storage))
-    weights = weight_bytes(g, job.storage, job.double_quant, mats) + param_bytes * (trainable - tower_trained
+    weights = weight_bytes(g, job.storage, job.double_quant, mats) + param_bytes * (trainable + idle - tower_trained
                                                                                     + tower_params)
     if job.upcast_fp32:  # prepare_model_for_kbit_training: every non-quantised fp16/bf16 parameter to fp32
         weights += 2 * (P - quantised_params(mats) - quantised_tower_params(g, job.storage))
