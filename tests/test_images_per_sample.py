@@ -139,5 +139,11 @@ def test_a_text_only_step_trains_no_skipped_layer():
     assert runs[1] - runs[0] == g.params_towers + cross
     lora = {n: training_variants(a, g, S, Job(method="lora", tokens=1024, images=n), (False,)) for n in (0, 1)}
     assert lora[1][0][0][0].weights == lora[0][0][0][0].weights and lora[1][1] > lora[0][1]
+    # MllamaForCausalLM, the text model alone, never has cross_attention_states: its cross-attention layers never run
+    a, g = snapshot_model(MLLAMA, architectures=["MllamaForCausalLM"])
+    assert not (g.spec.image_tokens or g.spec.vision_act)
+    text_cross = sum(n * b.params for b, n in g.spec.distinct_layers if any(p.type == "Cross Attn" for p in b.parts))
+    assert text_cross == cross
+    assert training_variants(a, g, S, Job(tokens=1024), (False,))[1] == g.params_total - cross
     row = next(r for r in measured_rows("cpu-sim-extra") if r["model"] == MLLAMA and r["setup"]["method"] == "full")
     assert abs(estimate_bytes(row, S) / row["measured"]["peak_bytes"] - 1) < 0.005

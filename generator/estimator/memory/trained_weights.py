@@ -44,7 +44,8 @@ def trained_weights(a: Arch, g: Graph, job: Job, r: Regime, model: str, images: 
         dead = unreached_weights(spec)  # the towers' layers above the one the projector reads get no gradient
         off = [sum(n * (b.params, b.matmul)[k] for (b, n), s in zip(distinct, skipped, strict=True) if s)
                for k in (0, 1)]
-        unused = (g.params_towers + off[0], g.towers_matmul + off[1]) if vision and not images else (dead, dead)
+        idle = (g.params_towers, g.towers_matmul) if vision and not images else (dead, dead)
+        unused = (idle[0] + off[0], idle[1] + off[1])
         param_bytes = {"amp": 4, "bf16": 2, "fp32": 4}[job.precision]
         # autocast's bf16 weight copies, saved for backward (F2). With checkpointing a layer's copies are made
         # inside its checkpointed forward and not kept: only the LM head's live at the loss, one layer's in the
@@ -58,12 +59,12 @@ def trained_weights(a: Arch, g: Graph, job: Job, r: Regime, model: str, images: 
     tower_params = tower_lora_params(towers, rank)
     tower_trained = tower_trained_params(towers, rank) if images else 0
     adapters = [n * v for (_, n), v in zip(distinct, adapter_params(spec, rank, roles, memo), strict=True)]
-    idle = sum(v for v, s in zip(adapters, skipped, strict=True) if s)  # the skipped layers': made, not trained
-    trainable = sum(adapters) - idle + tower_trained
+    unrun = sum(v for v, s in zip(adapters, skipped, strict=True) if s)  # the skipped layers': made, not trained
+    trainable = sum(adapters) - unrun + tower_trained
     param_bytes = r.adapter_bytes
     # weights and the dequantised transient share it (LitGPT's quantiser packs the head too: frameworks.py)
     mats = framework_mats(a, job.loss, stored_mats(a, g, job.storage))
-    weights = weight_bytes(g, job.storage, job.double_quant, mats) + param_bytes * (trainable + idle - tower_trained
+    weights = weight_bytes(g, job.storage, job.double_quant, mats) + param_bytes * (trainable + unrun - tower_trained
                                                                                     + tower_params)
     if job.upcast_fp32:  # prepare_model_for_kbit_training: every non-quantised fp16/bf16 parameter to fp32
         weights += 2 * (P - quantised_params(mats) - quantised_tower_params(g, job.storage))
