@@ -107,26 +107,23 @@ TOWERS: dict[str, Callable[[Reader, str], Inventory]] = {
 }
 
 
-# The wrappers whose projector's Linears `projector` lists
-PROJECTED = frozenset({"llava", "llava_next", "llava_onevision", "internvl", "paligemma", "gemma3", "mllama", "gemma4",
-                       "idefics3", "smolvlm", "mistral3", "qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe",
-                       "qwen3_5", "qwen3_5_moe"})
-
-
 # Tower kinds whose layers are not transformers' GradientCheckpointingLayer, so gradient_checkpointing_enable leaves
 # them whole: modeling_mllama.MllamaVisionEncoderLayer is an nn.Module (its encoder's gradient_checkpointing is unread)
 UNCHECKPOINTED = frozenset({"mllama_vision_model"})
 
 
-def _feature_layers(r: Reader) -> int:
-    layers_ = r.cfg.get("vision_feature_layer", r.defaults.get("vision_feature_layer", -2))
-    return len(layers_) if isinstance(layers_, list) else 1
+def _feature_layers(r: Reader) -> list[int] | None:
+    """The tower layers a wrapper's vision_feature_layer names (an index or a list of them), None where it names
+    none (or not as integers)."""
+    raw = r.cfg.get("vision_feature_layer", r.defaults.get("vision_feature_layer"))
+    picks = raw if isinstance(raw, list) else [raw]
+    return picks if picks and all(isinstance(i, int) and not isinstance(i, bool) for i in picks) else None
 
 
 def projector(mt: str, r: Reader, v: Reader, vh: int, th: int) -> Inventory | None:
     """The projector's Linears (vision_projectors.py counts their weights): None for a wrapper not listed here."""
     if mt in ("llava", "llava_next", "llava_onevision"):  # LlavaMultiModalProjector
-        return ((1, vh * _feature_layers(r), th, "linear", "linear_1"), (1, th, th, "linear", "linear_2"))
+        return ((1, vh * len(_feature_layers(r) or [0]), th, "linear", "linear_1"), (1, th, th, "linear", "linear_2"))
     if mt == "internvl":  # InternVLMultiModalProjector, after the pixel shuffle
         d = int(1 / r.number("downsample_ratio", 0.5, low=1e-6))
         return ((1, vh * d * d, th, "linear", "linear_1"), (1, th, th, "linear", "linear_2"))
@@ -163,11 +160,8 @@ def live_layers(r: Reader, n: int) -> int:
     hidden_states[vision_feature_layer] of the tower's n + 1 (the embeddings', then each layer's: modeling_llava
     LlavaModel.get_image_features, -2 by default), the deepest of a list; a layer above it runs in the forward, but
     gets no gradient and keeps nothing for the backward."""
-    raw = r.cfg.get("vision_feature_layer", r.defaults.get("vision_feature_layer"))
-    picks = raw if isinstance(raw, list) else [raw]
-    if not picks or not all(isinstance(i, int) and not isinstance(i, bool) for i in picks):
-        return n
-    return max(0, min(n, max(i if i >= 0 else n + 1 + i for i in picks)))
+    picks = _feature_layers(r)
+    return n if picks is None else max(0, min(n, max(i if i >= 0 else n + 1 + i for i in picks)))
 
 
 def tower_linears(mt: str, r: Reader, vc: Mapping[str, Any], kind: str, widths: tuple[int, int],
@@ -176,10 +170,12 @@ def tower_linears(mt: str, r: Reader, vc: Mapping[str, Any], kind: str, widths: 
     recomputes it (Spec.tower_linears), or None where either is not listed. `kind`: vision_towers.tower_kind;
     `widths`: the tower's output and the text model's; `rows`: the patches the tower reads per image, the tokens
     the projector makes of them. Rows 0: a Linear whose output reaches nothing (live_layers, HEAD)."""
-    if kind not in TOWERS or mt not in PROJECTED:
+    if kind not in TOWERS:
         return None
     v = r.child(vc, kind, prefix="vision_config.")
-    proj = projector(mt, r, v, *widths) or ()
+    proj = projector(mt, r, v, *widths)  # reads no key for a wrapper it does not list
+    if proj is None:
+        return None
     ckpt = kind not in UNCHECKPOINTED
     tower: list[tuple[int, int, int, str, str, int, bool]] = []
     for count, i, o, role, name in TOWERS[kind](v, kind):

@@ -73,7 +73,7 @@ from .storage import (
     dequant_transient_bytes,
     saves_matmul_input,
 )
-from .tower_adapters import IMAGE_MASKED, image_bytes
+from .tower_adapters import image_bytes, image_regime
 from .trained_weights import trained_weights
 
 # The late-backward moments a layer's own backward adds (beside what the layers saved, the head's tensors freed).
@@ -128,7 +128,7 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
     # images per sample: one where the model reads any (its soft tokens are among the T tokens)
     vision = spec.image_tokens or spec.vision_act  # mllama's images add no tokens, yet its tower runs on them
     images = (1 if vision else 0) if job.images is None else job.images
-    r = r._replace(padded=True) if images and a.model_type in IMAGE_MASKED else r  # an image's block mask
+    r = image_regime(a.model_type, r, images)  # gemma-3's block mask where an image is fed
     w = trained_weights(a, g, job, r, model, images, memo)
     trainable, param_bytes, weights, copies, ckpt_copies, roles, rank, mats = w[:8]
     buffers = framework_buffer_bytes(a, g, job.loss, lora)  # the framework's own model's (torchtune's RoPE caches)

@@ -53,8 +53,8 @@ from .lora import all_linear_roles
 from .stages import Branch, Profile
 from .storage import serve_weight_bytes
 from .tower_adapters import (
-    IMAGE_MASKED,
     image_bytes,
+    image_regime,
     tower_adapted,
     tower_lora_params,
     tower_trained_params,
@@ -76,9 +76,11 @@ def train_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, method: str, r
     distinct = spec.distinct_layers
     counts = [n for _, n in distinct]
     embed, head = _ends(g)
-    r = regime(method, "amp")
     # one image per sample where the model reads any (job.py's default): gemma-3's block mask in every layer
-    r = r._replace(padded=True) if a.model_type in IMAGE_MASKED and (spec.image_tokens or spec.vision_act) else r
+    images = 1 if spec.image_tokens or spec.vision_act else 0
+    r = image_regime(a.model_type, regime(method, "amp"), images)
+    # the adapters peft puts on the towers' Linears (the site's LoRA is all-linear)
+    adapted = tower_adapted(spec, "all-linear", a.model_type) if method != "full" else ()
     adam = s.master_weight_bytes + s.optimizer_state_bytes
     # LoRA on every Linear, + adapted expert tensors' effective weights, kept per layer (job.py)
     roles = None if method == "full" else all_linear_roles(a)
@@ -116,7 +118,6 @@ def train_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, method: str, r
                         for (b, _), n, e in zip(distinct, adapters, terms.experts, strict=True)]
         # the towers' adapters (tower_adapters.py) count with the embedding side's weights; those above the layer
         # the projector reads get no gradient, so no state or autocast copy
-        adapted = tower_adapted(spec, "all-linear", a.model_type)
         trained, made = tower_trained_params(adapted, rank), tower_lora_params(adapted, rank)
         embed_static = s.base_weight_bytes * sum(p.params for p in embed) + adapter_rate * trained \
             + s.master_weight_bytes * (made - trained)
@@ -158,9 +159,7 @@ def train_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, method: str, r
         for w, m, msq in ws:
             m0, sq0 = masked.get(w, (0, 0))
             masked[w] = (m0 + count * m, sq0 + count * msq)
-    # one image per sample (job.py's default), where the model reads any: what its tower and projector keep
-    adapted = tower_adapted(spec, "all-linear", a.model_type) if method != "full" else ()
-    vision = image_bytes(spec, adapted, rank, r)[0] if spec.image_tokens or spec.vision_act else 0
+    vision = images * image_bytes(spec, adapted, rank, r)[0]  # what the image's tower and projector keep
     rates_sum = sum(k * rate for k, rate in zip(counts, rates, strict=True))
     backward = []  # job.py's late-backward phases, the head's tensors freed
     if method != "full" and grad_fixed:

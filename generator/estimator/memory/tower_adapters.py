@@ -24,6 +24,11 @@ TowerLinears = tuple[tuple[int, int, int, str, str, int, bool], ...]
 IMAGE_MASKED = frozenset({"gemma3"})
 
 
+def image_regime(model_type: str, r: Regime, images: int) -> Regime:
+    """The step's regime with an image's block mask where one is fed to an IMAGE_MASKED model."""
+    return r._replace(padded=True) if images and model_type in IMAGE_MASKED else r
+
+
 def tower_adapted(spec: Spec, targets: str, model_type: str) -> TowerLinears:
     """The tower Linears `targets` adapts: every one under all-linear, else those whose module name is named (peft's
     own defaults for the model type under peft-default). A role LitGPT's or torchtune's own code reads ("q,v",
