@@ -183,10 +183,9 @@ def test_images_are_fed_as_the_processor_writes_them():
     text-only one and is priced within the tolerance (tower_adapters.image_bytes); the flag is refused for
     inference, for a model the harness cannot feed, and where the images do not fit in the tokens."""
     pytest.importorskip("peft")
-    from types import SimpleNamespace
-
+    from generator.errors import MeasureError
     from generator.measure.build import hf_config
-    from generator.measure.images import image_inputs
+    from generator.measure.images import check_images, image_inputs
     from generator.settings import load_settings
 
     config = hf_config(TINY_LLAVA, "sdpa")
@@ -195,8 +194,9 @@ def test_images_are_fed_as_the_processor_writes_them():
     assert extra["pixel_values"].shape == (4, 3, 28, 28) and extra["pixel_values"].dtype == torch.bfloat16
     with pytest.raises(ValueError, match="do not fit"):
         image_inputs(config, torch.ones(1, 8, dtype=torch.long), 2, torch.bfloat16)
-    with pytest.raises(ValueError, match="'qwen2'"):
-        image_inputs(SimpleNamespace(model_type="qwen2"), torch.ones(1, 8, dtype=torch.long), 1, torch.bfloat16)
+    with pytest.raises(MeasureError, match="model_type = 'qwen2': the harness feeds images to llava"):
+        check_images({"model_type": "qwen2"}, 1, cpu=False)
+    check_images({"model_type": "qwen2"}, 0, cpu=True)  # text only: any model
     with pytest.raises(ValueError, match="--images"):
         setup_from_args(parser().parse_args(["m", "--method", "inference", "--images", "1"]))
     # gemma-3: 256 soft tokens and the token_type_ids its processor returns; mllama: one <|image|> token, four tiles
@@ -231,8 +231,8 @@ def test_qwen_vl_images_are_flattened_patches_and_a_grid():
     """Qwen2.5-VL's nominal 448 x 448 image as Qwen2VLImageProcessor flattens it: 32 x 32 patches of 2 frames x 3
     channels x 14^2, image_grid_thw (1, 32, 32), 256 tokens after the 2 x 2 merge; a real step (random weights)
     runs forward and backward on them. The CPU simulation refuses it, naming why: the tower reads the grid's values."""
-    from generator.measure.build import hf_config
     from generator.errors import MeasureError
+    from generator.measure.build import hf_config
     from generator.measure.images import image_inputs, image_tokens
     from generator.measure.run import run_cpu
 

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import contextlib
 import sys
+from collections.abc import Mapping
 from typing import Any
 from unittest import mock
 
 import torch
+
+from ..errors import MeasureError
 
 # The wrappers the harness can feed an image to; a model of another type is refused with its name.
 IMAGE_FAMILIES = ("llava", "qwen2_5_vl", "gemma3", "mllama")
@@ -22,6 +25,20 @@ GRID_READERS = ("qwen2_5_vl",)
 
 # Qwen2.5-VL's nominal image (vision_towers.qwen_vl prices a 448 x 448 one: the processor resizes dynamically).
 QWEN_VL_SIDE = 448
+
+
+def check_images(config: Mapping[str, Any], images: int | None, cpu: bool) -> None:
+    """Refuse --images, before a model is built, for a config of a type the harness cannot feed (IMAGE_FAMILIES), or
+    in the CPU simulation for one whose tower reads its grid's values (GRID_READERS)."""
+    model_type = config.get("model_type")
+    if not images:
+        return
+    if model_type not in IMAGE_FAMILIES:
+        raise MeasureError(f"the harness feeds images to {', '.join(IMAGE_FAMILIES)} only", key="model_type",
+                           value=model_type)
+    if cpu and model_type in GRID_READERS:
+        raise MeasureError("its tower reads its image grid's values, which the CPU simulation's fake tensors do not "
+                           "hold: --images runs on CUDA", key="model_type", value=model_type)
 
 
 def image_tokens(config: Any) -> tuple[int, int]:
@@ -49,11 +66,8 @@ def image_inputs(config: Any, ids: torch.Tensor, images: int, dtype: torch.dtype
     """The ids with `images` images' tokens at the start of every sample, and the model's image inputs for them:
     llava's and gemma-3's pixel_values [samples x images, channels, side, side] (gemma-3's token_type_ids too, as its
     processor returns them); Qwen2.5-VL's flattened patches [rows, channels x temporal_patch_size x patch^2] and
-    image_grid_thw (1, side, side) per image. Raises
-    ValueError where the model is not of IMAGE_FAMILIES or the images do not fit in the sample."""
-    if config.model_type not in IMAGE_FAMILIES:
-        raise ValueError(f"--images: the harness feeds images to {', '.join(IMAGE_FAMILIES)}, not "
-                         f"{config.model_type!r}")
+    image_grid_thw (1, side, side) per image; mllama's tiles and masks. For a model of IMAGE_FAMILIES (check_images
+    refuses the others before the model is built); raises ValueError where the images do not fit in the sample."""
     per_image, rows = image_tokens(config)
     batch, tokens = ids.shape
     if images * per_image >= tokens:

@@ -28,7 +28,7 @@ from .build import (
     unwrap_params4bit,
 )
 from .expandable import ExpandableAllocator
-from .images import GRID_READERS, image_inputs, placeholder_check_skipped
+from .images import check_images, image_inputs, placeholder_check_skipped
 from .setup import Setup
 from .tracker import PeakTracker
 
@@ -244,9 +244,7 @@ def run_cpu(config: Mapping[str, Any], setup: Setup, explain: bool = False, allo
 
     if setup.optimizer == "adamw8bit":
         raise MeasureError("adamw8bit's CUDA kernels are not simulated on the CPU")
-    if setup.images and config.get("model_type") in GRID_READERS:
-        raise MeasureError(f"a {config.get('model_type')} tower reads its image grid's values, which the CPU "
-                           "simulation's fake tensors do not hold: --images runs on CUDA")
+    check_images(config, setup.images, cpu=True)
     qlora = setup.method == "qlora"
 
     def once(capture_at: int | None) -> tuple[PeakTracker, tuple[int, int]]:
@@ -310,6 +308,7 @@ def run_cuda(config: Mapping[str, Any], setup: Setup, memory_fraction: float | N
 
     if not torch.cuda.is_available():
         raise MeasureError("no CUDA device")
+    check_images(config, setup.images, cpu=False)
     torch.empty(1, device="cuda")  # create the context
     leftover = torch.cuda.memory_allocated()
     free0, total_bytes = torch.cuda.mem_get_info()
