@@ -1,9 +1,8 @@
 """The generic model spec every family builder produces: parts (nodes) grouped into blocks (layers).
 
-A Part is one node of the structure table with its parameter count and, per token, what it adds to
-compute (matmul weights, attention FLOPs), to training memory (saved activations), and to serving
-(working set, KV cache or recurrent state). The family builders (families/) fill these from a config;
-graph/nodes.py, memory/ and cost.py only read them.
+A Part is one node of the structure table with its parameter count and, per token, what it adds to compute (matmul
+weights, attention FLOPs), to training memory (saved activations), and to serving (working set, KV cache or recurrent
+state). The family builders (families/) fill these from a config; graph/nodes.py, memory/ and cost.py only read them.
 The per-part formulas live in the helpers below and cite the modeling files they follow.
 """
 
@@ -106,9 +105,8 @@ class Block:
     lora_io: int = field(init=False, repr=False, compare=False)  # sum of in + out over the Linears
     kv: tuple[tuple[int, int], ...] = field(init=False, repr=False, compare=False)  # (window, kv) per cached part
     attn: tuple[tuple[int, int], ...] = field(init=False, repr=False, compare=False)  # (window, attn_flops)
-    # The layer graph/stacks.numbered made this one from (an earlier layer of the stack, equal to it but for the number
-    # in its part names); None for a layer its builder made, or remade (dataclasses.replace runs __post_init__).
-    # Spec.layer_groups groups a stack's copies by it.
+    # The layer graph/stacks.numbered made this one from (an earlier layer, equal to it but for the number in its part
+    # names); None for one its builder made or remade (replace runs __post_init__); Spec.layer_groups groups by it.
     source: Block | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -127,8 +125,7 @@ class Block:
             act32 += p.act32
             act_frozen += p.act if p.act_frozen < 0 else p.act_frozen
             state += p.state
-            if p.transient > transient:
-                transient = p.transient
+            transient = max(transient, p.transient)
             linears += p.linears
             kv += [(p.window, p.kv)] if p.kv else []
             attn += [(p.window, p.attn_flops)] if p.attn_flops else []
@@ -209,6 +206,11 @@ class Spec:
     def params(self) -> int:
         return sum(p.params for p in (*self.embed, *self.head)) + sum(b.params * n for b, n in self.distinct_layers)
 
+    @property
+    def reads_images(self) -> bool:
+        """A training step's images run its towers (mllama's add no text tokens, yet keep activations)."""
+        return bool(self.image_tokens or self.vision_act)
+
 
 def _layer_key(b: Block) -> tuple:
     """What Spec.layer_groups compares of a layer: kind, stack, parts but for their names (the first field)."""
@@ -216,10 +218,9 @@ def _layer_key(b: Block) -> tuple:
 
 
 def norm_sums(parts: tuple[Part, ...] | list[Part]) -> tuple[int, int, int, int]:
-    """(RMSNorm widths, statistics bytes, sum of width x readers, widths read by some Linear) over the norms
-    of a sequence of parts. A norm's readers are the input projections of the parts after it up to the next
-    norm (Part.readers): one norm of a parallel block (gptj, phi, cohere) feeds attention and MLP alike. One pass
-    from the last part back, counting the readers since the last norm seen."""
+    """(RMSNorm widths, statistics bytes, sum of width x readers, widths read by some Linear) over the norms of a
+    sequence of parts. A norm's readers are the input projections of the parts after it up to the next norm
+    (Part.readers): one norm of a parallel block (gptj, phi, cohere) feeds attention and MLP. Read back to front."""
     rms = stats = read = fed = readers = 0
     for p in reversed(parts):
         width = p.norm_width

@@ -126,7 +126,7 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
     distinct = spec.distinct_layers
     head_mm = sum(p.matmul for p in spec.head) or (spec.vocab * (a.embed_dim or a.hidden) if spec.tied else 0)
     # images per sample: one where the model reads any (its soft tokens are among the T tokens)
-    vision = spec.image_tokens or spec.vision_act  # mllama's images add no tokens, yet its tower runs on them
+    vision = spec.reads_images
     images = (1 if vision else 0) if job.images is None else job.images
     r = image_regime(a.model_type, r, images)  # gemma-3's block mask where an image is fed
     w = trained_weights(a, g, job, r, model, images, memo)

@@ -186,7 +186,7 @@ def prepared(a: Arch, g: Graph, job: Job, model: str, memo: dict | None
     per-layer terms where that model is the one they were worked out for."""
     model = model or a.model_type
     validate(job, model)
-    if job.images and not (g.spec.image_tokens or g.spec.vision_act):
+    if job.images and not g.spec.reads_images:
         raise JobError(model, "images", job.images, "is for a model that reads images (a vision tower and a "
                                                     "projector); this one reads none")
     a2, g2 = framework_model(a, g, job.loss)

@@ -77,7 +77,7 @@ def train_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, method: str, r
     counts = [n for _, n in distinct]
     embed, head = _ends(g)
     # one image per sample where the model reads any (job.py's default): gemma-3's block mask in every layer
-    images = 1 if spec.image_tokens or spec.vision_act else 0
+    images = 1 if spec.reads_images else 0
     r = image_regime(a.model_type, regime(method, "amp"), images)
     # the adapters peft puts on the towers' Linears (the site's LoRA is all-linear)
     adapted = tower_adapted(spec, "all-linear", a.model_type) if method != "full" else ()

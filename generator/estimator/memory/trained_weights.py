@@ -38,7 +38,7 @@ def trained_weights(a: Arch, g: Graph, job: Job, r: Regime, model: str, images: 
     no copy."""
     spec, distinct, P = g.spec, g.spec.distinct_layers, g.params_total
     head_mm = sum(p.matmul for p in spec.head) or (spec.vocab * (a.embed_dim or a.hidden) if spec.tied else 0)
-    vision = spec.image_tokens or spec.vision_act
+    vision = spec.reads_images
     skipped = [not images and image_only(a, b) for b, _ in distinct]  # per distinct layer: skipped text-only
     if job.method == "full":
         dead = unreached_weights(spec)  # the towers' layers above the one the projector reads get no gradient
