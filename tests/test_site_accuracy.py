@@ -310,10 +310,15 @@ def test_an_eager_page_reads_the_eager_rows_and_names_what_no_run_measured() -> 
     assert eager["full fine-tuning"]["runs"][0]["dataset"] == "CPU-simulated runs of this setup (full / AMP / eager)"
     assert sdpa["full fine-tuning"]["runs"][0]["dataset"] == "CPU-simulated runs of this setup (full / AMP)"
     assert eager["full fine-tuning"]["runs"] != sdpa["full fine-tuning"]["runs"]
-    # the site's QLoRA was simulated with bitsandbytes (cpu-sim-qlora.jsonl, FINDINGS.md F29), under SDPA only
-    assert sdpa["QLoRA"]["runs"][0]["dataset"] == ("CPU-simulated runs of this setup (QLoRA / AMP / fp32 adapters / "
-                                                   "all-linear / double quant / checkpointing)")
-    assert eager["QLoRA"]["runs"] == [] and eager["QLoRA"]["setup"] == accuracy_page.PAGE_SETUPS["qlora"]
+    # the site's QLoRA was simulated with bitsandbytes (cpu-sim-qlora.jsonl, FINDINGS.md F29), and under eager
+    # attention on the eager pages' families (cpu-sim-extra.jsonl, FINDINGS.md F75)
+    qlora = "CPU-simulated runs of this setup (QLoRA / AMP / fp32 adapters / all-linear / double quant / checkpointing"
+    assert sdpa["QLoRA"]["runs"][0]["dataset"] == qlora + ")"
+    assert eager["QLoRA"]["runs"][0]["dataset"] == qlora + " / eager)"
+    # no step fed an image to a model without SDPA: the line says so, and what it quotes instead
+    none = {m["label"]: m for m in accuracy_page.model_line(table, None, "eager", images=True)["methods"]}
+    assert none["QLoRA"]["runs"] == [] and none["QLoRA"]["setup"] == accuracy_page.PAGE_SETUPS["qlora"]
+    assert none["QLoRA"]["others"], none["QLoRA"]
     for line in (eager, sdpa):  # no CPU run of a chunked-prefill server: said, not pooled
         assert line["serving"]["runs"] == []
         assert line["serving"]["others"][0]["dataset"].startswith("CPU-simulated runs (serving / HF generate")
@@ -446,8 +451,8 @@ def test_rendering_the_figures_measures_nothing() -> None:
 def test_a_page_quotes_its_setup_without_its_own_model() -> None:
     """The line says "on other models (not this model's own)": a model measured in its page's setup reads that setup
     without its runs (accuracy.json held_out). A vision-language page prices one image per sample, so it quotes the
-    image setups: llava-1.5's full fine-tune with an image was measured on llava-1.5 alone, so its page has no run
-    of it, while Qwen2.5-VL's page quotes that run."""
+    image setups: of the full fine-tunes with an image, llava-1.5's page quotes the other models' runs (its own step
+    held out), while Qwen2.5-VL's page, never measured so, quotes them all."""
     table = accuracy_page.parse(_committed(), DATA)
     lora = SITE_SETUPS["lora"]
     pooled = next(e for e in table.setups if e.method == lora)
@@ -459,6 +464,6 @@ def test_a_page_quotes_its_setup_without_its_own_model() -> None:
         assert line is not None
         return next(m for m in line["methods"] if m["label"] == "full fine-tuning")
 
-    assert full("llava-hf/llava-1.5-7b-hf")["runs"] == [] and full("llava-hf/llava-1.5-7b-hf")["setup"] == \
-        "full / AMP / images"
-    assert [r["compared"] for r in full("Qwen/Qwen2.5-VL-7B-Instruct")["runs"]] == ["1"]
+    images = next(e for e in table.setups if e.method == SITE_SETUPS["full"] + ", images")
+    assert [r["compared"] for r in full("llava-hf/llava-1.5-7b-hf")["runs"]] == [str(images.compared - 1)]
+    assert [r["compared"] for r in full("Qwen/Qwen2.5-VL-7B-Instruct")["runs"]] == [str(images.compared)]
