@@ -120,7 +120,8 @@ def test_mllama_reads_an_image_by_default_and_skips_its_cross_attention_without_
     peaks = {n: job_memory(a, g, S, Job(method="lora", tokens=1024, images=n), MLLAMA) for n in (0, 1, 2, None)}
     assert peaks[None] == peaks[1]
     # the tower's tensors and its adapters' (tower_adapters.image_bytes), a second time for the second image
-    per_image = image_bytes(g.spec, tower_adapted(g.spec, "all-linear", a.model_type), 16, job_regime(Job("lora")))[0]
+    per_image = image_bytes(g.spec, tower_adapted(g.spec, "all-linear", a.model_type), 16, job_regime(Job("lora")),
+                            a.model_type)[0]
     assert peaks[2].peak_bytes - peaks[1].peak_bytes == per_image > 2 * g.spec.vision_act
     cross = sum(n for b, n in g.spec.distinct_layers if any(p.type == "Cross Attn" for p in b.parts))
     assert cross == 8

@@ -195,8 +195,8 @@ def test_images_are_fed_as_the_processor_writes_them():
     with pytest.raises(ValueError, match="do not fit"):
         image_inputs(config, torch.ones(1, 8, dtype=torch.long), 2, torch.bfloat16)
     with pytest.raises(MeasureError, match="model_type = 'qwen2': the harness feeds images to llava"):
-        check_images({"model_type": "qwen2"}, 1, cpu=False)
-    check_images({"model_type": "qwen2"}, 0, cpu=True)  # text only: any model
+        check_images({"model_type": "qwen2"}, 1)
+    check_images({"model_type": "qwen2"}, 0)  # text only: any model
     with pytest.raises(ValueError, match="--images"):
         setup_from_args(parser().parse_args(["m", "--method", "inference", "--images", "1"]))
     # gemma-3: 256 soft tokens and the token_type_ids its processor returns; mllama: one <|image|> token, four tiles
@@ -208,6 +208,12 @@ def test_images_are_fed_as_the_processor_writes_them():
     ids, extra = image_inputs(mllama, torch.ones(2, 16, dtype=torch.long), 1, torch.bfloat16)
     assert ids[:, 0].eq(mllama.image_token_index).all() and extra["pixel_values"].shape == (2, 1, 4, 3, 448, 448)
     assert extra["cross_attention_mask"].shape == (2, 16, 1, 4) and extra["aspect_ratio_ids"].tolist() == [[6], [6]]
+    # Qwen3.5: a 448 x 448 image of 16-pixel patches, 28 x 28 merged 2 x 2 to 196 tokens, which its processor marks in
+    # mm_token_type_ids (the M-RoPE positions read them: images.mrope_positions)
+    qwen35 = hf_config(configs["Qwen/Qwen3.5-27B"], "sdpa")
+    ids, extra = image_inputs(qwen35, torch.ones(2, 300, dtype=torch.long), 1, torch.bfloat16)
+    assert extra["image_grid_thw"].tolist() == [[1, 28, 28]] * 2 and extra["pixel_values"].shape == (2 * 784, 1536)
+    assert extra["mm_token_type_ids"].tolist() == [[1] * 196 + [0] * 104] * 2
     setup = setup_from_args(parser().parse_args(["m", "--method", "lora", "--tokens", "256", "--images", "1"]))
     assert setup.images == 1 and setup.to_dict()["images"] == 1
     runs = [_peak(TINY_LLAVA, Setup("lora", tokens=256, images=n)) for n in (0, 1)]
@@ -230,8 +236,10 @@ TINY_QWEN_VL = {"architectures": ["Qwen2_5_VLForConditionalGeneration"], "model_
 def test_qwen_vl_images_are_flattened_patches_and_a_grid():
     """Qwen2.5-VL's nominal 448 x 448 image as Qwen2VLImageProcessor flattens it: 32 x 32 patches of 2 frames x 3
     channels x 14^2, image_grid_thw (1, 32, 32), 256 tokens after the 2 x 2 merge; a real step (random weights)
-    runs forward and backward on them. The CPU simulation refuses it, naming why: the tower reads the grid's values."""
-    from generator.errors import MeasureError
+    runs forward and backward on them. The CPU simulation runs it too (its tower reads the grid's values:
+    images.ValuedFakeTensorMode), and the image costs it memory. (At this width an image's pixels and rotary table
+    weigh as much as its tower's layers: tests/test_vision_blocks.py prices the layers, and the snapshot's
+    Qwen2.5-VL steps.)"""
     from generator.measure.build import hf_config
     from generator.measure.images import image_inputs, image_tokens
     from generator.measure.run import run_cpu
@@ -246,8 +254,31 @@ def test_qwen_vl_images_are_flattened_patches_and_a_grid():
     out = model(input_ids=ids, labels=ids, **extra)
     out.loss.backward()
     assert model.model.visual.blocks[0].attn.qkv.weight.grad is not None  # the tower is on the gradient's path
-    with pytest.raises(MeasureError, match="grid's values"):
-        run_cpu(TINY_QWEN_VL, Setup("lora", tokens=300, images=1))
+    for method in ("lora", "full"):
+        measured = run_cpu(TINY_QWEN_VL, Setup(method, tokens=300, images=1))["measured"]["peak_bytes"]
+        assert measured > run_cpu(TINY_QWEN_VL, Setup(method, tokens=300))["measured"]["peak_bytes"]
+
+
+def test_the_valued_fake_mode_computes_small_integer_tensors_only():
+    """images.value_mode: for a tower that reads its inputs' values, small integer tensors are computed for real
+    (a grid's .tolist(), an index built from torch.arange), while a float tensor and one that mixes in a fake stay
+    fake; for any other model, or without images, plain FakeTensorMode, where such a read fails."""
+    from torch._subclasses.fake_tensor import DataDependentOutputException, FakeTensor
+
+    from generator.measure.images import ValuedFakeTensorMode, value_mode
+
+    with value_mode({"model_type": "qwen2_5_vl"}, 1) as mode:
+        assert isinstance(mode, ValuedFakeTensorMode)
+        grid = torch.tensor([[1, 4, 6]])
+        index = torch.arange(int(grid[0].prod()))
+        assert isinstance(index, FakeTensor) and index[index % 2 == 0].tolist() == list(range(0, 24, 2))
+        x = torch.randn(24, 8)
+        assert x[index].shape == (24, 8) and x[index].constant is None and torch.ones(3).constant is None
+    for config, images in (({"model_type": "qwen2_5_vl"}, 0), ({"model_type": "llava"}, 1)):
+        with value_mode(config, images) as mode:
+            assert not isinstance(mode, ValuedFakeTensorMode)
+            with pytest.raises(DataDependentOutputException):
+                torch.arange(6).tolist()
 
 
 def test_a_dotted_override_sets_a_nested_config_key():

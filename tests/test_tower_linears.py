@@ -184,9 +184,10 @@ def test_the_towers_saved_tensors_per_image():
     assert g.spec.vision_act == 576 * 24 * (8 * 1024 + 3 * 4096)
     a, g = snapshot_model("meta-llama/Llama-3.2-11B-Vision")
     assert g.spec.vision_act == 4128 * 40 * (8 * 1280 + 2 * 5120) + 4128 * 4128
-    trained, frozen = (image_bytes(g.spec, (), 16, job_regime(Job(method=m)))[0] for m in ("full", "lora"))
+    trained, frozen = (image_bytes(g.spec, (), 16, job_regime(Job(method=m)), a.model_type)[0]
+                       for m in ("full", "lora"))
     adapted = tower_adapted(g.spec, "all-linear", a.model_type)
-    lora = image_bytes(g.spec, adapted, 16, job_regime(Job(method="lora")))[0]
+    lora = image_bytes(g.spec, adapted, 16, job_regime(Job(method="lora")), a.model_type)[0]
     assert trained == 2 * g.spec.vision_act and frozen == 0  # no adapter on a frozen tower: nothing kept
     assert lora - tower_adapter_bytes(adapted, 16, job_regime(Job(method="lora"))) \
         == 2 * g.spec.vision_act - 2 * 4128 * 40 * (2 * 1280 + 5120)  # its one-Linear projector keeps nothing more

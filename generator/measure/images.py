@@ -14,31 +14,80 @@ from typing import Any
 from unittest import mock
 
 import torch
+from torch._subclasses import fake_tensor
+from torch.utils import _pytree as pytree
+from torch.utils._mode_utils import no_dispatch
 
 from ..errors import MeasureError
 
 # The wrappers the harness can feed an image to; a model of another type is refused with its name.
-IMAGE_FAMILIES = ("llava", "qwen2_5_vl", "gemma3", "mllama")
-# Of those, the ones whose tower reads the image grid's values (Qwen2.5-VL's rot_pos_emb and get_window_index loop
-# over image_grid_thw), which a FakeTensor does not hold: they run on CUDA, not in the CPU simulation.
-GRID_READERS = ("qwen2_5_vl",)
-
+IMAGE_FAMILIES = ("llava", "qwen2_5_vl", "qwen3_5", "qwen3_5_moe", "gemma3", "gemma4", "mllama")
+# Of those, the ones whose model reads the values of its image inputs to shape its work (Qwen2.5-VL's and Qwen3.5's
+# rot_pos_emb, position interpolation and cu_seqlens loop over image_grid_thw; Qwen2.5-VL's get_vision_window_index
+# too; Gemma-4's pooler and its split of the soft tokens read the patch positions, and its placeholder check the
+# ids): a FakeTensor holds no values, so the CPU simulation runs them under ValuedFakeTensorMode.
+VALUE_READERS = ("qwen2_5_vl", "qwen3_5", "qwen3_5_moe", "gemma4")
+# The most elements a tensor the simulation computes for real may hold (ValuedFakeTensorMode): an image's index
+# tensors (Qwen2.5-VL's window index, a few thousand; Gemma-4's pooling weights, 705,600 an image) and Gemma-4's
+# image-token mask, expanded to the embeddings' [batch, tokens, hidden] (5.8 M at 2 x 1,024 x 2,816), with room.
+VALUED_NUMEL = 1 << 25
 # Qwen2.5-VL's nominal image (vision_towers.qwen_vl prices a 448 x 448 one: the processor resizes dynamically).
 QWEN_VL_SIDE = 448
+# Gemma-4's image as Gemma4ImageProcessor makes it for its default 280 soft tokens (vision_towers.GEMMA4_SOFT_TOKENS):
+# a grid of 20 x 14 pooling kernels (960 x 672 pixels at patch 16 and kernel 3), 2,520 patches, no padding.
+GEMMA4_GRID = (20, 14)
+# The wrappers whose M-RoPE positions read the processor's mm_token_type_ids (mrope_positions).
+MROPE_MARKED = ("qwen3_5", "qwen3_5_moe")
 
 
-def check_images(config: Mapping[str, Any], images: int | None, cpu: bool) -> None:
-    """Refuse --images, before a model is built, for a config of a type the harness cannot feed (IMAGE_FAMILIES), or
-    in the CPU simulation for one whose tower reads its grid's values (GRID_READERS)."""
-    model_type = config.get("model_type")
-    if not images:
+class ValuedFakeTensorMode(fake_tensor.FakeTensorMode):
+    """FakeTensorMode that computes small integer tensors for real, where a tower reads its inputs' values.
+
+    FakeTensorMode already runs an op for real when every tensor it reads is a constant (a FakeTensor that keeps its
+    value), and keeps the result a constant up to CONSTANT_NUMEL_LIMIT elements (1: a scalar). This mode makes the
+    outputs of integer and bool factories (torch.arange, torch.tensor of a grid) constants too, and value_mode raises
+    the limit to VALUED_NUMEL: an image grid's arithmetic, its .tolist() and the index it builds run on the values, so
+    a tower's data-dependent shapes are the real ones. A tensor that mixes in a fake one (a weight, an activation)
+    stays fake; every output is still a FakeTensor, whose bytes the tracker counts as before. FakeTensorMode's
+    dispatch cache, shared by every instance, is off here: an op it had cached under a plain mode would skip this
+    mode's factories and return a tensor without its values."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.cache_enabled = False
+
+    def _dispatch_impl(self, func, types, args, kwargs):
+        out = super()._dispatch_impl(func, types, args, kwargs)
+        if (isinstance(out, fake_tensor.FakeTensor) and out.constant is None and out.device.type == "cpu"
+                and not (out.dtype.is_floating_point or out.dtype.is_complex) and out.numel() <= VALUED_NUMEL
+                and isinstance(func, torch._ops.OpOverload) and torch.Tag.nondeterministic_seeded not in func.tags
+                and not any(isinstance(a, torch.Tensor) for a in pytree.tree_leaves((args, kwargs)))):
+            with fake_tensor.unset_fake_temporarily(), no_dispatch():
+                real = func(*args, **kwargs)
+            return self.fake_tensor_converter.from_real_tensor(self, real, make_constant=True)
+        return out
+
+
+@contextlib.contextmanager
+def value_mode(config: Mapping[str, Any], images: int | None):
+    """The fake mode the CPU simulation runs a step under: ValuedFakeTensorMode (with FakeTensorMode's constant limit
+    raised to VALUED_NUMEL) where images go to a tower that reads their values (VALUE_READERS), FakeTensorMode else."""
+    if not images or config.get("model_type") not in VALUE_READERS:
+        with fake_tensor.FakeTensorMode(allow_non_fake_inputs=True) as mode:
+            yield mode
         return
-    if model_type not in IMAGE_FAMILIES:
+    with mock.patch.object(fake_tensor, "CONSTANT_NUMEL_LIMIT", VALUED_NUMEL), \
+            ValuedFakeTensorMode(allow_non_fake_inputs=True) as mode:
+        yield mode
+
+
+
+def check_images(config: Mapping[str, Any], images: int | None) -> None:
+    """Refuse --images, before a model is built, for a config of a type the harness cannot feed (IMAGE_FAMILIES)."""
+    model_type = config.get("model_type")
+    if images and model_type not in IMAGE_FAMILIES:
         raise MeasureError(f"the harness feeds images to {', '.join(IMAGE_FAMILIES)} only", key="model_type",
                            value=model_type)
-    if cpu and model_type in GRID_READERS:
-        raise MeasureError("its tower reads its image grid's values, which the CPU simulation's fake tensors do not "
-                           "hold: --images runs on CUDA", key="model_type", value=model_type)
 
 
 def image_tokens(config: Any) -> tuple[int, int]:
@@ -49,7 +98,8 @@ def image_tokens(config: Any) -> tuple[int, int]:
       temporal_patch_size frames, merged spatial_merge_size^2 to a token (modeling_qwen2_5_vl.PatchMerger);
     - gemma3: the SigLIP grid's patches pooled to mm_tokens_per_image soft tokens (Gemma3MultiModalProjector);
     - mllama: one <|image|> token (the cross-attention layers read the image), the tower every tile's patches and
-      class token (MllamaVisionModel; its padding to a multiple of 8 is the model's own)."""
+      class token (MllamaVisionModel; its padding to a multiple of 8 is the model's own);
+    - gemma4: GEMMA4_GRID's soft tokens, each pooling_kernel_size^2 patches (Gemma4VisionPooler)."""
     v = config.vision_config
     if config.model_type == "llava":
         patches = (v.image_size // v.patch_size) ** 2
@@ -58,6 +108,9 @@ def image_tokens(config: Any) -> tuple[int, int]:
         return config.mm_tokens_per_image, (v.image_size // v.patch_size) ** 2
     if config.model_type == "mllama":  # one <|image|> token; the tower reads every tile's patches and class token
         return 1, v.max_num_tiles * ((v.image_size // v.patch_size) ** 2 + 1)
+    if config.model_type == "gemma4":  # a soft token per pooling kernel of patches
+        soft = GEMMA4_GRID[0] * GEMMA4_GRID[1]
+        return soft, soft * v.pooling_kernel_size ** 2
     side = QWEN_VL_SIDE // v.patch_size
     return side * side // v.spatial_merge_size ** 2, side * side
 
@@ -66,8 +119,9 @@ def image_inputs(config: Any, ids: torch.Tensor, images: int, dtype: torch.dtype
     """The ids with `images` images' tokens at the start of every sample, and the model's image inputs for them:
     llava's and gemma-3's pixel_values [samples x images, channels, side, side] (gemma-3's token_type_ids too, as its
     processor returns them); Qwen2.5-VL's flattened patches [rows, channels x temporal_patch_size x patch^2] and
-    image_grid_thw (1, side, side) per image; mllama's tiles and masks. For a model of IMAGE_FAMILIES (check_images
-    refuses the others before the model is built); raises ValueError where the images do not fit in the sample."""
+    image_grid_thw (1, side, side) per image (Qwen3.5's mm_token_type_ids too); mllama's tiles and masks; Gemma-4's
+    patches and positions (_gemma4_inputs). For a model of IMAGE_FAMILIES (check_images refuses the others before
+    the model is built); raises ValueError where the images do not fit in the sample."""
     per_image, rows = image_tokens(config)
     batch, tokens = ids.shape
     if images * per_image >= tokens:
@@ -84,6 +138,8 @@ def image_inputs(config: Any, ids: torch.Tensor, images: int, dtype: torch.dtype
         if config.model_type == "gemma3":  # Gemma3Processor's token_type_ids (mm_token_type_ids): 1 on image tokens
             extra["token_type_ids"] = (ids == config.image_token_id).long()
         return ids, extra
+    if config.model_type == "gemma4":
+        return _gemma4_inputs(config, ids, images, (per_image, rows), dtype, g)
     if config.model_type == "mllama":  # MllamaProcessor's tiles: all max_num_tiles of a 2 x 2 aspect ratio, each read
         tiles, side = v.max_num_tiles, v.image_size
         pixels = torch.randn(batch, images, tiles, v.num_channels, side, side, generator=g)
@@ -97,7 +153,48 @@ def image_inputs(config: Any, ids: torch.Tensor, images: int, dtype: torch.dtype
     width = v.in_channels * v.temporal_patch_size * v.patch_size ** 2
     pixels = torch.randn(batch * images * rows, width, generator=g)
     grid = torch.tensor([[1, side, side]] * (batch * images), device=ids.device)
-    return ids, {"pixel_values": pixels.to(ids.device, dtype), "image_grid_thw": grid}
+    extra = {"pixel_values": pixels.to(ids.device, dtype), "image_grid_thw": grid}
+    if config.model_type in MROPE_MARKED:  # Qwen3VLProcessor's mm_token_type_ids: 1 on image tokens
+        marks = [1] * (images * per_image) + [0] * (tokens - images * per_image)
+        extra["mm_token_type_ids"] = torch.tensor([marks] * batch, device=ids.device)
+    return ids, extra
+
+
+def _gemma4_inputs(config: Any, ids: torch.Tensor, images: int, shape: tuple[int, int], dtype: torch.dtype,
+                   g: torch.Generator) -> tuple[torch.Tensor, dict]:
+    """Gemma4ImageProcessor's patchified pixels [images, patches, 3 x patch^2] in [0, 1] and their (x, y) positions
+    row by row on GEMMA4_GRID's patches (image_position_ids), and Gemma4Processor's mm_token_type_ids (1 on the image
+    tokens: the text's block mask reads them). The ids are made anew as values (a constant under
+    ValuedFakeTensorMode): Gemma4Model.forward indexes the embeddings with the image tokens' mask to check their
+    count before the check is called, which placeholder_check_skipped cannot skip."""
+    v, (batch, tokens), (per_image, rows) = config.vision_config, ids.shape, shape
+    k = v.pooling_kernel_size
+    wide, high = GEMMA4_GRID[0] * k, GEMMA4_GRID[1] * k
+    positions = [[x, y] for y in range(high) for x in range(wide)]
+    with fake_tensor.unset_fake_temporarily():
+        real = torch.randint(0, config.text_config.vocab_size, (batch, tokens), generator=g)
+        real[real == config.image_token_id] = 0
+        real[:, :images * per_image] = config.image_token_id
+        values, marks = real.tolist(), (real == config.image_token_id).long().tolist()
+    pixels = torch.rand(batch * images, rows, 3 * v.patch_size ** 2, generator=g)
+    return torch.tensor(values, device=ids.device), {
+        "pixel_values": pixels.to(ids.device, dtype),
+        "image_position_ids": torch.tensor([positions] * pixels.shape[0], device=ids.device),
+        "mm_token_type_ids": torch.tensor(marks, device=ids.device)}
+
+
+def mrope_positions(model, ids: torch.Tensor, extra: dict) -> dict:
+    """`extra` with the M-RoPE position ids a Qwen3.5 forward would compute from the image grid and mm_token_type_ids
+    (Qwen3_5Model.get_rope_index), computed by that method on real copies of them: it builds a tensor from a list of
+    0-d tensors (torch.tensor(mrope_position_deltas)), which reads their data, and a FakeTensor has none. The step
+    then runs as a Trainer's does, but for a [3, batch, tokens] int64 tensor made before it, not in its forward."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    if base.config.model_type not in MROPE_MARKED:
+        return extra
+    with fake_tensor.unset_fake_temporarily():
+        real = {key: torch.tensor(extra[key].tolist()) for key in ("mm_token_type_ids", "image_grid_thw")}
+        positions, _ = base.model.get_rope_index(torch.zeros(ids.shape, dtype=torch.long), **real)
+    return {**extra, "position_ids": positions.to(ids.device)}
 
 
 def placeholder_check_skipped(model) -> contextlib.AbstractContextManager:

@@ -28,7 +28,7 @@ from .build import (
     unwrap_params4bit,
 )
 from .expandable import ExpandableAllocator
-from .images import check_images, image_inputs, placeholder_check_skipped
+from .images import check_images, image_inputs, mrope_positions, placeholder_check_skipped, value_mode
 from .setup import Setup
 from .tracker import PeakTracker
 
@@ -117,7 +117,8 @@ def _with_images(model, ids: torch.Tensor, setup: Setup) -> tuple[torch.Tensor, 
     if not setup.images:
         return ids, {}
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return image_inputs(base.config, ids, setup.images, base.dtype)
+    ids, extra = image_inputs(base.config, ids, setup.images, base.dtype)
+    return ids, mrope_positions(base, ids, extra)
 
 
 def _labels(model, ids: torch.Tensor) -> torch.Tensor | None:
@@ -239,12 +240,11 @@ def run_cpu(config: Mapping[str, Any], setup: Setup, explain: bool = False, allo
     create_causal_mask / create_sliding_window_causal_mask then build the [B, 1, T, T] mask and SDPA takes it
     (with repeat_kv's copies) where a real run passes None and is_causal. The harness feeds one unpacked sequence
     per row (position ids 0..T-1), whose real answer is None: the simulation is given that answer (FINDINGS F13)."""
-    from torch._subclasses.fake_tensor import FakeTensorMode
     from transformers import masking_utils
 
     if setup.optimizer == "adamw8bit":
         raise MeasureError("adamw8bit's CUDA kernels are not simulated on the CPU")
-    check_images(config, setup.images, cpu=True)
+    check_images(config, setup.images)
     qlora = setup.method == "qlora"
 
     def once(capture_at: int | None) -> tuple[PeakTracker, tuple[int, int]]:
@@ -256,7 +256,7 @@ def run_cpu(config: Mapping[str, Any], setup: Setup, explain: bool = False, allo
             meta = apply_lora(meta, setup, dtypes(setup)[1])
             unwrap_params4bit(meta)
         vocab = meta.get_input_embeddings().num_embeddings
-        with FakeTensorMode(allow_non_fake_inputs=True), mock.patch.object(
+        with value_mode(config, setup.images), mock.patch.object(
                 masking_utils, "find_packed_sequence_indices", _unpacked), cuda_4bit_step() if qlora \
                 else contextlib.nullcontext(), cuda_grouped_mm(), placeholder_check_skipped(meta):
             model = materialise(meta, "cpu")
@@ -308,7 +308,7 @@ def run_cuda(config: Mapping[str, Any], setup: Setup, memory_fraction: float | N
 
     if not torch.cuda.is_available():
         raise MeasureError("no CUDA device")
-    check_images(config, setup.images, cpu=False)
+    check_images(config, setup.images)
     torch.empty(1, device="cuda")  # create the context
     leftover = torch.cuda.memory_allocated()
     free0, total_bytes = torch.cuda.mem_get_info()

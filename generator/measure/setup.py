@@ -116,8 +116,8 @@ def parser() -> argparse.ArgumentParser:
                    help="training, --batch 2 or more: every sample but the first padded on its last quarter, as a "
                         "collator pads to the batch's longest (an attention mask, those tokens' labels -100)")
     p.add_argument("--images", type=int, default=0, metavar="N",
-                   help="training: N synthetic images per sample fed to a vision-language model (llava, gemma-3 and "
-                        "mllama; Qwen2.5-VL on CUDA), their tokens at the start of the sample, among --tokens "
+                   help="training: N synthetic images per sample fed to a vision-language model (llava, gemma-3, "
+                        "gemma-4, mllama, Qwen2.5-VL and Qwen3.5), their tokens at the start of the sample, among --tokens "
                         "(measure/images.py)")
     p.add_argument("--keep-outputs", action="store_true",
                    help="keep the model's output object alive through backward (a hand-written loop)")

@@ -22,7 +22,7 @@ from ..graph.parts import (
 from .assembly import Builder, assemble
 from .decoder import DecoderTraits, Dims, ExpertTraits, StackRule, attention, build, mlp
 from .decoder import Dims as _D
-from .tower_linears import tower_linears
+from .tower_linears import layer_count, tower_linears
 from .vision_language import attach, retie, vision_memory
 from .vision_towers import GEMMA4_SOFT_TOKENS, vision_tower
 
@@ -157,8 +157,8 @@ def gemma4(cfg: Mapping[str, Any], model: str) -> Arch:
         patches = soft * (patches // GEMMA4_SOFT_TOKENS)
         embedder = Part("Projector", "Gemma4MultimodalEmbedder (norm, Linear)", vh * arch.spec.hidden,
                         matmul=vh * arch.spec.hidden)
-        act, transient = vision_memory(tower, patches, vh, per_patch)
         linears = tower_linears(mt, r, vc, "gemma4_vision", (vh, arch.spec.hidden), (patches, soft))
+        act, transient = vision_memory(tower, patches, vh, per_patch, layer_count(linears))
         arch = attach(arch, cfg, r, (tower, embedder), tokens=soft, act=act, transient=transient, tie=tie,
                       linears=linears)
     else:

@@ -183,3 +183,8 @@ def tower_linears(mt: str, r: Reader, vc: Mapping[str, Any], kind: str, widths: 
         tower += ([(live, i, o, role, name, rows[0], ckpt)] if live else []) + (
             [(count - live, i, o, role, name, 0, ckpt)] if live < count else [])
     return tuple(tower) + tuple((c, i, o, PROJECTOR_ROLE, name, rows[1], False) for c, i, o, _, name in proj)
+
+
+def layer_count(linears: tuple[tuple[int, int, int, str, str, int, bool], ...] | None) -> int:
+    """The tower's layers, each with one q (or fused qkv) Linear; 0 where its Linears are not itemised."""
+    return sum(x[0] for x in linears or () if x[3] in ("q", "qkv"))

@@ -31,7 +31,7 @@ from ..graph.parts import (
 from .assembly import Builder, TextReader, Wrapper, assemble
 from .decoder import DecoderTraits, Dims, attention, build
 from .llama import TRAITS as LLAMA_TRAITS
-from .tower_linears import tower_linears
+from .tower_linears import layer_count, tower_linears
 from .vision_projectors import PROJECTORS, projector
 from .vision_towers import sam, tower_kind, vision_activations, vision_tower, vision_transient
 
@@ -107,10 +107,10 @@ def retie(arch: Arch, tie: bool) -> Arch:
     return dataclasses.replace(arch, tie=tie, spec=dataclasses.replace(spec, head=head, tied=tie))
 
 
-def vision_memory(tower: Part, patches: int, vh: int, per_patch: int) -> tuple[int, int]:
+def vision_memory(tower: Part, patches: int, vh: int, per_patch: int, layers: int = 0) -> tuple[int, int]:
     """(saved activations, serving working set) of one image in a vision tower, elements: per patch, per layer
-    (the tower's parameters over a ViT layer's 12 x width^2), as vision_towers.py counts them."""
-    return vision_activations(tower, patches, per_patch, vh), vision_transient(patches, per_patch, vh)
+    (`layers`, else the tower's parameters over a ViT layer's 12 x width^2), as vision_towers.py counts them."""
+    return vision_activations(tower, patches, per_patch, vh, layers), vision_transient(patches, per_patch, vh)
 
 
 def vlm(cfg: Mapping[str, Any], model: str, read_text: TextReader) -> Arch:
@@ -134,11 +134,11 @@ def vlm(cfg: Mapping[str, Any], model: str, read_text: TextReader) -> Arch:
         tokens = r.int("image_seq_length")
     tiles = 5 if mt in ("llava_next", "llava_next_video") else 1  # anyres: the base image, up to 4 tiles (pinpoints)
     tokens *= tiles
-    vision_act, vision_transient = vision_memory(tower, patches, vh, per_patch)
-    # modeling_video_llava.VideoLlavaModel holds two towers of vision_config: image_tower and video_tower.
-    towers = (tower, tower._replace(name="Video_Tower")) if mt == "video_llava" else (tower,)
     # The LM head hangs on the top-level model: its tie_word_embeddings decides (not text_config's).
     linears = tower_linears(mt, r, vc, kind, (vh, spec.hidden), (tiles * patches, tokens))
+    vision_act, vision_transient = vision_memory(tower, patches, vh, per_patch, layer_count(linears))
+    # modeling_video_llava.VideoLlavaModel holds two towers of vision_config: image_tower and video_tower.
+    towers = (tower, tower._replace(name="Video_Tower")) if mt == "video_llava" else (tower,)
     return attach(text, cfg, r, (*towers, proj), tokens=tokens, act=vision_act, transient=vision_transient,
                   tie=r.flag("tie_word_embeddings", text.tie), linears=linears)
 

@@ -55,7 +55,12 @@ def qwen_vl(v: Reader, kind: str) -> TowerResult:
     params = ch * tp * p * p * h + depth * layer
     patches = (448 // p) ** 2  # a nominal 448 x 448 image (the processor resizes dynamically)
     part, _, _, _ = _part(params, depth, h, inter, patches, 0, gated=kind != "qwen2_vl_vision")
-    return part, patches, h, 8 * h + 3 * inter
+    # Saved per patch and layer by a trained block (a block's saved tensors, FINDINGS.md F76), in bf16 widths: its two
+    # norms' inputs (Qwen2-VL's LayerNorms: 1 h each; Qwen2.5-VL's Qwen2RMSNorms: 2 h each in fp32, and the normalised
+    # bf16 copy the weight's gradient reads) and outputs, q and k after the rotary, the qkv output v is a view of
+    # (3 h), SDPA's output and the concatenation proj reads; the MLP: fc1's output, quick_gelu's sigmoid and its
+    # product (3 inter), or gate, SiLU, up and their product (4 inter).
+    return part, patches, h, (11 * h + 3 * inter if kind == "qwen2_vl_vision" else 15 * h + 4 * inter)
 
 
 def exaone4_5(v: Reader, kind: str) -> TowerResult:
@@ -98,7 +103,10 @@ def pixtral(v: Reader, kind: str) -> TowerResult:
     p, ch, size = v.int("patch_size"), v.int("num_channels", 3), v.int("image_size")
     params = ch * p * p * h + h + n * vit_layer(h, inter, bias=False, norm="rmsnorm", gated=True)
     patches = min((size // p) ** 2, (1024 // p) ** 2)  # a nominal 1024 x 1024 image
-    return _part(params, n, h, inter, patches, 8 * h + 2 * inter, gated=True)
+    # saved per patch and layer by a trained PixtralAttentionLayer (FINDINGS.md F76), in bf16 widths: its two
+    # PixtralRMSNorms' fp32 inputs, normalised bf16 copies and outputs (8 h), q and k after the rotary, v, and SDPA's
+    # output o_proj reads (4 h); gate, SiLU, up and their product (4 inter)
+    return _part(params, n, h, inter, patches, 12 * h + 4 * inter, gated=True)
 
 
 def clip(v: Reader, kind: str) -> TowerResult:
@@ -224,7 +232,8 @@ def qwen3_vl(v: Reader, kind: str) -> TowerResult:
     p, tp, ch = v.int("patch_size", 16), v.int("temporal_patch_size", 2), v.int("in_channels", 3)
     params = ch * tp * p * p * h + h + v.int("num_position_embeddings") * h + depth * vit_layer(h, inter)
     patches = (448 // p) ** 2  # a nominal 448 x 448 image (the processor resizes dynamically)
-    return _part(params, depth, h, inter, patches, 8 * h + 2 * inter)
+    # saved per patch and layer (FINDINGS.md F76), as qwen_vl's Qwen2-VL: 11 h; fc1's output and the GELU's (2 inter)
+    return _part(params, depth, h, inter, patches, 11 * h + 2 * inter)
 
 
 def glm4v(v: Reader, kind: str) -> TowerResult:
@@ -304,8 +313,11 @@ def gemma4_vision(v: Reader, kind: str) -> TowerResult:
     kv, p, k = v.int("num_key_value_heads", heads), v.int("patch_size"), v.int("pooling_kernel_size")
     layer = 2 * h * heads * hd + 2 * h * kv * hd + 3 * h * inter + 4 * h + 2 * hd
     params = 3 * p * p * h + 2 * v.int("position_embedding_size") * h + n * layer
-    # per patch and layer: a gated MLP keeps gate, up and their product (3 x inter), as Qwen2.5-VL's tower
-    return _part(params, n, h, inter, GEMMA4_SOFT_TOKENS * k * k, 8 * h + 3 * inter, gated=True)
+    # Saved per patch and layer by a trained layer (Gemma4VisionEncoderLayer's saved tensors, FINDINGS.md F76), in bf16
+    # widths: its four Gemma4RMSNorms' fp32 inputs and normalised fp32 copies (16 h), q/k/v's norms' fp32 inputs and
+    # q's and k's copies (10 h), q, k, v (3 h), the inputs of q/k/v, o and gate/up (3 h); the MLP's gate, GELU, up and
+    # product (4 inter).
+    return _part(params, n, h, inter, GEMMA4_SOFT_TOKENS * k * k, 32 * h + 4 * inter, gated=True)
 
 
 TOWERS: dict[str, Callable[[Reader, str], TowerResult]] = {
@@ -352,9 +364,11 @@ def vision_transient(patches: int, per_patch: int, vh: int) -> int:
     return patches * (per_patch + 2 * vh)
 
 
-def vision_activations(tower: Part, patches: int, per_patch: int, vh: int) -> int:
-    """Saved elements of a tower per image: per-patch activations times its layers (about params / 12 vh^2)."""
-    return patches * per_patch * max(1, tower.params // max(1, 12 * vh * vh)) if tower.matmul else 0
+def vision_activations(tower: Part, patches: int, per_patch: int, vh: int, layers: int = 0) -> int:
+    """Saved elements of a tower per image: per-patch activations times its layers (`layers` where its Linears are
+    itemised, tower_linears.layer_count; else about params / 12 vh^2, a ViT layer's with an MLP 4 x wide)."""
+    n = layers or max(1, tower.params // max(1, 12 * vh * vh))
+    return patches * per_patch * n if tower.matmul else 0
 
 
 def vision_tower(vc: Mapping[str, Any], r: Reader, kind: str, key: str = "vision_config") -> TowerResult:

@@ -128,7 +128,7 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
     # images per sample: one where the model reads any (its soft tokens are among the T tokens)
     vision = spec.reads_images
     images = (1 if vision else 0) if job.images is None else job.images
-    r = image_regime(a.model_type, r, images)  # gemma-3's block mask where an image is fed
+    r = image_regime(a, r, images)  # gemma-3's block mask where an image is fed
     w = trained_weights(a, g, job, r, model, images, memo)
     trainable, param_bytes, weights, copies, ckpt_copies, roles, rank, mats = w[:8]
     buffers = framework_buffer_bytes(a, g, job.loss, lora)  # the framework's own model's (torchtune's RoPE caches)
@@ -158,7 +158,7 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
         0 if job.upcast_fp32 or own_model(job.loss) else frozen_input_expert_bytes(a, g, roles, r))
     embed = (r.residual_bytes * spec.hidden if r.trained else 0) * T
     # what each image's tower and projector keep, without checkpointing and with it (tower_adapters.image_bytes)
-    imaging = [images * v for v in image_bytes(spec, w.towers, rank, r)]
+    imaging = [images * v for v in image_bytes(spec, w.towers, rank, r, a.model_type)]
     dropout, frozen, head_rate = end_terms(a, g, s, r, memo, None if own_model(job.loss) else roles)
     embed += T * dropout
     # a frozen embedding's output needs no gradient: layer 0's norm and the dropout after it keep nothing, unless

@@ -78,7 +78,7 @@ def train_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, method: str, r
     embed, head = _ends(g)
     # one image per sample where the model reads any (job.py's default): gemma-3's block mask in every layer
     images = 1 if spec.reads_images else 0
-    r = image_regime(a.model_type, regime(method, "amp"), images)
+    r = image_regime(a, regime(method, "amp"), images)
     # the adapters peft puts on the towers' Linears (the site's LoRA is all-linear)
     adapted = tower_adapted(spec, "all-linear", a.model_type) if method != "full" else ()
     adam = s.master_weight_bytes + s.optimizer_state_bytes
@@ -159,7 +159,7 @@ def train_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, method: str, r
         for w, m, msq in ws:
             m0, sq0 = masked.get(w, (0, 0))
             masked[w] = (m0 + count * m, sq0 + count * msq)
-    vision = images * image_bytes(spec, adapted, rank, r)[0]  # what the image's tower and projector keep
+    vision = images * image_bytes(spec, adapted, rank, r, a.model_type)[0]  # what the image's tower and projector keep
     rates_sum = sum(k * rate for k, rate in zip(counts, rates, strict=True))
     backward = []  # job.py's late-backward phases, the head's tensors freed
     if method != "full" and grad_fixed:

@@ -11,6 +11,7 @@ parameter whose .grad is None).
 
 from __future__ import annotations
 
+from ..config.arch import Arch
 from ..graph.nodes import LAYER_ROLES, PROJECTOR_ROLE
 from ..graph.parts import Spec
 from .activations import Regime, adapter_input_bytes, mask_bytes
@@ -22,11 +23,32 @@ TowerLinears = tuple[tuple[int, int, int, str, str, int, bool], ...]
 # bidirectionally: modeling_gemma3.create_masks_for_vision_model ORs a block mask into the causal one, so a step with
 # an image hands SDPA a mask in every text layer, as a padded batch does (FINDINGS.md F72, F74): Regime.padded.
 IMAGE_MASKED = frozenset({"gemma3"})
+# Gemma-4's do too where the text config asks for it (use_bidirectional_attention "vision": modeling_gemma4
+# get_block_sequence_ids_for_mask from the processor's mm_token_type_ids).
+BIDIRECTIONAL_KEY = {"gemma4": "use_bidirectional_attention"}
+# Wrappers whose tower runs attention per image or window (cu_seqlens) and concatenates the outputs: proj reads the
+# concatenation, a tensor of its own that SDPA did not save (modeling_qwen2_vl VisionAttention, modeling_qwen2_5_vl,
+# modeling_qwen3_vl, modeling_qwen3_5: torch.cat(attn_outputs)), so it is among what a frozen tower does not keep.
+SPLIT_ATTENTION = frozenset({"qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe"})
+# Wrappers whose tower's norms keep, where their weight trains, a normalised copy for its gradient, which a frozen one
+# does not: its widths per patch and layer, in bf16 hidden widths (FINDINGS.md F76). Qwen2.5-VL's two Qwen2RMSNorms
+# and Pixtral's two PixtralRMSNorms (weight * x.to(bf16): a bf16 copy each); Gemma-4's four Gemma4RMSNorms (an fp32
+# copy each, 8) and q's and k's (4).
+NORM_COPIES = {"qwen2_5_vl": 2, "gemma4": 12, **dict.fromkeys(("mistral3", "lighton_ocr", "mistral_large4"), 2)}
+# Wrappers whose tower's encoder hands SDPA a [patches x patches] mask of the image's padding patches
+# (modeling_gemma4.Gemma4VisionEncoder: create_bidirectional_mask), which SDPA turns into one in the compute dtype in
+# every layer (aten scaled_dot_product_attention's convert_boolean_attn_mask) and keeps for the backward
+# (FINDINGS.md F76). Gemma4ImageProcessor pads an image to its max_patches unless its grid fills them exactly; the
+# simulation, whose image fills them, keeps the mask too (transformers' is_tracing is True on a FakeTensor).
+MASKED_TOWERS = frozenset({"gemma4"})
 
 
-def image_regime(model_type: str, r: Regime, images: int) -> Regime:
-    """The step's regime with an image's block mask where one is fed to an IMAGE_MASKED model."""
-    return r._replace(padded=True) if images and model_type in IMAGE_MASKED else r
+def image_regime(a: Arch, r: Regime, images: int) -> Regime:
+    """The step's regime with an image's block mask where one is fed to an IMAGE_MASKED model, or to a
+    BIDIRECTIONAL_KEY one whose text config sets the key to "vision"."""
+    key = BIDIRECTIONAL_KEY.get(a.model_type)
+    masked = a.model_type in IMAGE_MASKED or (key is not None and a.raw.get(key) == "vision")
+    return r._replace(padded=True) if images and masked else r
 
 
 def tower_adapted(spec: Spec, targets: str, model_type: str) -> TowerLinears:
@@ -47,12 +69,12 @@ def tower_lora_params(adapted: TowerLinears, rank: int) -> int:
     return sum(rank * count * (i + o) for count, i, o, *_ in adapted)
 
 
-def tower_adapter_bytes(adapted: TowerLinears, rank: int, r: Regime) -> int:
+def tower_adapter_bytes(adapted: TowerLinears, rank: int, r: Regime, split: bool = False) -> int:
     """Bytes the adapters save per image, as activations.adapter_activation_bytes prices a text layer's per token
     (peft/tuners/lora/layer.py Linear.forward), over the rows each Linear reads per image: with a cast to the
     adapters' dtype or LoRA dropout, a copy of the input per adapter (and the dropout's mask); else one input per
-    group of Linears reading one tensor (q/k/v, gate/up), the attention output's left out (SDPA saved it). lora_B
-    saves lora_A's output, rank wide."""
+    group of Linears reading one tensor (q/k/v, gate/up), the attention output's left out where SDPA saved it (not
+    where `split`: SPLIT_ATTENTION). lora_B saves lora_A's output, rank wide."""
     c, ab = r.compute_bytes, adapter_input_bytes(r)
     saved = c if r.amp else ab
     if ab != c or r.lora_dropout:
@@ -61,18 +83,20 @@ def tower_adapter_bytes(adapted: TowerLinears, rank: int, r: Regime) -> int:
     groups: dict[tuple[str, int, int], int] = {}  # one input per group, per layer count and rows
     for count, i, _, role, name, rows, _ in adapted:
         group = ROLE_GROUP.get(role, name)
-        if group != "attn_out":
+        if group != "attn_out" or split:
             groups[(group, count, rows)] = i
     return sum(count * rows * i for (_, count, rows), i in groups.items()) * saved \
         + sum(count * rows * saved * rank for count, _, _, _, _, rows, _ in adapted)
 
 
-def image_bytes(spec: Spec, adapted: TowerLinears, rank: int, r: Regime) -> tuple[int, int]:
-    """What one image's tower and projector keep for the backward (without checkpointing, with it), read off the
-    CPU simulations of llava-1.5, gemma-3 and Llama-3.2-Vision fed images (FINDINGS.md F73, F74):
+def image_bytes(spec: Spec, adapted: TowerLinears, rank: int, r: Regime, model_type: str) -> tuple[int, int]:
+    """What one image's tower and projector keep for the backward (without checkpointing, with it), read off the CPU
+    simulations of llava-1.5, gemma-3, Llama-3.2-Vision, Qwen2.5-VL and Qwen3.5 fed images (FINDINGS.md F73, F74,
+    F76):
     - the tower's layers save their tensors (Spec.vision_act) where the tower is on the gradient's path: trained (a
-      full fine-tune) or adapted, but for its Linears' inputs when it is frozen (a frozen base Linear keeps none, its
-      adapter keeps a copy), and at 4 bytes after the kbit upcast for its stream and MLP activation
+      full fine-tune) or adapted, but for what only a weight's gradient reads when it is frozen (a frozen base Linear
+      keeps no input, its adapter keeps a copy; a frozen norm of NORM_COPIES no normalised copy), and at 4 bytes
+      after the kbit upcast for its stream and MLP activation
       (_upcast_elements); a frozen tower with no adapter saves nothing (its input, the pixels, needs no gradient),
       whatever its projector does; layers whose output reaches nothing (rows 0) save nothing;
     - checkpointed, the tower's layers are too where they are transformers' GradientCheckpointingLayer (all here but
@@ -80,7 +104,8 @@ def image_bytes(spec: Spec, adapted: TowerLinears, rank: int, r: Regime) -> tupl
       dtype;
     - the projector, never checkpointed, on the gradient's path keeps its activation's input (each Linear's input
       but the first's);
-    - the adapters keep their inputs' copies (tower_adapter_bytes), a checkpointed tower layer's not.
+    - the adapters keep their inputs' copies (tower_adapter_bytes), a checkpointed tower layer's not;
+    - a MASKED_TOWERS tower's layers keep SDPA's mask, rows^2 in the compute dtype each, a checkpointed one's not.
     A tower whose Linears are not itemised (Spec.tower_linears None) keeps Spec.vision_act, trained or not."""
     c, linears = r.compute_bytes, spec.tower_linears
     if linears is None:
@@ -91,15 +116,20 @@ def image_bytes(spec: Spec, adapted: TowerLinears, rank: int, r: Regime) -> tupl
     rb = r.residual_bytes  # the tower's stream and the projector's activation: fp32 after the kbit upcast
     kept = rb * sum(count * rows * i for count, i, _, _, _, rows, _ in projector[1:]) if on_path else 0
     inputs = rb * sum(count * rows * i for count, i, _, role, _, rows, _ in linears if role in ("q", "qkv"))
-    unchecked = tower_adapter_bytes(tuple(x for x in adapted if x[3] not in LAYER_ROLES), rank, r)
+    split = model_type in SPLIT_ATTENTION
+    unchecked = tower_adapter_bytes(tuple(x for x in adapted if x[3] not in LAYER_ROLES), rank, r, split)
     # the layers above the one the projector reads (rows 0: tower_linears.live_layers) keep nothing
     firsts = [(count, rows) for count, _, _, role, _, rows, _ in linears if role in ("q", "qkv")]
     live = sum(count for count, rows in firsts if rows) / max(1, sum(count for count, _ in firsts))
     # frozen, the tower's Linears keep no input (their adapters keep copies, priced apart): the distinct inputs of a
     # layer's Linears (q/k/v's, the MLP's first and second; the attention output SDPA keeps) come off vision_act
-    inputs_by_group = _layer_inputs(linears)
-    frozen = 0 if r.trained else c * sum(count * rows * i for (_, count, rows), i in inputs_by_group.items())
-    plain = (int(c * spec.vision_act * live) - frozen if tower else 0) + kept + tower_adapter_bytes(adapted, rank, r)
+    inputs_by_group = _layer_inputs(linears, split)
+    copies = NORM_COPIES.get(model_type, 0) * sum(count * rows * i for (group, count, rows), i
+                                                  in inputs_by_group.items() if group == "attn_in")
+    frozen = 0 if r.trained else c * (copies + sum(count * rows * i for (_, count, rows), i in inputs_by_group.items()))
+    masks = c * sum(count * rows * rows for count, rows in firsts) if model_type in MASKED_TOWERS else 0
+    plain = (int(c * spec.vision_act * live) - frozen + masks if tower else 0) + kept + tower_adapter_bytes(
+        adapted, rank, r, split)
     if tower and not r.trained and rb > c:  # after the kbit upcast: the stream and the MLP's activation in fp32
         plain += (rb - c) * _upcast_elements(spec, inputs_by_group)
     # a tower whose layers are not GradientCheckpointingLayers (mllama's) keeps them all, checkpointing or not
@@ -107,14 +137,14 @@ def image_bytes(spec: Spec, adapted: TowerLinears, rank: int, r: Regime) -> tupl
     return plain, (inputs if tower else 0) + kept + unchecked if checkpointed else plain
 
 
-def _layer_inputs(linears: TowerLinears) -> dict[tuple[str, int, int], int]:
+def _layer_inputs(linears: TowerLinears, split: bool = False) -> dict[tuple[str, int, int], int]:
     """The width of each distinct tensor a tower layer's Linears read, by (input group, copies, rows): q, k and v read
-    one, gate and up one; the attention output is left out (SDPA keeps it), and so are layers above the one the
-    projector reads (rows 0)."""
+    one, gate and up one; the attention output is left out where SDPA keeps it (not where `split`:
+    SPLIT_ATTENTION), and so are layers above the one the projector reads (rows 0)."""
     out: dict[tuple[str, int, int], int] = {}
     for count, i, _, role, _, rows, _ in linears:
         group = ROLE_GROUP.get(role, "")
-        if role in LAYER_ROLES and rows and group != "attn_out":
+        if role in LAYER_ROLES and rows and (group != "attn_out" or split):
             out[(group, count, rows)] = i
     return out
 
