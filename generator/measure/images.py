@@ -81,7 +81,6 @@ def value_mode(config: Mapping[str, Any], images: int | None):
         yield mode
 
 
-
 def check_images(config: Mapping[str, Any], images: int | None) -> None:
     """Refuse --images, before a model is built, for a config of a type the harness cannot feed (IMAGE_FAMILIES)."""
     model_type = config.get("model_type")

@@ -128,7 +128,7 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
     # images per sample: one where the model reads any (its soft tokens are among the T tokens)
     vision = spec.reads_images
     images = (1 if vision else 0) if job.images is None else job.images
-    r = image_regime(a, r, images)  # gemma-3's block mask where an image is fed
+    r = image_regime(a, r, images)  # gemma-3's and Gemma-4's block mask where an image is fed
     w = trained_weights(a, g, job, r, model, images, memo)
     trainable, param_bytes, weights, copies, ckpt_copies, roles, rank, mats = w[:8]
     buffers = framework_buffer_bytes(a, g, job.loss, lora)  # the framework's own model's (torchtune's RoPE caches)
