@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from tests.conftest import snapshot_configs, tiny_qwen2
+from tests.conftest import snapshot_configs, snapshot_model, tiny_qwen2
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -185,7 +185,7 @@ def test_images_are_fed_as_the_processor_writes_them():
     pytest.importorskip("peft")
     from generator.errors import MeasureError
     from generator.measure.build import hf_config
-    from generator.measure.images import check_images, image_inputs
+    from generator.measure.images import check_images, image_inputs, image_tokens
     from generator.settings import load_settings
 
     config = hf_config(TINY_LLAVA, "sdpa")
@@ -214,6 +214,16 @@ def test_images_are_fed_as_the_processor_writes_them():
     ids, extra = image_inputs(qwen35, torch.ones(2, 300, dtype=torch.long), 1, torch.bfloat16)
     assert extra["image_grid_thw"].tolist() == [[1, 28, 28]] * 2 and extra["pixel_values"].shape == (2 * 784, 1536)
     assert extra["mm_token_type_ids"].tolist() == [[1] * 196 + [0] * 104] * 2
+    # Magistral (Pixtral, patch 14, merge 2): a 1,024-pixel square made 1,036 (whole 28-pixel tokens, rounded up),
+    # 74 x 74 patches, 37 rows of 37 [IMG] tokens each closed by a break token (a text token), and the image_sizes
+    # its tower and patch merger read; the estimate prices the same tokens
+    magistral = hf_config(configs["mistralai/Magistral-Small-2509"], "sdpa")
+    assert image_tokens(magistral) == (37 * 38, 74 * 74)
+    ids, extra = image_inputs(magistral, torch.ones(1, 1500, dtype=torch.long), 1, torch.bfloat16)
+    marked = ids[0].eq(magistral.image_token_id)
+    assert int(marked.sum()) == 37 * 37 and not marked[37::38][:37].any() and not marked[37 * 38:].any()
+    assert extra["pixel_values"].shape == (1, 3, 1036, 1036) and extra["image_sizes"].tolist() == [[1036, 1036]]
+    assert snapshot_model("mistralai/Magistral-Small-2509")[1].spec.image_tokens == 37 * 38
     setup = setup_from_args(parser().parse_args(["m", "--method", "lora", "--tokens", "256", "--images", "1"]))
     assert setup.images == 1 and setup.to_dict()["images"] == 1
     runs = [_peak(TINY_LLAVA, Setup("lora", tokens=256, images=n)) for n in (0, 1)]

@@ -452,7 +452,7 @@ def test_a_page_quotes_its_setup_without_its_own_model() -> None:
     """The line says "on other models (not this model's own)": a model measured in its page's setup reads that setup
     without its runs (accuracy.json held_out). A vision-language page prices one image per sample, so it quotes the
     image setups: of the full fine-tunes with an image, llava-1.5's page quotes the other models' runs (its own step
-    held out), while Magistral's page, never measured so, quotes them all."""
+    held out), while Qwen3.5-35B-A3B's page, never measured so, quotes them all."""
     table = accuracy_page.parse(_committed(), DATA)
     lora = SITE_SETUPS["lora"]
     pooled = next(e for e in table.setups if e.method == lora)
@@ -466,4 +466,4 @@ def test_a_page_quotes_its_setup_without_its_own_model() -> None:
 
     images = next(e for e in table.setups if e.method == SITE_SETUPS["full"] + ", images")
     assert [r["compared"] for r in full("llava-hf/llava-1.5-7b-hf")["runs"]] == [str(images.compared - 1)]
-    assert [r["compared"] for r in full("mistralai/Magistral-Small-2509")["runs"]] == [str(images.compared)]
+    assert [r["compared"] for r in full("Qwen/Qwen3.5-35B-A3B")["runs"]] == [str(images.compared)]

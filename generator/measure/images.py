@@ -21,12 +21,13 @@ from torch.utils._mode_utils import no_dispatch
 from ..errors import MeasureError
 
 # The wrappers the harness can feed an image to; a model of another type is refused with its name.
-IMAGE_FAMILIES = ("llava", "qwen2_5_vl", "qwen3_5", "qwen3_5_moe", "gemma3", "gemma4", "mllama")
+IMAGE_FAMILIES = ("llava", "qwen2_5_vl", "qwen3_5", "qwen3_5_moe", "gemma3", "gemma4", "mllama", "mistral3")
 # Of those, the ones whose model reads the values of its image inputs to shape its work (Qwen2.5-VL's and Qwen3.5's
 # rot_pos_emb, position interpolation and cu_seqlens loop over image_grid_thw; Qwen2.5-VL's get_vision_window_index
 # too; Gemma-4's pooler and its split of the soft tokens read the patch positions, and its placeholder check the
-# ids): a FakeTensor holds no values, so the CPU simulation runs them under ValuedFakeTensorMode.
-VALUE_READERS = ("qwen2_5_vl", "qwen3_5", "qwen3_5_moe", "gemma4")
+# ids; Pixtral's tower and Mistral-3's patch merger read image_sizes): a FakeTensor holds no values, so the CPU
+# simulation runs them under ValuedFakeTensorMode.
+VALUE_READERS = ("qwen2_5_vl", "qwen3_5", "qwen3_5_moe", "gemma4", "mistral3")
 # The most elements a tensor the simulation computes for real may hold (ValuedFakeTensorMode): an image's index
 # tensors (Qwen2.5-VL's window index, a few thousand; Gemma-4's pooling weights, 705,600 an image) and Gemma-4's
 # image-token mask, expanded to the embeddings' [batch, tokens, hidden] (5.8 M at 2 x 1,024 x 2,816), with room.
@@ -36,6 +37,9 @@ QWEN_VL_SIDE = 448
 # Gemma-4's image as Gemma4ImageProcessor makes it for its default 280 soft tokens (vision_towers.GEMMA4_SOFT_TOKENS):
 # a grid of 20 x 14 pooling kernels (960 x 672 pixels at patch 16 and kernel 3), 2,520 patches, no padding.
 GEMMA4_GRID = (20, 14)
+# Mistral-3's image: vision_towers.pixtral's nominal 1,024 x 1,024, as PixtralImageProcessor makes it: whole tokens
+# of patch_size x spatial_merge_size pixels, rounded up (1,036 at patch 14 and merge 2).
+MISTRAL3_SIDE = 1024
 # The wrappers whose M-RoPE positions read the processor's mm_token_type_ids (mrope_positions).
 MROPE_MARKED = ("qwen3_5", "qwen3_5_moe")
 
@@ -98,7 +102,9 @@ def image_tokens(config: Any) -> tuple[int, int]:
     - gemma3: the SigLIP grid's patches pooled to mm_tokens_per_image soft tokens (Gemma3MultiModalProjector);
     - mllama: one <|image|> token (the cross-attention layers read the image), the tower every tile's patches and
       class token (MllamaVisionModel; its padding to a multiple of 8 is the model's own);
-    - gemma4: GEMMA4_GRID's soft tokens, each pooling_kernel_size^2 patches (Gemma4VisionPooler)."""
+    - gemma4: GEMMA4_GRID's soft tokens, each pooling_kernel_size^2 patches (Gemma4VisionPooler);
+    - mistral3: MISTRAL3_SIDE's square of patches, merged spatial_merge_size^2 to a token, each row of tokens followed
+      by [IMG_BREAK] ([IMG_END] after the last: PixtralProcessor), which are text tokens."""
     v = config.vision_config
     if config.model_type == "llava":
         patches = (v.image_size // v.patch_size) ** 2
@@ -110,6 +116,9 @@ def image_tokens(config: Any) -> tuple[int, int]:
     if config.model_type == "gemma4":  # a soft token per pooling kernel of patches
         soft = GEMMA4_GRID[0] * GEMMA4_GRID[1]
         return soft, soft * v.pooling_kernel_size ** 2
+    if config.model_type == "mistral3":  # a row of [IMG] per merged row of patches, each closed by [IMG_BREAK]
+        merged = -(-MISTRAL3_SIDE // (v.patch_size * config.spatial_merge_size))
+        return merged * (merged + 1), (merged * config.spatial_merge_size) ** 2
     side = QWEN_VL_SIDE // v.patch_size
     return side * side // v.spatial_merge_size ** 2, side * side
 
@@ -139,6 +148,13 @@ def image_inputs(config: Any, ids: torch.Tensor, images: int, dtype: torch.dtype
         return ids, extra
     if config.model_type == "gemma4":
         return _gemma4_inputs(config, ids, images, (per_image, rows), dtype, g)
+    if config.model_type == "mistral3":  # PixtralImageProcessor's pixels and image_sizes; the breaks are text
+        merged = -(-MISTRAL3_SIDE // (v.patch_size * config.spatial_merge_size))
+        ids[:, merged:images * per_image:merged + 1] = 0
+        side = merged * config.spatial_merge_size * v.patch_size
+        pixels = torch.randn(batch * images, v.num_channels, side, side, generator=g)
+        return ids, {"pixel_values": pixels.to(ids.device, dtype),
+                     "image_sizes": torch.tensor([[side, side]] * (batch * images), device=ids.device)}
     if config.model_type == "mllama":  # MllamaProcessor's tiles: all max_num_tiles of a 2 x 2 aspect ratio, each read
         tiles, side = v.max_num_tiles, v.image_size
         pixels = torch.randn(batch, images, tiles, v.num_channels, side, side, generator=g)

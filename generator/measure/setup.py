@@ -117,7 +117,7 @@ def parser() -> argparse.ArgumentParser:
                         "collator pads to the batch's longest (an attention mask, those tokens' labels -100)")
     p.add_argument("--images", type=int, default=0, metavar="N",
                    help="training: N synthetic images per sample fed to a vision-language model (llava, gemma-3, "
-                        "gemma-4, mllama, Qwen2.5-VL and Qwen3.5), their tokens at the start of the sample, among "
+                        "gemma-4, mllama, Mistral-3, Qwen2.5-VL and Qwen3.5), their tokens at the start of the sample, among "
                         "--tokens (measure/images.py)")
     p.add_argument("--keep-outputs", action="store_true",
                    help="keep the model's output object alive through backward (a hand-written loop)")

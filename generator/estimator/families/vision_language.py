@@ -12,6 +12,7 @@ sequence carries one image, whose vision-tower activations are added per sample.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -128,6 +129,8 @@ def vlm(cfg: Mapping[str, Any], model: str, read_text: TextReader) -> Arch:
     tower, patches, vh, per_patch = vision_tower(vc, r, kind)
     proj, shrink = projector(mt, r, vh, spec.hidden, cfg)
     tokens = patches // shrink
+    if kind == "pixtral":  # PixtralProcessor closes each row of tokens with [IMG_BREAK] (the last with [IMG_END])
+        tokens += math.isqrt(tokens)
     if mt in ("gemma3", "shieldgemma2"):
         tokens = r.int("mm_tokens_per_image", 256)
     elif mt in IMAGE_SEQ_LENGTH and isinstance(cfg.get("image_seq_length"), int):

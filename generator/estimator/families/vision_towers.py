@@ -102,7 +102,8 @@ def pixtral(v: Reader, kind: str) -> TowerResult:
     h, n, inter = v.int("hidden_size"), v.int("num_hidden_layers"), v.int("intermediate_size")
     p, ch, size = v.int("patch_size"), v.int("num_channels", 3), v.int("image_size")
     params = ch * p * p * h + h + n * vit_layer(h, inter, bias=False, norm="rmsnorm", gated=True)
-    patches = min((size // p) ** 2, (1024 // p) ** 2)  # a nominal 1024 x 1024 image
+    # a nominal 1024 x 1024 image, as PixtralImageProcessor makes it: whole patches, rounded up (_num_image_tokens)
+    patches = min((size // p) ** 2, (-(-1024 // p)) ** 2)
     # saved per patch and layer by a trained PixtralAttentionLayer (FINDINGS.md F76), in bf16 widths: its two
     # PixtralRMSNorms' fp32 inputs, normalised bf16 copies and outputs (8 h), q and k after the rotary, v, and SDPA's
     # output o_proj reads (4 h); gate, SiLU, up and their product (4 inter)

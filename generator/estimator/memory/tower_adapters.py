@@ -41,6 +41,11 @@ NORM_COPIES = {"qwen2_5_vl": 2, "gemma4": 12, **dict.fromkeys(("mistral3", "ligh
 # (FINDINGS.md F76). Gemma4ImageProcessor pads an image to its max_patches unless its grid fills them exactly; the
 # simulation, whose image fills them, keeps the mask too (transformers' is_tracing is True on a FakeTensor).
 MASKED_TOWERS = frozenset({"gemma4"})
+# Wrappers whose tower runs every image's patches as one sequence under a block-diagonal mask in the compute dtype
+# (modeling_pixtral.PixtralTransformer: generate_block_attention_mask), built once and kept through the backward by
+# SDPA in every layer, or by a checkpointed layer's inputs: rows^2 per image (FINDINGS.md F76; a step of several
+# images holds the square of their patches together, which this per-image figure does not).
+SHARED_MASK_TOWERS = frozenset({"mistral3", "lighton_ocr", "mistral_large4"})
 
 
 def image_regime(a: Arch, r: Regime, images: int) -> Regime:
@@ -105,7 +110,8 @@ def image_bytes(spec: Spec, adapted: TowerLinears, rank: int, r: Regime, model_t
     - the projector, never checkpointed, on the gradient's path keeps its activation's input (each Linear's input
       but the first's);
     - the adapters keep their inputs' copies (tower_adapter_bytes), a checkpointed tower layer's not;
-    - a MASKED_TOWERS tower's layers keep SDPA's mask, rows^2 in the compute dtype each, a checkpointed one's not.
+    - a MASKED_TOWERS tower's layers keep SDPA's mask, rows^2 in the compute dtype each, a checkpointed one's not;
+      a SHARED_MASK_TOWERS tower keeps one, checkpointed or not.
     A tower whose Linears are not itemised (Spec.tower_linears None) keeps Spec.vision_act, trained or not."""
     c, linears = r.compute_bytes, spec.tower_linears
     if linears is None:
@@ -128,13 +134,15 @@ def image_bytes(spec: Spec, adapted: TowerLinears, rank: int, r: Regime, model_t
                                                   in inputs_by_group.items() if group == "attn_in")
     frozen = 0 if r.trained else c * (copies + sum(count * rows * i for (_, count, rows), i in inputs_by_group.items()))
     masks = c * sum(count * rows * rows for count, rows in firsts) if model_type in MASKED_TOWERS else 0
-    plain = (int(c * spec.vision_act * live) - frozen + masks if tower else 0) + kept + tower_adapter_bytes(
+    shared = c * max((rows * rows for _, rows in firsts), default=0) if tower and model_type in SHARED_MASK_TOWERS \
+        else 0
+    plain = (int(c * spec.vision_act * live) - frozen + masks if tower else 0) + kept + shared + tower_adapter_bytes(
         adapted, rank, r, split)
     if tower and not r.trained and rb > c:  # after the kbit upcast: the stream and the MLP's activation in fp32
         plain += (rb - c) * _upcast_elements(spec, inputs_by_group)
     # a tower whose layers are not GradientCheckpointingLayers (mllama's) keeps them all, checkpointing or not
     checkpointed = all(x[6] for x in linears if x[3] in LAYER_ROLES)
-    return plain, (inputs if tower else 0) + kept + unchecked if checkpointed else plain
+    return plain, (inputs if tower else 0) + kept + shared + unchecked if checkpointed else plain
 
 
 def _layer_inputs(linears: TowerLinears, split: bool = False) -> dict[tuple[str, int, int], int]:
