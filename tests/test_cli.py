@@ -418,3 +418,14 @@ def test_a_reserved_peak_says_what_the_allocator_adds_with_the_measured_figures(
     text = " ".join(out.split())
     assert code == 0 and "The caching allocator keeps other freed blocks too, not priced." in text
     assert "replayed" not in text
+
+
+def test_a_target_peft_cannot_adapt_exits_2_naming_it(capsys):
+    """gemma-4-26B-A4B with --lora-targets q_proj,v_proj: peft refuses its tower's Gemma4ClippableLinear of that name,
+    so the command exits 2 with one line naming the model, the key and the value; --no-tower-adapters prices it."""
+    code, out, err = run(capsys, "google/gemma-4-26B-A4B", "--method", "lora", "--lora-targets", "q_proj,v_proj")
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "google/gemma-4-26B-A4B" in err and "lora_targets" in err and "'q_proj'" in err
+    code, _, _ = run(capsys, "google/gemma-4-26B-A4B", "--method", "lora", "--lora-targets", "q_proj,v_proj",
+                     "--no-tower-adapters")
+    assert code == 0

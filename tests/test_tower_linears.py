@@ -220,6 +220,23 @@ def test_a_target_naming_only_tower_linears_is_taken():
         training_variants(a, g, S, Job(method="lora", tokens=1024, lora_targets="nope"), (False,))
 
 
+def test_gemma4_refuses_target_names_its_tower_wraps():
+    """Gemma-4's tower holds each Linear in a Gemma4ClippableLinear named q_proj ... down_proj, which peft matches to
+    a target name and refuses (the harness's own q_proj,v_proj step failed so, peft 0.21): a job naming one is
+    refused naming it, unless the tower is left out; all-linear adapts the Linears inside, and peft's default for
+    gemma4 is a pattern over the language model. gemma-3's SigLIP names its Linears q_proj ... itself: taken."""
+    a, g = snapshot_model("google/gemma-4-26B-A4B")
+    for targets in ("q_proj,v_proj", "up_proj"):
+        with pytest.raises(JobError, match="peft cannot adapt gemma4's vision tower module of that name"):
+            job_memory(a, g, S, Job(method="lora", tokens=1024, lora_targets=targets))
+    assert job_memory(a, g, S, Job(method="qlora", tokens=1024, lora_targets="q_proj,v_proj", tower_adapters=False))
+    assert job_memory(a, g, S, Job(method="lora", tokens=1024)) == job_memory(a, g, S, Job(method="lora", tokens=1024,
+                                                                                           lora_targets="all-linear"))
+    assert job_memory(a, g, S, Job(method="lora", tokens=1024, lora_targets="peft-default"))
+    a, g = snapshot_model("google/gemma-3-27b-it")
+    assert job_memory(a, g, S, Job(method="lora", tokens=1024, lora_targets="q_proj,v_proj"))
+
+
 def test_gemma_3_with_its_text_layers_holding_most():
     """gemma-3-27b at six text layers (one global) and 2,048 tokens: the image's share is priced within 1%, with
     checkpointing and without, and under the site's QLoRA (its tower's own backward, not priced as a phase, peaks

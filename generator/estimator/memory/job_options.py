@@ -17,6 +17,7 @@ from .attention import default_attention
 from .frameworks import LITGPT_LOSS, TORCHTUNE_LOSS, framework_attention, framework_model, own_model
 from .recipes import RECIPES
 from .storage import ADAMW8BIT_STATE_BYTES, bnb_leaves_linears
+from .tower_adapters import unadaptable_target
 
 # The values each option of a Job takes (validate)
 METHODS = ("full", "lora", "qlora", "inference")
@@ -189,6 +190,12 @@ def prepared(a: Arch, g: Graph, job: Job, model: str, memo: dict | None
     if job.images and not g.spec.reads_images:
         raise JobError(model, "images", job.images, "is for a model that reads images (a vision tower and a "
                                                     "projector); this one reads none")
+    wrapped = unadaptable_target(g.spec, job.lora_targets, a.model_type) if job.method != "full" and \
+        job.tower_adapters else None
+    if wrapped:
+        raise JobError(model, "lora_targets", wrapped, f"peft cannot adapt {a.model_type}'s vision tower module of "
+                                                       "that name (it wraps an nn.Linear named linear): target "
+                                                       "all-linear, or the text model alone (--no-tower-adapters)")
     a2, g2 = framework_model(a, g, job.loss)
     if not job.attention and (own := framework_attention(a2, job.loss)):
         job = dataclasses.replace(job, attention=own)

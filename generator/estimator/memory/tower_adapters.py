@@ -19,6 +19,13 @@ from .lora import PEFT_DEFAULT, PEFT_DEFAULT_TARGETS, ROLE_GROUP
 
 TowerLinears = tuple[tuple[int, int, int, str, str, int, bool], ...]
 
+# Wrappers whose tower holds each Linear inside a module named as the text model's Linears are (modeling_gemma4
+# Gemma4ClippableLinear: q_proj ... down_proj, its nn.Linear named `linear`). peft matches a target name to that
+# module and refuses it ("Target module Gemma4ClippableLinear(...) is not supported", peft 0.21), unless the tower is
+# kept out of the targets (tower_adapters False: LLaMA-Factory's and ms-swift's regexes over the language model).
+WRAPPED_TOWER_NAMES = {"gemma4": frozenset({"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                                            "down_proj"})}
+
 # Wrappers whose processor marks an image's tokens (token_type_ids) and whose text model then attends over them
 # bidirectionally: modeling_gemma3.create_masks_for_vision_model ORs a block mask into the causal one, so a step with
 # an image hands SDPA a mask in every text layer, as a padded batch does (FINDINGS.md F72, F74): Regime.padded.
@@ -67,6 +74,16 @@ def tower_adapted(spec: Spec, targets: str, model_type: str) -> TowerLinears:
         targets = PEFT_DEFAULT_TARGETS.get(model_type, "")
     names = {t.strip() for t in targets.split(",")}
     return tuple(x for x in linears if x[4] in names)
+
+
+def unadaptable_target(spec: Spec, targets: str, model_type: str) -> str | None:
+    """The first name of `targets` peft would match to a tower module it cannot adapt (WRAPPED_TOWER_NAMES), for a
+    model with towers; None where there is none. peft's own default names none: for gemma4 it is a pattern over the
+    language model (peft/utils/constants.py, `.*language_model\..*\.(q_proj|v_proj)`)."""
+    if not spec.tower_linears or targets in ("all-linear", PEFT_DEFAULT):
+        return None
+    wrapped = WRAPPED_TOWER_NAMES.get(model_type, frozenset())
+    return next((name for name in (t.strip() for t in targets.split(",")) if name in wrapped), None)
 
 
 def tower_lora_params(adapted: TowerLinears, rank: int) -> int:
