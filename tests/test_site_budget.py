@@ -121,8 +121,9 @@ def test_the_calculator_adds_little_to_a_page_and_its_shared_files_are_once_per_
     # frozen routed experts' moments (experts.routed_transient_bytes, F61), 404 kB with a checkpointed
     # RecurrentGemma's kept recomputation (F66), a parallel MoE's first layer (F67) and bitsandbytes' towers (F69),
     # 416 kB with the towers' Linears and their adapters (families/tower_linears.py, memory/tower_adapters.py, F73)
-    # and what a frozen tower keeps (F74)
-    assert sum(v for k, v in shared.items() if k.endswith(".zip") and "estimator-" in k) < 416_000
+    # and what a frozen tower keeps (F74), 418 kB with the towers' norm copies, masks and peft's refusal of a wrapped
+    # tower Linear (tower_adapters.py, F76)
+    assert sum(v for k, v in shared.items() if k.endswith(".zip") and "estimator-" in k) < 418_000
     assert sum(shared.values()) < 16_000_000  # Pyodide's runtime is most of it (the wasm: 9.6 MB)
     artifacts = Path(__file__).resolve().parents[1] / "test-artifacts"
     artifacts.mkdir(exist_ok=True)
