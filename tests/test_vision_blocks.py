@@ -110,10 +110,17 @@ def test_a_pixtral_layer_keeps_what_the_rates_say() -> None:
 def test_a_gemma4_vision_layer_keeps_what_the_rates_say() -> None:
     """Trained 32 h + 4 inter: four Gemma4RMSNorms' fp32 inputs and normalised copies, q/k/v's norms' (v's has no
     weight, so no copy), q, k, v, the Linears' inputs, the gated MLP's; frozen 18 h + 3 inter: less the Linears'
-    inputs (o's SDPA keeps) and the norms' copies (tower_adapters.NORM_COPIES: 12 h)."""
+    inputs (o's SDPA keeps) and the norms' copies (tower_adapters.NORM_COPIES: 12 h). The trained rate is the one
+    vision_towers.gemma4_vision prices."""
+    from generator.estimator.config.reader import Reader
+    from generator.estimator.families.vision_towers import gemma4_vision
     from generator.estimator.memory.tower_adapters import NORM_COPIES
 
-    assert _gemma4_saved_widths(True) == 32 * H + 4 * INTER
+    vc = {"hidden_size": H, "intermediate_size": INTER, "num_hidden_layers": 2, "num_attention_heads": HEADS,
+          "num_key_value_heads": HEADS, "head_dim": H // HEADS, "patch_size": 16, "pooling_kernel_size": 3,
+          "position_embedding_size": 64}
+    priced = gemma4_vision(Reader(vc, "tiny", "gemma4_vision"), "gemma4_vision")[3]
+    assert _gemma4_saved_widths(True) == 32 * H + 4 * INTER == priced
     assert _gemma4_saved_widths(False) == 18 * H + 3 * INTER == (32 - NORM_COPIES["gemma4"] - 2) * H + 3 * INTER
 
 

@@ -102,11 +102,7 @@ def tower_adapter_bytes(adapted: TowerLinears, rank: int, r: Regime, split: bool
     if ab != c or r.lora_dropout:
         per_input = saved + (mask_bytes(r, ab) if r.lora_dropout else 0)
         return sum(count * rows * (per_input * i + saved * rank) for count, i, _, _, _, rows, _ in adapted)
-    groups: dict[tuple[str, int, int], int] = {}  # one input per group, per layer count and rows
-    for count, i, _, role, name, rows, _ in adapted:
-        group = ROLE_GROUP.get(role, name)
-        if group != "attn_out" or split:
-            groups[(group, count, rows)] = i
+    groups = _distinct_inputs(adapted, split)  # one input per group, per layer count and rows
     return sum(count * rows * i for (_, count, rows), i in groups.items()) * saved \
         + sum(count * rows * saved * rank for count, _, _, _, _, rows, _ in adapted)
 
@@ -162,16 +158,21 @@ def image_bytes(spec: Spec, adapted: TowerLinears, rank: int, r: Regime, model_t
     return plain, (inputs if tower else 0) + kept + shared + unchecked if checkpointed else plain
 
 
-def _layer_inputs(linears: TowerLinears, split: bool = False) -> dict[tuple[str, int, int], int]:
-    """The width of each distinct tensor a tower layer's Linears read, by (input group, copies, rows): q, k and v read
-    one, gate and up one; the attention output is left out where SDPA keeps it (not where `split`:
-    SPLIT_ATTENTION), and so are layers above the one the projector reads (rows 0)."""
+def _distinct_inputs(linears: TowerLinears, split: bool) -> dict[tuple[str, int, int], int]:
+    """The width of each distinct tensor `linears` read, by (input group, copies, rows): q, k and v read one, gate
+    and up one, a projector's Linear its own (its name); the attention output is left out where SDPA keeps it (not
+    where `split`: SPLIT_ATTENTION)."""
     out: dict[tuple[str, int, int], int] = {}
-    for count, i, _, role, _, rows, _ in linears:
-        group = ROLE_GROUP.get(role, "")
-        if role in LAYER_ROLES and rows and (group != "attn_out" or split):
+    for count, i, _, role, name, rows, _ in linears:
+        group = ROLE_GROUP.get(role, name)
+        if group != "attn_out" or split:
             out[(group, count, rows)] = i
     return out
+
+
+def _layer_inputs(linears: TowerLinears, split: bool = False) -> dict[tuple[str, int, int], int]:
+    """_distinct_inputs of the tower's layers, less those above the one the projector reads (rows 0)."""
+    return _distinct_inputs(tuple(x for x in linears if x[3] in LAYER_ROLES and x[5]), split)
 
 
 def _upcast_elements(spec: Spec, inputs: dict[tuple[str, int, int], int]) -> int:
