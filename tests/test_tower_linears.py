@@ -179,7 +179,8 @@ def test_the_towers_saved_tensors_per_image():
     output, two norms' inputs, the activation's input); CLIP's quick_gelu keeps its sigmoid too (+1 x MLP width).
     mllama's tower runs every tile's 1,025 patches padded to 1,032 through 32 + 8 layers and keeps the layers' shared
     [4,128 x 4,128] mask (it had been priced at 12 x hidden per patch for the whole tower: -44% on its image step).
-    Frozen, the layers keep 2 x hidden + 1 x MLP width fewer: no Linear keeps its input (tower_adapters.image_bytes)."""
+    Frozen, the layers keep 2 x hidden + 1 x MLP width fewer: no Linear keeps its input (tower_adapters.image_bytes);
+    on a GPU its LayerNorms keep their inputs in fp32, 2 x hidden more (F77)."""
     _, g = snapshot_model("llava-hf/llava-1.5-7b-hf")
     assert g.spec.vision_act == 576 * 24 * (8 * 1024 + 3 * 4096)
     a, g = snapshot_model("meta-llama/Llama-3.2-11B-Vision")
@@ -190,7 +191,7 @@ def test_the_towers_saved_tensors_per_image():
     lora = image_bytes(g.spec, adapted, 16, job_regime(Job(method="lora")), a.model_type)[0]
     assert trained == 2 * g.spec.vision_act and frozen == 0  # no adapter on a frozen tower: nothing kept
     assert lora - tower_adapter_bytes(adapted, 16, job_regime(Job(method="lora"))) \
-        == 2 * g.spec.vision_act - 2 * 4128 * 40 * (2 * 1280 + 5120)  # its one-Linear projector keeps nothing more
+        == 2 * g.spec.vision_act - 2 * 4128 * 40 * (2 * 1280 + 5120) + 2 * 4128 * 40 * 2 * 1280  # no projector input
 
 
 def test_the_simulated_gemma_3_and_mllama_steps_with_an_image():

@@ -112,6 +112,23 @@ TOWERS: dict[str, Callable[[Reader, str], Inventory]] = {
 UNCHECKPOINTED = frozenset({"mllama_vision_model"})
 
 
+# Tower kinds whose layers' two norms are nn.LayerNorm (modeling_clip CLIPEncoderLayer layer_norm1/2, SigLIP's,
+# Siglip2's, Idefics3's, SmolVLM's; modeling_qwen2_vl Qwen2VLVisionBlock norm1/2, Qwen3-VL's and Qwen3.5's;
+# modeling_mllama MllamaVisionEncoderLayer); InternVL's where its norm_type is layer_norm (NORM2FN). The others'
+# are RMSNorms (Qwen2.5-VL's, Pixtral's, Gemma-4's). Under CUDA autocast a LayerNorm runs in fp32 (FINDINGS.md F8)
+LAYER_NORM_TOWERS = frozenset({"clip_vision_model", "siglip_vision_model", "siglip2_vision_model", "idefics3_vision",
+                               "smolvlm_vision", "qwen2_vl_vision", "qwen3_vl_vision", "qwen3_vl_moe_vision",
+                               "qwen3_5_vision", "qwen3_5_moe_vision", "mllama_vision_model"})
+
+
+def layer_norm_tower(r: Reader, vc: Mapping[str, Any], kind: str) -> bool:
+    """Whether the tower's layers normalise with LayerNorm (LAYER_NORM_TOWERS; InternVL's by its norm_type,
+    "layer_norm" by default: configuration_internvl.InternVLVisionConfig)."""
+    if kind == "internvl_vision":
+        return r.child(vc, kind, prefix="vision_config.").str("norm_type", "layer_norm") == "layer_norm"
+    return kind in LAYER_NORM_TOWERS
+
+
 def _feature_layers(r: Reader) -> list[int] | None:
     """The tower layers a wrapper's vision_feature_layer names (an index or a list of them), None where it names
     none (or not as integers)."""

@@ -166,6 +166,7 @@ class Spec:
     # the towers' and projector's nn.Linears, (count, in, out, LoRA role, module name, rows per image, checkpointed)
     # each (families/tower_linears.py); None where not itemised there (a model without towers has none to itemise)
     tower_linears: tuple[tuple[int, int, int, str, str, int, bool], ...] | None = None
+    tower_layer_norm: bool = False  # the tower's layers normalise with LayerNorm (tower_linears.LAYER_NORM_TOWERS)
     # tokens the decoder's cross-attention reads when the encoder's input fixes them (one image's patches:
     # VisionEncoderDecoderModel); 0: an encoder-decoder's encoder runs at the job's tokens
     encoder_tokens: int = 0
@@ -316,8 +317,7 @@ def mlp_part(name: str, typ: str, hidden: int, inter: int, gated: bool, bias: bo
     """Feed-forward: gated (gate, up, down: SwiGLU/GeGLU, Shazeer 2020) or plain (fc1, act, fc2).
 
     Saved per token: gate, act(gate), up, product (gated) or fc1 output and activation (plain). Frozen
-    (LoRA): a frozen down_proj saves no input, so the product (or activation) is not kept (FINDINGS.md F4).
-    """
+    (LoRA): a frozen down_proj saves no input, so the product (or activation) is not kept (FINDINGS.md F4)."""
     out = out or hidden
     n_up = 2 if gated else 1
     params = n_up * linear(hidden, inter, bias) + linear(inter, out, bias) + extra

@@ -157,8 +157,9 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
     fixed_sum = sum(n * f for (_, n), f in zip(distinct, fixed, strict=True)) - (  # without checkpointing
         0 if job.upcast_fp32 or own_model(job.loss) else frozen_input_expert_bytes(a, g, roles, r))
     embed = (r.residual_bytes * spec.hidden if r.trained else 0) * T
-    # what each image's tower and projector keep, without checkpointing and with it (tower_adapters.image_bytes)
-    imaging = [images * v for v in image_bytes(spec, w.towers, rank, r, a.model_type)]
+    # what each image's tower and projector keep, without checkpointing and with it (tower_adapters.image_bytes),
+    # the batch's images run together (Pixtral's mask over them all)
+    imaging = [images * v for v in image_bytes(spec, w.towers, rank, r, a.model_type, B * images)]
     dropout, frozen, head_rate = end_terms(a, g, s, r, memo, None if own_model(job.loss) else roles)
     embed += T * dropout
     # a frozen embedding's output needs no gradient: layer 0's norm and the dropout after it keep nothing, unless

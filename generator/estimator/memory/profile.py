@@ -159,7 +159,7 @@ def train_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, method: str, r
         for w, m, msq in ws:
             m0, sq0 = masked.get(w, (0, 0))
             masked[w] = (m0 + count * m, sq0 + count * msq)
-    vision = images * image_bytes(spec, adapted, rank, r, a.model_type)[0]  # what the image's tower and projector keep
+    vision = images * image_bytes(spec, adapted, rank, r, a.model_type)[0]  # one sample's image (Pixtral: its mask alone)
     rates_sum = sum(k * rate for k, rate in zip(counts, rates, strict=True))
     backward = []  # job.py's late-backward phases, the head's tensors freed
     if method != "full" and grad_fixed:

@@ -48,10 +48,10 @@ NORM_COPIES = {"qwen2_5_vl": 2, "gemma4": 12, **dict.fromkeys(("mistral3", "ligh
 # (FINDINGS.md F76). Gemma4ImageProcessor pads an image to its max_patches unless its grid fills them exactly; the
 # simulation, whose image fills them, keeps the mask too (transformers' is_tracing is True on a FakeTensor).
 MASKED_TOWERS = frozenset({"gemma4"})
-# Wrappers whose tower runs every image's patches as one sequence under a block-diagonal mask in the compute dtype
-# (modeling_pixtral.PixtralTransformer: generate_block_attention_mask), built once and kept through the backward by
-# SDPA in every layer, or by a checkpointed layer's inputs: rows^2 per image (FINDINGS.md F76; a step of several
-# images holds the square of their patches together, which this per-image figure does not).
+# Wrappers whose tower runs every image of a step as one sequence under a block-diagonal mask in the compute dtype
+# (modeling_pixtral.PixtralTransformer: generate_block_attention_mask over all the step's patches), built once and
+# kept through the backward by SDPA in every layer, or by a checkpointed layer's inputs: (images x rows)^2 for a
+# step's images, each of them its share, images x rows^2 (FINDINGS.md F76, F77).
 SHARED_MASK_TOWERS = frozenset({"mistral3", "lighton_ocr", "mistral_large4"})
 
 
@@ -77,7 +77,7 @@ def tower_adapted(spec: Spec, targets: str, model_type: str) -> TowerLinears:
 
 
 def unadaptable_target(spec: Spec, targets: str, model_type: str) -> str | None:
-    """The first name of `targets` peft would match to a tower module it cannot adapt (WRAPPED_TOWER_NAMES), for a
+    r"""The first name of `targets` peft would match to a tower module it cannot adapt (WRAPPED_TOWER_NAMES), for a
     model with towers; None where there is none. peft's own default names none: for gemma4 it is a pattern over the
     language model (peft/utils/constants.py, `.*language_model\..*\.(q_proj|v_proj)`)."""
     if not spec.tower_linears or targets in ("all-linear", PEFT_DEFAULT):
@@ -107,7 +107,8 @@ def tower_adapter_bytes(adapted: TowerLinears, rank: int, r: Regime, split: bool
         + sum(count * rows * saved * rank for count, _, _, _, _, rows, _ in adapted)
 
 
-def image_bytes(spec: Spec, adapted: TowerLinears, rank: int, r: Regime, model_type: str) -> tuple[int, int]:
+def image_bytes(spec: Spec, adapted: TowerLinears, rank: int, r: Regime, model_type: str,
+                step_images: int = 1) -> tuple[int, int]:
     """What one image's tower and projector keep for the backward (without checkpointing, with it), read off the CPU
     simulations of llava-1.5, gemma-3, Llama-3.2-Vision, Qwen2.5-VL and Qwen3.5 fed images (FINDINGS.md F73, F74,
     F76):
@@ -124,7 +125,11 @@ def image_bytes(spec: Spec, adapted: TowerLinears, rank: int, r: Regime, model_t
       but the first's);
     - the adapters keep their inputs' copies (tower_adapter_bytes), a checkpointed tower layer's not;
     - a MASKED_TOWERS tower's layers keep SDPA's mask, rows^2 in the compute dtype each, a checkpointed one's not;
-      a SHARED_MASK_TOWERS tower keeps one, checkpointed or not.
+      a SHARED_MASK_TOWERS tower keeps one over the `step_images` images its step runs (the batch's), checkpointed
+      or not, an image's share of it (step_images x rows^2);
+    - on a GPU, a Spec.tower_layer_norm tower's two norms per layer keep their bf16 input cast to fp32: CUDA
+      autocast runs layer_norm in fp32 (aten autocast_mode.h, its fp32 list; FINDINGS.md F8, F77), where the CPU's,
+      on which the rates were counted, keeps the bf16 input (Regime.cpu); a trained tower's stream is fp32 already.
     A tower whose Linears are not itemised (Spec.tower_linears None) keeps Spec.vision_act, trained or not."""
     c, linears = r.compute_bytes, spec.tower_linears
     if linears is None:
@@ -147,12 +152,15 @@ def image_bytes(spec: Spec, adapted: TowerLinears, rank: int, r: Regime, model_t
                                                   in inputs_by_group.items() if group == "attn_in")
     frozen = 0 if r.trained else c * (copies + sum(count * rows * i for (_, count, rows), i in inputs_by_group.items()))
     masks = c * sum(count * rows * rows for count, rows in firsts) if model_type in MASKED_TOWERS else 0
-    shared = c * max((rows * rows for _, rows in firsts), default=0) if tower and model_type in SHARED_MASK_TOWERS \
-        else 0
+    shared = c * step_images * max((rows * rows for _, rows in firsts), default=0) \
+        if tower and model_type in SHARED_MASK_TOWERS else 0
     plain = (int(c * spec.vision_act * live) - frozen + masks if tower else 0) + kept + shared + tower_adapter_bytes(
         adapted, rank, r, split)
     if tower and not r.trained and rb > c:  # after the kbit upcast: the stream and the MLP's activation in fp32
         plain += (rb - c) * _upcast_elements(spec, inputs_by_group)
+    if tower and spec.tower_layer_norm and r.amp and not r.cpu and rb == c:  # a bf16 stream into a LayerNorm (F77)
+        plain += (4 - c) * sum(count * rows * i for (group, count, rows), i in inputs_by_group.items()
+                               if group in ("attn_in", "mlp_in"))
     # a tower whose layers are not GradientCheckpointingLayers (mllama's) keeps them all, checkpointing or not
     checkpointed = all(x[6] for x in linears if x[3] in LAYER_ROLES)
     return plain, (inputs if tower else 0) + kept + shared + unchecked if checkpointed else plain
