@@ -75,7 +75,8 @@ def setup_label(setup) -> str:
     checkpointing, attention, optimizer, outputs kept, gradient accumulation, padding, images fed (rank, batch and
     tokens are pooled)."""
     if setup.method == "inference":
-        return "serving, HF generate" + (", eager" if setup.attention == "eager" else "")
+        return "serving, HF generate" + (", eager" if setup.attention == "eager" else "") \
+            + (", images" if getattr(setup, "images", 0) else "")
     words = ["full" if setup.method == "full" else setup.method.replace("qlora", "QLoRA").replace("lora", "LoRA"),
              {"amp": "AMP", "bf16": "pure bf16", "fp32": "fp32"}[setup.precision]]
     if setup.method != "full":

@@ -52,7 +52,8 @@ def add_setup_arguments(p: argparse.ArgumentParser) -> None:
                     help="LoRA's targets reach a vision-language model's tower and projector, as peft's all-linear "
                          "does (default); --no-tower-adapters: the text model's alone (LLaMA-Factory's, ms-swift's)")
     ex.add_argument("--images", type=int, metavar="N",
-                    help="images per training sample of a vision-language model (default 1; 0: text only)")
+                    help="images per sample of a vision-language model, a training sample or an inference prompt "
+                         "(default 1; 0: text only)")
     ex.add_argument("--grad-accum", type=int, metavar="K",
                     help="micro-batches per optimizer step (gradient_accumulation_steps, default 1): from the second "
                          "on, every trainable parameter's gradient is held through forward and backward")

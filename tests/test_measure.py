@@ -197,8 +197,9 @@ def test_images_are_fed_as_the_processor_writes_them():
     with pytest.raises(MeasureError, match="model_type = 'qwen2': the harness feeds images to llava"):
         check_images({"model_type": "qwen2"}, 1)
     check_images({"model_type": "qwen2"}, 0)  # text only: any model
-    with pytest.raises(ValueError, match="--images"):
-        setup_from_args(parser().parse_args(["m", "--method", "inference", "--images", "1"]))
+    with pytest.raises(ValueError, match="--images must be >= 0"):
+        setup_from_args(parser().parse_args(["m", "--images", "-1"]))
+    assert setup_from_args(parser().parse_args(["m", "--method", "inference", "--images", "2"])).images == 2
     # gemma-3: 256 soft tokens and the token_type_ids its processor returns; mllama: one <|image|> token, four tiles
     # of 1,025 patches padded to 1,032, its aspect ratio and cross-attention masks
     configs = {m: cfg for m, cfg, _ in snapshot_configs()}
@@ -231,6 +232,21 @@ def test_images_are_fed_as_the_processor_writes_them():
     estimate = estimate_for(TINY_LLAVA, "tiny", Setup("lora", tokens=256, images=1), load_settings().assumptions,
                             kernels="cpu")["peak_bytes"]
     assert _within(runs[1]["measured"]["peak_bytes"], estimate)
+
+
+def test_generate_feeds_the_prompts_images_to_the_prefill():
+    """--method inference --images N: the prefill runs the tower over every prompt's images before the text layers,
+    which the estimate prices as a phase of its own (generate.tower_phase, FINDINGS.md F78): a tiny llava's prefill
+    with images peaks above its text-only one, both within the tolerance of their estimates."""
+    pytest.importorskip("peft")
+    from generator.settings import load_settings
+
+    setups = [Setup("inference", precision="bf16", tokens=64, new_tokens=2, batch=2, images=n) for n in (0, 8)]
+    runs = [_peak(TINY_LLAVA, setup) for setup in setups]
+    assert runs[1]["measured"]["peak_bytes"] > runs[0]["measured"]["peak_bytes"]
+    for setup, run in zip(setups, runs, strict=True):
+        estimate = estimate_for(TINY_LLAVA, "tiny", setup, load_settings().assumptions, kernels="cpu")["peak_bytes"]
+        assert _within(run["measured"]["peak_bytes"], estimate), setup
 
 
 TINY_QWEN_VL = {"architectures": ["Qwen2_5_VLForConditionalGeneration"], "model_type": "qwen2_5_vl",

@@ -54,10 +54,12 @@ def workload(model, setup: Setup, vocab: int, device: str, tracker: PeakTracker 
 
     if setup.method == "inference":
         model.eval()
+        # the prompts' images: generate hands them to the prefill and holds them in its model_kwargs to the end
+        ids, pictures = _with_images(model, ids, setup)
         with torch.no_grad():
             stage("prefill", "prefill")
             with autocast:
-                out = model(input_ids=ids, use_cache=True, logits_to_keep=1)
+                out = model(input_ids=ids, use_cache=True, logits_to_keep=1, **pictures)
             past = _cache_of(out)
             logits = out.logits[:, -1, :].to(dtype=torch.float32, copy=True)
             del out

@@ -116,9 +116,9 @@ def parser() -> argparse.ArgumentParser:
                    help="training, --batch 2 or more: every sample but the first padded on its last quarter, as a "
                         "collator pads to the batch's longest (an attention mask, those tokens' labels -100)")
     p.add_argument("--images", type=int, default=0, metavar="N",
-                   help="training: N synthetic images per sample fed to a vision-language model (llava, gemma-3, "
-                        "gemma-4, mllama, Mistral-3, Qwen2.5-VL and Qwen3.5), their tokens at the start of the sample, among "
-                        "--tokens (measure/images.py)")
+                   help="N synthetic images per sample fed to a vision-language model (llava, gemma-3, gemma-4, "
+                        "mllama, Mistral-3, Qwen2.5-VL and Qwen3.5), their tokens at the start of the sample, among "
+                        "--tokens (measure/images.py); inference: fed to the prefill")
     p.add_argument("--keep-outputs", action="store_true",
                    help="keep the model's output object alive through backward (a hand-written loop)")
     p.add_argument("--optimizer", choices=OPTIMIZERS, default="adamw")
@@ -176,8 +176,8 @@ def setup_from_args(args: argparse.Namespace) -> Setup:
         raise ValueError("--min-tokens is for training, between 1 and --tokens")
     if args.padded and (args.method == "inference" or args.batch < 2):
         raise ValueError("--padded is for training with --batch 2 or more")
-    if args.images < 0 or (args.images and args.method == "inference"):
-        raise ValueError("--images is for training, and must be >= 0")
+    if args.images < 0:
+        raise ValueError("--images must be >= 0")
     if args.reentrant and not args.grad_ckpt:
         raise ValueError("--reentrant is for --grad-ckpt")
     if args.weights and args.method != "lora":

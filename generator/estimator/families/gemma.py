@@ -22,6 +22,7 @@ from ..graph.parts import (
 from .assembly import Builder, assemble
 from .decoder import DecoderTraits, Dims, ExpertTraits, StackRule, attention, build, mlp
 from .decoder import Dims as _D
+from .tower_inference import inference_elements
 from .tower_linears import layer_count, tower_linears
 from .vision_language import attach, retie, vision_memory
 from .vision_towers import GEMMA4_SOFT_TOKENS, vision_tower
@@ -158,9 +159,11 @@ def gemma4(cfg: Mapping[str, Any], model: str) -> Arch:
         embedder = Part("Projector", "Gemma4MultimodalEmbedder (norm, Linear)", vh * arch.spec.hidden,
                         matmul=vh * arch.spec.hidden)
         linears = tower_linears(mt, r, vc, "gemma4_vision", (vh, arch.spec.hidden), (patches, soft))
-        act, transient = vision_memory(tower, patches, vh, per_patch, layer_count(linears))
+        act, _ = vision_memory(tower, patches, vh, per_patch, layer_count(linears))
+        transient, pixels = inference_elements(r.child(vc, "gemma4_vision", prefix="vision_config."),
+                                               "gemma4_vision", patches, vh) or (0, 0)
         arch = attach(arch, cfg, r, (tower, embedder), tokens=soft, act=act, transient=transient, tie=tie,
-                      linears=linears)
+                      linears=linears, pixels=pixels)
     else:
         arch = retie(arch, tie)
     towers = [k for k in ("audio_config",) + (("vision_config",) if mt != "gemma4" else ()) if cfg.get(k)]

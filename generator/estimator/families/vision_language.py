@@ -32,6 +32,7 @@ from ..graph.parts import (
 from .assembly import Builder, TextReader, Wrapper, assemble
 from .decoder import DecoderTraits, Dims, attention, build
 from .llama import TRAITS as LLAMA_TRAITS
+from .tower_inference import inference_elements, mllama_inference_elements
 from .tower_linears import layer_count, layer_norm_tower, tower_linears
 from .vision_projectors import PROJECTORS, projector
 from .vision_towers import sam, tower_kind, vision_activations, vision_tower, vision_transient
@@ -140,25 +141,29 @@ def vlm(cfg: Mapping[str, Any], model: str, read_text: TextReader) -> Arch:
     # The LM head hangs on the top-level model: its tie_word_embeddings decides (not text_config's).
     linears = tower_linears(mt, r, vc, kind, (vh, spec.hidden), (tiles * patches, tokens))
     vision_act, vision_transient = vision_memory(tower, patches, vh, per_patch, layer_count(linears))
+    transient, pixels = inference_elements(r.child(vc, kind, prefix="vision_config."), kind, tiles * patches, vh) \
+        or (vision_transient, 0)
     # modeling_video_llava.VideoLlavaModel holds two towers of vision_config: image_tower and video_tower.
     towers = (tower, tower._replace(name="Video_Tower")) if mt == "video_llava" else (tower,)
-    return attach(text, cfg, r, (*towers, proj), tokens=tokens, act=vision_act, transient=vision_transient,
+    return attach(text, cfg, r, (*towers, proj), tokens=tokens, act=vision_act, transient=transient,
                   tie=r.flag("tie_word_embeddings", text.tie), linears=linears,
-                  layer_norm=layer_norm_tower(r, vc, kind))
+                  layer_norm=layer_norm_tower(r, vc, kind), pixels=pixels)
 
 
 def attach(text: Arch, cfg: Mapping[str, Any], r: Reader, parts: tuple[Part, ...], *, tokens: int, act: int,
-           transient: int, tie: bool | None = None, linears: tuple | None = None, layer_norm: bool = False) -> Arch:
+           transient: int, tie: bool | None = None, linears: tuple | None = None, layer_norm: bool = False,
+           pixels: int = 0) -> Arch:
     """The wrapper's model: its text tower with the vision (audio, protein) parts after the token embedding, the
     tokens one image adds, the tower's activations per image, its Linears (Spec.tower_linears; None: not itemised),
-    whether its norms are LayerNorms (Spec.tower_layer_norm) and the LM head tied as `tie` says (the text tower's
-    own tie when None). The Arch takes the wrapper's model_type, family and `architectures`."""
+    whether its norms are LayerNorms (Spec.tower_layer_norm), an image's pixels (Spec.image_pixels; 0: not read)
+    and the LM head tied as `tie` says (the text tower's own tie when None). The Arch takes the wrapper's
+    model_type, family and `architectures`."""
     spec = text.spec
     tie = text.tie if tie is None else tie
     head = tuple(_retie(p, tie, spec.vocab, spec.hidden) for p in spec.head)
     new = dataclasses.replace(spec, embed=(*spec.embed, *parts), head=head, tied=tie, image_tokens=tokens,
                               vision_act=act, vision_transient=transient, tower_linears=linears,
-                              tower_layer_norm=layer_norm)
+                              tower_layer_norm=layer_norm, image_pixels=pixels)
     return dataclasses.replace(text, model_type=r.model_type, family=r.model_type, spec=new, tie=tie,
                                uses=tuple(r.uses) + text.uses, architectures=architectures_of(cfg, r.model))
 
@@ -219,9 +224,11 @@ def mllama(cfg: Mapping[str, Any], model: str) -> Arch:
     proj = Part("Projector", "Linear projector", linear(out, spec.hidden, True), matmul=out * spec.hidden)
     # Image tokens do not enter the text sequence: the cross-attention layers cache K/V over them.
     linears = tower_linears("mllama", r, vc, "mllama_vision_model", (vh, spec.hidden), (vision_tokens, vision_tokens))
+    transient, pixels = mllama_inference_elements(r.child(vc, "mllama_vision_model", prefix="vision_config."),
+                                                  vision_tokens, vh)
     new = dataclasses.replace(spec, embed=(*spec.embed, tower, proj), image_tokens=0, tower_linears=linears,
                               tower_layer_norm=layer_norm_tower(r, vc, "mllama_vision_model"), vision_act=act,
-                              vision_transient=vision_tokens * 8 * vh,
+                              vision_transient=transient, image_pixels=pixels,
                               notes=(f"one image = {vision_tokens:,} vision tokens held as cross-attention K/V",))
     return dataclasses.replace(text, model_type="mllama", family="mllama", spec=new, architectures=archs)
 

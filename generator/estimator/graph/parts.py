@@ -163,6 +163,7 @@ class Spec:
     image_tokens: int = 0  # text-sequence tokens one image (or audio clip) takes, from the vision/audio config
     vision_act: int = 0  # training: saved elements of the vision tower per image
     vision_transient: int = 0  # serving: vision tower working set per image, elements
+    image_pixels: int = 0  # one image's pixels as its processor hands them over, elements (generate holds them)
     # the towers' and projector's nn.Linears, (count, in, out, LoRA role, module name, rows per image, checkpointed)
     # each (families/tower_linears.py); None where not itemised there (a model without towers has none to itemise)
     tower_linears: tuple[tuple[int, int, int, str, str, int, bool], ...] | None = None
@@ -345,8 +346,7 @@ def moe_part(name: str, hidden: int, experts: int, top_k: int, inter: int, *, ga
     data/measurements/FINDINGS.md F9); frozen experts keep no input. A sigmoid shared-expert gate keeps the
     shared output (modeling_qwen2_moe.Qwen2MoeSparseMoeBlock). `linears` are the shared experts' nn.Linear
     layers; `mats` (gate+up, then down, 3-D) and `top_k` say which tensors peft's ParamWrapper adapts for the
-    model types whose experts peft converts (memory/lora.py FUSED_EXPERTS).
-    """
+    model types whose experts peft converts (memory/lora.py FUSED_EXPERTS)."""
     per_expert = (2 if gated else 1) * linear(hidden, inter, bias) + linear(inter, hidden, bias) + expert_extra
     router = linear(hidden, experts, router_bias) if router_params is None else router_params
     shared_p = (3 if gated else 2) * hidden * shared + (hidden if shared_gate else 0) if shared else 0

@@ -14,6 +14,7 @@ from .job_options import Job, legacy_cache
 from .parallel import Phase
 from .profile import encoder_tokens, kv_bytes_of_block
 from .storage import dequant_transient_bytes, stored_mats, weight_bytes
+from .tower_adapters import SHARED_MASK_TOWERS
 
 
 def mlp_transient(a: Arch, b: Block) -> int:
@@ -29,7 +30,8 @@ def generate_phases(a: Arch, g: Graph, s: Assumptions, job: Job) -> list[Phase]:
     KV cache + per prompt token c x (the largest part's working set + 4 hidden-wide tensors: inputs_embeds,
     the layer input, the post-attention residual, the normed input) [+ eager scores of one layer]. Decode:
     weights + the KV cache at prompt + new tokens + the next-token logits (bf16 + transformers' fp32 copy); with
-    transformers' tuple caches (job_options.legacy_cache) the previous step's cache beside it."""
+    transformers' tuple caches (job_options.legacy_cache) the previous step's cache beside it. A vision-language
+    model fed images (one per prompt unless job.images says) runs its tower over all of them first: tower_phase."""
     spec = g.spec
     c = 4 if job.precision == "fp32" else 2
     B, T, N = job.batch, job.tokens, job.new_tokens
@@ -46,7 +48,30 @@ def generate_phases(a: Arch, g: Graph, s: Assumptions, job: Job) -> list[Phase]:
     acts += eager_scores_bytes(a, g, T, c, one_layer=True) if job.attention == "eager" else \
         math_scores_bytes(a, g, T, job.kernels == "cpu")
     dequant = dequant_transient_bytes(g, job.storage, c, mats)
-    return [Phase("prefill", weights=weights, kv_cache=B * kv(T), activations=B * acts, overhead_fixed=dequant),
-            Phase("decode", weights=weights, logits=B * (c + 4) * spec.vocab,
+    images = (1 if spec.reads_images else 0) if job.images is None else job.images
+    tower = [tower_phase(a, g, c, B, T, images, weights)] if images and spec.vision_transient else []
+    # the images' features, held by the model's forward through the text layers: the projector's output and the
+    # concatenation inputs_embeds is scattered from (modeling_llava LlavaModel.get_image_features, F78); their
+    # pixels, which generate's model_kwargs hold to the end
+    pixels = images * c * spec.image_pixels
+    acts += images * 2 * spec.image_tokens * spec.hidden * c + pixels
+    return tower + [Phase("prefill", weights=weights, kv_cache=B * kv(T), activations=B * acts, overhead_fixed=dequant),
+            Phase("decode", weights=weights, logits=B * (c + 4) * spec.vocab, activations=B * pixels,
                   kv_cache=B * (kv(T + N) + (kv(T + N - 1) if N > 1 and legacy_cache(job.transformers_version)
                                              else 0)))]
+
+
+def tower_phase(a: Arch, g: Graph, c: int, batch: int, tokens: int, images: int, weights: int) -> Phase:
+    """The prefill's vision tower, before the text layers run: it encodes the batch's images at once (one call of
+    the tower over all their patches), each holding Spec.vision_transient elements at the widest moment
+    (families/tower_inference.py, FINDINGS.md F78), beside the prompts' token embeddings, which the model computes
+    before it to scatter the features into (modeling_llava LlavaModel.forward: inputs_embeds, then
+    get_image_features; mllama's images take no text token: its text is embedded after the tower). A
+    SHARED_MASK_TOWERS tower's block-diagonal mask spans all the step's images: (images x rows)^2, each image's own
+    block counted in its working set."""
+    spec, step = g.spec, batch * images
+    rows = max((x[5] for x in spec.tower_linears or () if x[3] in ("q", "qkv")), default=0)
+    shared = rows * rows * (step * step - step) if a.model_type in SHARED_MASK_TOWERS else 0
+    embeds = batch * tokens * spec.hidden if spec.image_tokens else 0
+    return Phase("prefill (vision tower)", weights=weights,
+                 activations=c * (step * spec.vision_transient + shared + embeds))
