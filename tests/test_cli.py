@@ -151,6 +151,11 @@ def test_bad_exact_setup_values_exit_2(capsys, args, needle):
     (("--new-tokens", "-1", "--method", "inference"), "'--new-tokens' = -1"),
     (("--weights", "nf4"), "key 'weights' = 'nf4': a full fine-tune trains"),
     (("--method", "qlora", "--weights", "bf16"), "key 'weights' = 'bf16': QLoRA needs a quantised base"),
+    (("--method", "inference", "--grad-ckpt"), "key 'grad_ckpt' = True: is for training methods"),
+    (("--method", "inference", "--optimizer", "sgd"), "key 'optimizer' = 'sgd': is for training methods"),
+    (("--method", "inference", "--lora-dropout", "0.05"), "key 'lora_dropout' = 0.05: is for training methods"),
+    (("--method", "inference", "--adapter-dtype", "bf16"), "key 'adapter_dtype' = 'bf16': is for training"),
+    (("--method", "inference", "--recipe", "hf-trainer"), "key 'recipe' = 'hf-trainer': is a training recipe"),
 ])
 def test_options_the_model_cannot_take_give_one_line(capsys, args, needle):
     code, out, err = run(capsys, SEED, *args)

@@ -412,6 +412,8 @@ def _valid(job: Job) -> Job:
         job = dataclasses.replace(job, weights="nf4")
     if job.method != "inference":
         job = dataclasses.replace(job, new_tokens=0)
+    else:  # generate takes no training option (job_options.validate refuses them)
+        job = dataclasses.replace(job, grad_ckpt=False, optimizer="adamw", lora_dropout=0.0, adapter_dtype="")
     if job.precision == "fp32" and job.method == "qlora":
         job = dataclasses.replace(job, precision="bf16")
     return job

@@ -149,8 +149,17 @@ def validate(job: Job, model: str) -> None:
                                                            "a training method with grad_ckpt")
     if job.padded and job.method == "inference":
         raise JobError(model, "padded", True, "prices a padded training batch: it needs a training method")
-    if job.grad_accum > 1 and job.method == "inference":
-        raise JobError(model, "grad_accum", job.grad_accum, "is for training methods (full, lora, qlora)")
+    if job.method == "inference":  # a training option generate has no use for is refused, not ignored
+        if job.recipe:
+            raise JobError(model, "recipe", job.recipe, "is a training recipe: it needs a training method "
+                                                        "(full, lora, qlora)")
+        unset: tuple[tuple[str, object, object], ...] = (
+            ("grad_accum", job.grad_accum, 1), ("grad_ckpt", job.grad_ckpt, False),
+            ("optimizer", job.optimizer, "adamw"), ("lora_dropout", job.lora_dropout, 0.0),
+            ("adapter_dtype", job.adapter_dtype, ""))
+        for key, given, default in unset:
+            if given != default:
+                raise JobError(model, key, given, "is for training methods (full, lora, qlora)")
     if job.method == "full" and job.weights and job.weights != {"amp": "fp32"}.get(job.precision, job.precision):
         raise JobError(model, "weights", job.weights, f"a full fine-tune trains the weights in its precision "
                                                       f"({job.precision}); a quantised or other base is not trainable")
