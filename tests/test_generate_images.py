@@ -29,15 +29,16 @@ def _phases(model: str, **job) -> dict[str, int]:
 
 
 def test_the_simulated_prefills_fed_images_are_priced_within_1pct() -> None:
-    """16 prefills of six towers (cpu-sim-extra.jsonl): the first of each tower's is the one its rate was read off,
-    the other ten (other batches, image counts and depths; two where the text layers' prefill peaks) are held out.
+    """17 prefills of seven towers (cpu-sim-extra.jsonl): the first of each of six towers' is the one its rate was
+    read off, the other eleven are held out: other batches, image counts and depths (two where the text layers'
+    prefill peaks), and Qwen3.5's tower, priced by the Qwen-VL code it shares.
     Before F78 the tower was not priced: gemma-3's four prompts of four images read -14.4%, Magistral's four images
     -33.1%, Llama-3.2-Vision's two -16.4%."""
     from generator.accuracy import estimate_bytes, tensor_bytes
 
     rows = [json.loads(line) for line in (DATA / "cpu-sim-extra.jsonl").read_text(encoding="utf-8").splitlines()]
     rows = [r for r in rows if r["setup"]["method"] == "inference" and r["setup"].get("images")]
-    assert len(rows) == 16 and len({r["model"] for r in rows}) == 6
+    assert len(rows) == 17 and len({r["model"] for r in rows}) == 7
     for r in rows:
         measured = tensor_bytes(r, S.cuda_context_bytes)
         assert abs(estimate_bytes(r, S) / measured - 1) < 0.01, (r["model"], r["setup"])

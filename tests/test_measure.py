@@ -215,6 +215,10 @@ def test_images_are_fed_as_the_processor_writes_them():
     ids, extra = image_inputs(qwen35, torch.ones(2, 300, dtype=torch.long), 1, torch.bfloat16)
     assert extra["image_grid_thw"].tolist() == [[1, 28, 28]] * 2 and extra["pixel_values"].shape == (2 * 784, 1536)
     assert extra["mm_token_type_ids"].tolist() == [[1] * 196 + [0] * 104] * 2
+    # two images: each closed by a text token (its <|vision_end|>), or get_rope_index reads one run of marks as one
+    ids, extra = image_inputs(qwen35, torch.ones(1, 400, dtype=torch.long), 2, torch.bfloat16)
+    assert extra["mm_token_type_ids"].tolist() == [([1] * 196 + [0]) * 2 + [0] * 6]
+    assert ids[0].eq(qwen35.image_token_id).tolist() == extra["mm_token_type_ids"][0].bool().tolist()
     # Magistral (Pixtral, patch 14, merge 2): a 1,024-pixel square made 1,036 (whole 28-pixel tokens, rounded up),
     # 74 x 74 patches, 37 rows of 37 [IMG] tokens each closed by a break token (a text token), and the image_sizes
     # its tower and patch merger read; the estimate prices the same tokens

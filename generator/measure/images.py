@@ -132,11 +132,15 @@ def image_inputs(config: Any, ids: torch.Tensor, images: int, dtype: torch.dtype
     the model is built); raises ValueError where the images do not fit in the sample."""
     per_image, rows = image_tokens(config)
     batch, tokens = ids.shape
-    if images * per_image >= tokens:
+    # M-RoPE marked images are each closed by a text token (the processor's <|vision_end|>): get_rope_index reads a
+    # run of marked tokens as one image
+    stride = per_image + (config.model_type in MROPE_MARKED)
+    if images * stride >= tokens:
         raise ValueError(f"--images: {images} image(s) of {per_image} tokens do not fit in --tokens {tokens}")
     ids = ids.clone()
     ids[ids == config.image_token_id] = 0  # the text's own ids are never the image token
-    ids[:, :images * per_image] = config.image_token_id
+    for k in range(images):
+        ids[:, k * stride:k * stride + per_image] = config.image_token_id
     v = config.vision_config
     g = torch.Generator().manual_seed(0)
     if config.model_type in ("llava", "gemma3"):
@@ -169,8 +173,9 @@ def image_inputs(config: Any, ids: torch.Tensor, images: int, dtype: torch.dtype
     pixels = torch.randn(batch * images * rows, width, generator=g)
     grid = torch.tensor([[1, side, side]] * (batch * images), device=ids.device)
     extra = {"pixel_values": pixels.to(ids.device, dtype), "image_grid_thw": grid}
-    if config.model_type in MROPE_MARKED:  # Qwen3VLProcessor's mm_token_type_ids: 1 on image tokens
-        marks = [1] * (images * per_image) + [0] * (tokens - images * per_image)
+    if config.model_type in MROPE_MARKED:  # Qwen3VLProcessor's mm_token_type_ids: 1 on image tokens (made as a
+        # value, which get_rope_index reads)
+        marks = ([1] * per_image + [0]) * images + [0] * (tokens - images * (per_image + 1))
         extra["mm_token_type_ids"] = torch.tensor([marks] * batch, device=ids.device)
     return ids, extra
 
