@@ -112,7 +112,8 @@ def _job_line(m) -> Text:
         what.append(job["optimizer"] + (", checkpointed" if job["grad_ckpt"] else "")
                     + (" (the layer inputs in CPU RAM)" if job.get("offload_checkpoints") else ""))
     if job.get("images") is not None:
-        what.append("text only" if job["images"] == 0 else f"{fmt.count(job['images'])} image(s) per sample")
+        each = "prompt" if job["method"] == "inference" else "sample"
+        what.append("text only" if job["images"] == 0 else f"{fmt.count(job['images'])} image(s) per {each}")
     if job.get("grad_accum", 1) > 1:
         what.append(f"{fmt.count(job['grad_accum'])} micro-batches per step")
     tokens = f"{fmt.count(job['tokens'])} tokens" + (f" + {fmt.count(job['new_tokens'])} generated"

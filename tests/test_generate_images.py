@@ -94,4 +94,16 @@ def test_the_command_line_prices_the_images_it_is_given(capsys) -> None:
     assert peaks[0][1] == "prefill" and peaks[1][1] == "prefill (vision tower)"
     assert peaks[1][0] > peaks[0][0] + 5 * 10**8
     assert main(args[:-1] + ["--images", "16"]) == 0
-    assert "during prefill (vision tower)" in " ".join(capsys.readouterr().out.split())
+    text = " ".join(capsys.readouterr().out.split())
+    assert "16 image(s) per prompt" in text and "during prefill (vision tower)" in text
+
+
+def test_an_audio_language_model_runs_its_audio_tower_first() -> None:
+    """Voxtral (transformers' class defaults): its audio clip's tower runs before the text layers the same way, and the
+    phase says which tower it is."""
+    from generator.estimator.graph.nodes import build_graph
+    from generator.estimator.normalise import normalise
+
+    a = normalise({"model_type": "voxtral"}, "voxtral")
+    names = [p.name for p in generate_phases(a, build_graph(a), S, Job(method="inference"))]
+    assert names == ["prefill (audio tower)", "prefill", "decode"]

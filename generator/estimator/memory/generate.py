@@ -73,5 +73,7 @@ def tower_phase(a: Arch, g: Graph, c: int, batch: int, tokens: int, images: int,
     rows = max((x[5] for x in spec.tower_linears or () if x[3] in ("q", "qkv")), default=0)
     shared = rows * rows * (step * step - step) if a.model_type in SHARED_MASK_TOWERS else 0
     embeds = batch * tokens * spec.hidden if spec.image_tokens else 0
-    return Phase("prefill (vision tower)", weights=weights,
+    # an audio-language model's tower (Spec.image_tokens counts an audio clip's tokens there) runs the same way
+    audio = any(p.name.startswith("Audio") for p in spec.embed) and not any("Vision" in p.name for p in spec.embed)
+    return Phase(f"prefill ({'audio' if audio else 'vision'} tower)", weights=weights,
                  activations=c * (step * spec.vision_transient + shared + embeds))
