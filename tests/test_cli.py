@@ -156,6 +156,10 @@ def test_bad_exact_setup_values_exit_2(capsys, args, needle):
     (("--method", "inference", "--lora-dropout", "0.05"), "key 'lora_dropout' = 0.05: is for training methods"),
     (("--method", "inference", "--adapter-dtype", "bf16"), "key 'adapter_dtype' = 'bf16': is for training"),
     (("--method", "inference", "--recipe", "hf-trainer"), "key 'recipe' = 'hf-trainer': is a training recipe"),
+    (("--method", "full", "--lora-targets", "q_proj"), "key 'lora_targets' = 'q_proj': is for the adapter methods"),
+    (("--method", "full", "--lora-dropout", "0.1"), "key 'lora_dropout' = 0.1: is for the adapter methods"),
+    (("--method", "full", "--no-tower-adapters"), "key 'tower_adapters' = False: is for the adapter methods"),
+    (("--method", "inference", "--lora-targets", "q_proj"), "key 'lora_targets' = 'q_proj': is for the adapter"),
 ])
 def test_options_the_model_cannot_take_give_one_line(capsys, args, needle):
     code, out, err = run(capsys, SEED, *args)
@@ -364,7 +368,10 @@ def test_a_lora_recipe_prices_lora_unless_told_otherwise(capsys, name):
     code, out, _ = run(capsys, SEED, "--json", "--recipe", name)
     assert code == 0 and json.loads(out)["memory"]["job"]["method"] == "lora"
     code, out, _ = run(capsys, SEED, "--json", "--recipe", name, "--method", "full")
-    assert code == 0 and json.loads(out)["memory"]["job"]["method"] == "full"
+    job = json.loads(out)["memory"]["job"]
+    assert code == 0 and job["method"] == "full"
+    # a full fine-tune has no adapters: the recipe's adapter options are dropped, not carried unread
+    assert (job["lora_targets"], job["adapter_dtype"], job["lora_dropout"]) == ("all-linear", "", 0.0)
 
 
 def test_trl_sft_adapts_peft_default_targets(capsys):

@@ -413,7 +413,9 @@ def _valid(job: Job) -> Job:
     if job.method != "inference":
         job = dataclasses.replace(job, new_tokens=0)
     else:  # generate takes no training option (job_options.validate refuses them)
-        job = dataclasses.replace(job, grad_ckpt=False, optimizer="adamw", lora_dropout=0.0, adapter_dtype="")
+        job = dataclasses.replace(job, grad_ckpt=False, optimizer="adamw")
+    if job.method in ("full", "inference"):  # nor a job without adapters an adapter option
+        job = dataclasses.replace(job, lora_targets="all-linear", adapter_dtype="", lora_dropout=0.0)
     if job.precision == "fp32" and job.method == "qlora":
         job = dataclasses.replace(job, precision="bf16")
     return job

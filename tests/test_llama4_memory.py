@@ -90,7 +90,7 @@ def test_memory_grows_with_the_expert_count_not_the_active_parameters(experts, t
     """Doubling the experts at top-1 adds every expert's tensors to each token: the peak rises, though the active
     parameters do not."""
     small, large = ({**LLAMA4, "num_local_experts": n} for n in (experts, 2 * experts))
-    job = Job(method=method, lora_targets="q_proj,v_proj", tokens=tokens)
+    job = Job(method=method, lora_targets="q_proj,v_proj" if method == "lora" else "all-linear", tokens=tokens)
     peaks, active = [], []
     for cfg in (small, large):
         a = normalise(cfg, "m")

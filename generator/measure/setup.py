@@ -274,14 +274,17 @@ def job_of(setup: Setup, kernels: str = "cuda"):
     if setup.method in ("lora", "qlora") and setup.lora_rank is None:
         return None, "LoRA rank not given"
     optimizer = "adamw-fused" if setup.optimizer == "adamw" and setup.adamw_impl == "fused" else setup.optimizer
-    return Job(method=setup.method, precision=setup.precision, weights=setup.weights, optimizer=optimizer,
-               grad_ckpt=setup.grad_ckpt, lora_rank=setup.lora_rank, lora_targets=setup.lora_targets,
-               batch=setup.batch, tokens=setup.tokens, new_tokens=setup.new_tokens, attention=setup.attention,
-               metric=setup.metric, adapter_dtype=setup.adapter_dtype, lora_dropout=setup.lora_dropout or 0.0,
-               keep_outputs=setup.keep_outputs, kernels=kernels, bnb_version=setup.bnb_version or "",
-               transformers_version=setup.transformers_version or "", grad_accum=setup.grad_accum or 1,
-               double_quant=bool(setup.double_quant), upcast_fp32=bool(setup.upcast_fp32), images=setup.images,
-               padded=bool(setup.padded)), ""
+    job = Job(method=setup.method, precision=setup.precision, weights=setup.weights, optimizer=optimizer,
+              grad_ckpt=setup.grad_ckpt, lora_rank=setup.lora_rank, batch=setup.batch, tokens=setup.tokens,
+              new_tokens=setup.new_tokens, attention=setup.attention, metric=setup.metric,
+              keep_outputs=setup.keep_outputs, kernels=kernels, bnb_version=setup.bnb_version or "",
+              transformers_version=setup.transformers_version or "", grad_accum=setup.grad_accum or 1,
+              double_quant=bool(setup.double_quant), upcast_fp32=bool(setup.upcast_fp32), images=setup.images,
+              padded=bool(setup.padded))
+    if setup.method not in ("lora", "qlora"):  # a record holds its harness's adapter defaults whatever the method
+        return job, ""  # (LitGPT's "q,v"): only the adapter methods read them
+    return dataclasses.replace(job, lora_targets=setup.lora_targets, adapter_dtype=setup.adapter_dtype,
+                               lora_dropout=setup.lora_dropout or 0.0), ""
 
 
 def estimator_supports(setup: Setup) -> bool:

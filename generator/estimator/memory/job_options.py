@@ -45,6 +45,11 @@ KERNELS = ("cuda", "cpu")
 SCANS = ("fused", "torch")
 
 
+# The options only LoRA and QLoRA read (a recipe's are dropped for a full fine-tune; given, refused there). lora_rank
+# is not one: the command line's --lora-rank also sets the site jobs' rank (job_flags.overrides).
+ADAPTER_OPTIONS = ("lora_targets", "adapter_dtype", "lora_dropout", "tower_adapters")
+
+
 @dataclass(frozen=True)
 class Job:
     """The options of one run (the CLI's --method ... --metric). weights "" = follows precision (bf16 base for
@@ -98,6 +103,9 @@ class Job:
             fields_.pop("method", None)
         if given.get("grad_ckpt") is False:  # no checkpoints: a recipe's offload of them does not apply
             fields_.pop("offload_checkpoints", None)
+        if {**fields_, **given}.get("method", Job.method) == "full":  # no adapters: a recipe's do not apply
+            for key in ADAPTER_OPTIONS:
+                fields_.pop(key, None)
         return Job(**{**fields_, **given, "recipe": recipe})
 
     @property
@@ -160,6 +168,12 @@ def validate(job: Job, model: str) -> None:
         for key, given, default in unset:
             if given != default:
                 raise JobError(model, key, given, "is for training methods (full, lora, qlora)")
+    if job.method in ("full", "inference"):  # an adapter option a job without adapters would ignore is refused
+        for key, given, default in (("lora_targets", job.lora_targets, "all-linear"),
+                                    ("adapter_dtype", job.adapter_dtype, ""), ("lora_dropout", job.lora_dropout, 0.0),
+                                    ("tower_adapters", job.tower_adapters, True)):
+            if given != default:
+                raise JobError(model, key, given, "is for the adapter methods (lora, qlora)")
     if job.method == "full" and job.weights and job.weights != {"amp": "fp32"}.get(job.precision, job.precision):
         raise JobError(model, "weights", job.weights, f"a full fine-tune trains the weights in its precision "
                                                       f"({job.precision}); a quantised or other base is not trainable")
