@@ -64,7 +64,8 @@ def mllama_inference_elements(v: Reader, rows: int, hidden: int) -> tuple[int, i
 
 def pixel_elements(v: Reader, kind: str, rows: int) -> int:
     """The image's pixels the processor hands over: channels x patch^2 per patch (x the temporal patch of the Qwen-VL
-    towers' 3-D patches; a class token's row has none, which this counts as a patch: one in 577 for CLIP)."""
+    towers' 3-D patches). `rows` are the patches alone: the class token CLIP adds holds no pixels, and its row, one in
+    577, is left out of the working set too."""
     p = v.int("patch_size", 14)
     channels = v.int("in_channels" if kind.startswith("qwen") else "num_channels", 3)
     temporal = v.int("temporal_patch_size", 2) if kind.startswith("qwen") else 1
