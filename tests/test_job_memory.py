@@ -20,7 +20,7 @@ from generator.estimator.memory.job_options import METHODS, Job, JobError
 from generator.estimator.memory.job_result import PARTS
 from generator.estimator.memory.profile import serve_profile, train_profile
 from generator.estimator.memory.storage import ADAMW8BIT_STATE_BYTES, weight_bytes
-from generator.estimator.memory.tower_adapters import SHARED_MASK_TOWERS
+from generator.estimator.memory.tower_adapters import step_mask_elements
 from generator.estimator.normalise import normalise
 from generator.settings import load_settings
 from tests.conftest import measured_rows, snapshot_configs, tiny_qwen2
@@ -71,11 +71,11 @@ def test_default_jobs_are_the_site_profiles_on_every_snapshot_model(model, confi
     tokens = min(2048, a.max_context)
     # Pixtral's tower keeps one mask over all of a step's images (tower_adapters.SHARED_MASK_TOWERS, F77): the job
     # prices it over the batch's, (batch x rows)^2, the per-sample profile one sample's, batch x rows^2
-    rows = max((x[5] for x in g.spec.tower_linears or () if x[3] == "q"), default=0)
     for method in ("full", "lora"):
         profile = train_profile(a, g, S, tokens, method, 16)
         for batch in (1, 4):
-            beyond = 2 * rows * rows * (batch * batch - batch) if a.model_type in SHARED_MASK_TOWERS else 0
+            beyond = 2 * (step_mask_elements(g.spec, a.model_type, batch)
+                          - batch * step_mask_elements(g.spec, a.model_type, 1))
             peak = job_memory(a, g, S, Job(method=method, tokens=tokens, batch=batch), model).peak_bytes
             assert profile.total(batch) <= peak <= profile.total(batch) + beyond, (method, batch)
 

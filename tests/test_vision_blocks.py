@@ -253,5 +253,6 @@ def test_a_steps_images_share_pixtrals_mask_and_no_other_towers() -> None:
                          ("llava-hf/llava-1.5-7b-hf", 0)):
         a, g = snapshot_model(model)
         adapted = tower_adapted(g.spec, "all-linear", a.model_type)
-        one, two = (image_bytes(g.spec, adapted, 16, r, a.model_type, n) for n in (1, 2))
+        none, one, two = (image_bytes(g.spec, adapted, 16, r, a.model_type, n) for n in (0, 1, 2))
         assert (two[0] - one[0], two[1] - one[1]) == (extra, extra), model
+        assert (one[0] - none[0], one[1] - none[1]) == (extra, extra), model  # a text-only step: no mask

@@ -14,7 +14,7 @@ from .job_options import Job, legacy_cache
 from .parallel import Phase
 from .profile import encoder_tokens, kv_bytes_of_block
 from .storage import dequant_transient_bytes, stored_mats, weight_bytes
-from .tower_adapters import SHARED_MASK_TOWERS
+from .tower_adapters import step_mask_elements
 
 
 def mlp_transient(a: Arch, b: Block) -> int:
@@ -70,8 +70,7 @@ def tower_phase(a: Arch, g: Graph, c: int, batch: int, tokens: int, images: int,
     SHARED_MASK_TOWERS tower's block-diagonal mask spans all the step's images: (images x rows)^2, each image's own
     block counted in its working set."""
     spec, step = g.spec, batch * images
-    rows = max((x[5] for x in spec.tower_linears or () if x[3] in ("q", "qkv")), default=0)
-    shared = rows * rows * (step * step - step) if a.model_type in SHARED_MASK_TOWERS else 0
+    shared = step_mask_elements(spec, a.model_type, step) - step * step_mask_elements(spec, a.model_type, 1)
     embeds = batch * tokens * spec.hidden if spec.image_tokens else 0
     # an audio-language model's tower (Spec.image_tokens counts an audio clip's tokens there) runs the same way
     audio = any(p.name.startswith("Audio") for p in spec.embed) and not any("Vision" in p.name for p in spec.embed)

@@ -55,6 +55,21 @@ MASKED_TOWERS = frozenset({"gemma4"})
 SHARED_MASK_TOWERS = frozenset({"mistral3", "lighton_ocr", "mistral_large4"})
 
 
+# A tower layer's first Linear, one per layer (q, or a fused qkv): the Linears that mark a layer and its rows
+FIRST_ROLES = ("q", "qkv")
+
+
+def tower_rows(spec: Spec) -> int:
+    """The rows (patches) a tower's live layers read per image; 0 where its Linears are not itemised."""
+    return max((x[5] for x in spec.tower_linears or () if x[3] in FIRST_ROLES), default=0)
+
+
+def step_mask_elements(spec: Spec, model_type: str, step_images: int) -> int:
+    """A SHARED_MASK_TOWERS tower's block-diagonal mask over the images one call of it runs, elements: (images x
+    rows)^2; 0 for any other tower."""
+    return (step_images * tower_rows(spec)) ** 2 if model_type in SHARED_MASK_TOWERS else 0
+
+
 def image_regime(a: Arch, r: Regime, images: int) -> Regime:
     """The step's regime with an image's block mask where one is fed to an IMAGE_MASKED model, or to a
     BIDIRECTIONAL_KEY one whose text config sets the key to "vision"."""
@@ -139,11 +154,11 @@ def image_bytes(spec: Spec, adapted: TowerLinears, rank: int, r: Regime, model_t
     on_path = tower or any(x[3] == PROJECTOR_ROLE for x in adapted)
     rb = r.residual_bytes  # the tower's stream and the projector's activation: fp32 after the kbit upcast
     kept = rb * sum(count * rows * i for count, i, _, _, _, rows, _ in projector[1:]) if on_path else 0
-    inputs = rb * sum(count * rows * i for count, i, _, role, _, rows, _ in linears if role in ("q", "qkv"))
+    inputs = rb * sum(count * rows * i for count, i, _, role, _, rows, _ in linears if role in FIRST_ROLES)
     split = model_type in SPLIT_ATTENTION
     unchecked = tower_adapter_bytes(tuple(x for x in adapted if x[3] not in LAYER_ROLES), rank, r, split)
     # the layers above the one the projector reads (rows 0: tower_linears.live_layers) keep nothing
-    firsts = [(count, rows) for count, _, _, role, _, rows, _ in linears if role in ("q", "qkv")]
+    firsts = [(count, rows) for count, _, _, role, _, rows, _ in linears if role in FIRST_ROLES]
     live = sum(count for count, rows in firsts if rows) / max(1, sum(count for count, _ in firsts))
     # frozen, the tower's Linears keep no input (their adapters keep copies, priced apart): the distinct inputs of a
     # layer's Linears (q/k/v's, the MLP's first and second; the attention output SDPA keeps) come off vision_act
@@ -152,8 +167,8 @@ def image_bytes(spec: Spec, adapted: TowerLinears, rank: int, r: Regime, model_t
                                                   in inputs_by_group.items() if group == "attn_in")
     frozen = 0 if r.trained else c * (copies + sum(count * rows * i for (_, count, rows), i in inputs_by_group.items()))
     masks = c * sum(count * rows * rows for count, rows in firsts) if model_type in MASKED_TOWERS else 0
-    shared = c * step_images * max((rows * rows for _, rows in firsts), default=0) \
-        if tower and model_type in SHARED_MASK_TOWERS else 0
+    # an image's share of the step's mask (a text-only step, step_images 0, runs no tower)
+    shared = c * step_mask_elements(spec, model_type, step_images) // max(1, step_images) if tower else 0
     plain = (int(c * spec.vision_act * live) - frozen + masks if tower else 0) + kept + shared + tower_adapter_bytes(
         adapted, rank, r, split)
     if tower and not r.trained and rb > c:  # after the kbit upcast: the stream and the MLP's activation in fp32
