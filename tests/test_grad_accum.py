@@ -71,7 +71,7 @@ def test_grad_accum_is_validated_naming_key_and_value():
     for bad in (0, -3, True, 1.5):
         with pytest.raises(JobError, match="grad_accum"):
             _peak(LLAMA, grad_accum=bad)
-    with pytest.raises(JobError, match="grad_accum.*training"):
+    with pytest.raises(JobError, match="grad_accum.*is for full, lora, qlora jobs only"):
         _peak(LLAMA, method="inference", grad_accum=4)
 
 

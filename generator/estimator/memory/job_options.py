@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from ...errors import JobError
@@ -48,6 +48,10 @@ SCANS = ("fused", "torch")
 # The options only LoRA and QLoRA read (a recipe's are dropped for a full fine-tune; given, refused there). lora_rank
 # is not one: the command line's --lora-rank also sets the site jobs' rank (job_flags.overrides).
 ADAPTER_OPTIONS = ("lora_targets", "adapter_dtype", "lora_dropout", "tower_adapters")
+# The options some methods do not read, with the methods that do: set away from its default (the Job field's), one is
+# refused for any other method, not priced as if unset
+READ_BY = {**dict.fromkeys(("grad_accum", "grad_ckpt", "optimizer"), ("full", "lora", "qlora")),
+           **dict.fromkeys(ADAPTER_OPTIONS, ("lora", "qlora"))}
 
 
 @dataclass(frozen=True)
@@ -157,23 +161,13 @@ def validate(job: Job, model: str) -> None:
                                                            "a training method with grad_ckpt")
     if job.padded and job.method == "inference":
         raise JobError(model, "padded", True, "prices a padded training batch: it needs a training method")
-    if job.method == "inference":  # a training option generate has no use for is refused, not ignored
-        if job.recipe:
-            raise JobError(model, "recipe", job.recipe, "is a training recipe: it needs a training method "
-                                                        "(full, lora, qlora)")
-        unset: tuple[tuple[str, object, object], ...] = (
-            ("grad_accum", job.grad_accum, 1), ("grad_ckpt", job.grad_ckpt, False),
-            ("optimizer", job.optimizer, "adamw"), ("lora_dropout", job.lora_dropout, 0.0),
-            ("adapter_dtype", job.adapter_dtype, ""))
-        for key, given, default in unset:
-            if given != default:
-                raise JobError(model, key, given, "is for training methods (full, lora, qlora)")
-    if job.method in ("full", "inference"):  # an adapter option a job without adapters would ignore is refused
-        for key, given, default in (("lora_targets", job.lora_targets, "all-linear"),
-                                    ("adapter_dtype", job.adapter_dtype, ""), ("lora_dropout", job.lora_dropout, 0.0),
-                                    ("tower_adapters", job.tower_adapters, True)):
-            if given != default:
-                raise JobError(model, key, given, "is for the adapter methods (lora, qlora)")
+    if job.recipe and job.method == "inference":
+        raise JobError(model, "recipe", job.recipe, "is a training recipe: it needs a training method (full, lora, "
+                                                    "qlora)")
+    for option in fields(Job):
+        methods = READ_BY.get(option.name)
+        if methods and job.method not in methods and getattr(job, option.name) != option.default:
+            raise JobError(model, option.name, getattr(job, option.name), f"is for {', '.join(methods)} jobs only")
     if job.method == "full" and job.weights and job.weights != {"amp": "fp32"}.get(job.precision, job.precision):
         raise JobError(model, "weights", job.weights, f"a full fine-tune trains the weights in its precision "
                                                       f"({job.precision}); a quantised or other base is not trainable")
