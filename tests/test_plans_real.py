@@ -283,7 +283,7 @@ def test_decode_speed_stays_under_the_bandwidth_bound(model):
 
 
 @pytest.mark.parametrize("model", ["Qwen/Qwen3-0.6B", "Qwen/Qwen3-8B", "meta-llama/Llama-3.1-70B",
-                                   "Qwen/Qwen3-30B-A3B"])
+                                   "Qwen/Qwen3-30B-A3B", "mistralai/Magistral-Small-2509"])
 def test_qlora_max_batch_per_card_is_the_largest_batch_of_the_qlora_job_that_fits(model):
     """memory.cards[].train_qlora_max_batch against the QLoRA job run at that batch and one more (job.py prices
     the batch; the paged optimizer's state is out of the allocator's count)."""

@@ -1,5 +1,5 @@
 """Properties of the estimate (hypothesis): monotone in batch and tokens, LoRA <= full, serving batch
-never rises with context, parameters linear in layers."""
+never rises with context, parameters linear in layers, the largest batch the last one every branch holds."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from generator.estimator.graph.nodes import build_graph
 from generator.estimator.memory.job import job_memory
 from generator.estimator.memory.job_options import Job
 from generator.estimator.memory.profile import serve_profile, train_profile
+from generator.estimator.memory.stages import at_batch, largest_batch
 from generator.settings import load_settings
 
 SETTINGS = load_settings()
@@ -158,3 +159,19 @@ def test_an_exact_jobs_peak_never_falls_as_tokens_grow(cfg, t1, t2, job):
     peaks = [job_memory(arch, graph, SETTINGS.assumptions, dataclasses.replace(job, tokens=t), "p").peak_bytes
              for t in (lo, hi)]
     assert peaks[0] <= peaks[1], (job, lo, hi, peaks)
+
+
+BRANCH = st.tuples(st.integers(0, 10**12), st.integers(0, 10**10), st.integers(0, 10**9))
+
+
+@hsettings(max_examples=300, deadline=None)
+@given(branches=st.lists(BRANCH, min_size=1, max_size=4), budget=st.integers(0, 10**13))
+def test_largest_batch_is_the_last_batch_every_branch_holds(branches, budget):
+    # a branch's bytes at b: base + b x per sample + b (b - 1) x per pair (Pixtral's mask over the step's images)
+    cap = 10**6
+    b = largest_batch(tuple(branches), budget, cap)
+    if b == 0:
+        assert any(at_batch(x, 1) > budget for x in branches)
+    else:
+        assert all(at_batch(x, b) <= budget for x in branches)
+        assert b == cap or any(at_batch(x, b + 1) > budget for x in branches)

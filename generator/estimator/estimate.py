@@ -203,7 +203,7 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
         tight_card_full=_tight_card(by_budget, profiles["train_full"].whole_limits, "train_full"),
         tight_card_lora=_tight_card(by_budget, profiles["train_lora"].whole_limits, "train_lora"),
         tight_card_serve=_tight_card(by_budget, profiles["serve"].whole_limits, "serve"),
-        train_qlora_bytes_batch1=None if qlora_limits is None else max(base + grow for base, grow in qlora_limits),
+        train_qlora_bytes_batch1=None if qlora_limits is None else max(base + grow for base, grow, _ in qlora_limits),
         tight_card_qlora=None if qlora_limits is None else _tight_card(by_budget, qlora_limits, "train_qlora"),
         kv_bytes_per_sequence=kv_per_sequence,
         state_bytes_per_sequence=state_bytes_per_sequence(arch, s), image_tokens=spec.image_tokens,

@@ -36,7 +36,7 @@ from .memory.parallel import (
 from .memory.plans import GpuOffer, Plan, Unreachable, first_fit, search_plans
 from .memory.profile import budget_bytes
 from .memory.sharding import GPUS_PER_NODE, Sharding, cpu_bytes_per_node, sharded
-from .memory.stages import Limits, Profile, largest_batch
+from .memory.stages import Limits, Profile
 from .serving_speed import ServingModel, ServingSpeed, serving_speed
 
 QLORA = Job(method="qlora", weights="nf4", double_quant=True, optimizer="paged-adamw", grad_ckpt=True)
@@ -129,22 +129,16 @@ def _single(method: str, phases: tuple[Phase, ...], ckpt: tuple[Phase, ...], tra
                         unit_expert_params=shape.unit_expert_params, experts=shape.experts, accumulating=accumulating)
 
 
-def max_batch(job: SingleGpuJob, budget_bytes: int, adjust: Callable[[str, tuple[int, ...]], int],
-              cap: int = 1 << 40) -> int:
-    """The largest batch of a one-GPU training job within `budget_bytes` (largest_batch of job_limits), 0 when
-    batch 1 does not fit."""
-    return largest_batch(job_limits(job, adjust), budget_bytes, cap)
-
-
 def job_limits(job: SingleGpuJob, adjust: Callable[[str, tuple[int, ...]], int]) -> Limits:
     """A one-GPU training job's phases at batch 1 (checkpointed where it checkpoints) as (bytes at batch 0,
-    bytes per sample): per phase only the activations and the logits grow with the batch (job.py multiplies them,
-    and nothing else, by it). The same on every card: worked out once, each card's batch is largest_batch."""
+    bytes per sample, bytes per ordered pair of samples): per phase only the activations and the logits grow with
+    the batch (job.py multiplies them, and nothing else, by it), and a shared mask over the step's images with its
+    square (Phase.activations_pair). The same on every card: worked out once, each card's batch is largest_batch."""
     out = []
     for ph in job.phases_ckpt or job.phases:
         parts = (ph.weights, ph.gradients, ph.optimizer_state, 0, 0, ph.kv_cache,
                  ph.overhead_weights + ph.overhead_step + ph.overhead_fixed)
-        out.append((adjust(job.method, parts), ph.activations + ph.logits))
+        out.append((adjust(job.method, parts), ph.activations + ph.logits, ph.activations_pair))
     return tuple(out)
 
 

@@ -73,7 +73,7 @@ from .storage import (
     dequant_transient_bytes,
     saves_matmul_input,
 )
-from .tower_adapters import image_bytes, image_regime
+from .tower_adapters import image_bytes, image_regime, pair_bytes
 from .trained_weights import trained_weights
 
 # The late-backward moments a layer's own backward adds (beside what the layers saved, the head's tensors freed).
@@ -160,6 +160,7 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
     # what each image's tower and projector keep, without checkpointing and with it (tower_adapters.image_bytes),
     # the batch's images run together (Pixtral's mask over them all)
     imaging = [images * v for v in image_bytes(spec, w.towers, rank, r, a.model_type, B * images)]
+    pair = pair_bytes(spec, w.towers, r, a.model_type, images)  # what batch b adds to it: job_limits reads it
     dropout, frozen, head_rate = end_terms(a, g, s, r, memo, None if own_model(job.loss) else roles)
     embed += T * dropout
     # a frozen embedding's output needs no gradient: layer 0's norm and the dropout after it keep nothing, unless
@@ -359,6 +360,8 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
                                 experts=fixed[k], overhead_weights=ckpt_copies[1] - freed))
         ends = tuple(replace(p, activations=p.activations + B * sum(lru[k] for k in index)) for p in closing) \
             if grad_ckpt and any(lru) else closing  # every recurrent layer's recomputation, kept (F66)
+        if pair:  # every phase holding activations holds the tower's mask; the closing ones hold neither
+            phases = [replace(p, activations_pair=pair) for p in phases]
         every = tuple(replace(p, overhead_fixed=p.overhead_fixed + buffers) for p in (*phases, *ends)) \
             if buffers else (*phases, *ends)  # only a framework's own model has buffers to add (the site's none)
         out.append(accumulating_phases(every, grad) if job.grad_accum > 1 else every)

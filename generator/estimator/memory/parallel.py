@@ -93,6 +93,10 @@ class Phase:
     overhead_fixed: int = 0  # per process (dequantised transient, CUDA context): never shrinks
     computing: bool = True  # forward/backward (gathered units live); False at the optimizer step
     expert_activations: int = 0  # of activations, per-expert tensors (LoRA's effective expert weights): fsdp+ep / 8
+    # Not in total_bytes: what each ordered pair of distinct samples adds to `activations` past the batch the phase
+    # was built at (a SHARED_MASK_TOWERS tower's one mask over the step's images: tower_adapters.pair_bytes), so that
+    # a phase built at batch 1 moves to batch b as b x its activations + b (b - 1) x this (setups.job_limits)
+    activations_pair: int = 0
 
     @property
     def total_bytes(self) -> int:

@@ -55,6 +55,7 @@ from .storage import serve_weight_bytes
 from .tower_adapters import (
     image_bytes,
     image_regime,
+    pair_bytes,
     tower_adapted,
     tower_lora_params,
     tower_trained_params,
@@ -194,7 +195,8 @@ def train_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, method: str, r
                    embed_step, head_step, tuple(layer_eob), embed_eob, head_eob, tied,
                    embed_act + rates_sum + head_rate, vision,
                    math_sq + sum(k * sq for k, sq in zip(counts, squares, strict=True)),
-                   tuple((w, m, msq) for w, (m, msq) in sorted(masked.items())), tuple(backward))
+                   tuple((w, m, msq) for w, (m, msq) in sorted(masked.items())), tuple(backward),
+                   pair_bytes(spec, adapted, r, a.model_type, images))
 
 
 def encoder_tokens(spec: Spec, tokens: int) -> int:

@@ -75,7 +75,7 @@ def best_cut(p: Profile) -> Cut:
     head = (static_n - static + p.head_static, act_n - act + p.head_per_sample,
             max(step_n - steps[k] + p.head_step, eob_n - eobs[k] + p.head_eob))
     embed = (static + p.embed_static, act + p.embed_per_sample, max(steps[k] + p.embed_step, eobs[k] + p.embed_eob))
-    return Cut(k, best[1], best[2], p.limits(embed, False) + p.limits(head, True))
+    return Cut(k, best[1], best[2], p.limits(embed, False) + p.limits(head, True, False))
 
 
 def two_card_batch(cut: Cut, budget: int) -> int:

@@ -4,6 +4,7 @@ budget holds (largest_batch): what the cards, the splits and the curve read."""
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass, field
 from itertools import accumulate
 from operator import mul
@@ -65,6 +66,10 @@ class Profile:
     # Late-backward branches beside the loss backward's: LoRA on fused expert tensors (an adapted expert tensor's
     # gradient), eager attention's score gradients. () = none.
     backward: tuple[Branch, ...] = ()
+    # A step's samples sharing one tensor that grows with the square of the batch: the bytes each ordered pair of
+    # distinct samples adds beside their own (a SHARED_MASK_TOWERS tower's mask over the step's images, its
+    # off-diagonal blocks: tower_adapters.pair_bytes), held with the embedding stage by every batch-growing branch
+    embed_per_pair: int = 0
     total_static: int = field(init=False, repr=False, compare=False)
     # _parts of the whole model (every layer and both ends): what total, total_at, max_batch and peak_phase read
     whole: tuple[int, int, int] = field(init=False, repr=False, compare=False)
@@ -124,10 +129,7 @@ class Profile:
         return tuple(accumulate(self.layer_eob, initial=0)) if self.layer_eob else (0,) * (self.layers + 1)
 
     def total(self, batch: int) -> int:
-        static, act, fixed = self.whole
-        if self.backward:
-            return max(static + batch * act, fixed, *self._late_branches(batch, static, act, True))
-        return max(static + batch * act, fixed)
+        return max(at_batch(branch, batch) for branch in self.whole_limits)
 
     def total_at(self, tokens: int, batch: int = 1) -> int:
         """total(batch) of the same training profile built at `tokens` per sample (train_profile's
@@ -140,14 +142,15 @@ class Profile:
         static, _, fixed = self.whole
         per_token, per_token_sq, per_sample_fixed = self.per_token, self.per_token_sq, self.per_sample_fixed
         masked, backward = self.masked, self.backward
+        pairs = batch * (batch - 1) * self.embed_per_pair  # the images' shared mask: no token count in it
         out = []
         for tokens in points:
             square = tokens * tokens * per_token_sq + per_sample_fixed
             if masked:
                 square += sum(tokens * n + tokens * tokens * sq for window, n, sq in masked if tokens >= window)
-            late = max((static + b.fixed + batch * (tokens * b.rate + tokens * tokens * b.rate_sq + square)
+            late = max((static + pairs + b.fixed + batch * (tokens * b.rate + tokens * tokens * b.rate_sq + square)
                         for b in backward), default=0)
-            out.append(max(static + batch * (tokens * per_token + square), fixed, late))
+            out.append(max(static + pairs + batch * (tokens * per_token + square), fixed, late))
         return out
 
     def per_sample(self) -> int:
@@ -168,15 +171,8 @@ class Profile:
 
     def stage(self, batch: int, first: int, last: int, with_embed: bool, with_head: bool) -> int:
         """Bytes of a contiguous slice of layers [first, last) plus the ends it holds."""
-        static, act, fixed = self._parts(first, last, with_embed, with_head)
-        if self.backward:
-            return max(static + batch * act, fixed, *self._late_branches(batch, static, act, with_head))
-        return max(static + batch * act, fixed)
-
-    def _late_branches(self, batch: int, static: int, act: int, with_head: bool) -> list[int]:
-        """Each late-backward Branch's bytes at `batch` for a stage of these parts (the head's tensors freed)."""
-        act -= self.head_per_sample if with_head else 0
-        return [static + b.fixed + batch * (act + b.per_sample) for b in self.backward]
+        parts = self._parts(first, last, with_embed, with_head)
+        return max(at_batch(branch, batch) for branch in self.limits(parts, with_head, with_embed))
 
     def max_batch(self, budget: int, first: int = 0, last: int = -1, with_embed: bool = True,
                   with_head: bool = True, cap: int = 1 << 40) -> int:
@@ -184,14 +180,18 @@ class Profile:
         last = self.layers if last < 0 else last
         if first == 0 and last == self.layers and with_embed and with_head:
             return largest_batch(self.whole_limits, budget, cap)
-        return largest_batch(self.limits(self._parts(first, last, with_embed, with_head), with_head), budget, cap)
+        parts = self._parts(first, last, with_embed, with_head)
+        return largest_batch(self.limits(parts, with_head, with_embed), budget, cap)
 
-    def limits(self, parts: tuple[int, int, int], with_head: bool) -> Limits:
-        """A stage's branches as (bytes at batch 0, bytes per sample), from its _parts: the stage is max(static +
-        b x act, the batch-free branch[, each late-backward Branch, _late_branches])."""
+    def limits(self, parts: tuple[int, int, int], with_head: bool, with_embed: bool = True) -> Limits:
+        """A stage's branches as (bytes at batch 0, bytes per sample, bytes per ordered pair of samples), from its
+        _parts: the stage is max(static + b x act + b (b - 1) x pair, the batch-free branch, each late-backward
+        Branch: the head's tensors freed, the Branch's own added)."""
         static, act, fixed = parts
         late = act - (self.head_per_sample if with_head else 0)
-        return ((static, act), (fixed, 0), *((static + b.fixed, late + b.per_sample) for b in self.backward))
+        pair = self.embed_per_pair if with_embed else 0
+        return ((static, act, pair), (fixed, 0, 0),
+                *((static + b.fixed, late + b.per_sample, pair) for b in self.backward))
 
     @functools.cached_property
     def whole_limits(self) -> Limits:
@@ -203,29 +203,45 @@ class Profile:
         serving: the decode with its full KV cache."""
         if self.method == "serve":
             return "decode (full KV cache)"
-        static, act, _ = self.whole
+        loss, _, *late = (at_batch(branch, batch) for branch in self.whole_limits)
         step, eob = self.late
-        if max(step, eob) > static + batch * act:
+        if max(step, eob) > loss:
             return "optimizer step" if step >= eob else "end of backward (tied-embedding gradients)"
-        if self.backward:
-            late, branch = max(zip(self._late_branches(batch, static, act, True), self.backward, strict=True),
-                               key=lambda t: t[0])
-            if late > static + batch * act:
+        if late:
+            most, branch = max(zip(late, self.backward, strict=True), key=lambda t: t[0])
+            if most > loss:
                 return branch.phase
-        return "loss (logits)" if self.head_per_sample * 2 > act else "backward (activations)"
+        return "loss (logits)" if self.head_per_sample * 2 > self.whole[1] else "backward (activations)"
 
 
-# A stage's memory as branches (bytes at batch 0, bytes per sample): its peak at batch b is the largest b-th value.
-Limits = tuple[tuple[int, int], ...]
+# A stage's memory as branches (bytes at batch 0, bytes per sample, bytes per ordered pair of distinct samples):
+# its peak at batch b is the largest of base + b x per_sample + b (b - 1) x per_pair (at_batch).
+Limits = tuple[tuple[int, int, int], ...]
+
+
+def at_batch(branch: tuple[int, int, int], batch: int) -> int:
+    """A branch's bytes at `batch`: every sample its own bytes, every ordered pair of them its shared ones."""
+    base, per_sample, per_pair = branch
+    return base + batch * per_sample + batch * (batch - 1) * per_pair
 
 
 def largest_batch(limits: Limits, budget: int, cap: int = 1 << 40) -> int:
-    """Largest b with every branch's base + b x per_sample <= budget, 0 when batch 1 does not fit: each branch
-    growing with the batch allows (budget - base) // per_sample, the batch-free ones only batch 1's check."""
+    """Largest b with every branch's bytes at b (at_batch) <= budget, 0 when batch 1 does not fit: a branch growing
+    linearly allows (budget - base) // per_sample; one with pairs the root of pair b^2 + (per_sample - pair) b =
+    budget - base, in integers (isqrt, then the neighbours checked); the batch-free ones only batch 1's check."""
     best = cap
-    for base, per_sample in limits:
+    for branch in limits:
+        base, per_sample, per_pair = branch
         if base + per_sample > budget:
             return 0
-        if per_sample > 0:
+        if per_pair > 0:
+            linear, room = per_sample - per_pair, budget - base
+            b = (math.isqrt(linear * linear + 4 * per_pair * room) - linear) // (2 * per_pair)
+            while at_batch(branch, b + 1) <= budget:
+                b += 1
+            while at_batch(branch, b) > budget:
+                b -= 1
+            best = min(best, b)
+        elif per_sample > 0:
             best = min(best, (budget - base) // per_sample)
     return best

@@ -70,6 +70,21 @@ def step_mask_elements(spec: Spec, model_type: str, step_images: int) -> int:
     return (step_images * tower_rows(spec)) ** 2 if model_type in SHARED_MASK_TOWERS else 0
 
 
+def tower_on_path(adapted: TowerLinears, r: Regime) -> bool:
+    """Whether the tower's layers are on the gradient's path: trained (a full fine-tune) or adapted."""
+    return r.trained or any(x[3] != PROJECTOR_ROLE for x in adapted)
+
+
+def pair_bytes(spec: Spec, adapted: TowerLinears, r: Regime, model_type: str, images: int) -> int:
+    """What each ordered pair of distinct samples of a step adds to a SHARED_MASK_TOWERS tower's one mask over the
+    step's images, `images` per sample: the mask's off-diagonal block between them, (images x rows)^2 in the compute
+    dtype, where the tower is on the gradient's path (image_bytes prices each sample's own block and its share); a
+    step of b samples holds b (b - 1) of them (stages.at_batch). 0 for any other tower."""
+    if spec.tower_linears is None or not tower_on_path(adapted, r):
+        return 0
+    return r.compute_bytes * step_mask_elements(spec, model_type, images)
+
+
 def image_regime(a: Arch, r: Regime, images: int) -> Regime:
     """The step's regime with an image's block mask where one is fed to an IMAGE_MASKED model, or to a
     BIDIRECTIONAL_KEY one whose text config sets the key to "vision"."""
@@ -149,7 +164,7 @@ def image_bytes(spec: Spec, adapted: TowerLinears, rank: int, r: Regime, model_t
     c, linears = r.compute_bytes, spec.tower_linears
     if linears is None:
         return c * spec.vision_act, c * spec.vision_act
-    tower = r.trained or any(x[3] != PROJECTOR_ROLE for x in adapted)
+    tower = tower_on_path(adapted, r)
     projector = [x for x in linears if x[3] == PROJECTOR_ROLE]
     on_path = tower or any(x[3] == PROJECTOR_ROLE for x in adapted)
     rb = r.residual_bytes  # the tower's stream and the projector's activation: fp32 after the kbit upcast
