@@ -361,6 +361,27 @@ def test_cli_writes_one_json_line(tmp_path, capsys):
     assert "peak" in capsys.readouterr().err  # the one-line summary goes to stderr
 
 
+def test_the_attention_defaults_to_the_model_class_own(tmp_path, capsys):
+    """No --attention: transformers' own pick for the class, SDPA only where the class has it (sdpa_table); a Mamba
+    class has none, and asking it for SDPA is transformers' error, not a run."""
+    from generator.measure.cli import run_measure
+
+    mamba = {"architectures": ["MambaForCausalLM"], "model_type": "mamba", "hidden_size": 64, "intermediate_size": 128,
+             "state_size": 8, "num_hidden_layers": 1, "vocab_size": 256, "time_step_rank": 4}
+    for name, config, attention in (("mamba", mamba, "eager"), ("llama", TINY_LLAMA, "sdpa")):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
+        out = tmp_path / f"{name}.jsonl"
+        argv = [str(folder), "--method", "inference", "--tokens", "64", "--new-tokens", "2", "--device", "cpu",
+                "--out", str(out)]
+        assert run_measure(argv, None) == 0
+        assert json.loads(out.read_text(encoding="utf-8"))["setup"]["attention"] == attention, name
+    assert run_measure([str(tmp_path / "mamba"), "--method", "inference", "--tokens", "64", "--device", "cpu",
+                        "--attention", "sdpa"], None) != 0
+    assert "mamba" in capsys.readouterr().err
+
+
 def test_cli_allocator_line_and_summary(tmp_path, capsys):
     """--allocator: the JSON line carries both allocators' figures, and the summary says them over the live peak."""
     from generator.measure.cli import run_measure

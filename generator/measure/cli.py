@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import warnings
@@ -11,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError, MeasureError, RunFailure, TraceError
+from ..estimator.memory.sdpa_table import NO_SDPA
 
 
 def _quiet() -> None:
@@ -63,6 +65,8 @@ def measure(model: str, setup, *, device: str = "auto", max_layers: int | None =
     record = resolve_model(model, Path(snapshot) if snapshot else None)
     source = record.config()
     config, shrunk = shrink(source, max_layers, overrides)
+    if not setup.attention:  # none asked: transformers' own pick, SDPA only where the class has it (sdpa_table)
+        setup = dataclasses.replace(setup, attention="eager" if config.get("model_type") in NO_SDPA else "sdpa")
     context = context_of(config)
     if context is not None and setup.tokens + setup.new_tokens > context:
         raise ConfigError(record.id, "--tokens + --new-tokens", setup.tokens + setup.new_tokens,

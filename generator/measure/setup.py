@@ -45,7 +45,7 @@ class Setup:
     adamw_impl: str = "foreach"  # torch's CUDA default; CPU's default would be the for-loop
     grad_ckpt: bool = False
     reentrant: bool = False  # grad_ckpt with use_reentrant=True and the inputs made to require grads (LLaMA-Factory)
-    attention: str = "sdpa"
+    attention: str = "sdpa"  # "": the model class's own (cli.measure resolves it from the config)
     steps: int = 2  # the peak is taken over all steps; step 2 is the first with optimizer state
     train_mode: bool = True  # model.train(): dropout layers active as in a real fine-tune
     # How the base is stored ("" = follows precision) and what the peak is read as; the harness runs bf16/fp32
@@ -127,7 +127,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--reentrant", action="store_true",
                    help="with --grad-ckpt: torch's reentrant checkpoint, the embeddings' output made to require "
                         "grads (LLaMA-Factory's use_reentrant_gc, its default)")
-    p.add_argument("--attention", choices=("sdpa", "eager"), default="sdpa")
+    p.add_argument("--attention", choices=("sdpa", "eager"), default="",
+                   help="default: the model class's own, as transformers picks it (eager where the class has no SDPA)")
     p.add_argument("--steps", type=int, default=2, metavar="S", help="training steps (the peak is over all of them)")
     p.add_argument("--min-tokens", type=int, default=0, metavar="T",
                    help="training: draw each step's length from [T, --tokens] (seeded; the middle step at --tokens), "

@@ -10,9 +10,10 @@ from ..graph.parts import Block
 from ..inputs import Assumptions
 from .activations import RELU_SQUARED, mlp_act
 from .attention import eager_scores_bytes, math_scores_bytes
-from .job_options import Job, legacy_cache
+from .job_options import Job, legacy_cache, runs_torch_scan
 from .parallel import Phase
 from .profile import encoder_tokens, kv_bytes_of_block
+from .scan_prefill import prefill_scan_bytes
 from .storage import dequant_transient_bytes, stored_mats, weight_bytes
 from .tower_adapters import step_mask_elements
 
@@ -28,7 +29,8 @@ def mlp_transient(a: Arch, b: Block) -> int:
 def generate_phases(a: Arch, g: Graph, s: Assumptions, job: Job) -> list[Phase]:
     """HF generate (F7): prefill of all B prompts in one forward, then decode. Prefill: weights + the prompts'
     KV cache + per prompt token c x (the largest part's working set + 4 hidden-wide tensors: inputs_embeds,
-    the layer input, the post-attention residual, the normed input) [+ eager scores of one layer]. Decode:
+    the layer input, the post-attention residual, the normed input) [+ eager scores of one layer], or a recurrent
+    mixer's torch path at its widest (scan_prefill, F79) beside three of them, whichever is larger. Decode:
     weights + the KV cache at prompt + new tokens + the next-token logits (bf16 + transformers' fp32 copy); with
     transformers' tuple caches (job_options.legacy_cache) the previous step's cache beside it. A vision-language
     model fed images (one per prompt unless job.images says) runs its tower over all of them first: tower_phase."""
@@ -47,6 +49,9 @@ def generate_phases(a: Arch, g: Graph, s: Assumptions, job: Job) -> list[Phase]:
     acts = T * c * transient
     acts += eager_scores_bytes(a, g, T, c, one_layer=True) if job.attention == "eager" else \
         math_scores_bytes(a, g, T, job.kernels == "cpu")
+    # a chunked recurrent mixer's torch path (scan_prefill), beside the embeddings, its input and the normed input
+    scan = max(map(lambda b: prefill_scan_bytes(b, T, c), spec.blocks), default=0) if runs_torch_scan(job) else 0
+    acts = max(acts, scan + T * c * 3 * spec.hidden) if scan else acts
     dequant = dequant_transient_bytes(g, job.storage, c, mats)
     images = (1 if spec.reads_images else 0) if job.images is None else job.images
     tower = [tower_phase(a, g, c, B, T, images, weights)] if images and spec.vision_transient else []

@@ -269,12 +269,17 @@ def fp32_base(job: Job) -> bool:
     return job.method != "full" and job.precision == "amp" and job.storage == "fp32"
 
 
+def runs_torch_scan(job: Job) -> bool:
+    """Whether a recurrent mixer runs transformers' torch code: asked for, or on the CPU unless told otherwise."""
+    return job.scan == "torch" or (job.kernels == "cpu" and not job.scan)
+
+
 def job_regime(job: Job) -> Regime:
     """The dtypes a training job's tensors take (activations.regime), from its options."""
     lora = job.method != "full"
     return regime("lora" if lora else "full", job.precision, ADAPTER_BYTES.get(job.adapter_dtype, 0) if lora else 0,
                   lora and job.lora_dropout > 0, job.kernels == "cpu", lora and (job.upcast_fp32 or fp32_base(job)),
-                  job.scan == "torch" or (job.kernels == "cpu" and not job.scan),
+                  runs_torch_scan(job),
                   not (job.method == "qlora" and job.storage in ADAPTER_NO_CAST))._replace(
         padded=job.padded and job.batch > 1)  # one sample is padded to its own length: no mask
 
