@@ -382,6 +382,29 @@ def test_the_attention_defaults_to_the_model_class_own(tmp_path, capsys):
     assert "mamba" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("config", [
+    {"model_type": "rwkv", "hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 256, "attention_hidden_size": 64,
+     "intermediate_size": 128, "context_length": 256},
+    {"model_type": "recurrent_gemma", "hidden_size": 64, "lru_width": 64, "num_attention_heads": 4,
+     "num_key_value_heads": 1, "head_dim": 16, "intermediate_size": 192, "num_hidden_layers": 3, "vocab_size": 256,
+     "attention_window_size": 32, "block_types": ["recurrent", "recurrent", "attention"]},
+], ids=["rwkv", "recurrent_gemma"])
+def test_generate_hands_each_class_its_own_cache(tmp_path, config):
+    """RWKV returns its cache as `state`, RecurrentGemma keeps its own and reads it by cache_position: the decode
+    steps run as generate runs them (they had stopped on a missing `.cache`)."""
+    from generator.measure.cli import run_measure
+
+    folder = tmp_path / config["model_type"]
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    out = tmp_path / "runs.jsonl"
+    argv = [str(folder), "--method", "inference", "--tokens", "48", "--new-tokens", "3", "--device", "cpu",
+            "--out", str(out)]
+    assert run_measure(argv, None) == 0
+    rec = json.loads(out.read_text(encoding="utf-8"))
+    assert rec["measured"]["status"] == "ok" and set(rec["peak"]["phase_peaks"]) == {"prefill", "decode"}
+
+
 def test_cli_allocator_line_and_summary(tmp_path, capsys):
     """--allocator: the JSON line carries both allocators' figures, and the summary says them over the live peak."""
     from generator.measure.cli import run_measure

@@ -1,6 +1,6 @@
 """HF generate's prefill of a recurrent mixer's torch path (estimator.memory.scan_prefill, FINDINGS.md F79): Mamba's
-sequential scan, Mamba-2's chunked scan and the Gated DeltaNet chunked delta rule, each in a forward without
-gradients. Reference values: CPU-simulated generate runs of transformers 5.24 (data/measurements/cpu-sim-extra.jsonl),
+sequential scan, Mamba-2's chunked scan, the Gated DeltaNet and Kimi Delta Attention chunked rules, each in a forward
+without gradients. Reference values: CPU-simulated generate runs of transformers 5.24 (data/measurements/cpu-sim-extra.jsonl),
 the formulas read off five of them and held out on the others."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from tests.conftest import measured_rows
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "measurements"
 S = load_settings().assumptions
-CONFIGS = {1: "mamba.json", 2: "mamba2.json", 3: "families/qwen3_5_text.json"}
+CONFIGS = {1: "mamba.json", 2: "mamba2.json", 3: "families/qwen3_5_text.json", 4: "kimi_linear.json"}
 
 
 def _model(config: str, layers: int = 4):
@@ -51,17 +51,18 @@ ROWS = _rows()
 
 def test_the_rows_cover_every_kind_batches_and_padding():
     kinds = set().union(*map(_kinds, ROWS))
-    assert kinds == set(PREFILL_SCANS) and len(ROWS) >= 25
+    assert kinds == set(PREFILL_SCANS) and len(ROWS) >= 30
     assert {r["model_type"] for r in ROWS} >= {"mamba", "falcon_mamba", "jamba", "mamba2", "falcon_h1", "bamba",
                                                "granitemoehybrid", "zamba2", "nemotron_h", "qwen3_5_text",
-                                               "qwen3_next", "olmo_hybrid", "qwen3_5", "qwen3_5_moe"}
+                                               "qwen3_next", "olmo_hybrid", "qwen3_5", "qwen3_5_moe", "kimi_linear",
+                                               "bailing_hybrid"}
     assert max(r["setup"]["batch"] for r in ROWS) >= 3
     assert any(r["setup"]["tokens"] % 64 for r in ROWS)  # a sequence padded to whole chunks
 
 
 @pytest.mark.parametrize("row", ROWS, ids=lambda r: f"{r['model_type']}-b{r['setup']['batch']}-t{r['setup']['tokens']}")
 def test_a_recurrent_prefill_matches_the_simulated_run(row):
-    """Each generate run within 1.5% (they were 1.6% to 84% under before F79: the torch paths' fp32 chunk tensors
+    """Each generate run within 1.5% (they were 0.2% to 84% under before F79: the torch paths' fp32 chunk tensors
     were not priced)."""
     measured = tensor_bytes(row, S.cuda_context_bytes)
     assert abs(estimate_bytes(row, S) / measured - 1) < 0.015
@@ -80,6 +81,19 @@ def test_cuda_generate_prices_the_fused_kernels():
         scan = max(prefill_scan_bytes(b, 2048, 2) for b in g.spec.blocks)
         assert scan > 0, kind
         assert fused.peak_bytes < torch_path.peak_bytes == cpu.peak_bytes, kind
+
+
+def test_recurrent_gemma_has_no_fused_path():
+    """RG-LRU runs transformers' torch code on any device: its prefill term is the same on CUDA and on the CPU."""
+    cfg = json.loads((DATA / "configs" / "families" / "recurrent_gemma.json").read_text(encoding="utf-8"))
+    a = normalise({**cfg, "num_hidden_layers": 3}, "recurrent_gemma")
+    g = build_graph(a)
+    block = g.spec.blocks[0]
+    assert prefill_scan_bytes(block, 1024, 2, torch_path=False) == prefill_scan_bytes(block, 1024, 2) \
+        == 12 * 1024 * 2 * a.raw["lru_width"]
+    jobs = [job_memory(a, g, S, Job(method="inference", tokens=1024, new_tokens=2, precision="bf16", **k))
+            for k in ({}, {"kernels": "cpu"})]
+    assert jobs[0].peak_bytes == jobs[1].peak_bytes
 
 
 def test_a_padded_sequence_holds_its_whole_chunks():

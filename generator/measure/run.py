@@ -32,10 +32,15 @@ from .images import check_images, image_inputs, mrope_positions, placeholder_che
 from .setup import Setup
 from .tracker import PeakTracker
 
+# The output fields a causal LM hands its cache back in, each the name its forward takes it by again (as generate's
+# _update_model_kwargs_for_generation reads them): transformers 5's `cache`, the older `past_key_values`, RWKV's
+# `state`. RecurrentGemma returns none: its cache lives in its layers, addressed by cache_position.
+CACHE_FIELDS = ("cache", "past_key_values", "state")
 
-def _cache_of(out):
-    cache = getattr(out, "cache", None)
-    return cache if cache is not None else out.past_key_values
+
+def _cache_of(out) -> dict:
+    """The keyword arguments that hand `out`'s cache to the next decode step ({} where the model keeps its own)."""
+    return next(({name: getattr(out, name)} for name in CACHE_FIELDS if getattr(out, name, None) is not None), {})
 
 
 def workload(model, setup: Setup, vocab: int, device: str, tracker: PeakTracker | None, sync=None) -> None:
@@ -56,20 +61,24 @@ def workload(model, setup: Setup, vocab: int, device: str, tracker: PeakTracker 
         model.eval()
         # the prompts' images: generate hands them to the prefill and holds them in its model_kwargs to the end
         ids, pictures = _with_images(model, ids, setup)
+        # the positions generate passes where the forward takes them (RecurrentGemma's cache is read by them)
+        takes = inspect.signature(model.forward).parameters
+        at = (lambda start, n: {"cache_position": torch.arange(start, start + n, device=device)}) \
+            if "cache_position" in takes else (lambda start, n: {})
+        kept = {"logits_to_keep": 1} if "logits_to_keep" in takes else {}
         with torch.no_grad():
             stage("prefill", "prefill")
             with autocast:
-                out = model(input_ids=ids, use_cache=True, logits_to_keep=1, **pictures)
+                out = model(input_ids=ids, use_cache=True, **kept, **at(0, setup.tokens), **pictures)
             past = _cache_of(out)
             logits = out.logits[:, -1, :].to(dtype=torch.float32, copy=True)
             del out
-            cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
             for i in range(setup.new_tokens):
                 nxt = logits.argmax(dim=-1, keepdim=True)
                 del logits
                 stage(f"decode {i + 1}", "decode")
                 with autocast:
-                    out = model(input_ids=nxt, use_cache=True, **{cache_kw: past})
+                    out = model(input_ids=nxt, use_cache=True, **at(setup.tokens + i, 1), **past)
                 past = _cache_of(out)
                 logits = out.logits[:, -1, :].to(dtype=torch.float32, copy=True)
                 del out

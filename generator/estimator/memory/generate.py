@@ -49,8 +49,9 @@ def generate_phases(a: Arch, g: Graph, s: Assumptions, job: Job) -> list[Phase]:
     acts = T * c * transient
     acts += eager_scores_bytes(a, g, T, c, one_layer=True) if job.attention == "eager" else \
         math_scores_bytes(a, g, T, job.kernels == "cpu")
-    # a chunked recurrent mixer's torch path (scan_prefill), beside the embeddings, its input and the normed input
-    scan = max(map(lambda b: prefill_scan_bytes(b, T, c), spec.blocks), default=0) if runs_torch_scan(job) else 0
+    # a recurrent mixer's torch path (scan_prefill), beside the embeddings, its input and the normed input
+    torch_path = runs_torch_scan(job)
+    scan = max((prefill_scan_bytes(b, T, c, torch_path) for b in spec.blocks), default=0)
     acts = max(acts, scan + T * c * 3 * spec.hidden) if scan else acts
     dequant = dequant_transient_bytes(g, job.storage, c, mats)
     images = (1 if spec.reads_images else 0) if job.images is None else job.images

@@ -1,5 +1,6 @@
 """What the torch paths of recurrent mixers hold in a forward without gradients: HF generate's prefill of a Mamba,
-Mamba-2 or Gated DeltaNet layer where mamba-ssm or flash-linear-attention is not installed, and always on the CPU
+Mamba-2, Gated DeltaNet or Kimi Delta Attention layer where mamba-ssm or flash-linear-attention is not installed, and
+always on the CPU
 (Job.scan "torch"; job_options.runs_torch_scan). recurrence.py prices what the same code keeps for a backward.
 
 Both were read off the live tensors at the prefill's peak of CPU-simulated generate runs (FINDINGS.md F79), each
@@ -29,6 +30,17 @@ decayed: 6 d_k + 4 d_v) or, in the chunk loop, the decayed q and k with the outp
 beta, the decay and its cumulative sum; a chunk's corrected values and their product (2 x heads x chunk x d_v); the
 recurrent state it updates is the cache's (kv_bytes_of_block). The caller holds the conv's silu output (2 n_k d_k + n_v d_v) and z (n_v d_v), in
 the compute dtype.
+
+Kimi Delta Attention (modeling_kimi_linear.chunk_kimi_delta_attention; the same in bailing_hybrid): its gate has a
+value per key channel, so the intra-chunk decay mask is chunk x chunk x d per head, and the widest moment is the
+product that builds the UT system from it: the mask, k x beta times k, and that times the mask (3 x P x heads x chunk
+x d), beside the padded q, k, v, k x beta, v x beta and the gate's cumulative sum (6 x P x heads x d). The caller
+holds the gate (tokens x heads x d, fp32) and the conv's silu output (3 heads x d, compute dtype).
+
+RecurrentGemma's RG-LRU (modeling_recurrent_gemma.RecurrentGemmaRglru and its temporal block) has no other path, on a
+GPU too: twelve LRU-wide tensors in the compute dtype (the y branch's GELU, the conv's output, the two gates'
+block-diagonal matmul and sigmoids, the log decay, its exp and the recurrence's products), read at an LRU as wide as
+the hidden stream, the only shape transformers' cache runs (a narrower one fails its conv state's concatenation).
 """
 
 from __future__ import annotations
@@ -71,12 +83,28 @@ def delta_rule_prefill_bytes(p: Part, tokens: int, c: int) -> int:
     return 4 * (padded * nv * per_head + 2 * nv * chunk * dv) + caller
 
 
-# The torch paths by Part.scan kind (families: mamba_part 1, mamba2_part 2, gdn_part 3)
-PREFILL_SCANS = {1: mamba_prefill_bytes, 2: mamba2_prefill_bytes, 3: delta_rule_prefill_bytes}
+def kda_prefill_bytes(p: Part, tokens: int, c: int) -> int:
+    """A Kimi Delta Attention mixer's widest moment in a forward without gradients (the module docstring)."""
+    _, heads, head_dim, chunk, _, _ = p.scan
+    _, padded = _padded(tokens, chunk)
+    return 4 * padded * heads * head_dim * (3 * chunk + 6) + tokens * heads * head_dim * (4 + 3 * c)
 
 
-def prefill_scan_bytes(b: Block, tokens: int, c: int) -> int:
-    """Bytes a layer's torch-path recurrent mixer holds at its widest moment of a prefill of one sequence of `tokens`
-    in compute dtype `c`, beside the residual stream; 0 for a layer without one."""
-    return max((PREFILL_SCANS[p.scan[0]](p, tokens, c) for p in b.parts if p.scan and p.scan[0] in PREFILL_SCANS),
-               default=0)
+def rglru_prefill_bytes(p: Part, tokens: int, c: int) -> int:
+    """An RG-LRU temporal block's widest moment in a forward without gradients (the module docstring)."""
+    return 12 * tokens * c * p.scan[1]
+
+
+# The torch paths by Part.scan kind (families: mamba_part 1, mamba2_part 2, gdn_part 3, the KDA mixer 4, gemma's
+# _rglru 5), and the kinds that have no fused kernel to run instead
+PREFILL_SCANS = {1: mamba_prefill_bytes, 2: mamba2_prefill_bytes, 3: delta_rule_prefill_bytes, 4: kda_prefill_bytes,
+                 5: rglru_prefill_bytes}
+TORCH_ONLY = frozenset({5})
+
+
+def prefill_scan_bytes(b: Block, tokens: int, c: int, torch_path: bool = True) -> int:
+    """Bytes a layer's recurrent mixer holds at its widest moment of a prefill of one sequence of `tokens` in compute
+    dtype `c`, beside the residual stream, where it runs transformers' torch code (`torch_path`, or a kind with no
+    other: TORCH_ONLY); 0 for a layer without one."""
+    return max((PREFILL_SCANS[p.scan[0]](p, tokens, c) for p in b.parts if p.scan and p.scan[0] in PREFILL_SCANS
+                and (torch_path or p.scan[0] in TORCH_ONLY)), default=0)
