@@ -117,6 +117,25 @@ def test_xielu_and_relu_squared_terms():
     assert peak(relu2, method="inference", tokens=4096) - peak(relu, method="inference", tokens=4096) == 2 * 688 * 4096
 
 
+def test_python_gelus_hold_their_temporaries_at_generate():
+    """FINDINGS.md F80: a plain MLP's Python GELU at generate holds, beside its input, each temporary of
+    transformers' activations.py while the next is made: gelu_new 4 MLP-wide tensors, gelu_fast 5, quick_gelu 3,
+    the fused gelu 2. Per token and layer, in bf16, over a gpt2 of 4 x 256 = 1,024 MLP width."""
+    gpt2 = {"model_type": "gpt2", "n_embd": 256, "n_layer": 2, "n_head": 4, "vocab_size": 1000, "n_positions": 4096}
+    fused = peak({**gpt2, "activation_function": "gelu"}, method="inference", tokens=4096)
+    for act, wide in (("gelu_new", 4), ("gelu_fast", 5), ("quick_gelu", 3)):
+        more = peak({**gpt2, "activation_function": act}, method="inference", tokens=4096) - fused
+        assert more == (wide - 2) * 1024 * 4096 * 2, act
+    from generator.accuracy import estimate_bytes
+    rows = [r for r in measured_rows("cpu-sim-extra") if r["setup"]["method"] == "inference"
+            and (r["config"].get("activation_function") or r["config"].get("hidden_act")) in (
+                "gelu_new", "gelu_fast", "quick_gelu", "gelu")
+            and r["model_type"] in ("gpt2", "phi", "codegen")]
+    assert len(rows) == 5  # distilgpt2 with gelu_fast, quick_gelu and gelu; phi and codegen (gelu_new)
+    for r in rows:
+        assert abs(estimate_bytes(r, S) / r["measured"]["peak_bytes"] - 1) < 0.01, r["model"]
+
+
 def test_xglm_keeps_its_clamped_scores():
     from generator.estimator.memory.activations import regime
     from generator.estimator.memory.attention import score_bytes

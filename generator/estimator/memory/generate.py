@@ -17,13 +17,22 @@ from .scan_prefill import prefill_scan_bytes
 from .storage import dequant_transient_bytes, stored_mats, weight_bytes
 from .tower_adapters import step_mask_elements
 
+# MLP-wide tensors a plain MLP's activation holds at once in a forward without grad, where more than the two (its
+# input and output) Part.transient counts, each a temporary of transformers' activations.py alive while the next is
+# made: relu² (ReLUSquaredActivation: the input, relu's and square's outputs, F9); NewGELUActivation (0.5 x input,
+# pow(input, 3) and 0.044715 x it beside the input, F80); FastGELUActivation (0.5 x input, input x 0.798,
+# 0.044715 x input and its product with the input); QuickGELUActivation (1.702 x input and its sigmoid). Read off
+# distilgpt2's generate with each activation_function (cpu-sim-extra.jsonl).
+GENERATE_MLP_WIDE = {RELU_SQUARED: 3, "gelu_new": 4, "gelu_fast": 5, "quick_gelu": 3}
+
 
 def mlp_transient(a: Arch, b: Block) -> int:
-    """Elements per token a layer's largest part holds at once in a forward without grad (Part.transient); a plain
-    MLP with relu² holds three MLP-wide tensors (RELU_SQUARED), a gated one's three already."""
-    if mlp_act(a) != RELU_SQUARED:
+    """Elements per token a layer's largest part holds at once in a forward without grad (Part.transient), or a
+    plain MLP's activation at its widest (GENERATE_MLP_WIDE; a gated MLP's three are in Part.transient already)."""
+    wide = GENERATE_MLP_WIDE.get(mlp_act(a))
+    if wide is None:
         return b.transient
-    return max([b.transient] + [3 * (p.act // 2) for p in b.parts if p.type == "MLP"])
+    return max([b.transient] + [wide * (p.act // 2) for p in b.parts if p.type == "MLP"])
 
 
 def generate_phases(a: Arch, g: Graph, s: Assumptions, job: Job) -> list[Phase]:
