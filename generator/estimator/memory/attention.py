@@ -164,6 +164,27 @@ def eager_backward_bytes(a: Arch, b, r: Regime) -> int:
     return heads * max(r.compute_bytes, 2 * soft - after)
 
 
+# Eager attention's score tensors alive at once in a forward without grad (generate's prefill), per score element as
+# (fp32 tensors, compute-dtype tensors), where a family's code keeps other than eager_attention_forward's softmax and
+# its cast (score_bytes). A layer that returns its probabilities in an old-style tuple has them kept by the model's
+# loop while the next layer runs: one compute-dtype tensor more. Read off each class default's generate at 1,024
+# tokens (FINDINGS.md F81).
+GENERATE_SCORES = {
+    "bloom": (2, 3),  # BloomAttention.forward: alibi.baddbmm, + mask, softmax(dtype=float32)'s input and output
+    "gpt_neox_japanese": (0, 4),  # _attn: baddbmm's zeros buffer (a local), + mask, softmax in the compute dtype
+    "flint": (3, 0),  # eager_attention_forward: fp32 q k^T + mask, its cat with the sinks, the softmax
+    "hy_v4": (2, 2),  # eager_attention_forward: q k^T + mask, its cat with fp32 sinks less the max, softmax, cast
+}
+
+
+def generate_scores_bytes(a: Arch, g: Graph, tokens: int, c: int) -> int:
+    """Per sequence, the largest attention layer's eager scores at generate's prefill: GENERATE_SCORES where the
+    family's code differs, else the softmax and its cast (score_bytes)."""
+    fp32, compute = GENERATE_SCORES.get(a.model_type, (0, 0))
+    per_score = 4 * fp32 + c * compute if a.model_type in GENERATE_SCORES else score_bytes(a, c)
+    return max(_attention_heads(g), default=0) * tokens * tokens * per_score
+
+
 def eager_scores_bytes(a: Arch, g: Graph, tokens: int, c: int, one_layer: bool = False) -> int:
     """Per sequence: heads x T x T score elements per attention layer (every layer's, or the largest one's when
     only one layer's tensors live: checkpointing's recomputation, serving)."""

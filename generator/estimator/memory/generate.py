@@ -9,7 +9,7 @@ from ..graph.nodes import Graph
 from ..graph.parts import Block
 from ..inputs import Assumptions
 from .activations import RELU_SQUARED, mlp_act
-from .attention import eager_scores_bytes, math_scores_bytes
+from .attention import generate_scores_bytes, math_scores_bytes
 from .job_options import Job, legacy_cache, runs_torch_scan
 from .parallel import Phase
 from .profile import encoder_tokens, kv_bytes_of_block
@@ -56,7 +56,7 @@ def generate_phases(a: Arch, g: Graph, s: Assumptions, job: Job) -> list[Phase]:
 
     transient = max((mlp_transient(a, b) for b in spec.blocks), default=0) + 4 * spec.hidden
     acts = T * c * transient
-    acts += eager_scores_bytes(a, g, T, c, one_layer=True) if job.attention == "eager" else \
+    acts += generate_scores_bytes(a, g, T, c) if job.attention == "eager" else \
         math_scores_bytes(a, g, T, job.kernels == "cpu")
     # a recurrent mixer's torch path (scan_prefill), beside the embeddings, its input and the normed input
     torch_path = runs_torch_scan(job)
