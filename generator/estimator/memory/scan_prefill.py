@@ -1,10 +1,10 @@
 """What the torch paths of recurrent mixers hold in a forward without gradients: HF generate's prefill of a Mamba,
 Mamba-2, Gated DeltaNet or Kimi Delta Attention layer where mamba-ssm or flash-linear-attention is not installed, and
-always on the CPU
-(Job.scan "torch"; job_options.runs_torch_scan). recurrence.py prices what the same code keeps for a backward.
+always on the CPU (Job.scan "torch"; job_options.runs_torch_scan), and of RG-LRU, which has no other path.
+recurrence.py prices what the same code keeps for a backward.
 
-Both were read off the live tensors at the prefill's peak of CPU-simulated generate runs (FINDINGS.md F79), each
-with its dimensions varied apart so that every tensor's width is named, and are counted from the code's own locals:
+Each was read off the live tensors at the prefill's peak of CPU-simulated generate runs (FINDINGS.md F79), with the
+dimensions varied apart where the code allows so that every tensor's width is named, and counted from the code's locals:
 a local stays alive until the function rebinds it or returns, so the widest moment holds every chunked tensor made
 so far. Per sequence of `tokens`, padded to whole chunks (P), in bytes; fp32 unless said.
 
@@ -28,8 +28,8 @@ token and value head, q, k, v, k x beta, v x beta, the solved values and decayed
 the UT system and the pairwise decay (three chunk-wide), and either the decayed q beside the padded one (before k is
 decayed: 6 d_k + 4 d_v) or, in the chunk loop, the decayed q and k with the output buffer's copy (5 d_k + 5 d_v);
 beta, the decay and its cumulative sum; a chunk's corrected values and their product (2 x heads x chunk x d_v); the
-recurrent state it updates is the cache's (kv_bytes_of_block). The caller holds the conv's silu output (2 n_k d_k + n_v d_v) and z (n_v d_v), in
-the compute dtype.
+recurrent state it updates is the cache's (kv_bytes_of_block). The caller holds the conv's silu output (2 n_k d_k +
+n_v d_v) and z (n_v d_v), in the compute dtype.
 
 Kimi Delta Attention (modeling_kimi_linear.chunk_kimi_delta_attention; the same in bailing_hybrid): its gate has a
 value per key channel, so the intra-chunk decay mask is chunk x chunk x d per head, and the widest moment is the
@@ -38,9 +38,10 @@ x d), beside the padded q, k, v, k x beta, v x beta and the gate's cumulative su
 holds the gate (tokens x heads x d, fp32) and the conv's silu output (3 heads x d, compute dtype).
 
 RecurrentGemma's RG-LRU (modeling_recurrent_gemma.RecurrentGemmaRglru and its temporal block) has no other path, on a
-GPU too: twelve LRU-wide tensors in the compute dtype (the y branch's GELU, the conv's output, the two gates'
-block-diagonal matmul and sigmoids, the log decay, its exp and the recurrence's products), read at an LRU as wide as
-the hidden stream, the only shape transformers' cache runs (a narrower one fails its conv state's concatenation).
+GPU too: twelve LRU-wide tensors in the compute dtype (the y branch's GELU, the conv's output, a gate's
+block-diagonal baddbmm and sigmoid, two exps, four products, a sum and the zeros the recurrence fills), read at an
+LRU as wide as the hidden stream, the only shape transformers' cache runs (a narrower one fails its conv state's
+concatenation).
 """
 
 from __future__ import annotations
