@@ -32,15 +32,20 @@ from .images import check_images, image_inputs, mrope_positions, placeholder_che
 from .setup import Setup
 from .tracker import PeakTracker
 
-# The output fields a causal LM hands its cache back in, each the name its forward takes it by again (as generate's
-# _update_model_kwargs_for_generation reads them): transformers 5's `cache`, the older `past_key_values`, RWKV's
-# `state`. RecurrentGemma returns none: its cache lives in its layers, addressed by cache_position.
+# The output fields a causal LM hands its cache back in (as generate's _update_model_kwargs_for_generation reads
+# them): transformers 5's `cache`, the older `past_key_values`, RWKV's `state`. RecurrentGemma returns none: its cache
+# lives in its layers, addressed by cache_position.
 CACHE_FIELDS = ("cache", "past_key_values", "state")
 
 
-def _cache_of(out) -> dict:
-    """The keyword arguments that hand `out`'s cache to the next decode step ({} where the model keeps its own)."""
-    return next(({name: getattr(out, name)} for name in CACHE_FIELDS if getattr(out, name, None) is not None), {})
+def _cache_of(out, takes) -> dict:
+    """The keyword arguments that hand `out`'s cache to the next decode step ({} where the model keeps its own): a
+    KV cache by the name the forward takes (`takes`, its parameters), RWKV's state as `state`."""
+    for name in CACHE_FIELDS:
+        value = getattr(out, name, None)
+        if value is not None:
+            return {name if name == "state" else "cache" if "cache" in takes else "past_key_values": value}
+    return {}
 
 
 def workload(model, setup: Setup, vocab: int, device: str, tracker: PeakTracker | None, sync=None) -> None:
@@ -70,7 +75,7 @@ def workload(model, setup: Setup, vocab: int, device: str, tracker: PeakTracker 
             stage("prefill", "prefill")
             with autocast:
                 out = model(input_ids=ids, use_cache=True, **kept, **at(0, setup.tokens), **pictures)
-            past = _cache_of(out)
+            past = _cache_of(out, takes)
             logits = out.logits[:, -1, :].to(dtype=torch.float32, copy=True)
             del out
             for i in range(setup.new_tokens):
@@ -79,7 +84,7 @@ def workload(model, setup: Setup, vocab: int, device: str, tracker: PeakTracker 
                 stage(f"decode {i + 1}", "decode")
                 with autocast:
                     out = model(input_ids=nxt, use_cache=True, **at(setup.tokens + i, 1), **past)
-                past = _cache_of(out)
+                past = _cache_of(out, takes)
                 logits = out.logits[:, -1, :].to(dtype=torch.float32, copy=True)
                 del out
         return
