@@ -174,6 +174,7 @@ GENERATE_SCORES = {
     "gpt_neox_japanese": (0, 4),  # _attn: baddbmm's zeros buffer (a local), + mask, softmax in the compute dtype
     "flint": (3, 0),  # eager_attention_forward: fp32 q k^T + mask, its cat with the sinks, the softmax
     "hy_v4": (2, 2),  # eager_attention_forward: q k^T + mask, its cat with fp32 sinks less the max, softmax, cast
+    "xglm": (0, 2),  # XGLMAttention.forward: q k^T + mask and its torch.max with finfo.min; a bf16 softmax in place
 }
 
 
