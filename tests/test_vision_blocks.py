@@ -242,17 +242,26 @@ def test_pixtrals_mask_covers_all_of_a_steps_images() -> None:
 
 
 def test_a_steps_images_share_pixtrals_mask_and_no_other_towers() -> None:
-    """image_bytes' share of the shared mask per image grows with the images the step runs (step_images x rows^2
-    in bf16: 74 x 74 patches an image); Gemma-4's per-image masks and llava's towers do not."""
+    """Pixtral's one mask over a step's images: a block of (images x rows)^2 in bf16 per sample and per ordered pair
+    of samples (74 x 74 patches an image), so a batch of b holds b^2 blocks; none for a text-only step or a frozen
+    tower without adapters; Gemma-4's per-image masks and llava's towers keep no such mask."""
+    from generator.estimator.memory.job import job_memory
     from generator.estimator.memory.job_options import Job, job_regime
-    from generator.estimator.memory.tower_adapters import image_bytes, tower_adapted
+    from generator.estimator.memory.tower_adapters import pair_bytes, tower_adapted
     from tests.conftest import snapshot_model
 
     r = job_regime(Job(method="lora"))
-    for model, extra in (("mistralai/Magistral-Small-2509", 2 * 5476 ** 2), ("google/gemma-4-26B-A4B", 0),
+    for model, block in (("mistralai/Magistral-Small-2509", 2 * 5476 ** 2), ("google/gemma-4-26B-A4B", 0),
                          ("llava-hf/llava-1.5-7b-hf", 0)):
         a, g = snapshot_model(model)
         adapted = tower_adapted(g.spec, "all-linear", a.model_type)
-        none, one, two = (image_bytes(g.spec, adapted, 16, r, a.model_type, n) for n in (0, 1, 2))
-        assert (two[0] - one[0], two[1] - one[1]) == (extra, extra), model
-        assert (one[0] - none[0], one[1] - none[1]) == (extra, extra), model  # a text-only step: no mask
+        assert [pair_bytes(g.spec, adapted, r, a.model_type, n) for n in (0, 1, 2)] == [0, block, 4 * block], model
+        assert pair_bytes(g.spec, (), r, a.model_type, 1) == 0  # frozen, no adapter: off the gradient's path
+    from generator.settings import load_settings
+
+    # two samples of one image each: twice one sample's activations and the two blocks between them
+    a, g = snapshot_model("mistralai/Magistral-Small-2509")
+    s = load_settings().assumptions
+    one, two = (dict(job_memory(a, g, s, Job(method="lora", tokens=2048, batch=b), "m").breakdown)["activations"]
+                for b in (1, 2))
+    assert two - 2 * one == 2 * 2 * 5476 ** 2

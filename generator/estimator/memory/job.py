@@ -158,9 +158,9 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
         0 if job.upcast_fp32 or own_model(job.loss) else frozen_input_expert_bytes(a, g, roles, r))
     embed = (r.residual_bytes * spec.hidden if r.trained else 0) * T
     # what each image's tower and projector keep, without checkpointing and with it (tower_adapters.image_bytes),
-    # the batch's images run together (Pixtral's mask over them all)
-    imaging = [images * v for v in image_bytes(spec, w.towers, rank, r, a.model_type, B * images)]
-    pair = pair_bytes(spec, w.towers, r, a.model_type, images)  # what batch b adds to it: job_limits reads it
+    # and a sample's block of Pixtral's mask over the step's images, whose blocks between samples are added below
+    pair = pair_bytes(spec, w.towers, r, a.model_type, images)
+    imaging = [images * v + pair for v in image_bytes(spec, w.towers, rank, r, a.model_type)]
     dropout, frozen, head_rate = end_terms(a, g, s, r, memo, None if own_model(job.loss) else roles)
     embed += T * dropout
     # a frozen embedding's output needs no gradient: layer 0's norm and the dropout after it keep nothing, unless
@@ -360,8 +360,10 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
                                 experts=fixed[k], overhead_weights=ckpt_copies[1] - freed))
         ends = tuple(replace(p, activations=p.activations + B * sum(lru[k] for k in index)) for p in closing) \
             if grad_ckpt and any(lru) else closing  # every recurrent layer's recomputation, kept (F66)
-        if pair:  # every phase holding activations holds the tower's mask; the closing ones hold neither
-            phases = [replace(p, activations_pair=pair) for p in phases]
+        if pair:  # every phase holding activations holds the tower's mask, its blocks between the B samples too;
+            # the closing ones hold neither. job_limits moves a batch-1 job to batch b by activations_pair
+            phases = [replace(p, activations=p.activations + B * (B - 1) * pair, activations_pair=pair)
+                      for p in phases]
         every = tuple(replace(p, overhead_fixed=p.overhead_fixed + buffers) for p in (*phases, *ends)) \
             if buffers else (*phases, *ends)  # only a framework's own model has buffers to add (the site's none)
         out.append(accumulating_phases(every, grad) if job.grad_accum > 1 else every)

@@ -160,7 +160,8 @@ def train_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, method: str, r
         for w, m, msq in ws:
             m0, sq0 = masked.get(w, (0, 0))
             masked[w] = (m0 + count * m, sq0 + count * msq)
-    vision = images * image_bytes(spec, adapted, rank, r, a.model_type)[0]  # one sample's image (Pixtral: its mask alone)
+    pair = pair_bytes(spec, adapted, r, a.model_type, images)  # a sample's block of Pixtral's mask, and each pair's
+    vision = images * image_bytes(spec, adapted, rank, r, a.model_type)[0] + pair
     rates_sum = sum(k * rate for k, rate in zip(counts, rates, strict=True))
     backward = []  # job.py's late-backward phases, the head's tensors freed
     if method != "full" and grad_fixed:
@@ -195,8 +196,7 @@ def train_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, method: str, r
                    embed_step, head_step, tuple(layer_eob), embed_eob, head_eob, tied,
                    embed_act + rates_sum + head_rate, vision,
                    math_sq + sum(k * sq for k, sq in zip(counts, squares, strict=True)),
-                   tuple((w, m, msq) for w, (m, msq) in sorted(masked.items())), tuple(backward),
-                   pair_bytes(spec, adapted, r, a.model_type, images))
+                   tuple((w, m, msq) for w, (m, msq) in sorted(masked.items())), tuple(backward), pair)
 
 
 def encoder_tokens(spec: Spec, tokens: int) -> int:

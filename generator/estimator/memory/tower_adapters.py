@@ -76,10 +76,10 @@ def tower_on_path(adapted: TowerLinears, r: Regime) -> bool:
 
 
 def pair_bytes(spec: Spec, adapted: TowerLinears, r: Regime, model_type: str, images: int) -> int:
-    """What each ordered pair of distinct samples of a step adds to a SHARED_MASK_TOWERS tower's one mask over the
-    step's images, `images` per sample: the mask's off-diagonal block between them, (images x rows)^2 in the compute
-    dtype, where the tower is on the gradient's path (image_bytes prices each sample's own block and its share); a
-    step of b samples holds b (b - 1) of them (stages.at_batch). 0 for any other tower."""
+    """A SHARED_MASK_TOWERS tower's one block-diagonal mask over a step's images, `images` per sample, kept through
+    the backward where the tower is on the gradient's path, checkpointed or not: (images x rows)^2 in the compute
+    dtype per block, a step of b samples holding b^2 blocks, each sample's own and one per ordered pair of distinct
+    samples (stages.at_batch; job.py, profile.train_profile). 0 for any other tower, or a step without images."""
     if spec.tower_linears is None or not tower_on_path(adapted, r):
         return 0
     return r.compute_bytes * step_mask_elements(spec, model_type, images)
@@ -137,8 +137,7 @@ def tower_adapter_bytes(adapted: TowerLinears, rank: int, r: Regime, split: bool
         + sum(count * rows * saved * rank for count, _, _, _, _, rows, _ in adapted)
 
 
-def image_bytes(spec: Spec, adapted: TowerLinears, rank: int, r: Regime, model_type: str,
-                step_images: int = 1) -> tuple[int, int]:
+def image_bytes(spec: Spec, adapted: TowerLinears, rank: int, r: Regime, model_type: str) -> tuple[int, int]:
     """What one image's tower and projector keep for the backward (without checkpointing, with it), read off the CPU
     simulations of llava-1.5, gemma-3, Llama-3.2-Vision, Qwen2.5-VL and Qwen3.5 fed images (FINDINGS.md F73, F74,
     F76):
@@ -155,8 +154,8 @@ def image_bytes(spec: Spec, adapted: TowerLinears, rank: int, r: Regime, model_t
       but the first's);
     - the adapters keep their inputs' copies (tower_adapter_bytes), a checkpointed tower layer's not;
     - a MASKED_TOWERS tower's layers keep SDPA's mask, rows^2 in the compute dtype each, a checkpointed one's not;
-      a SHARED_MASK_TOWERS tower keeps one over the `step_images` images its step runs (the batch's), checkpointed
-      or not, an image's share of it (step_images x rows^2);
+      a SHARED_MASK_TOWERS tower's one mask over the step's images is priced per sample and per pair of samples
+      (pair_bytes), not per image;
     - on a GPU, a Spec.tower_layer_norm tower's two norms per layer keep their bf16 input cast to fp32: CUDA
       autocast runs layer_norm in fp32 (aten autocast_mode.h, its fp32 list; FINDINGS.md F8, F77), where the CPU's,
       on which the rates were counted, keeps the bf16 input (Regime.cpu); a trained tower's stream is fp32 already.
@@ -182,9 +181,7 @@ def image_bytes(spec: Spec, adapted: TowerLinears, rank: int, r: Regime, model_t
                                                   in inputs_by_group.items() if group == "attn_in")
     frozen = 0 if r.trained else c * (copies + sum(count * rows * i for (_, count, rows), i in inputs_by_group.items()))
     masks = c * sum(count * rows * rows for count, rows in firsts) if model_type in MASKED_TOWERS else 0
-    # an image's share of the step's mask (a text-only step, step_images 0, runs no tower)
-    shared = c * step_mask_elements(spec, model_type, step_images) // max(1, step_images) if tower else 0
-    plain = (int(c * spec.vision_act * live) - frozen + masks if tower else 0) + kept + shared + tower_adapter_bytes(
+    plain = (int(c * spec.vision_act * live) - frozen + masks if tower else 0) + kept + tower_adapter_bytes(
         adapted, rank, r, split)
     if tower and not r.trained and rb > c:  # after the kbit upcast: the stream and the MLP's activation in fp32
         plain += (rb - c) * _upcast_elements(spec, inputs_by_group)
@@ -193,7 +190,7 @@ def image_bytes(spec: Spec, adapted: TowerLinears, rank: int, r: Regime, model_t
                                if group in ("attn_in", "mlp_in"))
     # a tower whose layers are not GradientCheckpointingLayers (mllama's) keeps them all, checkpointing or not
     checkpointed = all(x[6] for x in linears if x[3] in LAYER_ROLES)
-    return plain, (inputs if tower else 0) + kept + shared + unchecked if checkpointed else plain
+    return plain, (inputs if tower else 0) + kept + unchecked if checkpointed else plain
 
 
 def _distinct_inputs(linears: TowerLinears, split: bool) -> dict[tuple[str, int, int], int]:
