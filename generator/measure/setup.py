@@ -268,7 +268,7 @@ def parse_overrides(items: list[str] | None) -> dict[str, Any]:
 def job_of(setup: Setup, kernels: str = "cuda"):
     """The estimator's Job for this setup, or (None, why) where it has none; returns (job, reason). kernels "cpu":
     the run was simulated on the CPU, whose kernels keep some tensors in other dtypes (estimator.job KERNELS)."""
-    from ..estimator.memory.job_options import Job
+    from ..estimator.memory.job_options import READ_BY, Job
 
     if setup.optimizer == "adamw" and setup.adamw_impl == "forloop":
         return None, "AdamW for-loop step (FINDINGS.md P4, optional): not modelled"
@@ -282,7 +282,7 @@ def job_of(setup: Setup, kernels: str = "cuda"):
               transformers_version=setup.transformers_version or "", grad_accum=setup.grad_accum or 1,
               double_quant=bool(setup.double_quant), upcast_fp32=bool(setup.upcast_fp32), images=setup.images,
               padded=bool(setup.padded))
-    if setup.method not in ("lora", "qlora"):  # a record holds its harness's adapter defaults whatever the method
+    if setup.method not in READ_BY["lora_targets"]:  # a record holds its harness's adapter defaults whatever the method
         return job, ""  # (LitGPT's "q,v"): only the adapter methods read them
     return dataclasses.replace(job, lora_targets=setup.lora_targets, adapter_dtype=setup.adapter_dtype,
                                lora_dropout=setup.lora_dropout or 0.0), ""

@@ -181,8 +181,8 @@ GENERATE_SCORES = {
 def generate_scores_bytes(a: Arch, g: Graph, tokens: int, c: int) -> int:
     """Per sequence, the largest attention layer's eager scores at generate's prefill: GENERATE_SCORES where the
     family's code differs, else the softmax and its cast (score_bytes)."""
-    fp32, compute = GENERATE_SCORES.get(a.model_type, (0, 0))
-    per_score = 4 * fp32 + c * compute if a.model_type in GENERATE_SCORES else score_bytes(a, c)
+    kept = GENERATE_SCORES.get(a.model_type)
+    per_score = score_bytes(a, c) if kept is None else 4 * kept[0] + c * kept[1]
     return max(_attention_heads(g), default=0) * tokens * tokens * per_score
 
 
