@@ -79,6 +79,9 @@ def print_summary(console: Console, report: Report, *, plan: bool, settings: Set
     count = Text(f"Parameters: {fmt.count(p.graph)} from the graph")
     if p.checkpoint is None:
         count.append(", no checkpoint count to compare.")
+    elif p.match and p.checkpoint != p.graph:
+        count.append(f"; quantised, they are stored as {fmt.count(p.checkpoint)} elements, the checkpoint's count "
+                     "(exact).", style="green")
     elif p.match:
         count.append(f" = {fmt.count(p.checkpoint)} in the checkpoint (exact).", style="green")
     else:

@@ -442,3 +442,14 @@ def test_a_target_peft_cannot_adapt_exits_2_naming_it(capsys):
     code, _, _ = run(capsys, "google/gemma-4-26B-A4B", "--method", "lora", "--lora-targets", "q_proj,v_proj",
                      "--no-tower-adapters")
     assert code == 0
+
+
+def test_a_quantised_checkpoint_count_is_matched_as_stored(capsys):
+    """gpt-oss-20b's MXFP4 checkpoint holds 21,511,953,984 stored elements for 20,914,757,184 parameters (the
+    snapshot's safetensors.total): the count line names the first as stored elements, never "=" the second."""
+    code, out, err = run(capsys, "openai/gpt-oss-20b")
+    assert code == 0
+    line = " ".join(out.split("Parameters: ", 1)[1].split("\n\n")[0].split())
+    assert line.startswith("20,914,757,184 from the graph; quantised, they are stored as 21,511,953,984 elements, "
+                           "the checkpoint's count (exact).")
+    assert "= 21,511,953,984" not in out

@@ -102,6 +102,23 @@ def test_moe_pages_and_llms_txt_show_active_parameters(site: Path) -> None:
     assert 'id="active"' not in dense
 
 
+def test_a_quantised_checkpoint_is_never_called_equal_to_a_different_count(site: Path) -> None:
+    """gpt-oss-20b's MXFP4 checkpoint counts 21,511,953,984 stored elements (packed fp4 pairs and scales, the Hub's
+    safetensors.total) against 20,914,757,184 parameters: the page says they agree as stored, never "scalar for
+    scalar", and every page that says so shows two equal numbers."""
+    for model, twin in _twins(site).items():
+        text = _text((site / "models" / model / "index.html").read_text(encoding="utf-8"))
+        p = twin["params"]
+        if "scalar for scalar" in text:
+            assert p["graph"] == p["checkpoint"], model
+        if "element for element" in text:
+            assert p["stored"] == p["checkpoint"] != p["graph"], model
+    text = _text((site / "models" / "openai" / "gpt-oss-20b" / "index.html").read_text(encoding="utf-8"))
+    assert ("graph 20,914,757,184 (stored as 21,511,953,984 elements) vs checkpoint 21,511,953,984" in text)
+    assert "scalar for scalar" not in text and "element for element" in text
+    assert "also equals the checkpoint's count of stored elements" in text
+
+
 def test_no_page_shows_a_path_of_the_project_itself(site: Path) -> None:
     """Item 10: the tiny models' config notes once pointed at reference-pages/...txt."""
     for page in site.rglob("*"):

@@ -113,12 +113,17 @@ def _provenance(report: Report, record: ModelRecord | None) -> dict[str, Any]:
 def _count(report: Report, record: ModelRecord | None) -> dict[str, Any]:
     p = report.params
     gap = [x for x in report.findings if x.check == "checkpoint_count"]
-    status = "none" if p.checkpoint is None else "match" if p.match else "gap"
+    # A quantised checkpoint's count is of its stored elements (packed weights and their scales), which match only
+    # the graph's stored count: "stored" keeps the page from calling two different numbers equal.
+    status = ("none" if p.checkpoint is None else "gap" if not p.match
+              else "match" if p.checkpoint == p.graph else "stored")
     by_dtype = record.checkpoint_params_by_dtype if record else {}
     return {
         "graph": f.count(p.graph),
         "graph_short": f.short_count(p.graph),
         "checkpoint": f.UNKNOWN if p.checkpoint is None else f.count(p.checkpoint),
+        "stored": None if p.stored is None else f.count(p.stored),
+        "stored_as": dict(p.quantization or ()).get("describes"),
         "status": status,
         "missing": "no checkpoint count is read for a local config" if record is None
         else "the snapshot has no such count for this model",
