@@ -124,8 +124,9 @@ def test_the_calculator_adds_little_to_a_page_and_its_shared_files_are_once_per_
     # and what a frozen tower keeps (F74), 418 kB with the towers' norm copies, masks and peft's refusal of a wrapped
     # tower Linear (tower_adapters.py, F76), 422 kB with a tower's working set without gradients and generate's
     # tower phase (families/tower_inference.py, generate.tower_phase, F78), 426 kB with the batch's pairs of samples
-    # (stages.at_batch) and the recurrent mixers' prefill on their torch paths (memory/scan_prefill.py, F79)
-    assert sum(v for k, v in shared.items() if k.endswith(".zip") and "estimator-" in k) < 426_000
+    # (stages.at_batch) and the recurrent mixers' prefill on their torch paths (memory/scan_prefill.py, F79), 427 kB
+    # with the parameters a class keeps in fp32 (Part.params32, F82)
+    assert sum(v for k, v in shared.items() if k.endswith(".zip") and "estimator-" in k) < 427_000
     assert sum(shared.values()) < 16_000_000  # Pyodide's runtime is most of it (the wasm: 9.6 MB)
     artifacts = Path(__file__).resolve().parents[1] / "test-artifacts"
     artifacts.mkdir(exist_ok=True)

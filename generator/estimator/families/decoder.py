@@ -170,6 +170,9 @@ class DecoderTraits:
     # (modeling_gpt2.GPT2Block.crossattention and ln_cross_attn)
     cross: bool = False
     streams: str | None = None  # config key of the hidden-width streams between layers (hyper-connections): Spec
+    # the class lists lm_head in _keep_in_fp32_modules_strict: its weight stays fp32 in a bf16 or fp16 load, and
+    # the forward casts the hidden states to fp32 for it (Part.params32)
+    fp32_head: bool = False
 
 
 def has_qk_norm(t: DecoderTraits, d: Dims) -> bool:
@@ -374,7 +377,9 @@ def build(cfg: Mapping[str, Any], model: str, model_type: str, t: DecoderTraits,
         head.append(Part("Head_Extra", "Parameters", t.extra_head(d)))
     if e != h:
         head.append(Part("Project_Out", "Linear", linear(h, e), width=e, matmul=h * e))
-    head += [lm_head_part(d.vocab, e, tie, d.f(t.head_bias)), Part("Output", "Output", width=d.vocab)]
+    lm_head = lm_head_part(d.vocab, e, tie, d.f(t.head_bias))
+    head += [lm_head._replace(params32=lm_head.params) if t.fp32_head else lm_head,
+             Part("Output", "Output", width=d.vocab)]
     spec = Spec("decoder", d.hidden, d.vocab, tuple(embed), blocks, tuple(head), d.vocab, tied=tie,
                 streams=d.k(t.streams, 1) if t.streams else 1)
     m = t.moe

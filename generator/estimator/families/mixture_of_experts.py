@@ -329,7 +329,9 @@ TRAITS: dict[str, DecoderTraits] = {
                      parallel=True, tie=True,
                      moe=ExpertTraits(shared=_n_shared("num_shared_experts", "intermediate_size"), inter="intermediate_size",
                            sparse=first_k_dense(k0=0))),
+    # HYV4ForCausalLM: _keep_in_fp32_modules_strict = ["lm_head"], nn.Linear(..., dtype=torch.float32)
     "hy_v4": DecoderTraits(mla=True, mha=True, attn=_hy_v4_attention, layer_extra=_hyper_connections, streams="hc_mult",
+               fp32_head=True,
                # HYV4HyperHead: hc_fn (m x m.hidden), hc_base (m), hc_scale (1)
                extra_head=lambda d: d.k("hc_mult") ** 2 * d.hidden + d.k("hc_mult") + 1,
                moe=ExpertTraits(experts="n_routed_experts", shared=_n_shared("n_shared_experts"),

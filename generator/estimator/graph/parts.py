@@ -40,6 +40,8 @@ class Part(NamedTuple):
     # checkpoint stores packed: every nn.Linear of the part and the experts' 3-D tensors. () = linears
     top_k: int = 0  # routed experts: the experts each token runs (their rows of the gathered input)
     scan: tuple[int, ...] = ()  # a recurrent mixer's dims for memory.recurrence (Mamba, Gated DeltaNet, KDA)
+    # of params, those the class keeps in fp32 whatever dtype the model loads in (_keep_in_fp32_modules_strict)
+    params32: int = 0
 
     @property
     def weight_mats(self) -> tuple[tuple[int, int, int], ...]:
@@ -207,6 +209,12 @@ class Spec:
     @property
     def params(self) -> int:
         return sum(p.params for p in (*self.embed, *self.head)) + sum(b.params * n for b, n in self.distinct_layers)
+
+    @property
+    def params32(self) -> int:
+        """Of params, those the class keeps in fp32 in a 16-bit load (Part.params32): 2 bytes more each."""
+        return sum(p.params32 for p in (*self.embed, *self.head)) + sum(
+            n * sum(p.params32 for p in b.parts) for b, n in self.distinct_layers)
 
     @property
     def reads_images(self) -> bool:

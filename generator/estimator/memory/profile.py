@@ -225,7 +225,7 @@ def serve_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, memo: dict | N
     weights = serve_weight_bytes(a, s)
 
     def block_weights(b: Block) -> int:
-        return weights(b.parts) if a.quant is not None and a.quant.bits < 16 else int(s.serve_weight_bytes * b.params)
+        return weights(b.parts)
     transient = _serve_transient(g, s, tokens)
     distinct = spec.distinct_layers
     counts, layout = tuple([n for _, n in distinct]), layer_index(spec, memo)

@@ -119,7 +119,7 @@ def serve_weight_bytes(a: Arch, s: Assumptions) -> Callable[[list[Part] | tuple[
 
     def weights(parts: list[Part] | tuple[Part, ...]) -> int:
         if a.quant is None or a.quant.bits >= 16:
-            return int(s.serve_weight_bytes * sum(p.params for p in parts))
+            return int(sum(s.serve_weight_bytes * p.params + (4 - s.serve_weight_bytes) * p.params32 for p in parts))
         total = 0.0
         for p in parts:
             total += part_bytes(p)
@@ -130,10 +130,10 @@ def serve_weight_bytes(a: Arch, s: Assumptions) -> Callable[[list[Part] | tuple[
 def _part_serve_bytes(a: Arch, s: Assumptions) -> Callable[[Part], float]:
     """A quantised checkpoint's bytes of one part's weights when served (its stored matrices, the rest bf16)."""
     def part_bytes(p: Part) -> float:
-        key = (p.params, p.type, p.mats, p.linears)
+        key = (p.params, p.type, p.mats, p.linears, p.params32)
         nbytes = seen.get(key)
         if nbytes is None:
-            nbytes = float(s.serve_weight_bytes * p.params)
+            nbytes = float(s.serve_weight_bytes * p.params + (4 - s.serve_weight_bytes) * p.params32)
             if a.quant is not None and a.quant.bits < 16:
                 w = sum(count * i * o for count, i, o in quantised_mats(a, p))
                 nbytes += part_stored_delta(a, p)[1] + (2 - s.serve_weight_bytes) * w
@@ -152,7 +152,7 @@ def model_serve_weight_bytes(a: Arch, s: Assumptions) -> int:
     and fractional-eighth bytes: the float sums are exact in any order)."""
     spec = a.spec
     if a.quant is None or a.quant.bits >= 16:
-        return int(s.serve_weight_bytes * spec.params)
+        return int(s.serve_weight_bytes * spec.params + (4 - s.serve_weight_bytes) * spec.params32)
     part_bytes = _part_serve_bytes(a, s)
     total = 0.0
     for p in spec.embed:
@@ -191,11 +191,11 @@ NF4_STATE_BYTES, NESTED_STATE_BYTES = 16 * 4, 256 * 4 + 4
 
 def weight_bytes(g: Graph, storage: str, double_quant: bool = False, mats: dict | None = None) -> int:
     """Bytes of the whole model's weights stored as `storage` (quantised: the layers' Linears, and a bitsandbytes
-    base's towers, quantised_tower_params; the rest 16-bit)."""
+    base's towers, quantised_tower_params; the rest 16-bit, but for those the class keeps in fp32: Spec.params32)."""
     if storage in ("bf16", "fp16", "fp32"):
-        return (4 if storage == "fp32" else 2) * g.params_total
+        return 4 * g.params_total if storage == "fp32" else 2 * (g.params_total + g.spec.params32)
     q = QUANTS[storage]
-    total = 2.0 * g.params_total
+    total = 2.0 * (g.params_total + g.spec.params32)
     towers = quantised_tower_params(g, storage)
     if towers:  # one aggregate: nf4's bytes follow the elements alone (int8's row scales are left out)
         total += _mat_elements(q, 1, towers, 1)[1] - 2 * towers - (DOUBLE_QUANT_SAVING * towers if double_quant else 0)
