@@ -9,6 +9,7 @@ import json
 import pytest
 
 from generator.accuracy import estimate_bytes
+from generator.estimator.config.transformers_defaults import CLASS_DEFAULTS
 from generator.estimator.graph.nodes import build_graph
 from generator.estimator.memory.activations import regime
 from generator.estimator.memory.job_options import Job
@@ -68,10 +69,7 @@ def test_every_class_that_keeps_its_head_in_fp32_is_priced_so():
     """Truth from transformers: each CausalLM or image-text-to-text class whose _keep_in_fp32_modules_strict lists
     lm_head, among the model types the estimator reads, gives its LM head params32; no other class does."""
     transformers = pytest.importorskip("transformers")
-    from transformers.models.auto import modeling_auto  # noqa: PLC0415 - a test dependency, imported when present
-
-    from generator.estimator.config.transformers_defaults import CLASS_DEFAULTS  # noqa: PLC0415
-
+    modeling_auto = transformers.models.auto.modeling_auto
     keeps: dict[str, bool] = {}
     for table in (modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
                   modeling_auto.MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES):

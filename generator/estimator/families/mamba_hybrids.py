@@ -136,7 +136,10 @@ def nemotron_h(cfg: Mapping[str, Any], model: str) -> Arch:
             raise ConfigError(model, "layers_block_type", t, "is not a Nemotron-H layer kind")
     traits = DecoderTraits(norms=("pre_attn",), never_tie=True,
           mixer=lambda d, i: kinds[types[i]], ffn=lambda d, i: "none",
-          mixers={"mamba2": _nemotron_mamba, "mlp": _nemotron_mlp, "moe": _nemotron_moe})
+          mixers={"mamba2": _nemotron_mamba, "mlp": _nemotron_mlp, "moe": _nemotron_moe},
+          # the routed experts' keys: the Arch's experts and top-k (active parameters, expert parallel, the decode's
+          # expert reads); the MoE layers themselves are _nemotron_moe's
+          moe=ExpertTraits(experts="n_routed_experts"))
     src = {k: v for k, v in cfg.items() if k != "layer_types"}
     return build(dict(src, num_hidden_layers=len(types)), model, "nemotron_h", traits)
 
