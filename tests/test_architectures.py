@@ -219,6 +219,29 @@ def test_fp8_serves_one_byte_per_quantised_weight(settings):
     assert r.params.graph < r.memory.serve_weight_bytes < 1.05 * r.params.graph
 
 
+def test_a_quantised_name_without_a_quantization_config_is_flagged(settings):
+    """NVIDIA's ModelOpt repositories keep their quantisation in hf_quant_config.json: config.json alone says bf16
+    (the snapshot's notes on these three). The page says so, rather than pricing FP8 or NVFP4 weights as bf16
+    without a word; a config that declares its quantisation, or a name that claims none, gets no such warning."""
+    flagged = {}
+    for repo_id in SNAP:
+        found = [f for f in report(settings, repo_id).findings if f.check == "quantization" and f.severity == "warning"]
+        if found:
+            flagged[repo_id] = found[0].message
+    assert sorted(flagged) == ["nvidia/Llama-3.1-70B-Instruct-FP8", "nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-FP8",
+                               "nvidia/Qwen3-235B-A22B-NVFP4"]
+    assert flagged["nvidia/Qwen3-235B-A22B-NVFP4"].startswith("the repository's name says NVFP4, but its config.json "
+                                                             "declares no quantization_config")
+    cfg = SNAP["meta-llama/Meta-Llama-3-8B"][0]
+
+    def checks(model_id):
+        r = estimate(cfg, model_id=model_id, assumptions=settings.assumptions, cards=settings.cards, gpus=settings.gpus)
+        return [f.severity for f in r.findings if f.check == "quantization"]
+    assert checks("someone/Llama-3-8B-Instruct-AWQ") == ["warning"]
+    assert checks("someone/Llama-3-8B.int4") == ["warning"]
+    assert checks("someone/fp8lover-Llama") == []  # not a token of the name
+
+
 def test_hostile_values_in_new_families_are_typed_errors():
     bad = [{"model_type": "mixtral", "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2,
             "vocab_size": 100, "intermediate_size": 64, "num_local_experts": "8"},

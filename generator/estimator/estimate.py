@@ -219,7 +219,7 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
     findings: list[Finding] = [*check_scope(arch, train_tokens, s.train_tokens, serve_tokens, s.serve_tokens,
                                             spec.kind, attends),
                                *check_shapes(arch), *check_scan_kernels(arch, graph, s, train_tokens),
-                               *check_special_tokens(arch), *check_rope(arch), *check_quantization(arch, graph, stored),
+                               *check_special_tokens(arch), *check_rope(arch), *check_quantization(arch, graph, stored, model_id),
                                *check_checkpoint(arch, graph, checkpoint_params, stored), *past_context,
                                *check_tower_adapters(graph),
                                *serve_past]

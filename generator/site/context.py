@@ -75,6 +75,10 @@ def model_context(report: Report, record: ModelRecord | None, settings: Settings
         "count": count,
         "custom_code": {"present": model.custom_code, "auto_map": _auto_map(record)},
         "text_tower": {"present": model.text_tower_only, "model_type": model.model_type, "family": model.family},
+        # a repository named for a quantised format whose config.json declares none (checks.check_quantization):
+        # every figure prices bf16 weights, so the page says it by the headline, not only among the findings
+        "quantised_name": next((x.message for x in report.findings
+                                if x.check == "quantization" and x.severity == "warning"), None),
         "cost": _cost(report, settings, assumptions,
                       sources.href(settings.site, crumbs_root(crumbs), standalone)),
         "memory": _memory(report, root=crumbs_root(crumbs)),
