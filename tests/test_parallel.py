@@ -4,6 +4,7 @@ choices and marks, and decode speed under its bandwidth bound."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -12,11 +13,12 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
 from generator.errors import TraceError
+from generator.estimator import estimate
 from generator.estimator.memory.kinds import MAX_GPUS
 from generator.estimator.memory.parallel import ParallelError, Phase, Setup, SingleGpuJob, per_gpu
 from generator.estimator.memory.plans import GpuOffer, search_plans
 from generator.estimator.serving_speed import ServingModel, decode_upper_bound, serving_speed
-from tests.conftest import ROOT
+from tests.conftest import ROOT, snapshot_configs
 
 # Llama-2-7B's shape: 6,738,415,616 params, 32 layers of 202,383,360, embeddings and head 131,072,000 each.
 P, LAYER, EMBED, HEAD, LAYERS = 6_738_415_616, 202_383_360, 131_072_000, 131_076_096, 32
@@ -275,3 +277,30 @@ def test_moe_decode_reads_only_its_active_experts_at_batch_1():
     a = serving_speed(dense, "g", Setup(), 0, 1, 1, 1000.0, 100.0, None)
     b = serving_speed(moe, "g", Setup(), 0, 1, 1, 1000.0, 100.0, None)
     assert b.decode_tokens_per_s == pytest.approx(a.decode_tokens_per_s / 2)
+
+
+def test_mla_latent_cache_is_whole_on_every_tensor_parallel_rank():
+    """MLA caches one latent head per token (vLLM: [blocks, block_size, 1, kv_lora_rank + qk_rope_head_dim] on each
+    rank, whatever the TP size), so TP splits none of it; grouped KV heads split / N, or one head per rank where N
+    exceeds them. DeepSeek-V3 on 8 H200s had offered 1,287 sequences at $0.22 per M output tokens from a cache
+    divided by 8: 161 sequences now."""
+    cache = 8 * 2**30
+    phase = Phase("decode", weights=2 * P, kv_cache=cache)
+    heads = dict(method="serve", heads=32)
+    assert dict(per_gpu(_job([phase], kv=8, **heads), Setup("tp", 8)).breakdown)["kv_cache"] == cache // 8
+    assert dict(per_gpu(_job([phase], kv=4, **heads), Setup("tp", 8)).breakdown)["kv_cache"] == cache // 4
+    latent = dataclasses.replace(_job([phase], kv=32, **heads), kv_latent=1.0)
+    assert dict(per_gpu(latent, Setup("tp", 8)).breakdown)["kv_cache"] == cache
+    # the decode reads it whole on every rank too: a batch's cache reads take N times what they would split
+    split = ServingModel(10**9, 0, 0, 0, 10**5, 4096, 0.0)
+    whole = dataclasses.replace(split, kv_latent=1.0)
+    assert decode_upper_bound(whole, 1, 1000.0) == decode_upper_bound(split, 1, 1000.0)
+    assert decode_upper_bound(whole, 8, 1000.0) < decode_upper_bound(split, 8, 1000.0)
+
+
+def test_deepseek_v3_serves_its_latent_cache_whole_per_rank(settings):
+    cfg = next(c for repo, c, _ in snapshot_configs() if repo == "deepseek-ai/DeepSeek-V3")
+    r = estimate(cfg, model_id="deepseek-ai/DeepSeek-V3", assumptions=settings.assumptions, cards=settings.cards,
+                 gpus=settings.gpus)
+    h200 = next(x for x in r.serving if x.gpu_model == "H200 SXM")
+    assert (h200.gpus, h200.strategy) == (8, "tp") and 150 < h200.max_concurrency < 170

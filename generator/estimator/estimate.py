@@ -59,6 +59,7 @@ from .setups import (
     cached_peak,
     exact_job,
     job_limits,
+    kv_latent_share,
     model_shape,
     offers,
     plans_for,
@@ -304,7 +305,7 @@ def _setups(arch, graph, s: Assumptions, cards, gpus, jobs, flops_per_token: tup
                                    (s.job_samples * s.job_epochs, s.job_batch))
     serving: tuple[ServingSpeed, ...] = ()
     if graph.spec.kind != "encoder":
-        model = serving_model(arch, graph, s, weights_served, kv_per_sequence, serve_tokens)
+        model = serving_model(arch, graph, s, weights_served, kv_per_sequence, serve_tokens, kv_latent_share(graph))
         serving = serving_table(model, peak, gpu_offers, plans)
     return plans, unreachable, serving
 

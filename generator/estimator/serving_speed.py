@@ -10,7 +10,8 @@ FLOPS; the defaults are the ratios of ideal to measured latency of a 13B model o
 measured = 0.78; prefill 43.7 vs 63.17 ms = 0.69).
 
 Tensor parallel over N GPUs: the ranks read their 1/N of the weights and KV cache in parallel (the few replicated
-norms and KV heads of estimator.parallel are left out of the time). MoE at batch B reads the dense weights and the
+norms and KV heads of estimator.parallel are left out of the time), but for MLA's latent cache, which every rank
+keeps and reads whole (estimator.memory.parallel). MoE at batch B reads the dense weights and the
 experts some sequence routes to: E x (1 - (1 - k/E)^B) of E experts per layer in expectation under uniform routing
 (k active of E; at B = 1 exactly the k active ones). Pure: numbers in, numbers out.
 """
@@ -38,6 +39,7 @@ class ServingModel:
     kv_bytes_per_token: int = 0  # K and V of all layers per cached token (windows not applied)
     serve_tokens: int = 4096  # tokens per sequence (prompt + generated): the KV one decoded token reads at the end
     flops_per_token: float = 0.0  # forward FLOPs per token (estimator.cost.flops_per_token's forward)
+    kv_latent: float = 0.0  # MLA's share of kv_bytes_per_token: each tensor-parallel rank reads it whole
 
 
 @dataclass(frozen=True)
@@ -68,7 +70,8 @@ def decode_step_seconds(m: ServingModel, batch: int, gpus: int, bandwidth_gb_per
                         bandwidth_efficiency: float = DECODE_BANDWIDTH_EFFICIENCY,
                         mfu: float = PREFILL_MFU) -> float:
     """One decode step of `batch` sequences at the end of their serve_tokens, over `gpus` tensor-parallel GPUs."""
-    bytes_ = active_weight_bytes(m, batch) + batch * m.kv_bytes_per_token * m.serve_tokens
+    kv = batch * m.kv_bytes_per_token * m.serve_tokens
+    bytes_ = active_weight_bytes(m, batch) + kv * (1 - m.kv_latent + m.kv_latent * gpus)  # over all the ranks
     memory_s = bytes_ / (gpus * bandwidth_gb_per_s * 1e9 * bandwidth_efficiency)
     compute_s = batch * m.flops_per_token / (gpus * peak_tflops * 1e12 * mfu) if peak_tflops > 0 else 0.0
     return max(memory_s, compute_s)
@@ -76,7 +79,7 @@ def decode_step_seconds(m: ServingModel, batch: int, gpus: int, bandwidth_gb_per
 
 def decode_upper_bound(m: ServingModel, gpus: int, bandwidth_gb_per_s: float) -> float:
     """Tokens per second no batch-1 decode can pass: all bandwidth, nothing but the bytes it must read."""
-    bytes_ = active_weight_bytes(m, 1) + m.kv_bytes_per_token * m.serve_tokens
+    bytes_ = active_weight_bytes(m, 1) + m.kv_bytes_per_token * m.serve_tokens * (1 - m.kv_latent + m.kv_latent * gpus)
     return gpus * bandwidth_gb_per_s * 1e9 / bytes_ if bytes_ > 0 else float("inf")
 
 

@@ -58,6 +58,7 @@ class Shape:
     kv_heads: int
     unit_expert_params: int = 0  # the routed experts' params in the largest unit (fsdp+ep)
     experts: int = 0  # routed experts per MoE layer
+    kv_latent: float = 0.0  # MLA's share of the cached elements per token (SingleGpuJob.kv_latent)
 
 
 def model_shape(a: Arch, g: Graph) -> Shape:
@@ -75,7 +76,14 @@ def model_shape(a: Arch, g: Graph) -> Shape:
     return Shape(g.params_total, max(1, len(blocks)), largest.params if largest else 0,
                  sum(p.params for p in spec.embed), sum(p.params for p in spec.head), replicated,
                  attention_layers * 2 * a.hidden * a.kv_heads * a.head_dim, a.heads, a.kv_heads, routed,
-                 a.experts if routed else 0)
+                 a.experts if routed else 0, kv_latent_share(g))
+
+
+def kv_latent_share(g: Graph) -> float:
+    """MLA's share of the elements a token caches (its layers' latent: kv_lora_rank + qk_rope_head_dim), which
+    every tensor-parallel rank keeps and reads whole (memory/parallel.py); 0 without MLA."""
+    cached = [(b.kind == "mla", n * sum(kv for _, kv in b.kv)) for b, n in g.spec.distinct_layers]
+    return sum(kv for mla, kv in cached if mla) / (sum(kv for _, kv in cached) or 1)
 
 
 def training_job(a: Arch, g: Graph, s: Assumptions, job: Job, shape: Shape, model: str = "",
@@ -126,7 +134,8 @@ def _single(method: str, phases: tuple[Phase, ...], ckpt: tuple[Phase, ...], tra
     return SingleGpuJob(method, phases, shape.params_total, trainable, c, w, w, shape.layers, shape.unit_params,
                         shape.first_stage_params, shape.last_stage_params, shape.tp_replicated_params,
                         shape.kv_proj_params, shape.heads, shape.kv_heads, phases_ckpt=ckpt,
-                        unit_expert_params=shape.unit_expert_params, experts=shape.experts, accumulating=accumulating)
+                        unit_expert_params=shape.unit_expert_params, experts=shape.experts, accumulating=accumulating,
+                        kv_latent=shape.kv_latent)
 
 
 def job_limits(job: SingleGpuJob, adjust: Callable[[str, tuple[int, ...]], int]) -> Limits:
@@ -277,7 +286,7 @@ def plans_for(jobs: Mapping[str, SingleGpuJob], peak: PeakTable,
 
 
 def serving_model(a: Arch, g: Graph, s: Assumptions, weight_bytes: int, kv_per_sequence: int,
-                  serve_tokens: int) -> ServingModel:
+                  serve_tokens: int, kv_latent: float = 0.0) -> ServingModel:
     """What a decode step reads: the routed experts apart (P - A params over 1 - k/E of them, so that batch 1 reads
     exactly the active parameters), the embedding table aside when the head does not share it (one row read)."""
     p, active = g.params_total, g.params_active or g.params_total
@@ -288,7 +297,7 @@ def serving_model(a: Arch, g: Graph, s: Assumptions, weight_bytes: int, kv_per_s
     dense = p - experts - (0 if g.spec.tied else g.params_embedding)
     forward = flops_per_token(a, g, s, "full", 0, serve_tokens) / 3.0
     return ServingModel(int(dense * per_param), int(experts * per_param), e if experts else 0, k if experts else 0,
-                        -(-kv_per_sequence // max(1, serve_tokens)), serve_tokens, forward)
+                        -(-kv_per_sequence // max(1, serve_tokens)), serve_tokens, forward, kv_latent)
 
 
 def serving_table(model: ServingModel, peak: Callable[[str, Setup], tuple[int, int]],

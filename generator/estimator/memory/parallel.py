@@ -31,7 +31,10 @@ u the largest sharding unit's params, c compute bytes, N GPUs). Sources:
   sequence model parallelism"); logits / N (vocab-parallel cross entropy). Heads split / N; KV heads split / N, or
   replicated one per rank where N > kv_heads (vLLM vllm/model_executor/layers/linear.py QKVParallelLinear:
   num_kv_heads = 1, num_kv_head_replicas = tp / kv_heads; Megatron-LM transformer_config.py: num_query_groups must be
-  a multiple or divisor of tensor_model_parallel_size).
+  a multiple or divisor of tensor_model_parallel_size). MLA's latent cache (kv_lora_rank + qk_rope_head_dim per token)
+  is one head that every rank keeps whole: vLLM's MLA cache is [blocks, block_size, 1, kv_lora_rank +
+  qk_rope_head_dim] on each rank whatever the TP size (vllm/distributed/kv_transfer/kv_connector/utils.py), the
+  duplication vLLM's data-parallel attention exists to avoid.
 - pp: N contiguous stages of layers, embedding on the first, final norm and head (and the logits) on the last,
   the cut minimising the largest stage (splits.best_cut for two cards, generalised). At batch 1 one micro-batch is in
   flight, so each stage holds its own layers' activations once (Megatron-LM theoretical_memory_usage.py: the first
@@ -136,6 +139,7 @@ class SingleGpuJob:
     unit_expert_params: int = 0  # routed-expert params of the largest unit (fsdp+ep gathers 1 / EXPERT_PARALLEL)
     experts: int = 0  # routed experts per MoE layer
     accumulating: bool = False  # gradients accumulate over micro-batches (Job.grad_accum > 1)
+    kv_latent: float = 0.0  # of the KV cache per token, MLA's latent share: every TP rank keeps it whole
 
 
 @dataclass(frozen=True)
@@ -294,7 +298,8 @@ def _tp(job: SingleGpuJob, ph: Phase, n: int) -> Phase:
 
     def w(x: int) -> int:
         return _ceil(x * share)
-    kv = _ceil(ph.kv_cache * kv_rank_heads / job.kv_heads) if job.kv_heads else _ceil(ph.kv_cache / n)
+    split = kv_rank_heads / job.kv_heads if job.kv_heads else 1 / n
+    kv = _ceil(ph.kv_cache * (job.kv_latent + (1 - job.kv_latent) * split))
     return Phase(ph.name, w(ph.weights), w(ph.gradients), w(ph.optimizer_state), _ceil(ph.activations / n),
                  _ceil(ph.logits / n), kv, w(ph.overhead_weights), w(ph.overhead_step), ph.overhead_fixed,
                  ph.computing)
