@@ -213,8 +213,8 @@ def _print_plan(console: Console, report: Report, settings: Settings, method: st
     if plans:
         table = Table(title=f"Setups that hold batch 1 (cost: {a['job_epochs']} epochs x "
                             f"{fmt.count(a['job_samples'])} samples at batch {a['job_batch']} x "
-                            f"{fmt.count(a['job_tokens'])} tokens, FLOPs / (GPUs x peak x MFU); offload: at least its "
-                            "PCIe transfers)")
+                            f"{fmt.count(a['job_tokens'])} tokens, max(FLOPs / peak, bytes / bandwidth) / "
+                            "(GPUs x MFU); offload: at least its PCIe transfers)")
         for col in ("Method", "Card", "Setup", "Per GPU", "Price", "Hours", "Job", ""):
             table.add_column(col)
         for p in plans:

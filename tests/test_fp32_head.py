@@ -1,6 +1,6 @@
 """Parameters a transformers class keeps in fp32 whatever dtype the model loads in (its
 _keep_in_fp32_modules_strict): HY-V4's LM head (modeling_hy_v4 HYV4ForCausalLM, nn.Linear(..., dtype=torch.float32))
-is 4 bytes a weight in a bf16 base, served or trained (Part.params32, Spec.params32)."""
+is 4 bytes a weight in a bf16 base, served or trained (Part.params32, Graph.params_fp32)."""
 
 from __future__ import annotations
 
@@ -27,12 +27,12 @@ def test_hy_v4_head_is_priced_at_four_bytes_and_counted_once():
     a = normalise(HY_V4, "m")
     g = build_graph(a)
     head = HY_V4["vocab_size"] * HY_V4["hidden_size"]  # untied: tie_word_embeddings false
-    assert g.params_lm_head == head and g.spec.params32 == head
+    assert g.params_lm_head == head and g.params_fp32 == head
     assert weight_bytes(g, "bf16") == 2 * g.params_total + 2 * head
     assert weight_bytes(g, "fp32") == 4 * g.params_total
-    assert model_serve_weight_bytes(a, S) == S.serve_weight_bytes * g.params_total + (4 - S.serve_weight_bytes) * head
+    assert model_serve_weight_bytes(a, g, S) == S.serve_weight_bytes * g.params_total + (4 - S.serve_weight_bytes) * head
     other = normalise({**HY_V4, "model_type": "deepseek_v3"}, "m")  # the same keys, a class that keeps no head fp32
-    assert build_graph(other).spec.params32 == 0
+    assert build_graph(other).params_fp32 == 0
 
 
 def test_the_amp_lora_step_keeps_the_fp32_heads_bf16_copy():

@@ -131,6 +131,25 @@ def test_a_page_priced_as_bf16_for_a_quantised_repository_says_so_by_its_headlin
     assert "The repository&#39;s name says NVFP4, but its config.json declares no quantization_config" in html
 
 
+def test_the_cost_table_and_the_setups_table_price_a_one_gpu_job_alike(site: Path) -> None:
+    """Both tables take the roofline (the longer of FLOPs over peak and bytes over bandwidth): a one-GPU setup
+    costs the same in each, and where batch 1 needs gradient checkpointing on one GPU the cost table prices that
+    setup rather than saying it does not fit (Llama-3-8B's LoRA on an L4: 279 h, $224.39)."""
+    checked = 0
+    for model, twin in _twins(site).items():
+        one = {(p["method"], p["gpu_model"] or p["gpu"]): p for p in twin["plans"] if p["fits"] and p["gpus"] == 1}
+        for line in twin["cost"]:
+            plan = one.get((line["method"], line["card"]))
+            if plan is None or plan["grad_ckpt"]:
+                continue
+            assert plan["job_hours"] == pytest.approx(line["hours"], rel=1e-9), (model, line["card"], line["method"])
+            checked += 1
+    assert checked > 500
+    html = (site / "models" / "meta-llama" / "Meta-Llama-3-8B" / "index.html").read_text(encoding="utf-8")
+    row = _text(html.split('<th scope="row">L4</th>', 1)[1].split("</tr>", 1)[0])
+    assert "279 h · $224.39with gradient checkpointing" in row and row.count("does not fit one GPU") == 1
+
+
 def test_no_page_shows_a_path_of_the_project_itself(site: Path) -> None:
     """Item 10: the tiny models' config notes once pointed at reference-pages/...txt."""
     for page in site.rglob("*"):

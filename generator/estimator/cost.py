@@ -5,8 +5,9 @@ eq. 3): forward = 2 x matmul weights used per token (an MoE's active experts onl
 4 x heads x head_dim x keys per attention layer, keys = T/2 under the causal mask, capped by sliding
 windows. Full fine-tune = 3 x forward (backward = input and weight gradients). LoRA skips the
 weight-gradient GEMMs of the frozen base: linears cost 2 x forward, attention (no weights) 3 x, and
-adapters 6 x their parameters. Time per step = max(FLOPs / peak, bytes / bandwidth) (roofline); the
-expected hours divide by an assumed MFU.
+adapters on Linears 6 x their parameters; adapters on an MoE's expert tensors make every expert's delta weight
+once per step (layer_terms.expert_adapters), 6 x its multiply-adds, shared by the step's tokens. Time per step =
+max(FLOPs / peak, bytes / bandwidth) (roofline); the expected hours divide by an assumed MFU.
 """
 
 from __future__ import annotations
@@ -57,12 +58,15 @@ def flops_per_token(a: Arch, g: Graph, s: Assumptions, method: str, lora_params:
     return 2.0 * linear + 3.0 * attention + 6.0 * lora_params
 
 
-def training_flops_per_token(a: Arch, g: Graph, s: Assumptions, lora_params: int,
-                             tokens: int) -> tuple[float, float]:
-    """flops_per_token of a full fine-tune and of LoRA at the same tokens: the attention's sum once for both."""
+def training_flops_per_token(a: Arch, g: Graph, s: Assumptions, lora_params: int, tokens: int,
+                             expert_delta_macs: int = 0) -> tuple[float, float]:
+    """flops_per_token of a full fine-tune and of LoRA at the same tokens: the attention's sum once for both.
+    lora_params: the adapters on Linears (per token); expert_delta_macs: the expert tensors' delta weights, made
+    once per step of the reference job's batch (s.job_batch x tokens)."""
     linear = 2.0 * g.active_matmul
     attention = sum(flops * attention_keys(tokens, window, causal) for window, causal, flops in g.attention_terms)
-    return 3.0 * (linear + attention), 2.0 * linear + 3.0 * attention + 6.0 * lora_params
+    delta = 6.0 * expert_delta_macs / (max(1, s.job_batch) * max(1, tokens))
+    return 3.0 * (linear + attention), 2.0 * linear + 3.0 * attention + 6.0 * lora_params + delta
 
 
 class StepWork(NamedTuple):

@@ -19,7 +19,7 @@ from .checks import (
     check_special_tokens,
     check_tower_adapters,
 )
-from .cost import CostLine, job_cost, job_tokens, step_work, training_flops_per_token
+from .cost import CostLine, StepWork, job_cost, job_tokens, step_work, training_flops_per_token
 from .graph.nodes import build_graph
 from .graph.parts import Spec
 from .graph.structure import StructureTable
@@ -28,7 +28,7 @@ from .memory.attention import default_attention
 from .memory.curve import memory_curve
 from .memory.job_options import Job, checkpoint_host_bytes, resolve
 from .memory.job_result import metric_memory
-from .memory.layer_terms import all_linear_params
+from .memory.layer_terms import all_linear_params, expert_adapters
 from .memory.parallel import Setup, accumulating_phases, per_gpu
 from .memory.profile import (
     budget_bytes,
@@ -90,11 +90,13 @@ FORMULAS = {
     "split": "two cards, contiguous layer cut minimising the larger stage (pipeline parallel), only where "
              "batch 1 does not fit one card",
     "cost": "steps x max(FLOPs/peak, bytes/bandwidth) / MFU; FLOPs = 6 x active matmul weights per token "
-            "full, 4 x for LoRA, causal attention halved, sliding windows capped",
+            "full, 4 x for LoRA (+ 6 x its adapters on Linears, + an MoE's expert-tensor delta weights once per "
+            "step), causal attention halved, sliding windows capped",
     "plans": "per method and priced GPU, the fewest GPUs (1, 2, 4, 8, then nodes of 8 up to 512) whose per-GPU peak "
              "at batch 1 fits the card, the simplest strategy first (one GPU; zero2; zero3/fsdp with "
              "checkpointing); CPU offload only where nothing else runs up to 512 GPUs, within the host memory per "
-             "node of 8; hours = FLOPs (+ one forward when checkpointing) / (GPUs x peak x MFU)",
+             "node of 8; hours = max(FLOPs (+ one forward when checkpointing) / peak, bytes / bandwidth) / "
+             "(GPUs x MFU)",
     "serving": "smallest tensor-parallel count holding one sequence; decode = bandwidth x 0.78 / (active weights + "
                "KV read per token), prefill = peak x 0.69 / forward FLOPs per token (roofline; FasterTransformer "
                "ratios via llm-analysis)",
@@ -147,7 +149,7 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
         job = dataclasses.replace(job, precision="bf16")
     past_context = check_job_context(arch, job, model_id) if explicit else []
     shape = model_shape(arch, graph)
-    weights_served = model_serve_weight_bytes(arch, s)
+    weights_served = model_serve_weight_bytes(arch, graph, s)
     # the site's jobs, their attention the model class's already (what job_options.resolve fills in: done once, here)
     attention = default_attention(arch)[0]
     site_jobs = {
@@ -170,9 +172,11 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
     plans = _card_plan(cards, profiles, s, qlora_limits)
     kv_per_sequence = kv_bytes_per_sequence(arch, s, serve_tokens)
     # full and LoRA FLOPs per token of the reference job: priced per GPU by the costs and the plans alike
-    flops_per_token = training_flops_per_token(arch, graph, s, adapters, job_tokens(arch, s))
+    on_experts, delta_macs = expert_adapters(arch, graph, s.lora_rank)
+    flops_per_token = training_flops_per_token(arch, graph, s, adapters - on_experts, job_tokens(arch, s), delta_macs)
+    work = _step_work(arch, graph, s, profiles, adapters, flops_per_token)
     setup_plans, unreachable, serving = _setups(arch, graph, s, cards, gpus, site_jobs, flops_per_token, serve_tokens,
-                                                weights_served, kv_per_sequence)
+                                                weights_served, kv_per_sequence, work)
 
     by_budget = sorted(plans, key=lambda c: c.budget_bytes)  # the cards, smallest budget first (stable on ties)
 
@@ -213,7 +217,7 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
                                             ("lora", train_tokens): profiles["train_lora"],
                                             ("serve", serve_tokens): profiles["serve"]}),
     )
-    costs = _costs(arch, graph, s, cards, gpus, profiles, adapters, flops_per_token)
+    costs = _costs(s, cards, gpus, work)
     stored = stored_elements(arch)
     match = None if checkpoint_params is None else checkpoint_params in (graph.params_total, stored)
     attends = any(p.attends for b in spec.blocks for p in b.parts)
@@ -290,8 +294,9 @@ _SUMMED = ("full", "lora", "serve", "serve2")  # the methods whose _site_metric 
 
 
 def _setups(arch, graph, s: Assumptions, cards, gpus, jobs, flops_per_token: tuple[float, float], serve_tokens: int,
-            weights_served: int, kv_per_sequence: int):
-    """Plans for full, LoRA, QLoRA and serving on every priced GPU, and the serving speeds (setups.py)."""
+            weights_served: int, kv_per_sequence: int, work: dict[str, StepWork]):
+    """Plans for full, LoRA, QLoRA and serving on every priced GPU, and the serving speeds (setups.py). Their job
+    hours take the cost section's roofline (`work`), checkpointing reading the weights once more per step."""
     peak = cached_peak(jobs, _site_metric, _SUMMED)
     gpu_offers = offers(cards, gpus, s)
     flops = training_flops(arch, s, flops_per_token)
@@ -302,7 +307,9 @@ def _setups(arch, graph, s: Assumptions, cards, gpus, jobs, flops_per_token: tup
     plans, unreachable = plans_for(jobs, peak, gpu_offers, {m: f[0] for m, f in flops.items()},
                                    {"full": s.mfu_full, "lora": s.mfu_lora, "qlora": s.mfu_lora},
                                    {m: f[1] for m, f in flops.items()}, not_applicable, s.host_memory_bytes_per_node,
-                                   (s.job_samples * s.job_epochs, s.job_batch))
+                                   (s.job_samples * s.job_epochs, s.job_batch),
+                                   {m: (float(w.bytes * w.steps), float((w.bytes + 2 * graph.params_total) * w.steps))
+                                    for m, w in {**work, "qlora": work["lora"]}.items()})
     serving: tuple[ServingSpeed, ...] = ()
     if graph.spec.kind != "encoder":
         model = serving_model(arch, graph, s, weights_served, kv_per_sequence, serve_tokens, kv_latent_share(graph))
@@ -347,18 +354,22 @@ def _tight_card(by_budget: list[CardPlan], limits: Limits, key: str) -> str | No
     return holding.name if holding is not None and getattr(holding, f"{key}_max_batch") == 0 else None
 
 
-def _costs(arch, graph, s: Assumptions, cards, gpus, profiles, adapters,
-           flops_per_token: tuple[float, float]) -> tuple[CostLine, ...]:
+def _step_work(arch, graph, s: Assumptions, profiles, adapters, flops_per_token: tuple[float, float]
+               ) -> dict[str, StepWork]:
+    """A step of the reference job by full and LoRA: its FLOPs and bytes depend on the model and method only,
+    worked out once and priced per GPU by the costs and the plans."""
+    full, lora = profiles["train_full"], profiles["train_lora"]
+    flops_full, flops_lora = flops_per_token
+    return {"full": step_work(arch, s, "full", flops_full, 2 * graph.params_total, graph.params_total,
+                              full.per_sample()),
+            "lora": step_work(arch, s, "lora", flops_lora, 2 * graph.params_total, adapters, lora.per_sample())}
+
+
+def _costs(s: Assumptions, cards, gpus, work: dict[str, StepWork]) -> tuple[CostLine, ...]:
     seen: list[str] = []
     for card in cards:
         seen += [g for g in card.gpus if g not in seen]
     lines = []
-    full, lora = profiles["train_full"], profiles["train_lora"]
-    # a step's FLOPs and bytes depend on the model and method only: worked out once, priced per GPU
-    flops_full, flops_lora = flops_per_token
-    work = {"full": step_work(arch, s, "full", flops_full, 2 * graph.params_total, graph.params_total,
-                              full.per_sample()),
-            "lora": step_work(arch, s, "lora", flops_lora, 2 * graph.params_total, adapters, lora.per_sample())}
     for key in seen:
         gpu = gpus[key]
         if gpu.price_usd_per_hour is None:

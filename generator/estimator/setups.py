@@ -272,14 +272,15 @@ def plans_for(jobs: Mapping[str, SingleGpuJob], peak: PeakTable,
               gpu_offers: tuple[GpuOffer, ...], job_flops: Mapping[str, float], mfu: Mapping[str, float],
               ckpt_flops: Mapping[str, float], not_applicable: Mapping[str, str],
               host_bytes_per_node: int | None = None,
-              job_samples: tuple[int, int] = (0, 0)) -> tuple[list[Plan], list[Unreachable]]:
+              job_samples: tuple[int, int] = (0, 0),
+              moved: Mapping[str, tuple[float, float]] | None = None) -> tuple[list[Plan], list[Unreachable]]:
     """search_plans over the methods that apply; the others are unreachable for the reason given. job_samples: the
     reference job's (samples over all epochs, samples per optimizer step), which an offload setup moves its
-    weights or gradients for over PCIe (host_link.py)."""
+    weights or gradients for over PCIe (host_link.py). moved: the bytes each method's job moves (search_plans)."""
     methods = tuple(m for m in SITE_METHODS if m in jobs and m not in not_applicable)
     experts = any(experts_spread(j) for j in jobs.values())
     plans, unreachable = search_plans(peak, methods, gpu_offers, job_flops, mfu, ckpt_flops, host_bytes_per_node,
-                                      peak.first_count, link_bytes(jobs, *job_samples), experts)
+                                      peak.first_count, link_bytes(jobs, *job_samples), experts, moved)
     unreachable += [Unreachable(m, why) for m, why in not_applicable.items()]
     order = {m: i for i, m in enumerate(SITE_METHODS)}
     return plans, sorted(unreachable, key=lambda u: order.get(u.method, 9))

@@ -169,6 +169,7 @@ def _cost(report: Report, settings: Settings, assumptions: dict[str, Any], sourc
     gpu_by_name = {g.name: g for g in settings.gpus.values()}
     card_of_gpu = {settings.gpus[k].name: card.name for card in settings.cards for k in card.gpus}
     plans = {c.name: c for c in report.memory.cards}
+    one_gpu = {(p.method, p.gpu_model or p.gpu): p for p in report.plans if p.fits and p.gpus == 1}
     rows: dict[str, dict[str, Any]] = {}
     for line in report.cost:
         gpu = gpu_by_name.get(line.card)
@@ -181,9 +182,16 @@ def _cost(report: Report, settings: Settings, assumptions: dict[str, Any], sourc
             "date": gpu.price_date if gpu else "",
             "full": None, "lora": None,
         })
+        # the one-GPU setup of the setups table where it exists (with gradient checkpointing where batch 1 needs
+        # it), so that both tables give the same hours and dollars for it
+        setup = one_gpu.get((line.method, line.card))
         plan = plans.get(card_of_gpu.get(line.card, ""))
         fits = None if plan is None else getattr(plan, f"train_{line.method}_max_batch") > 0
-        row[line.method] = {"hours": f.hours(line.hours), "usd": f.usd(line.usd),
+        if setup is not None and setup.grad_ckpt and not fits and setup.job_hours is not None:
+            row[line.method] = {"hours": f.hours(setup.job_hours), "usd": f.usd(setup.job_usd), "ckpt": True,
+                                "roofline": f.hours(line.roofline_hours), "bound": line.bound, "no_fit": False}
+            continue
+        row[line.method] = {"hours": f.hours(line.hours), "usd": f.usd(line.usd), "ckpt": False,
                             "roofline": f.hours(line.roofline_hours), "bound": line.bound,
                             "no_fit": fits is False}
     return {

@@ -165,14 +165,11 @@ class DecoderTraits:
     norm_rule: Callable[[Dims], str] | None = None  # the norm kind per config (OPT without affine weights)
     final_norm_rule: Callable[[Dims], bool] | None = None  # whether the final norm exists (OPT)
     rotary: Callable[[Dims], int] | None = None  # rotated dims per head (partial rotary); None: all of head_dim
-    # add_cross_attention gives every layer a cross-attention over the encoder's output, of the self-attention's
-    # biases (fused_qkv: q apart, K and V fused), with its own norm between the self-attention and the MLP
-    # (modeling_gpt2.GPT2Block.crossattention and ln_cross_attn)
+    # add_cross_attention: each layer's cross-attention over the encoder output, with the self-attention's biases
+    # (fused_qkv: q apart, K, V fused), a norm before the MLP (modeling_gpt2 GPT2Block.crossattention, ln_cross_attn)
     cross: bool = False
     streams: str | None = None  # config key of the hidden-width streams between layers (hyper-connections): Spec
-    # the class lists lm_head in _keep_in_fp32_modules_strict: its weight stays fp32 in a bf16 or fp16 load, and
-    # the forward casts the hidden states to fp32 for it (Part.params32)
-    fp32_head: bool = False
+    fp32_head: bool = False  # lm_head in the class's _keep_in_fp32_modules_strict: fp32 in any load (Part.params32)
 
 
 def has_qk_norm(t: DecoderTraits, d: Dims) -> bool:
@@ -377,9 +374,7 @@ def build(cfg: Mapping[str, Any], model: str, model_type: str, t: DecoderTraits,
         head.append(Part("Head_Extra", "Parameters", t.extra_head(d)))
     if e != h:
         head.append(Part("Project_Out", "Linear", linear(h, e), width=e, matmul=h * e))
-    lm_head = lm_head_part(d.vocab, e, tie, d.f(t.head_bias))
-    head += [lm_head._replace(params32=lm_head.params) if t.fp32_head else lm_head,
-             Part("Output", "Output", width=d.vocab)]
+    head += [lm_head_part(d.vocab, e, tie, d.f(t.head_bias), fp32=t.fp32_head), Part("Output", "Output", width=d.vocab)]
     spec = Spec("decoder", d.hidden, d.vocab, tuple(embed), blocks, tuple(head), d.vocab, tied=tie,
                 streams=d.k(t.streams, 1) if t.streams else 1)
     m = t.moe

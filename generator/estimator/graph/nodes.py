@@ -40,6 +40,7 @@ class Graph:
     context: int = 0  # tokens the structure table's output shapes are given at (the config's maximum context)
     params_towers: int = 0  # of params_total, the TOWER_PREFIXES parts' (a VLM's vision tower, resampler and projector)
     towers_matmul: int = 0  # of params_matmul, theirs
+    params_fp32: int = 0  # of params_total, those the class keeps in fp32 in any load dtype (Part.params32)
 
 
 def build_graph(a: Arch) -> Graph:
@@ -50,6 +51,7 @@ def build_graph(a: Arch) -> Graph:
     head = sum(p.params for p in spec.head if p.name.startswith("LM_Head") or p.type == "LM Head")
     ends = [*spec.embed, *spec.head]
     total = sum(p.params for p in ends)
+    fp32 = sum(p.params32 for p in ends)
     matmul = sum(p.matmul for p in ends)
     active = sum(p.active_params for p in ends)
     active_mm = sum(p.active_matmul_params for p in ends)
@@ -61,6 +63,7 @@ def build_graph(a: Arch) -> Graph:
         active += n * b.active
         active_mm += n * b.active_matmul
         per_layer = max(per_layer, b.params)
+        fp32 += n * sum(p.params32 for p in b.parts)
         causal = spec.kind != "encoder" and b.stack != "encoder"
         for window, flops in b.attn:
             key = (max(window, 0), causal)
@@ -69,4 +72,4 @@ def build_graph(a: Arch) -> Graph:
     towers = [p for p in spec.embed if p.name.startswith(TOWER_PREFIXES)]
     return Graph(total, embedding, head, per_layer, matmul, first.linears if first else (), spec,
                  active, active_mm, tuple((w, c, f) for (w, c), f in sorted(terms.items())), a.max_context,
-                 sum(p.params for p in towers), sum(p.matmul for p in towers))
+                 sum(p.params for p in towers), sum(p.matmul for p in towers), fp32)

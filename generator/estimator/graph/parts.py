@@ -40,8 +40,7 @@ class Part(NamedTuple):
     # checkpoint stores packed: every nn.Linear of the part and the experts' 3-D tensors. () = linears
     top_k: int = 0  # routed experts: the experts each token runs (their rows of the gathered input)
     scan: tuple[int, ...] = ()  # a recurrent mixer's dims for memory.recurrence (Mamba, Gated DeltaNet, KDA)
-    # of params, those the class keeps in fp32 whatever dtype the model loads in (_keep_in_fp32_modules_strict)
-    params32: int = 0
+    params32: int = 0  # of params, those the class keeps in fp32 in any load dtype (_keep_in_fp32_modules_strict)
 
     @property
     def weight_mats(self) -> tuple[tuple[int, int, int], ...]:
@@ -211,12 +210,6 @@ class Spec:
         return sum(p.params for p in (*self.embed, *self.head)) + sum(b.params * n for b, n in self.distinct_layers)
 
     @property
-    def params32(self) -> int:
-        """Of params, those the class keeps in fp32 in a 16-bit load (Part.params32): 2 bytes more each."""
-        return sum(p.params32 for p in (*self.embed, *self.head)) + sum(
-            n * sum(p.params32 for p in b.parts) for b, n in self.distinct_layers)
-
-    @property
     def reads_images(self) -> bool:
         """A training step's images run its towers (mllama's add no text tokens, yet keep activations)."""
         return bool(self.image_tokens or self.vision_act)
@@ -381,7 +374,7 @@ def combine(name: str, typ: str, *parts: Part) -> Part:
     return Part(name, typ, total("params"), active=sum(p.active_params for p in parts), matmul=total("matmul"),
                 active_matmul=sum(p.active_matmul_params for p in parts), linears=tuple(x for p in parts for x in p.linears),
                 act=total("act"), act32=total("act32"), act_frozen=sum(p.frozen_act for p in parts),
-                transient=max(p.transient for p in parts), kv=total("kv"),
+                transient=max(p.transient for p in parts), kv=total("kv"), params32=total("params32"),
                 window=max(p.window for p in parts), state=total("state"), attn_flops=total("attn_flops"),
                 mats=tuple(x for p in parts for x in p.weight_mats), scan=next((p.scan for p in parts if p.scan), ()))
 
@@ -391,9 +384,7 @@ ATTENTION_TYPE = {"mha": "Multi-Head Attn", "gqa": "Grouped Query Attn", "mqa": 
 
 
 def attention_type(heads: int, kv_heads: int) -> str:
-    if kv_heads == heads:
-        return ATTENTION_TYPE["mha"]
-    return ATTENTION_TYPE["mqa"] if kv_heads == 1 else ATTENTION_TYPE["gqa"]
+    return ATTENTION_TYPE["mha" if kv_heads == heads else "mqa" if kv_heads == 1 else "gqa"]
 
 
 def ffn_type(gated: bool, act: str) -> str:
@@ -402,7 +393,8 @@ def ffn_type(gated: bool, act: str) -> str:
     return "MLP"
 
 
-def lm_head_part(vocab: int, width: int, tied: bool, bias: bool = False, name: str = "LM_Head") -> Part:
-    """The output projection; a tied head shares the embedding's weight (counted there once)."""
-    return Part(name, "Linear", (0 if tied else vocab * width) + (vocab if bias else 0), width=vocab,
-                matmul=vocab * width)
+def lm_head_part(vocab: int, width: int, tied: bool, bias: bool = False, name: str = "LM_Head", fp32: bool = False
+                 ) -> Part:
+    """The output projection; a tied head shares the embedding's weight (counted there once); fp32: params32."""
+    params = (0 if tied else vocab * width) + (vocab if bias else 0)
+    return Part(name, "Linear", params, width=vocab, matmul=vocab * width, params32=params if fp32 else 0)

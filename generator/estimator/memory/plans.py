@@ -10,8 +10,9 @@ tensor parallel x pipeline stages across nodes (vLLM's tensor_parallel_size x pi
 alone where the heads do not divide. The per-GPU peak of a sharded setup never rises with the count (tested), so
 each kind's first fitting count is found by bisection rather than by a walk over all 67 counts.
 
-Job time (training): the single-GPU job's FLOPs over (GPUs x peak TFLOPS x MFU), the cost section's roofline
-(estimator.cost, Kaplan et al. 2020 arXiv:2001.08361 §2.1) spread evenly over data-parallel ranks; communication
+Job time (training): the cost section's roofline (estimator.cost, Kaplan et al. 2020 arXiv:2001.08361 §2.1), the
+longer of the single-GPU job's FLOPs over the peak TFLOPS and its bytes over the bandwidth, over (GPUs x MFU): spread
+evenly over data-parallel ranks; communication
 among the GPUs is not modelled (it hides behind compute at the MFU assumed: Rajbhandari et al. 2020 §7; Zhao et al.
 2023 FSDP, arXiv:2304.11277 §7). An offload setup takes at least the hours its host links need (host_link.py), the
 longer of the two. Serving has no job: job_hours and job_usd are None; "cheapest" is the lowest usd_per_hour.
@@ -211,7 +212,8 @@ def _pair(x: int | tuple[int, int]) -> tuple[int, int]:
 
 def plan_all(probe: Probe, method: str, gpus: tuple[GpuOffer, ...], job_flops: float | None, mfu: float,
              ckpt_flops: float | None = None, host_bytes_per_node: int | None = None,
-             bound: Bound | None = None, link: LinkBytes | None = None, experts: bool = False) -> list[tuple]:
+             bound: Bound | None = None, link: LinkBytes | None = None, experts: bool = False,
+             moved: tuple[float, float] = (0.0, 0.0)) -> list[tuple]:
     """Per GPU, first_fit over the method's setups without offload; only where none runs up to MAX_GPUS, over the
     offload setups whose CPU memory per node is within `host_bytes_per_node`; where nothing runs, the smallest
     peak any setup reaches at MAX_GPUS, with fits False. Probes are shared through the caller's cache. Each row:
@@ -234,7 +236,7 @@ def plan_all(probe: Probe, method: str, gpus: tuple[GpuOffer, ...], job_flops: f
         if got is not None:
             setup, bytes_ = got
             flops = ckpt_flops if setup.grad_ckpt and ckpt_flops is not None else job_flops
-            out.append(_row(method, gpu, setup, bytes_, True, flops, mfu, link))
+            out.append(_row(method, gpu, setup, bytes_, True, flops, mfu, link, moved[setup.grad_ckpt]))
             continue
         best = _smallest_at_max(probe, method, experts)
         if best is None:
@@ -260,9 +262,10 @@ def _smallest_at_max(probe: Probe, method: str, experts: bool = False) -> tuple[
 
 
 def _row(method: str, gpu: GpuOffer, setup: Setup, bytes_: int, fits: bool, job_flops: float | None,
-         mfu: float, link: LinkBytes | None) -> tuple:
+         mfu: float, link: LinkBytes | None, moved: float = 0.0) -> tuple:
     usd_h = None if gpu.usd_per_hour is None else gpu.usd_per_hour * setup.gpus
-    hours = job_hours(job_flops, setup.gpus, gpu.peak_tflops, mfu) if fits and method != "serve" else None
+    hours = job_hours(job_flops, setup.gpus, gpu.peak_tflops, mfu, moved, gpu.bandwidth_gb_per_s) \
+        if fits and method != "serve" else None
     linked = None  # an offload job waits on its host links where they take longer than its FLOPs
     if hours is not None and link is not None and setup.offload != "none":
         linked = link_hours(link(method, setup), gpu.host_link_gb_per_s)
@@ -272,11 +275,16 @@ def _row(method: str, gpu: GpuOffer, setup: Setup, bytes_: int, fits: bool, job_
             usd, linked)
 
 
-def job_hours(job_flops: float | None, gpus: int, peak_tflops: float, mfu: float) -> float | None:
-    """Hours of a job of `job_flops` (the single-GPU count) over `gpus` GPUs at `mfu` of `peak_tflops` each."""
+def job_hours(job_flops: float | None, gpus: int, peak_tflops: float, mfu: float, moved: float = 0.0,
+              bandwidth_gb_per_s: float = 0.0) -> float | None:
+    """Hours of a job of `job_flops` and `moved` bytes (the single-GPU counts: cost.step_work's) over `gpus` GPUs at
+    `mfu` of each one's roofline: the longer of the FLOPs over `peak_tflops` and the bytes over the bandwidth."""
     if job_flops is None or peak_tflops <= 0 or mfu <= 0:
         return None
-    return job_flops / (gpus * peak_tflops * 1e12 * mfu) / 3600.0
+    seconds = job_flops / (peak_tflops * 1e12)
+    if moved and bandwidth_gb_per_s > 0:
+        seconds = max(seconds, moved / (bandwidth_gb_per_s * 1e9))
+    return seconds / (gpus * mfu) / 3600.0
 
 
 def search_plans(peak: Probe, methods: tuple[str, ...], gpus: tuple[GpuOffer, ...],
@@ -284,21 +292,24 @@ def search_plans(peak: Probe, methods: tuple[str, ...], gpus: tuple[GpuOffer, ..
                  ckpt_flops: Mapping[str, float] | None = None,
                  host_bytes_per_node: int | None = None,
                  bound: Bound | None = None, link: LinkBytes | None = None,
-                 experts: bool = False) -> tuple[list[Plan], list[Unreachable]]:
+                 experts: bool = False,
+                 moved: Mapping[str, tuple[float, float]] | None = None) -> tuple[list[Plan], list[Unreachable]]:
     """Every (method, priced GPU) plan, marked cheapest (lowest job_usd of the method; serving: lowest usd_per_hour)
     and smallest (fewest GPUs of the method), ties all marked; a method no GPU runs at MAX_GPUS is unreachable.
     ckpt_flops: the job's FLOPs with gradient checkpointing (one more forward), for the setups that use it.
     host_bytes_per_node: the CPU memory an offload setup may hold per node of 8 GPUs (None: no limit).
     bound: first_fit's, where the caller knows where monotone kinds can start fitting. link: the bytes an offload
     setup moves over each GPU's host link in the job (host_link.link_bytes), which bound its hours from below.
-    experts: the model's routed experts divide over a node, so fsdp+ep is among the setups tried (kinds.kinds)."""
+    experts: the model's routed experts divide over a node, so fsdp+ep is among the setups tried (kinds.kinds).
+    moved: per method, the bytes the job moves on one GPU, without checkpointing and with it (0: FLOPs alone)."""
     plans: list[Plan] = []
     unreachable: list[Unreachable] = []
     for method in methods:
         if method not in METHODS:
             raise ParallelError("", "method", method, f"must be one of {', '.join(METHODS)}")
         rows = plan_all(peak, method, gpus, job_flops.get(method), mfu.get(method, 0.0),
-                        (ckpt_flops or {}).get(method), host_bytes_per_node, bound, link, experts)
+                        (ckpt_flops or {}).get(method), host_bytes_per_node, bound, link, experts,
+                        (moved or {}).get(method, (0.0, 0.0)))
         # rows: Plan's fields method .. job_usd, then host_link_hours; 2 gpus, 7 fits, 8 usd_per_hour, 10 job_usd
         fitting = [r for r in rows if r[7]]
         if not fitting:

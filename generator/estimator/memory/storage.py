@@ -146,13 +146,13 @@ def _part_serve_bytes(a: Arch, s: Assumptions) -> Callable[[Part], float]:
     return part_bytes
 
 
-def model_serve_weight_bytes(a: Arch, s: Assumptions) -> int:
-    """serve_weight_bytes of every part of the model; unquantised, straight from the spec's parameter count (the
-    sum of the same parts' params); quantised, each distinct layer's once, times the layers it stands for (whole
-    and fractional-eighth bytes: the float sums are exact in any order)."""
+def model_serve_weight_bytes(a: Arch, g: Graph, s: Assumptions) -> int:
+    """serve_weight_bytes of every part of the model; unquantised, straight from the graph's parameter counts (the
+    sums of the same parts' params and params32); quantised, each distinct layer's once, times the layers it stands
+    for (whole and fractional-eighth bytes: the float sums are exact in any order)."""
     spec = a.spec
     if a.quant is None or a.quant.bits >= 16:
-        return int(s.serve_weight_bytes * spec.params + (4 - s.serve_weight_bytes) * spec.params32)
+        return int(s.serve_weight_bytes * g.params_total + (4 - s.serve_weight_bytes) * g.params_fp32)
     part_bytes = _part_serve_bytes(a, s)
     total = 0.0
     for p in spec.embed:
@@ -191,11 +191,11 @@ NF4_STATE_BYTES, NESTED_STATE_BYTES = 16 * 4, 256 * 4 + 4
 
 def weight_bytes(g: Graph, storage: str, double_quant: bool = False, mats: dict | None = None) -> int:
     """Bytes of the whole model's weights stored as `storage` (quantised: the layers' Linears, and a bitsandbytes
-    base's towers, quantised_tower_params; the rest 16-bit, but for those the class keeps in fp32: Spec.params32)."""
+    base's towers, quantised_tower_params; the rest 16-bit, but for those the class keeps in fp32: params_fp32)."""
     if storage in ("bf16", "fp16", "fp32"):
-        return 4 * g.params_total if storage == "fp32" else 2 * (g.params_total + g.spec.params32)
+        return 4 * g.params_total if storage == "fp32" else 2 * (g.params_total + g.params_fp32)
     q = QUANTS[storage]
-    total = 2.0 * (g.params_total + g.spec.params32)
+    total = 2.0 * (g.params_total + g.params_fp32)
     towers = quantised_tower_params(g, storage)
     if towers:  # one aggregate: nf4's bytes follow the elements alone (int8's row scales are left out)
         total += _mat_elements(q, 1, towers, 1)[1] - 2 * towers - (DOUBLE_QUANT_SAVING * towers if double_quant else 0)

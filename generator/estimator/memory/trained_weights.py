@@ -53,9 +53,9 @@ def trained_weights(a: Arch, g: Graph, job: Job, r: Regime, model: str, images: 
         copies = 2 * (g.params_matmul - unused[1]) if r.amp else 0
         layer_mm = max((b.matmul for b, _ in distinct), default=0)
         ckpt_copies: tuple[int, ...] = (2 * head_mm, 2 * layer_mm) if r.amp else (0, 0)
-        # the parameters the class keeps in fp32 (Spec.params32) are 4 bytes in a pure-bf16 run too; their
+        # the parameters the class keeps in fp32 (Graph.params_fp32) are 4 bytes in a pure-bf16 run too; their
         # gradients and AdamW states, which follow that dtype, are priced at param_bytes
-        weights = param_bytes * P + (4 - param_bytes) * spec.params32
+        weights = param_bytes * P + (4 - param_bytes) * g.params_fp32
         return Weights(P - unused[0], param_bytes, weights, copies, ckpt_copies, None, 0, None, (), 0)
     roles, rank = target_roles(a, g, job.lora_targets, model), job.lora_rank
     towers = tower_adapted(spec, job.lora_targets, a.model_type) if job.tower_adapters else ()
@@ -70,7 +70,7 @@ def trained_weights(a: Arch, g: Graph, job: Job, r: Regime, model: str, images: 
     weights = weight_bytes(g, job.storage, job.double_quant, mats) + param_bytes * (trainable + unrun - tower_trained
                                                                                     + tower_params)
     if job.upcast_fp32:  # prepare_model_for_kbit_training: every non-quantised fp16/bf16 parameter to fp32
-        weights += 2 * (P - quantised_params(mats) - quantised_tower_params(g, job.storage) - spec.params32)
+        weights += 2 * (P - quantised_params(mats) - quantised_tower_params(g, job.storage) - g.params_fp32)
     # the fp32 LM head's bf16 autocast copy, saved for its input's gradient; freed by its backward, before any
     # checkpointed layer is recomputed. The head is fp32 in an fp32 or upcast base, and where the class keeps it so
     fp32 = fp32_base(job)
