@@ -150,6 +150,21 @@ def test_the_cost_table_and_the_setups_table_price_a_one_gpu_job_alike(site: Pat
     assert "279 h · $224.39with gradient checkpointing" in row and row.count("does not fit one GPU") == 1
 
 
+def test_the_count_by_part_adds_up(site: Path) -> None:
+    """"By part" gives each size of layer, never the largest as every layer's: the embedding, the layers and the
+    head are the text model's count but for its norms and heads' small extras (under 1%). DeepSeek-V3 read "61
+    layers of 11.5B each" (703.8B with its ends, against 671.0B): its first three layers are dense."""
+    for model, twin in _twins(site).items():
+        p = twin["params"]
+        layers = sum(size * n for size, n in p["layer_sizes"])
+        assert sum(n for _, n in p["layer_sizes"]) == p["layers"], model
+        assert 0 <= p["text"] - p["embedding"] - p["lm_head"] - layers < 0.01 * p["text"], model
+    text = _text((site / "models" / "deepseek-ai" / "DeepSeek-V3" / "index.html").read_text(encoding="utf-8"))
+    assert "61 layers (3 of 583M, 58 of 11.5B), head 927M" in text
+    text = _text((site / "models" / "google-t5" / "t5-base" / "index.html").read_text(encoding="utf-8"))
+    assert "24 layers (12 of 7.08M, 12 of 9.44M)" in text  # the first encoder layer's relative bias: 7.08M too
+
+
 def test_no_page_shows_a_path_of_the_project_itself(site: Path) -> None:
     """Item 10: the tiny models' config notes once pointed at reference-pages/...txt."""
     for page in site.rglob("*"):

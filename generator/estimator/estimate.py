@@ -230,8 +230,10 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
                                *serve_past]
     vision = graph.params_towers
     kinds: dict[str, int] = {}  # layers per kind, in order of first appearance (a kind is part of a distinct layer)
+    sizes: dict[int, int] = {}  # layers per parameter count, the same way
     for b, n in spec.distinct_layers:
         kinds[b.kind] = kinds.get(b.kind, 0) + n
+        sizes[b.params] = sizes.get(b.params, 0) + n
     quant = None if arch.quant is None else (("method", arch.quant.method), ("bits", arch.quant.bits),
                                               ("group_size", arch.quant.group_size),
                                               ("describes", arch.quant.describes))
@@ -243,7 +245,7 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
         params=Params(graph.params_total, checkpoint_params, match, graph.params_embedding, graph.params_lm_head,
                       graph.params_per_layer, len(spec.blocks), adapters, graph.params_active, arch.experts,
                       arch.experts_per_token, graph.params_total - vision, vision, stored, quant,
-                      tuple(kinds.items())),
+                      tuple(kinds.items()), tuple(sizes.items())),
         memory=memory, cost=costs,
         structure=structure_rows(spec, graph.context) if structure else (),
         findings=tuple(findings),

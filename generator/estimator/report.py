@@ -53,6 +53,7 @@ class Params:
     stored: int | None = None  # elements a quantised checkpoint stores (packed weights + scales)
     quantization: tuple[tuple[str, Any], ...] | None = None  # method, bits, group size, description
     layer_kinds: tuple[tuple[str, int], ...] = ()  # (kind, count) over the stack: attention, sliding, mla, ...
+    layer_sizes: tuple[tuple[int, int], ...] = ()  # (parameters, layers of that many), in order of first appearance
 
 
 @dataclass(frozen=True)

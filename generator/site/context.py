@@ -117,6 +117,9 @@ def _provenance(report: Report, record: ModelRecord | None) -> dict[str, Any]:
 def _count(report: Report, record: ModelRecord | None) -> dict[str, Any]:
     p = report.params
     gap = [x for x in report.findings if x.check == "checkpoint_count"]
+    sizes: dict[str, int] = {}  # layers per size as the page shows it (T5's first layer: 7.08M, as the others)
+    for size, n in p.layer_sizes:
+        sizes[f.short_count(size)] = sizes.get(f.short_count(size), 0) + n
     # A quantised checkpoint's count is of its stored elements (packed weights and their scales), which match only
     # the graph's stored count: "stored" keeps the page from calling two different numbers equal.
     status = ("none" if p.checkpoint is None else "gap" if not p.match
@@ -138,6 +141,12 @@ def _count(report: Report, record: ModelRecord | None) -> dict[str, Any]:
         "lm_head": None if p.lm_head == 0 else f.short_count(p.lm_head),
         "layers": f.count(p.layers),
         "per_layer": f.short_count(p.per_layer),
+        # a stack of layers of different sizes says each size as shown (more than four: their range), never "N
+        # layers of the largest each"
+        "layer_sizes": [{"layers": f.count(n), "params": shown} for shown, n in sizes.items()]
+        if 1 < len(sizes) <= 4 else [],
+        "layer_range": (f.short_count(min(s for s, _ in p.layer_sizes)), f.short_count(p.per_layer))
+        if len(sizes) > 4 else None,
         "lora_adapter": f.short_count(p.lora_adapter),
         "moe": _moe(p),
     }
