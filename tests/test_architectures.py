@@ -263,6 +263,19 @@ def test_a_quantised_name_without_a_quantization_config_is_flagged(settings):
     assert checks("someone/fp8lover-Llama") == []  # not a token of the name
 
 
+def test_roberta_positions_start_after_the_padding_index(settings):
+    """RobertaEmbeddings numbers positions from padding_idx + 1 (create_position_ids_from_input_ids), so XLM-R's
+    514-row table takes 512 tokens: the page had served and trained 514 (past the context)."""
+    r = report(settings, "intfloat/multilingual-e5-large")
+    assert (r.memory.train_tokens, r.memory.serve_tokens) == (512, 512)
+    a = normalise(SNAP["intfloat/multilingual-e5-large"][0], "e")
+    assert a.max_context == 512 and build_graph(a).params_embedding > 514 * a.hidden  # the table keeps 514 rows
+    bert = normalise({**SNAP["intfloat/multilingual-e5-large"][0], "model_type": "bert"}, "b")
+    assert bert.max_context == 514  # BERT's positions start at 0
+    with pytest.raises(ConfigError, match="pad_token_id"):
+        normalise({**SNAP["intfloat/multilingual-e5-large"][0], "pad_token_id": 600}, "hostile")
+
+
 def test_hostile_values_in_new_families_are_typed_errors():
     bad = [{"model_type": "mixtral", "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2,
             "vocab_size": 100, "intermediate_size": 64, "num_local_experts": "8"},

@@ -94,7 +94,8 @@ def gap_causes(a: Arch, g: Graph) -> list[tuple[str, int]]:
     if a.family == "gpt2":
         out.append(("causal-mask attn.bias buffers", a.layers * a.max_context * a.max_context))
     if a.family in ENCODER_FAMILIES:
-        out.append(("the position_ids buffer", a.max_context))
+        # one id per row of the position table: max_position_embeddings (RoBERTa's sequences take 2 fewer)
+        out.append(("the position_ids buffer", _int(a.raw.get("max_position_embeddings")) or a.max_context))
         out.append(("BertForPreTraining's pooler and next-sentence head", h * h + h + 2 * h + 2))
     if a.family in ("t5", "mt5"):
         heads = a.heads

@@ -341,6 +341,7 @@ def _assumptions(report: Report, a: dict[str, Any]) -> dict[str, Any]:
         "peak_full": _PHASE_TEXT.get(phase.get("train_full", ""), phase.get("train_full", "")),
         "peak_lora": _PHASE_TEXT.get(phase.get("train_lora", ""), phase.get("train_lora", "")),
         "peak_serve": _PHASE_TEXT.get(phase.get("serve", ""), phase.get("serve", "")),
+        "encoder": report.model.kind == "encoder",  # served as one forward per batch (profile.serve_profile)
         "example": None if first is None else {
             "card": first.name, "usable": f.gb(first.usable_bytes), "budget": f.gb(first.budget_bytes)},
     }

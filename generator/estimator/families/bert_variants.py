@@ -16,7 +16,8 @@ from ..graph.layout import standard_block
 from ..graph.parts import Block, Part, attention_part, attention_type, linear, mlp_part, norm_part
 from .assembly import Builder, assemble
 from .encoder_heads import bert_mlm, decoder_part, encoder_tail, transform_part
-from .encoders import head_kind, logits_of, num_labels, xlm
+from .encoders import xlm
+from .task_heads import head_kind, logits_of, num_labels
 
 
 def _layer(i: int, h: int, mixer: Part, ffn: Part) -> Block:

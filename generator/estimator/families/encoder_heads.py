@@ -14,7 +14,8 @@ from typing import Any
 
 from ..config.reader import Reader
 from ..graph.parts import Part, linear
-from .encoders import EncoderTraits, head_kind, heads, logits_of
+from .encoders import EncoderTraits, heads
+from .task_heads import head_kind, logits_of
 
 
 def decoder_part(vocab: int, width: int, tie: bool, *, separate_bias: bool = True, bias: bool = True,

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ...errors import ConfigError
 from ..config.arch import Arch
 from ..config.reader import Reader
 from ..graph.layout import standard_block
@@ -31,6 +32,7 @@ from ..graph.parts import (
 )
 from ..graph.stacks import alike
 from .assembly import Builder, assemble, bind
+from .task_heads import head_kind, logits_of, num_labels
 
 
 @dataclass(frozen=True)
@@ -38,7 +40,9 @@ class EncoderTraits:
     """Traits of a BERT-like family."""
 
     emb_key: str | None = None  # embedding width key when it may differ from hidden_size
-    positions: str = "absolute"  # "absolute", "none", "roformer" (sinusoidal table of head_dim in the encoder)
+    # "absolute"; "after_pad" (RoBERTa's: the ids start after padding_idx, create_position_ids_from_input_ids);
+    # "none"; "roformer" (sinusoidal table of head_dim in the encoder)
+    positions: str = "absolute"
     token_types: bool = True
     embed_norm: bool = True
     pre_norm: bool = False  # norms before attention / MLP, + a final encoder norm (megatron, xlm-roberta-xl)
@@ -49,27 +53,6 @@ class EncoderTraits:
     pos_offset: int = 0
     extra: Any = None  # callable(reader, hidden) -> extra embedding parameters
     layer_extra: Any = None  # callable(reader, hidden) -> extra parameters per layer
-
-
-def num_labels(cfg: Mapping[str, Any]) -> int:
-    labels = cfg.get("id2label")
-    if isinstance(labels, Mapping) and labels:
-        return len(labels)
-    n = cfg.get("num_labels")
-    return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else 2
-
-
-def head_kind(cfg: Mapping[str, Any]) -> str:
-    """What the checkpoint's class puts on top: mlm, seq, token, qa, choice, pretrain or base."""
-    archs = cfg.get("architectures")
-    name = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else ""
-    for suffix, kind in (("ForSequenceClassification", "seq"), ("ForTokenClassification", "token"),
-                         ("ForQuestionAnswering", "qa"), ("ForMultipleChoice", "choice"),
-                         ("ForPreTraining", "pretrain"), ("ForMaskedLM", "mlm"), ("ForCausalLM", "mlm"),
-                         ("LMHeadModel", "mlm"), ("Model", "base"), ("Encoder", "base")):
-        if name.endswith(suffix):
-            return kind
-    return "mlm"
 
 
 def _decoder(vocab: int, emb: int, tie: bool) -> int:
@@ -117,20 +100,20 @@ def heads(e: EncoderTraits, r: Reader, kind: str, h: int, emb: int, vocab: int, 
     return [pooler] if e.pooler else []
 
 
-def logits_of(kind: str, vocab: int, cfg: Mapping[str, Any]) -> int:
-    return vocab if kind in ("mlm", "pretrain") else 2 if kind == "qa" else num_labels(cfg) if kind != "base" else 0
-
-
 def bert_like(cfg: Mapping[str, Any], model: str, mt: str, e: EncoderTraits) -> Arch:
     r = Reader(cfg, model, mt)
     h, n, heads_n = r.int("hidden_size"), r.int("num_hidden_layers"), r.int("num_attention_heads")
     vocab, inter = r.int("vocab_size"), r.int("intermediate_size")
     ctx = r.int("max_position_embeddings", 512)
+    # a sequence's positions: all the table's, or those after padding_idx (XLM-R: 514 - 1 - 1 = 512)
+    usable = ctx - (r.int("pad_token_id", 1, minimum=0) + 1 if e.positions == "after_pad" else 0)
+    if usable < 1:
+        raise ConfigError(model, "pad_token_id", r.cfg.get("pad_token_id"), f"leaves no position of {ctx}")
     emb = r.int(e.emb_key, h) if e.emb_key else h
     tie = r.flag("tie_word_embeddings", True)
     hd = h // heads_n
     embed = [Part("Input", "Input", width=-1), Part("Embedding", "Embedding", vocab * emb, width=emb)]
-    if e.positions == "absolute":
+    if e.positions in ("absolute", "after_pad"):
         embed.append(Part("Position_Embedding", "Embedding", (ctx + e.pos_offset) * emb, width=emb))
     if e.token_types:
         types = r.int("type_vocab_size", 2, minimum=0)
@@ -164,7 +147,7 @@ def bert_like(cfg: Mapping[str, Any], model: str, mt: str, e: EncoderTraits) -> 
     head += heads(e, r, kind, h, emb, vocab, tie, cfg)
     head.append(Part("Output", "Output", width=logits_of(kind, vocab, cfg) or h))
     return assemble(cfg, model, r, hidden=h, layers=n, heads=heads_n, kv=heads_n, head_dim=hd, inter=inter,
-                    vocab=vocab, ctx=ctx, tie=tie, embed=embed, blocks=blocks, head=head,
+                    vocab=vocab, ctx=usable, tie=tie, embed=embed, blocks=blocks, head=head,
                     kind="decoder" if dec else "encoder", logits=logits_of(kind, vocab, cfg), position="learned")
 
 
@@ -192,15 +175,15 @@ def _xmod_adapters(r: Reader, h: int) -> int:
     return len(langs) * per + (2 * h if r.flag("adapter_layer_norm", False) else 0)
 
 
+ROBERTA: dict[str, Any] = {"lm_head": "roberta", "cls_head": "roberta", "positions": "after_pad"}
 FAMILIES: dict[str, EncoderTraits] = {
     "bert": EncoderTraits(), "megatron-bert": EncoderTraits(pre_norm=True, embed_norm=False),
     "ernie": EncoderTraits(extra=lambda r, h: r.int("task_type_vocab_size", 3) * h if r.flag("use_task_id", False) else 0),
     "big_bird": EncoderTraits(lm_pooler=True), "roc_bert": EncoderTraits(extra=_roc_bert),
-    "roberta": EncoderTraits(lm_head="roberta", cls_head="roberta"), "camembert": EncoderTraits(lm_head="roberta", cls_head="roberta"),
-    "xlm-roberta": EncoderTraits(lm_head="roberta", cls_head="roberta"), "data2vec-text": EncoderTraits(lm_head="roberta", cls_head="roberta"),
-    "roberta-prelayernorm": EncoderTraits(lm_head="roberta", cls_head="roberta", pre_norm=True),
-    "xlm-roberta-xl": EncoderTraits(lm_head="roberta", cls_head="roberta", pre_norm=True, embed_norm=False),
-    "xmod": EncoderTraits(lm_head="roberta", cls_head="roberta", layer_extra=_xmod_adapters),
+    **{t: EncoderTraits(**ROBERTA) for t in ("roberta", "camembert", "xlm-roberta", "data2vec-text")},
+    "roberta-prelayernorm": EncoderTraits(**ROBERTA, pre_norm=True),
+    "xlm-roberta-xl": EncoderTraits(**ROBERTA, pre_norm=True, embed_norm=False),
+    "xmod": EncoderTraits(**ROBERTA, layer_extra=_xmod_adapters),
     "bert-generation": EncoderTraits(token_types=False, lm_head="plain", pooler=False),
     "electra": EncoderTraits(emb_key="embedding_size", lm_head="electra", cls_head="roberta", pooler=False),
     "rembert": EncoderTraits(emb_key="input_embedding_size", lm_head="rembert"),

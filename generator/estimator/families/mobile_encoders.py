@@ -16,7 +16,7 @@ from ..graph.layout import standard_block
 from ..graph.parts import Block, Part, add_part, attention_part, attention_type, linear, mlp_part, norm_part
 from .assembly import Builder, assemble
 from .encoder_heads import bert_mlm, decoder_part, encoder_tail, transform_part
-from .encoders import head_kind, logits_of
+from .task_heads import head_kind, logits_of
 
 
 def _conv(n_in: int, n_out: int, groups: int) -> int:

@@ -14,8 +14,8 @@ from ..config.arch import Arch
 from ..config.reader import Reader
 from ..graph.parts import Block, Part, add_part, attention_part, linear, mlp_part, norm_part
 from .assembly import Builder, assemble
-from .encoders import head_kind, logits_of, num_labels
 from .shared_layer_encoders import shared_pass
+from .task_heads import head_kind, logits_of, num_labels
 
 
 def _layer(i: int, stack: str, r: Reader, *, q: int, kv: int, qk: int | None, v: int | None, heads: int, widen: int,

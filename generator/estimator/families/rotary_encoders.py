@@ -18,7 +18,7 @@ from ..graph.layout import standard_block
 from ..graph.parts import Block, Part, attention_part, attention_type, linear, mlp_part, norm_part
 from .assembly import Builder, assemble, bind
 from .encoder_heads import decoder_part, encoder_tail, transform_part
-from .encoders import head_kind, logits_of
+from .task_heads import head_kind, logits_of
 
 # The MLM head: (reader, hidden, vocab, tie) -> its parts.
 Head = Callable[[Reader, int, int, bool], list[Part]]

@@ -16,7 +16,7 @@ from ..graph.layout import standard_block
 from ..graph.parts import Block, Part, attention_part, attention_type, linear, mlp_part, norm_part
 from .assembly import Builder, assemble
 from .encoder_heads import bert_mlm, decoder_part, encoder_tail
-from .encoders import head_kind, logits_of, num_labels
+from .task_heads import head_kind, logits_of, num_labels
 
 
 def shared_pass(b: Block, index: int) -> Block:
