@@ -165,6 +165,20 @@ def test_the_count_by_part_adds_up(site: Path) -> None:
     assert "24 layers (12 of 7.08M, 12 of 9.44M)" in text  # the first encoder layer's relative bias: 7.08M too
 
 
+def test_cheapest_says_per_what(site: Path) -> None:
+    """A serving setup has no job to price: the setups table calls its cheapest "cheapest per hour", and the
+    serving table marks the one row cheapest per output token, the one the headline names (llava-1.5-7b had its
+    L4 marked "cheapest" at $8.67 per M tokens, where the H200 costs $0.64)."""
+    for model in _twins(site):
+        html = (site / "models" / model / "index.html").read_text(encoding="utf-8")
+        serving = html.split('id="serving"', 1)[1] if 'id="serving"' in html else ""
+        assert html.count("<small>cheapest per token</small>") == (1 if "per M tokens" in serving else 0), model
+    html = (site / "models" / "llava-hf" / "llava-1.5-7b-hf" / "index.html").read_text(encoding="utf-8")
+    assert "16.6 GB, smallest, cheapest per hour</small>" in html
+    assert "$0.64 per M tokens<br><small>cheapest per token</small>" in html
+    assert "the cheapest per token at full load: 1× H200 SXM" in _text(html)
+
+
 def test_no_page_shows_a_path_of_the_project_itself(site: Path) -> None:
     """Item 10: the tiny models' config notes once pointed at reference-pages/...txt."""
     for page in site.rglob("*"):

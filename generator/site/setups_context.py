@@ -20,14 +20,19 @@ def setups_context(report: Report) -> dict[str, Any]:
         row["cells"][p.method] = {
             "setup": setups_text.label(p) if p.fits else f"does not fit on {f.count(p.gpus)} GPUs",
             "peak": f.gb(p.per_gpu_peak_bytes), "usd": None if p.job_usd is None else f.usd(p.job_usd),
-            "smallest": p.smallest, "cheapest": p.cheapest, "pcie": setups_text.link_bound(p)}
+            # a serving plan has no job to price: its "cheapest" is per hour (one user's server); the serving table
+            # marks the cheapest per output token
+            "smallest": p.smallest, "cheapest": ("cheapest per hour" if p.method == "serve" else "cheapest")
+            if p.cheapest else None, "pcie": setups_text.link_bound(p)}
     methods = [m for m in setups_text.METHOD_NAMES if any(m in r["cells"] for r in rows.values())]
     for r in rows.values():
         r["cells"] = [r["cells"].get(m) for m in methods]
+    per_token = setups_text.cheapest_per_token(report.serving)
     serving = [{"card": s.gpu, "setup": f.setup(s.gpus, s.gpu_model or s.gpu, s.strategy),
                 "decode": f.tokens_per_s(s.decode_tokens_per_s), "prefill": f.tokens_per_s(s.prefill_tokens_per_s),
                 "concurrency": f.count(s.max_concurrency),
-                "per_million": f.usd_per_million(s.usd_per_million_output_tokens)} for s in report.serving]
+                "per_million": f.usd_per_million(s.usd_per_million_output_tokens),
+                "cheapest": s is per_token} for s in report.serving]
     return {
         "headline": [setups_text.sentence(r) for r in
                      setups_text.headline(report.plans, report.plans_unreachable, report.serving)],
