@@ -164,7 +164,7 @@ def _verdicts(m, least_over: Sequence[float] = (), least_expandable: Sequence[fl
             if got.of and got.expandable_of:
                 odds += f", {fmt.count(got.expandable_runs)} of {fmt.count(got.expandable_of)} with expandable segments"
             said.append(f"{c.name} is tight ({fmt.gb(c.capacity_bytes)} for tensors: {fmt.error_pct(got.spare_pct)} "
-                        f"to spare{odds}; budget {fmt.gb(c.budget_bytes)})")
+                        f"over the peak{odds}; budget {fmt.gb(c.budget_bytes)})")
         else:
             said.append(f"{c.name} {verdict} (budget {fmt.gb(c.budget_bytes)})")
     return Text("Per card: " + "; ".join(said) + ".")

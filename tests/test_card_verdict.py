@@ -111,7 +111,7 @@ def test_qlora_tight_on_a_card_is_said_in_every_place_the_other_methods_are(caps
                      page, re.S)
     spare = (t4.capacity_bytes / mem.train_qlora_bytes_batch1 - 1) * 100
     least_over = accuracy_page.load().least_card_over_pct
-    assert (f"QLoRA leaves {spare:.1f}% to spare on one T4 16 GB, enough for "
+    assert (f"QLoRA has room for {spare:.1f}% over its peak on one T4 16 GB, enough for "
             f"{sum(1 for x in least_over if x <= spare)} of the {len(least_over)} steps replayed") in re.sub(
                 r"<[^>]+>", "", page)
     # the CLI's plan table
@@ -141,7 +141,7 @@ def test_the_cli_says_tight_per_card_with_the_measured_figures(capsys, tmp_path,
     code, text, err = run(capsys, LLAMA8, "--method", "lora", "--tokens", "2500")
     assert code == 0 and err == ""
     enough = sum(1 for x in least_over if x <= 10.5)  # the steps whose least card is within the margin
-    assert (f"A100 40 GB is tight (41.9 GB for tensors: 10.5% to spare, enough for {enough} of {len(least_over)} "
+    assert (f"A100 40 GB is tight (41.9 GB for tensors: 10.5% over the peak, enough for {enough} of {len(least_over)} "
             f"replayed steps, {sum(1 for x in expandable if x <= 10.5)} of {len(expandable)} with expandable "
             "segments; budget 36.4 GB)") in text
     assert "L4 24 GB does not fit (budget 20.5 GB)" in text and "H200 141 GB fits (budget 131 GB)" in text
@@ -154,7 +154,7 @@ def test_the_cli_says_tight_per_card_with_the_measured_figures(capsys, tmp_path,
     assert code == 0 and "tight" not in text.lower()
     monkeypatch.setattr(accuracy_page, "ACCURACY_JSON", tmp_path / "missing.json")
     code, text, _ = run(capsys, LLAMA8, "--method", "lora", "--tokens", "2500")
-    assert code == 0 and "A100 40 GB is tight (41.9 GB for tensors: 10.5% to spare; budget 36.4 GB)" in text
+    assert code == 0 and "A100 40 GB is tight (41.9 GB for tensors: 10.5% over the peak; budget 36.4 GB)" in text
     assert "replayed" not in text
     assert "expandable segments (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True) waste less." in text
 
@@ -178,8 +178,8 @@ def test_a_model_page_names_the_tight_card_and_says_what_it_means() -> None:
     spare = (next(c for c in report.memory.cards if c.name == "A100 / H100 80 GB").capacity_bytes
              / report.memory.train_full_bytes_batch1 - 1) * 100
     assert ('"Tight": the card\'s memory less the CUDA context holds batch 1, not the 1.15x headroom kept for '
-            "the caching allocator's fragmentation. The full fine-tune leaves "
-            f"{spare:.1f}% to spare on one A100 / H100 80 GB, enough for {sum(1 for x in least_over if x <= spare)} "
+            "the caching allocator's fragmentation. The full fine-tune has room for "
+            f"{spare:.1f}% over its peak on one A100 / H100 80 GB, enough for {sum(1 for x in least_over if x <= spare)} "
             f"of the {len(least_over)} steps replayed through the allocator, "
             f"{sum(1 for x in expandable if x <= spare)} of {len(expandable)} with expandable segments (measured).") in text
     # the memory table says tight in the card's cell, where "—" stood
@@ -193,8 +193,13 @@ def test_a_model_page_names_the_tight_card_and_says_what_it_means() -> None:
     h200 = next(c for c in report.memory.cards if c.name == "H200 141 GB")
     share = engine_share(report.memory.serve_bytes_batch1, h200.usable_bytes, SETTINGS.assumptions.cuda_context_bytes)
     assert 0.9 < share <= 0.96  # 143 GB and the context of the H200's 151 GB
-    assert re.search(r"Serving leaves \d+\.\d% to spare on one H200 141 GB: a vLLM server needs "
+    assert re.search(r"Serving has room for \d+\.\d% over its peak on one H200 141 GB: a vLLM server needs "
                      r"gpu_memory_utilization 0\.96 or more there \(0\.9 by default\)\.", text)
+    # vLLM's gpu_memory_utilization is a share of the card, 1.0 at most: Mistral-7B-Instruct-v0.3 serving needs 0.993
+    report, record = _report("mistralai/Mistral-7B-Instruct-v0.3")
+    text = re.sub(r"<[^>]+>", "", render_model_page(report, record, SETTINGS, standalone=False))
+    assert "a vLLM server needs gpu_memory_utilization 1 there, the whole card (0.9 by default)" in text
+    assert "1 or more" not in text
     report, record = _report("Qwen/Qwen3-0.6B")
     text = re.sub(r"<[^>]+>", "", render_model_page(report, record, SETTINGS, standalone=False))
     assert "tight" not in text.lower()

@@ -382,8 +382,10 @@ def tight_lines(report: Report, table: Accuracy | None) -> list[dict[str, str]]:
         got = margin(plan.capacity_bytes, batch1, least_over, least_expandable)
         # serving: the share of the card vLLM's gpu_memory_utilization must give, where its default does not
         share = 0.0 if odds else engine_share(batch1, plan.usable_bytes, dict(mem.assumptions)["cuda_context_bytes"])
+        needed = math.ceil(share * 100) / 100  # vLLM's setting is a share of the card, 1.0 at most
         out.append({"method": method, "card": plan.name, "spare": f.error_pct(got.spare_pct),
-                    "share": f.decimal(math.ceil(share * 100) / 100) if share > ENGINE_DEFAULT_SHARE else "",
+                    "share": f.decimal(min(1.0, needed)) if share > ENGINE_DEFAULT_SHARE else "",
+                    "whole": needed >= 1.0,
                     "default_share": f.decimal(ENGINE_DEFAULT_SHARE),
                     "runs": f.count(got.runs) if got.of and odds else "", "of": f.count(got.of),
                     "expandable": f.count(got.expandable_runs) if got.expandable_of and odds else "",
