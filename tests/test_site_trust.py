@@ -179,6 +179,18 @@ def test_cheapest_says_per_what(site: Path) -> None:
     assert "the cheapest per token at full load: 1× H200 SXM" in _text(html)
 
 
+def test_a_dash_always_says_what_runs_instead(site: Path) -> None:
+    """A model page's "—" (one card holds no batch) is followed by a two-card split, the setups on more GPUs, or
+    their absence up to 512, never alone (Qwen3-30B-A3B's QLoRA cells had none); a card page says "n/a" where
+    QLoRA does not apply (DeepSeek-V3's FP8 checkpoint), not "none up to 512"."""
+    for model in _twins(site):
+        html = (site / "models" / model / "index.html").read_text(encoding="utf-8")
+        table = html.split("<caption>Largest batch per card and method</caption>", 1)[1].split("</table>", 1)[0]
+        assert not re.search(r">—</td>", table), model
+    text = _text((site / "cards" / "t4-16-gb" / "index.html").read_text(encoding="utf-8"))
+    assert "deepseek-ai/DeepSeek-V3671B——n/a" in text.replace(" ", "")
+
+
 def test_no_page_shows_a_path_of_the_project_itself(site: Path) -> None:
     """Item 10: the tiny models' config notes once pointed at reference-pages/...txt."""
     for page in site.rglob("*"):

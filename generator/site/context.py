@@ -268,14 +268,19 @@ def _memory(report: Report, root: str | None = None) -> dict[str, Any]:
     qlora = not any(u.method == "qlora" for u in report.plans_unreachable)
     keys = ("full", "lora", "qlora", "serve") if qlora else ("full", "lora", "serve")
     rows = []
+    # where one card holds no batch and no two-card split is given, the setups on more GPUs are named, or their
+    # absence: a bare "—" says nothing (QLoRA has no split)
+    spread = {(p.method, p.gpu) for p in report.plans if p.fits}
     for card in report.memory.cards:
         splits = {s.method: s for s in card.split or ()}
         row: dict[str, Any] = {"card": card.name, "usable": f.gb(card.usable_bytes), "budget": f.gb(card.budget_bytes),
                                "href": None if root is None else f"{root}{pages.card_dir(card.name)}/index.html"}
         for short, method in METHODS:  # a card batch 1 is tight on (Memory.tight_card_*) says so in place of "—"
             tight = card.name == getattr(report.memory, f"tight_card_{short}")
-            row[short] = {"batch": "tight" if tight else f.batch(getattr(card, f"{method}_max_batch")),
-                          "split": _split(splits.get(method))}
+            batch = getattr(card, f"{method}_max_batch")
+            row[short] = {"batch": "tight" if tight else f.batch(batch), "split": _split(splits.get(method)),
+                          "more": None if tight or batch > 0 or method in splits
+                          else "more GPUs" if (short, card.name) in spread else "no setup up to 512 GPUs"}
         row["cells"] = [row[k] for k in keys]
         rows.append(row)
     rank = f.count(dict(report.memory.assumptions)["lora_rank"])
@@ -291,7 +296,7 @@ def _memory(report: Report, root: str | None = None) -> dict[str, Any]:
         "serve_tokens": f.count(report.memory.serve_tokens),
         "serve_weights": f.serve_weights(report.params.quantization),
         "rank": f.count(dict(report.memory.assumptions)["lora_rank"]),
-        "any_split": any(card.split for card in report.memory.cards),
+        "any_split": any(x["split"] or x["more"] for r in rows for x in r["cells"]),
         "rows": rows,
         "units": _units_example(report.memory.cards),
     }

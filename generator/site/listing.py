@@ -65,6 +65,7 @@ class Entry:
     # per card, per METHODS, what the one-GPU plan adds where one card holds the method only with it: "checkpointed",
     # "CPU optimizer offload"; "" elsewhere (report.plans)
     one_gpu_with: tuple[tuple[str, ...], ...] = ()
+    qlora_applies: bool = True  # False for an already quantised checkpoint (plans_unreachable says why)
 
     @property
     def estimated(self) -> bool:
@@ -142,7 +143,7 @@ def entry_for(record: ModelRecord, report: Report | None, reason: str | None) ->
         read_date=live["read_date"], train_tokens=mem.train_tokens,
         qlora_batches=tuple(c.train_qlora_max_batch for c in mem.cards), gpus=_fewest_gpus(report),
         tight_full=mem.tight_card_full, tight_lora=mem.tight_card_lora, tight_serve=mem.tight_card_serve,
-        tight_qlora=mem.tight_card_qlora, one_gpu_with=_one_gpu_with(report))
+        tight_qlora=mem.tight_card_qlora, one_gpu_with=_one_gpu_with(report), qlora_applies=p.quantization is None)
 
 
 def _fewest_gpus(report: Report) -> tuple[tuple[int, ...], ...]:
@@ -304,6 +305,8 @@ def card_rows(entries: Iterable[Entry], index: int, root: str, card: str) -> dic
             cells = [f.batch(b) if b > 0 else ("tight · " if t else "") + (f.gpu_count(g) if g > 0 else f.DASH)
                      + (f", {w}" if g == 1 and w else "")
                      for b, g, t, w in zip(batches, gpus, tight, how, strict=False)]
+            if not e.qlora_applies:  # QLoRA quantises a 16-bit base: not "none up to 512"
+                cells[[m for m, _ in METHODS].index("qlora")] = "n/a"
             out[group][part].append({"href": f"{root}{model_dir(e.id)}/index.html", "id": e.id,
                                      "params": f.short_count(e.params), "cells": cells})
     return out
