@@ -363,7 +363,7 @@ def page_context(table: Accuracy | None) -> dict[str, Any]:
     }
 
 
-def tight_lines(report: Report, table: Accuracy | None) -> list[dict[str, str]]:
+def tight_lines(report: Report, table: Accuracy | None) -> list[dict[str, Any]]:
     """Per method tight on its smallest holding card: the margin that card leaves over batch 1, and how
     many of the allocator replay's one-length steps needed no more over their live peak (accuracy.json)."""
     mem, out = report.memory, []
