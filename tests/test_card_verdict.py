@@ -144,7 +144,7 @@ def test_the_cli_says_tight_per_card_with_the_measured_figures(capsys, tmp_path,
     assert (f"A100 40 GB is tight (41.9 GB for tensors: 10.5% over the peak, enough for {enough} of {len(least_over)} "
             f"replayed steps, {sum(1 for x in expandable if x <= 10.5)} of {len(expandable)} with expandable "
             "segments; budget 36.4 GB)") in text
-    assert "L4 24 GB does not fit (budget 20.5 GB)" in text and "H200 141 GB fits (budget 131 GB)" in text
+    assert "L4 24 GB does not fit (budget 20.1 GB)" in text and "H200 141 GB fits (budget 131 GB)" in text
     assert "fits one A100 / H100 80 GB; tight on one A100 40 GB" in text
     assert (f"{pooled['runs']:,} steps replayed through it, each at one length, needed a median "
             f"{pooled['least_card_over_median_pct']:.1f}% (up to {pooled['least_card_over_max_pct']:.1f}%) over their "
