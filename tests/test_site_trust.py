@@ -191,6 +191,18 @@ def test_a_dash_always_says_what_runs_instead(site: Path) -> None:
     assert "deepseek-ai/DeepSeek-V3671B——n/a" in text.replace(" ", "")
 
 
+def test_small_words_read_right(site: Path) -> None:
+    """A family of one model says "1 model"; a chart whose series does not move says so, never "from 4.46 GB ...
+    to 4.46 GB"; a preset config's notice promises only what its source line can say."""
+    assert "1 models" not in _text((site / "families" / "kimi_k2" / "index.html").read_text(encoding="utf-8"))
+    t5 = (site / "models" / "google-t5" / "t5-base" / "index.html").read_text(encoding="utf-8")
+    assert "Full fine-tune 4.46 GB at every length;" in t5
+    for model in _twins(site):
+        text = _text((site / "models" / model / "index.html").read_text(encoding="utf-8"))
+        assert not re.search(r"from ([\d.,]+ [MGT]?B) at [\d,]+ tokens to \1 at", text), model
+        assert "the source below says what differs" not in text, model
+
+
 def test_no_page_shows_a_path_of_the_project_itself(site: Path) -> None:
     """Item 10: the tiny models' config notes once pointed at reference-pages/...txt."""
     for page in site.rglob("*"):

@@ -31,7 +31,8 @@ _CRAWL = " The nightly crawl replaces it with the Hub's file."
 CONFIG_NOTICES = {
     "copy": _NOT_HUB + "it is a copy kept in another public repository or page, named below." + _CRAWL,
     "preset": _NOT_HUB + "it is MLC-LLM's preset for this model (mlc-ai/mlc-llm), written out again as JSON, "
-                         "often from an older revision; the source below says what differs." + _CRAWL,
+                         "often from an older revision; the source below names what is known to differ, if anything is."
+                         + _CRAWL,
     "resaved": _NOT_HUB + "a third party saved it again through transformers, so some keys come from the "
                           "saver, not the Hub; the source is named below." + _CRAWL,
     "repaired": _NOT_HUB + "it comes from third-party test code, with the repairs named below." + _CRAWL,
