@@ -99,6 +99,8 @@ def test_dense_first_layers_and_shared_experts_deepseek(settings):
     assert kinds[:3] == [False] * 3 and all(kinds[3:])  # first_k_dense_replace = 3
     r = report(settings, "deepseek-ai/DeepSeek-V3")
     assert 36e9 < r.params.active < 39e9  # "671B total, 37B activated"
+    # the provenance gives MLA's own head width (128 + 64), not hidden_size // heads (56), which nothing reads
+    assert dict(r.provenance)["config_keys"]["head_dim"]["value"] == 192
 
 
 def test_windowed_layers_cap_the_cache_and_serve_more_sequences(settings):

@@ -53,7 +53,8 @@ class Dims:
             # transformers: head_dim = hidden_size // num_attention_heads (floored; checks.py notes a remainder)
             if self.hidden < self.heads:
                 raise ConfigError(r.model, "num_attention_heads", self.heads, f"exceeds hidden_size {self.hidden}")
-            hd = r.derived("head_dim", self.hidden // self.heads, "hidden_size // num_attention_heads")
+            hd = self.hidden // self.heads  # MLA's head dims are its own keys: build records them
+            hd = hd if t.mla else r.derived("head_dim", hd, "hidden_size // num_attention_heads")
         self.hd = hd
         if t.inter_x4_always:  # modeling_bloom.BloomMLP: 4 x hidden, no config key
             self.inter = 4 * self.hidden
@@ -151,8 +152,7 @@ class DecoderTraits:
     never_tie: bool = False  # the class has no tied-weights map: tie_word_embeddings is ignored
     mha: bool = False  # every head has its own K/V whatever num_key_value_heads says
     act_default: str = "silu"  # the activation when neither the config nor its class names one
-    # Positions: "rope"; "learned" (a table of max_position_embeddings + position_offset rows: GPT-2, OPT's 2
-    # extra rows); "alibi" (no parameters: BLOOM)
+    # Positions: "rope"; "learned" (max_position_embeddings + position_offset rows; OPT's offset 2); "alibi" (BLOOM)
     position: str = "rope"
     position_offset: int = 0
     embed_proj_key: str | None = None  # config key of a narrower embedding width, projected in and out (OPT)
@@ -381,8 +381,8 @@ def build(cfg: Mapping[str, Any], model: str, model_type: str, t: DecoderTraits,
     # numbered copies name their parts as their source does: the layers the builder made answer for them
     has_moe = any(p.name.startswith("MoE_") for b in blocks if b.source is None for p in b.parts)
     experts = r.int(m.experts) if m and has_moe else 0
-    # MLA's per-head width is qk_nope + qk_rope (the K/V head dims of DeepseekV3Attention)
-    head_dim = (r.int("qk_nope_head_dim", minimum=0) + r.int("qk_rope_head_dim")) if t.mla else d.hd
+    head_dim = r.derived("head_dim", r.int("qk_nope_head_dim", minimum=0) + r.int("qk_rope_head_dim"),
+                         "qk_nope_head_dim + qk_rope_head_dim (MLA: DeepseekV3Attention's K/V head)") if t.mla else d.hd
     rotary = (r.opt_int("qk_rope_head_dim") or d.hd) if t.mla else t.rotary(d) if t.rotary else partial_rotary(1.0)(d)
     return Arch(model_type=str(cfg.get("model_type")), family=family or model_type,
                 architectures=architectures_of(cfg, model), custom_code="auto_map" in cfg, text_tower_only=False,
