@@ -94,3 +94,10 @@ def test_the_wheel_runs_model_html_and_build_outside_the_repository(tmp_path):
     bad = _run([cli, "gpt2"], work, env)
     assert bad.returncode == 2 and "site.repository" not in bad.stdout
     assert "repository" in bad.stderr and "site_config.yaml" in bad.stderr
+
+
+def test_the_packaged_defaults_are_the_repository_s_own_file():
+    """generator/site_config.yaml, which the wheel ships, links to ./site_config.yaml, which a build in the checkout
+    reads: an editor that writes a copy in place of the link (`sed -i` does) leaves the two to drift apart."""
+    packaged = REPO / "generator" / "site_config.yaml"
+    assert packaged.is_symlink() and packaged.resolve() == (REPO / "site_config.yaml").resolve()

@@ -59,7 +59,6 @@ from .setups import (
     cached_peak,
     exact_job,
     job_limits,
-    kv_latent_share,
     model_shape,
     offers,
     plans_for,
@@ -314,7 +313,7 @@ def _setups(arch, graph, s: Assumptions, cards, gpus, jobs, flops_per_token: tup
                                     for m, w in {**work, "qlora": work["lora"]}.items()})
     serving: tuple[ServingSpeed, ...] = ()
     if graph.spec.kind != "encoder":
-        model = serving_model(arch, graph, s, weights_served, kv_per_sequence, serve_tokens, kv_latent_share(graph))
+        model = serving_model(arch, graph, s, weights_served, kv_per_sequence, serve_tokens)
         serving = serving_table(model, peak, gpu_offers, plans)
     return plans, unreachable, serving
 
