@@ -43,6 +43,16 @@ def test_an_encoder_and_its_decoder_fold_apart() -> None:
     assert folds(layers) == [(1, 1, 5), (7, 1, 5)]
 
 
+def test_the_encoder_final_norm_is_shown_where_it_runs() -> None:
+    """t5-base's final encoder norm runs after its 12th layer (modeling_t5 T5Stack.final_layer_norm); the spec keeps
+    it with the embedding stage, and the table had listed it fourth, before any layer."""
+    report = report_for_record(load_record(DEFAULT_SNAPSHOT_DIR, "google-t5/t5-base"), load_settings())
+    names = [r.name for r in report.structure]
+    at = names.index("Encoder_Final_Norm")
+    assert names[at - 1] == "Add_12_ffn" and names[at + 1] == "RMSNorm_13_1"
+    assert [r.index for r in report.structure] == list(range(1, len(names) + 1))
+
+
 @given(st.lists(st.sampled_from("abc"), max_size=40))
 def test_folds_cover_only_layers_equal_to_their_unit(layers) -> None:
     """Every folded layer equals the layer of the unit it repeats, and folds never overlap."""

@@ -9,6 +9,9 @@ from typing import Any, overload
 
 from .parts import Block, Part, Spec
 
+# The part name the encoder-decoder builders give the encoder's final norm (families/encoder_decoders.py)
+ENCODER_FINAL_NORM = "Encoder_Final_Norm"
+
 
 @dataclass(frozen=True)
 class StructureRow:
@@ -47,12 +50,17 @@ class StructureTable(Sequence[StructureRow]):
     def _runs(self) -> Iterator[tuple[str, Block | None, tuple[Part, ...]]]:
         """(tag, source, parts) per run of parts in forward order: a numbered copy gives "_<its number>", its
         source and the source's parts (names holding "_<the source's number>"); anything else "", None, its own
-        parts."""
+        parts. An encoder-decoder's final encoder norm, which the spec holds with the embedding stage (the memory
+        terms read it there), is shown where it runs: after the encoder's last layer (modeling_t5 T5Stack)."""
         spec = self.spec
-        yield "", None, spec.embed
-        for b in spec.blocks:
+        late = tuple(p for p in spec.embed if p.name == ENCODER_FINAL_NORM)
+        last = max((k for k, b in enumerate(spec.blocks) if b.stack == "encoder"), default=-1) if late else -1
+        yield "", None, spec.embed if last < 0 else tuple(p for p in spec.embed if p not in late)
+        for k, b in enumerate(spec.blocks):
             source = b.source
             yield ("", None, b.parts) if source is None else (f"_{b.index}", source, source.parts)
+            if k == last:
+                yield "", None, late
         yield "", None, spec.head
 
     def records(self) -> list[dict[str, Any]]:
