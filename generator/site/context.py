@@ -67,6 +67,10 @@ def model_context(report: Report, record: ModelRecord | None, settings: Settings
             "lora_card": mem.smallest_card_lora,
             "full_tight": mem.tight_card_full,  # holds batch 1, not its headroom (estimator.card_verdict)
             "lora_tight": mem.tight_card_lora,
+            # a tight card's label can read less than the figure beside it (H200 141 GB against 145 GB): what its
+            # driver reports, said there
+            "full_tight_usable": _usable(mem, mem.tight_card_full),
+            "lora_tight_usable": _usable(mem, mem.tight_card_lora),
             "tight": accuracy_page.tight_lines(report, table),
             "headroom": f.ratio(assumptions["headroom"]),
             "rank": f.count(assumptions["lora_rank"]),
@@ -301,6 +305,12 @@ def _memory(report: Report, root: str | None = None) -> dict[str, Any]:
         "rows": rows,
         "units": _units_example(report.memory.cards),
     }
+
+
+def _usable(mem: Any, card: str | None) -> str | None:
+    """The memory the named card's driver reports (Memory.cards' usable_bytes), as the page writes it."""
+    found = next((c for c in mem.cards if c.name == card), None)
+    return None if found is None else f.gb(found.usable_bytes)
 
 
 def _units_example(cards: Sequence[Any]) -> dict[str, str] | None:
