@@ -18,6 +18,7 @@ from typing import NamedTuple
 from .config.arch import Arch
 from .graph.nodes import Graph
 from .inputs import Assumptions, Gpu
+from .memory.plans import roofline_seconds
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,11 @@ class StepWork(NamedTuple):
     steps: int
     flops: float  # per step
     bytes: int  # per step
+    weight_bytes: int = 0  # one pass over the weights: what checkpointing's extra forward reads again per step
+
+    def job_bytes(self, checkpointed: bool = False) -> float:
+        """The bytes the whole job moves on one GPU (plans.job_hours' roofline)."""
+        return float((self.bytes + (self.weight_bytes if checkpointed else 0)) * self.steps)
 
 
 def step_work(a: Arch, s: Assumptions, method: str, flops_per_token: float, weight_bytes: int, trainable: int,
@@ -88,18 +94,18 @@ def step_work(a: Arch, s: Assumptions, method: str, flops_per_token: float, weig
     # every saved activation written once and read once.
     passes = 3 if method == "full" else 2
     bytes_step = passes * weight_bytes + 28 * trainable + 2 * s.job_batch * activation_bytes_per_sample
-    return StepWork(steps, flops_step, bytes_step)
+    return StepWork(steps, flops_step, bytes_step, weight_bytes)
 
 
 def job_cost(s: Assumptions, gpu: Gpu, method: str, work: StepWork) -> CostLine:
     """The reference job (its step_work, computed once per method) on one GPU."""
-    steps, flops_step, bytes_step = work
+    steps, flops_step = work.steps, work.flops
     bf16 = gpu.bf16_tflops is not None
     peak = float((gpu.bf16_tflops if gpu.bf16_tflops is not None else gpu.fp16_tflops) or 0) * 1e12
-    compute_s, memory_s = flops_step / peak, bytes_step / (gpu.bandwidth_gb_per_s * 1e9)
-    roofline_h = steps * max(compute_s, memory_s) / 3600.0
+    seconds, bound = roofline_seconds(flops_step, work.bytes, peak, gpu.bandwidth_gb_per_s * 1e9)
+    roofline_h = steps * seconds / 3600.0
     mfu = s.mfu_full if method == "full" else s.mfu_lora
     hours = roofline_h / mfu
     usd = None if gpu.price_usd_per_hour is None else hours * gpu.price_usd_per_hour
-    return CostLine(gpu.name, method, hours, usd, roofline_h, "compute" if compute_s >= memory_s else "memory",
+    return CostLine(gpu.name, method, hours, usd, roofline_h, bound,
                     peak / 1e12, "bf16" if bf16 else "fp16", mfu, gpu.price_usd_per_hour, flops_step * steps)

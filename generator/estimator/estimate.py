@@ -223,7 +223,8 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
     findings: list[Finding] = [*check_scope(arch, train_tokens, s.train_tokens, serve_tokens, s.serve_tokens,
                                             spec.kind, attends),
                                *check_shapes(arch), *check_scan_kernels(arch, graph, s, train_tokens),
-                               *check_special_tokens(arch), *check_rope(arch), *check_quantization(arch, graph, stored, model_id),
+                               *check_special_tokens(arch), *check_rope(arch),
+                               *check_quantization(arch, graph, stored, model_id),
                                *check_checkpoint(arch, graph, checkpoint_params, stored), *past_context,
                                *check_tower_adapters(graph),
                                *serve_past]
@@ -309,7 +310,7 @@ def _setups(arch, graph, s: Assumptions, cards, gpus, jobs, flops_per_token: tup
                                    {"full": s.mfu_full, "lora": s.mfu_lora, "qlora": s.mfu_lora},
                                    {m: f[1] for m, f in flops.items()}, not_applicable, s.host_memory_bytes_per_node,
                                    (s.job_samples * s.job_epochs, s.job_batch),
-                                   {m: (float(w.bytes * w.steps), float((w.bytes + 2 * graph.params_total) * w.steps))
+                                   {m: (w.job_bytes(), w.job_bytes(checkpointed=True))
                                     for m, w in {**work, "qlora": work["lora"]}.items()})
     serving: tuple[ServingSpeed, ...] = ()
     if graph.spec.kind != "encoder":

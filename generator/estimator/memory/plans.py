@@ -275,16 +275,21 @@ def _row(method: str, gpu: GpuOffer, setup: Setup, bytes_: int, fits: bool, job_
             usd, linked)
 
 
+def roofline_seconds(flops: float, moved: float, flops_per_s: float, bytes_per_s: float) -> tuple[float, str]:
+    """The roofline (Williams, Waterman & Patterson 2009, CACM 52(4)): the longer of the FLOPs at the peak and the
+    bytes at the bandwidth (none where it is unknown), and which of the two decides ("compute" or "memory")."""
+    compute_s = flops / flops_per_s
+    memory_s = moved / bytes_per_s if bytes_per_s > 0 else 0.0
+    return max(compute_s, memory_s), "compute" if compute_s >= memory_s else "memory"
+
+
 def job_hours(job_flops: float | None, gpus: int, peak_tflops: float, mfu: float, moved: float = 0.0,
               bandwidth_gb_per_s: float = 0.0) -> float | None:
     """Hours of a job of `job_flops` and `moved` bytes (the single-GPU counts: cost.step_work's) over `gpus` GPUs at
     `mfu` of each one's roofline: the longer of the FLOPs over `peak_tflops` and the bytes over the bandwidth."""
     if job_flops is None or peak_tflops <= 0 or mfu <= 0:
         return None
-    seconds = job_flops / (peak_tflops * 1e12)
-    if moved and bandwidth_gb_per_s > 0:
-        seconds = max(seconds, moved / (bandwidth_gb_per_s * 1e9))
-    return seconds / (gpus * mfu) / 3600.0
+    return roofline_seconds(job_flops, moved, peak_tflops * 1e12, bandwidth_gb_per_s * 1e9)[0] / (gpus * mfu) / 3600.0
 
 
 def search_plans(peak: Probe, methods: tuple[str, ...], gpus: tuple[GpuOffer, ...],
