@@ -223,13 +223,10 @@ def serve_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, memo: dict | N
     c = s.compute_bytes
     embed, head = _ends(g)
     weights = serve_weight_bytes(a, s)
-
-    def block_weights(b: Block) -> int:
-        return weights(b.parts)
     transient = _serve_transient(g, s, tokens)
     distinct = spec.distinct_layers
     counts, layout = tuple([n for _, n in distinct]), layer_index(spec, memo)
-    layer_weights = tuple([block_weights(b) for b, _ in distinct])
+    layer_weights = tuple([weights(b.parts) for b, _ in distinct])
     if spec.kind == "encoder":
         # A batch of sequences at the context, no cache: each sequence holds its own working set
         # and its output (the head's logits per token, fp32).

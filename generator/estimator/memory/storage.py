@@ -118,17 +118,13 @@ def serve_weight_bytes(a: Arch, s: Assumptions) -> Callable[[list[Part] | tuple[
     part_bytes = _part_serve_bytes(a, s)
 
     def weights(parts: list[Part] | tuple[Part, ...]) -> int:
-        if a.quant is None or a.quant.bits >= 16:
-            return int(sum(s.serve_weight_bytes * p.params + (4 - s.serve_weight_bytes) * p.params32 for p in parts))
-        total = 0.0
-        for p in parts:
-            total += part_bytes(p)
-        return int(total)
+        return int(sum(part_bytes(p) for p in parts))
     return weights
 
 
 def _part_serve_bytes(a: Arch, s: Assumptions) -> Callable[[Part], float]:
-    """A quantised checkpoint's bytes of one part's weights when served (its stored matrices, the rest bf16)."""
+    """The bytes of one part's weights when served: serve_weight_bytes a parameter, 4 for those the class keeps in
+    fp32 (Part.params32), and a quantised checkpoint's stored matrices as it stores them."""
     def part_bytes(p: Part) -> float:
         key = (p.params, p.type, p.mats, p.linears, p.params32)
         nbytes = seen.get(key)
