@@ -77,12 +77,12 @@ def print_summary(console: Console, report: Report, *, plan: bool, settings: Set
     if m.job and not asked:
         console.print(_job_line(m))
     count = Text(f"Parameters: {fmt.count(p.graph)} from the graph")
-    if p.checkpoint is None:
+    if p.checkpoint is None:  # count_status "none"
         count.append(", no checkpoint count to compare.")
-    elif p.match and p.checkpoint != p.graph:
+    elif p.count_status == "stored":
         count.append(f"; quantised, they are stored as {fmt.count(p.checkpoint)} elements, the checkpoint's count "
                      "(exact).", style="green")
-    elif p.match:
+    elif p.count_status == "match":
         count.append(f" = {fmt.count(p.checkpoint)} in the checkpoint (exact).", style="green")
     else:
         count.append(f" vs {fmt.count(p.checkpoint)} in the checkpoint (see findings).", style="yellow")

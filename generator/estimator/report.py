@@ -55,6 +55,15 @@ class Params:
     layer_kinds: tuple[tuple[str, int], ...] = ()  # (kind, count) over the stack: attention, sliding, mla, ...
     layer_sizes: tuple[tuple[int, int], ...] = ()  # (parameters, layers of that many), in order of first appearance
 
+    @property
+    def count_status(self) -> str:
+        """The graph's count against the checkpoint's: "none" (no checkpoint count), "gap", "match" (equal), or
+        "stored": a quantised checkpoint counts its stored elements (packed weights and scales), equal to the
+        graph's parameters stored the same way but not to the parameters themselves."""
+        if self.checkpoint is None:
+            return "none"
+        return "gap" if not self.match else "match" if self.checkpoint == self.graph else "stored"
+
 
 @dataclass(frozen=True)
 class SplitPlan:

@@ -125,10 +125,7 @@ def _count(report: Report, record: ModelRecord | None) -> dict[str, Any]:
     sizes: dict[str, int] = {}  # layers per size as the page shows it (T5's first layer: 7.08M, as the others)
     for size, n in p.layer_sizes:
         sizes[f.short_count(size)] = sizes.get(f.short_count(size), 0) + n
-    # A quantised checkpoint's count is of its stored elements (packed weights and their scales), which match only
-    # the graph's stored count: "stored" keeps the page from calling two different numbers equal.
-    status = ("none" if p.checkpoint is None else "gap" if not p.match
-              else "match" if p.checkpoint == p.graph else "stored")
+    status = p.count_status  # "stored": the page never calls two different numbers equal
     by_dtype = record.checkpoint_params_by_dtype if record else {}
     return {
         "graph": f.count(p.graph),
