@@ -9,6 +9,7 @@ import json
 import pytest
 
 from generator.accuracy import estimate_bytes
+from generator.errors import TraceError
 from generator.estimator.config.transformers_defaults import CLASS_DEFAULTS
 from generator.estimator.graph.nodes import build_graph
 from generator.estimator.memory.activations import regime
@@ -80,9 +81,17 @@ def test_every_class_that_keeps_its_head_in_fp32_is_priced_so():
             strict = getattr(cls, "_keep_in_fp32_modules_strict", None) or ()
             keeps[model_type] = keeps.get(model_type, False) or "lm_head" in strict
     assert keeps["hy_v4"] and keeps["hy_v4_vl"] and not keeps["llama"]
+    priced = 0
     for model_type, fp32 in sorted(keeps.items()):
-        if not fp32:
+        try:
+            a = normalise({"model_type": model_type}, "m")
+        except TraceError:  # a class default the estimator refuses, named by its own tests
+            assert not fp32, model_type
             continue
-        a = normalise({"model_type": model_type}, "m")
         head = [p for p in a.spec.head if p.matmul]
-        assert head and all(p.params32 == p.params for p in head), model_type
+        if fp32:
+            assert head and all(p.params32 == p.params for p in head), model_type
+        else:
+            assert build_graph(a).params_fp32 == 0, model_type
+        priced += 1
+    assert priced > 200  # the converse is checked over the many classes that keep their head in the load dtype
