@@ -267,7 +267,7 @@ def _charts(report: Report) -> dict[str, Any]:
 
 
 def _memory(report: Report, root: str | None = None) -> dict[str, Any]:
-    qlora = not any(u.method == "qlora" for u in report.plans_unreachable)
+    qlora = report.memory.train_qlora_bytes_batch1 is not None  # None: QLoRA does not apply (already quantised)
     keys = ("full", "lora", "qlora", "serve") if qlora else ("full", "lora", "serve")
     rows = []
     # where one card holds no batch and no two-card split is given, the setups on more GPUs are named, or their

@@ -65,7 +65,7 @@ class Entry:
     # per card, per METHODS, what the one-GPU plan adds where one card holds the method only with it: "checkpointed",
     # "CPU optimizer offload"; "" elsewhere (report.plans)
     one_gpu_with: tuple[tuple[str, ...], ...] = ()
-    qlora_applies: bool = True  # False for an already quantised checkpoint (plans_unreachable says why)
+    qlora_applies: bool = True  # False where the Report prices no QLoRA: an already quantised checkpoint
 
     @property
     def estimated(self) -> bool:
@@ -143,7 +143,7 @@ def entry_for(record: ModelRecord, report: Report | None, reason: str | None) ->
         read_date=live["read_date"], train_tokens=mem.train_tokens,
         qlora_batches=tuple(c.train_qlora_max_batch for c in mem.cards), gpus=_fewest_gpus(report),
         tight_full=mem.tight_card_full, tight_lora=mem.tight_card_lora, tight_serve=mem.tight_card_serve,
-        tight_qlora=mem.tight_card_qlora, one_gpu_with=_one_gpu_with(report), qlora_applies=p.quantization is None)
+        tight_qlora=mem.tight_card_qlora, one_gpu_with=_one_gpu_with(report), qlora_applies=mem.train_qlora_bytes_batch1 is not None)
 
 
 def _fewest_gpus(report: Report) -> tuple[tuple[int, ...], ...]:
