@@ -24,7 +24,7 @@ from .activations import (
 from .attention import eager_backward_bytes, eager_layer_terms, math_layer_terms, math_sdpa
 from .ends import embed_dropout_bytes, frozen_embedding_bytes, head_activation_bytes
 from .experts import expert_grad_transient, expert_weight_bytes
-from .lora import all_linear_roles, block_lora_params, distinct_inputs, expert_tensors, linear_roles
+from .lora import all_linear_roles, block_lora_params, distinct_inputs, expert_lora_terms, linear_roles
 from .recurrence import rglru_bytes, torch_scan_bytes
 from .tower_adapters import tower_adapted, tower_lora_params
 
@@ -116,17 +116,13 @@ def all_linear_params(a: Arch, g: Graph, rank: int, memo: dict | None = None) ->
 
 
 def expert_adapters(a: Arch, g: Graph, rank: int) -> tuple[int, int]:
-    """Of all_linear_params, the adapters peft's ParamWrapper puts on expert tensors (lora.expert_tensors), and the
-    multiply-adds of their delta weights: every forward makes each expert's B @ A, rank x in x out, for all experts
-    whichever the tokens route to (peft/tuners/lora/layer.py ParamWrapper.get_delta_weight's einsum under
-    parametrize.cached), then the experts run on the merged tensor. So their cost is per step, not per token."""
+    """Of all_linear_params, the adapters on expert tensors and their delta weights' multiply-adds, over the model
+    (lora.expert_lora_terms). Every forward makes each expert's B @ A, whichever experts the tokens route to
+    (peft/tuners/lora/layer.py ParamWrapper.get_delta_weight's einsum under parametrize.cached), then the experts
+    run on the merged tensor: their cost is per step, not per token."""
     roles = all_linear_roles(a)
-    params = macs = 0
-    for b, n in g.spec.distinct_layers:
-        for experts, i, o, multiple, _ in expert_tensors(b, roles):
-            params += n * rank * multiple * experts * (i + o)
-            macs += n * rank * multiple * experts * i * o
-    return params, macs
+    terms = [(n, expert_lora_terms(b, rank, roles)) for b, n in g.spec.distinct_layers]
+    return sum(n * params for n, (params, _) in terms), sum(n * macs for n, (_, macs) in terms)
 
 
 def layer_index(spec: Spec, memo: dict | None = None) -> tuple[int, ...]:

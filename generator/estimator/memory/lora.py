@@ -234,7 +234,17 @@ def block_lora_params(b: Block, rank: int, roles: frozenset[str] | None) -> int:
     """LoRA parameters of one layer: A (r x in) and B (out x r) per adapted nn.Linear; per adapted tensor
     ParamWrapper's lora_A nn.Linear(in, r x experts) and lora_B nn.Linear(r x experts, out)."""
     linear = rank * b.lora_io if roles is None else sum(rank * (i + o) for i, o, _ in adapted_linears(b, roles))
-    return linear + sum(rank * m * e * (i + o) for e, i, o, m, _ in expert_tensors(b, roles))
+    return linear + expert_lora_terms(b, rank, roles)[0]
+
+
+def expert_lora_terms(b: Block, rank: int, roles: frozenset[str] | None) -> tuple[int, int]:
+    """The LoRA parameters ParamWrapper puts on a layer's expert tensors (expert_tensors), and the multiply-adds of
+    their delta weights, B @ A for every expert: rank x in x out each (ParamWrapper.get_delta_weight)."""
+    params = macs = 0
+    for experts, i, o, multiple, _ in expert_tensors(b, roles):
+        params += rank * multiple * experts * (i + o)
+        macs += rank * multiple * experts * i * o
+    return params, macs
 
 
 def target_roles(a: Arch, g: Graph, targets: str, model: str) -> frozenset[str] | None:
