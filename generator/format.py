@@ -281,12 +281,20 @@ OFFLOAD_WORDS = {"none": "", "optimizer": "CPU optimizer offload", "params": "CP
 def setup(gpus: int, gpu: str, strategy: str, grad_ckpt: bool = False, offload: str = "none") -> str:
     """A parallel setup in words: (8, "H100 SXM", "zero3", True) -> "8× H100 SXM with ZeRO-3 and gradient
     checkpointing"; one GPU alone names no strategy."""
-    parts = [w for w in (STRATEGY_WORDS.get(strategy, strategy), "gradient checkpointing" if grad_ckpt else "",
-                         OFFLOAD_WORDS.get(offload, offload)) if w]
     head = f"{gpus:,}{TIMES} {gpu}"
-    if not parts:
-        return head
-    return head + " with " + (parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1])
+    how = strategy_words(strategy, grad_ckpt, offload)
+    return f"{head} with {how}" if how else head
+
+
+def strategy_words(strategy: str, grad_ckpt: bool = False, offload: str = "none") -> str:
+    """A setup's strategy, checkpointing and offload, without its GPUs: "ZeRO-3 and gradient checkpointing"."""
+    return words_list([w for w in (STRATEGY_WORDS.get(strategy, strategy), "gradient checkpointing" if grad_ckpt
+                                   else "", OFFLOAD_WORDS.get(offload, offload)) if w])
+
+
+def words_list(items: Sequence[str]) -> str:
+    """Items in a sentence: "a", "a and b", "a, b and c"."""
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1] if items else ""
 
 
 def tokens_per_s(x: float) -> str:

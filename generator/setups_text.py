@@ -93,3 +93,44 @@ def sentence(row: dict[str, str]) -> str:
     if not row["setup"]:  # the reason says it all: nothing up to 512 GPUs holds it, or the method does not apply
         return f"{row['method']}: {row['detail']}."
     return f"{row['method']}: {row['setup']}" + (f", {row['detail']}." if row["detail"] else ".")
+
+
+_FLOOR_PARTS = {"weights": "the gathered layers", "gradients": "their gradients", "optimizer_state":
+                "optimizer state", "activations": "activations", "logits": "logits", "kv_cache": "KV cache",
+                "overhead": "other tensors"}
+# Why a floor is one: what data parallelism leaves whole on each GPU, and what the search does not try
+FLOOR_WHY = ("ZeRO and FSDP divide the weights, gradients and optimizer state among the GPUs, not each GPU's own "
+             "activations and logits, nor the layers it gathers to compute; tensor and sequence parallelism, which "
+             "divide activations too, are not tried for training.")
+
+
+def floor_sentences(floors: Any, plans: Any, budgets: dict[str, int]) -> list[str]:
+    """Per PlanFloor: the cards that hold its method on no count the search tried, and whether any count would
+    (the floor over a card's budget: no) or more would; then FLOOR_WHY. `budgets`: each card's budget in bytes."""
+    out = []
+    for fl in floors:
+        method = _get(fl, "method")
+        over = [p for p in plans if _get(p, "method") == method and not _get(p, "fits")]
+        if not over:
+            continue
+        cards = list(dict.fromkeys(_get(p, "gpu") for p in over))
+        top = f.count(max(_get(p, "gpus") for p in over))  # the most GPUs the search tried
+        floor, strategy, parts = _get(fl, "floor_bytes"), _get(fl, "strategy"), _get(fl, "parts")
+        names = {**_FLOOR_PARTS, **({"weights": "the weights, whole"} if strategy == "zero2" else {})}
+        kept = f.words_list([f"{names.get(k, k)} {f.gb(v)}"
+                             for k, v in (parts.items() if isinstance(parts, dict) else parts)])
+        how = (strategy, _get(fl, "grad_ckpt"), _get(fl, "offload"))
+        never = [c for c in cards if budgets[c] < floor]
+        beyond = _get(fl, "beyond", ())
+        more = [(c, n) for c, n in (beyond.items() if isinstance(beyond, dict) else beyond)]
+        text = (f"{METHOD_NAMES.get(method, method)}: no count of {f.words_list(cards)} cards up to {top} holds "
+                f"batch 1. With {f.strategy_words(*how)}, the "
+                f"setup tried that keeps least, each GPU keeps {f.gb(floor)} however many share the job ({kept})")
+        if never:
+            text += (f", over the budget of the {f.words_list(never)} "
+                     f"({f.words_list([f.gb(budgets[c]) for c in never])}): no number of these cards would hold it")
+        if more:
+            needs = f.words_list([f.setup(n, c, *how) if n else f"more than a million {c}" for c, n in more])
+            text += f"; {needs} would hold it" if never else f". {needs} would hold it"
+        out.append(text + ".")
+    return out + [FLOOR_WHY] if out else out

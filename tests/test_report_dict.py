@@ -36,6 +36,8 @@ def _asdict_reference(report: Report) -> dict:
     q = report.params.quantization
     out["params"]["quantization"] = None if q is None else dict(q)
     out["provenance"] = {k: v for k, v in report.provenance}
+    for floor, got in zip(report.plan_floors, out["plan_floors"], strict=True):
+        got["parts"], got["beyond"] = dict(floor.parts), dict(floor.beyond)
     return out
 
 

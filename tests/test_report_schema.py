@@ -21,7 +21,7 @@ SCHEMA = json.loads((Path(render.__file__).parent / "report.schema.json").read_t
 SETTINGS = load_settings()
 # Objects whose keys are data (config keys, formula names, card names), not a fixed set of fields.
 OPEN = {"memory.assumptions", "memory.peak_phase", "params.layer_kinds", "provenance.config_keys",
-        "provenance.formulas"}
+        "provenance.formulas", "plan_floors[].beyond"}
 
 
 def _twins() -> list[tuple[str, dict[str, Any]]]:

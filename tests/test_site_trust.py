@@ -282,3 +282,20 @@ def test_a_citation_without_a_source_is_refused(tmp_path: Path) -> None:
         load_settings(path)
     for g in SETTINGS.gpus.values():
         assert set(cited(g.price_source + g.spec_source)) <= set(SETTINGS.sources)
+
+
+def test_every_cell_that_fits_on_no_count_has_its_floor_on_the_page(site: Path) -> None:
+    """A model page whose setups table says "does not fit on 512 GPUs" for a training method says why under the
+    table (setups_text.floor_sentences), once per method, and what data parallelism leaves whole, once."""
+    seen = 0
+    for page in sorted((site / "models").glob("*/*/index.html")):
+        html = page.read_text(encoding="utf-8")
+        start = html.index('id="plans"')
+        table = html[start:html.index("</table>", start)]
+        over = [label for label in ("Full fine-tune", "LoRA", "QLoRA")
+                if re.search(rf'data-label="{label}">does not fit on \d+ GPUs', table)]
+        for label in over:
+            assert html.count(f'<p class="note">{label}: no count of ') == 1, (page, label)
+        assert html.count("ZeRO and FSDP divide the weights") == (1 if over else 0), page
+        seen += len(over)
+    assert seen >= 40

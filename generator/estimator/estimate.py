@@ -61,6 +61,7 @@ from .setups import (
     job_limits,
     model_shape,
     offers,
+    plan_floors,
     plans_for,
     serving_job,
     serving_model,
@@ -174,8 +175,8 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
     on_experts, delta_macs = expert_adapters(arch, graph, s.lora_rank)
     flops_per_token = training_flops_per_token(arch, graph, s, adapters - on_experts, job_tokens(arch, s), delta_macs)
     work = _step_work(arch, graph, s, profiles, adapters, flops_per_token)
-    setup_plans, unreachable, serving = _setups(arch, graph, s, cards, gpus, site_jobs, flops_per_token, serve_tokens,
-                                                weights_served, kv_per_sequence, work)
+    setup_plans, unreachable, serving, floors = _setups(arch, graph, s, cards, gpus, site_jobs, flops_per_token,
+                                                        serve_tokens, weights_served, kv_per_sequence, work)
 
     by_budget = sorted(plans, key=lambda c: c.budget_bytes)  # the cards, smallest budget first (stable on ties)
 
@@ -250,7 +251,7 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
         structure=structure_rows(spec, graph.context) if structure else (),
         findings=tuple(findings),
         provenance=(("config_keys", arch.used()), ("formulas", dict(FORMULAS))),
-        plans=tuple(setup_plans), plans_unreachable=tuple(unreachable), serving=serving,
+        plans=tuple(setup_plans), plans_unreachable=tuple(unreachable), serving=serving, plan_floors=tuple(floors),
     )
 
 
@@ -297,8 +298,9 @@ _SUMMED = ("full", "lora", "serve", "serve2")  # the methods whose _site_metric 
 
 def _setups(arch, graph, s: Assumptions, cards, gpus, jobs, flops_per_token: tuple[float, float], serve_tokens: int,
             weights_served: int, kv_per_sequence: int, work: dict[str, StepWork]):
-    """Plans for full, LoRA, QLoRA and serving on every priced GPU, and the serving speeds (setups.py). Their job
-    hours take the cost section's roofline (`work`), checkpointing reading the weights once more per step."""
+    """Plans for full, LoRA, QLoRA and serving on every priced GPU, the serving speeds and, where a card holds a
+    training method on no count, what each GPU keeps however many share it (setups.py). The plans' job hours take
+    the cost section's roofline (`work`), checkpointing reading the weights once more per step."""
     peak = cached_peak(jobs, _site_metric, _SUMMED)
     gpu_offers = offers(cards, gpus, s)
     flops = training_flops(arch, s, flops_per_token)
@@ -316,7 +318,7 @@ def _setups(arch, graph, s: Assumptions, cards, gpus, jobs, flops_per_token: tup
     if graph.spec.kind != "encoder":
         model = serving_model(arch, graph, s, weights_served, kv_per_sequence, serve_tokens)
         serving = serving_table(model, peak, gpu_offers, plans)
-    return plans, unreachable, serving
+    return plans, unreachable, serving, plan_floors(peak, plans, gpu_offers)
 
 
 def structure_rows(spec: Spec, tokens: int) -> StructureTable:

@@ -11,7 +11,7 @@ from .checks import Finding
 from .cost import CostLine
 from .graph.structure import StructureRow, StructureTable
 from .memory.curve import CurvePoint
-from .memory.plans import Plan, Unreachable
+from .memory.plans import Plan, PlanFloor, Unreachable
 from .serving_speed import ServingSpeed
 
 SCHEMA_VERSION = 1
@@ -150,6 +150,8 @@ class Report:
     plans: tuple[Plan, ...] = ()
     plans_unreachable: tuple[Unreachable, ...] = ()
     serving: tuple[ServingSpeed, ...] = ()
+    # Where a card holds a training method on no count up to 512: what each GPU keeps however many share the job
+    plan_floors: tuple[PlanFloor, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON twin: tuples become lists, pair-tuples become objects (_OBJECT_FIELDS), keys stay stable."""
@@ -159,7 +161,8 @@ class Report:
 # Fields holding (key, value) pairs that the JSON twin shows as one object, the values as they are (None stays
 # None): converted once, as objects, rather than to lists of lists first.
 _OBJECT_FIELDS = {Memory: frozenset({"assumptions", "peak_phase_by_method", "breakdown", "job"}),
-                  Params: frozenset({"layer_kinds", "quantization"}), Report: frozenset({"provenance"})}
+                  Params: frozenset({"layer_kinds", "quantization"}), Report: frozenset({"provenance"}),
+                 PlanFloor: frozenset({"parts", "beyond"})}
 
 
 # What dataclasses.asdict() followed by list-for-tuple gives, without asdict's deep copy of every leaf
@@ -258,5 +261,5 @@ def _plain(value: Any) -> Any:
 # The layouts of the Report's own classes, read once (a structure table has up to ~1,100 rows).
 _LAYOUTS: dict[type, _Layout] = {
     cls: _layout(cls) for cls in (ModelInfo, Params, SplitPlan, CardPlan, Memory, StructureRow, Report, Finding,
-                                  CostLine, Plan, Unreachable, ServingSpeed, CurvePoint)
+                                  CostLine, Plan, PlanFloor, Unreachable, ServingSpeed, CurvePoint)
 }

@@ -21,8 +21,9 @@ from .memory.host_link import link_bytes
 from .memory.job import job_phases, training_variants
 from .memory.job_options import Job
 from .memory.job_result import JobMemory, metric_memory
-from .memory.kinds import GPU_COUNTS, TP_KINDS, Kind, count_index
+from .memory.kinds import GPU_COUNTS, MAX_GPUS, TP_KINDS, Kind, count_index, kinds
 from .memory.parallel import (
+    PARTS,
     ParallelError,
     Phase,
     Setup,
@@ -33,7 +34,7 @@ from .memory.parallel import (
     tp_phases,
     validate,
 )
-from .memory.plans import GpuOffer, Plan, Unreachable, first_fit, search_plans
+from .memory.plans import GpuOffer, Plan, PlanFloor, Unreachable, first_fit, search_plans
 from .memory.profile import budget_bytes
 from .memory.sharding import GPUS_PER_NODE, Sharding, cpu_bytes_per_node, sharded
 from .memory.stages import Limits, Profile
@@ -184,6 +185,12 @@ class PeakTable:
         # the setup by its fields' values (what Setup's == compares), hashed at C speed, not by its Python __hash__
         return _remembered(self.seen, (method, *vars(setup).values()), lambda: self._figure(method, setup))
 
+    def floor(self, method: str, setup: Setup) -> tuple[int, tuple[int, ...]]:
+        """The figure and parts (PARTS order) one rank keeps of a ZeRO / FSDP setup's line however many GPUs share
+        it (Sharding.floor); ParallelError where the line cannot run."""
+        parts = self._sharding(method, setup).floor()
+        return self.adjust(method, parts), parts
+
     def _figure(self, method: str, setup: Setup) -> tuple[int, int]:
         if setup.strategy in SHARDED:
             sharding = self._sharding(method, setup)
@@ -284,6 +291,54 @@ def plans_for(jobs: Mapping[str, SingleGpuJob], peak: PeakTable,
     unreachable += [Unreachable(m, why) for m, why in not_applicable.items()]
     order = {m: i for i, m in enumerate(SITE_METHODS)}
     return plans, sorted(unreachable, key=lambda u: order.get(u.method, 9))
+
+
+def plan_floors(peak: PeakTable, plans: list[Plan], gpu_offers: tuple[GpuOffer, ...]) -> list[PlanFloor]:
+    """Per training method that some card holds on no count up to MAX_GPUS: the least that one GPU keeps under any
+    ZeRO / FSDP setup tried, offload included, however many GPUs share the job (PeakTable.floor). A card whose
+    budget is below it holds the method on no count of these setups; one above it would need more than MAX_GPUS,
+    and `beyond` says how many of it that setup needs (_count_past_max)."""
+    out = []
+    experts = any(experts_spread(j) for j in peak.jobs.values())  # as plans_for tried them
+    budgets = {g.name: g.budget_bytes for g in gpu_offers}
+    for method in dict.fromkeys(p.method for p in plans if not p.fits and p.method != "serve"):
+        best: tuple[int, tuple[int, ...], Setup] | None = None
+        for kind in kinds(method, experts=experts) + kinds(method, offload=True):
+            if kind.strategy not in SHARDED:
+                continue
+            try:
+                got = peak.floor(method, kind.setup(kind.last))
+            except ParallelError:
+                continue
+            if best is None or got[0] < best[0]:
+                best = (*got, kind.setup(kind.last))
+        if best is None:
+            continue
+        bytes_, parts, setup = best
+        over = dict.fromkeys(p.gpu for p in plans if p.method == method and not p.fits and budgets[p.gpu] >= bytes_)
+        beyond = tuple((card, _count_past_max(peak, method, setup, budgets[card])) for card in over)
+        out.append(PlanFloor(method, setup.strategy, setup.grad_ckpt, setup.offload, bytes_,
+                             tuple((k, v) for k, v in zip(PARTS, parts, strict=True) if v), beyond))
+    return out
+
+
+_NODES_AT_MOST = 2**17  # 1,048,576 GPUs: past this, a count is no answer anyone can use (0: more than this)
+
+
+def _count_past_max(peak: PeakTable, method: str, setup: Setup, budget: int) -> int:
+    """The fewest GPUs, whole nodes past MAX_GPUS, at which `setup`'s line holds the method within `budget` (its
+    per-GPU peak never rises with the count: galloping, then bisecting); 0 where not even _NODES_AT_MOST nodes do."""
+    def fits(nodes: int) -> bool:
+        return peak(method, dataclasses.replace(setup, gpus=nodes * GPUS_PER_NODE))[0] <= budget
+    lo, hi = MAX_GPUS // GPUS_PER_NODE, 2 * MAX_GPUS // GPUS_PER_NODE  # lo does not fit (the search tried it)
+    while not fits(hi):
+        if hi >= _NODES_AT_MOST:
+            return 0
+        lo, hi = hi, 2 * hi
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if fits(mid) else (mid, hi)
+    return hi * GPUS_PER_NODE
 
 
 def serving_model(a: Arch, g: Graph, s: Assumptions, weight_bytes: int, kv_per_sequence: int,

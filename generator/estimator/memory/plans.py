@@ -75,6 +75,23 @@ class Plan:
 
 
 @dataclass(frozen=True)
+class PlanFloor:
+    """What each GPU keeps of a training method's batch-1 job however many GPUs share it, under the ZeRO / FSDP
+    setup tried that keeps least (sharding.Sharding.floor): made where some card holds the method on no count up to
+    MAX_GPUS, to say whether any count would. parts: (name, bytes) in parallel.PARTS order, the nonzero ones.
+    beyond: (card, GPUs) for each such card whose budget holds the floor: how many GPUs of it the setup needs (0: more
+    than a million)."""
+
+    method: str
+    strategy: str
+    grad_ckpt: bool
+    offload: str
+    floor_bytes: int
+    parts: tuple[tuple[str, int], ...]
+    beyond: tuple[tuple[str, int], ...] = ()
+
+
+@dataclass(frozen=True)
 class Unreachable:
     method: str
     reason: str

@@ -36,6 +36,12 @@ class Sharding:
         """The parts of the first phase of the largest sum on one of `n` ranks (what peak_parts picks)."""
         return _peak_row(self.rows(n))[1]
 
+    def floor(self) -> tuple[int, ...]:
+        """The parts of the largest phase on one rank as the count grows without end: the constants of `limits`,
+        what no count divides (a rank's own activations and logits, the gathered units, zero2's weights)."""
+        return _peak_row([(name, (w0, g0, 0, act, logits, kv, o0))
+                          for name, w0, _, _, g0, _, _, act, logits, kv, o0, _ in self.phases])[1]
+
     def cpu(self, n: int) -> int:
         """PerGpu.cpu_bytes_per_node on `n` GPUs."""
         return _per_node(self.cpu_total, n)
