@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -13,6 +14,10 @@ from rich.console import Console
 
 from .errors import ConfigError, FileAccessError, InternalError, TraceError
 from .resolve import LOCAL, resolve_model
+
+# The --plan tables' width on stdout piped or redirected with no COLUMNS set, where rich would take 80: wide enough
+# for their figures to stay on one line; the sentences keep rich's width
+PIPED_TABLE_WIDTH = 120
 
 
 def _model_parser() -> argparse.ArgumentParser:
@@ -88,6 +93,9 @@ def _run_model(argv: Sequence[str], console: Console, err: Console) -> int:
 
     job_flags.check(args)
     settings = load_settings(args.config, **job_flags.overrides(args))
+    if args.snapshot is not None and not args.snapshot.is_dir():  # else a missing folder reads as "not in it"
+        raise ConfigError("command line", "--snapshot", str(args.snapshot),
+                          "the snapshot folder does not exist" if not args.snapshot.exists() else "is not a folder")
     record = resolve_model(args.model, args.snapshot)
     # The structure table is for the JSON twin and the page; the terminal summary does without it.
     report = report_for_record(record, settings, job_flags.job(args), job_flags.setup(args), args.serve_tokens,
@@ -118,8 +126,10 @@ def _run_model(argv: Sequence[str], console: Console, err: Console) -> int:
         if table is not None:
             replayed, least_over = accuracy_page.replayed_all(table), table.least_card_over_pct
             least_expandable = table.least_card_expandable_pct
+    piped = not console.is_terminal and not os.environ.get("COLUMNS")
     print_summary(console, report, plan=args.plan, settings=settings, asked=job_flags.asked(args), replayed=replayed,
-                  least_over=least_over, least_expandable=least_expandable)
+                  least_over=least_over, least_expandable=least_expandable,
+                  table_width=PIPED_TABLE_WIDTH if piped else None)
     return 0
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from rich.console import Console
+from rich.segment import SegmentLines
 from rich.table import Table
 from rich.text import Text
 
@@ -12,9 +13,36 @@ from . import format as fmt
 from . import setups_text
 from .accuracy_allocator import AllocatorRow, margin
 from .estimator import Report, card_verdict
+from .estimator.memory.recipes import RECIPES
+from .estimator.report import CardPlan, SplitPlan
 from .settings import Settings
 
 _SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
+# The per-card table's columns: (Report method key, CardPlan field's prefix), as the page's table (site.context)
+_CARD_METHODS = (("full", "train_full"), ("lora", "train_lora"), ("qlora", "train_qlora"), ("serve", "serve"))
+# What the breakdown's "overhead" holds (memory.parallel.Phase: overhead_weights, overhead_step, overhead_fixed)
+_OVERHEAD = ("Overhead: autocast's bf16 copies of the weights, the optimizer step's temporaries (torch.optim's "
+             "foreach) and the buffers each process holds whole (a quantised layer's dequantised copy, a chunked "
+             "loss's transient, a framework model's own buffers)")
+
+
+def _table(title: str, columns: Sequence[str]) -> Table:
+    """A table whose cells fold a word too long for their column rather than cut it with an ellipsis: a narrow
+    terminal (or COLUMNS=80) keeps every figure, if over two lines."""
+    table = Table(title=title)
+    for col in columns:
+        table.add_column(col, overflow="fold")
+    return table
+
+
+def _print_table(console: Console, table: Table, width: int | None) -> None:
+    """A table at `width` columns where that is wider than the console's (stdout piped: print_summary), so that its
+    figures stay whole on one line; the sentences around it keep the console's width."""
+    if width is None or width <= console.width:
+        console.print(table)
+        return
+    lines = console.render_lines(table, console.options.update_width(width), pad=False)
+    console.print(SegmentLines(lines, new_lines=True), crop=False, end="")
 
 
 def _fits(card: str | None, tight: str | None = None) -> str:
@@ -41,12 +69,13 @@ def _any_tight(m, asked: bool) -> bool:
 
 def print_summary(console: Console, report: Report, *, plan: bool, settings: Settings, asked: bool = False,
                   replayed: AllocatorRow | None = None, least_over: Sequence[float] = (),
-                  least_expandable: Sequence[float] = ()) -> None:
+                  least_expandable: Sequence[float] = (), table_width: int | None = None) -> None:
     """Every string from the config is printed as plain Text, never parsed as rich markup. `asked`: the command
     line named an exact setup, so the summary leads with it and says per card whether it fits. `replayed`: the
     measured allocator figures, said beside a reserved or nvidia-smi peak or a tight card; `least_over`: each
     replayed step's least card over its live peak (%), to say how many a tight card's margin would have run, and
-    `least_expandable` the same with expandable segments."""
+    `least_expandable` the same with expandable segments. `table_width`: the --plan tables' width where wider
+    than the console's (stdout piped)."""
     m, p, model = report.memory, report.params, report.model
     a = dict(m.assumptions)
     title = Text(model.id, style="bold")
@@ -56,7 +85,7 @@ def print_summary(console: Console, report: Report, *, plan: bool, settings: Set
     title.append(")", style="dim")
     console.print(title)
     if asked and m.job:
-        console.print(_job_line(m))
+        _print_job(console, m)
         if dict(m.job).get("metric") in ("reserved", "nvidia-smi"):
             console.print(_reserved_note(dict(m.job)["metric"], replayed), style="dim")
         console.print(_verdicts(m, least_over, least_expandable))
@@ -75,7 +104,7 @@ def print_summary(console: Console, report: Report, *, plan: bool, settings: Set
     if rows:
         console.print(Text("Setups that run it: " + " ".join(setups_text.sentence(r) for r in rows)))
     if m.job and not asked:
-        console.print(_job_line(m))
+        _print_job(console, m)
     count = Text(f"Parameters: {fmt.count(p.graph)} from the graph")
     if p.checkpoint is None:  # count_status "none"
         count.append(", no checkpoint count to compare.")
@@ -99,7 +128,26 @@ def print_summary(console: Console, report: Report, *, plan: bool, settings: Set
         console.print(line)
     if plan:
         method = dict(m.job).get("method") if asked else None
-        _print_plan(console, report, settings, {"inference": "serve"}.get(str(method), method))
+        _print_plan(console, report, settings, {"inference": "serve"}.get(str(method), method), table_width)
+
+
+def _print_job(console: Console, m) -> None:
+    """The exact job's line, the recipe it was read from (when one was named), and what its overhead holds."""
+    console.print(_job_line(m))
+    job = dict(m.job)
+    if job.get("recipe"):
+        console.print(_recipe_line(job["recipe"]))
+    if dict(m.breakdown).get("overhead"):
+        ddp = job.get("gpus", 1) > 1 and job.get("strategy", "ddp") == "ddp"
+        console.print(Text(_OVERHEAD + ("; under DDP, its gradient buckets too." if ddp else "."), style="dim"))
+
+
+def _recipe_line(name: str) -> Text:
+    """The named recipe (--recipe), its summary and the sources its options were read from (memory.recipes)."""
+    recipe = RECIPES.get(name)
+    if recipe is None:  # a Report made by another release: its recipe's name is all there is to say
+        return Text(f"Recipe {name}.")
+    return Text(f"Recipe {recipe.name}: {recipe.summary}. Read from: {'; '.join(recipe.sources)}.")
 
 
 def _job_line(m) -> Text:
@@ -110,15 +158,20 @@ def _job_line(m) -> Text:
         what.append(f"{job['weights']} base")
     if job["method"] in ("lora", "qlora"):
         what.append(f"r={job['lora_rank']} on {fmt.lora_targets(job['lora_targets'])}"
-                    + ("" if job.get("tower_adapters", True) else " of the text model"))
+                    + ("" if job.get("tower_adapters", True) else " of the text model")
+                    + (f", dropout {fmt.decimal(job['lora_dropout'])}" if job.get("lora_dropout") else ""))
     if job["method"] != "inference":
         what.append(job["optimizer"] + (", checkpointed" if job["grad_ckpt"] else "")
                     + (" (the layer inputs in CPU RAM)" if job.get("offload_checkpoints") else ""))
     if job.get("images") is not None:
         each = "prompt" if job["method"] == "inference" else "sample"
-        what.append("text only" if job["images"] == 0 else f"{fmt.count(job['images'])} image(s) per {each}")
+        images = job["images"]
+        what.append("text only" if images == 0
+                    else f"{fmt.count(images)} image{'' if images == 1 else 's'} per {each}")
     if job.get("grad_accum", 1) > 1:
         what.append(f"{fmt.count(job['grad_accum'])} micro-batches per step")
+    if job.get("loss", "hf") != "hf":  # transformers' own loss goes unsaid, as the default job's line always has
+        what.append(f"{job['loss']} loss")
     tokens = f"{fmt.count(job['tokens'])} tokens" + (f" + {fmt.count(job['new_tokens'])} generated"
                                                     if job["new_tokens"] else "")
     parts = ", ".join(f"{k.replace('_', ' ')} {fmt.gb(v)}" for k, v in m.breakdown if v)
@@ -185,38 +238,21 @@ def _tight_note(headroom: float, replayed: AllocatorRow | None) -> Text:
                 "(/accuracy/).")
 
 
-def _print_plan(console: Console, report: Report, settings: Settings, method: str | None = None) -> None:
+def _print_plan(console: Console, report: Report, settings: Settings, method: str | None = None,
+                table_width: int | None = None) -> None:
     """The per-card batches, then the setups that run the model (only `method`'s when one was asked for) and the
     serving speeds."""
     m = report.memory
     a = dict(m.assumptions)
     if method is None:
-        table = Table(title=f"Largest batch per card (training {fmt.count(m.train_tokens)} tokens per sample, "
-                            f"serving {fmt.count(m.serve_tokens)} tokens per sequence)")
-        qlora = not any(u.method == "qlora" for u in report.plans_unreachable)  # an already quantised checkpoint
-        for col in ("Card", "Budget", "Full fine-tune", f"LoRA r={a['lora_rank']}", *(("QLoRA",) if qlora else ()),
-                    f"Serve {fmt.serve_weights(report.params.quantization)}"):
-            table.add_column(col)
-        def cell(c, batch: int, tight: str | None) -> str:  # "tight" where batch 1 fits the card, not its budget
-            return "tight" if c.name == tight else fmt.batch(batch)
-
-        for c in m.cards:
-            table.add_row(c.name, fmt.gb(c.budget_bytes), cell(c, c.train_full_max_batch, m.tight_card_full),
-                          cell(c, c.train_lora_max_batch, m.tight_card_lora),
-                          *((cell(c, c.train_qlora_max_batch, m.tight_card_qlora),) if qlora else ()),
-                          cell(c, c.serve_max_batch, m.tight_card_serve))
-        console.print(table)
-        console.print(Text(f"Budget = (driver-reported memory - {fmt.gb(a['cuda_context_bytes'])} CUDA context) / "
-                           f"{fmt.ratio(a['headroom'])} headroom; tight: the memory less the context holds batch 1, "
-                           "the budget does not.", style="dim"))
+        _print_cards(console, report, table_width)
     plans = [p for p in report.plans if method is None or p.method == method]
     if plans:
-        table = Table(title=f"Setups that hold batch 1 (cost: {a['job_epochs']} epochs x "
-                            f"{fmt.count(a['job_samples'])} samples at batch {a['job_batch']} x "
-                            f"{fmt.count(a['job_tokens'])} tokens, max(FLOPs / peak, bytes / bandwidth) / "
-                            "(GPUs x MFU); offload: at least its PCIe transfers)")
-        for col in ("Method", "Card", "Setup", "Per GPU", "Price", "Hours", "Job", ""):
-            table.add_column(col)
+        table = _table(f"Setups that hold batch 1 (cost: {a['job_epochs']} epochs x "
+                       f"{fmt.count(a['job_samples'])} samples at batch {a['job_batch']} x "
+                       f"{fmt.count(a['job_tokens'])} tokens, max(FLOPs / peak, bytes / bandwidth) / "
+                       "(GPUs x MFU); offload: at least its PCIe transfers)",
+                       ("Method", "Card", "Setup", "Per GPU", "Price", "Hours", "Job", ""))
         for p in plans:
             marks = ", ".join(w for w, on in (("PCIe-bound", setups_text.link_bound(p)), ("smallest", p.smallest),
                                               ("cheapest", p.cheapest)) if on)
@@ -224,7 +260,7 @@ def _print_plan(console: Console, report: Report, settings: Settings, method: st
                           f"does not fit on {fmt.count(p.gpus)} GPUs", fmt.gb(p.per_gpu_peak_bytes),
                           fmt.usd_per_hour(p.usd_per_hour), fmt.hours(p.job_hours) if p.job_hours else fmt.DASH,
                           fmt.usd(p.job_usd), marks)
-        console.print(table)
+        _print_table(console, table, table_width)
     for u in report.plans_unreachable:
         if method is None or u.method == method:
             console.print(Text(f"{setups_text.METHOD_NAMES.get(u.method, u.method)}: {u.reason}."))
@@ -232,12 +268,69 @@ def _print_plan(console: Console, report: Report, settings: Settings, method: st
     for line in setups_text.floor_sentences(floors, plans, {c.name: c.budget_bytes for c in report.memory.cards}):
         console.print(Text(line))
     if report.serving and method in (None, "serve"):
-        table = Table(title=f"Serving speed at the smallest tensor-parallel count ({fmt.count(m.serve_tokens)} "
-                            "tokens per sequence)")
-        for col in ("Card", "Setup", "Decode, batch 1", "Prefill", "Sequences", "Output tokens"):
-            table.add_column(col)
+        table = _table(f"Serving speed at the smallest tensor-parallel count ({fmt.count(m.serve_tokens)} "
+                       "tokens per sequence)", ("Card", "Setup", "Decode, batch 1", "Prefill", "Sequences",
+                                                "Output tokens"))
         for s in report.serving:
             table.add_row(s.gpu, fmt.setup(s.gpus, s.gpu_model or s.gpu, s.strategy),
                           fmt.tokens_per_s(s.decode_tokens_per_s), fmt.tokens_per_s(s.prefill_tokens_per_s),
                           fmt.count(s.max_concurrency), fmt.usd_per_million(s.usd_per_million_output_tokens))
-        console.print(table)
+        _print_table(console, table, table_width)
+
+
+def _print_cards(console: Console, report: Report, table_width: int | None) -> None:
+    """The largest batch per card and method; where one card cannot hold batch 1, the best two-card split where two
+    cards hold it (as the page's table), else the setups on more GPUs, or that none the search tried holds it."""
+    m = report.memory
+    a = dict(m.assumptions)
+    qlora = not any(u.method == "qlora" for u in report.plans_unreachable)  # an already quantised checkpoint
+    labels = {"full": "Full fine-tune", "lora": f"LoRA r={a['lora_rank']}", "qlora": "QLoRA (checkpointed)",
+              "serve": f"Serve {fmt.serve_weights(report.params.quantization)}"}
+    methods = [(short, field) for short, field in _CARD_METHODS if qlora or short != "qlora"]
+    table = _table(f"Largest batch per card (training {fmt.count(m.train_tokens)} tokens per sample, serving "
+                   f"{fmt.count(m.serve_tokens)} tokens per sequence)",
+                   ("Card", "Budget", *(labels[short] for short, _ in methods)))
+    notes = []
+    for c in m.cards:
+        splits = {s.method: s for s in c.split or ()}
+        cells = []
+        for short, field in methods:
+            split, batch = splits.get(field), getattr(c, f"{field}_max_batch")
+            cells.append(_card_cell(report, c, short, batch, split))
+            if split is not None and split.max_batch > 0 and batch <= 0:  # tight ones too, as the page gives them
+                notes.append(f"{c.name}, {labels[short]}: {fmt.count(split.cards)} cards, cut after layer "
+                             f"{fmt.count(split.cut_after_layer)}: "
+                             f"{' + '.join(fmt.gb(b) for b in split.stage_bytes_batch1)} at batch 1; "
+                             f"{fmt.batch(split.max_batch)}.")
+        table.add_row(c.name, fmt.gb(c.budget_bytes), *cells)
+    _print_table(console, table, table_width)
+    if notes:
+        console.print(Text("Two cards where one card's budget cannot hold batch 1: a contiguous layer cut (pipeline "
+                           "parallel), each stage's memory at batch 1, then the pair's largest batch."))
+        for note in notes:
+            console.print(Text("  " + note))
+    console.print(Text(f"Budget = (driver-reported memory - {fmt.gb(a['cuda_context_bytes'])} CUDA context) / "
+                       f"{fmt.ratio(a['headroom'])} headroom; tight: the memory less the context holds batch 1, "
+                       "the budget does not. In this table the full fine-tune and LoRA run without gradient "
+                       "checkpointing, QLoRA (NF4 base, double quantisation, paged AdamW) with it, as the site's jobs "
+                       "do.", style="dim"))
+
+
+def _card_cell(report: Report, card: CardPlan, method: str, batch: int, split: SplitPlan | None) -> str:
+    """One card's largest batch of one method: "tight" where batch 1 fits the card but not its budget; where it
+    does not fit, the two-card split's batch, else the fewest GPUs a setup below holds it on, else the most GPUs
+    the search tried (the setups table's words)."""
+    if card.name == getattr(report.memory, f"tight_card_{method}"):
+        return "tight"  # its two-card split, where there is one, is in the lines under the table
+    if batch > 0:
+        return fmt.batch(batch)
+    if split is not None and split.max_batch > 0:
+        return f"{fmt.count(split.cards)} cards: {fmt.batch(split.max_batch)}"
+    head = "does not fit" if split is None else f"does not fit on {fmt.count(split.cards)} cards"
+    mine = [p for p in report.plans if p.method == method and p.gpu == card.name]
+    fitting = [p.gpus for p in mine if p.fits]
+    if fitting:
+        return f"{head}; setups: {fmt.gpu_count(min(fitting))}"
+    if mine:  # the most GPUs the search tried, as the setups table says it
+        return f"does not fit on {fmt.gpu_count(max(p.gpus for p in mine))}"
+    return head  # a method with no setup searched: the line under the setups says why

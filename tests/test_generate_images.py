@@ -95,7 +95,7 @@ def test_the_command_line_prices_the_images_it_is_given(capsys) -> None:
     assert peaks[1][0] > peaks[0][0] + 5 * 10**8
     assert main(args[:-1] + ["--images", "16"]) == 0
     text = " ".join(capsys.readouterr().out.split())
-    assert "16 image(s) per prompt" in text and "during prefill (vision tower)" in text
+    assert "16 images per prompt" in text and "during prefill (vision tower)" in text
 
 
 def test_an_audio_language_model_runs_its_audio_tower_first() -> None:

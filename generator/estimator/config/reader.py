@@ -119,6 +119,14 @@ class Reader:
                 return value, f"default:{self.model_type}"
         return None
 
+    def _absent(self, name: str) -> tuple[str, None, str]:
+        """A required key that lookup found no value for, as ConfigError's (key, value, why): present as null, or
+        missing."""
+        for key in (name, *self.aliases.get(name, ())):
+            if key in self.cfg:  # lookup reads an explicit null as no value
+                return key, None, "is null, where a value is required"
+        return name, None, "required key is missing"
+
     def has(self, name: str) -> bool:
         return self.lookup(name) is not None
 
@@ -139,7 +147,7 @@ class Reader:
                 self._record(name, default, f"default:{self.model_type}")
                 return default
             if required:
-                raise ConfigError(self.model, name, None, "required key is missing")
+                raise ConfigError(self.model, *self._absent(name))
             return None
         value, source = found
         if isinstance(value, bool) or not isinstance(value, int):
@@ -262,7 +270,8 @@ class _Prefixed(list):
 def model_type_of(cfg: Mapping[str, Any], model: str) -> str:
     model_type = cfg.get("model_type")
     if model_type is None:
-        raise ConfigError(model, "model_type", None, "required key is missing")
+        raise ConfigError(model, "model_type", None, "is null, where a value is required" if "model_type" in cfg
+                          else "required key is missing")
     if not isinstance(model_type, str):
         raise ConfigError(model, "model_type", model_type, "must be a string")
     return model_type

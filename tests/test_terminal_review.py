@@ -1,0 +1,176 @@
+"""The terminal summary as a user's review of it asked: every --plan cell explained, recipes and overhead named."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from generator import format as fmt
+from generator.cli import main
+from generator.errors import ConfigError
+from generator.estimator.config.reader import model_type_of
+from generator.estimator.memory.recipes import RECIPES
+from tests.conftest import ROOT, tiny_qwen2
+
+LLAMA8 = "meta-llama/Llama-3.1-8B"
+LLAMA405 = "meta-llama/Llama-3.1-405B"
+
+
+def run(capsys, *args):
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def words(text: str) -> str:
+    """The text with rich's line breaks undone, to find a sentence wherever it wrapped."""
+    return " ".join(text.split())
+
+
+def report_of(capsys, model: str) -> dict:
+    code, out, _ = run(capsys, model, "--json")
+    assert code == 0
+    return json.loads(out)
+
+
+def card_rows(out: str) -> dict[str, list[str]]:
+    """The per-card table's rows, card name -> its cells (a wide console: one line per row)."""
+    table = out[out.index("Largest batch per card"):]
+    table = table[:table.index("└")]
+    rows = {}
+    for line in table.splitlines():
+        cells = [c.strip() for c in line.split("│")[1:-1]]
+        if cells and cells[0]:
+            rows[cells[0]] = cells[1:]
+    return rows
+
+
+def test_the_card_table_says_qlora_is_checkpointed_and_the_others_not(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")
+    code, out, _ = run(capsys, LLAMA8, "--plan")
+    head = next(line for line in out.splitlines() if "Budget" in line and "Card" in line)
+    assert code == 0 and "QLoRA (checkpointed)" in head
+    assert ("In this table the full fine-tune and LoRA run without gradient checkpointing, QLoRA (NF4 base, double "
+            "quantisation, paged AdamW) with it") in words(out)
+
+
+def test_the_card_table_gives_the_two_card_splits_and_no_bare_dash(capsys, monkeypatch):
+    report = report_of(capsys, LLAMA8)
+    monkeypatch.setenv("COLUMNS", "200")
+    code, out, _ = run(capsys, LLAMA8, "--plan")
+    rows = card_rows(out)
+    column = {"train_full": 1, "train_lora": 2, "train_qlora": 3, "serve": 4}  # after the budget
+    labels = {"train_full": "Full fine-tune", "train_lora": "LoRA r=16", "serve": "Serve bf16"}
+    shown = 0
+    for card in report["memory"]["cards"]:
+        for split in card["split"] or ():
+            if split["max_batch"] > 0 and card[f"{split['method']}_max_batch"] == 0:
+                assert rows[card["name"]][column[split["method"]]] == (f"{split['cards']} cards: "
+                                                                       f"{fmt.batch(split['max_batch'])}")
+                stages = " + ".join(fmt.gb(b) for b in split["stage_bytes_batch1"])
+                assert (f"{card['name']}, {labels[split['method']]}: {split['cards']} cards, cut after layer "
+                        f"{split['cut_after_layer']}: {stages} at batch 1; {fmt.batch(split['max_batch'])}.") \
+                    in words(out)
+                shown += 1
+    assert code == 0 and shown >= 2  # the L4's LoRA and the T4's serving, at least
+    assert "2 cards: batch" in rows["T4 16 GB"][4] and "2 cards: batch" in rows["L4 24 GB"][2]
+    assert all(cell != fmt.DASH for cells in rows.values() for cell in cells)
+
+
+def test_a_card_no_setup_holds_says_so_in_the_setups_words(capsys, monkeypatch):
+    report = report_of(capsys, LLAMA405)
+    monkeypatch.setenv("COLUMNS", "200")
+    code, out, _ = run(capsys, LLAMA405, "--plan")
+    rows = card_rows(out)
+    assert code == 0 and all(cell != fmt.DASH for cells in rows.values() for cell in cells)
+    plans = [p for p in report["plans"] if p["method"] == "full" and p["gpu"] == "T4 16 GB"]
+    assert plans and not any(p["fits"] for p in plans)  # nothing up to the search's limit holds it
+    tried = max(p["gpus"] for p in plans)
+    assert rows["T4 16 GB"][1] == f"does not fit on {fmt.gpu_count(tried)}"
+    assert f"does not fit on {fmt.gpu_count(tried)}" in out  # the setups table's own words for it
+    fitting = min(p["gpus"] for p in report["plans"] if p["method"] == "full" and p["gpu"] == "H200 141 GB"
+                  and p["fits"])
+    assert rows["H200 141 GB"][1] == f"does not fit on 2 cards; setups: {fmt.gpu_count(fitting)}"
+
+
+def test_a_recipe_is_named_with_its_summary_and_sources(capsys):
+    code, out, err = run(capsys, LLAMA8, "--recipe", "trl-sft")
+    text = words(out)
+    recipe = RECIPES["trl-sft"]
+    assert code == 0 and err == ""
+    assert words(f"Recipe trl-sft: {recipe.summary}. Read from: {'; '.join(recipe.sources)}.") in text
+    job = text[text.index("This job ("):]
+    job = job[:job.index(") peaks at")]
+    assert "dropout 0.05" in job and "trl-chunked loss" in job
+
+
+def test_the_default_job_line_keeps_its_words_and_names_no_recipe(capsys):
+    code, out, _ = run(capsys, LLAMA8)
+    assert code == 0 and "This job (full, amp, adamw, sdpa, batch 1 x 2,048 tokens) peaks at" in words(out)
+    assert "Recipe" not in out and "dropout" not in out and " loss," not in out
+
+
+def test_overhead_is_said_where_the_breakdown_has_it(capsys):
+    code, out, _ = run(capsys, LLAMA8)
+    assert code == 0 and ", overhead " in words(out)
+    assert ("Overhead: autocast's bf16 copies of the weights, the optimizer step's temporaries (torch.optim's "
+            "foreach)") in words(out)
+    code, out, _ = run(capsys, LLAMA8, "--method", "inference")  # serving a bf16 model: no overhead
+    assert code == 0 and "overhead" not in out.lower()
+
+
+def test_piped_plan_tables_lose_no_text():
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES", "FORCE_COLOR", "TTY_COMPATIBLE")}
+    proc = subprocess.run([sys.executable, "-m", "generator.cli", LLAMA8, "--plan"], capture_output=True, text=True,
+                          cwd=ROOT, env=env)
+    assert proc.returncode == 0 and "\u2026" not in proc.stdout
+    report = json.loads(subprocess.run([sys.executable, "-m", "generator.cli", LLAMA8, "--json"], capture_output=True,
+                                       text=True, cwd=ROOT, env=env).stdout)
+    for p in report["plans"]:  # every price whole on its row, as the long ones were not ("$8.416…")
+        assert fmt.usd_per_hour(p["usd_per_hour"]) in proc.stdout
+    rows = [line for line in proc.stdout.splitlines() if line.startswith("\u2502")]
+    assert any("smallest" in line for line in rows) and any("cheapest" in line for line in rows)
+
+
+@pytest.mark.parametrize("columns", ["80", "60"])
+def test_a_narrow_console_folds_cells_rather_than_cutting_them(capsys, monkeypatch, columns):
+    monkeypatch.setenv("COLUMNS", columns)
+    code, out, _ = run(capsys, LLAMA8, "--plan")
+    assert code == 0 and "\u2026" not in out
+    assert max(len(line) for line in out.splitlines()) <= int(columns)  # a terminal's width is kept
+
+
+def test_a_null_key_is_called_null_not_missing(tmp_path, capsys):
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(tiny_qwen2(hidden_size=None)), encoding="utf-8")
+    code, out, err = run(capsys, str(folder))
+    assert code == 2 and "key 'hidden_size' = None: is null, where a value is required" in err and "missing" not in err
+    with pytest.raises(ConfigError, match="is null, where a value is required"):
+        model_type_of({"model_type": None}, "m")
+    with pytest.raises(ConfigError, match="required key is missing"):
+        model_type_of({}, "m")
+
+
+def test_a_snapshot_folder_that_does_not_exist_is_named(tmp_path, capsys):
+    code, out, err = run(capsys, LLAMA8, "--snapshot", str(tmp_path / "nowhere"))
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "snapshot folder does not exist" in err and str(tmp_path / "nowhere") in err and "Hub" not in err
+    afile = tmp_path / "file"
+    afile.write_text("x")
+    code, _, err = run(capsys, LLAMA8, "--snapshot", str(afile))
+    assert code == 2 and "is not a folder" in err
+    code, out, _ = run(capsys, LLAMA8, "--snapshot", str(ROOT / "snapshot"))
+    assert code == 0 and LLAMA8 in out
+
+
+def test_one_image_is_singular(capsys):
+    args = ["google/gemma-3-27b-it", "--method", "inference", "--tokens", "4200"]
+    code, out, _ = run(capsys, *args, "--images", "1")
+    assert code == 0 and "1 image per prompt" in words(out) and "image(s)" not in out
+    code, out, _ = run(capsys, *args, "--images", "2")
+    assert code == 0 and "2 images per prompt" in words(out)
