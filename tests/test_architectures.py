@@ -207,6 +207,22 @@ def test_custom_code_reads_the_declared_family(settings):
     assert phi2.params.match
 
 
+def test_custom_code_that_the_reading_leaves_something_out_of_says_what_as_a_warning(settings):
+    """Phi-3.5-vision's CLIP tower is not counted: the page and the command say so, not only the JSON twin's
+    approximate_reason (the custom_code finding says only "read as phi3"). Plain custom code read as its family
+    adds no warning beside the custom_code finding."""
+    for repo_id, words in (("microsoft/Phi-3.5-vision-instruct", "the CLIP vision tower and its projection are not "
+                                                                  "counted"),
+                           ("OrionStarAI/Orion-14B-Chat", "Orion's LayerNorm (weight and bias) is read as llama's "
+                                                          "RMSNorm")):
+        warned = [f for f in report(settings, repo_id).findings if f.check == "approximate"]
+        assert len(warned) == 1 and warned[0].severity == "warning", repo_id
+        assert warned[0].message.startswith("the estimate is approximate: custom modeling code") and \
+            words in warned[0].message, repo_id
+    for repo_id in ("moonshotai/Kimi-K2-Instruct", "microsoft/phi-2"):
+        assert not any(f.check == "approximate" for f in report(settings, repo_id).findings), repo_id
+
+
 def test_exact_families_are_not_approximate(settings):
     for repo_id in ("meta-llama/Llama-3.1-8B", "Qwen/Qwen3-30B-A3B", "google/gemma-2-9b-it", "openai/gpt-oss-20b"):
         assert not report(settings, repo_id).model.approximate, repo_id

@@ -14,6 +14,7 @@ from generator.cli import main
 QWEN8 = "Qwen/Qwen3-8B"  # 36 layers, 32 heads, 8 KV heads, 40,960-token context, no rope scaling
 GPT2 = "openai-community/gpt2"  # 1,024-token context, no rope scaling
 LLAMA8 = "meta-llama/Llama-3.1-8B"  # 131,072-token context, rope_scaling llama3
+INTERNLM = "internlm/internlm2_5-7b-chat"  # 32,768-token context, rope_scaling dynamic (factor 2)
 BERT = "google-bert/bert-base-uncased"  # an encoder of 512 positions
 
 
@@ -119,18 +120,45 @@ def test_an_exact_job_leads_and_gets_a_verdict_per_card(capsys):
 def test_a_job_past_the_context_exits_2(capsys, args, key):
     code, out, err = run(capsys, GPT2, *args)
     assert code == 2 and out == ""
-    assert f"key '{key}'" in err and "context of 1,024 tokens" in words(err) and "no rope scaling" in words(err)
+    # GPT-2's learned positions: the key its config names, and no word of a rope scaling it cannot have
+    assert f"key '{key}'" in err and "context of 1,024 tokens (n_positions)" in words(err) and "rope" not in err
 
 
-def test_past_the_context_with_rope_scaling_warns_and_prices_as_asked(capsys):
-    code, out, _ = run(capsys, LLAMA8, "--json", "--serve-tokens", "200000", "--tokens", "150000")
+def test_past_the_context_with_a_stretching_rope_scaling_warns_and_prices_as_asked(capsys):
+    """InternLM2.5's dynamic NTK scaling stretches its 32,768-token context with no known bound (sequence_limits)."""
+    code, out, _ = run(capsys, INTERNLM, "--json", "--serve-tokens", "200000", "--tokens", "65536")
     report = json.loads(out)
     assert code == 0 and report["memory"]["serve_tokens"] == 200_000
     warnings = [f["message"] for f in report["findings"] if f["check"] == "context" and f["severity"] == "warning"]
-    assert any("200,000 tokens per sequence as asked" in m for m in warnings)
-    assert any("this job runs 150,000 tokens" in m for m in warnings)
-    code, out, _ = run(capsys, LLAMA8, "--serve-tokens", "200000")
-    assert code == 0 and "[warning] context: serving is sized at 200,000 tokens" in words(out)
+    assert any(m.startswith("200,000 tokens per served sequence run past the model's context of 32,768 tokens "
+                            "(max_position_embeddings); the config's rope scaling (dynamic) stretches it, so the "
+                            "estimate is priced as asked (served at that length)") for m in warnings), warnings
+    assert any(m.startswith("65,536 tokens run past") for m in warnings)
+    code, out, _ = run(capsys, INTERNLM, "--serve-tokens", "200000")
+    assert code == 0 and "[warning] context: 200,000 tokens per served sequence run past" in words(out)
+
+
+@pytest.mark.parametrize("args, key, words_", [
+    # Llama 3.1's llama3 scaling made its 131,072 tokens out of 8,192: nothing stretches past them
+    ((LLAMA8, "--tokens", "200000"), "tokens", "which its rope scaling (llama3) was made for already"),
+    ((LLAMA8, "--method", "inference", "--tokens", "131072", "--new-tokens", "100"), "new_tokens", "(llama3)"),
+    ((LLAMA8, "--serve-tokens", "1000000"), "serve_tokens", "(llama3) was made for already"),
+    # DeepSeek-V3's YaRN reaches 4,096 x 40 = 163,840, its max_position_embeddings
+    (("deepseek-ai/DeepSeek-V3", "--tokens", "200000"), "tokens", "context of 163,840 tokens"),
+])
+def test_past_what_the_rope_scaling_reaches_exits_2(capsys, args, key, words_):
+    code, out, err = run(capsys, *args)
+    assert code == 2 and out == "" and f"key '{key}'" in err and words_ in words(err), err
+
+
+def test_an_encoder_decoder_reads_and_writes_two_sequences_and_an_encoder_writes_none(capsys):
+    """T5 summarises 512 input tokens into 200 (its config's task_specific_params): each within n_positions."""
+    code, out, _ = run(capsys, "google-t5/t5-base", "--method", "inference", "--tokens", "512", "--new-tokens", "200")
+    assert code == 0 and "batch 1 x 512 tokens + 200 generated" in words(out)
+    code, _, err = run(capsys, "google-t5/t5-base", "--method", "inference", "--tokens", "512", "--new-tokens", "600")
+    assert code == 2 and "600 generated tokens run past the model's context of 512 tokens (n_positions)" in words(err)
+    code, out, err = run(capsys, BERT, "--method", "inference", "--tokens", "100", "--new-tokens", "10")
+    assert code == 2 and out == "" and "an encoder reads whole sequences and generates no tokens" in words(err)
 
 
 def test_serve_tokens_within_the_context_are_used_as_given(capsys):
@@ -195,3 +223,18 @@ def test_the_serving_headline_names_the_cheapest_per_token_setup_too(capsys, wid
     # Llama-3.1-70B: 2x A100 80GB the cheapest per hour (3 sequences), 2x H200 per token (88); Qwen3-235B-A22B:
     # 8x A100 80GB both
     assert seen_other and seen_same
+
+
+def test_a_yarn_block_added_to_a_config_stretches_it_to_original_times_factor(capsys, tmp_path):
+    """Qwen2.5's model card adds rope_scaling {type: yarn, factor: 4, original_max_position_embeddings: 32768} to
+    its 32,768-token config for 131,072 tokens: priced with a warning up to there, refused past it."""
+    cfg = {"model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"], "hidden_size": 256, "intermediate_size": 688,
+           "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2, "vocab_size": 1000,
+           "max_position_embeddings": 32768, "rope_scaling": {"type": "yarn", "factor": 4.0,
+                                                              "original_max_position_embeddings": 32768}}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    code, out, _ = run(capsys, str(path), "--tokens", "100000")
+    assert code == 0 and "the config's rope scaling (yarn, which reaches 131,072 tokens) stretches it" in words(out)
+    code, _, err = run(capsys, str(path), "--tokens", "140000")
+    assert code == 2 and "past the 131,072 tokens its rope scaling (yarn) reaches" in words(err)

@@ -63,6 +63,24 @@ def check_special_tokens(a: Arch) -> list[Finding]:
     return out
 
 
+# The keys that set a model's size: one config.json leaves out is read at its transformers class's default, as
+# from_pretrained builds the model (config/transformers_defaults.py), and the page says so rather than stay silent
+SIZE_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size")
+
+
+def check_defaults(a: Arch) -> list[Finding]:
+    """An info finding naming the size keys (SIZE_KEYS) config.json leaves out and the class defaults read."""
+    used = a.used()
+    taken = [(k, used[k]) for k in SIZE_KEYS if k in used and str(used[k]["source"]).startswith("default:")]
+    if not taken:
+        return []
+    model_type = str(taken[0][1]["source"]).split(":", 1)[1]
+    keys = ", ".join(f"{k} ({v['value']:,})" if isinstance(v["value"], int) else k for k, v in taken)
+    return [Finding("config_defaults", "info",
+                    f"config.json leaves out {keys}: read at transformers' defaults for {model_type}, as "
+                    "from_pretrained builds the model; check that they are this model's.")]
+
+
 def check_rope(a: Arch) -> list[Finding]:
     if a.position != "rope":
         return []
@@ -198,15 +216,21 @@ def check_scope(a: Arch, train_tokens: int, requested_tokens: int, serve_tokens:
         out.append(Finding("sliding_window", "info",
                            f"{len(windowed)} of {len(a.layer_windows)} layers attend to a sliding window of "
                            f"{max(windowed):,} tokens: their KV cache is capped at the window."))
-    if a.approximate is not None and not a.custom_code and not a.text_tower_only:
-        out.append(Finding("approximate", "warning", f"approximate: {a.approximate}."))
+    # custom code read as a family with nothing more to say is the custom_code finding's; a reason that says more
+    # (a tower not counted, a layout read as another's, an architecture not known) is a warning of its own
+    plain = a.custom_code and a.approximate is not None and ";" not in a.approximate \
+        and a.approximate.startswith("custom modeling code (auto_map) read as ")
+    if a.approximate is not None and not plain and not a.text_tower_only:
+        out.append(Finding("approximate", "warning", f"the estimate is approximate: {a.approximate}."))
     if train_tokens < requested_tokens:
         out.append(Finding("context", "info",
                            f"training is sized at the model's context, {train_tokens:,} tokens, not {requested_tokens:,}."))
     if serve_tokens is not None and requested_serve is not None and serve_tokens < requested_serve:
-        why = ("an encoder reads whole sequences of at most its context; no KV cache grows" if kind == "encoder"
-               else "prompt and generated tokens together never pass the context the model was trained for, so "
-                    "its KV cache stops there")
+        why = {"encoder": "an encoder reads whole sequences of at most its context; no KV cache grows",
+               "encoder-decoder": "its encoder reads at most its context, and its decoder writes at most as many "
+                                  "tokens, whose KV cache stops there"}.get(
+            kind, "prompt and generated tokens together never pass the context the model was trained for, so its "
+                  "KV cache stops there")
         out.append(Finding("context", "info",
                            f"serving is sized at the model's context, {serve_tokens:,} tokens per sequence, not "
                            f"{requested_serve:,} ({why})."))

@@ -11,6 +11,7 @@ from ..errors import JobError
 from .checks import (
     Finding,
     check_checkpoint,
+    check_defaults,
     check_quantization,
     check_rope,
     check_scan_kernels,
@@ -53,6 +54,7 @@ from .report import (
     Report,
     SplitPlan,
 )
+from .sequence_limits import check_job_context, check_serve_context
 from .serving_speed import ServingSpeed
 from .setups import (
     QLORA,
@@ -147,7 +149,7 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
         job = dataclasses.replace(job, tokens=serve_tokens if job.method == "inference" else train_tokens)
     if job.method == "inference" and job.precision == "amp":  # autocast is a training notion: bf16 serving
         job = dataclasses.replace(job, precision="bf16")
-    past_context = check_job_context(arch, job, model_id) if explicit else []
+    past_context = check_job_context(arch, job, model_id, spec.kind) if explicit else []
     shape = model_shape(arch, graph)
     weights_served = model_serve_weight_bytes(arch, graph, s)
     # the site's jobs, their attention the model class's already (what job_options.resolve fills in: done once, here)
@@ -224,7 +226,7 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
     findings: list[Finding] = [*check_scope(arch, train_tokens, s.train_tokens, serve_tokens, s.serve_tokens,
                                             spec.kind, attends),
                                *check_shapes(arch), *check_scan_kernels(arch, graph, s, train_tokens),
-                               *check_special_tokens(arch), *check_rope(arch),
+                               *check_special_tokens(arch), *check_rope(arch), *check_defaults(arch),
                                *check_quantization(arch, graph, stored, model_id),
                                *check_checkpoint(arch, graph, checkpoint_params, stored), *past_context,
                                *check_tower_adapters(graph),
@@ -253,38 +255,6 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
         provenance=(("config_keys", arch.used()), ("formulas", dict(FORMULAS))),
         plans=tuple(setup_plans), plans_unreachable=tuple(unreachable), serving=serving, plan_floors=tuple(floors),
     )
-
-
-def check_job_context(arch, job: Job, model_id: str) -> list[Finding]:
-    """An explicit job past the model's context: an error, or a warning where the config declares rope scaling
-    (the context may then stretch; the estimate is priced as asked)."""
-    total = job.tokens + (job.new_tokens if job.method == "inference" else 0)
-    if total <= arch.max_context:
-        return []
-    key, value = ("new_tokens", job.new_tokens) if job.method == "inference" and job.new_tokens else ("tokens",
-                                                                                                    job.tokens)
-    what = f"{job.tokens:,} + {job.new_tokens:,} tokens" if key == "new_tokens" else f"{job.tokens:,} tokens"
-    if not (arch.raw.get("rope_scaling") or arch.raw.get("rope_parameters")):
-        raise JobError(model_id, key, value, f"{what} run past the model's context of {arch.max_context:,} tokens "
-                                             "(max_position_embeddings), and the config declares no rope scaling")
-    return [Finding("context", "warning", f"this job runs {what}, past the model's context of "
-                                          f"{arch.max_context:,} tokens; the config declares rope scaling, so the "
-                                          "estimate is priced as asked, but check that the scaling covers it.")]
-
-
-def check_serve_context(arch, tokens: int, model_id: str) -> list[Finding]:
-    """A serving length the user named past the model's context: an error, or a warning where the config
-    declares rope scaling (then served as asked)."""
-    if tokens <= arch.max_context:
-        return []
-    if not (arch.raw.get("rope_scaling") or arch.raw.get("rope_parameters")):
-        raise JobError(model_id, "serve_tokens", tokens, f"{tokens:,} tokens per served sequence run past the "
-                                                         f"model's context of {arch.max_context:,} tokens "
-                                                         "(max_position_embeddings), and the config declares no "
-                                                         "rope scaling")
-    return [Finding("context", "warning", f"serving is sized at {tokens:,} tokens per sequence as asked, past the "
-                                          f"model's context of {arch.max_context:,} tokens; the config declares rope "
-                                          "scaling, so check that the scaling covers it.")]
 
 
 def _site_metric(method: str, parts: tuple[int, ...]) -> int:
