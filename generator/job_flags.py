@@ -58,8 +58,9 @@ def add_setup_arguments(p: argparse.ArgumentParser) -> None:
                     help="micro-batches per optimizer step (gradient_accumulation_steps, default 1): from the second "
                          "on, every trainable parameter's gradient is held through forward and backward")
     ex.add_argument("--adapter-dtype", choices=j.ADAPTER_DTYPES,
-                    help="LoRA adapters' dtype (default: peft's autocast_adapter_dtype, fp32 on a bf16 base under "
-                         "AMP; bf16 under --precision bf16)")
+                    help="LoRA adapters' dtype (default: peft's autocast_adapter_dtype=True, fp32 on a bf16 base, "
+                         "with or without autocast; bf16: autocast_adapter_dtype=False, or LitGPT's and torchtune's "
+                         "own LoRA, whose recipes set it)")
     ex.add_argument("--lora-dropout", type=float, metavar="P", help="LoRA dropout probability (default 0)")
     ex.add_argument("--bnb-version", metavar="X.Y.Z",
                     help="the bitsandbytes release of a QLoRA run (default: 0.43.2 or later; before it, each 4-bit "

@@ -127,7 +127,7 @@ def test_litgpt_full_fine_tune_trains_its_own_head():
 
 def test_the_attention_term_follows_litgpt_code():
     c = 2
-    r = regime("lora", "bf16", lora_dropout=True, cpu=False)
+    r = regime("lora", "bf16", adapter_bytes=2, lora_dropout=True, cpu=False)  # LitGPT's bf16 adapters
     mha = snapshot_arch("meta-llama/Llama-2-7b-hf")  # 32 heads, 32 kv heads, 128 wide
     gqa = snapshot_arch("meta-llama/Llama-3.2-1B")  # 32 heads, 8 kv heads, 64 wide
     q, kv = gqa.heads * gqa.head_dim, gqa.kv_heads * gqa.head_dim
@@ -176,7 +176,7 @@ def test_litgpt_runs_sdpa_and_a_fused_gelu_whatever_the_checkpoint_code():
     phi, gemma2 = snapshot_arch("microsoft/phi-1_5"), snapshot_arch("google/gemma-2-2b-it")
     assert framework_attention(phi, LITGPT_LOSS) == "sdpa" and framework_attention(phi, "hf") == ""
     assert framework_attention(gemma2, LITGPT_LOSS) == "eager"
-    r = regime("lora", "bf16")
+    r = regime("lora", "bf16", adapter_bytes=2)  # the framework's own bf16 adapters
     block = phi.spec.blocks[0]
     mlp = sum(p.act // 2 for p in block.parts if p.type == "MLP")
     # MHA: the fused output kept by v's view, less gelu_new's three MLP-wide tensors; no LoRA on q, k or v

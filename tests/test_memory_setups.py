@@ -273,3 +273,21 @@ def test_pages_warn_where_peft_all_linear_fails_on_a_tuple_router():
     message = next(f.message for f in check_scope(normalise(llama4, "m"), 2048, 2048)
                    if f.check == "lora_all_linear_fails")
     assert "Llama4Router" in message and "--lora-targets" in message
+
+
+def test_peft_keeps_its_adapters_fp32_on_a_bf16_base_without_autocast_and_the_default_prices_it_so():
+    """Issue 13: "peft's default fp32 adapters on a bf16 base without autocast (23% under)". get_peft_model's
+    autocast_adapter_dtype=True upcasts them whatever the base (peft tuners_utils.cast_adapter_dtype): the model
+    here is bf16 and trained with no autocast, and its adapters come out fp32. LitGPT's recipe keeps its own bf16."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    peft = pytest.importorskip("peft")
+    cfg = transformers.LlamaConfig(**{k: v for k, v in LLAMA.items() if k != "model_type"})
+    with torch.device("meta"):
+        model = transformers.LlamaForCausalLM(cfg).to(torch.bfloat16)
+    model = peft.get_peft_model(model, peft.LoraConfig(r=8, target_modules="all-linear"))
+    assert {p.dtype for n, p in model.named_parameters() if "lora_" in n} == {torch.float32}
+    assert peak(LLAMA, method="lora", precision="bf16") == peak(LLAMA, method="lora", precision="bf16",
+                                                                adapter_dtype="fp32") \
+        > peak(LLAMA, method="lora", precision="bf16", adapter_dtype="bf16")
+    assert Job.from_options("litgpt").adapter_dtype == "bf16"

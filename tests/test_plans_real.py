@@ -176,7 +176,8 @@ def test_ddp_never_falls_below_one_gpu(model, method, n):
 @pytest.mark.parametrize("job, weight_bytes", [
     (Job(method="lora", precision="amp", tokens=512), 4),  # peft's default: fp32 adapters under autocast
     (Job(method="lora", precision="amp", adapter_dtype="bf16", tokens=512), 2),  # --adapter-dtype bf16
-    (Job(method="lora", precision="bf16", tokens=512), 2),
+    (Job(method="lora", precision="bf16", tokens=512), 4),  # peft's default on a bf16 base without autocast too
+    (Job(method="lora", precision="bf16", adapter_dtype="bf16", tokens=512), 2),  # LitGPT's, torchtune's
     (Job(tokens=512), 4),  # full AMP: the fp32 master
     (Job(precision="bf16", tokens=512), 2),
 ])

@@ -81,7 +81,7 @@ def test_torchtune_expands_k_and_v_and_runs_sdpa():
     """MultiHeadAttention expands k and v to every query head before SDPA: 2 x (q - kv) x 2 B per token under GQA,
     nothing under MHA; SDPA whatever the class's default, eager only for soft-capped gemma-2."""
     gqa, mha = snapshot_arch("meta-llama/Llama-3.2-3B-Instruct"), snapshot_arch("meta-llama/Llama-2-7b-hf")
-    r = regime("lora", "bf16")
+    r = regime("lora", "bf16", adapter_bytes=2)  # the framework's own bf16 adapters
     q, kv = gqa.heads * gqa.head_dim, gqa.kv_heads * gqa.head_dim
     assert framework_layer_bytes(gqa, gqa.spec.blocks[0], r, None, "q,v,o,mlp", TORCHTUNE_LOSS, "sdpa", 1024) == (
         2 * (q - kv) * 2)

@@ -284,7 +284,9 @@ def job_of(setup: Setup, kernels: str = "cuda"):
               padded=bool(setup.padded))
     if setup.method not in READ_BY["lora_targets"]:  # a record holds its harness's adapter defaults whatever the method
         return job, ""  # (LitGPT's "q,v"): only the adapter methods read them
-    return dataclasses.replace(job, lora_targets=setup.lora_targets, adapter_dtype=setup.adapter_dtype,
+    # the harness's default under pure bf16 made bf16 adapters (build.dtypes), where the estimator's is peft's fp32
+    adapter = setup.adapter_dtype or ("bf16" if setup.precision == "bf16" else "")
+    return dataclasses.replace(job, lora_targets=setup.lora_targets, adapter_dtype=adapter,
                                lora_dropout=setup.lora_dropout or 0.0), ""
 
 

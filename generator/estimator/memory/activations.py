@@ -99,8 +99,8 @@ def regime(method: str, precision: str, adapter_bytes: int = 0, lora_dropout: bo
            upcast: bool = False, torch_scan: bool = False, input_cast: bool = True) -> Regime:
     """amp: fp32 weights under bf16 autocast for a full fine-tune (HF Trainer --bf16), a bf16 base with fp32
     adapters for LoRA; bf16: everything bf16 (LitGPT bf16-true, torchtune); fp32: no autocast. adapter_bytes 0:
-    peft's default (fp32 adapters under AMP and fp32, the base's dtype under pure bf16, as LitGPT and torchtune
-    make them). upcast: peft's prepare_model_for_kbit_training cast every non-quantised parameter (embeddings,
+    peft's default, fp32 adapters on any base, autocast or not (peft/tuners/tuners_utils.py cast_adapter_dtype);
+    LitGPT's and torchtune's own LoRA keep theirs in the base's dtype, as their recipes set (adapter_dtype bf16). upcast: peft's prepare_model_for_kbit_training cast every non-quantised parameter (embeddings,
     norms, LM head) to fp32 (peft/utils/other.py), so the residual stream is fp32. torch_scan: Mamba mixers run
     transformers' torch scan (memory.recurrence), as without mamba-ssm and on the CPU. input_cast False: the
     adapters read their input as it comes, under autocast (ADAPTER_NO_CAST)."""
@@ -108,7 +108,7 @@ def regime(method: str, precision: str, adapter_bytes: int = 0, lora_dropout: bo
     if precision == "fp32":
         return Regime(4, 4, trained, False, adapter_bytes or 4, lora_dropout, cpu, True, torch_scan)
     if precision == "bf16":
-        return Regime(4 if upcast else 2, 2, trained, False, adapter_bytes or 2, lora_dropout, cpu, True, torch_scan)
+        return Regime(4 if upcast else 2, 2, trained, False, adapter_bytes or 4, lora_dropout, cpu, True, torch_scan)
     return Regime(4 if trained or upcast else 2, 2, trained, True, adapter_bytes or 4, lora_dropout, cpu, True, torch_scan,
                   input_cast)
 

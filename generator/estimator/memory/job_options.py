@@ -27,7 +27,7 @@ OPTIMIZERS = ("adamw", "adamw-fused", "adamw8bit", "paged-adamw", "sgd")
 ATTENTIONS = ("sdpa", "eager")
 METRICS = ("allocated", "reserved", "nvidia-smi")
 
-# LoRA adapters' dtypes and bytes; none asked: regime's default (peft autocast_adapter_dtype=True; LitGPT: bf16)
+# LoRA adapters' dtypes and bytes; none asked: regime's default (peft's autocast_adapter_dtype=True: fp32)
 ADAPTER_BYTES = {"fp32": 4, "bf16": 2}
 ADAPTER_DTYPES = tuple(ADAPTER_BYTES)
 
@@ -73,7 +73,7 @@ class Job:
     attention: str = ""  # "" = the model class's default (default_attention)
     metric: str = "allocated"
     recipe: str = ""  # the recipe the options came from (recipes.RECIPES), echoed
-    adapter_dtype: str = ""  # "" = peft's default: fp32 under AMP and fp32, the base's dtype under pure bf16
+    adapter_dtype: str = ""  # "" = peft's default: fp32 on any base (autocast_adapter_dtype=True)
     lora_dropout: float = 0.0
     keep_outputs: bool = False  # the loop keeps the model's output (logits, KV cache) alive through backward
     upcast_fp32: bool = False  # peft prepare_model_for_kbit_training: non-quantised parameters cast to fp32
