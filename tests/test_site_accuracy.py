@@ -242,7 +242,7 @@ def check_page(html: str, table: dict[str, Any]) -> None:
             (x["reason"], len(x["rows"]) if isinstance(x["rows"], list) else x["rows"]) for x in excluded]
 
 
-def check_line(html: str, table: dict[str, Any], model: str = "") -> None:
+def check_line(html: str, table: dict[str, Any], model: str = "", qlora: bool = True) -> None:
     """The model page's accuracy line: per method, the runs of the setup the page prices (its row of the by-setup
     table, or where `model` is among its runs that row without them, held_out; figures equal), or "no measured runs
     of this setup (...)" followed by other setups' runs, each named."""
@@ -251,7 +251,8 @@ def check_line(html: str, table: dict[str, Any], model: str = "") -> None:
     text = unescape(re.sub(r"<[^>]+>", "", found.group(1)))
     assert "measured peaks of the same setups on other models" in text and "over every measured run" not in text
     segments = dict(re.findall(r"(full fine-tuning|QLoRA|LoRA|serving): (.*?)(?=; (?:QLoRA|LoRA|serving): |\. How we|\.$)", text))
-    assert sorted(segments) == sorted(LABELS), text
+    # a quantised checkpoint's page prices no QLoRA and quotes none
+    assert sorted(segments) == sorted(k for k in LABELS if qlora or k != "QLoRA"), text
     setups = {e["method"]: e for e in table.get("setups", []) if e["compared"]}
     setups.update({e["method"]: e for e in table.get("held_out", []) if e["dataset"] == model})  # its own held out
     for label, segment in segments.items():
@@ -259,7 +260,9 @@ def check_line(html: str, table: dict[str, Any], model: str = "") -> None:
         said = re.findall(r"(\d[\d,]*) ([^,]+), median error ([\d.]+%), p90 ([\d.]+%)", segment)
         mine = re.match(r"\d[\d,]* CPU-simulated runs? of this setup \(([^)]*)\)", segment)
         if mine:  # the page's own setup, figures from its row; then the method's public GPU runs, of other setups
-            setup = mine.group(1).replace(" / ", ", ")
+            setup, _, swap = mine.group(1).partition("; ")  # what the runs ran for the page's (SUBSTITUTED)
+            setup = setup.replace(" / ", ", ")
+            assert swap == accuracy_page.SUBSTITUTED.get(method, ""), segment
             assert setup in {f"{SITE_SETUPS.get(method)}{e}{i}" for e in ("", ", eager") for i in ("", ", images")}, \
                 segment
             # the runs that measured the allocated peak the page gives, where any did; then, in parentheses, how
@@ -312,9 +315,15 @@ def test_an_eager_page_reads_the_eager_rows_and_names_what_no_run_measured() -> 
     assert eager["full fine-tuning"]["runs"] != sdpa["full fine-tuning"]["runs"]
     # the site's QLoRA was simulated with bitsandbytes (cpu-sim-qlora.jsonl, FINDINGS.md F29), and under eager
     # attention on the eager pages' families (cpu-sim-extra.jsonl, FINDINGS.md F75)
+    # The CPU has no paged memory: the runs say they ran AdamW for the page's paged AdamW (audit of issue 13)
     qlora = "CPU-simulated runs of this setup (QLoRA / AMP / fp32 adapters / all-linear / double quant / checkpointing"
-    assert sdpa["QLoRA"]["runs"][0]["dataset"] == qlora + ")"
-    assert eager["QLoRA"]["runs"][0]["dataset"] == qlora + " / eager)"
+    swap = "; " + accuracy_page.SUBSTITUTED["qlora"] + ")"
+    assert swap.startswith("; run with AdamW as paged AdamW needs CUDA") and "," not in swap
+    assert sdpa["QLoRA"]["runs"][0]["dataset"] == qlora + swap
+    assert eager["QLoRA"]["runs"][0]["dataset"] == qlora + " / eager" + swap
+    # a quantised checkpoint's page prices no QLoRA, and quotes no QLoRA error
+    unquoted = {m["label"] for m in accuracy_page.model_line(table, None, "sdpa", qlora=False)["methods"]}
+    assert "QLoRA" not in unquoted and "LoRA" in unquoted
     # no step fed an image to a model without SDPA: the line says so, and what it quotes instead
     none = {m["label"]: m for m in accuracy_page.model_line(table, None, "eager", images=True)["methods"]}
     assert none["QLoRA"]["runs"] == [] and none["QLoRA"]["setup"] == accuracy_page.PAGE_SETUPS["qlora"]
@@ -335,7 +344,9 @@ def test_every_model_page_carries_the_line_and_links_the_page(site: Path) -> Non
     assert len(model_pages) == GOLDEN_MODELS == 4
     for page in model_pages:
         html = page.read_text(encoding="utf-8")
-        check_line(html, table, page.parent.relative_to(site / "models").as_posix())
+        twin = json.loads((page.parent / "index.json").read_text(encoding="utf-8"))
+        check_line(html, table, page.parent.relative_to(site / "models").as_posix(),
+                   twin["memory"]["train_qlora_bytes_batch1"] is not None)
         assert '<a href="../../../accuracy/index.html">How we measure</a>' in html
         assert html.index('id="accuracy-line"') < html.index('id="memory-chart"')
     for page in site.rglob("*.html"):  # in every page's footer

@@ -216,27 +216,34 @@ PAGE_SETUPS = {"qlora": "nf4, double quant, paged AdamW, checkpointing",
                "inference": "a chunked-prefill server"}
 # The harness's nearest setup to the page's serving figure (the same weights and KV cache terms).
 NEAREST = {"inference": "serving, HF generate"}
+# What the harness's runs of a page's setup run in place of the page's, and why (no comma: the line's separator)
+SUBSTITUTED = {"qlora": "run with AdamW as paged AdamW needs CUDA: the page's figure leaves paged AdamW's state out "
+                        "and these runs count AdamW's in both the estimate and the run"}
 
 
 def model_line(table: Accuracy | None, href: str | None, attention: str = "sdpa", images: bool = False,
-               model: str = "") -> dict[str, Any] | None:
+               model: str = "", qlora: bool = True) -> dict[str, Any] | None:
     """Per method, the error of the setup this page prices (`attention`: the page's default, eager where the
     model class has no SDPA; `images`: one image per training sample, where the model reads images) on other
     models' runs (`model`'s own held out: Accuracy.held_out); where no run measured that setup, the line says so and
-    gives the other setups' runs as such. None without a table."""
+    gives the other setups' runs as such. `qlora`: whether the page prices QLoRA (not on a quantised checkpoint).
+    None without a table."""
     if table is None:
         return None
     eager = ", eager" if attention == "eager" else ""
     methods = []
     for method, label in METHODS:
+        if method == "qlora" and not qlora:
+            continue
         setup = table_module.SITE_SETUPS.get(method)
         setup = setup + eager + (", images" if images else "") if setup else None
         held = next((e for e in table.held_out if setup and e.method == setup and e.dataset == model), None)
         mine = held if held is not None else next((e for e in table.setups if setup and e.method == setup), None)
         mine = mine if mine is not None and mine.compared > 0 else None
         if mine is not None:
+            swap = f"; {SUBSTITUTED[method]}" if method in SUBSTITUTED else ""
             runs = [_line_run(mine, f"CPU-simulated {'run' if mine.compared == 1 else 'runs'} of this setup "
-                                    f"({(setup or '').replace(', ', ' / ')})")]
+                                    f"({(setup or '').replace(', ', ' / ')}{swap})")]
             # the method's public GPU runs, of other setups: what a CPU run cannot show (FINDINGS.md F54), and
             # which way they miss (the mean signed error)
             gpu = _gpu_runs(table, method)
