@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from generator.errors import TraceError
 from generator.estimator import estimate
 from generator.estimator.graph.nodes import build_graph
-from generator.estimator.memory.job_options import Job
+from generator.estimator.memory.job_options import Job, site_job
 from generator.estimator.memory.kinds import GPU_COUNTS, MAX_GPUS, kinds
 from generator.estimator.memory.parallel import ParallelError, Setup, per_gpu
 from generator.estimator.memory.plans import first_fit
@@ -26,7 +26,7 @@ from generator.estimator.memory.sharding import GPUS_PER_NODE
 from generator.estimator.memory.storage import serve_weight_bytes
 from generator.estimator.normalise import normalise
 from generator.estimator.serving_speed import decode_upper_bound
-from generator.estimator.setups import QLORA, cached_peak, model_shape, offers, serving_job, serving_model, training_job
+from generator.estimator.setups import cached_peak, model_shape, offers, serving_job, serving_model, training_job
 from generator.settings import load_settings
 from tests.conftest import snapshot_configs
 
@@ -69,7 +69,7 @@ def site_jobs(model_id: str):
     return {
         "full": training_job(a, g, S, Job(tokens=t), shape, model_id),
         "lora": training_job(a, g, S, Job(method="lora", lora_rank=S.lora_rank, tokens=t), shape, model_id),
-        "qlora": training_job(a, g, S, dataclasses.replace(QLORA, lora_rank=S.lora_rank, tokens=t), shape, model_id),
+        "qlora": training_job(a, g, S, site_job("qlora", S.lora_rank, tokens=t), shape, model_id),
         "serve": serving_job(profile, weights, shape, S.compute_bytes),
         "serve2": serving_job(profile, weights, shape, S.compute_bytes, sequences=2),
     }
@@ -294,7 +294,7 @@ def test_qlora_max_batch_per_card_is_the_largest_batch_of_the_qlora_job_that_fit
     t = min(S.train_tokens, a.max_context)
 
     def peak(batch: int) -> int:
-        job = training_job(a, g, S, dataclasses.replace(QLORA, lora_rank=S.lora_rank, tokens=t, batch=batch), shape,
+        job = training_job(a, g, S, site_job("qlora", S.lora_rank, tokens=t, batch=batch), shape,
                            model, both=False)
         return _metric("qlora", tuple(dict(per_gpu(job, Setup()).breakdown).values()))
 

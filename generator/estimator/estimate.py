@@ -27,7 +27,7 @@ from .graph.structure import StructureTable
 from .inputs import Assumptions, Card, Gpu
 from .memory.attention import default_attention
 from .memory.curve import memory_curve
-from .memory.job_options import Job, checkpoint_host_bytes, resolve
+from .memory.job_options import Job, checkpoint_host_bytes, resolve, site_job
 from .memory.job_result import metric_memory
 from .memory.layer_terms import all_linear_params, expert_adapters
 from .memory.parallel import Setup, accumulating_phases, per_gpu
@@ -57,7 +57,6 @@ from .report import (
 from .sequence_limits import check_job_context, check_serve_context
 from .serving_speed import ServingSpeed
 from .setups import (
-    QLORA,
     cached_peak,
     exact_job,
     job_limits,
@@ -154,13 +153,9 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
     weights_served = model_serve_weight_bytes(arch, graph, s)
     # the site's jobs, their attention the model class's already (what job_options.resolve fills in: done once, here)
     attention = default_attention(arch)[0]
-    site_jobs = {
-        "full": training_job(arch, graph, s, Job(tokens=train_tokens, attention=attention), shape, model_id,
-                             memo=memo),
-        "lora": training_job(arch, graph, s, Job(method="lora", lora_rank=s.lora_rank, tokens=train_tokens,
-                                                 attention=attention), shape, model_id, memo=memo),
-        "qlora": training_job(arch, graph, s, dataclasses.replace(QLORA, lora_rank=s.lora_rank, tokens=train_tokens,
-                                                                  attention=attention), shape, model_id, memo=memo),
+    site_jobs = {  # each a recipe under the site's options (recipes.SITE_RECIPES)
+        **{m: training_job(arch, graph, s, site_job(m, s.lora_rank, tokens=train_tokens, attention=attention), shape,
+                           model_id, memo=memo) for m in ("full", "lora", "qlora")},
         "serve": serving_job(profiles["serve"], weights_served, shape, s.compute_bytes),
         "serve2": serving_job(profiles["serve"], weights_served, shape, s.compute_bytes, sequences=2),
     }

@@ -3,8 +3,9 @@ SingleGpuJobs, the plans that run them and the serving speed on each priced GPU.
 
 One SingleGpuJob per method is built from job.py's phases (training) or the serving profile (the site's
 chunked-prefill server) and shared by every setup tried: the plan search only shares it out (parallel.per_gpu),
-each (method, setup) once across GPUs. QLoRA is the QLoRA paper's recipe (Dettmers et al. 2023, arXiv:2305.14314
-§2-3): an NF4 base with double quantisation, paged AdamW, gradient checkpointing, LoRA on every Linear.
+each (method, setup) once across GPUs. The site's training jobs are recipes (memory/recipes.py SITE_RECIPES);
+QLoRA's is an NF4 base with double quantisation, paged AdamW and gradient checkpointing, LoRA on every Linear (the
+QLoRA paper's, Dettmers et al. 2023, arXiv:2305.14314 §2-3, without peft's fp32 upcast).
 """
 
 from __future__ import annotations
@@ -40,7 +41,6 @@ from .memory.sharding import GPUS_PER_NODE, Sharding, cpu_bytes_per_node, sharde
 from .memory.stages import Limits, Profile
 from .serving_speed import ServingModel, ServingSpeed, serving_speed
 
-QLORA = Job(method="qlora", weights="nf4", double_quant=True, optimizer="paged-adamw", grad_ckpt=True)
 SITE_METHODS = ("full", "lora", "qlora", "serve")
 
 

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .. import format as f
+from .. import recipe_words
 from ..errors import ConfigError
 from ..estimator import Report
 from ..records import ModelRecord
@@ -356,6 +357,9 @@ def _assumptions(report: Report, a: dict[str, Any]) -> dict[str, Any]:
         "peak_lora": _PHASE_TEXT.get(phase.get("train_lora", ""), phase.get("train_lora", "")),
         "peak_serve": _PHASE_TEXT.get(phase.get("serve", ""), phase.get("serve", "")),
         "encoder": report.model.kind == "encoder",  # served as one forward per batch (profile.serve_profile)
+        # the training methods as recipes the command runs (QLoRA's where it applies: a 16-bit checkpoint)
+        "recipes": [r for r in recipe_words.site_recipes(a["lora_rank"])
+                    if r["method"] != "QLoRA" or mem.train_qlora_bytes_batch1 is not None],
         "example": None if first is None else {
             "card": first.name, "usable": f.gb(first.usable_bytes), "budget": f.gb(first.budget_bytes)},
     }

@@ -15,7 +15,7 @@ from ..inputs import Assumptions
 from .activations import ADAPTER_NO_CAST, Regime, regime
 from .attention import default_attention
 from .frameworks import LITGPT_LOSS, TORCHTUNE_LOSS, framework_attention, framework_model, own_model
-from .recipes import RECIPES
+from .recipes import RECIPES, SITE_RECIPES
 from .storage import ADAMW8BIT_STATE_BYTES, bnb_leaves_linears
 from .tower_adapters import unadaptable_target
 
@@ -119,6 +119,13 @@ class Job:
         if self.precision == "fp32":
             return "fp32"
         return "nf4" if self.method == "qlora" else "bf16"
+
+
+def site_job(method: str, lora_rank: int, **given: Any) -> Job:
+    """The site's job of a training method: its recipe under the options recipes.SITE_RECIPES gives it, at the
+    site's LoRA rank, with `given` (tokens, attention)."""
+    recipe, options = SITE_RECIPES[method]
+    return Job.from_options(recipe, method=method, lora_rank=lora_rank, **dict(options), **given)
 
 
 def resolve(job: Job, a: Arch) -> Job:

@@ -94,12 +94,18 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
                             "fp32, gradient checkpointing on), paged AdamW 32-bit, LoRA dropout 0.05, batches "
                             "padded to their longest sample",
            (("method", "qlora"), ("precision", "amp"), ("weights", "nf4"), ("double_quant", True),
-            ("upcast_fp32", True), ("adapter_dtype", "fp32"), ("lora_dropout", 0.05), ("grad_ckpt", True),
-            ("optimizer", "paged-adamw"), ("keep_outputs", False), ("loss", "trl-chunked"), ("padded", True)),
+            ("upcast_fp32", True), ("adapter_dtype", "fp32"), ("lora_rank", 16), ("lora_targets", "all-linear"),
+            ("lora_dropout", 0.05), ("grad_ckpt", True), ("optimizer", "paged-adamw"), ("keep_outputs", False),
+            ("loss", "trl-chunked"), ("padded", True)),
            ("peft/utils/other.py prepare_model_for_kbit_training: param.data.to(torch.float32) for every fp16/bf16 "
             "parameter that is not Params4bit; use_gradient_checkpointing=True",
             "artidoro/qlora qlora.py: bnb_4bit_use_double_quant=True, bnb_4bit_quant_type='nf4', "
-            "optim='paged_adamw_32bit', lora_dropout 0.05",
+            "optim='paged_adamw_32bit'; find_all_linear_names adapts every Linear but the head (the QLoRA paper, "
+            "arXiv:2305.14314 §4: LoRA on all linear layers). qlora.py itself defaults to r 64 and lora_dropout 0.0 "
+            "(its Guanaco scripts pass 0.1 up to 13B, 0.05 above) and casts the adapters to bf16 under --bf16; this "
+            "recipe runs it under TRL and peft instead:",
+            "trl/trainer/model_config.py: lora_r 16, lora_dropout 0.05; peft get_peft_model(autocast_adapter_dtype="
+            "True): fp32 adapters",
             "bitsandbytes/optim/optimizer.py get_state_buffer: paged state (F.get_paged, cudaMallocManaged) for "
             "tensors of 1e5 elements or more",
             "trl/trainer/sft_config.py: loss_type 'chunked_nll'; base_config.py: gradient_checkpointing = True",
@@ -269,3 +275,18 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
 
 def recipe(name: str) -> Recipe | None:
     return RECIPES.get(name)
+
+
+# The site's training jobs, each as the recipe it starts from and the options that make it the site's (the LoRA
+# rank is the site's own: site_config.yaml's lora_rank). The full fine-tune and LoRA run PyTorch's foreach AdamW for
+# the Trainer's fused default: its step holds a 4-byte temporary per parameter, the larger peak, and the one a loop
+# building torch.optim.AdamW gets. QLoRA is LLaMA-Factory's (nf4, double quantisation, no fp32 upcast) with paged
+# AdamW 32-bit as the QLoRA paper runs it (Dettmers et al. 2023, arXiv:2305.14314 §2), one micro-batch of unpadded
+# samples, and the towers adapted as peft's all-linear adapts them. job_options.site_job builds them; the pages
+# print them as flags (recipe_words), and a test holds the command with those flags to the page's figures.
+SITE_RECIPES: dict[str, tuple[str, tuple[tuple[str, Any], ...]]] = {
+    "full": ("hf-trainer", (("optimizer", "adamw"),)),
+    "lora": ("hf-trainer", (("lora_targets", "all-linear"), ("optimizer", "adamw"))),
+    "qlora": ("llama-factory-qlora", (("optimizer", "paged-adamw"), ("grad_accum", 1), ("padded", False),
+                                      ("tower_adapters", True))),
+}

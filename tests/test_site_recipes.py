@@ -1,0 +1,57 @@
+"""Issue 13: "the site says which recipe each method prices". Each training method of a page is a recipe run with
+the flags the page prints (recipes.SITE_RECIPES, recipe_words): the command given those flags prints the page's
+figure, byte for byte, and the page says so."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from generator import recipe_words
+from generator.cli import main
+from generator.estimator.memory.job_options import Job, site_job
+from generator.estimator.memory.recipes import RECIPES, SITE_RECIPES
+from generator.settings import load_settings
+
+SITE_FIGURE = {"full": "train_full_bytes_batch1", "lora": "train_lora_bytes_batch1",
+               "qlora": "train_qlora_bytes_batch1"}
+RANK = load_settings().assumptions.lora_rank
+
+
+@pytest.mark.parametrize("model", ["Qwen/Qwen3-0.6B", "google/gemma-2-9b-it", "Qwen/Qwen3-30B-A3B",
+                                   "meta-llama/Llama-3.2-11B-Vision", "google-t5/t5-base", "openai-community/gpt2"])
+def test_the_pages_flags_give_the_pages_figures(capsys, model):
+    assert main([model, "--json"]) == 0
+    site = json.loads(capsys.readouterr().out)["memory"]
+    for method, key in SITE_FIGURE.items():
+        flags = recipe_words.site_recipe_flags(method, RANK).split()
+        assert main([model, "--json", *flags]) == 0, (model, flags)
+        memory = json.loads(capsys.readouterr().out)["memory"]
+        assert memory["job"]["recipe"] == SITE_RECIPES[method][0]
+        assert memory["peak_bytes"] == site[key], (model, method)
+
+
+def test_every_option_a_site_recipe_sets_is_a_flag_and_changes_its_recipe():
+    """An option equal to the recipe's own would be no override: each one the table lists changes the job."""
+    for method, (recipe, options) in SITE_RECIPES.items():
+        assert recipe in RECIPES
+        plain = Job.from_options(recipe, method=method, lora_rank=RANK)
+        for key, value in options:
+            assert key in recipe_words.FLAGS, key
+            assert getattr(plain, key) != value, (method, key)
+        assert site_job(method, RANK) == Job.from_options(recipe, method=method, lora_rank=RANK, **dict(options))
+
+
+def test_a_page_names_its_recipes_and_a_quantised_checkpoint_no_qlora(capsys, tmp_path):
+    page = tmp_path / "page.html"
+    assert main(["Qwen/Qwen3-0.6B", "--html", str(page)]) == 0
+    html = page.read_text(encoding="utf-8")
+    assert "Full fine-tune is transformers Trainer(bf16=True), run with PyTorch&#39;s foreach AdamW" in html
+    assert "<code>--recipe hf-trainer --method lora --lora-rank 16 --lora-targets all-linear --optimizer adamw" \
+           "</code>" in html
+    assert "QLoRA is llama-factory with quantization_bit 4, run with paged AdamW 32-bit" in html
+    assert main(["openai/gpt-oss-20b", "--html", str(page)]) == 0  # MXFP4: QLoRA does not apply
+    html = page.read_text(encoding="utf-8")
+    recipes = html[html.index('<p id="recipes">'):]
+    assert "LoRA is transformers Trainer" in recipes and "QLoRA is" not in recipes[:recipes.index("</p>")]
