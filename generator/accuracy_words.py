@@ -9,6 +9,15 @@ from typing import Any
 
 from .estimator.memory.job_options import legacy_cache
 
+# Frameworks whose runs build their own model (not transformers' class), as a row's framework names them
+OWN_MODEL_CODE = ("torchtune", "lit-gpt", "litgpt")
+# What a row's metric counts beyond the live tensors the estimate prices
+METRIC_WORDS = {"max_memory_reserved": "the caching allocator's cached blocks too, beyond the live tensors priced",
+                "allocated_plus_non_torch": "memory outside PyTorch's allocator too: the CUDA context and libraries' "
+                                            "workspaces",
+                "nvml_used": "the driver's count: the CUDA context and the allocator's cache too",
+                "not_stated": "the source does not say which count"}
+
 
 def miss_cause(row: Mapping[str, Any], setup) -> str:
     """A public row's framework, stack, recipe and metric, in words: what differs from the run the estimator prices
@@ -48,9 +57,16 @@ def miss_cause(row: Mapping[str, Any], setup) -> str:
                      "this framework runs its own SDPA implementation" if setup.attention != "sdpa" else
                      "the snapshot's config is custom code (auto_map), priced as transformers' own class; this "
                      "framework runs its own model code")
-    parts.append(f"recipe: {setup.method}, {setup.precision}, {setup.optimizer}"
-                 + (", checkpointing" if setup.grad_ckpt else "") + f", {setup.attention or 'sdpa'}")
-    parts.append(f"metric {m.get('metric')}")
+    own = next((name for name in OWN_MODEL_CODE if name in str(row.get("framework") or "").lower()), None)
+    # (a row priced with its framework's own loss and model, LitGPT's, says so in its recipe instead)
+    if own and "auto_map" not in (row.get("config") or {}) and (row.get("setup") or {}).get("loss", "hf") == "hf":
+        parts.append(f"{own} runs its own model code and loss, priced here as transformers' class and its loss")
+    parts.append(f"recipe: {setup.method}, {setup.precision}"
+                 + (f", {setup.optimizer}" if setup.method != "inference" else "")  # serving steps no optimizer
+                 + (", checkpointing" if setup.grad_ckpt else "") + f", {setup.attention or 'sdpa'}"
+                 + (f", {loss} loss" if (loss := (row.get("setup") or {}).get("loss", "hf")) != "hf" else ""))
+    metric = str(m.get("metric"))
+    parts.append(f"metric {metric}" + (f" ({METRIC_WORDS[metric]})" if metric in METRIC_WORDS else ""))
     if str(row.get("trust")) != "A":
         parts.append(f"trust {row.get('trust')}")
     return "; ".join(parts)

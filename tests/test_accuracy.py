@@ -212,6 +212,17 @@ def test_every_public_row_missed_by_more_than_10pct_has_a_named_cause():
         assert abs(m["error_pct"]) > 10 and "metric" in m["cause"] and m["cause"].split(";")[0].strip()
 
 
+def test_a_miss_names_what_its_framework_and_metric_count_that_the_estimate_does_not():
+    """The audit of issue 13 found causes that named a metric or a framework and no mechanism (torchtune's M128:
+    'torchtune; recipe ...; metric max_memory_reserved'), and an optimizer on serving rows."""
+    misses = {m["id"]: m["cause"] for m in json.loads((DATA / "accuracy.json").read_text(encoding="utf-8"))["misses"]}
+    assert "torchtune runs its own model code and loss, priced here as transformers' class and its loss" \
+        in misses["M128"]
+    assert "metric max_memory_reserved (the caching allocator's cached blocks too" in misses["M128"]
+    assert "recipe: inference, bf16, eager" in misses["M164"] and "adamw" not in misses["M164"]
+    assert "metric allocated_plus_non_torch (memory outside PyTorch's allocator too" in misses["M164"]
+
+
 def test_a_row_left_out_only_for_its_unit_is_judged_under_both_readings():
     """A source that does not say GB or GiB is in no pooled figure, but its row is priced both ways: the GB reading
     (value x 1e9) is the smaller figure, so its error is the larger; rows with another reason too are not listed."""
