@@ -238,3 +238,15 @@ def test_a_yarn_block_added_to_a_config_stretches_it_to_original_times_factor(ca
     assert code == 0 and "the config's rope scaling (yarn, which reaches 131,072 tokens) stretches it" in words(out)
     code, _, err = run(capsys, str(path), "--tokens", "140000")
     assert code == 2 and "past the 131,072 tokens its rope scaling (yarn) reaches" in words(err)
+
+
+def test_the_json_job_says_what_a_full_fine_tune_holds_its_weights_in(capsys):
+    """A user read memory.job.weights = "bf16" beside a full AMP fine-tune whose breakdown holds 4 B per
+    parameter: the field now names the trained weights' dtype for a full fine-tune, the frozen base's otherwise."""
+    held = {}
+    for args in (("--method", "full"), ("--method", "full", "--precision", "bf16"), ("--method", "lora"),
+                 ("--method", "qlora")):
+        code, out, _ = run(capsys, QWEN8, "--json", *args)
+        assert code == 0
+        held[args[1:]] = json.loads(out)["memory"]["job"]["weights"]
+    assert held == {("full",): "fp32", ("full", "--precision", "bf16"): "bf16", ("lora",): "bf16", ("qlora",): "nf4"}

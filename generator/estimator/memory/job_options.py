@@ -91,8 +91,11 @@ class Job:
     tower_adapters: bool = True
 
     def to_dict(self) -> dict[str, Any]:
-        """The options, with the storage the default resolves to."""
-        return {**vars(self), "weights": self.storage}  # a frozen dataclass's instance dict: its fields, in order
+        """The options, with the storage the default resolves to; a full fine-tune's is the dtype it trains its
+        weights in (fp32 master weights under AMP), not the bf16 a frozen base is held in."""
+        held = self.storage if self.method != "full" or self.weights else \
+            "bf16" if self.precision == "bf16" else "fp32"
+        return {**vars(self), "weights": held}  # a frozen dataclass's instance dict: its fields, in order
 
     @staticmethod
     def from_options(recipe: str = "", **given: Any) -> Job:
