@@ -276,6 +276,10 @@ def _print_plan(console: Console, report: Report, settings: Settings, method: st
                           fmt.tokens_per_s(s.decode_tokens_per_s), fmt.tokens_per_s(s.prefill_tokens_per_s),
                           fmt.count(s.max_concurrency), fmt.usd_per_million(s.usd_per_million_output_tokens))
         _print_table(console, table, table_width)
+        console.print(Text(f"Sequences: the KV caches of {fmt.count(m.serve_tokens)} tokens a chunked-prefill server "
+                           "(vLLM's scheduler) holds beside the weights, one prompt's chunk in flight; --method "
+                           "inference --batch N prices HF generate instead, whose prefill holds every prompt's "
+                           "activations at once.", style="dim"))
 
 
 def _print_cards(console: Console, report: Report, table_width: int | None) -> None:

@@ -174,3 +174,12 @@ def test_one_image_is_singular(capsys):
     assert code == 0 and "1 image per prompt" in words(out) and "image(s)" not in out
     code, out, _ = run(capsys, *args, "--images", "2")
     assert code == 0 and "2 images per prompt" in words(out)
+
+
+def test_the_serving_table_says_which_engine_its_sequences_are(capsys):
+    """A user ran --method inference --batch 153 after --plan said 153 sequences, and got a prefill over the card:
+    the table's figure is a chunked-prefill server's, and the line under it says so and what the flag prices."""
+    code, out, _ = run(capsys, "Qwen/Qwen3-0.6B", "--plan")
+    assert code == 0 and "Sequences: the KV caches of 4,096 tokens a chunked-prefill server (vLLM's scheduler)" \
+        in " ".join(out.split())
+    assert "--method inference --batch N prices HF generate instead" in " ".join(out.split())
