@@ -7,11 +7,12 @@ import dataclasses
 
 import pytest
 
-from generator.errors import ConfigError, UnsupportedArchitecture
+from generator.errors import ConfigError, JobError, UnsupportedArchitecture
 from generator.estimator import estimate
 from generator.estimator.config.transformers_defaults import CLASS_DEFAULTS
 from generator.estimator.normalise import normalise
 from generator.estimator.graph.nodes import build_graph
+from generator.estimator.memory.job_options import Job
 from generator.estimator.memory.layer_terms import expert_adapters
 from generator.estimator.memory.profile import serve_profile, train_profile
 from tests.conftest import snapshot_configs, tiny_qwen2
@@ -338,3 +339,23 @@ def test_memory_is_monotone_and_finite_for_every_kind(settings, repo_id):
     r = report(settings, repo_id)
     for line in r.cost:
         assert 0 < line.hours < float("inf")
+
+
+def test_custom_code_attention_finding_says_which_code_runs_and_why_sdpa(settings):
+    """The audit of issue 13 read chatglm3's finding as 'transformers' own class' where transformers has none: the
+    repository's code runs, and it is known to call SDPA. A type transformers ships builds its own class unless
+    trust_remote_code=True, and the finding says what that flag changes."""
+    says = {repo: next(f.message for f in report(settings, repo).findings if f.check == "attention_default")
+            for repo in ("THUDM/chatglm3-6b", "deepseek-ai/DeepSeek-V3")}
+    assert says["THUDM/chatglm3-6b"].startswith("the repository's own modeling code runs (transformers has no class")
+    assert "scaled_dot_product_attention" in says["THUDM/chatglm3-6b"]
+    assert says["deepseek-ai/DeepSeek-V3"].startswith("transformers ships this model type, and from_pretrained "
+                                                      "builds its own class unless trust_remote_code=True")
+    assert "--attention eager prices it keeping its scores" in says["deepseek-ai/DeepSeek-V3"]
+
+
+def test_images_on_a_reading_that_leaves_the_tower_out_say_so(settings):
+    """Phi-3.5-vision reads images; its CLIP tower is not counted here. --images 1 was refused with 'this one reads
+    none': the refusal now says the reading has none, and why."""
+    with pytest.raises(JobError, match=r"this reading has none \(custom modeling code .* the CLIP vision tower"):
+        report(settings, "microsoft/Phi-3.5-vision-instruct", job=Job(method="lora", images=1, tokens=512))

@@ -10,7 +10,7 @@ from .checkpoint import explain
 from .config.arch import Arch
 from .graph.nodes import Graph
 from .inputs import Assumptions
-from .memory.attention import default_attention, math_sdpa
+from .memory.attention import CUSTOM_SDPA, default_attention, math_sdpa
 from .memory.experts import runs_every_expert
 from .memory.job import job_memory
 from .memory.job_options import Job
@@ -207,10 +207,16 @@ def check_scope(a: Arch, train_tokens: int, requested_tokens: int, serve_tokens:
                            f"{why}. Training memory here includes the attention scores and, at a layer's softmax "
                            "backward, their gradients (they grow with the square of the tokens); --attention sdpa "
                            "prices a run that asks for SDPA or FlashAttention."))
+    elif a.custom_code and attends and a.model_type in CUSTOM_SDPA:
+        out.append(Finding("attention_default", "info",
+                           "the repository's own modeling code runs (transformers has no class of this type), and "
+                           "its attention calls torch's scaled_dot_product_attention: no score matrix kept."))
     elif a.custom_code and attends:
         out.append(Finding("attention_default", "info",
-                           "with trust_remote_code the repository's own modeling code runs; its attention was not "
-                           "read. Priced as transformers' own class runs it (SDPA: no score matrix kept)."))
+                           "transformers ships this model type, and from_pretrained builds its own class unless "
+                           "trust_remote_code=True is passed: priced so (SDPA: no score matrix kept). With "
+                           "trust_remote_code=True the repository's own modeling code runs, whose attention was not "
+                           "read: --attention eager prices it keeping its scores."))
     windowed = [w for w in a.layer_windows if 0 < w < a.max_context]
     if windowed:
         out.append(Finding("sliding_window", "info",

@@ -215,8 +215,11 @@ def prepared(a: Arch, g: Graph, job: Job, model: str, memo: dict | None
     model = model or a.model_type
     validate(job, model)
     if job.images and not g.spec.reads_images:
+        # a tower the reading leaves out (Phi-3.5-vision's CLIP: config/custom_code.py) is not "none"
+        what = f"this reading has none ({a.approximate})" if a.approximate and "tower" in a.approximate else \
+            "this one reads none"
         raise JobError(model, "images", job.images, "is for a model that reads images (a vision tower and a "
-                                                    "projector); this one reads none")
+                                                    f"projector); {what}")
     wrapped = unadaptable_target(g.spec, job.lora_targets, a.model_type) if job.method != "full" and \
         job.tower_adapters else None
     if wrapped:
