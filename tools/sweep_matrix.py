@@ -11,8 +11,13 @@ Per family (2 layers at full width, `--max-layers 2`), LoRA:
   with bf16 adapters (LitGPT, torchtune); dropout 0 and 0.05; checkpointing off and on (12 runs);
 - q+v only at rank 64 under each precision, and q+v rank 8 with dropout and checkpointing (4 runs);
 - a loop that keeps the model's outputs through backward (amp, 1 run);
-full fine-tune: amp, pure bf16, amp with checkpointing, amp with Trainer's fused AdamW (4 runs).
-Token counts rotate over 256, 512 and 1024 and the batch over 1 and 2, so sizes vary across the matrix.
+full fine-tune: amp, pure bf16, amp with checkpointing, amp with Trainer's fused AdamW (4 runs);
+then the corners those leave out (4 runs): rank 64 on all-linear with dropout and checkpointing under amp, and
+without them under pure bf16 with fp32 adapters; q+v under pure bf16 with dropout, checkpointed with fp32 adapters
+and not with bf16 ones.
+Token counts rotate over 256, 512 and 1024 and the batch over 1 and 2, so sizes vary across the matrix. The corner
+runs come last in each family's list, so the earlier runs keep their sizes: `--since 21` runs them alone, for
+appending to the file.
 Every run is `neurarch-trace measure MODEL --device cpu --max-layers 2 ...` (tools/sweep_cpu.py's loop).
 """
 
@@ -71,15 +76,29 @@ def runs_of(model: str) -> list[list[str]]:
     out += [["--method", "full", "--precision", "amp"], ["--method", "full", "--precision", "bf16"],
             ["--method", "full", "--precision", "amp", "--grad-ckpt"],
             ["--method", "full", "--precision", "amp", "--adamw-impl", "fused"]]
+    out += [["--method", "lora", "--lora-rank", "64", "--lora-dropout", "0.05", "--grad-ckpt", *PRECISIONS[0]],
+            ["--method", "lora", "--lora-rank", "64", *PRECISIONS[1]],
+            ["--method", "lora", "--lora-rank", "8", "--lora-targets", _qv(model), "--lora-dropout", "0.05",
+             "--grad-ckpt", *PRECISIONS[1]],
+            ["--method", "lora", "--lora-rank", "8", "--lora-targets", _qv(model), "--lora-dropout", "0.05",
+             *PRECISIONS[2]]]
     return sized(out, SIZES)
 
 
-def plan(only: str | None = None) -> list[tuple[str, int | None, list[str]]]:
-    return family_plan(FAMILIES, runs_of, only)
+def plan(only: str | None = None, since: int = 0) -> list[tuple[str, int | None, list[str]]]:
+    """Every family's runs from its `since`-th on (0: all)."""
+    return family_plan(FAMILIES, lambda model: runs_of(model)[since:], only)
 
 
 def main() -> int:
-    return sweep_main(__doc__ or "", ROOT / "data" / "measurements" / "cpu-sim-matrix.jsonl", plan)
+    # --since N (the one option sweep_main does not read): each family's runs from the N-th, to append
+    since = 0
+    if "--since" in sys.argv:
+        at = sys.argv.index("--since")
+        since = int(sys.argv[at + 1])
+        del sys.argv[at:at + 2]
+    return sweep_main(__doc__ or "", ROOT / "data" / "measurements" / "cpu-sim-matrix.jsonl",
+                      lambda only: plan(only, since))
 
 if __name__ == "__main__":
     raise SystemExit(main())
