@@ -10,25 +10,16 @@ import sys
 import pytest
 
 from generator import format as fmt
-from generator.cli import main
 from generator.errors import ConfigError
 from generator.estimator.config.reader import model_type_of
 from generator.estimator.memory.recipes import RECIPES
 from tests.conftest import ROOT, tiny_qwen2
+from tests.test_cli_setups import run, words
 
 LLAMA8 = "meta-llama/Llama-3.1-8B"
 LLAMA405 = "meta-llama/Llama-3.1-405B"
 
 
-def run(capsys, *args):
-    code = main(list(args))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def words(text: str) -> str:
-    """The text with rich's line breaks undone, to find a sentence wherever it wrapped."""
-    return " ".join(text.split())
 
 
 def report_of(capsys, model: str) -> dict:
