@@ -250,3 +250,22 @@ def test_the_json_job_says_what_a_full_fine_tune_holds_its_weights_in(capsys):
         assert code == 0
         held[args[1:]] = json.loads(out)["memory"]["job"]["weights"]
     assert held == {("full",): "fp32", ("full", "--precision", "bf16"): "bf16", ("lora",): "bf16", ("qlora",): "nf4"}
+
+
+@pytest.mark.parametrize("scaling, key", [
+    ({"type": "yarn", "factor": "4", "original_max_position_embeddings": 32768}, "rope_scaling.factor"),
+    ({"type": "yarn", "factor": True}, "rope_scaling.factor"),
+    ({"type": "yarn", "factor": 4, "original_max_position_embeddings": -1},
+     "rope_scaling.original_max_position_embeddings"),
+    ({"type": "yarn", "factor": 1e308, "original_max_position_embeddings": 1e308}, "rope_scaling.factor"),
+])
+def test_a_malformed_yarn_block_is_one_error_naming_its_key(capsys, tmp_path, scaling, key):
+    """Past the context, a yarn block's reach is read: a factor that is no positive number, or one whose product
+    overflows (it made an internal error), is bad input named by its key and value."""
+    cfg = {"model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"], "hidden_size": 256, "intermediate_size": 688,
+           "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2, "vocab_size": 1000,
+           "max_position_embeddings": 32768, "rope_scaling": scaling}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    code, out, err = run(capsys, str(path), "--tokens", "100000")
+    assert code == 2 and out == "" and f"key '{key}'" in err and err.count("\n") == 1, err

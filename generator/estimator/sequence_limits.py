@@ -18,7 +18,9 @@ writes none.
 
 from __future__ import annotations
 
-from ..errors import JobError
+import math
+
+from ..errors import ConfigError, JobError
 from .checks import Finding
 from .config.arch import Arch
 from .memory.job_options import Job
@@ -27,7 +29,7 @@ WITHIN = ("llama3", "longrope", "su")  # max_position_embeddings is the context 
 UNBOUNDED = ("linear", "dynamic")
 
 
-def rope_reach(arch: Arch) -> tuple[str, int | None] | None:
+def rope_reach(arch: Arch, model_id: str = "") -> tuple[str, int | None] | None:
     """(the rope scaling's type, the longest context it reaches: None where no bound is known), or None where the
     config declares no scaling that stretches the context (none, "default", Qwen2-VL's mrope)."""
     scaling = arch.raw.get("rope_scaling") or arch.raw.get("rope_parameters")
@@ -40,11 +42,17 @@ def rope_reach(arch: Arch) -> tuple[str, int | None] | None:
         return str(kind), None
     if kind != "yarn":
         return None
-    orig, factor = scaling.get("original_max_position_embeddings"), scaling.get("factor")
-    if isinstance(orig, (int, float)) and isinstance(factor, (int, float)) and not isinstance(orig, bool) \
-            and not isinstance(factor, bool) and orig > 0 and factor > 0:
-        return "yarn", max(arch.max_context, int(orig * factor))
-    return "yarn", None
+    orig = scaling.get("original_max_position_embeddings", arch.max_context)
+    factor = scaling.get("factor")
+    for key, value in (("original_max_position_embeddings", orig), ("factor", factor)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+            raise ConfigError(model_id or arch.model_type, f"rope_scaling.{key}", value,
+                              "must be a positive number (yarn)")
+    reach = orig * factor
+    if not reach < math.inf:
+        raise ConfigError(model_id or arch.model_type, "rope_scaling.factor", factor,
+                          f"x {orig} is past any number of tokens")
+    return "yarn", max(arch.max_context, int(reach))
 
 
 CONTEXT_KEYS = ("max_position_embeddings", "n_positions")  # the names a family reads its context under
@@ -66,7 +74,7 @@ def _past(arch: Arch, model_id: str, key: str, value: int, what: str, tokens: in
     if tokens <= arch.max_context:
         return []
     context = f"the model's context of {arch.max_context:,} tokens ({context_key(arch)})"
-    reach = rope_reach(arch)
+    reach = rope_reach(arch, model_id)
     if reach is None:
         rope = ", and the config declares no rope scaling" if arch.position == "rope" else ""
         raise JobError(model_id, key, value, f"{what} run past {context}{rope}")
