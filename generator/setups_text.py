@@ -104,9 +104,9 @@ FLOOR_WHY = ("ZeRO and FSDP divide the weights, gradients and optimizer state am
              "divide activations too, are not tried for training.")
 
 
-def floor_sentences(floors: Any, plans: Any, budgets: dict[str, int]) -> list[str]:
+def floor_sentences(floors: Any, plans: Any, budget_bytes: dict[str, int]) -> list[str]:
     """Per PlanFloor: the cards that hold its method on no count the search tried, and whether any count would
-    (the floor over a card's budget: no) or more would; then FLOOR_WHY. `budgets`: each card's budget in bytes."""
+    (the floor over a card's budget: no) or more would; then FLOOR_WHY. `budget_bytes`: each card's budget in bytes."""
     out = []
     for fl in floors:
         method = _get(fl, "method")
@@ -120,7 +120,7 @@ def floor_sentences(floors: Any, plans: Any, budgets: dict[str, int]) -> list[st
         kept = f.words_list([f"{names.get(k, k)} {f.gb(v)}"
                              for k, v in (parts.items() if isinstance(parts, dict) else parts)])
         how = (strategy, _get(fl, "grad_ckpt"), _get(fl, "offload"))
-        never = [c for c in cards if budgets[c] < floor]
+        never = [c for c in cards if budget_bytes[c] < floor]
         beyond = _get(fl, "beyond", ())
         more = [(c, n) for c, n in (beyond.items() if isinstance(beyond, dict) else beyond)]
         text = (f"{METHOD_NAMES.get(method, method)}: no count of {f.words_list(cards)} cards up to {top} holds "
@@ -128,7 +128,7 @@ def floor_sentences(floors: Any, plans: Any, budgets: dict[str, int]) -> list[st
                 f"setup tried that keeps least, each GPU keeps {f.gb(floor)} however many share the job ({kept})")
         if never:
             text += (f", over the budget of the {f.words_list(never)} "
-                     f"({f.words_list([f.gb(budgets[c]) for c in never])}): no number of these cards would hold it")
+                     f"({f.words_list([f.gb(budget_bytes[c]) for c in never])}): no number of these cards would hold it")
         if more:
             needs = f.words_list([f.setup(n, c, *how) if n else f"more than a million {c}" for c, n in more])
             text += f"; {needs} would hold it" if never else f". {needs} would hold it"

@@ -300,7 +300,7 @@ def plan_floors(peak: PeakTable, plans: list[Plan], gpu_offers: tuple[GpuOffer, 
     and `beyond` says how many of it that setup needs (_count_past_max)."""
     out = []
     experts = any(experts_spread(j) for j in peak.jobs.values())  # as plans_for tried them
-    budgets = {g.name: g.budget_bytes for g in gpu_offers}
+    budget_bytes = {g.name: g.budget_bytes for g in gpu_offers}
     for method in dict.fromkeys(p.method for p in plans if not p.fits and p.method != "serve"):
         best: tuple[int, tuple[int, ...], Setup] | None = None
         for kind in kinds(method, experts=experts) + kinds(method, offload=True):
@@ -315,8 +315,8 @@ def plan_floors(peak: PeakTable, plans: list[Plan], gpu_offers: tuple[GpuOffer, 
         if best is None:
             continue
         bytes_, parts, setup = best
-        over = dict.fromkeys(p.gpu for p in plans if p.method == method and not p.fits and budgets[p.gpu] >= bytes_)
-        beyond = tuple((card, _count_past_max(peak, method, setup, budgets[card])) for card in over)
+        over = dict.fromkeys(p.gpu for p in plans if p.method == method and not p.fits and budget_bytes[p.gpu] >= bytes_)
+        beyond = tuple((card, _count_past_max(peak, method, setup, budget_bytes[card])) for card in over)
         out.append(PlanFloor(method, setup.strategy, setup.grad_ckpt, setup.offload, bytes_,
                              tuple((k, v) for k, v in zip(PARTS, parts, strict=True) if v), beyond))
     return out
