@@ -26,7 +26,15 @@ from generator.estimator.memory.sharding import GPUS_PER_NODE
 from generator.estimator.memory.storage import serve_weight_bytes
 from generator.estimator.normalise import normalise
 from generator.estimator.serving_speed import decode_upper_bound
-from generator.estimator.setups import cached_peak, model_shape, offers, serving_job, serving_model, training_job
+from generator.estimator.setups import (
+    cached_peak,
+    kv_latent_share,
+    model_shape,
+    offers,
+    serving_job,
+    serving_model,
+    training_job,
+)
 from generator.settings import load_settings
 from tests.conftest import snapshot_configs
 
@@ -273,7 +281,7 @@ def test_decode_speed_stays_under_the_bandwidth_bound(model):
     r = _report(model)
     a, g = _model(model)
     m = serving_model(a, g, S, r.memory.serve_weight_bytes, kv_bytes_per_sequence(a, S, r.memory.serve_tokens),
-                      r.memory.serve_tokens)
+                      r.memory.serve_tokens, kv_latent_share(g))
     by_name = {gpu.name: gpu for gpu in SETTINGS.gpus.values()}
     assert r.serving
     for row in r.serving:

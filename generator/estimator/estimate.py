@@ -281,7 +281,7 @@ def _setups(arch, graph, s: Assumptions, cards, gpus, jobs, flops_per_token: tup
                                     for m, w in {**work, "qlora": work["lora"]}.items()})
     serving: tuple[ServingSpeed, ...] = ()
     if graph.spec.kind != "encoder":
-        model = serving_model(arch, graph, s, weights_served, kv_per_sequence, serve_tokens)
+        model = serving_model(arch, graph, s, weights_served, kv_per_sequence, serve_tokens, jobs["serve"].kv_latent)
         serving = serving_table(model, peak, gpu_offers, plans)
     return plans, unreachable, serving, plan_floors(peak, plans, gpu_offers)
 

@@ -342,9 +342,10 @@ def _count_past_max(peak: PeakTable, method: str, setup: Setup, budget: int) -> 
 
 
 def serving_model(a: Arch, g: Graph, s: Assumptions, weight_bytes: int, kv_per_sequence: int,
-                  serve_tokens: int) -> ServingModel:
+                  serve_tokens: int, kv_latent: float) -> ServingModel:
     """What a decode step reads: the routed experts apart (P - A params over 1 - k/E of them, so that batch 1 reads
-    exactly the active parameters), the embedding table aside when the head does not share it (one row read)."""
+    exactly the active parameters), the embedding table aside when the head does not share it (one row read).
+    `kv_latent`: kv_latent_share, which the model's Shape holds already."""
     p, active = g.params_total, g.params_active or g.params_total
     per_param = weight_bytes / p if p else 0.0
     e, k = a.experts, min(a.experts_per_token, a.experts)
@@ -353,7 +354,7 @@ def serving_model(a: Arch, g: Graph, s: Assumptions, weight_bytes: int, kv_per_s
     dense = p - experts - (0 if g.spec.tied else g.params_embedding)
     forward = flops_per_token(a, g, s, "full", 0, serve_tokens) / 3.0
     return ServingModel(int(dense * per_param), int(experts * per_param), e if experts else 0, k if experts else 0,
-                        -(-kv_per_sequence // max(1, serve_tokens)), serve_tokens, forward, kv_latent_share(g))
+                        -(-kv_per_sequence // max(1, serve_tokens)), serve_tokens, forward, kv_latent)
 
 
 def serving_table(model: ServingModel, peak: Callable[[str, Setup], tuple[int, int]],
