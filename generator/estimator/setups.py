@@ -315,7 +315,8 @@ def plan_floors(peak: PeakTable, plans: list[Plan], gpu_offers: tuple[GpuOffer, 
         if best is None:
             continue
         bytes_, parts, setup = best
-        over = dict.fromkeys(p.gpu for p in plans if p.method == method and not p.fits and budget_bytes[p.gpu] >= bytes_)
+        over = dict.fromkeys(p.gpu for p in plans
+                             if p.method == method and not p.fits and budget_bytes[p.gpu] >= bytes_)
         beyond = tuple((card, _count_past_max(peak, method, setup, budget_bytes[card])) for card in over)
         out.append(PlanFloor(method, setup.strategy, setup.grad_ckpt, setup.offload, bytes_,
                              tuple((k, v) for k, v in zip(PARTS, parts, strict=True) if v), beyond))
