@@ -15,8 +15,8 @@ FLAGS: dict[str, str | tuple[str, str]] = {
 # What each site job changes of its recipe, and why (recipes.SITE_RECIPES's comment)
 WHY = {"full": "PyTorch's foreach AdamW for its fused default (the step holds a temporary per parameter)",
        "lora": "LoRA on every linear layer and PyTorch's foreach AdamW",
-       "qlora": "paged AdamW 32-bit as the QLoRA paper runs it, one micro-batch of unpadded samples and the towers "
-                "adapted as peft's all-linear adapts them"}
+       "qlora": "paged AdamW 32-bit as the QLoRA paper runs it and one micro-batch of unpadded samples"}
+TOWERS = " (its vision tower and projector adapted as peft's all-linear adapts them)"  # a model that reads images
 
 
 def flag(key: str, value: Any) -> str:
@@ -34,10 +34,11 @@ def site_recipe_flags(method: str, lora_rank: int) -> str:
     return " ".join([f"--recipe {recipe}", *(flag(k, v) for k, v in given.items())])
 
 
-def site_recipes(lora_rank: int) -> list[dict[str, str]]:
-    """Per training method: its name, recipe, the framework the recipe runs, the flags and what they change."""
+def site_recipes(lora_rank: int, towers: bool = False) -> list[dict[str, str]]:
+    """Per training method: its name, recipe, the framework the recipe runs, the flags and what they change;
+    `towers`: the model reads images, whose tower QLoRA's --tower-adapters adapts."""
     names = {"full": "Full fine-tune", "lora": "LoRA", "qlora": "QLoRA"}
     # a recipe's summary opens with the framework and how it is run, before its colon
     return [{"method": names[m], "recipe": recipe, "framework": RECIPES[recipe].summary.split(":")[0],
-             "flags": site_recipe_flags(m, lora_rank), "why": WHY[m]}
+             "flags": site_recipe_flags(m, lora_rank), "why": WHY[m] + (TOWERS if towers and m == "qlora" else "")}
             for m, (recipe, _) in SITE_RECIPES.items()]

@@ -128,7 +128,8 @@ def floor_sentences(floors: Any, plans: Any, budget_bytes: dict[str, int]) -> li
                 f"setup tried that keeps least, each GPU keeps {f.gb(floor)} however many share the job ({kept})")
         if never:
             text += (f", over the budget of the {f.words_list(never)} "
-                     f"({f.words_list([f.gb(budget_bytes[c]) for c in never])}): no number of these cards would hold it")
+                     f"({f.words_list([f.gb(budget_bytes[c]) for c in never])}): no number of these cards would hold "
+                     "it with ZeRO or FSDP")
         if more:
             needs = f.words_list([f.setup(n, c, *how) if n else f"more than a million {c}" for c, n in more])
             text += f"; {needs} would hold it" if never else f". {needs} would hold it"

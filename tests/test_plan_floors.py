@@ -79,6 +79,7 @@ def test_llama_vision_lora_names_its_activations_as_what_no_t4_count_divides():
     assert lines[0].startswith("LoRA: no count of T4 16 GB cards up to 512 holds batch 1. With ZeRO-3 and gradient "
                                "checkpointing, the setup tried that keeps least, each GPU keeps 13.7 GB however many")
     assert "activations 9.71 GB and logits 3.15 GB), over the budget of the T4 16 GB (13.1 GB): no number" in lines[0]
+    assert lines[0].endswith("no number of these cards would hold it with ZeRO or FSDP.")
     assert lines[-1] == setups_text.FLOOR_WHY
 
 
@@ -95,8 +96,8 @@ def test_a_card_over_the_floor_would_need_more_gpus_and_one_under_it_none():
     assert line == ("Full fine-tune: no count of T4 16 GB and A100 40 GB cards up to 512 holds batch 1. With ZeRO-3 "
                     "and gradient checkpointing, the setup tried that keeps least, each GPU keeps 20.0 GB however "
                     "many share the job (activations 15.0 GB and logits 5.00 GB), over the budget of the T4 16 GB "
-                    "(13.0 GB): no number of these cards would hold it; 1,032× A100 40 GB with ZeRO-3 and gradient "
-                    "checkpointing would hold it.")
+                    "(13.0 GB): no number of these cards would hold it with ZeRO or FSDP; 1,032× A100 40 GB with "
+                    "ZeRO-3 and gradient checkpointing would hold it.")
     assert why == setups_text.FLOOR_WHY
     assert setups_text.floor_sentences([floor], plans[2:], budgets) == []  # every card holds it: nothing to say
 
@@ -114,5 +115,6 @@ def test_deepseek_v3_lora_on_l4s_would_need_more_than_512_and_on_t4s_no_count():
     lines = setups_text.floor_sentences(report.plan_floors, report.plans,
                                         {c.name: c.budget_bytes for c in report.memory.cards})
     line = next(x for x in lines if x.startswith("LoRA:"))
-    assert line.endswith("over the budget of the T4 16 GB (13.1 GB): no number of these cards would hold it; 632× "
+    assert line.endswith("over the budget of the T4 16 GB (13.1 GB): no number of these cards would hold it with "
+                         "ZeRO or FSDP; 632× "
                          "L4 24 GB with FSDP + expert parallel and gradient checkpointing would hold it."), line

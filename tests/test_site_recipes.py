@@ -51,7 +51,28 @@ def test_a_page_names_its_recipes_and_a_quantised_checkpoint_no_qlora(capsys, tm
     assert "<code>--recipe hf-trainer --method lora --lora-rank 16 --lora-targets all-linear --optimizer adamw" \
            "</code>" in html
     assert "QLoRA is llama-factory with quantization_bit 4, run with paged AdamW 32-bit" in html
+    assert "vision tower" not in html[html.index('<p id="recipes">'):]  # a text model has no tower to adapt
     assert main(["openai/gpt-oss-20b", "--html", str(page)]) == 0  # MXFP4: QLoRA does not apply
     html = page.read_text(encoding="utf-8")
     recipes = html[html.index('<p id="recipes">'):]
     assert "LoRA is transformers Trainer" in recipes and "QLoRA is" not in recipes[:recipes.index("</p>")]
+
+
+def test_a_card_no_setup_holds_links_no_price_and_an_encoder_serves_by_forwards(capsys, tmp_path):
+    """A page review found Llama-3.1-405B's batch table linking "more GPUs" and its cost table "priced on more
+    GPUs" for cards the setups table says nothing holds up to 512 GPUs, and BERT's accuracy line naming a
+    chunked-prefill server for an encoder."""
+    page = tmp_path / "page.html"
+    assert main(["meta-llama/Llama-3.1-405B", "--html", str(page)]) == 0
+    html = page.read_text(encoding="utf-8")
+    batch = html[html.index("<caption>Largest batch"):]
+    t4 = batch[batch.index("T4 16 GB"):batch.index("</tr>", batch.index("T4 16 GB"))]
+    assert t4.count("no setup up to 512 GPUs") == 3 and "more GPUs</a>" in t4  # full, LoRA, QLoRA; serving runs
+    cost = html[html.index('data-label="Full fine-tune">does not fit one GPU'):]
+    assert cost.startswith('data-label="Full fine-tune">does not fit one GPU<br><small><a href="#setups">no setup '
+                           "up to 512 GPUs")
+    assert main(["google-bert/bert-base-uncased", "--html", str(page)]) == 0
+    html = page.read_text(encoding="utf-8")
+    assert "serving: no measured runs of this setup (one forward over a batch, as an encoder serves)" in html
+    line = html[html.index('id="accuracy-line"'):]
+    assert "chunked-prefill server" not in line[:line.index("</p>")]

@@ -212,8 +212,7 @@ def href(site: Mapping[str, Any], root: str | None, standalone: bool) -> str | N
 # What a model page prices for the methods the CPU harness cannot run (bitsandbytes needs CUDA; the page's serving
 # figure is a chunked-prefill server, the harness runs HF generate): named on the line, their runs shown as
 # other setups' runs, never as this setup's.
-PAGE_SETUPS = {"qlora": "nf4, double quant, paged AdamW, checkpointing",
-               "inference": "a chunked-prefill server"}
+PAGE_SETUPS = {"qlora": "nf4, double quant, paged AdamW, checkpointing", "inference": "a chunked-prefill server"}
 # The harness's nearest setup to the page's serving figure (the same weights and KV cache terms).
 NEAREST = {"inference": "serving, HF generate"}
 # What the harness's runs of a page's setup run in place of the page's, and why (no comma: the line's separator)
@@ -222,12 +221,12 @@ SUBSTITUTED = {"qlora": "run with AdamW as paged AdamW needs CUDA: the page's fi
 
 
 def model_line(table: Accuracy | None, href: str | None, attention: str = "sdpa", images: bool = False,
-               model: str = "", qlora: bool = True) -> dict[str, Any] | None:
+               model: str = "", qlora: bool = True, encoder: bool = False) -> dict[str, Any] | None:
     """Per method, the error of the setup this page prices (`attention`: the page's default, eager where the
     model class has no SDPA; `images`: one image per training sample, where the model reads images) on other
     models' runs (`model`'s own held out: Accuracy.held_out); where no run measured that setup, the line says so and
-    gives the other setups' runs as such. `qlora`: whether the page prices QLoRA (not on a quantised checkpoint).
-    None without a table."""
+    gives the other setups' runs as such. `qlora`: the page prices QLoRA (not on a quantised checkpoint); `encoder`:
+    its serving is one forward over a batch. None without a table."""
     if table is None:
         return None
     eager = ", eager" if attention == "eager" else ""
@@ -254,7 +253,8 @@ def model_line(table: Accuracy | None, href: str | None, attention: str = "sdpa"
         others = [] if nearest is None else [_line_run(nearest, f"CPU-simulated runs ({nearest.method.replace(', ', ' / ')})")]
         others += [_line_run(e, dataset_name(e.dataset)) for e in (table.error(d, method) for d in table.datasets())
                    if e is not None and e.compared > 0 and not (nearest and e.dataset.startswith("cpu-sim"))]
-        words = PAGE_SETUPS.get(method) or (setup or "").replace(", ", " / ")
+        words = ("one forward over a batch, as an encoder serves" if encoder and method == "inference" else
+                 PAGE_SETUPS.get(method)) or (setup or "").replace(", ", " / ")
         methods.append({"label": label, "runs": [], "setup": words, "others": others, "none": NO_RUNS, "gpu": None})
     return {"methods": methods, "href": href}
 

@@ -93,7 +93,8 @@ def model_context(report: Report, record: ModelRecord | None, settings: Settings
                                              accuracy_page.href(settings.site, crumbs_root(crumbs), standalone),
                                              dict(report.memory.job).get("attention") or "sdpa",
                                              report.params.vision > 0, report.model.id,
-                                             report.memory.train_qlora_bytes_batch1 is not None),
+                                             report.memory.train_qlora_bytes_batch1 is not None,
+                                             report.model.kind == "encoder"),
         "assumptions": _assumptions(report, assumptions),
         "validation": {"checkpoint": count["status"], "missing": count["missing"]},
         "structure": structure_context(report),
@@ -183,6 +184,7 @@ def _cost(report: Report, settings: Settings, assumptions: dict[str, Any], sourc
     card_of_gpu = {settings.gpus[k].name: card.name for card in settings.cards for k in card.gpus}
     plans = {c.name: c for c in report.memory.cards}
     one_gpu = {(p.method, p.gpu_model or p.gpu): p for p in report.plans if p.fits and p.gpus == 1}
+    priced = {(p.method, p.gpu_model or p.gpu) for p in report.plans if p.fits}  # some count of this GPU holds it
     rows: dict[str, dict[str, Any]] = {}
     for line in report.cost:
         gpu = gpu_by_name.get(line.card)
@@ -206,7 +208,9 @@ def _cost(report: Report, settings: Settings, assumptions: dict[str, Any], sourc
             continue
         row[line.method] = {"hours": f.hours(line.hours), "usd": f.usd(line.usd), "ckpt": False,
                             "roofline": f.hours(line.roofline_hours), "bound": line.bound,
-                            "no_fit": fits is False}
+                            "no_fit": fits is False,
+                            # where no count up to 512 holds it (setups.plan_floors says why), no price links
+                            "spread": (line.method, line.card) in priced}
     return {
         "epochs": f.count(assumptions["job_epochs"]),
         "batch": f.count(assumptions["job_batch"]),
@@ -282,8 +286,9 @@ def _memory(report: Report, root: str | None = None) -> dict[str, Any]:
         for short, method in METHODS:  # a card batch 1 is tight on (Memory.tight_card_*) says so in place of "—"
             tight = card.name == getattr(report.memory, f"tight_card_{short}")
             batch = getattr(card, f"{method}_max_batch")
-            row[short] = {"batch": "tight" if tight else f.batch(batch), "split": _split(splits.get(method)),
-                          "more": None if tight or batch > 0 or method in splits
+            split = splits.get(method)
+            row[short] = {"batch": "tight" if tight else f.batch(batch), "split": _split(split),
+                          "more": None if tight or batch > 0 or (split is not None and split.max_batch > 0)
                           else "more GPUs" if (short, card.name) in spread else "no setup up to 512 GPUs"}
         row["cells"] = [row[k] for k in keys]
         rows.append(row)
@@ -358,7 +363,7 @@ def _assumptions(report: Report, a: dict[str, Any]) -> dict[str, Any]:
         "peak_serve": _PHASE_TEXT.get(phase.get("serve", ""), phase.get("serve", "")),
         "encoder": report.model.kind == "encoder",  # served as one forward per batch (profile.serve_profile)
         # the training methods as recipes the command runs (QLoRA's where it applies: a 16-bit checkpoint)
-        "recipes": [r for r in recipe_words.site_recipes(a["lora_rank"])
+        "recipes": [r for r in recipe_words.site_recipes(a["lora_rank"], report.params.vision > 0)
                     if r["method"] != "QLoRA" or mem.train_qlora_bytes_batch1 is not None],
         "example": None if first is None else {
             "card": first.name, "usable": f.gb(first.usable_bytes), "budget": f.gb(first.budget_bytes)},
