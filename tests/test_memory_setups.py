@@ -291,3 +291,21 @@ def test_peft_keeps_its_adapters_fp32_on_a_bf16_base_without_autocast_and_the_de
                                                                 adapter_dtype="fp32") \
         > peak(LLAMA, method="lora", precision="bf16", adapter_dtype="bf16")
     assert Job.from_options("litgpt").adapter_dtype == "bf16"
+
+
+def test_a_config_that_names_its_attention_is_priced_with_it():
+    """A page review found Phi-3.5-vision priced eager (custom code) though its config.json says
+    flash_attention_2, and ERNIE-4.5 priced SDPA though its config says eager. transformers builds the model with
+    the config's _attn_implementation (checked here on the meta device), and the default follows it."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    eager_llama = {**LLAMA, "_attn_implementation": "eager"}
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.for_model(**eager_llama))
+    assert model.config._attn_implementation == "eager"
+    assert default_attention(normalise(eager_llama, "m"))[0] == "eager"
+    assert peak(eager_llama) == peak(LLAMA, attention="eager") > peak(LLAMA)
+    flash = {**LLAMA, "auto_map": {"AutoModelForCausalLM": "m.M"}, "_attn_implementation": "flash_attention_2"}
+    assert default_attention(normalise(flash, "m")) == ("sdpa", "config.json sets _attn_implementation to "
+                                                                "flash_attention_2, which keeps no score matrix")
+    assert default_attention(normalise({**LLAMA, "attn_implementation": "eager"}, "m"))[0] == "eager"

@@ -207,6 +207,8 @@ def check_scope(a: Arch, train_tokens: int, requested_tokens: int, serve_tokens:
                            f"{why}. Training memory here includes the attention scores and, at a layer's softmax "
                            "backward, their gradients (they grow with the square of the tokens); --attention sdpa "
                            "prices a run that asks for SDPA or FlashAttention."))
+    elif why and attends:  # the config's own kernel (memory.attention.DECLARED_ATTENTION_KEYS)
+        out.append(Finding("attention_default", "info", f"{why}; priced so."))
     elif a.custom_code and attends and a.model_type in CUSTOM_SDPA:
         out.append(Finding("attention_default", "info",
                            "the repository's own modeling code runs (transformers has no class of this type), and "

@@ -100,10 +100,26 @@ def eager_forward_scores(a: Arch, g: Graph, r: Regime, tokens: int, grad_ckpt: b
     return max(_attention_heads(g), default=0) * tokens * tokens * (excess + returned)
 
 
+# config.json's own choice of attention: from_pretrained builds the model with it unless told otherwise
+# (transformers 5.24: a config's _attn_implementation, or attn_implementation, sets the implementation the model is
+# made with: LlamaConfig.from_dict({..., "_attn_implementation": "eager"}) gives an eager model; repository code reads
+# its config's attn_implementation the same way, InternLM2's). Every kernel but eager keeps no score matrix.
+DECLARED_ATTENTION_KEYS = ("_attn_implementation", "attn_implementation")
+NO_SCORE_KERNELS = ("sdpa", "flash_attention_2", "flash_attention_3", "flex_attention")
+
+
 def default_attention(a: Arch) -> tuple[str, str]:
-    """(the attention a job runs when none is asked, why). transformers picks SDPA only for classes with
-    `_supports_sdpa` (sdpa_table.NO_SDPA, generated from transformers 5.24); a model_type transformers does not
-    ship runs its own code (auto_map), priced as keeping its scores unless it is known to call SDPA."""
+    """(the attention a job runs when none is asked, why). The config's own choice first (DECLARED_ATTENTION_KEYS);
+    then transformers picks SDPA only for classes with `_supports_sdpa` (sdpa_table.NO_SDPA, generated from
+    transformers 5.24); a model_type transformers does not ship runs its own code (auto_map), priced as keeping its
+    scores unless it is known to call SDPA."""
+    key = next((k for k in DECLARED_ATTENTION_KEYS if isinstance(a.raw.get(k), str)), "")
+    declared = a.raw.get(key)
+    if declared == "eager":
+        return "eager", (f"config.json sets {key} to eager, which from_pretrained builds the model with: every "
+                         "layer's attention scores are kept")
+    if declared in NO_SCORE_KERNELS:
+        return "sdpa", f"config.json sets {key} to {declared}, which keeps no score matrix"
     if a.model_type in NO_SDPA:
         return "eager", (f"transformers' {NO_SDPA[a.model_type]} has no SDPA path (_supports_sdpa is False): it "
                          "runs eager attention by default, which keeps every layer's attention scores")
