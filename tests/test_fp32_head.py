@@ -14,7 +14,8 @@ from generator.estimator.config.transformers_defaults import CLASS_DEFAULTS
 from generator.estimator.graph.nodes import build_graph
 from generator.estimator.memory.activations import regime
 from generator.estimator.memory.job_options import Job
-from generator.estimator.memory.storage import model_serve_weight_bytes, quantised_params, weight_bytes
+from generator.estimator.memory.serve_weights import model_serve_weight_bytes
+from generator.estimator.memory.storage import quantised_params, weight_bytes
 from generator.estimator.memory.trained_weights import trained_weights
 from generator.estimator.normalise import normalise
 from generator.settings import load_settings

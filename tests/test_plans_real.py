@@ -22,8 +22,8 @@ from generator.estimator.memory.kinds import GPU_COUNTS, MAX_GPUS, kinds
 from generator.estimator.memory.parallel import ParallelError, Setup, per_gpu
 from generator.estimator.memory.plans import first_fit
 from generator.estimator.memory.profile import kv_bytes_per_sequence, serve_profile
+from generator.estimator.memory.serve_weights import serve_weight_bytes
 from generator.estimator.memory.sharding import GPUS_PER_NODE
-from generator.estimator.memory.storage import serve_weight_bytes
 from generator.estimator.normalise import normalise
 from generator.estimator.serving_speed import decode_upper_bound
 from generator.estimator.setups import (

@@ -40,10 +40,11 @@ from .memory.profile import (
     state_bytes_per_sequence,
     train_profile,
 )
+from .memory.serve_weights import model_serve_weight_bytes
 from .memory.sharding import GPUS_PER_NODE
 from .memory.splits import Cut, best_cut, two_card_batch
 from .memory.stages import Limits, Profile, largest_batch
-from .memory.storage import model_serve_weight_bytes, stored_elements
+from .memory.storage import stored_elements
 from .normalise import normalise
 from .report import (
     SCHEMA_VERSION,

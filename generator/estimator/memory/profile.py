@@ -50,8 +50,8 @@ from .layer_terms import (
     regime_terms,
 )
 from .lora import all_linear_roles
+from .serve_weights import serve_weight_bytes
 from .stages import Branch, Profile
-from .storage import serve_weight_bytes
 from .tower_adapters import (
     image_bytes,
     image_regime,

@@ -1,16 +1,15 @@
 """Stored bytes of weights: a quantised checkpoint's packed elements and scales, the bases a job may quantise to
-(QUANTS), the weights a job or a server holds, the dequantised transient, what a 4-bit matmul saves, and
-bitsandbytes' 8-bit optimizer state."""
+(QUANTS), the weights a job holds, the dequantised transient, what a 4-bit matmul saves, and bitsandbytes' 8-bit
+optimizer state (what a server holds and reads: serve_weights.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from ..config.arch import Arch, Quant
 from ..config.transformers_defaults import TENSOR_EXPERTS
 from ..graph.nodes import Graph
 from ..graph.parts import Block, Part
-from ..inputs import Assumptions
 from .activations import (
     MLP_TYPES,
     PYTHON_GELU,
@@ -32,7 +31,7 @@ from .lora import held_input_width, linear_roles
 ADAMW8BIT_STATE_BYTES = 2 + 2 * 4 / 256
 
 
-def _mat_elements(q: Quant, count: int, n_in: int, n_out: int) -> tuple[int, float]:
+def mat_elements(q: Quant, count: int, n_in: int, n_out: int) -> tuple[int, float]:
     """(stored elements, stored bytes) of `count` matrices in x out."""
     w = n_in * n_out
     groups = max(1, n_in // q.group_size) if q.group_size else 1
@@ -68,7 +67,7 @@ def _mat_elements(q: Quant, count: int, n_in: int, n_out: int) -> tuple[int, flo
     return count * elems, count * nbytes
 
 
-def _fp4_experts(a: Arch, p: Part) -> tuple[tuple[int, int, int], ...]:
+def fp4_experts(a: Arch, p: Part) -> tuple[tuple[int, int, int], ...]:
     """The expert tensors of an MoE part stored as FP4 (Quant.fp4_experts), else ()."""
     return p.expert_mats if a.quant is not None and a.quant.fp4_experts else ()
 
@@ -77,14 +76,14 @@ def part_stored_delta(a: Arch, p: Part) -> tuple[int, float]:
     """(stored elements, stored bytes) of a part's quantised matrices minus their logical weights (elements)
     and minus their bytes at 2 B each: what quantisation adds to (or removes from) the part."""
     assert a.quant is not None
-    fp4 = _fp4_experts(a, p)
+    fp4 = fp4_experts(a, p)
     elems, nbytes = 0, 0.0
     for j, (count, i, o) in enumerate(quantised_mats(a, p)):
         w = count * i * o
         if j < len(fp4):  # packed: the Hub's element total counts the bytes (w / 2) and the scales (w / 32)
             e, b = w // 2 + w // 32, float(w // 2 + w // 32)
         else:
-            e, b = _mat_elements(a.quant, count, i, o)
+            e, b = mat_elements(a.quant, count, i, o)
         elems += e - w
         nbytes += b - 2 * w
     return elems, nbytes
@@ -113,55 +112,8 @@ def stored_elements(a: Arch) -> int | None:
     return total
 
 
-def serve_weight_bytes(a: Arch, s: Assumptions) -> Callable[[list[Part] | tuple[Part, ...]], int]:
-    """Bytes of a group of parts' weights when served: bf16, or the checkpoint's quantised storage."""
-    part_bytes = _part_serve_bytes(a, s)
-
-    def weights(parts: list[Part] | tuple[Part, ...]) -> int:
-        return int(sum(part_bytes(p) for p in parts))
-    return weights
-
-
-def _part_serve_bytes(a: Arch, s: Assumptions) -> Callable[[Part], float]:
-    """The bytes of one part's weights when served: serve_weight_bytes a parameter, 4 for those the class keeps in
-    fp32 (Part.params32), and a quantised checkpoint's stored matrices as it stores them."""
-    def part_bytes(p: Part) -> float:
-        key = (p.params, p.type, p.mats, p.linears, p.params32)
-        nbytes = seen.get(key)
-        if nbytes is None:
-            nbytes = float(s.serve_weight_bytes * p.params + (4 - s.serve_weight_bytes) * p.params32)
-            if a.quant is not None and a.quant.bits < 16:
-                w = sum(count * i * o for count, i, o in quantised_mats(a, p))
-                nbytes += part_stored_delta(a, p)[1] + (2 - s.serve_weight_bytes) * w
-            seen[key] = nbytes
-        return nbytes
-
-    # Bytes per distinct part (what part_bytes reads of it), for this model and job only: the
-    # layers of a stack repeat a few parts, and memory/profile.py asks per layer, then estimate.py for all.
-    seen: dict[tuple[object, ...], float] = {}
-    return part_bytes
-
-
-def model_serve_weight_bytes(a: Arch, g: Graph, s: Assumptions) -> int:
-    """serve_weight_bytes of every part of the model; unquantised, straight from the graph's parameter counts (the
-    sums of the same parts' params and params32); quantised, each distinct layer's once, times the layers it stands
-    for (whole and fractional-eighth bytes: the float sums are exact in any order)."""
-    spec = a.spec
-    if a.quant is None or a.quant.bits >= 16:
-        return int(s.serve_weight_bytes * g.params_total + (4 - s.serve_weight_bytes) * g.params_fp32)
-    part_bytes = _part_serve_bytes(a, s)
-    total = 0.0
-    for p in spec.embed:
-        total += part_bytes(p)
-    for b, n in spec.distinct_layers:
-        total += n * sum(part_bytes(p) for p in b.parts)
-    for p in spec.head:
-        total += part_bytes(p)
-    return int(total)
-
-
 # Storage of a quantised base, per nn.Linear inside the layers (embeddings, norms and the LM head stay 16-bit:
-# bitsandbytes skips lm_head, transformers' get_keys_to_not_convert). Read with _mat_elements.
+# bitsandbytes skips lm_head, transformers' get_keys_to_not_convert). Read with mat_elements.
 QUANTS = {
     # bnb NF4: 2 weights per uint8 + fp32 absmax per 64 (Dettmers et al. 2023, QLoRA, arXiv:2305.14314 §2)
     "nf4": Quant("bitsandbytes", 4, 2, 64, 4.0, "bnb NF4, blocksize 64"),
@@ -194,9 +146,9 @@ def weight_bytes(g: Graph, storage: str, double_quant: bool = False, mats: dict 
     total = 2.0 * (g.params_total + g.params_fp32)
     towers = quantised_tower_params(g, storage)
     if towers:  # one aggregate: nf4's bytes follow the elements alone (int8's row scales are left out)
-        total += _mat_elements(q, 1, towers, 1)[1] - 2 * towers - (DOUBLE_QUANT_SAVING * towers if double_quant else 0)
+        total += mat_elements(q, 1, towers, 1)[1] - 2 * towers - (DOUBLE_QUANT_SAVING * towers if double_quant else 0)
     for (count, i, o), times in (layer_mats(g) if mats is None else mats).items():
-        total += times * (_mat_elements(q, count, i, o)[1] - 2 * count * i * o)
+        total += times * (mat_elements(q, count, i, o)[1] - 2 * count * i * o)
         if double_quant:
             total -= times * DOUBLE_QUANT_SAVING * count * i * o
         if storage == "nf4":

@@ -1,0 +1,60 @@
+"""The weights a server holds and a decode step reads: bf16, or a quantised checkpoint's stored matrices as it
+stores them (storage.py's formats)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ..config.arch import Arch
+from ..graph.nodes import Graph
+from ..graph.parts import Part
+from ..inputs import Assumptions
+from .storage import part_stored_delta, quantised_mats
+
+
+def serve_weight_bytes(a: Arch, s: Assumptions) -> Callable[[list[Part] | tuple[Part, ...]], int]:
+    """Bytes of a group of parts' weights when served: bf16, or the checkpoint's quantised storage."""
+    part_bytes = _part_serve_bytes(a, s)
+
+    def weights(parts: list[Part] | tuple[Part, ...]) -> int:
+        return int(sum(part_bytes(p) for p in parts))
+    return weights
+
+
+def _part_serve_bytes(a: Arch, s: Assumptions) -> Callable[[Part], float]:
+    """The bytes of one part's weights when served: serve_weight_bytes a parameter, 4 for those the class keeps in
+    fp32 (Part.params32), and a quantised checkpoint's stored matrices as it stores them."""
+    def part_bytes(p: Part) -> float:
+        key = (p.params, p.type, p.mats, p.linears, p.params32)
+        nbytes = seen.get(key)
+        if nbytes is None:
+            nbytes = float(s.serve_weight_bytes * p.params + (4 - s.serve_weight_bytes) * p.params32)
+            if a.quant is not None and a.quant.bits < 16:
+                w = sum(count * i * o for count, i, o in quantised_mats(a, p))
+                nbytes += part_stored_delta(a, p)[1] + (2 - s.serve_weight_bytes) * w
+            seen[key] = nbytes
+        return nbytes
+
+    # Bytes per distinct part (what part_bytes reads of it), for this model and job only: the
+    # layers of a stack repeat a few parts, and memory/profile.py asks per layer, then estimate.py for all.
+    seen: dict[tuple[object, ...], float] = {}
+    return part_bytes
+
+
+def model_serve_weight_bytes(a: Arch, g: Graph, s: Assumptions) -> int:
+    """serve_weight_bytes of every part of the model; unquantised, straight from the graph's parameter counts (the
+    sums of the same parts' params and params32); quantised, each distinct layer's once, times the layers it stands
+    for (whole and fractional-eighth bytes: the float sums are exact in any order)."""
+    spec = a.spec
+    if a.quant is None or a.quant.bits >= 16:
+        return int(s.serve_weight_bytes * g.params_total + (4 - s.serve_weight_bytes) * g.params_fp32)
+    part_bytes = _part_serve_bytes(a, s)
+    total = 0.0
+    for p in spec.embed:
+        total += part_bytes(p)
+    for b, n in spec.distinct_layers:
+        total += n * sum(part_bytes(p) for p in b.parts)
+    for p in spec.head:
+        total += part_bytes(p)
+    return int(total)
+
