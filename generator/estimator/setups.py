@@ -37,6 +37,7 @@ from .memory.parallel import (
 )
 from .memory.plans import GpuOffer, Plan, PlanFloor, Unreachable, first_fit, search_plans
 from .memory.profile import budget_bytes
+from .memory.serve_weights import routed_expert_serve
 from .memory.sharding import GPUS_PER_NODE, Sharding, cpu_bytes_per_node, sharded
 from .memory.stages import Limits, Profile
 from .serving_speed import ServingModel, ServingSpeed, serving_speed
@@ -352,9 +353,14 @@ def serving_model(a: Arch, g: Graph, s: Assumptions, weight_bytes: int, kv_per_s
     e, k = a.experts, min(a.experts_per_token, a.experts)
     # k = E (a per-layer top-k list whose largest routes every expert) reads every expert: no routed share apart
     experts = int((p - active) / (1 - k / e)) if e and 0 < k < e and active < p else 0
-    dense = p - experts - (0 if g.spec.tied else g.params_embedding)
+    # the routed experts at their own stored bytes (gpt-oss: MXFP4 experts beside bf16 attention and head), the
+    # rest at what remains; the embedding table aside (one row read), at the compute dtype it stays in
+    mats, mats_bytes = routed_expert_serve(a, g, s)
+    expert_bytes = experts * (mats_bytes / mats if mats else per_param)
+    embedding_bytes = 0 if g.spec.tied else g.params_embedding * s.serve_weight_bytes
+    dense_bytes = weight_bytes - expert_bytes - embedding_bytes  # fp32 parts (Part.params32) at their 4 bytes
     forward = flops_per_token(a, g, s, "full", 0, serve_tokens) / 3.0
-    return ServingModel(int(dense * per_param), int(experts * per_param), e if experts else 0, k if experts else 0,
+    return ServingModel(int(dense_bytes), int(expert_bytes), e if experts else 0, k if experts else 0,
                         -(-kv_per_sequence // max(1, serve_tokens)), serve_tokens, forward, kv_latent)
 
 

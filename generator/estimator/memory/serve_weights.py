@@ -1,5 +1,5 @@
 """The weights a server holds and a decode step reads: bf16, or a quantised checkpoint's stored matrices as it
-stores them (storage.py's formats)."""
+stores them (storage.py's formats), and the routed experts' share of them apart."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from ..config.arch import Arch
 from ..graph.nodes import Graph
 from ..graph.parts import Part
 from ..inputs import Assumptions
-from .storage import part_stored_delta, quantised_mats
+from .storage import fp4_experts, mat_elements, part_stored_delta, quantised_mats
 
 
 def serve_weight_bytes(a: Arch, s: Assumptions) -> Callable[[list[Part] | tuple[Part, ...]], int]:
@@ -58,3 +58,24 @@ def model_serve_weight_bytes(a: Arch, g: Graph, s: Assumptions) -> int:
         total += part_bytes(p)
     return int(total)
 
+
+def routed_expert_serve(a: Arch, g: Graph, s: Assumptions) -> tuple[int, float]:
+    """(params, served bytes) of the routed experts' matrices (Part.expert_mats), each distinct layer's once times
+    the layers it stands for: at serve_weight_bytes each unquantised, else as the checkpoint stores them (MXFP4 and
+    NVFP4 experts: 2 weights a byte and a scale per 32; the other formats: mat_elements). A decode step reads them
+    apart from the dense weights (serving_speed), so a checkpoint that quantises its experts alone (gpt-oss) has two
+    costs per parameter, not their average."""
+    params, nbytes = 0, 0.0
+    for b, n in g.spec.distinct_layers:
+        for p in b.parts:
+            fp4 = fp4_experts(a, p) or (p.expert_mats if a.quant is not None and a.quant.method == "mxfp4" else ())
+            for count, i, o in p.expert_mats:
+                w = count * i * o
+                params += n * w
+                if fp4:
+                    nbytes += n * (w // 2 + w // 32)
+                elif a.quant is not None and a.quant.bits < 16:
+                    nbytes += n * mat_elements(a.quant, count, i, o)[1]
+                else:
+                    nbytes += n * s.serve_weight_bytes * w
+    return params, nbytes
