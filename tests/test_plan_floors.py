@@ -3,6 +3,8 @@ say why a card holds a method on no count up to 512 (setups_text.floor_sentences
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from hypothesis import given
 from hypothesis import settings as hsettings
@@ -118,3 +120,20 @@ def test_deepseek_v3_lora_on_l4s_would_need_more_than_512_and_on_t4s_no_count():
     assert line.endswith("over the budget of the T4 16 GB (13.1 GB): no number of these cards would hold it with "
                          "ZeRO or FSDP; 632× "
                          "L4 24 GB with FSDP + expert parallel and gradient checkpointing would hold it."), line
+
+
+def test_a_quantised_base_is_gathered_packed():
+    """A page review found 405B's QLoRA floor gathering its layers at 2 bytes a weight (12.8 GB, the LoRA floor to
+    the byte). FSDP-QLoRA all-gathers the packed 4-bit storage (bnb_4bit_quant_storage) and each Linear dequantises
+    its own weight: a gathered Llama-3.1-405B layer under nf4 with double quantisation is about half a byte a weight
+    (4 bits, an absmax per 64 quantised to 8 bits, norms at 2 bytes); a 16-bit base's unit stays at 2."""
+    report = _report("meta-llama/Llama-3.1-405B")
+    floors = {f.method: dict(f.parts) for f in report.plan_floors}
+    layer = 3_187_703_808  # one of its 126 layers' params
+    assert floors["lora"]["weights"] == 2 * 2 * layer  # the unit computing and the one prefetched, bf16
+    assert 2 * 0.5 * layer < floors["qlora"]["weights"] < 2 * 0.53 * layer
+    job = _amp_job(10 * 2**30)
+    packed = dataclasses.replace(job, unit_bytes=job.unit_params // 2)
+    setup = Setup("fsdp", 512, True)  # where a computing phase, holding the gathered units, is the peak
+    gap = per_gpu(job, setup).per_gpu_peak_bytes - per_gpu(packed, setup).per_gpu_peak_bytes
+    assert gap == 2 * (job.compute_bytes * job.unit_params - job.unit_params // 2)  # two units, each packed

@@ -3,10 +3,8 @@ SingleGpuJobs, the plans that run them and the serving speed on each priced GPU.
 
 One SingleGpuJob per method is built from job.py's phases (training) or the serving profile (the site's
 chunked-prefill server) and shared by every setup tried: the plan search only shares it out (parallel.per_gpu),
-each (method, setup) once across GPUs. The site's training jobs are recipes (memory/recipes.py SITE_RECIPES);
-QLoRA's is an NF4 base with double quantisation, paged AdamW and gradient checkpointing, LoRA on every Linear (the
-QLoRA paper's, Dettmers et al. 2023, arXiv:2305.14314 §2-3, without peft's fp32 upcast).
-"""
+each (method, setup) once across GPUs. The site's training jobs are recipes (memory/recipes.py SITE_RECIPES); QLoRA's
+is the QLoRA paper's (Dettmers et al. 2023, arXiv:2305.14314 §2-3), without peft's fp32 upcast."""
 
 from __future__ import annotations
 
@@ -20,7 +18,7 @@ from .graph.nodes import Graph
 from .inputs import Assumptions, Card, Gpu
 from .memory.host_link import link_bytes
 from .memory.job import job_phases, training_variants
-from .memory.job_options import Job
+from .memory.job_options import Job, resolve
 from .memory.job_result import JobMemory, metric_memory
 from .memory.kinds import GPU_COUNTS, MAX_GPUS, TP_KINDS, Kind, count_index, kinds
 from .memory.parallel import (
@@ -40,6 +38,7 @@ from .memory.profile import budget_bytes
 from .memory.serve_weights import routed_expert_serve
 from .memory.sharding import GPUS_PER_NODE, Sharding, cpu_bytes_per_node, sharded
 from .memory.stages import Limits, Profile
+from .memory.storage import gathered_unit_bytes
 from .serving_speed import ServingModel, ServingSpeed, serving_speed
 
 SITE_METHODS = ("full", "lora", "qlora", "serve")
@@ -96,8 +95,10 @@ def training_job(a: Arch, g: Graph, s: Assumptions, job: Job, shape: Shape, mode
     # a recipe that always checkpoints (QLoRA): plans.candidates tries no other
     variants = ((True,) if job.grad_ckpt else (False, True)) if both else (job.grad_ckpt,)
     phases, trainable, compute_bytes, param_bytes = training_variants(a, g, s, job, variants, model, memo)
-    plain, ckpt = phases[0], (phases[-1] if both else ())
-    return _single(job.method, plain, ckpt, trainable, compute_bytes, param_bytes, shape, job.grad_accum > 1)
+    plain, ckpt, priced = phases[0], (phases[-1] if both else ()), resolve(job, a)
+    return dataclasses.replace(_single(job.method, plain, ckpt, trainable, compute_bytes, param_bytes, shape,
+                                       job.grad_accum > 1), unit_bytes=gathered_unit_bytes(a, g, priced.storage,
+                                                                                          priced.double_quant))
 
 
 def exact_job(a: Arch, g: Graph, s: Assumptions, job: Job, shape: Shape, model: str = "") -> SingleGpuJob:

@@ -140,6 +140,7 @@ class SingleGpuJob:
     experts: int = 0  # routed experts per MoE layer
     accumulating: bool = False  # gradients accumulate over micro-batches (Job.grad_accum > 1)
     kv_latent: float = 0.0  # of the KV cache per token, MLA's latent share: every TP rank keeps it whole
+    unit_bytes: int = 0  # the largest unit as gathered: a quantised base's packed layer (0: compute_bytes a param)
 
 
 @dataclass(frozen=True)

@@ -92,7 +92,9 @@ def sharded(job: Any, strategy: str, grad_ckpt: bool = False, offload: str = "no
     # FSDP2's root (the params outside the layers) is not resharded after forward (_fsdp_state.py: "For the
     # root, do not reshard after forward"): gathered through forward and backward beside the layer units.
     root = job.first_stage_params + job.last_stage_params if s in ("fsdp", "fsdp+ep") else 0
-    gathered_computing = c * (units * unit + root)
+    # a quantised base's units are gathered packed (SingleGpuJob.unit_bytes: FSDP-QLoRA), the root in compute dtype
+    per_unit = job.unit_bytes * unit / job.unit_params if job.unit_bytes and job.unit_params else c * unit
+    gathered_computing = _ceil(units * per_unit) + c * root
     zero2 = s == "zero2"
     rows = []
     for ph in job.phases_ckpt if grad_ckpt else job.phases:

@@ -148,11 +148,41 @@ def weight_bytes(g: Graph, storage: str, double_quant: bool = False, mats: dict 
     if towers:  # one aggregate: nf4's bytes follow the elements alone (int8's row scales are left out)
         total += mat_elements(q, 1, towers, 1)[1] - 2 * towers - (DOUBLE_QUANT_SAVING * towers if double_quant else 0)
     for (count, i, o), times in (layer_mats(g) if mats is None else mats).items():
-        total += times * (mat_elements(q, count, i, o)[1] - 2 * count * i * o)
-        if double_quant:
-            total -= times * DOUBLE_QUANT_SAVING * count * i * o
-        if storage == "nf4":
-            total += times * count * (NF4_STATE_BYTES + (NESTED_STATE_BYTES if double_quant else 0))
+        total += times * _packed_delta(q, storage, double_quant, count, i, o)
+    return int(total)
+
+
+def _packed_delta(q: Quant, storage: str, double_quant: bool, count: int, n_in: int, n_out: int) -> float:
+    """What `count` matrices n_in x n_out add to their 2 bytes a weight when packed as `storage` (negative: less):
+    the packed elements and scales, double quantisation's nested absmax, and nf4's quant_state tensors."""
+    delta = mat_elements(q, count, n_in, n_out)[1] - 2 * count * n_in * n_out
+    if double_quant:
+        delta -= DOUBLE_QUANT_SAVING * count * n_in * n_out
+    if storage == "nf4":
+        delta += count * (NF4_STATE_BYTES + (NESTED_STATE_BYTES if double_quant else 0))
+    return delta
+
+
+def gathered_unit_bytes(a: Arch, g: Graph, storage: str, double_quant: bool = False) -> int:
+    """SingleGpuJob.unit_bytes: the largest layer (parallel's unit) as a quantised `storage` packs it (the job's,
+    resolved: a base bitsandbytes leaves unpacked is 16-bit); 0 for a 16/32-bit base, gathered in compute dtype."""
+    if storage not in QUANTS or not g.spec.distinct_layers:
+        return 0
+    return unit_stored_bytes(a, max(g.spec.distinct_layers, key=lambda bn: bn[0].params)[0], storage, double_quant)
+
+
+def unit_stored_bytes(a: Arch, b: Block, storage: str, double_quant: bool = False) -> int:
+    """One layer's weights as a quantised base stores them, which ZeRO-3 and FSDP gather as they are: FSDP-QLoRA
+    flattens the packed 4-bit data in bnb_4bit_quant_storage's dtype and all-gathers it before each Linear
+    dequantises its own weight (bitsandbytes docs, FSDP-QLoRA; peft docs, "Use PEFT QLoRA and FSDP"), so a
+    gathered unit is the packed layer, not a 16-bit one. 16-bit parts (norms) at 2 bytes; experts bitsandbytes
+    leaves unpacked (bnb_keeps_experts) too."""
+    total = 2.0 * b.params
+    if storage in QUANTS:
+        q, loose = QUANTS[storage], bnb_keeps_experts(a, storage)
+        for p in b.parts:
+            for count, i, o in p.weight_mats[len(p.expert_mats):] if loose else p.weight_mats:
+                total += _packed_delta(q, storage, double_quant, count, i, o)
     return int(total)
 
 
