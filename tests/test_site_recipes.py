@@ -76,3 +76,17 @@ def test_a_card_no_setup_holds_links_no_price_and_an_encoder_serves_by_forwards(
     assert "serving: no measured runs of this setup (one forward over a batch, as an encoder serves)" in html
     line = html[html.index('id="accuracy-line"'):]
     assert "chunked-prefill server" not in line[:line.index("</p>")]
+
+
+def test_a_sequence_cache_that_is_not_tokens_times_bytes_says_why(capsys, tmp_path):
+    """A page review multiplied T5's 512 tokens by its 36,864 bytes per token (18.9 MB) against the 37.7 MB the
+    JSON holds, and gpt-oss's 4,096 by 49,152 (201 MB) against 104 MB: the page now gives the sequence's cache
+    and what makes it differ (profile.kv_bytes_per_sequence)."""
+    page = tmp_path / "page.html"
+    for model, said in (("google-t5/t5-base", "37.7 MB a sequence: the cross-attention&#39;s keys and values of the "
+                                              "encoder&#39;s tokens included"),
+                        ("openai/gpt-oss-20b", "104 MB a sequence: layers with a sliding window keep only their "
+                                               "window"),
+                        ("Qwen/Qwen3-0.6B", "(114,688 bytes per token, 470 MB a sequence)")):
+        assert main([model, "--html", str(page)]) == 0
+        assert said in page.read_text(encoding="utf-8"), model

@@ -358,6 +358,8 @@ def _assumptions(report: Report, a: dict[str, Any]) -> dict[str, Any]:
         "serve_storage": _serve_storage(report),
         "serve_weights_total": f.gb(mem.serve_weight_bytes),
         "kv_per_token": f.byte_count(mem.kv_bytes_per_token),
+        "kv_per_sequence": f.gb(mem.kv_bytes_per_sequence),
+        "kv_note": _kv_note(report),
         "peak_full": _PHASE_TEXT.get(phase.get("train_full", ""), phase.get("train_full", "")),
         "peak_lora": _PHASE_TEXT.get(phase.get("train_lora", ""), phase.get("train_lora", "")),
         "peak_serve": _PHASE_TEXT.get(phase.get("serve", ""), phase.get("serve", "")),
@@ -377,3 +379,16 @@ def _serve_storage(report: Report) -> dict[str, str] | None:
     if name == "bf16":
         return None
     return {"name": name, "describes": str(dict(report.params.quantization or ()).get("describes") or "")}
+
+
+def _kv_note(report: Report) -> str | None:
+    """Why a sequence's cache is not its tokens times the bytes per token (profile.kv_bytes_per_sequence): an
+    encoder-decoder's cross-attention over the encoder's tokens, windows, or a recurrent layer's fixed state."""
+    mem = report.memory
+    naive = mem.serve_tokens * mem.kv_bytes_per_token
+    if mem.kv_bytes_per_sequence == naive:
+        return None
+    if report.model.kind == "encoder-decoder":
+        return "the cross-attention's keys and values of the encoder's tokens included"
+    return ("layers with a sliding window keep only their window" if mem.kv_bytes_per_sequence < naive
+            else "the recurrent layers' fixed state included")
