@@ -90,3 +90,16 @@ def test_a_sequence_cache_that_is_not_tokens_times_bytes_says_why(capsys, tmp_pa
                         ("Qwen/Qwen3-0.6B", "(114,688 bytes per token, 470 MB a sequence)")):
         assert main([model, "--html", str(page)]) == 0
         assert said in page.read_text(encoding="utf-8"), model
+
+
+def test_a_reading_that_leaves_a_tower_out_says_so_beside_the_headline(capsys, tmp_path):
+    """A page review: Phi-3.5-vision's headline gave its figures with the missing CLIP tower said only among the
+    findings at the bottom. A notice beside the headline says it; a model read whole has none."""
+    page = tmp_path / "page.html"
+    assert main(["microsoft/Phi-3.5-vision-instruct", "--html", str(page)]) == 0
+    html = page.read_text(encoding="utf-8")
+    assert html.index('<aside id="left-out" class="notice"><strong class="tag">approximate</strong>') \
+        < html.index('id="provenance"')
+    assert "the CLIP vision tower and its projection are not counted" in html[html.index('id="left-out"'):]
+    assert main(["Qwen/Qwen3-0.6B", "--html", str(page)]) == 0
+    assert 'id="left-out"' not in page.read_text(encoding="utf-8")

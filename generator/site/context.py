@@ -83,6 +83,9 @@ def model_context(report: Report, record: ModelRecord | None, settings: Settings
         "text_tower": {"present": model.text_tower_only, "model_type": model.model_type, "family": model.family},
         # a repository named for a quantised format whose config.json declares none (checks.check_quantization):
         # every figure prices bf16 weights, so the page says it by the headline, not only among the findings
+        # a reading that leaves part of the model out (a tower not counted) says so beside the headline figures
+        "left_out": next((x.message for x in report.findings if x.check == "text_tower_only"
+                          or (x.check == "approximate" and "not counted" in x.message)), None),
         "quantised_name": next((x.message for x in report.findings
                                 if x.check == "quantization" and x.severity == "warning"), None),
         "cost": _cost(report, settings, assumptions,
