@@ -14,7 +14,7 @@ from generator.hub.snapshot import DEFAULT_SNAPSHOT_DIR, load_record
 from generator.pipeline import report_for_record
 from generator.settings import load_settings
 from generator.site.build import render_model_page
-from generator.site.structure_table import MAX_STRUCTURE_ROWS, find_repeat, folds
+from generator.site.structure_table import MAX_STRUCTURE_ROWS, find_repeat, folds, structure_context
 
 SETTINGS = load_settings()
 
@@ -51,6 +51,13 @@ def test_the_encoder_final_norm_is_shown_where_it_runs() -> None:
     at = names.index("Encoder_Final_Norm")
     assert names[at - 1] == "Add_12_ffn" and names[at + 1] == "RMSNorm_13_1"
     assert [r.index for r in report.structure] == list(range(1, len(names) + 1))
+    # each layer's rows as the table lays them out: the fold of layers 3 to 12 is rows 16 to 75, not 17 to 76
+    # (a page review: the encoder's norm, moved after layer 12, had shifted the encoder's spans by one)
+    spans = {layer: (first, end) for layer, first, end in report.structure.layer_spans()}
+    assert names[spans[3][0]] == "RMSNorm_3_1" and names[spans[12][1] - 1] == "Add_12_ffn"
+    assert names[spans[13][0]] == "RMSNorm_13_1" and spans[13][0] == spans[12][1] + 1
+    fold = structure_context(report)["folds"][0]
+    assert (fold["first"], fold["last"], fold["from"], fold["to"]) == ("3", "12", "16", "75")
 
 
 @given(st.lists(st.sampled_from("abc"), max_size=40))

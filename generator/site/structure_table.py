@@ -15,6 +15,7 @@ from typing import Any
 
 from .. import format as f
 from ..estimator import Report
+from ..estimator.graph.structure import StructureTable
 
 MIN_LAYERS_TO_FOLD = 3  # with 1 or 2 layers folding saves nothing (the reference page shows all rows)
 # The most structure rows a page shows (a row is ~65 bytes; the page budget is 60 kB). A 126-layer model has 762
@@ -53,15 +54,11 @@ def _row(r: Any) -> dict[str, str]:
 def _layer_spans(report: Report) -> list[tuple[int, int, int]]:
     """(layer number, first row, end row) of each layer's rows in forward order, positions from 0; [] where the
     structure does not say which rows are whose (a table read back without its spec)."""
-    spec = getattr(report.structure, "spec", None)
-    if spec is None:
+    table = report.structure
+    if not isinstance(table, StructureTable):
         return []
-    out, start = [], len(spec.embed)
-    for block in spec.blocks:
-        count = len((block.source or block).parts)
-        out.append((block.index, start, start + count))
-        start += count
-    return out if start + len(spec.head) == len(report.structure) else []
+    out = table.layer_spans()
+    return out if out and out[-1][2] + len(table.spec.head) == len(table) else []
 
 
 def folds(layers: Sequence[Any], lo: int = 0, hi: int | None = None) -> list[tuple[int, int, int]]:

@@ -53,8 +53,7 @@ class StructureTable(Sequence[StructureRow]):
         parts. An encoder-decoder's final encoder norm, which the spec holds with the embedding stage (the memory
         terms read it there), is shown where it runs: after the encoder's last layer (modeling_t5 T5Stack)."""
         spec = self.spec
-        late = tuple(p for p in spec.embed if p.name == ENCODER_FINAL_NORM)
-        last = max((k for k, b in enumerate(spec.blocks) if b.stack == "encoder"), default=-1) if late else -1
+        late, last = self._late()
         yield "", None, spec.embed if last < 0 else tuple(p for p in spec.embed if p not in late)
         for k, b in enumerate(spec.blocks):
             source = b.source
@@ -62,6 +61,25 @@ class StructureTable(Sequence[StructureRow]):
             if k == last:
                 yield "", None, late
         yield "", None, spec.head
+
+    def _late(self) -> tuple[tuple[Part, ...], int]:
+        """The embedding stage's parts that run after the encoder (its final norm), and the encoder's last block's
+        position (-1: none moves)."""
+        spec = self.spec
+        late = tuple(p for p in spec.embed if p.name == ENCODER_FINAL_NORM)
+        last = max((k for k, b in enumerate(spec.blocks) if b.stack == "encoder"), default=-1) if late else -1
+        return late, last
+
+    def layer_spans(self) -> list[tuple[int, int, int]]:
+        """(layer number, first row, end row) of each layer's rows, positions from 0, as _runs lays them out (the
+        encoder's final norm after its last layer)."""
+        late, last = self._late()
+        out, start = [], len(self.spec.embed) - (len(late) if last >= 0 else 0)
+        for k, b in enumerate(self.spec.blocks):
+            count = len((b.source or b).parts)
+            out.append((b.index, start, start + count))
+            start += count + (len(late) if k == last else 0)
+        return out
 
     def records(self) -> list[dict[str, Any]]:
         """The rows as the JSON twin writes them (StructureRow's fields in order, the shape a list), new dicts on
