@@ -359,3 +359,16 @@ def test_images_on_a_reading_that_leaves_the_tower_out_say_so(settings):
     none': the refusal now says the reading has none, and why."""
     with pytest.raises(JobError, match=r"this reading has none \(custom modeling code .* the CLIP vision tower"):
         report(settings, "microsoft/Phi-3.5-vision-instruct", job=Job(method="lora", images=1, tokens=512))
+
+
+def test_mllama_serving_caches_the_image_cross_attention_k_v_and_drops_the_tower_output(settings):
+    """A page review found Llama-3.2-11B-Vision's serving cache without its 8 cross-attention layers' K and V over
+    the image, where the page prices the image's prefill: MllamaTextCrossAttention caches them (past_key_values), over
+    4 tiles x 1,025 unpadded patches (448 px / 14, with the class token: the tower's output slices its padding off).
+    The tower's output itself is not kept through decoding, as an encoder-decoder's encoder output is."""
+    r = report(settings, "meta-llama/Llama-3.2-11B-Vision")
+    self_attention = 4_096 * 32 * 2 * 8 * 128 * 2  # 4,096 tokens, 32 layers, K and V, 8 heads of 128, bf16
+    cross = 4 * 1_025 * 8 * 2 * 8 * 128 * 2  # the image's 4,100 tokens in the 8 cross-attention layers
+    assert r.memory.kv_bytes_per_sequence == self_attention + cross
+    a = normalise(SNAP["meta-llama/Llama-3.2-11B-Vision"][0], "m")
+    assert a.spec.encoder_tokens == 4_100 and not a.spec.encoder_kept

@@ -186,12 +186,15 @@ def mllama_text(cfg: Mapping[str, Any], model: str) -> Arch:
     return build(cfg, model, "mllama_text_model", t, family="mllama")
 
 
-def mllama_vision(vc: Mapping[str, Any], r: Reader) -> tuple[Part, int, int, int, int]:
+def mllama_vision(vc: Mapping[str, Any], r: Reader) -> tuple[Part, int, int, int, int, int]:
     """MllamaVisionModel: class embedding, patch conv, gated position/tile embeddings, a local transformer
     (num_hidden_layers) and a gated global one (num_global_layers), LayerNorms with bias. (tower, vision tokens per
-    image, output width, hidden width, saved elements per image): every tile's patches and class token, padded to a
-    multiple of 8 (num_padding_patches), through every layer at a ViT layer's 8 x hidden + 2 x MLP width, and the
-    [tokens, tokens] attention mask the layers share (read off the CPU simulation, FINDINGS.md F73)."""
+    image, output width, hidden width, saved elements per image, cross-attention tokens per image): every tile's
+    patches and class token, padded to a multiple of 8 (num_padding_patches), through every layer at a ViT layer's
+    8 x hidden + 2 x MLP width, and the [tokens, tokens] attention mask the layers share (read off the CPU
+    simulation, FINDINGS.md F73); the tower's output slices the padding off (modeling_mllama MllamaVisionModel:
+    hidden_state[:, :, :slice_index]), so the text model's cross-attention reads every tile's patches and class
+    token unpadded."""
     v = r.child(vc, "mllama_vision_model", prefix="vision_config.")
     h, inter, p = v.int("hidden_size"), v.int("intermediate_size"), v.int("patch_size")
     n, g = v.int("num_hidden_layers"), v.int("num_global_layers")
@@ -206,7 +209,7 @@ def mllama_vision(vc: Mapping[str, Any], r: Reader) -> tuple[Part, int, int, int
     tokens = tiles * -(-patches // 8) * 8
     act = tokens * (n + g) * (8 * h + 2 * inter) + tokens * tokens
     return Part("Vision_Tower", f"Vision transformer ({n}+{g} layers)", params,
-                matmul=(n + g) * (4 * h * h + 2 * h * inter)), tokens, out, h, act
+                matmul=(n + g) * (4 * h * h + 2 * h * inter)), tokens, out, h, act, tiles * patches
 
 
 def mllama(cfg: Mapping[str, Any], model: str) -> Arch:
@@ -219,17 +222,19 @@ def mllama(cfg: Mapping[str, Any], model: str) -> Arch:
         return dataclasses.replace(text, model_type="mllama", architectures=archs)
     r = Reader(cfg, model, "mllama")
     vc = cfg.get("vision_config") or {}
-    tower, vision_tokens, out, vh, act = mllama_vision(vc, r)
+    tower, vision_tokens, out, vh, act, cross = mllama_vision(vc, r)
     spec = text.spec
     proj = Part("Projector", "Linear projector", linear(out, spec.hidden, True), matmul=out * spec.hidden)
     # Image tokens do not enter the text sequence: the cross-attention layers cache K/V over them.
     linears = tower_linears("mllama", r, vc, "mllama_vision_model", (vh, spec.hidden), (vision_tokens, vision_tokens))
     transient, pixels = mllama_inference_elements(r.child(vc, "mllama_vision_model", prefix="vision_config."),
                                                   vision_tokens, vh)
+    # A served sequence with its image caches the cross-attention layers' K and V over its tokens (profile's
+    # encoder_tokens; MllamaTextCrossAttention updates past_key_values with them)
     new = dataclasses.replace(spec, embed=(*spec.embed, tower, proj), image_tokens=0, tower_linears=linears,
                               tower_layer_norm=layer_norm_tower(r, vc, "mllama_vision_model"), vision_act=act,
-                              vision_transient=transient, image_pixels=pixels,
-                              notes=(f"one image = {vision_tokens:,} vision tokens held as cross-attention K/V",))
+                              vision_transient=transient, image_pixels=pixels, encoder_tokens=cross, encoder_kept=False,
+                              notes=(f"one image = {cross:,} vision tokens held as cross-attention K/V",))
     return dataclasses.replace(text, model_type="mllama", family="mllama", spec=new, architectures=archs)
 
 

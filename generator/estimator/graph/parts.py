@@ -172,6 +172,7 @@ class Spec:
     # tokens the decoder's cross-attention reads when the encoder's input fixes them (one image's patches:
     # VisionEncoderDecoderModel); 0: an encoder-decoder's encoder runs at the job's tokens
     encoder_tokens: int = 0
+    encoder_kept: bool = True  # that output stays through decoding (mllama caches K/V over it and drops it)
     streams: int = 1  # hidden-width streams a layer reads (Gemma-3n's AltUp: 4): a checkpointed layer's input
     notes: tuple[str, ...] = field(default_factory=tuple)  # formulas and semantics to show
 
@@ -379,8 +380,7 @@ def combine(name: str, typ: str, *parts: Part) -> Part:
                 mats=tuple(x for p in parts for x in p.weight_mats), scan=next((p.scan for p in parts if p.scan), ()))
 
 
-# Block type names shown in the structure table.
-ATTENTION_TYPE = {"mha": "Multi-Head Attn", "gqa": "Grouped Query Attn", "mqa": "Multi-Query Attn"}
+ATTENTION_TYPE = {"mha": "Multi-Head Attn", "gqa": "Grouped Query Attn", "mqa": "Multi-Query Attn"}  # table names
 
 
 def attention_type(heads: int, kv_heads: int) -> str:

@@ -234,8 +234,9 @@ def serve_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, memo: dict | N
                        (0,) * len(distinct), 0, counts, layout)
     enc_tokens = encoder_tokens(spec, tokens)
     caches = tuple([0 if b.stack == "encoder" else kv_bytes_of_block(b, s, tokens, enc_tokens) for b, _ in distinct])
-    # An encoder-decoder keeps the encoder's output (tokens x hidden) per sequence for cross-attention.
-    enc_out = enc_tokens * c * spec.hidden
+    # An encoder-decoder keeps the encoder's output (tokens x hidden) per sequence for cross-attention; a decoder
+    # whose cross-attention reads an image (mllama) caches its K and V alone, the tower's output dropped after prefill
+    enc_out = enc_tokens * c * spec.hidden if spec.encoder_kept else 0
     return Profile("serve", weights(embed) + transient, layer_weights, weights(head), enc_out, caches,
                    s.decode_logits_bytes * spec.vocab, counts, layout)
 
@@ -270,7 +271,7 @@ def serve_token_curve(g: Graph, s: Assumptions, points: tuple[int, ...],
     out = []
     for tokens in points:
         enc_tokens = encoder_tokens(spec, tokens)
-        out.append(tokens * width + vision + enc_tokens * c * spec.hidden
+        out.append(tokens * width + vision + (enc_tokens * c * spec.hidden if spec.encoder_kept else 0)
                    + kv_bytes_of_block(cache, s, tokens, enc_tokens))
     return out
 
