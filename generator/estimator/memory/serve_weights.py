@@ -61,14 +61,15 @@ def model_serve_weight_bytes(a: Arch, g: Graph, s: Assumptions) -> int:
 
 def routed_expert_serve(a: Arch, g: Graph, s: Assumptions) -> tuple[int, float]:
     """(params, served bytes) of the routed experts' matrices (Part.expert_mats), each distinct layer's once times
-    the layers it stands for: at serve_weight_bytes each unquantised, else as the checkpoint stores them (MXFP4 and
-    NVFP4 experts: 2 weights a byte and a scale per 32; the other formats: mat_elements). A decode step reads them
+    the layers it stands for: at serve_weight_bytes each unquantised, else as the checkpoint stores them (a format's
+    FP4 experts, Quant.fp4_experts: 2 weights a byte and a scale per 32; the formats' own: mat_elements, MXFP4's
+    alike). A decode step reads them
     apart from the dense weights (serving_speed), so a checkpoint that quantises its experts alone (gpt-oss) has two
     costs per parameter, not their average."""
     params, nbytes = 0, 0.0
     for b, n in g.spec.distinct_layers:
         for p in b.parts:
-            fp4 = fp4_experts(a, p) or (p.expert_mats if a.quant is not None and a.quant.method == "mxfp4" else ())
+            fp4 = fp4_experts(a, p)
             for count, i, o in p.expert_mats:
                 w = count * i * o
                 params += n * w
