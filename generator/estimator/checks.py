@@ -16,6 +16,7 @@ from .memory.job import job_memory
 from .memory.job_options import Job
 from .memory.lora import FUSED_EXPERTS
 from .memory.storage import bnb_keeps_experts, bnb_leaves_linears
+from .normalise import plainly_custom
 
 # Routers written as an nn.Linear subclass whose forward returns a tuple (transformers 5.24): peft 0.21's
 # all-linear wraps them, and the wrapped layer fails at its first forward (peft/tuners/lora/layer.py Linear.forward
@@ -226,9 +227,7 @@ def check_scope(a: Arch, train_tokens: int, requested_tokens: int, serve_tokens:
                            f"{max(windowed):,} tokens: their KV cache is capped at the window."))
     # custom code read as a family with nothing more to say is the custom_code finding's; a reason that says more
     # (a tower not counted, a layout read as another's, an architecture not known) is a warning of its own
-    plain = a.custom_code and a.approximate is not None and ";" not in a.approximate \
-        and a.approximate.startswith("custom modeling code (auto_map) read as ")
-    if a.approximate is not None and not plain and not a.text_tower_only:
+    if a.approximate is not None and not plainly_custom(a) and not a.text_tower_only:
         out.append(Finding("approximate", "warning", f"the estimate is approximate: {a.approximate}."))
     if train_tokens < requested_tokens:
         out.append(Finding("context", "info",

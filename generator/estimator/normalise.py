@@ -84,13 +84,25 @@ def _declared_type(cfg: Mapping[str, Any]) -> str | None:
     return None
 
 
+# The reason of custom code read as a family with nothing more to say (the custom_code finding says it); what a
+# reason adds after "; " (a tower not counted, a layout read as another's) is said apart (plainly_custom)
+CUSTOM_READING = "custom modeling code (auto_map) read as "
+
+
+def plainly_custom(a: Arch) -> bool:
+    """Whether the estimate is approximate only in being custom code read as a family (CUSTOM_READING, nothing
+    added after "; ")."""
+    return bool(a.custom_code and a.approximate and a.approximate.startswith(CUSTOM_READING)
+                and "; " not in a.approximate)
+
+
 def fallback(cfg: Mapping[str, Any], model: str, model_type: str) -> Arch:
     """A model_type no family reads: custom code, a known text tower, or standard keys (approximate)."""
     if model_type in CUSTOM:
         family, translate = CUSTOM[model_type]
         arch = read_known(dict(translate(cfg), model_type=family), model, family)
-        how = "custom modeling code (auto_map)" if "auto_map" in cfg else "a model_type transformers does not ship"
-        why = f"{how} read as {family}" + (f"; {NOTES[model_type]}" if model_type in NOTES else "")
+        why = (f"{CUSTOM_READING}{family}" if "auto_map" in cfg else f"a model_type transformers does not ship read "
+               f"as {family}") + (f"; {NOTES[model_type]}" if model_type in NOTES else "")
         return dataclasses.replace(arch, model_type=model_type, custom_code="auto_map" in cfg, approximate=why)
     text = cfg.get("text_config")
     if isinstance(text, dict) and isinstance(text.get("model_type"), str) and text["model_type"] in KNOWN:
@@ -139,7 +151,7 @@ def finish(cfg: Mapping[str, Any], model: str, arch: Arch) -> Arch:
         if why is None and arch.family in table:
             why = table[arch.family]
     if why is None and arch.custom_code:
-        why = f"custom modeling code (auto_map) read as {arch.family}"
+        why = f"{CUSTOM_READING}{arch.family}"
     if quant is None and why == arch.approximate:
         return arch
     return dataclasses.replace(arch, quant=quant, approximate=why)
