@@ -206,6 +206,13 @@ def encoder_tokens(spec: Spec, tokens: int) -> int:
     return spec.encoder_tokens or (tokens if spec.kind == "encoder-decoder" else 0)
 
 
+def encoder_output_bytes(spec: Spec, enc_tokens: int, c: int) -> int:
+    """The encoder's output (tokens x hidden) one served sequence keeps for cross-attention: an encoder-decoder's,
+    through decoding; a decoder whose cross-attention reads an image (mllama, Spec.encoder_kept False) caches its
+    K and V alone and drops the tower's output after prefill."""
+    return enc_tokens * c * spec.hidden if spec.encoder_kept else 0
+
+
 def kv_bytes_of_block(b: Block | CacheTerms, s: Assumptions, tokens: int, encoder_tokens: int = 0) -> int:
     """Cache bytes one sequence holds in this layer after `tokens` tokens: KV capped at each window,
     cross-attention KV over the encoder's tokens, and fixed recurrent state."""
@@ -234,9 +241,7 @@ def serve_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, memo: dict | N
                        (0,) * len(distinct), 0, counts, layout)
     enc_tokens = encoder_tokens(spec, tokens)
     caches = tuple([0 if b.stack == "encoder" else kv_bytes_of_block(b, s, tokens, enc_tokens) for b, _ in distinct])
-    # An encoder-decoder keeps the encoder's output (tokens x hidden) per sequence for cross-attention; a decoder
-    # whose cross-attention reads an image (mllama) caches its K and V alone, the tower's output dropped after prefill
-    enc_out = enc_tokens * c * spec.hidden if spec.encoder_kept else 0
+    enc_out = encoder_output_bytes(spec, enc_tokens, c)
     return Profile("serve", weights(embed) + transient, layer_weights, weights(head), enc_out, caches,
                    s.decode_logits_bytes * spec.vocab, counts, layout)
 
@@ -271,7 +276,7 @@ def serve_token_curve(g: Graph, s: Assumptions, points: tuple[int, ...],
     out = []
     for tokens in points:
         enc_tokens = encoder_tokens(spec, tokens)
-        out.append(tokens * width + vision + (enc_tokens * c * spec.hidden if spec.encoder_kept else 0)
+        out.append(tokens * width + vision + encoder_output_bytes(spec, enc_tokens, c)
                    + kv_bytes_of_block(cache, s, tokens, enc_tokens))
     return out
 
