@@ -310,7 +310,8 @@ def _print_cards(console: Console, report: Report, table_width: int | None) -> N
     _print_table(console, table, table_width)
     if notes:
         console.print(Text("Two cards where one card's budget cannot hold batch 1: a contiguous layer cut (pipeline "
-                           "parallel), each stage's memory at batch 1, then the pair's largest batch."))
+                           "parallel; the second card keeps its own copy of a tied embedding), each stage's memory at batch 1, "
+                           "then the pair's largest batch."))
         for note in notes:
             console.print(Text("  " + note))
     console.print(Text(f"Budget = (driver-reported memory - {fmt.gb(a['cuda_context_bytes'])} CUDA context) / "

@@ -66,7 +66,7 @@ def test_no_single_card_and_the_two_card_split() -> None:
     # The T4 cannot hold a full fine-tune at batch 1: the cell shows the split from cards[].split.
     split = mem.cards[0].split[0]
     assert mem.cards[0].train_full_max_batch == 0 and split.method == "train_full"
-    assert f"cut after layer {split.cut_after_layer}: 8.47 GB + 8.34 GB at batch 1; batch 1" in html
+    assert f"cut after layer {split.cut_after_layer}: 9.25 GB + 9.43 GB at batch 1; batch 1" in html
     # the T4 cost row: batch 1 needs checkpointing there, so the cost table prices that one-GPU setup
     assert "62.5 h · $32.85<br><small>with gradient checkpointing" in html
 

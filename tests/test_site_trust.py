@@ -48,7 +48,7 @@ def test_serving_column_and_assumptions_name_the_same_storage(site: Path) -> Non
         q = twin["params"]["quantization"]
         name = f.serve_weights(tuple(q.items()) if q else None)
         assert f"Serve {name}, " in text, model
-        serving = text.split("pipeline parallel), computed only where one card cannot hold batch 1. Serving: ",
+        serving = text.split("computed only where one card cannot hold batch 1. Serving: ",
                              1)[1].split("; the peak is")[0]
         total = f.gb(twin["memory"]["serve_weight_bytes"])
         if name == "bf16":

@@ -89,8 +89,8 @@ FORMULAS = {
     "job": "memory.peak_bytes: the exact job (memory.job) priced phase by phase (loss, recomputed layer, end of "
            "backward, optimizer step; prefill, decode of HF generate) in its metric; breakdown at the peak phase",
     "max_batch": "largest b with memory(b) <= (driver-reported memory - CUDA context) / headroom",
-    "split": "two cards, contiguous layer cut minimising the larger stage (pipeline parallel), only where "
-             "batch 1 does not fit one card",
+    "split": "two cards, contiguous layer cut minimising the larger stage (pipeline parallel: the second card "
+             "keeps its own copy of a tied embedding), only where batch 1 does not fit one card",
     "cost": "steps x max(FLOPs/peak, bytes/bandwidth) / MFU; FLOPs = 6 x active matmul weights per token "
             "full, 4 x for LoRA (+ 6 x its adapters on Linears, + an MoE's expert-tensor delta weights once per "
             "step), causal attention halved, sliding windows capped",

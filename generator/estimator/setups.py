@@ -60,6 +60,7 @@ class Shape:
     unit_expert_params: int = 0  # the routed experts' params in the largest unit (fsdp+ep)
     experts: int = 0  # routed experts per MoE layer
     kv_latent: float = 0.0  # MLA's share of the cached elements per token (SingleGpuJob.kv_latent)
+    tied_head_params: int = 0  # a tied head's weight, which a pipeline's last stage copies (SingleGpuJob)
 
 
 def model_shape(a: Arch, g: Graph) -> Shape:
@@ -67,17 +68,16 @@ def model_shape(a: Arch, g: Graph) -> Shape:
     keeps whole (norms: parts without a matmul, the embeddings aside, which are vocab-parallel) and the K and V
     projections (2 x hidden x kv_heads x head_dim per attention layer), and the largest layer's routed experts."""
     spec = g.spec
-    blocks = spec.blocks
     distinct = spec.distinct_layers  # each distinct layer summed once, times the layers it stands for
     replicated = sum(n * sum(max(0, p.params - p.matmul) for p in b.parts) for b, n in distinct)
     replicated += sum(max(0, p.params - p.matmul) for p in spec.head)
-    attention_layers = sum(n for b, n in distinct if b.kv)
+    kv_proj = sum(n for b, n in distinct if b.kv) * 2 * a.hidden * a.kv_heads * a.head_dim  # per attention layer
     largest = max(distinct, key=lambda bn: bn[0].params)[0] if distinct else None
     routed = sum(c * i * o for p in largest.parts for c, i, o in p.expert_mats) if largest else 0
-    return Shape(g.params_total, max(1, len(blocks)), largest.params if largest else 0,
-                 sum(p.params for p in spec.embed), sum(p.params for p in spec.head), replicated,
-                 attention_layers * 2 * a.hidden * a.kv_heads * a.head_dim, a.heads, a.kv_heads, routed,
-                 a.experts if routed else 0, kv_latent_share(g))
+    return Shape(g.params_total, max(1, len(spec.blocks)), largest.params if largest else 0,
+                 sum(p.params for p in spec.embed), sum(p.params for p in spec.head), replicated, kv_proj, a.heads,
+                 a.kv_heads, routed, a.experts if routed else 0, kv_latent_share(g),
+                 spec.vocab * (a.embed_dim or a.hidden) if spec.tied else 0)
 
 
 def kv_latent_share(g: Graph) -> float:
@@ -138,7 +138,7 @@ def _single(method: str, phases: tuple[Phase, ...], ckpt: tuple[Phase, ...], tra
                         shape.first_stage_params, shape.last_stage_params, shape.tp_replicated_params,
                         shape.kv_proj_params, shape.heads, shape.kv_heads, phases_ckpt=ckpt,
                         unit_expert_params=shape.unit_expert_params, experts=shape.experts, accumulating=accumulating,
-                        kv_latent=shape.kv_latent)
+                        kv_latent=shape.kv_latent, tied_head_params=shape.tied_head_params)
 
 
 def job_limits(job: SingleGpuJob, adjust: Callable[[str, tuple[int, ...]], int]) -> Limits:

@@ -141,6 +141,9 @@ class SingleGpuJob:
     accumulating: bool = False  # gradients accumulate over micro-batches (Job.grad_accum > 1)
     kv_latent: float = 0.0  # of the KV cache per token, MLA's latent share: every TP rank keeps it whole
     unit_bytes: int = 0  # the largest unit as gathered: a quantised base's packed layer (0: compute_bytes a param)
+    # a tied head's weight: counted once in params_total (with the embedding), a pipeline's last stage keeps its own
+    # copy (stages.Profile.tied_copy has the sources)
+    tied_head_params: int = 0
 
 
 @dataclass(frozen=True)

@@ -13,14 +13,16 @@ def stage_rows(job: Any, phases: tuple[Any, ...], stages: int) -> tuple[tuple[in
 
     Each phase's stage bytes are linear in the stage's layer count n: a + n x b, where b is one layer's share
     (params split evenly over the layers, activations and KV cache per layer) and a holds the ends (the embedding on
-    the first stage; final norm, head and logits on the last) and the per-process overhead. Under a budget C a stage
+    the first stage; final norm, head, a tied head's own copy, and logits on the last) and the per-process overhead. Under a budget C a stage
     holds min over phases of (C - a) // b layers; the smallest C whose capacities (each >= 1) cover the layers is
     found by bisection, then every stage gets one layer and the rest fill the stages in order up to capacity."""
     p, layers = job.params_total or 1, job.layers
     layer_params = max(0, p - job.first_stage_params - job.last_stage_params) / layers
 
     def terms(ph: Any, first: bool, last: bool) -> tuple[str, dict[str, float], dict[str, float]]:
-        ends = (job.first_stage_params if first else 0) + (job.last_stage_params if last else 0)
+        # a last stage that is not also the first keeps its own copy of a tied head (SingleGpuJob.tied_head_params)
+        ends = (job.first_stage_params if first else 0) \
+            + (job.last_stage_params + (0 if first else job.tied_head_params) if last else 0)
         a = {f: getattr(ph, f) * ends / p for f in _SCALED}
         b = {f: getattr(ph, f) * layer_params / p for f in _SCALED}
         a.update(activations=0.0, kv_cache=0.0, logits=ph.logits if last else 0.0, overhead_fixed=ph.overhead_fixed)

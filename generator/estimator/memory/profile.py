@@ -87,6 +87,7 @@ def train_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, method: str, r
     roles = None if method == "full" else all_linear_roles(a)
     terms_rank = 0 if method == "full" else rank
     terms = regime_terms(a, g, r, terms_rank, roles, memo)
+    tied_params = spec.vocab * (a.embed_dim or a.hidden) if spec.tied else 0  # Profile.tied_copy's weight
     if method == "full":
         copy = s.autocast_copy_bytes
 
@@ -111,6 +112,8 @@ def train_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, method: str, r
         embed_eob -= (s.optimizer_state_bytes + s.grad_bytes) * dead
         # F6: a tied weight's two gradients (embedding, LM head) and their sum are live together.
         tied = 2 * s.grad_bytes * spec.vocab * (a.embed_dim or a.hidden) if spec.tied else 0
+        # a pipeline's last stage: the tied weight's own copy, trained (its autocast copy is the head's matmul's)
+        tied_copy = (static(tied_params, 0), late(tied_params, step), late(tied_params, 0))
         embed_act = s.master_weight_bytes * spec.hidden
     else:
         adapter_rate = adam + s.autocast_copy_bytes  # fp32 adapter, AdamW state, its bf16 autocast copy
@@ -129,6 +132,7 @@ def train_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, method: str, r
         layer_eob = []
         embed_step = embed_static + (late_rate - adapter_rate) * trained
         head_step, embed_eob, head_eob, tied = head_static, 0, 0, 0
+        tied_copy = (s.base_weight_bytes * tied_params, s.base_weight_bytes * tied_params, 0)  # frozen
         embed_act = -end_terms(a, g, s, r, memo, roles)[1]  # a frozen embedding saves nothing (F4), nor its norm
         grads = terms.grads
         grad_fixed, grad_token = 0, 0
@@ -196,7 +200,8 @@ def train_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, method: str, r
                    embed_step, head_step, tuple(layer_eob), embed_eob, head_eob, tied,
                    embed_act + rates_sum + head_rate, vision,
                    math_sq + sum(k * sq for k, sq in zip(counts, squares, strict=True)),
-                   tuple((w, m, msq) for w, (m, msq) in sorted(masked.items())), tuple(backward), pair)
+                   tuple((w, m, msq) for w, (m, msq) in sorted(masked.items())), tuple(backward), pair,
+                   tied_copy)
 
 
 def encoder_tokens(spec: Spec, tokens: int) -> int:
@@ -242,8 +247,9 @@ def serve_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, memo: dict | N
     enc_tokens = encoder_tokens(spec, tokens)
     caches = tuple([0 if b.stack == "encoder" else kv_bytes_of_block(b, s, tokens, enc_tokens) for b, _ in distinct])
     enc_out = encoder_output_bytes(spec, enc_tokens, c)
+    tied = s.serve_weight_bytes * spec.vocab * (a.embed_dim or a.hidden) if spec.tied else 0  # Profile.tied_copy
     return Profile("serve", weights(embed) + transient, layer_weights, weights(head), enc_out, caches,
-                   s.decode_logits_bytes * spec.vocab, counts, layout)
+                   s.decode_logits_bytes * spec.vocab, counts, layout, tied_copy=(tied, 0, 0))
 
 
 def _serve_transient(g: Graph, s: Assumptions, tokens: int, width: int | None = None) -> int:

@@ -37,9 +37,13 @@ def best_cut(p: Profile) -> Cut:
     # the ends' share of each stage's loss branch, or of a late-backward branch where that is larger
     # (Profile.limits: a branch adds its fixed and per-sample bytes, less the head's per-sample ones)
     late = max((b.fixed + b.per_sample for b in p.backward), default=0)
+    # the second stage holds the head and, where it is tied, its own copy of the embedding (Profile.tied_copy)
+    copy_static, copy_step, copy_eob = p.tied_copy
+    head_static = p.head_static + copy_static
     first_end = p.embed_static + p.embed_per_sample + max(0, late)
-    second_end = p.head_static + p.head_per_sample + max(0, late - p.head_per_sample)
-    embed_step, embed_eob, head_step, head_eob = p.embed_step, p.embed_eob, p.head_step, p.head_eob
+    second_end = head_static + p.head_per_sample + max(0, late - p.head_per_sample)
+    embed_step, embed_eob, head_step, head_eob = p.embed_step, p.embed_eob, p.head_step + copy_step, \
+        p.head_eob + copy_eob
     load_n, step_n, eob_n = loads[n], steps[n], eobs[n]
     seen: dict[int, tuple[int, int]] = {}  # the bisection's stages, read again for the neighbours
 
@@ -72,8 +76,8 @@ def best_cut(p: Profile) -> Cut:
     static = sum(map(p.distinct_static.__getitem__, layout[:k]))
     static_n = p.total_static - p.embed_static - p.head_static
     act, act_n = loads[k] - static, load_n - static_n
-    head = (static_n - static + p.head_static, act_n - act + p.head_per_sample,
-            max(step_n - steps[k] + p.head_step, eob_n - eobs[k] + p.head_eob))
+    head = (static_n - static + head_static, act_n - act + p.head_per_sample,
+            max(step_n - steps[k] + head_step, eob_n - eobs[k] + head_eob))
     embed = (static + p.embed_static, act + p.embed_per_sample, max(steps[k] + p.embed_step, eobs[k] + p.embed_eob))
     return Cut(k, best[1], best[2], p.limits(embed, False) + p.limits(head, True, False))
 

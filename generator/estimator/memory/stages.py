@@ -70,6 +70,11 @@ class Profile:
     # distinct samples adds beside their own (a SHARED_MASK_TOWERS tower's mask over the step's images, its
     # off-diagonal blocks: tower_adapters.pair_bytes), held with the embedding stage by every batch-growing branch
     embed_per_pair: int = 0
+    # A tied embedding's copy on a stage that holds the head but not the embedding (static, optimizer step, end of
+    # the backward): a pipeline's last stage keeps its own output layer, its gradient all-reduced with the first
+    # stage's (Megatron-LM's LanguageModule.setup_embeddings_and_output_layer, DeepSpeed's TiedLayerSpec; vLLM's
+    # last rank loads its own lm_head). One card holds the one weight: (0, 0, 0) untied, and never read there.
+    tied_copy: tuple[int, int, int] = (0, 0, 0)
     total_static: int = field(init=False, repr=False, compare=False)
     # _parts of the whole model (every layer and both ends): what total, total_at, max_batch and peak_phase read
     whole: tuple[int, int, int] = field(init=False, repr=False, compare=False)
@@ -159,14 +164,15 @@ class Profile:
     def _parts(self, first: int, last: int, with_embed: bool, with_head: bool) -> tuple[int, int, int]:
         """(static, per sample, batch-free peak) of a contiguous slice of layers [first, last) and its ends."""
         e, h = with_embed, with_head
+        copy_static, copy_step, copy_eob = self.tied_copy if h and not e else (0, 0, 0)
         static = self.static_prefix[last] - self.static_prefix[first] + (self.embed_static if e else 0) \
-            + (self.head_static if h else 0)
+            + (self.head_static + copy_static if h else 0)
         act = self.act_prefix[last] - self.act_prefix[first] + (self.embed_per_sample if e else 0) \
             + (self.head_per_sample if h else 0)
         step = self.step_prefix[last] - self.step_prefix[first] + (self.embed_step if e else 0) \
-            + (self.head_step if h else 0)
+            + (self.head_step + copy_step if h else 0)
         eob = self.eob_prefix[last] - self.eob_prefix[first] + (self.embed_eob if e else 0) \
-            + (self.head_eob if h else 0) + (self.tied_eob if e and h else 0)
+            + (self.head_eob + copy_eob if h else 0) + (self.tied_eob if e and h else 0)
         return static, act, max(step, eob)
 
     def stage(self, batch: int, first: int, last: int, with_embed: bool, with_head: bool) -> int:
