@@ -82,8 +82,8 @@ FORMULAS = {
                   "per token",
     "train_lora": "2 B x params (bf16 base) + 14 B x adapter params (r x (in+out) per Linear, head excluded) "
                   "+ activations (frozen Linears save no input) + adapter inputs",
-    "serve": "chunked-prefill server: 2 B x params (or the quantised storage) + one prefill chunk's largest "
-             "layer transient + per "
+    "serve": "chunked-prefill server: 2 B x params (or the quantised storage) + one serving step's largest "
+             "layer transient (a decoder's at job.serve_step_tokens, the step vLLM sizes its memory by) + per "
              "sequence (per attention layer min(tokens, window) x 2 x kv_heads x head_dim x 2 B; MLA "
              "(kv_lora_rank + qk_rope_head_dim) x 2 B; SSM/linear-attention state; 4 B x vocab logits)",
     "job": "memory.peak_bytes: the exact job (memory.job) priced phase by phase (loss, recomputed layer, end of "

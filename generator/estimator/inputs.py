@@ -39,6 +39,11 @@ class Assumptions:
     serve_weight_bytes: int = 2
     kv_bytes: int = 2
     decode_logits_bytes: int = 4  # fp32 next-token logits per decoding sequence (sampling)
+    # The tokens of one serving step, prompts' chunks and decodes together: vLLM's max_num_batched_tokens, whose
+    # `vllm serve` default is 8,192 on cards of 70 GiB or more but the A100 and 2,048 on the rest
+    # (vllm/engine/arg_utils.py, EngineArgs.get_batch_defaults; the larger is taken on every card). vLLM sizes its
+    # memory by a forward of that many tokens (gpu_model_runner.profile_run), whatever the prompts' length.
+    serve_step_tokens: int = 8192
     # The fine-tuning job priced in the cost section.
     job_epochs: int = 10
     job_batch: int = 32

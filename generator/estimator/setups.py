@@ -124,8 +124,8 @@ def inference_job(a: Arch, g: Graph, s: Assumptions, job: Job, shape: Shape, mod
 
 def serving_job(serve: Profile, weight_bytes: int, shape: Shape, c: int, sequences: int = 1) -> SingleGpuJob:
     """The site's serving figure (profile.serve_profile) as one decode phase of `sequences`: the weights, one
-    prefill chunk's working set, and per sequence its caches and next-token logits."""
-    fixed = serve.total_static - weight_bytes  # the prefill chunk's working set
+    serving step's working set, and per sequence its caches and next-token logits."""
+    fixed = serve.total_static - weight_bytes  # the serving step's working set
     caches = serve.per_sample() - serve.head_per_sample  # the embedding side and every layer
     phase = Phase("decode (full KV cache)", weights=weight_bytes, activations=max(0, fixed),
                   kv_cache=sequences * caches, logits=sequences * serve.head_per_sample)

@@ -357,6 +357,8 @@ def _assumptions(report: Report, a: dict[str, Any]) -> dict[str, Any]:
         "logits": f.byte_count(a["logits_bytes"]),
         "rank": f.count(a["lora_rank"]),
         "serve_tokens": f.count(mem.serve_tokens),
+        # a decoder's serving step, which its working set is sized at (profile.step_tokens)
+        "step_tokens": f.count(a["serve_step_tokens"]) if report.model.kind == "decoder" else None,
         "serve_weight": f.byte_count(a["serve_weight_bytes"]),
         "serve_storage": _serve_storage(report),
         "serve_weights_total": f.gb(mem.serve_weight_bytes),

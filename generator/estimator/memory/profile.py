@@ -15,7 +15,7 @@ each peak was read off CPU-simulated real steps, data/measurements/FINDINGS.md F
   the MLP (gate, act, up, product; frozen: no product); the loss adds `logits_bytes` (12) per logit (F1).
   VLMs add one image's vision-tower activations per sample.
 - serving (the site's figure): a chunked-prefill server (vLLM): weights (bf16, or the checkpoint's quantised
-  storage) + one prefill chunk's working set + per sequence: per layer min(tokens, window) x its KV elements x
+  storage) + one serving step's working set + per sequence: per layer min(tokens, window) x its KV elements x
   2 bytes (GQA/MQA K and V heads, MLA's latent), recurrent state (SSM, linear attention), the fp32 next-token
   logits. HF generate's batched prefill (F7) is job.py's `--method inference`. Encoders serve a batch of
   sequences at the context with no cache; encoder-decoders hold the encoder output and both KV caches.
@@ -229,7 +229,7 @@ def kv_bytes_of_block(b: Block | CacheTerms, s: Assumptions, tokens: int, encode
 
 
 def serve_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, memo: dict | None = None) -> Profile:
-    """Weights + one prefill chunk's working set (fixed) + per sequence its caches and logits; each distinct layer
+    """Weights + one serving step's working set (fixed) + per sequence its caches and logits; each distinct layer
     worked out once (`memo`: the estimate's table, layer_index)."""
     spec = g.spec
     c = s.compute_bytes
@@ -253,17 +253,25 @@ def serve_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, memo: dict | N
 
 
 def _serve_transient(g: Graph, s: Assumptions, tokens: int, width: int | None = None) -> int:
-    """Prefill runs one sequence-sized chunk at a time (vLLM's chunked prefill, HF generate at batch 1): the
-    largest layer transient (q/k/v/output or the MLP intermediates) plus two residual copies."""
+    """One serving step's working set (step_tokens): the largest layer transient (q/k/v/output or the MLP
+    intermediates) plus two residual copies, per token of the step."""
     spec = g.spec
     c = s.compute_bytes
     if width is None:
         width = max((b.transient for b, _ in spec.distinct_layers), default=0)
-    return tokens * c * (width + 2 * spec.hidden) + c * spec.vision_transient
+    return step_tokens(spec, s, tokens) * c * (width + 2 * spec.hidden) + c * spec.vision_transient
+
+
+def step_tokens(spec: Spec, s: Assumptions, tokens: int) -> int:
+    """The tokens one serving step runs, which its working set is sized at: a decoder's, s.serve_step_tokens
+    whatever a prompt's length, as vLLM sizes its memory by one forward of max_num_batched_tokens tokens
+    (gpu_model_runner.profile_run) and fills every step up to them with prompts' chunks (chunked prefill); an
+    encoder's input, and an encoder-decoder's, one sequence whole (vLLM does not chunk an encoder's input)."""
+    return s.serve_step_tokens if spec.kind == "decoder" else tokens
 
 
 def serve_token_bytes(g: Graph, s: Assumptions, tokens: int, cache: CacheTerms | None = None) -> int:
-    """The part of serve_profile(..., tokens).total(1) that depends on tokens (the prefill chunk, one
+    """The part of serve_profile(..., tokens).total(1) that depends on tokens (the step's working set, one
     sequence's caches, an encoder's logits or an encoder-decoder's encoder output), by the same formulas:
     the memory curve moves the serving peak to other token counts without rebuilding the profile.
     `cache`: cache_block(g), when the caller asks at many token counts."""
@@ -282,7 +290,7 @@ def serve_token_curve(g: Graph, s: Assumptions, points: tuple[int, ...],
     out = []
     for tokens in points:
         enc_tokens = encoder_tokens(spec, tokens)
-        out.append(tokens * width + vision + encoder_output_bytes(spec, enc_tokens, c)
+        out.append(step_tokens(spec, s, tokens) * width + vision + encoder_output_bytes(spec, enc_tokens, c)
                    + kv_bytes_of_block(cache, s, tokens, enc_tokens))
     return out
 
