@@ -8,6 +8,7 @@ are compared as numbers: a page's "10.0%" must be within rounding (0.05) of the 
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import re
@@ -20,9 +21,10 @@ from typing import Any
 import pytest
 from rich.console import Console
 
+from generator import format as f
 from generator.settings import load_settings
 from generator.accuracy import SITE_SETUPS
-from generator.site import accuracy_page, manifest
+from generator.site import accuracy_line, accuracy_page, manifest
 from generator.site.build import run_build
 from generator.site.render import render_accuracy, render_model_page
 
@@ -257,12 +259,16 @@ def check_line(html: str, table: dict[str, Any], model: str = "", qlora: bool = 
     setups.update({e["method"]: e for e in table.get("held_out", []) if e["dataset"] == model})  # its own held out
     for label, segment in segments.items():
         method = LABELS[label]
-        said = re.findall(r"(\d[\d,]*) ([^,]+), median error ([\d.]+%), p90 ([\d.]+%)", segment)
+        # (runs, what, median, p90); one run's error is its own, read as both (a GPU run's: which way it misses)
+        said = [(n, what, median or one or side, p90 or one or side) for n, what, median, p90, one, side in
+                re.findall(r"(\d[\d,]*) ([^,]+), (?:median error ([\d.]+%), p90 ([\d.]+%)|error ([\d.]+%)|"
+                           r"the estimate ([\d.]+%) (?:under|over) it)", segment)]
+        assert all((n == "1") == ("median" not in segment.split(what, 1)[1][:16]) for n, what, _, _ in said), segment
         mine = re.match(r"\d[\d,]* CPU-simulated runs? of this setup \(([^)]*)\)", segment)
         if mine:  # the page's own setup, figures from its row; then the method's public GPU runs, of other setups
             setup, _, swap = mine.group(1).partition("; ")  # what the runs ran for the page's (SUBSTITUTED)
             setup = setup.replace(" / ", ", ")
-            assert swap == accuracy_page.SUBSTITUTED.get(method, ""), segment
+            assert swap == accuracy_line.SUBSTITUTED.get(method, ""), segment
             assert setup in {f"{SITE_SETUPS.get(method)}{e}{i}" for e in ("", ", eager") for i in ("", ", images")}, \
                 segment
             # the runs that measured the allocated peak the page gives, where any did; then, in parentheses, how
@@ -275,17 +281,17 @@ def check_line(html: str, table: dict[str, Any], model: str = "", qlora: bool = 
             rows = [setups[setup]] + ([public] if public else [])
             if public:
                 name = "that measured the allocated peak this page gives" if allocated else ""
-                gpu = re.search(r"public GPU runs? of other setups ?" + name + r", median error [\d.]+%, p90 [\d.]+%, "
-                                r"the estimate ([\d.]+)% (under|over) the run on average((?: \(.*?\))*)$", segment)
+                gpu = re.search(r"public GPU runs? of other setups ?" + name + r", (?:median error [\d.]+%, p90 [\d.]+%, )?"
+                                r"the estimate ([\d.]+)% (under|over) (?:the run on average|it)((?: \(.*?\))*)$", segment)
                 assert gpu, segment
                 assert abs(float(gpu.group(1)) - abs(public["mean_signed_pct"])) <= ROUNDING
                 assert (gpu.group(2) == "under") == (public["mean_signed_pct"] < 0)
-                cached = re.findall(r"\((\d[\d,]*) more measured ([^:]+): the estimate ([\d.]+)% (under|over) them on "
-                                    r"average\)", gpu.group(3))
+                cached = re.findall(r"\((\d[\d,]*) more measured ([^:]+): the estimate ([\d.]+)% (under|over) "
+                                    r"(?:them on average|it)\)", gpu.group(3))
                 others = [e for e in by_metric if e["dataset"] != "allocated"] if allocated else []
                 assert len(cached) == len(others), segment
                 for (n, what, mean, side), e in zip(cached, others, strict=True):
-                    assert _int(n) == e["compared"] and what == accuracy_page.CACHED_METRICS[e["dataset"]]
+                    assert _int(n) == e["compared"] and what == accuracy_line.CACHED_METRICS[e["dataset"]]
                     assert abs(float(mean) - abs(e["mean_signed_pct"])) <= ROUNDING
                     assert (side == "under") == (e["mean_signed_pct"] < 0)
         else:
@@ -308,8 +314,8 @@ def check_line(html: str, table: dict[str, Any], model: str = "", qlora: bool = 
 def test_an_eager_page_reads_the_eager_rows_and_names_what_no_run_measured() -> None:
     table = accuracy_page.load()
     assert table is not None
-    eager = {m["label"]: m for m in accuracy_page.model_line(table, None, "eager")["methods"]}
-    sdpa = {m["label"]: m for m in accuracy_page.model_line(table, None, "sdpa")["methods"]}
+    eager = {m["label"]: m for m in accuracy_line.model_line(table, None, "eager")["methods"]}
+    sdpa = {m["label"]: m for m in accuracy_line.model_line(table, None, "sdpa")["methods"]}
     assert eager["full fine-tuning"]["runs"][0]["dataset"] == "CPU-simulated runs of this setup (full / AMP / eager)"
     assert sdpa["full fine-tuning"]["runs"][0]["dataset"] == "CPU-simulated runs of this setup (full / AMP)"
     assert eager["full fine-tuning"]["runs"] != sdpa["full fine-tuning"]["runs"]
@@ -317,16 +323,16 @@ def test_an_eager_page_reads_the_eager_rows_and_names_what_no_run_measured() -> 
     # attention on the eager pages' families (cpu-sim-extra.jsonl, FINDINGS.md F75)
     # The CPU has no paged memory: the runs say they ran AdamW for the page's paged AdamW (audit of issue 13)
     qlora = "CPU-simulated runs of this setup (QLoRA / AMP / fp32 adapters / all-linear / double quant / checkpointing"
-    swap = "; " + accuracy_page.SUBSTITUTED["qlora"] + ")"
+    swap = "; " + accuracy_line.SUBSTITUTED["qlora"] + ")"
     assert swap.startswith("; run with AdamW as paged AdamW needs CUDA") and "," not in swap
     assert sdpa["QLoRA"]["runs"][0]["dataset"] == qlora + swap
     assert eager["QLoRA"]["runs"][0]["dataset"] == qlora + " / eager" + swap
     # a quantised checkpoint's page prices no QLoRA, and quotes no QLoRA error
-    unquoted = {m["label"] for m in accuracy_page.model_line(table, None, "sdpa", qlora=False)["methods"]}
+    unquoted = {m["label"] for m in accuracy_line.model_line(table, None, "sdpa", qlora=False)["methods"]}
     assert "QLoRA" not in unquoted and "LoRA" in unquoted
     # no step fed an image to a model without SDPA: the line says so, and what it quotes instead
-    none = {m["label"]: m for m in accuracy_page.model_line(table, None, "eager", images=True)["methods"]}
-    assert none["QLoRA"]["runs"] == [] and none["QLoRA"]["setup"] == accuracy_page.PAGE_SETUPS["qlora"]
+    none = {m["label"]: m for m in accuracy_line.model_line(table, None, "eager", images=True)["methods"]}
+    assert none["QLoRA"]["runs"] == [] and none["QLoRA"]["setup"] == accuracy_line.PAGE_SETUPS["qlora"]
     assert none["QLoRA"]["others"], none["QLoRA"]
     for line in (eager, sdpa):  # no CPU run of a chunked-prefill server: said, not pooled
         assert line["serving"]["runs"] == []
@@ -471,10 +477,26 @@ def test_a_page_quotes_its_setup_without_its_own_model() -> None:
     assert 0 < own.compared < pooled.compared
 
     def full(model: str) -> dict[str, Any]:
-        line = accuracy_page.model_line(table, None, "sdpa", True, model)
+        line = accuracy_line.model_line(table, None, "sdpa", True, model)
         assert line is not None
         return next(m for m in line["methods"] if m["label"] == "full fine-tuning")
 
     images = next(e for e in table.setups if e.method == SITE_SETUPS["full"] + ", images")
     assert [r["compared"] for r in full("llava-hf/llava-1.5-7b-hf")["runs"]] == [str(images.compared - 1)]
     assert [r["compared"] for r in full("Qwen/Qwen3.5-35B-A3B")["runs"]] == [str(images.compared)]
+
+
+def test_one_run_reads_as_its_own_error_and_more_as_their_median_and_p90() -> None:
+    """A single run has no median, p90 or average: the line gives its error and which way the estimate misses it."""
+    table = accuracy_page.load()
+    assert table is not None
+    allocated = {e.method: e for e in table.public_metrics if e.dataset == "allocated"}
+    one, many = allocated["full"], allocated["lora"]
+    assert one.compared == 1 and many.compared > 1  # the committed table: one full fine-tune, ten LoRA runs
+    gpu = {m["label"]: m["gpu"] for m in accuracy_line.model_line(table, None)["methods"] if m["gpu"]}
+    side = "under" if one.mean_signed_pct < 0 else "over"
+    assert gpu["full fine-tuning"]["figures"] == f"the estimate {f.error_pct(abs(one.mean_signed_pct))} {side} it"
+    assert gpu["LoRA"]["figures"].startswith(f"median error {f.error_pct(many.median_abs_pct)}, p90 ")
+    assert gpu["LoRA"]["figures"].endswith(" the run on average")
+    single = dataclasses.replace(many, compared=1)
+    assert accuracy_line._line_run(single, "runs")["figures"] == f"error {f.error_pct(many.median_abs_pct)}"

@@ -12,7 +12,6 @@ import functools
 import json
 import math
 import os
-from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,6 @@ from .. import format as f
 from ..accuracy import ErrorRow, FitRow
 from ..accuracy_allocator import ALL_SETUPS, AllocatorRow, margin
 from ..estimator import ENGINE_DEFAULT_SHARE, Report, engine_share
-from . import pages
 
 ACCURACY_JSON = table_module.OUTPUT  # tests point this elsewhere
 METHODS = (("full", "full fine-tuning"), ("lora", "LoRA"), ("qlora", "QLoRA"), ("inference", "serving"))
@@ -39,9 +37,7 @@ DATASET_NAMES = {"cpu-sim": "CPU-simulated runs", "cpu-sim-extra": "CPU-simulate
 
 def dataset_name(name: str) -> str:
     """"cpu-sim" -> "CPU-simulated runs"; a harness file gpu-<x> -> "GPU runs (gpu-<x>)"; else the file's name."""
-    if name in DATASET_NAMES:
-        return DATASET_NAMES[name]
-    return f"GPU runs ({name})" if name.startswith("gpu") else name
+    return DATASET_NAMES.get(name) or (f"GPU runs ({name})" if name.startswith("gpu") else name)
 
 
 @dataclass(frozen=True)
@@ -198,108 +194,14 @@ def source_bytes(path: Path | None = None) -> bytes:
         return b"(no accuracy.json)"
 
 
-# --- the model page's line ---------------------------------------------------------------------------------
-
-def href(site: Mapping[str, Any], root: str | None, standalone: bool) -> str | None:
-    """The accuracy page from a model page: relative on the site (root: the page's way back to the
-    site root), absolute from a standalone file, and none where there is no site (no site.url)."""
-    if standalone:
-        url = pages.site_url(site)
-        return url + pages.ACCURACY[: -len("index.html")] if url else None
-    return None if root is None else root + pages.ACCURACY
-
-
-# What a model page prices for the methods the CPU harness cannot run (bitsandbytes needs CUDA; the page's serving
-# figure is a chunked-prefill server, the harness runs HF generate): named on the line, their runs shown as
-# other setups' runs, never as this setup's.
-PAGE_SETUPS = {"qlora": "nf4, double quant, paged AdamW, checkpointing", "inference": "a chunked-prefill server"}
-# The harness's nearest setup to the page's serving figure (the same weights and KV cache terms).
-NEAREST = {"inference": "serving, HF generate"}
-# What the harness's runs of a page's setup run in place of the page's, and why (no comma: the line's separator)
-SUBSTITUTED = {"qlora": "run with AdamW as paged AdamW needs CUDA: the page's figure leaves paged AdamW's state out "
-                        "and these runs count AdamW's in both the estimate and the run"}
-
-
-def model_line(table: Accuracy | None, href: str | None, attention: str = "sdpa", images: bool = False,
-               model: str = "", qlora: bool = True, encoder: bool = False) -> dict[str, Any] | None:
-    """Per method, the error of the setup this page prices (`attention`: the page's default, eager where the
-    model class has no SDPA; `images`: one image per training sample, where the model reads images) on other
-    models' runs (`model`'s own held out: Accuracy.held_out); where no run measured that setup, the line says so and
-    gives the other setups' runs as such. `qlora`: the page prices QLoRA (not on a quantised checkpoint); `encoder`:
-    its serving is one forward over a batch. None without a table."""
-    if table is None:
-        return None
-    eager = ", eager" if attention == "eager" else ""
-    methods = []
-    for method, label in METHODS:
-        if method == "qlora" and not qlora:
-            continue
-        setup = table_module.SITE_SETUPS.get(method)
-        setup = setup + eager + (", images" if images else "") if setup else None
-        held = next((e for e in table.held_out if setup and e.method == setup and e.dataset == model), None)
-        mine = held if held is not None else next((e for e in table.setups if setup and e.method == setup), None)
-        mine = mine if mine is not None and mine.compared > 0 else None
-        if mine is not None:
-            swap = f"; {SUBSTITUTED[method]}" if method in SUBSTITUTED else ""
-            runs = [_line_run(mine, f"CPU-simulated {'run' if mine.compared == 1 else 'runs'} of this setup "
-                                    f"({(setup or '').replace(', ', ' / ')}{swap})")]
-            # the method's public GPU runs, of other setups: what a CPU run cannot show (FINDINGS.md F54), and
-            # which way they miss (the mean signed error)
-            gpu = _gpu_runs(table, method)
-            methods.append({"label": label, "runs": runs, "setup": None, "others": [], "none": NO_RUNS, "gpu": gpu})
-            continue
-        nearest = next((e for e in table.setups if e.method == (NEAREST.get(method, "") + eager) and e.compared > 0),
-                       None)
-        others = [] if nearest is None else [_line_run(nearest, f"CPU-simulated runs ({nearest.method.replace(', ', ' / ')})")]
-        others += [_line_run(e, dataset_name(e.dataset)) for e in (table.error(d, method) for d in table.datasets())
-                   if e is not None and e.compared > 0 and not (nearest and e.dataset.startswith("cpu-sim"))]
-        words = ("one forward over a batch, as an encoder serves" if encoder and method == "inference" else
-                 PAGE_SETUPS.get(method)) or (setup or "").replace(", ", " / ")
-        methods.append({"label": label, "runs": [], "setup": words, "others": others, "none": NO_RUNS, "gpu": None})
-    return {"methods": methods, "href": href}
-
-
-# What a public row's number counts beyond the allocated peak the pages price (accuracy.json public_metrics)
-CACHED_METRICS = {"reserved": "reserved memory, the allocator's cached blocks too",
-                  "nvidia-smi": "the driver's count, the CUDA context and the cache too"}
-
-
-def _side(e: ErrorRow) -> dict[str, str]:
-    """The mean signed error in words: a page shows no negative number."""
-    mean = e.mean_signed_pct or 0.0
-    return {"mean": f.error_pct(abs(mean)), "side": "under" if mean < 0 else "over"}
-
-
-def _gpu_runs(table: Accuracy, method: str) -> dict[str, Any] | None:
-    """The method's public GPU runs (of other setups, what a CPU run cannot show: FINDINGS.md F54): those that
-    measured the allocated peak, as the page prices it, with their error and its direction, then how many measured
-    more than that and which way the estimate misses them; all of them pooled where no row says which."""
-    mine = next((e for e in table.public_metrics if e.dataset == "allocated" and e.method == method and e.compared),
-                None)
-    if mine is None:
-        public = table.error("public", method)
-        return None if public is None or not public.compared else {
-            **_line_run(public, "public GPU runs of other setups"), **_side(public), "cached": []}
-    runs = "run" if mine.compared == 1 else "runs"
-    return {**_line_run(mine, f"public GPU {runs} of other setups that measured the allocated peak this page gives"),
-            **_side(mine),
-            "cached": [{"compared": f.count(e.compared), "what": CACHED_METRICS.get(e.dataset, e.dataset), **_side(e)}
-                       for e in table.public_metrics if e.method == method and e.dataset != "allocated" and e.compared]}
-
-
 def replayed_all(table: Accuracy) -> AllocatorRow | None:
     """The allocator replay pooled over every setup, or None where the table has no replayed steps."""
     return next((a for a in table.allocator if a.setup == ALL_SETUPS), None)
 
 
-def _line_run(e: ErrorRow, name: str) -> dict[str, Any]:
-    cells = _error_cells(e)
-    return {"compared": cells["compared"], "dataset": name, "median": cells["median"], "p90": cells["p90"]}
-
-
 # --- the accuracy page ---------------------------------------------------------------------------------------
 
-def _error_cells(e: ErrorRow | None) -> dict[str, Any]:
+def error_cells(e: ErrorRow | None) -> dict[str, Any]:
     if e is None or e.compared == 0:
         return {"compared": f.count(0 if e is None else e.compared), "none": NO_RUNS}
     figures = (e.median_abs_pct, e.p90_abs_pct, e.max_abs_pct, e.mean_signed_pct)
@@ -330,7 +232,7 @@ def page_context(table: Accuracy | None) -> dict[str, Any]:
                 "all cards", f.DASH, sum(x.jobs for x in fits), sum(x.nonfit for x in fits),
                 sum(x.nonfit_flagged for x in fits), sum(x.fit for x in fits), sum(x.false_wont_fit for x in fits),
                 sum(x.fit_tight for x in fits))
-            methods.append({"label": label, "error": _error_cells(table.error(name, method)), "cards": cards,
+            methods.append({"label": label, "error": error_cells(table.error(name, method)), "cards": cards,
                             "total": total})
         datasets.append({"id": name, "name": dataset_name(name), "rows": f.count(rows), "compared": f.count(compared),
                          "methods": methods})
@@ -343,10 +245,10 @@ def page_context(table: Accuracy | None) -> dict[str, Any]:
         "excluded": None if not table.excluded else [
             {"dataset": dataset_name(x.dataset), "reason": x.reason, "rows": f.count(x.rows)} for x in table.excluded],
         "excluded_listed": table.excluded is not None,
-        "setups": [{"setup": e.method, **_error_cells(e)} for e in table.setups],
-        "public_metrics": [{"metric": e.dataset, "method": dict(METHODS).get(e.method, e.method), **_error_cells(e)}
+        "setups": [{"setup": e.method, **error_cells(e)} for e in table.setups],
+        "public_metrics": [{"metric": e.dataset, "method": dict(METHODS).get(e.method, e.method), **error_cells(e)}
                            for e in table.public_metrics],
-        "families": [{"family": e.dataset, **_error_cells(e)} for e in table.families],
+        "families": [{"family": e.dataset, **error_cells(e)} for e in table.families],
         "misses": [{"id": i, "model": m, "method": k, "error": f.signed_pct(e), "cause": c}
                    for i, m, k, e, c in table.misses],
         "capped": [{"id": i, "model": m, "method": k, "cap": f.count(n), "error": f.signed_pct(e), "cause": c}

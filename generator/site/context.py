@@ -16,7 +16,7 @@ from ..errors import ConfigError
 from ..estimator import Report
 from ..records import ModelRecord
 from ..settings import Settings
-from . import accuracy_page, charts, pages, sources
+from . import accuracy_line, accuracy_page, charts, pages, sources
 from .setups_context import setups_context
 from .structure_table import structure_context
 
@@ -92,8 +92,8 @@ def model_context(report: Report, record: ModelRecord | None, settings: Settings
                       sources.href(settings.site, crumbs_root(crumbs), standalone)),
         "memory": _memory(report, root=crumbs_root(crumbs)),
         "charts": _charts(report),
-        "accuracy": accuracy_page.model_line(table,
-                                             accuracy_page.href(settings.site, crumbs_root(crumbs), standalone),
+        "accuracy": accuracy_line.model_line(table,
+                                             accuracy_line.href(settings.site, crumbs_root(crumbs), standalone),
                                              dict(report.memory.job).get("attention") or "sdpa",
                                              report.params.vision > 0, report.model.id,
                                              report.memory.train_qlora_bytes_batch1 is not None,

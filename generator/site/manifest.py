@@ -60,7 +60,7 @@ def render_key(settings: Settings) -> str:
     for root, patterns in ((_PACKAGE, _SOURCES), (TEMPLATES, ("**/*",))):
         for path in _files(root, patterns):
             parts += [path.relative_to(root).as_posix(), path.read_bytes()]
-    # Every model page prints the accuracy table's figures (accuracy_page.model_line).
+    # Every model page prints the accuracy table's figures (accuracy_line.model_line).
     parts += ["accuracy.json", accuracy_page.source_bytes()]
     # The calculator's shared files: every shipped module (estimator/** included), site.json, the runtime's presence.
     parts += ["calculator", calculator.assets_key(settings)]
