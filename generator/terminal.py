@@ -323,8 +323,7 @@ def _print_cards(console: Console, report: Report, table_width: int | None) -> N
 
 def _card_cell(report: Report, card: CardPlan, method: str, batch: int, split: SplitPlan | None) -> str:
     """One card's largest batch of one method: "tight" where batch 1 fits the card but not its budget; where it
-    does not fit, the two-card split's batch, else the fewest GPUs a setup below holds it on, else the most GPUs
-    the search tried (the setups table's words)."""
+    does not fit, the two-card split's batch, else the setups below (setups_text.card_setups)."""
     if card.name == getattr(report.memory, f"tight_card_{method}"):
         return "tight"  # its two-card split, where there is one, is in the lines under the table
     if batch > 0:
@@ -332,10 +331,7 @@ def _card_cell(report: Report, card: CardPlan, method: str, batch: int, split: S
     if split is not None and split.max_batch > 0:
         return f"{fmt.count(split.cards)} cards: {fmt.batch(split.max_batch)}"
     head = "does not fit" if split is None else f"does not fit on {fmt.count(split.cards)} cards"
-    mine = [p for p in report.plans if p.method == method and p.gpu == card.name]
-    fitting = [p.gpus for p in mine if p.fits]
-    if fitting:
-        return f"{head}; setups: {fmt.gpu_count(min(fitting))}"
-    if mine:  # the most GPUs the search tried, as the setups table says it
-        return f"does not fit on {fmt.gpu_count(max(p.gpus for p in mine))}"
-    return head  # a method with no setup searched: the line under the setups says why
+    more = setups_text.card_setups(report.plans, method, card.name)
+    if more is None:  # none searched: the line under the setups says why
+        return head
+    return f"{head}; {more}" if more.startswith("setups") else more  # "no setup up to 512 GPUs" says it all

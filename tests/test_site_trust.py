@@ -13,6 +13,7 @@ import yaml
 from rich.console import Console
 
 from generator import format as f
+from generator import setups_text
 from generator.errors import ConfigError
 from generator.hub.snapshot import DEFAULT_SNAPSHOT_DIR, iter_records
 from generator.settings import DEFAULT_CONFIG, cited, load_settings
@@ -180,8 +181,8 @@ def test_cheapest_says_per_what(site: Path) -> None:
 
 
 def test_a_dash_always_says_what_runs_instead(site: Path) -> None:
-    """A model page's "—" (one card holds no batch) is followed by a two-card split, the setups on more GPUs, or
-    their absence up to 512, never alone (Qwen3-30B-A3B's QLoRA cells had none); a card page says "n/a" where
+    """A model page's "—" (one card holds no batch) is followed by a two-card split, the fewest GPUs a setup holds
+    it on, or their absence up to 512, never alone (Qwen3-30B-A3B's QLoRA cells had none); a card page says "n/a" where
     QLoRA does not apply (DeepSeek-V3's FP8 checkpoint), not "none up to 512"."""
     for model in _twins(site):
         html = (site / "models" / model / "index.html").read_text(encoding="utf-8")
@@ -189,6 +190,29 @@ def test_a_dash_always_says_what_runs_instead(site: Path) -> None:
         assert not re.search(r">—</td>", table), model
     text = _text((site / "cards" / "t4-16-gb" / "index.html").read_text(encoding="utf-8"))
     assert "deepseek-ai/DeepSeek-V3671B——n/a" in text.replace(" ", "")
+
+
+def test_a_batch_cell_past_one_card_names_the_fewest_gpus_the_setups_table_fits(site: Path) -> None:
+    """Where one card holds no batch and no two-card split does, the cell links the setups with the fewest GPUs of
+    that card a setup fits on, as the setups table (the JSON twin's plans) has it, or says none up to the search's
+    limit does: the terminal's cell says the same (setups_text.card_setups)."""
+    methods = {"Full fine-tune": "full", "QLoRA": "qlora"}
+    seen = set()
+    for model, twin in _twins(site).items():
+        html = (site / "models" / model / "index.html").read_text(encoding="utf-8")
+        table = html.split("<caption>Largest batch per card and method</caption>", 1)[1].split("</table>", 1)[0]
+        for row in re.findall(r"<tr>(.*?)</tr>", table, re.S)[1:]:
+            card = _text(re.search(r"<th[^>]*>(.*?)</th>", row, re.S).group(1)).split(" budget")[0].strip()
+            for label, link in re.findall(r'data-label="([^"]+)">[^<]*<br><small><a href="#setups">([^<]+)</a>', row):
+                method = methods.get(label) or ("lora" if label.startswith("LoRA") else "serve")
+                plans = [p for p in twin["plans"] if p["method"] == method and p["gpu"] == card]
+                fitting = [p["gpus"] for p in plans if p["fits"]]
+                assert plans, (model, card, label)
+                want = f"setups: {f.gpu_count(min(fitting))}" if fitting else \
+                    f"no setup up to {f.gpu_count(max(p['gpus'] for p in plans))}"
+                assert link == want == setups_text.card_setups(twin["plans"], method, card), (model, card, label)
+                seen.add(want.split(":")[0])
+    assert seen == {"setups", "no setup up to 512 GPUs"}
 
 
 def test_small_words_read_right(site: Path) -> None:

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .. import format as f
-from .. import recipe_words
+from .. import recipe_words, setups_text
 from ..errors import ConfigError
 from ..estimator import Report
 from ..records import ModelRecord
@@ -279,9 +279,8 @@ def _memory(report: Report, root: str | None = None) -> dict[str, Any]:
     qlora = report.memory.train_qlora_bytes_batch1 is not None  # None: QLoRA does not apply (already quantised)
     keys = ("full", "lora", "qlora", "serve") if qlora else ("full", "lora", "serve")
     rows = []
-    # where one card holds no batch and no two-card split is given, the setups on more GPUs are named, or their
-    # absence: a bare "—" says nothing (QLoRA has no split)
-    spread = {(p.method, p.gpu) for p in report.plans if p.fits}
+    # where one card holds no batch and no two-card split is given, the fewest GPUs a setup holds it on, or that
+    # none the search tried does (setups_text.card_setups): a bare "—" says nothing (QLoRA has no split)
     for card in report.memory.cards:
         splits = {s.method: s for s in card.split or ()}
         row: dict[str, Any] = {"card": card.name, "usable": f.gb(card.usable_bytes), "budget": f.gb(card.budget_bytes),
@@ -292,7 +291,7 @@ def _memory(report: Report, root: str | None = None) -> dict[str, Any]:
             split = splits.get(method)
             row[short] = {"batch": "tight" if tight else f.batch(batch), "split": _split(split),
                           "more": None if tight or batch > 0 or (split is not None and split.max_batch > 0)
-                          else "more GPUs" if (short, card.name) in spread else "no setup up to 512 GPUs"}
+                          else setups_text.card_setups(report.plans, short, card.name) or "no setup searched"}
         row["cells"] = [row[k] for k in keys]
         rows.append(row)
     rank = f.count(dict(report.memory.assumptions)["lora_rank"])
