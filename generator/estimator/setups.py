@@ -72,7 +72,7 @@ def model_shape(a: Arch, g: Graph) -> Shape:
     replicated = sum(n * sum(max(0, p.params - p.matmul) for p in b.parts) for b, n in distinct)
     replicated += sum(max(0, p.params - p.matmul) for p in spec.head)
     kv_proj = sum(n for b, n in distinct if b.kv) * 2 * a.hidden * a.kv_heads * a.head_dim  # per attention layer
-    largest = max(distinct, key=lambda bn: bn[0].params)[0] if distinct else None
+    largest = g.largest_layer
     routed = sum(c * i * o for p in largest.parts for c, i, o in p.expert_mats) if largest else 0
     return Shape(g.params_total, max(1, len(spec.blocks)), largest.params if largest else 0,
                  sum(p.params for p in spec.embed), sum(p.params for p in spec.head), replicated, kv_proj, a.heads,

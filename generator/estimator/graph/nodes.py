@@ -42,6 +42,13 @@ class Graph:
     towers_matmul: int = 0  # of params_matmul, theirs
     params_fp32: int = 0  # of params_total, those the class keeps in fp32 in any load dtype (Part.params32)
 
+    @property
+    def largest_layer(self) -> Block | None:
+        """The distinct layer with the most parameters (the first of those that tie; None without layers): the unit
+        ZeRO-3 and FSDP gather (setups.model_shape, storage.gathered_unit_bytes)."""
+        distinct = self.spec.distinct_layers
+        return max(distinct, key=lambda bn: bn[0].params)[0] if distinct else None
+
 
 def build_graph(a: Arch) -> Graph:
     """The totals of the model's graph (parameters, matmul weights, attention terms): the stack's sums over its

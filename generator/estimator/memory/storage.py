@@ -166,9 +166,8 @@ def _packed_delta(q: Quant, storage: str, double_quant: bool, count: int, n_in: 
 def gathered_unit_bytes(a: Arch, g: Graph, storage: str, double_quant: bool = False) -> int:
     """SingleGpuJob.unit_bytes: the largest layer (parallel's unit) as a quantised `storage` packs it (the job's,
     resolved: a base bitsandbytes leaves unpacked is 16-bit); 0 for a 16/32-bit base, gathered in compute dtype."""
-    if storage not in QUANTS or not g.spec.distinct_layers:
-        return 0
-    return unit_stored_bytes(a, max(g.spec.distinct_layers, key=lambda bn: bn[0].params)[0], storage, double_quant)
+    largest = g.largest_layer
+    return 0 if storage not in QUANTS or largest is None else unit_stored_bytes(a, largest, storage, double_quant)
 
 
 def unit_stored_bytes(a: Arch, b: Block, storage: str, double_quant: bool = False) -> int:
