@@ -16,6 +16,7 @@ import pytest
 from generator.estimator.graph.nodes import build_graph
 from generator.estimator.memory.job_options import Job
 from generator.estimator.memory.parallel import Setup, per_gpu
+from generator.estimator.memory.pipeline import stage_rows
 from generator.estimator.memory.profile import serve_profile, train_profile
 from generator.estimator.memory.splits import best_cut
 from generator.estimator.normalise import normalise
@@ -90,3 +91,25 @@ def test_a_pipelines_last_stage_holds_the_copy(method: str) -> None:
         assert tied.per_gpu_peak_bytes > untied.per_gpu_peak_bytes
     one = per_gpu(job, Setup("single", 1))
     assert one.per_gpu_peak_bytes == per_gpu(bare, Setup("single", 1)).per_gpu_peak_bytes
+
+
+@pytest.mark.parametrize("method", ["lora", "qlora"])
+def test_a_frozen_models_ends_are_16_bit_weights_on_their_stages(method: str) -> None:
+    """A frozen base's embedding and head are bf16 however the layers are stored (bitsandbytes leaves them
+    unquantised): the first and last stages hold them at 2 B a parameter, the tied copy too, and the stages' weights
+    add up to the job's plus that copy."""
+    a, g = _model(TIED)
+    job = training_job(a, g, S, Job(method=method, tokens=1024), model_shape(a, g), both=False)
+    first, last, tied = job.first_stage_params, job.last_stage_params, job.tied_head_params
+    assert (first, tied) == (151_936 * 1024, 151_936 * 1024) and last == 1024  # embedding; the final norm
+    counts, rows = stage_rows(job, job.phases, 2)
+    assert len(counts) == 2 and sum(counts) == 28
+    by_phase: dict[str, list[int]] = {}
+    for name, parts in rows:
+        by_phase.setdefault(name, []).append(parts[0])
+    for ph in job.phases:
+        layer_bytes = (ph.weights - 2 * (first + last)) / 28
+        stage_one, stage_two = by_phase[ph.name]
+        assert abs(stage_one - (2 * first + counts[0] * layer_bytes)) <= 1
+        assert abs(stage_two - (2 * (last + tied) + counts[1] * layer_bytes)) <= 1
+        assert abs(stage_one + stage_two - (ph.weights + 2 * tied)) <= 2

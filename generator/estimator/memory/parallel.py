@@ -35,10 +35,12 @@ u the largest sharding unit's params, c compute bytes, N GPUs). Sources:
   is one head that every rank keeps whole: vLLM's MLA cache is [blocks, block_size, 1, kv_lora_rank +
   qk_rope_head_dim] on each rank whatever the TP size (vllm/distributed/kv_transfer/kv_connector/utils.py), the
   duplication vLLM's data-parallel attention exists to avoid.
-- pp: N contiguous stages of layers, embedding on the first, final norm and head (and the logits) on the last,
-  the cut minimising the largest stage (splits.best_cut for two cards, generalised). At batch 1 one micro-batch is in
-  flight, so each stage holds its own layers' activations once (Megatron-LM theoretical_memory_usage.py: the first
-  stage holds min(micro-batches, pp) in flight).
+- pp: N contiguous stages of layers, embedding on the first, final norm and head (and the logits) on the last, with
+  its own copy of an embedding tied to the head (Megatron-LM LanguageModule.setup_embeddings_and_output_layer: the
+  last stage's output layer is a parameter of its own, its gradient all-reduced with the first stage's; vLLM's
+  last rank loads its own lm_head); the cut minimising the largest stage (splits.best_cut for two cards,
+  generalised). At batch 1 one micro-batch is in flight, so each stage holds its own layers' activations once
+  (Megatron-LM theoretical_memory_usage.py: the first stage holds min(micro-batches, pp) in flight).
 - accumulating (SingleGpuJob.accumulating): fsdp's no_sync keeps every unit's gradient unsharded until a step's
   last micro-batch (FullyShardedDataParallel.no_sync; FSDP2 set_requires_gradient_sync), unless sync_each_batch
   (Accelerate's GradientAccumulationPlugin); ZeRO reduces every micro-batch into its partitioned gradients (DeepSpeedEngine.no_sync refuses stages 2 and 3); ddp

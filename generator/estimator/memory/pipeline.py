@@ -13,18 +13,26 @@ def stage_rows(job: Any, phases: tuple[Any, ...], stages: int) -> tuple[tuple[in
 
     Each phase's stage bytes are linear in the stage's layer count n: a + n x b, where b is one layer's share
     (params split evenly over the layers, activations and KV cache per layer) and a holds the ends (the embedding on
-    the first stage; final norm, head, a tied head's own copy, and logits on the last) and the per-process overhead. Under a budget C a stage
+    the first stage; final norm, head, a tied head's own copy, and logits on the last) and the per-process overhead.
+    A trained model's ends take the phase's bytes per parameter; a frozen one's (LoRA, QLoRA, serving) are 16-bit
+    weights alone, as bitsandbytes and the quantised checkpoints leave embeddings and heads. Under a budget C a stage
     holds min over phases of (C - a) // b layers; the smallest C whose capacities (each >= 1) cover the layers is
     found by bisection, then every stage gets one layer and the rest fill the stages in order up to capacity."""
     p, layers = job.params_total or 1, job.layers
-    layer_params = max(0, p - job.first_stage_params - job.last_stage_params) / layers
+    end_params = job.first_stage_params + job.last_stage_params
+    layer_params = max(0, p - end_params) / layers
+    frozen, c = job.method != "full", job.compute_bytes
 
     def terms(ph: Any, first: bool, last: bool) -> tuple[str, dict[str, float], dict[str, float]]:
         # a last stage that is not also the first keeps its own copy of a tied head (SingleGpuJob.tied_head_params)
         ends = (job.first_stage_params if first else 0) \
             + (job.last_stage_params + (0 if first else job.tied_head_params) if last else 0)
-        a = {f: getattr(ph, f) * ends / p for f in _SCALED}
-        b = {f: getattr(ph, f) * layer_params / p for f in _SCALED}
+        if frozen:  # the ends' 16-bit weights; the layers the rest: the base, the adapters and their states
+            a = {f: float(c * ends) if f == "weights" else 0.0 for f in _SCALED}
+            b = {f: max(0, getattr(ph, f) - (c * end_params if f == "weights" else 0)) / layers for f in _SCALED}
+        else:
+            a = {f: getattr(ph, f) * ends / p for f in _SCALED}
+            b = {f: getattr(ph, f) * layer_params / p for f in _SCALED}
         a.update(activations=0.0, kv_cache=0.0, logits=ph.logits if last else 0.0, overhead_fixed=ph.overhead_fixed)
         b.update(activations=ph.activations / layers, kv_cache=ph.kv_cache / layers, logits=0.0, overhead_fixed=0.0)
         return ph.name, a, b
