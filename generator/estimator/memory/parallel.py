@@ -24,6 +24,11 @@ u the largest sharding unit's params, c compute bytes, N GPUs). Sources:
   allocates reduce_scatter_input of the unit's padded unsharded numel in reduce_dtype, which defaults to param_dtype;
   _fsdp_param_group.py prefetches the next unit's all-gather). Under mixed precision the params are gathered already
   in compute dtype: autocast's weight copies (overhead_weights) do not exist.
+- zero3's gradients are DeepSpeed's own allocations rather than its estimator's 4 B: one flat partition of the
+  trainable gradients, c x T / N, allocated at init in the gradient accumulation dtype (the 16-bit model dtype
+  under ZeRO: DeepSpeedEngine.get_data_types) on the GPU unless the optimizer is offloaded (stage3.py
+  DeepSpeedZeroOptimizer_Stage3: grad_partitions_flat_buffer), in every phase; the step adds the fp32 gradients of
+  one sub-group at a time (_prepare_fp32_grad_for_sub_group; sub_group_size 1e9 elements: runtime/zero/config.py).
 - tp: Megatron-LM column/row-parallel Linears and vocab-parallel embedding/head (Shoeybi et al. 2019,
   arXiv:1909.08053 §3) split every matmul and embedding weight / N; norms stay whole. Activations / N with sequence
   parallelism (Korthikanti et al. 2022, arXiv:2205.05198 Table 2: sbh(34 + 5as/h)/t; Megatron-LM

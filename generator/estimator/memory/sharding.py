@@ -10,16 +10,19 @@ from dataclasses import dataclass
 from typing import Any
 
 GPUS_PER_NODE = 8  # tp+pp: tensor parallel inside a node of 8, pipeline stages across nodes (vLLM, Megatron-LM)
+# ZeRO-3 steps the optimizer one sub-group of a rank's partition at a time (deepspeed/runtime/zero/config.py,
+# DeepSpeedZeroConfig.sub_group_size: 1e9 elements by default), each with its fp32 gradient
+ZERO3_SUB_GROUP = 1_000_000_000
 EXPERT_PARALLEL = GPUS_PER_NODE  # fsdp+ep: the experts spread over the 8 GPUs of a node (all-to-all over NVLink)
 
 
 @dataclass(frozen=True)
 class Sharding:
     """One job's phases under zero2, zero3 or fsdp (and its offload) worked out once, so that N GPUs' parts are a
-    few ceiling divisions (the plan search asks for many N). Per phase (name, w0, wx, wm, g0, gx, sx, act, logits,
-    kv, o0, ox): weights w0 + ceil(wx / N) + wm x ceil(master / N), gradients g0 + ceil(gx / N), optimizer state
-    ceil(sx / N), overhead o0 + ceil(ox / N); activations, logits and KV cache whole. cpu_total: the offloaded
-    bytes of all ranks (cpu_bytes_per_node)."""
+    few ceiling divisions (the plan search asks for many N). Per phase (name, w0, wx, wm, g0, gx, gs, sx, act,
+    logits, kv, o0, ox): weights w0 + ceil(wx / N) + wm x ceil(master / N), gradients g0 + ceil(gx / N) +
+    min(ceil(gs / N), the bytes of one ZERO3_SUB_GROUP), optimizer state ceil(sx / N), overhead o0 + ceil(ox / N);
+    activations, logits and KV cache whole. cpu_total: the offloaded bytes of all ranks (cpu_bytes_per_node)."""
 
     master: int
     phases: tuple[tuple, ...]
@@ -28,9 +31,10 @@ class Sharding:
     def rows(self, n: int) -> list[tuple[str, tuple[int, ...]]]:
         """Every phase's parts (PARTS order) on one of `n` ranks; int(-(-(x / n) // 1)) is _ceil(x / n)."""
         m = int(-(-(self.master / n) // 1))
-        return [(name, (w0 + int(-(-(wx / n) // 1)) + wm * m, g0 + int(-(-(gx / n) // 1)), int(-(-(sx / n) // 1)),
-                        act, logits, kv, o0 + int(-(-(ox / n) // 1))))
-                for name, w0, wx, wm, g0, gx, sx, act, logits, kv, o0, ox in self.phases]
+        return [(name, (w0 + int(-(-(wx / n) // 1)) + wm * m,
+                        g0 + int(-(-(gx / n) // 1)) + (min(int(-(-(gs / n) // 1)), cap) if gs else 0),
+                        int(-(-(sx / n) // 1)), act, logits, kv, o0 + int(-(-(ox / n) // 1))))
+                for name, w0, wx, wm, g0, gx, (gs, cap), sx, act, logits, kv, o0, ox in self.phases]
 
     def peak(self, n: int) -> tuple[int, ...]:
         """The parts of the first phase of the largest sum on one of `n` ranks (what peak_parts picks)."""
@@ -40,7 +44,7 @@ class Sharding:
         """The parts of the largest phase on one rank as the count grows without end: the constants of `limits`,
         what no count divides (a rank's own activations and logits, the gathered units, zero2's weights)."""
         return _peak_row([(name, (w0, g0, 0, act, logits, kv, o0))
-                          for name, w0, _, _, g0, _, _, act, logits, kv, o0, _ in self.phases])[1]
+                          for name, w0, _, _, g0, _, _, _, act, logits, kv, o0, _ in self.phases])[1]
 
     def cpu(self, n: int) -> int:
         """PerGpu.cpu_bytes_per_node on `n` GPUs."""
@@ -48,10 +52,11 @@ class Sharding:
 
     def limits(self) -> tuple[tuple[int, int], ...] | None:
         """Per phase (A, S): its constants and the sum of its numerators, so that every ceil(x / N) being at least
-        x / N, its bytes on N GPUs are at least A + S / N; None where the peak may rise with the count (a negative
-        term), where no such bound says where it can start fitting."""
+        x / N, its bytes on N GPUs are at least A + S / N (a sub-group's gradient, min(gs / N, cap), left out: at
+        least 0); None where the peak may rise with the count (a negative term), where no such bound says where it
+        can start fitting."""
         out = []
-        for _, w0, wx, wm, g0, gx, sx, act, logits, kv, o0, ox in self.phases:
+        for _, w0, wx, wm, g0, gx, _, sx, act, logits, kv, o0, ox in self.phases:
             if wm < 0 or min(wx, gx, sx, ox) < 0:
                 return None
             out.append((w0 + g0 + act + logits + kv + o0, wx + gx + sx + ox + wm * self.master))
@@ -96,6 +101,11 @@ def sharded(job: Any, strategy: str, grad_ckpt: bool = False, offload: str = "no
     per_unit = job.unit_bytes * unit / job.unit_params if job.unit_bytes and job.unit_params else c * unit
     gathered_computing = _ceil(units * per_unit) + c * root
     zero2 = s == "zero2"
+    # DeepSpeed ZeRO-3 allocates at init one flat partition of every trainable gradient, in the gradient accumulation
+    # dtype (the model's 16-bit dtype under ZeRO: DeepSpeedEngine.get_data_types), on the GPU unless the optimizer is
+    # offloaded (stage3.py, DeepSpeedZeroOptimizer_Stage3: grad_partitions_flat_buffer); the backward reduce-scatters
+    # into it, and the step adds one sub-group's fp32 gradient at a time (_prepare_fp32_grad_for_sub_group).
+    partition = c * t if s == "zero3" and offload == "none" else 0
     rows = []
     for ph in job.phases_ckpt if grad_ckpt else job.phases:
         computing = ph.computing
@@ -107,6 +117,9 @@ def sharded(job: Any, strategy: str, grad_ckpt: bool = False, offload: str = "no
             w0, wx, wm, copies = gathered_computing if computing else 0, ph.weights + copy16, 0, 0
         grads = _ceil(ph.gradients * grow) if mixed_units else ph.gradients
         g0, gx = (buffer + grads, 0) if whole and computing else (buffer, grads)
+        sub_group = (0, 0)
+        if partition:  # the partition in every phase; the step's fp32 gradients one sub-group at a time
+            gx, sub_group = partition, (0, 0) if computing else (grads, _ceil(grads / t * ZERO3_SUB_GROUP))
         sx, ox = ph.optimizer_state, ph.overhead_step
         if offload == "optimizer":  # ZeRO-Offload: master, gradients, state and the step on the CPU
             wm, gx, sx, ox = wm - 1, 0, 0, 0
@@ -114,7 +127,7 @@ def sharded(job: Any, strategy: str, grad_ckpt: bool = False, offload: str = "no
             w0, wx, wm, gx, sx, ox = w0 if not zero2 else 0, 0, 0, 0, 0, 0
         act = ph.activations - (ph.expert_activations - _ceil(ph.expert_activations / EXPERT_PARALLEL)
                                 if s == "fsdp+ep" else 0)
-        rows.append((ph.name, w0, wx, wm, g0, gx, sx, act, ph.logits, ph.kv_cache,
+        rows.append((ph.name, w0, wx, wm, g0, gx, sub_group, sx, act, ph.logits, ph.kv_cache,
                      copies + ph.overhead_fixed, ox))
     return Sharding(master, tuple(rows), _cpu_total(job, offload))
 
