@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 from rich.console import Console
@@ -13,6 +14,7 @@ from . import format as fmt
 from . import setups_text
 from .accuracy_allocator import AllocatorRow, margin
 from .estimator import Report, card_verdict
+from .estimator.memory.job_options import Job
 from .estimator.memory.recipes import RECIPES
 from .estimator.report import CardPlan, SplitPlan
 from .settings import Settings
@@ -136,18 +138,24 @@ def _print_job(console: Console, m) -> None:
     console.print(_job_line(m))
     job = dict(m.job)
     if job.get("recipe"):
-        console.print(_recipe_line(job["recipe"]))
+        console.print(_recipe_line(job["recipe"], job))
     if dict(m.breakdown).get("overhead"):
         ddp = job.get("gpus", 1) > 1 and job.get("strategy", "ddp") == "ddp"
         console.print(Text(_OVERHEAD + ("; under DDP, its gradient buckets too." if ddp else "."), style="dim"))
 
 
-def _recipe_line(name: str) -> Text:
-    """The named recipe (--recipe), its summary and the sources its options were read from (memory.recipes)."""
+def _recipe_line(name: str, job: dict) -> Text:
+    """The named recipe (--recipe), its summary, the sources its options were read from (memory.recipes), and
+    which of them the flags given replaced: the summary says the recipe's own (r=64), the job line what is priced."""
     recipe = RECIPES.get(name)
     if recipe is None:  # a Report made by another release: its recipe's name is all there is to say
         return Text(f"Recipe {name}.")
-    return Text(f"Recipe {recipe.name}: {recipe.summary}. Read from: {'; '.join(recipe.sources)}.")
+    # the recipe's job at the same method (a method given applies or drops its adapter options), less the flags
+    own = dataclasses.asdict(Job.from_options(recipe.name, method=job.get("method", "full")))
+    replaced = [f"{key} {job[key]} (the recipe's: {own[key]})" for key, _ in recipe.fields
+                if key in job and own.get(key, "") != "" and job[key] != own[key]]  # "": resolved from others
+    flags = f" The flags given replace {', '.join(replaced)}." if replaced else ""
+    return Text(f"Recipe {recipe.name}: {recipe.summary}. Read from: {'; '.join(recipe.sources)}.{flags}")
 
 
 def _job_line(m) -> Text:
@@ -258,7 +266,8 @@ def _print_plan(console: Console, report: Report, settings: Settings, method: st
                                               ("cheapest", p.cheapest)) if on)
             table.add_row(setups_text.METHOD_NAMES[p.method], p.gpu, setups_text.label(p) if p.fits else
                           f"does not fit on {fmt.count(p.gpus)} GPUs", fmt.gb(p.per_gpu_peak_bytes),
-                          fmt.usd_per_hour(p.usd_per_hour), fmt.hours(p.job_hours) if p.job_hours else fmt.DASH,
+                          fmt.usd_per_hour(p.usd_per_hour) if p.fits else fmt.DASH,  # no price for what cannot run
+                          fmt.hours(p.job_hours) if p.job_hours else fmt.DASH,
                           fmt.usd(p.job_usd), marks)
         _print_table(console, table, table_width)
     for u in report.plans_unreachable:

@@ -175,3 +175,25 @@ def test_the_serving_table_says_which_engine_its_sequences_are(capsys):
     assert code == 0 and "Sequences: the KV caches of 4,096 tokens a chunked-prefill server (vLLM's scheduler)" \
         in " ".join(out.split())
     assert "--method inference --batch N prices HF generate instead" in " ".join(out.split())
+
+
+def test_a_recipe_line_says_which_of_its_options_the_flags_replaced(capsys):
+    """The recipe's summary gives its own options (torchtune's r=64); the job line what is priced (r=16): a
+    reviewer read them as a contradiction. The line now names what the flags replaced, and nothing where none did."""
+    code, out, _ = run(capsys, LLAMA8, "--recipe", "torchtune", "--lora-rank", "16", "--lora-dropout", "0.1")
+    text = words(out)
+    assert code == 0 and "r=16 on q,v,o,mlp" in text and "LoRA r=64 on q, v" in text
+    assert "The flags given replace lora_rank 16 (the recipe's: 64), lora_dropout 0.1 (the recipe's: 0.0)." in text
+    for name in RECIPES:
+        code, out, _ = run(capsys, LLAMA8, "--recipe", name)
+        assert code == 0 and "The flags given replace" not in out, name
+
+
+def test_a_setup_that_does_not_fit_has_no_price(capsys, monkeypatch):
+    """A reviewer found the setups table pricing 512 T4s an hour for a setup that does not fit: no price where
+    nothing runs."""
+    monkeypatch.setenv("COLUMNS", "220")
+    code, out, _ = run(capsys, "meta-llama/Llama-3.1-70B", "--plan")
+    rows = [line for line in out.splitlines() if "does not fit on 512 GPUs" in line]
+    assert code == 0 and rows
+    assert all("$" not in line for line in rows), rows
