@@ -39,12 +39,15 @@ def label(p: Any) -> str:
                    bool(_get(p, "grad_ckpt", False)), _get(p, "offload", "none"))
 
 
-def card_setups(plans: Any, method: str, card: str) -> str | None:
+def card_setups(plans: Any, method: str, card: str, split_cards: int = 0) -> str | None:
     """Where one card holds no batch of `method`: the fewest of its GPUs a setup holds it on ("setups: 4 GPUs"),
-    else the most the search tried ("no setup up to 512 GPUs"); None where no setup was searched on it. The batch
-    tables of the page and the terminal say it alike."""
+    else the most the search tried ("no setup up to 512 GPUs"); None where no setup was searched on it. Beside a
+    split over `split_cards` that holds a batch, only a setup on fewer GPUs (one GPU, checkpointed) is worth naming.
+    The batch tables of the page and the terminal say it alike."""
     mine = [p for p in plans if _get(p, "method") == method and _get(p, "gpu") == card]
     fitting = [_get(p, "gpus") for p in mine if _get(p, "fits")]
+    if split_cards:
+        return f"setups: {f.gpu_count(min(fitting))}" if fitting and min(fitting) < split_cards else None
     if fitting:
         return f"setups: {f.gpu_count(min(fitting))}"
     return f"no setup up to {f.gpu_count(max(_get(p, 'gpus') for p in mine))}" if mine else None

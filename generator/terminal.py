@@ -337,8 +337,9 @@ def _card_cell(report: Report, card: CardPlan, method: str, batch: int, split: S
         return "tight"  # its two-card split, where there is one, is in the lines under the table
     if batch > 0:
         return fmt.batch(batch)
-    if split is not None and split.max_batch > 0:
-        return f"{fmt.count(split.cards)} cards: {fmt.batch(split.max_batch)}"
+    if split is not None and split.max_batch > 0:  # and one GPU where a setup holds it on one (checkpointed)
+        fewer = setups_text.card_setups(report.plans, method, card.name, split.cards)
+        return f"{fmt.count(split.cards)} cards: {fmt.batch(split.max_batch)}" + (f"; {fewer}" if fewer else "")
     head = "does not fit" if split is None else f"does not fit on {fmt.count(split.cards)} cards"
     more = setups_text.card_setups(report.plans, method, card.name)
     if more is None:  # none searched: the line under the setups says why

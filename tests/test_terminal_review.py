@@ -197,3 +197,16 @@ def test_a_setup_that_does_not_fit_has_no_price(capsys, monkeypatch):
     rows = [line for line in out.splitlines() if "does not fit on 512 GPUs" in line]
     assert code == 0 and rows
     assert all("$" not in line for line in rows), rows
+
+
+def test_a_two_card_split_cell_names_one_gpu_where_a_setup_holds_it_on_one(capsys, monkeypatch):
+    """A review found Mixtral's LoRA on an H200 as "2 cards: batch 2" in the card table while the setups table holds
+    it on one H200 with gradient checkpointing: the cell now names both, as the page does."""
+    mixtral = "mistralai/Mixtral-8x7B-v0.1"
+    report = report_of(capsys, mixtral)
+    one = [p for p in report["plans"] if p["method"] == "lora" and p["gpu"] == "H200 141 GB" and p["fits"]
+           and p["gpus"] == 1]
+    assert one and one[0]["grad_ckpt"]
+    monkeypatch.setenv("COLUMNS", "220")
+    code, out, _ = run(capsys, mixtral, "--plan")
+    assert code == 0 and card_rows(out)["H200 141 GB"][2] == "2 cards: batch 2; setups: 1 GPU"

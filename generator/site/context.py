@@ -289,9 +289,10 @@ def _memory(report: Report, root: str | None = None) -> dict[str, Any]:
             tight = card.name == getattr(report.memory, f"tight_card_{short}")
             batch = getattr(card, f"{method}_max_batch")
             split = splits.get(method)
+            held = split.cards if split is not None and split.max_batch > 0 else 0  # a split that holds a batch
             row[short] = {"batch": "tight" if tight else f.batch(batch), "split": _split(split),
-                          "more": None if tight or batch > 0 or (split is not None and split.max_batch > 0)
-                          else setups_text.card_setups(report.plans, short, card.name) or "no setup searched"}
+                          "more": None if tight or batch > 0 else setups_text.card_setups(report.plans, short,
+                                                                                          card.name, held)}
         row["cells"] = [row[k] for k in keys]
         rows.append(row)
     rank = f.count(dict(report.memory.assumptions)["lora_rank"])
