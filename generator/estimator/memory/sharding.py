@@ -85,6 +85,10 @@ def sharded(job: Any, strategy: str, grad_ckpt: bool = False, offload: str = "no
     # outside the layers, all frozen, form their own unit and have none.
     layer_params = max(0, job.params_total - job.first_stage_params - job.last_stage_params)
     grow = (layer_params + t) / t if mixed_units and t else 1.0
+    # DeepSpeed ZeRO-3 gathers module by module, so the LM head (a tied embedding standing for it) is gathered whole
+    # at the loss in place of a layer (beside the prefetched one): its estimator's largest layer is the largest module
+    # (estimate_zero3_model_states_mem_needs_all_live: max numel of a module's own params), the head of most LLMs
+    head = max(job.last_stage_params, job.tied_head_params) if s == "zero3" else 0
     unit_grad = _ceil(job.grad_bytes * unit if mixed_units else c * unit * trainable_share)
     # Accumulating over micro-batches under FSDP's no_sync (FSDP2: set_requires_gradient_sync(False)), as Lightning
     # Fabric's no_backward_sync and Accelerate's accumulate (GradientAccumulationPlugin sync_each_batch=False) run
@@ -99,7 +103,7 @@ def sharded(job: Any, strategy: str, grad_ckpt: bool = False, offload: str = "no
     root = job.first_stage_params + job.last_stage_params if s in ("fsdp", "fsdp+ep") else 0
     # a quantised base's units are gathered packed (SingleGpuJob.unit_bytes: FSDP-QLoRA), the root in compute dtype
     per_unit = job.unit_bytes * unit / job.unit_params if job.unit_bytes and job.unit_params else c * unit
-    gathered_computing = _ceil(units * per_unit) + c * root
+    gathered_computing = max(_ceil(units * per_unit), _ceil((units - 1) * per_unit) + c * head) + c * root
     zero2 = s == "zero2"
     # DeepSpeed ZeRO-3 allocates at init one flat partition of every trainable gradient, in the gradient accumulation
     # dtype (the model's 16-bit dtype under ZeRO: DeepSpeedEngine.get_data_types), on the GPU unless the optimizer is
