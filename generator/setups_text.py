@@ -34,9 +34,12 @@ def chosen(plans: Any, method: str) -> Any | None:
 
 def label(p: Any) -> str:
     """The setup of one plan, or of a serving-speed row (no checkpointing, no offload), in words: "8× H100 SXM with
-    ZeRO-3 and gradient checkpointing"."""
+    ZeRO-3 and gradient checkpointing"; an offload plan's with the host memory it needs per node, which a card's
+    usual instances may not have."""
+    host = _get(p, "host_bytes_per_node", None)
     return f.setup(_get(p, "gpus"), _get(p, "gpu_model") or _get(p, "gpu"), _get(p, "strategy"),
-                   bool(_get(p, "grad_ckpt", False)), _get(p, "offload", "none"))
+                   bool(_get(p, "grad_ckpt", False)), _get(p, "offload", "none")) \
+        + (f" ({f.gb(host)} of host memory per node)" if host else "")
 
 
 def card_setups(plans: Any, method: str, card: str, split_cards: int = 0) -> str | None:

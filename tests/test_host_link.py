@@ -9,10 +9,12 @@ from hypothesis import given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
+from generator import format as fmt
 from generator import setups_text
 from generator.errors import ConfigError
 from generator.estimator import estimate
 from generator.estimator.memory.host_link import job_link_bytes, link_bytes, link_hours
+from generator.estimator.memory.job_options import Job
 from generator.estimator.memory.parallel import Phase, Setup, SingleGpuJob
 from generator.estimator.memory.plans import GpuOffer, search_plans
 from generator.settings import load_settings
@@ -109,3 +111,25 @@ def test_a_gpu_may_not_name_a_negative_link_rate(tmp_path):
     (tmp_path / "site_config.yaml").write_text(bad, encoding="utf-8")
     with pytest.raises(ConfigError, match="gpus.t4: key 'host_link_gb_per_s' = -1"):
         load_settings(tmp_path / "site_config.yaml")
+
+
+def test_an_offload_plan_names_the_host_memory_it_needs():
+    """A review found "2× T4 with FSDP, gradient checkpointing and CPU param offload" marked smallest for
+    Llama-2-70B's full fine-tune with no word of the 1.38 TB of host memory per node it takes, which a T4's usual
+    instances do not have. The plan carries it (PerGpu.cpu_bytes_per_node of its setup), within the settings' host
+    limit, and its words say it; a plan without offload says nothing of the host."""
+    s = load_settings()
+    mid, cfg, counted = next(x for x in snapshot_configs() if x[0] == "meta-llama/Llama-2-70b-hf")
+    report = estimate(cfg, model_id=mid, assumptions=s.assumptions, cards=s.cards, gpus=s.gpus,
+                      checkpoint_params=counted)
+    offloaded = [p for p in report.plans if p.offload != "none"]
+    assert offloaded and all(p.host_bytes_per_node for p in offloaded)
+    plan = next(p for p in offloaded if p.method == "full" and p.gpu_model == "T4")
+    assert (plan.gpus, plan.offload, plan.fits) == (2, "params", True)
+    exact = estimate(cfg, model_id=mid, assumptions=s.assumptions, cards=s.cards, gpus=s.gpus, checkpoint_params=counted,
+                     job=Job(grad_ckpt=True), setup=Setup(plan.strategy, plan.gpus, True, offload=plan.offload))
+    assert plan.host_bytes_per_node == exact.memory.offload_cpu_bytes_per_node <= s.assumptions.host_memory_bytes_per_node
+    assert setups_text.label(plan).endswith(f"CPU param offload ({fmt.gb(plan.host_bytes_per_node)} of host memory "
+                                            "per node)")
+    assert all(p.host_bytes_per_node is None and "host memory" not in setups_text.label(p)
+               for p in report.plans if p.offload == "none")

@@ -69,6 +69,7 @@ class Plan:
     smallest: bool = False
     gpu_model: str = ""  # GpuOffer.model: which of the card's priced GPUs
     host_link_hours: float | None = None  # offload: the hours its PCIe transfers take at least (job_hours >= it)
+    host_bytes_per_node: int | None = None  # offload: the CPU memory its ranks of one node hold together
 
     def to_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -253,14 +254,21 @@ def plan_all(probe: Probe, method: str, gpus: tuple[GpuOffer, ...], job_flops: f
         if got is not None:
             setup, bytes_ = got
             flops = ckpt_flops if setup.grad_ckpt and ckpt_flops is not None else job_flops
-            out.append(_row(method, gpu, setup, bytes_, True, flops, mfu, link, moved[setup.grad_ckpt]))
+            out.append(_row(method, gpu, setup, bytes_, True, flops, mfu, link, moved[setup.grad_ckpt])
+                       + (_host(probe, method, setup),))
             continue
         best = _smallest_at_max(probe, method, experts)
         if best is None:
-            out.append((method, gpu.name, MAX_GPUS, "", False, "none", 0, False, None, None, None, None))
+            out.append((method, gpu.name, MAX_GPUS, "", False, "none", 0, False, None, None, None, None, None))
         else:
-            out.append(_row(method, gpu, best[1], best[0], False, job_flops, mfu, None))
+            out.append(_row(method, gpu, best[1], best[0], False, job_flops, mfu, None)
+                       + (_host(probe, method, best[1]),))
     return out
+
+
+def _host(probe: Probe, method: str, setup: Setup) -> int | None:
+    """Plan.host_bytes_per_node: an offload setup's CPU memory per node (the probe's second figure, cached)."""
+    return _pair(probe(method, setup))[1] if setup.offload != "none" else None
 
 
 def _smallest_at_max(probe: Probe, method: str, experts: bool = False) -> tuple[int, Setup] | None:
@@ -332,7 +340,8 @@ def search_plans(peak: Probe, methods: tuple[str, ...], gpus: tuple[GpuOffer, ..
         rows = plan_all(peak, method, gpus, job_flops.get(method), mfu.get(method, 0.0),
                         (ckpt_flops or {}).get(method), host_bytes_per_node, bound, link, experts,
                         (moved or {}).get(method, (0.0, 0.0)))
-        # rows: Plan's fields method .. job_usd, then host_link_hours; 2 gpus, 7 fits, 8 usd_per_hour, 10 job_usd
+        # rows: Plan's fields method .. job_usd, then host_link_hours and host_bytes_per_node; 2 gpus, 7 fits,
+        # 8 usd_per_hour, 10 job_usd
         fitting = [r for r in rows if r[7]]
         if not fitting:
             nodes = MAX_GPUS // GPUS_PER_NODE
@@ -344,7 +353,7 @@ def search_plans(peak: Probe, methods: tuple[str, ...], gpus: tuple[GpuOffer, ..
         low = min((r[price] for r in fitting if r[price] is not None), default=None)
         for r, gpu in zip(rows, gpus, strict=True):
             plans.append(_new_plan(r[:11] + (bool(r[7] and low is not None and r[price] == low),
-                                             bool(r[7] and r[2] == fewest), gpu.model, r[11])))
+                                             bool(r[7] and r[2] == fewest), gpu.model, r[11], r[12])))
     return plans, unreachable
 
 
