@@ -256,8 +256,9 @@ def _print_plan(console: Console, report: Report, settings: Settings, method: st
         _print_cards(console, report, table_width)
     plans = [p for p in report.plans if method is None or p.method == method]
     if plans:
-        table = _table(f"Setups that hold batch 1 (cost: {a['job_epochs']} epochs x "
-                       f"{fmt.count(a['job_samples'])} samples at batch {a['job_batch']} x "
+        table = _table(f"Setups that hold batch 1, accumulating gradients to batch {a['job_batch']} on fewer GPUs "
+                       f"(cost: {a['job_epochs']} epochs x {fmt.count(a['job_samples'])} samples at batch "
+                       f"{a['job_batch']} x "
                        f"{fmt.count(a['job_tokens'])} tokens, max(FLOPs / peak, bytes / bandwidth) / "
                        "(GPUs x MFU); offload: at least its PCIe transfers)",
                        ("Method", "Card", "Setup", "Per GPU", "Price", "Hours", "Job", ""))
@@ -319,8 +320,8 @@ def _print_cards(console: Console, report: Report, table_width: int | None) -> N
     _print_table(console, table, table_width)
     if notes:
         console.print(Text("Two cards where one card's budget cannot hold batch 1: a contiguous layer cut (pipeline "
-                           "parallel; the second card keeps its own copy of a tied embedding), each stage's memory at batch 1, "
-                           "then the pair's largest batch."))
+                           "parallel; the second card keeps its own copy of a tied embedding), each stage's memory at "
+                           "batch 1, then the pair's largest batch."))
         for note in notes:
             console.print(Text("  " + note))
     console.print(Text(f"Budget = (driver-reported memory - {fmt.gb(a['cuda_context_bytes'])} CUDA context) / "

@@ -19,15 +19,15 @@ from generator.estimator import estimate
 from generator.estimator.graph.nodes import build_graph
 from generator.estimator.memory.job_options import Job, site_job
 from generator.estimator.memory.kinds import GPU_COUNTS, MAX_GPUS, kinds
-from generator.estimator.memory.parallel import ParallelError, Setup, per_gpu
+from generator.estimator.memory.parallel import ParallelError, Setup, accumulating_phases, per_gpu
 from generator.estimator.memory.plans import first_fit
 from generator.estimator.memory.profile import kv_bytes_per_sequence, serve_profile
 from generator.estimator.memory.serve_weights import serve_weight_bytes
 from generator.estimator.memory.sharding import GPUS_PER_NODE
 from generator.estimator.normalise import normalise
 from generator.estimator.serving_speed import decode_upper_bound
+from generator.estimator.memory.peak_table import cached_peak
 from generator.estimator.setups import (
-    cached_peak,
     kv_latent_share,
     model_shape,
     offers,
@@ -228,9 +228,10 @@ def _walk(probe, method: str, budget: int, host: int):
 @hsettings(max_examples=25, deadline=None)
 @given(model=st.sampled_from(MODELS), method=st.sampled_from(["full", "lora", "qlora", "serve"]))
 def test_the_plan_search_finds_what_a_walk_over_every_count_finds(model, method):
-    """With and without the bounds the estimate passes (the first count a ZeRO / FSDP kind can fit at)."""
-    for bounded in (False, True):
-        probe = cached_peak(site_jobs(model), _metric, ("full", "lora", "serve"))
+    """With and without the bounds the estimate passes (the first count a ZeRO / FSDP kind can fit at), the
+    training jobs accumulating below the reference batch (as the estimate's probe) or not."""
+    for bounded, batch in ((False, 1), (True, 1), (False, S.job_batch), (True, S.job_batch)):
+        probe = cached_peak(site_jobs(model), _metric, ("full", "lora", "serve"), batch)
         bound = probe.first_count if bounded else None
         for offer in offers(SETTINGS.cards, SETTINGS.gpus, S):
             want = _walk(probe, method, offer.budget_bytes, S.host_memory_bytes_per_node)
@@ -238,7 +239,30 @@ def test_the_plan_search_finds_what_a_walk_over_every_count_finds(model, method)
             if got is None and method != "serve":
                 got = first_fit(probe, method, kinds(method, offload=True), offer.budget_bytes,
                                 S.host_memory_bytes_per_node, bound=bound)
-            assert got == want, (model, method, offer.name, bounded)
+            assert got == want, (model, method, offer.name, bounded, batch)
+
+
+def test_fewer_gpus_than_the_jobs_batch_accumulate_every_gradient():
+    """The setups price the reference job (batch 32, one sample a GPU): on fewer than 32 GPUs each accumulates
+    gradients over micro-batches, every one held beside the next micro-batch's activations (F27); FSDP's no_sync
+    holds them unsharded, ZeRO reduces each micro-batch into its shards; from 32 GPUs on, no accumulation."""
+    jobs = site_jobs(QWEN8)
+    full = jobs["full"]
+    grads = full.grad_bytes * full.params_trainable
+    plain = cached_peak(jobs, _metric, ("full", "lora", "serve"))
+    accumulating = cached_peak(jobs, _metric, ("full", "lora", "serve"), S.job_batch)
+    one = Setup("single", 1, True)
+    held = dataclasses.replace(full, phases_ckpt=accumulating_phases(full.phases_ckpt, grads))
+    assert accumulating("full", one)[0] == _metric("full", tuple(dict(per_gpu(held, one).breakdown).values()))
+    assert accumulating("full", one)[0] >= plain("full", one)[0]  # its step holds every gradient anyway
+    fsdp8, zero2_8 = Setup("fsdp", 8, True), Setup("zero2", 8, True)
+    assert accumulating("full", fsdp8)[0] - plain("full", fsdp8)[0] >= grads - grads // 8  # unsharded, not 1/8
+    assert 0 < accumulating("full", zero2_8)[0] - plain("full", zero2_8)[0] <= grads // 8 + 8
+    for n in (32, 64):
+        for strategy in ("zero2", "zero3", "fsdp"):
+            setup = Setup(strategy, n, True)
+            assert accumulating("full", setup) == plain("full", setup), (strategy, n)
+    assert accumulating("serve", Setup("tp", 2)) == plain("serve", Setup("tp", 2))
 
 
 # --- the Reports of every snapshot model ---------------------------------------------------------------------------
@@ -311,9 +335,11 @@ def test_qlora_max_batch_per_card_is_the_largest_batch_of_the_qlora_job_that_fit
     shape = model_shape(a, g)
     t = min(S.train_tokens, a.max_context)
 
-    def peak(batch: int) -> int:
+    def peak(batch: int, accumulating: bool = False) -> int:
         job = training_job(a, g, S, site_job("qlora", S.lora_rank, tokens=t, batch=batch), shape,
                            model, both=False)
+        if accumulating:  # the setups' one GPU accumulates the reference job's batch, every gradient held
+            job = dataclasses.replace(job, phases=accumulating_phases(job.phases, job.grad_bytes * job.params_trainable))
         return _metric("qlora", tuple(dict(per_gpu(job, Setup()).breakdown).values()))
 
     plans = {p.gpu: p for p in r.plans if p.method == "qlora"}
@@ -323,7 +349,9 @@ def test_qlora_max_batch_per_card_is_the_largest_batch_of_the_qlora_job_that_fit
             assert peak(b) <= card.budget_bytes < peak(b + 1), (model, card.name, b)
         else:
             assert peak(1) > card.budget_bytes
-        assert (b > 0) == (plans[card.name].gpus == 1 and plans[card.name].fits), (model, card.name)
+        one = plans[card.name].gpus == 1 and plans[card.name].fits
+        assert one == (peak(1, accumulating=True) <= card.budget_bytes), (model, card.name)
+        assert b > 0 or not one, (model, card.name)
 
 
 def test_a_checkpoint_that_quantises_its_experts_alone_is_read_at_two_costs_per_parameter():

@@ -31,6 +31,7 @@ from .memory.job_options import Job, checkpoint_host_bytes, resolve, site_job
 from .memory.job_result import metric_memory
 from .memory.layer_terms import all_linear_params, expert_adapters
 from .memory.parallel import Setup, accumulating_phases, per_gpu
+from .memory.peak_table import cached_peak
 from .memory.profile import (
     budget_bytes,
     capacity_bytes,
@@ -58,7 +59,6 @@ from .report import (
 from .sequence_limits import check_job_context, check_serve_context
 from .serving_speed import ServingSpeed
 from .setups import (
-    cached_peak,
     exact_job,
     job_limits,
     model_shape,
@@ -95,7 +95,8 @@ FORMULAS = {
             "full, 4 x for LoRA (+ 6 x its adapters on Linears, + an MoE's expert-tensor delta weights once per "
             "step), causal attention halved, sliding windows capped",
     "plans": "per method and priced GPU, the fewest GPUs (1, 2, 4, 8, then nodes of 8 up to 512) whose per-GPU peak "
-             "at batch 1 fits the card, the simplest strategy first (one GPU; zero2; zero3/fsdp with "
+             "at batch 1 fits the card (on fewer GPUs than job_batch, accumulating gradients over micro-batches to it, "
+             "every one held: FSDP's no_sync unsharded), the simplest strategy first (one GPU; zero2; zero3/fsdp with "
              "checkpointing); CPU offload only where nothing else runs up to 512 GPUs, within the host memory per "
              "node of 8; hours = max(FLOPs (+ one forward when checkpointing) / peak, bytes / bandwidth) / "
              "(GPUs x MFU)",
@@ -267,7 +268,7 @@ def _setups(arch, graph, s: Assumptions, cards, gpus, jobs, flops_per_token: tup
     """Plans for full, LoRA, QLoRA and serving on every priced GPU, the serving speeds and, where a card holds a
     training method on no count, what each GPU keeps however many share it (setups.py). The plans' job hours take
     the cost section's roofline (`work`), checkpointing reading the weights once more per step."""
-    peak = cached_peak(jobs, _site_metric, _SUMMED)
+    peak = cached_peak(jobs, _site_metric, _SUMMED, s.job_batch)
     gpu_offers = offers(cards, gpus, s)
     flops = training_flops(arch, s, flops_per_token)
     not_applicable = {}

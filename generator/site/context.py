@@ -184,8 +184,6 @@ def _auto_map(record: ModelRecord | None) -> list[str]:
 
 def _cost(report: Report, settings: Settings, assumptions: dict[str, Any], sources_href: str | None) -> dict[str, Any]:
     gpu_by_name = {g.name: g for g in settings.gpus.values()}
-    card_of_gpu = {settings.gpus[k].name: card.name for card in settings.cards for k in card.gpus}
-    plans = {c.name: c for c in report.memory.cards}
     one_gpu = {(p.method, p.gpu_model or p.gpu): p for p in report.plans if p.fits and p.gpus == 1}
     priced = {(p.method, p.gpu_model or p.gpu) for p in report.plans if p.fits}  # some count of this GPU holds it
     rows: dict[str, dict[str, Any]] = {}
@@ -200,18 +198,18 @@ def _cost(report: Report, settings: Settings, assumptions: dict[str, Any], sourc
             "date": gpu.price_date if gpu else "",
             "full": None, "lora": None,
         })
-        # the one-GPU setup of the setups table where it exists (with gradient checkpointing where batch 1 needs
-        # it), so that both tables give the same hours and dollars for it
+        # the setups table's one-GPU setup, which accumulates the job's batch over micro-batches (every gradient
+        # held): where there is none, one GPU does not run the job; where it checkpoints or offloads, both tables
+        # give its hours and dollars
         setup = one_gpu.get((line.method, line.card))
-        plan = plans.get(card_of_gpu.get(line.card, ""))
-        fits = None if plan is None else getattr(plan, f"train_{line.method}_max_batch") > 0
-        if setup is not None and setup.grad_ckpt and not fits and setup.job_hours is not None:
-            row[line.method] = {"hours": f.hours(setup.job_hours), "usd": f.usd(setup.job_usd), "ckpt": True,
+        if setup is not None and (setup.grad_ckpt or setup.offload != "none") and setup.job_hours is not None:
+            how = f.strategy_words("single", setup.grad_ckpt, setup.offload)
+            row[line.method] = {"hours": f.hours(setup.job_hours), "usd": f.usd(setup.job_usd), "ckpt": how,
                                 "roofline": f.hours(line.roofline_hours), "bound": line.bound, "no_fit": False}
             continue
-        row[line.method] = {"hours": f.hours(line.hours), "usd": f.usd(line.usd), "ckpt": False,
+        row[line.method] = {"hours": f.hours(line.hours), "usd": f.usd(line.usd), "ckpt": None,
                             "roofline": f.hours(line.roofline_hours), "bound": line.bound,
-                            "no_fit": fits is False,
+                            "no_fit": setup is None,
                             # where no count up to 512 holds it (setups.plan_floors says why), no price links
                             "spread": (line.method, line.card) in priced}
     return {
