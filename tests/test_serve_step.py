@@ -86,3 +86,24 @@ def test_hf_generate_runs_its_prompt_whole() -> None:
                         gpus=SETTINGS.gpus, job=job).memory.peak_bytes
     assert peak(S) == peak(dataclasses.replace(S, serve_step_tokens=1 << 30)) == peak(
         dataclasses.replace(S, serve_step_tokens=16))
+
+
+@pytest.mark.parametrize(("mid", "warned"), [("google/gemma-3-27b-it", True), ("google/gemma-2-9b", True),
+                                             ("meta-llama/Llama-3.1-8B", False)])
+def test_a_model_vllm_will_not_serve_in_float16_is_flagged_where_a_card_has_no_bf16(mid: str, warned: bool) -> None:
+    """vllm/config/model.py _FLOAT16_NOT_SUPPORTED_MODELS: gemma2, gemma3, gemma3_text, plamo2 and glm4 are refused
+    in float16 ("Numerical instability. Please use bfloat16 or float32 instead."); the T4 has no bf16, so its serving
+    rows (16-bit) are flagged; with no such GPU priced, nothing is."""
+    record = load_record(DEFAULT_SNAPSHOT_DIR, mid)
+    cfg = json.loads(record.config_json)
+
+    def found(gpus) -> list:
+        r = estimate(cfg, model_id=mid, assumptions=S, cards=SETTINGS.cards, gpus=gpus)
+        return [x for x in r.findings if x.check == "half_precision_serving"]
+    got = found(SETTINGS.gpus)
+    assert bool(got) == warned
+    if warned:
+        assert got[0].severity == "warning" and "the T4 has no bf16" in got[0].message
+        assert "float32" in got[0].message
+    all_bf16 = {k: dataclasses.replace(g, bf16_tflops=g.bf16_tflops or g.fp16_tflops) for k, g in SETTINGS.gpus.items()}
+    assert found(all_bf16) == []

@@ -146,6 +146,23 @@ def check_quantization(a: Arch, g: Graph, stored: int | None, model_id: str = ""
                     f"{stored:,} elements; serving memory uses the stored format.")]
 
 
+# vLLM refuses float16 for these model types, "Numerical instability. Please use bfloat16 or float32 instead."
+# (vllm/config/model.py, _FLOAT16_NOT_SUPPORTED_MODELS), so a card without bf16 serves them in float32
+VLLM_NO_FLOAT16 = frozenset({"gemma2", "gemma3", "gemma3_text", "plamo2", "glm4"})
+
+
+def check_half_precision_serving(a: Arch, without_bf16: tuple[str, ...]) -> list[Finding]:
+    """A model vLLM will not serve in float16, where a priced GPU has no bf16 (the T4): there vLLM runs float32,
+    twice the weights and KV cache that its serving rows price in 16 bits."""
+    if a.model_type not in VLLM_NO_FLOAT16 or not without_bf16 or a.spec.kind == "encoder":
+        return []
+    gpus = ", ".join(without_bf16)
+    return [Finding("half_precision_serving", "warning",
+                    f"vLLM refuses float16 for {a.model_type} (numerical instability: vllm/config/model.py), and the "
+                    f"{gpus} has no bf16, so vLLM serves it there in float32: twice the weights and KV cache its "
+                    "serving rows price in 16 bits.")]
+
+
 def check_tower_adapters(g: Graph) -> list[Finding]:
     """A vision tower whose Linears families/tower_linears.py does not itemise: peft's all-linear adapts them too,
     and the LoRA figures leave those adapters out."""

@@ -12,6 +12,7 @@ from .checks import (
     Finding,
     check_checkpoint,
     check_defaults,
+    check_half_precision_serving,
     check_quantization,
     check_rope,
     check_scan_kernels,
@@ -227,6 +228,8 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
                                *check_quantization(arch, graph, stored, model_id),
                                *check_checkpoint(arch, graph, checkpoint_params, stored), *past_context,
                                *check_tower_adapters(graph),
+                               *check_half_precision_serving(arch, tuple(dict.fromkeys(
+                                   gpus[k].name for c in cards for k in c.gpus if gpus[k].bf16_tflops is None))),
                                *serve_past]
     vision = graph.params_towers
     kinds: dict[str, int] = {}  # layers per kind, in order of first appearance (a kind is part of a distinct layer)
