@@ -83,3 +83,16 @@ def test_repeated_layers_are_folded_but_kept() -> None:
         assert f"<td>{row.name}<td>" in html
     assert find_repeat(["a"] * 28) == (0, 1, 28)
     assert find_repeat(["a", "b", "c"]) is None
+
+def test_a_vision_page_says_its_jobs_read_an_image_and_what_its_cache_holds() -> None:
+    """A review found Llama-3.2-11B-Vision's page silent on the one image each training sample and served sequence
+    reads, and its sequence's cache explained as "the recurrent layers' fixed state" (mllama has none: it is the
+    cross-attention's keys and values over the image, 4 tiles x 1,025 patches in 8 layers)."""
+    report, record = _report("meta-llama/Llama-3.2-11B-Vision")
+    assert report.memory.state_bytes_per_sequence == 0
+    text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", render_model_page(report, record, SETTINGS, standalone=False)))
+    assert "serving at 4,096 tokens per sequence, each with one image." in text
+    assert "671 MB a sequence: the cross-attention&#39;s keys and values over its image included" in text
+    assert "recurrent" not in text
+    report, record = _report("Qwen/Qwen3-0.6B")
+    assert "each with one image" not in render_model_page(report, record, SETTINGS, standalone=False)

@@ -304,6 +304,7 @@ def _memory(report: Report, root: str | None = None) -> dict[str, Any]:
                                                                if k == "serve" else "")} for k in keys],
         "train_tokens": f.count(report.memory.train_tokens),
         "serve_tokens": f.count(report.memory.serve_tokens),
+        "images": report.params.vision > 0,  # the jobs read one image a sample and a served sequence (job.py)
         "serve_weights": f.serve_weights(report.params.quantization),
         "rank": f.count(dict(report.memory.assumptions)["lora_rank"]),
         "any_split": any(x["split"] or x["more"] for r in rows for x in r["cells"]),
@@ -385,13 +386,15 @@ def _serve_storage(report: Report) -> dict[str, str] | None:
 
 
 def _kv_note(report: Report) -> str | None:
-    """Why a sequence's cache is not its tokens times the bytes per token (profile.kv_bytes_per_sequence): an
-    encoder-decoder's cross-attention over the encoder's tokens, windows, or a recurrent layer's fixed state."""
+    """Why a sequence's cache is not its tokens times the bytes per token (profile.kv_bytes_per_sequence): cross-
+    attention over an encoder's tokens or an image (mllama), windows, or a recurrent layer's fixed state."""
     mem = report.memory
     naive = mem.serve_tokens * mem.kv_bytes_per_token
     if mem.kv_bytes_per_sequence == naive:
         return None
     if report.model.kind == "encoder-decoder":
         return "the cross-attention's keys and values of the encoder's tokens included"
-    return ("layers with a sliding window keep only their window" if mem.kv_bytes_per_sequence < naive
-            else "the recurrent layers' fixed state included")
+    if mem.kv_bytes_per_sequence < naive:
+        return "layers with a sliding window keep only their window"
+    return "the recurrent layers' fixed state included" if mem.state_bytes_per_sequence else \
+        "the cross-attention's keys and values over its image included"
