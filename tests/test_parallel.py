@@ -159,7 +159,9 @@ def test_checkpointing_and_offload_lower_the_peak_and_offload_reports_cpu_memory
     off = per_gpu(job, Setup("zero3", 8, grad_ckpt=True, offload="params"))
     assert ckpt.per_gpu_peak_bytes < plain and off.per_gpu_peak_bytes < ckpt.per_gpu_peak_bytes
     assert ckpt.cpu_bytes_per_node == 0
-    assert off.cpu_bytes_per_node == pytest.approx(4 * P + 4 * P + 8 * P + 4 * P, rel=1e-6)  # W, G, O, step
+    # W, G, O: the CPU step has no foreach temporary (DeepSpeedCPUAdam updates in place; torch keeps foreach to
+    # accelerator tensors)
+    assert off.cpu_bytes_per_node == pytest.approx(4 * P + 4 * P + 8 * P, rel=1e-6)
 
 
 GPUS = st.sampled_from([2, 4, 8, 16, 32, 64, 128, 256, 512])

@@ -150,13 +150,15 @@ def _per_node(total: int, n: int) -> int:
 
 def _cpu_total(job: Any, offload: str) -> int:
     """Offloaded bytes of all ranks: the master copy, gradients and optimizer state (optimizer), and the params
-    too (params). DeepSpeed's estimators multiply this by an `additional_buffer_factor` (1.5) for pinned staging
-    buffers; that factor is left to the caller."""
+    too (params). The step on the CPU holds no temporary as large as the parameters: DeepSpeedCPUAdam updates in
+    place (csrc/adam/cpu_adam), and torch.optim keeps foreach to accelerator tensors (optimizer.py
+    _default_to_fused_or_foreach), a CPU step running its for-loop. DeepSpeed's estimators multiply the total by an
+    `additional_buffer_factor` (1.5) for pinned staging buffers; that factor is left to the caller."""
     if offload == "none":
         return 0
-    peak = max(job.phases, key=lambda ph: ph.weights + ph.gradients + ph.optimizer_state + ph.overhead_step)
+    peak = max(job.phases, key=lambda ph: ph.weights + ph.gradients + ph.optimizer_state)
     t = job.params_trainable
-    total = job.grad_bytes * t + peak.optimizer_state + peak.overhead_step
+    total = job.grad_bytes * t + peak.optimizer_state
     if offload == "optimizer":
         total += job.trainable_weight_bytes * t if _master_excess(job) else 0
     else:
