@@ -99,7 +99,7 @@ def test_a_sequence_cache_that_is_not_tokens_times_bytes_says_why(capsys, tmp_pa
                                               "encoder&#39;s tokens included"),
                         ("openai/gpt-oss-20b", "104 MB a sequence: layers with a sliding window keep only their "
                                                "window"),
-                        ("Qwen/Qwen3-0.6B", "(114,688 bytes per token, 470 MB a sequence)")):
+                        ("Qwen/Qwen3-0.6B", "(114,688 bytes per token, 470 MB a sequence; start vLLM with")):
         assert main([model, "--html", str(page)]) == 0
         assert said in page.read_text(encoding="utf-8"), model
 

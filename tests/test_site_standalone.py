@@ -96,3 +96,13 @@ def test_a_vision_page_says_its_jobs_read_an_image_and_what_its_cache_holds() ->
     assert "recurrent" not in text
     report, record = _report("Qwen/Qwen3-0.6B")
     assert "each with one image" not in render_model_page(report, record, SETTINGS, standalone=False)
+
+
+def test_a_serving_page_names_the_context_vllm_must_be_started_with() -> None:
+    """A review found Llama-3.1-70B served on two 80 GB cards at 3 sequences of 4,096 tokens, where `vllm serve`
+    by default sizes max_model_len at the config's 131,072 and refuses to start without room for one sequence that
+    long: the page names the flag its figures take."""
+    report, record = _report("meta-llama/Llama-3.1-70B")
+    html = render_model_page(report, record, SETTINGS, standalone=False)
+    assert report.memory.serve_tokens == 4096
+    assert "start vLLM with <code>--max-model-len 4096</code>, as by default it wants room for one sequence" in html
