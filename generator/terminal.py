@@ -278,8 +278,8 @@ def _print_plan(console: Console, report: Report, settings: Settings, method: st
     for line in setups_text.floor_sentences(floors, plans, {c.name: c.budget_bytes for c in report.memory.cards}):
         console.print(Text(line))
     if report.serving and method in (None, "serve"):
-        table = _table(f"Serving speed at the smallest tensor-parallel count ({fmt.count(m.serve_tokens)} "
-                       "tokens per sequence)", ("Card", "Setup", "Decode, batch 1", "Prefill", "Sequences",
+        table = _table(f"Serving speed on the fewest GPUs with tensor parallelism, pipeline stages across nodes "
+                       f"past 8 ({fmt.count(m.serve_tokens)} tokens per sequence)", ("Card", "Setup", "Decode, batch 1", "Prefill", "Sequences",
                                                 "Output tokens"))
         for s in report.serving:
             table.add_row(s.gpu, fmt.setup(s.gpus, s.gpu_model or s.gpu, s.strategy),

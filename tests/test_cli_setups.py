@@ -77,7 +77,7 @@ def test_plan_prints_the_setups_and_serving_speeds(capsys, wide):
     code, out, _ = run(capsys, QWEN8, "--plan")
     text = words(out)
     assert code == 0
-    assert "Setups that hold batch 1" in text and "Serving speed at the smallest tensor-parallel count" in text
+    assert "Setups that hold batch 1" in text and "Serving speed on the fewest GPUs with tensor parallelism" in text
     assert "Setups that run it: Full fine-tune:" in text and "QLoRA:" in text and "tokens/s per sequence" in text
     for method in ("Full fine-tune", "LoRA", "QLoRA", "Serving"):
         assert f"│ {method} " in out

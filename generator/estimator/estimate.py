@@ -101,8 +101,8 @@ FORMULAS = {
              "checkpointing); CPU offload only where nothing else runs up to 512 GPUs, within the host memory per "
              "node of 8; hours = max(FLOPs (+ one forward when checkpointing) / peak, bytes / bandwidth) / "
              "(GPUs x MFU)",
-    "serving": "smallest tensor-parallel count holding one sequence; decode = bandwidth x 0.78 / (active weights + "
-               "KV read per token), prefill = peak x 0.69 / forward FLOPs per token (roofline; FasterTransformer "
+    "serving": "fewest GPUs holding one sequence with tensor parallelism (x pipeline stages across nodes); "
+               "decode = bandwidth x 0.78 / (active weights + KV read per token), prefill = peak x 0.69 / forward FLOPs per token (roofline; FasterTransformer "
                "ratios via llm-analysis)",
 }
 
