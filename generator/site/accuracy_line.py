@@ -65,7 +65,8 @@ def model_line(table: Accuracy | None, href: str | None, attention: str = "sdpa"
             continue
         nearest = next((e for e in table.setups if e.method == (NEAREST.get(method, "") + eager) and e.compared > 0),
                        None)
-        others = [] if nearest is None else [_line_run(nearest, f"CPU-simulated runs ({nearest.method.replace(', ', ' / ')})")]
+        others = [] if nearest is None else [
+            _line_run(nearest, f"CPU-simulated runs ({nearest.method.replace(', ', ' / ')})")]
         others += [_line_run(e, dataset_name(e.dataset)) for e in (table.error(d, method) for d in table.datasets())
                    if e is not None and e.compared > 0 and not (nearest and e.dataset.startswith("cpu-sim"))]
         words = ("one forward over a batch, as an encoder serves" if encoder and method == "inference" else
@@ -90,7 +91,8 @@ def _gpu_runs(table: Accuracy, method: str) -> dict[str, Any] | None:
     """The method's public GPU runs (of other setups, what a CPU run cannot show: FINDINGS.md F54): those that
     measured the allocated peak, as the page prices it, with their error and its direction, then how many measured
     more than that and which way the estimate misses them; all of them pooled where no row says which."""
-    mine = next((e for e in table.public_metrics if e.dataset == "allocated" and e.method == method and e.compared), None)
+    mine = next((e for e in table.public_metrics if e.dataset == "allocated" and e.method == method and e.compared),
+                None)
     if mine is None:
         public = table.error("public", method)
         return None if public is None or not public.compared else {
