@@ -121,9 +121,11 @@ FLOOR_WHY = ("ZeRO and FSDP divide the weights, gradients and optimizer state am
              "divide activations too, are not tried for training.")
 
 
-def floor_sentences(floors: Any, plans: Any, budget_bytes: dict[str, int]) -> list[str]:
+def floor_sentences(floors: Any, plans: Any, budget_bytes: dict[str, int],
+                    capacity_bytes: dict[str, int] | None = None) -> list[str]:
     """Per PlanFloor: the cards that hold its method on no count the search tried, and whether any count would
-    (the floor over a card's budget: no) or more would; then FLOOR_WHY. `budget_bytes`: each card's budget in bytes."""
+    (the floor over a card's budget: no) or more would; then FLOOR_WHY. `budget_bytes`: each card's budget in bytes;
+    `capacity_bytes`: its memory less the CUDA context, which a floor over the budget may still be within (tight)."""
     out = []
     for fl in floors:
         method = _get(fl, "method")
@@ -147,6 +149,10 @@ def floor_sentences(floors: Any, plans: Any, budget_bytes: dict[str, int]) -> li
             text += (f", over the budget of the {f.words_list(never)} "
                      f"({f.words_list([f.gb(budget_bytes[c]) for c in never])}): no number of these cards would hold "
                      "it with ZeRO or FSDP")
+            tight = [c for c in never if floor <= (capacity_bytes or {}).get(c, 0)]
+            if tight:  # as the per-card table calls a card whose memory holds batch 1 and whose budget does not
+                text += (f" within the headroom, though the {f.words_list(tight)}'s memory less the CUDA context "
+                         f"({f.words_list([f.gb((capacity_bytes or {})[c]) for c in tight])}) holds it: tight")
         if more:
             needs = f.words_list([f.setup(n, c, *how) if n else f"more than a million {c}" for c, n in more])
             text += f"; {needs} would hold it" if never else f". {needs} would hold it"

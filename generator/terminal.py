@@ -275,7 +275,8 @@ def _print_plan(console: Console, report: Report, settings: Settings, method: st
         if method is None or u.method == method:
             console.print(Text(f"{setups_text.METHOD_NAMES.get(u.method, u.method)}: {u.reason}."))
     floors = [x for x in report.plan_floors if method is None or x.method == method]
-    for line in setups_text.floor_sentences(floors, plans, {c.name: c.budget_bytes for c in report.memory.cards}):
+    for line in setups_text.floor_sentences(floors, plans, {c.name: c.budget_bytes for c in report.memory.cards},
+                                            {c.name: c.capacity_bytes for c in report.memory.cards}):
         console.print(Text(line))
     if report.serving and method in (None, "serve"):
         table = _table(f"Serving speed on the fewest GPUs with tensor parallelism, pipeline stages across nodes "

@@ -106,6 +106,12 @@ def test_a_card_over_the_floor_would_need_more_gpus_and_one_under_it_none():
                     "ZeRO-3 and gradient checkpointing would hold it.")
     assert why == setups_text.FLOOR_WHY
     assert setups_text.floor_sentences([floor], plans[2:], budgets) == []  # every card holds it: nothing to say
+    # a floor over a card's budget but within its memory less the CUDA context is tight there, as the per-card
+    # table says it; one over both is not
+    (tight, _) = setups_text.floor_sentences([floor], plans, budgets, {"T4 16 GB": 21 * 10**9})
+    assert tight == line.replace("with ZeRO or FSDP;", "with ZeRO or FSDP within the headroom, though the T4 16 GB's "
+                                 "memory less the CUDA context (21.0 GB) holds it: tight;")
+    assert setups_text.floor_sentences([floor], plans, budgets, {"T4 16 GB": 19 * 10**9})[0] == line
 
 
 

@@ -41,7 +41,8 @@ def setups_context(report: Report) -> dict[str, Any]:
         "unreachable": [{"method": setups_text.METHOD_NAMES.get(u.method, u.method), "reason": u.reason}
                         for u in report.plans_unreachable],
         "floors": setups_text.floor_sentences(report.plan_floors, report.plans,
-                                              {c.name: c.budget_bytes for c in report.memory.cards}),
+                                              {c.name: c.budget_bytes for c in report.memory.cards},
+                                              {c.name: c.capacity_bytes for c in report.memory.cards}),
         "serving": serving,
         "serve_tokens": f.count(report.memory.serve_tokens),
     }
