@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 
 from .config.arch import Arch
 from .cost import flops_per_token, job_tokens
-from .graph.nodes import Graph
+from .graph.nodes import Graph, tied_weight_params
 from .inputs import Assumptions, Card, Gpu
 from .memory.host_link import link_bytes
 from .memory.job import job_phases, training_variants
@@ -66,7 +66,7 @@ def model_shape(a: Arch, g: Graph) -> Shape:
     return Shape(g.params_total, max(1, len(spec.blocks)), largest.params if largest else 0,
                  sum(p.params for p in spec.embed), sum(p.params for p in spec.head), replicated, kv_proj, a.heads,
                  a.kv_heads, routed, a.experts if routed else 0, kv_latent_share(g),
-                 spec.vocab * (a.embed_dim or a.hidden) if spec.tied else 0)
+                 tied_weight_params(a))
 
 
 def kv_latent_share(g: Graph) -> float:

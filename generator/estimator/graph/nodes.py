@@ -50,6 +50,13 @@ class Graph:
         return max(distinct, key=lambda bn: bn[0].params)[0] if distinct else None
 
 
+def tied_weight_params(a: Arch) -> int:
+    """The weight an LM head tied to the embedding shares with it, vocab x the embedding's width (0 untied): counted
+    once in the graph, it is the head's matmul, makes a second gradient (F6) and is copied to a pipeline's last
+    stage."""
+    return a.spec.vocab * (a.embed_dim or a.hidden) if a.spec.tied else 0
+
+
 def build_graph(a: Arch) -> Graph:
     """The totals of the model's graph (parameters, matmul weights, attention terms): the stack's sums over its
     distinct layers (Spec.distinct_layers, which the memory terms read too), each times its count."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ..config.arch import Arch
 from ..config.transformers_defaults import CLASS_DEFAULTS
-from ..graph.nodes import Graph
+from ..graph.nodes import Graph, tied_weight_params
 from .activations import DIFFERENTIAL_ATTENTION, Regime, mask_bytes
 from .sdpa_table import NO_SDPA
 
@@ -231,7 +231,7 @@ def eager_layer_terms(a: Arch, b, compute_bytes: int, trained: bool, r: Regime |
 
 def head_params(a: Arch, g: Graph) -> int:
     """Parameters whose gradients the loss backward makes first: the head's, and a tied embedding's."""
-    return sum(p.params for p in g.spec.head) + (g.spec.vocab * (a.embed_dim or a.hidden) if g.spec.tied else 0)
+    return sum(p.params for p in g.spec.head) + tied_weight_params(a)
 
 
 MLA_PART = "Multi-head Latent Attn"  # families/assembly.mla_part's node type

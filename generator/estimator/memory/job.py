@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..config.arch import Arch
-from ..graph.nodes import Graph
+from ..graph.nodes import Graph, tied_weight_params
 from ..inputs import Assumptions
 from .activations import (
     block_activation_bytes,
@@ -124,7 +124,7 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
     c = r.compute_bytes
     B, T = job.batch, job.tokens
     distinct = spec.distinct_layers
-    head_mm = sum(p.matmul for p in spec.head) or (spec.vocab * (a.embed_dim or a.hidden) if spec.tied else 0)
+    head_mm = sum(p.matmul for p in spec.head) or tied_weight_params(a)
     # images per sample: one where the model reads any (its soft tokens are among the T tokens)
     vision = spec.reads_images
     images = (1 if vision else 0) if job.images is None else job.images
@@ -180,7 +180,7 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
     # the phases after the backward hold no activation: the same with checkpointing or without, made once
     closing: tuple[Phase, ...] = ()
     if not lora and spec.tied:  # F6: the tied weight's two gradients and their sum
-        tied = 2 * param_bytes * spec.vocab * (a.embed_dim or a.hidden)
+        tied = 2 * param_bytes * tied_weight_params(a)
         closing = (phase("end of backward (tied-embedding gradients)", weights=weights, gradients=grad + tied,
                          optimizer_state=state),)
     closing += (phase("optimizer step", weights=weights, gradients=grad, optimizer_state=state,

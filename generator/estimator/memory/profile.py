@@ -26,7 +26,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from ..config.arch import Arch
-from ..graph.nodes import Graph
+from ..graph.nodes import Graph, tied_weight_params
 from ..graph.parts import Block, Part, Spec
 from ..inputs import Assumptions, Card
 from .activations import forward_locals_bytes, regime
@@ -87,7 +87,7 @@ def train_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, method: str, r
     roles = None if method == "full" else all_linear_roles(a)
     terms_rank = 0 if method == "full" else rank
     terms = regime_terms(a, g, r, terms_rank, roles, memo)
-    tied_params = spec.vocab * (a.embed_dim or a.hidden) if spec.tied else 0  # Profile.tied_copy's weight
+    tied_params = tied_weight_params(a)  # Profile.tied_copy's weight
     if method == "full":
         copy = s.autocast_copy_bytes
 
@@ -111,7 +111,7 @@ def train_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, method: str, r
         embed_step -= (s.optimizer_state_bytes + s.grad_bytes + step) * dead
         embed_eob -= (s.optimizer_state_bytes + s.grad_bytes) * dead
         # F6: a tied weight's two gradients (embedding, LM head) and their sum are live together.
-        tied = 2 * s.grad_bytes * spec.vocab * (a.embed_dim or a.hidden) if spec.tied else 0
+        tied = 2 * s.grad_bytes * tied_params
         # a pipeline's last stage: the tied weight's own copy, trained (its autocast copy is the head's matmul's)
         tied_copy = (static(tied_params, 0), late(tied_params, step), late(tied_params, 0))
         embed_act = s.master_weight_bytes * spec.hidden
@@ -247,7 +247,7 @@ def serve_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, memo: dict | N
     enc_tokens = encoder_tokens(spec, tokens)
     caches = tuple([0 if b.stack == "encoder" else kv_bytes_of_block(b, s, tokens, enc_tokens) for b, _ in distinct])
     enc_out = encoder_output_bytes(spec, enc_tokens, c)
-    tied = s.serve_weight_bytes * spec.vocab * (a.embed_dim or a.hidden) if spec.tied else 0  # Profile.tied_copy
+    tied = s.serve_weight_bytes * tied_weight_params(a)  # Profile.tied_copy
     return Profile("serve", weights(embed) + transient, layer_weights, weights(head), enc_out, caches,
                    s.decode_logits_bytes * spec.vocab, counts, layout, tied_copy=(tied, 0, 0))
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from ..config.arch import Arch
-from ..graph.nodes import Graph
+from ..graph.nodes import Graph, tied_weight_params
 from .activations import Regime
 from .frameworks import framework_mats
 from .job_options import Job, fp32_base
@@ -37,7 +37,7 @@ def trained_weights(a: Arch, g: Graph, job: Job, r: Regime, model: str, images: 
     so AdamW keeps no state for them (torch/optim/adamw.py skips a parameter whose .grad is None) and autocast makes
     no copy."""
     spec, distinct, P = g.spec, g.spec.distinct_layers, g.params_total
-    head_mm = sum(p.matmul for p in spec.head) or (spec.vocab * (a.embed_dim or a.hidden) if spec.tied else 0)
+    head_mm = sum(p.matmul for p in spec.head) or tied_weight_params(a)
     vision = spec.reads_images
     skipped = [not images and image_only(a, b) for b, _ in distinct]  # per distinct layer: skipped text-only
     if job.method == "full":
