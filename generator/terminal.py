@@ -342,8 +342,7 @@ def _card_cell(report: Report, card: CardPlan, method: str, batch: int, split: S
     if split is not None and split.max_batch > 0:  # and one GPU where a setup holds it on one (checkpointed)
         fewer = setups_text.card_setups(report.plans, method, card.name, split.cards)
         return f"{fmt.count(split.cards)} cards: {fmt.batch(split.max_batch)}" + (f"; {fewer}" if fewer else "")
-    head = "does not fit" if split is None else f"does not fit on {fmt.count(split.cards)} cards"
-    more = setups_text.card_setups(report.plans, method, card.name)
-    if more is None:  # none searched: the line under the setups says why
-        return head
-    return f"{head}; {more}" if more.startswith("setups") else more  # "no setup up to 512 GPUs" says it all
+    # as the page's cell: the setups' words, or where none was searched (the line under the setups says why) that
+    # one card, or the split, does not hold it
+    return setups_text.card_setups(report.plans, method, card.name) \
+        or ("does not fit" if split is None else f"does not fit on {fmt.count(split.cards)} cards")
