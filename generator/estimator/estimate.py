@@ -31,7 +31,7 @@ from .memory.curve import memory_curve
 from .memory.job_options import Job, checkpoint_host_bytes, resolve, site_job
 from .memory.job_result import metric_memory
 from .memory.layer_terms import all_linear_params, expert_adapters
-from .memory.parallel import Setup, accumulating_phases, per_gpu
+from .memory.parallel import Setup, accumulating_job, per_gpu
 from .memory.peak_table import cached_peak
 from .memory.profile import (
     budget_bytes,
@@ -201,8 +201,7 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
         offload_cpu_bytes_per_node=spread.cpu_bytes_per_node
         + checkpoint_host_bytes(graph, resolve(job, arch)) * min(setup.gpus, GPUS_PER_NODE),
         # the site's full job accumulating gradients (the cost section's micro-batches): every gradient held
-        train_full_bytes_accumulating=max(ph.total_bytes for ph in accumulating_phases(
-            site_jobs["full"].phases, site_jobs["full"].grad_bytes * site_jobs["full"].params_trainable)),
+        train_full_bytes_accumulating=max(ph.total_bytes for ph in accumulating_job(site_jobs["full"]).phases),
         smallest_card_full=smallest("train_full_max_batch"), smallest_card_lora=smallest("train_lora_max_batch"),
         smallest_card_serve=smallest("serve_max_batch"), cards=plans,
         tight_card_full=_tight_card(by_budget, profiles["train_full"].whole_limits, "train_full"),

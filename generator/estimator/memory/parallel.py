@@ -125,6 +125,14 @@ def accumulating_phases(phases: tuple[Phase, ...], grad_bytes: int) -> tuple[Pha
     return tuple(replace(ph, gradients=max(ph.gradients, grad_bytes)) for ph in phases)
 
 
+def accumulating_job(job: SingleGpuJob) -> SingleGpuJob:
+    """`job` accumulating its gradients over micro-batches: its phases and its checkpointed ones hold every
+    gradient (accumulating_phases), and FSDP's no_sync keeps them unsharded (SingleGpuJob.accumulating)."""
+    grads = job.grad_bytes * job.params_trainable
+    return replace(job, accumulating=True, phases=accumulating_phases(job.phases, grads),
+                   phases_ckpt=accumulating_phases(job.phases_ckpt, grads))
+
+
 @dataclass(frozen=True)
 class SingleGpuJob:
     """The single-GPU estimate of one job and the model shape its sharding needs."""

@@ -4,7 +4,6 @@ jobs accumulating their gradients on fewer GPUs than the reference job's batch. 
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -13,7 +12,7 @@ from .parallel import (
     ParallelError,
     Setup,
     SingleGpuJob,
-    accumulating_phases,
+    accumulating_job,
     peak_parts,
     tp_phases,
     validate,
@@ -35,10 +34,8 @@ class PeakTable:
     def __init__(self, jobs: Mapping[str, SingleGpuJob], adjust: Callable[[str, tuple[int, ...]], int],
                  summed: tuple[str, ...] = (), batch: int = 1) -> None:
         self.jobs, self.adjust, self.summed, self.batch = jobs, adjust, summed, batch
-        self.accumulating = {m: dataclasses.replace(
-            j, accumulating=True, phases=accumulating_phases(j.phases, j.grad_bytes * j.params_trainable),
-            phases_ckpt=accumulating_phases(j.phases_ckpt, j.grad_bytes * j.params_trainable))
-            for m, j in jobs.items() if m in ("full", "lora", "qlora") and batch > 1}
+        self.accumulating = {m: accumulating_job(j) for m, j in jobs.items()
+                             if m in ("full", "lora", "qlora") and batch > 1}
         self.seen: dict[tuple, tuple[int, int] | ParallelError] = {}
         self.shardings: dict[tuple, Sharding | ParallelError] = {}
         self.limits: dict[tuple[str, int], tuple[tuple[int, int], ...] | None] = {}  # (method, id(kind))
