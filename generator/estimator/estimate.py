@@ -102,8 +102,8 @@ FORMULAS = {
              "node of 8; hours = max(FLOPs (+ one forward when checkpointing) / peak, bytes / bandwidth) / "
              "(GPUs x MFU)",
     "serving": "fewest GPUs holding one sequence with tensor parallelism (x pipeline stages across nodes); "
-               "decode = bandwidth x 0.78 / (active weights + KV read per token), prefill = peak x 0.69 / forward FLOPs per token (roofline; FasterTransformer "
-               "ratios via llm-analysis)",
+               "decode = bandwidth x 0.78 / (active weights + KV read per token), prefill = peak x 0.69 / forward "
+               "FLOPs per token (roofline; FasterTransformer ratios via llm-analysis)",
 }
 
 

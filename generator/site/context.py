@@ -204,10 +204,10 @@ def _cost(report: Report, settings: Settings, assumptions: dict[str, Any], sourc
         setup = one_gpu.get((line.method, line.card))
         if setup is not None and (setup.grad_ckpt or setup.offload != "none") and setup.job_hours is not None:
             how = f.strategy_words("single", setup.grad_ckpt, setup.offload)
-            row[line.method] = {"hours": f.hours(setup.job_hours), "usd": f.usd(setup.job_usd), "ckpt": how,
+            row[line.method] = {"hours": f.hours(setup.job_hours), "usd": f.usd(setup.job_usd), "how": how,
                                 "roofline": f.hours(line.roofline_hours), "bound": line.bound, "no_fit": False}
             continue
-        row[line.method] = {"hours": f.hours(line.hours), "usd": f.usd(line.usd), "ckpt": None,
+        row[line.method] = {"hours": f.hours(line.hours), "usd": f.usd(line.usd), "how": None,
                             "roofline": f.hours(line.roofline_hours), "bound": line.bound,
                             "no_fit": setup is None,
                             # where no count up to 512 holds it (setups.plan_floors says why), no price links
