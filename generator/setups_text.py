@@ -42,18 +42,34 @@ def label(p: Any) -> str:
         + (f" ({f.gb(host)} of host memory per node)" if host else "")
 
 
-def card_setups(plans: Any, method: str, card: str, split_cards: int = 0) -> str | None:
+def unfit_setup(p: Any, capacity_bytes: int) -> str:
+    """A plan that no count the search tried holds within the card's budget, by its most GPUs: "tight on 512 GPUs"
+    where the card's memory less the CUDA context (`capacity_bytes`) holds its per-GPU peak, as the batch tables
+    call a card that holds batch 1 only so; else "does not fit on 512 GPUs"."""
+    tight = _get(p, "per_gpu_peak_bytes") <= capacity_bytes
+    return f"{'tight' if tight else 'does not fit'} on {f.gpu_count(_get(p, 'gpus'))}"
+
+
+def card_setups(plans: Any, method: str, card: str, split_cards: int = 0, capacity_bytes: int = 0) -> str | None:
     """Where one card holds no batch of `method`: the fewest of its GPUs a setup holds it on ("setups: 4 GPUs"),
-    else the most the search tried ("no setup up to 512 GPUs"); None where no setup was searched on it. Beside a
-    split over `split_cards` that holds a batch, only a setup on fewer GPUs (one GPU, checkpointed) is worth naming.
-    The batch tables of the page and the terminal say it alike."""
+    else the most the search tried ("no setup up to 512 GPUs", or "tight on 512 GPUs" where the card's memory less
+    the CUDA context, `capacity_bytes`, holds that setup: unfit_setup); None where no setup was searched on it.
+    Beside a split over `split_cards` that holds a batch, only a setup on fewer GPUs (one GPU, checkpointed) is
+    worth naming. The batch tables of the page and the terminal say it alike."""
     mine = [p for p in plans if _get(p, "method") == method and _get(p, "gpu") == card]
     fitting = [_get(p, "gpus") for p in mine if _get(p, "fits")]
     if split_cards:
         return f"setups: {f.gpu_count(min(fitting))}" if fitting and min(fitting) < split_cards else None
     if fitting:
         return f"setups: {f.gpu_count(min(fitting))}"
-    return f"no setup up to {f.gpu_count(max(_get(p, 'gpus') for p in mine))}" if mine else None
+    return none_holds(max(mine, key=lambda p: _get(p, "gpus")), capacity_bytes) if mine else None
+
+
+def none_holds(most: Any, capacity_bytes: int) -> str:
+    """Where no setup holds a method on a card, by the plan of the most GPUs the search tried: "no setup up to 512
+    GPUs", or "tight on 512 GPUs" (unfit_setup)."""
+    words = unfit_setup(most, capacity_bytes)
+    return words if words.startswith("tight") else f"no setup up to {f.gpu_count(_get(most, 'gpus'))}"
 
 
 def link_bound(p: Any) -> bool:

@@ -255,6 +255,7 @@ def _print_plan(console: Console, report: Report, settings: Settings, method: st
     if method is None:
         _print_cards(console, report, table_width)
     plans = [p for p in report.plans if method is None or p.method == method]
+    capacity = {c.name: c.capacity_bytes for c in report.memory.cards}
     if plans:
         table = _table(f"Setups that hold batch 1, accumulating gradients to batch {a['job_batch']} on fewer GPUs "
                        f"(cost: {a['job_epochs']} epochs x {fmt.count(a['job_samples'])} samples at batch "
@@ -266,7 +267,7 @@ def _print_plan(console: Console, report: Report, settings: Settings, method: st
             marks = ", ".join(w for w, on in (("PCIe-bound", setups_text.link_bound(p)), ("smallest", p.smallest),
                                               ("cheapest", p.cheapest)) if on)
             table.add_row(setups_text.METHOD_NAMES[p.method], p.gpu, setups_text.label(p) if p.fits else
-                          f"does not fit on {fmt.count(p.gpus)} GPUs", fmt.gb(p.per_gpu_peak_bytes),
+                          setups_text.unfit_setup(p, capacity[p.gpu]), fmt.gb(p.per_gpu_peak_bytes),
                           fmt.usd_per_hour(p.usd_per_hour) if p.fits else fmt.DASH,  # no price for what cannot run
                           fmt.hours(p.job_hours) if p.job_hours else fmt.DASH,
                           fmt.usd(p.job_usd), marks)
@@ -276,7 +277,7 @@ def _print_plan(console: Console, report: Report, settings: Settings, method: st
             console.print(Text(f"{setups_text.METHOD_NAMES.get(u.method, u.method)}: {u.reason}."))
     floors = [x for x in report.plan_floors if method is None or x.method == method]
     for line in setups_text.floor_sentences(floors, plans, {c.name: c.budget_bytes for c in report.memory.cards},
-                                            {c.name: c.capacity_bytes for c in report.memory.cards}):
+                                            capacity):
         console.print(Text(line))
     if report.serving and method in (None, "serve"):
         table = _table(f"Serving speed on the fewest GPUs with tensor parallelism, pipeline stages across nodes "
@@ -344,5 +345,5 @@ def _card_cell(report: Report, card: CardPlan, method: str, batch: int, split: S
         return f"{fmt.count(split.cards)} cards: {fmt.batch(split.max_batch)}" + (f"; {fewer}" if fewer else "")
     # as the page's cell: the setups' words, or where none was searched (the line under the setups says why) that
     # one card, or the split, does not hold it
-    return setups_text.card_setups(report.plans, method, card.name) \
+    return setups_text.card_setups(report.plans, method, card.name, capacity_bytes=card.capacity_bytes) \
         or ("does not fit" if split is None else f"does not fit on {fmt.count(split.cards)} cards")

@@ -214,11 +214,21 @@ def test_a_batch_cell_past_one_card_names_the_fewest_gpus_the_setups_table_fits(
                     assert any(p["grad_ckpt"] or p["offload"] != "none" for p in plans if p["fits"] and p["gpus"] == 1)
                     seen.add("beside a split")
                     continue
+                most = max(plans, key=lambda p: p["gpus"])
+                capacity = {c["name"]: c["capacity_bytes"] for c in twin["memory"]["cards"]}[card]
+                # none holds it within the budget: "tight" where the card's memory less the CUDA context holds the
+                # largest setup tried, as the setups table's row and the floor sentence under it say
                 want = f"setups: {f.gpu_count(min(fitting))}" if fitting else \
-                    f"no setup up to {f.gpu_count(max(p['gpus'] for p in plans))}"
-                assert link == want == setups_text.card_setups(twin["plans"], method, card), (model, card, label)
+                    f"{'tight on' if most['per_gpu_peak_bytes'] <= capacity else 'no setup up to'} " \
+                    f"{f.gpu_count(most['gpus'])}"
+                assert link == want == setups_text.card_setups(twin["plans"], method, card,
+                                                               capacity_bytes=capacity), (model, card, label)
+                if not fitting:  # the setups table's row says it alike
+                    row_words = want.replace("no setup up to", "does not fit on")
+                    assert f'data-label="{setups_text.METHOD_NAMES[method]}">{row_words}' \
+                        in html[html.index('id="plans"'):], (model, card, label)
                 seen.add(want.split(":")[0])
-    assert seen == {"setups", "no setup up to 512 GPUs", "beside a split"}
+    assert seen == {"setups", "no setup up to 512 GPUs", "tight on 512 GPUs", "beside a split"}
 
 
 def test_small_words_read_right(site: Path) -> None:
@@ -315,15 +325,15 @@ def test_a_citation_without_a_source_is_refused(tmp_path: Path) -> None:
 
 
 def test_every_cell_that_fits_on_no_count_has_its_floor_on_the_page(site: Path) -> None:
-    """A model page whose setups table says "does not fit on 512 GPUs" for a training method says why under the
-    table (setups_text.floor_sentences), once per method, and what data parallelism leaves whole, once."""
+    """A model page whose setups table says "does not fit on 512 GPUs" (or "tight on") for a training method says why
+    under the table (setups_text.floor_sentences), once per method, and what data parallelism leaves whole, once."""
     seen = 0
     for page in sorted((site / "models").glob("*/*/index.html")):
         html = page.read_text(encoding="utf-8")
         start = html.index('id="plans"')
         table = html[start:html.index("</table>", start)]
         over = [label for label in ("Full fine-tune", "LoRA", "QLoRA")
-                if re.search(rf'data-label="{label}">does not fit on \d+ GPUs', table)]
+                if re.search(rf'data-label="{label}">(does not fit|tight) on \d+ GPUs', table)]
         for label in over:
             assert html.count(f'<p class="note">{label}: no count of ') == 1, (page, label)
         assert html.count("ZeRO and FSDP divide the weights") == (1 if over else 0), page

@@ -185,7 +185,9 @@ def _auto_map(record: ModelRecord | None) -> list[str]:
 def _cost(report: Report, settings: Settings, assumptions: dict[str, Any], sources_href: str | None) -> dict[str, Any]:
     gpu_by_name = {g.name: g for g in settings.gpus.values()}
     one_gpu = {(p.method, p.gpu_model or p.gpu): p for p in report.plans if p.fits and p.gpus == 1}
-    priced = {(p.method, p.gpu_model or p.gpu) for p in report.plans if p.fits}  # some count of this GPU holds it
+    capacity = {c.name: c.capacity_bytes for c in report.memory.cards}
+    spread = {(p.method, p.gpu_model or p.gpu): "priced on more GPUs" if p.fits else setups_text.none_holds(
+        p, capacity[p.gpu]) for p in sorted(report.plans, key=lambda p: (p.fits, p.gpus))}  # a fitting one last
     rows: dict[str, dict[str, Any]] = {}
     for line in report.cost:
         gpu = gpu_by_name.get(line.card)
@@ -195,8 +197,7 @@ def _cost(report: Report, settings: Settings, assumptions: dict[str, Any], sourc
             "peak": f.tflops(line.peak_tflops),
             "price": f.usd_per_hour(line.price_usd_per_hour),
             "source": sources.note(gpu.price_source, settings.sources, sources_href) if gpu else [],
-            "date": gpu.price_date if gpu else "",
-            "full": None, "lora": None,
+            "date": gpu.price_date if gpu else "", "full": None, "lora": None,
         })
         # the setups table's one-GPU setup, which accumulates the job's batch over micro-batches (every gradient
         # held): where there is none, one GPU does not run the job; where it checkpoints or offloads, both tables
@@ -208,10 +209,9 @@ def _cost(report: Report, settings: Settings, assumptions: dict[str, Any], sourc
                                 "roofline": f.hours(line.roofline_hours), "bound": line.bound, "no_fit": False}
             continue
         row[line.method] = {"hours": f.hours(line.hours), "usd": f.usd(line.usd), "how": None,
-                            "roofline": f.hours(line.roofline_hours), "bound": line.bound,
-                            "no_fit": setup is None,
-                            # where no count up to 512 holds it (setups.plan_floors says why), no price links
-                            "spread": (line.method, line.card) in priced}
+                            "roofline": f.hours(line.roofline_hours), "bound": line.bound, "no_fit": setup is None,
+                            # where no count the search tried holds it (setups.plan_floors says why), no price
+                            "spread": spread.get((line.method, line.card), "")}
     return {
         "epochs": f.count(assumptions["job_epochs"]),
         "batch": f.count(assumptions["job_batch"]),
@@ -289,8 +289,8 @@ def _memory(report: Report, root: str | None = None) -> dict[str, Any]:
             split = splits.get(method)
             held = split.cards if split is not None and split.max_batch > 0 else 0  # a split that holds a batch
             row[short] = {"batch": "tight" if tight else f.batch(batch), "split": _split(split),
-                          "more": None if tight or batch > 0 else setups_text.card_setups(report.plans, short,
-                                                                                          card.name, held)}
+                          "more": None if tight or batch > 0 else setups_text.card_setups(
+                              report.plans, short, card.name, held, card.capacity_bytes)}
         row["cells"] = [row[k] for k in keys]
         rows.append(row)
     rank = f.count(dict(report.memory.assumptions)["lora_rank"])

@@ -12,13 +12,14 @@ from ..estimator import Report
 def setups_context(report: Report) -> dict[str, Any]:
     """What model.html shows of report.plans, plans_unreachable and serving (strings and booleans only)."""
     rows: dict[tuple[str, str], dict[str, Any]] = {}
+    capacity = {c.name: c.capacity_bytes for c in report.memory.cards}
     for p in report.plans:
         row = rows.setdefault((p.gpu, p.gpu_model), {"card": p.gpu, "gpu": p.gpu_model or p.gpu,
                                                      "price": f.usd_per_hour(p.usd_per_hour / p.gpus
                                                                              if p.usd_per_hour else None),
                                                      "cells": {}})
         row["cells"][p.method] = {
-            "setup": setups_text.label(p) if p.fits else f"does not fit on {f.count(p.gpus)} GPUs",
+            "setup": setups_text.label(p) if p.fits else setups_text.unfit_setup(p, capacity[p.gpu]),
             "peak": f.gb(p.per_gpu_peak_bytes), "usd": None if p.job_usd is None else f.usd(p.job_usd),
             # a serving plan has no job to price: its "cheapest" is per hour (one user's server); the serving table
             # marks the cheapest per output token
@@ -41,8 +42,7 @@ def setups_context(report: Report) -> dict[str, Any]:
         "unreachable": [{"method": setups_text.METHOD_NAMES.get(u.method, u.method), "reason": u.reason}
                         for u in report.plans_unreachable],
         "floors": setups_text.floor_sentences(report.plan_floors, report.plans,
-                                              {c.name: c.budget_bytes for c in report.memory.cards},
-                                              {c.name: c.capacity_bytes for c in report.memory.cards}),
+                                              {c.name: c.budget_bytes for c in report.memory.cards}, capacity),
         "serving": serving,
         "serve_tokens": f.count(report.memory.serve_tokens),
     }
