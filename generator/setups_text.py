@@ -133,8 +133,8 @@ _FLOOR_PARTS = {"weights": "the gathered layers", "gradients": "their gradients"
                 "overhead": "other tensors"}
 # Why a floor is one: what data parallelism leaves whole on each GPU, and what the search does not try
 FLOOR_WHY = ("ZeRO and FSDP divide the weights, gradients and optimizer state among the GPUs, not each GPU's own "
-             "activations and logits, nor the layers it gathers to compute; tensor and sequence parallelism, which "
-             "divide activations too, are not tried for training.")
+             "activations and logits, nor the layers it gathers to compute, nor the buffers its gradients are reduced "
+             "through; tensor and sequence parallelism, which divide activations too, are not tried for training.")
 
 
 def floor_sentences(floors: Any, plans: Any, budget_bytes: dict[str, int],
@@ -151,7 +151,9 @@ def floor_sentences(floors: Any, plans: Any, budget_bytes: dict[str, int],
         cards = list(dict.fromkeys(_get(p, "gpu") for p in over))
         top = f.count(max(_get(p, "gpus") for p in over))  # the most GPUs the search tried
         floor, strategy, parts = _get(fl, "floor_bytes"), _get(fl, "strategy"), _get(fl, "parts")
-        names = {**_FLOOR_PARTS, **({"weights": "the weights, whole"} if strategy == "zero2" else {})}
+        names = {**_FLOOR_PARTS, **({"weights": "the weights, whole"} if strategy == "zero2" else {}),
+                 **({"overhead": "other tensors, DeepSpeed's gradient reduce bucket among them"}
+                    if strategy in ("zero2", "zero3") else {})}
         kept = f.words_list([f"{names.get(k, k)} {f.gb(v)}"
                              for k, v in (parts.items() if isinstance(parts, dict) else parts)])
         how = (strategy, _get(fl, "grad_ckpt"), _get(fl, "offload"))

@@ -17,6 +17,7 @@ from generator.estimator import estimate
 from generator.estimator.memory.kinds import MAX_GPUS
 from generator.estimator.memory.parallel import ParallelError, Phase, Setup, SingleGpuJob, per_gpu
 from generator.estimator.memory.plans import GpuOffer, search_plans
+from generator.estimator.memory.sharding import ZERO_REDUCE_BUCKET, sharded
 from generator.estimator.serving_speed import ServingModel, decode_upper_bound, serving_speed
 from tests.conftest import ROOT, snapshot_configs
 
@@ -108,6 +109,24 @@ def test_zero3_steps_one_sub_group_of_fp32_gradients_beside_its_partition(n):
     assert grads == pytest.approx(2 * P / n + 4 * min(P / n, 1e9), abs=2)
     assert dict(per_gpu(job, Setup("fsdp", n)).breakdown)["gradients"] == pytest.approx(4 * P / n, abs=1)
     assert dict(per_gpu(job, Setup("zero3", n, offload="optimizer")).breakdown)["gradients"] == 0
+
+
+@pytest.mark.parametrize("n", [2, 8, 64])
+def test_deepspeed_reduces_gradients_through_a_bucket_of_5e8_elements_whatever_the_model(n):
+    """DeepSpeed copies gradients into a contiguous reduce bucket of reduce_bucket_size elements (5e8 by default,
+    runtime/zero/config.py; contiguous_gradients on) in the 16-bit communication dtype, 1 GB under bf16, whatever the
+    model's size or the GPU count: ZeRO-3 allocates it at init and keeps it (stage3.py: the ipg buckets' buffer),
+    ZeRO-2 at a backward's first gradient and frees it at the backward's end (stage_1_and_2.py setup_buckets,
+    _release_ipg_buffers). FSDP reduce-scatters each unit's own gradient (priced apart): no bucket."""
+    assert ZERO_REDUCE_BUCKET == 500_000_000
+    job = _amp_job()
+    overhead = {s: {name: parts[6] for name, parts in sharded(job, s).rows(n)} for s in ("zero2", "zero3", "fsdp")}
+    step = 2**29 + -(-4 * P // n)  # the per-process overhead and the foreach temporary's share
+    assert overhead["zero3"] == {"loss": 2**29 + 10**9, "optimizer step": step + 10**9}
+    assert overhead["zero2"] == {"loss": 2**29 + 10**9, "optimizer step": step}
+    assert overhead["fsdp"] == {"loss": 2**29, "optimizer step": step}
+    fp32 = dataclasses.replace(job, compute_bytes=4)  # an fp32 job communicates in fp32
+    assert dict(sharded(fp32, "zero3").rows(n))["loss"][6] == 2**29 + 2 * 10**9
 
 
 def test_tp_over_4_puts_about_a_quarter_of_the_weights_on_each():

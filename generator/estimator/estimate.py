@@ -98,7 +98,8 @@ FORMULAS = {
     "plans": "per method and priced GPU, the fewest GPUs (1, 2, 4, 8, then nodes of 8 up to 512) whose per-GPU peak "
              "at batch 1 fits the card (on fewer GPUs than job_batch, accumulating gradients over micro-batches to it, "
              "every one held: FSDP's no_sync unsharded), the simplest strategy first (one GPU; zero2; zero3/fsdp with "
-             "checkpointing); CPU offload only where nothing else runs up to 512 GPUs, within the host memory per "
+             "checkpointing; ZeRO with DeepSpeed's defaults: a reduce bucket of 5e8 elements, the step in sub-groups "
+             "of 1e9); CPU offload only where nothing else runs up to 512 GPUs, within the host memory per "
              "node of 8; hours = max(FLOPs (+ one forward when checkpointing) / peak, bytes / bandwidth) / "
              "(GPUs x MFU)",
     "serving": "fewest GPUs holding one sequence with tensor parallelism (x pipeline stages across nodes); "

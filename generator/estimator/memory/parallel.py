@@ -31,6 +31,9 @@ u the largest sharding unit's params, c compute bytes, N GPUs). Sources:
   one sub-group at a time (_prepare_fp32_grad_for_sub_group; sub_group_size 1e9 elements: runtime/zero/config.py).
   DeepSpeed gathers module by module, so at the loss the LM head (or a tied embedding) is gathered in place of a
   layer: its estimator's "largest layer" is the largest module (estimate_zero3_model_states_mem_needs_all_live).
+- zero2 / zero3 reduce gradients through DeepSpeed's contiguous bucket of reduce_bucket_size elements (5e8 by
+  default: runtime/zero/config.py) in the 16-bit communication dtype, whatever the model's size: ZeRO-3 keeps it from
+  init, ZeRO-2 holds it through each backward (sharding.ZERO_REDUCE_BUCKET).
 - tp: Megatron-LM column/row-parallel Linears and vocab-parallel embedding/head (Shoeybi et al. 2019,
   arXiv:1909.08053 §3) split every matmul and embedding weight / N; norms stay whole. Activations / N with sequence
   parallelism (Korthikanti et al. 2022, arXiv:2205.05198 Table 2: sbh(34 + 5as/h)/t; Megatron-LM

@@ -13,6 +13,11 @@ GPUS_PER_NODE = 8  # tp+pp: tensor parallel inside a node of 8, pipeline stages 
 # ZeRO-3 steps the optimizer one sub-group of a rank's partition at a time (deepspeed/runtime/zero/config.py,
 # DeepSpeedZeroConfig.sub_group_size: 1e9 elements by default), each with its fp32 gradient
 ZERO3_SUB_GROUP = 1_000_000_000
+# ZeRO-2 and ZeRO-3 copy each gradient into a contiguous reduce bucket (contiguous_gradients, on by default) of
+# reduce_bucket_size elements, 5e8 by default (deepspeed/runtime/zero/config.py), in the communication dtype, the
+# model's 16-bit one. Accelerate keeps the default where no DeepSpeed config file sets it; HF's example configs say
+# "auto", which Accelerate and the Trainer fill with hidden_size ** 2 (accelerator.py _prepare_deepspeed).
+ZERO_REDUCE_BUCKET = 500_000_000
 EXPERT_PARALLEL = GPUS_PER_NODE  # fsdp+ep: the experts spread over the 8 GPUs of a node (all-to-all over NVLink)
 
 
@@ -110,9 +115,14 @@ def sharded(job: Any, strategy: str, grad_ckpt: bool = False, offload: str = "no
     # offloaded (stage3.py, DeepSpeedZeroOptimizer_Stage3: grad_partitions_flat_buffer); the backward reduce-scatters
     # into it, and the step adds one sub-group's fp32 gradient at a time (_prepare_fp32_grad_for_sub_group).
     partition = c * t if s == "zero3" and offload == "none" else 0
+    # The reduce bucket is allocated whatever the model's size, on the GPU even under offload: ZeRO-3 at init,
+    # beside the optimizer state, kept through every phase (stage3.py: the ipg buckets' buffer); ZeRO-2 at the start
+    # of each backward, released at its end (stage_1_and_2.py setup_buckets, _release_ipg_buffers).
+    bucket = c * ZERO_REDUCE_BUCKET if s in ("zero2", "zero3") else 0
     rows = []
     for ph in job.phases_ckpt if grad_ckpt else job.phases:
         computing = ph.computing
+        reducing = bucket if s == "zero3" or computing and not ph.name.startswith("forward") else 0
         buffer = unit_grad if computing and not zero2 else 0
         if zero2:  # replicated weights less the master, which is sharded
             w0, wx, wm = ph.weights - master + copy16, 0, 1
@@ -132,7 +142,7 @@ def sharded(job: Any, strategy: str, grad_ckpt: bool = False, offload: str = "no
         act = ph.activations - (ph.expert_activations - _ceil(ph.expert_activations / EXPERT_PARALLEL)
                                 if s == "fsdp+ep" else 0)
         rows.append((ph.name, w0, wx, wm, g0, gx, sub_group, sx, act, ph.logits, ph.kv_cache,
-                     copies + ph.overhead_fixed, ox))
+                     copies + ph.overhead_fixed + reducing, ox))
     return Sharding(master, tuple(rows), _cpu_total(job, offload))
 
 
