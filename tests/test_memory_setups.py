@@ -11,7 +11,7 @@ from generator.estimator.checks import check_scope
 from generator.estimator.graph.nodes import build_graph
 from generator.estimator.memory.attention import default_attention
 from generator.estimator.memory.job import job_memory
-from generator.estimator.memory.job_options import Job
+from generator.estimator.memory.job_options import Job, optimizer_bytes
 from generator.estimator.memory.recipes import RECIPES
 from generator.estimator.memory.sdpa_table import NO_SDPA
 from generator.estimator.normalise import normalise
@@ -61,9 +61,25 @@ def test_only_unsloth_keeps_its_checkpoints_in_cpu_ram():
     assert {n for n, r in RECIPES.items() if dict(r.fields).get("offload_checkpoints")} == {"unsloth"}
     a = normalise(LLAMA, "m")
     trl = job_memory(a, build_graph(a), S, Job.from_options("trl-sft", tokens=4096, lora_targets="all-linear"), "m")
-    torch_ckpt = Job(method="lora", precision="amp", adapter_dtype="fp32", lora_dropout=0.05, grad_ckpt=True,
-                     optimizer="adamw-fused", loss="trl-chunked", tokens=4096)
+    torch_ckpt = Job(method="lora", precision="amp", weights="fp32", adapter_dtype="fp32", lora_dropout=0.05,
+                     grad_ckpt=True, optimizer="adamw-fused", loss="trl-chunked", tokens=4096)
     assert trl.peak_bytes == job_memory(a, build_graph(a), S, torch_ckpt, "m").peak_bytes
+
+
+def test_trl_loads_a_named_model_in_fp32_and_casts_a_quantised_models_adapters_to_bf16():
+    """TRL's SFTTrainer loads a model given by name in float32 unless model_init_kwargs say otherwise
+    (trl/trainer/utils.py create_model_from_path, since huggingface/trl#4778), and on a 4-bit base casts every
+    trainable parameter to bfloat16 after get_peft_model (sft_trainer.py, since 2af35fb); bitsandbytes' 32-bit paged
+    AdamW keeps float32 states whatever the parameter's dtype (optim/optimizer.py Optimizer2State.init_state)."""
+    assert dict(RECIPES["trl-sft"].fields)["weights"] == "fp32"
+    qlora = dict(RECIPES["trl-sft-qlora"].fields)
+    assert qlora["adapter_dtype"] == "bf16" and qlora["optimizer"] == "paged-adamw"
+    assert optimizer_bytes("paged-adamw", 1_000, 2) == (8_000, 0) == optimizer_bytes("paged-adamw", 1_000, 4)
+    assert optimizer_bytes("adamw-fused", 1_000, 2) == (4_000, 0)
+    a = normalise(LLAMA, "m")
+    named = job_memory(a, build_graph(a), S, Job.from_options("trl-sft", tokens=512), "m")
+    loaded_bf16 = job_memory(a, build_graph(a), S, Job.from_options("trl-sft", tokens=512, weights="bf16"), "m")
+    assert dict(named.breakdown)["weights"] > 1.9 * dict(loaded_bf16.breakdown)["weights"]
 
 
 def test_unknown_recipe_is_an_error():

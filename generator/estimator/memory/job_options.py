@@ -271,8 +271,10 @@ def optimizer_bytes(optimizer: str, trainable: int, param_bytes: int) -> tuple[f
     - adamw (torch.optim.AdamW, foreach on CUDA): exp_avg, exp_avg_sq as zeros_like(param) = 2 x param bytes; the
       foreach step holds one temporary as large as the parameters (F5: 20 x P measured under AMP);
     - adamw-fused (torch._fused_adamw_, Trainer's adamw_torch_fused), adamw8bit / paged-adamw (bitsandbytes' one
-      fused kernel): in place, no temporary. sgd (no momentum): no state, torch._foreach_add_ in place."""
-    state = {"adamw": 2 * param_bytes, "adamw-fused": 2 * param_bytes, "paged-adamw": 2 * param_bytes,
+      fused kernel): in place, no temporary. sgd (no momentum): no state, torch._foreach_add_ in place.
+    - paged-adamw is bitsandbytes' 32-bit PagedAdamW: its two states are float32 whatever the parameter's dtype
+      (bitsandbytes/optim/optimizer.py Optimizer2State.init_state), 8 B a parameter for bf16 adapters too."""
+    state = {"adamw": 2 * param_bytes, "adamw-fused": 2 * param_bytes, "paged-adamw": 8,
              "adamw8bit": ADAMW8BIT_STATE_BYTES, "sgd": 0}[optimizer] * trainable
     return state, param_bytes * trainable if optimizer == "adamw" else 0
 

@@ -75,13 +75,17 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
             "_cast_adapter_dtype: bf16/fp16 adapters are upcast to fp32",
             "peft/tuners/lora/config.py LoraConfig: r = 8, lora_dropout = 0.0, target_modules None (peft's own "
             "for the model type: peft/tuners/lora/model.py _prepare_adapter_config)")),
-    Recipe("trl-sft", "TRL SFTTrainer with a bf16 base and LoRA: bf16 autocast, gradient checkpointing on, "
-                      "chunked cross-entropy (256 tokens), LoRA dropout 0.05 on peft's default targets (q and v "
-                      "for most decoders), batches padded to their longest sample",
-           (("method", "lora"), ("precision", "amp"), ("adapter_dtype", "fp32"), ("lora_dropout", 0.05),
-            ("lora_targets", PEFT_DEFAULT), ("grad_ckpt", True), ("optimizer", "adamw-fused"),
+    Recipe("trl-sft", "TRL SFTTrainer with LoRA on a model it loads by name, as its quickstart and `trl sft` do: "
+                      "the weights in float32 (TRL's default; --weights bf16 for a model loaded in bf16), bf16 "
+                      "autocast, gradient checkpointing on, chunked cross-entropy (256 tokens), LoRA dropout 0.05 on "
+                      "peft's default targets (q and v for most decoders), batches padded to their longest sample",
+           (("method", "lora"), ("precision", "amp"), ("weights", "fp32"), ("adapter_dtype", "fp32"),
+            ("lora_dropout", 0.05), ("lora_targets", PEFT_DEFAULT), ("grad_ckpt", True), ("optimizer", "adamw-fused"),
             ("keep_outputs", False), ("loss", "trl-chunked"), ("padded", True)),
-           ("trl/trainer/base_config.py: gradient_checkpointing = True, bf16 defaults to True; "
+           ("trl/trainer/utils.py create_model_from_path: dtype = kwargs.get('dtype', 'float32') where "
+            "model_init_kwargs give none; trl/trainer/model_config.py: dtype defaults to 'float32' for `trl sft` "
+            "(huggingface/trl#4778, 4d52e02, 2026-01-12)",
+            "trl/trainer/base_config.py: gradient_checkpointing = True, bf16 defaults to True; "
             "trl/trainer/sft_config.py: activation_offloading = False (the layer inputs stay on the GPU)",
             "trl/trainer/sft_config.py: loss_type defaults to 'chunked_nll'; trl/trainer/sft_trainer.py "
             "_CHUNKED_LM_HEAD_CHUNK_SIZE = 256",
@@ -91,10 +95,10 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
             TRL_PADS)),
     Recipe("trl-sft-qlora", "QLoRA as the QLoRA paper and peft's guide run it under TRL: nf4 base with double "
                             "quantisation, prepare_model_for_kbit_training (every non-quantised parameter upcast to "
-                            "fp32, gradient checkpointing on), paged AdamW 32-bit, LoRA dropout 0.05, batches "
-                            "padded to their longest sample",
+                            "fp32, gradient checkpointing on), the adapters cast to bf16 by TRL, paged AdamW 32-bit, "
+                            "LoRA dropout 0.05, batches padded to their longest sample",
            (("method", "qlora"), ("precision", "amp"), ("weights", "nf4"), ("double_quant", True),
-            ("upcast_fp32", True), ("adapter_dtype", "fp32"), ("lora_rank", 16), ("lora_targets", "all-linear"),
+            ("upcast_fp32", True), ("adapter_dtype", "bf16"), ("lora_rank", 16), ("lora_targets", "all-linear"),
             ("lora_dropout", 0.05), ("grad_ckpt", True), ("optimizer", "paged-adamw"), ("keep_outputs", False),
             ("loss", "trl-chunked"), ("padded", True)),
            ("peft/utils/other.py prepare_model_for_kbit_training: param.data.to(torch.float32) for every fp16/bf16 "
@@ -104,8 +108,11 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
             "arXiv:2305.14314 §4: LoRA on all linear layers). qlora.py itself defaults to r 64 and lora_dropout 0.0 "
             "(its Guanaco scripts pass 0.1 up to 13B, 0.05 above) and casts the adapters to bf16 under --bf16; this "
             "recipe runs it under TRL and peft instead:",
-            "trl/trainer/model_config.py: lora_r 16, lora_dropout 0.05; peft get_peft_model(autocast_adapter_dtype="
-            "True): fp32 adapters",
+            "trl/trainer/model_config.py: lora_r 16, lora_dropout 0.05; trl/trainer/sft_trainer.py: on a 4- or "
+            "8-bit model every trainable parameter is cast to bfloat16 after get_peft_model, as the QLoRA paper "
+            "does (huggingface/trl@2af35fb, 2025-12-04), peft's fp32 adapters so undone",
+            "bitsandbytes/optim/optimizer.py Optimizer2State.init_state: a 32-bit optimizer's state1 and state2 "
+            "are float32 whatever the parameter's dtype",
             "bitsandbytes/optim/optimizer.py get_state_buffer: paged state (F.get_paged, cudaMallocManaged) for "
             "tensors of 1e5 elements or more",
             "trl/trainer/sft_config.py: loss_type 'chunked_nll'; base_config.py: gradient_checkpointing = True",
