@@ -143,3 +143,38 @@ def test_cache_scales_with_kv_bytes(kv_bytes):
     a = arch(SNAP["meta-llama/Llama-3.1-8B"])
     s = dataclasses.replace(S, kv_bytes=kv_bytes)
     assert kv_bytes_per_token(a, s) == 32 * 2 * 8 * 128 * kv_bytes
+
+
+def test_gemma4_k_eq_v_layers_cache_keys_and_values_apart():
+    # modeling_gemma4.Gemma4TextAttention: a global layer with attention_k_eq_v has no v_proj, but its values are
+    # k_proj's output normed by v_norm without RoPE, its keys k_norm'd and rotated: cache.update keeps both tensors.
+    # vLLM's Gemma4Attention builds a plain Attention of 2 KV heads x 512 (models/gemma4.py, v0.19.1): the same.
+    # 25 sliding layers of 8 x 256 (window 1,024) and 5 global of 2 x 512, K and V each, at 2 B.
+    a = arch(SNAP["google/gemma-4-26B-A4B"])
+    assert kv_bytes_per_token(a, S) == 25 * 2 * 8 * 256 * 2 + 5 * 2 * 2 * 512 * 2 == 225_280
+    assert kv_bytes_per_sequence(a, S, 4096) == 25 * 1024 * 8_192 + 5 * 4096 * 4_096 == 293_601_280
+
+
+def test_deepseek_v32_caches_its_indexers_keys_beside_the_latent():
+    # modeling_deepseek_v32.DeepseekV32Indexer: cache.update_indexer keeps one index_head_dim (128) key a token
+    # and layer in the compute dtype beside MLA's latent (512 + 64). vLLM keeps it in fp8 with a 4-byte scale,
+    # 132 B (models/deepseek_v2.py): 78,324 B a token, which this 85,888 bounds from above.
+    a = arch(SNAP["deepseek-ai/DeepSeek-V3.2"])
+    assert kv_bytes_per_token(a, S) == 61 * (512 + 64 + 128) * 2 == 85_888
+    assert kv_bytes_per_token(a, S) > 61 * (1_152 + 132)
+
+
+@pytest.mark.parametrize("model, layers, conv, ssm", [
+    # Qwen3.5-27B (mamba_ssm_dtype float32): 48 Gated DeltaNet layers, conv over 2 x 16 x 128 + 48 x 128 channels
+    # x kernel 4, state 48 value heads x 128 x 128
+    ("Qwen/Qwen3.5-27B", 48, (2 * 16 * 128 + 48 * 128) * 4, 48 * 128 * 128),
+    # Nemotron-3-Nano (mamba_ssm_cache_dtype float32): 23 Mamba-2 layers, conv over 4,096 + 2 x 8 x 128 channels x
+    # kernel 4, state 64 heads x 64 x 128
+    ("nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", 23, (4096 + 2 * 8 * 128) * 4, 64 * 64 * 128),
+])
+def test_a_recurrent_state_the_config_keeps_in_fp32_takes_4_bytes(model, layers, conv, ssm):
+    # vLLM sizes the SSM / delta-rule state's page by the config's mamba_ssm_dtype or mamba_ssm_cache_dtype
+    # (model_executor/models/config.py, v0.19.1); the conv state stays in the model's dtype. Its 3.21 MB a Qwen3.5
+    # layer is this state, less a kernel column of conv state (vLLM keeps kernel - 1 of them, transformers kernel).
+    a = arch(SNAP[model])
+    assert state_bytes_per_sequence(a, S) == layers * (conv * 2 + ssm * 4)

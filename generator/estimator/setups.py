@@ -70,8 +70,9 @@ def model_shape(a: Arch, g: Graph) -> Shape:
 
 
 def kv_latent_share(g: Graph) -> float:
-    """MLA's share of the elements a token caches (its layers' latent: kv_lora_rank + qk_rope_head_dim), which
-    every tensor-parallel rank keeps and reads whole (memory/parallel.py); 0 without MLA."""
+    """MLA's share of the elements a token caches (its layers' latent: kv_lora_rank + qk_rope_head_dim, and a
+    sparse-attention indexer's key, one head too), which every tensor-parallel rank keeps and reads whole
+    (memory/parallel.py); 0 without MLA."""
     cached = [(b.kind == "mla", n * sum(kv for _, kv in b.kv)) for b, n in g.spec.distinct_layers]
     return sum(kv for mla, kv in cached if mla) / (sum(kv for _, kv in cached) or 1)
 

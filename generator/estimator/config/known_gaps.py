@@ -39,7 +39,7 @@ APPROXIMATE: dict[str, str] = {
                    "streams (a checkpointed layer keeps them all), but the hyper-connections' own saved tensors "
                    "inside a layer count one stream",
     "hy_v4": "hyper-connections carry hc_mult copies of the hidden state: a checkpointed layer's input holds them "
-             "all, the saved tensors inside a layer count one; the indexer's key cache is not in serving memory",
+             "all, the saved tensors inside a layer count one",
     "inkling_text": "its four short convolutions per layer keep a state of conv_kernel_size - 1 tokens beside the K/V "
                     "cache; serving memory counts the K/V cache only",
     "reformer": "reversible layers recompute their activations in backward, and LSH/local attention works in chunks: "

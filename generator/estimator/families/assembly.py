@@ -81,12 +81,17 @@ def mla_part(name: str, r: Reader, hidden: int, heads: int, *, bias: bool = Fals
     params += linear(hidden, kv_rank + rope, bias) + kv_rank + linear(kv_rank, heads * (nope + v_dim))
     params += linear(heads * v_dim, hidden, bias)
     lin += [(hidden, kv_rank + rope), (kv_rank, heads * (nope + v_dim)), (heads * v_dim, hidden)]
+    index_keys = 0
     if indexer:  # DeepSeek-V3.2 sparse-attention indexer (modeling_deepseek_v32.DeepseekV32Indexer)
         ih, idim = r.int("index_n_heads"), r.int("index_head_dim")
         params += linear(q_rank or hidden, ih * idim) + linear(hidden, idim) + 2 * idim + linear(hidden, ih)
+        # its keys, one index_head_dim vector a token, are cached beside the latent: transformers keeps them in the
+        # compute dtype (cache.update_indexer, DynamicIndexedLayer), vLLM in fp8 with a 4-byte scale (132 B a token
+        # at 128, deepseek_v2.py's indexer cache spec), so a served figure is over by the difference
+        index_keys = idim
     mm = sum(i * o for i, o in lin)
     q_all, kv_all = heads * qk, heads * (nope + v_dim)
     return Part(name, "Multi-head Latent Attn", params, matmul=mm, linears=tuple(lin),
                 act=(q_rank or 0) + kv_rank + rope + 3 * q_all + kv_all + heads * v_dim * 2, act32=heads,
-                transient=q_all + kv_all + heads * v_dim, kv=kv_rank + rope, window=window,
+                transient=q_all + kv_all + heads * v_dim, kv=kv_rank + rope + index_keys, window=window,
                 attn_flops=2 * heads * (qk + v_dim))

@@ -64,9 +64,11 @@ def _attention(t: DecoderTraits, d: Dims, n: int, window: int) -> Part:
         return _head_norms(p, d.heads, 0, hd)
     k_eq_v = d.f("attention_k_eq_v", False) and not window
     p = attention(t, d, n, window, kv=kv, hd=hd, extra=2 * hd)  # q_norm, k_norm (v_norm has no scale)
-    if k_eq_v:  # no v_proj: the keys are the values
+    # No v_proj: k_proj's output is the values too, but normed apart (v_norm, no RoPE), so the cache keeps keys and
+    # values as two tensors (Gemma4TextAttention.forward's cache.update; vLLM's Gemma4Attention a plain Attention)
+    if k_eq_v:
         p = p._replace(params=p.params - d.hidden * kv * hd, matmul=p.matmul - d.hidden * kv * hd,
-                                linears=tuple(x for j, x in enumerate(p.linears) if j != 2), kv=kv * hd)
+                       linears=tuple(x for j, x in enumerate(p.linears) if j != 2))
     return _head_norms(p, d.heads, kv, hd)
 
 

@@ -12,6 +12,7 @@ from ...errors import ConfigError
 from ..graph.parts import Part
 from .assembly import mla_part
 from .decoder import DecoderTraits, Dims, ExpertTraits, StackRule
+from .mamba import ssm_state_fp32
 from .mixture_of_experts import _n_shared, _width, first_k_dense, qwen_sparse
 
 LEGACY = {"mamba": "linear_attention", "attention": "full_attention", "hybrid": "full_attention"}
@@ -52,7 +53,8 @@ def gdn_part(d: Dims, n: int, *, split: bool = False, prefix: str = "linear_") -
         ((d.hidden, 2 * key + 2 * value), (d.hidden, 2 * nv))
     return Part(f"DeltaNet_{n}", "Gated DeltaNet", params, matmul=d.hidden * proj + value * d.hidden,
                 linears=lin + ((value, d.hidden),), act=proj + conv + 3 * value, act32=nv, transient=proj + conv + value,
-                state=conv * kernel + nv * dk * dv, scan=(3, nk, nv, dk, dv, DELTA_CHUNK, kernel))
+                state=conv * kernel + (2 if ssm_state_fp32(r.cfg) else 1) * nv * dk * dv,
+                scan=(3, nk, nv, dk, dv, DELTA_CHUNK, kernel))
 
 
 def _qwen_next_types(d: Dims) -> list[str]:

@@ -39,11 +39,19 @@ def mamba_part(name: str, hidden: int, inner: int, state: int, kernel: int, dt_r
                 state=inner * kernel + inner * state, scan=(1, inner, state, heads))
 
 
+def ssm_state_fp32(cfg: Mapping[str, Any]) -> bool:
+    """Whether a served sequence keeps its SSM (or Gated DeltaNet) recurrent state in float32: vLLM reads the
+    config's mamba_ssm_cache_dtype (Nemotron-H) or mamba_ssm_dtype (Qwen3.5) and sizes the state's page by it
+    (vllm/model_executor/models/config.py, v0.19.1); transformers' torch path runs the delta rule in float32 too.
+    Part.state counts elements at the cache's 2 B, so such a state counts twice."""
+    return cfg.get("mamba_ssm_cache_dtype", cfg.get("mamba_ssm_dtype")) in ("float32", "fp32")
+
+
 def mamba2_part(name: str, hidden: int, inner: int, heads: int, head_dim: int, groups: int, state: int,
                 kernel: int, *, bias: bool = False, conv_bias: bool = True, norm: bool = True, extra: int = 0,
-                typ: str = "Mamba-2", chunk: int = 256) -> Part:
+                typ: str = "Mamba-2", chunk: int = 256, state_fp32: bool = False) -> Part:
     """`chunk`: the SSD algorithm's chunk length (config chunk_size / mamba_chunk_size), which sizes its torch
-    path's per-chunk tensors (memory.recurrence)."""
+    path's per-chunk tensors (memory.recurrence). `state_fp32`: ssm_state_fp32."""
     conv = inner + 2 * groups * state
     proj = 2 * inner + 2 * groups * state + heads
     params = (linear(hidden, proj, bias) + conv * kernel + (conv if conv_bias else 0) + 3 * heads
@@ -51,7 +59,8 @@ def mamba2_part(name: str, hidden: int, inner: int, heads: int, head_dim: int, g
     lin = ((hidden, proj), (inner, hidden))
     return Part(name, typ, params, matmul=hidden * proj + inner * hidden, linears=lin,
                 act=proj + conv + 4 * inner, act32=heads, transient=proj + conv + inner,
-                state=conv * kernel + heads * head_dim * state, scan=(2, inner, state, heads, groups, chunk, kernel))
+                state=conv * kernel + (2 if state_fp32 else 1) * heads * head_dim * state,
+                scan=(2, inner, state, heads, groups, chunk, kernel))
 
 
 def ssm_model(cfg: Mapping[str, Any], model: str, mt: str, v2: bool) -> Arch:
