@@ -107,9 +107,11 @@ def headline(plans: Any, unreachable: Any, serving: Any) -> list[dict[str, str]]
             continue
         if method == "serve":
             s = serving_of(serving, p)
-            detail = "" if s is None else f"about {f.tokens_per_s(_get(s, 'decode_tokens_per_s'))} per sequence"
+            # no speed row: a GPU vLLM serves the model on in float32 (the half_precision_serving warning says so)
+            detail = "its speed not priced" if s is None else \
+                f"about {f.tokens_per_s(_get(s, 'decode_tokens_per_s'))} per sequence"
             cheap = cheapest_per_token(serving)
-            if detail and cheap is not None and cheap is not s:
+            if cheap is not None and cheap is not s:
                 detail += (f"; the cheapest per token at full load: {label(cheap)}, "
                            f"{f.usd(_get(cheap, 'usd_per_million_output_tokens'))} per M output tokens "
                            f"at {f.count(_get(cheap, 'max_concurrency'))} sequences")

@@ -107,3 +107,27 @@ def test_a_model_vllm_will_not_serve_in_float16_is_flagged_where_a_card_has_no_b
         assert "float32" in got[0].message
     all_bf16 = {k: dataclasses.replace(g, bf16_tflops=g.bf16_tflops or g.fp16_tflops) for k, g in SETTINGS.gpus.items()}
     assert found(all_bf16) == []
+
+
+def test_a_gpu_that_serves_the_model_in_float32_is_priced_in_float32() -> None:
+    """A review found gemma-2-9b's headline serving on "2× T4 with tensor parallel" beside the warning that vLLM
+    serves gemma2 in float32 on a T4: 18.5 GB of weights per T4 there, over its memory. Every serving byte doubles in
+    float32 (weights, KV cache, the step's working set), so the T4's serving plan is searched at half its budget and
+    its per-GPU peak doubled back, its card cell holds what half its budget holds, and no serving speed is given
+    (the priced TFLOPS are 16-bit). A model vLLM serves in float16 keeps its T4 rows as they were."""
+    def report(mid: str, gpus=SETTINGS.gpus):
+        cfg = json.loads(load_record(DEFAULT_SNAPSHOT_DIR, mid).config_json)
+        return estimate(cfg, model_id=mid, assumptions=S, cards=SETTINGS.cards, gpus=gpus)
+    r = report("google/gemma-2-9b")
+    all_bf16 = {k: dataclasses.replace(g, bf16_tflops=g.bf16_tflops or g.fp16_tflops) for k, g in SETTINGS.gpus.items()}
+    bf16 = report("google/gemma-2-9b", all_bf16)  # as though the T4 ran bf16: the 16-bit plan
+    t4, t4_16 = ([p for p in x.plans if p.method == "serve" and p.gpu_model == "T4"][0] for x in (r, bf16))
+    budget = next(c.budget_bytes for c in r.memory.cards if c.name == t4.gpu)
+    assert t4.fits and t4.per_gpu_peak_bytes <= budget < 2 * t4_16.per_gpu_peak_bytes
+    assert t4.gpus > t4_16.gpus == 2 and t4.per_gpu_peak_bytes % 2 == 0
+    assert all(x.gpu_model != "T4" for x in r.serving) and any(x.gpu_model == "T4" for x in bf16.serving)
+    card, card16 = (next(c for c in x.memory.cards if c.name == t4.gpu) for x in (r, bf16))
+    assert card.serve_max_batch == 0 and not any(sp.method == "serve" for sp in card.split or ())
+    assert any(sp.method == "serve" and sp.max_batch > 0 for sp in card16.split or ())
+    llama = report("meta-llama/Llama-3.2-3B")
+    assert any(x.gpu_model == "T4" for x in llama.serving)

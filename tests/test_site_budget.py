@@ -134,8 +134,10 @@ def test_the_calculator_adds_little_to_a_page_and_its_shared_files_are_once_per_
     # 438 kB with the routed experts' served bytes (serve_weights) and a quantised base's packed units (storage),
     # 440 kB with a tied head's copy on a pipeline's last stage (Profile.tied_copy) and the prefill chunk's cap,
     # 442 kB with ZeRO-3's gradient partition and its step's sub-groups (sharding.py), 444 kB with the plans'
-    # accumulating jobs (memory/peak_table.py) and vLLM's float16 refusals (checks.check_half_precision_serving)
-    assert sum(v for k, v in shared.items() if k.endswith(".zip") and "estimator-" in k) < 444_000
+    # accumulating jobs (memory/peak_table.py) and vLLM's float16 refusals (checks.check_half_precision_serving),
+    # 446 kB with DeepSpeed's reduce bucket, the served caches held to vLLM's layout (F83) and float32 serving where
+    # vLLM refuses float16 (setups.fp32_serving)
+    assert sum(v for k, v in shared.items() if k.endswith(".zip") and "estimator-" in k) < 446_000
     assert sum(shared.values()) < 16_000_000  # Pyodide's runtime is most of it (the wasm: 9.6 MB)
     artifacts = Path(__file__).resolve().parents[1] / "test-artifacts"
     artifacts.mkdir(exist_ok=True)

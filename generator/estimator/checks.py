@@ -153,14 +153,16 @@ VLLM_NO_FLOAT16 = frozenset({"gemma2", "gemma3", "gemma3_text", "plamo2", "glm4"
 
 def check_half_precision_serving(a: Arch, without_bf16: tuple[str, ...]) -> list[Finding]:
     """A model vLLM will not serve in float16, where a priced GPU has no bf16 (the T4): there vLLM runs float32,
-    twice the weights and KV cache that its serving rows price in 16 bits."""
+    twice the weights, KV cache and working set of 16 bits, as that GPU's serving figures are priced
+    (setups.fp32_serving); its serving speed is not given, the priced TFLOPS being 16-bit."""
     if a.model_type not in VLLM_NO_FLOAT16 or not without_bf16 or a.spec.kind == "encoder":
         return []
     gpus = ", ".join(without_bf16)
     return [Finding("half_precision_serving", "warning",
                     f"vLLM refuses float16 for {a.model_type} (numerical instability: vllm/config/model.py), and the "
-                    f"{gpus} has no bf16, so vLLM serves it there in float32: twice the weights and KV cache its "
-                    "serving rows price in 16 bits.")]
+                    f"{gpus} has no bf16, so vLLM serves it there in float32: the {gpus}'s serving figures are "
+                    "priced so (twice the weights, KV cache and working set of 16 bits), and no serving speed is "
+                    "given for it.")]
 
 
 def check_tower_adapters(g: Graph) -> list[Finding]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping
 
+from .checks import VLLM_NO_FLOAT16
 from .config.arch import Arch
 from .cost import flops_per_token, job_tokens
 from .graph.nodes import Graph, tied_weight_params
@@ -154,6 +155,29 @@ def offers(cards: tuple[Card, ...], gpus: Mapping[str, Gpu], s: Assumptions) -> 
                                 gpu.bf16_tflops if gpu.bf16_tflops is not None else gpu.fp16_tflops,
                                 gpu.bandwidth_gb_per_s, gpu.name, gpu.host_link_gb_per_s))
     return tuple(out)
+
+
+def fp32_serving(a: Arch, gpus: Mapping[str, Gpu]) -> frozenset[str]:
+    """The priced GPUs (by name) on which vLLM serves this model in float32: those without bf16 (the T4), for a
+    model type vLLM will not serve in float16 (checks.VLLM_NO_FLOAT16). There every serving byte doubles: the
+    weights, the KV cache and the step's working set, so a card holds in float32 what half its budget holds in
+    16 bits (the decode's fp32 logits doubled too: over, by a vocabulary's 4 B a sequence)."""
+    if a.model_type not in VLLM_NO_FLOAT16 or a.spec.kind == "encoder":
+        return frozenset()
+    return frozenset(g.name for g in gpus.values() if g.bf16_tflops is None)
+
+
+def halve_for_fp32(gpu_offers: tuple[GpuOffer, ...], fp32: frozenset[str]) -> tuple[GpuOffer, ...]:
+    """The offers a float32 server is searched on: half the budget where the GPU serves in float32 (fp32_serving),
+    its 16-bit peaks then doubled back (plans_in_fp32)."""
+    return tuple(dataclasses.replace(g, budget_bytes=g.budget_bytes // 2) if g.model in fp32 else g
+                 for g in gpu_offers)
+
+
+def plans_in_fp32(plans: list[Plan], fp32: frozenset[str]) -> list[Plan]:
+    """Serving plans on a float32 GPU with their per-GPU peak in float32 (twice the 16-bit one searched)."""
+    return [dataclasses.replace(p, per_gpu_peak_bytes=2 * p.per_gpu_peak_bytes)
+            if p.method == "serve" and p.gpu_model in fp32 else p for p in plans]
 
 
 def plans_for(jobs: Mapping[str, SingleGpuJob], peak: PeakTable,
