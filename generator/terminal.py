@@ -62,9 +62,16 @@ def wants_replay(report: Report, asked: bool) -> bool:
                                                                                                asked)
 
 
+def _held_peak(m) -> int:
+    """The exact job's peak as a card's budget and capacity hold it: an nvidia-smi peak counts the CUDA context,
+    which both already take off the card's memory, so it is counted once."""
+    context = dict(m.assumptions)["cuda_context_bytes"] if dict(m.job or ()).get("metric") == "nvidia-smi" else 0
+    return m.peak_bytes - context
+
+
 def _any_tight(m, asked: bool) -> bool:
     """A site job tight on its smallest card, or (asked) the exact job tight on any card."""
-    exact = asked and bool(m.job) and any(card_verdict(m.peak_bytes, c.budget_bytes, c.capacity_bytes) == "tight"
+    exact = asked and bool(m.job) and any(card_verdict(_held_peak(m), c.budget_bytes, c.capacity_bytes) == "tight"
                                           for c in m.cards)
     return exact or any((m.tight_card_full, m.tight_card_lora, m.tight_card_serve))
 
@@ -216,11 +223,11 @@ def _reserved_note(metric: str, replayed: AllocatorRow | None) -> Text:
 def _verdicts(m, least_over: Sequence[float] = (), least_expandable: Sequence[float] = ()) -> Text:
     """Per card, whether the exact job's per-GPU peak fits its budget, or only its capacity (tight: with the
     margin left, and how many replayed steps needed no more than that over their live peak)."""
-    said = []
+    said, peak = [], _held_peak(m)
     for c in m.cards:
-        verdict = card_verdict(m.peak_bytes, c.budget_bytes, c.capacity_bytes)
+        verdict = card_verdict(peak, c.budget_bytes, c.capacity_bytes)
         if verdict == "tight":
-            got = margin(c.capacity_bytes, m.peak_bytes, least_over, least_expandable)
+            got = margin(c.capacity_bytes, peak, least_over, least_expandable)
             odds = (f", enough for {fmt.count(got.runs)} of {fmt.count(got.of)} replayed steps" if got.of else "")
             if got.of and got.expandable_of:
                 odds += f", {fmt.count(got.expandable_runs)} of {fmt.count(got.expandable_of)} with expandable segments"
@@ -228,7 +235,9 @@ def _verdicts(m, least_over: Sequence[float] = (), least_expandable: Sequence[fl
                         f"over the peak{odds}; budget {fmt.gb(c.budget_bytes)})")
         else:
             said.append(f"{c.name} {verdict} (budget {fmt.gb(c.budget_bytes)})")
-    return Text("Per card: " + "; ".join(said) + ".")
+    held = "" if peak == m.peak_bytes else \
+        f" (the peak less its {fmt.gb(m.peak_bytes - peak)} of CUDA context, which each budget leaves out already)"
+    return Text(f"Per card{held}: " + "; ".join(said) + ".")
 
 
 def _tight_note(headroom: float, replayed: AllocatorRow | None) -> Text:

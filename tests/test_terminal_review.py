@@ -229,3 +229,18 @@ def test_a_two_card_split_cell_names_one_gpu_where_a_setup_holds_it_on_one(capsy
     monkeypatch.setenv("COLUMNS", "220")
     code, out, _ = run(capsys, mixtral, "--plan")
     assert code == 0 and card_rows(out)["H200 141 GB"][2] == "2 cards: batch 2; setups: 1 GPU"
+
+
+def test_an_nvidia_smi_peak_meets_the_budget_with_its_cuda_context_counted_once(capsys):
+    """A review found Qwen3-0.6B at 1,024 tokens 'fits' a T4 with --metric reserved (12.9 GB) and 'tight' with
+    --metric nvidia-smi (13.4 GB): the nvidia-smi peak adds the 537 MB CUDA context, which the budget takes off the
+    card already. The verdict now holds the peak less the context, and says so."""
+    verdicts = {}
+    for metric in ("reserved", "nvidia-smi"):
+        code, out, _ = run(capsys, "Qwen/Qwen3-0.6B", "--tokens", "1024", "--metric", metric)
+        text = " ".join(out.split())
+        assert code == 0
+        verdicts[metric] = text[text.index("Per card"):].split("; ")[0]
+    assert verdicts["reserved"] == "Per card: T4 16 GB fits (budget 13.1 GB)"
+    assert verdicts["nvidia-smi"] == ("Per card (the peak less its 537 MB of CUDA context, which each budget leaves "
+                                      "out already): T4 16 GB fits (budget 13.1 GB)")
