@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from generator.accuracy_rows import estimate_bytes
@@ -89,9 +89,21 @@ def test_a_text_only_full_fine_tune_keeps_no_state_for_the_towers():
 @given(images=st.integers(0, 6), tokens=st.sampled_from([512, 1024, 4096]), method=st.sampled_from(["full", "lora"]))
 def test_memory_never_falls_as_images_grow(images, tokens, method):
     a, g = snapshot_model(GEMMA3)
+    assume((images + 1) * g.spec.image_tokens <= tokens)  # an image's 256 soft tokens are among the sample's
+
     def peak(n):
         return job_memory(a, g, S, Job(method=method, tokens=tokens, images=n), GEMMA3).peak_bytes
     assert peak(images + 1) >= peak(images)
+
+
+def test_images_that_take_more_tokens_than_the_sample_has_are_an_error(capsys):
+    """A review found llava-1.5-7b's LoRA priced at 100 tokens with 8 images, whose soft tokens (576 each) are
+    among a sample's tokens: 4,608 of them cannot be in 100. One error names the key, the value and why."""
+    code = main(["llava-hf/llava-1.5-7b-hf", "--method", "lora", "--images", "8", "--tokens", "100"])
+    err = capsys.readouterr().err
+    assert code == 2 and err == ("neurarch-trace: llava-hf/llava-1.5-7b-hf: key 'images' = 8: take 4,608 of a "
+                                 "sample's tokens (576 an image), more than its 100 (--tokens)\n")
+    assert main(["llava-hf/llava-1.5-7b-hf", "--method", "lora", "--images", "3", "--tokens", "2048"]) == 0
 
 
 def test_cli_images(capsys):

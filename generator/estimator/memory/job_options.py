@@ -220,6 +220,10 @@ def prepared(a: Arch, g: Graph, job: Job, model: str, memo: dict | None
             "this one reads none"
         raise JobError(model, "images", job.images, "is for a model that reads images (a vision tower and a "
                                                     f"projector); {what}")
+    taken = (job.images or 0) * g.spec.image_tokens  # an image's soft tokens are among the sample's tokens
+    if job.tokens and taken > job.tokens:
+        raise JobError(model, "images", job.images, f"take {taken:,} of a sample's tokens ({g.spec.image_tokens:,} "
+                                                    f"an image), more than its {job.tokens:,} (--tokens)")
     wrapped = unadaptable_target(g.spec, job.lora_targets, a.model_type) if job.method != "full" and \
         job.tower_adapters else None
     if wrapped:
