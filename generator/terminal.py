@@ -47,12 +47,13 @@ def _print_table(console: Console, table: Table, width: int | None) -> None:
     console.print(SegmentLines(lines, new_lines=True), crop=False, end="")
 
 
-def _fits(card: str | None, tight: str | None = None) -> str:
-    """Where batch 1 fits with the headroom, and the smaller card that holds it without (Memory.tight_card_*)."""
+def _fits(card: str | None, tight: str | None = None, spread: bool = True) -> str:
+    """Where batch 1 fits with the headroom, and the smaller card that holds it without (Memory.tight_card_*);
+    where no card does, whether a setup below spreads it (`spread`: a plan of the method fits) or none does."""
     if card:
         return f"fits one {card}" + (f"; tight on one {tight}" if tight else "")
     return ("fits no single card listed" + (f" (tight on one {tight})" if tight else "")
-            + "; the setups below spread it over several")
+            + ("; the setups below spread it over several" if spread else "; nor does any setup below"))
 
 
 def wants_replay(report: Report, asked: bool) -> bool:
@@ -87,6 +88,9 @@ def print_summary(console: Console, report: Report, *, plan: bool, settings: Set
     than the console's (stdout piped)."""
     m, p, model = report.memory, report.params, report.model
     a = dict(m.assumptions)
+
+    def spread(method: str) -> bool:  # a setup below holds it on more GPUs
+        return any(x.method == method and x.fits for x in report.plans)
     title = Text(model.id, style="bold")
     title.append(f"  ({model.model_type}", style="dim")
     if model.family != model.model_type:
@@ -101,11 +105,11 @@ def print_summary(console: Console, report: Report, *, plan: bool, settings: Set
     console.print(Text(
         f"{'The site' + chr(39) + 's jobs: f' if asked else 'F'}ine-tuning at batch 1 and {fmt.count(m.train_tokens)} "
         f"tokens takes about {fmt.gb(m.train_full_bytes_batch1)} for a full fine-tune "
-        f"({_fits(m.smallest_card_full, m.tight_card_full)}), "
+        f"({_fits(m.smallest_card_full, m.tight_card_full, spread('full'))}), "
         f"and {fmt.gb(m.train_lora_bytes_batch1)} with LoRA r={a['lora_rank']} on a bf16 base "
-        f"({_fits(m.smallest_card_lora, m.tight_card_lora)}). Serving {fmt.serve_weights(p.quantization)} weights "
-        f"at {fmt.count(m.serve_tokens)} tokens per sequence "
-        f"starts at {fmt.gb(m.serve_bytes_batch1)} ({_fits(m.smallest_card_serve, m.tight_card_serve)}). "
+        f"({_fits(m.smallest_card_lora, m.tight_card_lora, spread('lora'))}). Serving "
+        f"{fmt.serve_weights(p.quantization)} weights at {fmt.count(m.serve_tokens)} tokens per sequence "
+        f"starts at {fmt.gb(m.serve_bytes_batch1)} ({_fits(m.smallest_card_serve, m.tight_card_serve, spread('serve'))}). "
         "Estimated from the config's structure, not measured."))
     if _any_tight(m, asked):
         console.print(_tight_note(a["headroom"], replayed), style="dim")

@@ -244,3 +244,14 @@ def test_an_nvidia_smi_peak_meets_the_budget_with_its_cuda_context_counted_once(
     assert verdicts["reserved"] == "Per card: T4 16 GB fits (budget 13.1 GB)"
     assert verdicts["nvidia-smi"] == ("Per card (the peak less its 537 MB of CUDA context, which each budget leaves "
                                       "out already): T4 16 GB fits (budget 13.1 GB)")
+
+
+def test_the_summary_promises_setups_only_where_one_holds_the_method(capsys):
+    """A review found Llama-3.1-8B at 131,072 tokens said to fit no single card "; the setups below spread it over
+    several" while the setups below said none holds it on 512 GPUs: the summary now says which."""
+    code, out, _ = run(capsys, "meta-llama/Llama-3.1-8B", "--tokens", "131072")
+    text = " ".join(out.split())
+    assert code == 0 and "spread it over several" not in text
+    assert text.count("(fits no single card listed; nor does any setup below)") == 2
+    code, out, _ = run(capsys, "meta-llama/Llama-3.1-70B")
+    assert "fits no single card listed; the setups below spread it over several" in " ".join(out.split())
