@@ -273,7 +273,8 @@ def _print_plan(console: Console, report: Report, settings: Settings, method: st
         table = _table(f"Setups that hold batch 1, accumulating gradients to batch {a['job_batch']} on fewer GPUs "
                        f"(cost: {a['job_epochs']} epochs x {fmt.count(a['job_samples'])} samples at batch "
                        f"{a['job_batch']} x "
-                       f"{fmt.count(a['job_tokens'])} tokens, max(FLOPs / peak, bytes / bandwidth) / "
+                       f"{fmt.count(a['job_tokens'])} tokens or the context when shorter; "
+                       "max(FLOPs / peak, bytes / bandwidth) / "
                        "(GPUs x MFU); offload: at least its PCIe transfers)",
                        ("Method", "Card", "Setup", "Per GPU", "Price", "Hours", "Job", ""))
         for p in plans:
