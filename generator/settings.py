@@ -7,6 +7,7 @@ key (mappings merge, any other value replaces the default)."""
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -132,11 +133,14 @@ def load_settings(path: Path | None = None, **job_overrides: Any) -> Settings:
     values.update({k: v for k, v in job_overrides.items() if v is not None})
     for name, value in values.items():
         default = getattr(Assumptions(), name)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0 \
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0 \
                 or (isinstance(default, int) and not isinstance(value, int)):
-            raise ConfigError(where, name, value, "must be a positive " + type(default).__name__)
+            raise ConfigError(where, name, value, "must be a positive finite " + type(default).__name__)
     if values.get("headroom", 1) < 1:  # under 1 a budget would exceed the card: "fits" past its memory
         raise ConfigError(where, "headroom", values["headroom"], "must be 1 or more (the room kept on every card)")
+    for name in ("mfu_full", "mfu_lora"):  # a share of the GPU's peak FLOPs
+        if values.get(name, 0) > 1:
+            raise ConfigError(where, name, values[name], "must be at most 1 (a share of the GPU's peak FLOPs)")
     assumptions = Assumptions(**values)
 
     gpus: dict[str, Gpu] = {}
@@ -164,6 +168,10 @@ def load_settings(path: Path | None = None, **job_overrides: Any) -> Settings:
                           memory_marketed_bytes=int(_need(c, "memory_marketed_gb", w, (int, float)) * 10**9),
                           memory_usable_bytes=_need(c, "memory_usable_bytes", w, int),
                           usable_source=str(c.get("usable_source", "")), gpus=names))
+    for card in cards:  # a context as large as a card's memory leaves it no budget
+        if assumptions.cuda_context_bytes >= card.memory_usable_bytes:
+            raise ConfigError(where, "cuda_context_bytes", assumptions.cuda_context_bytes,
+                              f"must be under every card's usable memory ({card.name}: {card.memory_usable_bytes:,})")
     site = dict(_need(data, "site", where, dict))
     if not REPOSITORY_RE.fullmatch(str(_need(site, "repository", f"{where}: site", str))):
         raise ConfigError(f"{where}: site", "repository", site["repository"], "must be an https:// URL")

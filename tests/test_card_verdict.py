@@ -234,6 +234,22 @@ def test_a_headroom_under_1_is_refused_naming_the_key(capsys, tmp_path, headroom
         assert f"key 'headroom' = {headroom}: must be 1 or more" in err and text == ""
 
 
+@pytest.mark.parametrize("setting, error", [
+    ("headroom: .nan", "key 'headroom' = nan: must be a positive finite float"),
+    ("mfu_full: .inf", "key 'mfu_full' = inf: must be a positive finite float"),
+    ("mfu_lora: 5", "key 'mfu_lora' = 5: must be at most 1 (a share of the GPU's peak FLOPs)"),
+    ("cuda_context_bytes: 99999999999999", "key 'cuda_context_bytes' = 99999999999999: must be under every card's "
+                                           "usable memory (T4 16 GB: 15,633,612,800)"),
+])
+def test_a_setting_out_of_its_range_is_one_error_naming_the_file_and_key(capsys, tmp_path, setting, error) -> None:
+    """A review found headroom .nan an internal error (exit 70), mfu .inf a cost of "—", a 100 TB CUDA context a
+    negative budget and an MFU of 500% accepted: each is now one error naming the file, the key and the value."""
+    settings = tmp_path / "site_config.yaml"
+    settings.write_text(f"job: {{{setting}}}\n", encoding="utf-8")
+    got, text, err = run(capsys, "Qwen/Qwen3-0.6B", "--config", str(settings))
+    assert got == 2 and text == "" and err == f"neurarch-trace: {settings}: {error}\n"
+
+
 def test_a_card_page_marks_a_tight_method_beside_its_gpu_count() -> None:
     """A card page's cell for a method batch 1 is tight on: "tight · " before the fewest GPUs that hold it with the
     headroom; on another card the same method shows the GPU count alone."""
