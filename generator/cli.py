@@ -12,7 +12,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from .errors import ConfigError, FileAccessError, InternalError, TraceError
+from .errors import ConfigError, FileAccessError, InternalError, JobError, TraceError
 from .resolve import LOCAL, resolve_model
 
 # The --plan tables' width on stdout piped or redirected with no COLUMNS set, where rich would take 80: wide enough
@@ -91,15 +91,23 @@ def _run_model(argv: Sequence[str], console: Console, err: Console) -> int:
     from .pipeline import report_for_record
     from .settings import load_settings
 
-    job_flags.check(args)
+    job_flags.check(args, args.model)
     settings = load_settings(args.config, **job_flags.overrides(args))
     if args.snapshot is not None and not args.snapshot.is_dir():  # else a missing folder reads as "not in it"
         raise ConfigError("command line", "--snapshot", str(args.snapshot),
                           "the snapshot folder does not exist" if not args.snapshot.exists() else "is not a folder")
     record = resolve_model(args.model, args.snapshot)
     # The structure table is for the JSON twin and the page; the terminal summary does without it.
-    report = report_for_record(record, settings, job_flags.job(args), job_flags.setup(args), args.serve_tokens,
-                               structure=bool(args.json or args.html))
+    try:
+        report = report_for_record(record, settings, job_flags.job(args), job_flags.setup(args), args.serve_tokens,
+                                   structure=bool(args.json or args.html))
+    except JobError as exc:  # a value the recipe set, not a flag the user typed: say where it came from
+        flag = "--" + (exc.key or "").replace("_", "-")
+        flags = {o for a in _model_parser()._actions for o in a.option_strings}
+        if args.recipe and flag in flags and flag not in argv and not any(x.startswith(flag + "=") for x in argv):
+            raise JobError(exc.model, exc.key, exc.value, f"{exc.reason} (the value --recipe {args.recipe} sets; "
+                                                          f"{flag} replaces it)") from None
+        raise
     if args.json:
         sys.stdout.write(json.dumps(report.to_dict(), sort_keys=True, indent=1) + "\n")
         return 0

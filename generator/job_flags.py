@@ -109,17 +109,18 @@ def setup_actions(p: argparse.ArgumentParser) -> list[argparse.Action]:
     return [a for a in p._actions if a.dest in names and a.option_strings]
 
 
-def check(args: argparse.Namespace) -> None:
-    """The flags' own bounds, named as typed (the job's are checked by estimator.memory.job_options.validate)."""
+def check(args: argparse.Namespace, where: str = "command line") -> None:
+    """The flags' own bounds, named as typed (the job's are checked by estimator.memory.job_options.validate);
+    `where`: the model the command names, where it names one."""
     for flag, value in (("--tokens", args.tokens), ("--batch", args.batch), ("--lora-rank", args.lora_rank),
                         ("--serve-tokens", args.serve_tokens), ("--grad-accum", args.grad_accum)):
         if value is not None and value < 1:
-            raise ConfigError("command line", flag, value, "must be a positive integer")
+            raise ConfigError(where, flag, value, "must be a positive integer")
     for flag, value in (("--new-tokens", args.new_tokens), ("--images", args.images)):
         if value is not None and value < 0:
-            raise ConfigError("command line", flag, value, "must be >= 0")
+            raise ConfigError(where, flag, value, "must be >= 0")
     if args.gpus < 1:
-        raise ConfigError("command line", "--gpus", args.gpus, "must be a positive integer")
+        raise ConfigError(where, "--gpus", args.gpus, "must be a positive integer")
 
 
 def overrides(args: argparse.Namespace) -> dict[str, int | None]:

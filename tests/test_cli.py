@@ -453,3 +453,15 @@ def test_a_quantised_checkpoint_count_is_matched_as_stored(capsys):
     assert line.startswith("20,914,757,184 from the graph; quantised, they are stored as 21,511,953,984 elements, "
                            "the checkpoint's count (exact).")
     assert "= 21,511,953,984" not in out
+
+
+def test_an_error_in_a_value_the_recipe_set_says_so(capsys):
+    """A review found `--recipe litgpt` on DeepSeek-V2-Lite refused as "key 'lora_targets' = 'q'", a key the user
+    never typed: the message now says the recipe set it and which flag replaces it; a value typed says nothing more."""
+    code, _, err = run(capsys, "deepseek-ai/DeepSeek-V2-Lite-Chat", "--recipe", "litgpt")
+    assert code == 2 and err.startswith("neurarch-trace: deepseek-ai/DeepSeek-V2-Lite-Chat: key 'lora_targets' = 'q'")
+    assert err.endswith("(the value --recipe litgpt sets; --lora-targets replaces it)\n") and err.count("\n") == 1
+    code, _, err = run(capsys, "deepseek-ai/DeepSeek-V2-Lite-Chat", "--recipe", "litgpt", "--lora-targets", "q")
+    assert code == 2 and "--recipe" not in err
+    code, _, err = run(capsys, "Qwen/Qwen3-0.6B", "--batch", "0")
+    assert code == 2 and err == "neurarch-trace: Qwen/Qwen3-0.6B: key '--batch' = 0: must be a positive integer\n"
