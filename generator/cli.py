@@ -101,10 +101,12 @@ def _run_model(argv: Sequence[str], console: Console, err: Console) -> int:
     try:
         report = report_for_record(record, settings, job_flags.job(args), job_flags.setup(args), args.serve_tokens,
                                    structure=bool(args.json or args.html))
-    except JobError as exc:  # a value the recipe set, not a flag the user typed: say where it came from
+    except JobError as exc:  # a value the recipe set, not a flag the user gave: say where it came from
         flag = "--" + (exc.key or "").replace("_", "-")
-        flags = {o for a in _model_parser()._actions for o in a.option_strings}
-        if args.recipe and flag in flags and flag not in argv and not any(x.startswith(flag + "=") for x in argv):
+        action = next((a for a in _model_parser()._actions if flag in a.option_strings), None)
+        # a flag that takes a value (not a switch, whose --no- form would replace it) and was not given in any form
+        if args.recipe and action is not None and action.nargs != 0 and action.const is None \
+                and getattr(args, action.dest, None) is None:
             raise JobError(exc.model, exc.key, exc.value, f"{exc.reason} (the value --recipe {args.recipe} sets; "
                                                           f"{flag} replaces it)") from None
         raise

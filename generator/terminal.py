@@ -64,10 +64,8 @@ def wants_replay(report: Report, asked: bool) -> bool:
 
 
 def _held_peak(m) -> int:
-    """The exact job's peak as a card's budget and capacity hold it: an nvidia-smi peak counts the CUDA context,
-    which both already take off the card's memory, so it is counted once."""
-    context = dict(m.assumptions)["cuda_context_bytes"] if dict(m.job or ()).get("metric") == "nvidia-smi" else 0
-    return m.peak_bytes - context
+    """The exact job's peak as a card's budget and capacity hold it (Memory.held_context_bytes)."""
+    return m.peak_bytes - m.held_context_bytes
 
 
 def _any_tight(m, asked: bool) -> bool:

@@ -301,3 +301,14 @@ def test_without_node_modules_the_build_goes_on_and_says_so(tmp_path: Path, monk
     assert json.loads((out / site_calc.SITE_JSON).read_text())["pyodide"] is None
     html = (out / "models/openai-community/gpt2/index.html").read_text()
     assert 'id="calc-peak"' in html and 'id="headline"' in html  # the static figures stay
+
+
+def test_an_nvidia_smi_peak_meets_the_budget_with_its_cuda_context_counted_once():
+    """A review found the page's calculator saying Qwen3-0.6B at 1,024 tokens with --metric nvidia-smi does not fit
+    a T4 (batch 0), while the command said it fits: the peak counts the CUDA context, which the budget leaves out
+    already. Both now hold the peak less the context, and the largest batch is the reserved metric's."""
+    smi = page_answer("Qwen/Qwen3-0.6B", "tokens=1024&metric=nvidia-smi")
+    reserved = page_answer("Qwen/Qwen3-0.6B", "tokens=1024&metric=reserved")
+    t4, t4_reserved = (next(c for c in x["cards"] if c["name"] == "T4 16 GB") for x in (smi, reserved))
+    assert smi["peak_bytes"] == reserved["peak_bytes"] + 536_870_912
+    assert t4["fits"] and t4_reserved["fits"] and t4["max_batch"] == t4_reserved["max_batch"] >= 1

@@ -273,9 +273,10 @@ def test_a_malformed_yarn_block_is_one_error_naming_its_key(capsys, tmp_path, sc
 
 def test_a_length_past_the_context_names_the_key_as_the_config_has_it(capsys):
     """A review found bge-reranker-large's context named "(max_position_embeddings)" where that key is 514 (RoBERTa
-    keeps two positions for its padding) and mT5's named "(mt5)", a class rather than a key."""
+    keeps two positions for its padding) and mT5's named "(mt5)", a class rather than a key (T5's relative positions
+    have no such key: 512 is the reading's)."""
     assert main(["BAAI/bge-reranker-large", "--tokens", "513"]) == 2
     assert "context of 512 tokens (max_position_embeddings 514, less the 2 positions the model keeps for itself)" \
         in capsys.readouterr().err
     assert main(["google/mt5-small", "--tokens", "513"]) == 2
-    assert "context of 512 tokens (n_positions, mt5's default: the config sets none)" in capsys.readouterr().err
+    assert "context of 512 tokens (n_positions: not in the config, taken as 512)" in capsys.readouterr().err

@@ -116,17 +116,22 @@ def test_deepspeed_reduces_gradients_through_a_bucket_of_5e8_elements_whatever_t
     """DeepSpeed copies gradients into a contiguous reduce bucket of reduce_bucket_size elements (5e8 by default,
     runtime/zero/config.py; contiguous_gradients on) in the 16-bit communication dtype, 1 GB under bf16, whatever the
     model's size or the GPU count: ZeRO-3 allocates it at init and keeps it (stage3.py: the ipg buckets' buffer),
-    ZeRO-2 at a backward's first gradient and frees it at the backward's end (stage_1_and_2.py setup_buckets,
-    _release_ipg_buffers). FSDP reduce-scatters each unit's own gradient (priced apart): no bucket."""
+    ZeRO-2 at the backward's first gradient hook, past the loss, and frees it at the backward's end
+    (stage_1_and_2.py process_gradients -> setup_buckets, _release_ipg_buffers). FSDP reduce-scatters each unit's
+    own gradient (priced apart): no bucket."""
     assert ZERO_REDUCE_BUCKET == 500_000_000
-    job = _amp_job()
-    overhead = {s: {name: parts[6] for name, parts in sharded(job, s).rows(n)} for s in ("zero2", "zero3", "fsdp")}
+    loss = Phase("loss (logits)", weights=4 * P, optimizer_state=8 * P, activations=2**30, logits=2**30,
+                 overhead_fixed=2**29)
+    job = _job([loss, dataclasses.replace(loss, name="backward (recomputing a checkpointed layer)"),
+                Phase("optimizer step", weights=4 * P, gradients=4 * P, optimizer_state=8 * P, overhead_step=4 * P,
+                      overhead_fixed=2**29, computing=False)])
+    overhead = {s: [parts[6] for _, parts in sharded(job, s).rows(n)] for s in ("zero2", "zero3", "fsdp")}
     step = 2**29 + -(-4 * P // n)  # the per-process overhead and the foreach temporary's share
-    assert overhead["zero3"] == {"loss": 2**29 + 10**9, "optimizer step": step + 10**9}
-    assert overhead["zero2"] == {"loss": 2**29 + 10**9, "optimizer step": step}
-    assert overhead["fsdp"] == {"loss": 2**29, "optimizer step": step}
+    assert overhead["zero3"] == [2**29 + 10**9, 2**29 + 10**9, step + 10**9]
+    assert overhead["zero2"] == [2**29, 2**29 + 10**9, step]
+    assert overhead["fsdp"] == [2**29, 2**29, step]
     fp32 = dataclasses.replace(job, compute_bytes=4)  # an fp32 job communicates in fp32
-    assert dict(sharded(fp32, "zero3").rows(n))["loss"][6] == 2**29 + 2 * 10**9
+    assert sharded(fp32, "zero3").rows(n)[0][1][6] == 2**29 + 2 * 10**9
 
 
 def test_tp_over_4_puts_about_a_quarter_of_the_weights_on_each():

@@ -133,6 +133,14 @@ class Memory:
     train_qlora_bytes_batch1: int | None = None
     tight_card_qlora: str | None = None
 
+    @property
+    def held_context_bytes(self) -> int:
+        """What of the exact job's peak a card's budget and capacity leave out already: an nvidia-smi peak counts
+        the CUDA context, which both take off the card's memory (profile.budget_bytes), so a card holds the peak
+        less it."""
+        return dict(self.assumptions)["cuda_context_bytes"] if dict(self.job or ()).get("metric") == "nvidia-smi" \
+            else 0
+
 
 @dataclass(frozen=True)
 class Report:

@@ -61,13 +61,13 @@ CONTEXT_KEYS = ("max_position_embeddings", "n_positions")  # the names a family 
 def context_key(arch: Arch) -> str:
     """The config key the model's context was read from, as the config names it (GPT-2's n_positions is read as
     max_position_embeddings), with its value where the model keeps positions of it for itself (RoBERTa's 514, two
-    of them its padding's), or the class default where the config sets none (mT5's)."""
+    of them its padding's), or the value taken where the config sets none (mT5's)."""
     used = arch.used()
     for key in CONTEXT_KEYS:
         if key in used:
             source, value = str(used[key]["source"]), used[key]["value"]
-            if source.startswith("default:"):
-                return f"{key}, {source.split(':')[-1]}'s default: the config sets none"
+            if source.startswith("default:"):  # a class default, or the reading's own where the class has none
+                return f"{key}: not in the config, taken as {value:,}"
             name = source.removeprefix("config:").split(":")[-1]
             if isinstance(value, int) and value > arch.max_context:
                 return f"{name} {value:,}, less the {value - arch.max_context:,} positions the model keeps for itself"

@@ -53,7 +53,7 @@ def gdn_part(d: Dims, n: int, *, split: bool = False, prefix: str = "linear_") -
         ((d.hidden, 2 * key + 2 * value), (d.hidden, 2 * nv))
     return Part(f"DeltaNet_{n}", "Gated DeltaNet", params, matmul=d.hidden * proj + value * d.hidden,
                 linears=lin + ((value, d.hidden),), act=proj + conv + 3 * value, act32=nv, transient=proj + conv + value,
-                state=conv * kernel + (2 if ssm_state_fp32(r.cfg) else 1) * nv * dk * dv,
+                state=conv * kernel + (2 if ssm_state_fp32(r, "mamba_ssm_dtype") else 1) * nv * dk * dv,
                 scan=(3, nk, nv, dk, dv, DELTA_CHUNK, kernel))
 
 

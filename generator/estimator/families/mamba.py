@@ -39,12 +39,13 @@ def mamba_part(name: str, hidden: int, inner: int, state: int, kernel: int, dt_r
                 state=inner * kernel + inner * state, scan=(1, inner, state, heads))
 
 
-def ssm_state_fp32(cfg: Mapping[str, Any]) -> bool:
-    """Whether a served sequence keeps its SSM (or Gated DeltaNet) recurrent state in float32: vLLM reads the
-    config's mamba_ssm_cache_dtype (Nemotron-H) or mamba_ssm_dtype (Qwen3.5) and sizes the state's page by it
-    (vllm/model_executor/models/config.py, v0.19.1); transformers' torch path runs the delta rule in float32 too.
-    Part.state counts elements at the cache's 2 B, so such a state counts twice."""
-    return cfg.get("mamba_ssm_cache_dtype", cfg.get("mamba_ssm_dtype")) in ("float32", "fp32")
+def ssm_state_fp32(r: Reader, key: str) -> bool:
+    """Whether a served sequence keeps its SSM (or Gated DeltaNet) recurrent state in float32: vLLM reads each
+    family's own key, mamba_ssm_cache_dtype for Nemotron-H (whose transformers class defaults it to float32) and
+    mamba_ssm_dtype for Qwen3.5, and sizes the state's page by it (vllm/model_executor/models/config.py, v0.19.1);
+    transformers' torch path runs the delta rule in float32 too. Part.state counts elements at the cache's 2 B, so
+    such a state counts twice."""
+    return r.str(key) in ("float32", "fp32")
 
 
 def mamba2_part(name: str, hidden: int, inner: int, heads: int, head_dim: int, groups: int, state: int,

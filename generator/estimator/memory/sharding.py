@@ -122,7 +122,7 @@ def sharded(job: Any, strategy: str, grad_ckpt: bool = False, offload: str = "no
     rows = []
     for ph in job.phases_ckpt if grad_ckpt else job.phases:
         computing = ph.computing
-        reducing = bucket if s == "zero3" or computing and not ph.name.startswith("forward") else 0
+        reducing = bucket if s == "zero3" or _gradients_made(ph.name) else 0
         buffer = unit_grad if computing and not zero2 else 0
         if zero2:  # replicated weights less the master, which is sharded
             w0, wx, wm = ph.weights - master + copy16, 0, 1
@@ -144,6 +144,13 @@ def sharded(job: Any, strategy: str, grad_ckpt: bool = False, offload: str = "no
         rows.append((ph.name, w0, wx, wm, g0, gx, sub_group, sx, act, ph.logits, ph.kv_cache,
                      copies + ph.overhead_fixed + reducing, ox))
     return Sharding(master, tuple(rows), _cpu_total(job, offload))
+
+
+def _gradients_made(name: str) -> bool:
+    """Whether a phase comes after the backward's first gradient (the LM head's, whose hook allocates ZeRO-2's
+    reduce bucket): a moment inside the backward past the loss. At the loss (the phase named for its logits or, where
+    they are the smaller, its activations), in a forward and at the step the bucket does not exist."""
+    return name.startswith(("backward (", "end of backward")) and name != "backward (activations)"
 
 
 def cpu_bytes_per_node(job: Any, setup: Any) -> int:
