@@ -133,7 +133,8 @@ def load_settings(path: Path | None = None, **job_overrides: Any) -> Settings:
     values.update({k: v for k, v in job_overrides.items() if v is not None})
     for name, value in values.items():
         default = getattr(Assumptions(), name)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0 \
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0 or value >= 2**63 \
+                or (isinstance(value, float) and not math.isfinite(value)) \
                 or (isinstance(default, int) and not isinstance(value, int)):
             raise ConfigError(where, name, value, "must be a positive finite " + type(default).__name__)
     if values.get("headroom", 1) < 1:  # under 1 a budget would exceed the card: "fits" past its memory
@@ -151,12 +152,16 @@ def load_settings(path: Path | None = None, **job_overrides: Any) -> Settings:
         link = g.get("host_link_gb_per_s", 0.0) if isinstance(g, dict) else 0.0
         if isinstance(link, bool) or not isinstance(link, (int, float)) or link < 0:
             raise ConfigError(w, "host_link_gb_per_s", link, "must be a number of GB per second (0: not known)")
+        cc = g.get("compute_capability") if isinstance(g, dict) else None
+        if cc is not None and (isinstance(cc, bool) or not isinstance(cc, (int, float)) or not 1 <= cc < 100):
+            raise ConfigError(w, "compute_capability", cc, "must be CUDA's major.minor, as 8.9 (or absent)")
         gpus[key] = Gpu(key=key, name=_need(g, "name", w, str), bf16_tflops=None if bf16 is None else float(bf16),
                         fp16_tflops=float(_need(g, "fp16_tflops", w, (int, float))),
                         bandwidth_gb_per_s=float(_need(g, "bandwidth_gb_per_s", w, (int, float))),
                         price_usd_per_hour=None if price is None else float(price),
                         price_source=str(g.get("price_source", "")), price_date=str(g.get("price_date", "")),
-                        spec_source=str(g.get("spec_source", "")), host_link_gb_per_s=float(link))
+                        spec_source=str(g.get("spec_source", "")), host_link_gb_per_s=float(link),
+                        compute_capability=None if cc is None else float(cc))
     cards = []
     for i, c in enumerate(_need(data, "cards", where, list)):
         w = f"{where}: cards[{i}]"

@@ -42,6 +42,10 @@ def label(p: Any) -> str:
         + (f" ({f.gb(host)} of host memory per node)" if host else "")
 
 
+# A card whose GPUs vLLM has no attention kernel for the model on (estimator setups.unserved)
+NOT_SERVED = "no vLLM kernel for it here"
+
+
 def unfit_setup(p: Any, capacity_bytes: int) -> str:
     """A plan that no count the search tried holds within the card's budget, by its most GPUs: "tight on 512 GPUs"
     where the card's memory less the CUDA context (`capacity_bytes`) holds its per-GPU peak, as the batch tables
@@ -53,7 +57,8 @@ def unfit_setup(p: Any, capacity_bytes: int) -> str:
 def card_setups(plans: Any, method: str, card: str, split_cards: int = 0, capacity_bytes: int = 0) -> str | None:
     """Where one card holds no batch of `method`: the fewest of its GPUs a setup holds it on ("setups: 4 GPUs"),
     else the most the search tried ("no setup up to 512 GPUs", or "tight on 512 GPUs" where the card's memory less
-    the CUDA context, `capacity_bytes`, holds that setup: unfit_setup); None where no setup was searched on it.
+    the CUDA context, `capacity_bytes`, holds that setup: unfit_setup); None where no setup was searched on it
+    (NOT_SERVED for serving).
     Beside a split over `split_cards` that holds a batch, only a setup on fewer GPUs (one GPU, checkpointed) is
     worth naming. The batch tables of the page and the terminal say it alike."""
     mine = [p for p in plans if _get(p, "method") == method and _get(p, "gpu") == card]
@@ -62,7 +67,9 @@ def card_setups(plans: Any, method: str, card: str, split_cards: int = 0, capaci
         return f"setups: {f.gpu_count(min(fitting))}" if fitting and min(fitting) < split_cards else None
     if fitting:
         return f"setups: {f.gpu_count(min(fitting))}"
-    return none_holds(max(mine, key=lambda p: _get(p, "gpus")), capacity_bytes) if mine else None
+    if not mine:  # serving is searched on every GPU but those vLLM has no kernel for (the warning names them)
+        return NOT_SERVED if method == "serve" else None
+    return none_holds(max(mine, key=lambda p: _get(p, "gpus")), capacity_bytes)
 
 
 def none_holds(most: Any, capacity_bytes: int) -> str:

@@ -131,3 +131,22 @@ def test_a_gpu_that_serves_the_model_in_float32_is_priced_in_float32() -> None:
     assert any(sp.method == "serve" and sp.max_batch > 0 for sp in card16.split or ())
     llama = report("meta-llama/Llama-3.2-3B")
     assert any(x.gpu_model == "T4" for x in llama.serving)
+
+
+def test_a_sparse_attention_model_is_served_only_where_vllm_has_its_kernels() -> None:
+    """A page review found DeepSeek-V3.2's serving headline on 16 A100s, and rows on T4s and L4s: vLLM runs its
+    sparse attention (a config with index_topk) only with sparse MLA kernels, FlashMLA's on compute capability 9.x
+    and 10.x (v1/attention/backends/mla/flashmla_sparse.py, v0.19.1). Those GPUs get no serving plan, speed or
+    card batch, and a warning names them; DeepSeek-V3, without the indexer, keeps every GPU."""
+    def report(mid: str):
+        cfg = json.loads(load_record(DEFAULT_SNAPSHOT_DIR, mid).config_json)
+        return estimate(cfg, model_id=mid, assumptions=S, cards=SETTINGS.cards, gpus=SETTINGS.gpus)
+    v32 = report("deepseek-ai/DeepSeek-V3.2")
+    served = {p.gpu_model for p in v32.plans if p.method == "serve"}
+    assert served == {"H100 SXM", "H200 SXM"} == {x.gpu_model for x in v32.serving}
+    assert [c.serve_max_batch for c in v32.memory.cards if c.name in ("T4 16 GB", "L4 24 GB", "A100 40 GB")] == [0] * 3
+    (warning,) = [x for x in v32.findings if x.check == "sparse_attention_serving"]
+    assert warning.message.endswith("no serving is priced on the T4, L4, A100 40GB SXM, A100 80GB SXM.")
+    v3 = report("deepseek-ai/DeepSeek-V3")
+    assert {p.gpu_model for p in v3.plans if p.method == "serve"} > served
+    assert not any(x.check == "sparse_attention_serving" for x in v3.findings)

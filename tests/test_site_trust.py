@@ -208,7 +208,11 @@ def test_a_batch_cell_past_one_card_names_the_fewest_gpus_the_setups_table_fits(
                 method = methods.get(label) or ("lora" if label.startswith("LoRA") else "serve")
                 plans = [p for p in twin["plans"] if p["method"] == method and p["gpu"] == card]
                 fitting = [p["gpus"] for p in plans if p["fits"]]
-                assert plans, (model, card, label)
+                if not plans:  # serving is not searched where vLLM has no kernel for the model (its warning)
+                    assert method == "serve" and link == setups_text.NOT_SERVED, (model, card, label)
+                    assert "sparse_attention_serving" in {x["check"] for x in twin["findings"]}, model
+                    seen.add("not served")
+                    continue
                 if split:  # beside a two-card split that holds a batch: only a setup on one GPU (checkpointed)
                     assert link == "setups: 1 GPU" and min(fitting) == 1, (model, card, label)
                     assert any(p["grad_ckpt"] or p["offload"] != "none" for p in plans if p["fits"] and p["gpus"] == 1)
@@ -228,7 +232,7 @@ def test_a_batch_cell_past_one_card_names_the_fewest_gpus_the_setups_table_fits(
                     assert f'data-label="{setups_text.METHOD_NAMES[method]}">{row_words}' \
                         in html[html.index('id="plans"'):], (model, card, label)
                 seen.add(want.split(":")[0])
-    assert seen == {"setups", "no setup up to 512 GPUs", "tight on 512 GPUs", "beside a split"}
+    assert seen == {"setups", "no setup up to 512 GPUs", "tight on 512 GPUs", "beside a split", "not served"}
 
 
 def test_small_words_read_right(site: Path) -> None:

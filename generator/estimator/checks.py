@@ -165,6 +165,18 @@ def check_half_precision_serving(a: Arch, without_bf16: tuple[str, ...]) -> list
                     "given for it.")]
 
 
+def check_sparse_attention_serving(a: Arch, unserved: tuple[str, ...]) -> list[Finding]:
+    """A model whose attention vLLM runs only with sparse MLA kernels (setups.unserved), where a priced GPU has
+    none: no serving is priced there."""
+    if not unserved:
+        return []
+    return [Finding("sparse_attention_serving", "warning",
+                    f"vLLM runs {a.model_type}'s sparse attention (the config's index_topk) only with sparse MLA "
+                    "kernels, on compute capability 9.0 or more (Hopper, Blackwell: "
+                    "v1/attention/backends/mla/flashmla_sparse.py): no serving is priced on the "
+                    f"{', '.join(unserved)}.")]
+
+
 def check_tower_adapters(g: Graph) -> list[Finding]:
     """A vision tower whose Linears families/tower_linears.py does not itemise: peft's all-linear adapts them too,
     and the LoRA figures leave those adapters out."""

@@ -18,6 +18,7 @@ from .checks import (
     check_scan_kernels,
     check_scope,
     check_shapes,
+    check_sparse_attention_serving,
     check_special_tokens,
     check_tower_adapters,
 )
@@ -74,6 +75,7 @@ from .setups import (
     serving_table,
     training_flops,
     training_job,
+    unserved,
 )
 
 FORMULAS = {
@@ -173,9 +175,10 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
     exact = metric_memory(spread.peak_phase, dict(spread.breakdown), s, job, graph)
     # QLoRA's phases at batch 1 (None where the checkpoint is quantised already: plans_unreachable says why)
     qlora_limits = job_limits(site_jobs["qlora"], _site_metric) if arch.quant is None else None
-    fp32_gpus = fp32_serving(arch, gpus)  # the cards all of whose GPUs serve the model in float32
+    fp32_gpus, none_gpus = fp32_serving(arch, gpus), unserved(arch, gpus)  # per card, all its GPUs: float32 or none
     fp32_cards = frozenset(c.name for c in cards if fp32_gpus and all(gpus[k].name in fp32_gpus for k in c.gpus))
-    plans = _card_plan(cards, profiles, s, qlora_limits, fp32_cards)
+    unserved_cards = frozenset(c.name for c in cards if none_gpus and all(gpus[k].name in none_gpus for k in c.gpus))
+    plans = _card_plan(cards, profiles, s, qlora_limits, fp32_cards, unserved_cards)
     kv_per_sequence = kv_bytes_per_sequence(arch, s, serve_tokens)
     # full and LoRA FLOPs per token of the reference job: priced per GPU by the costs and the plans alike
     on_experts, delta_macs = expert_adapters(arch, graph, s.lora_rank)
@@ -212,7 +215,7 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
         smallest_card_serve=smallest("serve_max_batch"), cards=plans,
         tight_card_full=_tight_card(by_budget, profiles["train_full"].whole_limits, "train_full"),
         tight_card_lora=_tight_card(by_budget, profiles["train_lora"].whole_limits, "train_lora"),
-        tight_card_serve=_tight_card(by_budget, profiles["serve"].whole_limits, "serve", fp32_cards),
+        tight_card_serve=_tight_card(by_budget, profiles["serve"].whole_limits, "serve", fp32_cards, unserved_cards),
         train_qlora_bytes_batch1=None if qlora_limits is None else max(base + grow for base, grow, _ in qlora_limits),
         tight_card_qlora=None if qlora_limits is None else _tight_card(by_budget, qlora_limits, "train_qlora"),
         kv_bytes_per_sequence=kv_per_sequence,
@@ -235,6 +238,8 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
                                *check_tower_adapters(graph),
                                *check_half_precision_serving(arch, tuple(dict.fromkeys(
                                    gpus[k].name for c in cards for k in c.gpus if gpus[k].bf16_tflops is None))),
+                               *check_sparse_attention_serving(arch, tuple(dict.fromkeys(
+                                   gpus[k].name for c in cards for k in c.gpus if gpus[k].name in none_gpus))),
                                *serve_past]
     vision = graph.params_towers
     kinds: dict[str, int] = {}  # layers per kind, in order of first appearance (a kind is part of a distinct layer)
@@ -284,6 +289,7 @@ def _setups(arch, graph, s: Assumptions, cards, gpus, jobs, flops_per_token: tup
         not_applicable["qlora"] = (f"the checkpoint is already quantised ({arch.quant.describes}); QLoRA quantises "
                                    "a 16-bit base to NF4, so it does not apply as such")
     fp32 = fp32_serving(arch, gpus)  # where vLLM serves it in float32: searched at half the budget
+    none = unserved(arch, gpus)  # where vLLM has no kernel for it: not searched
 
     def plans_on(offered: tuple, methods: Mapping) -> tuple[list, list]:
         return plans_for(methods, peak, offered, {m: f[0] for m, f in flops.items()},
@@ -292,9 +298,9 @@ def _setups(arch, graph, s: Assumptions, cards, gpus, jobs, flops_per_token: tup
                          (s.job_samples * s.job_epochs, s.job_batch),
                          {m: (w.job_bytes(), w.job_bytes(checkpointed=True))
                           for m, w in {**work, "qlora": work["lora"]}.items()})
-    if fp32:
+    if fp32 or none:
         plans, unreachable = plans_on(gpu_offers, {m: j for m, j in jobs.items() if not m.startswith("serve")})
-        served, lost = plans_on(halve_for_fp32(gpu_offers, fp32),
+        served, lost = plans_on(halve_for_fp32(tuple(g for g in gpu_offers if g.model not in none), fp32),
                                 {m: j for m, j in jobs.items() if m.startswith("serve")})
         plans, unreachable = plans + plans_in_fp32(served, fp32), unreachable + [u for u in lost if u.method == "serve"]
     else:
@@ -302,7 +308,7 @@ def _setups(arch, graph, s: Assumptions, cards, gpus, jobs, flops_per_token: tup
     serving: tuple[ServingSpeed, ...] = ()
     if graph.spec.kind != "encoder":  # no speed where it serves in float32: the priced TFLOPS are 16-bit
         model = serving_model(arch, graph, s, weights_served, kv_per_sequence, serve_tokens, jobs["serve"].kv_latent)
-        serving = serving_table(model, peak, tuple(g for g in gpu_offers if g.model not in fp32), plans)
+        serving = serving_table(model, peak, tuple(g for g in gpu_offers if g.model not in fp32 | none), plans)
     return plans, unreachable, serving, plan_floors(peak, plans, gpu_offers)
 
 
@@ -314,11 +320,13 @@ def structure_rows(spec: Spec, tokens: int) -> StructureTable:
 
 
 def _card_plan(cards: tuple[Card, ...], profiles: Mapping[str, Profile], s: Assumptions,
-               qlora_limits: Limits | None = None, fp32: frozenset[str] = frozenset()) -> tuple[CardPlan, ...]:
+               qlora_limits: Limits | None = None, fp32: frozenset[str] = frozenset(),
+               unserved_cards: frozenset[str] = frozenset()) -> tuple[CardPlan, ...]:
     """Each card's largest batches (QLoRA's from its job's limits, 0 without them) and two-card splits. What a
     card is held against (the profiles' and QLoRA's limits, the best two-card cut per method) is the same on every
     card: worked out once, each card then only divides its budget. A card in `fp32` (vLLM serves the model in
-    float32 there: setups.fp32_serving) serves what half its budget holds in 16 bits, and no two-card split."""
+    float32 there: setups.fp32_serving) serves what half its budget holds in 16 bits, and no two-card split; one
+    in `unserved_cards` (setups.unserved) serves none."""
     limits = {k: p.whole_limits for k, p in profiles.items()}
     cuts: dict[str, Cut] = {}  # the best two-card cut per method, where a card asks for one
     plans = []
@@ -326,9 +334,11 @@ def _card_plan(cards: tuple[Card, ...], profiles: Mapping[str, Profile], s: Assu
         budget, capacity = budget_bytes(card, s), capacity_bytes(card, s)
         batches = {k: largest_batch(lim, budget // 2 if k == "serve" and card.name in fp32 else budget)
                    for k, lim in limits.items()}
+        if card.name in unserved_cards:
+            batches["serve"] = 0
         splits: list[SplitPlan] = []
         for k, batch in batches.items():
-            if batch == 0 and not (k == "serve" and card.name in fp32):
+            if batch == 0 and not (k == "serve" and card.name in fp32 | unserved_cards):
                 cut = cuts.get(k) or cuts.setdefault(k, best_cut(profiles[k]))
                 splits.append(SplitPlan(k, 2, cut.layers, (cut.first, cut.second), two_card_batch(cut, budget)))
         plans.append(CardPlan(card.name, card.memory_marketed_bytes, card.memory_usable_bytes, budget,
@@ -337,12 +347,14 @@ def _card_plan(cards: tuple[Card, ...], profiles: Mapping[str, Profile], s: Assu
     return tuple(plans)
 
 
-def _tight_card(by_budget: list[CardPlan], limits: Limits, key: str, fp32: frozenset[str] = frozenset()) -> str | None:
+def _tight_card(by_budget: list[CardPlan], limits: Limits, key: str, fp32: frozenset[str] = frozenset(),
+                none: frozenset[str] = frozenset()) -> str | None:
     """The smallest card whose capacity holds batch 1 of `key` (train_full, train_lora, train_qlora, serve) where
     that card's budget does not (profile.card_verdict's "tight"); None where the smallest card holding it has the
-    headroom too, or none holds it. `fp32`: the cards serving in float32 (_card_plan), at half their capacity."""
-    holding = next((c for c in by_budget if largest_batch(limits, c.capacity_bytes // (2 if c.name in fp32 else 1))
-                    >= 1), None)
+    headroom too, or none holds it. `fp32`: the cards serving in float32 (_card_plan), at half their capacity;
+    `none`: those serving none."""
+    holding = next((c for c in by_budget if c.name not in none and
+                    largest_batch(limits, c.capacity_bytes // (2 if c.name in fp32 else 1)) >= 1), None)
     return holding.name if holding is not None and getattr(holding, f"{key}_max_batch") == 0 else None
 
 

@@ -73,6 +73,7 @@ class Gpu:
     price_date: str = ""
     spec_source: str = ""
     host_link_gb_per_s: float = 0.0  # PCIe to the CPU, one direction, GB (1e9 B) per second; 0: not known
+    compute_capability: float | None = None  # CUDA's (sm major.minor), which kernels a server can run; None: not known
 
 
 @dataclass(frozen=True)

@@ -167,6 +167,21 @@ def fp32_serving(a: Arch, gpus: Mapping[str, Gpu]) -> frozenset[str]:
     return frozenset(g.name for g in gpus.values() if g.bf16_tflops is None)
 
 
+# vLLM runs DeepSeek's sparse attention (a config with index_topk: model_executor/models/deepseek_v2.py is_v32) only
+# with sparse MLA kernels: FlashMLA's on compute capability 9.x and 10.x, FlashInfer's on 10.x
+# (v1/attention/backends/mla/flashmla_sparse.py, flashinfer_mla_sparse.py supports_compute_capability, v0.19.1)
+SPARSE_MLA_CAPABILITY = 9.0
+
+
+def unserved(a: Arch, gpus: Mapping[str, Gpu]) -> frozenset[str]:
+    """The priced GPUs (by name) vLLM has no attention kernel for this model on: a sparse-attention MLA model's on
+    a GPU below SPARSE_MLA_CAPABILITY. No serving plan, speed or card batch is given there."""
+    if "index_topk" not in a.raw or a.spec.kind == "encoder":
+        return frozenset()
+    return frozenset(g.name for g in gpus.values()
+                     if g.compute_capability is not None and g.compute_capability < SPARSE_MLA_CAPABILITY)
+
+
 def halve_for_fp32(gpu_offers: tuple[GpuOffer, ...], fp32: frozenset[str]) -> tuple[GpuOffer, ...]:
     """The offers a float32 server is searched on: half the budget where the GPU serves in float32 (fp32_serving),
     its 16-bit peaks then doubled back (plans_in_fp32)."""
