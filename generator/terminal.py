@@ -107,7 +107,8 @@ def print_summary(console: Console, report: Report, *, plan: bool, settings: Set
         f"and {fmt.gb(m.train_lora_bytes_batch1)} with LoRA r={a['lora_rank']} on a bf16 base "
         f"({_fits(m.smallest_card_lora, m.tight_card_lora, spread('lora'))}). Serving "
         f"{fmt.serve_weights(p.quantization)} weights at {fmt.count(m.serve_tokens)} tokens per sequence "
-        f"starts at {fmt.gb(m.serve_bytes_batch1)} ({_fits(m.smallest_card_serve, m.tight_card_serve, spread('serve'))}). "
+        f"starts at {fmt.gb(m.serve_bytes_batch1)} "
+        f"({_fits(m.smallest_card_serve, m.tight_card_serve, spread('serve'))}). "
         "Estimated from the config's structure, not measured."))
     if _any_tight(m, asked):
         console.print(_tight_note(a["headroom"], replayed), style="dim")
@@ -301,8 +302,9 @@ def _print_plan(console: Console, report: Report, settings: Settings, method: st
                           fmt.count(s.max_concurrency), fmt.usd_per_million(s.usd_per_million_output_tokens))
         _print_table(console, table, table_width)
         console.print(Text(f"Sequences: the KV caches of {fmt.count(m.serve_tokens)} tokens a chunked-prefill server "
-                           "(vLLM's scheduler) holds beside the weights, one prompt's chunk in flight; --method "
-                           "inference --batch N prices HF generate instead, whose prefill holds every prompt's "
+                           "(vLLM's scheduler) holds beside the weights, one prompt's chunk in flight, up to `vllm "
+                           "serve`'s default --max-num-seqs (256; 1,024 on a GPU of 75.2 GB or more but the A100); "
+                           "--method inference --batch N prices HF generate instead, whose prefill holds every prompt's "
                            "activations at once.", style="dim"))
 
 

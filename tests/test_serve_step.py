@@ -20,6 +20,7 @@ from generator.estimator.graph.nodes import build_graph
 from generator.estimator.memory.job_options import Job
 from generator.estimator.memory.profile import kv_bytes_per_sequence, serve_profile, serve_token_bytes, step_tokens
 from generator.estimator.normalise import normalise
+from generator.estimator.setups import vllm_max_num_seqs
 from generator.hub.snapshot import DEFAULT_SNAPSHOT_DIR, load_record
 from generator.settings import DEFAULT_CONFIG, load_settings
 
@@ -150,3 +151,16 @@ def test_a_sparse_attention_model_is_served_only_where_vllm_has_its_kernels() ->
     v3 = report("deepseek-ai/DeepSeek-V3")
     assert {p.gpu_model for p in v3.plans if p.method == "serve"} > served
     assert not any(x.check == "sparse_attention_serving" for x in v3.findings)
+
+
+def test_a_server_runs_at_most_vllms_default_number_of_sequences() -> None:
+    """A page review found gemma-3-1b-it priced at 2,420 sequences at once on an A100 80GB: `vllm serve` runs at
+    most max_num_seqs of them unless told, 256 by default, 1,024 on a GPU of 70 GiB or more that is not an A100
+    (EngineArgs.get_batch_defaults, v0.19.1). The card table's batch is still what memory holds."""
+    assert vllm_max_num_seqs(85_899_345_920, "H100 SXM") == 1024 == vllm_max_num_seqs(150_754_820_096, "H200 SXM")
+    assert vllm_max_num_seqs(85_899_345_920, "A100 80GB SXM") == 256 == vllm_max_num_seqs(23_034_347_520, "L4")
+    cfg = json.loads(load_record(DEFAULT_SNAPSHOT_DIR, "google/gemma-3-1b-it").config_json)
+    r = estimate(cfg, model_id="google/gemma-3-1b-it", assumptions=S, cards=SETTINGS.cards, gpus=SETTINGS.gpus)
+    seqs = {x.gpu_model: x.max_concurrency for x in r.serving}
+    assert seqs["A100 80GB SXM"] == 256 and seqs["H100 SXM"] == seqs["H200 SXM"] == 1024
+    assert next(c for c in r.memory.cards if c.name == "A100 / H100 80 GB").serve_max_batch > 1024

@@ -145,6 +145,12 @@ def job_limits(job: SingleGpuJob, adjust: Callable[[str, tuple[int, ...]], int])
     return tuple(out)
 
 
+def vllm_max_num_seqs(memory_bytes: int, gpu_name: str) -> int:
+    """`vllm serve`'s default max_num_seqs, the most sequences it runs at once unless told: 1,024 on a GPU of 70 GiB
+    or more that is not an A100, 256 on the rest (EngineArgs.get_batch_defaults, OPENAI_API_SERVER, v0.19.1)."""
+    return 1024 if memory_bytes >= 70 * 2**30 and "a100" not in gpu_name.lower() else 256
+
+
 def offers(cards: tuple[Card, ...], gpus: Mapping[str, Gpu], s: Assumptions) -> tuple[GpuOffer, ...]:
     """Every GPU a card lists, with that card's budget (plans and serving are per card and priced GPU)."""
     out = []
@@ -153,7 +159,8 @@ def offers(cards: tuple[Card, ...], gpus: Mapping[str, Gpu], s: Assumptions) -> 
             gpu = gpus[key]
             out.append(GpuOffer(card.name, budget_bytes(card, s), gpu.price_usd_per_hour,
                                 gpu.bf16_tflops if gpu.bf16_tflops is not None else gpu.fp16_tflops,
-                                gpu.bandwidth_gb_per_s, gpu.name, gpu.host_link_gb_per_s))
+                                gpu.bandwidth_gb_per_s, gpu.name, gpu.host_link_gb_per_s,
+                                vllm_max_num_seqs(card.memory_usable_bytes, gpu.name)))
     return tuple(out)
 
 
@@ -301,7 +308,7 @@ def serving_table(model: ServingModel, peak: Callable[[str, Setup], tuple[int, i
         setup, one = got
         two = peak("serve2", setup)[0]
         rows.append(serving_speed(model, gpu.name, setup, one, two - one, gpu.budget_bytes, gpu.bandwidth_gb_per_s,
-                                  gpu.peak_tflops, gpu.usd_per_hour, gpu_model=gpu.model))
+                                  gpu.peak_tflops, gpu.usd_per_hour, cap=gpu.max_sequences, gpu_model=gpu.model))
     return tuple(rows)
 
 

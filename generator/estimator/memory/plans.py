@@ -50,6 +50,7 @@ class GpuOffer:
     bandwidth_gb_per_s: float = 0.0
     model: str = ""  # the priced GPU's own name, where a card (name) lists several (A100 / H100 80 GB)
     host_link_gb_per_s: float = 0.0  # PCIe to the CPU, one direction (0: not known)
+    max_sequences: int = 1 << 20  # the most sequences its server runs at once (setups.vllm_max_num_seqs)
 
 
 @dataclass(frozen=True)
