@@ -112,7 +112,11 @@ def test_a_card_over_the_floor_would_need_more_gpus_and_one_under_it_none():
     # table says it; one over both is not
     (tight, _) = setups_text.floor_sentences([floor], plans, budgets, {"T4 16 GB": 21 * 10**9})
     assert tight == line.replace("with ZeRO or FSDP;", "with ZeRO or FSDP within the headroom, though the T4 16 GB's "
-                                 "memory less the CUDA context (21.0 GB) holds it: tight;")
+                                 "memory less the CUDA context (21.0 GB) holds it: tight, on more GPUs than the 512 "
+                                 "tried;")  # its 512 GPUs keep 30 GB each, over that memory
+    (tight, _) = setups_text.floor_sentences([floor], plans, budgets, {"T4 16 GB": 31 * 10**9})
+    assert tight == line.replace("with ZeRO or FSDP;", "with ZeRO or FSDP within the headroom, though the T4 16 GB's "
+                                 "memory less the CUDA context (31.0 GB) holds it: tight;")
     assert setups_text.floor_sentences([floor], plans, budgets, {"T4 16 GB": 19 * 10**9})[0] == line
 
 

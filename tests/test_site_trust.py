@@ -227,8 +227,9 @@ def test_a_batch_cell_past_one_card_names_the_fewest_gpus_the_setups_table_fits(
                     f"{f.gpu_count(most['gpus'])}"
                 assert link == want == setups_text.card_setups(twin["plans"], method, card,
                                                                capacity_bytes=capacity), (model, card, label)
-                if not fitting:  # the setups table's row says it alike
-                    row_words = want.replace("no setup up to", "does not fit on")
+                if not fitting:  # the setups table's row says it alike, a tight one with its setup
+                    row_words = f"tight: {most['gpus']}×" if want.startswith("tight") else \
+                        want.replace("no setup up to", "does not fit on")
                     assert f'data-label="{setups_text.METHOD_NAMES[method]}">{row_words}' \
                         in html[html.index('id="plans"'):], (model, card, label)
                 seen.add(want.split(":")[0])
@@ -337,7 +338,7 @@ def test_every_cell_that_fits_on_no_count_has_its_floor_on_the_page(site: Path) 
         start = html.index('id="plans"')
         table = html[start:html.index("</table>", start)]
         over = [label for label in ("Full fine-tune", "LoRA", "QLoRA")
-                if re.search(rf'data-label="{label}">(does not fit|tight) on \d+ GPUs', table)]
+                if re.search(rf'data-label="{label}">(does not fit on \d+ GPUs|tight: \d+×)', table)]
         for label in over:
             assert html.count(f'<p class="note">{label}: no count of ') == 1, (page, label)
         assert html.count("ZeRO and FSDP divide the weights") == (1 if over else 0), page

@@ -194,7 +194,7 @@ def test_a_setup_that_does_not_fit_has_no_price(capsys, monkeypatch):
     nothing runs."""
     monkeypatch.setenv("COLUMNS", "220")
     code, out, _ = run(capsys, "meta-llama/Llama-3.1-70B", "--plan")
-    rows = [line for line in out.splitlines() if "does not fit on 512 GPUs" in line or "tight on 512 GPUs" in line]
+    rows = [line for line in out.splitlines() if "does not fit on 512 GPUs" in line or "tight: 512×" in line]
     assert code == 0 and rows
     assert all("$" not in line for line in rows), rows
 
@@ -202,14 +202,16 @@ def test_a_setup_that_does_not_fit_has_no_price(capsys, monkeypatch):
 def test_a_setup_over_the_budget_that_the_memory_holds_reads_tight(capsys, monkeypatch):
     """Llama-3.2-11B-Vision's full fine-tune keeps 14.3 GB per T4 on 512 of them: over the T4's 13.1 GB budget,
     within its 15.1 GB less the CUDA context. The floor sentence called it tight while the row and the card cell said
-    it does not fit; they now say "tight on 512 GPUs" too. LoRA's 15.4 GB, over the memory, still "does not fit", as
+    it does not fit; the card cell now says "tight on 512 GPUs" and the row "tight: " with its setup. LoRA's
+    15.4 GB, over the memory, still "does not fit", as
     does Llama-3.1-70B's full fine-tune at 15.3 GB."""
     monkeypatch.setenv("COLUMNS", "220")
     code, out, _ = run(capsys, "meta-llama/Llama-3.2-11B-Vision", "--plan")
     t4 = [line for line in out.splitlines() if "T4 16 GB" in line]
     assert code == 0 and "│ tight on 512 GPUs │ no setup up to 512 GPUs " in t4[0]
     full = next(line for line in t4 if "Full fine-tune" in line)
-    assert "tight on 512 GPUs" in full and "14.3 GB" in full and "$" not in full
+    assert "tight: 512× T4 with ZeRO-3, gradient checkpointing and CPU param offload" in full and "14.3 GB" in full \
+        and "$" not in full
     lora = next(line for line in t4 if "LoRA" in line)
     assert "does not fit on 512 GPUs" in lora and "15.4 GB" in lora
     assert "(15.1 GB) holds it: tight." in out
