@@ -344,3 +344,16 @@ def test_every_cell_that_fits_on_no_count_has_its_floor_on_the_page(site: Path) 
         assert html.count("ZeRO and FSDP divide the weights") == (1 if over else 0), page
         seen += len(over)
     assert seen >= 40
+
+
+def test_the_parts_line_says_whether_there_is_an_lm_head_and_whether_it_is_tied(site: Path) -> None:
+    """A page review found bge-reranker-large (a sequence classifier) said to have a "head tied to the embedding":
+    the template read an LM head of 0 parameters as tied. Params.lm_head_tied now says so, and a model with no LM
+    head says that; BERT's tied head keeps its own bias."""
+    said = {}
+    for model in ("BAAI/bge-reranker-large", "Qwen/Qwen3-0.6B", "google-bert/bert-base-uncased"):
+        text = _text((site / "models" / model / "index.html").read_text(encoding="utf-8"))
+        said[model] = text[text.index("By part:"):].split(". ")[0]
+    assert said["BAAI/bge-reranker-large"].endswith("24 layers of 12.6M each, no LM head")
+    assert said["Qwen/Qwen3-0.6B"].endswith("each, head tied to the embedding")
+    assert said["google-bert/bert-base-uncased"].endswith("each, head tied to the embedding, 30.5K of its own")

@@ -54,6 +54,7 @@ class Params:
     quantization: tuple[tuple[str, Any], ...] | None = None  # method, bits, group size, description
     layer_kinds: tuple[tuple[str, int], ...] = ()  # (kind, count) over the stack: attention, sliding, mla, ...
     layer_sizes: tuple[tuple[int, int], ...] = ()  # (parameters, layers of that many), in order of first appearance
+    lm_head_tied: bool = False  # an LM head whose weight is the embedding's (lm_head counts its bias alone, or 0)
 
     @property
     def count_status(self) -> str:

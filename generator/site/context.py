@@ -134,19 +134,19 @@ def _count(report: Report, record: ModelRecord | None) -> dict[str, Any]:
     status = p.count_status  # "stored": the page never calls two different numbers equal
     by_dtype = record.checkpoint_params_by_dtype if record else {}
     return {
-        "graph": f.count(p.graph),
-        "graph_short": f.short_count(p.graph),
+        "graph": f.count(p.graph), "graph_short": f.short_count(p.graph),
         "checkpoint": f.UNKNOWN if p.checkpoint is None else f.count(p.checkpoint),
         "stored": None if p.stored is None else f.count(p.stored),
         "stored_as": dict(p.quantization or ()).get("describes"),
         "status": status,
-        "missing": "no checkpoint count is read for a local config" if record is None
-        else "the snapshot has no such count for this model",
+        "missing": "no checkpoint count is read for a local config" if record is None else
+        "the snapshot has no such count for this model",
         "gap": {"severity": gap[0].severity, "message": gap[0].message} if gap else None,
         "source": record.checkpoint_source if record else None,
         "by_dtype": [{"dtype": k, "count": f.count(v)} for k, v in sorted(by_dtype.items())],
         "embedding": f.short_count(p.embedding),
-        "lm_head": None if p.lm_head == 0 else f.short_count(p.lm_head),
+        "head": ("head tied to the embedding" + (f", {f.short_count(p.lm_head)} of its own" if p.lm_head else ""))
+        if p.lm_head_tied else f"head {f.short_count(p.lm_head)}" if p.lm_head else "no LM head",  # BERT's: a bias
         "layers": f.count(p.layers),
         "per_layer": f.short_count(p.per_layer),
         # a stack of layers of different sizes says each size as shown (more than four: their range), never "N
