@@ -326,7 +326,9 @@ def _print_cards(console: Console, report: Report, table_width: int | None) -> N
         cells = []
         for short, field in methods:
             split, batch = splits.get(field), getattr(c, f"{field}_max_batch")
-            cells.append(_card_cell(report, c, short, batch, split))
+            tight = c.name == getattr(report.memory, f"tight_card_{short}")  # a batch in float32 says so
+            cells.append(_card_cell(report, c, short, batch, split)
+                         + (f", {c.serve_dtype}" if short == "serve" and c.serve_dtype and (tight or batch) else ""))
             if split is not None and split.max_batch > 0 and batch <= 0:  # tight ones too, as the page gives them
                 notes.append(f"{c.name}, {labels[short]}: {fmt.count(split.cards)} cards, cut after layer "
                              f"{fmt.count(split.cut_after_layer)}: "

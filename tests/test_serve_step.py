@@ -15,6 +15,7 @@ import json
 import pytest
 import yaml
 
+from generator.cli import main
 from generator.estimator import estimate
 from generator.estimator.graph.nodes import build_graph
 from generator.estimator.memory.job_options import Job
@@ -164,3 +165,20 @@ def test_a_server_runs_at_most_vllms_default_number_of_sequences() -> None:
     seqs = {x.gpu_model: x.max_concurrency for x in r.serving}
     assert seqs["A100 80GB SXM"] == 256 and seqs["H100 SXM"] == seqs["H200 SXM"] == 1024
     assert next(c for c in r.memory.cards if c.name == "A100 / H100 80 GB").serve_max_batch > 1024
+
+
+def test_a_card_serving_in_float32_says_so_in_its_cell(capsys) -> None:
+    """A page review found gemma-3-1b-it's T4 cell "batch 142" under the column "Serve bf16": the card's figure is in
+    float32 (CardPlan.serve_dtype), and its cell now says so; other cards and models say nothing more."""
+    assert main(["google/gemma-3-1b-it", "--plan"]) == 0
+    t4 = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("│ T4 16 GB"))
+    assert "batch 142, float32" in t4
+    cfg = json.loads(load_record(DEFAULT_SNAPSHOT_DIR, "google/gemma-3-1b-it").config_json)
+    r = estimate(cfg, model_id="google/gemma-3-1b-it", assumptions=S, cards=SETTINGS.cards, gpus=SETTINGS.gpus)
+    assert [c.serve_dtype for c in r.memory.cards] == ["float32", "", "", "", ""]
+    assert all(c.serve_dtype == "" for c in report_of_llama().memory.cards)
+
+
+def report_of_llama():
+    cfg = json.loads(load_record(DEFAULT_SNAPSHOT_DIR, "meta-llama/Llama-3.2-3B").config_json)
+    return estimate(cfg, model_id="meta-llama/Llama-3.2-3B", assumptions=S, cards=SETTINGS.cards, gpus=SETTINGS.gpus)

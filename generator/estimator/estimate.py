@@ -344,7 +344,8 @@ def _card_plan(cards: tuple[Card, ...], profiles: Mapping[str, Profile], s: Assu
                 splits.append(SplitPlan(k, 2, cut.layers, (cut.first, cut.second), two_card_batch(cut, budget)))
         plans.append(CardPlan(card.name, card.memory_marketed_bytes, card.memory_usable_bytes, budget,
                               batches["train_full"], batches["train_lora"], batches["serve"], tuple(splits) or None,
-                              0 if qlora_limits is None else largest_batch(qlora_limits, budget), capacity))
+                              0 if qlora_limits is None else largest_batch(qlora_limits, budget), capacity,
+                              "float32" if card.name in fp32 else ""))
     return tuple(plans)
 
 

@@ -89,6 +89,7 @@ class CardPlan:
     # or QLoRA does not apply (an already quantised checkpoint: plans_unreachable says so)
     train_qlora_max_batch: int = 0
     capacity_bytes: int = 0  # usable less CUDA context: what the process can allocate (budget = this / headroom)
+    serve_dtype: str = ""  # "float32" where vLLM serves the model so on this card's GPUs (setups.fp32_serving)
 
 
 @dataclass(frozen=True)

@@ -131,14 +131,13 @@ def _count(report: Report, record: ModelRecord | None) -> dict[str, Any]:
     sizes: dict[str, int] = {}  # layers per size as the page shows it (T5's first layer: 7.08M, as the others)
     for size, n in p.layer_sizes:
         sizes[f.short_count(size)] = sizes.get(f.short_count(size), 0) + n
-    status = p.count_status  # "stored": the page never calls two different numbers equal
     by_dtype = record.checkpoint_params_by_dtype if record else {}
     return {
         "graph": f.count(p.graph), "graph_short": f.short_count(p.graph),
         "checkpoint": f.UNKNOWN if p.checkpoint is None else f.count(p.checkpoint),
         "stored": None if p.stored is None else f.count(p.stored),
         "stored_as": dict(p.quantization or ()).get("describes"),
-        "status": status,
+        "status": p.count_status,  # "stored": the page never calls two different numbers equal
         "missing": "no checkpoint count is read for a local config" if record is None else
         "the snapshot has no such count for this model",
         "gap": {"severity": gap[0].severity, "message": gap[0].message} if gap else None,
@@ -288,7 +287,8 @@ def _memory(report: Report, root: str | None = None) -> dict[str, Any]:
             batch = getattr(card, f"{method}_max_batch")
             split = splits.get(method)
             held = split.cards if split is not None and split.max_batch > 0 else 0  # a split that holds a batch
-            row[short] = {"batch": "tight" if tight else f.batch(batch), "split": _split(split),
+            dtype = f", {card.serve_dtype}" if short == "serve" and card.serve_dtype and (tight or batch) else ""
+            row[short] = {"batch": ("tight" if tight else f.batch(batch)) + dtype, "split": _split(split),
                           "more": None if tight or batch > 0 else setups_text.card_setups(
                               report.plans, short, card.name, held, card.capacity_bytes)}
         row["cells"] = [row[k] for k in keys]
