@@ -176,7 +176,7 @@ def calculate(config_text: str, model_id: str, site: Site, query: str) -> dict[s
                            "text": f.gb(parts.get(p, 0))} for p in PARTS],
                # an nvidia-smi peak meets a budget with its CUDA context counted once (Memory.held_context_bytes)
                cards=[{"name": c.name, "budget_bytes": c.budget_bytes, "budget": f.gb(c.budget_bytes),
-                       "fits": m.peak_bytes - m.held_context_bytes <= c.budget_bytes,
+                       "fits": m.held_peak_bytes <= c.budget_bytes,
                        "max_batch": largest_batch(cached, c.budget_bytes + m.held_context_bytes)} for c in m.cards])
     for card in out["cards"]:
         card["max_batch_text"] = f.count(card["max_batch"]) if card["max_batch"] else f.DASH

@@ -42,18 +42,20 @@ def label(p: Any) -> str:
         + (f" ({f.gb(host)} of host memory per node)" if host else "")
 
 
-# A card whose GPUs vLLM has no attention kernel for the model on (estimator setups.unserved)
+# A card whose GPUs vLLM has no attention kernel for the model on (estimator setups.serving_scale: 0)
 NOT_SERVED = "no vLLM kernel for it here"
+
+
+def _tight(p: Any, capacity_bytes: int) -> bool:
+    """Whether a plan over the card's budget is within its memory less the CUDA context (`capacity_bytes`), as the
+    batch tables call a card that holds batch 1 only so."""
+    return _get(p, "per_gpu_peak_bytes") <= capacity_bytes
 
 
 def unfit_setup(p: Any, capacity_bytes: int) -> str:
     """A plan that no count the search tried holds within the card's budget, by its most GPUs: "tight: 512× T4 with
-    ZeRO-3 ..." (its setup, offload included) where the card's memory less the CUDA context (`capacity_bytes`)
-    holds its per-GPU peak, as the batch tables call a card that holds batch 1 only so; else "does not fit on 512
-    GPUs"."""
-    if _get(p, "per_gpu_peak_bytes") <= capacity_bytes:
-        return f"tight: {label(p)}"
-    return f"does not fit on {f.gpu_count(_get(p, 'gpus'))}"
+    ZeRO-3 ..." (its setup, offload included) where it is _tight; else "does not fit on 512 GPUs"."""
+    return f"tight: {label(p)}" if _tight(p, capacity_bytes) else f"does not fit on {f.gpu_count(_get(p, 'gpus'))}"
 
 
 def card_setups(plans: Any, method: str, card: str, split_cards: int = 0, capacity_bytes: int = 0) -> str | None:
@@ -77,8 +79,7 @@ def card_setups(plans: Any, method: str, card: str, split_cards: int = 0, capaci
 def none_holds(most: Any, capacity_bytes: int) -> str:
     """Where no setup holds a method on a card, by the plan of the most GPUs the search tried: "no setup up to 512
     GPUs", or "tight on 512 GPUs" (unfit_setup)."""
-    tight = unfit_setup(most, capacity_bytes).startswith("tight")
-    return f"{'tight on' if tight else 'no setup up to'} {f.gpu_count(_get(most, 'gpus'))}"
+    return f"{'tight on' if _tight(most, capacity_bytes) else 'no setup up to'} {f.gpu_count(_get(most, 'gpus'))}"
 
 
 def link_bound(p: Any) -> bool:
@@ -183,7 +184,7 @@ def floor_sentences(floors: Any, plans: Any, budget_bytes: dict[str, int],
                 text += (f" within the headroom, though the {f.words_list(tight)}'s memory less the CUDA context "
                          f"({f.words_list([f.gb((capacity_bytes or {})[c]) for c in tight])}) holds it: tight")
                 # where the most GPUs tried keep more than that memory, tight needs more of them
-                if any(_get(p, "per_gpu_peak_bytes") > (capacity_bytes or {})[_get(p, "gpu")]
+                if any(not _tight(p, (capacity_bytes or {})[_get(p, "gpu")])
                        for p in over if _get(p, "gpu") in tight and f.count(_get(p, "gpus")) == top):
                     text += f", on more GPUs than the {top} tried"
         if more:

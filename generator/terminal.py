@@ -63,14 +63,9 @@ def wants_replay(report: Report, asked: bool) -> bool:
                                                                                                asked)
 
 
-def _held_peak(m) -> int:
-    """The exact job's peak as a card's budget and capacity hold it (Memory.held_context_bytes)."""
-    return m.peak_bytes - m.held_context_bytes
-
-
 def _any_tight(m, asked: bool) -> bool:
     """A site job tight on its smallest card, or (asked) the exact job tight on any card."""
-    exact = asked and bool(m.job) and any(card_verdict(_held_peak(m), c.budget_bytes, c.capacity_bytes) == "tight"
+    exact = asked and bool(m.job) and any(card_verdict(m.held_peak_bytes, c.budget_bytes, c.capacity_bytes) == "tight"
                                           for c in m.cards)
     return exact or any((m.tight_card_full, m.tight_card_lora, m.tight_card_serve))
 
@@ -226,7 +221,7 @@ def _reserved_note(metric: str, replayed: AllocatorRow | None) -> Text:
 def _verdicts(m, least_over: Sequence[float] = (), least_expandable: Sequence[float] = ()) -> Text:
     """Per card, whether the exact job's per-GPU peak fits its budget, or only its capacity (tight: with the
     margin left, and how many replayed steps needed no more than that over their live peak)."""
-    said, peak = [], _held_peak(m)
+    said, peak = [], m.held_peak_bytes
     for c in m.cards:
         verdict = card_verdict(peak, c.budget_bytes, c.capacity_bytes)
         if verdict == "tight":
@@ -326,9 +321,7 @@ def _print_cards(console: Console, report: Report, table_width: int | None) -> N
         cells = []
         for short, field in methods:
             split, batch = splits.get(field), getattr(c, f"{field}_max_batch")
-            tight = c.name == getattr(report.memory, f"tight_card_{short}")  # a batch in float32 says so
-            cells.append(_card_cell(report, c, short, batch, split)
-                         + (f", {c.serve_dtype}" if short == "serve" and c.serve_dtype and (tight or batch) else ""))
+            cells.append(_card_cell(report, c, short, batch, split))
             if split is not None and split.max_batch > 0 and batch <= 0:  # tight ones too, as the page gives them
                 notes.append(f"{c.name}, {labels[short]}: {fmt.count(split.cards)} cards, cut after layer "
                              f"{fmt.count(split.cut_after_layer)}: "
@@ -351,11 +344,13 @@ def _print_cards(console: Console, report: Report, table_width: int | None) -> N
 
 def _card_cell(report: Report, card: CardPlan, method: str, batch: int, split: SplitPlan | None) -> str:
     """One card's largest batch of one method: "tight" where batch 1 fits the card but not its budget; where it
-    does not fit, the two-card split's batch, else the setups below (setups_text.card_setups)."""
+    does not fit, the two-card split's batch, else the setups below (setups_text.card_setups). A serving batch
+    priced in float32 (CardPlan.serve_dtype) says so."""
+    dtype = f", {card.serve_dtype}" if method == "serve" and card.serve_dtype else ""
     if card.name == getattr(report.memory, f"tight_card_{method}"):
-        return "tight"  # its two-card split, where there is one, is in the lines under the table
+        return "tight" + dtype  # its two-card split, where there is one, is in the lines under the table
     if batch > 0:
-        return fmt.batch(batch)
+        return fmt.batch(batch) + dtype
     if split is not None and split.max_batch > 0:  # and one GPU where a setup holds it on one (checkpointed)
         fewer = setups_text.card_setups(report.plans, method, card.name, split.cards)
         return f"{fmt.count(split.cards)} cards: {fmt.batch(split.max_batch)}" + (f"; {fewer}" if fewer else "")

@@ -146,18 +146,13 @@ def check_quantization(a: Arch, g: Graph, stored: int | None, model_id: str = ""
                     f"{stored:,} elements; serving memory uses the stored format.")]
 
 
-# vLLM refuses float16 for these model types, "Numerical instability. Please use bfloat16 or float32 instead."
-# (vllm/config/model.py, _FLOAT16_NOT_SUPPORTED_MODELS), so a card without bf16 serves them in float32
-VLLM_NO_FLOAT16 = frozenset({"gemma2", "gemma3", "gemma3_text", "plamo2", "glm4"})
-
-
-def check_half_precision_serving(a: Arch, without_bf16: tuple[str, ...]) -> list[Finding]:
-    """A model vLLM will not serve in float16, where a priced GPU has no bf16 (the T4): there vLLM runs float32,
-    twice the weights, KV cache and working set of 16 bits, as that GPU's serving figures are priced
-    (setups.fp32_serving); its serving speed is not given, the priced TFLOPS being 16-bit."""
-    if a.model_type not in VLLM_NO_FLOAT16 or not without_bf16 or a.spec.kind == "encoder":
+def check_half_precision_serving(a: Arch, fp32: tuple[str, ...]) -> list[Finding]:
+    """A model vLLM will not serve in float16, on the priced GPUs without bf16 (`fp32`: setups.serving_scale's 2):
+    there vLLM runs float32, twice the weights, KV cache and working set of 16 bits, as those GPUs' serving figures
+    are priced; their serving speed is not given, the priced TFLOPS being 16-bit."""
+    if not fp32:
         return []
-    gpus = ", ".join(without_bf16)
+    gpus = ", ".join(fp32)
     return [Finding("half_precision_serving", "warning",
                     f"vLLM refuses float16 for {a.model_type} (numerical instability: vllm/config/model.py), and the "
                     f"{gpus} has no bf16, so vLLM serves it there in float32: the {gpus}'s serving figures are "
@@ -166,8 +161,8 @@ def check_half_precision_serving(a: Arch, without_bf16: tuple[str, ...]) -> list
 
 
 def check_sparse_attention_serving(a: Arch, unserved: tuple[str, ...]) -> list[Finding]:
-    """A model whose attention vLLM runs only with sparse MLA kernels (setups.unserved), where a priced GPU has
-    none: no serving is priced there."""
+    """A model whose attention vLLM runs only with sparse MLA kernels, on the priced GPUs that have none
+    (`unserved`: setups.serving_scale's 0): no serving is priced there."""
     if not unserved:
         return []
     return [Finding("sparse_attention_serving", "warning",

@@ -62,20 +62,19 @@ from .sequence_limits import check_job_context, check_serve_context
 from .serving_speed import ServingSpeed
 from .setups import (
     exact_job,
-    fp32_serving,
-    halve_for_fp32,
     job_limits,
     model_shape,
     offers,
     plan_floors,
     plans_for,
-    plans_in_fp32,
+    scaled_offers,
+    scaled_plans,
     serving_job,
     serving_model,
+    serving_scale,
     serving_table,
     training_flops,
     training_job,
-    unserved,
 )
 
 FORMULAS = {
@@ -175,17 +174,16 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
     exact = metric_memory(spread.peak_phase, dict(spread.breakdown), s, job, graph)
     # QLoRA's phases at batch 1 (None where the checkpoint is quantised already: plans_unreachable says why)
     qlora_limits = job_limits(site_jobs["qlora"], _site_metric) if arch.quant is None else None
-    fp32_gpus, none_gpus = fp32_serving(arch, gpus), unserved(arch, gpus)  # per card, all its GPUs: float32 or none
-    fp32_cards = frozenset(c.name for c in cards if fp32_gpus and all(gpus[k].name in fp32_gpus for k in c.gpus))
-    unserved_cards = frozenset(c.name for c in cards if none_gpus and all(gpus[k].name in none_gpus for k in c.gpus))
-    plans = _card_plan(cards, profiles, s, qlora_limits, fp32_cards, unserved_cards)
+    scale = serving_scale(arch, gpus)  # per GPU: float32 (2), none (0), or as priced (1)
+    card_scale = {c.name: next(iter(x)) if len(x := {scale[gpus[k].name] for k in c.gpus}) == 1 else 1 for c in cards}
+    plans = _card_plan(cards, profiles, s, qlora_limits, card_scale)
     kv_per_sequence = kv_bytes_per_sequence(arch, s, serve_tokens)
     # full and LoRA FLOPs per token of the reference job: priced per GPU by the costs and the plans alike
     on_experts, delta_macs = expert_adapters(arch, graph, s.lora_rank)
     flops_per_token = training_flops_per_token(arch, graph, s, adapters - on_experts, job_tokens(arch, s), delta_macs)
     work = _step_work(arch, graph, s, profiles, adapters, flops_per_token)
     setup_plans, unreachable, serving, floors = _setups(arch, graph, s, cards, gpus, site_jobs, flops_per_token,
-                                                        serve_tokens, weights_served, kv_per_sequence, work)
+                                                        serve_tokens, weights_served, kv_per_sequence, work, scale)
 
     by_budget = sorted(plans, key=lambda c: c.budget_bytes)  # the cards, smallest budget first (stable on ties)
 
@@ -215,7 +213,7 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
         smallest_card_serve=smallest("serve_max_batch"), cards=plans,
         tight_card_full=_tight_card(by_budget, profiles["train_full"].whole_limits, "train_full"),
         tight_card_lora=_tight_card(by_budget, profiles["train_lora"].whole_limits, "train_lora"),
-        tight_card_serve=_tight_card(by_budget, profiles["serve"].whole_limits, "serve", fp32_cards, unserved_cards),
+        tight_card_serve=_tight_card(by_budget, profiles["serve"].whole_limits, "serve", card_scale),
         train_qlora_bytes_batch1=None if qlora_limits is None else max(base + grow for base, grow, _ in qlora_limits),
         tight_card_qlora=None if qlora_limits is None else _tight_card(by_budget, qlora_limits, "train_qlora"),
         kv_bytes_per_sequence=kv_per_sequence,
@@ -229,6 +227,7 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
     stored = stored_elements(arch)
     match = None if checkpoint_params is None else checkpoint_params in (graph.params_total, stored)
     attends = any(p.attends for b in spec.blocks for p in b.parts)
+    named = tuple(dict.fromkeys(gpus[k].name for c in cards for k in c.gpus))  # the priced GPUs, in the cards' order
     findings: list[Finding] = [*check_scope(arch, train_tokens, s.train_tokens, serve_tokens, s.serve_tokens,
                                             spec.kind, attends),
                                *check_shapes(arch), *check_scan_kernels(arch, graph, s, train_tokens),
@@ -236,10 +235,8 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
                                *check_quantization(arch, graph, stored, model_id),
                                *check_checkpoint(arch, graph, checkpoint_params, stored), *past_context,
                                *check_tower_adapters(graph),
-                               *check_half_precision_serving(arch, tuple(dict.fromkeys(
-                                   gpus[k].name for c in cards for k in c.gpus if gpus[k].bf16_tflops is None))),
-                               *check_sparse_attention_serving(arch, tuple(dict.fromkeys(
-                                   gpus[k].name for c in cards for k in c.gpus if gpus[k].name in none_gpus))),
+                               *check_half_precision_serving(arch, tuple(n for n in named if scale[n] == 2)),
+                               *check_sparse_attention_serving(arch, tuple(n for n in named if scale[n] == 0)),
                                *serve_past]
     vision = graph.params_towers
     kinds: dict[str, int] = {}  # layers per kind, in order of first appearance (a kind is part of a distinct layer)
@@ -278,7 +275,7 @@ _SUMMED = ("full", "lora", "serve", "serve2")  # the methods whose _site_metric 
 
 
 def _setups(arch, graph, s: Assumptions, cards, gpus, jobs, flops_per_token: tuple[float, float], serve_tokens: int,
-            weights_served: int, kv_per_sequence: int, work: dict[str, StepWork]):
+            weights_served: int, kv_per_sequence: int, work: dict[str, StepWork], scale: Mapping[str, int]):
     """Plans for full, LoRA, QLoRA and serving on every priced GPU, the serving speeds and, where a card holds a
     training method on no count, what each GPU keeps however many share it (setups.py). The plans' job hours take
     the cost section's roofline (`work`), checkpointing reading the weights once more per step."""
@@ -289,8 +286,6 @@ def _setups(arch, graph, s: Assumptions, cards, gpus, jobs, flops_per_token: tup
     if arch.quant is not None:
         not_applicable["qlora"] = (f"the checkpoint is already quantised ({arch.quant.describes}); QLoRA quantises "
                                    "a 16-bit base to NF4, so it does not apply as such")
-    fp32 = fp32_serving(arch, gpus)  # where vLLM serves it in float32: searched at half the budget
-    none = unserved(arch, gpus)  # where vLLM has no kernel for it: not searched
 
     def plans_on(offered: tuple, methods: Mapping) -> tuple[list, list]:
         return plans_for(methods, peak, offered, {m: f[0] for m, f in flops.items()},
@@ -299,17 +294,17 @@ def _setups(arch, graph, s: Assumptions, cards, gpus, jobs, flops_per_token: tup
                          (s.job_samples * s.job_epochs, s.job_batch),
                          {m: (w.job_bytes(), w.job_bytes(checkpointed=True))
                           for m, w in {**work, "qlora": work["lora"]}.items()})
-    if fp32 or none:
+    if any(v != 1 for v in scale.values()):  # serving searched on the GPUs as vLLM serves the model there
         plans, unreachable = plans_on(gpu_offers, {m: j for m, j in jobs.items() if not m.startswith("serve")})
-        served, lost = plans_on(halve_for_fp32(tuple(g for g in gpu_offers if g.model not in none), fp32),
-                                {m: j for m, j in jobs.items() if m.startswith("serve")})
-        plans, unreachable = plans + plans_in_fp32(served, fp32), unreachable + [u for u in lost if u.method == "serve"]
+        serving_jobs = {m: j for m, j in jobs.items() if m.startswith("serve")}
+        served, lost = plans_on(scaled_offers(gpu_offers, scale), serving_jobs)
+        plans, unreachable = plans + scaled_plans(served, scale), unreachable + [u for u in lost if u.method == "serve"]
     else:
         plans, unreachable = plans_on(gpu_offers, jobs)
     serving: tuple[ServingSpeed, ...] = ()
     if graph.spec.kind != "encoder":  # no speed where it serves in float32: the priced TFLOPS are 16-bit
         model = serving_model(arch, graph, s, weights_served, kv_per_sequence, serve_tokens, jobs["serve"].kv_latent)
-        serving = serving_table(model, peak, tuple(g for g in gpu_offers if g.model not in fp32 | none), plans)
+        serving = serving_table(model, peak, tuple(g for g in gpu_offers if scale.get(g.model, 1) == 1), plans)
     return plans, unreachable, serving, plan_floors(peak, plans, gpu_offers)
 
 
@@ -321,42 +316,41 @@ def structure_rows(spec: Spec, tokens: int) -> StructureTable:
 
 
 def _card_plan(cards: tuple[Card, ...], profiles: Mapping[str, Profile], s: Assumptions,
-               qlora_limits: Limits | None = None, fp32: frozenset[str] = frozenset(),
-               unserved_cards: frozenset[str] = frozenset()) -> tuple[CardPlan, ...]:
+               qlora_limits: Limits | None = None,
+               serve_scale: Mapping[str, int] | None = None) -> tuple[CardPlan, ...]:
     """Each card's largest batches (QLoRA's from its job's limits, 0 without them) and two-card splits. What a
     card is held against (the profiles' and QLoRA's limits, the best two-card cut per method) is the same on every
-    card: worked out once, each card then only divides its budget. A card in `fp32` (vLLM serves the model in
-    float32 there: setups.fp32_serving) serves what half its budget holds in 16 bits, and no two-card split; one
-    in `unserved_cards` (setups.unserved) serves none."""
+    card: worked out once, each card then only divides its budget. `serve_scale`: per card, setups.serving_scale of
+    its GPUs; a card whose serving bytes are scaled serves what its budget over the scale holds (half in float32,
+    none where vLLM has no kernel), with no two-card split."""
     limits = {k: p.whole_limits for k, p in profiles.items()}
     cuts: dict[str, Cut] = {}  # the best two-card cut per method, where a card asks for one
     plans = []
     for card in cards:
         budget, capacity = budget_bytes(card, s), capacity_bytes(card, s)
-        batches = {k: largest_batch(lim, budget // 2 if k == "serve" and card.name in fp32 else budget)
-                   for k, lim in limits.items()}
-        if card.name in unserved_cards:
-            batches["serve"] = 0
+        scale = {k: (serve_scale or {}).get(card.name, 1) if k == "serve" else 1 for k in limits}
+        batches = {k: largest_batch(lim, budget // scale[k]) if scale[k] else 0 for k, lim in limits.items()}
         splits: list[SplitPlan] = []
         for k, batch in batches.items():
-            if batch == 0 and not (k == "serve" and card.name in fp32 | unserved_cards):
+            if batch == 0 and scale[k] == 1:
                 cut = cuts.get(k) or cuts.setdefault(k, best_cut(profiles[k]))
                 splits.append(SplitPlan(k, 2, cut.layers, (cut.first, cut.second), two_card_batch(cut, budget)))
         plans.append(CardPlan(card.name, card.memory_marketed_bytes, card.memory_usable_bytes, budget,
                               batches["train_full"], batches["train_lora"], batches["serve"], tuple(splits) or None,
                               0 if qlora_limits is None else largest_batch(qlora_limits, budget), capacity,
-                              "float32" if card.name in fp32 else ""))
+                              "float32" if scale["serve"] == 2 else ""))
     return tuple(plans)
 
 
-def _tight_card(by_budget: list[CardPlan], limits: Limits, key: str, fp32: frozenset[str] = frozenset(),
-                none: frozenset[str] = frozenset()) -> str | None:
+def _tight_card(by_budget: list[CardPlan], limits: Limits, key: str,
+                scale: Mapping[str, int] | None = None) -> str | None:
     """The smallest card whose capacity holds batch 1 of `key` (train_full, train_lora, train_qlora, serve) where
     that card's budget does not (profile.card_verdict's "tight"); None where the smallest card holding it has the
-    headroom too, or none holds it. `fp32`: the cards serving in float32 (_card_plan), at half their capacity;
-    `none`: those serving none."""
-    holding = next((c for c in by_budget if c.name not in none and
-                    largest_batch(limits, c.capacity_bytes // (2 if c.name in fp32 else 1)) >= 1), None)
+    headroom too, or none holds it. `scale`: per card, its serving scale (_card_plan), which divides its capacity
+    (0: it serves none)."""
+    held = {c.name: (scale or {}).get(c.name, 1) for c in by_budget}
+    holding = next((c for c in by_budget if held[c.name] and largest_batch(limits, c.capacity_bytes // held[c.name])
+                    >= 1), None)
     return holding.name if holding is not None and getattr(holding, f"{key}_max_batch") == 0 else None
 
 

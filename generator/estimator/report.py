@@ -89,7 +89,7 @@ class CardPlan:
     # or QLoRA does not apply (an already quantised checkpoint: plans_unreachable says so)
     train_qlora_max_batch: int = 0
     capacity_bytes: int = 0  # usable less CUDA context: what the process can allocate (budget = this / headroom)
-    serve_dtype: str = ""  # "float32" where vLLM serves the model so on this card's GPUs (setups.fp32_serving)
+    serve_dtype: str = ""  # "float32" where vLLM serves the model so on this card's GPUs (setups.serving_scale)
 
 
 @dataclass(frozen=True)
@@ -139,9 +139,14 @@ class Memory:
     def held_context_bytes(self) -> int:
         """What of the exact job's peak a card's budget and capacity leave out already: an nvidia-smi peak counts
         the CUDA context, which both take off the card's memory (profile.budget_bytes), so a card holds the peak
-        less it."""
+        less it (held_peak_bytes)."""
         return dict(self.assumptions)["cuda_context_bytes"] if dict(self.job or ()).get("metric") == "nvidia-smi" \
             else 0
+
+    @property
+    def held_peak_bytes(self) -> int:
+        """The exact job's peak as a card's budget and capacity hold it (held_context_bytes)."""
+        return self.peak_bytes - self.held_context_bytes
 
 
 @dataclass(frozen=True)

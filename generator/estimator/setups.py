@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping
 
-from .checks import VLLM_NO_FLOAT16
 from .config.arch import Arch
 from .cost import flops_per_token, job_tokens
 from .graph.nodes import Graph, tied_weight_params
@@ -164,42 +163,39 @@ def offers(cards: tuple[Card, ...], gpus: Mapping[str, Gpu], s: Assumptions) -> 
     return tuple(out)
 
 
-def fp32_serving(a: Arch, gpus: Mapping[str, Gpu]) -> frozenset[str]:
-    """The priced GPUs (by name) on which vLLM serves this model in float32: those without bf16 (the T4), for a
-    model type vLLM will not serve in float16 (checks.VLLM_NO_FLOAT16). There every serving byte doubles: the
-    weights, the KV cache and the step's working set, so a card holds in float32 what half its budget holds in
-    16 bits (the decode's fp32 logits doubled too: over, by a vocabulary's 4 B a sequence)."""
-    if a.model_type not in VLLM_NO_FLOAT16 or a.spec.kind == "encoder":
-        return frozenset()
-    return frozenset(g.name for g in gpus.values() if g.bf16_tflops is None)
-
-
+# vLLM refuses float16 for these model types, "Numerical instability. Please use bfloat16 or float32 instead."
+# (vllm/config/model.py, _FLOAT16_NOT_SUPPORTED_MODELS), so a GPU without bf16 serves them in float32
+VLLM_NO_FLOAT16 = frozenset({"gemma2", "gemma3", "gemma3_text", "plamo2", "glm4"})
 # vLLM runs DeepSeek's sparse attention (a config with index_topk: model_executor/models/deepseek_v2.py is_v32) only
 # with sparse MLA kernels: FlashMLA's on compute capability 9.x and 10.x, FlashInfer's on 10.x
 # (v1/attention/backends/mla/flashmla_sparse.py, flashinfer_mla_sparse.py supports_compute_capability, v0.19.1)
 SPARSE_MLA_CAPABILITY = 9.0
 
 
-def unserved(a: Arch, gpus: Mapping[str, Gpu]) -> frozenset[str]:
-    """The priced GPUs (by name) vLLM has no attention kernel for this model on: a sparse-attention MLA model's on
-    a GPU below SPARSE_MLA_CAPABILITY. No serving plan, speed or card batch is given there."""
-    if "index_topk" not in a.raw or a.spec.kind == "encoder":
-        return frozenset()
-    return frozenset(g.name for g in gpus.values()
-                     if g.compute_capability is not None and g.compute_capability < SPARSE_MLA_CAPABILITY)
+def serving_scale(a: Arch, gpus: Mapping[str, Gpu]) -> dict[str, int]:
+    """Per priced GPU (by name), what each 16-bit serving byte of this model takes there: 1; 2 where vLLM serves it
+    in float32 (a GPU without bf16, a model type in VLLM_NO_FLOAT16: the weights, the KV cache and the step's
+    working set double, and the decode's fp32 logits are doubled too, over by a vocabulary's 4 B a sequence);
+    0 where vLLM has no attention kernel for it (a sparse-attention MLA model below SPARSE_MLA_CAPABILITY): no
+    serving plan, speed or card batch there."""
+    served = a.spec.kind != "encoder"
+    fp32, sparse = served and a.model_type in VLLM_NO_FLOAT16, served and "index_topk" in a.raw
+    return {g.name: 0 if sparse and g.compute_capability is not None and g.compute_capability < SPARSE_MLA_CAPABILITY
+            else 2 if fp32 and g.bf16_tflops is None else 1 for g in gpus.values()}
 
 
-def halve_for_fp32(gpu_offers: tuple[GpuOffer, ...], fp32: frozenset[str]) -> tuple[GpuOffer, ...]:
-    """The offers a float32 server is searched on: half the budget where the GPU serves in float32 (fp32_serving),
-    its 16-bit peaks then doubled back (plans_in_fp32)."""
-    return tuple(dataclasses.replace(g, budget_bytes=g.budget_bytes // 2) if g.model in fp32 else g
-                 for g in gpu_offers)
+def scaled_offers(gpu_offers: tuple[GpuOffer, ...], scale: Mapping[str, int]) -> tuple[GpuOffer, ...]:
+    """The offers serving is searched on (serving_scale): none where the GPU serves none, and what the budget holds
+    in 16 bits where its bytes are scaled (half of it in float32), the peaks found then scaled back
+    (scaled_plans)."""
+    return tuple(dataclasses.replace(g, budget_bytes=g.budget_bytes // scale.get(g.model, 1))
+                 for g in gpu_offers if scale.get(g.model, 1))
 
 
-def plans_in_fp32(plans: list[Plan], fp32: frozenset[str]) -> list[Plan]:
-    """Serving plans on a float32 GPU with their per-GPU peak in float32 (twice the 16-bit one searched)."""
-    return [dataclasses.replace(p, per_gpu_peak_bytes=2 * p.per_gpu_peak_bytes)
-            if p.method == "serve" and p.gpu_model in fp32 else p for p in plans]
+def scaled_plans(plans: list[Plan], scale: Mapping[str, int]) -> list[Plan]:
+    """Serving plans searched on scaled_offers with their per-GPU peak scaled back (twice the 16-bit one in fp32)."""
+    return [dataclasses.replace(p, per_gpu_peak_bytes=scale[p.gpu_model] * p.per_gpu_peak_bytes)
+            if p.method == "serve" and scale.get(p.gpu_model, 1) > 1 else p for p in plans]
 
 
 def plans_for(jobs: Mapping[str, SingleGpuJob], peak: PeakTable,
