@@ -289,8 +289,8 @@ def _print_plan(console: Console, report: Report, settings: Settings, method: st
         console.print(Text(line))
     if report.serving and method in (None, "serve"):
         table = _table(f"Serving speed on the fewest GPUs with tensor parallelism, pipeline stages across nodes "
-                       f"past 8 ({fmt.count(m.serve_tokens)} tokens per sequence)", ("Card", "Setup", "Decode, batch 1", "Prefill", "Sequences",
-                                                "Output tokens"))
+                       f"past 8 ({fmt.count(m.serve_tokens)} tokens per sequence)",
+                       ("Card", "Setup", "Decode, batch 1", "Prefill", "Sequences", "Output tokens"))
         for s in report.serving:
             table.add_row(s.gpu, fmt.setup(s.gpus, s.gpu_model or s.gpu, s.strategy),
                           fmt.tokens_per_s(s.decode_tokens_per_s), fmt.tokens_per_s(s.prefill_tokens_per_s),
@@ -299,8 +299,8 @@ def _print_plan(console: Console, report: Report, settings: Settings, method: st
         console.print(Text(f"Sequences: the KV caches of {fmt.count(m.serve_tokens)} tokens a chunked-prefill server "
                            "(vLLM's scheduler) holds beside the weights, one prompt's chunk in flight, up to `vllm "
                            "serve`'s default --max-num-seqs (256; 1,024 on a GPU of 75.2 GB or more but the A100); "
-                           "--method inference --batch N prices HF generate instead, whose prefill holds every prompt's "
-                           "activations at once.", style="dim"))
+                           "--method inference --batch N prices HF generate instead, whose prefill holds every "
+                           "prompt's activations at once.", style="dim"))
 
 
 def _print_cards(console: Console, report: Report, table_width: int | None) -> None:

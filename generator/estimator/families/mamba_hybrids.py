@@ -104,7 +104,8 @@ def _nemotron_mamba(d: Dims, n: int) -> Part:
     return mamba2_part(f"Mamba2_{n}", d.hidden, heads * hd, heads, hd, r.int("n_groups", 1), r.int("ssm_state_size"),
                        r.int("conv_kernel", 4), bias=r.flag("mamba_proj_bias", False),
                        conv_bias=r.flag("use_conv_bias", True),
-                       chunk=r.int("mamba_chunk_size", r.int("chunk_size", 128)), state_fp32=ssm_state_fp32(r, "mamba_ssm_cache_dtype"))
+                       chunk=r.int("mamba_chunk_size", r.int("chunk_size", 128)),
+                       state_fp32=ssm_state_fp32(r, "mamba_ssm_cache_dtype"))
 
 
 def _nemotron_mlp(d: Dims, n: int) -> Part:

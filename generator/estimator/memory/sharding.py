@@ -116,8 +116,9 @@ def sharded(job: Any, strategy: str, grad_ckpt: bool = False, offload: str = "no
     # into it, and the step adds one sub-group's fp32 gradient at a time (_prepare_fp32_grad_for_sub_group).
     partition = c * t if s == "zero3" and offload == "none" else 0
     # The reduce bucket is allocated whatever the model's size, on the GPU even under offload: ZeRO-3 at init,
-    # beside the optimizer state, kept through every phase (stage3.py: the ipg buckets' buffer); ZeRO-2 at the start
-    # of each backward, released at its end (stage_1_and_2.py setup_buckets, _release_ipg_buffers).
+    # beside the optimizer state, kept through every phase (stage3.py: the ipg buckets' buffer); ZeRO-2 at each
+    # backward's first gradient hook, released at its end (stage_1_and_2.py process_gradients -> setup_buckets,
+    # _release_ipg_buffers): the phases _gradients_made.
     bucket = c * ZERO_REDUCE_BUCKET if s in ("zero2", "zero3") else 0
     rows = []
     for ph in job.phases_ckpt if grad_ckpt else job.phases:
