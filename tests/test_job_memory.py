@@ -114,6 +114,29 @@ def test_optimizers():
     assert paged == {"allocated": 0, "reserved": 0, "nvidia-smi": 8 * P}
 
 
+# Llama-3.1-8B's widths (hidden 4,096, MLP 14,336, 8 KV heads of 128) on 2 layers
+LLAMA_8B_WIDTHS = {**LLAMA, "hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32,
+                   "num_key_value_heads": 8}
+
+
+@pytest.mark.parametrize("rank, unpaged_per_layer", [
+    # r 16: lora_A of q, k, v, o, gate, up (16 x 4,096 each) and lora_B of q, o, down (4,096 x 16) and of k, v
+    # (1,024 x 16); down's lora_A and gate's and up's lora_B (229,376 each) are paged
+    (16, 6 * 65_536 + 3 * 65_536 + 2 * 16_384),
+    # r 64: only k's and v's lora_B (1,024 x 64 = 65,536) stay under 1e5
+    (64, 2 * 65_536),
+])
+def test_paged_adamw_counts_the_state_of_tensors_it_does_not_page(rank, unpaged_per_layer):
+    # bitsandbytes/optim/optimizer.py get_state_buffer: a tensor under 1e5 elements gets torch.zeros_like state, in
+    # torch's allocator; the rest cudaMallocManaged. Its two fp32 states are 8 B an element (Optimizer2State).
+    job = dict(tokens=16, method="qlora", weights="nf4", optimizer="paged-adamw", lora_rank=rank)
+    state = {metric: parts(mem(LLAMA_8B_WIDTHS, metric=metric, **job))["optimizer_state"]
+             for metric in ("allocated", "reserved", "nvidia-smi")}
+    adapters = 2 * rank * (4 * 4096 + 4096 + 4096 + 2 * 1024 + 3 * 14336 + 3 * 4096)  # r x (in + out) per Linear
+    assert state == {"allocated": 2 * 8 * unpaged_per_layer, "reserved": 2 * 8 * unpaged_per_layer,
+                     "nvidia-smi": 8 * adapters}
+
+
 def test_metrics():
     base = mem(tokens=512)
     reserved = mem(tokens=512, metric="reserved")

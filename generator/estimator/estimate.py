@@ -266,12 +266,12 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
 
 
 def _site_metric(method: str, parts: tuple[int, ...]) -> int:
-    """The site's figure of a job's parts (parallel.PARTS order): allocated bytes; QLoRA's paged AdamW state lives
-    in managed memory, out of the allocator's count (parts[2]; job_options.apply_metric)."""
-    return sum(parts) - (parts[2] if method == "qlora" else 0)
+    """The site's figure of a job's parts (parallel.PARTS order): allocated bytes, their sum (QLoRA's phases keep
+    only the optimizer state paged AdamW leaves in torch's allocator: job_options.apply_metric)."""
+    return sum(parts)
 
 
-_SUMMED = ("full", "lora", "serve", "serve2")  # the methods whose _site_metric is the plain sum of the parts
+_SUMMED = ("full", "lora", "qlora", "serve", "serve2")  # the methods whose _site_metric is the plain sum of the parts
 
 
 def _setups(arch, graph, s: Assumptions, cards, gpus, jobs, flops_per_token: tuple[float, float], serve_tokens: int,

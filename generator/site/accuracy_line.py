@@ -31,8 +31,8 @@ PAGE_SETUPS = {"qlora": "nf4, double quant, paged AdamW, checkpointing", "infere
 # The harness's nearest setup to the page's serving figure (the same weights and KV cache terms).
 NEAREST = {"inference": "serving, HF generate"}
 # What the harness's runs of a page's setup run in place of the page's, and why (no comma: the line's separator)
-SUBSTITUTED = {"qlora": "run with AdamW as paged AdamW needs CUDA: the page's figure leaves paged AdamW's state out "
-                        "and these runs count AdamW's in both the estimate and the run"}
+SUBSTITUTED = {"qlora": "run with AdamW as paged AdamW needs CUDA: the page's figure counts only the state paged "
+                        "AdamW leaves unpaged and these runs count AdamW's in both the estimate and the run"}
 
 
 def model_line(table: Accuracy | None, href: str | None, attention: str = "sdpa", images: bool = False,

@@ -134,6 +134,8 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
     buffers = framework_buffer_bytes(a, g, job.loss, lora)  # the framework's own model's (torchtune's RoPE caches)
     grad = param_bytes * trainable  # gradients take the trainable weights' dtype
     state, temp = optimizer_bytes(job.optimizer, trainable, param_bytes)
+    if job.optimizer == "paged-adamw" and job.metric != "nvidia-smi":  # the state it pages is out of torch's count
+        state = optimizer_bytes(job.optimizer, w.unpaged, param_bytes)[0]  # (job_options.apply_metric)
     # per distinct layer: its saved bytes per sample (layer), and (LoRA on fused expert tensors,
     # lora.expert_tensors) its effective weights, kept batch-free (fixed)
     saves = job.method == "qlora" and saves_matmul_input(job.storage, job.bnb_version)

@@ -306,16 +306,15 @@ def job_regime(job: Job) -> Regime:
 def apply_metric(parts: dict[str, int], s: Assumptions, job: Job, g: Graph) -> None:
     """allocated: live tensors (torch.cuda.max_memory_allocated). bitsandbytes' paged optimizers allocate their
     state with cudaMallocManaged (bitsandbytes/functional.py get_paged), outside torch's caching allocator:
-    allocated and reserved do not see it, the driver (nvidia-smi) does while it is resident.
+    allocated and reserved do not see it, the driver (nvidia-smi) does while it is resident. That is priced where
+    the phases are made (job.py), which keep only the state of the tensors bitsandbytes leaves unpaged
+    (lora.PAGED_MIN_ELEMENTS) but under nvidia-smi.
     reserved: allocated + the freed blocks the allocator keeps and cannot reuse at the peak. The one modelled:
     in training the bf16 logits (c x B x T x V) are freed before backward and their blocks are too small for the
     4-byte gradients that follow (CUDACachingAllocator never splits across blocks nor returns them without
     empty_cache). Rounding (512 B, 2 MiB for large blocks) is below 0.1% here and left out.
     nvidia-smi: reserved + the CUDA context (Assumptions.cuda_context_bytes)."""
     spec = g.spec
-    paged = job.optimizer == "paged-adamw"
-    if paged and job.metric != "nvidia-smi":
-        parts["optimizer_state"] = 0
     if job.metric in ("reserved", "nvidia-smi") and job.method != "inference" and parts["logits"]:
         parts["overhead"] += 2 * job.batch * job.tokens * spec.logits
     if job.metric == "nvidia-smi":

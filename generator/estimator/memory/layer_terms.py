@@ -24,7 +24,14 @@ from .activations import (
 from .attention import eager_backward_bytes, eager_layer_terms, math_layer_terms, math_sdpa
 from .ends import embed_dropout_bytes, frozen_embedding_bytes, head_activation_bytes
 from .experts import expert_grad_transient, expert_weight_bytes
-from .lora import all_linear_roles, block_lora_params, distinct_inputs, expert_lora_terms, linear_roles
+from .lora import (
+    all_linear_roles,
+    block_lora_params,
+    block_unpaged_lora_params,
+    distinct_inputs,
+    expert_lora_terms,
+    linear_roles,
+)
 from .recurrence import rglru_bytes, torch_scan_bytes
 from .tower_adapters import tower_adapted, tower_lora_params
 
@@ -104,6 +111,14 @@ def adapter_params(spec: Spec, rank: int, roles: frozenset[str] | None, memo: di
     estimate with `memo`: summed times their counts they are lora.lora_params."""
     return memoised(memo, ("adapters", rank, roles),
                     lambda: distinct_values(spec, lambda b: block_lora_params(b, rank, roles)))
+
+
+def unpaged_adapter_params(spec: Spec, rank: int, roles: frozenset[str] | None, memo: dict | None = None
+                           ) -> list[int]:
+    """Of adapter_params per distinct layer, those in tensors a paged optimizer leaves unpaged
+    (lora.block_unpaged_lora_params), once per estimate with `memo`."""
+    return memoised(memo, ("unpaged adapters", rank, roles),
+                    lambda: distinct_values(spec, lambda b: block_unpaged_lora_params(b, rank, roles)))
 
 
 def all_linear_params(a: Arch, g: Graph, rank: int, memo: dict | None = None) -> int:

@@ -237,6 +237,25 @@ def block_lora_params(b: Block, rank: int, roles: frozenset[str] | None) -> int:
     return linear + expert_lora_terms(b, rank, roles)[0]
 
 
+# bitsandbytes pages a 32-bit optimizer's state (cudaMallocManaged, outside torch's allocator) only for a tensor of
+# this many elements or more; a smaller one's state is torch.zeros_like on the GPU, which the allocator counts
+# (bitsandbytes/optim/optimizer.py Optimizer8bit.get_state_buffer: `p.numel() < 1e5`)
+PAGED_MIN_ELEMENTS = 100_000
+
+
+def unpaged_elements(*sizes: int) -> int:
+    """Of tensors of these element counts, the elements in those under PAGED_MIN_ELEMENTS."""
+    return sum(n for n in sizes if n < PAGED_MIN_ELEMENTS)
+
+
+def block_unpaged_lora_params(b: Block, rank: int, roles: frozenset[str] | None) -> int:
+    """Of block_lora_params, those in tensors a paged optimizer does not page: lora_A's weight is rank x in, lora_B's
+    out x rank, each its own tensor; an r=16 adapter on a 4,096-wide Linear is 65,536 elements, under the floor."""
+    linear = sum(unpaged_elements(rank * i, rank * o) for i, o, _ in adapted_linears(b, roles))
+    return linear + sum(unpaged_elements(rank * m * e * i, rank * m * e * o)
+                        for e, i, o, m, _ in expert_tensors(b, roles))
+
+
 def expert_lora_terms(b: Block, rank: int, roles: frozenset[str] | None) -> tuple[int, int]:
     """The LoRA parameters ParamWrapper puts on a layer's expert tensors (expert_tensors), and the multiply-adds of
     their delta weights, B @ A for every expert: rank x in x out each (ParamWrapper.get_delta_weight)."""

@@ -15,7 +15,7 @@ from ..config.arch import Arch
 from ..graph.nodes import LAYER_ROLES, PROJECTOR_ROLE
 from ..graph.parts import Spec
 from .activations import Regime, adapter_input_bytes, mask_bytes
-from .lora import PEFT_DEFAULT, PEFT_DEFAULT_TARGETS, ROLE_GROUP
+from .lora import PEFT_DEFAULT, PEFT_DEFAULT_TARGETS, ROLE_GROUP, unpaged_elements
 
 TowerLinears = tuple[tuple[int, int, int, str, str, int, bool], ...]
 
@@ -119,6 +119,11 @@ def unadaptable_target(spec: Spec, targets: str, model_type: str) -> str | None:
 def tower_lora_params(adapted: TowerLinears, rank: int) -> int:
     """A (rank x in) and B (out x rank) per adapted Linear, times its copies over the tower's layers."""
     return sum(rank * count * (i + o) for count, i, o, *_ in adapted)
+
+
+def tower_unpaged_params(adapted: TowerLinears, rank: int) -> int:
+    """Of tower_trained_params, those in tensors a paged optimizer leaves unpaged (lora.unpaged_elements)."""
+    return sum(count * unpaged_elements(rank * i, rank * o) for count, i, o, _, _, rows, _ in adapted if rows)
 
 
 def tower_adapter_bytes(adapted: TowerLinears, rank: int, r: Regime, split: bool = False) -> int:

@@ -10,10 +10,17 @@ from ..graph.nodes import Graph, tied_weight_params
 from .activations import Regime
 from .frameworks import framework_mats
 from .job_options import Job, fp32_base
-from .layer_terms import adapter_params, image_only, layer_index
+from .layer_terms import adapter_params, image_only, layer_index, unpaged_adapter_params
 from .lora import input_linear_params, target_roles
 from .storage import quantised_params, quantised_tower_params, stored_mats, weight_bytes
-from .tower_adapters import TowerLinears, tower_adapted, tower_lora_params, tower_trained_params, unreached_weights
+from .tower_adapters import (
+    TowerLinears,
+    tower_adapted,
+    tower_lora_params,
+    tower_trained_params,
+    tower_unpaged_params,
+    unreached_weights,
+)
 
 
 class Weights(NamedTuple):
@@ -27,6 +34,9 @@ class Weights(NamedTuple):
     mats: dict | None  # the quantised base's stored matrices (storage.stored_mats); None for a full fine-tune
     towers: TowerLinears  # the towers' adapted Linears (tower_adapters.tower_adapted)
     tower_trained: int  # of `trainable`, the towers' adapters: their gradients come after the text layers'
+    # of `trainable`, those in tensors a paged optimizer leaves unpaged (lora.PAGED_MIN_ELEMENTS); a full
+    # fine-tune's norms and biases, under 0.1% of its parameters, are not itemised (0)
+    unpaged: int = 0
 
 
 def trained_weights(a: Arch, g: Graph, job: Job, r: Regime, model: str, images: int,
@@ -63,6 +73,8 @@ def trained_weights(a: Arch, g: Graph, job: Job, r: Regime, model: str, images: 
     tower_trained = tower_trained_params(towers, rank) if images else 0
     adapters = [n * v for (_, n), v in zip(distinct, adapter_params(spec, rank, roles, memo), strict=True)]
     unrun = sum(v for v, s in zip(adapters, skipped, strict=True) if s)  # the skipped layers': made, not trained
+    unpaged = sum(n * v for (_, n), v, s in zip(distinct, unpaged_adapter_params(spec, rank, roles, memo), skipped,
+                                                strict=True) if not s) + (tower_unpaged_params(towers, rank) if images else 0)
     trainable = sum(adapters) - unrun + tower_trained
     param_bytes = r.adapter_bytes
     # weights and the dequantised transient share it (LitGPT's quantiser packs the head too: frameworks.py)
@@ -85,4 +97,5 @@ def trained_weights(a: Arch, g: Graph, job: Job, r: Regime, model: str, images: 
         copies += 2 * (sum(n * b.matmul for b, n in distinct) - first_in)
         ckpt_copies = (ckpt_copies[0], ckpt_copies[1] + 2 * max((b.matmul for b, _ in distinct), default=0),
                        ckpt_copies[1] + 2 * max((input_linear_params(b) for b, _ in distinct), default=0))
-    return Weights(trainable, param_bytes, weights, copies, ckpt_copies, roles, rank, mats, towers, tower_trained)
+    return Weights(trainable, param_bytes, weights, copies, ckpt_copies, roles, rank, mats, towers, tower_trained,
+                   unpaged)
