@@ -297,8 +297,9 @@ def _print_plan(console: Console, report: Report, settings: Settings, method: st
                           fmt.count(s.max_concurrency), fmt.usd_per_million(s.usd_per_million_output_tokens))
         _print_table(console, table, table_width)
         console.print(Text(f"Sequences: the KV caches of {fmt.count(m.serve_tokens)} tokens a chunked-prefill server "
-                           "(vLLM's scheduler) holds beside the weights, one prompt's chunk in flight, up to `vllm "
-                           "serve`'s default --max-num-seqs (256; 1,024 on a GPU of 75.2 GB or more but the A100); "
+                           "(vLLM's scheduler) holds beside the weights and the peak it measured at startup (a step's "
+                           "forward or its sampler's run), up to `vllm serve`'s default --max-num-seqs (256; 1,024 on "
+                           "a GPU of 75.2 GB or more but the A100, which also steps 8,192 tokens, not 2,048); "
                            "--method inference --batch N prices HF generate instead, whose prefill holds every "
                            "prompt's activations at once.", style="dim"))
 

@@ -1,16 +1,21 @@
-"""A served decoder's working set is one serving step of vLLM's max_num_batched_tokens, whatever the prompts' length.
+"""`vllm serve` holds, beside its weights and KV caches, the peak it measures at startup: the larger of one step's
+forward (max_num_batched_tokens, whatever the prompts' length) and its sampler's run over max_num_seqs rows.
 
-Sources: vllm/engine/arg_utils.py, EngineArgs.get_batch_defaults (commit 99d7eb5d): `vllm serve` defaults
-max_num_batched_tokens to 8,192 on cards of 70 GiB or more but the A100 and 2,048 on the rest (site_config.yaml
-takes the larger: job.serve_step_tokens); vllm/v1/worker/gpu_model_runner.py, profile_run: vLLM sizes its memory by
-`self._dummy_run(self.max_num_tokens, is_profile=True)`, max_num_tokens being max_num_batched_tokens, and chunked
-prefill fills each step up to it. An encoder's input is not chunked; HF generate (--method inference) is not vLLM.
+Sources (vLLM v0.19.1): engine/arg_utils.py EngineArgs.get_batch_defaults (OPENAI_API_SERVER: 8,192 tokens and 1,024
+sequences on a GPU of 70 GiB or more but the A100, 2,048 and 256 on the rest); v1/worker/gpu_model_runner.py
+profile_run (`self._dummy_run(self.max_num_tokens, is_profile=True)`, then `_dummy_sampler_run` on its last hidden
+states, one row per request of min(max_num_tokens, max_num_seqs)); v1/sample/sampler.py forward
+(`logits.to(torch.float32)`), ops/topk_topp_sampler.py forward_native (`logits.softmax(dim=-1, dtype=torch.float32)`)
+and random_sample (`torch.empty_like(probs)`); model_executor/layers/logits_processor.py (every tensor-parallel rank
+all-gathers the logits: Platform.use_all_gather). An encoder's input is not chunked; HF generate (--method inference)
+is not vLLM.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
 
 import pytest
 import yaml
@@ -19,14 +24,25 @@ from generator.cli import main
 from generator.estimator import estimate
 from generator.estimator.graph.nodes import build_graph
 from generator.estimator.memory.job_options import Job
-from generator.estimator.memory.profile import kv_bytes_per_sequence, serve_profile, serve_token_bytes, step_tokens
+from generator.estimator.memory.parallel import tp_phases
+from generator.estimator.memory.profile import kv_bytes_per_sequence, serve_profile, serve_token_bytes
+from generator.estimator.memory.serve_weights import model_serve_weight_bytes
+from generator.estimator.memory.vllm_server import (
+    ServerDefaults,
+    large_gpu_server,
+    reference_server,
+    server_defaults,
+    startup_bytes,
+    step_tokens,
+)
 from generator.estimator.normalise import normalise
-from generator.estimator.setups import vllm_max_num_seqs
+from generator.estimator.setups import model_shape, serving_jobs
 from generator.hub.snapshot import DEFAULT_SNAPSHOT_DIR, load_record
 from generator.settings import DEFAULT_CONFIG, load_settings
 
 SETTINGS = load_settings()
 S = SETTINGS.assumptions
+SMALL, LARGE = ServerDefaults(2048, 256), ServerDefaults(8192, 1024)
 
 
 def _model(mid: str):
@@ -34,12 +50,20 @@ def _model(mid: str):
     return a, build_graph(a)
 
 
-def test_the_packaged_step_is_read_from_site_config(tmp_path) -> None:
-    assert yaml.safe_load(DEFAULT_CONFIG.read_text(encoding="utf-8"))["job"]["serve_step_tokens"] == 8192
-    assert S.serve_step_tokens == 8192
+def test_the_packaged_defaults_are_read_from_site_config(tmp_path) -> None:
+    job = yaml.safe_load(DEFAULT_CONFIG.read_text(encoding="utf-8"))["job"]
+    assert (job["serve_step_tokens"], job["serve_max_sequences"]) == SMALL == reference_server(S)
+    assert (job["serve_step_tokens_large_gpus"], job["serve_max_sequences_large_gpus"]) == LARGE == large_gpu_server(S)
     override = tmp_path / "site_config.yaml"
-    override.write_text("job:\n  serve_step_tokens: 2048\n", encoding="utf-8")
-    assert load_settings(override).assumptions.serve_step_tokens == 2048  # a T4's or an L4's vLLM default
+    override.write_text("job:\n  serve_step_tokens: 4096\n  serve_max_sequences: 128\n", encoding="utf-8")
+    assert reference_server(load_settings(override).assumptions) == (4096, 128)
+
+
+def test_each_gpu_takes_vllm_serves_defaults_there() -> None:
+    """70 GiB or more and not an A100: the larger defaults (the H100 80GB reports 79.6 GiB, the H200 140.4)."""
+    assert server_defaults(S, 85_899_345_920, "H100 SXM") == LARGE == server_defaults(S, 150_754_820_096, "H200 SXM")
+    assert server_defaults(S, 85_899_345_920, "A100 80GB SXM") == SMALL == server_defaults(S, 23_654_532_383, "L4")
+    assert server_defaults(S, 70 * 2**30 - 1, "H100 PCIe") == SMALL
 
 
 @pytest.mark.parametrize(("mid", "kind", "stepped"), [
@@ -51,43 +75,86 @@ def test_only_a_decoder_runs_in_steps(mid: str, kind: str, stepped: bool) -> Non
     _, g = _model(mid)
     assert g.spec.kind == kind
     for tokens in (512, 4096, 131_072):
-        assert step_tokens(g.spec, S, tokens) == (8192 if stepped else tokens)
+        assert step_tokens(g.spec, LARGE, tokens) == (8192 if stepped else tokens)
+        assert step_tokens(g.spec, SMALL, tokens) == (2048 if stepped else tokens)
 
 
-def test_llama_70b_holds_one_step_of_8192_tokens_at_any_length() -> None:
+def test_llama_8b_startup_by_hand() -> None:
+    """Llama-3.1-8B (hidden 4,096, MLP 14,336, vocabulary 128,256): the forward's working set is the MLP's gate, up
+    and product (3 x 14,336) and two residuals, 2 B per element per token of the step; the sampler's run is 14 B per
+    row and vocabulary entry (2 B logits, 4 B fp32 copy, 4 B probabilities, 4 B noise) beside the step's output and
+    two copies of the rows' hidden states. On an H100 the sampler is the larger; the same figures read off vLLM's
+    source by hand (Triton's top-k buffer aside) were 838,860,800 and 1,922,564,096."""
+    a, g = _model("meta-llama/Llama-3.1-8B")
+    assert (a.hidden, a.intermediate, g.spec.vocab) == (4096, 14336, 128_256)
+    width = max(b.transient for b, _ in g.spec.distinct_layers)
+    assert width == 3 * 14336
+    large = startup_bytes(g.spec, S, LARGE, 4096, width)
+    assert large.forward == 8192 * 2 * (3 * 14336 + 2 * 4096) == 838_860_800
+    assert large.sampler == 1024 * 128_256 * 14 + 2 * 4096 * (8192 + 2 * 1024) == 1_922_564_096
+    small = startup_bytes(g.spec, S, SMALL, 4096, width)
+    assert (small.forward, small.sampler) == (209_715_200, 256 * 128_256 * 14 + 2 * 4096 * (2048 + 512))
+    # the model's own figure: the weights, the larger startup peak and one sequence's cache at the reference defaults
+    served = model_serve_weight_bytes(a, g, S)
+    assert serve_profile(a, g, S, 4096).total(1) == served + max(small) + kv_bytes_per_sequence(a, S, 4096)
+    assert serve_profile(a, g, S, 4096, server=LARGE).total(1) == served + max(large) + kv_bytes_per_sequence(a, S,
+                                                                                                              4096)
+
+
+def test_llama_70b_holds_its_startup_at_any_length() -> None:
     a, g = _model("meta-llama/Llama-3.1-70B")
     assert (a.hidden, a.intermediate) == (8192, 28672)  # its config.json
     # the working set: the largest layer transient (the MLP's gate, up and their product, 3 x 28,672 wide) and
-    # two 8,192-wide residuals, 8,192 tokens at 2 B
-    assert max(b.transient for b, _ in g.spec.distinct_layers) == 3 * 28672
-    step = 8192 * 2 * (3 * 28672 + 2 * 8192)
-    assert step == 1_677_721_600
+    # two 8,192-wide residuals, 8,192 tokens at 2 B; the sampler's 1,024 rows of 128,256 and the hidden states
+    # beside them hold more
+    width = max(b.transient for b, _ in g.spec.distinct_layers)
+    assert width == 3 * 28672
+    startup = startup_bytes(g.spec, S, LARGE, 4096, width)
+    assert startup.forward == 8192 * 2 * (3 * 28672 + 2 * 8192) == 1_677_721_600
+    assert startup.sampler == 1024 * 128_256 * 14 + 2 * 8192 * (8192 + 2048) == 2_006_450_176
     # so the profiles at two lengths differ by the KV cache alone, below the step as above it
     for short, long in ((512, 4096), (8192, 131_072)):
-        assert serve_profile(a, g, S, long).total(1) - serve_profile(a, g, S, short).total(1) \
-            == kv_bytes_per_sequence(a, S, long) - kv_bytes_per_sequence(a, S, short)
-    # the step's own share: a step of 4,096 tokens holds half of it
-    half = dataclasses.replace(S, serve_step_tokens=4096)
-    assert serve_profile(a, g, S, 4096).total(1) - serve_profile(a, g, half, 4096).total(1) == step // 2
+        assert serve_profile(a, g, S, long, server=LARGE).total(1) - serve_profile(a, g, S, short, server=LARGE).total(
+            1) == kv_bytes_per_sequence(a, S, long) - kv_bytes_per_sequence(a, S, short)
+    # a step of 16,384 tokens (the offline LLM class's default there) makes the forward the larger
+    double = ServerDefaults(16_384, 1024)
+    assert serve_profile(a, g, S, 4096, server=double).total(1) - serve_profile(a, g, S, 4096, server=LARGE).total(
+        1) == 2 * startup.forward - startup.sampler
 
 
-def test_the_curve_reads_the_same_step_as_the_profile() -> None:
+def test_a_tensor_parallel_rank_splits_the_forward_and_samples_the_whole_vocabulary() -> None:
+    """Every rank all-gathers the logits and runs the sampler (LogitsProcessor, use_all_gather); the step's forward
+    is split over the ranks as training activations are (parallel._tp)."""
     a, g = _model("meta-llama/Llama-3.1-8B")
-    base = serve_profile(a, g, S, 1024).total(1) - serve_token_bytes(g, S, 1024)
-    for tokens in (512, 4096, 8192, 8193, 65_536, 131_072):
-        assert serve_profile(a, g, S, tokens).total(1) == base + serve_token_bytes(g, S, tokens)
+    width = max(b.transient for b, _ in g.spec.distinct_layers)
+    startup = startup_bytes(g.spec, S, LARGE, 4096, width)
+    jobs = serving_jobs(g, S, serve_profile(a, g, S, 4096, server=LARGE), LARGE, model_serve_weight_bytes(a, g, S),
+                        model_shape(a, g), 4096)
+    forward, sampler = tp_phases(jobs["serve"], jobs["serve"].phases, 2)
+    assert forward.activations == math.ceil(startup.forward / 2) and forward.overhead_fixed == 0
+    assert sampler.overhead_fixed == startup.sampler and sampler.activations == 0
+    assert jobs["serve2"].phases[0].kv_cache == 2 * jobs["serve"].phases[0].kv_cache
+
+
+def test_the_curve_reads_the_same_startup_as_the_profile() -> None:
+    for mid in ("meta-llama/Llama-3.1-8B", "google/flan-t5-base"):
+        a, g = _model(mid)
+        base = serve_profile(a, g, S, 1024).total(1) - serve_token_bytes(g, S, 1024)
+        for tokens in (512, 4096, 8192, 8193, 65_536, 131_072):
+            assert serve_profile(a, g, S, tokens).total(1) == base + serve_token_bytes(g, S, tokens)
 
 
 def test_hf_generate_runs_its_prompt_whole() -> None:
-    """--method inference prices transformers' generate, which prefills a prompt in one forward: no step applies."""
+    """--method inference prices transformers' generate, which prefills a prompt in one forward: no vLLM default
+    applies."""
     record = load_record(DEFAULT_SNAPSHOT_DIR, "meta-llama/Llama-3.1-8B")
     job = Job(method="inference", tokens=32_768)
 
     def peak(s) -> int:
         return estimate(json.loads(record.config_json), model_id=record.id, assumptions=s, cards=SETTINGS.cards,
                         gpus=SETTINGS.gpus, job=job).memory.peak_bytes
-    assert peak(S) == peak(dataclasses.replace(S, serve_step_tokens=1 << 30)) == peak(
-        dataclasses.replace(S, serve_step_tokens=16))
+    assert peak(S) == peak(dataclasses.replace(S, serve_step_tokens=1 << 30, serve_max_sequences=1 << 20)) == peak(
+        dataclasses.replace(S, serve_step_tokens=16, serve_step_tokens_large_gpus=16))
 
 
 @pytest.mark.parametrize(("mid", "warned"), [("google/gemma-3-27b-it", True), ("google/gemma-2-9b", True),
@@ -158,8 +225,6 @@ def test_a_server_runs_at_most_vllms_default_number_of_sequences() -> None:
     """A page review found gemma-3-1b-it priced at 2,420 sequences at once on an A100 80GB: `vllm serve` runs at
     most max_num_seqs of them unless told, 256 by default, 1,024 on a GPU of 70 GiB or more that is not an A100
     (EngineArgs.get_batch_defaults, v0.19.1). The card table's batch is still what memory holds."""
-    assert vllm_max_num_seqs(85_899_345_920, "H100 SXM") == 1024 == vllm_max_num_seqs(150_754_820_096, "H200 SXM")
-    assert vllm_max_num_seqs(85_899_345_920, "A100 80GB SXM") == 256 == vllm_max_num_seqs(23_034_347_520, "L4")
     cfg = json.loads(load_record(DEFAULT_SNAPSHOT_DIR, "google/gemma-3-1b-it").config_json)
     r = estimate(cfg, model_id="google/gemma-3-1b-it", assumptions=S, cards=SETTINGS.cards, gpus=SETTINGS.gpus)
     seqs = {x.gpu_model: x.max_concurrency for x in r.serving}
@@ -167,12 +232,32 @@ def test_a_server_runs_at_most_vllms_default_number_of_sequences() -> None:
     assert next(c for c in r.memory.cards if c.name == "A100 / H100 80 GB").serve_max_batch > 1024
 
 
+def test_each_gpu_is_searched_at_its_own_defaults() -> None:
+    """gemma-3-1b-it's vocabulary (262,144) makes the sampler's run the startup peak: 0.94 GB over 256 rows, 3.76 GB
+    over an H100's 1,024. The setups price each GPU at its own defaults; the card that lists the A100 80GB beside the
+    H100 takes the H100's, which hold more; the model's own figure is at the reference defaults."""
+    mid = "google/gemma-3-1b-it"
+    a, g = _model(mid)
+    width = max(b.transient for b, _ in g.spec.distinct_layers)
+    small, large = (max(startup_bytes(g.spec, S, d, 4096, width)) for d in (SMALL, LARGE))
+    assert small == startup_bytes(g.spec, S, SMALL, 4096, width).sampler > 256 * 262_144 * 14
+    r = estimate(json.loads(load_record(DEFAULT_SNAPSHOT_DIR, mid).config_json), model_id=mid, assumptions=S,
+                 cards=SETTINGS.cards, gpus=SETTINGS.gpus)
+    peaks = {p.gpu_model: p.per_gpu_peak_bytes for p in r.plans if p.method == "serve"}
+    assert peaks["H100 SXM"] - peaks["A100 80GB SXM"] == large - small == peaks["H200 SXM"] - peaks["L4"]
+    assert r.memory.serve_bytes_batch1 == peaks["L4"] == serve_profile(a, g, S, r.memory.serve_tokens).total(1)
+    shared = next(c for c in r.memory.cards if c.name == "A100 / H100 80 GB")
+    assert shared.serve_max_batch == serve_profile(a, g, S, r.memory.serve_tokens, server=LARGE).max_batch(
+        shared.budget_bytes)
+
+
 def test_a_card_serving_in_float32_says_so_in_its_cell(capsys) -> None:
     """A page review found gemma-3-1b-it's T4 cell "batch 142" under the column "Serve bf16": the card's figure is in
-    float32 (CardPlan.serve_dtype), and its cell now says so; other cards and models say nothing more."""
+    float32 (CardPlan.serve_dtype), and its cell now says so; other cards and models say nothing more. (142 before
+    the sampler's startup run was priced: 127.)"""
     assert main(["google/gemma-3-1b-it", "--plan"]) == 0
     t4 = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("│ T4 16 GB"))
-    assert "batch 142, float32" in t4
+    assert "batch 127, float32" in t4
     cfg = json.loads(load_record(DEFAULT_SNAPSHOT_DIR, "google/gemma-3-1b-it").config_json)
     r = estimate(cfg, model_id="google/gemma-3-1b-it", assumptions=S, cards=SETTINGS.cards, gpus=SETTINGS.gpus)
     assert [c.serve_dtype for c in r.memory.cards] == ["float32", "", "", "", ""]

@@ -104,8 +104,8 @@ def test_the_calculator_adds_little_to_a_page_and_its_shared_files_are_once_per_
                    for p in sorted((site / calculator.RUNTIME_DIR).glob("*"))})
     # site.json is mostly the setup flags' help (the form's labels): 12 kB until --offload-checkpoints and --images,
     # 13 kB until ms-swift's two recipes (each recipe's summary is its option's label), 14 kB until --tower-adapters
-    # and the recipes that freeze the towers
-    assert shared[calculator.SCRIPT] < 12_000 and shared[calculator.SITE_JSON] < 15_000
+    # and the recipes that freeze the towers, 15 kB with vLLM's per-GPU defaults among the assumptions
+    assert shared[calculator.SCRIPT] < 12_000 and shared[calculator.SITE_JSON] < 15_500
     # the estimator's zip: 313 kB once the families cover 99% of transformers' language-model classes (it was 300),
     # 340 kB with the PCIe bound of offload setups and expert parallelism (memory/host_link.py, fsdp+ep), 348 kB with
     # eager attention's backward (stages.Branch, attention.eager_backward_bytes) and job_options.py, 356 kB with the
@@ -137,8 +137,9 @@ def test_the_calculator_adds_little_to_a_page_and_its_shared_files_are_once_per_
     # accumulating jobs (memory/peak_table.py) and vLLM's float16 refusals (checks.check_half_precision_serving),
     # 446 kB with DeepSpeed's reduce bucket, the served caches held to vLLM's layout (F83) and float32 serving where
     # vLLM refuses float16, 447 kB with the GPUs vLLM has no sparse-attention kernel on
-    # (setups.serving_scale), 448 kB with the adapters' state paged AdamW leaves unpaged (lora.PAGED_MIN_ELEMENTS)
-    assert sum(v for k, v in shared.items() if k.endswith(".zip") and "estimator-" in k) < 448_000
+    # (setups.serving_scale), 448 kB with the adapters' state paged AdamW leaves unpaged (lora.PAGED_MIN_ELEMENTS),
+    # 452 kB with vLLM's startup run at each GPU's defaults (memory/vllm_server.py, card_plans.py)
+    assert sum(v for k, v in shared.items() if k.endswith(".zip") and "estimator-" in k) < 452_000
     assert sum(shared.values()) < 16_000_000  # Pyodide's runtime is most of it (the wasm: 9.6 MB)
     artifacts = Path(__file__).resolve().parents[1] / "test-artifacts"
     artifacts.mkdir(exist_ok=True)

@@ -8,6 +8,7 @@ from typing import Any
 
 from .. import __version__
 from ..errors import JobError
+from .card_plans import card_plans, card_servers, tight_card
 from .checks import (
     Finding,
     check_checkpoint,
@@ -33,10 +34,8 @@ from .memory.job_options import Job, checkpoint_host_bytes, resolve, site_job
 from .memory.job_result import metric_memory
 from .memory.layer_terms import all_linear_params, expert_adapters
 from .memory.parallel import Setup, accumulating_job, per_gpu
-from .memory.peak_table import cached_peak
+from .memory.peak_table import PeakTable, cached_peak
 from .memory.profile import (
-    budget_bytes,
-    capacity_bytes,
     kv_bytes_per_sequence,
     kv_bytes_per_token,
     serve_profile,
@@ -45,71 +44,37 @@ from .memory.profile import (
 )
 from .memory.serve_weights import model_serve_weight_bytes
 from .memory.sharding import GPUS_PER_NODE
-from .memory.splits import Cut, best_cut, two_card_batch
-from .memory.stages import Limits, Profile, largest_batch
+from .memory.stages import Profile
 from .memory.storage import stored_elements
+from .memory.vllm_server import ServerDefaults, reference_server
 from .normalise import normalise
 from .report import (
+    FORMULAS,
     SCHEMA_VERSION,
-    CardPlan,
     Memory,
     ModelInfo,
     Params,
     Report,
-    SplitPlan,
 )
 from .sequence_limits import check_job_context, check_serve_context
 from .serving_speed import ServingSpeed
 from .setups import (
     exact_job,
     job_limits,
+    merged_serving,
     model_shape,
     offers,
     plan_floors,
     plans_for,
     scaled_offers,
     scaled_plans,
-    serving_job,
+    serving_jobs,
     serving_model,
     serving_scale,
     serving_table,
     training_flops,
     training_job,
 )
-
-FORMULAS = {
-    "params": "sum over graph nodes of Linear in*out (+bias), Embedding rows*width, norms (RMSNorm w, "
-              "LayerNorm 2w); tied lm_head counted once (transformers modeling files); MoE: every expert",
-    "active_params": "parameters used per token: router + top-k routed experts + shared experts (+ the rest)",
-    "train_full": "max((4+8) B x params + 2 B x matmul weights + activations (no gradient yet at the loss), "
-                  "(4+4+8) B x params + 2 x 4 B x vocab x width if tied (end of backward), (4+4+8+4) B x params "
-                  "(AdamW step)); activations = layers x saved tensors per token (SDPA, no scores) + 12 B x vocab "
-                  "per token",
-    "train_lora": "2 B x params (bf16 base) + 14 B x adapter params (r x (in+out) per Linear, head excluded) "
-                  "+ activations (frozen Linears save no input) + adapter inputs",
-    "serve": "chunked-prefill server: 2 B x params (or the quantised storage) + one serving step's largest "
-             "layer transient (a decoder's at job.serve_step_tokens, the step vLLM sizes its memory by) + per "
-             "sequence (per attention layer min(tokens, window) x 2 x kv_heads x head_dim x 2 B; MLA "
-             "(kv_lora_rank + qk_rope_head_dim) x 2 B; SSM/linear-attention state; 4 B x vocab logits)",
-    "job": "memory.peak_bytes: the exact job (memory.job) priced phase by phase (loss, recomputed layer, end of "
-           "backward, optimizer step; prefill, decode of HF generate) in its metric; breakdown at the peak phase",
-    "max_batch": "largest b with memory(b) <= (driver-reported memory - CUDA context) / headroom",
-    "split": "two cards, contiguous layer cut minimising the larger stage (pipeline parallel: the second card "
-             "keeps its own copy of a tied embedding), only where batch 1 does not fit one card",
-    "cost": "steps x max(FLOPs/peak, bytes/bandwidth) / MFU; FLOPs = 6 x active matmul weights per token "
-            "full, 4 x for LoRA (+ 6 x its adapters on Linears, + an MoE's expert-tensor delta weights once per "
-            "step), causal attention halved, sliding windows capped",
-    "plans": "per method and priced GPU, the fewest GPUs (1, 2, 4, 8, then nodes of 8 up to 512) whose per-GPU peak "
-             "at batch 1 fits the card (on fewer GPUs than job_batch, accumulating gradients over micro-batches to it, "
-             "every one held: FSDP's no_sync unsharded), the simplest strategy first (one GPU; zero2; zero3/fsdp with "
-             "checkpointing; ZeRO with DeepSpeed's defaults: a reduce bucket of 5e8 elements, the step in sub-groups "
-             "of 1e9); CPU offload only where nothing else runs up to 512 GPUs, within the host memory per "
-             "node of 8; hours = max(FLOPs (+ one forward when checkpointing) / peak, bytes / bandwidth) / "
-             "(GPUs x MFU)",
-    "serving": "fewest GPUs holding one sequence with tensor parallelism (x pipeline stages across nodes); "
-               "decode = bandwidth x 0.78 / (active weights + KV read per token), prefill = peak x 0.69 / forward "
-               "FLOPs per token (roofline; FasterTransformer ratios via llm-analysis)",
-}
 
 
 def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptions, cards: tuple[Card, ...],
@@ -164,9 +129,15 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
     site_jobs = {  # each a recipe under the site's options (recipes.SITE_RECIPES)
         **{m: training_job(arch, graph, s, site_job(m, s.lora_rank, tokens=train_tokens, attention=attention), shape,
                            model_id, memo=memo) for m in ("full", "lora", "qlora")},
-        "serve": serving_job(profiles["serve"], weights_served, shape, s.compute_bytes),
-        "serve2": serving_job(profiles["serve"], weights_served, shape, s.compute_bytes, sequences=2),
     }
+    # vLLM's defaults differ by GPU (vllm_server.server_defaults): the serving profile and jobs at each GPU's
+    servers = card_servers(cards, gpus, s)
+    serve_at = {server: serve_profile(arch, graph, s, serve_tokens, memo, server)
+                for server in dict.fromkeys(servers.values()) if server != reference_server(s)}
+    serve_at[reference_server(s)] = profiles["serve"]
+    served = {server: serving_jobs(graph, s, p, server, weights_served, shape, serve_tokens)
+              for server, p in serve_at.items()}
+    site_jobs.update(served[reference_server(s)])
     # the site's full job: its phases are built already
     the_job = site_jobs["full"] if job is site_full or job == site_full else exact_job(arch, graph, s, job, shape,
                                                                                        model_id)
@@ -176,14 +147,16 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
     qlora_limits = job_limits(site_jobs["qlora"], _site_metric) if arch.quant is None else None
     scale = serving_scale(arch, gpus)  # per GPU: float32 (2), none (0), or as priced (1)
     card_scale = {c.name: next(iter(x)) if len(x := {scale[gpus[k].name] for k in c.gpus}) == 1 else 1 for c in cards}
-    plans = _card_plan(cards, profiles, s, qlora_limits, card_scale)
+    card_serve = {name: serve_at[server] for name, server in servers.items()}
+    plans = card_plans(cards, profiles, s, qlora_limits, card_scale, card_serve)
     kv_per_sequence = kv_bytes_per_sequence(arch, s, serve_tokens)
     # full and LoRA FLOPs per token of the reference job: priced per GPU by the costs and the plans alike
     on_experts, delta_macs = expert_adapters(arch, graph, s.lora_rank)
     flops_per_token = training_flops_per_token(arch, graph, s, adapters - on_experts, job_tokens(arch, s), delta_macs)
     work = _step_work(arch, graph, s, profiles, adapters, flops_per_token)
     setup_plans, unreachable, serving, floors = _setups(arch, graph, s, cards, gpus, site_jobs, flops_per_token,
-                                                        serve_tokens, weights_served, kv_per_sequence, work, scale)
+                                                        serve_tokens, weights_served, kv_per_sequence, work, scale,
+                                                        served)
 
     by_budget = sorted(plans, key=lambda c: c.budget_bytes)  # the cards, smallest budget first (stable on ties)
 
@@ -211,11 +184,12 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
         train_full_bytes_accumulating=max(ph.total_bytes for ph in accumulating_job(site_jobs["full"]).phases),
         smallest_card_full=smallest("train_full_max_batch"), smallest_card_lora=smallest("train_lora_max_batch"),
         smallest_card_serve=smallest("serve_max_batch"), cards=plans,
-        tight_card_full=_tight_card(by_budget, profiles["train_full"].whole_limits, "train_full"),
-        tight_card_lora=_tight_card(by_budget, profiles["train_lora"].whole_limits, "train_lora"),
-        tight_card_serve=_tight_card(by_budget, profiles["serve"].whole_limits, "serve", card_scale),
+        tight_card_full=tight_card(by_budget, profiles["train_full"].whole_limits, "train_full"),
+        tight_card_lora=tight_card(by_budget, profiles["train_lora"].whole_limits, "train_lora"),
+        tight_card_serve=tight_card(by_budget, {n: p.whole_limits for n, p in card_serve.items()}, "serve",
+                                    card_scale),
         train_qlora_bytes_batch1=None if qlora_limits is None else max(base + grow for base, grow, _ in qlora_limits),
-        tight_card_qlora=None if qlora_limits is None else _tight_card(by_budget, qlora_limits, "train_qlora"),
+        tight_card_qlora=None if qlora_limits is None else tight_card(by_budget, qlora_limits, "train_qlora"),
         kv_bytes_per_sequence=kv_per_sequence,
         state_bytes_per_sequence=state_bytes_per_sequence(arch, s), image_tokens=spec.image_tokens,
         serve_weight_bytes=weights_served,
@@ -275,10 +249,13 @@ _SUMMED = ("full", "lora", "qlora", "serve", "serve2")  # the methods whose _sit
 
 
 def _setups(arch, graph, s: Assumptions, cards, gpus, jobs, flops_per_token: tuple[float, float], serve_tokens: int,
-            weights_served: int, kv_per_sequence: int, work: dict[str, StepWork], scale: Mapping[str, int]):
+            weights_served: int, kv_per_sequence: int, work: dict[str, StepWork], scale: Mapping[str, int],
+            served: Mapping[ServerDefaults, dict]):
     """Plans for full, LoRA, QLoRA and serving on every priced GPU, the serving speeds and, where a card holds a
     training method on no count, what each GPU keeps however many share it (setups.py). The plans' job hours take
-    the cost section's roofline (`work`), checkpointing reading the weights once more per step."""
+    the cost section's roofline (`work`), checkpointing reading the weights once more per step. Serving is
+    searched on each GPU at its server's defaults (`served`: the serving jobs per ServerDefaults), as vLLM serves
+    the model there (`scale`: setups.serving_scale)."""
     peak = cached_peak(jobs, _site_metric, _SUMMED, s.job_batch)
     gpu_offers = offers(cards, gpus, s)
     flops = training_flops(arch, s, flops_per_token)
@@ -287,24 +264,34 @@ def _setups(arch, graph, s: Assumptions, cards, gpus, jobs, flops_per_token: tup
         not_applicable["qlora"] = (f"the checkpoint is already quantised ({arch.quant.describes}); QLoRA quantises "
                                    "a 16-bit base to NF4, so it does not apply as such")
 
-    def plans_on(offered: tuple, methods: Mapping) -> tuple[list, list]:
-        return plans_for(methods, peak, offered, {m: f[0] for m, f in flops.items()},
+    def plans_on(table: PeakTable, offered: tuple, methods: Mapping) -> tuple[list, list]:
+        return plans_for(methods, table, offered, {m: f[0] for m, f in flops.items()},
                          {"full": s.mfu_full, "lora": s.mfu_lora, "qlora": s.mfu_lora},
                          {m: f[1] for m, f in flops.items()}, not_applicable, s.host_memory_bytes_per_node,
                          (s.job_samples * s.job_epochs, s.job_batch),
                          {m: (w.job_bytes(), w.job_bytes(checkpointed=True))
                           for m, w in {**work, "qlora": work["lora"]}.items()})
-    if any(v != 1 for v in scale.values()):  # serving searched on the GPUs as vLLM serves the model there
-        plans, unreachable = plans_on(gpu_offers, {m: j for m, j in jobs.items() if not m.startswith("serve")})
-        serving_jobs = {m: j for m, j in jobs.items() if m.startswith("serve")}
-        served, lost = plans_on(scaled_offers(gpu_offers, scale), serving_jobs)
-        plans, unreachable = plans + scaled_plans(served, scale), unreachable + [u for u in lost if u.method == "serve"]
-    else:
-        plans, unreachable = plans_on(gpu_offers, jobs)
-    serving: tuple[ServingSpeed, ...] = ()
-    if graph.spec.kind != "encoder":  # no speed where it serves in float32: the priced TFLOPS are 16-bit
-        model = serving_model(arch, graph, s, weights_served, kv_per_sequence, serve_tokens, jobs["serve"].kv_latent)
-        serving = serving_table(model, peak, tuple(g for g in gpu_offers if scale.get(g.model, 1) == 1), plans)
+    plans, unreachable = plans_on(peak, gpu_offers, {m: j for m, j in jobs.items() if not m.startswith("serve")})
+    model = None if graph.spec.kind == "encoder" else serving_model(arch, graph, s, weights_served, kv_per_sequence,
+                                                                     serve_tokens, jobs["serve"].kv_latent)
+    found: list = []
+    lost: list = []
+    rows: list[ServingSpeed] = []
+    for server, at_server in served.items():  # each group of GPUs at its server's defaults
+        group = tuple(g for g in gpu_offers if (g.step_tokens, g.max_sequences) == server)
+        if not group:
+            continue
+        table = peak if at_server["serve"] is jobs["serve"] else cached_peak({**jobs, **at_server}, _site_metric,
+                                                                               _SUMMED, s.job_batch)
+        got, missed = plans_on(table, scaled_offers(group, scale), at_server)
+        found += scaled_plans(got, scale)
+        lost.append([u for u in missed if u.method == "serve"])
+        if model is not None:  # no speed where it serves in float32: the priced TFLOPS are 16-bit
+            rows += serving_table(model, table, tuple(g for g in group if scale.get(g.model, 1) == 1), got)
+    plans += merged_serving(found, gpu_offers)
+    unreachable += lost[0] if lost and all(lost) else []  # serving is unreachable where no group serves it
+    order = {(g.name, g.model): i for i, g in enumerate(gpu_offers)}
+    serving = tuple(sorted(rows, key=lambda r: order[(r.gpu, r.gpu_model)]))
     return plans, unreachable, serving, plan_floors(peak, plans, gpu_offers)
 
 
@@ -313,45 +300,6 @@ def structure_rows(spec: Spec, tokens: int) -> StructureTable:
     head), output shapes at `tokens` (the config's maximum context). Its rows are made when first read, and the
     JSON twin's dicts straight from the spec (graph/structure.py)."""
     return StructureTable(spec, tokens)
-
-
-def _card_plan(cards: tuple[Card, ...], profiles: Mapping[str, Profile], s: Assumptions,
-               qlora_limits: Limits | None = None,
-               serve_scale: Mapping[str, int] | None = None) -> tuple[CardPlan, ...]:
-    """Each card's largest batches (QLoRA's from its job's limits, 0 without them) and two-card splits. What a
-    card is held against (the profiles' and QLoRA's limits, the best two-card cut per method) is the same on every
-    card: worked out once, each card then only divides its budget. `serve_scale`: per card, setups.serving_scale of
-    its GPUs; a card whose serving bytes are scaled serves what its budget over the scale holds (half in float32,
-    none where vLLM has no kernel), with no two-card split."""
-    limits = {k: p.whole_limits for k, p in profiles.items()}
-    cuts: dict[str, Cut] = {}  # the best two-card cut per method, where a card asks for one
-    plans = []
-    for card in cards:
-        budget, capacity = budget_bytes(card, s), capacity_bytes(card, s)
-        scale = {k: (serve_scale or {}).get(card.name, 1) if k == "serve" else 1 for k in limits}
-        batches = {k: largest_batch(lim, budget // scale[k]) if scale[k] else 0 for k, lim in limits.items()}
-        splits: list[SplitPlan] = []
-        for k, batch in batches.items():
-            if batch == 0 and scale[k] == 1:
-                cut = cuts.get(k) or cuts.setdefault(k, best_cut(profiles[k]))
-                splits.append(SplitPlan(k, 2, cut.layers, (cut.first, cut.second), two_card_batch(cut, budget)))
-        plans.append(CardPlan(card.name, card.memory_marketed_bytes, card.memory_usable_bytes, budget,
-                              batches["train_full"], batches["train_lora"], batches["serve"], tuple(splits) or None,
-                              0 if qlora_limits is None else largest_batch(qlora_limits, budget), capacity,
-                              "float32" if scale["serve"] == 2 else ""))
-    return tuple(plans)
-
-
-def _tight_card(by_budget: list[CardPlan], limits: Limits, key: str,
-                scale: Mapping[str, int] | None = None) -> str | None:
-    """The smallest card whose capacity holds batch 1 of `key` (train_full, train_lora, train_qlora, serve) where
-    that card's budget does not (profile.card_verdict's "tight"); None where the smallest card holding it has the
-    headroom too, or none holds it. `scale`: per card, its serving scale (_card_plan), which divides its capacity
-    (0: it serves none)."""
-    held = {c.name: (scale or {}).get(c.name, 1) for c in by_budget}
-    holding = next((c for c in by_budget if held[c.name] and largest_batch(limits, c.capacity_bytes // held[c.name])
-                    >= 1), None)
-    return holding.name if holding is not None and getattr(holding, f"{key}_max_batch") == 0 else None
 
 
 def _step_work(arch, graph, s: Assumptions, profiles, adapters, flops_per_token: tuple[float, float]

@@ -38,12 +38,18 @@ class Assumptions:
     logits_bytes: int = 12
     serve_weight_bytes: int = 2
     kv_bytes: int = 2
-    decode_logits_bytes: int = 4  # fp32 next-token logits per decoding sequence (sampling)
-    # The tokens of one serving step, prompts' chunks and decodes together: vLLM's max_num_batched_tokens, whose
-    # `vllm serve` default is 8,192 on cards of 70 GiB or more but the A100 and 2,048 on the rest
-    # (vllm/engine/arg_utils.py, EngineArgs.get_batch_defaults; the larger is taken on every card). vLLM sizes its
-    # memory by a forward of that many tokens (gpu_model_runner.profile_run), whatever the prompts' length.
-    serve_step_tokens: int = 8192
+    # fp32 next-token logits (HF generate's per decoding sequence; vLLM's sampler upcasts its logits to fp32, and
+    # its probabilities and sampling noise take that dtype: memory/vllm_server.startup_bytes)
+    decode_logits_bytes: int = 4
+    # `vllm serve`'s defaults (vllm/engine/arg_utils.py EngineArgs.get_batch_defaults, OPENAI_API_SERVER): steps of
+    # 2,048 tokens (max_num_batched_tokens, prompts' chunks and decodes together) and 256 sequences at once
+    # (max_num_seqs), the model's own serving figure; 8,192 and 1,024 on a GPU of 70 GiB or more that is not an
+    # A100. vLLM sizes its KV cache by one forward of a step and one sampler run over that many sequences
+    # (gpu_model_runner.profile_run): memory/vllm_server.py.
+    serve_step_tokens: int = 2048
+    serve_max_sequences: int = 256
+    serve_step_tokens_large_gpus: int = 8192
+    serve_max_sequences_large_gpus: int = 1024
     # The fine-tuning job priced in the cost section.
     job_epochs: int = 10
     job_batch: int = 32

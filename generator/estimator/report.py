@@ -14,6 +14,45 @@ from .memory.curve import CurvePoint
 from .memory.plans import Plan, PlanFloor, Unreachable
 from .serving_speed import ServingSpeed
 
+# The formulas a Report names in its provenance (Report.provenance): each figure in words, with its source.
+FORMULAS = {
+    "params": "sum over graph nodes of Linear in*out (+bias), Embedding rows*width, norms (RMSNorm w, "
+              "LayerNorm 2w); tied lm_head counted once (transformers modeling files); MoE: every expert",
+    "active_params": "parameters used per token: router + top-k routed experts + shared experts (+ the rest)",
+    "train_full": "max((4+8) B x params + 2 B x matmul weights + activations (no gradient yet at the loss), "
+                  "(4+4+8) B x params + 2 x 4 B x vocab x width if tied (end of backward), (4+4+8+4) B x params "
+                  "(AdamW step)); activations = layers x saved tensors per token (SDPA, no scores) + 12 B x vocab "
+                  "per token",
+    "train_lora": "2 B x params (bf16 base) + 14 B x adapter params (r x (in+out) per Linear, head excluded) "
+                  "+ activations (frozen Linears save no input) + adapter inputs",
+    "serve": "vllm serve: 2 B x params (or the quantised storage) + its startup peak, the larger of one step's "
+             "forward (a decoder's at max_num_batched_tokens: its largest layer transient and two residual "
+             "copies per token) and its sampler's run over max_num_seqs rows (14 B x vocab each: 16-bit logits, "
+             "their fp32 copy, probabilities and noise), at vLLM's defaults for the GPU (8,192 tokens and 1,024 "
+             "sequences on 70 GiB or more but the A100, 2,048 and 256 on the rest; the model's own figure at the "
+             "former) + per sequence (per attention layer min(tokens, window) x 2 x kv_heads x head_dim x 2 B; "
+             "MLA (kv_lora_rank + qk_rope_head_dim) x 2 B; SSM/linear-attention state)",
+    "job": "memory.peak_bytes: the exact job (memory.job) priced phase by phase (loss, recomputed layer, end of "
+           "backward, optimizer step; prefill, decode of HF generate) in its metric; breakdown at the peak phase",
+    "max_batch": "largest b with memory(b) <= (driver-reported memory - CUDA context) / headroom",
+    "split": "two cards, contiguous layer cut minimising the larger stage (pipeline parallel: the second card "
+             "keeps its own copy of a tied embedding), only where batch 1 does not fit one card",
+    "cost": "steps x max(FLOPs/peak, bytes/bandwidth) / MFU; FLOPs = 6 x active matmul weights per token "
+            "full, 4 x for LoRA (+ 6 x its adapters on Linears, + an MoE's expert-tensor delta weights once per "
+            "step), causal attention halved, sliding windows capped",
+    "plans": "per method and priced GPU, the fewest GPUs (1, 2, 4, 8, then nodes of 8 up to 512) whose per-GPU peak "
+             "at batch 1 fits the card (on fewer GPUs than job_batch, accumulating gradients over micro-batches to it, "
+             "every one held: FSDP's no_sync unsharded), the simplest strategy first (one GPU; zero2; zero3/fsdp with "
+             "checkpointing; ZeRO with DeepSpeed's defaults: a reduce bucket of 5e8 elements, the step in sub-groups "
+             "of 1e9); CPU offload only where nothing else runs up to 512 GPUs, within the host memory per "
+             "node of 8; hours = max(FLOPs (+ one forward when checkpointing) / peak, bytes / bandwidth) / "
+             "(GPUs x MFU)",
+    "serving": "fewest GPUs holding one sequence with tensor parallelism (x pipeline stages across nodes); "
+               "decode = bandwidth x 0.78 / (active weights + KV read per token), prefill = peak x 0.69 / forward "
+               "FLOPs per token (roofline; FasterTransformer ratios via llm-analysis)",
+}
+
+
 SCHEMA_VERSION = 1
 
 

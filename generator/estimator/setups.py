@@ -28,6 +28,7 @@ from .memory.serve_weights import routed_expert_serve
 from .memory.sharding import GPUS_PER_NODE
 from .memory.stages import Limits, Profile
 from .memory.storage import gathered_unit_bytes
+from .memory.vllm_server import ServerDefaults, Startup, server_defaults, startup_bytes
 from .serving_speed import ServingModel, ServingSpeed, serving_speed
 
 SITE_METHODS = ("full", "lora", "qlora", "serve")
@@ -112,14 +113,51 @@ def inference_job(a: Arch, g: Graph, s: Assumptions, job: Job, shape: Shape, mod
     return _single("serve", job_phases(a, g, s, job, model), (), 0, c, c, shape)
 
 
-def serving_job(serve: Profile, weight_bytes: int, shape: Shape, c: int, sequences: int = 1) -> SingleGpuJob:
-    """The site's serving figure (profile.serve_profile) as one decode phase of `sequences`: the weights, one
-    serving step's working set, and per sequence its caches and next-token logits."""
-    fixed = serve.total_static - weight_bytes  # the serving step's working set
+def serving_job(serve: Profile, weight_bytes: int, shape: Shape, c: int, sequences: int = 1,
+                startup: Startup | None = None) -> SingleGpuJob:
+    """The site's serving figure (profile.serve_profile) as the phases of `sequences` held beside the weights:
+    the profile's fixed bytes (the server's startup peak) and per sequence its caches (an encoder's: its forward
+    and output). `startup`: a generating model's two startup peaks (vllm_server.startup_bytes), each a phase of
+    its own, for a tensor-parallel rank shares them differently: the step's forward is split over the ranks,
+    while every rank gathers the whole vocabulary's logits and samples (vLLM's LogitsProcessor all-gathers them,
+    Platform.use_all_gather), held whole as overhead (which a pipeline stage before the last is charged too)."""
+    fixed = serve.total_static - weight_bytes  # the server's startup peak
     caches = serve.per_sample() - serve.head_per_sample  # the embedding side and every layer
-    phase = Phase("decode (full KV cache)", weights=weight_bytes, activations=max(0, fixed),
-                  kv_cache=sequences * caches, logits=sequences * serve.head_per_sample)
-    return _single("serve", (phase,), (), 0, c, c, shape)
+    phases: tuple[Phase, ...]
+    if startup is None:
+        phases = (Phase("decode (full KV cache)", weights=weight_bytes, activations=max(0, fixed),
+                        kv_cache=sequences * caches, logits=sequences * serve.head_per_sample),)
+    else:
+        rest = max(0, fixed - max(startup))
+        phases = (Phase("decode (full KV cache)", weights=weight_bytes, activations=rest + startup.forward,
+                        kv_cache=sequences * caches),
+                  Phase("decode (full KV cache)", weights=weight_bytes, activations=rest,
+                        overhead_fixed=startup.sampler, kv_cache=sequences * caches))
+    return _single("serve", phases, (), 0, c, c, shape)
+
+
+def serving_jobs(g: Graph, s: Assumptions, serve: Profile, server: ServerDefaults, weight_bytes: int, shape: Shape,
+                 tokens: int) -> dict[str, SingleGpuJob]:
+    """The site's serving jobs at `server`'s defaults (`serve`: its profile, profile.serve_profile): one sequence
+    and two (serving_table's step per sequence), a generating model's startup in its two phases (serving_job)."""
+    width = max((b.transient for b, _ in g.spec.distinct_layers), default=0)
+    startup = None if g.spec.kind == "encoder" else startup_bytes(g.spec, s, server, tokens, width)
+    c = s.compute_bytes
+    return {"serve": serving_job(serve, weight_bytes, shape, c, 1, startup),
+            "serve2": serving_job(serve, weight_bytes, shape, c, 2, startup)}
+
+
+def merged_serving(plans: list[Plan], gpu_offers: tuple[GpuOffer, ...]) -> list[Plan]:
+    """Serving plans searched apart on groups of `gpu_offers` (GPUs of other server defaults), in the offers'
+    order and marked cheapest (per hour) and smallest (fewest GPUs) across them all, as search_plans marks one
+    search's."""
+    order = {(g.name, g.model): i for i, g in enumerate(gpu_offers)}
+    plans = sorted(plans, key=lambda p: order[(p.gpu, p.gpu_model)])
+    fitting = [p for p in plans if p.fits]
+    fewest = min((p.gpus for p in fitting), default=0)
+    low = min((p.usd_per_hour for p in fitting if p.usd_per_hour is not None), default=None)
+    return [dataclasses.replace(p, cheapest=p.fits and low is not None and p.usd_per_hour == low,
+                                smallest=p.fits and p.gpus == fewest) for p in plans]
 
 
 def _single(method: str, phases: tuple[Phase, ...], ckpt: tuple[Phase, ...], trainable: int, c: int, w: int,
@@ -144,22 +182,18 @@ def job_limits(job: SingleGpuJob, adjust: Callable[[str, tuple[int, ...]], int])
     return tuple(out)
 
 
-def vllm_max_num_seqs(memory_bytes: int, gpu_name: str) -> int:
-    """`vllm serve`'s default max_num_seqs, the most sequences it runs at once unless told: 1,024 on a GPU of 70 GiB
-    or more that is not an A100, 256 on the rest (EngineArgs.get_batch_defaults, OPENAI_API_SERVER, v0.19.1)."""
-    return 1024 if memory_bytes >= 70 * 2**30 and "a100" not in gpu_name.lower() else 256
-
-
 def offers(cards: tuple[Card, ...], gpus: Mapping[str, Gpu], s: Assumptions) -> tuple[GpuOffer, ...]:
-    """Every GPU a card lists, with that card's budget (plans and serving are per card and priced GPU)."""
+    """Every GPU a card lists, with that card's budget and its `vllm serve` defaults (plans and serving are per card
+    and priced GPU)."""
     out = []
     for card in cards:
         for key in card.gpus:
             gpu = gpus[key]
+            server = server_defaults(s, card.memory_usable_bytes, gpu.name)
             out.append(GpuOffer(card.name, budget_bytes(card, s), gpu.price_usd_per_hour,
                                 gpu.bf16_tflops if gpu.bf16_tflops is not None else gpu.fp16_tflops,
-                                gpu.bandwidth_gb_per_s, gpu.name, gpu.host_link_gb_per_s,
-                                vllm_max_num_seqs(card.memory_usable_bytes, gpu.name)))
+                                gpu.bandwidth_gb_per_s, gpu.name, gpu.host_link_gb_per_s, server.max_sequences,
+                                server.step_tokens))
     return tuple(out)
 
 
@@ -174,8 +208,8 @@ SPARSE_MLA_CAPABILITY = 9.0
 
 def serving_scale(a: Arch, gpus: Mapping[str, Gpu]) -> dict[str, int]:
     """Per priced GPU (by name), what each 16-bit serving byte of this model takes there: 1; 2 where vLLM serves it
-    in float32 (a GPU without bf16, a model type in VLLM_NO_FLOAT16: the weights, the KV cache and the step's
-    working set double, and the decode's fp32 logits are doubled too, over by a vocabulary's 4 B a sequence);
+    in float32 (a GPU without bf16, a model type in VLLM_NO_FLOAT16: the weights, the KV cache and the startup's
+    forward double; its sampler's run is doubled too, over, as a float32 model's logits need no fp32 copy);
     0 where vLLM has no attention kernel for it (a sparse-attention MLA model below SPARSE_MLA_CAPABILITY): no
     serving plan, speed or card batch there."""
     served = a.spec.kind != "encoder"

@@ -24,8 +24,7 @@ METHODS = (("full", "train_full"), ("lora", "train_lora"), ("qlora", "train_qlor
 _PHASE_TEXT = {"loss (logits)": "the loss (the logits)", "optimizer step": "the optimizer step",
                "backward (activations)": "backward (the saved activations)",
                "decode (full KV cache)": "decoding with a full KV cache"}
-
-
+SERVER_DEFAULTS = ("step_tokens", "max_sequences", "step_tokens_large_gpus", "max_sequences_large_gpus")  # serve_*
 _NOT_HUB = "This config.json is not the Hub's file: "
 _CRAWL = " The nightly crawl replaces it with the Hub's file."
 # What the page says about a config.json that is not the Hub's own file (records.PROVENANCES).
@@ -356,8 +355,8 @@ def _assumptions(report: Report, a: dict[str, Any]) -> dict[str, Any]:
         "logits": f.byte_count(a["logits_bytes"]),
         "rank": f.count(a["lora_rank"]),
         "serve_tokens": f.count(mem.serve_tokens),
-        # a decoder's serving step, which its working set is sized at (profile.step_tokens)
-        "step_tokens": f.count(a["serve_step_tokens"]) if report.model.kind == "decoder" else None,
+        # vllm serve's defaults its startup is priced at (vllm_server.py); a decoder's step is sized at them
+        "server": {k: f.count(a[f"serve_{k}"]) for k in SERVER_DEFAULTS} | {"decoder": report.model.kind == "decoder"},
         "serve_weight": f.byte_count(a["serve_weight_bytes"]),
         "serve_storage": _serve_storage(report),
         "serve_weights_total": f.gb(mem.serve_weight_bytes),

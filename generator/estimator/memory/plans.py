@@ -50,7 +50,9 @@ class GpuOffer:
     bandwidth_gb_per_s: float = 0.0
     model: str = ""  # the priced GPU's own name, where a card (name) lists several (A100 / H100 80 GB)
     host_link_gb_per_s: float = 0.0  # PCIe to the CPU, one direction (0: not known)
-    max_sequences: int = 1 << 20  # the most sequences its server runs at once (setups.vllm_max_num_seqs)
+    # its `vllm serve` defaults (vllm_server.server_defaults): the most sequences at once, the tokens of a step
+    max_sequences: int = 1 << 20
+    step_tokens: int = 0
 
 
 @dataclass(frozen=True)

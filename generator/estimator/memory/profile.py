@@ -15,9 +15,9 @@ each peak was read off CPU-simulated real steps, data/measurements/FINDINGS.md F
   the MLP (gate, act, up, product; frozen: no product); the loss adds `logits_bytes` (12) per logit (F1).
   VLMs add one image's vision-tower activations per sample.
 - serving (the site's figure): a chunked-prefill server (vLLM): weights (bf16, or the checkpoint's quantised
-  storage) + one serving step's working set + per sequence: per layer min(tokens, window) x its KV elements x
-  2 bytes (GQA/MQA K and V heads, MLA's latent), recurrent state (SSM, linear attention), the fp32 next-token
-  logits. HF generate's batched prefill (F7) is job.py's `--method inference`. Encoders serve a batch of
+  storage) + the peak it measures at startup (one step's forward or its sampler's run: vllm_server.py) + per
+  sequence: per layer min(tokens, window) x its KV elements x 2 bytes (GQA/MQA K and V heads, MLA's latent),
+  recurrent state (SSM, linear attention). HF generate's batched prefill (F7) is job.py's `--method inference`. Encoders serve a batch of
   sequences at the context with no cache; encoder-decoders hold the encoder output and both KV caches.
 """
 
@@ -61,6 +61,7 @@ from .tower_adapters import (
     tower_trained_params,
     unreached_weights,
 )
+from .vllm_server import ServerDefaults, reference_server, startup_bytes
 
 
 def _ends(g: Graph) -> tuple[list[Part], list[Part]]:
@@ -228,46 +229,32 @@ def kv_bytes_of_block(b: Block | CacheTerms, s: Assumptions, tokens: int, encode
     return out
 
 
-def serve_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, memo: dict | None = None) -> Profile:
-    """Weights + one serving step's working set (fixed) + per sequence its caches and logits; each distinct layer
-    worked out once (`memo`: the estimate's table, layer_index)."""
+def serve_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, memo: dict | None = None,
+                  server: ServerDefaults | None = None) -> Profile:
+    """Weights + the server's startup peak, the larger of one step's forward and its sampler's run (fixed:
+    vllm_server.startup_bytes) + per sequence its caches; each distinct layer worked out once (`memo`: the
+    estimate's table, layer_index). `server`: the defaults priced, vllm_server.reference_server's unless named.
+    An encoder serves a batch of sequences at the context with no cache, each with its forward and its output."""
     spec = g.spec
     c = s.compute_bytes
     embed, head = _ends(g)
     weights = serve_weight_bytes(a, s)
-    transient = _serve_transient(g, s, tokens)
+    width = max((b.transient for b, _ in spec.distinct_layers), default=0)
+    startup = startup_bytes(spec, s, server or reference_server(s), tokens, width)
     distinct = spec.distinct_layers
     counts, layout = tuple([n for _, n in distinct]), layer_index(spec, memo)
     layer_weights = tuple([weights(b.parts) for b, _ in distinct])
     if spec.kind == "encoder":
         # A batch of sequences at the context, no cache: each sequence holds its own working set
         # and its output (the head's logits per token, fp32).
-        return Profile("serve", weights(embed), layer_weights, weights(head), transient + tokens * 4 * spec.logits,
+        return Profile("serve", weights(embed), layer_weights, weights(head), startup.forward + tokens * 4 * spec.logits,
                        (0,) * len(distinct), 0, counts, layout)
     enc_tokens = encoder_tokens(spec, tokens)
     caches = tuple([0 if b.stack == "encoder" else kv_bytes_of_block(b, s, tokens, enc_tokens) for b, _ in distinct])
     enc_out = encoder_output_bytes(spec, enc_tokens, c)
     tied = s.serve_weight_bytes * tied_weight_params(a)  # Profile.tied_copy
-    return Profile("serve", weights(embed) + transient, layer_weights, weights(head), enc_out, caches,
-                   s.decode_logits_bytes * spec.vocab, counts, layout, tied_copy=(tied, 0, 0))
-
-
-def _serve_transient(g: Graph, s: Assumptions, tokens: int, width: int | None = None) -> int:
-    """One serving step's working set (step_tokens): the largest layer transient (q/k/v/output or the MLP
-    intermediates) plus two residual copies, per token of the step."""
-    spec = g.spec
-    c = s.compute_bytes
-    if width is None:
-        width = max((b.transient for b, _ in spec.distinct_layers), default=0)
-    return step_tokens(spec, s, tokens) * c * (width + 2 * spec.hidden) + c * spec.vision_transient
-
-
-def step_tokens(spec: Spec, s: Assumptions, tokens: int) -> int:
-    """The tokens one serving step runs, which its working set is sized at: a decoder's, s.serve_step_tokens
-    whatever a prompt's length, as vLLM sizes its memory by one forward of max_num_batched_tokens tokens
-    (gpu_model_runner.profile_run) and fills every step up to them with prompts' chunks (chunked prefill); an
-    encoder's input, and an encoder-decoder's, one sequence whole (vLLM does not chunk an encoder's input)."""
-    return s.serve_step_tokens if spec.kind == "decoder" else tokens
+    return Profile("serve", weights(embed) + max(startup), layer_weights, weights(head), enc_out, caches, 0, counts,
+                   layout, tied_copy=(tied, 0, 0))
 
 
 def serve_token_bytes(g: Graph, s: Assumptions, tokens: int, cache: CacheTerms | None = None) -> int:
@@ -283,15 +270,15 @@ def serve_token_curve(g: Graph, s: Assumptions, points: tuple[int, ...],
     """serve_token_bytes at each token count of `points`: what does not depend on tokens looked up once."""
     spec = g.spec
     cache = cache or cache_block(g)
-    c = s.compute_bytes
-    width, vision = c * (cache.transient + 2 * spec.hidden), c * spec.vision_transient  # _serve_transient's terms
+    c, server = s.compute_bytes, reference_server(s)
     if spec.kind == "encoder":
-        return [tokens * width + vision + tokens * 4 * spec.logits for tokens in points]
+        return [startup_bytes(spec, s, server, tokens, cache.transient).forward + tokens * 4 * spec.logits
+                for tokens in points]
     out = []
     for tokens in points:
         enc_tokens = encoder_tokens(spec, tokens)
-        out.append(step_tokens(spec, s, tokens) * width + vision + encoder_output_bytes(spec, enc_tokens, c)
-                   + kv_bytes_of_block(cache, s, tokens, enc_tokens))
+        out.append(max(startup_bytes(spec, s, server, tokens, cache.transient))
+                   + encoder_output_bytes(spec, enc_tokens, c) + kv_bytes_of_block(cache, s, tokens, enc_tokens))
     return out
 
 
@@ -312,7 +299,7 @@ def cache_block(g: Graph) -> CacheTerms:
 
 class CacheTerms(NamedTuple):
     """What kv_bytes_of_block reads of a Block (state, kv), summed over the layers, and the largest layer
-    transient (_serve_transient)."""
+    transient (vllm_server.startup_bytes' width)."""
     state: int
     kv: tuple[tuple[int, int], ...]
     transient: int

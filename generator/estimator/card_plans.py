@@ -1,0 +1,66 @@
+"""The per-card table: each memory class's largest batch per method, its two-card splits, and the card a method is
+tight on (held within its capacity, not its budget)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from .inputs import Assumptions, Card, Gpu
+from .memory.profile import budget_bytes, capacity_bytes
+from .memory.splits import Cut, best_cut, two_card_batch
+from .memory.stages import Limits, Profile, largest_batch
+from .memory.vllm_server import ServerDefaults, large_gpu_server, server_defaults
+from .report import CardPlan, SplitPlan
+
+
+def card_servers(cards: tuple[Card, ...], gpus: Mapping[str, Gpu], s: Assumptions) -> dict[str, ServerDefaults]:
+    """Per card, the `vllm serve` defaults its serving figure is priced at (vllm_server.server_defaults): its GPUs',
+    or the large GPUs' where it lists GPUs of both (the A100 80GB beside the H100), whose startup holds more."""
+    out = {}
+    for card in cards:
+        found = {server_defaults(s, card.memory_usable_bytes, gpus[k].name) for k in card.gpus}
+        out[card.name] = large_gpu_server(s) if len(found) != 1 else next(iter(found))
+    return out
+
+
+def card_plans(cards: tuple[Card, ...], profiles: Mapping[str, Profile], s: Assumptions,
+               qlora_limits: Limits | None = None, serve_scale: Mapping[str, int] | None = None,
+               card_serve: Mapping[str, Profile] | None = None) -> tuple[CardPlan, ...]:
+    """Each card's largest batches (QLoRA's from its job's limits, 0 without them) and two-card splits. What a
+    card is held against (the profiles' and QLoRA's limits, the best two-card cut per method) is the same on every
+    card: worked out once per profile, each card then only divides its budget. `serve_scale`: per card,
+    setups.serving_scale of its GPUs; a card whose serving bytes are scaled serves what its budget over the scale
+    holds (half in float32, none where vLLM has no kernel), with no two-card split. `card_serve`: per card, the
+    serving profile at its server's defaults (card_servers), profiles["serve"] where it names none."""
+    limits: dict[int, tuple] = {}  # per profile (by id), its whole-model limits
+    cuts: dict[int, Cut] = {}  # per profile, the best two-card cut, where a card asks for one
+    plans = []
+    for card in cards:
+        own = {**profiles, "serve": (card_serve or {}).get(card.name, profiles["serve"])}
+        budget, capacity = budget_bytes(card, s), capacity_bytes(card, s)
+        scale = {k: (serve_scale or {}).get(card.name, 1) if k == "serve" else 1 for k in own}
+        batches = {k: largest_batch(limits.get(id(p)) or limits.setdefault(id(p), p.whole_limits),
+                                    budget // scale[k]) if scale[k] else 0 for k, p in own.items()}
+        splits: list[SplitPlan] = []
+        for k, batch in batches.items():
+            if batch == 0 and scale[k] == 1:
+                cut = cuts.get(id(own[k])) or cuts.setdefault(id(own[k]), best_cut(own[k]))
+                splits.append(SplitPlan(k, 2, cut.layers, (cut.first, cut.second), two_card_batch(cut, budget)))
+        plans.append(CardPlan(card.name, card.memory_marketed_bytes, card.memory_usable_bytes, budget,
+                              batches["train_full"], batches["train_lora"], batches["serve"], tuple(splits) or None,
+                              0 if qlora_limits is None else largest_batch(qlora_limits, budget), capacity,
+                              "float32" if scale["serve"] == 2 else ""))
+    return tuple(plans)
+
+
+def tight_card(by_budget: list[CardPlan], limits: Limits | Mapping[str, Limits], key: str,
+               scale: Mapping[str, int] | None = None) -> str | None:
+    """The smallest card whose capacity holds batch 1 of `key` (train_full, train_lora, train_qlora, serve) where
+    that card's budget does not (profile.card_verdict's "tight"); None where the smallest card holding it has the
+    headroom too, or none holds it. `limits`: the method's, or per card (serving, at each card's server). `scale`:
+    per card, its serving scale (card_plans), which divides its capacity (0: it serves none)."""
+    held = {c.name: (scale or {}).get(c.name, 1) for c in by_budget}
+    per_card = limits if isinstance(limits, Mapping) else dict.fromkeys(held, limits)
+    holding = next((c for c in by_budget if held[c.name]
+                    and largest_batch(per_card[c.name], c.capacity_bytes // held[c.name]) >= 1), None)
+    return holding.name if holding is not None and getattr(holding, f"{key}_max_batch") == 0 else None

@@ -1,0 +1,85 @@
+"""What `vllm serve` holds beside its weights and KV caches: its batch defaults on each GPU, and the startup profile
+run by which it sizes its KV cache (vLLM v0.19.1).
+
+vLLM measures one forward of a whole step (max_num_batched_tokens tokens, over min(tokens, max_num_seqs)
+requests) and then one sampler run over a row per request (v1/worker/gpu_model_runner.py profile_run, _dummy_run,
+_dummy_sampler_run), one after the other: the forward's activations are freed before the sampler runs, so the
+allocator's peak is the larger of the two. Whatever that peak is, it is taken from the memory the KV cache gets
+(v1/worker/gpu_worker.py determine_available_memory), so it is held however few sequences are served; a decode's
+logits at any concurrency up to max_num_seqs fall within it.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from ..graph.parts import Spec
+from ..inputs import Assumptions
+
+# vLLM's larger defaults go to a GPU of 70 GiB or more that is not an A100 (EngineArgs.get_batch_defaults: "Setting
+# large max_num_batched_tokens for A100 reduces throughput, see PR #17885")
+LARGE_DEFAULTS_BYTES = 70 * 2**30
+
+
+class ServerDefaults(NamedTuple):
+    """`vllm serve`'s max_num_batched_tokens (the tokens of one step) and max_num_seqs (sequences at once)."""
+
+    step_tokens: int
+    max_sequences: int
+
+
+class Startup(NamedTuple):
+    """The profile run's two peaks beside the weights: the step's forward, and the sampler's run after it."""
+
+    forward: int
+    sampler: int
+
+
+def server_defaults(s: Assumptions, memory_bytes: int, gpu_name: str) -> ServerDefaults:
+    """`vllm serve`'s defaults on a GPU of `memory_bytes` (engine/arg_utils.py EngineArgs.get_batch_defaults,
+    UsageContext.OPENAI_API_SERVER): large_gpu_server's (8,192 tokens, 1,024 sequences) on one of
+    LARGE_DEFAULTS_BYTES or more but the A100, reference_server's (2,048 and 256) on the rest."""
+    if memory_bytes >= LARGE_DEFAULTS_BYTES and "a100" not in gpu_name.lower():
+        return large_gpu_server(s)
+    return reference_server(s)
+
+
+def reference_server(s: Assumptions) -> ServerDefaults:
+    """The defaults the model's own serving figure (Memory.serve_bytes_batch1, the curve) is priced at: the least
+    `vllm serve` takes by default, on every GPU but those of large_gpu_server."""
+    return ServerDefaults(s.serve_step_tokens, s.serve_max_sequences)
+
+
+def large_gpu_server(s: Assumptions) -> ServerDefaults:
+    """The defaults on a GPU of LARGE_DEFAULTS_BYTES or more that is not an A100 (H100, H200), whose larger step and
+    sampler hold more."""
+    return ServerDefaults(s.serve_step_tokens_large_gpus, s.serve_max_sequences_large_gpus)
+
+
+def step_tokens(spec: Spec, server: ServerDefaults, tokens: int) -> int:
+    """The tokens one serving step runs, which its working set is sized at: a decoder's, server.step_tokens
+    whatever a prompt's length, as vLLM fills every step up to them with prompts' chunks (chunked prefill); an
+    encoder's input, and an encoder-decoder's, one sequence whole (vLLM does not chunk an encoder's input)."""
+    return server.step_tokens if spec.kind == "decoder" else tokens
+
+
+def startup_bytes(spec: Spec, s: Assumptions, server: ServerDefaults, tokens: int, width: int) -> Startup:
+    """The profile run's peaks beside the weights, for sequences of `tokens` (`width`: the largest layer
+    transient's elements per token, Block.transient).
+    - forward: per token of the step, the largest layer transient (q/k/v/output or the MLP intermediates) plus two
+      residual copies, and the vision tower's working set for one image.
+    - sampler (not for an encoder, which vLLM pools): over N = min(max_num_seqs, step) rows of the vocabulary,
+      compute_logits' 16-bit logits (held by the caller), the sampler's float32 copy (sampler.py forward:
+      logits.to(torch.float32)), top-p's softmax into float32 probabilities (ops/topk_topp_sampler.py
+      forward_native) and random_sample's exponential noise as large (torch.empty_like(probs)); beside them the
+      forward's output for the whole step and two copies of the N last hidden states (the rows the logits are
+      taken at, and _dummy_sampler_run's torch.rand_like of them). Triton's top-k/top-p buffer, at most one row of
+      the vocabulary per SM (ops/topk_topp_triton.py, 68 MB for a 128K vocabulary on 132 SMs), is left out."""
+    c = s.compute_bytes
+    step = step_tokens(spec, server, tokens)
+    forward = step * c * (width + 2 * spec.hidden) + c * spec.vision_transient
+    if spec.kind == "encoder":
+        return Startup(forward, 0)
+    rows = min(server.max_sequences, step)
+    logits = rows * spec.vocab * (c + 3 * s.decode_logits_bytes)
+    return Startup(forward, logits + c * spec.hidden * (step + 2 * rows))
