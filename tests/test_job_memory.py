@@ -18,6 +18,7 @@ from generator.estimator.memory.activations import recompute_transient_bytes, re
 from generator.estimator.memory.job import DEQUANT_PHASE, job_memory, job_phases
 from generator.estimator.memory.job_options import METHODS, Job, JobError
 from generator.estimator.memory.job_result import PARTS
+from generator.estimator.memory.lora import block_unpaged_lora_params
 from generator.estimator.memory.profile import serve_profile, train_profile
 from generator.estimator.memory.storage import ADAMW8BIT_STATE_BYTES, weight_bytes
 from generator.estimator.normalise import normalise
@@ -135,6 +136,20 @@ def test_paged_adamw_counts_the_state_of_tensors_it_does_not_page(rank, unpaged_
     adapters = 2 * rank * (4 * 4096 + 4096 + 4096 + 2 * 1024 + 3 * 14336 + 3 * 4096)  # r x (in + out) per Linear
     assert state == {"allocated": 2 * 8 * unpaged_per_layer, "reserved": 2 * 8 * unpaged_per_layer,
                      "nvidia-smi": 8 * adapters}
+
+
+def test_litgpt_fuses_the_attention_adapters_into_one_pair_of_tensors():
+    """LitGPT's LoRAQKVLinear (litgpt/lora.py) makes one lora_A of (r x the adapted of q, k, v) x in and one lora_B of
+    their outputs x r: on Llama-3.2-1B's widths (2,048, 8 KV heads of 64) with r 32 on q and v, lora_A is 131,072
+    elements (paged) and lora_B 81,920 (not); transformers' four separate tensors (65,536 x 3 and 16,384) are all
+    under 1e5."""
+    cfg = {**LLAMA, "hidden_size": 2048, "intermediate_size": 8192, "num_attention_heads": 32,
+           "num_key_value_heads": 8}
+    _, g = _ag(cfg)
+    block = g.spec.distinct_layers[0][0]
+    roles = frozenset({"q", "v"})
+    assert block_unpaged_lora_params(block, 32, roles) == 3 * 65_536 + 16_384
+    assert block_unpaged_lora_params(block, 32, roles, fused_qkv=True) == (2048 + 512) * 32
 
 
 def test_metrics():

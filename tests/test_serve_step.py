@@ -60,23 +60,31 @@ def test_the_packaged_defaults_are_read_from_site_config(tmp_path) -> None:
 
 
 def test_each_gpu_takes_vllm_serves_defaults_there() -> None:
-    """70 GiB or more and not an A100: the larger defaults (the H100 80GB reports 79.6 GiB, the H200 140.4)."""
-    assert server_defaults(S, 85_899_345_920, "H100 SXM") == LARGE == server_defaults(S, 150_754_820_096, "H200 SXM")
-    assert server_defaults(S, 85_899_345_920, "A100 80GB SXM") == SMALL == server_defaults(S, 23_654_532_383, "L4")
+    """70 GiB or more and not an A100: the larger defaults (the cards' usable bytes: 79.15 GiB for the 80 GB card,
+    140.4 GiB for the H200; the L4's 22.03)."""
+    assert server_defaults(S, 84_986_665_369, "H100 SXM") == LARGE == server_defaults(S, 150_754_820_096, "H200 SXM")
+    assert server_defaults(S, 84_986_665_369, "A100 80GB SXM") == SMALL == server_defaults(S, 23_654_532_383, "L4")
     assert server_defaults(S, 70 * 2**30 - 1, "H100 PCIe") == SMALL
 
 
-@pytest.mark.parametrize(("mid", "kind", "stepped"), [
-    ("meta-llama/Llama-3.1-70B", "decoder", True),
-    ("google/flan-t5-base", "encoder-decoder", False),
-    ("BAAI/bge-reranker-large", "encoder", False),
+@pytest.mark.parametrize(("mid", "kind"), [
+    ("meta-llama/Llama-3.1-70B", "decoder"),
+    ("google/flan-t5-base", "encoder-decoder"),
+    ("BAAI/bge-reranker-large", "encoder"),
 ])
-def test_only_a_decoder_runs_in_steps(mid: str, kind: str, stepped: bool) -> None:
+def test_a_decoder_steps_in_chunks_an_encoder_decoder_at_least_whole(mid: str, kind: str) -> None:
+    """A decoder's step is max_num_batched_tokens whatever the length (chunked prefill); vLLM turns chunked prefill
+    off for an encoder-decoder (config/model.py) and steps max(max_model_len, the default) (arg_utils.py
+    EngineArgs.__post_init__); every step is capped at max_num_seqs x max_model_len. An encoder is priced one
+    sequence at a time (its batch: profile.serve_profile)."""
     _, g = _model(mid)
     assert g.spec.kind == kind
     for tokens in (512, 4096, 131_072):
-        assert step_tokens(g.spec, LARGE, tokens) == (8192 if stepped else tokens)
-        assert step_tokens(g.spec, SMALL, tokens) == (2048 if stepped else tokens)
+        for server in (SMALL, LARGE):
+            want = {"decoder": server.step_tokens, "encoder-decoder": max(tokens, server.step_tokens),
+                    "encoder": tokens}[kind]
+            assert step_tokens(g.spec, server, tokens) == want
+    assert step_tokens(g.spec, ServerDefaults(2048, 4), 8) == (8 if kind == "encoder" else 32)  # 4 x 8 tokens
 
 
 def test_llama_8b_startup_by_hand() -> None:
@@ -94,6 +102,9 @@ def test_llama_8b_startup_by_hand() -> None:
     assert large.sampler == 1024 * 128_256 * 14 + 2 * 4096 * (8192 + 2 * 1024) == 1_922_564_096
     small = startup_bytes(g.spec, S, SMALL, 4096, width)
     assert (small.forward, small.sampler) == (209_715_200, 256 * 128_256 * 14 + 2 * 4096 * (2048 + 512))
+    # in float32 (a GPU without bf16 serving a model vLLM refuses in float16) the logits need no fp32 copy: 12 B
+    fp32 = startup_bytes(g.spec, S, SMALL, 4096, width, float32=True)
+    assert (fp32.forward, fp32.sampler) == (2 * 209_715_200, 256 * 128_256 * 12 + 4 * 4096 * (2048 + 512))
     # the model's own figure: the weights, the larger startup peak and one sequence's cache at the reference defaults
     served = model_serve_weight_bytes(a, g, S)
     assert serve_profile(a, g, S, 4096).total(1) == served + max(small) + kv_bytes_per_sequence(a, S, 4096)
@@ -181,7 +192,8 @@ def test_a_model_vllm_will_not_serve_in_float16_is_flagged_where_a_card_has_no_b
 def test_a_gpu_that_serves_the_model_in_float32_is_priced_in_float32() -> None:
     """A review found gemma-2-9b's headline serving on "2× T4 with tensor parallel" beside the warning that vLLM
     serves gemma2 in float32 on a T4: 18.5 GB of weights per T4 there, over its memory. Every serving byte doubles in
-    float32 (weights, KV cache, the step's working set), so the T4's serving plan is searched at half its budget and
+    float32 (weights, KV cache, the startup's forward; its sampler's run takes float32 logits without a copy:
+    vllm_server.startup_bytes), so the T4's serving plan is searched at half its budget and
     its per-GPU peak doubled back, its card cell holds what half its budget holds, and no serving speed is given
     (the priced TFLOPS are 16-bit). A model vLLM serves in float16 keeps its T4 rows as they were."""
     def report(mid: str, gpus=SETTINGS.gpus):
@@ -235,7 +247,8 @@ def test_a_server_runs_at_most_vllms_default_number_of_sequences() -> None:
 def test_each_gpu_is_searched_at_its_own_defaults() -> None:
     """gemma-3-1b-it's vocabulary (262,144) makes the sampler's run the startup peak: 0.94 GB over 256 rows, 3.76 GB
     over an H100's 1,024. The setups price each GPU at its own defaults; the card that lists the A100 80GB beside the
-    H100 takes the H100's, which hold more; the model's own figure is at the reference defaults."""
+    H100 takes the A100's (a card holds the model where one of its GPUs does), as the model's own figure does; the
+    H200's card takes the H200's."""
     mid = "google/gemma-3-1b-it"
     a, g = _model(mid)
     width = max(b.transient for b, _ in g.spec.distinct_layers)
@@ -246,18 +259,19 @@ def test_each_gpu_is_searched_at_its_own_defaults() -> None:
     peaks = {p.gpu_model: p.per_gpu_peak_bytes for p in r.plans if p.method == "serve"}
     assert peaks["H100 SXM"] - peaks["A100 80GB SXM"] == large - small == peaks["H200 SXM"] - peaks["L4"]
     assert r.memory.serve_bytes_batch1 == peaks["L4"] == serve_profile(a, g, S, r.memory.serve_tokens).total(1)
-    shared = next(c for c in r.memory.cards if c.name == "A100 / H100 80 GB")
-    assert shared.serve_max_batch == serve_profile(a, g, S, r.memory.serve_tokens, server=LARGE).max_batch(
-        shared.budget_bytes)
+    for name, server in (("A100 / H100 80 GB", SMALL), ("H200 141 GB", LARGE)):
+        card = next(c for c in r.memory.cards if c.name == name)
+        assert card.serve_max_batch == serve_profile(a, g, S, r.memory.serve_tokens, server=server).max_batch(
+            card.budget_bytes)
 
 
 def test_a_card_serving_in_float32_says_so_in_its_cell(capsys) -> None:
     """A page review found gemma-3-1b-it's T4 cell "batch 142" under the column "Serve bf16": the card's figure is in
     float32 (CardPlan.serve_dtype), and its cell now says so; other cards and models say nothing more. (142 before
-    the sampler's startup run was priced: 127.)"""
+    the sampler's startup run was priced at its float32 bytes: 146.)"""
     assert main(["google/gemma-3-1b-it", "--plan"]) == 0
     t4 = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("│ T4 16 GB"))
-    assert "batch 127, float32" in t4
+    assert "batch 146, float32" in t4
     cfg = json.loads(load_record(DEFAULT_SNAPSHOT_DIR, "google/gemma-3-1b-it").config_json)
     r = estimate(cfg, model_id="google/gemma-3-1b-it", assumptions=S, cards=SETTINGS.cards, gpus=SETTINGS.gpus)
     assert [c.serve_dtype for c in r.memory.cards] == ["float32", "", "", "", ""]

@@ -9,17 +9,18 @@ from .inputs import Assumptions, Card, Gpu
 from .memory.profile import budget_bytes, capacity_bytes
 from .memory.splits import Cut, best_cut, two_card_batch
 from .memory.stages import Limits, Profile, largest_batch
-from .memory.vllm_server import ServerDefaults, large_gpu_server, server_defaults
+from .memory.vllm_server import ServerDefaults, reference_server, server_defaults
 from .report import CardPlan, SplitPlan
 
 
-def card_servers(cards: tuple[Card, ...], gpus: Mapping[str, Gpu], s: Assumptions) -> dict[str, ServerDefaults]:
+def card_servers(cards: tuple[Card, ...], gpus: Mapping[str, Gpu], s: Assumptions) -> list[ServerDefaults]:
     """Per card, the `vllm serve` defaults its serving figure is priced at (vllm_server.server_defaults): its GPUs',
-    or the large GPUs' where it lists GPUs of both (the A100 80GB beside the H100), whose startup holds more."""
-    out = {}
+    or the reference defaults where it lists GPUs of both (the A100 80GB beside the H100): a card holds the model
+    where one of its GPUs does, and the setups give each GPU at its own."""
+    out = []
     for card in cards:
         found = {server_defaults(s, card.memory_usable_bytes, gpus[k].name) for k in card.gpus}
-        out[card.name] = large_gpu_server(s) if len(found) != 1 else next(iter(found))
+        out.append(next(iter(found)) if len(found) == 1 else reference_server(s))
     return out
 
 
@@ -49,7 +50,7 @@ def card_plans(cards: tuple[Card, ...], profiles: Mapping[str, Profile], s: Assu
         plans.append(CardPlan(card.name, card.memory_marketed_bytes, card.memory_usable_bytes, budget,
                               batches["train_full"], batches["train_lora"], batches["serve"], tuple(splits) or None,
                               0 if qlora_limits is None else largest_batch(qlora_limits, budget), capacity,
-                              "float32" if scale["serve"] == 2 else ""))
+                              "float32" if scale["serve"] == 2 else "", scale["serve"] * own["serve"].total(1)))
     return tuple(plans)
 
 

@@ -46,7 +46,7 @@ from .memory.serve_weights import model_serve_weight_bytes
 from .memory.sharding import GPUS_PER_NODE
 from .memory.stages import Profile
 from .memory.storage import stored_elements
-from .memory.vllm_server import ServerDefaults, reference_server
+from .memory.vllm_server import ServerDefaults, reference_server, server_defaults
 from .normalise import normalise
 from .report import (
     FORMULAS,
@@ -130,14 +130,19 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
         **{m: training_job(arch, graph, s, site_job(m, s.lora_rank, tokens=train_tokens, attention=attention), shape,
                            model_id, memo=memo) for m in ("full", "lora", "qlora")},
     }
-    # vLLM's defaults differ by GPU (vllm_server.server_defaults): the serving profile and jobs at each GPU's
-    servers = card_servers(cards, gpus, s)
-    serve_at = {server: serve_profile(arch, graph, s, serve_tokens, memo, server)
-                for server in dict.fromkeys(servers.values()) if server != reference_server(s)}
-    serve_at[reference_server(s)] = profiles["serve"]
-    served = {server: serving_jobs(graph, s, p, server, weights_served, shape, serve_tokens)
-              for server, p in serve_at.items()}
-    site_jobs.update(served[reference_server(s)])
+    # vLLM's defaults and dtype differ by GPU (vllm_server.server_defaults, setups.serving_scale): the serving
+    # profile and jobs per (defaults, float32) that a card or a GPU takes
+    scale = serving_scale(arch, gpus)  # per GPU: float32 (2), none (0), or as priced (1)
+    card_scale = {c.name: next(iter(x)) if len(x := {scale[gpus[k].name] for k in c.gpus}) == 1 else 1 for c in cards}
+    servers = {c.name: (server, card_scale[c.name] == 2)
+               for c, server in zip(cards, card_servers(cards, gpus, s), strict=True)}
+    own = {(server_defaults(s, c.memory_usable_bytes, gpus[k].name), scale[gpus[k].name] == 2)
+           for c in cards for k in c.gpus}
+    reference = (reference_server(s), False)
+    serve_at = {v: profiles["serve"] if v == reference else serve_profile(arch, graph, s, serve_tokens, memo, *v)
+                for v in sorted({reference, *servers.values(), *own})}
+    served = {v: serving_jobs(graph, s, p, v[0], weights_served, shape, serve_tokens, v[1]) for v, p in serve_at.items()}
+    site_jobs.update(served[reference])
     # the site's full job: its phases are built already
     the_job = site_jobs["full"] if job is site_full or job == site_full else exact_job(arch, graph, s, job, shape,
                                                                                        model_id)
@@ -145,9 +150,7 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
     exact = metric_memory(spread.peak_phase, dict(spread.breakdown), s, job, graph)
     # QLoRA's phases at batch 1 (None where the checkpoint is quantised already: plans_unreachable says why)
     qlora_limits = job_limits(site_jobs["qlora"], _site_metric) if arch.quant is None else None
-    scale = serving_scale(arch, gpus)  # per GPU: float32 (2), none (0), or as priced (1)
-    card_scale = {c.name: next(iter(x)) if len(x := {scale[gpus[k].name] for k in c.gpus}) == 1 else 1 for c in cards}
-    card_serve = {name: serve_at[server] for name, server in servers.items()}
+    card_serve = {name: serve_at[v] for name, v in servers.items()}
     plans = card_plans(cards, profiles, s, qlora_limits, card_scale, card_serve)
     kv_per_sequence = kv_bytes_per_sequence(arch, s, serve_tokens)
     # full and LoRA FLOPs per token of the reference job: priced per GPU by the costs and the plans alike
@@ -250,12 +253,12 @@ _SUMMED = ("full", "lora", "qlora", "serve", "serve2")  # the methods whose _sit
 
 def _setups(arch, graph, s: Assumptions, cards, gpus, jobs, flops_per_token: tuple[float, float], serve_tokens: int,
             weights_served: int, kv_per_sequence: int, work: dict[str, StepWork], scale: Mapping[str, int],
-            served: Mapping[ServerDefaults, dict]):
+            served: Mapping[tuple[ServerDefaults, bool], dict]):
     """Plans for full, LoRA, QLoRA and serving on every priced GPU, the serving speeds and, where a card holds a
     training method on no count, what each GPU keeps however many share it (setups.py). The plans' job hours take
     the cost section's roofline (`work`), checkpointing reading the weights once more per step. Serving is
-    searched on each GPU at its server's defaults (`served`: the serving jobs per ServerDefaults), as vLLM serves
-    the model there (`scale`: setups.serving_scale)."""
+    searched on each GPU at its server's defaults and dtype (`served`: the serving jobs per ServerDefaults and
+    float32), as vLLM serves the model there (`scale`: setups.serving_scale)."""
     peak = cached_peak(jobs, _site_metric, _SUMMED, s.job_batch)
     gpu_offers = offers(cards, gpus, s)
     flops = training_flops(arch, s, flops_per_token)
@@ -277,8 +280,9 @@ def _setups(arch, graph, s: Assumptions, cards, gpus, jobs, flops_per_token: tup
     found: list = []
     lost: list = []
     rows: list[ServingSpeed] = []
-    for server, at_server in served.items():  # each group of GPUs at its server's defaults
-        group = tuple(g for g in gpu_offers if (g.step_tokens, g.max_sequences) == server)
+    for (server, fp32), at_server in served.items():  # each group of GPUs at its server's defaults and dtype
+        group = tuple(g for g in gpu_offers if (g.step_tokens, g.max_sequences) == server
+                      and (scale.get(g.model, 1) == 2) == fp32)
         if not group:
             continue
         table = peak if at_server["serve"] is jobs["serve"] else cached_peak({**jobs, **at_server}, _site_metric,

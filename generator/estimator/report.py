@@ -29,8 +29,8 @@ FORMULAS = {
              "forward (a decoder's at max_num_batched_tokens: its largest layer transient and two residual "
              "copies per token) and its sampler's run over max_num_seqs rows (14 B x vocab each: 16-bit logits, "
              "their fp32 copy, probabilities and noise), at vLLM's defaults for the GPU (8,192 tokens and 1,024 "
-             "sequences on 70 GiB or more but the A100, 2,048 and 256 on the rest; the model's own figure at the "
-             "former) + per sequence (per attention layer min(tokens, window) x 2 x kv_heads x head_dim x 2 B; "
+             "sequences on 70 GiB or more but the A100, 2,048 and 256 on the rest, which the model's own figure, "
+             "and a card listing GPUs of both, take) + per sequence (per attention layer min(tokens, window) x 2 x kv_heads x head_dim x 2 B; "
              "MLA (kv_lora_rank + qk_rope_head_dim) x 2 B; SSM/linear-attention state)",
     "job": "memory.peak_bytes: the exact job (memory.job) priced phase by phase (loss, recomputed layer, end of "
            "backward, optimizer step; prefill, decode of HF generate) in its metric; breakdown at the peak phase",
@@ -129,6 +129,8 @@ class CardPlan:
     train_qlora_max_batch: int = 0
     capacity_bytes: int = 0  # usable less CUDA context: what the process can allocate (budget = this / headroom)
     serve_dtype: str = ""  # "float32" where vLLM serves the model so on this card's GPUs (setups.serving_scale)
+    # serving one sequence at this card's vLLM defaults (card_plans.card_servers) and dtype; 0: no kernel there
+    serve_bytes_batch1: int = 0
 
 
 @dataclass(frozen=True)

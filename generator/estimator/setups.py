@@ -28,7 +28,7 @@ from .memory.serve_weights import routed_expert_serve
 from .memory.sharding import GPUS_PER_NODE
 from .memory.stages import Limits, Profile
 from .memory.storage import gathered_unit_bytes
-from .memory.vllm_server import ServerDefaults, Startup, server_defaults, startup_bytes
+from .memory.vllm_server import ServerDefaults, Startup, in_16_bits, server_defaults, startup_bytes
 from .serving_speed import ServingModel, ServingSpeed, serving_speed
 
 SITE_METHODS = ("full", "lora", "qlora", "serve")
@@ -137,11 +137,13 @@ def serving_job(serve: Profile, weight_bytes: int, shape: Shape, c: int, sequenc
 
 
 def serving_jobs(g: Graph, s: Assumptions, serve: Profile, server: ServerDefaults, weight_bytes: int, shape: Shape,
-                 tokens: int) -> dict[str, SingleGpuJob]:
-    """The site's serving jobs at `server`'s defaults (`serve`: its profile, profile.serve_profile): one sequence
-    and two (serving_table's step per sequence), a generating model's startup in its two phases (serving_job)."""
+                 tokens: int, float32: bool = False) -> dict[str, SingleGpuJob]:
+    """The site's serving jobs at `server`'s defaults (`serve`: its profile, profile.serve_profile, as `float32`
+    asks): one sequence and two (serving_table's step per sequence), a generating model's startup in its two
+    phases (serving_job)."""
     width = max((b.transient for b, _ in g.spec.distinct_layers), default=0)
-    startup = None if g.spec.kind == "encoder" else startup_bytes(g.spec, s, server, tokens, width)
+    startup = None if g.spec.kind == "encoder" else in_16_bits(
+        startup_bytes(g.spec, s, server, tokens, width, float32), 2 if float32 else 1)
     c = s.compute_bytes
     return {"serve": serving_job(serve, weight_bytes, shape, c, 1, startup),
             "serve2": serving_job(serve, weight_bytes, shape, c, 2, startup)}

@@ -284,10 +284,11 @@ def tight_lines(report: Report, table: Accuracy | None) -> list[dict[str, Any]]:
             ("The full fine-tune", mem.tight_card_full, mem.train_full_bytes_batch1, True),
             ("LoRA", mem.tight_card_lora, mem.train_lora_bytes_batch1, True),
             ("QLoRA", mem.tight_card_qlora, mem.train_qlora_bytes_batch1 or 0, True),
-            ("Serving", mem.tight_card_serve, mem.serve_bytes_batch1, False)):
+            ("Serving", mem.tight_card_serve, 0, False)):
         plan = next((c for c in mem.cards if c.name == card), None)
         if plan is None:
             continue
+        batch1 = batch1 or plan.serve_bytes_batch1  # serving: at that card's vLLM defaults and dtype
         got = margin(plan.capacity_bytes, batch1, least_over, least_expandable)
         # serving: the share of the card vLLM's gpu_memory_utilization must give, where its default does not
         share = 0.0 if odds else engine_share(batch1, plan.usable_bytes, dict(mem.assumptions)["cuda_context_bytes"])

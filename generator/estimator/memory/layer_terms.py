@@ -113,12 +113,12 @@ def adapter_params(spec: Spec, rank: int, roles: frozenset[str] | None, memo: di
                     lambda: distinct_values(spec, lambda b: block_lora_params(b, rank, roles)))
 
 
-def unpaged_adapter_params(spec: Spec, rank: int, roles: frozenset[str] | None, memo: dict | None = None
-                           ) -> list[int]:
+def unpaged_adapter_params(spec: Spec, rank: int, roles: frozenset[str] | None, memo: dict | None = None,
+                           fused_qkv: bool = False) -> list[int]:
     """Of adapter_params per distinct layer, those in tensors a paged optimizer leaves unpaged
-    (lora.block_unpaged_lora_params), once per estimate with `memo`."""
-    return memoised(memo, ("unpaged adapters", rank, roles),
-                    lambda: distinct_values(spec, lambda b: block_unpaged_lora_params(b, rank, roles)))
+    (lora.block_unpaged_lora_params; `fused_qkv`: LitGPT's), once per estimate with `memo`."""
+    return memoised(memo, ("unpaged adapters", rank, roles, fused_qkv),
+                    lambda: distinct_values(spec, lambda b: block_unpaged_lora_params(b, rank, roles, fused_qkv)))
 
 
 def all_linear_params(a: Arch, g: Graph, rank: int, memo: dict | None = None) -> int:

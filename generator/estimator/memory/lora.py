@@ -248,10 +248,16 @@ def unpaged_elements(*sizes: int) -> int:
     return sum(n for n in sizes if n < PAGED_MIN_ELEMENTS)
 
 
-def block_unpaged_lora_params(b: Block, rank: int, roles: frozenset[str] | None) -> int:
+def block_unpaged_lora_params(b: Block, rank: int, roles: frozenset[str] | None, fused_qkv: bool = False) -> int:
     """Of block_lora_params, those in tensors a paged optimizer does not page: lora_A's weight is rank x in, lora_B's
-    out x rank, each its own tensor; an r=16 adapter on a 4,096-wide Linear is 65,536 elements, under the floor."""
-    linear = sum(unpaged_elements(rank * i, rank * o) for i, o, _ in adapted_linears(b, roles))
+    out x rank, each its own tensor; an r=16 adapter on a 4,096-wide Linear is 65,536 elements, under the floor.
+    `fused_qkv`: LitGPT's LoRAQKVLinear, one lora_A of (rank x the adapted of q, k, v) x in and one lora_B of their
+    outputs x rank (litgpt/lora.py), for the Linears reading the attention's input."""
+    linears = adapted_linears(b, roles)
+    fused = [(i, o) for i, o, group in linears if fused_qkv and group == "attn_in"]
+    linear = unpaged_elements(rank * len(fused) * fused[0][0], rank * sum(o for _, o in fused)) if fused else 0
+    linear += sum(unpaged_elements(rank * i, rank * o) for i, o, group in linears
+                  if not (fused_qkv and group == "attn_in"))
     return linear + sum(unpaged_elements(rank * m * e * i, rank * m * e * o)
                         for e, i, o, m, _ in expert_tensors(b, roles))
 

@@ -61,7 +61,7 @@ from .tower_adapters import (
     tower_trained_params,
     unreached_weights,
 )
-from .vllm_server import ServerDefaults, reference_server, startup_bytes
+from .vllm_server import ServerDefaults, in_16_bits, reference_server, startup_bytes
 
 
 def _ends(g: Graph) -> tuple[list[Part], list[Part]]:
@@ -230,17 +230,20 @@ def kv_bytes_of_block(b: Block | CacheTerms, s: Assumptions, tokens: int, encode
 
 
 def serve_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, memo: dict | None = None,
-                  server: ServerDefaults | None = None) -> Profile:
+                  server: ServerDefaults | None = None, float32: bool = False) -> Profile:
     """Weights + the server's startup peak, the larger of one step's forward and its sampler's run (fixed:
     vllm_server.startup_bytes) + per sequence its caches; each distinct layer worked out once (`memo`: the
     estimate's table, layer_index). `server`: the defaults priced, vllm_server.reference_server's unless named.
-    An encoder serves a batch of sequences at the context with no cache, each with its forward and its output."""
+    `float32`: for a GPU that serves the model in float32, whose every byte the caller doubles (setups.serving_scale):
+    the float32 startup, halved (vllm_server.in_16_bits). An encoder serves a batch of sequences at the context with
+    no cache, each with its forward and its output."""
     spec = g.spec
     c = s.compute_bytes
     embed, head = _ends(g)
     weights = serve_weight_bytes(a, s)
     width = max((b.transient for b, _ in spec.distinct_layers), default=0)
-    startup = startup_bytes(spec, s, server or reference_server(s), tokens, width)
+    startup = in_16_bits(startup_bytes(spec, s, server or reference_server(s), tokens, width, float32),
+                         2 if float32 else 1)
     distinct = spec.distinct_layers
     counts, layout = tuple([n for _, n in distinct]), layer_index(spec, memo)
     layer_weights = tuple([weights(b.parts) for b, _ in distinct])
@@ -258,8 +261,9 @@ def serve_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, memo: dict | N
 
 
 def serve_token_bytes(g: Graph, s: Assumptions, tokens: int, cache: CacheTerms | None = None) -> int:
-    """The part of serve_profile(..., tokens).total(1) that depends on tokens (the step's working set, one
-    sequence's caches, an encoder's logits or an encoder-decoder's encoder output), by the same formulas:
+    """The part of serve_profile(..., tokens).total(1) that depends on tokens (one sequence's caches, an encoder's
+    forward and logits, an encoder-decoder's startup and encoder output; a decoder's startup, which does not, too),
+    by the same formulas:
     the memory curve moves the serving peak to other token counts without rebuilding the profile.
     `cache`: cache_block(g), when the caller asks at many token counts."""
     return serve_token_curve(g, s, (tokens,), cache)[0]

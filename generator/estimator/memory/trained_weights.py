@@ -8,7 +8,7 @@ from typing import NamedTuple
 from ..config.arch import Arch
 from ..graph.nodes import Graph, tied_weight_params
 from .activations import Regime
-from .frameworks import framework_mats
+from .frameworks import framework_mats, runs_litgpt
 from .job_options import Job, fp32_base
 from .layer_terms import adapter_params, image_only, layer_index, unpaged_adapter_params
 from .lora import input_linear_params, target_roles
@@ -35,7 +35,9 @@ class Weights(NamedTuple):
     towers: TowerLinears  # the towers' adapted Linears (tower_adapters.tower_adapted)
     tower_trained: int  # of `trainable`, the towers' adapters: their gradients come after the text layers'
     # of `trainable`, those in tensors a paged optimizer leaves unpaged (lora.PAGED_MIN_ELEMENTS); a full
-    # fine-tune's norms and biases, under 0.1% of its parameters, are not itemised (0)
+    # fine-tune's are not itemised (0): its norms and biases, under 0.1% of a model of billions of parameters, but
+    # most of a tiny one's, whose allocated figure is under by their state. A ZeRO or FSDP (flat-parameter) setup
+    # hands the optimizer flat partitions, all paged: there this is over by its share (parallel.per_gpu)
     unpaged: int = 0
 
 
@@ -73,8 +75,10 @@ def trained_weights(a: Arch, g: Graph, job: Job, r: Regime, model: str, images: 
     tower_trained = tower_trained_params(towers, rank) if images else 0
     adapters = [n * v for (_, n), v in zip(distinct, adapter_params(spec, rank, roles, memo), strict=True)]
     unrun = sum(v for v, s in zip(adapters, skipped, strict=True) if s)  # the skipped layers': made, not trained
-    unpaged = sum(n * v for (_, n), v, s in zip(distinct, unpaged_adapter_params(spec, rank, roles, memo), skipped,
-                                                strict=True) if not s) + (tower_unpaged_params(towers, rank) if images else 0)
+    unpaged = sum(n * v for (_, n), v, s in zip(distinct, unpaged_adapter_params(spec, rank, roles, memo,
+                                                                                 runs_litgpt(job.loss)),
+                                                skipped, strict=True) if not s) \
+        + (tower_unpaged_params(towers, rank) if images else 0)
     trainable = sum(adapters) - unrun + tower_trained
     param_bytes = r.adapter_bytes
     # weights and the dequantised transient share it (LitGPT's quantiser packs the head too: frameworks.py)

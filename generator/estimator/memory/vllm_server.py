@@ -57,29 +57,44 @@ def large_gpu_server(s: Assumptions) -> ServerDefaults:
 
 
 def step_tokens(spec: Spec, server: ServerDefaults, tokens: int) -> int:
-    """The tokens one serving step runs, which its working set is sized at: a decoder's, server.step_tokens
-    whatever a prompt's length, as vLLM fills every step up to them with prompts' chunks (chunked prefill); an
-    encoder's input, and an encoder-decoder's, one sequence whole (vLLM does not chunk an encoder's input)."""
-    return server.step_tokens if spec.kind == "decoder" else tokens
+    """The tokens one serving step runs for sequences of `tokens` (max_model_len), which its forward is sized at
+    (EngineArgs.__post_init__'s defaults, then capped at max_num_seqs x max_model_len): a decoder's,
+    server.step_tokens whatever a prompt's length, as vLLM fills every step up to them with prompts' chunks
+    (chunked prefill); an encoder-decoder's, at least one sequence whole, as vLLM turns chunked prefill off for it
+    (config/model.py) and steps max(max_model_len, the default). An encoder's is its one sequence (vLLM pools it;
+    profile.serve_profile prices a batch of them, each with its own forward)."""
+    if spec.kind == "encoder":
+        return tokens
+    step = server.step_tokens if spec.kind == "decoder" else max(tokens, server.step_tokens)
+    return min(step, server.max_sequences * tokens)
 
 
-def startup_bytes(spec: Spec, s: Assumptions, server: ServerDefaults, tokens: int, width: int) -> Startup:
+def startup_bytes(spec: Spec, s: Assumptions, server: ServerDefaults, tokens: int, width: int,
+                  float32: bool = False) -> Startup:
     """The profile run's peaks beside the weights, for sequences of `tokens` (`width`: the largest layer
-    transient's elements per token, Block.transient).
+    transient's elements per token, Block.transient), in 16-bit activations or, `float32`, in float32 (a GPU where
+    vLLM serves the model so: setups.serving_scale).
     - forward: per token of the step, the largest layer transient (q/k/v/output or the MLP intermediates) plus two
       residual copies, and the vision tower's working set for one image.
     - sampler (not for an encoder, which vLLM pools): over N = min(max_num_seqs, step) rows of the vocabulary,
-      compute_logits' 16-bit logits (held by the caller), the sampler's float32 copy (sampler.py forward:
-      logits.to(torch.float32)), top-p's softmax into float32 probabilities (ops/topk_topp_sampler.py
-      forward_native) and random_sample's exponential noise as large (torch.empty_like(probs)); beside them the
-      forward's output for the whole step and two copies of the N last hidden states (the rows the logits are
-      taken at, and _dummy_sampler_run's torch.rand_like of them). Triton's top-k/top-p buffer, at most one row of
-      the vocabulary per SM (ops/topk_topp_triton.py, 68 MB for a 128K vocabulary on 132 SMs), is left out."""
-    c = s.compute_bytes
+      compute_logits' logits in the model's dtype (held by the caller), the sampler's float32 copy of them
+      (sampler.py forward: logits.to(torch.float32), no copy where they are float32 already), top-p's softmax
+      into float32 probabilities (ops/topk_topp_sampler.py forward_native) and random_sample's exponential noise
+      as large (torch.empty_like(probs)); beside them the forward's output for the whole step and two copies of
+      the N last hidden states (the rows the logits are taken at, and _dummy_sampler_run's torch.rand_like of
+      them). Triton's top-k/top-p buffer, one float32 row of the vocabulary per SM (ops/topk_topp_triton.py: 68 MB
+      for a 128K vocabulary on 132 SMs, 30 MB on an L4's 58), is left out: it needs each GPU's SM count."""
+    c, f = (4 if float32 else s.compute_bytes), s.decode_logits_bytes
     step = step_tokens(spec, server, tokens)
     forward = step * c * (width + 2 * spec.hidden) + c * spec.vision_transient
     if spec.kind == "encoder":
         return Startup(forward, 0)
     rows = min(server.max_sequences, step)
-    logits = rows * spec.vocab * (c + 3 * s.decode_logits_bytes)
+    logits = rows * spec.vocab * (c + (0 if c == f else f) + 2 * f)
     return Startup(forward, logits + c * spec.hidden * (step + 2 * rows))
+
+
+def in_16_bits(startup: Startup, scale: int) -> Startup:
+    """A startup in the 16-bit bytes the plans search in, where a GPU's serving bytes are scaled (`scale`:
+    setups.serving_scale, 2 in float32, whose bytes the search doubles back): a float32 startup halved."""
+    return Startup(-(-startup.forward // scale), -(-startup.sampler // scale)) if scale > 1 else startup
