@@ -118,7 +118,7 @@ def headline(plans: Any, unreachable: Any, serving: Any) -> list[dict[str, str]]
         if method == "serve":
             s = serving_of(serving, p)
             # no speed row: a GPU vLLM serves the model on in float32 (the half_precision_serving warning says so)
-            detail = "its speed not priced" if s is None else \
+            detail = "in float32 there, its speed not priced" if s is None else \
                 f"about {f.tokens_per_s(_get(s, 'decode_tokens_per_s'))} per sequence"
             cheap = cheapest_per_token(serving)
             if cheap is not None and cheap is not s:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 
 from rich.console import Console
@@ -13,7 +14,7 @@ from rich.text import Text
 from . import format as fmt
 from . import setups_text
 from .accuracy_allocator import AllocatorRow, margin
-from .estimator import Report, card_verdict
+from .estimator import ENGINE_DEFAULT_SHARE, Report, card_verdict, engine_share
 from .estimator.memory.job_options import Job
 from .estimator.memory.recipes import RECIPES
 from .estimator.report import CardPlan, SplitPlan
@@ -64,10 +65,27 @@ def wants_replay(report: Report, asked: bool) -> bool:
 
 
 def _any_tight(m, asked: bool) -> bool:
-    """A site job tight on its smallest card, or (asked) the exact job tight on any card."""
+    """A site training job tight on its smallest card, or (asked) the exact job tight on any card: what the
+    allocator's replayed steps speak to (serving sizes its own cache: _serving_tight)."""
     exact = asked and bool(m.job) and any(card_verdict(m.held_peak_bytes, c.budget_bytes, c.capacity_bytes) == "tight"
                                           for c in m.cards)
-    return exact or any((m.tight_card_full, m.tight_card_lora, m.tight_card_serve))
+    return exact or any((m.tight_card_full, m.tight_card_lora, m.tight_card_qlora))
+
+
+def _serving_tight(m) -> Text | None:
+    """Serving tight on its smallest holding card, as the page says it (accuracy_page.tight_lines): the margin that
+    card's own figure leaves, and the share of the card vLLM's gpu_memory_utilization must give it."""
+    card = next((c for c in m.cards if c.name == m.tight_card_serve and c.serve_bytes_batch1), None)
+    if card is None:
+        return None
+    spare = (card.capacity_bytes / card.serve_bytes_batch1 - 1) * 100
+    needed = min(1.0, math.ceil(engine_share(card.serve_bytes_batch1, card.usable_bytes,
+                                             dict(m.assumptions)["cuda_context_bytes"]) * 100) / 100)
+    setting = "the whole card, gpu_memory_utilization 1" if needed >= 1 else \
+        f"gpu_memory_utilization {needed:g} or more"
+    return Text(f"Serving is tight on one {card.name}: {fmt.error_pct(spare)} of room over its "
+                f"{fmt.gb(card.serve_bytes_batch1)} there (vLLM's defaults on it); a vLLM server needs {setting} "
+                f"({ENGINE_DEFAULT_SHARE:g} by default).")
 
 
 def print_summary(console: Console, report: Report, *, plan: bool, settings: Settings, asked: bool = False,
@@ -102,11 +120,13 @@ def print_summary(console: Console, report: Report, *, plan: bool, settings: Set
         f"and {fmt.gb(m.train_lora_bytes_batch1)} with LoRA r={a['lora_rank']} on a bf16 base "
         f"({_fits(m.smallest_card_lora, m.tight_card_lora, spread('lora'))}). Serving "
         f"{fmt.serve_weights(p.quantization)} weights at {fmt.count(m.serve_tokens)} tokens per sequence "
-        f"starts at {fmt.gb(m.serve_bytes_batch1)} "
+        f"starts at {fmt.gb(m.serve_named_bytes)} "
         f"({_fits(m.smallest_card_serve, m.tight_card_serve, spread('serve'))}). "
         "Estimated from the config's structure, not measured."))
     if _any_tight(m, asked):
         console.print(_tight_note(a["headroom"], replayed), style="dim")
+    if (serving_tight := _serving_tight(m)) is not None:
+        console.print(serving_tight, style="dim")
     rows = setups_text.headline(report.plans, report.plans_unreachable, report.serving)
     if rows:
         console.print(Text("Setups that run it: " + " ".join(setups_text.sentence(r) for r in rows)))
@@ -263,6 +283,7 @@ def _print_plan(console: Console, report: Report, settings: Settings, method: st
         _print_cards(console, report, table_width)
     plans = [p for p in report.plans if method is None or p.method == method]
     capacity = {c.name: c.capacity_bytes for c in report.memory.cards}
+    dtype = {c.name: c.serve_dtype for c in report.memory.cards}  # float32 where vLLM serves the model so there
     if plans:
         table = _table(f"Setups that hold batch 1, accumulating gradients to batch {a['job_batch']} on fewer GPUs "
                        f"(cost: {a['job_epochs']} epochs x {fmt.count(a['job_samples'])} samples at batch "
@@ -275,7 +296,8 @@ def _print_plan(console: Console, report: Report, settings: Settings, method: st
             marks = ", ".join(w for w, on in (("PCIe-bound", setups_text.link_bound(p)), ("smallest", p.smallest),
                                               ("cheapest", p.cheapest)) if on)
             table.add_row(setups_text.METHOD_NAMES[p.method], p.gpu, setups_text.label(p) if p.fits else
-                          setups_text.unfit_setup(p, capacity[p.gpu]), fmt.gb(p.per_gpu_peak_bytes),
+                          setups_text.unfit_setup(p, capacity[p.gpu]), fmt.gb(p.per_gpu_peak_bytes)
+                          + (f", {dtype[p.gpu]}" if p.method == "serve" and dtype.get(p.gpu) else ""),
                           fmt.usd_per_hour(p.usd_per_hour) if p.fits else fmt.DASH,  # no price for what cannot run
                           fmt.hours(p.job_hours) if p.job_hours else fmt.DASH,
                           fmt.usd(p.job_usd), marks)

@@ -246,9 +246,9 @@ def test_a_server_runs_at_most_vllms_default_number_of_sequences() -> None:
 
 def test_each_gpu_is_searched_at_its_own_defaults() -> None:
     """gemma-3-1b-it's vocabulary (262,144) makes the sampler's run the startup peak: 0.94 GB over 256 rows, 3.76 GB
-    over an H100's 1,024. The setups price each GPU at its own defaults; the card that lists the A100 80GB beside the
-    H100 takes the A100's (a card holds the model where one of its GPUs does), as the model's own figure does; the
-    H200's card takes the H200's."""
+    over an H100's 1,024. The setups price each GPU at its own defaults; the model's own figure takes the reference
+    defaults; the card that lists the A100 80GB beside the H100 takes the H100's, whose startup holds more (the row
+    says a card holds the model only where each of its GPUs does), as the H200's card does."""
     mid = "google/gemma-3-1b-it"
     a, g = _model(mid)
     width = max(b.transient for b, _ in g.spec.distinct_layers)
@@ -259,10 +259,9 @@ def test_each_gpu_is_searched_at_its_own_defaults() -> None:
     peaks = {p.gpu_model: p.per_gpu_peak_bytes for p in r.plans if p.method == "serve"}
     assert peaks["H100 SXM"] - peaks["A100 80GB SXM"] == large - small == peaks["H200 SXM"] - peaks["L4"]
     assert r.memory.serve_bytes_batch1 == peaks["L4"] == serve_profile(a, g, S, r.memory.serve_tokens).total(1)
-    for name, server in (("A100 / H100 80 GB", SMALL), ("H200 141 GB", LARGE)):
+    for name, server in (("L4 24 GB", SMALL), ("A100 / H100 80 GB", LARGE), ("H200 141 GB", LARGE)):
         card = next(c for c in r.memory.cards if c.name == name)
-        assert card.serve_max_batch == serve_profile(a, g, S, r.memory.serve_tokens, server=server).max_batch(
-            card.budget_bytes)
+        assert card.serve_bytes_batch1 == serve_profile(a, g, S, r.memory.serve_tokens, server=server).total(1)
 
 
 def test_a_card_serving_in_float32_says_so_in_its_cell(capsys) -> None:
@@ -281,3 +280,48 @@ def test_a_card_serving_in_float32_says_so_in_its_cell(capsys) -> None:
 def report_of_llama():
     cfg = json.loads(load_record(DEFAULT_SNAPSHOT_DIR, "meta-llama/Llama-3.2-3B").config_json)
     return estimate(cfg, model_id="meta-llama/Llama-3.2-3B", assumptions=S, cards=SETTINGS.cards, gpus=SETTINGS.gpus)
+
+
+def test_a_card_past_max_num_seqs_pays_a_sampler_row_for_each_sequence() -> None:
+    """A page review found gemma-3-1b-it's L4 cell at 606 sequences, which a server holds only once raised past its
+    256 (max_num_seqs), and then its sampler's run covers each of them: 14 B x 262,144 more per sequence, against
+    its 28 MB of cache. The cell is the most sequences a server raised to run them all holds: each count checked
+    by pricing the startup at that many rows."""
+    mid = "google/gemma-3-1b-it"
+    a, g = _model(mid)
+    r = estimate(json.loads(load_record(DEFAULT_SNAPSHOT_DIR, mid).config_json), model_id=mid, assumptions=S,
+                 cards=SETTINGS.cards, gpus=SETTINGS.gpus)
+    tokens = r.memory.serve_tokens
+    for name, step in (("L4 24 GB", 2048), ("H200 141 GB", 8192)):
+        card = next(c for c in r.memory.cards if c.name == name)
+        n = card.serve_max_batch
+        assert n > {2048: 256, 8192: 1024}[step]
+
+        def held(b: int, step: int = step) -> bool:
+            return serve_profile(a, g, S, tokens, server=ServerDefaults(step, b)).total(b) <= card.budget_bytes
+        assert held(n) and not held(n + 1)
+    # where the default holds more than the cache does, nothing changes: Llama-3.1-8B's 105 on the 80 GB row
+    llama = estimate(json.loads(load_record(DEFAULT_SNAPSHOT_DIR, "meta-llama/Llama-3.1-8B").config_json),
+                     model_id="meta-llama/Llama-3.1-8B", assumptions=S, cards=SETTINGS.cards, gpus=SETTINGS.gpus)
+    assert [c.serve_max_batch for c in llama.memory.cards if c.name == "H200 141 GB"] == [209]
+
+
+@pytest.mark.parametrize(("mid", "warned"), [("google/flan-t5-base", True), ("google/mt5-small", True),
+                                             ("meta-llama/Llama-3.1-8B", False), ("BAAI/bge-reranker-large", False)])
+def test_an_encoder_decoder_vllm_does_not_serve_is_said_so(mid: str, warned: bool) -> None:
+    """A page review found flan-t5-base priced as `vllm serve` with "start vLLM with --max-model-len 512": vLLM
+    0.19.1 serves no T5 (model_executor/models/registry.py: encoder-decoders but Whisper removed with V0; BART, mBART
+    and Florence-2 through a plugin). The figures stay vLLM's accounting, and a warning says it does not run."""
+    r = estimate(json.loads(load_record(DEFAULT_SNAPSHOT_DIR, mid).config_json), model_id=mid, assumptions=S,
+                 cards=SETTINGS.cards, gpus=SETTINGS.gpus)
+    got = [x for x in r.findings if x.check == "vllm_encoder_decoder"]
+    assert bool(got) == warned
+    if warned:
+        assert got[0].severity == "warning" and "does not serve" in got[0].message and "--method inference" in \
+            got[0].message
+    bart = {"model_type": "bart", "architectures": ["BartForConditionalGeneration"], "vocab_size": 50265,
+            "d_model": 64, "encoder_layers": 1, "decoder_layers": 1, "encoder_attention_heads": 2,
+            "decoder_attention_heads": 2, "encoder_ffn_dim": 128, "decoder_ffn_dim": 128}
+    served = estimate(bart, model_id="t/bart", assumptions=S, cards=SETTINGS.cards, gpus=SETTINGS.gpus)
+    assert served.model.kind == "encoder-decoder"
+    assert not any(x.check == "vllm_encoder_decoder" for x in served.findings)

@@ -9,30 +9,35 @@ from .inputs import Assumptions, Card, Gpu
 from .memory.profile import budget_bytes, capacity_bytes
 from .memory.splits import Cut, best_cut, two_card_batch
 from .memory.stages import Limits, Profile, largest_batch
-from .memory.vllm_server import ServerDefaults, reference_server, server_defaults
+from .memory.vllm_server import Raised, ServerDefaults, large_gpu_server, raised_sequences, server_defaults
 from .report import CardPlan, SplitPlan
 
 
 def card_servers(cards: tuple[Card, ...], gpus: Mapping[str, Gpu], s: Assumptions) -> list[ServerDefaults]:
     """Per card, the `vllm serve` defaults its serving figure is priced at (vllm_server.server_defaults): its GPUs',
-    or the reference defaults where it lists GPUs of both (the A100 80GB beside the H100): a card holds the model
-    where one of its GPUs does, and the setups give each GPU at its own."""
+    or the large GPUs' where it lists GPUs of both (the A100 80GB beside the H100), whose startup holds more: the
+    row says a card holds the model only where each of its GPUs does at its defaults; the setups give each GPU at
+    its own."""
     out = []
     for card in cards:
-        found = {server_defaults(s, card.memory_usable_bytes, gpus[k].name) for k in card.gpus}
-        out.append(next(iter(found)) if len(found) == 1 else reference_server(s))
+        # a card that names no priced GPU: by its own memory and name
+        found = {server_defaults(s, card.memory_usable_bytes, gpus[k].name) for k in card.gpus} or {
+            server_defaults(s, card.memory_usable_bytes, card.name)}
+        out.append(next(iter(found)) if len(found) == 1 else large_gpu_server(s))
     return out
 
 
 def card_plans(cards: tuple[Card, ...], profiles: Mapping[str, Profile], s: Assumptions,
                qlora_limits: Limits | None = None, serve_scale: Mapping[str, int] | None = None,
-               card_serve: Mapping[str, Profile] | None = None) -> tuple[CardPlan, ...]:
+               card_serve: Mapping[str, Profile] | None = None,
+               raised: Mapping[str, Raised] | None = None) -> tuple[CardPlan, ...]:
     """Each card's largest batches (QLoRA's from its job's limits, 0 without them) and two-card splits. What a
     card is held against (the profiles' and QLoRA's limits, the best two-card cut per method) is the same on every
     card: worked out once per profile, each card then only divides its budget. `serve_scale`: per card,
     setups.serving_scale of its GPUs; a card whose serving bytes are scaled serves what its budget over the scale
     holds (half in float32, none where vLLM has no kernel), with no two-card split. `card_serve`: per card, the
-    serving profile at its server's defaults (card_servers), profiles["serve"] where it names none."""
+    serving profile at its server's defaults (card_servers), profiles["serve"] where it names none; `raised`: per
+    card, what its batch past max_num_seqs costs (vllm_server.raised_sequences)."""
     limits: dict[int, tuple] = {}  # per profile (by id), its whole-model limits
     cuts: dict[int, Cut] = {}  # per profile, the best two-card cut, where a card asks for one
     plans = []
@@ -42,6 +47,11 @@ def card_plans(cards: tuple[Card, ...], profiles: Mapping[str, Profile], s: Assu
         scale = {k: (serve_scale or {}).get(card.name, 1) if k == "serve" else 1 for k in own}
         batches = {k: largest_batch(limits.get(id(p)) or limits.setdefault(id(p), p.whole_limits),
                                     budget // scale[k]) if scale[k] else 0 for k, p in own.items()}
+        if card.name in (raised or {}) and batches["serve"]:
+            serve = own["serve"]
+            batches["serve"] = raised_sequences(batches["serve"], budget // scale["serve"],
+                                                serve.total(1) - serve.per_sample(), serve.per_sample(),
+                                                (raised or {})[card.name])
         splits: list[SplitPlan] = []
         for k, batch in batches.items():
             if batch == 0 and scale[k] == 1:

@@ -148,7 +148,8 @@ def check_quantization(a: Arch, g: Graph, stored: int | None, model_id: str = ""
 
 def check_half_precision_serving(a: Arch, fp32: tuple[str, ...]) -> list[Finding]:
     """A model vLLM will not serve in float16, on the priced GPUs without bf16 (`fp32`: setups.serving_scale's 2):
-    there vLLM runs float32, twice the weights, KV cache and startup peak of 16 bits, as those GPUs' serving figures
+    there vLLM runs float32, twice the weights, KV cache and startup forward of 16 bits (its sampler's logits at 12 B an
+    entry, with no fp32 copy to make), as those GPUs' serving figures
     are priced; their serving speed is not given, the priced TFLOPS being 16-bit."""
     if not fp32:
         return []
@@ -156,7 +157,8 @@ def check_half_precision_serving(a: Arch, fp32: tuple[str, ...]) -> list[Finding
     return [Finding("half_precision_serving", "warning",
                     f"vLLM refuses float16 for {a.model_type} (numerical instability: vllm/config/model.py), and the "
                     f"{gpus} has no bf16, so vLLM serves it there in float32: the {gpus}'s serving figures are "
-                    "priced so (twice the weights, KV cache and startup peak of 16 bits), and no serving speed is "
+                    "priced so (twice the weights, KV cache and startup forward of 16 bits; the sampler's logits "
+                    "at 12 B an entry, with no fp32 copy to make), and no serving speed is "
                     "given for it.")]
 
 
@@ -170,6 +172,26 @@ def check_sparse_attention_serving(a: Arch, unserved: tuple[str, ...]) -> list[F
                     "kernels, on compute capability 9.0 or more (Hopper, Blackwell: "
                     "v1/attention/backends/mla/flashmla_sparse.py): no serving is priced on the "
                     f"{', '.join(unserved)}.")]
+
+
+# The encoder-decoders vLLM 0.19.1 serves: Whisper in its registry, BART, mBART and Florence-2 through its out-of-tree
+# bart-plugin; the others were removed with its V0 engine (model_executor/models/registry.py
+# _PREVIOUSLY_SUPPORTED_MODELS: "encoder-decoder models except whisper have been removed", _OOT_SUPPORTED_MODELS)
+VLLM_ENCODER_DECODERS = frozenset({"WhisperForConditionalGeneration", "BartForConditionalGeneration", "BartModel",
+                                   "MBartForConditionalGeneration", "Florence2ForConditionalGeneration"})
+
+
+def check_vllm_encoder_decoder(a: Arch) -> list[Finding]:
+    """An encoder-decoder whose class vLLM does not serve: its serving figures are vLLM's accounting as it would be,
+    and transformers' generate (--method inference) is what runs it."""
+    if a.spec.kind != "encoder-decoder" or set(a.architectures) & VLLM_ENCODER_DECODERS:
+        return []
+    name = a.architectures[0] if a.architectures else a.model_type
+    return [Finding("vllm_encoder_decoder", "warning",
+                    f"vLLM 0.19.1 does not serve {name}: of encoder-decoders it serves Whisper, and BART, mBART and "
+                    "Florence-2 through its bart-plugin (model_executor/models/registry.py). The serving figures "
+                    "price vLLM's accounting as it would be; `--method inference` prices transformers' generate, "
+                    "which runs it.")]
 
 
 def check_tower_adapters(g: Graph) -> list[Finding]:

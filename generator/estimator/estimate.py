@@ -22,6 +22,7 @@ from .checks import (
     check_sparse_attention_serving,
     check_special_tokens,
     check_tower_adapters,
+    check_vllm_encoder_decoder,
 )
 from .cost import CostLine, StepWork, job_cost, job_tokens, step_work, training_flops_per_token
 from .graph.nodes import build_graph
@@ -46,7 +47,14 @@ from .memory.serve_weights import model_serve_weight_bytes
 from .memory.sharding import GPUS_PER_NODE
 from .memory.stages import Profile
 from .memory.storage import stored_elements
-from .memory.vllm_server import ServerDefaults, reference_server, server_defaults
+from .memory.vllm_server import (
+    ServerDefaults,
+    large_gpu_server,
+    raised_at,
+    reference_server,
+    server_defaults,
+    startup_peak,
+)
 from .normalise import normalise
 from .report import (
     FORMULAS,
@@ -141,7 +149,8 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
     reference = (reference_server(s), False)
     serve_at = {v: profiles["serve"] if v == reference else serve_profile(arch, graph, s, serve_tokens, memo, *v)
                 for v in sorted({reference, *servers.values(), *own})}
-    served = {v: serving_jobs(graph, s, p, v[0], weights_served, shape, serve_tokens, v[1]) for v, p in serve_at.items()}
+    served = {v: serving_jobs(graph, s, p, v[0], weights_served, shape, serve_tokens, v[1])
+              for v, p in serve_at.items()}
     site_jobs.update(served[reference])
     # the site's full job: its phases are built already
     the_job = site_jobs["full"] if job is site_full or job == site_full else exact_job(arch, graph, s, job, shape,
@@ -151,7 +160,8 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
     # QLoRA's phases at batch 1 (None where the checkpoint is quantised already: plans_unreachable says why)
     qlora_limits = job_limits(site_jobs["qlora"], _site_metric) if arch.quant is None else None
     card_serve = {name: serve_at[v] for name, v in servers.items()}
-    plans = card_plans(cards, profiles, s, qlora_limits, card_scale, card_serve)
+    raised = {name: raised_at(spec, s, server, serve_tokens, fp32) for name, (server, fp32) in servers.items()}
+    plans = card_plans(cards, profiles, s, qlora_limits, card_scale, card_serve, raised)
     kv_per_sequence = kv_bytes_per_sequence(arch, s, serve_tokens)
     # full and LoRA FLOPs per token of the reference job: priced per GPU by the costs and the plans alike
     on_experts, delta_macs = expert_adapters(arch, graph, s.lora_rank)
@@ -195,6 +205,8 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
         tight_card_qlora=None if qlora_limits is None else tight_card(by_budget, qlora_limits, "train_qlora"),
         kv_bytes_per_sequence=kv_per_sequence,
         state_bytes_per_sequence=state_bytes_per_sequence(arch, s), image_tokens=spec.image_tokens,
+        serve_startup_bytes=startup_peak(spec, s, reference_server(s), serve_tokens),
+        serve_startup_bytes_large_gpus=startup_peak(spec, s, large_gpu_server(s), serve_tokens),
         serve_weight_bytes=weights_served,
         curve=memory_curve(arch, graph, s, {("full", train_tokens): profiles["train_full"],
                                             ("lora", train_tokens): profiles["train_lora"],
@@ -214,6 +226,7 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
                                *check_tower_adapters(graph),
                                *check_half_precision_serving(arch, tuple(n for n in named if scale[n] == 2)),
                                *check_sparse_attention_serving(arch, tuple(n for n in named if scale[n] == 0)),
+                               *check_vllm_encoder_decoder(arch),
                                *serve_past]
     vision = graph.params_towers
     kinds: dict[str, int] = {}  # layers per kind, in order of first appearance (a kind is part of a distinct layer)

@@ -29,9 +29,10 @@ FORMULAS = {
              "forward (a decoder's at max_num_batched_tokens: its largest layer transient and two residual "
              "copies per token) and its sampler's run over max_num_seqs rows (14 B x vocab each: 16-bit logits, "
              "their fp32 copy, probabilities and noise), at vLLM's defaults for the GPU (8,192 tokens and 1,024 "
-             "sequences on 70 GiB or more but the A100, 2,048 and 256 on the rest, which the model's own figure, "
-             "and a card listing GPUs of both, take) + per sequence (per attention layer min(tokens, window) x 2 x kv_heads x head_dim x 2 B; "
-             "MLA (kv_lora_rank + qk_rope_head_dim) x 2 B; SSM/linear-attention state)",
+             "sequences on 70 GiB or more but the A100, 2,048 and 256 on the rest, which the model's own figure "
+             "takes; a card listing GPUs of both takes the former) + per sequence (per attention layer "
+             "min(tokens, window) x 2 x kv_heads x head_dim x 2 B; MLA (kv_lora_rank + qk_rope_head_dim) x 2 B; "
+             "SSM/linear-attention state)",
     "job": "memory.peak_bytes: the exact job (memory.job) priced phase by phase (loss, recomputed layer, end of "
            "backward, optimizer step; prefill, decode of HF generate) in its metric; breakdown at the peak phase",
     "max_batch": "largest b with memory(b) <= (driver-reported memory - CUDA context) / headroom",
@@ -140,7 +141,7 @@ class Memory:
     serve_tokens: int
     train_full_bytes_batch1: int
     train_lora_bytes_batch1: int
-    serve_bytes_batch1: int
+    serve_bytes_batch1: int  # the model's own serving figure, at vLLM's reference defaults (vllm_server.py)
     job_batch: int  # the priced job's micro batch (CLI --batch)
     train_full_bytes_job_batch: int
     train_lora_bytes_job_batch: int
@@ -152,6 +153,10 @@ class Memory:
     cards: tuple[CardPlan, ...]
     kv_bytes_per_sequence: int = 0  # one sequence's cache at serve_tokens: windows capped, state included
     state_bytes_per_sequence: int = 0  # fixed recurrent state per sequence (SSM, linear attention)
+    # what vllm serve measures at startup beside its weights (vllm_server.startup_peak): at the reference defaults,
+    # and at a large GPU's; 0 for an encoder
+    serve_startup_bytes: int = 0
+    serve_startup_bytes_large_gpus: int = 0
     image_tokens: int = 0  # text tokens one image (audio models: one clip) takes, from the vision/audio config
     serve_weight_bytes: int = 0  # weights as served: bf16, or the quantised checkpoint's storage
     # The exact job (estimator.job; the CLI's --method ... --metric, default the site's full AMP AdamW job at
@@ -188,6 +193,15 @@ class Memory:
     def held_peak_bytes(self) -> int:
         """The exact job's peak as a card's budget and capacity hold it (held_context_bytes)."""
         return self.peak_bytes - self.held_context_bytes
+
+    @property
+    def serve_named_bytes(self) -> int:
+        """The serving figure of the card a summary names (the smallest that holds one sequence, else the one it is
+        tight on), at that card's vLLM defaults and dtype (CardPlan.serve_bytes_batch1); the model's own figure
+        where it names none."""
+        name = self.smallest_card_serve or self.tight_card_serve
+        return next((c.serve_bytes_batch1 for c in self.cards if c.name == name and c.serve_bytes_batch1),
+                    self.serve_bytes_batch1)
 
 
 @dataclass(frozen=True)

@@ -356,7 +356,8 @@ def _assumptions(report: Report, a: dict[str, Any]) -> dict[str, Any]:
         "rank": f.count(a["lora_rank"]),
         "serve_tokens": f.count(mem.serve_tokens),
         # vllm serve's defaults its startup is priced at (vllm_server.py); a decoder's step is sized at them
-        "server": {k: f.count(a[f"serve_{k}"]) for k in SERVER_DEFAULTS} | {"decoder": report.model.kind == "decoder"},
+        "server": {k: f.count(a[f"serve_{k}"]) for k in SERVER_DEFAULTS} | {"decoder": report.model.kind == "decoder",
+                   "startup": f.gb(mem.serve_startup_bytes), "startup_large": f.gb(mem.serve_startup_bytes_large_gpus)},
         "serve_weight": f.byte_count(a["serve_weight_bytes"]),
         "serve_storage": _serve_storage(report),
         "serve_weights_total": f.gb(mem.serve_weight_bytes),

@@ -136,7 +136,7 @@ def entry_for(record: ModelRecord, report: Report | None, reason: str | None) ->
         record.id, report.model.model_type, family_slug(report.model.model_type), p.graph, live["downloads"],
         mem.smallest_card_full, mem.smallest_card_lora, None,
         smallest_serve=mem.smallest_card_serve, full_bytes=mem.train_full_bytes_batch1,
-        lora_bytes=mem.train_lora_bytes_batch1, serve_bytes=mem.serve_bytes_batch1,
+        lora_bytes=mem.train_lora_bytes_batch1, serve_bytes=mem.serve_named_bytes,
         batches=tuple((c.train_full_max_batch, c.train_lora_max_batch, c.serve_max_batch) for c in mem.cards),
         layers=p.layers, context=first_shape[-1] if first_shape else None,
         active=active if active and active != p.graph else None, last_modified=live["last_modified"],

@@ -17,8 +17,9 @@ each peak was read off CPU-simulated real steps, data/measurements/FINDINGS.md F
 - serving (the site's figure): a chunked-prefill server (vLLM): weights (bf16, or the checkpoint's quantised
   storage) + the peak it measures at startup (one step's forward or its sampler's run: vllm_server.py) + per
   sequence: per layer min(tokens, window) x its KV elements x 2 bytes (GQA/MQA K and V heads, MLA's latent),
-  recurrent state (SSM, linear attention). HF generate's batched prefill (F7) is job.py's `--method inference`. Encoders serve a batch of
-  sequences at the context with no cache; encoder-decoders hold the encoder output and both KV caches.
+  recurrent state (SSM, linear attention). HF generate's batched prefill (F7) is job.py's `--method inference`.
+  Encoders serve a batch of sequences at the context with no cache; encoder-decoders hold the encoder output and
+  both KV caches.
 """
 
 from __future__ import annotations
@@ -250,8 +251,8 @@ def serve_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, memo: dict | N
     if spec.kind == "encoder":
         # A batch of sequences at the context, no cache: each sequence holds its own working set
         # and its output (the head's logits per token, fp32).
-        return Profile("serve", weights(embed), layer_weights, weights(head), startup.forward + tokens * 4 * spec.logits,
-                       (0,) * len(distinct), 0, counts, layout)
+        return Profile("serve", weights(embed), layer_weights, weights(head),
+                       startup.forward + tokens * 4 * spec.logits, (0,) * len(distinct), 0, counts, layout)
     enc_tokens = encoder_tokens(spec, tokens)
     caches = tuple([0 if b.stack == "encoder" else kv_bytes_of_block(b, s, tokens, enc_tokens) for b, _ in distinct])
     enc_out = encoder_output_bytes(spec, enc_tokens, c)

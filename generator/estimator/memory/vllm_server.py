@@ -98,3 +98,54 @@ def in_16_bits(startup: Startup, scale: int) -> Startup:
     """A startup in the 16-bit bytes the plans search in, where a GPU's serving bytes are scaled (`scale`:
     setups.serving_scale, 2 in float32, whose bytes the search doubles back): a float32 startup halved."""
     return Startup(-(-startup.forward // scale), -(-startup.sampler // scale)) if scale > 1 else startup
+
+
+def startup_peak(spec: Spec, s: Assumptions, server: ServerDefaults, tokens: int) -> int:
+    """The larger of startup_bytes' two peaks at the model's largest layer transient; 0 for an encoder, whose
+    serving is a batch of forwards (profile.serve_profile)."""
+    if spec.kind == "encoder":
+        return 0
+    return max(startup_bytes(spec, s, server, tokens, widest(spec)))
+
+
+def widest(spec: Spec) -> int:
+    """The largest layer transient's elements per token (Block.transient), which a step's forward holds."""
+    return max((b.transient for b, _ in spec.distinct_layers), default=0)
+
+
+class Raised(NamedTuple):
+    """What serving more sequences than max_num_seqs costs a card (raised_sequences): the startup priced there
+    (16-bit bytes, vllm_server.in_16_bits where it serves in float32), its defaults, and what each sequence past
+    them adds to the sampler's run (sampler_row_bytes)."""
+
+    startup: Startup
+    server: ServerDefaults
+    row_bytes: int
+
+
+def sampler_row_bytes(spec: Spec, s: Assumptions, float32: bool = False) -> int:
+    """What one more row adds to the sampler's run (startup_bytes): a vocabulary of logits, their copy,
+    probabilities and noise, and two hidden states; 0 for an encoder."""
+    if spec.kind == "encoder":
+        return 0
+    c, f = (4 if float32 else s.compute_bytes), s.decode_logits_bytes
+    return spec.vocab * (c + (0 if c == f else f) + 2 * f) + 2 * c * spec.hidden
+
+
+def raised_sequences(held: int, budget: int, static: int, per_sequence: int, raised: Raised) -> int:
+    """The sequences a budget holds where `held` (at a fixed startup: `static` with it, `per_sequence` each) passes
+    max_num_seqs: a server raised to run them samples that many rows, so past the default each sequence adds a
+    sampler row once the sampler's run outgrows the forward (profile_run sizes the cache by the larger)."""
+    n = raised.server.max_sequences
+    if held <= n or not raised.row_bytes:
+        return held
+    slack = max(raised.startup) - raised.startup.sampler  # what the sampler may grow before it is the peak
+    grown = (budget - static + slack + n * raised.row_bytes) // (per_sequence + raised.row_bytes)
+    return max(n, min(held, grown))
+
+
+def raised_at(spec: Spec, s: Assumptions, server: ServerDefaults, tokens: int, float32: bool = False) -> Raised:
+    """Raised for a card at `server`'s defaults, in the 16-bit bytes its search runs in (in_16_bits)."""
+    scale = 2 if float32 else 1
+    return Raised(in_16_bits(startup_bytes(spec, s, server, tokens, widest(spec), float32), scale), server,
+                  -(-sampler_row_bytes(spec, s, float32) // scale))
