@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 from . import format as f
@@ -105,8 +106,9 @@ def serving_of(serving: Any, plan: Any) -> Any | None:
     return None
 
 
-def headline(plans: Any, unreachable: Any, serving: Any) -> list[dict[str, str]]:
-    """One sentence per method: its setup and cost (serving: its decode speed), or why nothing runs it."""
+def headline(plans: Any, unreachable: Any, serving: Any, float32: Collection[str] = ()) -> list[dict[str, str]]:
+    """One sentence per method: its setup and cost (serving: its decode speed), or why nothing runs it. `float32`:
+    the cards where vLLM serves the model in float32 (CardPlan.serve_dtype), whose speed is not priced."""
     why = {_get(u, "method"): _get(u, "reason") for u in unreachable}
     out = []
     for method, name in METHOD_NAMES.items():
@@ -117,8 +119,9 @@ def headline(plans: Any, unreachable: Any, serving: Any) -> list[dict[str, str]]
             continue
         if method == "serve":
             s = serving_of(serving, p)
-            # no speed row: a GPU vLLM serves the model on in float32 (the half_precision_serving warning says so)
-            detail = "in float32 there, its speed not priced" if s is None else \
+            # no speed row: an encoder's, or a GPU vLLM serves the model on in float32 (half_precision_serving)
+            detail = ("in float32 there, its speed not priced" if _get(p, "gpu") in float32 else
+                      "its speed not priced") if s is None else \
                 f"about {f.tokens_per_s(_get(s, 'decode_tokens_per_s'))} per sequence"
             cheap = cheapest_per_token(serving)
             if cheap is not None and cheap is not s:

@@ -83,9 +83,22 @@ def _serving_tight(m) -> Text | None:
                                              dict(m.assumptions)["cuda_context_bytes"]) * 100) / 100)
     setting = "the whole card, gpu_memory_utilization 1" if needed >= 1 else \
         f"gpu_memory_utilization {needed:g} or more"
+    said = f"; a vLLM server needs {setting} ({ENGINE_DEFAULT_SHARE:g} by default)" if needed > ENGINE_DEFAULT_SHARE \
+        else ""  # the default share holds it: as the page, say nothing of it
     return Text(f"Serving is tight on one {card.name}: {fmt.error_pct(spare)} of room over its "
-                f"{fmt.gb(card.serve_bytes_batch1)} there (vLLM's defaults on it); a vLLM server needs {setting} "
-                f"({ENGINE_DEFAULT_SHARE:g} by default).")
+                f"{fmt.gb(card.serve_bytes_batch1)} there (vLLM's defaults on it){said}.")
+
+
+def _qlora_tight(m, least_over: Sequence[float], least_expandable: Sequence[float]) -> Text | None:
+    """QLoRA tight on its smallest holding card, which the summary's sentence does not name: its margin, and how
+    many replayed steps needed no more (the page's line, accuracy_page.tight_lines)."""
+    card = next((c for c in m.cards if c.name == m.tight_card_qlora), None)
+    if card is None or not m.train_qlora_bytes_batch1:
+        return None
+    got = margin(card.capacity_bytes, m.train_qlora_bytes_batch1, least_over, least_expandable)
+    odds = f", enough for {fmt.count(got.runs)} of the {fmt.count(got.of)} steps replayed" if got.of else ""
+    return Text(f"QLoRA ({fmt.gb(m.train_qlora_bytes_batch1)} at batch 1) is tight on one {card.name}: "
+                f"{fmt.error_pct(got.spare_pct)} of room over its peak{odds}.")
 
 
 def print_summary(console: Console, report: Report, *, plan: bool, settings: Settings, asked: bool = False,
@@ -102,6 +115,8 @@ def print_summary(console: Console, report: Report, *, plan: bool, settings: Set
 
     def spread(method: str) -> bool:  # a setup below holds it on more GPUs
         return any(x.method == method and x.fits for x in report.plans)
+    float32 = "in float32 there, as vLLM serves it on that card; " if m.serve_named_dtype else ""
+    served = _fits(m.smallest_card_serve, m.tight_card_serve, spread("serve"))
     title = Text(model.id, style="bold")
     title.append(f"  ({model.model_type}", style="dim")
     if model.family != model.model_type:
@@ -120,14 +135,15 @@ def print_summary(console: Console, report: Report, *, plan: bool, settings: Set
         f"and {fmt.gb(m.train_lora_bytes_batch1)} with LoRA r={a['lora_rank']} on a bf16 base "
         f"({_fits(m.smallest_card_lora, m.tight_card_lora, spread('lora'))}). Serving "
         f"{fmt.serve_weights(p.quantization)} weights at {fmt.count(m.serve_tokens)} tokens per sequence "
-        f"starts at {fmt.gb(m.serve_named_bytes)} "
-        f"({_fits(m.smallest_card_serve, m.tight_card_serve, spread('serve'))}). "
+        f"starts at {fmt.gb(m.serve_named_bytes)} ({float32}{served}). "
         "Estimated from the config's structure, not measured."))
     if _any_tight(m, asked):
         console.print(_tight_note(a["headroom"], replayed), style="dim")
-    if (serving_tight := _serving_tight(m)) is not None:
-        console.print(serving_tight, style="dim")
-    rows = setups_text.headline(report.plans, report.plans_unreachable, report.serving)
+    for line in (_qlora_tight(m, least_over, least_expandable), _serving_tight(m)):
+        if line is not None:
+            console.print(line, style="dim")
+    rows = setups_text.headline(report.plans, report.plans_unreachable, report.serving,
+                                {c.name for c in m.cards if c.serve_dtype})
     if rows:
         console.print(Text("Setups that run it: " + " ".join(setups_text.sentence(r) for r in rows)))
     if m.job and not asked:

@@ -95,7 +95,7 @@ def test_our_defaults_pinned_with_reasons(settings):
     got = {c.name: (c.train_full_max_batch, c.train_lora_max_batch, c.serve_max_batch) for c in r.memory.cards}
     # serving: vLLM's startup run at each card's defaults beside the weights (memory/vllm_server.py)
     assert got == {"T4 16 GB": (3, 3, 5806), "L4 24 GB": (5, 5, 8892), "A100 40 GB": (9, 9, 16107),
-                   "A100 / H100 80 GB": (19, 19, 32490), "H200 141 GB": (34, 34, 57796)}
+                   "A100 / H100 80 GB": (19, 19, 32490), "H200 141 GB": (34, 34, 57795)}
 
 
 def test_remote_is_read_as_llama_with_custom_code_finding(settings):

@@ -297,9 +297,19 @@ def test_a_card_past_max_num_seqs_pays_a_sampler_row_for_each_sequence() -> None
         n = card.serve_max_batch
         assert n > {2048: 256, 8192: 1024}[step]
 
-        def held(b: int, step: int = step) -> bool:
-            return serve_profile(a, g, S, tokens, server=ServerDefaults(step, b)).total(b) <= card.budget_bytes
+        def held(b: int, step: int = step) -> bool:  # vLLM steps at least max_num_seqs tokens (scheduler.py)
+            return serve_profile(a, g, S, tokens, server=ServerDefaults(max(step, b), b)).total(b) <= card.budget_bytes
         assert held(n) and not held(n + 1)
+    # past the step too: tiny-Qwen2 on an H200 (57,795 sequences, each stepping a token more), checked the same way
+    a, g = _model("trl-internal-testing/tiny-Qwen2ForCausalLM-2.5")
+    tiny = estimate(json.loads(load_record(DEFAULT_SNAPSHOT_DIR, "trl-internal-testing/tiny-Qwen2ForCausalLM-2.5")
+                               .config_json), model_id="tiny", assumptions=S, cards=SETTINGS.cards, gpus=SETTINGS.gpus)
+    h200 = next(c for c in tiny.memory.cards if c.name == "H200 141 GB")
+    n = h200.serve_max_batch
+    assert n > 8192
+    for b, ok in ((n, True), (n + 1, False)):
+        at = serve_profile(a, g, S, tiny.memory.serve_tokens, server=ServerDefaults(b, b)).total(b)
+        assert (at <= h200.budget_bytes) == ok
     # where the default holds more than the cache does, nothing changes: Llama-3.1-8B's 105 on the 80 GB row
     llama = estimate(json.loads(load_record(DEFAULT_SNAPSHOT_DIR, "meta-llama/Llama-3.1-8B").config_json),
                      model_id="meta-llama/Llama-3.1-8B", assumptions=S, cards=SETTINGS.cards, gpus=SETTINGS.gpus)
@@ -307,21 +317,22 @@ def test_a_card_past_max_num_seqs_pays_a_sampler_row_for_each_sequence() -> None
 
 
 @pytest.mark.parametrize(("mid", "warned"), [("google/flan-t5-base", True), ("google/mt5-small", True),
+                                             ("meta-llama/Llama-3.2-11B-Vision", True),
                                              ("meta-llama/Llama-3.1-8B", False), ("BAAI/bge-reranker-large", False)])
-def test_an_encoder_decoder_vllm_does_not_serve_is_said_so(mid: str, warned: bool) -> None:
+def test_a_class_vllm_does_not_serve_is_said_so(mid: str, warned: bool) -> None:
     """A page review found flan-t5-base priced as `vllm serve` with "start vLLM with --max-model-len 512": vLLM
-    0.19.1 serves no T5 (model_executor/models/registry.py: encoder-decoders but Whisper removed with V0; BART, mBART
-    and Florence-2 through a plugin). The figures stay vLLM's accounting, and a warning says it does not run."""
+    0.19.1 serves no T5 (model_executor/models/registry.py: encoder-decoders but Whisper, Cohere's ASR and
+    Nemotron-Parse removed with V0; BART, mBART and Florence-2 through a plugin), nor Mllama (removed after 0.10.2).
+    The figures stay vLLM's accounting, and a warning says it does not run."""
     r = estimate(json.loads(load_record(DEFAULT_SNAPSHOT_DIR, mid).config_json), model_id=mid, assumptions=S,
                  cards=SETTINGS.cards, gpus=SETTINGS.gpus)
-    got = [x for x in r.findings if x.check == "vllm_encoder_decoder"]
+    got = [x for x in r.findings if x.check == "vllm_support"]
     assert bool(got) == warned
     if warned:
-        assert got[0].severity == "warning" and "does not serve" in got[0].message and "--method inference" in \
-            got[0].message
+        assert got[0].severity == "warning" and "serve" in got[0].message and "--method inference" in got[0].message
     bart = {"model_type": "bart", "architectures": ["BartForConditionalGeneration"], "vocab_size": 50265,
             "d_model": 64, "encoder_layers": 1, "decoder_layers": 1, "encoder_attention_heads": 2,
             "decoder_attention_heads": 2, "encoder_ffn_dim": 128, "decoder_ffn_dim": 128}
     served = estimate(bart, model_id="t/bart", assumptions=S, cards=SETTINGS.cards, gpus=SETTINGS.gpus)
     assert served.model.kind == "encoder-decoder"
-    assert not any(x.check == "vllm_encoder_decoder" for x in served.findings)
+    assert not any(x.check == "vllm_support" for x in served.findings)

@@ -257,3 +257,30 @@ def test_the_summary_promises_setups_only_where_one_holds_the_method(capsys):
     assert text.count("(fits no single card listed; nor does any setup below)") == 2
     code, out, _ = run(capsys, "meta-llama/Llama-3.1-70B")
     assert "fits no single card listed; the setups below spread it over several" in " ".join(out.split())
+
+
+def test_the_summary_says_serving_and_qlora_tight_as_the_page_does(capsys):
+    """A review found the CLI explaining a serving-only tight card with the training allocator's replay, leaving out
+    the gpu_memory_utilization the page gives, and naming no card QLoRA is tight on. Each now has its own line; the
+    setting is said only where vLLM's 0.9 would not hold it, as on the page (accuracy_page.tight_lines)."""
+    code, out, _ = run(capsys, "google/gemma-2-9b")
+    text = words(out)
+    assert code == 0
+    assert "QLoRA (14.6 GB at batch 1) is tight on one T4 16 GB: 3.1% of room over its peak, enough for" in text
+    assert ("Serving is tight on one L4 24 GB: 11.0% of room over its 20.8 GB there (vLLM's defaults on it); a vLLM "
+            "server needs gpu_memory_utilization 0.91 or more (0.9 by default).") in text
+    code, out, _ = run(capsys, "Qwen/Qwen3.5-35B-A3B")
+    text = words(out)
+    assert "Serving is tight on one A100 / H100 80 GB: 14.2% of room over its 74.0 GB there (vLLM's defaults on it)." \
+        in text and "gpu_memory_utilization" not in text
+
+
+def test_float32_is_said_only_where_vllm_serves_so(capsys):
+    """A review found "in float32 there" beside an encoder's T4 serving (no speed row, as no encoder has one) and a
+    float32 figure under "Serving bf16 weights" with no mark."""
+    code, out, _ = run(capsys, "BAAI/bge-reranker-large")
+    assert code == 0 and "float32" not in out and "Serving: 1× T4, its speed not priced." in words(out)
+    code, out, _ = run(capsys, "google/gemma-3-1b-it")
+    text = words(out)
+    assert "starts at 4.87 GB (in float32 there, as vLLM serves it on that card; fits one T4 16 GB)" in text
+    assert "Serving: 1× T4, in float32 there, its speed not priced" in text

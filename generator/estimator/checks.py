@@ -174,24 +174,35 @@ def check_sparse_attention_serving(a: Arch, unserved: tuple[str, ...]) -> list[F
                     f"{', '.join(unserved)}.")]
 
 
-# The encoder-decoders vLLM 0.19.1 serves: Whisper in its registry, BART, mBART and Florence-2 through its out-of-tree
-# bart-plugin; the others were removed with its V0 engine (model_executor/models/registry.py
-# _PREVIOUSLY_SUPPORTED_MODELS: "encoder-decoder models except whisper have been removed", _OOT_SUPPORTED_MODELS)
-VLLM_ENCODER_DECODERS = frozenset({"WhisperForConditionalGeneration", "BartForConditionalGeneration", "BartModel",
-                                   "MBartForConditionalGeneration", "Florence2ForConditionalGeneration"})
+# The encoder-decoders vLLM 0.19.1 serves: Whisper, Cohere's ASR and Nemotron-Parse in its registry, BART, mBART and
+# Florence-2 through its out-of-tree bart-plugin; the others were removed with its V0 engine
+# (model_executor/models/registry.py: _MULTIMODAL_MODELS' "[Encoder-decoder]" entries, _OOT_SUPPORTED_MODELS, and
+# _PREVIOUSLY_SUPPORTED_MODELS' "encoder-decoder models except whisper have been removed")
+VLLM_ENCODER_DECODERS = frozenset({"WhisperForConditionalGeneration", "CohereAsrForConditionalGeneration",
+                                   "NemotronParseForConditionalGeneration", "BartForConditionalGeneration",
+                                   "BartModel", "MBartForConditionalGeneration", "Florence2ForConditionalGeneration"})
+# Classes vLLM served and 0.19.1 refuses, with the last version that served them (_PREVIOUSLY_SUPPORTED_MODELS)
+VLLM_REMOVED = {"MotifForCausalLM": "0.10.2", "Phi3SmallForCausalLM": "0.9.2", "Phi4FlashForCausalLM": "0.10.2",
+                "Phi4MultimodalForCausalLM": "0.12.0", "DonutForConditionalGeneration": "0.10.2",
+                "MllamaForConditionalGeneration": "0.10.2"}
 
 
-def check_vllm_encoder_decoder(a: Arch) -> list[Finding]:
-    """An encoder-decoder whose class vLLM does not serve: its serving figures are vLLM's accounting as it would be,
-    and transformers' generate (--method inference) is what runs it."""
-    if a.spec.kind != "encoder-decoder" or set(a.architectures) & VLLM_ENCODER_DECODERS:
+def check_vllm_support(a: Arch) -> list[Finding]:
+    """A class vLLM 0.19.1 does not serve, though its serving figures price it as served: one it removed
+    (VLLM_REMOVED), or an encoder-decoder outside VLLM_ENCODER_DECODERS. transformers' generate (--method inference)
+    is what runs it."""
+    removed = next((x for x in a.architectures if x in VLLM_REMOVED), None)
+    if removed is not None:
+        why = f"vLLM 0.19.1 no longer serves {removed} (its last version that did: {VLLM_REMOVED[removed]})"
+    elif a.spec.kind == "encoder-decoder" and not set(a.architectures) & VLLM_ENCODER_DECODERS:
+        why = (f"vLLM 0.19.1 does not serve {a.architectures[0] if a.architectures else a.model_type}: of "
+               "encoder-decoders it serves Whisper, Cohere's ASR and Nemotron-Parse, and BART, mBART and Florence-2 "
+               "through its bart-plugin")
+    else:
         return []
-    name = a.architectures[0] if a.architectures else a.model_type
-    return [Finding("vllm_encoder_decoder", "warning",
-                    f"vLLM 0.19.1 does not serve {name}: of encoder-decoders it serves Whisper, and BART, mBART and "
-                    "Florence-2 through its bart-plugin (model_executor/models/registry.py). The serving figures "
-                    "price vLLM's accounting as it would be; `--method inference` prices transformers' generate, "
-                    "which runs it.")]
+    return [Finding("vllm_support", "warning",
+                    f"{why} (model_executor/models/registry.py). The serving figures price vLLM's accounting as it "
+                    "would be; `--method inference` prices transformers' generate, which runs it.")]
 
 
 def check_tower_adapters(g: Graph) -> list[Finding]:

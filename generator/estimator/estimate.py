@@ -22,7 +22,7 @@ from .checks import (
     check_sparse_attention_serving,
     check_special_tokens,
     check_tower_adapters,
-    check_vllm_encoder_decoder,
+    check_vllm_support,
 )
 from .cost import CostLine, StepWork, job_cost, job_tokens, step_work, training_flops_per_token
 from .graph.nodes import build_graph
@@ -226,7 +226,7 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
                                *check_tower_adapters(graph),
                                *check_half_precision_serving(arch, tuple(n for n in named if scale[n] == 2)),
                                *check_sparse_attention_serving(arch, tuple(n for n in named if scale[n] == 0)),
-                               *check_vllm_encoder_decoder(arch),
+                               *check_vllm_support(arch),
                                *serve_past]
     vision = graph.params_towers
     kinds: dict[str, int] = {}  # layers per kind, in order of first appearance (a kind is part of a distinct layer)

@@ -196,12 +196,16 @@ class Memory:
 
     @property
     def serve_named_bytes(self) -> int:
-        """The serving figure of the card a summary names (the smallest that holds one sequence, else the one it is
-        tight on), at that card's vLLM defaults and dtype (CardPlan.serve_bytes_batch1); the model's own figure
-        where it names none."""
-        name = self.smallest_card_serve or self.tight_card_serve
-        return next((c.serve_bytes_batch1 for c in self.cards if c.name == name and c.serve_bytes_batch1),
-                    self.serve_bytes_batch1)
+        """The serving figure of the card a summary names, the smallest that holds one sequence, at that card's vLLM
+        defaults and dtype (CardPlan.serve_bytes_batch1, serve_named_dtype); the model's own figure where no card
+        holds it."""
+        return next((c.serve_bytes_batch1 for c in self.cards if c.name == self.smallest_card_serve
+                     and c.serve_bytes_batch1), self.serve_bytes_batch1)
+
+    @property
+    def serve_named_dtype(self) -> str:
+        """"float32" where the card serve_named_bytes is of serves the model so (CardPlan.serve_dtype), else ""."""
+        return next((c.serve_dtype for c in self.cards if c.name == self.smallest_card_serve), "")
 
 
 @dataclass(frozen=True)

@@ -44,6 +44,7 @@ class Entry:
     smallest_lora: str | None
     reason: str | None  # set when the model is not estimated yet
     smallest_serve: str | None = None
+    serve_float32: bool = False  # serve_bytes is in float32, as vLLM serves the model on that card (serve_dtype)
     full_bytes: int | None = None  # batch 1 at the job's tokens
     lora_bytes: int | None = None
     serve_bytes: int | None = None
@@ -137,6 +138,7 @@ def entry_for(record: ModelRecord, report: Report | None, reason: str | None) ->
         mem.smallest_card_full, mem.smallest_card_lora, None,
         smallest_serve=mem.smallest_card_serve, full_bytes=mem.train_full_bytes_batch1,
         lora_bytes=mem.train_lora_bytes_batch1, serve_bytes=mem.serve_named_bytes,
+        serve_float32=bool(mem.serve_named_dtype),
         batches=tuple((c.train_full_max_batch, c.train_lora_max_batch, c.serve_max_batch) for c in mem.cards),
         layers=p.layers, context=first_shape[-1] if first_shape else None,
         active=active if active and active != p.graph else None, last_modified=live["last_modified"],
@@ -245,7 +247,8 @@ def search_text(e: Entry) -> dict[str, str]:
         return {"title": e.id, "summary": f"Not estimated yet: {e.reason}", "words": words}
     summary = (f"{f.short_count(e.params)} parameters. At batch 1: full fine-tune {f.gb(e.full_bytes or 0)} "
                f"({_card(e.smallest_full)}), LoRA {f.gb(e.lora_bytes or 0)} ({_card(e.smallest_lora)}), "
-               f"serving {f.gb(e.serve_bytes or 0)} ({_card(e.smallest_serve)}).")
+               f"serving {f.gb(e.serve_bytes or 0)}{' in float32' if e.serve_float32 else ''} "
+               f"({_card(e.smallest_serve)}).")
     return {"title": e.id, "summary": summary, "words": words}
 
 
@@ -261,7 +264,8 @@ def family_rows(entries: Iterable[Entry], root: str) -> list[dict[str, Any]]:
             "context": f.DASH if e.context is None else f.count(e.context),
             "full": f.DASH if e.full_bytes is None else f.gb(e.full_bytes),
             "lora": f.DASH if e.lora_bytes is None else f.gb(e.lora_bytes),
-            "serve": f.DASH if e.serve_bytes is None else f.gb(e.serve_bytes),
+            "serve": f.DASH if e.serve_bytes is None else f.gb(e.serve_bytes) + (" in float32" if e.serve_float32
+                                                                                 else ""),
             "full_card": _card(e.smallest_full), "lora_card": _card(e.smallest_lora),
             "serve_card": _card(e.smallest_serve),
         })

@@ -38,7 +38,8 @@ def setups_context(report: Report) -> dict[str, Any]:
                 "cheapest": s is per_token} for s in report.serving]
     return {
         "headline": [setups_text.sentence(r) for r in
-                     setups_text.headline(report.plans, report.plans_unreachable, report.serving)],
+                     setups_text.headline(report.plans, report.plans_unreachable, report.serving,
+                                          {c.name for c in report.memory.cards if c.serve_dtype})],
         "plans": list(rows.values()),
         "methods": [setups_text.METHOD_NAMES[m] for m in methods],
         "unreachable": [{"method": setups_text.METHOD_NAMES.get(u.method, u.method), "reason": u.reason}

@@ -114,13 +114,17 @@ def widest(spec: Spec) -> int:
 
 
 class Raised(NamedTuple):
-    """What serving more sequences than max_num_seqs costs a card (raised_sequences): the startup priced there
-    (16-bit bytes, vllm_server.in_16_bits where it serves in float32), its defaults, and what each sequence past
-    them adds to the sampler's run (sampler_row_bytes)."""
+    """What serving b sequences past max_num_seqs costs a card (raised_sequences), in the 16-bit bytes its search runs
+    in (in_16_bits where it serves in float32): the startup at its defaults, the step they price, the forward's bytes
+    per token of a step and its image, a sampler row (sampler_row_bytes), the step's output per token."""
 
     startup: Startup
     server: ServerDefaults
-    row_bytes: int
+    step: int
+    forward_per_token: int
+    image: int
+    row: int
+    output_per_token: int
 
 
 def sampler_row_bytes(spec: Spec, s: Assumptions, float32: bool = False) -> int:
@@ -134,18 +138,33 @@ def sampler_row_bytes(spec: Spec, s: Assumptions, float32: bool = False) -> int:
 
 def raised_sequences(held: int, budget: int, static: int, per_sequence: int, raised: Raised) -> int:
     """The sequences a budget holds where `held` (at a fixed startup: `static` with it, `per_sequence` each) passes
-    max_num_seqs: a server raised to run them samples that many rows, so past the default each sequence adds a
-    sampler row once the sampler's run outgrows the forward (profile_run sizes the cache by the larger)."""
-    n = raised.server.max_sequences
-    if held <= n or not raised.row_bytes:
+    max_num_seqs: a server raised to run b of them samples b rows, and steps at least b tokens (vLLM refuses
+    max_num_batched_tokens below max_num_seqs: config/scheduler.py), and sizes its cache by the larger of the two
+    (profile_run). The largest b from max_num_seqs to `held` whose peak is within the budget, by bisection (the peak
+    grows with b)."""
+    r = raised
+    n = r.server.max_sequences
+    if held <= n or not r.row:
         return held
-    slack = max(raised.startup) - raised.startup.sampler  # what the sampler may grow before it is the peak
-    grown = (budget - static + slack + n * raised.row_bytes) // (per_sequence + raised.row_bytes)
-    return max(n, min(held, grown))
+    base = static - max(r.startup)  # the weights, and any fixed bytes beside the startup
+
+    def fits(b: int) -> bool:
+        step = max(r.step, b)
+        return base + max(step * r.forward_per_token + r.image, b * r.row + step * r.output_per_token) \
+            + b * per_sequence <= budget
+    low, high = n, held  # n fits: the startup at n is the fixed one `held` was found with
+    while low < high:
+        mid = (low + high + 1) // 2
+        low, high = (mid, high) if fits(mid) else (low, mid - 1)
+    return low
 
 
 def raised_at(spec: Spec, s: Assumptions, server: ServerDefaults, tokens: int, float32: bool = False) -> Raised:
     """Raised for a card at `server`'s defaults, in the 16-bit bytes its search runs in (in_16_bits)."""
-    scale = 2 if float32 else 1
+    scale, c = (2, 4) if float32 else (1, s.compute_bytes)
+
+    def half(x: int) -> int:
+        return -(-x // scale)
     return Raised(in_16_bits(startup_bytes(spec, s, server, tokens, widest(spec), float32), scale), server,
-                  -(-sampler_row_bytes(spec, s, float32) // scale))
+                  step_tokens(spec, server, tokens), half(c * (widest(spec) + 2 * spec.hidden)),
+                  half(c * spec.vision_transient), half(sampler_row_bytes(spec, s, float32)), half(c * spec.hidden))
