@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Sequence
 
 from rich.console import Console
@@ -14,7 +13,7 @@ from rich.text import Text
 from . import format as fmt
 from . import setups_text
 from .accuracy_allocator import AllocatorRow, margin
-from .estimator import ENGINE_DEFAULT_SHARE, Report, card_verdict, engine_share
+from .estimator import ENGINE_DEFAULT_SHARE, Report, card_verdict, engine_setting
 from .estimator.memory.job_options import Job
 from .estimator.memory.recipes import RECIPES
 from .estimator.report import CardPlan, SplitPlan
@@ -79,12 +78,10 @@ def _serving_tight(m) -> Text | None:
     if card is None:
         return None
     spare = (card.capacity_bytes / card.serve_bytes_batch1 - 1) * 100
-    needed = min(1.0, math.ceil(engine_share(card.serve_bytes_batch1, card.usable_bytes,
-                                             dict(m.assumptions)["cuda_context_bytes"]) * 100) / 100)
-    setting = "the whole card, gpu_memory_utilization 1" if needed >= 1 else \
-        f"gpu_memory_utilization {needed:g} or more"
-    said = f"; a vLLM server needs {setting} ({ENGINE_DEFAULT_SHARE:g} by default)" if needed > ENGINE_DEFAULT_SHARE \
-        else ""  # the default share holds it: as the page, say nothing of it
+    needed = engine_setting(card.serve_bytes_batch1, card.usable_bytes, dict(m.assumptions)["cuda_context_bytes"])
+    said = "" if needed is None else "; a vLLM server needs " + (
+        "the whole card, gpu_memory_utilization 1" if needed == 1.0 else f"gpu_memory_utilization {needed:g} or more"
+    ) + f" ({ENGINE_DEFAULT_SHARE:g} by default)"
     return Text(f"Serving is tight on one {card.name}: {fmt.error_pct(spare)} of room over its "
                 f"{fmt.gb(card.serve_bytes_batch1)} there (vLLM's defaults on it){said}.")
 
@@ -336,8 +333,11 @@ def _print_plan(console: Console, report: Report, settings: Settings, method: st
         _print_table(console, table, table_width)
         console.print(Text(f"Sequences: the KV caches of {fmt.count(m.serve_tokens)} tokens a chunked-prefill server "
                            "(vLLM's scheduler) holds beside the weights and the peak it measured at startup (a step's "
-                           "forward or its sampler's run), up to `vllm serve`'s default --max-num-seqs (256; 1,024 on "
-                           "a GPU of 75.2 GB or more but the A100, which also steps 8,192 tokens, not 2,048); "
+                           "forward or its sampler's run), up to `vllm serve`'s default --max-num-seqs "
+                           f"({fmt.count(a['serve_max_sequences'])}; {fmt.count(a['serve_max_sequences_large_gpus'])} "
+                           "on a GPU of 75.2 GB or more but the A100, which also steps "
+                           f"{fmt.count(a['serve_step_tokens_large_gpus'])} tokens, not "
+                           f"{fmt.count(a['serve_step_tokens'])}); "
                            "--method inference --batch N prices HF generate instead, whose prefill holds every "
                            "prompt's activations at once.", style="dim"))
 

@@ -34,6 +34,7 @@ from generator.estimator.memory.vllm_server import (
     server_defaults,
     startup_bytes,
     step_tokens,
+    widest,
 )
 from generator.estimator.normalise import normalise
 from generator.estimator.setups import model_shape, serving_jobs
@@ -95,16 +96,15 @@ def test_llama_8b_startup_by_hand() -> None:
     source by hand (Triton's top-k buffer aside) were 838,860,800 and 1,922,564,096."""
     a, g = _model("meta-llama/Llama-3.1-8B")
     assert (a.hidden, a.intermediate, g.spec.vocab) == (4096, 14336, 128_256)
-    width = max(b.transient for b, _ in g.spec.distinct_layers)
-    assert width == 3 * 14336
-    large = startup_bytes(g.spec, S, LARGE, 4096, width)
-    assert large.forward == 8192 * 2 * (3 * 14336 + 2 * 4096) == 838_860_800
-    assert large.sampler == 1024 * 128_256 * 14 + 2 * 4096 * (8192 + 2 * 1024) == 1_922_564_096
-    small = startup_bytes(g.spec, S, SMALL, 4096, width)
-    assert (small.forward, small.sampler) == (209_715_200, 256 * 128_256 * 14 + 2 * 4096 * (2048 + 512))
+    assert widest(g.spec) == 3 * 14336
+    large = startup_bytes(g.spec, S, LARGE, 4096)
+    assert large.forward_bytes == 8192 * 2 * (3 * 14336 + 2 * 4096) == 838_860_800
+    assert large.sampler_bytes == 1024 * 128_256 * 14 + 2 * 4096 * (8192 + 2 * 1024) == 1_922_564_096
+    small = startup_bytes(g.spec, S, SMALL, 4096)
+    assert (small.forward_bytes, small.sampler_bytes) == (209_715_200, 256 * 128_256 * 14 + 2 * 4096 * (2048 + 512))
     # in float32 (a GPU without bf16 serving a model vLLM refuses in float16) the logits need no fp32 copy: 12 B
-    fp32 = startup_bytes(g.spec, S, SMALL, 4096, width, float32=True)
-    assert (fp32.forward, fp32.sampler) == (2 * 209_715_200, 256 * 128_256 * 12 + 4 * 4096 * (2048 + 512))
+    fp32 = startup_bytes(g.spec, S, SMALL, 4096, float32=True)
+    assert (fp32.forward_bytes, fp32.sampler_bytes) == (2 * 209_715_200, 256 * 128_256 * 12 + 4 * 4096 * (2048 + 512))
     # the model's own figure: the weights, the larger startup peak and one sequence's cache at the reference defaults
     served = model_serve_weight_bytes(a, g, S)
     assert serve_profile(a, g, S, 4096).total(1) == served + max(small) + kv_bytes_per_sequence(a, S, 4096)
@@ -118,11 +118,10 @@ def test_llama_70b_holds_its_startup_at_any_length() -> None:
     # the working set: the largest layer transient (the MLP's gate, up and their product, 3 x 28,672 wide) and
     # two 8,192-wide residuals, 8,192 tokens at 2 B; the sampler's 1,024 rows of 128,256 and the hidden states
     # beside them hold more
-    width = max(b.transient for b, _ in g.spec.distinct_layers)
-    assert width == 3 * 28672
-    startup = startup_bytes(g.spec, S, LARGE, 4096, width)
-    assert startup.forward == 8192 * 2 * (3 * 28672 + 2 * 8192) == 1_677_721_600
-    assert startup.sampler == 1024 * 128_256 * 14 + 2 * 8192 * (8192 + 2048) == 2_006_450_176
+    assert widest(g.spec) == 3 * 28672
+    startup = startup_bytes(g.spec, S, LARGE, 4096)
+    assert startup.forward_bytes == 8192 * 2 * (3 * 28672 + 2 * 8192) == 1_677_721_600
+    assert startup.sampler_bytes == 1024 * 128_256 * 14 + 2 * 8192 * (8192 + 2048) == 2_006_450_176
     # so the profiles at two lengths differ by the KV cache alone, below the step as above it
     for short, long in ((512, 4096), (8192, 131_072)):
         assert serve_profile(a, g, S, long, server=LARGE).total(1) - serve_profile(a, g, S, short, server=LARGE).total(
@@ -130,20 +129,19 @@ def test_llama_70b_holds_its_startup_at_any_length() -> None:
     # a step of 16,384 tokens (the offline LLM class's default there) makes the forward the larger
     double = ServerDefaults(16_384, 1024)
     assert serve_profile(a, g, S, 4096, server=double).total(1) - serve_profile(a, g, S, 4096, server=LARGE).total(
-        1) == 2 * startup.forward - startup.sampler
+        1) == 2 * startup.forward_bytes - startup.sampler_bytes
 
 
 def test_a_tensor_parallel_rank_splits_the_forward_and_samples_the_whole_vocabulary() -> None:
     """Every rank all-gathers the logits and runs the sampler (LogitsProcessor, use_all_gather); the step's forward
     is split over the ranks as training activations are (parallel._tp)."""
     a, g = _model("meta-llama/Llama-3.1-8B")
-    width = max(b.transient for b, _ in g.spec.distinct_layers)
-    startup = startup_bytes(g.spec, S, LARGE, 4096, width)
+    startup = startup_bytes(g.spec, S, LARGE, 4096)
     jobs = serving_jobs(g, S, serve_profile(a, g, S, 4096, server=LARGE), LARGE, model_serve_weight_bytes(a, g, S),
                         model_shape(a, g), 4096)
     forward, sampler = tp_phases(jobs["serve"], jobs["serve"].phases, 2)
-    assert forward.activations == math.ceil(startup.forward / 2) and forward.overhead_fixed == 0
-    assert sampler.overhead_fixed == startup.sampler and sampler.activations == 0
+    assert forward.activations == math.ceil(startup.forward_bytes / 2) and forward.overhead_fixed == 0
+    assert sampler.overhead_fixed == startup.sampler_bytes and sampler.activations == 0
     assert jobs["serve2"].phases[0].kv_cache == 2 * jobs["serve"].phases[0].kv_cache
 
 
@@ -251,9 +249,8 @@ def test_each_gpu_is_searched_at_its_own_defaults() -> None:
     says a card holds the model only where each of its GPUs does), as the H200's card does."""
     mid = "google/gemma-3-1b-it"
     a, g = _model(mid)
-    width = max(b.transient for b, _ in g.spec.distinct_layers)
-    small, large = (max(startup_bytes(g.spec, S, d, 4096, width)) for d in (SMALL, LARGE))
-    assert small == startup_bytes(g.spec, S, SMALL, 4096, width).sampler > 256 * 262_144 * 14
+    small, large = (max(startup_bytes(g.spec, S, d, 4096)) for d in (SMALL, LARGE))
+    assert small == startup_bytes(g.spec, S, SMALL, 4096).sampler_bytes > 256 * 262_144 * 14
     r = estimate(json.loads(load_record(DEFAULT_SNAPSHOT_DIR, mid).config_json), model_id=mid, assumptions=S,
                  cards=SETTINGS.cards, gpus=SETTINGS.gpus)
     peaks = {p.gpu_model: p.per_gpu_peak_bytes for p in r.plans if p.method == "serve"}
@@ -297,8 +294,8 @@ def test_a_card_past_max_num_seqs_pays_a_sampler_row_for_each_sequence() -> None
         n = card.serve_max_batch
         assert n > {2048: 256, 8192: 1024}[step]
 
-        def held(b: int, step: int = step) -> bool:  # vLLM steps at least max_num_seqs tokens (scheduler.py)
-            return serve_profile(a, g, S, tokens, server=ServerDefaults(max(step, b), b)).total(b) <= card.budget_bytes
+        def held(b: int, step: int = step, budget: int = card.budget_bytes) -> bool:  # steps >= seqs: scheduler.py
+            return serve_profile(a, g, S, tokens, server=ServerDefaults(max(step, b), b)).total(b) <= budget
         assert held(n) and not held(n + 1)
     # past the step too: tiny-Qwen2 on an H200 (57,795 sequences, each stepping a token more), checked the same way
     a, g = _model("trl-internal-testing/tiny-Qwen2ForCausalLM-2.5")

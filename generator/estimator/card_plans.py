@@ -1,5 +1,6 @@
-"""The per-card table: each memory class's largest batch per method, its two-card splits, and the card a method is
-tight on (held within its capacity, not its budget)."""
+"""The per-card table: each card's largest batch per method, its two-card splits, the card a method is tight on.
+
+A card is a memory class (site_config.yaml cards); tight: held within its capacity, not its budget."""
 
 from __future__ import annotations
 

@@ -28,7 +28,7 @@ from .memory.serve_weights import routed_expert_serve
 from .memory.sharding import GPUS_PER_NODE
 from .memory.stages import Limits, Profile
 from .memory.storage import gathered_unit_bytes
-from .memory.vllm_server import ServerDefaults, Startup, in_16_bits, server_defaults, startup_bytes
+from .memory.vllm_server import ServerDefaults, Startup, server_defaults, startup_in_16_bits
 from .serving_speed import ServingModel, ServingSpeed, serving_speed
 
 SITE_METHODS = ("full", "lora", "qlora", "serve")
@@ -122,17 +122,17 @@ def serving_job(serve: Profile, weight_bytes: int, shape: Shape, c: int, sequenc
     while every rank gathers the whole vocabulary's logits and samples (vLLM's LogitsProcessor all-gathers them,
     Platform.use_all_gather), held whole as overhead (which a pipeline stage before the last is charged too)."""
     fixed = serve.total_static - weight_bytes  # the server's startup peak
-    caches = serve.per_sample() - serve.head_per_sample  # the embedding side and every layer
+    caches = serve.per_sample()  # the embedding side and every layer (a serving profile's head keeps none)
     phases: tuple[Phase, ...]
     if startup is None:
         phases = (Phase("decode (full KV cache)", weights=weight_bytes, activations=max(0, fixed),
-                        kv_cache=sequences * caches, logits=sequences * serve.head_per_sample),)
+                        kv_cache=sequences * caches),)
     else:
         rest = max(0, fixed - max(startup))
-        phases = (Phase("decode (full KV cache)", weights=weight_bytes, activations=rest + startup.forward,
+        phases = (Phase("decode (full KV cache)", weights=weight_bytes, activations=rest + startup.forward_bytes,
                         kv_cache=sequences * caches),
                   Phase("decode (full KV cache)", weights=weight_bytes, activations=rest,
-                        overhead_fixed=startup.sampler, kv_cache=sequences * caches))
+                        overhead_fixed=startup.sampler_bytes, kv_cache=sequences * caches))
     return _single("serve", phases, (), 0, c, c, shape)
 
 
@@ -141,9 +141,7 @@ def serving_jobs(g: Graph, s: Assumptions, serve: Profile, server: ServerDefault
     """The site's serving jobs at `server`'s defaults (`serve`: its profile, profile.serve_profile, as `float32`
     asks): one sequence and two (serving_table's step per sequence), a generating model's startup in its two
     phases (serving_job)."""
-    width = max((b.transient for b, _ in g.spec.distinct_layers), default=0)
-    startup = None if g.spec.kind == "encoder" else in_16_bits(
-        startup_bytes(g.spec, s, server, tokens, width, float32), 2 if float32 else 1)
+    startup = None if g.spec.kind == "encoder" else startup_in_16_bits(g.spec, s, server, tokens, float32)
     c = s.compute_bytes
     return {"serve": serving_job(serve, weight_bytes, shape, c, 1, startup),
             "serve2": serving_job(serve, weight_bytes, shape, c, 2, startup)}
@@ -211,7 +209,8 @@ SPARSE_MLA_CAPABILITY = 9.0
 def serving_scale(a: Arch, gpus: Mapping[str, Gpu]) -> dict[str, int]:
     """Per priced GPU (by name), what each 16-bit serving byte of this model takes there: 1; 2 where vLLM serves it
     in float32 (a GPU without bf16, a model type in VLLM_NO_FLOAT16: the weights, the KV cache and the startup's
-    forward double; its sampler's run is doubled too, over, as a float32 model's logits need no fp32 copy);
+    forward double; its sampler's run is priced in float32 and halved before the search doubles it back:
+    vllm_server.startup_in_16_bits);
     0 where vLLM has no attention kernel for it (a sparse-attention MLA model below SPARSE_MLA_CAPABILITY): no
     serving plan, speed or card batch there."""
     served = a.spec.kind != "encoder"

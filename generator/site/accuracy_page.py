@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import json
-import math
 import os
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -20,7 +19,7 @@ from .. import accuracy as table_module
 from .. import format as f
 from ..accuracy import ErrorRow, FitRow
 from ..accuracy_allocator import ALL_SETUPS, AllocatorRow, margin
-from ..estimator import ENGINE_DEFAULT_SHARE, Report, engine_share
+from ..estimator import ENGINE_DEFAULT_SHARE, Report, engine_setting
 
 ACCURACY_JSON = table_module.OUTPUT  # tests point this elsewhere
 METHODS = (("full", "full fine-tuning"), ("lora", "LoRA"), ("qlora", "QLoRA"), ("inference", "serving"))
@@ -291,11 +290,10 @@ def tight_lines(report: Report, table: Accuracy | None) -> list[dict[str, Any]]:
         batch1 = batch1 or plan.serve_bytes_batch1  # serving: at that card's vLLM defaults and dtype
         got = margin(plan.capacity_bytes, batch1, least_over, least_expandable)
         # serving: the share of the card vLLM's gpu_memory_utilization must give, where its default does not
-        share = 0.0 if odds else engine_share(batch1, plan.usable_bytes, dict(mem.assumptions)["cuda_context_bytes"])
-        needed = math.ceil(share * 100) / 100  # vLLM's setting is a share of the card, 1.0 at most
+        context = dict(mem.assumptions)["cuda_context_bytes"]
+        needed = None if odds else engine_setting(batch1, plan.usable_bytes, context)
         out.append({"method": method, "card": plan.name, "spare": f.error_pct(got.spare_pct),
-                    "share": f.decimal(min(1.0, needed)) if share > ENGINE_DEFAULT_SHARE else "",
-                    "whole": needed >= 1.0,
+                    "share": "" if needed is None else f.decimal(needed), "whole": needed == 1.0,
                     "default_share": f.decimal(ENGINE_DEFAULT_SHARE),
                     "runs": f.count(got.runs) if got.of and odds else "", "of": f.count(got.of),
                     "expandable": f.count(got.expandable_runs) if got.expandable_of and odds else "",

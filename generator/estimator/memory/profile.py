@@ -24,6 +24,7 @@ each peak was read off CPU-simulated real steps, data/measurements/FINDINGS.md F
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 from ..config.arch import Arch
@@ -62,7 +63,7 @@ from .tower_adapters import (
     tower_trained_params,
     unreached_weights,
 )
-from .vllm_server import ServerDefaults, in_16_bits, reference_server, startup_bytes
+from .vllm_server import ServerDefaults, reference_server, startup_bytes, startup_in_16_bits
 
 
 def _ends(g: Graph) -> tuple[list[Part], list[Part]]:
@@ -242,9 +243,7 @@ def serve_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, memo: dict | N
     c = s.compute_bytes
     embed, head = _ends(g)
     weights = serve_weight_bytes(a, s)
-    width = max((b.transient for b, _ in spec.distinct_layers), default=0)
-    startup = in_16_bits(startup_bytes(spec, s, server or reference_server(s), tokens, width, float32),
-                         2 if float32 else 1)
+    startup = startup_in_16_bits(spec, s, server or reference_server(s), tokens, float32)
     distinct = spec.distinct_layers
     counts, layout = tuple([n for _, n in distinct]), layer_index(spec, memo)
     layer_weights = tuple([weights(b.parts) for b, _ in distinct])
@@ -252,7 +251,7 @@ def serve_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, memo: dict | N
         # A batch of sequences at the context, no cache: each sequence holds its own working set
         # and its output (the head's logits per token, fp32).
         return Profile("serve", weights(embed), layer_weights, weights(head),
-                       startup.forward + tokens * 4 * spec.logits, (0,) * len(distinct), 0, counts, layout)
+                       startup.forward_bytes + tokens * 4 * spec.logits, (0,) * len(distinct), 0, counts, layout)
     enc_tokens = encoder_tokens(spec, tokens)
     caches = tuple([0 if b.stack == "encoder" else kv_bytes_of_block(b, s, tokens, enc_tokens) for b, _ in distinct])
     enc_out = encoder_output_bytes(spec, enc_tokens, c)
@@ -277,12 +276,12 @@ def serve_token_curve(g: Graph, s: Assumptions, points: tuple[int, ...],
     cache = cache or cache_block(g)
     c, server = s.compute_bytes, reference_server(s)
     if spec.kind == "encoder":
-        return [startup_bytes(spec, s, server, tokens, cache.transient).forward + tokens * 4 * spec.logits
+        return [startup_bytes(spec, s, server, tokens).forward_bytes + tokens * 4 * spec.logits
                 for tokens in points]
     out = []
     for tokens in points:
         enc_tokens = encoder_tokens(spec, tokens)
-        out.append(max(startup_bytes(spec, s, server, tokens, cache.transient))
+        out.append(max(startup_bytes(spec, s, server, tokens))
                    + encoder_output_bytes(spec, enc_tokens, c) + kv_bytes_of_block(cache, s, tokens, enc_tokens))
     return out
 
@@ -351,6 +350,13 @@ def engine_share(peak_bytes: int, usable_bytes: int, context_bytes: int) -> floa
     """The share of a card's driver-reported memory a serving engine sized like vLLM must be given to hold
     `peak_bytes` of tensors beside the CUDA context (compare ENGINE_DEFAULT_SHARE)."""
     return (peak_bytes + context_bytes) / usable_bytes
+
+
+def engine_setting(peak_bytes: int, usable_bytes: int, context_bytes: int) -> float | None:
+    """The gpu_memory_utilization a vLLM server needs to hold `peak_bytes` on a card: engine_share rounded up to the
+    hundredth, 1.0 at most (the flag is a share of the card); None where its default, ENGINE_DEFAULT_SHARE, does."""
+    share = engine_share(peak_bytes, usable_bytes, context_bytes)
+    return min(1.0, math.ceil(share * 100) / 100) if share > ENGINE_DEFAULT_SHARE else None
 
 
 def card_verdict(peak_bytes: int, budget: int, capacity: int) -> str:

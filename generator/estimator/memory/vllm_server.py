@@ -1,7 +1,6 @@
-"""What `vllm serve` holds beside its weights and KV caches: its batch defaults on each GPU, and the startup profile
-run by which it sizes its KV cache (vLLM v0.19.1).
+"""What `vllm serve` (v0.19.1) holds beside its weights and KV caches: its defaults per GPU, and its startup run.
 
-vLLM measures one forward of a whole step (max_num_batched_tokens tokens, over min(tokens, max_num_seqs)
+vLLM sizes its KV cache by a profile run: it measures one forward of a whole step (max_num_batched_tokens tokens, over min(tokens, max_num_seqs)
 requests) and then one sampler run over a row per request (v1/worker/gpu_model_runner.py profile_run, _dummy_run,
 _dummy_sampler_run), one after the other: the forward's activations are freed before the sampler runs, so the
 allocator's peak is the larger of the two. Whatever that peak is, it is taken from the memory the KV cache gets
@@ -31,8 +30,8 @@ class ServerDefaults(NamedTuple):
 class Startup(NamedTuple):
     """The profile run's two peaks beside the weights: the step's forward, and the sampler's run after it."""
 
-    forward: int
-    sampler: int
+    forward_bytes: int
+    sampler_bytes: int
 
 
 def server_defaults(s: Assumptions, memory_bytes: int, gpu_name: str) -> ServerDefaults:
@@ -69,43 +68,52 @@ def step_tokens(spec: Spec, server: ServerDefaults, tokens: int) -> int:
     return min(step, server.max_sequences * tokens)
 
 
-def startup_bytes(spec: Spec, s: Assumptions, server: ServerDefaults, tokens: int, width: int,
-                  float32: bool = False) -> Startup:
-    """The profile run's peaks beside the weights, for sequences of `tokens` (`width`: the largest layer
-    transient's elements per token, Block.transient), in 16-bit activations or, `float32`, in float32 (a GPU where
-    vLLM serves the model so: setups.serving_scale).
-    - forward: per token of the step, the largest layer transient (q/k/v/output or the MLP intermediates) plus two
-      residual copies, and the vision tower's working set for one image.
-    - sampler (not for an encoder, which vLLM pools): over N = min(max_num_seqs, step) rows of the vocabulary,
-      compute_logits' logits in the model's dtype (held by the caller), the sampler's float32 copy of them
-      (sampler.py forward: logits.to(torch.float32), no copy where they are float32 already), top-p's softmax
-      into float32 probabilities (ops/topk_topp_sampler.py forward_native) and random_sample's exponential noise
-      as large (torch.empty_like(probs)); beside them the forward's output for the whole step and two copies of
-      the N last hidden states (the rows the logits are taken at, and _dummy_sampler_run's torch.rand_like of
-      them). Triton's top-k/top-p buffer, one float32 row of the vocabulary per SM (ops/topk_topp_triton.py: 68 MB
-      for a 128K vocabulary on 132 SMs, 30 MB on an L4's 58), is left out: it needs each GPU's SM count."""
-    c, f = (4 if float32 else s.compute_bytes), s.decode_logits_bytes
+def startup_bytes(spec: Spec, s: Assumptions, server: ServerDefaults, tokens: int, float32: bool = False) -> Startup:
+    """The profile run's peaks beside the weights, for sequences of `tokens`, in 16-bit activations or, `float32`,
+    in float32 (a GPU where vLLM serves the model so: setups.serving_scale).
+    - forward: per token of the step, the largest layer transient (q/k/v/output or the MLP intermediates: widest)
+      plus two residual copies, and the vision tower's working set for one image.
+    - sampler (not for an encoder, which vLLM pools): N = min(max_num_seqs, step) rows (sampler_row_bytes) beside
+      the forward's output for the whole step."""
+    c = 4 if float32 else s.compute_bytes
     step = step_tokens(spec, server, tokens)
-    forward = step * c * (width + 2 * spec.hidden) + c * spec.vision_transient
+    forward = step * c * (widest(spec) + 2 * spec.hidden) + c * spec.vision_transient
     if spec.kind == "encoder":
         return Startup(forward, 0)
     rows = min(server.max_sequences, step)
-    logits = rows * spec.vocab * (c + (0 if c == f else f) + 2 * f)
-    return Startup(forward, logits + c * spec.hidden * (step + 2 * rows))
+    return Startup(forward, rows * sampler_row_bytes(spec, s, float32) + c * spec.hidden * step)
+
+
+def sampler_row_bytes(spec: Spec, s: Assumptions, float32: bool = False) -> int:
+    """One row of the sampler's run: a vocabulary of compute_logits' logits in the model's dtype (held by the
+    caller), the sampler's float32 copy of them (sampler.py forward: logits.to(torch.float32), no copy where they are
+    float32 already), top-p's softmax into float32 probabilities (ops/topk_topp_sampler.py forward_native) and
+    random_sample's exponential noise as large (torch.empty_like(probs)); and two copies of the row's last hidden
+    state (the one the logits are taken at, and _dummy_sampler_run's torch.rand_like of it). 0 for an encoder.
+    Triton's top-k/top-p buffer, one float32 row of the vocabulary per SM (ops/topk_topp_triton.py: 68 MB for a
+    128K vocabulary on 132 SMs, 30 MB on an L4's 58), is left out: it needs each GPU's SM count."""
+    if spec.kind == "encoder":
+        return 0
+    c, f = (4 if float32 else s.compute_bytes), s.decode_logits_bytes
+    return spec.vocab * (c + (0 if c == f else f) + 2 * f) + 2 * c * spec.hidden
 
 
 def in_16_bits(startup: Startup, scale: int) -> Startup:
     """A startup in the 16-bit bytes the plans search in, where a GPU's serving bytes are scaled (`scale`:
     setups.serving_scale, 2 in float32, whose bytes the search doubles back): a float32 startup halved."""
-    return Startup(-(-startup.forward // scale), -(-startup.sampler // scale)) if scale > 1 else startup
+    return Startup(-(-startup.forward_bytes // scale), -(-startup.sampler_bytes // scale)) if scale > 1 else startup
+
+
+def startup_in_16_bits(spec: Spec, s: Assumptions, server: ServerDefaults, tokens: int,
+                       float32: bool = False) -> Startup:
+    """startup_bytes in the bytes the plans search in (in_16_bits): a float32 startup halved."""
+    return in_16_bits(startup_bytes(spec, s, server, tokens, float32), 2 if float32 else 1)
 
 
 def startup_peak(spec: Spec, s: Assumptions, server: ServerDefaults, tokens: int) -> int:
-    """The larger of startup_bytes' two peaks at the model's largest layer transient; 0 for an encoder, whose
-    serving is a batch of forwards (profile.serve_profile)."""
-    if spec.kind == "encoder":
-        return 0
-    return max(startup_bytes(spec, s, server, tokens, widest(spec)))
+    """The larger of startup_bytes' two peaks; 0 for an encoder, whose serving is a batch of forwards
+    (profile.serve_profile)."""
+    return 0 if spec.kind == "encoder" else max(startup_bytes(spec, s, server, tokens))
 
 
 def widest(spec: Spec) -> int:
@@ -116,43 +124,35 @@ def widest(spec: Spec) -> int:
 class Raised(NamedTuple):
     """What serving b sequences past max_num_seqs costs a card (raised_sequences), in the 16-bit bytes its search runs
     in (in_16_bits where it serves in float32): the startup at its defaults, the step they price, the forward's bytes
-    per token of a step and its image, a sampler row (sampler_row_bytes), the step's output per token."""
+    per token of a step and its image's, a sampler row (sampler_row_bytes), the step's output per token."""
 
     startup: Startup
     server: ServerDefaults
-    step: int
-    forward_per_token: int
-    image: int
-    row: int
-    output_per_token: int
+    step_tokens: int
+    forward_bytes_per_token: int
+    image_bytes: int
+    row_bytes: int
+    output_bytes_per_token: int
 
 
-def sampler_row_bytes(spec: Spec, s: Assumptions, float32: bool = False) -> int:
-    """What one more row adds to the sampler's run (startup_bytes): a vocabulary of logits, their copy,
-    probabilities and noise, and two hidden states; 0 for an encoder."""
-    if spec.kind == "encoder":
-        return 0
-    c, f = (4 if float32 else s.compute_bytes), s.decode_logits_bytes
-    return spec.vocab * (c + (0 if c == f else f) + 2 * f) + 2 * c * spec.hidden
-
-
-def raised_sequences(held: int, budget: int, static: int, per_sequence: int, raised: Raised) -> int:
-    """The sequences a budget holds where `held` (at a fixed startup: `static` with it, `per_sequence` each) passes
-    max_num_seqs: a server raised to run b of them samples b rows, and steps at least b tokens (vLLM refuses
-    max_num_batched_tokens below max_num_seqs: config/scheduler.py), and sizes its cache by the larger of the two
-    (profile_run). The largest b from max_num_seqs to `held` whose peak is within the budget, by bisection (the peak
-    grows with b)."""
+def raised_sequences(held_sequences: int, budget_bytes: int, static_bytes: int, sequence_bytes: int,
+                     raised: Raised) -> int:
+    """The sequences a budget holds where `held_sequences` (at a fixed startup: `static_bytes` with it,
+    `sequence_bytes` each) passes max_num_seqs: a server raised to run b of them samples b rows, and steps at least b
+    tokens (vLLM refuses max_num_batched_tokens below max_num_seqs: config/scheduler.py), and sizes its cache by the
+    larger of the two (profile_run). The largest b from max_num_seqs to `held_sequences` whose peak is within the
+    budget, by bisection (the peak grows with b)."""
     r = raised
     n = r.server.max_sequences
-    if held <= n or not r.row:
-        return held
-    base = static - max(r.startup)  # the weights, and any fixed bytes beside the startup
+    if held_sequences <= n or not r.row_bytes:
+        return held_sequences
+    base = static_bytes - max(r.startup)  # the weights, and any fixed bytes beside the startup
 
     def fits(b: int) -> bool:
-        step = max(r.step, b)
-        return base + max(step * r.forward_per_token + r.image, b * r.row + step * r.output_per_token) \
-            + b * per_sequence <= budget
-    low, high = n, held  # n fits: the startup at n is the fixed one `held` was found with
+        step = max(r.step_tokens, b)
+        peak = max(step * r.forward_bytes_per_token + r.image_bytes, b * r.row_bytes + step * r.output_bytes_per_token)
+        return base + peak + b * sequence_bytes <= budget_bytes
+    low, high = n, held_sequences  # n fits: the startup at n is the fixed one held_sequences was found with
     while low < high:
         mid = (low + high + 1) // 2
         low, high = (mid, high) if fits(mid) else (low, mid - 1)
@@ -165,6 +165,6 @@ def raised_at(spec: Spec, s: Assumptions, server: ServerDefaults, tokens: int, f
 
     def half(x: int) -> int:
         return -(-x // scale)
-    return Raised(in_16_bits(startup_bytes(spec, s, server, tokens, widest(spec), float32), scale), server,
-                  step_tokens(spec, server, tokens), half(c * (widest(spec) + 2 * spec.hidden)),
-                  half(c * spec.vision_transient), half(sampler_row_bytes(spec, s, float32)), half(c * spec.hidden))
+    return Raised(startup_in_16_bits(spec, s, server, tokens, float32), server, step_tokens(spec, server, tokens),
+                  half(c * (widest(spec) + 2 * spec.hidden)), half(c * spec.vision_transient),
+                  half(sampler_row_bytes(spec, s, float32)), half(c * spec.hidden))
