@@ -40,6 +40,7 @@ from generator.estimator.normalise import normalise
 from generator.estimator.setups import model_shape, serving_jobs
 from generator.hub.snapshot import DEFAULT_SNAPSHOT_DIR, load_record
 from generator.settings import DEFAULT_CONFIG, load_settings
+from generator.site import listing
 
 SETTINGS = load_settings()
 S = SETTINGS.assumptions
@@ -333,3 +334,23 @@ def test_a_class_vllm_does_not_serve_is_said_so(mid: str, warned: bool) -> None:
     served = estimate(bart, model_id="t/bart", assumptions=S, cards=SETTINGS.cards, gpus=SETTINGS.gpus)
     assert served.model.kind == "encoder-decoder"
     assert not any(x.check == "vllm_support" for x in served.findings)
+
+
+def test_the_listings_give_the_named_cards_serving_figure_and_its_dtype() -> None:
+    """The family tables and the search summary give the serving figure of the smallest card that holds one
+    sequence (Memory.serve_named_bytes), marked where vLLM serves it in float32 there; where no card holds it, the
+    model's own figure beside "no single card" (a review found the H200's tight figure there)."""
+    def entry(mid: str):
+        record = load_record(DEFAULT_SNAPSHOT_DIR, mid)
+        report = estimate(json.loads(record.config_json), model_id=mid, assumptions=S, cards=SETTINGS.cards,
+                          gpus=SETTINGS.gpus)
+        return report, listing.entry_for(record, report, None)
+    report, gemma = entry("google/gemma-3-1b-it")
+    t4 = next(c for c in report.memory.cards if c.name == "T4 16 GB")
+    assert t4.serve_dtype == "float32" and gemma.serve_float32 and gemma.serve_bytes == t4.serve_bytes_batch1
+    assert listing.family_rows([gemma], "../")[0]["serve"] == "4.87 GB in float32"
+    assert "serving 4.87 GB in float32 (T4 16 GB)" in listing.search_text(gemma)["summary"]
+    report, llama = entry("meta-llama/Llama-3.1-70B")
+    assert report.memory.smallest_card_serve is None and report.memory.tight_card_serve == "H200 141 GB"
+    assert llama.serve_bytes == report.memory.serve_bytes_batch1 and not llama.serve_float32
+    assert "(no single card)" in listing.search_text(llama)["summary"].split("serving")[1]
