@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from .accuracy_words import LENGTHS_VARIED
+from .estimator import engine_setting
+from .estimator.report import Memory
 
 ALL_SETUPS = "every setup at one length"  # the row pooling the fixed-length runs (what the estimate prices)
 
@@ -130,3 +132,35 @@ def margin(capacity_bytes: int, peak_bytes: int, least_over: Sequence[float],
     spare = (capacity_bytes / peak_bytes - 1) * 100
     return Margin(spare, runs_within(least_over, spare), len(least_over), runs_within(least_expandable, spare),
                   len(least_expandable))
+
+
+@dataclass(frozen=True)
+class TightCard:
+    """A site method tight on its smallest holding card (Memory.tight_card_*): the card, the peak it holds (serving:
+    that card's own figure, CardPlan.serve_bytes_batch1), its Margin, and for serving the gpu_memory_utilization a
+    vLLM server needs there (estimator.engine_setting; None where its default holds it)."""
+
+    method: str  # full, lora, qlora, serve
+    card: str
+    peak_bytes: int
+    margin: Margin
+    engine_setting: float | None = None
+
+
+def tight_cards(memory: Memory, least_over: Sequence[float], least_expandable: Sequence[float]) -> list[TightCard]:
+    """Per method (full, LoRA, QLoRA, serving), its TightCard where it has one: what the page's tight lines and the
+    command's say alike. The replayed steps' odds are a training step's; the caller leaves them off for serving."""
+    out = []
+    for method, name, peak in (("full", memory.tight_card_full, memory.train_full_bytes_batch1),
+                               ("lora", memory.tight_card_lora, memory.train_lora_bytes_batch1),
+                               ("qlora", memory.tight_card_qlora, memory.train_qlora_bytes_batch1 or 0),
+                               ("serve", memory.tight_card_serve, 0)):
+        card = next((c for c in memory.cards if c.name == name), None)
+        peak = peak or (card.serve_bytes_batch1 if card is not None and method == "serve" else 0)
+        if card is None or not peak:
+            continue
+        setting = engine_setting(peak, card.usable_bytes, dict(memory.assumptions)["cuda_context_bytes"]) \
+            if method == "serve" else None
+        out.append(TightCard(method, card.name, peak, margin(card.capacity_bytes, peak, least_over, least_expandable),
+                             setting))
+    return out

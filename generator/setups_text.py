@@ -106,6 +106,17 @@ def serving_of(serving: Any, plan: Any) -> Any | None:
     return None
 
 
+def float32_cards(cards: Any) -> frozenset[str]:
+    """The cards (CardPlan) on whose GPUs vLLM serves the model in float32 (serve_dtype)."""
+    return frozenset(_get(c, "name") for c in cards if _get(c, "serve_dtype"))
+
+
+def peak_cell(p: Any, float32: Collection[str]) -> str:
+    """A plan's per-GPU peak, marked where it is a serving plan on a card of `float32` (float32_cards)."""
+    return f.gb(_get(p, "per_gpu_peak_bytes")) + (", float32" if _get(p, "method") == "serve"
+                                                   and _get(p, "gpu") in float32 else "")
+
+
 def headline(plans: Any, unreachable: Any, serving: Any, float32: Collection[str] = ()) -> list[dict[str, str]]:
     """One sentence per method: its setup and cost (serving: its decode speed), or why nothing runs it. `float32`:
     the cards where vLLM serves the model in float32 (CardPlan.serve_dtype), whose speed is not priced."""

@@ -12,8 +12,8 @@ from rich.text import Text
 
 from . import format as fmt
 from . import setups_text
-from .accuracy_allocator import AllocatorRow, margin
-from .estimator import ENGINE_DEFAULT_SHARE, Report, card_verdict, engine_setting
+from .accuracy_allocator import AllocatorRow, margin, tight_cards
+from .estimator import ENGINE_DEFAULT_SHARE, Report, card_verdict
 from .estimator.memory.job_options import Job
 from .estimator.memory.recipes import RECIPES
 from .estimator.report import CardPlan, SplitPlan
@@ -65,37 +65,33 @@ def wants_replay(report: Report, asked: bool) -> bool:
 
 def _any_tight(m, asked: bool) -> bool:
     """A site training job tight on its smallest card, or (asked) the exact job tight on any card: what the
-    allocator's replayed steps speak to (serving sizes its own cache: _serving_tight)."""
+    allocator's replayed steps speak to (serving sizes its own cache: _tight_lines)."""
     exact = asked and bool(m.job) and any(card_verdict(m.held_peak_bytes, c.budget_bytes, c.capacity_bytes) == "tight"
                                           for c in m.cards)
     return exact or any((m.tight_card_full, m.tight_card_lora, m.tight_card_qlora))
 
 
-def _serving_tight(m) -> Text | None:
-    """Serving tight on its smallest holding card, as the page says it (accuracy_page.tight_lines): the margin that
-    card's own figure leaves, and the share of the card vLLM's gpu_memory_utilization must give it."""
-    card = next((c for c in m.cards if c.name == m.tight_card_serve and c.serve_bytes_batch1), None)
-    if card is None:
-        return None
-    spare = (card.capacity_bytes / card.serve_bytes_batch1 - 1) * 100
-    needed = engine_setting(card.serve_bytes_batch1, card.usable_bytes, dict(m.assumptions)["cuda_context_bytes"])
-    said = "" if needed is None else "; a vLLM server needs " + (
-        "the whole card, gpu_memory_utilization 1" if needed == 1.0 else f"gpu_memory_utilization {needed:g} or more"
-    ) + f" ({ENGINE_DEFAULT_SHARE:g} by default)"
-    return Text(f"Serving is tight on one {card.name}: {fmt.error_pct(spare)} of room over its "
-                f"{fmt.gb(card.serve_bytes_batch1)} there (vLLM's defaults on it){said}.")
-
-
-def _qlora_tight(m, least_over: Sequence[float], least_expandable: Sequence[float]) -> Text | None:
-    """QLoRA tight on its smallest holding card, which the summary's sentence does not name: its margin, and how
-    many replayed steps needed no more (the page's line, accuracy_page.tight_lines)."""
-    card = next((c for c in m.cards if c.name == m.tight_card_qlora), None)
-    if card is None or not m.train_qlora_bytes_batch1:
-        return None
-    got = margin(card.capacity_bytes, m.train_qlora_bytes_batch1, least_over, least_expandable)
-    odds = f", enough for {fmt.count(got.runs)} of the {fmt.count(got.of)} steps replayed" if got.of else ""
-    return Text(f"QLoRA ({fmt.gb(m.train_qlora_bytes_batch1)} at batch 1) is tight on one {card.name}: "
-                f"{fmt.error_pct(got.spare_pct)} of room over its peak{odds}.")
+def _tight_lines(m, least_over: Sequence[float], least_expandable: Sequence[float]) -> list[Text]:
+    """QLoRA's and serving's tight cards, which the summary's sentence does not name (QLoRA) or names with the
+    model's own figure (serving), as the page says them (accuracy_allocator.tight_cards): QLoRA's margin and how
+    many replayed steps needed no more, serving's margin over that card's own figure and the gpu_memory_utilization
+    a vLLM server needs where its default does not do."""
+    out = []
+    for t in tight_cards(m, least_over, least_expandable):
+        spare = fmt.error_pct(t.margin.spare_pct)
+        if t.method == "qlora":
+            odds = f", enough for {fmt.count(t.margin.runs)} of the {fmt.count(t.margin.of)} steps replayed" \
+                if t.margin.of else ""
+            out.append(Text(f"QLoRA ({fmt.gb(t.peak_bytes)} at batch 1) is tight on one {t.card}: {spare} of room "
+                            f"over its peak{odds}."))
+        elif t.method == "serve":
+            setting = t.engine_setting
+            said = "" if setting is None else "; a vLLM server needs " + (
+                "the whole card, gpu_memory_utilization 1" if setting == 1.0 else
+                f"gpu_memory_utilization {setting:g} or more") + f" ({ENGINE_DEFAULT_SHARE:g} by default)"
+            out.append(Text(f"Serving is tight on one {t.card}: {spare} of room over its {fmt.gb(t.peak_bytes)} there "
+                            f"(vLLM's defaults on it){said}."))
+    return out
 
 
 def print_summary(console: Console, report: Report, *, plan: bool, settings: Settings, asked: bool = False,
@@ -136,11 +132,10 @@ def print_summary(console: Console, report: Report, *, plan: bool, settings: Set
         "Estimated from the config's structure, not measured."))
     if _any_tight(m, asked):
         console.print(_tight_note(a["headroom"], replayed), style="dim")
-    for line in (_qlora_tight(m, least_over, least_expandable), _serving_tight(m)):
-        if line is not None:
-            console.print(line, style="dim")
+    for line in _tight_lines(m, least_over, least_expandable):
+        console.print(line, style="dim")
     rows = setups_text.headline(report.plans, report.plans_unreachable, report.serving,
-                                {c.name for c in m.cards if c.serve_dtype})
+                                setups_text.float32_cards(m.cards))
     if rows:
         console.print(Text("Setups that run it: " + " ".join(setups_text.sentence(r) for r in rows)))
     if m.job and not asked:
@@ -296,7 +291,7 @@ def _print_plan(console: Console, report: Report, settings: Settings, method: st
         _print_cards(console, report, table_width)
     plans = [p for p in report.plans if method is None or p.method == method]
     capacity = {c.name: c.capacity_bytes for c in report.memory.cards}
-    dtype = {c.name: c.serve_dtype for c in report.memory.cards}  # float32 where vLLM serves the model so there
+    float32 = setups_text.float32_cards(report.memory.cards)
     if plans:
         table = _table(f"Setups that hold batch 1, accumulating gradients to batch {a['job_batch']} on fewer GPUs "
                        f"(cost: {a['job_epochs']} epochs x {fmt.count(a['job_samples'])} samples at batch "
@@ -309,8 +304,7 @@ def _print_plan(console: Console, report: Report, settings: Settings, method: st
             marks = ", ".join(w for w, on in (("PCIe-bound", setups_text.link_bound(p)), ("smallest", p.smallest),
                                               ("cheapest", p.cheapest)) if on)
             table.add_row(setups_text.METHOD_NAMES[p.method], p.gpu, setups_text.label(p) if p.fits else
-                          setups_text.unfit_setup(p, capacity[p.gpu]), fmt.gb(p.per_gpu_peak_bytes)
-                          + (f", {dtype[p.gpu]}" if p.method == "serve" and dtype.get(p.gpu) else ""),
+                          setups_text.unfit_setup(p, capacity[p.gpu]), setups_text.peak_cell(p, float32),
                           fmt.usd_per_hour(p.usd_per_hour) if p.fits else fmt.DASH,  # no price for what cannot run
                           fmt.hours(p.job_hours) if p.job_hours else fmt.DASH,
                           fmt.usd(p.job_usd), marks)

@@ -18,8 +18,8 @@ from typing import Any
 from .. import accuracy as table_module
 from .. import format as f
 from ..accuracy import ErrorRow, FitRow
-from ..accuracy_allocator import ALL_SETUPS, AllocatorRow, margin
-from ..estimator import ENGINE_DEFAULT_SHARE, Report, engine_setting
+from ..accuracy_allocator import ALL_SETUPS, AllocatorRow, tight_cards
+from ..estimator import ENGINE_DEFAULT_SHARE, Report
 
 ACCURACY_JSON = table_module.OUTPUT  # tests point this elsewhere
 METHODS = (("full", "full fine-tuning"), ("lora", "LoRA"), ("qlora", "QLoRA"), ("inference", "serving"))
@@ -271,30 +271,24 @@ def page_context(table: Accuracy | None) -> dict[str, Any]:
     }
 
 
+# The tight line's subject per method (accuracy_allocator.tight_cards)
+TIGHT_METHODS = {"full": "The full fine-tune", "lora": "LoRA", "qlora": "QLoRA", "serve": "Serving"}
+
+
 def tight_lines(report: Report, table: Accuracy | None) -> list[dict[str, Any]]:
-    """Per method tight on its smallest holding card: the margin that card leaves over batch 1, and how
-    many of the allocator replay's one-length steps needed no more over their live peak (accuracy.json)."""
-    mem, out = report.memory, []
+    """Per method tight on its smallest holding card (accuracy_allocator.tight_cards): the margin that card leaves
+    over batch 1, and how many of the allocator replay's one-length steps needed no more over their live peak
+    (accuracy.json); serving, the gpu_memory_utilization it needs where vLLM's default does not do."""
     least_over = table.least_card_over_pct if table is not None else ()
     least_expandable = table.least_card_expandable_pct if table is not None else ()
-    # the replayed steps are training steps and HF generate: their odds are not a serving engine's, which sizes
-    # its own KV pool (the site's serving job), so serving gets the margin alone
-    for method, card, batch1, odds in (
-            ("The full fine-tune", mem.tight_card_full, mem.train_full_bytes_batch1, True),
-            ("LoRA", mem.tight_card_lora, mem.train_lora_bytes_batch1, True),
-            ("QLoRA", mem.tight_card_qlora, mem.train_qlora_bytes_batch1 or 0, True),
-            ("Serving", mem.tight_card_serve, 0, False)):
-        plan = next((c for c in mem.cards if c.name == card), None)
-        if plan is None:
-            continue
-        batch1 = batch1 or plan.serve_bytes_batch1  # serving: at that card's vLLM defaults and dtype
-        got = margin(plan.capacity_bytes, batch1, least_over, least_expandable)
-        # serving: the share of the card vLLM's gpu_memory_utilization must give, where its default does not
-        context = dict(mem.assumptions)["cuda_context_bytes"]
-        needed = None if odds else engine_setting(batch1, plan.usable_bytes, context)
-        out.append({"method": method, "card": plan.name, "spare": f.error_pct(got.spare_pct),
-                    "share": "" if needed is None else f.decimal(needed), "whole": needed == 1.0,
-                    "default_share": f.decimal(ENGINE_DEFAULT_SHARE),
+    out = []
+    for t in tight_cards(report.memory, least_over, least_expandable):
+        # the replayed steps are training steps and HF generate: their odds are not a serving engine's, which sizes
+        # its own KV pool (the site's serving job), so serving gets the margin alone
+        odds, got = t.method != "serve", t.margin
+        out.append({"method": TIGHT_METHODS[t.method], "card": t.card, "spare": f.error_pct(got.spare_pct),
+                    "share": "" if t.engine_setting is None else f.decimal(t.engine_setting),
+                    "whole": t.engine_setting == 1.0, "default_share": f.decimal(ENGINE_DEFAULT_SHARE),
                     "runs": f.count(got.runs) if got.of and odds else "", "of": f.count(got.of),
                     "expandable": f.count(got.expandable_runs) if got.expandable_of and odds else "",
                     "expandable_of": f.count(got.expandable_of)})

@@ -13,7 +13,7 @@ def setups_context(report: Report) -> dict[str, Any]:
     """What model.html shows of report.plans, plans_unreachable and serving (strings and booleans only)."""
     rows: dict[tuple[str, str], dict[str, Any]] = {}
     capacity = {c.name: c.capacity_bytes for c in report.memory.cards}
-    dtype = {c.name: c.serve_dtype for c in report.memory.cards}  # float32 where vLLM serves the model so there
+    float32 = setups_text.float32_cards(report.memory.cards)
     for p in report.plans:
         row = rows.setdefault((p.gpu, p.gpu_model), {"card": p.gpu, "gpu": p.gpu_model or p.gpu,
                                                      "price": f.usd_per_hour(p.usd_per_hour / p.gpus
@@ -21,8 +21,7 @@ def setups_context(report: Report) -> dict[str, Any]:
                                                      "cells": {}})
         row["cells"][p.method] = {
             "setup": setups_text.label(p) if p.fits else setups_text.unfit_setup(p, capacity[p.gpu]),
-            "peak": f.gb(p.per_gpu_peak_bytes) + (f", {dtype[p.gpu]}" if p.method == "serve" and dtype.get(p.gpu)
-                                                  else ""), "usd": None if p.job_usd is None else f.usd(p.job_usd),
+            "peak": setups_text.peak_cell(p, float32), "usd": None if p.job_usd is None else f.usd(p.job_usd),
             # a serving plan has no job to price: its "cheapest" is per hour (one user's server); the serving table
             # marks the cheapest per output token
             "smallest": p.smallest, "cheapest": ("cheapest per hour" if p.method == "serve" else "cheapest")
@@ -39,7 +38,7 @@ def setups_context(report: Report) -> dict[str, Any]:
     return {
         "headline": [setups_text.sentence(r) for r in
                      setups_text.headline(report.plans, report.plans_unreachable, report.serving,
-                                          {c.name for c in report.memory.cards if c.serve_dtype})],
+                                          float32)],
         "plans": list(rows.values()),
         "methods": [setups_text.METHOD_NAMES[m] for m in methods],
         "unreachable": [{"method": setups_text.METHOD_NAMES.get(u.method, u.method), "reason": u.reason}
