@@ -36,6 +36,7 @@ from .memory.job_result import metric_memory
 from .memory.layer_terms import all_linear_params, expert_adapters
 from .memory.parallel import Setup, accumulating_job, per_gpu
 from .memory.peak_table import PeakTable, cached_peak
+from .memory.plans import GpuOffer
 from .memory.profile import (
     kv_bytes_per_sequence,
     kv_bytes_per_token,
@@ -52,7 +53,6 @@ from .memory.vllm_server import (
     large_gpu_server,
     raised_at,
     reference_server,
-    server_defaults,
     startup_peak,
 )
 from .normalise import normalise
@@ -144,8 +144,8 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
     card_scale = {c.name: next(iter(x)) if len(x := {scale[gpus[k].name] for k in c.gpus}) == 1 else 1 for c in cards}
     servers = {c.name: (server, card_scale[c.name] == 2)
                for c, server in zip(cards, card_servers(cards, gpus, s), strict=True)}
-    own = {(server_defaults(s, c.memory_usable_bytes, gpus[k].name), scale[gpus[k].name] == 2)
-           for c in cards for k in c.gpus}
+    gpu_offers = offers(cards, gpus, s)  # each priced GPU with its card's budget and its vLLM defaults
+    own = {(g.server, scale[g.model] == 2) for g in gpu_offers}
     reference = (reference_server(s), False)
     serve_at = {v: profiles["serve"] if v == reference else serve_profile(arch, graph, s, serve_tokens, memo, *v)
                 for v in sorted({reference, *servers.values(), *own})}
@@ -167,7 +167,7 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
     on_experts, delta_macs = expert_adapters(arch, graph, s.lora_rank)
     flops_per_token = training_flops_per_token(arch, graph, s, adapters - on_experts, job_tokens(arch, s), delta_macs)
     work = _step_work(arch, graph, s, profiles, adapters, flops_per_token)
-    setup_plans, unreachable, serving, floors = _setups(arch, graph, s, cards, gpus, site_jobs, flops_per_token,
+    setup_plans, unreachable, serving, floors = _setups(arch, graph, s, gpu_offers, site_jobs, flops_per_token,
                                                         serve_tokens, weights_served, kv_per_sequence, work, scale,
                                                         served)
 
@@ -264,8 +264,9 @@ def _site_metric(method: str, parts: tuple[int, ...]) -> int:
 _SUMMED = ("full", "lora", "qlora", "serve", "serve2")  # the methods whose _site_metric is the plain sum of the parts
 
 
-def _setups(arch, graph, s: Assumptions, cards, gpus, jobs, flops_per_token: tuple[float, float], serve_tokens: int,
-            weights_served: int, kv_per_sequence: int, work: dict[str, StepWork], scale: Mapping[str, int],
+def _setups(arch, graph, s: Assumptions, gpu_offers: tuple[GpuOffer, ...], jobs, flops_per_token: tuple[float, float],
+            serve_tokens: int, weights_served: int, kv_per_sequence: int, work: dict[str, StepWork],
+            scale: Mapping[str, int],
             served: Mapping[tuple[ServerDefaults, bool], dict]):
     """Plans for full, LoRA, QLoRA and serving on every priced GPU, the serving speeds and, where a card holds a
     training method on no count, what each GPU keeps however many share it (setups.py). The plans' job hours take
@@ -273,7 +274,6 @@ def _setups(arch, graph, s: Assumptions, cards, gpus, jobs, flops_per_token: tup
     searched on each GPU at its server's defaults and dtype (`served`: the serving jobs per ServerDefaults and
     float32), as vLLM serves the model there (`scale`: setups.serving_scale)."""
     peak = cached_peak(jobs, _site_metric, _SUMMED, s.job_batch)
-    gpu_offers = offers(cards, gpus, s)
     flops = training_flops(arch, s, flops_per_token)
     not_applicable = {}
     if arch.quant is not None:
@@ -294,8 +294,7 @@ def _setups(arch, graph, s: Assumptions, cards, gpus, jobs, flops_per_token: tup
     lost: list = []
     rows: list[ServingSpeed] = []
     for (server, fp32), at_server in served.items():  # each group of GPUs at its server's defaults and dtype
-        group = tuple(g for g in gpu_offers if (g.step_tokens, g.max_sequences) == server
-                      and (scale.get(g.model, 1) == 2) == fp32)
+        group = tuple(g for g in gpu_offers if g.server == server and (scale.get(g.model, 1) == 2) == fp32)
         if not group:
             continue
         table = peak if at_server["serve"] is jobs["serve"] else cached_peak({**jobs, **at_server}, _site_metric,

@@ -189,11 +189,10 @@ def offers(cards: tuple[Card, ...], gpus: Mapping[str, Gpu], s: Assumptions) -> 
     for card in cards:
         for key in card.gpus:
             gpu = gpus[key]
-            server = server_defaults(s, card.memory_usable_bytes, gpu.name)
             out.append(GpuOffer(card.name, budget_bytes(card, s), gpu.price_usd_per_hour,
                                 gpu.bf16_tflops if gpu.bf16_tflops is not None else gpu.fp16_tflops,
-                                gpu.bandwidth_gb_per_s, gpu.name, gpu.host_link_gb_per_s, server.max_sequences,
-                                server.step_tokens))
+                                gpu.bandwidth_gb_per_s, gpu.name, gpu.host_link_gb_per_s,
+                                server_defaults(s, card.memory_usable_bytes, gpu.name)))
     return tuple(out)
 
 
@@ -339,7 +338,8 @@ def serving_table(model: ServingModel, peak: Callable[[str, Setup], tuple[int, i
         setup, one = got
         two = peak("serve2", setup)[0]
         rows.append(serving_speed(model, gpu.name, setup, one, two - one, gpu.budget_bytes, gpu.bandwidth_gb_per_s,
-                                  gpu.peak_tflops, gpu.usd_per_hour, cap=gpu.max_sequences, gpu_model=gpu.model))
+                                  gpu.peak_tflops, gpu.usd_per_hour, cap=gpu.server.max_sequences,
+                                  gpu_model=gpu.model))
     return tuple(rows)
 
 

@@ -28,6 +28,7 @@ from .host_link import LinkBytes, link_hours
 from .kinds import LAST, MAX_GPUS, ORDERS, SEVERAL_NODES, Kind, kinds, probe_order
 from .parallel import ParallelError, Setup, SingleGpuJob, per_gpu
 from .sharding import GPUS_PER_NODE
+from .vllm_server import ServerDefaults
 
 METHODS = ("full", "lora", "qlora", "serve")
 
@@ -50,9 +51,8 @@ class GpuOffer:
     bandwidth_gb_per_s: float = 0.0
     model: str = ""  # the priced GPU's own name, where a card (name) lists several (A100 / H100 80 GB)
     host_link_gb_per_s: float = 0.0  # PCIe to the CPU, one direction (0: not known)
-    # its `vllm serve` defaults (vllm_server.server_defaults): the most sequences at once, the tokens of a step
-    max_sequences: int = 1 << 20
-    step_tokens: int = 0
+    # its `vllm serve` defaults (vllm_server.server_defaults): a step's tokens, the most sequences at once
+    server: ServerDefaults = ServerDefaults(0, 1 << 20)
 
 
 @dataclass(frozen=True)
