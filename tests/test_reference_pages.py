@@ -26,10 +26,11 @@ PAGES = {
 
 # The pages' stated assumptions, as our parameters: marketed GB are the whole budget, 1.15x headroom,
 # logits kept as bf16 + fp32 (6 B), no foreach temporary, nothing per decoding sequence but KV.
-# The pages serve weights + KV cache alone: no decode logits, and a max_num_seqs past any batch they list, so that no
-# sequence adds a row to vLLM's startup sampler (vllm_server.raised_sequences); its run over one step's rows stays
+# The pages serve weights + KV cache alone: no logits at vLLM's startup sampler run, and a max_num_seqs past any batch
+# they list, so that no sequence adds a row to it (vllm_server.raised_sequences); the rows' hidden states stay
 PAGE_ASSUMPTIONS = Assumptions(cuda_context_bytes=0, logits_bytes=6, foreach_temp_bytes=0, decode_logits_bytes=0,
-                               serve_max_sequences=10**9, serve_max_sequences_large_gpus=10**9)
+                               serve_sampler_bytes_per_entry=0, serve_max_sequences=10**9,
+                               serve_max_sequences_large_gpus=10**9)
 PAGE_CARDS = tuple(Card(name, gb * 10**9, gb * 10**9, "reference page")
                    for name, gb in (("T4 16 GB", 16), ("L4 24 GB", 24), ("A100 40 GB", 40),
                                     ("A100 / H100 80 GB", 80), ("H200 141 GB", 141)))
@@ -83,9 +84,9 @@ def test_our_defaults_pinned_with_reasons(settings):
       step of this config at 512 tokens is matched to 0.0% (tests/test_measure.py).
     - batches are then ~2x smaller, and budgets use driver-reported memory less a 0.5 GiB CUDA context.
     - serving holds vLLM's startup run beside the weights (its sampler's over 256 rows of the 152,064-entry
-      vocabulary, 0.55 GB; 1,024 rows on an H200) and per sequence 131 KB of KV cache; past max_num_seqs each
-      sequence adds a sampler row of 2.1 MB (vllm_server.raised_sequences), so the serve batch is ~17x smaller
-      than the page's weights + KV figure, for a vocabulary this large beside so small a cache.
+      vocabulary at 38 B an entry, 1.48 GB; 1,024 rows on an H200) and per sequence 131 KB of KV cache; past
+      max_num_seqs each sequence adds a sampler row of 5.8 MB (vllm_server.raised_sequences), so the serve batch
+      is ~48x smaller than the page's weights + KV figure, for a vocabulary this large beside so small a cache.
     """
     r = estimate(tiny_qwen2(), model_id="q", assumptions=settings.assumptions, cards=settings.cards, gpus=settings.gpus)
     assert r.params.graph == 2_435_016
@@ -94,8 +95,8 @@ def test_our_defaults_pinned_with_reasons(settings):
     assert r.memory.kv_bytes_per_token == 32  # 2 x 2 layers x 2 kv heads x head_dim 2 x 2 B
     got = {c.name: (c.train_full_max_batch, c.train_lora_max_batch, c.serve_max_batch) for c in r.memory.cards}
     # serving: vLLM's startup run at each card's defaults beside the weights (memory/vllm_server.py)
-    assert got == {"T4 16 GB": (3, 3, 5806), "L4 24 GB": (5, 5, 8892), "A100 40 GB": (9, 9, 16107),
-                   "A100 / H100 80 GB": (19, 19, 32490), "H200 141 GB": (34, 34, 57795)}
+    assert got == {"T4 16 GB": (3, 3, 2220), "L4 24 GB": (5, 5, 3400), "A100 40 GB": (9, 9, 6160),
+                   "A100 / H100 80 GB": (19, 19, 12425), "H200 141 GB": (34, 34, 22103)}
 
 
 def test_remote_is_read_as_llama_with_custom_code_finding(settings):
@@ -111,4 +112,4 @@ def test_page_assumptions_are_a_real_variant_of_ours():
     changed = {f.name for f in dataclasses.fields(Assumptions)
                if getattr(PAGE_ASSUMPTIONS, f.name) != getattr(Assumptions(), f.name)}
     assert changed == {"cuda_context_bytes", "logits_bytes", "foreach_temp_bytes", "decode_logits_bytes",
-                       "serve_max_sequences", "serve_max_sequences_large_gpus"}
+                       "serve_sampler_bytes_per_entry", "serve_max_sequences", "serve_max_sequences_large_gpus"}

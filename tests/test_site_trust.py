@@ -175,7 +175,7 @@ def test_cheapest_says_per_what(site: Path) -> None:
         serving = html.split('id="serving"', 1)[1] if 'id="serving"' in html else ""
         assert html.count("<small>cheapest per token</small>") == (1 if "per M tokens" in serving else 0), model
     html = (site / "models" / "llava-hf" / "llava-1.5-7b-hf" / "index.html").read_text(encoding="utf-8")
-    assert "16.5 GB, smallest, cheapest per hour</small>" in html  # an L4 at vLLM's defaults there, 2,048-token steps
+    assert "16.6 GB, smallest, cheapest per hour</small>" in html  # an L4 at vLLM's defaults there, 2,048-token steps
     assert "$0.64 per M tokens<br><small>cheapest per token</small>" in html
     assert "the cheapest per token at full load: 1× H200 SXM" in _text(html)
 

@@ -267,11 +267,11 @@ def test_the_summary_says_serving_and_qlora_tight_as_the_page_does(capsys):
     text = words(out)
     assert code == 0
     assert "QLoRA (14.6 GB at batch 1) is tight on one T4 16 GB: 3.1% of room over its peak, enough for" in text
-    assert ("Serving is tight on one L4 24 GB: 11.0% of room over its 20.8 GB there (vLLM's defaults on it); a vLLM "
-            "server needs gpu_memory_utilization 0.91 or more (0.9 by default).") in text
-    code, out, _ = run(capsys, "Qwen/Qwen3.5-35B-A3B")
+    assert ("Serving is tight on one L4 24 GB: 3.2% of room over its 22.4 GB there (vLLM's defaults on it); a vLLM "
+            "server needs gpu_memory_utilization 0.97 or more (0.9 by default).") in text
+    code, out, _ = run(capsys, "Qwen/Qwen3-32B-FP8")
     text = words(out)
-    assert "Serving is tight on one A100 / H100 80 GB: 14.2% of room over its 74.0 GB there (vLLM's defaults on it)." \
+    assert "Serving is tight on one A100 40 GB: 13.5% of room over its 36.9 GB there (vLLM's defaults on it)." \
         in text and "gpu_memory_utilization" not in text
 
 
@@ -282,5 +282,5 @@ def test_float32_is_said_only_where_vllm_serves_so(capsys):
     assert code == 0 and "float32" not in out and "Serving: 1× T4, its speed not priced." in words(out)
     code, out, _ = run(capsys, "google/gemma-3-1b-it")
     text = words(out)
-    assert "starts at 4.87 GB (in float32 there, as vLLM serves it on that card; fits one T4 16 GB)" in text
+    assert "starts at 6.48 GB (in float32 there, as vLLM serves it on that card; fits one T4 16 GB)" in text
     assert "Serving: 1× T4, in float32 there, its speed not priced" in text

@@ -148,8 +148,8 @@ def check_quantization(a: Arch, g: Graph, stored: int | None, model_id: str = ""
 
 def check_half_precision_serving(a: Arch, fp32: tuple[str, ...]) -> list[Finding]:
     """A model vLLM will not serve in float16, on the priced GPUs without bf16 (`fp32`: setups.serving_scale's 2):
-    there vLLM runs float32, twice the weights, KV cache and startup forward of 16 bits (its sampler's logits at 12 B an
-    entry, with no fp32 copy to make), as those GPUs' serving figures
+    there vLLM runs float32, twice the weights, KV cache and startup forward of 16 bits (its sampler's logits in
+    float32 with no fp32 copy to make: vllm_server.sampler_row_bytes), as those GPUs' serving figures
     are priced; their serving speed is not given, the priced TFLOPS being 16-bit."""
     if not fp32:
         return []
@@ -158,7 +158,7 @@ def check_half_precision_serving(a: Arch, fp32: tuple[str, ...]) -> list[Finding
                     f"vLLM refuses float16 for {a.model_type} (numerical instability: vllm/config/model.py), and the "
                     f"{gpus} has no bf16, so vLLM serves it there in float32: the {gpus}'s serving figures are "
                     "priced so (twice the weights, KV cache and startup forward of 16 bits; the sampler's logits "
-                    "at 12 B an entry, with no fp32 copy to make), and no serving speed is "
+                    "in float32, with no fp32 copy to make), and no serving speed is "
                     "given for it.")]
 
 

@@ -38,9 +38,16 @@ class Assumptions:
     logits_bytes: int = 12
     serve_weight_bytes: int = 2
     kv_bytes: int = 2
-    # fp32 next-token logits (HF generate's per decoding sequence; vLLM's sampler upcasts its logits to fp32, and
-    # its probabilities and sampling noise take that dtype: memory/vllm_server.startup_bytes)
+    # fp32 next-token logits (HF generate's per decoding sequence; vLLM's sampler upcasts its logits to fp32:
+    # memory/vllm_server.sampler_row_bytes)
     decode_logits_bytes: int = 4
+    # What vLLM's startup sampler run holds per row and vocabulary entry, measured: the activation peak vLLM logs,
+    # over max_num_seqs x vocabulary, is 38.2-38.3 B for Llama-3.1-8B, Qwen3-0.6B, Qwen3-32B and gpt-oss-20b on an
+    # H100 at vLLM V1's 2025 defaults (llm-d/llm-d-benchmark config_explorer/empirical-vllm-memory-results.md;
+    # public.jsonl M176), 39 B for Llama-3-8B on vLLM V0 (M170): a sort-based top-k/top-p's tensors beside the
+    # logits. v0.19.1's source, whose Triton top-k/top-p works in place, reads 14 B; not measured, so the measured
+    # figure is priced (the safe side).
+    serve_sampler_bytes_per_entry: int = 38
     # `vllm serve`'s defaults (vllm/engine/arg_utils.py EngineArgs.get_batch_defaults, OPENAI_API_SERVER): steps of
     # 2,048 tokens (max_num_batched_tokens, prompts' chunks and decodes together) and 256 sequences at once
     # (max_num_seqs), the model's own serving figure; 8,192 and 1,024 on a GPU of 70 GiB or more that is not an

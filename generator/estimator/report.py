@@ -27,8 +27,9 @@ FORMULAS = {
                   "+ activations (frozen Linears save no input) + adapter inputs",
     "serve": "vllm serve: 2 B x params (or the quantised storage) + its startup peak, the larger of one step's "
              "forward (a decoder's at max_num_batched_tokens: its largest layer transient and two residual "
-             "copies per token) and its sampler's run over max_num_seqs rows (14 B x vocab each: 16-bit logits, "
-             "their fp32 copy, probabilities and noise), at vLLM's defaults for the GPU (8,192 tokens and 1,024 "
+             "copies per token) and its sampler's run over max_num_seqs rows (38 B x vocab each, as vLLM's logged "
+             "activation peaks read: logits, their fp32 copy, top-k/top-p's tensors, probabilities, noise), at "
+             "vLLM's defaults for the GPU (8,192 tokens and 1,024 "
              "sequences on 70 GiB or more but the A100, 2,048 and 256 on the rest, which the model's own figure "
              "takes; a card listing GPUs of both takes the former) + per sequence (per attention layer "
              "min(tokens, window) x 2 x kv_heads x head_dim x 2 B; MLA (kv_lora_rank + qk_rope_head_dim) x 2 B; "

@@ -24,7 +24,9 @@ METHODS = (("full", "train_full"), ("lora", "train_lora"), ("qlora", "train_qlor
 _PHASE_TEXT = {"loss (logits)": "the loss (the logits)", "optimizer step": "the optimizer step",
                "backward (activations)": "backward (the saved activations)",
                "decode (full KV cache)": "decoding with a full KV cache"}
-SERVER_DEFAULTS = ("step_tokens", "max_sequences", "step_tokens_large_gpus", "max_sequences_large_gpus")  # serve_*
+# the serve_* assumptions the page says: vllm serve's defaults its startup is priced at (vllm_server.py), its sampler
+SERVER_DEFAULTS = ("step_tokens", "max_sequences", "step_tokens_large_gpus", "max_sequences_large_gpus",
+                   "sampler_bytes_per_entry")
 _NOT_HUB = "This config.json is not the Hub's file: "
 _CRAWL = " The nightly crawl replaces it with the Hub's file."
 # What the page says about a config.json that is not the Hub's own file (records.PROVENANCES).
@@ -355,7 +357,6 @@ def _assumptions(report: Report, a: dict[str, Any]) -> dict[str, Any]:
         "logits": f.byte_count(a["logits_bytes"]),
         "rank": f.count(a["lora_rank"]),
         "serve_tokens": f.count(mem.serve_tokens),
-        # vllm serve's defaults its startup is priced at (vllm_server.py); a decoder's step is sized at them
         "server": {k: f.count(a[f"serve_{k}"]) for k in SERVER_DEFAULTS} | {"decoder": report.model.kind == "decoder",
                    "startup": f.gb(mem.serve_startup_bytes), "startup_large": f.gb(mem.serve_startup_bytes_large_gpus)},
         "serve_weight": f.byte_count(a["serve_weight_bytes"]),
@@ -389,8 +390,7 @@ def _kv_note(report: Report) -> str | None:
     """Why a sequence's cache is not its tokens times the bytes per token (profile.kv_bytes_per_sequence): cross-
     attention over an encoder's tokens or an image (mllama), windows, or a recurrent layer's fixed state."""
     mem = report.memory
-    naive = mem.serve_tokens * mem.kv_bytes_per_token
-    if mem.kv_bytes_per_sequence == naive:
+    if mem.kv_bytes_per_sequence == (naive := mem.serve_tokens * mem.kv_bytes_per_token):
         return None
     if report.model.kind == "encoder-decoder":
         return "the cross-attention's keys and values of the encoder's tokens included"

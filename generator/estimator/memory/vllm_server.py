@@ -85,17 +85,20 @@ def startup_bytes(spec: Spec, s: Assumptions, server: ServerDefaults, tokens: in
 
 
 def sampler_row_bytes(spec: Spec, s: Assumptions, float32: bool = False) -> int:
-    """One row of the sampler's run: a vocabulary of compute_logits' logits in the model's dtype (held by the
-    caller), the sampler's float32 copy of them (sampler.py forward: logits.to(torch.float32), no copy where they are
-    float32 already), top-p's softmax into float32 probabilities (ops/topk_topp_sampler.py forward_native) and
-    random_sample's exponential noise as large (torch.empty_like(probs)); and two copies of the row's last hidden
-    state (the one the logits are taken at, and _dummy_sampler_run's torch.rand_like of it). 0 for an encoder.
-    Triton's top-k/top-p buffer, one float32 row of the vocabulary per SM (ops/topk_topp_triton.py: 68 MB for a
-    128K vocabulary on 132 SMs, 30 MB on an L4's 58), is left out: it needs each GPU's SM count."""
+    """One row of the sampler's run: a vocabulary's entries at s.serve_sampler_bytes_per_entry, measured (16-bit
+    logits, their float32 copy, top-k/top-p's tensors, probabilities and noise), and two copies of the row's last
+    hidden state (the one the logits are taken at, and _dummy_sampler_run's torch.rand_like of it). In float32 the
+    logits take 4 B and need no float32 copy (sampler.py forward: logits.to(torch.float32)). 0 for an encoder.
+    v0.19.1's source reads less per entry: compute_logits' logits, their copy, top-p's softmax into float32
+    probabilities (ops/topk_topp_sampler.py forward_native) and random_sample's noise (torch.empty_like(probs)),
+    its Triton top-k/top-p in place (ops/topk_topp_triton.py) beside a buffer of one float32 vocabulary row per SM;
+    not measured (Assumptions.serve_sampler_bytes_per_entry)."""
     if spec.kind == "encoder":
         return 0
-    c, f = (4 if float32 else s.compute_bytes), s.decode_logits_bytes
-    return spec.vocab * (c + (0 if c == f else f) + 2 * f) + 2 * c * spec.hidden
+    c, entry = s.compute_bytes, s.serve_sampler_bytes_per_entry
+    if float32:  # the logits in float32 (4 B, not c) and no float32 copy of them
+        c, entry = 4, max(0, entry + 4 - c - s.decode_logits_bytes)
+    return spec.vocab * entry + 2 * c * spec.hidden
 
 
 def in_16_bits(startup: Startup, scale: int) -> Startup:
