@@ -347,4 +347,6 @@ def test_deepseek_v3_serves_its_latent_cache_whole_per_rank(settings):
     r = estimate(cfg, model_id="deepseek-ai/DeepSeek-V3", assumptions=settings.assumptions, cards=settings.cards,
                  gpus=settings.gpus)
     h200 = next(x for x in r.serving if x.gpu_model == "H200 SXM")
-    assert (h200.gpus, h200.strategy) == (8, "tp") and 150 < h200.max_concurrency < 170
+    # 143 since each rank also holds vLLM's startup sampler run, 5.0 GB (vllm_server.py); a cache split 8 ways
+    # would hold about eight times as many
+    assert (h200.gpus, h200.strategy) == (8, "tp") and 135 < h200.max_concurrency < 150
