@@ -156,7 +156,7 @@ def sentence(row: dict[str, str]) -> str:
 
 _FLOOR_PARTS = {"weights": "the gathered layers", "gradients": "their gradients", "optimizer_state":
                 "optimizer state", "activations": "activations", "logits": "logits", "kv_cache": "KV cache",
-                "overhead": "other tensors"}
+                "overhead": "other tensors", "nccl": "NCCL's buffers"}
 # Why a floor is one: what data parallelism leaves whole on each GPU, and what the search does not try
 FLOOR_WHY = ("ZeRO and FSDP divide the weights, gradients and optimizer state among the GPUs, not each GPU's own "
              "activations and logits, nor the layers it gathers to compute, nor the buffers its gradients are reduced "

@@ -261,9 +261,12 @@ def _verdicts(m, least_over: Sequence[float] = (), least_expandable: Sequence[fl
                         f"over the peak{odds}; budget {fmt.gb(c.budget_bytes)})")
         else:
             said.append(f"{c.name} {verdict} (budget {fmt.gb(c.budget_bytes)})")
-    held = "" if peak == m.peak_bytes else \
-        f" (the peak less its {fmt.gb(m.peak_bytes - peak)} of CUDA context, which each budget leaves out already)"
-    return Text(f"Per card{held}: " + "; ".join(said) + ".")
+    held = [f"less its {fmt.gb(m.held_context_bytes)} of CUDA context, which each budget leaves out already"] \
+        if m.held_context_bytes else []
+    if m.held_nccl_bytes:
+        held.append(f"with {fmt.gb(m.held_nccl_bytes)} of NCCL buffers beside it on each GPU")
+    said_held = f" (the peak {' and '.join(held)})" if held else ""
+    return Text(f"Per card{said_held}: " + "; ".join(said) + ".")
 
 
 def _tight_note(headroom: float, replayed: AllocatorRow | None) -> Text:
@@ -298,7 +301,8 @@ def _print_plan(console: Console, report: Report, settings: Settings, method: st
                        f"{a['job_batch']} x "
                        f"{fmt.count(a['job_tokens'])} tokens or the context when shorter; "
                        "max(FLOPs / peak, bytes / bandwidth) / "
-                       "(GPUs x MFU); offload: at least its PCIe transfers)",
+                       f"(GPUs x MFU); offload: at least its PCIe transfers; training per GPU on 2 or more: "
+                       f"with {fmt.gb(a['nccl_bytes_per_gpu'])} of NCCL buffers)",
                        ("Method", "Card", "Setup", "Per GPU", "Price", "Hours", "Job", ""))
         for p in plans:
             marks = ", ".join(w for w, on in (("PCIe-bound", setups_text.link_bound(p)), ("smallest", p.smallest),

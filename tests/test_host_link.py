@@ -92,15 +92,17 @@ def test_the_site_offloads_only_where_nothing_else_runs():
     do (80 until F73: the checkpointed SigLIP tower keeps its layers' inputs alone, 0.25 GB an image, not 3.8 GB;
     8 until its layers were gathered packed, as FSDP-QLoRA gathers them; 16 since ZeRO-3 gathers the tied
     262,208 x 5,376 embedding, 2.8 GB in bf16, at the loss, as DeepSpeed gathers module by module; 24 since
-    DeepSpeed's 1 GB gradient reduce bucket is priced), and the search stops there; no plan moves weights over the
-    host link, so none carries link hours (an offloaded plan's are checked above)."""
+    DeepSpeed's 1 GB gradient reduce bucket is priced), and the search stopped there. Since NCCL's buffers are
+    counted on each GPU (1.56 GB, F86) no count of T4s holds it within the budget, with offload or without: the plan
+    says what 512 of them keep, unfit, with no hours; no fitting plan moves weights over the host link, so none
+    carries link hours (an offloaded plan's are checked above)."""
     s = load_settings()
     mid, cfg, counted = next(x for x in snapshot_configs() if x[0] == "google/gemma-3-27b-it")
     report = estimate(cfg, model_id=mid, assumptions=s.assumptions, cards=s.cards, gpus=s.gpus,
                       checkpoint_params=counted)
     plan = next(p for p in report.plans if p.method == "qlora" and p.gpu_model == "T4")
-    assert (plan.gpus, plan.strategy, plan.offload, plan.fits) == (24, "zero3", "none", True)
-    assert plan.job_hours is not None and plan.host_link_hours is None
+    assert (plan.gpus, plan.fits) == (512, False)
+    assert plan.job_hours is None and plan.host_link_hours is None
     assert all(p.host_link_hours is None for p in report.plans if p.offload == "none")
 
 
@@ -117,9 +119,10 @@ def test_an_offload_plan_names_the_host_memory_it_needs():
     """A review found "2× T4 with FSDP, gradient checkpointing and CPU param offload" marked smallest for
     Llama-2-70B's full fine-tune with no word of the 1.38 TB of host memory per node it takes, which a T4's usual
     instances do not have. The plan carries it (PerGpu.cpu_bytes_per_node of its setup), within the settings' host
-    limit, and its words say it; a plan without offload says nothing of the host."""
+    limit, and its words say it; a plan without offload says nothing of the host. (With NCCL's buffers counted,
+    F86, no count of T4s holds Llama-2-70B's: Qwen3-32B's full fine-tune is the example, on 2 T4s with ZeRO-3.)"""
     s = load_settings()
-    mid, cfg, counted = next(x for x in snapshot_configs() if x[0] == "meta-llama/Llama-2-70b-hf")
+    mid, cfg, counted = next(x for x in snapshot_configs() if x[0] == "Qwen/Qwen3-32B")
     report = estimate(cfg, model_id=mid, assumptions=s.assumptions, cards=s.cards, gpus=s.gpus,
                       checkpoint_params=counted)
     offloaded = [p for p in report.plans if p.offload != "none"]

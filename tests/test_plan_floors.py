@@ -74,7 +74,8 @@ def test_llama_vision_lora_names_its_activations_as_what_no_t4_count_divides():
     """The page's puzzle: LoRA keeps more than the full fine-tune on every GPU, and no count of T4s holds either. The
     floor says why: the tower's adapted Linears keep their inputs (F73), 9.71 GB of activations each GPU keeps whole
     (the full fine-tune 8.26 GB; ZeRO-3 gathers the 525 M-param LM head at the loss, 1.05 GB, beside a layer), and
-    DeepSpeed's reduce bucket, 5e8 bf16 elements, sits beside them (QLoRA's floor, 13.8 GB, is one too)."""
+    DeepSpeed's reduce bucket, 5e8 bf16 elements, and NCCL's buffers sit beside them (QLoRA's floor, 15.3 GB, is one
+    too)."""
     report = _report("meta-llama/Llama-3.2-11B-Vision")
     full, fl, _ = report.plan_floors
     assert full.method == "full" and dict(full.parts)["activations"] < 9e9 < dict(fl.parts)["activations"]
@@ -82,11 +83,11 @@ def test_llama_vision_lora_names_its_activations_as_what_no_t4_count_divides():
     lines = setups_text.floor_sentences(report.plan_floors, report.plans,
                                         {c.name: c.budget_bytes for c in report.memory.cards})
     assert lines[0].startswith("Full fine-tune: no count of T4 16 GB cards up to 512 holds batch 1. With ZeRO-3 and "
-                               "gradient checkpointing, the setup tried that keeps least, each GPU keeps 14.3 GB")
+                               "gradient checkpointing, the setup tried that keeps least, each GPU keeps 15.9 GB")
     assert lines[1].startswith("LoRA: no count of T4 16 GB cards up to 512 holds batch 1. With ZeRO-3 and gradient "
-                               "checkpointing, the setup tried that keeps least, each GPU keeps 15.4 GB however many")
-    assert ("activations 9.71 GB, logits 3.15 GB and other tensors, DeepSpeed's gradient reduce bucket among them "
-            "1.00 GB), over the budget of the T4 16 GB (13.1 GB): no number") in lines[1]
+                               "checkpointing, the setup tried that keeps least, each GPU keeps 16.9 GB however many")
+    assert ("activations 9.71 GB, logits 3.15 GB, other tensors, DeepSpeed's gradient reduce bucket among them "
+            "1.00 GB and NCCL's buffers 1.56 GB), over the budget of the T4 16 GB (13.1 GB): no number") in lines[1]
     assert lines[1].endswith("no number of these cards would hold it with ZeRO or FSDP.")
     assert lines[-1] == setups_text.FLOOR_WHY
 
@@ -122,19 +123,21 @@ def test_a_card_over_the_floor_would_need_more_gpus_and_one_under_it_none():
 
 
 def test_deepseek_v3_lora_on_l4s_would_need_more_than_512_and_on_t4s_no_count():
-    """DeepSeek-V3's LoRA with its experts spread over a node keeps 17.8 GB per GPU however many share it: over the
-    T4's budget (13.1 GB), under the L4's (20.1 GB), whose 512 GPUs still hold 20.6 GB. The command on the exact
-    job agrees: `--method lora --strategy fsdp+ep --grad-ckpt` peaks at 20,118,855,145 B on 624 GPUs and
-    20,089,769,705 B on 632, the L4's budget being 20,102,314,322 B."""
+    """DeepSeek-V3's LoRA with its experts spread over a node keeps 17.8 GB of tensors per GPU however many share
+    it, and NCCL's 1.56 GB of buffers beside them: 19.4 GB, over the T4's budget (13.1 GB), under the L4's
+    (20.1 GB), whose 512 GPUs still hold more. The command on the exact job agrees: `--method lora --strategy
+    fsdp+ep --grad-ckpt` peaks at 18,546,710,556 B allocated on 1,976 GPUs and 18,543,784,729 B on 1,984, with the
+    1,556,925,645 B of NCCL's buffers 20,103,636,201 B and 20,100,710,374 B, the L4's budget being
+    20,102,314,322 B."""
     report = _report("deepseek-ai/DeepSeek-V3")
     lora = next(f for f in report.plan_floors if f.method == "lora")
-    assert lora.strategy == "fsdp+ep" and 17e9 < lora.floor_bytes < 18e9
-    assert lora.beyond == (("L4 24 GB", 632),)
+    assert lora.strategy == "fsdp+ep" and 19e9 < lora.floor_bytes < 20e9
+    assert lora.beyond == (("L4 24 GB", 1_984),)
     lines = setups_text.floor_sentences(report.plan_floors, report.plans,
                                         {c.name: c.budget_bytes for c in report.memory.cards})
     line = next(x for x in lines if x.startswith("LoRA:"))
     assert line.endswith("over the budget of the T4 16 GB (13.1 GB): no number of these cards would hold it with "
-                         "ZeRO or FSDP; 632× "
+                         "ZeRO or FSDP; 1,984× "
                          "L4 24 GB with FSDP + expert parallel and gradient checkpointing would hold it."), line
 
 

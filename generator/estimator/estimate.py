@@ -82,6 +82,7 @@ from .setups import (
     serving_table,
     training_flops,
     training_job,
+    training_nccl,
 )
 
 
@@ -156,7 +157,7 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
     the_job = site_jobs["full"] if job is site_full or job == site_full else exact_job(arch, graph, s, job, shape,
                                                                                        model_id)
     spread = per_gpu(the_job, setup, model_id)
-    exact = metric_memory(spread.peak_phase, dict(spread.breakdown), s, job, graph)
+    exact = metric_memory(spread.peak_phase, dict(spread.breakdown), s, job, graph, setup.gpus)
     # QLoRA's phases at batch 1 (None where the checkpoint is quantised already: plans_unreachable says why)
     qlora_limits = job_limits(site_jobs["qlora"], _site_metric) if arch.quant is None else None
     card_serve = {name: serve_at[v] for name, v in servers.items()}
@@ -273,7 +274,7 @@ def _setups(arch, graph, s: Assumptions, gpu_offers: tuple[GpuOffer, ...], jobs,
     the cost section's roofline (`work`), checkpointing reading the weights once more per step. Serving is
     searched on each GPU at its server's defaults and dtype (`served`: the serving jobs per ServerDefaults and
     float32), as vLLM serves the model there (`scale`: setups.serving_scale)."""
-    peak = cached_peak(jobs, _site_metric, _SUMMED, s.job_batch)
+    peak = cached_peak(jobs, _site_metric, _SUMMED, s.job_batch, training_nccl(s))
     flops = training_flops(arch, s, flops_per_token)
     not_applicable = {}
     if arch.quant is not None:
@@ -298,7 +299,7 @@ def _setups(arch, graph, s: Assumptions, gpu_offers: tuple[GpuOffer, ...], jobs,
         if not group:
             continue
         table = peak if at_server["serve"] is jobs["serve"] else cached_peak({**jobs, **at_server}, _site_metric,
-                                                                               _SUMMED, s.job_batch)
+                                                                               _SUMMED, s.job_batch, training_nccl(s))
         got, missed = plans_on(table, scaled_offers(group, scale), at_server)
         found += scaled_plans(got, scale)
         lost.append([u for u in missed if u.method == "serve"])

@@ -191,9 +191,18 @@ class Memory:
             else 0
 
     @property
+    def held_nccl_bytes(self) -> int:
+        """What a card holds beside the exact job's peak on each GPU of a setup of several: NCCL's buffers
+        (Assumptions.nccl_bytes_per_gpu), outside the allocator, so that a peak torch counts (allocated, reserved)
+        leaves them out; an nvidia-smi peak has them already."""
+        job = dict(self.job or ())
+        several = int(job.get("gpus") or 1) > 1 and job.get("metric") != "nvidia-smi"
+        return int(dict(self.assumptions).get("nccl_bytes_per_gpu", 0)) if several else 0
+
+    @property
     def held_peak_bytes(self) -> int:
-        """The exact job's peak as a card's budget and capacity hold it (held_context_bytes)."""
-        return self.peak_bytes - self.held_context_bytes
+        """The exact job's peak as a card's budget and capacity hold it (held_context_bytes, held_nccl_bytes)."""
+        return self.peak_bytes - self.held_context_bytes + self.held_nccl_bytes
 
     @property
     def serve_named_bytes(self) -> int:

@@ -104,7 +104,7 @@ def job_on_setup(a: Arch, g: Graph, s: Assumptions, job: Job, setup: Setup, mode
     """`job`'s peak on the largest GPU of `setup` (parallel.per_gpu), in the job's metric: what a measured
     multi-GPU run's per-GPU peak is compared with."""
     spread = per_gpu(exact_job(a, g, s, job, model_shape(a, g), model), setup, model)
-    return metric_memory(spread.peak_phase, dict(spread.breakdown), s, job, g)
+    return metric_memory(spread.peak_phase, dict(spread.breakdown), s, job, g, setup.gpus)
 
 
 def inference_job(a: Arch, g: Graph, s: Assumptions, job: Job, shape: Shape, model: str = "") -> SingleGpuJob:
@@ -250,6 +250,17 @@ def plans_for(jobs: Mapping[str, SingleGpuJob], peak: PeakTable,
     return plans, sorted(unreachable, key=lambda u: order.get(u.method, 9))
 
 
+TRAINING = ("full", "lora", "qlora")
+
+
+def training_nccl(s: Assumptions) -> dict[str, int]:
+    """NCCL's buffers on each GPU of a training setup of several (PeakTable's nccl_bytes): the training methods
+    hold them beside the headroom, which the caching allocator's fragmentation takes (FINDINGS.md F49). Serving does
+    not: vLLM allocates its KV cache in one piece, so the headroom its budget keeps holds them, on every card
+    (memory less the CUDA context and NCCL's buffers is over the budget: tested), where a trainer's would not."""
+    return dict.fromkeys(TRAINING, s.nccl_bytes_per_gpu)
+
+
 def plan_floors(peak: PeakTable, plans: list[Plan], gpu_offers: tuple[GpuOffer, ...]) -> list[PlanFloor]:
     """Per training method that some card holds on no count up to MAX_GPUS: the least that one GPU keeps under any
     ZeRO / FSDP setup tried, offload included, however many GPUs share the job (PeakTable.floor). A card whose
@@ -275,8 +286,9 @@ def plan_floors(peak: PeakTable, plans: list[Plan], gpu_offers: tuple[GpuOffer, 
         over = dict.fromkeys(p.gpu for p in plans
                              if p.method == method and not p.fits and budget_bytes[p.gpu] >= bytes_)
         beyond = tuple((card, _count_past_max(peak, method, setup, budget_bytes[card])) for card in over)
+        named = (*zip(PARTS, parts, strict=True), ("nccl", peak.nccl.get(method, 0)))  # and NCCL's buffers
         out.append(PlanFloor(method, setup.strategy, setup.grad_ckpt, setup.offload, bytes_,
-                             tuple((k, v) for k, v in zip(PARTS, parts, strict=True) if v), beyond))
+                             tuple((k, v) for k, v in named if v), beyond))
     return out
 
 

@@ -303,7 +303,7 @@ def job_regime(job: Job) -> Regime:
         padded=job.padded and job.batch > 1)  # one sample is padded to its own length: no mask
 
 
-def apply_metric(parts: dict[str, int], s: Assumptions, job: Job, g: Graph) -> None:
+def apply_metric(parts: dict[str, int], s: Assumptions, job: Job, g: Graph, gpus: int = 1) -> None:
     """allocated: live tensors (torch.cuda.max_memory_allocated). bitsandbytes' paged optimizers allocate their
     state with cudaMallocManaged (bitsandbytes/functional.py get_paged), outside torch's caching allocator:
     allocated and reserved do not see it, the driver (nvidia-smi) does while it is resident. That is priced where
@@ -313,9 +313,10 @@ def apply_metric(parts: dict[str, int], s: Assumptions, job: Job, g: Graph) -> N
     in training the bf16 logits (c x B x T x V) are freed before backward and their blocks are too small for the
     4-byte gradients that follow (CUDACachingAllocator never splits across blocks nor returns them without
     empty_cache). Rounding (512 B, 2 MiB for large blocks) is below 0.1% here and left out.
-    nvidia-smi: reserved + the CUDA context (Assumptions.cuda_context_bytes)."""
+    nvidia-smi: reserved + the CUDA context (Assumptions.cuda_context_bytes), and on each of `gpus` > 1 NCCL's
+    buffers (Assumptions.nccl_bytes_per_gpu), which no torch counter sees either."""
     spec = g.spec
     if job.metric in ("reserved", "nvidia-smi") and job.method != "inference" and parts["logits"]:
         parts["overhead"] += 2 * job.batch * job.tokens * spec.logits
     if job.metric == "nvidia-smi":
-        parts["overhead"] += s.cuda_context_bytes
+        parts["overhead"] += s.cuda_context_bytes + (s.nccl_bytes_per_gpu if gpus > 1 else 0)

@@ -38,8 +38,8 @@ def phase_parts(ph: Phase) -> dict[str, int]:
             "overhead": ph.overhead_weights + ph.overhead_step + ph.overhead_fixed}
 
 
-def metric_memory(name: str, parts: dict[str, int], s: Assumptions, job: Job, g: Graph) -> JobMemory:
-    """A peak's breakdown (one GPU's, or the largest GPU's of a parallel setup) in the job's metric."""
+def metric_memory(name: str, parts: dict[str, int], s: Assumptions, job: Job, g: Graph, gpus: int = 1) -> JobMemory:
+    """A peak's breakdown (one GPU's, or the largest GPU's of a parallel setup of `gpus`) in the job's metric."""
     parts = dict(parts)
-    apply_metric(parts, s, job, g)
+    apply_metric(parts, s, job, g, gpus)
     return JobMemory(sum(parts.values()), name, tuple((k, parts[k]) for k in PARTS))

@@ -29,11 +29,14 @@ class PeakTable:
     count costs a few divisions. `first_count` is plans.Bound for the methods in `summed` (whose metric is the sum
     of the parts, so a lower bound on the parts' sum bounds the figure). `batch`: the reference job's, which a
     training setup of fewer GPUs (data parallel, one sample each) reaches by accumulating gradients over micro-batches,
-    every one held (parallel.accumulating_phases; FSDP's no_sync keeps them unsharded). One per estimate."""
+    every one held (parallel.accumulating_phases; FSDP's no_sync keeps them unsharded). `nccl_bytes`: per method,
+    what NCCL holds on each GPU of a setup of several, outside the allocator (Assumptions.nccl_bytes_per_gpu), which
+    the card holds beside the parts: added to the method's figure on 2 GPUs or more. One per estimate."""
 
     def __init__(self, jobs: Mapping[str, SingleGpuJob], adjust: Callable[[str, tuple[int, ...]], int],
-                 summed: tuple[str, ...] = (), batch: int = 1) -> None:
+                 summed: tuple[str, ...] = (), batch: int = 1, nccl_bytes: Mapping[str, int] | None = None) -> None:
         self.jobs, self.adjust, self.summed, self.batch = jobs, adjust, summed, batch
+        self.nccl = dict(nccl_bytes or {})
         self.accumulating = {m: accumulating_job(j) for m, j in jobs.items()
                              if m in ("full", "lora", "qlora") and batch > 1}
         self.seen: dict[tuple, tuple[int, int] | ParallelError] = {}
@@ -48,14 +51,16 @@ class PeakTable:
         """The figure and parts (PARTS order) one rank keeps of a ZeRO / FSDP setup's line however many GPUs share
         it (Sharding.floor); ParallelError where the line cannot run."""
         parts = self._sharding(method, setup).floor()
-        return self.adjust(method, parts), parts
+        return self.adjust(method, parts) + self.nccl.get(method, 0), parts
 
     def _figure(self, method: str, setup: Setup) -> tuple[int, int]:
+        several = isinstance(setup.gpus, int) and setup.gpus > 1  # a count that is no integer: refused below
+        nccl = self.nccl.get(method, 0) if several else 0
         if setup.strategy in SHARDED:
             sharding = self._sharding(method, setup, self._accumulates(method, setup))
-            return self.adjust(method, sharding.peak(setup.gpus)), sharding.cpu(setup.gpus)
+            return self.adjust(method, sharding.peak(setup.gpus)) + nccl, sharding.cpu(setup.gpus)
         job = self._job(method, self._accumulates(method, setup))
-        return self.adjust(method, peak_parts(job, setup, method)[1]), cpu_bytes_per_node(job, setup)
+        return self.adjust(method, peak_parts(job, setup, method)[1]) + nccl, cpu_bytes_per_node(job, setup)
 
     def _accumulates(self, method: str, setup: Setup) -> bool:
         return method in self.accumulating and isinstance(setup.gpus, int) and setup.gpus < self.batch
@@ -81,8 +86,9 @@ class PeakTable:
 
     def first_count(self, method: str, kind: Kind, budget: int) -> int | None:
         """plans.Bound for a ZeRO / FSDP, pipeline or tensor x pipeline kind of a summed method that runs (validated
-        once, at its first count): a phase of bytes A + S / N at least (_limits) is within `budget` only from
-        N = S / (budget - A) (shaved by 1e-9 against rounding); None for the other kinds."""
+        once, at its first count): a phase of bytes A + S / N at least (_limits), and NCCL's on a kind of several GPUs
+        only, is within `budget` only from N = S / (budget - A - NCCL) (shaved by 1e-9 against rounding); None for
+        the other kinds. A kind that starts at one GPU is bounded without NCCL's bytes: a lower bound still."""
         key = (method, id(kind))
         if key not in self.limits:
             self.limits[key] = self._limits(method, kind)
@@ -90,8 +96,9 @@ class PeakTable:
         if limits is None:
             return None
         need = 0.0
+        nccl = self.nccl.get(method, 0) if kind.first > 0 else 0
         for fixed, spread in limits:
-            room = budget - fixed
+            room = budget - fixed - nccl
             if spread:
                 if room <= 0:
                     return len(GPU_COUNTS)  # never within the budget
@@ -136,6 +143,7 @@ def _remembered(table: dict, key: tuple, make: Callable[[], Any]) -> Any:
 
 
 def cached_peak(jobs: Mapping[str, SingleGpuJob], adjust: Callable[[str, tuple[int, ...]], int],
-                summed: tuple[str, ...] = (), batch: int = 1) -> PeakTable:
+                summed: tuple[str, ...] = (), batch: int = 1,
+                nccl_bytes: Mapping[str, int] | None = None) -> PeakTable:
     """A PeakTable over the jobs (its docstring)."""
-    return PeakTable(jobs, adjust, summed, batch)
+    return PeakTable(jobs, adjust, summed, batch, nccl_bytes)

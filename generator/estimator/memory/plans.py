@@ -82,7 +82,8 @@ class Plan:
 class PlanFloor:
     """What each GPU keeps of a training method's batch-1 job however many GPUs share it, under the ZeRO / FSDP
     setup tried that keeps least (sharding.Sharding.floor): made where some card holds the method on no count up to
-    MAX_GPUS, to say whether any count would. parts: (name, bytes) in parallel.PARTS order, the nonzero ones.
+    MAX_GPUS, to say whether any count would. parts: (name, bytes) in parallel.PARTS order, the nonzero ones, then
+    "nccl": NCCL's buffers beside them on each GPU (Assumptions.nccl_bytes_per_gpu).
     beyond: (card, GPUs) for each such card whose budget holds the floor: how many GPUs of it the setup needs (0: more
     than a million)."""
 

@@ -1,0 +1,116 @@
+"""NCCL's buffers on each GPU of a setup of several (Assumptions.nccl_bytes_per_gpu): outside PyTorch's allocator,
+so held beside the tensors a setup's figure counts, on 2 GPUs or more and never on one; in the exact job's
+nvidia-smi peak, beside its allocated one. Reference value: Stas Bekman, Machine Learning Engineering,
+training/performance/README.md ("torch.distributed memory usage": 2 ranks, NV 0.55 GiB before the first barrier,
+2.00 GiB after)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from generator.cli import main
+from generator.estimator import estimate
+from generator.estimator.inputs import GIB, Assumptions
+from generator.estimator.memory.job_options import Job
+from generator.estimator.memory.parallel import Setup
+from generator.estimator.memory.peak_table import cached_peak
+from generator.estimator.memory.profile import budget_bytes
+from generator.estimator.setups import training_nccl
+from generator.hub.snapshot import DEFAULT_SNAPSHOT_DIR, load_record
+from generator.settings import load_settings
+from tests.test_plans_real import site_jobs  # the site's jobs, built as estimate() builds them
+
+SETTINGS = load_settings()
+S = SETTINGS.assumptions
+NCCL = S.nccl_bytes_per_gpu
+LLAMA8 = "meta-llama/Llama-3.1-8B"
+
+
+def _report(model: str, **kw):
+    record = load_record(DEFAULT_SNAPSHOT_DIR, model)
+    assert record is not None
+    return estimate(record.config(), model_id=model, assumptions=S, cards=SETTINGS.cards, gpus=SETTINGS.gpus, **kw)
+
+
+def test_the_figure_is_the_measured_increase_at_the_first_barrier():
+    assert NCCL == Assumptions().nccl_bytes_per_gpu == round((2.00 - 0.55) * GIB)
+
+
+def test_a_training_setup_of_several_gpus_holds_the_buffers_beside_its_parts_and_one_gpu_does_not():
+    """The plan search's figure (PeakTable) is the parts' figure plus NCCL's on 2 GPUs or more, for every kind of
+    training setup: data parallel, ZeRO, FSDP, pipeline parallel; serving's is the parts' alone (below)."""
+    jobs = site_jobs(LLAMA8)
+    plain = cached_peak(jobs, lambda method, parts: sum(parts), ("full", "lora", "serve"))
+    held = cached_peak(jobs, lambda method, parts: sum(parts), ("full", "lora", "serve"), 1, training_nccl(S))
+    assert training_nccl(S) == {"full": NCCL, "lora": NCCL, "qlora": NCCL}
+    assert held("full", Setup()) == plain("full", Setup())
+    assert held("full", Setup("zero2", 1, True, "optimizer")) == plain("full", Setup("zero2", 1, True, "optimizer"))
+    for method, setup in (("full", Setup("ddp", 2)), ("full", Setup("zero2", 4, True)), ("lora", Setup("fsdp", 8, True)),
+                          ("full", Setup("zero3", 64, True)), ("lora", Setup("pp", 4)), ("qlora", Setup("fsdp", 2, True))):
+        assert held(method, setup)[0] == plain(method, setup)[0] + NCCL, (method, setup)
+        assert held(method, setup)[1] == plain(method, setup)[1]  # the CPU's share is not the GPU's buffers
+    for setup in (Setup("tp", 2), Setup("pp", 4)):
+        assert held("serve", setup) == plain("serve", setup)
+    fsdp = Setup("fsdp", 8, True)
+    assert held.floor("full", fsdp)[0] == plain.floor("full", fsdp)[0] + NCCL
+
+
+def test_every_cards_serving_headroom_holds_the_buffers():
+    """Serving adds no NCCL bytes to its figure: the headroom its budget keeps is for the caching allocator's
+    fragmentation, which vLLM's KV cache, allocated in one piece, does not suffer, so the memory less the CUDA
+    context and NCCL's buffers must still hold the budget, on every card listed."""
+    for card in SETTINGS.cards:
+        assert card.memory_usable_bytes - S.cuda_context_bytes - NCCL >= budget_bytes(card, S), card.name
+
+
+def test_every_plan_of_several_gpus_is_within_its_budget_with_the_buffers():
+    """Llama-3.1-70B needs several GPUs for every method on most cards: each fitting plan's figure, training's
+    buffers included, is within its card's budget, and a floor names them among what each GPU keeps."""
+    r = _report("meta-llama/Llama-3.1-70B")
+    budgets = {c.name: c.budget_bytes for c in r.memory.cards}
+    several = [p for p in r.plans if p.fits and p.gpus > 1]
+    assert {p.method for p in several} == {"full", "lora", "qlora", "serve"}
+    for p in several:
+        assert NCCL < p.per_gpu_peak_bytes <= budgets[p.gpu], p
+    plan_floor = {fl.method: fl for fl in r.plan_floors}
+    assert dict(plan_floor["full"].parts)["nccl"] == NCCL  # no count of T4s holds its full fine-tune
+    for p in r.plans:
+        if p.fits and p.gpus == 1:
+            assert p.per_gpu_peak_bytes <= budgets[p.gpu], p
+
+
+def test_the_exact_job_counts_the_buffers_in_nvidia_smi_and_holds_them_beside_an_allocated_peak():
+    fsdp2 = Setup("fsdp", 2)
+    allocated = _report(LLAMA8, job=Job(method="lora", tokens=2048), setup=fsdp2, structure=False).memory
+    smi = _report(LLAMA8, job=Job(method="lora", tokens=2048, metric="nvidia-smi"), setup=fsdp2,
+                  structure=False).memory
+    one = _report(LLAMA8, job=Job(method="lora", tokens=2048, metric="nvidia-smi"), structure=False).memory
+    assert allocated.held_nccl_bytes == NCCL and allocated.held_context_bytes == 0
+    assert allocated.held_peak_bytes == allocated.peak_bytes + NCCL
+    assert smi.held_nccl_bytes == 0 and smi.held_context_bytes == S.cuda_context_bytes
+    # nvidia-smi: the allocator's cache (the bf16 logits' freed blocks), the CUDA context and NCCL's buffers
+    assert dict(smi.breakdown)["overhead"] - dict(allocated.breakdown)["overhead"] \
+        >= S.cuda_context_bytes + NCCL
+    assert smi.held_peak_bytes == smi.peak_bytes - S.cuda_context_bytes
+    assert one.held_nccl_bytes == 0  # one GPU: no communicator
+    assert dict(one.breakdown)["overhead"] < dict(smi.breakdown)["overhead"]
+
+
+@pytest.mark.parametrize("metric", ["allocated", "nvidia-smi"])
+def test_the_command_says_the_buffers_a_card_holds_beside_the_peak(capsys, metric):
+    code = main([LLAMA8, "--method", "lora", "--gpus", "2", "--strategy", "fsdp", "--metric", metric])
+    out, err = capsys.readouterr()
+    assert code == 0 and err == ""
+    text = " ".join(out.split())
+    if metric == "allocated":
+        assert "with 1.56 GB of NCCL buffers beside it on each GPU" in text
+    else:
+        assert "NCCL buffers beside it" not in text and "less its 537 MB of CUDA context" in text
+
+
+def test_the_json_twin_carries_the_assumption(capsys):
+    assert main([LLAMA8, "--json"]) == 0
+    report = json.loads(capsys.readouterr()[0])
+    assert report["memory"]["assumptions"]["nccl_bytes_per_gpu"] == NCCL
