@@ -171,7 +171,7 @@ def calculate(config_text: str, model_id: str, site: Site, query: str) -> dict[s
 
     parts = dict(m.breakdown)
     out.update(ok=True, peak_bytes=m.peak_bytes, peak=f.gb(m.peak_bytes), peak_phase=m.peak_phase,
-               job=dict(m.job), job_text=job_text(dict(m.job)),
+               job=dict(m.job), job_text=job_text(dict(m.job)), held=f.held_words(m.held_context_bytes, m.held_nccl_bytes),
                breakdown=[{"part": p, "label": p.replace("_", " "), "bytes": parts.get(p, 0),
                            "text": f.gb(parts.get(p, 0))} for p in PARTS],
                # an nvidia-smi peak meets a budget with its CUDA context counted once (Memory.held_context_bytes),

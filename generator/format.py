@@ -312,3 +312,14 @@ def usd_per_million(x: float | None) -> str:
 def lora_targets(targets: str) -> str:
     """A job's LoRA targets in words: the names as given, all-linear, or peft's own for the model type."""
     return "peft's default targets" if targets == PEFT_DEFAULT else targets
+
+
+def held_words(context_bytes: int, nccl_bytes: int) -> str:
+    """How a card holds the exact job's peak (Memory.held_peak_bytes) where not as the peak reads: less the CUDA
+    context an nvidia-smi peak counts (Memory.held_context_bytes), with the NCCL buffers a peak torch counts leaves
+    out on several GPUs (Memory.held_nccl_bytes); "" where the card holds the peak as it reads."""
+    held = [f"less its {gb(context_bytes)} of CUDA context, which each budget leaves out already"] \
+        if context_bytes else []
+    if nccl_bytes:
+        held.append(f"with {gb(nccl_bytes)} of NCCL buffers beside it on each GPU")
+    return f"the peak {' and '.join(held)}" if held else ""

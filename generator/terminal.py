@@ -261,12 +261,8 @@ def _verdicts(m, least_over: Sequence[float] = (), least_expandable: Sequence[fl
                         f"over the peak{odds}; budget {fmt.gb(c.budget_bytes)})")
         else:
             said.append(f"{c.name} {verdict} (budget {fmt.gb(c.budget_bytes)})")
-    held = [f"less its {fmt.gb(m.held_context_bytes)} of CUDA context, which each budget leaves out already"] \
-        if m.held_context_bytes else []
-    if m.held_nccl_bytes:
-        held.append(f"with {fmt.gb(m.held_nccl_bytes)} of NCCL buffers beside it on each GPU")
-    said_held = f" (the peak {' and '.join(held)})" if held else ""
-    return Text(f"Per card{said_held}: " + "; ".join(said) + ".")
+    held = fmt.held_words(m.held_context_bytes, m.held_nccl_bytes)
+    return Text(f"Per card{f' ({held})' if held else ''}: " + "; ".join(said) + ".")
 
 
 def _tight_note(headroom: float, replayed: AllocatorRow | None) -> Text:

@@ -20,6 +20,7 @@ from generator.estimator.memory.profile import budget_bytes
 from generator.estimator.setups import training_nccl
 from generator.hub.snapshot import DEFAULT_SNAPSHOT_DIR, load_record
 from generator.settings import load_settings
+from tests.test_calculator import page_answer  # the model page's calculator on a snapshot model
 from tests.test_plans_real import site_jobs  # the site's jobs, built as estimate() builds them
 
 SETTINGS = load_settings()
@@ -114,3 +115,20 @@ def test_the_json_twin_carries_the_assumption(capsys):
     assert main([LLAMA8, "--json"]) == 0
     report = json.loads(capsys.readouterr()[0])
     assert report["memory"]["assumptions"]["nccl_bytes_per_gpu"] == NCCL
+
+
+def test_the_calculator_holds_the_buffers_beside_a_multi_gpu_peak_and_says_so():
+    """The model page's calculator, for `--gpus 2 --strategy fsdp`: a card fits where the peak and NCCL's buffers
+    are within its budget, its largest batch is held to that, and the table's title says so."""
+    one = page_answer(LLAMA8, "method=lora&grad-ckpt=")
+    two = page_answer(LLAMA8, "method=lora&grad-ckpt=&gpus=2&strategy=fsdp")
+    assert one["ok"] and two["ok"] and one["held"] == ""
+    assert two["held"] == "the peak with 1.56 GB of NCCL buffers beside it on each GPU"
+    for card in two["cards"]:
+        assert card["fits"] == (two["peak_bytes"] + NCCL <= card["budget_bytes"]), card["name"]
+    card80 = next(c for c in two["cards"] if c["name"] == "A100 / H100 80 GB")
+    largest = card80["max_batch"]
+    assert largest > 1
+    at = page_answer(LLAMA8, f"method=lora&grad-ckpt=&gpus=2&strategy=fsdp&batch={largest}")
+    past = page_answer(LLAMA8, f"method=lora&grad-ckpt=&gpus=2&strategy=fsdp&batch={largest + 1}")
+    assert at["peak_bytes"] + NCCL <= card80["budget_bytes"] < past["peak_bytes"] + NCCL

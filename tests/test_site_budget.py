@@ -139,8 +139,9 @@ def test_the_calculator_adds_little_to_a_page_and_its_shared_files_are_once_per_
     # vLLM refuses float16, 447 kB with the GPUs vLLM has no sparse-attention kernel on
     # (setups.serving_scale), 448 kB with the adapters' state paged AdamW leaves unpaged (lora.PAGED_MIN_ELEMENTS),
     # 456 kB with vLLM's startup run at each GPU's defaults and dtype, and its sampler's rows past max_num_seqs
-    # (memory/vllm_server.py, card_plans.py), 457 kB with NCCL's buffers on each GPU of several (peak_table.py)
-    assert sum(v for k, v in shared.items() if k.endswith(".zip") and "estimator-" in k) < 457_000
+    # (memory/vllm_server.py, card_plans.py), 458 kB with NCCL's buffers on each GPU of several (peak_table.py) and
+    # the words for how a card holds a multi-GPU peak (format.held_words)
+    assert sum(v for k, v in shared.items() if k.endswith(".zip") and "estimator-" in k) < 458_000
     assert sum(shared.values()) < 16_000_000  # Pyodide's runtime is most of it (the wasm: 9.6 MB)
     artifacts = Path(__file__).resolve().parents[1] / "test-artifacts"
     artifacts.mkdir(exist_ok=True)

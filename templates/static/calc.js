@@ -123,7 +123,7 @@ function show(r) {
   what.textContent = "during " + r.peak_phase + " (" + r.job_text + ")";
   details.append(
     table("What the peak is made of", ["Part", "At the peak"], r.breakdown.map((b) => [b.label, b.text])),
-    table("This setup on each card", ["Card", "Budget", "Fits", "Largest batch"],
+    table("This setup on each card" + (r.held ? " (" + r.held + ")" : ""), ["Card", "Budget", "Fits", "Largest batch"],
       r.cards.map((c) => [c.name, c.budget, c.fits ? "yes" : "no", c.max_batch_text])));
   say(r.ignored.length ? "Not a setting, left out: " + r.ignored.join(", ") : "Computed in this page by the estimator.");
 }
