@@ -42,6 +42,7 @@ from .accuracy_rows import (  # noqa: F401 - _double_quant: tests reach it here
     _double_quant,
     estimate_bytes,
     estimate_or_reason,
+    held_nccl_bytes,
     setup_and_reason,
     setup_of,
     tensor_bytes,
@@ -272,7 +273,7 @@ def compute(datasets: Mapping[str, Sequence[Mapping[str, Any]]], settings, estim
             judged.append((setup.method, measured, est, row))
             if status == "oom" and measured is None and name == "public":
                 card, budget = _largest_oom_card(row, budgets, s.cuda_context_bytes)
-                if card is not None and est <= budget:
+                if card is not None and est + held_nccl_bytes(row, s.nccl_bytes_per_gpu) <= budget:
                     unflagged.append((str(row.get("id")), str(row.get("model")), setup.method, card.name, est, budget,
                                       miss_cause(row, setup)))
             if measured and name == "public":
@@ -297,12 +298,14 @@ def compute(datasets: Mapping[str, Sequence[Mapping[str, Any]]], settings, estim
             for card, budget in budgets:
                 jobs = nonfit = flagged = fit = false_no = tight = 0
                 for _, m, e, row in mine:
+                    held = held_nccl_bytes(row, s.nccl_bytes_per_gpu)  # a card holds NCCL's beside both
+                    e += held
                     if m is None:  # an OOM row: judged only on cards no larger than its GPU
                         if card not in _oom_cards(row, settings.cards, s.cuda_context_bytes):
                             continue
                         does_fit = False
                     else:
-                        does_fit = m <= budget
+                        does_fit = m + held <= budget
                     jobs += 1
                     if does_fit:
                         fit += 1

@@ -170,15 +170,17 @@ def calculate(config_text: str, model_id: str, site: Site, query: str) -> dict[s
         return cache[batch]
 
     parts = dict(m.breakdown)
+    held = m.held_peak_bytes - m.peak_bytes  # what a card holds beside the peak: NCCL's, less a counted context
     out.update(ok=True, peak_bytes=m.peak_bytes, peak=f.gb(m.peak_bytes), peak_phase=m.peak_phase,
-               job=dict(m.job), job_text=job_text(dict(m.job)), held=f.held_words(m.held_context_bytes, m.held_nccl_bytes),
+               job=dict(m.job), job_text=job_text(dict(m.job)),
+               held=f.held_words(m.held_context_bytes, m.held_nccl_bytes),
                breakdown=[{"part": p, "label": p.replace("_", " "), "bytes": parts.get(p, 0),
                            "text": f.gb(parts.get(p, 0))} for p in PARTS],
                # an nvidia-smi peak meets a budget with its CUDA context counted once (Memory.held_context_bytes),
                # a peak on each of several GPUs with NCCL's buffers beside it (Memory.held_nccl_bytes)
                cards=[{"name": c.name, "budget_bytes": c.budget_bytes, "budget": f.gb(c.budget_bytes),
                        "fits": m.held_peak_bytes <= c.budget_bytes,
-                       "max_batch": largest_batch(cached, c.budget_bytes + m.held_context_bytes - m.held_nccl_bytes)} for c in m.cards])
+                       "max_batch": largest_batch(cached, c.budget_bytes - held)} for c in m.cards])
     for card in out["cards"]:
         card["max_batch_text"] = f.count(card["max_batch"]) if card["max_batch"] else f.DASH
     return out

@@ -80,7 +80,8 @@ def add_setup_arguments(p: argparse.ArgumentParser) -> None:
                     help="default: the model class's (eager where transformers' class has no SDPA, and for custom "
                          "code not known to use it)")
     ex.add_argument("--metric", choices=j.METRICS,
-                    help="allocated (tensors), reserved (+ the allocator's cache), nvidia-smi (+ CUDA context)")
+                    help="allocated (tensors), reserved (+ the allocator's cache), nvidia-smi (+ CUDA context, + NCCL's "
+                         "buffers on several GPUs)")
     ex.add_argument("--gpus", type=int, metavar="N", default=1, help="GPUs the job runs on (default 1); "
                                                                      "memory.peak_bytes is per GPU")
     ex.add_argument("--strategy", choices=[x for x in parallel.STRATEGIES if x not in ("single", "tp+pp")],

@@ -43,8 +43,9 @@ def label(p: Any) -> str:
         + (f" ({f.gb(host)} of host memory per node)" if host else "")
 
 
-# A card whose GPUs vLLM has no attention kernel for the model on (estimator setups.serving_scale: 0)
-NOT_SERVED = "no vLLM kernel for it here"
+# A card whose GPUs vLLM has no attention kernel for the model on, or refuses its quantisation on (estimator
+# setups.serving_scale: 0)
+NOT_SERVED = "vLLM does not serve it here"
 
 
 def _tight(p: Any, capacity_bytes: int) -> bool:
@@ -160,7 +161,8 @@ _FLOOR_PARTS = {"weights": "the gathered layers", "gradients": "their gradients"
 # Why a floor is one: what data parallelism leaves whole on each GPU, and what the search does not try
 FLOOR_WHY = ("ZeRO and FSDP divide the weights, gradients and optimizer state among the GPUs, not each GPU's own "
              "activations and logits, nor the layers it gathers to compute, nor the buffers its gradients are reduced "
-             "through; tensor and sequence parallelism, which divide activations too, are not tried for training.")
+             "through, nor NCCL's; tensor and sequence parallelism, which divide activations too, are not tried for "
+             "training.")
 
 
 def floor_sentences(floors: Any, plans: Any, budget_bytes: dict[str, int],
@@ -178,7 +180,7 @@ def floor_sentences(floors: Any, plans: Any, budget_bytes: dict[str, int],
         top = f.count(max(_get(p, "gpus") for p in over))  # the most GPUs the search tried
         floor, strategy, parts = _get(fl, "floor_bytes"), _get(fl, "strategy"), _get(fl, "parts")
         names = {**_FLOOR_PARTS, **({"weights": "the weights, whole"} if strategy == "zero2" else {}),
-                 **({"overhead": "other tensors, DeepSpeed's gradient reduce bucket among them"}
+                 **({"overhead": "other tensors (DeepSpeed's gradient reduce bucket among them)"}
                     if strategy in ("zero2", "zero3") else {})}
         kept = f.words_list([f"{names.get(k, k)} {f.gb(v)}"
                              for k, v in (parts.items() if isinstance(parts, dict) else parts)])

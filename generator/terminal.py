@@ -119,7 +119,8 @@ def print_summary(console: Console, report: Report, *, plan: bool, settings: Set
     if asked and m.job:
         _print_job(console, m)
         if dict(m.job).get("metric") in ("reserved", "nvidia-smi"):
-            console.print(_reserved_note(dict(m.job)["metric"], replayed), style="dim")
+            console.print(_reserved_note(dict(m.job)["metric"], replayed, int(dict(m.job).get("gpus") or 1) > 1),
+                          style="dim")
         console.print(_verdicts(m, least_over, least_expandable))
     console.print(Text(
         f"{'The site' + chr(39) + 's jobs: f' if asked else 'F'}ine-tuning at batch 1 and {fmt.count(m.train_tokens)} "
@@ -230,10 +231,13 @@ def _job_line(m) -> Text:
                 f"{fmt.gb(m.peak_bytes)} {job['metric']} {where}, during {m.peak_phase}: {parts}{cpu}.")
 
 
-def _reserved_note(metric: str, replayed: AllocatorRow | None) -> Text:
+def _reserved_note(metric: str, replayed: AllocatorRow | None, several: bool = False) -> Text:
     """What a reserved (or nvidia-smi) peak leaves out: the caching allocator's other cached blocks, with the
-    measured figures where the accuracy table has them (FINDINGS.md F49)."""
-    text = ("This is reserved memory plus the CUDA context; reserved" if metric == "nvidia-smi" else "Reserved") + \
+    measured figures where the accuracy table has them (FINDINGS.md F49). `several`: the job runs on several GPUs,
+    whose nvidia-smi peak holds NCCL's buffers too (in its overhead)."""
+    smi = "This is reserved memory plus the CUDA context" + \
+        (" and NCCL's buffers (in the overhead)" if several else "") + "; reserved"
+    text = (smi if metric == "nvidia-smi" else "Reserved") + \
         " here is the live peak plus the freed bf16 logits' blocks. The caching allocator keeps other freed blocks too, " \
         "not priced"
     if replayed is None:
@@ -248,16 +252,18 @@ def _reserved_note(metric: str, replayed: AllocatorRow | None) -> Text:
 
 def _verdicts(m, least_over: Sequence[float] = (), least_expandable: Sequence[float] = ()) -> Text:
     """Per card, whether the exact job's per-GPU peak fits its budget, or only its capacity (tight: with the
-    margin left, and how many replayed steps needed no more than that over their live peak)."""
+    margin left, and how many replayed steps needed no more than that over their live peak: NCCL's buffers, which
+    do not fragment, are held apart from the tensors the replay measured)."""
     said, peak = [], m.held_peak_bytes
     for c in m.cards:
         verdict = card_verdict(peak, c.budget_bytes, c.capacity_bytes)
         if verdict == "tight":
-            got = margin(c.capacity_bytes, peak, least_over, least_expandable)
+            tensors = c.capacity_bytes - m.nccl_bytes
+            got = margin(tensors, peak - m.nccl_bytes, least_over, least_expandable)
             odds = (f", enough for {fmt.count(got.runs)} of {fmt.count(got.of)} replayed steps" if got.of else "")
             if got.of and got.expandable_of:
                 odds += f", {fmt.count(got.expandable_runs)} of {fmt.count(got.expandable_of)} with expandable segments"
-            said.append(f"{c.name} is tight ({fmt.gb(c.capacity_bytes)} for tensors: {fmt.error_pct(got.spare_pct)} "
+            said.append(f"{c.name} is tight ({fmt.gb(tensors)} for tensors: {fmt.error_pct(got.spare_pct)} "
                         f"over the peak{odds}; budget {fmt.gb(c.budget_bytes)})")
         else:
             said.append(f"{c.name} {verdict} (budget {fmt.gb(c.budget_bytes)})")

@@ -86,7 +86,7 @@ def test_llama_vision_lora_names_its_activations_as_what_no_t4_count_divides():
                                "gradient checkpointing, the setup tried that keeps least, each GPU keeps 15.9 GB")
     assert lines[1].startswith("LoRA: no count of T4 16 GB cards up to 512 holds batch 1. With ZeRO-3 and gradient "
                                "checkpointing, the setup tried that keeps least, each GPU keeps 16.9 GB however many")
-    assert ("activations 9.71 GB, logits 3.15 GB, other tensors, DeepSpeed's gradient reduce bucket among them "
+    assert ("activations 9.71 GB, logits 3.15 GB, other tensors (DeepSpeed's gradient reduce bucket among them) "
             "1.00 GB and NCCL's buffers 1.56 GB), over the budget of the T4 16 GB (13.1 GB): no number") in lines[1]
     assert lines[1].endswith("no number of these cards would hold it with ZeRO or FSDP.")
     assert lines[-1] == setups_text.FLOOR_WHY

@@ -250,6 +250,29 @@ def test_a_sparse_attention_model_is_served_only_where_vllm_has_its_kernels() ->
     assert not any(x.check == "sparse_attention_serving" for x in v3.findings)
 
 
+def test_a_quantised_checkpoint_is_served_only_where_vllm_takes_its_quantisation() -> None:
+    """gpt-oss's MXFP4 experts read 2× T4 with tensor parallel, 131 tokens/s: vLLM 0.19.1 refuses mxfp4 below compute
+    capability 8.0 (Mxfp4Config.get_min_capability, checked in config/vllm.py _get_quantization_config), and the
+    T4 is 7.5. The T4 gets no serving plan, speed or card batch, and a warning names it; its training setups stay
+    (training does not run vLLM); an FP8 checkpoint (75) and a 16-bit one keep the T4."""
+    def report(mid: str):
+        cfg = json.loads(load_record(DEFAULT_SNAPSHOT_DIR, mid).config_json)
+        return estimate(cfg, model_id=mid, assumptions=S, cards=SETTINGS.cards, gpus=SETTINGS.gpus)
+    gpt_oss = report("openai/gpt-oss-20b")
+    assert "T4" not in {p.gpu_model for p in gpt_oss.plans if p.method == "serve"} | \
+        {x.gpu_model for x in gpt_oss.serving}
+    assert {p.gpu_model for p in gpt_oss.plans if p.method == "lora" and p.fits} >= {"T4"}
+    assert next(c for c in gpt_oss.memory.cards if c.name == "T4 16 GB").serve_max_batch == 0
+    (warning,) = [x for x in gpt_oss.findings if x.check == "quantised_serving"]
+    assert warning.message.startswith("vLLM refuses mxfp4 checkpoints below compute capability 8.0")
+    assert warning.message.endswith("so no serving is priced on the T4.")
+    assert not any(x.check == "sparse_attention_serving" for x in gpt_oss.findings)
+    for mid in ("Qwen/Qwen3-32B-FP8", "meta-llama/Llama-3.1-8B"):
+        r = report(mid)
+        assert "T4" in {p.gpu_model for p in r.plans if p.method == "serve"}, mid
+        assert not any(x.check == "quantised_serving" for x in r.findings), mid
+
+
 def test_a_server_runs_at_most_vllms_default_number_of_sequences() -> None:
     """A page review found gemma-3-1b-it priced at 2,420 sequences at once on an A100 80GB: `vllm serve` runs at
     most max_num_seqs of them unless told, 256 by default, 1,024 on a GPU of 70 GiB or more that is not an A100

@@ -57,7 +57,10 @@ def card_plans(cards: tuple[Card, ...], profiles: Mapping[str, Profile], s: Assu
         for k, batch in batches.items():
             if batch == 0 and scale[k] == 1:
                 cut = cuts.get(id(own[k])) or cuts.setdefault(id(own[k]), best_cut(own[k]))
-                splits.append(SplitPlan(k, 2, cut.layers, (cut.first, cut.second), two_card_batch(cut, budget)))
+                # a training split's two processes each hold NCCL's buffers beside their stage, as a setup's GPUs
+                # do (setups.training_nccl_bytes); serving's headroom holds them
+                held = budget - (s.nccl_bytes_per_gpu if k != "serve" else 0)
+                splits.append(SplitPlan(k, 2, cut.layers, (cut.first, cut.second), two_card_batch(cut, held)))
         plans.append(CardPlan(card.name, card.memory_marketed_bytes, card.memory_usable_bytes, budget,
                               batches["train_full"], batches["train_lora"], batches["serve"], tuple(splits) or None,
                               0 if qlora_limits is None else largest_batch(qlora_limits, budget), capacity,

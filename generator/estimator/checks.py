@@ -165,13 +165,24 @@ def check_half_precision_serving(a: Arch, fp32: tuple[str, ...]) -> list[Finding
 def check_sparse_attention_serving(a: Arch, unserved: tuple[str, ...]) -> list[Finding]:
     """A model whose attention vLLM runs only with sparse MLA kernels, on the priced GPUs that have none
     (`unserved`: setups.serving_scale's 0): no serving is priced there."""
-    if not unserved:
+    if not unserved or "index_topk" not in a.raw:
         return []
     return [Finding("sparse_attention_serving", "warning",
                     f"vLLM runs {a.model_type}'s sparse attention (the config's index_topk) only with sparse MLA "
                     "kernels, on compute capability 9.0 or more (Hopper, Blackwell: "
                     "v1/attention/backends/mla/flashmla_sparse.py): no serving is priced on the "
                     f"{', '.join(unserved)}.")]
+
+
+def check_quantised_serving(a: Arch, refused: tuple[str, ...], least: float) -> list[Finding]:
+    """A quantised checkpoint vLLM refuses on the priced GPUs `refused`, under compute capability `least`
+    (setups.VLLM_QUANT_CAPABILITY, quant_unserved): no serving is priced there."""
+    if not refused or a.quant is None:
+        return []
+    return [Finding("quantised_serving", "warning",
+                    f"vLLM refuses {a.quant.method} checkpoints below compute capability {least:.1f} (\"not "
+                    "supported for the current GPU\": config/vllm.py, model_executor/layers/quantization/), so no "
+                    f"serving is priced on the {', '.join(refused)}.")]
 
 
 # The encoder-decoders vLLM 0.19.1 serves: Whisper, Cohere's ASR and Nemotron-Parse in its registry, BART, mBART and

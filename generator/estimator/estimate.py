@@ -14,6 +14,7 @@ from .checks import (
     check_checkpoint,
     check_defaults,
     check_half_precision_serving,
+    check_quantised_serving,
     check_quantization,
     check_rope,
     check_scan_kernels,
@@ -74,6 +75,8 @@ from .setups import (
     offers,
     plan_floors,
     plans_for,
+    quant_capability,
+    quant_unserved,
     scaled_offers,
     scaled_plans,
     serving_jobs,
@@ -82,7 +85,7 @@ from .setups import (
     serving_table,
     training_flops,
     training_job,
-    training_nccl,
+    training_nccl_bytes,
 )
 
 
@@ -218,6 +221,7 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
     match = None if checkpoint_params is None else checkpoint_params in (graph.params_total, stored)
     attends = any(p.attends for b in spec.blocks for p in b.parts)
     named = tuple(dict.fromkeys(gpus[k].name for c in cards for k in c.gpus))  # the priced GPUs, in the cards' order
+    refused = quant_unserved(arch, gpus)  # where vLLM refuses the checkpoint's quantisation
     findings: list[Finding] = [*check_scope(arch, train_tokens, s.train_tokens, serve_tokens, s.serve_tokens,
                                             spec.kind, attends),
                                *check_shapes(arch), *check_scan_kernels(arch, graph, s, train_tokens),
@@ -227,6 +231,8 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
                                *check_tower_adapters(graph),
                                *check_half_precision_serving(arch, tuple(n for n in named if scale[n] == 2)),
                                *check_sparse_attention_serving(arch, tuple(n for n in named if scale[n] == 0)),
+                               *check_quantised_serving(arch, tuple(n for n in named if n in refused),
+                                                        quant_capability(arch)),
                                *check_vllm_support(arch),
                                *serve_past]
     vision = graph.params_towers
@@ -274,7 +280,7 @@ def _setups(arch, graph, s: Assumptions, gpu_offers: tuple[GpuOffer, ...], jobs,
     the cost section's roofline (`work`), checkpointing reading the weights once more per step. Serving is
     searched on each GPU at its server's defaults and dtype (`served`: the serving jobs per ServerDefaults and
     float32), as vLLM serves the model there (`scale`: setups.serving_scale)."""
-    peak = cached_peak(jobs, _site_metric, _SUMMED, s.job_batch, training_nccl(s))
+    peak = cached_peak(jobs, _site_metric, _SUMMED, s.job_batch, training_nccl_bytes(s))
     flops = training_flops(arch, s, flops_per_token)
     not_applicable = {}
     if arch.quant is not None:
@@ -298,8 +304,8 @@ def _setups(arch, graph, s: Assumptions, gpu_offers: tuple[GpuOffer, ...], jobs,
         group = tuple(g for g in gpu_offers if g.server == server and (scale.get(g.model, 1) == 2) == fp32)
         if not group:
             continue
-        table = peak if at_server["serve"] is jobs["serve"] else cached_peak({**jobs, **at_server}, _site_metric,
-                                                                               _SUMMED, s.job_batch, training_nccl(s))
+        table = peak if at_server["serve"] is jobs["serve"] else \
+            cached_peak({**jobs, **at_server}, _site_metric, _SUMMED, s.job_batch, training_nccl_bytes(s))
         got, missed = plans_on(table, scaled_offers(group, scale), at_server)
         found += scaled_plans(got, scale)
         lost.append([u for u in missed if u.method == "serve"])

@@ -21,10 +21,11 @@ class Assumptions:
     serve_tokens: int = 4096  # tokens per served sequence (prompt + generated)
     headroom: float = 1.15  # allocator fragmentation / framework slack, applied to every card (FINDINGS F49)
     cuda_context_bytes: int = GIB // 2  # PyTorch 2.x with lazy module loading: 0.47 GiB on A100 [ML-PERF]
-    # What NCCL takes on each GPU of a training job spread over several (setups.training_nccl), outside PyTorch's
-    # allocator, so no torch counter sees it: 2 ranks of torch.distributed went from 0.55 to 2.00 GiB used at their
-    # first barrier [ML-PERF] (training/performance/README.md, torch-dist-mem-usage.py); vLLM V0's 2-GPU
-    # tensor-parallel Llama-3-8B logged 1.79 GiB more memory outside torch than one GPU (public.jsonl M171, M170).
+    # What NCCL takes on each GPU of a job spread over several, outside PyTorch's allocator, so no torch counter
+    # sees it (the site prices it on training setups, setups.training_nccl_bytes, and on any --gpus N job): 2 ranks of
+    # torch.distributed went from 0.55 to 2.00 GiB used at their first barrier [ML-PERF] (training/performance/
+    # README.md, torch-dist-mem-usage.py); vLLM V0's 2-GPU tensor-parallel Llama-3-8B logged 1.79 GiB more memory
+    # outside torch than one GPU (public.jsonl M171, M170).
     nccl_bytes_per_gpu: int = 1556925645
     # AMP full fine-tune (HF Trainer --bf16 on fp32 weights): fp32 master weights, fp32 grads,
     # two fp32 AdamW moments; bf16 copies of every matmul weight saved by autocast for backward.

@@ -191,13 +191,17 @@ class Memory:
             else 0
 
     @property
-    def held_nccl_bytes(self) -> int:
-        """What a card holds beside the exact job's peak on each GPU of a setup of several: NCCL's buffers
-        (Assumptions.nccl_bytes_per_gpu), outside the allocator, so that a peak torch counts (allocated, reserved)
-        leaves them out; an nvidia-smi peak has them already."""
-        job = dict(self.job or ())
-        several = int(job.get("gpus") or 1) > 1 and job.get("metric") != "nvidia-smi"
+    def nccl_bytes(self) -> int:
+        """NCCL's buffers on each GPU of the exact job's setup where it has several (Assumptions.nccl_bytes_per_gpu),
+        outside the allocator; 0 on one GPU."""
+        several = int(dict(self.job or ()).get("gpus") or 1) > 1
         return int(dict(self.assumptions).get("nccl_bytes_per_gpu", 0)) if several else 0
+
+    @property
+    def held_nccl_bytes(self) -> int:
+        """What a card holds beside the exact job's peak: NCCL's buffers (nccl_bytes), which a peak torch counts
+        (allocated, reserved) leaves out; an nvidia-smi peak has them already."""
+        return 0 if dict(self.job or ()).get("metric") == "nvidia-smi" else self.nccl_bytes
 
     @property
     def held_peak_bytes(self) -> int:

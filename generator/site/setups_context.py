@@ -47,6 +47,6 @@ def setups_context(report: Report) -> dict[str, Any]:
                                               {c.name: c.budget_bytes for c in report.memory.cards}, capacity),
         "serving": serving,
         "serve_tokens": f.count(report.memory.serve_tokens),
-        # what each GPU of a training setup of several holds beside its tensors (setups.training_nccl)
+        # what each GPU of a training setup of several holds beside its tensors (setups.training_nccl_bytes)
         "nccl": f.gb(int(dict(report.memory.assumptions)["nccl_bytes_per_gpu"])),
     }

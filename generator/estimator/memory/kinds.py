@@ -51,7 +51,10 @@ TRAIN_KINDS = (Kind("single", 0, 0), Kind("single", 0, 0, True), Kind("zero2", 1
 # A model with routed experts also tries FSDP with its experts spread over a node (parallel.py, fsdp+ep), least
 # preferred: it wins only where it needs fewer GPUs than plain FSDP (its gathered units hold 1/8 of the experts).
 EXPERT_KINDS = (Kind("fsdp+ep", GPU_COUNTS.index(GPUS_PER_NODE), LAST, True),)
-OFFLOAD_KINDS = (Kind("zero2", 0, LAST, True, "optimizer"), Kind("zero3", 1, LAST, True, "optimizer"),
+# ZeRO-2's optimizer offload on one GPU is a kind of its own: on two or more each GPU also holds NCCL's buffers
+# (setups.training_nccl_bytes), so its figure rises from one GPU to two and one kind over both would not be monotone
+OFFLOAD_KINDS = (Kind("zero2", 0, 0, True, "optimizer"), Kind("zero2", 1, LAST, True, "optimizer"),
+                 Kind("zero3", 1, LAST, True, "optimizer"),
                  Kind("fsdp", 1, LAST, True, "params"), Kind("zero3", 1, LAST, True, "params"))
 # Serving: one GPU, tensor parallel in a node, tensor parallel x pipeline stages over nodes (vLLM's
 # tensor_parallel_size x pipeline_parallel_size), pipeline alone where the heads do not divide.

@@ -36,7 +36,7 @@ class PeakTable:
     def __init__(self, jobs: Mapping[str, SingleGpuJob], adjust: Callable[[str, tuple[int, ...]], int],
                  summed: tuple[str, ...] = (), batch: int = 1, nccl_bytes: Mapping[str, int] | None = None) -> None:
         self.jobs, self.adjust, self.summed, self.batch = jobs, adjust, summed, batch
-        self.nccl = dict(nccl_bytes or {})
+        self.nccl_bytes = dict(nccl_bytes or {})
         self.accumulating = {m: accumulating_job(j) for m, j in jobs.items()
                              if m in ("full", "lora", "qlora") and batch > 1}
         self.seen: dict[tuple, tuple[int, int] | ParallelError] = {}
@@ -51,11 +51,11 @@ class PeakTable:
         """The figure and parts (PARTS order) one rank keeps of a ZeRO / FSDP setup's line however many GPUs share
         it (Sharding.floor); ParallelError where the line cannot run."""
         parts = self._sharding(method, setup).floor()
-        return self.adjust(method, parts) + self.nccl.get(method, 0), parts
+        return self.adjust(method, parts) + self.nccl_bytes.get(method, 0), parts
 
     def _figure(self, method: str, setup: Setup) -> tuple[int, int]:
         several = isinstance(setup.gpus, int) and setup.gpus > 1  # a count that is no integer: refused below
-        nccl = self.nccl.get(method, 0) if several else 0
+        nccl = self.nccl_bytes.get(method, 0) if several else 0
         if setup.strategy in SHARDED:
             sharding = self._sharding(method, setup, self._accumulates(method, setup))
             return self.adjust(method, sharding.peak(setup.gpus)) + nccl, sharding.cpu(setup.gpus)
@@ -96,7 +96,7 @@ class PeakTable:
         if limits is None:
             return None
         need = 0.0
-        nccl = self.nccl.get(method, 0) if kind.first > 0 else 0
+        nccl = self.nccl_bytes.get(method, 0) if kind.first > 0 else 0
         for fixed, spread in limits:
             room = budget - fixed - nccl
             if spread:
