@@ -24,13 +24,15 @@ from generator.cli import main
 from generator.estimator import estimate
 from generator.estimator.graph.nodes import build_graph
 from generator.estimator.memory.job_options import Job
-from generator.estimator.memory.parallel import tp_phases
+from generator.estimator.memory.parallel import PARTS, tp_phases
+from generator.estimator.memory.pipeline import stage_rows, vllm_stage_layers
 from generator.estimator.memory.profile import kv_bytes_per_sequence, serve_profile, serve_token_bytes
 from generator.estimator.memory.serve_weights import model_serve_weight_bytes
 from generator.estimator.memory.vllm_server import (
     ServerDefaults,
     large_gpu_server,
     reference_server,
+    residual_bytes,
     server_defaults,
     startup_bytes,
     step_tokens,
@@ -152,16 +154,56 @@ def test_llama_70b_holds_its_startup_at_any_length() -> None:
 
 
 def test_a_tensor_parallel_rank_splits_the_forward_and_samples_the_whole_vocabulary() -> None:
-    """Every rank all-gathers the logits and runs the sampler (LogitsProcessor, use_all_gather); the step's forward
-    is split over the ranks as training activations are (parallel._tp)."""
+    """Every rank all-gathers the logits and runs the sampler (LogitsProcessor, use_all_gather); of the step's
+    forward, its column-parallel outputs are split over the ranks and its two copies of the hidden states are held
+    whole on each (RowParallelLinear all-reduces its output; vLLM has no sequence parallelism). Llama-3.1-8B on an
+    H100's defaults: the forward 838,860,800 B, of which 2 x 8,192 x 4,096 x 2 B = 134,217,728 B of residuals."""
     a, g = _model("meta-llama/Llama-3.1-8B")
     startup = startup_bytes(g.spec, S, LARGE, 4096)
     jobs = serving_jobs(g, S, serve_profile(a, g, S, 4096, server=LARGE), LARGE, model_serve_weight_bytes(a, g, S),
                         model_shape(a, g), 4096)
+    residual = 2 * 8192 * 4096 * 2
+    assert residual_bytes(g.spec, S, LARGE, 4096) == residual == 134_217_728
     forward, sampler = tp_phases(jobs["serve"], jobs["serve"].phases, 2)
-    assert forward.activations == math.ceil(startup.forward_bytes / 2) and forward.overhead_fixed == 0
-    assert sampler.overhead_fixed == startup.sampler_bytes and sampler.activations == 0
+    assert forward.overhead_fixed == residual and forward.transient == math.ceil((startup.forward_bytes - residual) / 2)
+    assert forward.activations == 0 and forward.last_stage == 0
+    assert sampler.last_stage == startup.sampler_bytes and sampler.activations == sampler.transient == 0
     assert jobs["serve2"].phases[0].kv_cache == 2 * jobs["serve"].phases[0].kv_cache
+
+
+def test_a_serving_pipeline_is_cut_as_vllm_cuts_it() -> None:
+    """vLLM's get_pp_indices (distributed/utils.py, v0.19.1): layers // stages each, the remainder one each to the
+    stages before the last, from the second-to-last back: 5 layers on 3 stages [2, 2, 1] (its own docstring's
+    rule), 10 on 4 [2, 3, 3, 2], 61 on 16 [3, 3, 4 x 13, 3]. A serving job's stages take that cut, a training job's
+    the one whose largest stage is least."""
+    assert vllm_stage_layers(5, 3) == [2, 2, 1] and vllm_stage_layers(10, 4) == [2, 3, 3, 2]
+    assert vllm_stage_layers(61, 16) == [3, 3] + [4] * 13 + [3] and vllm_stage_layers(32, 4) == [8] * 4
+    a, g = _model("meta-llama/Llama-3.1-8B")
+    jobs = serving_jobs(g, S, serve_profile(a, g, S, 4096, server=LARGE), LARGE, model_serve_weight_bytes(a, g, S),
+                        model_shape(a, g), 4096)
+    for stages in (2, 3, 5, 7):
+        assert list(stage_rows(jobs["serve"], jobs["serve"].phases, stages)[0]) == vllm_stage_layers(32, stages)
+
+
+def test_only_the_last_pipeline_stage_samples_and_every_stage_runs_the_forward() -> None:
+    """vLLM's profile run samples on the last pipeline rank only (gpu_model_runner.profile_run:
+    get_pp_group().is_last_rank), while every stage runs the step's forward through its own layers, one layer's
+    working set at a time: on 4 stages of Llama-3.1-8B the first holds the forward whole and no sampler, the last
+    both its sampler and its forward; the stages' weights share the model out."""
+    a, g = _model("meta-llama/Llama-3.1-8B")
+    startup = startup_bytes(g.spec, S, LARGE, 4096)
+    jobs = serving_jobs(g, S, serve_profile(a, g, S, 4096, server=LARGE), LARGE, model_serve_weight_bytes(a, g, S),
+                        model_shape(a, g), 4096)
+    layers, rows = stage_rows(jobs["serve"], jobs["serve"].phases, 4)
+    assert sum(layers) == 32
+    first, last = rows[:2], rows[-2:]  # each stage: its forward phase, then its sampler phase
+    act, overhead = PARTS.index("activations"), PARTS.index("overhead")
+    residual = residual_bytes(g.spec, S, LARGE, 4096)
+    for forward, sampler in (first, last):
+        assert (forward[1][act], forward[1][overhead]) == (startup.forward_bytes - residual, residual)
+        assert sampler[1][act] == 0
+    assert first[1][1][overhead] == 0 and last[1][1][overhead] == startup.sampler_bytes
+    assert max(sum(r[1]) for r in rows) < max(ph.total_bytes for ph in jobs["serve"].phases)  # less than one GPU
 
 
 def test_the_curve_reads_the_same_startup_as_the_profile() -> None:

@@ -28,7 +28,7 @@ from .memory.serve_weights import routed_expert_serve
 from .memory.sharding import GPUS_PER_NODE
 from .memory.stages import Limits, Profile
 from .memory.storage import gathered_unit_bytes
-from .memory.vllm_server import ServerDefaults, Startup, server_defaults, startup_in_16_bits
+from .memory.vllm_server import ServerDefaults, Startup, residual_bytes, server_defaults, startup_in_16_bits
 from .serving_speed import ServingModel, ServingSpeed, serving_speed
 
 SITE_METHODS = ("full", "lora", "qlora", "serve")
@@ -114,13 +114,16 @@ def inference_job(a: Arch, g: Graph, s: Assumptions, job: Job, shape: Shape, mod
 
 
 def serving_job(serve: Profile, weight_bytes: int, shape: Shape, c: int, sequences: int = 1,
-                startup: Startup | None = None) -> SingleGpuJob:
+                startup: Startup | None = None, residual: int = 0) -> SingleGpuJob:
     """The site's serving figure (profile.serve_profile) as the phases of `sequences` held beside the weights:
     the profile's fixed bytes (the server's startup peak) and per sequence its caches (an encoder's: its forward
     and output). `startup`: a generating model's two startup peaks (vllm_server.startup_bytes), each a phase of
-    its own, for a tensor-parallel rank shares them differently: the step's forward is split over the ranks,
-    while every rank gathers the whole vocabulary's logits and samples (vLLM's LogitsProcessor all-gathers them,
-    Platform.use_all_gather), held whole as overhead (which a pipeline stage before the last is charged too)."""
+    its own, for ranks share them differently. The step's forward is one layer's working set at a time, which
+    every pipeline stage holds as it runs its layers: its column-parallel outputs split over the tensor-parallel
+    ranks (Phase.transient), the `residual` copies of the hidden states whole on each (vllm_server.residual_bytes).
+    The sampler runs on the last pipeline stage only (gpu_model_runner.profile_run: get_pp_group().is_last_rank),
+    where every tensor-parallel rank gathers the whole vocabulary's logits and samples (vLLM's LogitsProcessor
+    all-gathers them, Platform.use_all_gather): Phase.last_stage."""
     fixed = serve.total_static - weight_bytes  # the server's startup peak
     caches = serve.per_sample()  # the embedding side and every layer (a serving profile's head keeps none)
     phases: tuple[Phase, ...]
@@ -129,10 +132,11 @@ def serving_job(serve: Profile, weight_bytes: int, shape: Shape, c: int, sequenc
                         kv_cache=sequences * caches),)
     else:
         rest = max(0, fixed - max(startup))
-        phases = (Phase("decode (full KV cache)", weights=weight_bytes, activations=rest + startup.forward_bytes,
-                        kv_cache=sequences * caches),
+        whole = min(residual, startup.forward_bytes)
+        phases = (Phase("decode (full KV cache)", weights=weight_bytes, activations=rest, overhead_fixed=whole,
+                        transient=startup.forward_bytes - whole, kv_cache=sequences * caches),
                   Phase("decode (full KV cache)", weights=weight_bytes, activations=rest,
-                        overhead_fixed=startup.sampler_bytes, kv_cache=sequences * caches))
+                        last_stage=startup.sampler_bytes, kv_cache=sequences * caches))
     return _single("serve", phases, (), 0, c, c, shape)
 
 
@@ -142,9 +146,10 @@ def serving_jobs(g: Graph, s: Assumptions, serve: Profile, server: ServerDefault
     asks): one sequence and two (serving_table's step per sequence), a generating model's startup in its two
     phases (serving_job)."""
     startup = None if g.spec.kind == "encoder" else startup_in_16_bits(g.spec, s, server, tokens, float32)
+    residual = residual_bytes(g.spec, s, server, tokens)
     c = s.compute_bytes
-    return {"serve": serving_job(serve, weight_bytes, shape, c, 1, startup),
-            "serve2": serving_job(serve, weight_bytes, shape, c, 2, startup)}
+    return {"serve": serving_job(serve, weight_bytes, shape, c, 1, startup, residual),
+            "serve2": serving_job(serve, weight_bytes, shape, c, 2, startup, residual)}
 
 
 def merged_serving(plans: list[Plan], gpu_offers: tuple[GpuOffer, ...]) -> list[Plan]:

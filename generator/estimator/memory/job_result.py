@@ -34,8 +34,8 @@ def phase(name: str, weights: float = 0, gradients: float = 0, optimizer_state: 
 def phase_parts(ph: Phase) -> dict[str, int]:
     """A phase as the breakdown's PARTS (overhead summed)."""
     return {"weights": ph.weights, "gradients": ph.gradients, "optimizer_state": ph.optimizer_state,
-            "activations": ph.activations, "logits": ph.logits, "kv_cache": ph.kv_cache,
-            "overhead": ph.overhead_weights + ph.overhead_step + ph.overhead_fixed}
+            "activations": ph.activations + ph.transient, "logits": ph.logits, "kv_cache": ph.kv_cache,
+            "overhead": ph.overhead_weights + ph.overhead_step + ph.overhead_fixed + ph.last_stage}
 
 
 def metric_memory(name: str, parts: dict[str, int], s: Assumptions, job: Job, g: Graph, gpus: int = 1) -> JobMemory:

@@ -48,8 +48,8 @@ u the largest sharding unit's params, c compute bytes, N GPUs). Sources:
 - pp: N contiguous stages of layers, embedding on the first, final norm and head (and the logits) on the last, with
   its own copy of an embedding tied to the head (Megatron-LM LanguageModule.setup_embeddings_and_output_layer: the
   last stage's output layer is a parameter of its own, its gradient all-reduced with the first stage's; vLLM's
-  last rank loads its own lm_head); the cut minimising the largest stage (splits.best_cut for two cards,
-  generalised). At batch 1 one micro-batch is in flight, so each stage holds its own layers' activations once
+  last rank loads its own lm_head); for training the cut minimising the largest stage (splits.best_cut for two
+  cards, generalised), for serving vLLM's own (get_pp_indices: pipeline.vllm_stage_layers). At batch 1 one micro-batch is in flight, so each stage holds its own layers' activations once
   (Megatron-LM theoretical_memory_usage.py: the first stage holds min(micro-batches, pp) in flight).
 - accumulating (SingleGpuJob.accumulating): fsdp's no_sync keeps every unit's gradient unsharded until a step's
   last micro-batch (FullyShardedDataParallel.no_sync; FSDP2 set_requires_gradient_sync), unless sync_each_batch
@@ -112,12 +112,18 @@ class Phase:
     # was built at (a SHARED_MASK_TOWERS tower's one mask over the step's images: tower_adapters.pair_bytes), so that
     # a phase built at batch 1 moves to batch b as b x its activations + b (b - 1) x this (setups.job_limits)
     activations_pair: int = 0
+    # vLLM's startup run (setups.serving_job): one layer's working set every process holds while it computes, the
+    # forward's column-parallel outputs, split by tensor parallelism and whole on every pipeline stage (in the
+    # breakdown's activations); and what only the last pipeline stage holds, whole on every tensor-parallel rank, the
+    # sampler's run (in its overhead)
+    transient: int = 0
+    last_stage: int = 0
 
     @property
     def total_bytes(self) -> int:
         """Everything live at this moment: the sum of its parts (PerGpu's breakdown sums to it on one GPU)."""
         return (self.weights + self.gradients + self.optimizer_state + self.activations + self.logits + self.kv_cache
-                + self.overhead_weights + self.overhead_step + self.overhead_fixed)
+                + self.overhead_weights + self.overhead_step + self.overhead_fixed + self.transient + self.last_stage)
 
 
 def accumulating_phases(phases: tuple[Phase, ...], grad_bytes: int) -> tuple[Phase, ...]:
@@ -291,10 +297,11 @@ def peak_parts(job: SingleGpuJob, setup: Setup, model: str = "") -> tuple[str, t
 
 def _parts(ph: Phase, overhead: int, weights: int | None = None, gradients: int | None = None,
            optimizer_state: int | None = None) -> tuple[int, ...]:
-    """A phase's parts in PARTS order; weights, gradients and optimizer state replaced where given."""
+    """A phase's parts in PARTS order; weights, gradients and optimizer state replaced where given (its transient
+    with the activations, what the last stage holds with the overhead: one process holds all of them)."""
     return (ph.weights if weights is None else weights, ph.gradients if gradients is None else gradients,
-            ph.optimizer_state if optimizer_state is None else optimizer_state, ph.activations, ph.logits,
-            ph.kv_cache, overhead)
+            ph.optimizer_state if optimizer_state is None else optimizer_state, ph.activations + ph.transient,
+            ph.logits, ph.kv_cache, overhead + ph.last_stage)
 
 
 def _data_parallel(job: SingleGpuJob, phases: tuple[Phase, ...], setup: Setup) -> list[tuple[str, tuple[int, ...]]]:
@@ -326,7 +333,7 @@ def _tp(job: SingleGpuJob, ph: Phase, n: int) -> Phase:
     kv = _ceil(ph.kv_cache * (job.kv_latent + (1 - job.kv_latent) * split))
     return Phase(ph.name, w(ph.weights), w(ph.gradients), w(ph.optimizer_state), _ceil(ph.activations / n),
                  _ceil(ph.logits / n), kv, w(ph.overhead_weights), w(ph.overhead_step), ph.overhead_fixed,
-                 ph.computing)
+                 ph.computing, transient=_ceil(ph.transient / n), last_stage=ph.last_stage)
 
 
 def default_setup(gpus: int, strategy: str | None, offload: str, grad_ckpt: bool = False,

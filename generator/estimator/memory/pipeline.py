@@ -9,7 +9,8 @@ from typing import Any
 
 
 def stage_rows(job: Any, phases: tuple[Any, ...], stages: int) -> tuple[tuple[int, ...], list]:
-    """The contiguous cut of the layers into `stages` minimising the largest stage, and every stage's phases.
+    """The contiguous cut of the layers into `stages` minimising the largest stage (a serving job: vLLM's own
+    cut, vllm_stage_layers), and every stage's phases.
 
     Each phase's stage bytes are linear in the stage's layer count n: a + n x b, where b is one layer's share
     (params split evenly over the layers, activations and KV cache per layer) and a holds the ends (the embedding on
@@ -33,8 +34,11 @@ def stage_rows(job: Any, phases: tuple[Any, ...], stages: int) -> tuple[tuple[in
         else:
             a = {f: getattr(ph, f) * ends / p for f in _SCALED}
             b = {f: getattr(ph, f) * layer_params / p for f in _SCALED}
-        a.update(activations=0.0, kv_cache=0.0, logits=ph.logits if last else 0.0, overhead_fixed=ph.overhead_fixed)
-        b.update(activations=ph.activations / layers, kv_cache=ph.kv_cache / layers, logits=0.0, overhead_fixed=0.0)
+        # a serving startup's layer transient on every stage, its sampler on the last (Phase.transient, last_stage)
+        a.update(activations=0.0, kv_cache=0.0, logits=ph.logits if last else 0.0, overhead_fixed=ph.overhead_fixed,
+                 transient=ph.transient, last_stage=ph.last_stage if last else 0.0)
+        b.update(activations=ph.activations / layers, kv_cache=ph.kv_cache / layers, logits=0.0, overhead_fixed=0.0,
+                 transient=0.0, last_stage=0.0)
         return ph.name, a, b
 
     # The stages between the first and the last hold the same terms: one row stands for all of them.
@@ -69,17 +73,20 @@ def stage_rows(job: Any, phases: tuple[Any, ...], stages: int) -> tuple[tuple[in
             held += cap * count
         return held >= layers
 
-    lo, hi = 0.0, max(a + layers * b for row in sums.values() for a, b in row) + 1.0
-    while hi - lo > 1.0:
-        mid = (lo + hi) / 2
-        lo, hi = (lo, mid) if fits(mid) else (mid, hi)
-    counts, left = [1] * stages, layers - stages
-    cap = capacity(hi)
-    for k, key in enumerate(order):
-        more = min(left, max(0, cap[key] - 1))
-        counts[k] += more
-        left -= more
-    counts[-1] += left  # nothing is left when fits(hi); kept so every layer lands on a stage
+    if job.method == "serve":  # vLLM cuts its own way, whatever the stages then hold
+        counts = vllm_stage_layers(layers, stages)
+    else:
+        lo, hi = 0.0, max(a + layers * b for row in sums.values() for a, b in row) + 1.0
+        while hi - lo > 1.0:
+            mid = (lo + hi) / 2
+            lo, hi = (lo, mid) if fits(mid) else (mid, hi)
+        counts, left = [1] * stages, layers - stages
+        cap = capacity(hi)
+        for k, key in enumerate(order):
+            more = min(left, max(0, cap[key] - 1))
+            counts[k] += more
+            left -= more
+        counts[-1] += left  # nothing is left when fits(hi); kept so every layer lands on a stage
     rows = []
     done = set()  # stages of one row kind and layer count hold the same rows: listed once (peak_parts takes the max)
     for key, n in zip(order, counts, strict=True):
@@ -88,12 +95,23 @@ def stage_rows(job: Any, phases: tuple[Any, ...], stages: int) -> tuple[tuple[in
         done.add((key, n))
         for name, a, b in row_of[key]:
             v = {f: _ceil(a[f] + n * b[f]) for f in a}
-            rows.append((name, (v["weights"], v["gradients"], v["optimizer_state"], v["activations"], v["logits"],
-                                v["kv_cache"], v["overhead_weights"] + v["overhead_step"] + v["overhead_fixed"])))
+            rows.append((name, (v["weights"], v["gradients"], v["optimizer_state"], v["activations"] + v["transient"],
+                                v["logits"], v["kv_cache"],
+                                v["overhead_weights"] + v["overhead_step"] + v["overhead_fixed"] + v["last_stage"])))
     return tuple(counts), rows
 
 
 _SCALED = ("weights", "gradients", "optimizer_state", "overhead_weights", "overhead_step")
+
+
+def vllm_stage_layers(layers: int, stages: int) -> list[int]:
+    """The layers of each of vLLM's pipeline stages by default (vllm/distributed/utils.py get_pp_indices, v0.19.1;
+    VLLM_PP_LAYER_PARTITION overrides it): layers // stages each, the remainder one each to the stages before the
+    last, from the second-to-last back, sparing the last (the head, the sampler) and, where it can, the first."""
+    counts = [layers // stages] * stages
+    for i in range(2, layers % stages + 2):
+        counts[-i] += 1
+    return counts
 
 
 def _ceil(x: float) -> int:

@@ -84,6 +84,13 @@ def startup_bytes(spec: Spec, s: Assumptions, server: ServerDefaults, tokens: in
     return Startup(forward, rows * sampler_row_bytes(spec, s, float32) + c * spec.hidden * step)
 
 
+def residual_bytes(spec: Spec, s: Assumptions, server: ServerDefaults, tokens: int) -> int:
+    """Of startup_bytes' forward, in the 16-bit bytes the plans search in (startup_in_16_bits), its two copies of
+    the step's hidden states: every tensor-parallel rank holds them whole (vLLM's RowParallelLinear all-reduces its
+    output, with no sequence parallelism), where the layer's column-parallel outputs are split."""
+    return step_tokens(spec, server, tokens) * s.compute_bytes * 2 * spec.hidden
+
+
 def sampler_row_bytes(spec: Spec, s: Assumptions, float32: bool = False) -> int:
     """One row of the sampler's run: a vocabulary's entries at s.serve_sampler_bytes_per_entry, measured (16-bit
     logits, their float32 copy, top-k/top-p's tensors, probabilities and noise), and two copies of the row's last
