@@ -152,7 +152,8 @@ DEFINITIONS = (
                      "estimator's cuda_context_bytes on both sides; reserved rows are compared with the reserved "
                      "estimate, allocated rows with the allocated one"),
     ("error_pct", "(estimate - tensor bytes) / tensor bytes x 100; median and p90 of the absolute value"),
-    ("fits", "tensor bytes <= budget_bytes(card) = (driver-reported memory - CUDA context) / headroom"),
+    ("fits", "tensor bytes <= budget_bytes(card) = (driver-reported memory - CUDA context) / headroom; a run on "
+             "several GPUs that measured a torch counter holds NCCL's buffers beside both figures (nccl_bytes_per_gpu)"),
     ("flagged", "the estimate is over the card's budget: the estimator says the job is tight on it, or does not fit"),
     ("tight", "the estimate is over the card's budget but within its capacity (driver-reported memory - CUDA "
               "context): whether the step runs depends on the allocator's fragmentation; a fitting job called tight "

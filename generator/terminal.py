@@ -17,6 +17,7 @@ from .estimator import ENGINE_DEFAULT_SHARE, Report, card_verdict
 from .estimator.memory.job_options import Job
 from .estimator.memory.recipes import RECIPES
 from .estimator.report import CardPlan, SplitPlan
+from .estimator.vllm_support import SERVED_NOWHERE
 from .settings import Settings
 
 _SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
@@ -109,7 +110,8 @@ def print_summary(console: Console, report: Report, *, plan: bool, settings: Set
     def spread(method: str) -> bool:  # a setup below holds it on more GPUs
         return any(x.method == method and x.fits for x in report.plans)
     float32 = "in float32 there, as vLLM serves it on that card; " if m.serve_named_dtype else ""
-    served = _fits(m.smallest_card_serve, m.tight_card_serve, spread("serve"))
+    served = _fits(m.smallest_card_serve, m.tight_card_serve, spread("serve")) \
+        if SERVED_NOWHERE not in {u.reason for u in report.plans_unreachable} else "vLLM serves it on no priced GPU"
     title = Text(model.id, style="bold")
     title.append(f"  ({model.model_type}", style="dim")
     if model.family != model.model_type:
@@ -119,8 +121,7 @@ def print_summary(console: Console, report: Report, *, plan: bool, settings: Set
     if asked and m.job:
         _print_job(console, m)
         if dict(m.job).get("metric") in ("reserved", "nvidia-smi"):
-            console.print(_reserved_note(dict(m.job)["metric"], replayed, int(dict(m.job).get("gpus") or 1) > 1),
-                          style="dim")
+            console.print(_reserved_note(dict(m.job)["metric"], replayed, m.nccl_bytes > 0), style="dim")
         console.print(_verdicts(m, least_over, least_expandable))
     console.print(Text(
         f"{'The site' + chr(39) + 's jobs: f' if asked else 'F'}ine-tuning at batch 1 and {fmt.count(m.train_tokens)} "
@@ -371,7 +372,7 @@ def _print_cards(console: Console, report: Report, table_width: int | None) -> N
     if notes:
         console.print(Text("Two cards where one card's budget cannot hold batch 1: a contiguous layer cut (pipeline "
                            "parallel; the second card keeps its own copy of a tied embedding), each stage's memory at "
-                           "batch 1, then the pair's largest batch."))
+                           "batch 1, then the pair's largest batch (training: beside NCCL's buffers on each card)."))
         for note in notes:
             console.print(Text("  " + note))
     console.print(Text(f"Budget = (driver-reported memory - {fmt.gb(a['cuda_context_bytes'])} CUDA context) / "

@@ -40,6 +40,7 @@ from generator.estimator.memory.vllm_server import (
 )
 from generator.estimator.normalise import normalise
 from generator.estimator.setups import model_shape, serving_jobs
+from generator.estimator.vllm_support import SERVED_NOWHERE
 from generator.hub.snapshot import DEFAULT_SNAPSHOT_DIR, load_record
 from generator.settings import DEFAULT_CONFIG, load_settings
 from generator.site import listing
@@ -306,13 +307,44 @@ def test_a_quantised_checkpoint_is_served_only_where_vllm_takes_its_quantisation
     assert {p.gpu_model for p in gpt_oss.plans if p.method == "lora" and p.fits} >= {"T4"}
     assert next(c for c in gpt_oss.memory.cards if c.name == "T4 16 GB").serve_max_batch == 0
     (warning,) = [x for x in gpt_oss.findings if x.check == "quantised_serving"]
-    assert warning.message.startswith("vLLM refuses mxfp4 checkpoints below compute capability 8.0")
-    assert warning.message.endswith("so no serving is priced on the T4.")
+    assert warning.message.startswith("vLLM refuses mxfp4 checkpoints below compute capability 8.0 (the T4) ")
+    assert warning.message.endswith("no serving is priced there.")
     assert not any(x.check == "sparse_attention_serving" for x in gpt_oss.findings)
     for mid in ("Qwen/Qwen3-32B-FP8", "meta-llama/Llama-3.1-8B"):
         r = report(mid)
         assert "T4" in {p.gpu_model for p in r.plans if p.method == "serve"}, mid
         assert not any(x.check == "quantised_serving" for x in r.findings), mid
+
+
+def _quantised(mid: str, quantization: dict):
+    """The snapshot's config of `mid` with a quantization_config, as the CLI or the calculator may be given one."""
+    cfg = {**json.loads(load_record(DEFAULT_SNAPSHOT_DIR, mid).config_json), "quantization_config": quantization}
+    return estimate(cfg, model_id=mid, assumptions=S, cards=SETTINGS.cards, gpus=SETTINGS.gpus)
+
+
+def test_vllm_refuses_a_quantisation_by_the_configs_own_method_and_its_activations() -> None:
+    """Review of the refusals (vLLM 0.19.1, config/vllm.py _get_quantization_config: get_min_capability and
+    get_supported_act_dtypes of the config's quant_method; config/model.py: deprecated methods):
+    - FBGEMM's FP8 is read as FP8 storage but needs 8.0 (fbgemm_fp8.py), where FP8 needs 7.5: not on a T4; vLLM
+      also deprecates it, which a second warning says;
+    - an AWQ or FP8 Gemma on a T4 would run float32 activations (no bf16; float16 vLLM refuses for gemma3), which
+      neither method takes: not on a T4; a bitsandbytes one, which takes them, is served there in float32;
+    - MXFP8 needs 10.0, above every priced GPU: the answer says vLLM serves it nowhere, not that nothing holds it."""
+    fbgemm = _quantised("meta-llama/Llama-3.1-8B", {"quant_method": "fbgemm_fp8"})
+    assert "T4" not in {p.gpu_model for p in fbgemm.plans if p.method == "serve"}
+    assert {x.check for x in fbgemm.findings} >= {"quantised_serving", "deprecated_quantisation"}
+    for q in ({"quant_method": "awq", "bits": 4, "group_size": 128}, {"quant_method": "fp8"}):
+        r = _quantised("google/gemma-3-1b-it", q)
+        assert "T4" not in {p.gpu_model for p in r.plans if p.method == "serve"}, q
+        (warning,) = [x for x in r.findings if x.check == "quantised_serving"]
+        assert "with float32 activations" in warning.message and "on the T4" in warning.message, q
+        assert not any(x.check == "half_precision_serving" for x in r.findings), q
+    bnb = _quantised("google/gemma-3-1b-it", {"quant_method": "bitsandbytes", "load_in_4bit": True})
+    assert "T4" in {p.gpu_model for p in bnb.plans if p.method == "serve"}
+    assert not any(x.check == "quantised_serving" for x in bnb.findings)
+    mxfp8 = _quantised("meta-llama/Llama-3.1-8B", {"quant_method": "mxfp8"})
+    assert not any(p.method == "serve" for p in mxfp8.plans) and not mxfp8.serving
+    assert [u.reason for u in mxfp8.plans_unreachable if u.method == "serve"] == [SERVED_NOWHERE]
 
 
 def test_a_server_runs_at_most_vllms_default_number_of_sequences() -> None:

@@ -174,15 +174,30 @@ def check_sparse_attention_serving(a: Arch, unserved: tuple[str, ...]) -> list[F
                     f"{', '.join(unserved)}.")]
 
 
-def check_quantised_serving(a: Arch, refused: tuple[str, ...], least: float) -> list[Finding]:
-    """A quantised checkpoint vLLM refuses on the priced GPUs `refused`, under compute capability `least`
-    (setups.VLLM_QUANT_CAPABILITY, quant_unserved): no serving is priced there."""
-    if not refused or a.quant is None:
-        return []
-    return [Finding("quantised_serving", "warning",
-                    f"vLLM refuses {a.quant.method} checkpoints below compute capability {least:.1f} (\"not "
-                    "supported for the current GPU\": config/vllm.py, model_executor/layers/quantization/), so no "
-                    f"serving is priced on the {', '.join(refused)}.")]
+# Quantisation methods vLLM 0.19.1 deprecates: it refuses them unless started with --allow-deprecated-quantization
+# (config/model.py; model_executor/layers/quantization/__init__.py DEPRECATED_QUANTIZATION_METHODS)
+VLLM_DEPRECATED_QUANT = frozenset({"tpu_int8", "fbgemm_fp8", "fp_quant", "experts_int8", "petit_nvfp4"})
+
+
+def check_quantised_serving(a: Arch, method: str, least: float, below: tuple[str, ...],
+                            float32: tuple[str, ...]) -> list[Finding]:
+    """A quantised checkpoint (`method`: its config's quant_method) vLLM refuses on some priced GPUs: those under
+    compute capability `least` (`below`: setups.quant_below) and those where it would run float32 activations the
+    method does not take (`float32`: setups.quant_float32); no serving is priced there. And a method vLLM
+    deprecates, which it serves only when told to."""
+    why = [f"below compute capability {least:.1f} (the {', '.join(below)})"] if below else []
+    also = [g for g in float32 if g not in below]
+    if also:
+        why.append(f"with float32 activations, which vLLM runs {a.model_type} in on the {', '.join(also)} (no bf16; "
+                   "float16 it refuses)")
+    out = [Finding("quantised_serving", "warning",
+                   f"vLLM refuses {method} checkpoints {' and '.join(why)} (config/vllm.py _get_quantization_config, "
+                   "model_executor/layers/quantization/): no serving is priced there.")] if why else []
+    if method in VLLM_DEPRECATED_QUANT:
+        out.append(Finding("deprecated_quantisation", "warning",
+                           f"vLLM 0.19.1 deprecates {method} checkpoints: it serves one only when started with "
+                           "--allow-deprecated-quantization (config/model.py), as its serving is priced here."))
+    return out
 
 
 # The encoder-decoders vLLM 0.19.1 serves: Whisper, Cohere's ASR and Nemotron-Parse in its registry, BART, mBART and

@@ -37,7 +37,7 @@ from .memory.job_result import metric_memory
 from .memory.layer_terms import all_linear_params, expert_adapters
 from .memory.parallel import Setup, accumulating_job, per_gpu
 from .memory.peak_table import PeakTable, cached_peak
-from .memory.plans import GpuOffer
+from .memory.plans import GpuOffer, Unreachable
 from .memory.profile import (
     kv_bytes_per_sequence,
     kv_bytes_per_token,
@@ -75,17 +75,23 @@ from .setups import (
     offers,
     plan_floors,
     plans_for,
-    quant_capability,
-    quant_unserved,
     scaled_offers,
     scaled_plans,
     serving_jobs,
     serving_model,
-    serving_scale,
     serving_table,
     training_flops,
     training_job,
     training_nccl_bytes,
+)
+from .vllm_support import (
+    SERVED_NOWHERE,
+    quant_below,
+    quant_capability,
+    quant_float32,
+    quant_method,
+    serving_scale,
+    sparse_unserved,
 )
 
 
@@ -221,7 +227,6 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
     match = None if checkpoint_params is None else checkpoint_params in (graph.params_total, stored)
     attends = any(p.attends for b in spec.blocks for p in b.parts)
     named = tuple(dict.fromkeys(gpus[k].name for c in cards for k in c.gpus))  # the priced GPUs, in the cards' order
-    refused = quant_unserved(arch, gpus)  # where vLLM refuses the checkpoint's quantisation
     findings: list[Finding] = [*check_scope(arch, train_tokens, s.train_tokens, serve_tokens, s.serve_tokens,
                                             spec.kind, attends),
                                *check_shapes(arch), *check_scan_kernels(arch, graph, s, train_tokens),
@@ -230,9 +235,10 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
                                *check_checkpoint(arch, graph, checkpoint_params, stored), *past_context,
                                *check_tower_adapters(graph),
                                *check_half_precision_serving(arch, tuple(n for n in named if scale[n] == 2)),
-                               *check_sparse_attention_serving(arch, tuple(n for n in named if scale[n] == 0)),
-                               *check_quantised_serving(arch, tuple(n for n in named if n in refused),
-                                                        quant_capability(arch)),
+                               *check_sparse_attention_serving(arch, _in(named, sparse_unserved(arch, gpus))),
+                               *check_quantised_serving(arch, quant_method(arch), quant_capability(arch),
+                                                        _in(named, quant_below(arch, gpus)),
+                                                        _in(named, quant_float32(arch, gpus))),
                                *check_vllm_support(arch),
                                *serve_past]
     vision = graph.params_towers
@@ -260,6 +266,11 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
         provenance=(("config_keys", arch.used()), ("formulas", dict(FORMULAS))),
         plans=tuple(setup_plans), plans_unreachable=tuple(unreachable), serving=serving, plan_floors=tuple(floors),
     )
+
+
+def _in(named: tuple[str, ...], some: tuple[str, ...]) -> tuple[str, ...]:
+    """Of the priced GPUs `named` in the cards' order, those in `some`."""
+    return tuple(n for n in named if n in some)
 
 
 def _site_metric(method: str, parts: tuple[int, ...]) -> int:
@@ -312,7 +323,10 @@ def _setups(arch, graph, s: Assumptions, gpu_offers: tuple[GpuOffer, ...], jobs,
         if model is not None:  # no speed where it serves in float32: the priced TFLOPS are 16-bit
             rows += serving_table(model, table, tuple(g for g in group if scale.get(g.model, 1) == 1), got)
     plans += merged_serving(found, gpu_offers)
-    unreachable += lost[0] if lost and all(lost) else []  # serving is unreachable where no group serves it
+    if gpu_offers and not any(scale.get(g.model, 1) for g in gpu_offers):  # not memory: vLLM refuses it on each
+        unreachable.append(Unreachable("serve", SERVED_NOWHERE))
+    else:  # serving is unreachable where no group serves it
+        unreachable += lost[0] if lost and all(lost) else []
     order = {(g.name, g.model): i for i, g in enumerate(gpu_offers)}
     serving = tuple(sorted(rows, key=lambda r: order[(r.gpu, r.gpu_model)]))
     return plans, unreachable, serving, plan_floors(peak, plans, gpu_offers)

@@ -201,49 +201,6 @@ def offers(cards: tuple[Card, ...], gpus: Mapping[str, Gpu], s: Assumptions) -> 
     return tuple(out)
 
 
-# vLLM refuses float16 for these model types, "Numerical instability. Please use bfloat16 or float32 instead."
-# (vllm/config/model.py, _FLOAT16_NOT_SUPPORTED_MODELS), so a GPU without bf16 serves them in float32
-VLLM_NO_FLOAT16 = frozenset({"gemma2", "gemma3", "gemma3_text", "plamo2", "glm4"})
-# vLLM runs DeepSeek's sparse attention (a config with index_topk: model_executor/models/deepseek_v2.py is_v32) only
-# with sparse MLA kernels: FlashMLA's on compute capability 9.x and 10.x, FlashInfer's on 10.x
-# (v1/attention/backends/mla/flashmla_sparse.py, flashinfer_mla_sparse.py supports_compute_capability, v0.19.1)
-SPARSE_MLA_CAPABILITY = 9.0
-# vLLM refuses a quantised checkpoint on a GPU under its method's least compute capability ("The quantization method
-# ... is not supported for the current GPU": config/vllm.py _get_quantization_config, v0.19.1), each method's
-# get_min_capability (model_executor/layers/quantization/: gptq.py 60, bitsandbytes.py and compressed_tensors.py 70,
-# awq.py and fp8.py 75, mxfp4.py and experts_int8.py 80, mxfp8.py and fp_quant.py 100)
-VLLM_QUANT_CAPABILITY = {"gptq": 6.0, "bitsandbytes": 7.0, "compressed-tensors": 7.0, "awq": 7.5, "fp8": 7.5,
-                         "mxfp4": 8.0, "experts_int8": 8.0, "mxfp8": 10.0, "fp_quant": 10.0}
-
-
-def quant_capability(a: Arch) -> float:
-    """The least compute capability vLLM serves this checkpoint's quantisation on (VLLM_QUANT_CAPABILITY); 0 for a
-    16-bit checkpoint or a method not listed."""
-    return VLLM_QUANT_CAPABILITY.get(a.quant.method, 0.0) if a.quant is not None else 0.0
-
-
-def quant_unserved(a: Arch, gpus: Mapping[str, Gpu]) -> tuple[str, ...]:
-    """The priced GPUs (by name) under quant_capability: vLLM refuses the checkpoint there (not a GPU whose
-    capability is not known)."""
-    least = quant_capability(a)
-    return tuple(g.name for g in gpus.values() if g.compute_capability is not None and g.compute_capability < least)
-
-
-def serving_scale(a: Arch, gpus: Mapping[str, Gpu]) -> dict[str, int]:
-    """Per priced GPU (by name), what each 16-bit serving byte of this model takes there: 1; 2 where vLLM serves it
-    in float32 (a GPU without bf16, a model type in VLLM_NO_FLOAT16: the weights, the KV cache and the startup's
-    forward double; its sampler's run is priced in float32 and halved before the search doubles it back:
-    vllm_server.startup_in_16_bits);
-    0 where vLLM has no attention kernel for it (a sparse-attention MLA model below SPARSE_MLA_CAPABILITY) or
-    refuses its quantisation (quant_unserved): no serving plan, speed or card batch there."""
-    served = a.spec.kind != "encoder"
-    fp32, sparse = served and a.model_type in VLLM_NO_FLOAT16, served and "index_topk" in a.raw
-    refused = quant_unserved(a, gpus)
-    return {g.name: 0 if g.name in refused or (sparse and g.compute_capability is not None
-                                                and g.compute_capability < SPARSE_MLA_CAPABILITY)
-            else 2 if fp32 and g.bf16_tflops is None else 1 for g in gpus.values()}
-
-
 def scaled_offers(gpu_offers: tuple[GpuOffer, ...], scale: Mapping[str, int]) -> tuple[GpuOffer, ...]:
     """The offers serving is searched on (serving_scale): none where the GPU serves none, and what the budget holds
     in 16 bits where its bytes are scaled (half of it in float32), the peaks found then scaled back

@@ -163,6 +163,16 @@ def memory_chart(curve: list[dict[str, int]], cards: Sequence[Any], *, model: st
     }
 
 
+# A card whose GPUs vLLM does not serve the model on (its serving figure is 0: card_plans, setups.serving_scale)
+NOT_SERVED_LABEL = "not served"
+
+
+def _none(card: Any, key: str) -> str:
+    """What a bar with no batch says: the method does not fit, or vLLM does not serve the model on the card."""
+    refused = key == "serve_max_batch" and not getattr(card, "serve_bytes_batch1", 1)
+    return NOT_SERVED_LABEL if refused else "does not fit"
+
+
 def batch_chart(cards: Sequence[Any], *, model: str, serve_tokens: int, narrow: bool = False) -> dict[str, Any]:
     """The largest batch per card for each method as horizontal bars on a log scale (batch 1 is the
     shortest visible bar; a method that does not fit has no bar and says so). narrow: the phone's layout."""
@@ -182,10 +192,11 @@ def batch_chart(cards: Sequence[Any], *, model: str, serve_tokens: int, narrow: 
             value = getattr(card, key)
             y = gy + j * (bar + gap)
             width = 0.0 if value <= 0 else 3 + (x1 - x0 - 3) * math.log10(value) / span
+            none = _none(card, key)
             bars.append({"cls": cls, "y": f.coord(y), "w": f.coord(width), "ty": f.coord(y + bar - 1),
                          "tx": f.coord(x0 + width + 4), "h": f.coord(bar),
-                         "label": f.count(value) if value > 0 else "does not fit",
-                         "title": f"{label}: " + (f.batch(value) if value > 0 else "does not fit")})
+                         "label": f.count(value) if value > 0 else none,
+                         "title": f"{label}: " + (f.batch(value) if value > 0 else none)})
         groups.append({"name": card.name, "name_y": f.coord(gy + group / 2 + 4), "bars": bars})
     ticks = [{"x": f.coord(x0 + 3 + (x1 - x0 - 3) * math.log10(v) / span), "label": f.tick_count(int(v))}
              for v in _log_ticks(1, peak) if v == int(v) and str(int(v))[0] == "1"]
@@ -193,7 +204,8 @@ def batch_chart(cards: Sequence[Any], *, model: str, serve_tokens: int, narrow: 
     legend = [{"cls": cls, "label": label, "x": f.coord(start + i * step), "tx": f.coord(start + i * step + 16)}
               for i, (_, cls, label) in enumerate(BATCHES)]
     said = "; ".join(f"{c.name}: " + ", ".join(f"{label} {f.count(getattr(c, key)) if getattr(c, key) else 'none'}"
-                                               for key, _, label in BATCHES) for c in cards)
+                                               + (" (vLLM does not serve it here)" if _none(c, key) == NOT_SERVED_LABEL
+                                                  else "") for key, _, label in BATCHES) for c in cards)
     return {
         "id": "batch-chart-narrow" if narrow else "batch-chart",
         "label_id": "batch-chart",

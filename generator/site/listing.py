@@ -94,7 +94,8 @@ class Entry:
         return full, lora, qlora, serve
 
     def fewest(self, index: int) -> tuple[int, ...]:
-        """The fewest GPUs of card number `index` per METHODS (0: none up to 512 runs it)."""
+        """The fewest GPUs of card number `index` per METHODS (0: none up to 512 runs it; -1: vLLM does not serve
+        the model on it)."""
         return self.gpus[index] if index < len(self.gpus) else (0,) * len(METHODS)
 
 
@@ -155,7 +156,9 @@ def _fewest_gpus(report: Report) -> tuple[tuple[int, ...], ...]:
         if p.fits:
             key = (p.gpu, p.method)
             fewest[key] = min(fewest.get(key, p.gpus), p.gpus)
-    return tuple(tuple(fewest.get((c.name, m), 0) for m, _ in METHODS) for c in report.memory.cards)
+    # -1: vLLM does not serve the model on the card (its serving figure is 0: estimator setups.serving_scale)
+    return tuple(tuple(fewest.get((c.name, m), -1 if m == "serve" and not c.serve_bytes_batch1 else 0)
+                       for m, _ in METHODS) for c in report.memory.cards)
 
 
 def by_downloads(entries: Iterable[Entry]) -> list[Entry]:
@@ -297,7 +300,7 @@ def card_rows(entries: Iterable[Entry], index: int, root: str, card: str) -> dic
             batches, gpus = e.one_card(index), e.fewest(index)
             if any(batches):
                 group = "one"
-            elif any(gpus):
+            elif any(g > 0 for g in gpus):
                 group = "several"
             else:
                 out["none"] += 1
@@ -306,8 +309,8 @@ def card_rows(entries: Iterable[Entry], index: int, root: str, card: str) -> dic
             # a method one card holds only with its plan's options says which: "tight · 1 GPU" alone would read as a
             # contradiction where batch 1 is tight without checkpointing and fits with it
             how = e.one_gpu_with[index] if index < len(e.one_gpu_with) else ("",) * len(METHODS)
-            cells = [f.batch(b) if b > 0 else ("tight · " if t else "") + (f.gpu_count(g) if g > 0 else f.DASH)
-                     + (f", {w}" if g == 1 and w else "")
+            cells = [f.batch(b) if b > 0 else "n/a" if g < 0 else ("tight · " if t else "")
+                     + (f.gpu_count(g) if g > 0 else f.DASH) + (f", {w}" if g == 1 and w else "")
                      for b, g, t, w in zip(batches, gpus, tight, how, strict=False)]
             if not e.qlora_applies:  # QLoRA quantises a 16-bit base: not "none up to 512"
                 cells[[m for m, _ in METHODS].index("qlora")] = "n/a"
@@ -322,7 +325,7 @@ def cards(entries: list[Entry], card_names: Sequence[str], root: str) -> list[di
     for i, name in enumerate(card_names):
         got = [e.one_card(i) for e in entries if e.estimated and i < len(e.batches)]
         several = sum(1 for e in entries if e.estimated and i < len(e.batches) and not any(e.one_card(i))
-                      and any(e.fewest(i)))
+                      and any(g > 0 for g in e.fewest(i)))
         out.append({"name": name, "href": f"{root}{card_dir(name)}/index.html", "several": f.count(several),
                     **{m: f.count(sum(b[j] > 0 for b in got)) for j, (m, _) in enumerate(METHODS)}})
     return out

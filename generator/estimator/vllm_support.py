@@ -1,0 +1,88 @@
+"""Where vLLM serves a model: the priced GPUs it refuses the model on, and those it runs it in float32 on.
+
+vLLM 0.19.1's own rules, each read off its source and cited where it is written; setups.py prices serving by them
+(serving_scale) and checks.py warns of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from .config.arch import Arch
+from .inputs import Gpu
+
+# The reason a Report gives where vLLM refuses the model on every priced GPU (plans_unreachable), not memory
+SERVED_NOWHERE = "vLLM serves it on none of the priced GPUs (the warnings say why)"
+
+# vLLM refuses float16 for these model types, "Numerical instability. Please use bfloat16 or float32 instead."
+# (vllm/config/model.py, _FLOAT16_NOT_SUPPORTED_MODELS), so a GPU without bf16 serves them in float32
+VLLM_NO_FLOAT16 = frozenset({"gemma2", "gemma3", "gemma3_text", "plamo2", "glm4"})
+# vLLM runs DeepSeek's sparse attention (a config with index_topk: model_executor/models/deepseek_v2.py is_v32) only
+# with sparse MLA kernels: FlashMLA's on compute capability 9.x and 10.x, FlashInfer's on 10.x
+# (v1/attention/backends/mla/flashmla_sparse.py, flashinfer_mla_sparse.py supports_compute_capability, v0.19.1)
+SPARSE_MLA_CAPABILITY = 9.0
+# vLLM refuses a quantised checkpoint on a GPU under its method's least compute capability ("The quantization method
+# ... is not supported for the current GPU": config/vllm.py _get_quantization_config, v0.19.1), each method's
+# get_min_capability (model_executor/layers/quantization/: gptq.py 60, bitsandbytes.py and compressed_tensors.py 70,
+# awq.py and fp8.py 75, mxfp4.py, fbgemm_fp8.py and experts_int8.py 80, mxfp8.py and fp_quant.py 100), by the
+# config's quant_method (fbgemm_fp8 is read as fp8's storage, not as its kernels)
+VLLM_QUANT_CAPABILITY = {"gptq": 6.0, "bitsandbytes": 7.0, "compressed-tensors": 7.0, "awq": 7.5, "fp8": 7.5,
+                         "mxfp4": 8.0, "fbgemm_fp8": 8.0, "experts_int8": 8.0, "mxfp8": 10.0, "fp_quant": 10.0}
+# ... and where the activations' dtype is not one its method takes (the same function: get_supported_act_dtypes), as
+# float32 on a GPU without bf16 for a model vLLM will not run in float16 (VLLM_NO_FLOAT16): only these take float32
+VLLM_QUANT_FLOAT32 = frozenset({"bitsandbytes", "compressed-tensors", "torchao"})
+
+
+def quant_method(a: Arch) -> str:
+    """The checkpoint's quant_method as vLLM reads it from config.json ("" for a 16-bit checkpoint)."""
+    q = a.raw.get("quantization_config")
+    named = q.get("quant_method") if isinstance(q, Mapping) else None
+    return str(named).lower() if named else (a.quant.method if a.quant is not None else "")
+
+
+def quant_capability(a: Arch) -> float:
+    """The least compute capability vLLM serves this checkpoint's quantisation on (VLLM_QUANT_CAPABILITY); 0 for a
+    16-bit checkpoint or a method not listed."""
+    return VLLM_QUANT_CAPABILITY.get(quant_method(a), 0.0)
+
+
+def quant_unserved(a: Arch, gpus: Mapping[str, Gpu]) -> tuple[str, ...]:
+    """The priced GPUs (by name) vLLM refuses this checkpoint's quantisation on: under quant_capability (not a GPU
+    whose capability is not known), or where it would run float32 activations its method does not take."""
+    below = quant_below(a, gpus)
+    return (*below, *(n for n in quant_float32(a, gpus) if n not in below))
+
+
+def quant_below(a: Arch, gpus: Mapping[str, Gpu]) -> tuple[str, ...]:
+    """The priced GPUs under quant_capability (not a GPU whose capability is not known)."""
+    least = quant_capability(a)
+    return tuple(g.name for g in gpus.values() if g.compute_capability is not None and g.compute_capability < least)
+
+
+def quant_float32(a: Arch, gpus: Mapping[str, Gpu]) -> tuple[str, ...]:
+    """The priced GPUs where vLLM would run this quantised checkpoint's activations in float32 (no bf16, a model it
+    will not run in float16), which its method does not take (VLLM_QUANT_FLOAT32)."""
+    method = quant_method(a)
+    if not method or method in VLLM_QUANT_FLOAT32 or a.spec.kind == "encoder" or a.model_type not in VLLM_NO_FLOAT16:
+        return ()
+    return tuple(g.name for g in gpus.values() if g.bf16_tflops is None)
+
+
+def sparse_unserved(a: Arch, gpus: Mapping[str, Gpu]) -> tuple[str, ...]:
+    """The priced GPUs (by name) without vLLM's sparse MLA kernels, for a sparse-attention model (index_topk)."""
+    if a.spec.kind == "encoder" or "index_topk" not in a.raw:
+        return ()
+    return tuple(g.name for g in gpus.values()
+                 if g.compute_capability is not None and g.compute_capability < SPARSE_MLA_CAPABILITY)
+
+
+def serving_scale(a: Arch, gpus: Mapping[str, Gpu]) -> dict[str, int]:
+    """Per priced GPU (by name), what each 16-bit serving byte of this model takes there: 1; 2 where vLLM serves it
+    in float32 (a GPU without bf16, a model type in VLLM_NO_FLOAT16: the weights, the KV cache and the startup's
+    forward double; its sampler's run is priced in float32 and halved before the search doubles it back:
+    vllm_server.startup_in_16_bits);
+    0 where vLLM has no attention kernel for it (a sparse-attention MLA model below SPARSE_MLA_CAPABILITY) or
+    refuses its quantisation (quant_unserved): no serving plan, speed or card batch there."""
+    fp32 = a.spec.kind != "encoder" and a.model_type in VLLM_NO_FLOAT16
+    refused = {*quant_unserved(a, gpus), *sparse_unserved(a, gpus)}
+    return {g.name: 0 if g.name in refused else 2 if fp32 and g.bf16_tflops is None else 1 for g in gpus.values()}
