@@ -25,6 +25,7 @@ from generator.estimator.memory.plans import first_fit
 from generator.estimator.memory.profile import kv_bytes_per_sequence, serve_profile
 from generator.estimator.memory.serve_weights import serve_weight_bytes
 from generator.estimator.memory.sharding import GPUS_PER_NODE
+from generator.estimator.memory.vllm_server import reference_server
 from generator.estimator.normalise import normalise
 from generator.estimator.serving_speed import decode_upper_bound
 from generator.estimator.memory.peak_table import cached_peak
@@ -32,7 +33,7 @@ from generator.estimator.setups import (
     kv_latent_share,
     model_shape,
     offers,
-    serving_job,
+    serving_jobs,
     serving_model,
     training_job,
     training_nccl_bytes,
@@ -80,8 +81,8 @@ def site_jobs(model_id: str):
         "full": training_job(a, g, S, Job(tokens=t), shape, model_id),
         "lora": training_job(a, g, S, Job(method="lora", lora_rank=S.lora_rank, tokens=t), shape, model_id),
         "qlora": training_job(a, g, S, site_job("qlora", S.lora_rank, tokens=t), shape, model_id),
-        "serve": serving_job(profile, weights, shape, S.compute_bytes),
-        "serve2": serving_job(profile, weights, shape, S.compute_bytes, sequences=2),
+        # vLLM's serving jobs at its reference defaults: the startup's phases, its pipeline cut (review of F87)
+        **serving_jobs(g, S, profile, reference_server(S), weights, shape, serve_tokens),
     }
 
 

@@ -24,7 +24,7 @@ from generator.cli import main
 from generator.estimator import estimate
 from generator.estimator.graph.nodes import build_graph
 from generator.estimator.memory.job_options import Job
-from generator.estimator.memory.parallel import PARTS, tp_phases
+from generator.estimator.memory.parallel import PARTS, Setup, per_gpu, tp_phases
 from generator.estimator.memory.pipeline import stage_rows, vllm_stage_layers
 from generator.estimator.memory.profile import kv_bytes_per_sequence, serve_profile, serve_token_bytes
 from generator.estimator.memory.serve_weights import model_serve_weight_bytes
@@ -39,7 +39,7 @@ from generator.estimator.memory.vllm_server import (
     widest,
 )
 from generator.estimator.normalise import normalise
-from generator.estimator.setups import model_shape, serving_jobs
+from generator.estimator.setups import inference_job, model_shape, serving_jobs
 from generator.estimator.vllm_support import SERVED_NOWHERE
 from generator.hub.snapshot import DEFAULT_SNAPSHOT_DIR, load_record
 from generator.settings import DEFAULT_CONFIG, load_settings
@@ -189,22 +189,42 @@ def test_a_serving_pipeline_is_cut_as_vllm_cuts_it() -> None:
 def test_only_the_last_pipeline_stage_samples_and_every_stage_runs_the_forward() -> None:
     """vLLM's profile run samples on the last pipeline rank only (gpu_model_runner.profile_run:
     get_pp_group().is_last_rank), while every stage runs the step's forward through its own layers, one layer's
-    working set at a time: on 4 stages of Llama-3.1-8B the first holds the forward whole and no sampler, the last
-    both its sampler and its forward; the stages' weights share the model out."""
+    working set at a time, and every stage but the first holds the hidden states and residual handed to it (its
+    intermediate tensors, a step's worth: review of F87). On 4 stages of Llama-3.1-8B: the forward on each, the
+    hand-off on the middle and last, the sampler on the last; one GPU's figure holds the forward's transient as
+    activations and the sampler as overhead."""
     a, g = _model("meta-llama/Llama-3.1-8B")
     startup = startup_bytes(g.spec, S, LARGE, 4096)
     jobs = serving_jobs(g, S, serve_profile(a, g, S, 4096, server=LARGE), LARGE, model_serve_weight_bytes(a, g, S),
                         model_shape(a, g), 4096)
-    layers, rows = stage_rows(jobs["serve"], jobs["serve"].phases, 4)
-    assert sum(layers) == 32
-    first, last = rows[:2], rows[-2:]  # each stage: its forward phase, then its sampler phase
-    act, overhead = PARTS.index("activations"), PARTS.index("overhead")
+    serve = jobs["serve"]
     residual = residual_bytes(g.spec, S, LARGE, 4096)
-    for forward, sampler in (first, last):
-        assert (forward[1][act], forward[1][overhead]) == (startup.forward_bytes - residual, residual)
-        assert sampler[1][act] == 0
-    assert first[1][1][overhead] == 0 and last[1][1][overhead] == startup.sampler_bytes
-    assert max(sum(r[1]) for r in rows) < max(ph.total_bytes for ph in jobs["serve"].phases)  # less than one GPU
+    assert serve.engine_cut and serve.handoff_bytes == residual
+    layers, rows = stage_rows(serve, serve.phases, 4)
+    assert list(layers) == [8] * 4 and len(rows) == 6  # first, middle (two stages alike: listed once), last
+    act, overhead = PARTS.index("activations"), PARTS.index("overhead")
+    for k, ((_, forward), (_, sampler)) in enumerate(zip(rows[::2], rows[1::2], strict=True)):
+        handoff = 0 if k == 0 else residual
+        assert (forward[act], forward[overhead]) == (startup.forward_bytes - residual, residual + handoff), k
+        assert sampler[act] == 0
+        assert sampler[overhead] == handoff + (startup.sampler_bytes if k == 2 else 0), k
+    (forward, _) = serve.phases
+    alone = per_gpu(dataclasses.replace(serve, phases=(forward,)), Setup())
+    assert dict(alone.breakdown)["activations"] == forward.transient == startup.forward_bytes - residual
+    (_, sampler) = serve.phases
+    alone = per_gpu(dataclasses.replace(serve, phases=(sampler,)), Setup())
+    assert dict(alone.breakdown)["overhead"] == startup.sampler_bytes
+
+
+def test_hf_generate_on_pipeline_stages_keeps_the_balancing_cut() -> None:
+    """--method inference prices transformers' generate, not vLLM: its stages are cut to balance them, as a
+    training job's are (review of F87, which had given it vLLM's even cut): Llama-3.1-8B on 5 stages."""
+    record = load_record(DEFAULT_SNAPSHOT_DIR, "meta-llama/Llama-3.1-8B")
+    a, g = _model("meta-llama/Llama-3.1-8B")
+    job = inference_job(a, g, S, Job(method="inference", tokens=4096), model_shape(a, g), record.id)
+    assert not job.engine_cut and job.handoff_bytes == 0
+    layers, _ = stage_rows(job, job.phases, 5)
+    assert sum(layers) == 32 and list(layers) != vllm_stage_layers(32, 5)
 
 
 def test_the_curve_reads_the_same_startup_as_the_profile() -> None:

@@ -123,7 +123,9 @@ def serving_job(serve: Profile, weight_bytes: int, shape: Shape, c: int, sequenc
     ranks (Phase.transient), the `residual` copies of the hidden states whole on each (vllm_server.residual_bytes).
     The sampler runs on the last pipeline stage only (gpu_model_runner.profile_run: get_pp_group().is_last_rank),
     where every tensor-parallel rank gathers the whole vocabulary's logits and samples (vLLM's LogitsProcessor
-    all-gathers them, Platform.use_all_gather): Phase.last_stage."""
+    all-gathers them, Platform.use_all_gather): Phase.last_stage. Its stages are cut as vLLM cuts them, each after
+    the first holding a step's hidden states and residual handed to it, as large as the `residual` copies
+    (SingleGpuJob.engine_cut, handoff_bytes)."""
     fixed = serve.total_static - weight_bytes  # the server's startup peak
     caches = serve.per_sample()  # the embedding side and every layer (a serving profile's head keeps none)
     phases: tuple[Phase, ...]
@@ -137,7 +139,7 @@ def serving_job(serve: Profile, weight_bytes: int, shape: Shape, c: int, sequenc
                         transient=startup.forward_bytes - whole, kv_cache=sequences * caches),
                   Phase("decode (full KV cache)", weights=weight_bytes, activations=rest,
                         last_stage=startup.sampler_bytes, kv_cache=sequences * caches))
-    return _single("serve", phases, (), 0, c, c, shape)
+    return dataclasses.replace(_single("serve", phases, (), 0, c, c, shape), engine_cut=True, handoff_bytes=residual)
 
 
 def serving_jobs(g: Graph, s: Assumptions, serve: Profile, server: ServerDefaults, weight_bytes: int, shape: Shape,

@@ -170,6 +170,12 @@ class SingleGpuJob:
     # a tied head's weight: counted once in params_total (with the embedding), a pipeline's last stage keeps its own
     # copy (stages.Profile.tied_copy has the sources)
     tied_head_params: int = 0
+    # vLLM's serving job (setups.serving_job): its pipeline stages are cut as vLLM cuts them (pipeline.
+    # vllm_stage_layers), and every stage but the first holds the hidden states and residual it is handed, a step's
+    # worth in the model's dtype, whole on each tensor-parallel rank (gpu_model_runner.py, v0.19.1: the
+    # intermediate tensors of max_num_tokens allocated at init); 0: the balancing cut, no hand-off buffer
+    engine_cut: bool = False
+    handoff_bytes: int = 0
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
-"""Pipeline-parallel stages of one job: the contiguous cut of its layers minimising the largest stage, and every
-stage's phase bytes (parallel.py's pp and tp+pp; its docstring has the rules and sources). Pure: numbers in, numbers
+"""Pipeline-parallel stages of one job: the contiguous cut of its layers minimising the largest stage (vLLM's own cut
+for its serving job), and every stage's phase bytes (parallel.py's pp and tp+pp; its docstring has the rules and sources). Pure: numbers in, numbers
 out. The job and its phases are parallel.SingleGpuJob and parallel.Phase, typed loosely here: parallel imports this.
 """
 
@@ -34,9 +34,11 @@ def stage_rows(job: Any, phases: tuple[Any, ...], stages: int) -> tuple[tuple[in
         else:
             a = {f: getattr(ph, f) * ends / p for f in _SCALED}
             b = {f: getattr(ph, f) * layer_params / p for f in _SCALED}
-        # a serving startup's layer transient on every stage, its sampler on the last (Phase.transient, last_stage)
-        a.update(activations=0.0, kv_cache=0.0, logits=ph.logits if last else 0.0, overhead_fixed=ph.overhead_fixed,
-                 transient=ph.transient, last_stage=ph.last_stage if last else 0.0)
+        # a serving startup's layer transient on every stage, its sampler on the last (Phase.transient, last_stage),
+        # the hidden states handed to every stage but the first (SingleGpuJob.handoff_bytes)
+        a.update(activations=0.0, kv_cache=0.0, logits=ph.logits if last else 0.0,
+                 overhead_fixed=ph.overhead_fixed + (0 if first else job.handoff_bytes), transient=ph.transient,
+                 last_stage=ph.last_stage if last else 0.0)
         b.update(activations=ph.activations / layers, kv_cache=ph.kv_cache / layers, logits=0.0, overhead_fixed=0.0,
                  transient=0.0, last_stage=0.0)
         return ph.name, a, b
@@ -73,7 +75,7 @@ def stage_rows(job: Any, phases: tuple[Any, ...], stages: int) -> tuple[tuple[in
             held += cap * count
         return held >= layers
 
-    if job.method == "serve":  # vLLM cuts its own way, whatever the stages then hold
+    if job.engine_cut:  # vLLM cuts its own way, whatever the stages then hold
         counts = vllm_stage_layers(layers, stages)
     else:
         lo, hi = 0.0, max(a + layers * b for row in sums.values() for a, b in row) + 1.0
