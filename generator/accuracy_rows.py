@@ -113,9 +113,10 @@ def held_nccl_bytes(row: Mapping[str, Any], nccl_bytes: int) -> int:
     """What a card holds beside a multi-GPU row's per-GPU peak that its metric leaves out: NCCL's buffers
     (Assumptions.nccl_bytes_per_gpu) where the row measured a torch counter on several GPUs; a driver's count
     (CONTEXT_METRICS) and the estimate in it have them already."""
-    gpus = (row.get("parallel") or {}).get("gpus") or 1
-    metric = (row.get("measured") or {}).get("metric")
-    return nccl_bytes if isinstance(gpus, int) and gpus > 1 and metric not in CONTEXT_METRICS else 0
+    spread = row.get("parallel") or {}
+    gpus, metric = spread.get("gpus") or 1, (row.get("measured") or {}).get("metric")
+    one = spread.get("strategy") == "pp" and (row.get("setup") or {}).get("method") == "inference"  # one process
+    return nccl_bytes if isinstance(gpus, int) and gpus > 1 and not one and metric not in CONTEXT_METRICS else 0
 
 
 def tensor_bytes(row: Mapping[str, Any], context_bytes: int) -> int | None:

@@ -44,7 +44,7 @@ def label(p: Any) -> str:
 
 
 # A card whose GPUs vLLM has no attention kernel for the model on, or refuses its quantisation on (estimator
-# setups.serving_scale: 0)
+# vllm_support.serving_scale: 0)
 NOT_SERVED = "vLLM does not serve it here"
 
 

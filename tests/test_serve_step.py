@@ -24,8 +24,7 @@ from generator.cli import main
 from generator.estimator import estimate
 from generator.estimator.graph.nodes import build_graph
 from generator.estimator.memory.job_options import Job
-from generator.estimator.memory.parallel import PARTS, Setup, per_gpu, tp_phases
-from generator.estimator.memory.pipeline import stage_rows, vllm_stage_layers
+from generator.estimator.memory.parallel import tp_phases
 from generator.estimator.memory.profile import kv_bytes_per_sequence, serve_profile, serve_token_bytes
 from generator.estimator.memory.serve_weights import model_serve_weight_bytes
 from generator.estimator.memory.vllm_server import (
@@ -39,8 +38,7 @@ from generator.estimator.memory.vllm_server import (
     widest,
 )
 from generator.estimator.normalise import normalise
-from generator.estimator.setups import inference_job, model_shape, serving_jobs
-from generator.estimator.vllm_support import SERVED_NOWHERE
+from generator.estimator.setups import model_shape, serving_jobs
 from generator.hub.snapshot import DEFAULT_SNAPSHOT_DIR, load_record
 from generator.settings import DEFAULT_CONFIG, load_settings
 from generator.site import listing
@@ -172,61 +170,6 @@ def test_a_tensor_parallel_rank_splits_the_forward_and_samples_the_whole_vocabul
     assert jobs["serve2"].phases[0].kv_cache == 2 * jobs["serve"].phases[0].kv_cache
 
 
-def test_a_serving_pipeline_is_cut_as_vllm_cuts_it() -> None:
-    """vLLM's get_pp_indices (distributed/utils.py, v0.19.1): layers // stages each, the remainder one each to the
-    stages before the last, from the second-to-last back: 5 layers on 3 stages [2, 2, 1] (its own docstring's
-    rule), 10 on 4 [2, 3, 3, 2], 61 on 16 [3, 3, 4 x 13, 3]. A serving job's stages take that cut, a training job's
-    the one whose largest stage is least."""
-    assert vllm_stage_layers(5, 3) == [2, 2, 1] and vllm_stage_layers(10, 4) == [2, 3, 3, 2]
-    assert vllm_stage_layers(61, 16) == [3, 3] + [4] * 13 + [3] and vllm_stage_layers(32, 4) == [8] * 4
-    a, g = _model("meta-llama/Llama-3.1-8B")
-    jobs = serving_jobs(g, S, serve_profile(a, g, S, 4096, server=LARGE), LARGE, model_serve_weight_bytes(a, g, S),
-                        model_shape(a, g), 4096)
-    for stages in (2, 3, 5, 7):
-        assert list(stage_rows(jobs["serve"], jobs["serve"].phases, stages)[0]) == vllm_stage_layers(32, stages)
-
-
-def test_only_the_last_pipeline_stage_samples_and_every_stage_runs_the_forward() -> None:
-    """vLLM's profile run samples on the last pipeline rank only (gpu_model_runner.profile_run:
-    get_pp_group().is_last_rank), while every stage runs the step's forward through its own layers, one layer's
-    working set at a time, and every stage but the first holds the hidden states and residual handed to it (its
-    intermediate tensors, a step's worth: review of F87). On 4 stages of Llama-3.1-8B: the forward on each, the
-    hand-off on the middle and last, the sampler on the last; one GPU's figure holds the forward's transient as
-    activations and the sampler as overhead."""
-    a, g = _model("meta-llama/Llama-3.1-8B")
-    startup = startup_bytes(g.spec, S, LARGE, 4096)
-    jobs = serving_jobs(g, S, serve_profile(a, g, S, 4096, server=LARGE), LARGE, model_serve_weight_bytes(a, g, S),
-                        model_shape(a, g), 4096)
-    serve = jobs["serve"]
-    residual = residual_bytes(g.spec, S, LARGE, 4096)
-    assert serve.engine_cut and serve.handoff_bytes == residual
-    layers, rows = stage_rows(serve, serve.phases, 4)
-    assert list(layers) == [8] * 4 and len(rows) == 6  # first, middle (two stages alike: listed once), last
-    act, overhead = PARTS.index("activations"), PARTS.index("overhead")
-    for k, ((_, forward), (_, sampler)) in enumerate(zip(rows[::2], rows[1::2], strict=True)):
-        handoff = 0 if k == 0 else residual
-        assert (forward[act], forward[overhead]) == (startup.forward_bytes - residual, residual + handoff), k
-        assert sampler[act] == 0
-        assert sampler[overhead] == handoff + (startup.sampler_bytes if k == 2 else 0), k
-    (forward, _) = serve.phases
-    alone = per_gpu(dataclasses.replace(serve, phases=(forward,)), Setup())
-    assert dict(alone.breakdown)["activations"] == forward.transient == startup.forward_bytes - residual
-    (_, sampler) = serve.phases
-    alone = per_gpu(dataclasses.replace(serve, phases=(sampler,)), Setup())
-    assert dict(alone.breakdown)["overhead"] == startup.sampler_bytes
-
-
-def test_hf_generate_on_pipeline_stages_keeps_the_balancing_cut() -> None:
-    """--method inference prices transformers' generate, not vLLM: its stages are cut to balance them, as a
-    training job's are (review of F87, which had given it vLLM's even cut): Llama-3.1-8B on 5 stages."""
-    record = load_record(DEFAULT_SNAPSHOT_DIR, "meta-llama/Llama-3.1-8B")
-    a, g = _model("meta-llama/Llama-3.1-8B")
-    job = inference_job(a, g, S, Job(method="inference", tokens=4096), model_shape(a, g), record.id)
-    assert not job.engine_cut and job.handoff_bytes == 0
-    layers, _ = stage_rows(job, job.phases, 5)
-    assert sum(layers) == 32 and list(layers) != vllm_stage_layers(32, 5)
-
-
 def test_the_curve_reads_the_same_startup_as_the_profile() -> None:
     for mid in ("meta-llama/Llama-3.1-8B", "google/flan-t5-base"):
         a, g = _model(mid)
@@ -311,60 +254,6 @@ def test_a_sparse_attention_model_is_served_only_where_vllm_has_its_kernels() ->
     v3 = report("deepseek-ai/DeepSeek-V3")
     assert {p.gpu_model for p in v3.plans if p.method == "serve"} > served
     assert not any(x.check == "sparse_attention_serving" for x in v3.findings)
-
-
-def test_a_quantised_checkpoint_is_served_only_where_vllm_takes_its_quantisation() -> None:
-    """gpt-oss's MXFP4 experts read 2× T4 with tensor parallel, 131 tokens/s: vLLM 0.19.1 refuses mxfp4 below compute
-    capability 8.0 (Mxfp4Config.get_min_capability, checked in config/vllm.py _get_quantization_config), and the
-    T4 is 7.5. The T4 gets no serving plan, speed or card batch, and a warning names it; its training setups stay
-    (training does not run vLLM); an FP8 checkpoint (75) and a 16-bit one keep the T4."""
-    def report(mid: str):
-        cfg = json.loads(load_record(DEFAULT_SNAPSHOT_DIR, mid).config_json)
-        return estimate(cfg, model_id=mid, assumptions=S, cards=SETTINGS.cards, gpus=SETTINGS.gpus)
-    gpt_oss = report("openai/gpt-oss-20b")
-    assert "T4" not in {p.gpu_model for p in gpt_oss.plans if p.method == "serve"} | \
-        {x.gpu_model for x in gpt_oss.serving}
-    assert {p.gpu_model for p in gpt_oss.plans if p.method == "lora" and p.fits} >= {"T4"}
-    assert next(c for c in gpt_oss.memory.cards if c.name == "T4 16 GB").serve_max_batch == 0
-    (warning,) = [x for x in gpt_oss.findings if x.check == "quantised_serving"]
-    assert warning.message.startswith("vLLM refuses mxfp4 checkpoints below compute capability 8.0 (the T4) ")
-    assert warning.message.endswith("no serving is priced there.")
-    assert not any(x.check == "sparse_attention_serving" for x in gpt_oss.findings)
-    for mid in ("Qwen/Qwen3-32B-FP8", "meta-llama/Llama-3.1-8B"):
-        r = report(mid)
-        assert "T4" in {p.gpu_model for p in r.plans if p.method == "serve"}, mid
-        assert not any(x.check == "quantised_serving" for x in r.findings), mid
-
-
-def _quantised(mid: str, quantization: dict):
-    """The snapshot's config of `mid` with a quantization_config, as the CLI or the calculator may be given one."""
-    cfg = {**json.loads(load_record(DEFAULT_SNAPSHOT_DIR, mid).config_json), "quantization_config": quantization}
-    return estimate(cfg, model_id=mid, assumptions=S, cards=SETTINGS.cards, gpus=SETTINGS.gpus)
-
-
-def test_vllm_refuses_a_quantisation_by_the_configs_own_method_and_its_activations() -> None:
-    """Review of the refusals (vLLM 0.19.1, config/vllm.py _get_quantization_config: get_min_capability and
-    get_supported_act_dtypes of the config's quant_method; config/model.py: deprecated methods):
-    - FBGEMM's FP8 is read as FP8 storage but needs 8.0 (fbgemm_fp8.py), where FP8 needs 7.5: not on a T4; vLLM
-      also deprecates it, which a second warning says;
-    - an AWQ or FP8 Gemma on a T4 would run float32 activations (no bf16; float16 vLLM refuses for gemma3), which
-      neither method takes: not on a T4; a bitsandbytes one, which takes them, is served there in float32;
-    - MXFP8 needs 10.0, above every priced GPU: the answer says vLLM serves it nowhere, not that nothing holds it."""
-    fbgemm = _quantised("meta-llama/Llama-3.1-8B", {"quant_method": "fbgemm_fp8"})
-    assert "T4" not in {p.gpu_model for p in fbgemm.plans if p.method == "serve"}
-    assert {x.check for x in fbgemm.findings} >= {"quantised_serving", "deprecated_quantisation"}
-    for q in ({"quant_method": "awq", "bits": 4, "group_size": 128}, {"quant_method": "fp8"}):
-        r = _quantised("google/gemma-3-1b-it", q)
-        assert "T4" not in {p.gpu_model for p in r.plans if p.method == "serve"}, q
-        (warning,) = [x for x in r.findings if x.check == "quantised_serving"]
-        assert "with float32 activations" in warning.message and "on the T4" in warning.message, q
-        assert not any(x.check == "half_precision_serving" for x in r.findings), q
-    bnb = _quantised("google/gemma-3-1b-it", {"quant_method": "bitsandbytes", "load_in_4bit": True})
-    assert "T4" in {p.gpu_model for p in bnb.plans if p.method == "serve"}
-    assert not any(x.check == "quantised_serving" for x in bnb.findings)
-    mxfp8 = _quantised("meta-llama/Llama-3.1-8B", {"quant_method": "mxfp8"})
-    assert not any(p.method == "serve" for p in mxfp8.plans) and not mxfp8.serving
-    assert [u.reason for u in mxfp8.plans_unreachable if u.method == "serve"] == [SERVED_NOWHERE]
 
 
 def test_a_server_runs_at_most_vllms_default_number_of_sequences() -> None:

@@ -35,7 +35,7 @@ def card_plans(cards: tuple[Card, ...], profiles: Mapping[str, Profile], s: Assu
     """Each card's largest batches (QLoRA's from its job's limits, 0 without them) and two-card splits. What a
     card is held against (the profiles' and QLoRA's limits, the best two-card cut per method) is the same on every
     card: worked out once per profile, each card then only divides its budget. `serve_scale`: per card,
-    setups.serving_scale of its GPUs; a card whose serving bytes are scaled serves what its budget over the scale
+    vllm_support.serving_scale of its GPUs; a card whose serving bytes are scaled serves what its budget over the scale
     holds (half in float32, none where vLLM has no kernel), with no two-card split. `card_serve`: per card, the
     serving profile at its server's defaults (card_servers), profiles["serve"] where it names none; `raised`: per
     card, what its batch past max_num_seqs costs (vllm_server.raised_sequences)."""

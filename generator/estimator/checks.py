@@ -146,60 +146,6 @@ def check_quantization(a: Arch, g: Graph, stored: int | None, model_id: str = ""
                     f"{stored:,} elements; serving memory uses the stored format.")]
 
 
-def check_half_precision_serving(a: Arch, fp32: tuple[str, ...]) -> list[Finding]:
-    """A model vLLM will not serve in float16, on the priced GPUs without bf16 (`fp32`: setups.serving_scale's 2):
-    there vLLM runs float32, twice the weights, KV cache and startup forward of 16 bits (its sampler's logits in
-    float32 with no fp32 copy to make: vllm_server.sampler_row_bytes), as those GPUs' serving figures
-    are priced; their serving speed is not given, the priced TFLOPS being 16-bit."""
-    if not fp32:
-        return []
-    gpus = ", ".join(fp32)
-    return [Finding("half_precision_serving", "warning",
-                    f"vLLM refuses float16 for {a.model_type} (numerical instability: vllm/config/model.py), and the "
-                    f"{gpus} has no bf16, so vLLM serves it there in float32: the {gpus}'s serving figures are "
-                    "priced so (twice the weights, KV cache and startup forward of 16 bits; the sampler's logits "
-                    "in float32, with no fp32 copy to make), and no serving speed is "
-                    "given for it.")]
-
-
-def check_sparse_attention_serving(a: Arch, unserved: tuple[str, ...]) -> list[Finding]:
-    """A model whose attention vLLM runs only with sparse MLA kernels, on the priced GPUs that have none
-    (`unserved`: setups.serving_scale's 0): no serving is priced there."""
-    if not unserved or "index_topk" not in a.raw:
-        return []
-    return [Finding("sparse_attention_serving", "warning",
-                    f"vLLM runs {a.model_type}'s sparse attention (the config's index_topk) only with sparse MLA "
-                    "kernels, on compute capability 9.0 or more (Hopper, Blackwell: "
-                    "v1/attention/backends/mla/flashmla_sparse.py): no serving is priced on the "
-                    f"{', '.join(unserved)}.")]
-
-
-# Quantisation methods vLLM 0.19.1 deprecates: it refuses them unless started with --allow-deprecated-quantization
-# (config/model.py; model_executor/layers/quantization/__init__.py DEPRECATED_QUANTIZATION_METHODS)
-VLLM_DEPRECATED_QUANT = frozenset({"tpu_int8", "fbgemm_fp8", "fp_quant", "experts_int8", "petit_nvfp4"})
-
-
-def check_quantised_serving(a: Arch, method: str, least: float, below: tuple[str, ...],
-                            float32: tuple[str, ...]) -> list[Finding]:
-    """A quantised checkpoint (`method`: its config's quant_method) vLLM refuses on some priced GPUs: those under
-    compute capability `least` (`below`: setups.quant_below) and those where it would run float32 activations the
-    method does not take (`float32`: setups.quant_float32); no serving is priced there. And a method vLLM
-    deprecates, which it serves only when told to."""
-    why = [f"below compute capability {least:.1f} (the {', '.join(below)})"] if below else []
-    also = [g for g in float32 if g not in below]
-    if also:
-        why.append(f"with float32 activations, which vLLM runs {a.model_type} in on the {', '.join(also)} (no bf16; "
-                   "float16 it refuses)")
-    out = [Finding("quantised_serving", "warning",
-                   f"vLLM refuses {method} checkpoints {' and '.join(why)} (config/vllm.py _get_quantization_config, "
-                   "model_executor/layers/quantization/): no serving is priced there.")] if why else []
-    if method in VLLM_DEPRECATED_QUANT:
-        out.append(Finding("deprecated_quantisation", "warning",
-                           f"vLLM 0.19.1 deprecates {method} checkpoints: it serves one only when started with "
-                           "--allow-deprecated-quantization (config/model.py), as its serving is priced here."))
-    return out
-
-
 # The encoder-decoders vLLM 0.19.1 serves: Whisper, Cohere's ASR and Nemotron-Parse in its registry, BART, mBART and
 # Florence-2 through its out-of-tree bart-plugin; the others were removed with its V0 engine
 # (model_executor/models/registry.py: _MULTIMODAL_MODELS' "[Encoder-decoder]" entries, _OOT_SUPPORTED_MODELS, and

@@ -13,14 +13,11 @@ from .checks import (
     Finding,
     check_checkpoint,
     check_defaults,
-    check_half_precision_serving,
-    check_quantised_serving,
     check_quantization,
     check_rope,
     check_scan_kernels,
     check_scope,
     check_shapes,
-    check_sparse_attention_serving,
     check_special_tokens,
     check_tower_adapters,
     check_vllm_support,
@@ -35,7 +32,7 @@ from .memory.curve import memory_curve
 from .memory.job_options import Job, checkpoint_host_bytes, resolve, site_job
 from .memory.job_result import metric_memory
 from .memory.layer_terms import all_linear_params, expert_adapters
-from .memory.parallel import Setup, accumulating_job, per_gpu
+from .memory.parallel import Setup, accumulating_job, per_gpu, ranks
 from .memory.peak_table import PeakTable, cached_peak
 from .memory.plans import GpuOffer, Unreachable
 from .memory.profile import (
@@ -86,6 +83,9 @@ from .setups import (
 )
 from .vllm_support import (
     SERVED_NOWHERE,
+    check_half_precision_serving,
+    check_quantised_serving,
+    check_sparse_attention_serving,
     quant_below,
     quant_capability,
     quant_float32,
@@ -148,7 +148,7 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
         **{m: training_job(arch, graph, s, site_job(m, s.lora_rank, tokens=train_tokens, attention=attention), shape,
                            model_id, memo=memo) for m in ("full", "lora", "qlora")},
     }
-    # vLLM's defaults and dtype differ by GPU (vllm_server.server_defaults, setups.serving_scale): the serving
+    # vLLM's defaults and dtype differ by GPU (vllm_server.server_defaults, vllm_support.serving_scale): the serving
     # profile and jobs per (defaults, float32) that a card or a GPU takes
     scale = serving_scale(arch, gpus)  # per GPU: float32 (2), none (0), or as priced (1)
     card_scale = {c.name: next(iter(x)) if len(x := {scale[gpus[k].name] for k in c.gpus}) == 1 else 1 for c in cards}
@@ -166,7 +166,7 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
     the_job = site_jobs["full"] if job is site_full or job == site_full else exact_job(arch, graph, s, job, shape,
                                                                                        model_id)
     spread = per_gpu(the_job, setup, model_id)
-    exact = metric_memory(spread.peak_phase, dict(spread.breakdown), s, job, graph, setup.gpus)
+    exact = metric_memory(spread.peak_phase, dict(spread.breakdown), s, job, graph, ranks(job.method, setup))
     # QLoRA's phases at batch 1 (None where the checkpoint is quantised already: plans_unreachable says why)
     qlora_limits = job_limits(site_jobs["qlora"], _site_metric) if arch.quant is None else None
     card_serve = {name: serve_at[v] for name, v in servers.items()}
@@ -238,7 +238,8 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
                                *check_sparse_attention_serving(arch, _in(named, sparse_unserved(arch, gpus))),
                                *check_quantised_serving(arch, quant_method(arch), quant_capability(arch),
                                                         _in(named, quant_below(arch, gpus)),
-                                                        _in(named, quant_float32(arch, gpus))),
+                                                        _in(named, quant_float32(arch, gpus)),
+                                                        any(scale[n] for n in named)),
                                *check_vllm_support(arch),
                                *serve_past]
     vision = graph.params_towers
@@ -290,7 +291,7 @@ def _setups(arch, graph, s: Assumptions, gpu_offers: tuple[GpuOffer, ...], jobs,
     training method on no count, what each GPU keeps however many share it (setups.py). The plans' job hours take
     the cost section's roofline (`work`), checkpointing reading the weights once more per step. Serving is
     searched on each GPU at its server's defaults and dtype (`served`: the serving jobs per ServerDefaults and
-    float32), as vLLM serves the model there (`scale`: setups.serving_scale)."""
+    float32), as vLLM serves the model there (`scale`: vllm_support.serving_scale)."""
     peak = cached_peak(jobs, _site_metric, _SUMMED, s.job_batch, training_nccl_bytes(s))
     flops = training_flops(arch, s, flops_per_token)
     not_applicable = {}

@@ -130,7 +130,7 @@ class CardPlan:
     # or QLoRA does not apply (an already quantised checkpoint: plans_unreachable says so)
     train_qlora_max_batch: int = 0
     capacity_bytes: int = 0  # usable less CUDA context: what the process can allocate (budget = this / headroom)
-    serve_dtype: str = ""  # "float32" where vLLM serves the model so on this card's GPUs (setups.serving_scale)
+    serve_dtype: str = ""  # "float32" where vLLM serves the model so on this card's GPUs (vllm_support.serving_scale)
     # serving one sequence at this card's vLLM defaults (card_plans.card_servers) and dtype; 0: no kernel there
     serve_bytes_batch1: int = 0
 
@@ -194,7 +194,9 @@ class Memory:
     def nccl_bytes(self) -> int:
         """NCCL's buffers on each GPU of the exact job's setup where it has several (Assumptions.nccl_bytes_per_gpu),
         outside the allocator; 0 on one GPU."""
-        several = int(dict(self.job or ()).get("gpus") or 1) > 1
+        job = dict(self.job or ())
+        one = job.get("method") == "inference" and job.get("strategy") == "pp"  # parallel.ranks: one process
+        several = int(job.get("gpus") or 1) > 1 and not one
         return int(dict(self.assumptions).get("nccl_bytes_per_gpu", 0)) if several else 0
 
     @property

@@ -20,7 +20,7 @@ from .memory.job import job_phases, training_variants
 from .memory.job_options import Job, resolve
 from .memory.job_result import JobMemory, metric_memory
 from .memory.kinds import MAX_GPUS, TP_KINDS, kinds
-from .memory.parallel import PARTS, ParallelError, Phase, Setup, SingleGpuJob, experts_spread, per_gpu
+from .memory.parallel import PARTS, ParallelError, Phase, Setup, SingleGpuJob, experts_spread, per_gpu, ranks
 from .memory.peak_table import SHARDED, PeakTable
 from .memory.plans import GpuOffer, Plan, PlanFloor, Unreachable, first_fit, search_plans
 from .memory.profile import budget_bytes
@@ -104,7 +104,7 @@ def job_on_setup(a: Arch, g: Graph, s: Assumptions, job: Job, setup: Setup, mode
     """`job`'s peak on the largest GPU of `setup` (parallel.per_gpu), in the job's metric: what a measured
     multi-GPU run's per-GPU peak is compared with."""
     spread = per_gpu(exact_job(a, g, s, job, model_shape(a, g), model), setup, model)
-    return metric_memory(spread.peak_phase, dict(spread.breakdown), s, job, g, setup.gpus)
+    return metric_memory(spread.peak_phase, dict(spread.breakdown), s, job, g, ranks(job.method, setup))
 
 
 def inference_job(a: Arch, g: Graph, s: Assumptions, job: Job, shape: Shape, model: str = "") -> SingleGpuJob:

@@ -1,13 +1,14 @@
-"""Where vLLM serves a model: the priced GPUs it refuses the model on, and those it runs it in float32 on.
+"""Where vLLM serves a model: the priced GPUs it refuses the model on, those it runs it in float32 on, and the warnings.
 
-vLLM 0.19.1's own rules, each read off its source and cited where it is written; setups.py prices serving by them
-(serving_scale) and checks.py warns of them.
+vLLM 0.19.1's own rules, each read off its source and cited where it is written: serving_scale tells the plan search
+(estimate._setups) and the card table what each GPU serves, the checks below say why in the Report's findings.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
+from .checks import Finding
 from .config.arch import Arch
 from .inputs import Gpu
 
@@ -24,17 +25,21 @@ SPARSE_MLA_CAPABILITY = 9.0
 # vLLM refuses a quantised checkpoint on a GPU under its method's least compute capability ("The quantization method
 # ... is not supported for the current GPU": config/vllm.py _get_quantization_config, v0.19.1), each method's
 # get_min_capability (model_executor/layers/quantization/: gptq.py 60, bitsandbytes.py and compressed_tensors.py 70,
-# awq.py and fp8.py 75, mxfp4.py, fbgemm_fp8.py and experts_int8.py 80, mxfp8.py and fp_quant.py 100), by the
-# config's quant_method (fbgemm_fp8 is read as fp8's storage, not as its kernels)
-VLLM_QUANT_CAPABILITY = {"gptq": 6.0, "bitsandbytes": 7.0, "compressed-tensors": 7.0, "awq": 7.5, "fp8": 7.5,
-                         "mxfp4": 8.0, "fbgemm_fp8": 8.0, "experts_int8": 8.0, "mxfp8": 10.0, "fp_quant": 10.0}
+# awq.py and fp8.py 75, mxfp4.py, fbgemm_fp8.py and experts_int8.py 80, petit.py 90, mxfp8.py and fp_quant.py 100;
+# gguf.py 60), by the config's quant_method (fbgemm_fp8 is read as fp8's storage, not as its kernels). vLLM swaps
+# awq and gptq for their Marlin kernels where it can (config/model.py _verify_quantization), which need 7.5 and take
+# half and bf16: on the priced GPUs the same answer
+VLLM_QUANT_CAPABILITY = {"gguf": 6.0, "gptq": 6.0, "bitsandbytes": 7.0, "compressed-tensors": 7.0, "awq": 7.5,
+                         "fp8": 7.5, "mxfp4": 8.0, "fbgemm_fp8": 8.0, "experts_int8": 8.0, "petit_nvfp4": 9.0,
+                         "mxfp8": 10.0, "fp_quant": 10.0}
 # ... and where the activations' dtype is not one its method takes (the same function: get_supported_act_dtypes), as
 # float32 on a GPU without bf16 for a model vLLM will not run in float16 (VLLM_NO_FLOAT16): only these take float32
-VLLM_QUANT_FLOAT32 = frozenset({"bitsandbytes", "compressed-tensors", "torchao"})
+VLLM_QUANT_FLOAT32 = frozenset({"bitsandbytes", "compressed-tensors", "torchao", "gguf"})
 
 
 def quant_method(a: Arch) -> str:
-    """The checkpoint's quant_method as vLLM reads it from config.json ("" for a 16-bit checkpoint)."""
+    """The checkpoint's quant_method as vLLM reads it from config.json (config/model.py _verify_quantization:
+    quant_cfg["quant_method"]); "" for a 16-bit checkpoint."""
     q = a.raw.get("quantization_config")
     named = q.get("quant_method") if isinstance(q, Mapping) else None
     return str(named).lower() if named else (a.quant.method if a.quant is not None else "")
@@ -62,8 +67,9 @@ def quant_below(a: Arch, gpus: Mapping[str, Gpu]) -> tuple[str, ...]:
 def quant_float32(a: Arch, gpus: Mapping[str, Gpu]) -> tuple[str, ...]:
     """The priced GPUs where vLLM would run this quantised checkpoint's activations in float32 (no bf16, a model it
     will not run in float16), which its method does not take (VLLM_QUANT_FLOAT32)."""
-    method = quant_method(a)
-    if not method or method in VLLM_QUANT_FLOAT32 or a.spec.kind == "encoder" or a.model_type not in VLLM_NO_FLOAT16:
+    method = quant_method(a)  # a method not listed is not judged here
+    if method not in VLLM_QUANT_CAPABILITY or method in VLLM_QUANT_FLOAT32 or a.spec.kind == "encoder" \
+            or a.model_type not in VLLM_NO_FLOAT16:
         return ()
     return tuple(g.name for g in gpus.values() if g.bf16_tflops is None)
 
@@ -86,3 +92,57 @@ def serving_scale(a: Arch, gpus: Mapping[str, Gpu]) -> dict[str, int]:
     fp32 = a.spec.kind != "encoder" and a.model_type in VLLM_NO_FLOAT16
     refused = {*quant_unserved(a, gpus), *sparse_unserved(a, gpus)}
     return {g.name: 0 if g.name in refused else 2 if fp32 and g.bf16_tflops is None else 1 for g in gpus.values()}
+
+
+def check_half_precision_serving(a: Arch, fp32: tuple[str, ...]) -> list[Finding]:
+    """A model vLLM will not serve in float16, on the priced GPUs without bf16 (`fp32`: vllm_support.serving_scale's 2):
+    there vLLM runs float32, twice the weights, KV cache and startup forward of 16 bits (its sampler's logits in
+    float32 with no fp32 copy to make: vllm_server.sampler_row_bytes), as those GPUs' serving figures
+    are priced; their serving speed is not given, the priced TFLOPS being 16-bit."""
+    if not fp32:
+        return []
+    gpus = ", ".join(fp32)
+    return [Finding("half_precision_serving", "warning",
+                    f"vLLM refuses float16 for {a.model_type} (numerical instability: vllm/config/model.py), and the "
+                    f"{gpus} has no bf16, so vLLM serves it there in float32: the {gpus}'s serving figures are "
+                    "priced so (twice the weights, KV cache and startup forward of 16 bits; the sampler's logits "
+                    "in float32, with no fp32 copy to make), and no serving speed is "
+                    "given for it.")]
+
+
+def check_sparse_attention_serving(a: Arch, unserved: tuple[str, ...]) -> list[Finding]:
+    """A model whose attention vLLM runs only with sparse MLA kernels, on the priced GPUs that have none
+    (`unserved`: vllm_support.serving_scale's 0): no serving is priced there."""
+    if not unserved or "index_topk" not in a.raw:
+        return []
+    return [Finding("sparse_attention_serving", "warning",
+                    f"vLLM runs {a.model_type}'s sparse attention (the config's index_topk) only with sparse MLA "
+                    "kernels, on compute capability 9.0 or more (Hopper, Blackwell: "
+                    "v1/attention/backends/mla/flashmla_sparse.py): no serving is priced on the "
+                    f"{', '.join(unserved)}.")]
+
+
+# Quantisation methods vLLM 0.19.1 deprecates: it refuses them unless started with --allow-deprecated-quantization
+# (config/model.py; model_executor/layers/quantization/__init__.py DEPRECATED_QUANTIZATION_METHODS)
+VLLM_DEPRECATED_QUANT = frozenset({"tpu_int8", "fbgemm_fp8", "fp_quant", "experts_int8", "petit_nvfp4"})
+
+
+def check_quantised_serving(a: Arch, method: str, least: float, below: tuple[str, ...],
+                            float32: tuple[str, ...], served: bool = True) -> list[Finding]:
+    """A quantised checkpoint (`method`: its config's quant_method) vLLM refuses on some priced GPUs: those under
+    compute capability `least` (`below`: vllm_support.quant_below) and those where it would run float32 activations the
+    method does not take (`float32`: vllm_support.quant_float32); no serving is priced there. And a method vLLM
+    deprecates, which it serves only when told to (where it serves it at all: `served`)."""
+    why = [f"below compute capability {least:.1f} (the {', '.join(below)})"] if below else []
+    also = [g for g in float32 if g not in below]
+    if also:
+        why.append(f"with float32 activations, which vLLM runs {a.model_type} in on the {', '.join(also)} (no bf16; "
+                   "float16 it refuses)")
+    out = [Finding("quantised_serving", "warning",
+                   f"vLLM refuses {method} checkpoints {' and '.join(why)} (config/vllm.py _get_quantization_config, "
+                   "model_executor/layers/quantization/): no serving is priced there.")] if why else []
+    if method in VLLM_DEPRECATED_QUANT and served:
+        out.append(Finding("deprecated_quantisation", "warning",
+                           f"vLLM 0.19.1 deprecates {method} checkpoints: it serves one only when started with "
+                           "--allow-deprecated-quantization (config/model.py), as its serving is priced here."))
+    return out

@@ -163,7 +163,7 @@ def memory_chart(curve: list[dict[str, int]], cards: Sequence[Any], *, model: st
     }
 
 
-# A card whose GPUs vLLM does not serve the model on (its serving figure is 0: card_plans, setups.serving_scale)
+# A card whose GPUs vLLM does not serve the model on (its serving figure is 0: card_plans, vllm_support.serving_scale)
 NOT_SERVED_LABEL = "not served"
 
 

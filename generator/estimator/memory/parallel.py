@@ -49,7 +49,8 @@ u the largest sharding unit's params, c compute bytes, N GPUs). Sources:
   its own copy of an embedding tied to the head (Megatron-LM LanguageModule.setup_embeddings_and_output_layer: the
   last stage's output layer is a parameter of its own, its gradient all-reduced with the first stage's; vLLM's
   last rank loads its own lm_head); for training the cut minimising the largest stage (splits.best_cut for two
-  cards, generalised), for serving vLLM's own (get_pp_indices: pipeline.vllm_stage_layers). At batch 1 one micro-batch is in flight, so each stage holds its own layers' activations once
+  cards, generalised), for serving vLLM's own (get_pp_indices: pipeline.vllm_stage_layers). At batch 1 one
+  micro-batch is in flight, so each stage holds its own layers' activations once
   (Megatron-LM theoretical_memory_usage.py: the first stage holds min(micro-batches, pp) in flight).
 - accumulating (SingleGpuJob.accumulating): fsdp's no_sync keeps every unit's gradient unsharded until a step's
   last micro-batch (FullyShardedDataParallel.no_sync; FSDP2 set_requires_gradient_sync), unless sync_each_batch
@@ -256,6 +257,13 @@ def validate(job: SingleGpuJob, setup: Setup, model: str = "") -> None:
         if stages > job.layers:
             raise ParallelError(model, "gpus", n, f"{stages} pipeline stages need at least as many layers "
                                                   f"({job.layers})")
+
+
+def ranks(method: str, setup: Setup) -> int:
+    """The processes `setup` runs `method` in, each with NCCL's communicator (Assumptions.nccl_bytes_per_gpu): one
+    per GPU, but one in all for HF generate's pipeline, a device_map split in one process (accelerate's
+    dispatch_model moves the hidden states from GPU to GPU: no process group)."""
+    return 1 if method == "inference" and setup.strategy == "pp" else setup.gpus
 
 
 def experts_spread(job: SingleGpuJob) -> bool:

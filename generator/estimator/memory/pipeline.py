@@ -1,6 +1,7 @@
 """Pipeline-parallel stages of one job: the contiguous cut of its layers minimising the largest stage (vLLM's own cut
-for its serving job), and every stage's phase bytes (parallel.py's pp and tp+pp; its docstring has the rules and sources). Pure: numbers in, numbers
-out. The job and its phases are parallel.SingleGpuJob and parallel.Phase, typed loosely here: parallel imports this.
+for its serving job), and every stage's phase bytes (parallel.py's pp and tp+pp; its docstring has the rules and
+sources). Pure: numbers in, numbers out. The job and its phases are parallel.SingleGpuJob and parallel.Phase, typed
+loosely here: parallel imports this.
 """
 
 from __future__ import annotations

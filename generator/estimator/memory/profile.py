@@ -236,9 +236,9 @@ def serve_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, memo: dict | N
     """Weights + the server's startup peak, the larger of one step's forward and its sampler's run (fixed:
     vllm_server.startup_bytes) + per sequence its caches; each distinct layer worked out once (`memo`: the
     estimate's table, layer_index). `server`: the defaults priced, vllm_server.reference_server's unless named.
-    `float32`: for a GPU that serves the model in float32, whose every byte the caller doubles (setups.serving_scale):
-    the float32 startup, halved (vllm_server.in_16_bits). An encoder serves a batch of sequences at the context with
-    no cache, each with its forward and its output."""
+    `float32`: for a GPU that serves the model in float32, whose every byte the caller doubles
+    (vllm_support.serving_scale): the float32 startup, halved (vllm_server.in_16_bits). An encoder serves a batch
+    of sequences at the context with no cache, each with its forward and its output."""
     spec = g.spec
     c = s.compute_bytes
     embed, head = _ends(g)

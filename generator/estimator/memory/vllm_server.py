@@ -70,7 +70,7 @@ def step_tokens(spec: Spec, server: ServerDefaults, tokens: int) -> int:
 
 def startup_bytes(spec: Spec, s: Assumptions, server: ServerDefaults, tokens: int, float32: bool = False) -> Startup:
     """The profile run's peaks beside the weights, for sequences of `tokens`, in 16-bit activations or, `float32`,
-    in float32 (a GPU where vLLM serves the model so: setups.serving_scale).
+    in float32 (a GPU where vLLM serves the model so: vllm_support.serving_scale).
     - forward: per token of the step, the largest layer transient (q/k/v/output or the MLP intermediates: widest)
       plus two residual copies, and the vision tower's working set for one image.
     - sampler (not for an encoder, which vLLM pools): N = min(max_num_seqs, step) rows (sampler_row_bytes) beside
@@ -110,7 +110,7 @@ def sampler_row_bytes(spec: Spec, s: Assumptions, float32: bool = False) -> int:
 
 def in_16_bits(startup: Startup, scale: int) -> Startup:
     """A startup in the 16-bit bytes the plans search in, where a GPU's serving bytes are scaled (`scale`:
-    setups.serving_scale, 2 in float32, whose bytes the search doubles back): a float32 startup halved."""
+    vllm_support.serving_scale, 2 in float32, whose bytes the search doubles back): a float32 startup halved."""
     return Startup(-(-startup.forward_bytes // scale), -(-startup.sampler_bytes // scale)) if scale > 1 else startup
 
 
