@@ -8,6 +8,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from .estimator.memory.parallel import Setup, ranks
+
 CONTEXT_METRICS = ("nvml_used", "allocated_plus_non_torch")
 MISS_PCT = 10.0  # a public row whose estimate misses by more than this is listed with its named cause
 MEASURED = ("ok", "measured")
@@ -115,8 +117,10 @@ def held_nccl_bytes(row: Mapping[str, Any], nccl_bytes: int) -> int:
     (CONTEXT_METRICS) and the estimate in it have them already."""
     spread = row.get("parallel") or {}
     gpus, metric = spread.get("gpus") or 1, (row.get("measured") or {}).get("metric")
-    one = spread.get("strategy") == "pp" and (row.get("setup") or {}).get("method") == "inference"  # one process
-    return nccl_bytes if isinstance(gpus, int) and gpus > 1 and not one and metric not in CONTEXT_METRICS else 0
+    if not isinstance(gpus, int) or metric in CONTEXT_METRICS:
+        return 0
+    several = ranks(str((row.get("setup") or {}).get("method")), Setup(str(spread.get("strategy")), gpus)) > 1
+    return nccl_bytes if several else 0
 
 
 def tensor_bytes(row: Mapping[str, Any], context_bytes: int) -> int | None:

@@ -11,6 +11,7 @@ from .checks import Finding
 from .cost import CostLine
 from .graph.structure import StructureRow, StructureTable
 from .memory.curve import CurvePoint
+from .memory.parallel import Setup, ranks
 from .memory.plans import Plan, PlanFloor, Unreachable
 from .serving_speed import ServingSpeed
 
@@ -131,8 +132,14 @@ class CardPlan:
     train_qlora_max_batch: int = 0
     capacity_bytes: int = 0  # usable less CUDA context: what the process can allocate (budget = this / headroom)
     serve_dtype: str = ""  # "float32" where vLLM serves the model so on this card's GPUs (vllm_support.serving_scale)
-    # serving one sequence at this card's vLLM defaults (card_plans.card_servers) and dtype; 0: no kernel there
+    # serving one sequence at this card's vLLM defaults (card_plans.card_servers) and dtype; 0: vLLM refuses the
+    # model on its GPUs (vllm_support.serving_scale 0)
     serve_bytes_batch1: int = 0
+
+    @property
+    def served(self) -> bool:
+        """Whether vLLM serves the model on this card's GPUs at all (serve_bytes_batch1)."""
+        return self.serve_bytes_batch1 > 0
 
 
 @dataclass(frozen=True)
@@ -195,8 +202,8 @@ class Memory:
         """NCCL's buffers on each GPU of the exact job's setup where it has several (Assumptions.nccl_bytes_per_gpu),
         outside the allocator; 0 on one GPU."""
         job = dict(self.job or ())
-        one = job.get("method") == "inference" and job.get("strategy") == "pp"  # parallel.ranks: one process
-        several = int(job.get("gpus") or 1) > 1 and not one
+        setup = Setup(str(job.get("strategy") or "single"), int(job.get("gpus") or 1))
+        several = ranks(str(job.get("method")), setup) > 1  # HF generate's pipeline: one process
         return int(dict(self.assumptions).get("nccl_bytes_per_gpu", 0)) if several else 0
 
     @property
@@ -216,7 +223,7 @@ class Memory:
         defaults and dtype (CardPlan.serve_bytes_batch1, serve_named_dtype); the model's own figure where no card
         holds it."""
         return next((c.serve_bytes_batch1 for c in self.cards if c.name == self.smallest_card_serve
-                     and c.serve_bytes_batch1), self.serve_bytes_batch1)
+                     and c.served), self.serve_bytes_batch1)
 
     @property
     def serve_named_dtype(self) -> str:

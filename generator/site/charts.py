@@ -169,8 +169,7 @@ NOT_SERVED_LABEL = "not served"
 
 def _none(card: Any, key: str) -> str:
     """What a bar with no batch says: the method does not fit, or vLLM does not serve the model on the card."""
-    refused = key == "serve_max_batch" and not getattr(card, "serve_bytes_batch1", 1)
-    return NOT_SERVED_LABEL if refused else "does not fit"
+    return NOT_SERVED_LABEL if key == "serve_max_batch" and not card.served else "does not fit"
 
 
 def batch_chart(cards: Sequence[Any], *, model: str, serve_tokens: int, narrow: bool = False) -> dict[str, Any]:

@@ -157,7 +157,7 @@ def _fewest_gpus(report: Report) -> tuple[tuple[int, ...], ...]:
             key = (p.gpu, p.method)
             fewest[key] = min(fewest.get(key, p.gpus), p.gpus)
     # -1: vLLM does not serve the model on the card (its serving figure is 0: estimator vllm_support.serving_scale)
-    return tuple(tuple(fewest.get((c.name, m), -1 if m == "serve" and not c.serve_bytes_batch1 else 0)
+    return tuple(tuple(fewest.get((c.name, m), -1 if m == "serve" and not c.served else 0)
                        for m, _ in METHODS) for c in report.memory.cards)
 
 
