@@ -16,6 +16,7 @@ from generator.estimator.memory.parallel import PARTS, Setup, per_gpu
 from generator.estimator.memory.pipeline import stage_rows, vllm_stage_layers
 from generator.estimator.memory.profile import serve_profile
 from generator.estimator.memory.serve_weights import model_serve_weight_bytes
+from generator.estimator.memory.splits import engine_cut
 from generator.estimator.memory.vllm_server import ServerDefaults, residual_bytes, startup_bytes
 from generator.estimator.normalise import normalise
 from generator.estimator.setups import inference_job, model_shape, serving_jobs
@@ -166,3 +167,36 @@ def test_hf_generate_on_pipeline_stages_holds_no_nccl_buffers(capsys) -> None:
     assert "NCCL" not in capsys.readouterr()[0]
     assert main([LLAMA8, "--method", "inference", "--gpus", "2", "--strategy", "tp"]) == 0
     assert "with 1.56 GB of NCCL buffers beside it on each GPU" in " ".join(capsys.readouterr()[0].split())
+
+
+def test_the_card_tables_serving_split_is_vllms_cut_and_the_setups_stages() -> None:
+    """A card's two-card serving split (card_plans, splits.engine_cut) is cut as vLLM cuts (get_pp_indices, not the
+    cut that balances the cards) and holds each stage to what the setups' two-GPU serving plan holds it
+    (pipeline.stage_rows): the forward on both, the sampler and the hand-off on the second. Equal to the byte on
+    models whose layers are alike (stage_rows spreads the weights evenly over the layers; a split reads each
+    layer's own). Before: Llama-3.1-8B's T4 split cut after layer 15 and put the whole startup on the first card."""
+    for mid in (LLAMA8, "Qwen/Qwen3-0.6B", "meta-llama/Llama-3.2-11B-Vision"):
+        a, g = _model(mid)
+        server = ServerDefaults(S.serve_step_tokens, S.serve_max_sequences)  # the T4's, the L4's (reference_server)
+        profile = serve_profile(a, g, S, S.serve_tokens, server=server)
+        serve = serving_jobs(g, S, profile, server, model_serve_weight_bytes(a, g, S), model_shape(a, g),
+                             S.serve_tokens)["serve"]
+        layers, rows = stage_rows(serve, serve.phases, 2)
+        half = len(rows) // 2
+        stages = (max(sum(r) for _, r in rows[:half]), max(sum(r) for _, r in rows[half:]))
+        cut = engine_cut(profile)
+        assert (cut.layers, (cut.first, cut.second)) == (layers[0], stages), mid
+        forward, sampler, handoff = profile.startup
+        assert handoff == residual_bytes(g.spec, S, server, S.serve_tokens) and (forward, sampler) == tuple(
+            startup_bytes(g.spec, S, server, S.serve_tokens))
+        # a middle stage runs the forward beside the hand-off; the whole model holds the larger peak alone
+        n = profile.layers
+        middle = profile.static_prefix[n - 1] - profile.static_prefix[1]
+        assert profile.parts(1, n - 1, False, False)[0] == middle + forward + handoff
+        assert profile.parts(0, n, True, True)[0] == profile.total_static
+    record = load_record(DEFAULT_SNAPSHOT_DIR, LLAMA8)
+    report = estimate(json.loads(record.config_json), model_id=LLAMA8, assumptions=S, cards=SETTINGS.cards,
+                      gpus=SETTINGS.gpus, structure=False)
+    t4 = next(c for c in report.memory.cards if c.name.startswith("T4"))
+    split = next(p for p in t4.split or () if p.method == "serve")
+    assert (split.cut_after_layer, split.cards) == (16, 2) and split.stage_bytes_batch1[1] > split.stage_bytes_batch1[0]

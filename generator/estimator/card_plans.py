@@ -8,7 +8,7 @@ from collections.abc import Mapping
 
 from .inputs import Assumptions, Card, Gpu
 from .memory.profile import budget_bytes, capacity_bytes
-from .memory.splits import Cut, best_cut, two_card_batch
+from .memory.splits import Cut, best_cut, engine_cut, two_card_batch
 from .memory.stages import Limits, Profile, largest_batch
 from .memory.vllm_server import Raised, ServerDefaults, large_gpu_server, raised_sequences, server_defaults
 from .report import CardPlan, SplitPlan
@@ -56,7 +56,10 @@ def card_plans(cards: tuple[Card, ...], profiles: Mapping[str, Profile], s: Assu
         splits: list[SplitPlan] = []
         for k, batch in batches.items():
             if batch == 0 and scale[k] == 1:
-                cut = cuts.get(id(own[k])) or cuts.setdefault(id(own[k]), best_cut(own[k]))
+                # serving: vLLM's own cut (splits.engine_cut), as the setups' serving plans take; training: the
+                # cut that balances the two cards
+                cut = cuts.get(id(own[k])) or cuts.setdefault(id(own[k]), (engine_cut if k == "serve" else best_cut)(
+                    own[k]))
                 # a training split's two processes each hold NCCL's buffers beside their stage, as a setup's GPUs
                 # do (setups.training_nccl_bytes); serving's headroom holds them
                 held = budget - (s.nccl_bytes_per_gpu if k != "serve" else 0)

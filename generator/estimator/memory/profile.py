@@ -63,7 +63,7 @@ from .tower_adapters import (
     tower_trained_params,
     unreached_weights,
 )
-from .vllm_server import ServerDefaults, reference_server, startup_bytes, startup_in_16_bits
+from .vllm_server import ServerDefaults, reference_server, residual_bytes, startup_bytes, startup_in_16_bits
 
 
 def _ends(g: Graph) -> tuple[list[Part], list[Part]]:
@@ -256,8 +256,9 @@ def serve_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, memo: dict | N
     caches = tuple([0 if b.stack == "encoder" else kv_bytes_of_block(b, s, tokens, enc_tokens) for b, _ in distinct])
     enc_out = encoder_output_bytes(spec, enc_tokens, c)
     tied = s.serve_weight_bytes * tied_weight_params(a)  # Profile.tied_copy
+    handoff = residual_bytes(spec, s, server or reference_server(s), tokens)  # a later stage's (Profile.startup)
     return Profile("serve", weights(embed) + max(startup), layer_weights, weights(head), enc_out, caches, 0, counts,
-                   layout, tied_copy=(tied, 0, 0))
+                   layout, tied_copy=(tied, 0, 0), startup=(*startup, handoff))
 
 
 def serve_token_bytes(g: Graph, s: Assumptions, tokens: int, cache: CacheTerms | None = None) -> int:

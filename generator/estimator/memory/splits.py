@@ -5,7 +5,8 @@ from __future__ import annotations
 from itertools import accumulate
 from typing import NamedTuple
 
-from .stages import Limits, Profile, largest_batch
+from .pipeline import vllm_stage_layers
+from .stages import Limits, Profile, at_batch, largest_batch
 
 
 class Cut(NamedTuple):
@@ -26,7 +27,8 @@ def best_cut(p: Profile) -> Cut:
     found by bisection, then the neighbours are compared (the lowest cut wins a tie). At batch 1 a stage's loss
     branch and its late-backward branches all read static + per-sample bytes only, so three
     running sums over the layers do (static + per sample, optimizer step, end of backward): Profile.stage's
-    branches, each ends' terms added as constants."""
+    branches, each ends' terms added as constants. A serving profile is cut as vLLM cuts it: engine_cut."""
+    assert p.method != "serve", "vLLM cuts its own way: engine_cut"
     n, layout = p.layers, p.layout
     zeros = (0,) * (n + 1)
 
@@ -72,7 +74,7 @@ def best_cut(p: Profile) -> Cut:
                 best = (k, first, second)
     assert best is not None
     k = best[0]
-    # the stages' own parts (Profile._parts) at this cut: their static bytes over the first k layers, once
+    # the stages' own parts (Profile.parts) at this cut: their static bytes over the first k layers, once
     static = sum(map(p.distinct_static.__getitem__, layout[:k]))
     static_n = p.total_static - p.embed_static - p.head_static
     act, act_n = loads[k] - static, load_n - static_n
@@ -80,6 +82,16 @@ def best_cut(p: Profile) -> Cut:
             max(step_n - steps[k] + head_step, eob_n - eobs[k] + head_eob))
     embed = (static + p.embed_static, act + p.embed_per_sample, max(steps[k] + p.embed_step, eobs[k] + p.embed_eob))
     return Cut(k, best[1], best[2], p.limits(embed, False) + p.limits(head, True, False))
+
+
+def engine_cut(p: Profile) -> Cut:
+    """A serving profile's cut over two cards as vLLM makes it, whatever its stages then hold: the even cut
+    (pipeline.vllm_stage_layers, get_pp_indices), each stage running the startup's forward over its own layers, the
+    second alone sampling, beside the hidden states handed to it (Profile.parts; setups.serving_job has the
+    sources). The setups' two-GPU serving plans (pipeline.stage_rows) hold each stage to the same bytes."""
+    k, n = vllm_stage_layers(p.layers, 2)[0], p.layers
+    first, second = p.limits(p.parts(0, k, True, False), False), p.limits(p.parts(k, n, False, True), True, False)
+    return Cut(k, max(at_batch(b, 1) for b in first), max(at_batch(b, 1) for b in second), first + second)
 
 
 def two_card_batch(cut: Cut, budget: int) -> int:

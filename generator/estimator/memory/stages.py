@@ -75,8 +75,14 @@ class Profile:
     # stage's (Megatron-LM's LanguageModule.setup_embeddings_and_output_layer, DeepSpeed's TiedLayerSpec; vLLM's
     # last rank loads its own lm_head). One card holds the one weight: (0, 0, 0) untied, and never read there.
     tied_copy: tuple[int, int, int] = (0, 0, 0)
+    # A serving profile's vLLM startup, (its forward, its sampler's run, the hand-off buffer): embed_static holds the
+    # larger of the first two, as one card runs them one after the other (vllm_server.Startup). Cut over stages,
+    # every stage runs the forward over its own layers, the last alone samples, and every stage but the first holds
+    # the step's hidden states handed to it (setups.serving_job has the sources): parts() moves them so.
+    # (0, 0, 0): training, and an encoder, whose forward is per sequence.
+    startup: tuple[int, int, int] = (0, 0, 0)
     total_static: int = field(init=False, repr=False, compare=False)
-    # _parts of the whole model (every layer and both ends): what total, total_at, max_batch and peak_phase read
+    # parts() of the whole model (every layer and both ends): what total, total_at, max_batch and peak_phase read
     whole: tuple[int, int, int] = field(init=False, repr=False, compare=False)
     late: tuple[int, int] = field(init=False, repr=False, compare=False)  # the whole model's (step, end of backward)
 
@@ -99,7 +105,7 @@ class Profile:
         """Per-distinct-layer values laid out per layer of the stack."""
         return tuple(map(values.__getitem__, self.layout))
 
-    # Per layer of the stack: what a slice of the stack (_parts) reads, made when first asked for.
+    # Per layer of the stack: what a slice of the stack (parts) reads, made when first asked for.
     @functools.cached_property
     def layer_static(self) -> tuple[int, ...]:
         return self._per_layer(self.distinct_static)
@@ -116,7 +122,7 @@ class Profile:
     def layer_eob(self) -> tuple[int, ...]:
         return self._per_layer(self.distinct_eob) if self.distinct_eob else ()
 
-    # Running sums over the layers, for slices of the stack (_parts): only a split over cards asks for them.
+    # Running sums over the layers, for slices of the stack (parts): only a split over cards asks for them.
     @functools.cached_property
     def static_prefix(self) -> tuple[int, ...]:
         return tuple(accumulate(self.layer_static, initial=0))
@@ -161,12 +167,17 @@ class Profile:
     def per_sample(self) -> int:
         return self.whole[1]
 
-    def _parts(self, first: int, last: int, with_embed: bool, with_head: bool) -> tuple[int, int, int]:
-        """(static, per sample, batch-free peak) of a contiguous slice of layers [first, last) and its ends."""
+    def parts(self, first: int, last: int, with_embed: bool, with_head: bool) -> tuple[int, int, int]:
+        """(static, per sample, batch-free peak) of a contiguous slice of layers [first, last) and its ends; a
+        serving stage's startup as vLLM holds it on that stage (Profile.startup)."""
         e, h = with_embed, with_head
         copy_static, copy_step, copy_eob = self.tied_copy if h and not e else (0, 0, 0)
         static = self.static_prefix[last] - self.static_prefix[first] + (self.embed_static if e else 0) \
             + (self.head_static + copy_static if h else 0)
+        if not (e and h):  # embed_static holds the one card's startup: each stage's own instead
+            forward, sampler, handoff = self.startup
+            static += (max(forward, sampler) if h else forward) - (max(forward, sampler) if e else 0) \
+                + (0 if e else handoff)
         act = self.act_prefix[last] - self.act_prefix[first] + (self.embed_per_sample if e else 0) \
             + (self.head_per_sample if h else 0)
         step = self.step_prefix[last] - self.step_prefix[first] + (self.embed_step if e else 0) \
@@ -177,7 +188,7 @@ class Profile:
 
     def stage(self, batch: int, first: int, last: int, with_embed: bool, with_head: bool) -> int:
         """Bytes of a contiguous slice of layers [first, last) plus the ends it holds."""
-        parts = self._parts(first, last, with_embed, with_head)
+        parts = self.parts(first, last, with_embed, with_head)
         return max(at_batch(branch, batch) for branch in self.limits(parts, with_head, with_embed))
 
     def max_batch(self, budget: int, first: int = 0, last: int = -1, with_embed: bool = True,
@@ -186,12 +197,12 @@ class Profile:
         last = self.layers if last < 0 else last
         if first == 0 and last == self.layers and with_embed and with_head:
             return largest_batch(self.whole_limits, budget, cap)
-        parts = self._parts(first, last, with_embed, with_head)
+        parts = self.parts(first, last, with_embed, with_head)
         return largest_batch(self.limits(parts, with_head, with_embed), budget, cap)
 
     def limits(self, parts: tuple[int, int, int], with_head: bool, with_embed: bool = True) -> Limits:
         """A stage's branches as (bytes at batch 0, bytes per sample, bytes per ordered pair of samples), from its
-        _parts: the stage is max(static + b x act + b (b - 1) x pair, the batch-free branch, each late-backward
+        parts(): the stage is max(static + b x act + b (b - 1) x pair, the batch-free branch, each late-backward
         Branch: the head's tensors freed, the Branch's own added)."""
         static, act, fixed = parts
         late = act - (self.head_per_sample if with_head else 0)
