@@ -19,7 +19,7 @@ from generator.estimator.memory.serve_weights import model_serve_weight_bytes
 from generator.estimator.memory.splits import engine_cut
 from generator.estimator.memory.vllm_server import ServerDefaults, residual_bytes, startup_bytes
 from generator.estimator.normalise import normalise
-from generator.estimator.setups import inference_job, model_shape, serving_jobs
+from generator.estimator.setups import inference_job, model_shape, serving_jobs, training_job
 from generator.estimator.vllm_support import SERVED_NOWHERE
 from generator.hub.snapshot import DEFAULT_SNAPSHOT_DIR, load_record
 from generator.settings import load_settings
@@ -186,13 +186,15 @@ def test_the_card_tables_serving_split_is_vllms_cut_and_the_setups_stages() -> N
         stages = (max(sum(r) for _, r in rows[:half]), max(sum(r) for _, r in rows[half:]))
         cut = engine_cut(profile)
         assert (cut.layers, (cut.first, cut.second)) == (layers[0], stages), mid
-        forward, sampler, handoff = profile.startup
+        forward, sampler, handoff, towers = profile.serving
         assert handoff == residual_bytes(g.spec, S, server, S.serve_tokens) and (forward, sampler) == tuple(
             startup_bytes(g.spec, S, server, S.serve_tokens))
-        # a middle stage runs the forward beside the hand-off; the whole model holds the larger peak alone
+        # a middle stage runs the forward beside the hand-off and its own towers; the whole model holds the larger
+        # peak alone, and the towers once
         n = profile.layers
         middle = profile.static_prefix[n - 1] - profile.static_prefix[1]
-        assert profile.parts(1, n - 1, False, False)[0] == middle + forward + handoff
+        assert profile.parts(1, n - 1, False, False)[0] == middle + forward + handoff + towers
+        assert (towers > 0) == (mid == "meta-llama/Llama-3.2-11B-Vision") and towers == 2 * g.params_towers
         assert profile.parts(0, n, True, True)[0] == profile.total_static
     record = load_record(DEFAULT_SNAPSHOT_DIR, LLAMA8)
     report = estimate(json.loads(record.config_json), model_id=LLAMA8, assumptions=S, cards=SETTINGS.cards,
@@ -200,3 +202,25 @@ def test_the_card_tables_serving_split_is_vllms_cut_and_the_setups_stages() -> N
     t4 = next(c for c in report.memory.cards if c.name.startswith("T4"))
     split = next(p for p in t4.split or () if p.method == "serve")
     assert (split.cut_after_layer, split.cards) == (16, 2) and split.stage_bytes_batch1[1] > split.stage_bytes_batch1[0]
+
+
+def test_vllm_builds_a_models_towers_on_every_pipeline_stage() -> None:
+    """vLLM's multimodal wrappers build their vision and audio towers and projectors whatever the pipeline rank
+    (_mark_tower_model in qwen2_5_vl.py, qwen3_vl.py, mllama4.py, v0.19.1; only the language model's layers and token
+    embedding are cut), and profile_run runs the encoder on every rank: on 4 stages of Llama-3.2-11B-Vision every
+    stage's weights hold the tower, 16-bit, the first once beside its embedding. A training job's stages do not
+    (Megatron-LM and DeepSpeed place the ends on their own stage)."""
+    mid = "meta-llama/Llama-3.2-11B-Vision"
+    a, g = _model(mid)
+    server = ServerDefaults(S.serve_step_tokens, S.serve_max_sequences)
+    shape = model_shape(a, g)
+    assert shape.tower_params == g.params_towers > 800_000_000  # Mllama's 32 + 8 layer vision encoder
+    serve = serving_jobs(g, S, serve_profile(a, g, S, 4096, server=server), server, model_serve_weight_bytes(a, g, S),
+                         shape, 4096)["serve"]
+    bare = dataclasses.replace(serve, tower_params=0)
+    (_, rows), (_, bare_rows) = stage_rows(serve, serve.phases, 4), stage_rows(bare, bare.phases, 4)
+    weights = PARTS.index("weights")
+    got = [r[weights] - b[weights] for (_, r), (_, b) in zip(rows, bare_rows, strict=True)]
+    assert got[:2] == [0, 0] and set(got[2:]) == {2 * shape.tower_params}  # the first stage's two phases, the rest
+    lora = training_job(a, g, S, Job(method="lora", tokens=1024), shape)
+    assert lora.tower_params == 0

@@ -51,6 +51,7 @@ class Shape:
     experts: int = 0  # routed experts per MoE layer
     kv_latent: float = 0.0  # MLA's share of the cached elements per token (SingleGpuJob.kv_latent)
     tied_head_params: int = 0  # a tied head's weight, which a pipeline's last stage copies (SingleGpuJob)
+    tower_params: int = 0  # of first_stage_params, the multimodal towers', on every stage of vLLM's (SingleGpuJob)
 
 
 def model_shape(a: Arch, g: Graph) -> Shape:
@@ -67,7 +68,7 @@ def model_shape(a: Arch, g: Graph) -> Shape:
     return Shape(g.params_total, max(1, len(spec.blocks)), largest.params if largest else 0,
                  sum(p.params for p in spec.embed), sum(p.params for p in spec.head), replicated, kv_proj, a.heads,
                  a.kv_heads, routed, a.experts if routed else 0, kv_latent_share(g),
-                 tied_weight_params(a))
+                 tied_weight_params(a), g.params_towers)
 
 
 def kv_latent_share(g: Graph) -> float:
@@ -139,7 +140,8 @@ def serving_job(serve: Profile, weight_bytes: int, shape: Shape, c: int, sequenc
                         transient=startup.forward_bytes - whole, kv_cache=sequences * caches),
                   Phase("decode (full KV cache)", weights=weight_bytes, activations=rest,
                         last_stage=startup.sampler_bytes, kv_cache=sequences * caches))
-    return dataclasses.replace(_single("serve", phases, (), 0, c, c, shape), engine_cut=True, handoff_bytes=residual)
+    return dataclasses.replace(_single("serve", phases, (), 0, c, c, shape), engine_cut=True, handoff_bytes=residual,
+                               tower_params=shape.tower_params)
 
 
 def serving_jobs(g: Graph, s: Assumptions, serve: Profile, server: ServerDefaults, weight_bytes: int, shape: Shape,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..config.arch import Arch
-from .parts import Block, Spec
+from .parts import Block, Part, Spec
 
 # The embedding side's parts that read another modality (family builders name them so): the towers, their
 # resamplers and projectors, which a text-only step never runs
@@ -83,7 +83,13 @@ def build_graph(a: Arch) -> Graph:
             key = (max(window, 0), causal)
             terms[key] = terms.get(key, 0) + n * flops
     first: Block | None = spec.blocks[0] if spec.blocks else None
-    towers = [p for p in spec.embed if p.name.startswith(TOWER_PREFIXES)]
+    towers = tower_parts(spec)
     return Graph(total, embedding, head, per_layer, matmul, first.linears if first else (), spec,
                  active, active_mm, tuple((w, c, f) for (w, c), f in sorted(terms.items())), a.max_context,
                  sum(p.params for p in towers), sum(p.matmul for p in towers), fp32)
+
+
+def tower_parts(spec: Spec) -> list[Part]:
+    """The embedding stage's TOWER_PREFIXES parts (a VLM's vision tower, resampler and projector, an audio tower):
+    what a model holds beside its language model's token embeddings."""
+    return [p for p in spec.embed if p.name.startswith(TOWER_PREFIXES)]

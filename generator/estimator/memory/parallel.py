@@ -177,6 +177,9 @@ class SingleGpuJob:
     # intermediate tensors of max_num_tokens allocated at init); 0: the balancing cut, no hand-off buffer
     engine_cut: bool = False
     handoff_bytes: int = 0
+    # of first_stage_params, the multimodal towers' (vision, audio, their projectors): vLLM builds them on every
+    # pipeline stage (stages.ServingStages has the source); 0 outside vLLM's serving job
+    tower_params: int = 0
 
 
 @dataclass(frozen=True)

@@ -26,8 +26,9 @@ def stage_rows(job: Any, phases: tuple[Any, ...], stages: int) -> tuple[tuple[in
     frozen, c = job.method != "full", job.compute_bytes
 
     def terms(ph: Any, first: bool, last: bool) -> tuple[str, dict[str, float], dict[str, float]]:
-        # a last stage that is not also the first keeps its own copy of a tied head (SingleGpuJob.tied_head_params)
-        ends = (job.first_stage_params if first else 0) \
+        # a last stage that is not also the first keeps its own copy of a tied head (SingleGpuJob.tied_head_params);
+        # vLLM's every stage its own multimodal towers (SingleGpuJob.tower_params)
+        ends = (job.first_stage_params if first else job.tower_params) \
             + (job.last_stage_params + (0 if first else job.tied_head_params) if last else 0)
         if frozen:  # the ends' 16-bit weights; the layers the rest: the base, the adapters and their states
             a = {f: float(c * ends) if f == "weights" else 0.0 for f in _SCALED}

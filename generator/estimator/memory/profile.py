@@ -28,7 +28,7 @@ import math
 from typing import NamedTuple
 
 from ..config.arch import Arch
-from ..graph.nodes import Graph, tied_weight_params
+from ..graph.nodes import Graph, tied_weight_params, tower_parts
 from ..graph.parts import Block, Part, Spec
 from ..inputs import Assumptions, Card
 from .activations import forward_locals_bytes, regime
@@ -53,7 +53,7 @@ from .layer_terms import (
 )
 from .lora import all_linear_roles
 from .serve_weights import serve_weight_bytes
-from .stages import Branch, Profile
+from .stages import Branch, Profile, ServingStages
 from .tower_adapters import (
     image_bytes,
     image_regime,
@@ -256,9 +256,10 @@ def serve_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, memo: dict | N
     caches = tuple([0 if b.stack == "encoder" else kv_bytes_of_block(b, s, tokens, enc_tokens) for b, _ in distinct])
     enc_out = encoder_output_bytes(spec, enc_tokens, c)
     tied = s.serve_weight_bytes * tied_weight_params(a)  # Profile.tied_copy
-    handoff = residual_bytes(spec, s, server or reference_server(s), tokens)  # a later stage's (Profile.startup)
+    stages = ServingStages(*startup, residual_bytes(spec, s, server or reference_server(s), tokens),
+                           weights(tower_parts(spec)))
     return Profile("serve", weights(embed) + max(startup), layer_weights, weights(head), enc_out, caches, 0, counts,
-                   layout, tied_copy=(tied, 0, 0), startup=(*startup, handoff))
+                   layout, tied_copy=(tied, 0, 0), serving=stages)
 
 
 def serve_token_bytes(g: Graph, s: Assumptions, tokens: int, cache: CacheTerms | None = None) -> int:

@@ -11,6 +11,20 @@ from operator import mul
 from typing import NamedTuple
 
 
+class ServingStages(NamedTuple):
+    """What a serving profile's stages hold beside their layers when vLLM cuts it over several (Profile.parts): its
+    startup's forward, which every stage runs over its own layers, and its sampler's run, which the last alone
+    does (vllm_server.Startup); the hidden states handed to every stage but the first (setups.serving_job); the
+    multimodal towers' weights, which vLLM builds on every stage (the wrappers' __init__ build their towers under
+    _mark_tower_model whatever the rank, v0.19.1 model_executor/models/*.py, e.g. qwen2_5_vl.py; profile_run runs
+    the encoder on every rank). One card holds the larger of the first two and the towers once, in embed_static."""
+
+    forward_bytes: int = 0
+    sampler_bytes: int = 0
+    handoff_bytes: int = 0
+    towers_bytes: int = 0
+
+
 class Branch(NamedTuple):
     """A late-backward peak (job.py's phases that hold one layer's backward transient beside every saved tensor
     but the head's, which is freed by then), or the forward's end (every saved tensor, the head's not made yet): static + fixed + batch x (the per-sample bytes less the head's +
@@ -75,12 +89,9 @@ class Profile:
     # stage's (Megatron-LM's LanguageModule.setup_embeddings_and_output_layer, DeepSpeed's TiedLayerSpec; vLLM's
     # last rank loads its own lm_head). One card holds the one weight: (0, 0, 0) untied, and never read there.
     tied_copy: tuple[int, int, int] = (0, 0, 0)
-    # A serving profile's vLLM startup, (its forward, its sampler's run, the hand-off buffer): embed_static holds the
-    # larger of the first two, as one card runs them one after the other (vllm_server.Startup). Cut over stages,
-    # every stage runs the forward over its own layers, the last alone samples, and every stage but the first holds
-    # the step's hidden states handed to it (setups.serving_job has the sources): parts() moves them so.
-    # (0, 0, 0): training, and an encoder, whose forward is per sequence.
-    startup: tuple[int, int, int] = (0, 0, 0)
+    # A serving profile's stages as vLLM holds them (parts() places each); all 0: training, and an encoder's
+    # forward (per sequence: embed_per_sample)
+    serving: ServingStages = ServingStages()
     total_static: int = field(init=False, repr=False, compare=False)
     # parts() of the whole model (every layer and both ends): what total, total_at, max_batch and peak_phase read
     whole: tuple[int, int, int] = field(init=False, repr=False, compare=False)
@@ -169,15 +180,15 @@ class Profile:
 
     def parts(self, first: int, last: int, with_embed: bool, with_head: bool) -> tuple[int, int, int]:
         """(static, per sample, batch-free peak) of a contiguous slice of layers [first, last) and its ends; a
-        serving stage's startup as vLLM holds it on that stage (Profile.startup)."""
+        serving stage's startup and towers as vLLM holds them on that stage (ServingStages)."""
         e, h = with_embed, with_head
         copy_static, copy_step, copy_eob = self.tied_copy if h and not e else (0, 0, 0)
         static = self.static_prefix[last] - self.static_prefix[first] + (self.embed_static if e else 0) \
             + (self.head_static + copy_static if h else 0)
-        if not (e and h):  # embed_static holds the one card's startup: each stage's own instead
-            forward, sampler, handoff = self.startup
+        if not (e and h):  # embed_static holds the one card's startup and towers: each stage's own instead
+            forward, sampler, handoff, towers = self.serving
             static += (max(forward, sampler) if h else forward) - (max(forward, sampler) if e else 0) \
-                + (0 if e else handoff)
+                + (0 if e else handoff + towers)
         act = self.act_prefix[last] - self.act_prefix[first] + (self.embed_per_sample if e else 0) \
             + (self.head_per_sample if h else 0)
         step = self.step_prefix[last] - self.step_prefix[first] + (self.embed_step if e else 0) \
