@@ -224,3 +224,39 @@ def test_vllm_builds_a_models_towers_on_every_pipeline_stage() -> None:
     assert got[:2] == [0, 0] and set(got[2:]) == {2 * shape.tower_params}  # the first stage's two phases, the rest
     lora = training_job(a, g, S, Job(method="lora", tokens=1024), shape)
     assert lora.tower_params == 0
+
+
+def _ct(weights: dict, activations: dict | None = None, **more) -> dict:
+    """A compressed-tensors quantization_config of one group over every Linear (llm-compressor's layout)."""
+    group = {"targets": ["Linear"], "weights": weights, "input_activations": activations}
+    return {"quant_method": "compressed-tensors", "format": "pack-quantized", "config_groups": {"group_0": group},
+            "ignore": ["lm_head"], **more}
+
+
+def test_compressed_tensors_is_refused_by_its_schemes_own_capability() -> None:
+    """compressed-tensors picks a scheme per layer (compressed_tensors.py _get_scheme_from_parts, v0.19.1) and refuses
+    one under its get_min_capability: MXFP4 weights (4-bit floats, symmetric groups of 32) need 8.0
+    (CompressedTensorsW4A16Mxfp4): no T4; W4A16 int weights (WNA16, 7.5) and FP8 W8A8 (falling back to W8A16's 7.5
+    under 8.9) keep it. A 2:4-sparse FP8 checkpoint takes CompressedTensors24, which vLLM no longer serves: nowhere,
+    said so, where a 2:4 checkpoint of 4-bit weights alone (not Cutlass 2:4's) is served."""
+    mxfp4 = _quantised(LLAMA8, _ct({"num_bits": 4, "type": "float", "strategy": "group", "group_size": 32,
+                                    "symmetric": True}))
+    assert "T4" not in {p.gpu_model for p in mxfp4.plans if p.method == "serve"}
+    (warning,) = [x for x in mxfp4.findings if x.check == "quantised_serving"]
+    assert warning.message.startswith("vLLM refuses compressed-tensors checkpoints below compute capability 8.0 (the "
+                                      "T4)")
+    w4a16 = {"num_bits": 4, "type": "int", "strategy": "group", "group_size": 128, "symmetric": True}
+    fp8 = ({"num_bits": 8, "type": "float", "strategy": "channel", "symmetric": True},
+           {"num_bits": 8, "type": "float", "strategy": "token", "dynamic": True, "symmetric": True})
+    for q in (_ct(w4a16), _ct(*fp8)):
+        r = _quantised(LLAMA8, q)
+        assert "T4" in {p.gpu_model for p in r.plans if p.method == "serve"}, q
+        assert not any(x.check == "quantised_serving" for x in r.findings), q
+    sparse = {"sparsity_config": {"format": "sparse-24-bitmask", "sparsity_structure": "2:4", "targets": ["Linear"]}}
+    refused = _quantised(LLAMA8, _ct(*fp8, **sparse))
+    assert not any(p.method == "serve" for p in refused.plans) and not refused.serving
+    assert [u.reason for u in refused.plans_unreachable if u.method == "serve"] == [SERVED_NOWHERE]
+    (warning,) = [x for x in refused.findings if x.check == "quantised_serving"]
+    assert "no longer serves 2:4-sparse compressed-tensors checkpoints" in warning.message
+    weight_only = _quantised(LLAMA8, _ct(w4a16, **sparse))
+    assert "T4" in {p.gpu_model for p in weight_only.plans if p.method == "serve"}

@@ -35,6 +35,16 @@ VLLM_QUANT_CAPABILITY = {"gguf": 6.0, "gptq": 6.0, "bitsandbytes": 7.0, "compres
 # ... and where the activations' dtype is not one its method takes (the same function: get_supported_act_dtypes), as
 # float32 on a GPU without bf16 for a model vLLM will not run in float16 (VLLM_NO_FLOAT16): only these take float32
 VLLM_QUANT_FLOAT32 = frozenset({"bitsandbytes", "compressed-tensors", "torchao", "gguf"})
+# compressed-tensors picks a scheme per layer from its config_groups (quantization/compressed_tensors/
+# compressed_tensors.py _get_scheme_from_parts, v0.19.1) and refuses one under its scheme's get_min_capability
+# (_check_scheme_supported): MXFP4 weights (4-bit floats in symmetric groups of 32: _is_mxfp4) take
+# CompressedTensorsW4A16Mxfp4, 8.0; the others need 7.5 at most, as the method's 7.0 (W8A8-FP8 falls back to
+# W8A16-FP8's Marlin kernel under 8.9; NVFP4 is emulated from 7.5). A 2:4-sparse checkpoint (sparsity_config's
+# structure "2:4", format dense or sparse-24-bitmask) whose layers are 8-bit in weights and activations, or carry no
+# quantisation, takes CompressedTensors24 (supports_cutlass_24), whose get_min_capability raises "Sparse24 models
+# are no longer supported by vLLM": refused on every GPU
+CT_MXFP4_CAPABILITY = 8.0
+SPARSE24_FORMATS = frozenset({("2:4", "dense"), ("2:4", "sparse-24-bitmask")})
 
 
 def quant_method(a: Arch) -> str:
@@ -46,14 +56,52 @@ def quant_method(a: Arch) -> str:
 
 
 def quant_capability(a: Arch) -> float:
-    """The least compute capability vLLM serves this checkpoint's quantisation on (VLLM_QUANT_CAPABILITY); 0 for a
-    16-bit checkpoint or a method not listed."""
-    return VLLM_QUANT_CAPABILITY.get(quant_method(a), 0.0)
+    """The least compute capability vLLM serves this checkpoint's quantisation on (VLLM_QUANT_CAPABILITY; a
+    compressed-tensors checkpoint's by its schemes: CT_MXFP4_CAPABILITY); 0 for a 16-bit checkpoint or a method not
+    listed."""
+    least = VLLM_QUANT_CAPABILITY.get(quant_method(a), 0.0)
+    if quant_method(a) == "compressed-tensors" and any(_mxfp4(w) for w, _ in _ct_groups(a)):
+        return max(least, CT_MXFP4_CAPABILITY)
+    return least
+
+
+def sparse24(a: Arch) -> bool:
+    """A 2:4-sparse compressed-tensors checkpoint vLLM 0.19.1 no longer serves on any GPU (supports_cutlass_24: its
+    sparsity structure "2:4" in a dense or sparse-24-bitmask format, on layers with no quantisation or with 8-bit
+    weights per tensor or channel and 8-bit activations per tensor or token)."""
+    q = a.raw.get("quantization_config")
+    sparsity = q.get("sparsity_config") if isinstance(q, Mapping) else None
+    if quant_method(a) != "compressed-tensors" or not isinstance(sparsity, Mapping) \
+            or (sparsity.get("sparsity_structure"), sparsity.get("format")) not in SPARSE24_FORMATS:
+        return False
+    groups = _ct_groups(a)
+    return not groups or any(
+        (w, i) == ({}, {}) or (w.get("num_bits") == i.get("num_bits") == 8 and w.get("strategy") in ("tensor", "channel")
+                               and i.get("strategy") in ("tensor", "token")) for w, i in groups)
+
+
+def _ct_groups(a: Arch) -> list[tuple[Mapping, Mapping]]:
+    """A compressed-tensors config's groups, (weights, input_activations) each ({} where it names none)."""
+    q = a.raw.get("quantization_config")
+    groups = q.get("config_groups") if isinstance(q, Mapping) else None
+    def args(group: Mapping, key: str) -> Mapping:
+        value = group.get(key)
+        return value if isinstance(value, Mapping) else {}
+    return [(args(g, "weights"), args(g, "input_activations"))
+            for g in (groups.values() if isinstance(groups, Mapping) else ()) if isinstance(g, Mapping)]
+
+
+def _mxfp4(weights: Mapping) -> bool:
+    """compressed_tensors.py _is_mxfp4: 4-bit float weights in symmetric groups of 32."""
+    return (weights.get("num_bits"), weights.get("type"), weights.get("strategy"), weights.get("group_size"),
+            weights.get("symmetric")) == (4, "float", "group", 32, True)
 
 
 def quant_unserved(a: Arch, gpus: Mapping[str, Gpu]) -> tuple[str, ...]:
     """The priced GPUs (by name) vLLM refuses this checkpoint's quantisation on: under quant_capability (not a GPU
     whose capability is not known), or where it would run float32 activations its method does not take."""
+    if sparse24(a):
+        return tuple(g.name for g in gpus.values())
     below = quant_below(a, gpus)
     return (*below, *(n for n in quant_float32(a, gpus) if n not in below))
 
@@ -132,7 +180,13 @@ def check_quantised_serving(a: Arch, method: str, least: float, below: tuple[str
     """A quantised checkpoint (`method`: its config's quant_method) vLLM refuses on some priced GPUs: those under
     compute capability `least` (`below`: vllm_support.quant_below) and those where it would run float32 activations the
     method does not take (`float32`: vllm_support.quant_float32); no serving is priced there. And a method vLLM
-    deprecates, which it serves only when told to (where it serves it at all: `served`)."""
+    deprecates, which it serves only when told to (where it serves it at all: `served`). A 2:4-sparse checkpoint,
+    which vLLM serves on no GPU (sparse24)."""
+    if sparse24(a):
+        return [Finding("quantised_serving", "warning",
+                        "vLLM 0.19.1 no longer serves 2:4-sparse compressed-tensors checkpoints (CompressedTensors24: "
+                        "\"Sparse24 models are no longer supported by vLLM\", quantization/compressed_tensors/): no "
+                        "serving is priced.")]
     why = [f"below compute capability {least:.1f} (the {', '.join(below)})"] if below else []
     also = [g for g in float32 if g not in below]
     if also:
