@@ -38,7 +38,7 @@ def _print_table(console: Console, grid: Table, width: int | None) -> None:
 
 
 def _print_cards(console: Console, report: Report, table_width: int | None) -> None:
-    """The largest batch per card and method; where one card cannot hold batch 1, the best two-card split where two
+    """The largest batch per card and method; where one card cannot hold batch 1, the two-card split where two
     cards hold it (as the page's table), else the setups on more GPUs, or that none the search tried holds it."""
     m = report.memory
     a = dict(m.assumptions)
@@ -65,7 +65,9 @@ def _print_cards(console: Console, report: Report, table_width: int | None) -> N
     _print_table(console, grid, table_width)
     if notes:
         console.print(Text("Two cards where one card's budget cannot hold batch 1: a contiguous layer cut (pipeline "
-                           "parallel; the second card keeps its own copy of a tied embedding), each stage's memory at "
+                           "parallel; the second card keeps its own copy of a tied embedding; training's cut balances "
+                           "the cards, serving's is vLLM's: the layers halved, the sampler and the hidden states "
+                           "handed over on the second, a vision or audio tower on both), each stage's memory at "
                            "batch 1, then the pair's largest batch (training: beside NCCL's buffers on each card)."))
         for note in notes:
             console.print(Text("  " + note))

@@ -260,3 +260,12 @@ def test_compressed_tensors_is_refused_by_its_schemes_own_capability() -> None:
     assert "no longer serves 2:4-sparse compressed-tensors checkpoints" in warning.message
     weight_only = _quantised(LLAMA8, _ct(w4a16, **sparse))
     assert "T4" in {p.gpu_model for p in weight_only.plans if p.method == "serve"}
+
+
+def test_the_terminal_says_where_vllm_cuts_a_two_card_split(capsys) -> None:
+    """The CLI's per-card lines give the serving split at vLLM's cut, and the sentence above them says whose cut each
+    method's is: Llama-3.1-8B's two T4s cut after layer 16, the second card the larger (its head and sampler)."""
+    assert main([LLAMA8, "--plan"]) == 0
+    out = " ".join(capsys.readouterr()[0].split())
+    assert "T4 16 GB, Serve bf16: 2 cards, cut after layer 16: 8.51 GB + 9.60 GB at batch 1; batch 14." in out
+    assert "training's cut balances the cards, serving's is vLLM's: the layers halved" in out
