@@ -52,6 +52,7 @@ class Shape:
     kv_latent: float = 0.0  # MLA's share of the cached elements per token (SingleGpuJob.kv_latent)
     tied_head_params: int = 0  # a tied head's weight, which a pipeline's last stage copies (SingleGpuJob)
     tower_params: int = 0  # of first_stage_params, the multimodal towers', on every stage of vLLM's (SingleGpuJob)
+    layer_params: tuple[int, ...] = ()  # per layer of the stack, its parameters (SingleGpuJob.layer_params)
 
 
 def model_shape(a: Arch, g: Graph) -> Shape:
@@ -68,7 +69,7 @@ def model_shape(a: Arch, g: Graph) -> Shape:
     return Shape(g.params_total, max(1, len(spec.blocks)), largest.params if largest else 0,
                  sum(p.params for p in spec.embed), sum(p.params for p in spec.head), replicated, kv_proj, a.heads,
                  a.kv_heads, routed, a.experts if routed else 0, kv_latent_share(g),
-                 tied_weight_params(a), g.params_towers)
+                 tied_weight_params(a), g.params_towers, tuple(b.params for b in spec.blocks))
 
 
 def kv_latent_share(g: Graph) -> float:
@@ -140,8 +141,10 @@ def serving_job(serve: Profile, weight_bytes: int, shape: Shape, c: int, sequenc
                         transient=startup.forward_bytes - whole, kv_cache=sequences * caches),
                   Phase("decode (full KV cache)", weights=weight_bytes, activations=rest,
                         last_stage=startup.sampler_bytes, kv_cache=sequences * caches))
+    # each layer's caches as the profile holds them (a window, a recurrent state, an encoder layer's none)
+    layer_kv = tuple(map(serve.distinct_per_sample.__getitem__, serve.layout))
     return dataclasses.replace(_single("serve", phases, (), 0, c, c, shape), engine_cut=True, handoff_bytes=residual,
-                               tower_params=shape.tower_params)
+                               tower_params=shape.tower_params, layer_kv=layer_kv)
 
 
 def serving_jobs(g: Graph, s: Assumptions, serve: Profile, server: ServerDefaults, weight_bytes: int, shape: Shape,
@@ -175,7 +178,8 @@ def _single(method: str, phases: tuple[Phase, ...], ckpt: tuple[Phase, ...], tra
                         shape.first_stage_params, shape.last_stage_params, shape.tp_replicated_params,
                         shape.kv_proj_params, shape.heads, shape.kv_heads, phases_ckpt=ckpt,
                         unit_expert_params=shape.unit_expert_params, experts=shape.experts, accumulating=accumulating,
-                        kv_latent=shape.kv_latent, tied_head_params=shape.tied_head_params)
+                        kv_latent=shape.kv_latent, tied_head_params=shape.tied_head_params,
+                        layer_params=shape.layer_params)
 
 
 def job_limits(job: SingleGpuJob, adjust: Callable[[str, tuple[int, ...]], int]) -> Limits:

@@ -180,6 +180,10 @@ class SingleGpuJob:
     # of first_stage_params, the multimodal towers' (vision, audio, their projectors): vLLM builds them on every
     # pipeline stage (stages.ServingStages has the source); 0 outside vLLM's serving job
     tower_params: int = 0
+    # per layer of the stack, its parameters and its KV cache's bytes (any scale), which a pipeline stage's share of
+    # the layers' weight-like parts and cache follows (pipeline.stage_rows); () or all alike: evenly
+    layer_params: tuple[int, ...] = ()
+    layer_kv: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

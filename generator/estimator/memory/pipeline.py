@@ -19,7 +19,11 @@ def stage_rows(job: Any, phases: tuple[Any, ...], stages: int) -> tuple[tuple[in
     A trained model's ends take the phase's bytes per parameter; a frozen one's (LoRA, QLoRA, serving) are 16-bit
     weights alone, as bitsandbytes and the quantised checkpoints leave embeddings and heads. Under a budget C a stage
     holds min over phases of (C - a) // b layers; the smallest C whose capacities (each >= 1) cover the layers is
-    found by bisection, then every stage gets one layer and the rest fill the stages in order up to capacity."""
+    found by bisection, then every stage gets one layer and the rest fill the stages in order up to capacity.
+    Layers differ (an MoE's dense first layers, a hybrid's kinds, an encoder-decoder's two stacks): the cut is found
+    at the layers' mean, and then each stage holds its own layers' share, by their parameters (SingleGpuJob.
+    layer_params: the weight-like parts, a frozen base's weights alone, its adapters' spread evenly) and their KV
+    caches (layer_kv), activations evenly; where every layer is alike, b as above."""
     p, layers = job.params_total or 1, job.layers
     end_params = job.first_stage_params + job.last_stage_params
     layer_params = max(0, p - end_params) / layers
@@ -91,21 +95,43 @@ def stage_rows(job: Any, phases: tuple[Any, ...], stages: int) -> tuple[tuple[in
             counts[k] += more
             left -= more
         counts[-1] += left  # nothing is left when fits(hi); kept so every layer lands on a stage
+    share = _shares(job, frozen)
     rows = []
-    done = set()  # stages of one row kind and layer count hold the same rows: listed once (peak_parts takes the max)
+    done = set()  # stages alike hold the same rows: listed once (peak_parts takes the max)
+    start = 0
     for key, n in zip(order, counts, strict=True):
-        if (key, n) in done:
+        # each field's share of the layers' bytes held by this stage's n layers (evenly: n / layers)
+        held = {f: (share[f][start + n] - share[f][start]) * layers if f in share else n for f in _LAYERED}
+        start += n
+        seen = (key, n) if not share else (key, tuple(held.values()))
+        if seen in done:
             continue
-        done.add((key, n))
+        done.add(seen)
         for name, a, b in row_of[key]:
-            v = {f: _ceil(a[f] + n * b[f]) for f in a}
+            v = {f: _ceil(a[f] + held.get(f, n) * b[f]) for f in a}
             rows.append((name, (v["weights"], v["gradients"], v["optimizer_state"], v["activations"] + v["transient"],
                                 v["logits"], v["kv_cache"],
                                 v["overhead_weights"] + v["overhead_step"] + v["overhead_fixed"] + v["last_stage"])))
     return tuple(counts), rows
 
 
+def _shares(job: Any, frozen: bool) -> dict[str, tuple[float, ...]]:
+    """Per field a stage's layers scale (_LAYERED) and whose layers differ, the running share of the layers' whole
+    (0 at layer 0, 1 past the last): parameters for the weight-like fields (a frozen base's weights and their
+    autocast copies alone), KV caches for the cache. {} where every layer is alike."""
+    out = {}
+    by_params = ("weights", "overhead_weights") if frozen else _SCALED
+    for fields, values in ((by_params, job.layer_params), (("kv_cache",), job.layer_kv)):
+        if len(values) == job.layers and len(set(values)) > 1 and sum(values) > 0:
+            total, running = sum(values), [0]
+            for x in values:
+                running.append(running[-1] + x)
+            out.update(dict.fromkeys(fields, tuple(r / total for r in running)))
+    return out
+
+
 _SCALED = ("weights", "gradients", "optimizer_state", "overhead_weights", "overhead_step")
+_LAYERED = (*_SCALED, "kv_cache")  # the fields whose stage bytes follow its layers' own share (_shares)
 
 
 def vllm_stage_layers(layers: int, stages: int) -> list[int]:
