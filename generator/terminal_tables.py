@@ -47,8 +47,8 @@ def _print_cards(console: Console, report: Report, table_width: int | None) -> N
               "serve": f"Serve {fmt.serve_weights(report.params.quantization)}"}
     methods = [(short, field) for short, field in _CARD_METHODS if qlora or short != "qlora"]
     grid = _table(f"Largest batch per card (training {fmt.count(m.train_tokens)} tokens per sample, serving "
-                   f"{fmt.count(m.serve_tokens)} tokens per sequence)",
-                   ("Card", "Budget", *(labels[short] for short, _ in methods)))
+                  f"{fmt.count(m.serve_tokens)} tokens per sequence)",
+                  ("Card", "Budget", *(labels[short] for short, _ in methods)))
     notes = []
     for c in m.cards:
         splits = {s.method: s for s in c.split or ()}
@@ -97,7 +97,7 @@ def _card_cell(report: Report, card: CardPlan, method: str, batch: int, split: S
 
 
 def print_plan(console: Console, report: Report, method: str | None = None,
-                table_width: int | None = None) -> None:
+               table_width: int | None = None) -> None:
     """The per-card batches, then the setups that run the model (only `method`'s when one was asked for) and the
     serving speeds."""
     m = report.memory
@@ -109,21 +109,21 @@ def print_plan(console: Console, report: Report, method: str | None = None,
     float32 = setups_text.float32_cards(report.memory.cards)
     if plans:
         grid = _table(f"Setups that hold batch 1, accumulating gradients to batch {a['job_batch']} on fewer GPUs "
-                       f"(cost: {a['job_epochs']} epochs x {fmt.count(a['job_samples'])} samples at batch "
-                       f"{a['job_batch']} x "
-                       f"{fmt.count(a['job_tokens'])} tokens or the context when shorter; "
-                       "max(FLOPs / peak, bytes / bandwidth) / "
-                       f"(GPUs x MFU); offload: at least its PCIe transfers; training per GPU on 2 or more: "
-                       f"with {fmt.gb(a['nccl_bytes_per_gpu'])} of NCCL buffers)",
-                       ("Method", "Card", "Setup", "Per GPU", "Price", "Hours", "Job", ""))
+                      f"(cost: {a['job_epochs']} epochs x {fmt.count(a['job_samples'])} samples at batch "
+                      f"{a['job_batch']} x "
+                      f"{fmt.count(a['job_tokens'])} tokens or the context when shorter; "
+                      "max(FLOPs / peak, bytes / bandwidth) / "
+                      f"(GPUs x MFU); offload: at least its PCIe transfers; training per GPU on 2 or more: "
+                      f"with {fmt.gb(a['nccl_bytes_per_gpu'])} of NCCL buffers)",
+                      ("Method", "Card", "Setup", "Per GPU", "Price", "Hours", "Job", ""))
         for p in plans:
             marks = ", ".join(w for w, on in (("PCIe-bound", setups_text.link_bound(p)), ("smallest", p.smallest),
                                               ("cheapest", p.cheapest)) if on)
             grid.add_row(setups_text.METHOD_NAMES[p.method], p.gpu, setups_text.label(p) if p.fits else
-                          setups_text.unfit_setup(p, capacity[p.gpu]), setups_text.peak_cell(p, float32),
-                          fmt.usd_per_hour(p.usd_per_hour) if p.fits else fmt.DASH,  # no price for what cannot run
-                          fmt.hours(p.job_hours) if p.job_hours else fmt.DASH,
-                          fmt.usd(p.job_usd), marks)
+                         setups_text.unfit_setup(p, capacity[p.gpu]), setups_text.peak_cell(p, float32),
+                         fmt.usd_per_hour(p.usd_per_hour) if p.fits else fmt.DASH,  # no price for what cannot run
+                         fmt.hours(p.job_hours) if p.job_hours else fmt.DASH,
+                         fmt.usd(p.job_usd), marks)
         _print_table(console, grid, table_width)
     for u in report.plans_unreachable:
         if method is None or u.method == method:
@@ -134,12 +134,12 @@ def print_plan(console: Console, report: Report, method: str | None = None,
         console.print(Text(line))
     if report.serving and method in (None, "serve"):
         grid = _table(f"Serving speed on the fewest GPUs with tensor parallelism, pipeline stages across nodes "
-                       f"past 8 ({fmt.count(m.serve_tokens)} tokens per sequence)",
-                       ("Card", "Setup", "Decode, batch 1", "Prefill", "Sequences", "Output tokens"))
+                      f"past 8 ({fmt.count(m.serve_tokens)} tokens per sequence)",
+                      ("Card", "Setup", "Decode, batch 1", "Prefill", "Sequences", "Output tokens"))
         for s in report.serving:
             grid.add_row(s.gpu, fmt.setup(s.gpus, s.gpu_model or s.gpu, s.strategy),
-                          fmt.tokens_per_s(s.decode_tokens_per_s), fmt.tokens_per_s(s.prefill_tokens_per_s),
-                          fmt.count(s.max_concurrency), fmt.usd_per_million(s.usd_per_million_output_tokens))
+                         fmt.tokens_per_s(s.decode_tokens_per_s), fmt.tokens_per_s(s.prefill_tokens_per_s),
+                         fmt.count(s.max_concurrency), fmt.usd_per_million(s.usd_per_million_output_tokens))
         _print_table(console, grid, table_width)
         console.print(Text(f"Sequences: the KV caches of {fmt.count(m.serve_tokens)} tokens a chunked-prefill server "
                            "(vLLM's scheduler) holds beside the weights and the peak it measured at startup (a step's "

@@ -8,11 +8,13 @@ from __future__ import annotations
 import dataclasses
 import json
 
+import pytest
+
 from generator.cli import main
 from generator.estimator import estimate
 from generator.estimator.graph.nodes import build_graph
 from generator.estimator.memory.job_options import Job
-from generator.estimator.memory.parallel import PARTS, Setup, per_gpu
+from generator.estimator.memory.parallel import PARTS, Setup, per_gpu, tp_phases
 from generator.estimator.memory.pipeline import stage_rows, vllm_stage_layers
 from generator.estimator.memory.profile import serve_profile
 from generator.estimator.memory.serve_weights import model_serve_weight_bytes
@@ -175,7 +177,7 @@ def test_the_card_tables_serving_split_is_vllms_cut_and_the_setups_stages() -> N
     (pipeline.stage_rows): the forward on both, the sampler and the hand-off on the second. Equal to the byte on
     models whose layers are alike (stage_rows spreads the weights evenly over the layers; a split reads each
     layer's own). Before: Llama-3.1-8B's T4 split cut after layer 15 and put the whole startup on the first card."""
-    for mid in (LLAMA8, "Qwen/Qwen3-0.6B", "meta-llama/Llama-3.2-11B-Vision"):
+    for mid in (LLAMA8, "Qwen/Qwen3-0.6B", "Qwen/Qwen2.5-VL-7B-Instruct"):
         a, g = _model(mid)
         server = ServerDefaults(S.serve_step_tokens, S.serve_max_sequences)  # the T4's, the L4's (reference_server)
         profile = serve_profile(a, g, S, S.serve_tokens, server=server)
@@ -194,7 +196,7 @@ def test_the_card_tables_serving_split_is_vllms_cut_and_the_setups_stages() -> N
         n = profile.layers
         middle = profile.static_prefix[n - 1] - profile.static_prefix[1]
         assert profile.parts(1, n - 1, False, False)[0] == middle + forward + handoff + towers
-        assert (towers > 0) == (mid == "meta-llama/Llama-3.2-11B-Vision") and towers == 2 * g.params_towers
+        assert (towers > 0) == (mid == "Qwen/Qwen2.5-VL-7B-Instruct") and towers == 2 * g.params_towers
         assert profile.parts(0, n, True, True)[0] == profile.total_static
     record = load_record(DEFAULT_SNAPSHOT_DIR, LLAMA8)
     report = estimate(json.loads(record.config_json), model_id=LLAMA8, assumptions=S, cards=SETTINGS.cards,
@@ -207,14 +209,14 @@ def test_the_card_tables_serving_split_is_vllms_cut_and_the_setups_stages() -> N
 def test_vllm_builds_a_models_towers_on_every_pipeline_stage() -> None:
     """vLLM's multimodal wrappers build their vision and audio towers and projectors whatever the pipeline rank
     (_mark_tower_model in qwen2_5_vl.py, qwen3_vl.py, mllama4.py, v0.19.1; only the language model's layers and token
-    embedding are cut), and profile_run runs the encoder on every rank: on 4 stages of Llama-3.2-11B-Vision every
+    embedding are cut), and profile_run runs the encoder on every rank: on 4 stages of Qwen2.5-VL-7B every
     stage's weights hold the tower, 16-bit, the first once beside its embedding. A training job's stages do not
     (Megatron-LM and DeepSpeed place the ends on their own stage)."""
-    mid = "meta-llama/Llama-3.2-11B-Vision"
+    mid = "Qwen/Qwen2.5-VL-7B-Instruct"
     a, g = _model(mid)
     server = ServerDefaults(S.serve_step_tokens, S.serve_max_sequences)
     shape = model_shape(a, g)
-    assert shape.tower_params == g.params_towers > 800_000_000  # Mllama's 32 + 8 layer vision encoder
+    assert shape.tower_params == g.params_towers > 600_000_000  # its 32-layer vision transformer and merger
     serve = serving_jobs(g, S, serve_profile(a, g, S, 4096, server=server), server, model_serve_weight_bytes(a, g, S),
                          shape, 4096)["serve"]
     bare = dataclasses.replace(serve, tower_params=0)
@@ -226,46 +228,101 @@ def test_vllm_builds_a_models_towers_on_every_pipeline_stage() -> None:
     assert lora.tower_params == 0
 
 
-def _ct(weights: dict, activations: dict | None = None, **more) -> dict:
+def _ct(weights: dict | None, activations: dict | None = None, fmt: str = "pack-quantized", **more) -> dict:
     """A compressed-tensors quantization_config of one group over every Linear (llm-compressor's layout)."""
     group = {"targets": ["Linear"], "weights": weights, "input_activations": activations}
-    return {"quant_method": "compressed-tensors", "format": "pack-quantized", "config_groups": {"group_0": group},
+    return {"quant_method": "compressed-tensors", "format": fmt, "config_groups": {"group_0": group},
             "ignore": ["lm_head"], **more}
+
+
+def _serves_on(q: dict) -> set[str]:
+    return {p.gpu_model for p in _quantised(LLAMA8, q).plans if p.method == "serve"}
+
+
+ALL_GPUS = {"T4", "L4", "A100 40GB SXM", "A100 80GB SXM", "H100 SXM", "H200 SXM"}
+W4A16 = {"num_bits": 4, "type": "int", "strategy": "group", "group_size": 128, "symmetric": True}
+FP8 = ({"num_bits": 8, "type": "float", "strategy": "channel", "symmetric": True},
+       {"num_bits": 8, "type": "float", "strategy": "token", "dynamic": True, "symmetric": True})
+SPARSE = {"format": "sparse-24-bitmask", "sparsity_structure": "2:4", "targets": ["Linear"], "ignore": ["lm_head"]}
 
 
 def test_compressed_tensors_is_refused_by_its_schemes_own_capability() -> None:
     """compressed-tensors picks a scheme per layer (compressed_tensors.py _get_scheme_from_parts, v0.19.1) and refuses
     one under its get_min_capability: MXFP4 weights (4-bit floats, symmetric groups of 32) need 8.0
-    (CompressedTensorsW4A16Mxfp4): no T4; W4A16 int weights (WNA16, 7.5) and FP8 W8A8 (falling back to W8A16's 7.5
-    under 8.9) keep it. A 2:4-sparse FP8 checkpoint takes CompressedTensors24, which vLLM no longer serves: nowhere,
-    said so, where a 2:4 checkpoint of 4-bit weights alone (not Cutlass 2:4's) is served."""
-    mxfp4 = _quantised(LLAMA8, _ct({"num_bits": 4, "type": "float", "strategy": "group", "group_size": 32,
-                                    "symmetric": True}))
-    assert "T4" not in {p.gpu_model for p in mxfp4.plans if p.method == "serve"}
-    (warning,) = [x for x in mxfp4.findings if x.check == "quantised_serving"]
+    (CompressedTensorsW4A16Mxfp4): no T4, however the group spells it (a strategy left to group_size, numbers as
+    strings: QuantizationArgs' defaults and lax parsing). 4-bit weights with dynamic FP8 activations per token in a
+    pack-quantized checkpoint take CompressedTensorsW4A8Fp8 on capability 9.0 alone and no scheme elsewhere; in a
+    format that quantises activations, W4A8Int elsewhere. W4A16 (WNA16, 7.5) and FP8 W8A8 in float-quantized
+    (W8A16's 7.5 under 8.9) keep the T4."""
+    mxfp4 = {"num_bits": 4, "type": "float", "strategy": "group", "group_size": 32, "symmetric": True}
+    loose = {"num_bits": "4", "type": "float", "group_size": "32"}
+    for weights in (mxfp4, loose):
+        assert _serves_on(_ct(weights)) == ALL_GPUS - {"T4"}, weights
+    (warning,) = [x for x in _quantised(LLAMA8, _ct(mxfp4)).findings if x.check == "quantised_serving"]
     assert warning.message.startswith("vLLM refuses compressed-tensors checkpoints below compute capability 8.0 (the "
                                       "T4)")
-    w4a16 = {"num_bits": 4, "type": "int", "strategy": "group", "group_size": 128, "symmetric": True}
-    fp8 = ({"num_bits": 8, "type": "float", "strategy": "channel", "symmetric": True},
-           {"num_bits": 8, "type": "float", "strategy": "token", "dynamic": True, "symmetric": True})
-    for q in (_ct(w4a16), _ct(*fp8)):
-        r = _quantised(LLAMA8, q)
-        assert "T4" in {p.gpu_model for p in r.plans if p.method == "serve"}, q
-        assert not any(x.check == "quantised_serving" for x in r.findings), q
-    sparse = {"sparsity_config": {"format": "sparse-24-bitmask", "sparsity_structure": "2:4", "targets": ["Linear"]}}
-    refused = _quantised(LLAMA8, _ct(*fp8, **sparse))
+    w4a8 = ({**W4A16, "group_size": 128}, {**FP8[1]})
+    assert _serves_on(_ct(*w4a8)) == {"H100 SXM", "H200 SXM"}
+    (warning,) = [x for x in _quantised(LLAMA8, _ct(*w4a8)).findings if x.check == "quantised_serving"]
+    assert "other than compute capability 9.0 (the T4, L4, A100" in warning.message
+    assert _serves_on(_ct(*w4a8, fmt="float-quantized")) == ALL_GPUS
+    for q in (_ct(W4A16), _ct(*FP8, fmt="float-quantized")):
+        assert _serves_on(q) == ALL_GPUS, q
+        assert not any(x.check == "quantised_serving" for x in _quantised(LLAMA8, q).findings), q
+
+
+def test_a_2_4_sparse_checkpoint_is_served_where_vllm_still_serves_one() -> None:
+    """supports_cutlass_24 (compressed_tensors.py): a sparsity_config of structure "2:4" over its targets takes
+    CompressedTensors24, which 0.19.1 no longer serves, on a layer with no quantisation or 8-bit weights and
+    activations; a layer of 4-bit weights alone takes WNA16. No targets (vLLM maps none: _parse_sparsity_config) or
+    every target ignored: nothing is sparse to vLLM. A layer the quantisation ignores but the sparsity targets is
+    unquantised and sparse: refused (review of the first rule)."""
+    refused = _quantised(LLAMA8, _ct(*FP8, fmt="float-quantized", sparsity_config=SPARSE))
     assert not any(p.method == "serve" for p in refused.plans) and not refused.serving
     assert [u.reason for u in refused.plans_unreachable if u.method == "serve"] == [SERVED_NOWHERE]
     (warning,) = [x for x in refused.findings if x.check == "quantised_serving"]
     assert "no longer serves 2:4-sparse compressed-tensors checkpoints" in warning.message
-    weight_only = _quantised(LLAMA8, _ct(w4a16, **sparse))
-    assert "T4" in {p.gpu_model for p in weight_only.plans if p.method == "serve"}
+    assert _serves_on(_ct(W4A16, sparsity_config=SPARSE)) == ALL_GPUS
+    for sparsity in ({**SPARSE, "targets": []}, {k: v for k, v in SPARSE.items() if k != "targets"},
+                     {**SPARSE, "ignore": ["Linear"]}):
+        assert _serves_on(_ct(*FP8, fmt="float-quantized", sparsity_config=sparsity)) == ALL_GPUS, sparsity
+    attention_unquantised = {**_ct(W4A16, sparsity_config=SPARSE), "ignore": ["lm_head", "re:.*self_attn.*"]}
+    assert _serves_on(attention_unquantised) == set()
 
 
-def test_the_terminal_says_where_vllm_cuts_a_two_card_split(capsys) -> None:
-    """The CLI's per-card lines give the serving split at vLLM's cut, and the sentence above them says whose cut each
-    method's is: Llama-3.1-8B's two T4s cut after layer 16, the second card the larger (its head and sampler)."""
-    assert main([LLAMA8, "--plan"]) == 0
-    out = " ".join(capsys.readouterr()[0].split())
-    assert "T4 16 GB, Serve bf16: 2 cards, cut after layer 16: 8.51 GB + 9.60 GB at batch 1; batch 14." in out
-    assert "training's cut balances the cards, serving's is vLLM's: the layers halved" in out
+@pytest.mark.parametrize("q", [
+    _ct(W4A16, sparsity_config={**SPARSE, "format": ["dense"]}),
+    _ct(W4A16, sparsity_config={**SPARSE, "sparsity_structure": {"n": 2}}),
+    {"quant_method": "compressed-tensors", "config_groups": [W4A16]},
+    {"quant_method": "compressed-tensors", "config_groups": {"g": None, "h": "x"}},
+    _ct(None), _ct([4]), _ct({"num_bits": {"four": 4}, "group_size": [32], "type": 4, "symmetric": "yes"}),
+    _ct(W4A16, sparsity_config=[SPARSE]),
+])
+def test_a_malformed_compressed_tensors_config_is_read_without_an_exception(q: dict) -> None:
+    """Hostile groups and sparsity configs (a list where a mapping or string belongs, a mapping for a number): the
+    serving rules read them as vLLM's defaults would, or not at all, and the estimate goes on (review of the first
+    rules, whose sparsity check raised TypeError on a list)."""
+    assert _quantised(LLAMA8, q).plans
+
+
+def test_tensor_and_pipeline_parallel_serving_splits_the_ends_over_the_ranks() -> None:
+    """Under tp+pp each pipeline stage is a node of tensor-parallel ranks: the embedding and head are vocab-parallel
+    and vLLM splits the towers' weights too (mm_encoder_tp_mode "weights", config/multimodal.py), so a rank holds
+    its 1/8 of the ends beside its share of the layers. Review of F87 and the towers: the frozen ends were charged
+    whole on one rank and taken whole out of its split layers, leaving Qwen2.5-VL-7B's layers at 0 bytes (each
+    stage's weights its ends alone, 2.44 GB). The two stages' weights now add up to one rank's, plus the towers'
+    1/8 on the second."""
+    a, g = _model("Qwen/Qwen2.5-VL-7B-Instruct")
+    server = ServerDefaults(S.serve_step_tokens, S.serve_max_sequences)
+    shape = model_shape(a, g)
+    serve = serving_jobs(g, S, serve_profile(a, g, S, 4096, server=server), server, model_serve_weight_bytes(a, g, S),
+                         shape, 4096)["serve"]
+    rank = tp_phases(serve, serve.phases, 8)
+    counts, rows = stage_rows(serve, rank, 2, 8)
+    weights = PARTS.index("weights")
+    first, second = rows[0][1][weights], rows[-1][1][weights]
+    layers = rank[0].weights - 2 * (shape.first_stage_params + shape.last_stage_params) / 8  # one rank's layers
+    ends = (shape.first_stage_params, shape.last_stage_params + shape.tied_head_params + shape.tower_params)
+    for stage, end, n in zip((first, second), ends, counts, strict=True):  # 28 alike layers: n / 28 of them each
+        assert abs(stage - 2 * end / 8 - n / 28 * layers) <= 2, n
+    assert abs(first + second - rank[0].weights - 2 * (shape.tied_head_params + shape.tower_params) / 8) <= 4

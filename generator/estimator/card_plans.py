@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from .inputs import Assumptions, Card, Gpu
 from .memory.profile import budget_bytes, capacity_bytes
 from .memory.splits import Cut, best_cut, engine_cut, two_card_batch
-from .memory.stages import Limits, Profile, largest_batch
+from .memory.stages import Limits, Profile, ServingStages, largest_batch
 from .memory.vllm_server import Raised, ServerDefaults, large_gpu_server, raised_sequences, server_defaults
 from .report import CardPlan, SplitPlan
 
@@ -55,7 +55,9 @@ def card_plans(cards: tuple[Card, ...], profiles: Mapping[str, Profile], s: Assu
                                                 (raised or {})[card.name])
         splits: list[SplitPlan] = []
         for k, batch in batches.items():
-            if batch == 0 and scale[k] == 1:
+            # an encoder's serving profile has no startup to cut (Profile.serving): vLLM's encoder classes (BertModel,
+            # RobertaModel, ...) do not declare SupportsPP, so it runs on no pipeline of two cards
+            if batch == 0 and scale[k] == 1 and not (k == "serve" and own[k].serving == ServingStages()):
                 # serving: vLLM's own cut (splits.engine_cut), as the setups' serving plans take; training: the
                 # cut that balances the two cards
                 cut = cuts.get(id(own[k])) or cuts.setdefault(id(own[k]), (engine_cut if k == "serve" else best_cut)(

@@ -23,7 +23,7 @@ from .memory.kinds import MAX_GPUS, TP_KINDS, kinds
 from .memory.parallel import PARTS, ParallelError, Phase, Setup, SingleGpuJob, experts_spread, per_gpu, ranks
 from .memory.peak_table import SHARDED, PeakTable
 from .memory.plans import GpuOffer, Plan, PlanFloor, Unreachable, first_fit, search_plans
-from .memory.profile import budget_bytes
+from .memory.profile import budget_bytes, encoder_tokens, kv_bytes_of_block
 from .memory.serve_weights import routed_expert_serve
 from .memory.sharding import GPUS_PER_NODE
 from .memory.stages import Limits, Profile
@@ -112,7 +112,12 @@ def job_on_setup(a: Arch, g: Graph, s: Assumptions, job: Job, setup: Setup, mode
 def inference_job(a: Arch, g: Graph, s: Assumptions, job: Job, shape: Shape, model: str = "") -> SingleGpuJob:
     """The CLI's `--method inference` (HF generate: prefill, decode) as a serving SingleGpuJob."""
     c = 4 if job.precision == "fp32" else 2
-    return _single("serve", job_phases(a, g, s, job, model), (), 0, c, c, shape)
+    # each layer's cache at the decode's length, as generate.py sizes it (a window's, an encoder layer's none)
+    enc = encoder_tokens(g.spec, job.tokens)
+    layer_kv = tuple(0 if b.stack == "encoder" else kv_bytes_of_block(b, s, job.tokens + job.new_tokens, enc)
+                     for b in g.spec.blocks)
+    return dataclasses.replace(_single("serve", job_phases(a, g, s, job, model), (), 0, c, c, shape),
+                               layer_kv=layer_kv)
 
 
 def serving_job(serve: Profile, weight_bytes: int, shape: Shape, c: int, sequences: int = 1,

@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from .checks import Finding
 from .config.arch import Arch
 from .inputs import Gpu
+from .quant_schemes import Capability, capability, serves
+from .quant_schemes import sparse24 as sparse24_config
 
 # The reason a Report gives where vLLM refuses the model on every priced GPU (plans_unreachable), not memory
 SERVED_NOWHERE = "vLLM serves it on none of the priced GPUs (the warnings say why)"
@@ -35,16 +37,6 @@ VLLM_QUANT_CAPABILITY = {"gguf": 6.0, "gptq": 6.0, "bitsandbytes": 7.0, "compres
 # ... and where the activations' dtype is not one its method takes (the same function: get_supported_act_dtypes), as
 # float32 on a GPU without bf16 for a model vLLM will not run in float16 (VLLM_NO_FLOAT16): only these take float32
 VLLM_QUANT_FLOAT32 = frozenset({"bitsandbytes", "compressed-tensors", "torchao", "gguf"})
-# compressed-tensors picks a scheme per layer from its config_groups (quantization/compressed_tensors/
-# compressed_tensors.py _get_scheme_from_parts, v0.19.1) and refuses one under its scheme's get_min_capability
-# (_check_scheme_supported): MXFP4 weights (4-bit floats in symmetric groups of 32: _is_mxfp4) take
-# CompressedTensorsW4A16Mxfp4, 8.0; the others need 7.5 at most, as the method's 7.0 (W8A8-FP8 falls back to
-# W8A16-FP8's Marlin kernel under 8.9; NVFP4 is emulated from 7.5). A 2:4-sparse checkpoint (sparsity_config's
-# structure "2:4", format dense or sparse-24-bitmask) whose layers are 8-bit in weights and activations, or carry no
-# quantisation, takes CompressedTensors24 (supports_cutlass_24), whose get_min_capability raises "Sparse24 models
-# are no longer supported by vLLM": refused on every GPU
-CT_MXFP4_CAPABILITY = 8.0
-SPARSE24_FORMATS = frozenset({("2:4", "dense"), ("2:4", "sparse-24-bitmask")})
 
 
 def quant_method(a: Arch) -> str:
@@ -55,46 +47,20 @@ def quant_method(a: Arch) -> str:
     return str(named).lower() if named else (a.quant.method if a.quant is not None else "")
 
 
-def quant_capability(a: Arch) -> float:
-    """The least compute capability vLLM serves this checkpoint's quantisation on (VLLM_QUANT_CAPABILITY; a
-    compressed-tensors checkpoint's by its schemes: CT_MXFP4_CAPABILITY); 0 for a 16-bit checkpoint or a method not
-    listed."""
-    least = VLLM_QUANT_CAPABILITY.get(quant_method(a), 0.0)
-    if quant_method(a) == "compressed-tensors" and any(_mxfp4(w) for w, _ in _ct_groups(a)):
-        return max(least, CT_MXFP4_CAPABILITY)
-    return least
+def quant_capability(a: Arch) -> Capability:
+    """The compute capability vLLM serves this checkpoint's quantisation on (VLLM_QUANT_CAPABILITY; a
+    compressed-tensors checkpoint's by its schemes: quant_schemes.capability); 0 for a 16-bit checkpoint or a method
+    not listed."""
+    q = a.raw.get("quantization_config")
+    if quant_method(a) == "compressed-tensors" and isinstance(q, Mapping):
+        return capability(q)
+    return Capability(VLLM_QUANT_CAPABILITY.get(quant_method(a), 0.0))
 
 
 def sparse24(a: Arch) -> bool:
-    """A 2:4-sparse compressed-tensors checkpoint vLLM 0.19.1 no longer serves on any GPU (supports_cutlass_24: its
-    sparsity structure "2:4" in a dense or sparse-24-bitmask format, on layers with no quantisation or with 8-bit
-    weights per tensor or channel and 8-bit activations per tensor or token)."""
+    """A 2:4-sparse compressed-tensors checkpoint, which vLLM 0.19.1 serves on no GPU (quant_schemes.sparse24)."""
     q = a.raw.get("quantization_config")
-    sparsity = q.get("sparsity_config") if isinstance(q, Mapping) else None
-    if quant_method(a) != "compressed-tensors" or not isinstance(sparsity, Mapping) \
-            or (sparsity.get("sparsity_structure"), sparsity.get("format")) not in SPARSE24_FORMATS:
-        return False
-    groups = _ct_groups(a)
-    return not groups or any(
-        (w, i) == ({}, {}) or (w.get("num_bits") == i.get("num_bits") == 8 and w.get("strategy") in ("tensor", "channel")
-                               and i.get("strategy") in ("tensor", "token")) for w, i in groups)
-
-
-def _ct_groups(a: Arch) -> list[tuple[Mapping, Mapping]]:
-    """A compressed-tensors config's groups, (weights, input_activations) each ({} where it names none)."""
-    q = a.raw.get("quantization_config")
-    groups = q.get("config_groups") if isinstance(q, Mapping) else None
-    def args(group: Mapping, key: str) -> Mapping:
-        value = group.get(key)
-        return value if isinstance(value, Mapping) else {}
-    return [(args(g, "weights"), args(g, "input_activations"))
-            for g in (groups.values() if isinstance(groups, Mapping) else ()) if isinstance(g, Mapping)]
-
-
-def _mxfp4(weights: Mapping) -> bool:
-    """compressed_tensors.py _is_mxfp4: 4-bit float weights in symmetric groups of 32."""
-    return (weights.get("num_bits"), weights.get("type"), weights.get("strategy"), weights.get("group_size"),
-            weights.get("symmetric")) == (4, "float", "group", 32, True)
+    return quant_method(a) == "compressed-tensors" and isinstance(q, Mapping) and sparse24_config(q)
 
 
 def quant_unserved(a: Arch, gpus: Mapping[str, Gpu]) -> tuple[str, ...]:
@@ -107,9 +73,11 @@ def quant_unserved(a: Arch, gpus: Mapping[str, Gpu]) -> tuple[str, ...]:
 
 
 def quant_below(a: Arch, gpus: Mapping[str, Gpu]) -> tuple[str, ...]:
-    """The priced GPUs under quant_capability (not a GPU whose capability is not known)."""
-    least = quant_capability(a)
-    return tuple(g.name for g in gpus.values() if g.compute_capability is not None and g.compute_capability < least)
+    """The priced GPUs whose compute capability quant_capability does not take (not a GPU whose capability is not
+    known)."""
+    needs = quant_capability(a)
+    return tuple(g.name for g in gpus.values() if g.compute_capability is not None
+                 and not serves(needs, g.compute_capability))
 
 
 def quant_float32(a: Arch, gpus: Mapping[str, Gpu]) -> tuple[str, ...]:
@@ -175,11 +143,12 @@ def check_sparse_attention_serving(a: Arch, unserved: tuple[str, ...]) -> list[F
 VLLM_DEPRECATED_QUANT = frozenset({"tpu_int8", "fbgemm_fp8", "fp_quant", "experts_int8", "petit_nvfp4"})
 
 
-def check_quantised_serving(a: Arch, method: str, least: float, below: tuple[str, ...],
+def check_quantised_serving(a: Arch, method: str, needs: Capability, below: tuple[str, ...],
                             float32: tuple[str, ...], served: bool = True) -> list[Finding]:
     """A quantised checkpoint (`method`: its config's quant_method) vLLM refuses on some priced GPUs: those under
-    compute capability `least` (`below`: vllm_support.quant_below) and those where it would run float32 activations the
-    method does not take (`float32`: vllm_support.quant_float32); no serving is priced there. And a method vLLM
+    the compute capability it `needs` (`below`: vllm_support.quant_below; an exact one: any other) and those where
+    it would run float32 activations the method does not take (`float32`: vllm_support.quant_float32); no serving is
+    priced there. And a method vLLM
     deprecates, which it serves only when told to (where it serves it at all: `served`). A 2:4-sparse checkpoint,
     which vLLM serves on no GPU (sparse24)."""
     if sparse24(a):
@@ -187,7 +156,9 @@ def check_quantised_serving(a: Arch, method: str, least: float, below: tuple[str
                         "vLLM 0.19.1 no longer serves 2:4-sparse compressed-tensors checkpoints (CompressedTensors24: "
                         "\"Sparse24 models are no longer supported by vLLM\", quantization/compressed_tensors/): no "
                         "serving is priced.")]
-    why = [f"below compute capability {least:.1f} (the {', '.join(below)})"] if below else []
+    where = f"other than compute capability {needs.least:.1f}" if needs.exact else \
+        f"below compute capability {needs.least:.1f}"
+    why = [f"{where} (the {', '.join(below)})"] if below else []
     also = [g for g in float32 if g not in below]
     if also:
         why.append(f"with float32 activations, which vLLM runs {a.model_type} in on the {', '.join(also)} (no bf16; "

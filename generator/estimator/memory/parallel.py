@@ -306,7 +306,7 @@ def peak_parts(job: SingleGpuJob, setup: Setup, model: str = "") -> tuple[str, t
         phases = tp_phases(job, phases, GPUS_PER_NODE)
     if s in ("pp", "tp+pp"):
         stages = n if s == "pp" else n // GPUS_PER_NODE
-        stage_layers, rows = stage_rows(job, phases, stages)
+        stage_layers, rows = stage_rows(job, phases, stages, 1 if s == "pp" else GPUS_PER_NODE)
     elif s in ("tp", "single"):
         rows = [(ph.name, _parts(ph, ph.overhead_weights + ph.overhead_step + ph.overhead_fixed)) for ph in phases]
     else:

@@ -6,10 +6,12 @@ loosely here: parallel imports this.
 
 from __future__ import annotations
 
+from bisect import bisect_right
+from itertools import accumulate
 from typing import Any
 
 
-def stage_rows(job: Any, phases: tuple[Any, ...], stages: int) -> tuple[tuple[int, ...], list]:
+def stage_rows(job: Any, phases: tuple[Any, ...], stages: int, tp: int = 1) -> tuple[tuple[int, ...], list]:
     """The contiguous cut of the layers into `stages` minimising the largest stage (a serving job: vLLM's own
     cut, vllm_stage_layers), and every stage's phases.
 
@@ -17,17 +19,21 @@ def stage_rows(job: Any, phases: tuple[Any, ...], stages: int) -> tuple[tuple[in
     (params split evenly over the layers, activations and KV cache per layer) and a holds the ends (the embedding on
     the first stage; final norm, head, a tied head's own copy, and logits on the last) and the per-process overhead.
     A trained model's ends take the phase's bytes per parameter; a frozen one's (LoRA, QLoRA, serving) are 16-bit
-    weights alone, as bitsandbytes and the quantised checkpoints leave embeddings and heads. Under a budget C a stage
+    weights alone, as bitsandbytes and the quantised checkpoints leave embeddings and heads (split over `tp` ranks
+    where the phases are one tensor-parallel rank's: tp+pp). Under a budget C a stage
     holds min over phases of (C - a) // b layers; the smallest C whose capacities (each >= 1) cover the layers is
     found by bisection, then every stage gets one layer and the rest fill the stages in order up to capacity.
-    Layers differ (an MoE's dense first layers, a hybrid's kinds, an encoder-decoder's two stacks): the cut is found
-    at the layers' mean, and then each stage holds its own layers' share, by their parameters (SingleGpuJob.
-    layer_params: the weight-like parts, a frozen base's weights alone, its adapters' spread evenly) and their KV
-    caches (layer_kv), activations evenly; where every layer is alike, b as above."""
+    Layers differ (an MoE's dense first layers, a hybrid's kinds, an encoder-decoder's two stacks): each stage holds
+    its own layers' share, by their parameters (SingleGpuJob.layer_params: the weight-like parts, a frozen base's
+    weights alone, its adapters' spread evenly) and their KV caches (layer_kv), activations evenly, and the cut is
+    found on those bytes (_balanced_counts); where every layer is alike, b as above."""
     p, layers = job.params_total or 1, job.layers
     end_params = job.first_stage_params + job.last_stage_params
     layer_params = max(0, p - end_params) / layers
-    frozen, c = job.method != "full", job.compute_bytes
+    # a frozen model's ends in 16 bits per parameter, split over `tp` tensor-parallel ranks where the phases are one
+    # rank's (parallel.tp_phases): vocab-parallel embedding and head, towers split by vLLM's default
+    # mm_encoder_tp_mode "weights" (config/multimodal.py)
+    frozen, c = job.method != "full", job.compute_bytes / tp
 
     def terms(ph: Any, first: bool, last: bool) -> tuple[str, dict[str, float], dict[str, float]]:
         # a last stage that is not also the first keeps its own copy of a tied head (SingleGpuJob.tied_head_params);
@@ -81,8 +87,11 @@ def stage_rows(job: Any, phases: tuple[Any, ...], stages: int) -> tuple[tuple[in
             held += cap * count
         return held >= layers
 
+    share = _shares(job, frozen)
     if job.engine_cut:  # vLLM cuts its own way, whatever the stages then hold
         counts = vllm_stage_layers(layers, stages)
+    elif share:  # layers that differ: each its own bytes
+        counts = _balanced_counts(row_of, order, layers, share)
     else:
         lo, hi = 0.0, max(a + layers * b for row in sums.values() for a, b in row) + 1.0
         while hi - lo > 1.0:
@@ -95,7 +104,6 @@ def stage_rows(job: Any, phases: tuple[Any, ...], stages: int) -> tuple[tuple[in
             counts[k] += more
             left -= more
         counts[-1] += left  # nothing is left when fits(hi); kept so every layer lands on a stage
-    share = _shares(job, frozen)
     rows = []
     done = set()  # stages alike hold the same rows: listed once (peak_parts takes the max)
     start = 0
@@ -113,6 +121,41 @@ def stage_rows(job: Any, phases: tuple[Any, ...], stages: int) -> tuple[tuple[in
                                 v["logits"], v["kv_cache"],
                                 v["overhead_weights"] + v["overhead_step"] + v["overhead_fixed"] + v["last_stage"])))
     return tuple(counts), rows
+
+
+def _balanced_counts(row_of: dict, order: list[tuple[bool, bool]], layers: int,
+                     share: dict[str, tuple[float, ...]]) -> list[int]:
+    """The contiguous cut minimising the largest stage where layers differ (_shares): each phase's bytes as a
+    running sum over the layers, and the least budget whose greedy fill holds every layer, found by bisection. The
+    fill gives each stage in turn as many layers as fit, leaving one for each stage after it: a stage's bytes only
+    grow with its layers, so a fill that reaches further at each stage is never worse."""
+    running: dict[tuple[bool, bool], list[tuple[float, list[float]]]] = {}
+    for key, row in row_of.items():
+        running[key] = [(sum(a.values()), list(accumulate(
+            (sum(b[f] * layers * (share[f][i + 1] - share[f][i]) if f in share else b[f] for f in b)
+             for i in range(layers)), initial=0.0))) for _, a, b in row]
+    stages = len(order)
+
+    def fill(budget: float) -> list[int] | None:
+        counts, start = [], 0
+        for k, key in enumerate(order):
+            end = layers - (stages - k - 1)
+            for a, run in running[key]:
+                end = min(end, bisect_right(run, budget - a + run[start], start, end + 1) - 1)
+            if end <= start:
+                return None
+            counts.append(end - start)
+            start = end
+        return counts if start == layers else None
+
+    lo, hi = 0.0, max(a + run[-1] for per in running.values() for a, run in per) + 1.0
+    best = fill(hi)
+    while hi - lo > max(1.0, hi * 1e-9):
+        mid = (lo + hi) / 2
+        got = fill(mid)
+        lo, hi, best = (lo, mid, got) if got else (mid, hi, best)
+    assert best is not None  # every layer fits a budget of the whole model's bytes
+    return best
 
 
 def _shares(job: Any, frozen: bool) -> dict[str, tuple[float, ...]]:
