@@ -10,9 +10,9 @@ from collections.abc import Mapping
 
 from .checks import Finding
 from .config.arch import Arch
+from .config.quantization import modelopt_algo
 from .inputs import Gpu
-from .quant_schemes import Capability, capability, serves
-from .quant_schemes import sparse24 as sparse24_config
+from .quant_schemes import Capability, capability, serves, sparse24
 
 # The reason a Report gives where vLLM refuses the model on every priced GPU (plans_unreachable), not memory
 SERVED_NOWHERE = "vLLM serves it on none of the priced GPUs (the warnings say why)"
@@ -33,7 +33,12 @@ SPARSE_MLA_CAPABILITY = 9.0
 # half and bf16: on the priced GPUs the same answer
 VLLM_QUANT_CAPABILITY = {"gguf": 6.0, "gptq": 6.0, "bitsandbytes": 7.0, "compressed-tensors": 7.0, "awq": 7.5,
                          "fp8": 7.5, "mxfp4": 8.0, "fbgemm_fp8": 8.0, "experts_int8": 8.0, "petit_nvfp4": 9.0,
-                         "mxfp8": 10.0, "fp_quant": 10.0}
+                         "mxfp8": 10.0, "fp_quant": 10.0, "modelopt": 8.9}
+# ModelOpt's, by its quant_algo (modelopt.py: override_quantization_method picks ModelOptFp8Config for the FP8 ones,
+# 89; ModelOptNvFp4Config, 75; ModelOptMxFp8Config, 100; ModelOptMixedPrecisionConfig, 89); an algorithm outside
+# its QUANT_ALGOS (W4A16_NVFP4, say) it refuses on every GPU ("ModelOpt currently only supports ...")
+MODELOPT_CAPABILITY = {"FP8": 8.9, "FP8_PER_CHANNEL_PER_TOKEN": 8.9, "FP8_PB_WO": 8.9, "NVFP4": 7.5, "MXFP8": 10.0,
+                       "MIXED_PRECISION": 8.9}
 # ... and where the activations' dtype is not one its method takes (the same function: get_supported_act_dtypes), as
 # float32 on a GPU without bf16 for a model vLLM will not run in float16 (VLLM_NO_FLOAT16): only these take float32
 VLLM_QUANT_FLOAT32 = frozenset({"bitsandbytes", "compressed-tensors", "torchao", "gguf"})
@@ -54,19 +59,31 @@ def quant_capability(a: Arch) -> Capability:
     q = a.raw.get("quantization_config")
     if quant_method(a) == "compressed-tensors" and isinstance(q, Mapping):
         return capability(q)
+    if quant_method(a) == "modelopt" and isinstance(q, Mapping):
+        return Capability(MODELOPT_CAPABILITY.get(modelopt_algo(q), VLLM_QUANT_CAPABILITY["modelopt"]))
     return Capability(VLLM_QUANT_CAPABILITY.get(quant_method(a), 0.0))
 
 
-def sparse24(a: Arch) -> bool:
-    """A 2:4-sparse compressed-tensors checkpoint, which vLLM 0.19.1 serves on no GPU (quant_schemes.sparse24)."""
+def refused_everywhere(a: Arch) -> str:
+    """What vLLM 0.19.1 refuses this checkpoint for on every GPU ("" where it does not): 2:4 sparsity in
+    compressed-tensors (quant_schemes.sparse24), a ModelOpt algorithm outside MODELOPT_CAPABILITY."""
     q = a.raw.get("quantization_config")
-    return quant_method(a) == "compressed-tensors" and isinstance(q, Mapping) and sparse24_config(q)
+    if not isinstance(q, Mapping):
+        return ""
+    if quant_method(a) == "compressed-tensors" and sparse24(q):
+        return ("no longer serves 2:4-sparse compressed-tensors checkpoints (CompressedTensors24: \"Sparse24 models "
+                "are no longer supported by vLLM\", quantization/compressed_tensors/)")
+    algo = modelopt_algo(q)
+    if quant_method(a) == "modelopt" and algo not in MODELOPT_CAPABILITY:
+        return (f"does not serve ModelOpt's {algo or 'unnamed'} quant_algo (it takes "
+                f"{', '.join(MODELOPT_CAPABILITY)}: quantization/modelopt.py QUANT_ALGOS)")
+    return ""
 
 
 def quant_unserved(a: Arch, gpus: Mapping[str, Gpu]) -> tuple[str, ...]:
     """The priced GPUs (by name) vLLM refuses this checkpoint's quantisation on: under quant_capability (not a GPU
     whose capability is not known), or where it would run float32 activations its method does not take."""
-    if sparse24(a):
+    if refused_everywhere(a):
         return tuple(g.name for g in gpus.values())
     below = quant_below(a, gpus)
     return (*below, *(n for n in quant_float32(a, gpus) if n not in below))
@@ -150,12 +167,10 @@ def check_quantised_serving(a: Arch, method: str, needs: Capability, below: tupl
     it would run float32 activations the method does not take (`float32`: vllm_support.quant_float32); no serving is
     priced there. And a method vLLM
     deprecates, which it serves only when told to (where it serves it at all: `served`). A 2:4-sparse checkpoint,
-    which vLLM serves on no GPU (sparse24)."""
-    if sparse24(a):
-        return [Finding("quantised_serving", "warning",
-                        "vLLM 0.19.1 no longer serves 2:4-sparse compressed-tensors checkpoints (CompressedTensors24: "
-                        "\"Sparse24 models are no longer supported by vLLM\", quantization/compressed_tensors/): no "
-                        "serving is priced.")]
+    which vLLM serves on no GPU (refused_everywhere)."""
+    nowhere = refused_everywhere(a)
+    if nowhere:
+        return [Finding("quantised_serving", "warning", f"vLLM 0.19.1 {nowhere}: no serving is priced.")]
     where = f"other than compute capability {needs.least:.1f}" if needs.exact else \
         f"below compute capability {needs.least:.1f}"
     why = [f"{where} (the {', '.join(below)})"] if below else []

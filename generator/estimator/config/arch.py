@@ -21,6 +21,9 @@ class Quant:
     scale_bytes: float  # bytes of scales/zeros per group
     describes: str  # one line for the page
     fp4_experts: bool = False  # MoE expert tensors stored as packed FP4 (2 per byte) + a 1-byte scale per 32
+    # the config's ignore list keeps every attention Linear in 16 bits (ModelOpt's "model.layers.*.self_attn*",
+    # llm-compressor's "re:.*self_attn.*"): only the other Linears are stored quantised
+    attention_16bit: bool = False
 
 
 @dataclass(frozen=True)

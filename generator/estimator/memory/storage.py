@@ -62,9 +62,24 @@ def mat_elements(q: Quant, count: int, n_in: int, n_out: int) -> tuple[int, floa
         scales = groups * n_out if q.group_size else n_out
         elems = w // pack + scales + (2 if pack > 1 else 0)
         nbytes = (4 * (w // pack) if pack > 1 else w * q.bits / 8) + 2 * scales
+    elif q.method.startswith("modelopt"):  # config/quantization.py MODELOPT
+        elems, nbytes = _modelopt_elements(q.method, n_in, n_out)
     else:
         elems, nbytes = w, 2 * w
     return count * elems, count * nbytes
+
+
+def _modelopt_elements(method: str, n_in: int, n_out: int) -> tuple[int, float]:
+    """(stored elements, bytes) of one ModelOpt matrix: FP8 a byte a weight with two fp32 scalars (weight and input
+    scale), or a scale per output channel, or per 128x128 block; NVFP4 two weights a byte, an e4m3 scale per 16 and
+    two fp32 scalars (weight_scale_2, input_scale); MXFP8 a byte a weight and an e8m0 scale per 32."""
+    w = n_in * n_out
+    if method == "modelopt_fp4":
+        return w // 2 + w // 16 + 2, w // 2 + w // 16 + 8
+    if method == "modelopt_mxfp8":
+        return w + w // 32, w + w // 32
+    scales = {"modelopt_fp8_channel": n_out, "modelopt_fp8_block": -(-n_out // 128) * -(-n_in // 128)}.get(method, 2)
+    return w + scales, w + 4 * scales
 
 
 def fp4_experts(a: Arch, p: Part) -> tuple[tuple[int, int, int], ...]:
@@ -91,9 +106,12 @@ def part_stored_delta(a: Arch, p: Part) -> tuple[int, float]:
 
 def quantised_mats(a: Arch, p: Part) -> tuple[tuple[int, int, int], ...]:
     """The matrices this format quantises in a part: experts only for MXFP4 (gpt-oss), else every
-    Linear inside the layers (embeddings, norms, routers and the LM head stay in 16 bits)."""
+    Linear inside the layers (embeddings, norms, routers and the LM head stay in 16 bits), none of an attention part
+    the config's ignore list keeps (Quant.attention_16bit)."""
     if a.quant is not None and a.quant.method == "mxfp4":
         return p.expert_mats
+    if a.quant is not None and a.quant.attention_16bit and p.attends:
+        return ()
     return p.weight_mats
 
 
