@@ -14,6 +14,7 @@ import json
 import pytest
 
 from generator.estimator import estimate
+from generator.site.assumptions_context import assumptions_context
 from generator.hub.snapshot import DEFAULT_SNAPSHOT_DIR, load_record
 from generator.settings import load_settings
 
@@ -106,3 +107,53 @@ def test_llm_compressor_s_ignored_attention_stays_in_16_bits_too() -> None:
     packed = sum(4 * (i * o // 8) + 2 * (i // 128) * o for i, o in MATS[:4])  # int32s of 8 and a scale per 128
     assert kept.memory.serve_weight_bytes - plain.memory.serve_weight_bytes == LAYERS * (2 * attention - packed)
     assert "attention kept in 16 bits" in dict(kept.params.quantization or ())["describes"]
+
+
+FP8_GROUP = {"targets": ["Linear"], "weights": {"num_bits": 8, "type": "float", "strategy": "channel"},
+             "input_activations": {"num_bits": 8, "type": "float", "strategy": "token", "dynamic": True}}
+KV_SCHEME = {"num_bits": 8, "type": "float", "strategy": "tensor", "dynamic": False, "symmetric": True}
+
+
+@pytest.mark.parametrize("kv", [{"kv_cache_quant_algo": "FP8"}, {"quantization": {"quant_algo": "FP8",
+                                                                                  "kv_cache_quant_algo": "fp8"}},
+                                {"kv_cache_scheme": KV_SCHEME}])
+def test_a_modelopt_fp8_kv_cache_is_what_vllm_serves_with(kv: dict) -> None:
+    """vLLM's cache_dtype "auto" takes the checkpoint's kv_cache_quant_algo FP8 or its static 8-bit float
+    kv_cache_scheme (utils/torch_utils.py resolve_kv_cache_dtype_string): 1 B an element, Llama-3.1-8B's 64 KiB a
+    token (32 layers x 2 x 8 heads x 128), half of bf16's, so the H100 holds about twice the sequences."""
+    bf16_kv = _report({"quant_method": "modelopt", "quant_algo": "FP8"})
+    fp8_kv = _report({"quant_method": "modelopt", "quant_algo": "FP8", **kv})
+    assert fp8_kv.memory.kv_bytes_per_token == 32 * 2 * KV == bf16_kv.memory.kv_bytes_per_token // 2
+    h100 = [next(c.serve_max_batch for c in r.memory.cards if c.name.startswith("A100 / H100")) for r in
+            (bf16_kv, fp8_kv)]
+    assert 1.9 * h100[0] <= h100[1] <= 2.1 * h100[0] + 1
+    assert [x.check for x in fp8_kv.findings if x.check == "fp8_kv_cache"] == ["fp8_kv_cache"]
+    assert not any(x.check == "fp8_kv_cache" for x in bf16_kv.findings)
+
+
+def test_llm_compressor_s_kv_cache_scheme_is_fp8_to_vllm_and_a_recurrent_state_stays_in_bf16() -> None:
+    """A compressed-tensors kv_cache_scheme of any kind has vLLM set cache_dtype fp8 (layers/attention/attention.py);
+    a hybrid's recurrent state keeps the model's dtype (mamba_cache_dtype "auto"): on Nemotron-3-Nano the cache of
+    its 6 attention layers halves, its 23 Mamba layers' state does not, and the page says the cache is FP8."""
+    mid = "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16"
+    cfg = json.loads(load_record(DEFAULT_SNAPSHOT_DIR, mid).config_json)
+    q = {"quant_method": "compressed-tensors", "format": "float-quantized", "config_groups": {"group_0": FP8_GROUP}}
+    plain, fp8 = (estimate({**cfg, "quantization_config": x}, model_id=mid, assumptions=S, cards=SETTINGS.cards,
+                           gpus=SETTINGS.gpus).memory for x in (q, {**q, "kv_cache_scheme": KV_SCHEME}))
+    assert fp8.state_bytes_per_sequence == plain.state_bytes_per_sequence > 0
+    assert fp8.kv_bytes_per_sequence - fp8.state_bytes_per_sequence == \
+        (plain.kv_bytes_per_sequence - plain.state_bytes_per_sequence) // 2
+    report = estimate({**cfg, "quantization_config": {**q, "kv_cache_scheme": KV_SCHEME}}, model_id=mid,
+                      assumptions=S, cards=SETTINGS.cards, gpus=SETTINGS.gpus)
+    words = assumptions_context(report, dict(report.memory.assumptions))["kv_note"]
+    assert words == "in FP8, as the checkpoint's quantization_config has vLLM keep it; the recurrent layers' fixed " \
+                    "state included"
+
+
+@pytest.mark.parametrize("kv", [{"kv_cache_quant_algo": 5}, {"kv_cache_quant_algo": "NVFP4"},
+                                {"kv_cache_scheme": {"num_bits": 4, "type": "float"}}, {"kv_cache_scheme": "x"}])
+def test_a_kv_cache_format_vllm_does_not_take_leaves_the_cache_in_bf16(kv: dict) -> None:
+    """vLLM falls back to "auto" (the model's dtype) for a ModelOpt KV format it does not map, or a scheme that is
+    not static 8-bit floats; a number where a string belongs is read as none."""
+    r = _report({"quant_method": "modelopt", "quant_algo": "FP8", **kv})
+    assert r.memory.kv_bytes_per_token == 32 * 2 * KV * 2 and not any(x.check == "fp8_kv_cache" for x in r.findings)

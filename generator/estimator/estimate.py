@@ -83,9 +83,11 @@ from .setups import (
 )
 from .vllm_support import (
     SERVED_NOWHERE,
+    check_fp8_kv_cache,
     check_half_precision_serving,
     check_quantised_serving,
     check_sparse_attention_serving,
+    fp8_kv_cache,
     quant_below,
     quant_capability,
     quant_float32,
@@ -118,12 +120,14 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
     serve_past = check_serve_context(arch, serve_tokens_asked, model_id) if serve_tokens_asked else []
     if serve_past and serve_tokens_asked:  # rope scaling: priced as asked
         serve_tokens = serve_tokens_asked
+    # what vLLM serves with: an FP8 KV cache where the checkpoint's quantization_config sets one (fp8_kv_cache)
+    served_s = dataclasses.replace(s, kv_bytes=1) if fp8_kv_cache(arch) else s
     # this estimate's table of per-layer terms, worked out once and shared by its profiles and jobs
     memo: dict = {}
     profiles: dict[str, Profile] = {
         "train_full": train_profile(arch, graph, s, train_tokens, "full", s.lora_rank, memo),
         "train_lora": train_profile(arch, graph, s, train_tokens, "lora", s.lora_rank, memo),
-        "serve": serve_profile(arch, graph, s, serve_tokens, memo),
+        "serve": serve_profile(arch, graph, served_s, serve_tokens, memo),
     }
     adapters = all_linear_params(arch, graph, s.lora_rank, memo)
     explicit = job is not None and (job.tokens > 0 or job.new_tokens > 0)
@@ -157,7 +161,8 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
     gpu_offers = offers(cards, gpus, s)  # each priced GPU with its card's budget and its vLLM defaults
     own = {(g.server, scale[g.model] == 2) for g in gpu_offers}
     reference = (reference_server(s), False)
-    serve_at = {v: profiles["serve"] if v == reference else serve_profile(arch, graph, s, serve_tokens, memo, *v)
+    serve_at = {v: profiles["serve"] if v == reference else serve_profile(arch, graph, served_s, serve_tokens, memo,
+                                                                          *v)
                 for v in sorted({reference, *servers.values(), *own})}
     served = {v: serving_jobs(graph, s, p, v[0], weights_served, shape, serve_tokens, v[1])
               for v, p in serve_at.items()}
@@ -172,7 +177,7 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
     card_serve = {name: serve_at[v] for name, v in servers.items()}
     raised = {name: raised_at(spec, s, server, serve_tokens, fp32) for name, (server, fp32) in servers.items()}
     plans = card_plans(cards, profiles, s, qlora_limits, card_scale, card_serve, raised)
-    kv_per_sequence = kv_bytes_per_sequence(arch, s, serve_tokens)
+    kv_per_sequence = kv_bytes_per_sequence(arch, served_s, serve_tokens)
     # full and LoRA FLOPs per token of the reference job: priced per GPU by the costs and the plans alike
     on_experts, delta_macs = expert_adapters(arch, graph, s.lora_rank)
     flops_per_token = training_flops_per_token(arch, graph, s, adapters - on_experts, job_tokens(arch, s), delta_macs)
@@ -193,7 +198,7 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
         train_lora_bytes_batch1=profiles["train_lora"].total(1),
         serve_bytes_batch1=profiles["serve"].total(1), job_batch=s.job_batch,
         train_full_bytes_job_batch=profiles["train_full"].total(s.job_batch),
-        train_lora_bytes_job_batch=profiles["train_lora"].total(s.job_batch), kv_bytes_per_token=kv_bytes_per_token(arch, s),
+        train_lora_bytes_job_batch=profiles["train_lora"].total(s.job_batch), kv_bytes_per_token=kv_bytes_per_token(arch, served_s),
         peak_phase_by_method=tuple((k, p.peak_phase(1)) for k, p in profiles.items()),
         peak_bytes=exact.peak_bytes, peak_phase=exact.peak_phase, breakdown=exact.breakdown,
         # the job as priced: the attention it defaulted to (the model class's) named, not left empty
@@ -218,7 +223,7 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
         serve_startup_bytes=startup_peak(spec, s, reference_server(s), serve_tokens),
         serve_startup_bytes_large_gpus=startup_peak(spec, s, large_gpu_server(s), serve_tokens),
         serve_weight_bytes=weights_served,
-        curve=memory_curve(arch, graph, s, {("full", train_tokens): profiles["train_full"],
+        curve=memory_curve(arch, graph, served_s, {("full", train_tokens): profiles["train_full"],
                                             ("lora", train_tokens): profiles["train_lora"],
                                             ("serve", serve_tokens): profiles["serve"]}),
     )
@@ -240,7 +245,7 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
                                                         _in(named, quant_below(arch, gpus)),
                                                         _in(named, quant_float32(arch, gpus)),
                                                         any(scale[n] for n in named)),
-                               *check_vllm_support(arch),
+                               *check_vllm_support(arch), *check_fp8_kv_cache(arch),
                                *serve_past]
     vision = graph.params_towers
     kinds: dict[str, int] = {}  # layers per kind, in order of first appearance (a kind is part of a distinct layer)

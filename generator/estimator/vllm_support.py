@@ -80,6 +80,41 @@ def refused_everywhere(a: Arch) -> str:
     return ""
 
 
+def fp8_kv_cache(a: Arch) -> str:
+    """Where this checkpoint's quantization_config has vLLM keep an FP8 KV cache by default (cache_dtype "auto"), the
+    key that says so; "" where it does not. A compressed-tensors kv_cache_scheme of any kind (layers/attention/
+    attention.py: "llm-compressor mdls need to set cache_dtype to fp8", which vLLM then does); ModelOpt's
+    kv_cache_scheme of static 8-bit floats, or kv_cache_quant_algo FP8, its own or under "quantization"
+    (utils/torch_utils.py get_kv_cache_quant_algo_string, resolve_kv_cache_dtype_string)."""
+    q = a.raw.get("quantization_config")
+    if not isinstance(q, Mapping):
+        return ""
+    if quant_method(a) == "compressed-tensors":
+        return "kv_cache_scheme" if q.get("kv_cache_scheme") is not None else ""
+    if not quant_method(a).startswith("modelopt"):
+        return ""
+    inner = q.get("quantization")
+    inner = inner if isinstance(inner, Mapping) else q
+    for key in ("kv_cache_scheme", "kv_cache_quant_algo"):
+        value = inner.get(key) or q.get(key)
+        if isinstance(value, Mapping):
+            scheme = (value.get("dynamic"), value.get("num_bits"), value.get("type"))
+            return key if scheme == (False, 8, "float") else ""
+        if value:
+            return key if isinstance(value, str) and value.lower() == "fp8" else ""
+    return ""
+
+
+def check_fp8_kv_cache(a: Arch) -> list[Finding]:
+    """A checkpoint whose quantization_config has vLLM keep its KV cache in FP8 (fp8_kv_cache): the serving figures
+    price the cache so."""
+    key = fp8_kv_cache(a)
+    return [Finding("fp8_kv_cache", "info",
+                    f"the quantization_config's {key} has vLLM keep the KV cache in FP8 by default (1 B an element, "
+                    "half of bf16's: vllm/utils/torch_utils.py, layers/attention/attention.py), as the serving "
+                    "figures price it; recurrent state stays in the model's dtype.")] if key else []
+
+
 def quant_unserved(a: Arch, gpus: Mapping[str, Gpu]) -> tuple[str, ...]:
     """The priced GPUs (by name) vLLM refuses this checkpoint's quantisation on: under quant_capability (not a GPU
     whose capability is not known), or where it would run float32 activations its method does not take."""

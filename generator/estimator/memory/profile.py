@@ -223,8 +223,9 @@ def encoder_output_bytes(spec: Spec, enc_tokens: int, c: int) -> int:
 
 def kv_bytes_of_block(b: Block | CacheTerms, s: Assumptions, tokens: int, encoder_tokens: int = 0) -> int:
     """Cache bytes one sequence holds in this layer after `tokens` tokens: KV capped at each window,
-    cross-attention KV over the encoder's tokens, and fixed recurrent state."""
-    out = b.state * s.kv_bytes
+    cross-attention KV over the encoder's tokens (s.kv_bytes an element), and fixed recurrent state (in the compute
+    dtype: vLLM's mamba_cache_dtype "auto" is the model's, whatever its KV cache's)."""
+    out = b.state * s.compute_bytes
     for window, kv in b.kv:
         n = encoder_tokens if window < 0 else (min(tokens, window) if window > 0 else tokens)
         out += n * kv * s.kv_bytes
@@ -326,8 +327,9 @@ def kv_bytes_per_sequence(a: Arch, s: Assumptions, tokens: int) -> int:
 
 
 def state_bytes_per_sequence(a: Arch, s: Assumptions) -> int:
-    """Fixed recurrent state per sequence (SSM conv + SSM state, linear-attention state)."""
-    return sum(n * b.state * s.kv_bytes for b, n in a.spec.distinct_layers)
+    """Fixed recurrent state per sequence (SSM conv + SSM state, linear-attention state), in the compute dtype
+    (kv_bytes_of_block)."""
+    return sum(n * b.state * s.compute_bytes for b, n in a.spec.distinct_layers)
 
 
 def capacity_bytes(card: Card, s: Assumptions) -> int:
