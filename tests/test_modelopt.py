@@ -58,41 +58,103 @@ def test_fp8_is_a_byte_a_weight_and_needs_compute_capability_8_9() -> None:
     assert "below compute capability 8.9 (the T4, A100 40GB SXM, A100 80GB SXM)" in warning.message
 
 
-def test_an_ignored_attention_stays_in_16_bits() -> None:
-    """ModelOpt's exports of MoE models often leave attention out ("model.layers.*.self_attn*"): its four Linears
-    are stored in bf16, the MLP's in NVFP4."""
+def test_an_ignored_attention_stays_in_16_bits_layer_by_layer() -> None:
+    """ModelOpt's export writes one prefix a layer for what it leaves out ("model.layers.0.self_attn*",
+    quant_utils._prefix_wildcard_summarize_exclude_modules): every layer's makes every attention bf16, layer 0's alone
+    1 of the 32 (review: one layer's pattern had kept all 32 in 16 bits); one projection's, an MTP layer's or a
+    tower's, nothing. hf_quant_config.json's exclude_modules is read as config.json's ignore."""
     attention = sum(i * o for i, o in MATS[:4])
+    packed_attention = sum(i * o // 2 + i * o // 16 + 8 for i, o in MATS[:4])
     mlp = sum(i * o // 2 + i * o // 16 + 8 for i, o in MATS[4:])
-    r = _report({"quant_method": "modelopt", "quant_algo": "NVFP4",
-                 "ignore": ["lm_head", "model.layers.*.self_attn*"]})
-    assert r.memory.serve_weight_bytes == LAYERS * (2 * attention + mlp) + _unquantised_bytes()
-    one_projection = _report({"quant_method": "modelopt", "quant_algo": "NVFP4",
-                              "ignore": ["lm_head", "model.layers.*.self_attn.o_proj"]})
-    assert one_projection.memory.serve_weight_bytes < r.memory.serve_weight_bytes  # a projection alone: not priced
+    nvfp4 = {"quant_method": "modelopt", "quant_algo": "NVFP4"}
+    every = _report({**nvfp4, "ignore": ["lm_head", *(f"model.layers.{n}.self_attn*" for n in range(LAYERS))]})
+    assert every.memory.serve_weight_bytes == LAYERS * (2 * attention + mlp) + _unquantised_bytes()
+    wildcard = _report({**nvfp4, "ignore": ["lm_head", "model.layers.*.self_attn*"]})
+    assert wildcard.memory.serve_weight_bytes == every.memory.serve_weight_bytes
+    first = _report({**nvfp4, "ignore": ["lm_head", "model.layers.0.self_attn*"]})
+    assert first.memory.serve_weight_bytes == 2 * attention + (LAYERS - 1) * packed_attention + LAYERS * mlp \
+        + _unquantised_bytes()
+    none = _report({**nvfp4, "ignore": ["lm_head"]}).memory.serve_weight_bytes
+    for ignore in (["model.layers.*.self_attn.o_proj"], ["mtp.layers.0.self_attn*"], ["model.visual.blocks.*"]):
+        assert _report({**nvfp4, "ignore": ignore}).memory.serve_weight_bytes == none, ignore
+    nested = _report({"quant_method": "modelopt", "quantization": {
+        "quant_algo": "NVFP4", "group_size": 16, "kv_cache_quant_algo": None, "exclude_modules": ["*self_attn*"]}})
+    assert nested.memory.serve_weight_bytes == every.memory.serve_weight_bytes
 
 
-@pytest.mark.parametrize(("algo", "served"), [("NVFP4", ALL_GPUS), ("FP8_PB_WO", {"L4", "H100 SXM", "H200 SXM"}),
-                                              ("MXFP8", set()), ("W4A16_NVFP4", set())])
-def test_vllm_takes_each_quant_algo_where_its_config_class_does(algo: str, served: set[str]) -> None:
+def _moe(mid: str, quantization: dict):
+    cfg = {**json.loads(load_record(DEFAULT_SNAPSHOT_DIR, mid).config_json), "quantization_config": quantization}
+    return estimate(cfg, model_id=mid, assumptions=S, cards=SETTINGS.cards, gpus=SETTINGS.gpus)
+
+
+def test_mixed_precision_stores_each_kind_of_linear_in_its_own_format() -> None:
+    """MIXED_PRECISION names each module's algorithm (quantized_layers) and leaves the others unquantised: Qwen3-30B-A3B
+    with FP8 attention and NVFP4 experts, as NVIDIA's mixed releases store them, against its config's dimensions
+    (hidden 2,048; 32 query and 4 KV heads of 128; 128 experts of 768; 48 layers; vocabulary 151,936, untied).
+    Priced at its widest format before (review): 31.2 GB for about 18.6."""
+    h, e, inter, layers, vocab = 2048, 128, 768, 48, 151_936
+    attention = ((h, 4096), (h, 512), (h, 512), (4096, h))
+    per_layer = sum(i * o + 8 for i, o in attention) + e * (2 * (h * inter // 2 + h * inter // 16 + 8)
+                                                             + inter * h // 2 + inter * h // 16 + 8)
+    rest = 2 * (2 * vocab * h + layers * (2 * h + 2 * 128 + h * e) + h)  # embedding, head, norms, q/k norms, router
+    layers_named = {f"model.layers.{n}.self_attn.{x}_proj": {"quant_algo": "FP8"} for n in range(layers)
+                    for x in "qkvo"}
+    layers_named.update({f"model.layers.{n}.mlp.experts.{k}.{x}_proj": {"quant_algo": "NVFP4"}
+                         for n in range(layers) for k in range(e) for x in ("gate", "up", "down")})
+    r = _moe("Qwen/Qwen3-30B-A3B", {"quant_method": "modelopt", "quant_algo": "MIXED_PRECISION",
+                                    "quantized_layers": layers_named})
+    assert r.memory.serve_weight_bytes == layers * per_layer + rest
+    assert "MIXED_PRECISION by kind of Linear (attention FP8, experts NVFP4" in \
+        dict(r.params.quantization or ())["describes"]
+
+
+def test_shared_experts_an_ignore_list_names_stay_in_16_bits() -> None:
+    """"*.mlp.shared_expert.*" (as in a real GLM-4.5 export's list) keeps every layer's shared expert unquantised:
+    Qwen1.5-MoE's 5,632-wide shared expert (gate, up, down) in bf16 on each of its 24 layers."""
+    q = {"quant_method": "modelopt", "quant_algo": "NVFP4"}
+    plain = _moe("Qwen/Qwen1.5-MoE-A2.7B-Chat", {**q, "ignore": ["lm_head"]})
+    kept = _moe("Qwen/Qwen1.5-MoE-A2.7B-Chat", {**q, "ignore": ["lm_head", "*.mlp.shared_expert.*"]})
+    shared = ((2048, 5632), (2048, 5632), (5632, 2048))
+    packed = sum(i * o // 2 + i * o // 16 + 8 for i, o in shared)
+    assert kept.memory.serve_weight_bytes - plain.memory.serve_weight_bytes == \
+        24 * (2 * sum(i * o for i, o in shared) - packed)
+
+
+COMPLETE = {"group_size": 16, "kv_cache_quant_algo": "FP8", "exclude_modules": ["lm_head"]}
+
+
+@pytest.mark.parametrize(("algo", "served", "why"), [
+    ("NVFP4", ALL_GPUS, ""), ("FP8", {"L4", "H100 SXM", "H200 SXM"}, ""),
+    ("FP8_PER_CHANNEL_PER_TOKEN", {"L4", "H100 SXM", "H200 SXM"}, ""),
+    ("FP8_PB_WO", {"L4", "H100 SXM", "H200 SXM"}, ""), ("MXFP8", set(), "below compute capability 10.0"),
+    ("W4A16_NVFP4", set(), "quant_algo W4A16_NVFP4, outside the")])
+def test_vllm_takes_each_quant_algo_where_its_config_class_does(algo: str, served: set[str], why: str) -> None:
     """override_quantization_method picks the config class by quant_algo, hf_quant_config.json's nesting read too:
-    MXFP8 needs 10.0 (no priced GPU); an algorithm outside QUANT_ALGOS is refused everywhere, with its own words."""
-    r = _report({"quant_method": "modelopt", "quantization": {"quant_algo": algo}})
+    FP8's three forms need 8.9 (ModelOptFp8Config), NVFP4 7.5, MXFP8 10.0 (no priced GPU); an algorithm outside
+    QUANT_ALGOS is refused on every GPU, in its own words."""
+    r = _report({"quant_method": "modelopt", "quantization": {"quant_algo": algo, **COMPLETE}})
     assert _served(r) == served, algo
-    if algo == "W4A16_NVFP4":
+    if why:
         (warning,) = [x for x in r.findings if x.check == "quantised_serving"]
-        assert "does not serve ModelOpt's W4A16_NVFP4 quant_algo" in warning.message
+        assert why in warning.message, warning.message
 
 
-@pytest.mark.parametrize("quantization", [
-    {"quant_method": "modelopt"}, {"quant_method": "modelopt", "quant_algo": ["FP8"]},
-    {"quant_method": "modelopt", "quant_algo": 8}, {"quant_method": "modelopt", "quantization": "FP8"},
-    {"quant_method": "modelopt", "quant_algo": "MIXED_PRECISION", "quantized_layers": ["x"]},
-    {"quant_method": "modelopt", "quant_algo": "NVFP4", "ignore": "self_attn"},
+@pytest.mark.parametrize(("quantization", "why"), [
+    ({"quant_algo": "MIXED_PRECISION"}, "names no quantized_layers"),
+    ({"quant_algo": "NVFP4", "ignore": "lm_head"}, "an exclude list that is not a list"),
+    ({"quantization": {"quant_algo": "NVFP4"}}, "lacks group_size, kv_cache_quant_algo, exclude_modules"),
+    ({"quantization": {"quant_algo": "MXFP8", "group_size": 32}}, "lacks kv_cache_quant_algo, exclude_modules"),
+    ({"quant_algo": "FP8", "kv_cache_quant_algo": 8}, "a kv_cache_quant_algo that is not a string"),
+    ({"quant_algo": "NVFP4", "group_size": "sixteen"}, "a group_size that is not an integer"),
+    ({"quantization": "NVFP4"}, "its quantization is not a mapping"),
 ])
-def test_a_malformed_modelopt_config_is_estimated_without_an_exception(quantization: dict) -> None:
-    """Hostile ModelOpt configs: a missing or non-string quant_algo is read as no format (bf16, and a refusal to
-    serve it), a list where a mapping belongs as nothing; the estimate goes on."""
-    assert _report(quantization).plans
+def test_a_config_vllm_raises_on_is_served_nowhere(quantization: dict, why: str) -> None:
+    """ModelOptQuantConfigBase.from_config and each class's _from_config raise ValueError at load (review of the
+    first rules, which served these): the estimate prices no serving, and says why."""
+    r = _report({"quant_method": "modelopt", **quantization})
+    assert not _served(r) and r.plans
+    (warning,) = [x for x in r.findings if x.check == "quantised_serving"]
+    assert why in warning.message, warning.message
 
 
 def test_llm_compressor_s_ignored_attention_stays_in_16_bits_too() -> None:
@@ -157,3 +219,19 @@ def test_a_kv_cache_format_vllm_does_not_take_leaves_the_cache_in_bf16(kv: dict)
     not static 8-bit floats; a number where a string belongs is read as none."""
     r = _report({"quant_method": "modelopt", "quant_algo": "FP8", **kv})
     assert r.memory.kv_bytes_per_token == 32 * 2 * KV * 2 and not any(x.check == "fp8_kv_cache" for x in r.findings)
+
+
+@pytest.mark.parametrize("quantization", [
+    {"quant_method": "modelopt"}, {"quant_method": "modelopt", "quant_algo": ["FP8"]},
+    {"quant_method": "modelopt", "quant_algo": 8}, {"quant_method": "modelopt", "quantization": "FP8"},
+    {"quant_method": "modelopt", "quant_algo": "MIXED_PRECISION", "quantized_layers": ["x"]},
+    {"quant_method": "modelopt", "quant_algo": "MIXED_PRECISION", "quantized_layers": {"a": 1, "b": {"quant_algo": 4}}},
+    {"quant_method": "modelopt", "quant_algo": "NVFP4", "ignore": [3, None, {"x": 1}, "model.layers.x.self_attn*"]},
+])
+def test_a_malformed_modelopt_config_is_estimated_without_an_exception(quantization: dict) -> None:
+    """Hostile ModelOpt configs: a missing or non-string quant_algo, or quantized_layers that name no format, are read
+    as no format (bf16) and vLLM's refusal; entries of the wrong type in an ignore list are passed over."""
+    r = _report(quantization)
+    assert r.plans and r.memory.serve_weight_bytes > 0
+    if quantization.get("quant_algo") != "NVFP4":
+        assert not _served(r)

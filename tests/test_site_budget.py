@@ -149,8 +149,9 @@ def test_the_calculator_adds_little_to_a_page_and_its_shared_files_are_once_per_
     # stages' own layers (pipeline._shares) and compressed-tensors' schemes (vllm_support.quant_capability, sparse24),
     # 469 kB with those schemes read as QuantizationArgs reads them (quant_schemes.py), the training cut on each
     # stage's own bytes (pipeline._balanced_counts) and ModelOpt's formats (config/quantization.py MODELOPT,
-    # storage._modelopt_elements)
-    assert sum(v for k, v in shared.items() if k.endswith(".zip") and "estimator-" in k) < 471_000
+    # storage._modelopt_elements), 474 kB with ModelOpt's ignore lists, MIXED_PRECISION and vLLM's refusals of its
+    # configs (config/modelopt.py, memory/stored_formats.py, vllm_support.modelopt_refusal) and FP8 KV caches
+    assert sum(v for k, v in shared.items() if k.endswith(".zip") and "estimator-" in k) < 476_000
     assert sum(shared.values()) < 16_000_000  # Pyodide's runtime is most of it (the wasm: 9.6 MB)
     artifacts = Path(__file__).resolve().parents[1] / "test-artifacts"
     artifacts.mkdir(exist_ok=True)

@@ -16,7 +16,7 @@ from __future__ import annotations
 from .config.arch import Arch
 from .graph.nodes import Graph
 from .graph.parts import Part
-from .memory.storage import part_stored_delta
+from .memory.stored_formats import part_stored_delta
 
 ENCODER_FAMILIES = {"bert", "roberta", "xlm-roberta", "camembert", "data2vec-text", "electra", "ernie", "xmod",
                     "roberta-prelayernorm", "megatron-bert", "roc_bert", "big_bird", "distilbert", "rembert"}

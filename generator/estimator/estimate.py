@@ -45,7 +45,7 @@ from .memory.profile import (
 from .memory.serve_weights import model_serve_weight_bytes
 from .memory.sharding import GPUS_PER_NODE
 from .memory.stages import Profile
-from .memory.storage import stored_elements
+from .memory.stored_formats import stored_elements
 from .memory.vllm_server import (
     ServerDefaults,
     large_gpu_server,

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 
 from .checks import Finding
 from .config.arch import Arch
-from .config.quantization import modelopt_algo
+from .config.modelopt import modelopt_algo, modelopt_fields, modelopt_ignore
 from .inputs import Gpu
 from .quant_schemes import Capability, capability, serves, sparse24
 
@@ -66,17 +66,45 @@ def quant_capability(a: Arch) -> Capability:
 
 def refused_everywhere(a: Arch) -> str:
     """What vLLM 0.19.1 refuses this checkpoint for on every GPU ("" where it does not): 2:4 sparsity in
-    compressed-tensors (quant_schemes.sparse24), a ModelOpt algorithm outside MODELOPT_CAPABILITY."""
+    compressed-tensors (quant_schemes.sparse24), a ModelOpt config its from_config raises on (modelopt_refusal)."""
     q = a.raw.get("quantization_config")
     if not isinstance(q, Mapping):
         return ""
     if quant_method(a) == "compressed-tensors" and sparse24(q):
         return ("no longer serves 2:4-sparse compressed-tensors checkpoints (CompressedTensors24: \"Sparse24 models "
                 "are no longer supported by vLLM\", quantization/compressed_tensors/)")
-    algo = modelopt_algo(q)
-    if quant_method(a) == "modelopt" and algo not in MODELOPT_CAPABILITY:
-        return (f"does not serve ModelOpt's {algo or 'unnamed'} quant_algo (it takes "
-                f"{', '.join(MODELOPT_CAPABILITY)}: quantization/modelopt.py QUANT_ALGOS)")
+    why = modelopt_refusal(q) if quant_method(a) == "modelopt" else ""
+    return f"refuses this ModelOpt checkpoint: {why} (quantization/modelopt.py)" if why else ""
+
+
+def modelopt_refusal(q: Mapping) -> str:
+    """Why vLLM's ModelOpt config classes raise ValueError on this config at load ("" where they do not):
+    ModelOptQuantConfigBase.from_config's checks, each class's _from_config required fields."""
+    if "quantization" in q and not isinstance(q["quantization"], Mapping):
+        return "its quantization is not a mapping"
+    fields, algo = modelopt_fields(q), modelopt_algo(q)
+    if algo not in MODELOPT_CAPABILITY:
+        return (f"quant_algo {algo or 'unnamed'}, outside the {', '.join(MODELOPT_CAPABILITY)} it takes "
+                "(QUANT_ALGOS)")
+    kv = fields.get("kv_cache_quant_algo")
+    if kv is not None and not isinstance(kv, str):
+        return "a kv_cache_quant_algo that is not a string"
+    if not isinstance(modelopt_ignore(q), list):
+        return "an exclude list that is not a list"
+    group = fields.get("group_size")
+    if group is not None and not isinstance(group, int) and not (isinstance(group, str) and group.isdigit()):
+        return "a group_size that is not an integer"
+    required = {"NVFP4": ("group_size", "kv_cache_quant_algo", "exclude_modules"),
+                "MXFP8": ("kv_cache_quant_algo", "exclude_modules")}.get(algo, ())
+    missing = [k for k in required if k not in fields] if "quantization" in q else []
+    if missing:
+        return f"its hf_quant_config.json form lacks {', '.join(missing)}, which {algo} requires"
+    layers = fields.get("quantized_layers")
+    if algo == "MIXED_PRECISION" and not layers:
+        return "MIXED_PRECISION names no quantized_layers"
+    if algo == "MIXED_PRECISION" and not (isinstance(layers, Mapping) and all(
+            isinstance(v, Mapping) and isinstance(v.get("quant_algo", ""), str) for v in layers.values())):
+        return "its quantized_layers are not modules, each with its quant_algo"
     return ""
 
 

@@ -21,9 +21,11 @@ class Quant:
     scale_bytes: float  # bytes of scales/zeros per group
     describes: str  # one line for the page
     fp4_experts: bool = False  # MoE expert tensors stored as packed FP4 (2 per byte) + a 1-byte scale per 32
-    # the config's ignore list keeps every attention Linear in 16 bits (ModelOpt's "model.layers.*.self_attn*",
-    # llm-compressor's "re:.*self_attn.*"): only the other Linears are stored quantised
-    attention_16bit: bool = False
+    # the layers whose self-attention the config's ignore list keeps in 16 bits (-1: every layer; config/modelopt.py
+    # ignored), and per kind of Linear (config/modelopt.py ROLES) the format it is stored in where not `method`
+    # ("bf16": unquantised; MIXED_PRECISION's per-module algorithms)
+    attention_16bit: tuple[int, ...] = ()
+    roles: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)

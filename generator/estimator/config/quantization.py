@@ -7,52 +7,12 @@ from typing import Any
 
 from ...errors import ConfigError
 from .arch import Quant
+from .modelopt import ignored, ignored_words, read_modelopt
 
 
 def _num(q: Mapping[str, Any], key: str, default: float) -> float:
     v = q.get(key, default)
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else default
-
-
-# NVIDIA ModelOpt's formats (quant_algo), as its export stores a Linear (TensorRT-Model-Optimizer's unified HF
-# checkpoint; vLLM's model_executor/layers/quantization/modelopt.py loads the same tensors): (Quant.method, bits,
-# weights per stored element, group, scale bytes, words). storage.mat_elements prices each.
-MODELOPT = {
-    "FP8": ("modelopt_fp8", 8, 1, 0, 8.0, "ModelOpt FP8 (e4m3) weights, an fp32 weight and input scale per tensor"),
-    "FP8_PER_CHANNEL_PER_TOKEN": ("modelopt_fp8_channel", 8, 1, 0, 4.0,
-                                  "ModelOpt FP8 (e4m3) weights, an fp32 scale per output channel"),
-    "FP8_PB_WO": ("modelopt_fp8_block", 8, 1, 128 * 128, 4.0, "ModelOpt FP8 (e4m3) weights, an fp32 scale per "
-                                                              "128x128 block"),
-    "NVFP4": ("modelopt_fp4", 4.5, 2, 16, 1.0, "ModelOpt NVFP4: 2 e2m1 weights per uint8, an e4m3 scale per 16 and "
-                                               "two fp32 scales per tensor"),
-    "W4A16_NVFP4": ("modelopt_fp4", 4.5, 2, 16, 1.0, "ModelOpt NVFP4 weights (W4A16): 2 e2m1 weights per uint8, an "
-                                                     "e4m3 scale per 16 and two fp32 scales per tensor"),
-    "MXFP8": ("modelopt_mxfp8", 8.25, 1, 32, 1.0, "ModelOpt MXFP8: e4m3 weights, an e8m0 scale per 32"),
-}
-_ATTENTION_WORDS = "; attention kept in 16 bits"
-
-
-def modelopt_algo(q: Mapping[str, Any]) -> str:
-    """A ModelOpt config's quant_algo, upper-cased: config.json's own, or hf_quant_config.json's under
-    "quantization" (vLLM's ModelOptQuantConfigBase._extract_modelopt_quant_algo); "" where it names none."""
-    inner = q.get("quantization")
-    algo = inner.get("quant_algo") if isinstance(inner, Mapping) else q.get("quant_algo")
-    return algo.upper()[:40] if isinstance(algo, str) else ""
-
-
-def _mixed_fp8(q: Mapping[str, Any]) -> bool:
-    """Whether a MIXED_PRECISION config's quantized_layers hold FP8 anywhere (priced at the wider format)."""
-    inner = q.get("quantization")
-    layers = (inner if isinstance(inner, Mapping) else q).get("quantized_layers")
-    return not isinstance(layers, Mapping) or any(
-        isinstance(v, Mapping) and str(v.get("quant_algo", "")).upper().startswith("FP8") for v in layers.values())
-
-
-def _attention_ignored(ignore: Any) -> bool:
-    """Whether an ignore list keeps every attention Linear unquantised: a pattern naming self_attn as a whole
-    (ModelOpt's "model.layers.*.self_attn*", llm-compressor's "re:.*self_attn.*"), not one of its projections."""
-    return isinstance(ignore, list) and any(
-        isinstance(x, str) and x.rstrip("*.$").endswith("self_attn") for x in ignore)
 
 
 def read_quant(cfg: Mapping[str, Any], model: str) -> Quant | None:
@@ -98,22 +58,14 @@ def read_quant(cfg: Mapping[str, Any], model: str) -> Quant | None:
         kind = str(weights.get("type", "int"))
         group = int(_num(weights, "group_size", 0)) if weights.get("strategy") == "group" else 0
         fmt = str(q.get("format", ""))
-        attention = _attention_ignored(q.get("ignore"))
-        if kind == "float":
-            return Quant("compressed-tensors", bits, 1, group, 4.0, f"compressed-tensors fp{int(bits)} weights"
-                         + _ATTENTION_WORDS * attention, attention_16bit=attention)
-        pack = int(32 // bits) if "pack" in fmt and bits in (2, 4, 8) else 1
-        return Quant("compressed-tensors", bits, pack, group, 2.0,
-                     f"compressed-tensors int{int(bits)} weights" + (f" packed {pack} per int32" if pack > 1 else "")
-                     + _ATTENTION_WORDS * attention, attention_16bit=attention)
+        attention, kept = ignored(q.get("ignore"))  # llm-compressor's regular expressions
+        pack = int(32 // bits) if "pack" in fmt and bits in (2, 4, 8) and kind != "float" else 1
+        words = f"compressed-tensors fp{int(bits)} weights" if kind == "float" else \
+            f"compressed-tensors int{int(bits)} weights" + (f" packed {pack} per int32" if pack > 1 else "")
+        return Quant("compressed-tensors", bits, pack, group, 4.0 if kind == "float" else 2.0,
+                     words + ignored_words(attention, kept), attention_16bit=attention, roles=tuple(sorted(kept.items())))
     if method == "modelopt":
-        algo = modelopt_algo(q)
-        stored = MODELOPT.get("FP8" if algo == "MIXED_PRECISION" and _mixed_fp8(q) else
-                              "NVFP4" if algo == "MIXED_PRECISION" else algo)
-        if stored is not None:
-            attention = _attention_ignored(q.get("ignore", q.get("exclude_modules")))
-            kind, bits, pack, group, scale, words = stored
-            mixed = ", at its widest of the layers' formats (MIXED_PRECISION)" if algo == "MIXED_PRECISION" else ""
-            return Quant(kind, bits, pack, group, scale, words + mixed + _ATTENTION_WORDS * attention,
-                         attention_16bit=attention)
+        found = read_modelopt(q)
+        if found is not None:
+            return found
     return Quant(method or "unknown", 16, 1, 0, 0.0, f"quantization method {method!r} not modelled: read as bf16")

@@ -9,7 +9,7 @@ from ..config.arch import Arch
 from ..graph.nodes import Graph
 from ..graph.parts import Part
 from ..inputs import Assumptions
-from .storage import fp4_experts, mat_elements, part_stored_delta, quantised_mats
+from .stored_formats import fp4_experts, mat_elements, part_stored_delta, quantised_mats
 
 
 def serve_weight_bytes(a: Arch, s: Assumptions) -> Callable[[list[Part] | tuple[Part, ...]], int]:

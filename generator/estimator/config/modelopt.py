@@ -1,0 +1,125 @@
+"""NVIDIA ModelOpt's quantization_config (and any config's ignore list) read into how each kind of Linear is stored.
+
+A ModelOpt export writes its settings into config.json as {"quant_method": "modelopt", "quant_algo": ...,
+"ignore": [...]}, or as hf_quant_config.json's {"quantization": {"quant_algo": ..., "exclude_modules": [...]}}
+(vLLM's model_executor/layers/quantization/modelopt.py from_config reads both, and nothing else of them). Its ignore
+list names modules by prefix, one pattern a layer where it leaves a layer's attention out ("model.layers.0.self_attn*":
+TensorRT-Model-Optimizer's export, quant_utils._prefix_wildcard_summarize_exclude_modules); llm-compressor's writes
+regular expressions ("re:.*self_attn.*"). MIXED_PRECISION gives each module its own algorithm (quantized_layers),
+and leaves the modules it does not name unquantised.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from .arch import Quant
+
+# Each quant_algo as the export stores a Linear (vLLM's create_weights for it reads the same tensors): (Quant.method,
+# bits, weights per stored element, group, scale bytes, words). memory/storage.py prices each method.
+MODELOPT = {
+    "FP8": ("modelopt_fp8", 8, 1, 0, 8.0, "ModelOpt FP8 (e4m3) weights, an fp32 weight and input scale per tensor"),
+    "FP8_PER_CHANNEL_PER_TOKEN": ("modelopt_fp8_channel", 8, 1, 0, 4.0,
+                                  "ModelOpt FP8 (e4m3) weights, an fp32 scale per output channel"),
+    "FP8_PB_WO": ("modelopt_fp8_block", 8, 1, 128 * 128, 4.0, "ModelOpt FP8 (e4m3) weights, an fp32 scale per "
+                                                              "128x128 block"),
+    "NVFP4": ("modelopt_fp4", 4.5, 2, 16, 1.0, "ModelOpt NVFP4: 2 e2m1 weights per uint8, an e4m3 scale per 16 and "
+                                               "two fp32 scales per tensor"),
+    "W4A16_NVFP4": ("modelopt_fp4", 4.5, 2, 16, 1.0, "ModelOpt NVFP4 weights (W4A16): 2 e2m1 weights per uint8, an "
+                                                     "e4m3 scale per 16 and two fp32 scales per tensor"),
+    "MXFP8": ("modelopt_mxfp8", 8.25, 1, 32, 1.0, "ModelOpt MXFP8: e4m3 weights, an e8m0 scale per 32"),
+}
+# The kinds of Linear a module name says (memory/storage.py gives each part's matrices one): attention, routed
+# experts, shared experts, a dense MLP, anything else (a linear-attention or Mamba mixer's projections)
+ROLES = (("self_attn", "attention"), ("shared_expert", "shared"), (".experts.", "experts"), (".mlp.", "mlp"))
+EVERY_LAYER = -1  # Quant.attention_16bit: a pattern that leaves every layer's attention out
+_LAYER = re.compile(r"layers\.(\d+)\.self_attn")
+
+
+def modelopt_algo(q: Mapping[str, Any]) -> str:
+    """A ModelOpt config's quant_algo, upper-cased: config.json's own, or hf_quant_config.json's under
+    "quantization" (vLLM's ModelOptQuantConfigBase._extract_modelopt_quant_algo); "" where it names none."""
+    inner = q.get("quantization")
+    algo = inner.get("quant_algo") if isinstance(inner, Mapping) else q.get("quant_algo")
+    return algo.upper()[:40] if isinstance(algo, str) else ""
+
+
+def modelopt_fields(q: Mapping[str, Any]) -> Mapping[str, Any]:
+    """Where a ModelOpt config keeps its fields: under "quantization" (hf_quant_config.json's form) or at the top."""
+    inner = q.get("quantization")
+    return inner if isinstance(inner, Mapping) else q
+
+
+def modelopt_ignore(q: Mapping[str, Any]) -> Any:
+    """The modules a ModelOpt config leaves unquantised, as vLLM reads them: exclude_modules under "quantization",
+    else ignore (modelopt.py from_config)."""
+    return q["quantization"].get("exclude_modules", []) if isinstance(q.get("quantization"), Mapping) else \
+        q.get("ignore", [])
+
+
+def read_modelopt(q: Mapping[str, Any]) -> Quant | None:
+    """A ModelOpt config as a Quant; None for an algorithm MODELOPT does not hold (read as bf16 by the caller)."""
+    algo = modelopt_algo(q)
+    roles: dict[str, str] = {}
+    mixed = ""
+    if algo == "MIXED_PRECISION":
+        per_role = mixed_roles(modelopt_fields(q).get("quantized_layers"))
+        if not per_role:
+            return None
+        algo = _most(list(per_role.values()))  # the format most kinds of Linear take
+        roles = {role: MODELOPT[a][0] for role, a in per_role.items()}
+        roles.update({role: "bf16" for _, role in (*ROLES, ("", "other")) if role not in per_role})
+        mixed = "ModelOpt MIXED_PRECISION by kind of Linear (" + ", ".join(
+            f"{role} {a}" for role, a in sorted(per_role.items())) + "; the rest unquantised)"
+    stored = MODELOPT.get(algo)
+    if stored is None:
+        return None
+    attention, kept = ignored(modelopt_ignore(q))
+    roles.update(kept)
+    method, bits, pack, group, scale, words = stored
+    return Quant(method, bits, pack, group, scale, (mixed or words) + ignored_words(attention, kept),
+                 attention_16bit=attention, roles=tuple(sorted(roles.items())))
+
+
+def mixed_roles(layers: Any) -> dict[str, str]:
+    """Per kind of Linear (ROLES, "other"), the algorithm most of MIXED_PRECISION's quantized_layers of that kind take
+    (one MODELOPT holds); {} where it lists none."""
+    seen: dict[str, list[str]] = {}
+    for name, layer in (layers.items() if isinstance(layers, Mapping) else ()):
+        algo = layer.get("quant_algo") if isinstance(layer, Mapping) else None
+        if isinstance(name, str) and isinstance(algo, str) and algo.upper() in MODELOPT:
+            seen.setdefault(next((r for key, r in ROLES if key in name), "other"), []).append(algo.upper())
+    return {role: _most(algos) for role, algos in seen.items()}
+
+
+def _most(values: list[str]) -> str:
+    """The value `values` hold most often (the first of those tied)."""
+    return max(dict.fromkeys(values), key=values.count)
+
+
+def ignored(ignore: Any) -> tuple[tuple[int, ...], dict[str, str]]:
+    """What an ignore list keeps in 16 bits: the layers whose whole self-attention it names (EVERY_LAYER for a
+    pattern over all of them: "*self_attn*", "model.layers.*.self_attn*", "re:.*self_attn.*"), and {"shared": "bf16"}
+    where it names every layer's shared experts. A pattern naming one projection, a tower's or an MTP layer's
+    attention is left out: the kinds of Linear are priced per model, not per module."""
+    layers: set[int] = set()
+    kept: dict[str, str] = {}
+    for x in ignore if isinstance(ignore, list) else ():
+        if not isinstance(x, str) or re.search(r"mtp|visual|vision", x):
+            continue
+        whole = x.rstrip("*.$)")
+        if whole.endswith("self_attn"):
+            found = _LAYER.search(x)
+            layers.add(int(found.group(1)) if found else EVERY_LAYER)
+        elif whole.rstrip("s").endswith("shared_expert") and not re.search(r"layers\.\d", x):
+            kept["shared"] = "bf16"
+    return tuple(sorted(layers)), kept
+
+
+def ignored_words(attention: tuple[int, ...], roles: Mapping[str, str]) -> str:
+    """The words Quant.describes adds for what the ignore list keeps in 16 bits."""
+    words = ("; attention kept in 16 bits" if EVERY_LAYER in attention else
+             f"; {len(attention)} layers' attention kept in 16 bits" if attention else "")
+    return words + ("; shared experts kept in 16 bits" if roles.get("shared") == "bf16" else "")
