@@ -91,7 +91,7 @@ def test_mixed_precision_stores_each_kind_of_linear_in_its_own_format() -> None:
     """MIXED_PRECISION names each module's algorithm (quantized_layers) and leaves the others unquantised: Qwen3-30B-A3B
     with FP8 attention and NVFP4 experts, as NVIDIA's mixed releases store them, against its config's dimensions
     (hidden 2,048; 32 query and 4 KV heads of 128; 128 experts of 768; 48 layers; vocabulary 151,936, untied).
-    Priced at its widest format before (review): 31.2 GB for about 18.6."""
+    Priced at its widest format before (review): 31.2 GB for 18.5."""
     h, e, inter, layers, vocab = 2048, 128, 768, 48, 151_936
     attention = ((h, 4096), (h, 512), (h, 512), (4096, h))
     per_layer = sum(i * o + 8 for i, o in attention) + e * (2 * (h * inter // 2 + h * inter // 16 + 8)
