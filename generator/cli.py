@@ -137,7 +137,7 @@ def _run_model(argv: Sequence[str], console: Console, err: Console) -> int:
             replayed, least_over = accuracy_page.replayed_all(table), table.least_card_over_pct
             least_expandable = table.least_card_expandable_pct
     piped = not console.is_terminal and not os.environ.get("COLUMNS")
-    print_summary(console, report, plan=args.plan, settings=settings, asked=job_flags.asked(args), replayed=replayed,
+    print_summary(console, report, plan=args.plan, asked=job_flags.asked(args), replayed=replayed,
                   least_over=least_over, least_expandable=least_expandable,
                   table_width=PIPED_TABLE_WIDTH if piped else None)
     return 0

@@ -15,7 +15,6 @@ from .estimator import ENGINE_DEFAULT_SHARE, Report, card_verdict
 from .estimator.memory.job_options import Job
 from .estimator.memory.recipes import RECIPES
 from .estimator.vllm_support import SERVED_NOWHERE
-from .settings import Settings
 from .terminal_tables import print_plan
 
 _SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
@@ -72,7 +71,7 @@ def _tight_lines(m, least_over: Sequence[float], least_expandable: Sequence[floa
     return out
 
 
-def print_summary(console: Console, report: Report, *, plan: bool, settings: Settings, asked: bool = False,
+def print_summary(console: Console, report: Report, *, plan: bool, asked: bool = False,
                   replayed: AllocatorRow | None = None, least_over: Sequence[float] = (),
                   least_expandable: Sequence[float] = (), table_width: int | None = None) -> None:
     """Every string from the config is printed as plain Text, never parsed as rich markup. `asked`: the command

@@ -14,9 +14,9 @@ import json
 import pytest
 
 from generator.estimator import estimate
-from generator.site.assumptions_context import assumptions_context
 from generator.hub.snapshot import DEFAULT_SNAPSHOT_DIR, load_record
 from generator.settings import load_settings
+from generator.site.assumptions_context import assumptions_context
 
 SETTINGS = load_settings()
 S = SETTINGS.assumptions
@@ -104,8 +104,9 @@ def test_mixed_precision_stores_each_kind_of_linear_in_its_own_format() -> None:
     r = _moe("Qwen/Qwen3-30B-A3B", {"quant_method": "modelopt", "quant_algo": "MIXED_PRECISION",
                                     "quantized_layers": layers_named})
     assert r.memory.serve_weight_bytes == layers * per_layer + rest
-    assert "MIXED_PRECISION by kind of Linear (attention FP8, experts NVFP4" in \
-        dict(r.params.quantization or ())["describes"]
+    quantization = dict(r.params.quantization or ())
+    assert "MIXED_PRECISION by kind of Linear (attention FP8, experts NVFP4" in quantization["describes"]
+    assert quantization["method"] == "modelopt_fp4"  # named by the experts' format, most of the weights
 
 
 def test_shared_experts_an_ignore_list_names_stay_in_16_bits() -> None:
@@ -235,3 +236,42 @@ def test_a_malformed_modelopt_config_is_estimated_without_an_exception(quantizat
     assert r.plans and r.memory.serve_weight_bytes > 0
     if quantization.get("quant_algo") != "NVFP4":
         assert not _served(r)
+
+
+def test_a_hybrid_s_attention_layers_named_one_by_one_are_all_its_attention() -> None:
+    """Qwen3-Next-80B has full attention on every 4th of its 48 layers (full_attention_interval 4: layers 3, 7, ...,
+    47), Gated DeltaNet on the rest: its 12 attention layers named one prefix each, as ModelOpt writes them, keep
+    every attention in 16 bits, as the wildcard does (review: the share was taken of all 48 layers, 25%)."""
+    q = {"quant_method": "modelopt", "quant_algo": "NVFP4"}
+    mid = "Qwen/Qwen3-Next-80B-A3B-Instruct"
+    one_by_one = _moe(mid, {**q, "ignore": ["lm_head", *(f"model.layers.{n}.self_attn*" for n in range(3, 48, 4))]})
+    wildcard = _moe(mid, {**q, "ignore": ["lm_head", "*self_attn*"]})
+    plain = _moe(mid, {**q, "ignore": ["lm_head"]})
+    assert one_by_one.memory.serve_weight_bytes == wildcard.memory.serve_weight_bytes > plain.memory.serve_weight_bytes
+
+
+def test_regular_expressions_and_huge_numbers_in_an_ignore_list() -> None:
+    """An escaped regular expression names its layer as a prefix does ("re:model\\.layers\\.0\\.self_attn.*"); a
+    range or a digit wildcard is read as every layer (more memory, not less); a layer index or a number thousands of
+    digits long is read as none, not raised on (review: Python refuses to read over 4,300 digits as an int)."""
+    nvfp4 = {"quant_method": "modelopt", "quant_algo": "NVFP4"}
+    prefix = _report({**nvfp4, "ignore": ["model.layers.0.self_attn*"]}).memory.serve_weight_bytes
+    escaped = _report({**nvfp4, "ignore": [r"re:model\.layers\.0\.self_attn.*"]}).memory.serve_weight_bytes
+    every = _report({**nvfp4, "ignore": ["*self_attn*"]}).memory.serve_weight_bytes
+    ranged = _report({**nvfp4, "ignore": [r"re:.*layers\.[0-3]\.self_attn.*"]}).memory.serve_weight_bytes
+    assert escaped == prefix < ranged == every
+    huge = _report({**nvfp4, "ignore": ["model.layers." + "9" * 5000 + ".self_attn*"]})
+    assert huge.memory.serve_weight_bytes == every
+    group = {"targets": ["Linear"], "weights": {"num_bits": "4" * 5000, "group_size": "9" * 5000, "type": "int"}}
+    assert _report({"quant_method": "compressed-tensors", "config_groups": {"g": group}}).plans
+
+
+def test_compressed_tensors_storage_reads_the_group_size_as_its_capability_rules_do() -> None:
+    """A group that gives group_size and no strategy is grouped (QuantizationArgs infers it): stored with a scale per
+    128, as with strategy "group" said (review: storage had read it as one scale per channel)."""
+    weights = {"num_bits": 4, "type": "int", "group_size": 128, "symmetric": True}
+    q = {"quant_method": "compressed-tensors", "format": "pack-quantized"}
+    inferred = _report({**q, "config_groups": {"g": {"targets": ["Linear"], "weights": weights}}})
+    said = _report({**q, "config_groups": {"g": {"targets": ["Linear"], "weights": {**weights, "strategy": "group"}}}})
+    assert inferred.memory.serve_weight_bytes == said.memory.serve_weight_bytes
+    assert dict(inferred.params.quantization or ())["group_size"] == 128

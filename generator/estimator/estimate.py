@@ -198,7 +198,8 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
         train_lora_bytes_batch1=profiles["train_lora"].total(1),
         serve_bytes_batch1=profiles["serve"].total(1), job_batch=s.job_batch,
         train_full_bytes_job_batch=profiles["train_full"].total(s.job_batch),
-        train_lora_bytes_job_batch=profiles["train_lora"].total(s.job_batch), kv_bytes_per_token=kv_bytes_per_token(arch, served_s),
+        train_lora_bytes_job_batch=profiles["train_lora"].total(s.job_batch),
+        kv_bytes_per_token=kv_bytes_per_token(arch, served_s),
         peak_phase_by_method=tuple((k, p.peak_phase(1)) for k, p in profiles.items()),
         peak_bytes=exact.peak_bytes, peak_phase=exact.peak_phase, breakdown=exact.breakdown,
         # the job as priced: the attention it defaulted to (the model class's) named, not left empty

@@ -23,22 +23,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
+from .config.compressed_tensors import Args, ct_groups, text
+
 METHOD_CAPABILITY = 7.0  # CompressedTensorsConfig.get_min_capability
 MXFP4_CAPABILITY = 8.0  # CompressedTensorsW4A16Mxfp4.get_min_capability
 W4A8_FP8_CAPABILITY = 9.0  # CompressedTensorsW4A8Fp8, on that capability alone
 ACTIVATION_FORMATS = frozenset({"naive-quantized", "int-quantized", "float-quantized", "nvfp4-pack-quantized"})
 SPARSE24_FORMATS = frozenset({"dense", "sparse-24-bitmask"})
-
-
-class Args(NamedTuple):
-    """One QuantizationArgs: what a group quantises its weights or its input activations to."""
-
-    num_bits: int
-    type: str
-    symmetric: bool
-    group_size: int | None
-    strategy: str
-    dynamic: bool
 
 
 class Capability(NamedTuple):
@@ -50,9 +41,9 @@ class Capability(NamedTuple):
 
 def capability(q: Mapping[str, Any]) -> Capability:
     """What a compressed-tensors quantization_config's groups need (the module docstring's rules)."""
-    fmt = _text(q.get("format"))
+    fmt = text(q.get("format"))
     needs = Capability(METHOD_CAPABILITY)
-    for weights, inputs, own in _groups(q):
+    for weights, inputs, own in ct_groups(q):
         if weights is not None and _mxfp4(weights):
             needs = Capability(max(needs.least, MXFP4_CAPABILITY), needs.exact)
         elif weights is not None and inputs is not None and _w4a8(weights, inputs) \
@@ -71,41 +62,18 @@ def sparse24(q: Mapping[str, Any]) -> bool:
     ignores but the sparsity targets is unquantised: a name in the quantisation's ignore list and not the sparsity's
     is read as such a layer."""
     sparsity = q.get("sparsity_config")
-    if not isinstance(sparsity, Mapping) or _text(sparsity.get("sparsity_structure")) != "2:4" \
-            or _text(sparsity.get("format")) not in SPARSE24_FORMATS:
+    if not isinstance(sparsity, Mapping) or text(sparsity.get("sparsity_structure")) != "2:4" \
+            or text(sparsity.get("format")) not in SPARSE24_FORMATS:
         return False
     targets, skipped = _names(sparsity.get("targets")), _names(sparsity.get("ignore"))
     if not targets - skipped:  # no layer is sparse to vLLM (_parse_sparsity_config: targets or [])
         return False
-    groups = _groups(q)
+    groups = ct_groups(q)
     unquantised = not groups or bool(_names(q.get("ignore")) - skipped)
     return unquantised or any(
         weights is None and inputs is None or weights is not None and inputs is not None
         and weights.num_bits == inputs.num_bits == 8 and weights.strategy in ("tensor", "channel")
         and inputs.strategy in ("tensor", "token") for weights, inputs, _ in groups)
-
-
-def _groups(q: Mapping[str, Any]) -> list[tuple[Args | None, Args | None, str]]:
-    """Each config group's weights and input activations (None where it names none or they are not a mapping) and
-    its own format ("" where it names none)."""
-    groups = q.get("config_groups")
-    if not isinstance(groups, Mapping):
-        return []
-    return [(_args(g.get("weights")), _args(g.get("input_activations")), _text(g.get("format")))
-            for g in groups.values() if isinstance(g, Mapping)]
-
-
-def _args(x: Any) -> Args | None:
-    """QuantizationArgs' fields with their defaults, the strategy inferred from group_size where it is left out
-    (group_size > 0: group; -1: channel; none: tensor); None where `x` is not a mapping."""
-    if not isinstance(x, Mapping):
-        return None
-    group = _int(x.get("group_size"))
-    strategy = _text(x.get("strategy")) or ("tensor" if group is None else "group" if group > 0 else "channel")
-    symmetric, dynamic = x.get("symmetric", True), x.get("dynamic", False)
-    return Args(_int(x.get("num_bits")) or 8, _text(x.get("type")) or "int",
-                symmetric is True or _text(symmetric) == "true", group, strategy,
-                dynamic not in (False, None) and _text(dynamic) != "false")
 
 
 def _mxfp4(w: Args) -> bool:
@@ -121,14 +89,3 @@ def _w4a8(w: Args, i: Args) -> bool:
 
 def _names(x: Any) -> set[str]:
     return {v for v in x if isinstance(v, str)} if isinstance(x, list) else set()
-
-
-def _text(x: Any) -> str:
-    return x.lower() if isinstance(x, str) else ""
-
-
-def _int(x: Any) -> int | None:
-    """An integer as pydantic's lax mode takes one: an int, or a string of one; else None."""
-    if isinstance(x, int) and not isinstance(x, bool):
-        return x
-    return int(x) if isinstance(x, str) and x.strip().lstrip("-").isdigit() else None

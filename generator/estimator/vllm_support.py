@@ -28,7 +28,8 @@ SPARSE_MLA_CAPABILITY = 9.0
 # ... is not supported for the current GPU": config/vllm.py _get_quantization_config, v0.19.1), each method's
 # get_min_capability (model_executor/layers/quantization/: gptq.py 60, bitsandbytes.py and compressed_tensors.py 70,
 # awq.py and fp8.py 75, mxfp4.py, fbgemm_fp8.py and experts_int8.py 80, petit.py 90, mxfp8.py and fp_quant.py 100;
-# gguf.py 60), by the config's quant_method (fbgemm_fp8 is read as fp8's storage, not as its kernels). vLLM swaps
+# gguf.py 60; modelopt.py's FP8 class 89), by the config's quant_method (fbgemm_fp8 is read as fp8's storage, not
+# as its kernels; compressed-tensors' and ModelOpt's own, by scheme and quant_algo, in quant_capability). vLLM swaps
 # awq and gptq for their Marlin kernels where it can (config/model.py _verify_quantization), which need 7.5 and take
 # half and bf16: on the priced GPUs the same answer
 VLLM_QUANT_CAPABILITY = {"gguf": 6.0, "gptq": 6.0, "bitsandbytes": 7.0, "compressed-tensors": 7.0, "awq": 7.5,
@@ -119,10 +120,9 @@ def fp8_kv_cache(a: Arch) -> str:
         return ""
     if quant_method(a) == "compressed-tensors":
         return "kv_cache_scheme" if q.get("kv_cache_scheme") is not None else ""
-    if not quant_method(a).startswith("modelopt"):
+    if quant_method(a) != "modelopt":
         return ""
-    inner = q.get("quantization")
-    inner = inner if isinstance(inner, Mapping) else q
+    inner = modelopt_fields(q)
     for key in ("kv_cache_scheme", "kv_cache_quant_algo"):
         value = inner.get(key) or q.get(key)
         if isinstance(value, Mapping):
@@ -228,9 +228,9 @@ def check_quantised_serving(a: Arch, method: str, needs: Capability, below: tupl
     """A quantised checkpoint (`method`: its config's quant_method) vLLM refuses on some priced GPUs: those under
     the compute capability it `needs` (`below`: vllm_support.quant_below; an exact one: any other) and those where
     it would run float32 activations the method does not take (`float32`: vllm_support.quant_float32); no serving is
-    priced there. And a method vLLM
-    deprecates, which it serves only when told to (where it serves it at all: `served`). A 2:4-sparse checkpoint,
-    which vLLM serves on no GPU (refused_everywhere)."""
+    priced there. And a method vLLM deprecates, which it serves only when told to (where it serves it at all:
+    `served`). A checkpoint vLLM serves on no GPU (refused_everywhere: 2:4 sparsity, a ModelOpt config it raises
+    on) in the refusal's own words."""
     nowhere = refused_everywhere(a)
     if nowhere:
         return [Finding("quantised_serving", "warning", f"vLLM 0.19.1 {nowhere}: no serving is priced.")]

@@ -56,9 +56,9 @@ SHIPPED = ("errors.py", "format.py", "job_flags.py", "calculator.py", "estimator
 ZIP_DATE = (1980, 1, 1, 0, 0, 0)  # the earliest a zip can say: the same bytes on every build
 # What the shipped modules may import besides each other: the standard library modules Pyodide's
 # python_stdlib.zip holds that do no I/O of their own.
-ALLOWED_IMPORTS = frozenset({"__future__", "argparse", "bisect", "collections.abc", "contextlib", "dataclasses", "datetime",
-                             "functools", "io", "itertools", "json", "math", "operator", "re", "shlex", "typing",
-                             "urllib.parse"})
+ALLOWED_IMPORTS = frozenset({"__future__", "argparse", "bisect", "collections.abc", "contextlib", "dataclasses",
+                             "datetime", "functools", "io", "itertools", "json", "math", "operator", "re", "shlex",
+                             "typing", "urllib.parse"})
 MISSING = ("calculator not built: node_modules/pyodide is missing (run `make install`, which runs `npm ci`); "
            "model pages keep their static figures and say the calculator is not available")
 

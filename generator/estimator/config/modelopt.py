@@ -18,7 +18,7 @@ from typing import Any
 from .arch import Quant
 
 # Each quant_algo as the export stores a Linear (vLLM's create_weights for it reads the same tensors): (Quant.method,
-# bits, weights per stored element, group, scale bytes, words). memory/storage.py prices each method.
+# bits, weights per stored element, group, scale bytes, words). memory/stored_formats.py prices each method.
 MODELOPT = {
     "FP8": ("modelopt_fp8", 8, 1, 0, 8.0, "ModelOpt FP8 (e4m3) weights, an fp32 weight and input scale per tensor"),
     "FP8_PER_CHANNEL_PER_TOKEN": ("modelopt_fp8_channel", 8, 1, 0, 4.0,
@@ -31,18 +31,17 @@ MODELOPT = {
                                                      "e4m3 scale per 16 and two fp32 scales per tensor"),
     "MXFP8": ("modelopt_mxfp8", 8.25, 1, 32, 1.0, "ModelOpt MXFP8: e4m3 weights, an e8m0 scale per 32"),
 }
-# The kinds of Linear a module name says (memory/storage.py gives each part's matrices one): attention, routed
+# The kinds of Linear a module name says (memory/stored_formats.py gives each part's matrices one): attention, routed
 # experts, shared experts, a dense MLP, anything else (a linear-attention or Mamba mixer's projections)
 ROLES = (("self_attn", "attention"), ("shared_expert", "shared"), (".experts.", "experts"), (".mlp.", "mlp"))
 EVERY_LAYER = -1  # Quant.attention_16bit: a pattern that leaves every layer's attention out
-_LAYER = re.compile(r"layers\.(\d+)\.self_attn")
+_LAYER = re.compile(r"layers\.(\d{1,6})\.self_attn")  # one layer's attention, its regex escapes taken off
 
 
 def modelopt_algo(q: Mapping[str, Any]) -> str:
     """A ModelOpt config's quant_algo, upper-cased: config.json's own, or hf_quant_config.json's under
     "quantization" (vLLM's ModelOptQuantConfigBase._extract_modelopt_quant_algo); "" where it names none."""
-    inner = q.get("quantization")
-    algo = inner.get("quant_algo") if isinstance(inner, Mapping) else q.get("quant_algo")
+    algo = modelopt_fields(q).get("quant_algo")
     return algo.upper()[:40] if isinstance(algo, str) else ""
 
 
@@ -55,8 +54,8 @@ def modelopt_fields(q: Mapping[str, Any]) -> Mapping[str, Any]:
 def modelopt_ignore(q: Mapping[str, Any]) -> Any:
     """The modules a ModelOpt config leaves unquantised, as vLLM reads them: exclude_modules under "quantization",
     else ignore (modelopt.py from_config)."""
-    return q["quantization"].get("exclude_modules", []) if isinstance(q.get("quantization"), Mapping) else \
-        q.get("ignore", [])
+    fields = modelopt_fields(q)
+    return fields.get("exclude_modules", []) if fields is not q else q.get("ignore", [])
 
 
 def read_modelopt(q: Mapping[str, Any]) -> Quant | None:
@@ -68,7 +67,8 @@ def read_modelopt(q: Mapping[str, Any]) -> Quant | None:
         per_role = mixed_roles(modelopt_fields(q).get("quantized_layers"))
         if not per_role:
             return None
-        algo = _most(list(per_role.values()))  # the format most kinds of Linear take
+        # named by the format of the kind that holds most of an MoE's or a dense model's weights
+        algo = per_role.get("experts") or per_role.get("mlp") or _most(list(per_role.values()))
         roles = {role: MODELOPT[a][0] for role, a in per_role.items()}
         roles.update({role: "bf16" for _, role in (*ROLES, ("", "other")) if role not in per_role})
         mixed = "ModelOpt MIXED_PRECISION by kind of Linear (" + ", ".join(
@@ -110,8 +110,8 @@ def ignored(ignore: Any) -> tuple[tuple[int, ...], dict[str, str]]:
         if not isinstance(x, str) or re.search(r"mtp|visual|vision", x):
             continue
         whole = x.rstrip("*.$)")
-        if whole.endswith("self_attn"):
-            found = _LAYER.search(x)
+        if whole.endswith("self_attn"):  # one layer's, or (a wildcard, a range: read as all) every layer's
+            found = _LAYER.search(x.replace("\\", ""))
             layers.add(int(found.group(1)) if found else EVERY_LAYER)
         elif whole.rstrip("s").endswith("shared_expert") and not re.search(r"layers\.\d", x):
             kept["shared"] = "bf16"

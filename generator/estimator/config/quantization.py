@@ -7,6 +7,7 @@ from typing import Any
 
 from ...errors import ConfigError
 from .arch import Quant
+from .compressed_tensors import DEFAULT_ARGS, ct_groups
 from .modelopt import ignored, ignored_words, read_modelopt
 
 
@@ -46,24 +47,17 @@ def read_quant(cfg: Mapping[str, Any], model: str) -> Quant | None:
                      + ("; FP4 experts, 2 per byte, a 1-byte scale per 32" if fp4 else ""), fp4_experts=fp4)
     if method == "mxfp4":
         return Quant(method, 4.25, 2, 32, 1.0, "MXFP4 experts: 2 fp4 weights per uint8 + one uint8 scale per 32")
-    if method == "compressed-tensors":
-        groups = q.get("config_groups")
-        weights: Mapping[str, Any] = {}
-        if isinstance(groups, Mapping):
-            for g in groups.values():
-                if isinstance(g, Mapping) and isinstance(g.get("weights"), Mapping):
-                    weights = g["weights"]
-                    break
-        bits = _num(weights, "num_bits", 8)
-        kind = str(weights.get("type", "int"))
-        group = int(_num(weights, "group_size", 0)) if weights.get("strategy") == "group" else 0
-        fmt = str(q.get("format", ""))
+    if method == "compressed-tensors":  # the first group's weights (compressed_tensors.ct_groups)
+        weights = next((w for w, _, _ in ct_groups(q) if w is not None), DEFAULT_ARGS)
+        bits, kind = weights.num_bits, weights.type
+        group = (weights.group_size or 0) if weights.strategy == "group" else 0
         attention, kept = ignored(q.get("ignore"))  # llm-compressor's regular expressions
-        pack = int(32 // bits) if "pack" in fmt and bits in (2, 4, 8) and kind != "float" else 1
+        pack = int(32 // bits) if "pack" in str(q.get("format", "")) and bits in (2, 4, 8) and kind != "float" else 1
         words = f"compressed-tensors fp{int(bits)} weights" if kind == "float" else \
             f"compressed-tensors int{int(bits)} weights" + (f" packed {pack} per int32" if pack > 1 else "")
         return Quant("compressed-tensors", bits, pack, group, 4.0 if kind == "float" else 2.0,
-                     words + ignored_words(attention, kept), attention_16bit=attention, roles=tuple(sorted(kept.items())))
+                     words + ignored_words(attention, kept), attention_16bit=attention,
+                     roles=tuple(sorted(kept.items())))
     if method == "modelopt":
         found = read_modelopt(q)
         if found is not None:

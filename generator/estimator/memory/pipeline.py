@@ -15,8 +15,8 @@ def stage_rows(job: Any, phases: tuple[Any, ...], stages: int, tp: int = 1) -> t
     """The contiguous cut of the layers into `stages` minimising the largest stage (a serving job: vLLM's own
     cut, vllm_stage_layers), and every stage's phases.
 
-    Each phase's stage bytes are linear in the stage's layer count n: a + n x b, where b is one layer's share
-    (params split evenly over the layers, activations and KV cache per layer) and a holds the ends (the embedding on
+    Where every layer is alike, each phase's stage bytes are linear in the stage's layer count n: a + n x b, where b
+    is one layer's share (its params, activations and KV cache) and a holds the ends (the embedding on
     the first stage; final norm, head, a tied head's own copy, and logits on the last) and the per-process overhead.
     A trained model's ends take the phase's bytes per parameter; a frozen one's (LoRA, QLoRA, serving) are 16-bit
     weights alone, as bitsandbytes and the quantised checkpoints leave embeddings and heads (split over `tp` ranks

@@ -1,5 +1,5 @@
 """The weights a server holds and a decode step reads: bf16, or a quantised checkpoint's stored matrices as it
-stores them (storage.py's formats), and the routed experts' share of them apart."""
+stores them (stored_formats.py), and the routed experts' share of them apart."""
 
 from __future__ import annotations
 

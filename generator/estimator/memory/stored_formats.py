@@ -42,7 +42,7 @@ def mat_elements(q: Quant, count: int, n_in: int, n_out: int) -> tuple[int, floa
         scales = groups * n_out if q.group_size else n_out
         elems = w // pack + scales + (2 if pack > 1 else 0)
         nbytes = (4 * (w // pack) if pack > 1 else w * q.bits / 8) + 2 * scales
-    elif q.method.startswith("modelopt"):  # config/quantization.py MODELOPT
+    elif q.method.startswith("modelopt"):  # config/modelopt.py MODELOPT
         elems, nbytes = _modelopt_elements(q.method, n_in, n_out)
     else:
         elems, nbytes = w, 2 * w
@@ -99,17 +99,24 @@ def mat_role(p: Part, j: int) -> str:
     a Mamba one), a dense MLP, else "other"."""
     if p.top_k:
         return "experts" if j < 2 else "shared"
-    if p.attends and "Cross" not in p.type and not p.scan:
+    if self_attention(p):
         return "attention"
     return "mlp" if p.type in MLP_TYPES else "other"
 
 
+def self_attention(p: Part) -> bool:
+    """A self-attention's projections: not a cross-attention, not a mixer run beside a Mamba one (falcon_h1's)."""
+    return p.attends and "Cross" not in p.type and not p.scan
+
+
 def attention_kept(a: Arch) -> float:
-    """The share of the layers whose self-attention the ignore list keeps in 16 bits (Quant.attention_16bit)."""
+    """The share of the layers with a self-attention whose attention the ignore list keeps in 16 bits
+    (Quant.attention_16bit): of a hybrid's, its attention layers alone."""
     kept = a.quant.attention_16bit if a.quant is not None else ()
     if EVERY_LAYER in kept:
         return 1.0
-    return len({i for i in kept if 0 <= i < a.layers}) / max(1, a.layers)
+    attending = {i for i, b in enumerate(a.spec.blocks) if any(map(self_attention, b.parts))}
+    return len(attending & set(kept)) / max(1, len(attending))
 
 
 def quantised_mats(a: Arch, p: Part) -> tuple[tuple[int, int, int], ...]:
