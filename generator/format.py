@@ -269,7 +269,13 @@ def serve_weights(quantization: Sequence[tuple[str, object]] | None) -> str:
         return "bf16"
     if method in ("fp8", "mxfp4"):
         return method
-    return f"{method} {bits:g}-bit"
+    return MODELOPT_WORDS.get(method) or f"{method} {bits:g}-bit"
+
+
+# ModelOpt's stored formats (estimator/config/modelopt.py MODELOPT) as NVIDIA names them
+MODELOPT_WORDS = {"modelopt_fp8": "ModelOpt FP8", "modelopt_fp8_channel": "ModelOpt FP8",
+                  "modelopt_fp8_block": "ModelOpt FP8", "modelopt_fp4": "ModelOpt NVFP4",
+                  "modelopt_mxfp8": "ModelOpt MXFP8"}
 
 
 STRATEGY_WORDS = {"single": "", "ddp": "data parallel (DDP)", "zero2": "ZeRO-2", "zero3": "ZeRO-3", "fsdp": "FSDP",

@@ -14,6 +14,7 @@ import json
 import pytest
 
 from generator.estimator import estimate
+from generator.format import serve_weights
 from generator.hub.snapshot import DEFAULT_SNAPSHOT_DIR, load_record
 from generator.settings import load_settings
 from generator.site.assumptions_context import assumptions_context
@@ -275,3 +276,10 @@ def test_compressed_tensors_storage_reads_the_group_size_as_its_capability_rules
     said = _report({**q, "config_groups": {"g": {"targets": ["Linear"], "weights": {**weights, "strategy": "group"}}}})
     assert inferred.memory.serve_weight_bytes == said.memory.serve_weight_bytes
     assert dict(inferred.params.quantization or ())["group_size"] == 128
+
+
+def test_the_card_table_names_modelopt_s_format_as_nvidia_does() -> None:
+    """The serving column's head and the page say "ModelOpt NVFP4", not the estimator's method name."""
+    quantization = _report({"quant_method": "modelopt", "quant_algo": "NVFP4"}).params.quantization
+    assert serve_weights(quantization) == "ModelOpt NVFP4"
+    assert serve_weights((("method", "modelopt_fp8_block"), ("bits", 8))) == "ModelOpt FP8"
