@@ -326,3 +326,23 @@ def test_tensor_and_pipeline_parallel_serving_splits_the_ends_over_the_ranks() -
     for stage, end, n in zip((first, second), ends, counts, strict=True):  # 28 alike layers: n / 28 of them each
         assert abs(stage - 2 * end / 8 - n / 28 * layers) <= 2, n
     assert abs(first + second - rank[0].weights - 2 * (shape.tied_head_params + shape.tower_params) / 8) <= 4
+
+
+def test_a_quantised_model_served_in_float32_keeps_its_packed_weights_packed() -> None:
+    """vLLM serves gemma2 in float32 on a T4 (no bf16, float16 refused), and takes bitsandbytes there: the 16-bit
+    parameters load in float32, the 4-bit ones stay packed (a uint8 of two and an fp32 absmax per 64), whatever the
+    activations' dtype. Doubling them too (stop 49's left-alone item) put gemma-2-9b's one T4 at 18.25 GB for 13.57.
+    Reference: gemma-2-9b's config (hidden 3,584; 42 layers; 16 query and 8 KV heads of 256; MLP 14,336), NF4's
+    bytes per weight 0.5 + 4 / 64."""
+    q = {"quant_method": "bitsandbytes", "load_in_4bit": True}
+    _, g = _model("google/gemma-2-9b")
+    a = normalise({**json.loads(load_record(DEFAULT_SNAPSHOT_DIR, "google/gemma-2-9b").config_json),
+                   "quantization_config": q}, "google/gemma-2-9b")
+    h, layers, inter = 3584, 42, 14336
+    linear = layers * (h * 4096 + 2 * h * 2048 + 4096 * h + 3 * h * inter)  # q, k, v, o; gate, up, down
+    packed = linear // 2 + 4 * (linear // 64)
+    served, in_float32 = (model_serve_weight_bytes(a, g, S, f) for f in (False, True))
+    assert abs(served - (2 * (g.params_total - linear) + packed)) <= 2 * layers * 7  # a few blocks' rounding
+    assert 2 * in_float32 - served == 2 * (g.params_total - linear)  # only the 16-bit parameters double
+    t4 = next(c for c in _quantised("google/gemma-2-9b", q).memory.cards if c.name.startswith("T4"))
+    assert t4.serve_dtype == "float32" and 13.5e9 < t4.serve_bytes_batch1 < 13.7e9

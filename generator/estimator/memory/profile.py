@@ -243,7 +243,7 @@ def serve_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, memo: dict | N
     spec = g.spec
     c = s.compute_bytes
     embed, head = _ends(g)
-    weights = serve_weight_bytes(a, s)
+    weights = serve_weight_bytes(a, s, float32)
     startup = startup_in_16_bits(spec, s, server or reference_server(s), tokens, float32)
     distinct = spec.distinct_layers
     counts, layout = tuple([n for _, n in distinct]), layer_index(spec, memo)

@@ -12,26 +12,37 @@ from ..inputs import Assumptions
 from .stored_formats import fp4_experts, mat_elements, part_stored_delta, quantised_mats
 
 
-def serve_weight_bytes(a: Arch, s: Assumptions) -> Callable[[list[Part] | tuple[Part, ...]], int]:
-    """Bytes of a group of parts' weights when served: bf16, or the checkpoint's quantised storage."""
-    part_bytes = _part_serve_bytes(a, s)
+def serve_weight_bytes(a: Arch, s: Assumptions, float32: bool = False) -> Callable[[list[Part] | tuple[Part, ...]],
+                                                                                    int]:
+    """Bytes of a group of parts' weights when served: bf16, or the checkpoint's quantised storage. `float32`: on a
+    GPU that serves the model in float32, in the 16-bit bytes the plans search in (_part_serve_bytes)."""
+    part_bytes = _part_serve_bytes(a, s, float32)
 
     def weights(parts: list[Part] | tuple[Part, ...]) -> int:
         return int(sum(part_bytes(p) for p in parts))
     return weights
 
 
-def _part_serve_bytes(a: Arch, s: Assumptions) -> Callable[[Part], float]:
+def _part_serve_bytes(a: Arch, s: Assumptions, float32: bool = False) -> Callable[[Part], float]:
     """The bytes of one part's weights when served: serve_weight_bytes a parameter, 4 for those the class keeps in
-    fp32 (Part.params32), and a quantised checkpoint's stored matrices as it stores them."""
+    fp32 (Part.params32), and a quantised checkpoint's stored matrices as it stores them. `float32`: where vLLM
+    serves the model in float32 (vllm_support.serving_scale 2), whose every byte the plans double, the bytes that do
+    not double are halved here: the fp32 parameters, 4 B either way, and the quantised matrices, stored packed
+    whatever the activations' dtype (a bitsandbytes Gemma on a T4: its 16-bit parameters in float32, its 4-bit ones
+    as they are)."""
     def part_bytes(p: Part) -> float:
         key = (p.params, p.type, p.mats, p.linears, p.params32)
         nbytes = seen.get(key)
         if nbytes is None:
             nbytes = float(s.serve_weight_bytes * p.params + (4 - s.serve_weight_bytes) * p.params32)
+            stored = 0.0  # the quantised matrices' bytes as stored
             if a.quant is not None and a.quant.bits < 16:
                 w = sum(count * i * o for count, i, o in quantised_mats(a, p))
-                nbytes += part_stored_delta(a, p)[1] + (2 - s.serve_weight_bytes) * w
+                delta = part_stored_delta(a, p)[1]
+                nbytes += delta + (2 - s.serve_weight_bytes) * w
+                stored = delta + 2 * w
+            if float32:
+                nbytes -= 2 * p.params32 + stored / 2
             seen[key] = nbytes
         return nbytes
 
@@ -41,14 +52,15 @@ def _part_serve_bytes(a: Arch, s: Assumptions) -> Callable[[Part], float]:
     return part_bytes
 
 
-def model_serve_weight_bytes(a: Arch, g: Graph, s: Assumptions) -> int:
+def model_serve_weight_bytes(a: Arch, g: Graph, s: Assumptions, float32: bool = False) -> int:
     """serve_weight_bytes of every part of the model; unquantised, straight from the graph's parameter counts (the
     sums of the same parts' params and params32); quantised, each distinct layer's once, times the layers it stands
-    for (whole and fractional-eighth bytes: the float sums are exact in any order)."""
+    for (whole and fractional-eighth bytes: the float sums are exact in any order). `float32`: _part_serve_bytes'."""
     spec = a.spec
     if a.quant is None or a.quant.bits >= 16:
-        return int(s.serve_weight_bytes * g.params_total + (4 - s.serve_weight_bytes) * g.params_fp32)
-    part_bytes = _part_serve_bytes(a, s)
+        return int(s.serve_weight_bytes * g.params_total + (4 - s.serve_weight_bytes) * g.params_fp32
+                   - (2 * g.params_fp32 if float32 else 0))
+    part_bytes = _part_serve_bytes(a, s, float32)
     total = 0.0
     for p in spec.embed:
         total += part_bytes(p)
