@@ -168,7 +168,8 @@ def test_llm_compressor_s_ignored_attention_stays_in_16_bits_too() -> None:
     plain = _report({**q, "ignore": ["lm_head"]})
     kept = _report({**q, "ignore": ["lm_head", "re:.*self_attn.*"]})
     attention = sum(i * o for i, o in MATS[:4])
-    packed = sum(4 * (i * o // 8) + 2 * (i // 128) * o for i, o in MATS[:4])  # int32s of 8 and a scale per 128
+    # int32s of 8, a scale per 128, the weight_shape pair (two int64s)
+    packed = sum(4 * (i * o // 8) + 2 * (i // 128) * o + 16 for i, o in MATS[:4])
     assert kept.memory.serve_weight_bytes - plain.memory.serve_weight_bytes == LAYERS * (2 * attention - packed)
     assert "attention kept in 16 bits" in dict(kept.params.quantization or ())["describes"]
 

@@ -164,8 +164,10 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
     serve_at = {v: profiles["serve"] if v == reference else serve_profile(arch, graph, served_s, serve_tokens, memo,
                                                                           *v)
                 for v in sorted({reference, *servers.values(), *own})}
-    served = {v: serving_jobs(graph, s, p, v[0], model_serve_weight_bytes(arch, graph, s, True) if v[1] else
-                              weights_served, shape, serve_tokens, v[1])
+    # in float32 (vllm_support.serving_scale 2) the weights in the 16-bit bytes the plans search in, worked out once
+    weights_float32 = model_serve_weight_bytes(arch, graph, s, True) if any(v[1] for v in serve_at) else 0
+    served = {v: serving_jobs(graph, s, p, v[0], weights_float32 if v[1] else weights_served, shape, serve_tokens,
+                              v[1])
               for v, p in serve_at.items()}
     site_jobs.update(served[reference])
     # the site's full job: its phases are built already

@@ -26,6 +26,9 @@ class Quant:
     # ("bf16": unquantised; MIXED_PRECISION's per-module algorithms)
     attention_16bit: tuple[int, ...] = ()
     roles: tuple[tuple[str, str], ...] = ()
+    # tensors a packed format stores beside its weights and scales where its config asks: "zero_points" (asymmetric),
+    # "group_index" (compressed-tensors' actorder "group")
+    extras: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

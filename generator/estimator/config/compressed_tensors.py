@@ -21,6 +21,7 @@ class Args(NamedTuple):
     group_size: int | None
     strategy: str
     dynamic: bool
+    actorder: str = ""  # activation ordering: "group" keeps a group index per input (weight_g_idx)
 
 
 DEFAULT_ARGS = Args(8, "int", True, None, "tensor", False)  # QuantizationArgs() with nothing said
@@ -46,7 +47,7 @@ def ct_args(x: Any) -> Args | None:
     symmetric, dynamic = x.get("symmetric", True), x.get("dynamic", False)
     return Args(number(x.get("num_bits")) or 8, text(x.get("type")) or "int",
                 symmetric is True or text(symmetric) == "true", group, strategy,
-                dynamic not in (False, None) and text(dynamic) != "false")
+                dynamic not in (False, None) and text(dynamic) != "false", text(x.get("actorder")))
 
 
 def text(x: Any) -> str:

@@ -57,7 +57,9 @@ def read_quant(cfg: Mapping[str, Any], model: str) -> Quant | None:
             f"compressed-tensors int{int(bits)} weights" + (f" packed {pack} per int32" if pack > 1 else "")
         return Quant("compressed-tensors", bits, pack, group, 4.0 if kind == "float" else 2.0,
                      words + ignored_words(attention, kept), attention_16bit=attention,
-                     roles=tuple(sorted(kept.items())))
+                     roles=tuple(sorted(kept.items())),
+                     extras=(*(("zero_points",) if not weights.symmetric else ()),
+                             *(("group_index",) if weights.actorder == "group" else ())))
     if method == "modelopt":
         found = read_modelopt(q)
         if found is not None:

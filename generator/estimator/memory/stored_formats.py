@@ -38,10 +38,14 @@ def mat_elements(q: Quant, count: int, n_in: int, n_out: int) -> tuple[int, floa
         # 20,914,757,184 + 597,196,800 (= expert weights / 32).
         elems, nbytes = w + w // 32, w // 2 + w // 32
     elif q.method == "compressed-tensors":
+        # pack-quantized (vLLM's CompressedTensorsWNA16.create_weights reads the same tensors): int32s of `pack`
+        # weights, a 16-bit scale per group, the int64 weight_shape pair, int32 zero points packed as the weights
+        # where asymmetric, an int32 group index per input where actorder is "group" (Quant.extras)
         pack = max(q.packed_per_element, 1)
         scales = groups * n_out if q.group_size else n_out
-        elems = w // pack + scales + (2 if pack > 1 else 0)
-        nbytes = (4 * (w // pack) if pack > 1 else w * q.bits / 8) + 2 * scales
+        zeros, index = (scales // pack if "zero_points" in q.extras else 0), (n_in if "group_index" in q.extras else 0)
+        elems = w // pack + scales + (2 + zeros + index if pack > 1 else 0)
+        nbytes = (4 * (w // pack) + 16 + 4 * (zeros + index) if pack > 1 else w * q.bits / 8) + 2 * scales
     elif q.method.startswith("modelopt"):  # config/modelopt.py MODELOPT
         elems, nbytes = _modelopt_elements(q.method, n_in, n_out)
     else:
@@ -113,8 +117,8 @@ def attention_kept(a: Arch) -> float:
     """The share of the layers with a self-attention whose attention the ignore list keeps in 16 bits
     (Quant.attention_16bit): of a hybrid's, its attention layers alone."""
     kept = a.quant.attention_16bit if a.quant is not None else ()
-    if EVERY_LAYER in kept:
-        return 1.0
+    if not kept or EVERY_LAYER in kept:  # every quantised attention part asks: most keep none
+        return 1.0 if kept else 0.0
     attending = {i for i, b in enumerate(a.spec.blocks) if any(map(self_attention, b.parts))}
     return len(attending & set(kept)) / max(1, len(attending))
 
