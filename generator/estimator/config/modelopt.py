@@ -83,6 +83,12 @@ def read_modelopt(q: Mapping[str, Any]) -> Quant | None:
                  attention_16bit=attention, roles=tuple(sorted(roles.items())))
 
 
+def stored_as(method: str) -> Quant | None:
+    """The Quant of MODELOPT's format named `method` (a MIXED_PRECISION kind's own); None for another name."""
+    row = next((r for r in MODELOPT.values() if r[0] == method), None)
+    return None if row is None else Quant(*row)
+
+
 def mixed_roles(layers: Any) -> dict[str, str]:
     """Per kind of Linear (ROLES, "other"), the algorithm most of MIXED_PRECISION's quantized_layers of that kind take
     (one MODELOPT holds); {} where it lists none."""

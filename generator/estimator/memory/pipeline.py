@@ -166,10 +166,8 @@ def _shares(job: Any, frozen: bool) -> dict[str, tuple[float, ...]]:
     by_params = ("weights", "overhead_weights") if frozen else _SCALED
     for fields, values in ((by_params, job.layer_params), (("kv_cache",), job.layer_kv)):
         if len(values) == job.layers and len(set(values)) > 1 and sum(values) > 0:
-            total, running = sum(values), [0]
-            for x in values:
-                running.append(running[-1] + x)
-            out.update(dict.fromkeys(fields, tuple(r / total for r in running)))
+            total = sum(values)
+            out.update(dict.fromkeys(fields, tuple(r / total for r in accumulate(values, initial=0))))
     return out
 
 

@@ -3,10 +3,11 @@ is, and the element total the Hub's safetensors count (checkpoint.py compares it
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 from ..config.arch import Arch, Quant
-from ..config.modelopt import EVERY_LAYER
+from ..config.modelopt import EVERY_LAYER, stored_as
 from ..graph.parts import Part
 from .activations import MLP_TYPES
 
@@ -47,23 +48,30 @@ def mat_elements(q: Quant, count: int, n_in: int, n_out: int) -> tuple[int, floa
         elems = w // pack + scales + (2 + zeros + index if pack > 1 else 0)
         nbytes = (4 * (w // pack) + 16 + 4 * (zeros + index) if pack > 1 else w * q.bits / 8) + 2 * scales
     elif q.method.startswith("modelopt"):  # config/modelopt.py MODELOPT
-        elems, nbytes = _modelopt_elements(q.method, n_in, n_out)
+        elems, nbytes = _modelopt_elements(q, n_in, n_out)
     else:
         elems, nbytes = w, 2 * w
     return count * elems, count * nbytes
 
 
-def _modelopt_elements(method: str, n_in: int, n_out: int) -> tuple[int, float]:
-    """(stored elements, bytes) of one ModelOpt matrix: FP8 a byte a weight with two fp32 scalars (weight and input
-    scale), or a scale per output channel, or per 128x128 block; NVFP4 two weights a byte, an e4m3 scale per 16 and
-    two fp32 scalars (weight_scale_2, input_scale); MXFP8 a byte a weight and an e8m0 scale per 32."""
+def _modelopt_elements(q: Quant, n_in: int, n_out: int) -> tuple[int, float]:
+    """(stored elements, bytes) of one ModelOpt matrix, by its format's row of config/modelopt.py MODELOPT (a scale of
+    scale_bytes per group_size weights): NVFP4 two weights a byte, an e4m3 scale per 16 and two fp32 scalars
+    (weight_scale_2, input_scale); MXFP8 a byte a weight and an e8m0 scale per 32; FP8 a byte a weight and an fp32
+    scale per 128x128 block, or per output channel, or two fp32 scalars a tensor (weight and input scale)."""
     w = n_in * n_out
-    if method == "modelopt_fp4":
-        return w // 2 + w // 16 + 2, w // 2 + w // 16 + 8
-    if method == "modelopt_mxfp8":
-        return w + w // 32, w + w // 32
-    scales = {"modelopt_fp8_channel": n_out, "modelopt_fp8_block": -(-n_out // 128) * -(-n_in // 128)}.get(method, 2)
-    return w + scales, w + 4 * scales
+    if q.method in ("modelopt_fp4", "modelopt_mxfp8"):
+        scales = w // q.group_size
+        packed, scalars = (w // 2, 2) if q.method == "modelopt_fp4" else (w, 0)
+        return packed + scales + scalars, packed + q.scale_bytes * scales + 4 * scalars
+    if q.method == "modelopt_fp8_block":
+        side = math.isqrt(q.group_size)
+        scales = -(-n_out // side) * -(-n_in // side)
+    elif q.method == "modelopt_fp8_channel":
+        scales = n_out
+    else:  # per tensor: its weight and input scales, scale_bytes together
+        return w + 2, w + q.scale_bytes
+    return w + scales, w + q.scale_bytes * scales
 
 
 def fp4_experts(a: Arch, p: Part) -> tuple[tuple[int, int, int], ...]:
@@ -90,7 +98,8 @@ def part_stored_delta(a: Arch, p: Part) -> tuple[int, float]:
         if j < len(fp4):  # packed: the Hub's element total counts the bytes (w / 2) and the scales (w / 32)
             e, b = w // 2 + w // 32, float(w // 2 + w // 32)
         else:
-            e, b = mat_elements(q if stored == q.method else replace(q, method=stored), count, i, o)
+            e, b = mat_elements(q if stored == q.method else stored_as(stored) or replace(q, method=stored),
+                                count, i, o)
         quantised = 1.0 - attention_kept(a) if role == "attention" else 1.0
         elems += quantised * (e - w)
         nbytes += quantised * (b - 2 * w)
