@@ -6,22 +6,43 @@ from pathlib import Path
 
 from .errors import ConfigError, ModelNotFound
 from .hub import client, snapshot
-from .records import MAX_CONFIG_BYTES, REPO_ID_RE, ModelRecord
+from .records import (
+    MAX_CONFIG_BYTES,
+    QUANT_CONFIG_FILE,
+    REPO_ID_RE,
+    ModelRecord,
+    parse_config_text,
+    quant_config_of,
+    wants_quant_config,
+)
 
 LOCAL = "local config.json"  # config_source of a record read from the user's own file
 
 
-def read_config_file(path: Path, model: str) -> str:
-    """The text of a local config.json, refusing huge or unreadable files with one clear line."""
+def read_config_file(path: Path, model: str, name: str = "config.json") -> str:
+    """The text of a local config file, refusing huge or unreadable files with one clear line."""
     try:
         size = path.stat().st_size
         if size > MAX_CONFIG_BYTES:
-            raise ConfigError(model, None, None, f"config.json is {size:,} bytes, over the {MAX_CONFIG_BYTES:,}-byte limit")
+            raise ConfigError(model, None, None, f"{name} is {size:,} bytes, over the {MAX_CONFIG_BYTES:,}-byte limit")
         return path.read_text(encoding="utf-8")
     except UnicodeDecodeError:
-        raise ConfigError(model, None, None, "config.json is not UTF-8 text") from None
+        raise ConfigError(model, None, None, f"{name} is not UTF-8 text") from None
     except OSError as exc:
-        raise ConfigError(model, None, None, f"cannot read config.json ({exc.strerror or exc})") from None
+        raise ConfigError(model, None, None, f"cannot read {name} ({exc.strerror or exc})") from None
+
+
+def local_record(config: Path, model: str) -> ModelRecord:
+    """A local config file and, where it is a model folder's config.json and vLLM would read it
+    (records.wants_quant_config), the hf_quant_config.json beside it, as vLLM reads a model folder."""
+    text = read_config_file(config, model)
+    quant, beside = "", config.parent / QUANT_CONFIG_FILE
+    if config.name == "config.json" and beside.is_file() and wants_quant_config(parse_config_text(text, model)):
+        quant = read_config_file(beside, model, QUANT_CONFIG_FILE)
+        if quant_config_of(quant) is None:
+            raise ConfigError(model, None, None, f"{QUANT_CONFIG_FILE} beside its config.json is not a JSON object")
+    return ModelRecord(id=model, config_json=text, config_source=LOCAL, config_provenance="local",
+                       quant_config_json=quant, quant_config_source=f"local {QUANT_CONFIG_FILE}" if quant else None)
 
 
 def resolve_model(arg: str, snapshot_dir: Path | None) -> ModelRecord:
@@ -38,11 +59,9 @@ def resolve_model(arg: str, snapshot_dir: Path | None) -> ModelRecord:
         cfg = path / "config.json"
         if not cfg.is_file():
             raise ModelNotFound(arg, "folder holds no config.json")
-        return ModelRecord(id=name or arg, config_json=read_config_file(cfg, name or arg), config_source=LOCAL,
-                           config_provenance="local")
+        return local_record(cfg, name or arg)
     if is_file:
-        return ModelRecord(id=name or arg, config_json=read_config_file(path, name or arg), config_source=LOCAL,
-                           config_provenance="local")
+        return local_record(path, name or arg)
     if not REPO_ID_RE.fullmatch(arg):
         raise ModelNotFound(arg, "no such file or folder, and not a Hub repo id (org/name)")
     record = snapshot.load_record(snapshot_dir or snapshot.DEFAULT_SNAPSHOT_DIR, arg)

@@ -25,16 +25,19 @@ def settings():
 
 
 def snapshot_configs() -> list[tuple[str, dict, int | None]]:
-    """(repo id, config dict, checkpoint count) for every committed snapshot record."""
+    """(repo id, config dict as the build reads it: ModelRecord.config(), checkpoint count) for every committed
+    snapshot record."""
+    from generator.errors import ConfigError
+    from generator.hub.snapshot import record_from_dict
+
     out = []
     for path in sorted((SNAPSHOT / "models").glob("*/*.json")):
-        rec = json.loads(path.read_text(encoding="utf-8"))
+        record = record_from_dict(json.loads(path.read_text(encoding="utf-8")))
         try:
-            cfg = json.loads(rec["config_json"])
-        except ValueError:
+            cfg = record.config()
+        except ConfigError:
             continue
-        if isinstance(cfg, dict):
-            out.append((rec["id"], cfg, rec.get("checkpoint_params")))
+        out.append((record.id, cfg, record.checkpoint_params))
     return out
 
 
@@ -42,11 +45,10 @@ def snapshot_arch(repo: str, **changes):
     """The committed snapshot's config of `repo`, with `changes` over its keys, normalised (estimator.normalise)."""
     from generator.estimator.normalise import normalise
     from generator.hub.snapshot import load_record
-    from generator.records import parse_config_text
 
     record = load_record(SNAPSHOT, repo)
     assert record is not None, repo
-    return normalise({**parse_config_text(record.config_json, repo), **changes}, repo)
+    return normalise({**record.config(), **changes}, repo)
 
 
 def snapshot_model(repo: str, **changes):

@@ -35,6 +35,8 @@ class FakeModel:
     fault: str | None = None
     fault_times: int = 10**9  # how many requests fail before the file is served (ratelimit)
     pipeline_tag: str = "text-generation"
+    files: dict[str, bytes] = field(default_factory=dict)  # other files the repo lists and serves by name
+    file_fault: str | None = None  # for those files: missing (404 though listed), error (503)
 
     def item(self, expand: list[str] | None) -> dict:
         full = {
@@ -43,6 +45,8 @@ class FakeModel:
             "lastModified": "2026-11-01T12:00:00.000Z", "pipeline_tag": self.pipeline_tag,
             "library_name": "transformers", "tags": ["transformers", "safetensors", self.pipeline_tag],
             "config": _config_subset(self.config),
+            "siblings": [{"rfilename": name} for name in
+                         ("config.json", *(("model.safetensors",) if self.params is not None else ()), *self.files)],
         }
         if self.params is not None and self.st_in_listing:
             full["safetensors"] = {"parameters": dict(self.params), "total": sum(self.params.values())}
@@ -263,6 +267,12 @@ class _Handler(BaseHTTPRequestHandler):
             if fault == "hang":
                 self.fake.release.wait(30)
             body = model.config[: len(model.config) // 2] if fault == "malformed" else model.config
+        elif filename in model.files:
+            if model.file_fault == "missing":
+                return self._error(404, "EntryNotFound", f"{filename} does not exist", commit)
+            if model.file_fault == "error":
+                return self._error(503, "ServiceUnavailable", "upstream unavailable")
+            body = model.files[filename]
         elif filename == "model.safetensors" and model.params is not None:
             body = safetensors_header(model.params, 30_000_000 if fault == "huge_header" else None)
         else:

@@ -47,6 +47,25 @@ CORRECTIONS = {
 }
 
 
+# hf_quant_config.json of the repos whose quantisation lives there (models.tsv notes it: ModelOpt up to 0.29), kept
+# byte for byte in tools/hub-quant-configs/<id>/ from the same repository and commit as their config.json copies.
+QUANT_CONFIGS_DIR = Path(__file__).resolve().parent / "hub-quant-configs"
+_AICONFIGURATOR = ("github:ai-dynamo/aiconfigurator@095f58a51c4ca8e61b66ec108d86f223f8d559ce:"
+                   "aic-core/src/aiconfigurator_core/model_configs/")
+QUANT_CONFIGS = {
+    "nvidia/Llama-3.1-70B-Instruct-FP8": _AICONFIGURATOR + "nvidia--Llama-3.1-70B-Instruct-FP8_hf_quant_config.json",
+    "nvidia/Qwen3-235B-A22B-NVFP4": _AICONFIGURATOR + "nvidia--Qwen3-235B-A22B-NVFP4_hf_quant_config.json",
+}
+
+
+def quant_config(repo_id: str) -> tuple[str, str | None]:
+    """The kept hf_quant_config.json of repo_id (byte-exact text) and its source; "" and None where none is kept."""
+    if repo_id not in QUANT_CONFIGS:
+        return "", None
+    text = (QUANT_CONFIGS_DIR / repo_id / "hf_quant_config.json").read_bytes().decode("utf-8")
+    return text, f"{QUANT_CONFIGS[repo_id]} (a verbatim copy of the repo's file, ModelOpt's export)"
+
+
 def provenance_of(repo_id: str, config_source: str) -> str:
     """Where the corpus's config.json of repo_id comes from, as one of records.PROVENANCES."""
     if repo_id in _REPAIRED_IDS:
@@ -96,6 +115,7 @@ def row_to_record(row: dict[str, str], source: Path) -> ModelRecord:
     checkpoint = _int_or_none(row["checkpoint_params"])
     if by_dtype and checkpoint is not None and sum(by_dtype.values()) != checkpoint:
         raise SystemExit(f"{repo_id}: per-dtype split {by_dtype} does not sum to {checkpoint}")
+    quant, quant_source = quant_config(repo_id)
     return ModelRecord(
         id=repo_id,
         config_json=config_json,
@@ -108,6 +128,8 @@ def row_to_record(row: dict[str, str], source: Path) -> ModelRecord:
         gated=None,  # unknown: the corpus does not say
         config_source=config_source,
         config_provenance=provenance,
+        quant_config_json=quant,
+        quant_config_source=quant_source,
     )
 
 

@@ -121,7 +121,7 @@ def check_checkpoint(a: Arch, g: Graph, checkpoint: int | None, stored: int | No
 
 
 # Repository-name tokens of a quantised checkpoint's format (split on "-", "_" and "."): NVIDIA ModelOpt exports
-# (-FP8, -NVFP4) keep their settings in hf_quant_config.json, not config.json; AutoAWQ, GPTQ, llm-compressor
+# (-FP8, -NVFP4), whose settings older versions keep in hf_quant_config.json (read where the record has it); AutoAWQ, GPTQ, llm-compressor
 # (W4A16, W8A8, FP8-Dynamic), bitsandbytes (bnb-4bit), MLX and GGUF repositories are named the same way.
 QUANTISED_NAME_TOKENS = frozenset({"fp8", "nvfp4", "fp4", "mxfp4", "int4", "int8", "awq", "gptq", "w4a16", "w8a8",
                                    "w4a8", "4bit", "8bit", "nf4", "gguf", "exl2"})
@@ -134,10 +134,11 @@ def check_quantization(a: Arch, g: Graph, stored: int | None, model_id: str = ""
         if not named:
             return []
         return [Finding("quantization", "warning",
-                        f"the repository's name says {', '.join(t.upper() for t in named)}, but its config.json "
-                        "declares no quantization_config (NVIDIA ModelOpt, for one, keeps it in "
-                        "hf_quant_config.json, which is not read): its weights are counted and priced as bf16, "
-                        "which is more than the quantised checkpoint holds.")]
+                        f"the repository's name says {', '.join(t.upper() for t in named)}, but no quantization "
+                        "settings were read: its config.json declares no quantization_config, and no "
+                        "hf_quant_config.json (where NVIDIA ModelOpt up to 0.29 keeps them) came with it. Its "
+                        "weights are counted and priced as bf16, which is more than the quantised checkpoint "
+                        "holds.")]
     if stored is None:
         return [Finding("quantization", "info", f"quantization_config {a.quant.method!r}: {a.quant.describes}; "
                                                 "weights are counted and served as bf16.")]

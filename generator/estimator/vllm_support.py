@@ -10,7 +10,14 @@ from collections.abc import Mapping
 
 from .checks import Finding
 from .config.arch import Arch
-from .config.modelopt import modelopt_algo, modelopt_fields, modelopt_ignore
+from .config.modelopt import (
+    PRODUCER_ALGOS,
+    modelopt_algo,
+    modelopt_fields,
+    modelopt_ignore,
+    produced_by_modelopt,
+    quant_method_of,
+)
 from .inputs import Gpu
 from .quant_schemes import Capability, capability, serves, sparse24
 
@@ -49,8 +56,8 @@ def quant_method(a: Arch) -> str:
     """The checkpoint's quant_method as vLLM reads it from config.json (config/model.py _verify_quantization:
     quant_cfg["quant_method"]); "" for a 16-bit checkpoint."""
     q = a.raw.get("quantization_config")
-    named = q.get("quant_method") if isinstance(q, Mapping) else None
-    return str(named).lower() if named else (a.quant.method if a.quant is not None else "")
+    named = quant_method_of(q) if isinstance(q, Mapping) else ""
+    return named or (a.quant.method if a.quant is not None else "")
 
 
 def quant_capability(a: Arch) -> Capability:
@@ -84,6 +91,9 @@ def modelopt_refusal(q: Mapping) -> str:
     if "quantization" in q and not isinstance(q["quantization"], Mapping):
         return "its quantization is not a mapping"
     fields, algo = modelopt_fields(q), modelopt_algo(q)
+    if produced_by_modelopt(q) and algo not in PRODUCER_ALGOS:
+        return (f"hf_quant_config.json's quant_algo {algo}, which its config reader does not take (\"Unknown ModelOpt "
+                "quant algo\": transformers_utils/model_arch_config_convertor.py)")
     if algo not in MODELOPT_CAPABILITY:
         return (f"quant_algo {algo or 'unnamed'}, outside the {', '.join(MODELOPT_CAPABILITY)} it takes "
                 "(QUANT_ALGOS)")

@@ -9,15 +9,24 @@ from pathlib import Path
 from typing import Any
 
 from .. import DISTRIBUTION
-from ..errors import ModelNotFound
-from ..records import MAX_CONFIG_BYTES, ModelRecord, validate_repo_id
+from ..errors import ConfigError, ModelNotFound
+from ..records import (
+    MAX_CONFIG_BYTES,
+    QUANT_CONFIG_FILE,
+    ModelRecord,
+    parse_config_text,
+    quant_config_of,
+    validate_repo_id,
+    wants_quant_config,
+)
 from .listing import SHA_RE, Listed, build_record, config_problem, listed_from_info
 
 # huggingface_hub is imported inside functions only: it reads HF_ENDPOINT, HF_HOME and HF_HUB_OFFLINE once,
 # at import. Everything below reads those variables at call time and passes them explicitly instead.
 # (typed as the strings they are: huggingface_hub's own Literal of expand properties is checked by its server)
+# (siblings: the repo's file names, to know whether it has an hf_quant_config.json without asking for it)
 EXPAND: Any = ["config", "safetensors", "sha", "downloads", "likes", "gated", "lastModified",
-          "pipeline_tag", "library_name", "tags"]
+          "pipeline_tag", "library_name", "tags", "siblings"]
 DEFAULT_ENDPOINT = "https://huggingface.co"
 RETRY_NOTE = "retried on the next crawl"
 LISTING_COUNTS_SOURCE = "Hub API field safetensors (per-dtype parameters)"
@@ -165,7 +174,12 @@ class HubClient:
             raise classify(exc, "model info") from exc
 
     def download_config(self, repo_id: str, revision: str, local_only: bool = False) -> tuple[str, str | None]:
-        """config.json text at `revision` through the HF cache, and the commit it came from.
+        """config.json text at `revision` through the HF cache, and the commit it came from (download_file)."""
+        return self.download_file(repo_id, "config.json", revision, local_only)
+
+    def download_file(self, repo_id: str, filename: str, revision: str,
+                      local_only: bool = False) -> tuple[str, str | None]:
+        """A small JSON file's text at `revision` through the HF cache, and the commit it came from.
 
         A file larger than MAX_CONFIG_BYTES is refused before its body is requested: a dry run
         (`hf_hub_download(dry_run=True)`, huggingface_hub >= 1.1; one HEAD, or the cache) gives its size
@@ -175,21 +189,22 @@ class HubClient:
 
         s = self.settings
         repo_id = validate_repo_id(repo_id)
+        what = "config" if filename == "config.json" else filename
         # one set of options for the dry run and the download (the overloads are keyed on dry_run's literal)
         where = dict(revision=revision, endpoint=s.endpoint, token=s.token, cache_dir=s.cache_dir,
                      etag_timeout=s.etag_timeout, local_files_only=local_only or s.offline)
         try:
-            planned = hf_hub_download(repo_id, "config.json", dry_run=True, **where)  # type: ignore[call-overload]
-            _check_config_size(repo_id, getattr(planned, "file_size", None), "refused before downloading it")
-            path = Path(hf_hub_download(repo_id, "config.json", **where))  # type: ignore[call-overload]
+            planned = hf_hub_download(repo_id, filename, dry_run=True, **where)  # type: ignore[call-overload]
+            _check_size(repo_id, filename, getattr(planned, "file_size", None), "refused before downloading it")
+            path = Path(hf_hub_download(repo_id, filename, **where))  # type: ignore[call-overload]
         except Exception as exc:  # noqa: BLE001
-            raise classify(exc, "config") from exc
-        _check_config_size(repo_id, path.stat().st_size, "refused unread")
+            raise classify(exc, what) from exc
+        _check_size(repo_id, filename, path.stat().st_size, "refused unread")
         try:
             text = path.read_bytes().decode("utf-8")
         except UnicodeDecodeError:
-            raise HubFault(MALFORMED, "config.json is not UTF-8 text") from None
-        commit = path.parent.name  # <cache>/models--org--name/snapshots/<commit>/config.json
+            raise HubFault(MALFORMED, f"{filename} is not UTF-8 text") from None
+        commit = path.parent.name  # <cache>/models--org--name/snapshots/<commit>/<filename>
         return text, commit if SHA_RE.fullmatch(commit) else None
 
     def safetensors_counts(self, repo_id: str, revision: str | None) -> dict[str, int]:
@@ -202,11 +217,32 @@ class HubClient:
             raise classify(exc, "safetensors header") from exc
 
 
-def _check_config_size(repo_id: str, size: int | None, what: str) -> None:
-    """Refuse a config.json over MAX_CONFIG_BYTES: one problem naming the model, the file and the size."""
+def _check_size(repo_id: str, filename: str, size: int | None, what: str) -> None:
+    """Refuse a config file over MAX_CONFIG_BYTES: one problem naming the model, the file and the size."""
     if size is not None and size > MAX_CONFIG_BYTES:
-        raise HubFault(MALFORMED, f"config.json of {repo_id} is {size:,} bytes, larger than {MAX_CONFIG_BYTES:,} "
+        raise HubFault(MALFORMED, f"{filename} of {repo_id} is {size:,} bytes, larger than {MAX_CONFIG_BYTES:,} "
                                   f"bytes: {what}")
+
+
+def quant_config_of_repo(client: HubClient, listed: Listed, config_text: str, revision: str,
+                         local_only: bool = False) -> tuple[str, str | None, HubFault | None]:
+    """hf_quant_config.json where vLLM reads it beside this config.json (records.wants_quant_config) and the
+    repo lists it; from the HF cache alone where `local_only` (a miss is no fault there: the file may not exist).
+    Returns (text or "", its source, the fault that kept it out)."""
+    try:
+        wanted = wants_quant_config(parse_config_text(config_text, listed.id))
+    except ConfigError:
+        return "", None, None
+    listed_file = listed.quant_config_listed
+    if not wanted or listed_file is False or (listed_file is None and not local_only):
+        return "", None, None
+    try:
+        text, commit = client.download_file(listed.id, QUANT_CONFIG_FILE, revision, local_only=local_only)
+    except HubFault as fault:
+        return "", None, None if local_only else fault
+    if quant_config_of(text) is None:
+        return "", None, HubFault(MALFORMED, f"{QUANT_CONFIG_FILE} is not a JSON object: not read")
+    return text, f"Hub file {QUANT_CONFIG_FILE} at revision {commit or revision}", None
 
 
 def counts_of(client: HubClient, listed: Listed, revision: str | None
@@ -260,6 +296,9 @@ def fetch_record(repo_id: str) -> ModelRecord:
         raise ModelNotFound(repo_id, f"config.json could not be fetched: {fault}") from None
     if problem := config_problem(text, repo_id):
         problems.append(problem)
+    quant, quant_source, quant_fault = quant_config_of_repo(client, listed, text, "main", local_only=cached_only)
+    if quant_fault:
+        problems.append(str(quant_fault))
     by_dtype: dict[str, int] = {}
     source = None
     if not cached_only:
@@ -268,4 +307,5 @@ def fetch_record(repo_id: str) -> ModelRecord:
             problems.append(str(count_fault))
     return build_record(listed, config_json=text, sha=commit, by_dtype=by_dtype, checkpoint_source=source,
                         config_source=f"Hub file config.json at revision {commit or 'main'} (fetched {today})",
-                        problems=problems, date=today)
+                        problems=problems, date=today, quant_config_json=quant,
+                        quant_config_source=quant_source and f"{quant_source} (fetched {today})")

@@ -17,7 +17,17 @@ from rich.table import Table
 from ..errors import ConfigError, CrawlError, RecordError
 from ..records import HUB, ModelRecord, validate_repo_id
 from ..settings import load_settings
-from .client import BAD_ID, LISTING_COUNTS_SOURCE, MALFORMED, RETRY_NOTE, HubClient, HubFault, HubSettings, counts_of
+from .client import (
+    BAD_ID,
+    LISTING_COUNTS_SOURCE,
+    MALFORMED,
+    RETRY_NOTE,
+    HubClient,
+    HubFault,
+    HubSettings,
+    counts_of,
+    quant_config_of_repo,
+)
 from .listing import Listed, build_record, config_problem
 from .snapshot import (
     INDEX_NAME,
@@ -101,6 +111,7 @@ def _fetch(client: HubClient, item: Listed, previous: ModelRecord | None, summar
     fresh_config = False
     provenance: str | None = HUB
     config_source: str | None
+    quant, quant_source = "", None
     try:
         text, commit = client.download_config(item.id, item.sha or "main")
         sha, config_source, fresh_config = commit or item.sha, f"Hub file config.json at revision {commit}", True
@@ -109,12 +120,17 @@ def _fetch(client: HubClient, item: Listed, previous: ModelRecord | None, summar
             summary.skipped[MALFORMED] += 1
         else:
             summary.fetched += 1
+            quant, quant_source, quant_fault = quant_config_of_repo(client, item, text, sha or "main")
+            if quant_fault is not None:  # the config stands; the next crawl tries a transient fault again
+                problems.append(str(quant_fault))
+                summary.problems[quant_fault.reason] += 1
     except HubFault as fault:
         summary.skipped[fault.reason] += 1
         problems.append(str(fault))
         if previous is not None:  # keep the last good data; its older sha makes the next crawl try again
             text, sha, config_source = previous.config_json, previous.sha, previous.config_source
             provenance = previous.config_provenance
+            quant, quant_source = previous.quant_config_json, previous.quant_config_source
         else:
             text, sha, config_source, provenance = "", item.sha, None, None
     by_dtype: dict[str, int] = {}
@@ -127,7 +143,8 @@ def _fetch(client: HubClient, item: Listed, previous: ModelRecord | None, summar
     if not by_dtype and previous is not None and previous.checkpoint_params_by_dtype:
         by_dtype, source = dict(previous.checkpoint_params_by_dtype), previous.checkpoint_source
     return build_record(item, config_json=text, sha=sha, by_dtype=by_dtype, checkpoint_source=source,
-                        config_source=config_source, problems=problems, date=date, config_provenance=provenance)
+                        config_source=config_source, problems=problems, date=date, config_provenance=provenance,
+                        quant_config_json=quant, quant_config_source=quant_source)
 
 
 def _crawl_one(client: HubClient, item: Listed, snapshot_dir: Path, summary: Summary, date: str) -> ModelRecord:

@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from ..errors import ConfigError
-from ..records import HUB, ModelRecord, parse_config_text, validate_repo_id
+from ..records import HUB, QUANT_CONFIG_FILE, ModelRecord, parse_config_text, validate_repo_id
 
 SHA_RE = re.compile(r"^[0-9a-f]{40}$")
 _DTYPE_RE = re.compile(r"^[A-Za-z0-9_]{1,16}$")
@@ -30,6 +30,7 @@ class Listed:
     tags: tuple[str, ...] = ()
     params_by_dtype: Mapping[str, int] | None = None  # the API's safetensors.parameters, when present
     params_total: int | None = None
+    quant_config_listed: bool | None = None  # the repo's files include hf_quant_config.json; None: not listed
 
 
 def _count(value: object) -> int | None:
@@ -53,6 +54,7 @@ def listed_from_info(info: Any) -> Listed:
         if clean and all(isinstance(k, str) and _DTYPE_RE.fullmatch(k) and v is not None for k, v in clean.items()):
             by_dtype, total = {str(k): int(v) for k, v in clean.items() if v is not None}, _count(st.total)
     tags = info.tags if isinstance(info.tags, list) else []
+    siblings = getattr(info, "siblings", None)
     return Listed(
         id=str(info.id),
         sha=sha,
@@ -65,6 +67,8 @@ def listed_from_info(info: Any) -> Listed:
         tags=tuple(t[:200] for t in tags[:200] if isinstance(t, str)),
         params_by_dtype=by_dtype,
         params_total=total,
+        quant_config_listed=None if not isinstance(siblings, list) else any(
+            getattr(x, "rfilename", None) == QUANT_CONFIG_FILE for x in siblings),
     )
 
 
@@ -79,7 +83,8 @@ def config_problem(text: str, repo_id: str) -> str | None:
 
 def build_record(listed: Listed, *, config_json: str, sha: str | None, by_dtype: Mapping[str, int],
                  checkpoint_source: str | None, config_source: str | None, problems: list[str],
-                 date: str, config_provenance: str | None = HUB) -> ModelRecord:
+                 date: str, config_provenance: str | None = HUB, quant_config_json: str = "",
+                 quant_config_source: str | None = None) -> ModelRecord:
     """A snapshot record from what the Hub said about one model on `date` (YYYY-MM-DD)."""
     return ModelRecord(
         id=validate_repo_id(listed.id),
@@ -100,4 +105,6 @@ def build_record(listed: Listed, *, config_json: str, sha: str | None, by_dtype:
         config_source=config_source,
         config_provenance=config_provenance if config_json else None,
         problems=tuple(dict.fromkeys(problems)),
+        quant_config_json=quant_config_json,
+        quant_config_source=quant_config_source if quant_config_json else None,
     )

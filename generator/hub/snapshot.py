@@ -26,7 +26,7 @@ _DTYPE_RE = re.compile(r"^[A-Za-z0-9_]{1,16}$")
 _FIELDS = {f.name: f for f in fields(ModelRecord)}
 _INT_FIELDS = ("checkpoint_params", "downloads", "likes")
 _STR_FIELDS = ("checkpoint_source", "downloads_source", "last_modified", "pipeline_tag",
-               "library_name", "config_source", "config_provenance")
+               "library_name", "config_source", "config_provenance", "quant_config_source")
 
 
 @dataclass(frozen=True)
@@ -98,6 +98,8 @@ def record_from_dict(data: object) -> ModelRecord:
 
     if not isinstance(data.get("config_json"), str):
         raise bad("config_json", "must be the config.json text (a string)")
+    if not isinstance(data.get("quant_config_json", ""), str):
+        raise bad("quant_config_json", "must be the hf_quant_config.json text (a string)")
     sha = data.get("sha")
     if sha is not None and not (isinstance(sha, str) and _SHA_RE.fullmatch(sha)):
         raise bad("sha", "must be a hex commit id or null")

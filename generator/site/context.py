@@ -116,6 +116,7 @@ def _provenance(report: Report, record: ModelRecord | None) -> dict[str, Any]:
         "config_what": "its own config.json" if record is None or record.config_provenance == "hub"
         else "a copy of its config.json, not the Hub's file",
         "config_notice": None if record is None else config_notice(record.config_provenance),
+        "quant_config_source": record.quant_config_source if record and record.quant_config_json else None,
         "architectures": list(report.model.architectures),
         "stale": bool(record and record.stale),
     }

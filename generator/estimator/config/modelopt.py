@@ -38,6 +38,28 @@ EVERY_LAYER = -1  # Quant.attention_16bit: a pattern that leaves every layer's a
 _LAYER = re.compile(r"layers\.(\d{1,6})\.self_attn")  # one layer's attention, its regex escapes taken off
 
 
+# hf_quant_config.json names no quant_method: vLLM sets one where its producer is modelopt, from its algorithm
+# ("modelopt" for these three, "modelopt_fp4" for NVFP4), and raises "Unknown ModelOpt quant algo" for any other
+# (transformers_utils/model_arch_config_convertor.py _normalize_quantization_config)
+PRODUCER_ALGOS = frozenset({"FP8", "FP8_PER_CHANNEL_PER_TOKEN", "FP8_PB_WO", "NVFP4"})
+# vLLM's names of ModelOpt's config classes (layers/quantization/__init__.py), each read here as "modelopt"
+MODELOPT_METHODS = frozenset({"modelopt", "modelopt_fp4", "modelopt_mxfp8", "modelopt_mixed"})
+
+
+def produced_by_modelopt(q: Mapping[str, Any]) -> bool:
+    """Whether this is hf_quant_config.json's form as ModelOpt writes it: {"producer": {"name": "modelopt"},
+    "quantization": {"quant_algo": ...}}, whose quant_method vLLM sets whatever the file says."""
+    producer, inner = q.get("producer"), q.get("quantization")
+    return isinstance(producer, Mapping) and producer.get("name") == "modelopt" and isinstance(inner, Mapping) \
+        and inner.get("quant_algo") is not None
+
+
+def quant_method_of(q: Mapping[str, Any]) -> str:
+    """The quant_method vLLM reads a quantization_config as, lower-cased, ModelOpt's classes all "modelopt"."""
+    method = "modelopt" if produced_by_modelopt(q) else str(q.get("quant_method", "")).lower()[:40]
+    return "modelopt" if method in MODELOPT_METHODS else method
+
+
 def modelopt_algo(q: Mapping[str, Any]) -> str:
     """A ModelOpt config's quant_algo, upper-cased: config.json's own, or hf_quant_config.json's under
     "quantization" (vLLM's ModelOptQuantConfigBase._extract_modelopt_quant_algo); "" where it names none."""

@@ -8,7 +8,7 @@ from typing import Any
 from ...errors import ConfigError
 from .arch import Quant
 from .compressed_tensors import DEFAULT_ARGS, ct_groups
-from .modelopt import ignored, ignored_words, read_modelopt
+from .modelopt import ignored, ignored_words, quant_method_of, read_modelopt
 
 
 def _num(q: Mapping[str, Any], key: str, default: float) -> float:
@@ -23,7 +23,7 @@ def read_quant(cfg: Mapping[str, Any], model: str) -> Quant | None:
         return None
     if not isinstance(q, Mapping):
         raise ConfigError(model, "quantization_config", q, "must be a JSON object")
-    method = str(q.get("quant_method", "")).lower()[:40]
+    method = quant_method_of(q)
     if method in ("gptq", "awq"):
         bits = _num(q, "bits", 4)
         group = int(_num(q, "group_size", 128))
