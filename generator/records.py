@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import ConfigError, RecordError
+from .estimator.config.modelopt import merge_quant_file
 
 # A Hub repo id is "org/name" of [A-Za-z0-9._-]; ".." and leading dots are refused so that an id can
 # never name a parent folder once it becomes a path under public/ or the snapshot.
@@ -64,17 +65,17 @@ class ModelRecord:
     config_provenance: str | None = None  # one of PROVENANCES; None: not recorded
     stale: bool = False  # dropped out of the crawled top N; last data kept
     problems: tuple[str, ...] = ()
-    # hf_quant_config.json exactly as published where the estimate reads it (wants_quant_config); "" otherwise
+    # hf_quant_config.json exactly as published where vLLM reads it (wants_quant_file); "" otherwise
     quant_config_json: str = ""
     quant_config_source: str | None = None
 
     def config(self) -> dict[str, Any]:
         """config.json as vLLM reads it: parsed, with hf_quant_config.json merged where vLLM takes it
-        (merge_quant_config). A non-object or malformed config.json raises ConfigError naming the model; a
+        (estimator.config.modelopt.merge_quant_file). A non-object or malformed config.json raises ConfigError naming the model; a
         malformed hf_quant_config.json is left out (the crawl records it as a problem)."""
         cfg = parse_config_text(self.config_json, self.id)
         if self.quant_config_json and (quant := quant_config_of(self.quant_config_json)) is not None:
-            return merge_quant_config(cfg, quant)
+            return merge_quant_file(cfg, quant)
         return cfg
 
     @property
@@ -86,33 +87,6 @@ class ModelRecord:
 
 
 QUANT_CONFIG_FILE = "hf_quant_config.json"
-
-
-def _mixed_without_layers(q: object) -> bool:
-    return isinstance(q, Mapping) and str(q.get("quant_method", "")).lower() == "modelopt" \
-        and str(q.get("quant_algo", "")).upper() == "MIXED_PRECISION" and "quantized_layers" not in q
-
-
-def wants_quant_config(cfg: Mapping[str, Any]) -> bool:
-    """Whether vLLM 0.19.1 reads a repo's hf_quant_config.json beside this config.json: where config.json has no
-    quantization_config (NVIDIA ModelOpt up to 0.29 keeps its settings there: transformers_utils/config.py
-    get_config), or a ModelOpt MIXED_PRECISION one without its quantized_layers (model_loader/weight_utils.py
-    get_quant_config: "older ones keep it only in hf_quant_config.json")."""
-    q = cfg.get("quantization_config")
-    return q is None or _mixed_without_layers(q)
-
-
-def merge_quant_config(cfg: dict[str, Any], quant: dict[str, Any]) -> dict[str, Any]:
-    """cfg with hf_quant_config.json's object where vLLM takes it (wants_quant_config): as the quantization_config
-    of a config.json that has none, or in place of a MIXED_PRECISION one's fields, its quant_method kept. There vLLM
-    names the method from config.json's own (which names no producer) and reads the layers from the file."""
-    q = cfg.get("quantization_config")
-    if q is None:
-        return {**cfg, "quantization_config": quant}
-    if _mixed_without_layers(q):
-        fields = {k: v for k, v in quant.items() if k != "producer"}
-        return {**cfg, "quantization_config": {**fields, "quant_method": q["quant_method"]}}
-    return cfg
 
 
 def quant_config_of(text: str) -> dict[str, Any] | None:

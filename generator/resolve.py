@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .errors import ConfigError, ModelNotFound
+from .estimator.config.modelopt import wants_quant_file
 from .hub import client, snapshot
 from .records import (
     MAX_CONFIG_BYTES,
@@ -13,7 +14,6 @@ from .records import (
     ModelRecord,
     parse_config_text,
     quant_config_of,
-    wants_quant_config,
 )
 
 LOCAL = "local config.json"  # config_source of a record read from the user's own file
@@ -34,13 +34,14 @@ def read_config_file(path: Path, model: str, name: str = "config.json") -> str:
 
 def local_record(config: Path, model: str) -> ModelRecord:
     """A local config file and, where it is a model folder's config.json and vLLM would read it
-    (records.wants_quant_config), the hf_quant_config.json beside it, as vLLM reads a model folder."""
+    (estimator.config.modelopt.wants_quant_file), the hf_quant_config.json beside it, as vLLM reads a model folder."""
     text = read_config_file(config, model)
     quant, beside = "", config.parent / QUANT_CONFIG_FILE
-    if config.name == "config.json" and beside.is_file() and wants_quant_config(parse_config_text(text, model)):
+    if config.name == "config.json" and beside.is_file() and wants_quant_file(parse_config_text(text, model)):
         quant = read_config_file(beside, model, QUANT_CONFIG_FILE)
         if quant_config_of(quant) is None:
-            raise ConfigError(model, None, None, f"{QUANT_CONFIG_FILE} beside its config.json is not a JSON object")
+            raise ConfigError(model, QUANT_CONFIG_FILE, quant[:60], "must hold a JSON object (the file beside its "
+                                                                    "config.json, read as vLLM reads a model folder)")
     return ModelRecord(id=model, config_json=text, config_source=LOCAL, config_provenance="local",
                        quant_config_json=quant, quant_config_source=f"local {QUANT_CONFIG_FILE}" if quant else None)
 

@@ -9,17 +9,19 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 
 import pytest
 
 from fakehub import FakeHub, FakeModel, fake_sha
 from generator.errors import ConfigError, RecordError
+from generator.estimator.config.modelopt import merge_quant_file, wants_quant_file
 from generator.estimator.normalise import normalise
-from generator.estimator.vllm_support import quant_method, refused_everywhere
+from generator.estimator.vllm_support import fp8_kv_cache, quant_capability, quant_method, refused_everywhere
 from generator.hub.client import fetch_record
-from generator.hub.snapshot import DEFAULT_SNAPSHOT_DIR, load_record, record_from_dict, record_to_dict
+from generator.hub.snapshot import DEFAULT_SNAPSHOT_DIR, load_record, record_from_dict, record_to_dict, write_record
 from generator.pipeline import report_for_record
-from generator.records import QUANT_CONFIG_FILE, ModelRecord, merge_quant_config, wants_quant_config
+from generator.records import QUANT_CONFIG_FILE, ModelRecord
 from generator.resolve import resolve_model
 from generator.settings import load_settings
 from generator.site.build import render_model_page
@@ -46,25 +48,31 @@ def _bytes(data: dict) -> bytes:
 # --- where vLLM takes the file ------------------------------------------------------------------------------------
 
 def test_the_file_is_wanted_where_config_json_declares_no_quantization():
-    assert wants_quant_config({"model_type": "llama"})
-    assert wants_quant_config({"quantization_config": None})
-    assert not wants_quant_config({"quantization_config": {"quant_method": "fp8"}})
+    assert wants_quant_file({"model_type": "llama"})
+    assert wants_quant_file({"quantization_config": None})
+    assert not wants_quant_file({"quantization_config": {"quant_method": "fp8"}})
     # a MIXED_PRECISION config.json without its layers: vLLM reads them from the file (weight_utils.get_quant_config)
     mixed = {"quant_method": "modelopt", "quant_algo": "MIXED_PRECISION"}
-    assert wants_quant_config({"quantization_config": mixed})
-    assert not wants_quant_config({"quantization_config": {**mixed, "quantized_layers": {}}})
+    assert wants_quant_file({"quantization_config": mixed})
+    assert not wants_quant_file({"quantization_config": {**mixed, "quantized_layers": {}}})
 
 
 def test_merge_takes_the_file_as_quantization_config_and_keeps_config_json_own():
-    assert merge_quant_config({"a": 1}, FP8_FILE) == {"a": 1, "quantization_config": FP8_FILE}
+    assert merge_quant_file({"a": 1}, FP8_FILE) == {"a": 1, "quantization_config": FP8_FILE}
     own = {"quantization_config": {"quant_method": "fp8"}}
-    assert merge_quant_config(own, FP8_FILE) == own
-    mixed = {"quantization_config": {"quant_method": "modelopt", "quant_algo": "MIXED_PRECISION"}}
-    layers = {"producer": {"name": "modelopt"}, "quantization": {"quant_algo": "MIXED_PRECISION",
-                                                                 "quantized_layers": {"x": {"quant_algo": "FP8"}}}}
-    # config.json's method kept, the producer (which config.json does not name) left out
-    assert merge_quant_config(mixed, layers)["quantization_config"] == {
-        "quantization": layers["quantization"], "quant_method": "modelopt"}
+    assert merge_quant_file(own, FP8_FILE) == own
+    mixed = {"quantization_config": {"quant_method": "modelopt", "quant_algo": "MIXED_PRECISION",
+                                     "kv_cache_quant_algo": "FP8"}}
+    layers = {"x": {"quant_algo": "FP8"}}
+    file = {"producer": {"name": "modelopt"}, "quantization": {"quant_algo": "MIXED_PRECISION",
+                                                               "kv_cache_quant_algo": None,
+                                                               "quantized_layers": layers, "exclude_modules": ["y"]}}
+    # the layers and exclusions from the file; config.json's other keys, its KV cache's, kept (vLLM reads those)
+    assert merge_quant_file(mixed, file)["quantization_config"] == {**mixed["quantization_config"],
+                                                                    "quantized_layers": layers, "ignore": ["y"]}
+    # a file vLLM raises on (not ModelOpt's, or without layers) merges nothing: the config stays refused
+    for bad in ({**file, "producer": {"name": "other"}}, {**file, "quantization": {"quant_algo": "FP8"}}):
+        assert merge_quant_file(mixed, bad) == mixed
 
 
 def test_a_record_reads_its_file_and_leaves_a_malformed_one_out():
@@ -90,19 +98,50 @@ def test_the_producer_form_is_read_as_modelopt_whatever_its_method():
     # vLLM's own names for ModelOpt's classes, written into config.json, are read as ModelOpt too
     alias = _arch({"quant_method": "modelopt_fp4", "quant_algo": "NVFP4"})
     assert alias.quant is not None and alias.quant.method == "modelopt_fp4" and quant_method(alias) == "modelopt"
+    # a modelopt producer sets the method whatever the file says (_normalize_quantization_config)
+    named = _arch({**FP8_FILE, "quant_method": "fp8"})
+    assert quant_method(named) == "modelopt" and named.quant is not None and named.quant.method == "modelopt_fp8"
     # without a modelopt producer the file names no method: not read as ModelOpt
     other = _arch({"producer": {"name": "other"}, "quantization": {"quant_algo": "FP8"}})
     assert other.quant is not None and other.quant.method == "unknown"
 
 
-@pytest.mark.parametrize("algo", ["MXFP8", "MIXED_PRECISION", "W4A16_AWQ"])
+@pytest.mark.parametrize("algo", ["MXFP8", "MIXED_PRECISION", "W4A16_AWQ", 5])
 def test_an_algorithm_the_producer_form_does_not_take_is_served_nowhere(algo):
     # "Unknown ModelOpt quant algo" (model_arch_config_convertor.py): only FP8's three and NVFP4 are named there
     a = _arch({"producer": {"name": "modelopt"}, "quantization": {
         "quant_algo": algo, "kv_cache_quant_algo": None, "exclude_modules": [],
         "quantized_layers": {"model.layers.0.mlp.down_proj": {"quant_algo": "FP8"}}}})
-    assert re.search(rf"hf_quant_config.json's quant_algo {algo}, which its config reader does not take",
-                     refused_everywhere(a))
+    assert re.search(rf"quant_algo {algo}, which a modelopt producer's config may not name", refused_everywhere(a))
+
+
+@pytest.mark.parametrize("quant", [{"producer": "modelopt", "quant_method": "fp8"},
+                                   {"producer": None, "quant_method": "fp8"},
+                                   {"producer": {"name": "modelopt"}, "quantization": "FP8"},
+                                   {"producer": {"name": "modelopt"}, "quantization": None}])
+def test_a_malformed_producer_form_is_served_nowhere(quant):
+    # vLLM reads q.get("producer", {}).get("name") and q.get("quantization", {}).get("quant_algo"): AttributeError
+    assert refused_everywhere(_arch(quant)).startswith("fails to read this quantization_config: its ")
+
+
+def test_a_multimodal_config_is_judged_by_its_quantization_config():
+    # the file lands at the top of a wrapper's config, whose text config the layers are read from: vLLM reads the
+    # top-level quantization_config first (get_quantization_config), so its rules apply to the wrapper too
+    record = load_record(DEFAULT_SNAPSHOT_DIR, "google/gemma-3-27b-it")
+    assert record is not None
+    a = normalise(merge_quant_file(record.config(), FP8_FILE), record.id)
+    assert a.quant is not None and a.quant.method == "modelopt_fp8" and quant_method(a) == "modelopt"
+    assert quant_capability(a).least == 8.9 and fp8_kv_cache(a) == "kv_cache_quant_algo"
+    # a text_config's own quantization_config is read where the top level has none
+    text = dict(record.config())
+    text["text_config"] = {**text["text_config"], "quantization_config": FP8_FILE}
+    b = normalise(text, record.id)
+    assert b.quant is not None and b.quant.method == "modelopt_fp8" and quant_capability(b).least == 8.9
+
+
+def test_awq_bits_of_zero_is_one_clear_error():
+    with pytest.raises(ConfigError, match=r"quantization_config.bits.*must be a number of bits"):
+        _arch({"quant_method": "awq", "bits": 0})
 
 
 def test_mixed_precision_layers_from_the_file_are_served():
@@ -131,7 +170,8 @@ def test_the_snapshot_prices_llama_70b_fp8_as_its_modelopt_export():
     assert report.memory.kv_bytes_per_token == 80 * 8 * 128 * 2
     assert not any(x.check == "quantization" and x.severity == "warning" for x in report.findings)
     # FP8 under ModelOpt needs compute capability 8.9: no T4, no A100 among the serving plans
-    assert {s.gpu_model for s in report.serving} & {"T4", "A100"} == set()
+    served = {s.gpu_model for s in report.serving}
+    assert served and not any(m.startswith(("T4", "A100")) for m in served), served
 
 
 def test_the_snapshot_prices_qwen3_235b_nvfp4_with_its_routers_in_bf16():
@@ -177,19 +217,25 @@ def _models() -> list[FakeModel]:
     config = _bytes(CONFIG)
     own = _bytes({**CONFIG, "quantization_config": {"quant_method": "fp8"}})
     models = [
-        FakeModel(id="org/with-file", sha=fake_sha("w"), config=config, downloads=50,
+        FakeModel(id="org/with-file", sha=fake_sha("w"), config=config, downloads=60,
                   files={QUANT_CONFIG_FILE: _bytes(FP8_FILE)}),
-        FakeModel(id="org/own-config", sha=fake_sha("o"), config=own, downloads=40,
+        FakeModel(id="org/own-config", sha=fake_sha("o"), config=own, downloads=50,
                   files={QUANT_CONFIG_FILE: _bytes(FP8_FILE)}),  # config.json's own wins: the file is not asked for
-        FakeModel(id="org/no-file", sha=fake_sha("n"), config=config, downloads=30),
-        FakeModel(id="org/file-fails", sha=fake_sha("f"), config=config, downloads=20,
+        FakeModel(id="org/no-file", sha=fake_sha("n"), config=config, downloads=40),
+        FakeModel(id="org/file-fails", sha=fake_sha("f"), config=config, downloads=30,
                   files={QUANT_CONFIG_FILE: _bytes(FP8_FILE)}, file_fault="error"),
-        FakeModel(id="org/file-junk", sha=fake_sha("j"), config=config, downloads=10,
+        FakeModel(id="org/file-junk", sha=fake_sha("j"), config=config, downloads=20,
                   files={QUANT_CONFIG_FILE: b"[1, 2, 3]"}),
+        FakeModel(id="org/file-gone", sha=fake_sha("g"), config=config, downloads=10,
+                  files={QUANT_CONFIG_FILE: _bytes(FP8_FILE)}, file_fault="missing"),  # listed, but 404
     ]
     for model in models:
         model.params = {"BF16": 1000}
     return models
+
+
+def _asked(hub: FakeHub) -> set[str]:
+    return {m.id for m in hub.models if hub.count(None, f"{m.id}/resolve/{m.sha}/{QUANT_CONFIG_FILE}")}
 
 
 def test_the_crawl_fetches_the_file_only_where_vllm_reads_it(sleeps, monkeypatch, tmp_path):
@@ -197,8 +243,7 @@ def test_the_crawl_fetches_the_file_only_where_vllm_reads_it(sleeps, monkeypatch
     with FakeHub(_models()) as hub:
         code, out = crawl(monkeypatch, hub, snap)
         assert code == 0
-        asked = {m.id for m in hub.models if hub.count(None, f"{m.id}/resolve/{m.sha}/{QUANT_CONFIG_FILE}")}
-        assert asked == {"org/with-file", "org/file-fails", "org/file-junk"}
+        assert _asked(hub) == {"org/with-file", "org/file-fails", "org/file-junk", "org/file-gone"}
         got = load_record(snap, "org/with-file")
         assert got.quant_config_json.encode() == _bytes(FP8_FILE)
         assert got.quant_config_source == f"Hub file {QUANT_CONFIG_FILE} at revision {fake_sha('w')}"
@@ -211,13 +256,52 @@ def test_the_crawl_fetches_the_file_only_where_vllm_reads_it(sleeps, monkeypatch
                    for p in failed.problems)
         junk = load_record(snap, "org/file-junk")
         assert junk.quant_config_json == "" and f"{QUANT_CONFIG_FILE} is not a JSON object: not read" in junk.problems
-        # the next crawl asks again for the transient fault alone; once served, the record holds the file
+        gone = load_record(snap, "org/file-gone")
+        assert gone.quant_config_json == "" and gone.problems == (f"{QUANT_CONFIG_FILE} not found (404)",)
+        assert f"problem: {QUANT_CONFIG_FILE} not read" in out
+        # the next crawl asks again for the transient fault alone (not the 404, not the junk); a refresh keeps the
+        # file; once served, the record holds it
         hub.model("org/file-fails").file_fault = None
         hub.reset_log()
         crawl(monkeypatch, hub, snap)
         assert hub.count(None, "/resolve/") == hub.count(None, "org/file-fails/resolve/") > 0
+        assert load_record(snap, "org/with-file") == got
         assert load_record(snap, "org/file-fails").quant_config_json.encode() == _bytes(FP8_FILE)
         assert load_record(snap, "org/file-fails").problems == ()
+
+
+def test_a_record_without_the_file_fetches_it_and_a_transient_fault_keeps_the_last(sleeps, monkeypatch, tmp_path):
+    snap = tmp_path / "snap"
+    with FakeHub(_models()) as hub:
+        crawl(monkeypatch, hub, snap)
+        # a record crawled before the file was read: the same sha, the file listed, none kept
+        old = load_record(snap, "org/with-file")
+        write_record(snap, replace(old, quant_config_json="", quant_config_source=None))
+        crawl(monkeypatch, hub, snap)  # (the file at that sha comes from the HF cache)
+        assert load_record(snap, "org/with-file") == old
+        # a new commit whose file fails for now: the last good record stands (its older sha), tried again next time
+        moved = hub.model("org/with-file")
+        moved.sha, moved.file_fault = fake_sha("w", "v2"), "error"
+        crawl(monkeypatch, hub, snap)
+        kept = load_record(snap, "org/with-file")
+        assert kept.sha == old.sha and kept.quant_config_json == old.quant_config_json
+        assert any(p.startswith(f"{QUANT_CONFIG_FILE}: server error") for p in kept.problems)
+        moved.file_fault = None
+        crawl(monkeypatch, hub, snap)
+        assert load_record(snap, "org/with-file").sha == moved.sha
+        assert load_record(snap, "org/with-file").quant_config_json == old.quant_config_json
+
+
+def test_the_file_is_refused_where_the_two_files_together_pass_a_configs_limit(sleeps, monkeypatch, tmp_path):
+    from generator.hub import client as client_mod
+
+    monkeypatch.setattr(client_mod, "MAX_CONFIG_BYTES", len(_bytes(CONFIG)) + 100)
+    with FakeHub(_models()) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        record = fetch_record("org/with-file")
+    assert record.quant_config_json == ""
+    assert any(p.startswith(f"{QUANT_CONFIG_FILE} of org/with-file is {len(_bytes(FP8_FILE)):,} bytes, larger "
+                            "than 100 bytes: refused before downloading it") for p in record.problems)
 
 
 def test_fetching_one_model_reads_its_file_and_then_the_cache(sleeps, monkeypatch):
@@ -226,9 +310,10 @@ def test_fetching_one_model_reads_its_file_and_then_the_cache(sleeps, monkeypatc
     with FakeHub(_models()) as hub:
         monkeypatch.setenv("HF_ENDPOINT", hub.url)
         record = fetch_record("org/with-file")
-        assert record.config()["quantization_config"] == FP8_FILE
+        assert record.config()["quantization_config"] == FP8_FILE and record.problems == ()
         assert record.quant_config_source.startswith(f"Hub file {QUANT_CONFIG_FILE} at revision {fake_sha('w')}")
-        assert fetch_record("org/no-file").quant_config_json == ""
+        hub.reset_log()
+        assert fetch_record("org/no-file").quant_config_json == "" and hub.count(None, QUANT_CONFIG_FILE) == 0
         monkeypatch.setenv("HF_HUB_OFFLINE", "1")
         monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
         hub.reset_log()
@@ -237,7 +322,9 @@ def test_fetching_one_model_reads_its_file_and_then_the_cache(sleeps, monkeypatc
         assert fetch_record("org/no-file").quant_config_json == ""  # not in the cache: no file, no fault
 
 
-def test_a_local_folder_reads_the_file_beside_its_config(tmp_path):
+def test_a_local_folder_reads_the_file_beside_its_config(tmp_path, capsys):
+    from generator.cli import main
+
     folder = tmp_path / "model"
     folder.mkdir()
     (folder / "config.json").write_bytes(_bytes(CONFIG))
@@ -250,6 +337,11 @@ def test_a_local_folder_reads_the_file_beside_its_config(tmp_path):
     other = tmp_path / "model" / "other.json"  # a file not named config.json is read alone
     other.write_bytes(_bytes(CONFIG))
     assert resolve_model(str(other), None).quant_config_json == ""
-    (folder / QUANT_CONFIG_FILE).write_text("[1]")
-    with pytest.raises(ConfigError, match=f"{QUANT_CONFIG_FILE} beside its config.json is not a JSON object"):
-        resolve_model(str(folder), None)
+    capsys.readouterr()
+    assert main([str(folder)]) == 0
+    assert "ModelOpt FP8" in capsys.readouterr().out
+    for text, why in (("[1]", "must hold a JSON object"), (b"\xff\xfe", "is not UTF-8 text")):
+        (folder / QUANT_CONFIG_FILE).write_bytes(text.encode() if isinstance(text, str) else text)
+        assert main([str(folder)]) == 2
+        err = capsys.readouterr().err
+        assert str(folder) in err and QUANT_CONFIG_FILE in err and why in err, err

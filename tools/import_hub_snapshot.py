@@ -92,6 +92,10 @@ def corrected(repo_id: str, config_json: str) -> tuple[str, str]:
     return config_json, note
 
 
+# The corpus names the two reconstructed models' sources by a path of its own; a page names no path of the project
+_REFERENCE_PAGE_RE = re.compile(r"the reference page reference-pages/[\w.-]+\.txt")
+
+
 def _int_or_none(text: str) -> int | None:
     text = text.strip()
     return int(text) if text else None
@@ -104,6 +108,8 @@ def row_to_record(row: dict[str, str], source: Path) -> ModelRecord:
     config_json = config_path.read_bytes().decode("utf-8")
     config_source = row["config_source"].strip() or None
     provenance = provenance_of(repo_id, config_source or "")
+    if config_source is not None:
+        config_source = _REFERENCE_PAGE_RE.sub("the shape published for this model", config_source)
     config_json, note = corrected(repo_id, config_json)
     config_source = None if config_source is None else config_source + note
     match = _REVISION_RE.search(config_source or "")

@@ -121,8 +121,9 @@ def check_checkpoint(a: Arch, g: Graph, checkpoint: int | None, stored: int | No
 
 
 # Repository-name tokens of a quantised checkpoint's format (split on "-", "_" and "."): NVIDIA ModelOpt exports
-# (-FP8, -NVFP4), whose settings older versions keep in hf_quant_config.json (read where the record has it); AutoAWQ, GPTQ, llm-compressor
-# (W4A16, W8A8, FP8-Dynamic), bitsandbytes (bnb-4bit), MLX and GGUF repositories are named the same way.
+# (-FP8, -NVFP4), whose settings older versions keep in hf_quant_config.json (read where the record has it); AutoAWQ,
+# GPTQ, llm-compressor (W4A16, W8A8, FP8-Dynamic), bitsandbytes (bnb-4bit), MLX and GGUF repositories are named the
+# same way.
 QUANTISED_NAME_TOKENS = frozenset({"fp8", "nvfp4", "fp4", "mxfp4", "int4", "int8", "awq", "gptq", "w4a16", "w8a8",
                                    "w4a8", "4bit", "8bit", "nf4", "gguf", "exl2"})
 

@@ -18,7 +18,7 @@ from ..errors import ConfigError, UnsupportedArchitecture
 from .config.arch import Arch
 from .config.custom_code import CUSTOM, NOTES
 from .config.known_gaps import APPROXIMATE, KNOWN_GAPS
-from .config.quantization import read_quant
+from .config.quantization import quant_config, read_quant
 from .config.reader import architectures_of, model_type_of
 from .config.transformers_defaults import ARCHITECTURE_TYPES
 from .families import BUILDERS, DECODERS, KNOWN, SUB_CONFIGS, WRAPPERS
@@ -146,6 +146,7 @@ def fallback(cfg: Mapping[str, Any], model: str, model_type: str) -> Arch:
 def finish(cfg: Mapping[str, Any], model: str, arch: Arch) -> Arch:
     """Common to every family: the checkpoint's quantisation, and the known-gap reason if any."""
     quant = read_quant(cfg, model)
+    q = quant_config(cfg, model) if quant is not None else None
     why = arch.approximate
     for table in (KNOWN_GAPS, APPROXIMATE):
         if why is None and arch.family in table:
@@ -154,4 +155,4 @@ def finish(cfg: Mapping[str, Any], model: str, arch: Arch) -> Arch:
         why = f"{CUSTOM_READING}{arch.family}"
     if quant is None and why == arch.approximate:
         return arch
-    return dataclasses.replace(arch, quant=quant, approximate=why)
+    return dataclasses.replace(arch, quant=quant, quant_config=q, approximate=why)

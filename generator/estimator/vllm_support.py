@@ -15,7 +15,6 @@ from .config.modelopt import (
     modelopt_algo,
     modelopt_fields,
     modelopt_ignore,
-    produced_by_modelopt,
     quant_method_of,
 )
 from .inputs import Gpu
@@ -53,9 +52,10 @@ VLLM_QUANT_FLOAT32 = frozenset({"bitsandbytes", "compressed-tensors", "torchao",
 
 
 def quant_method(a: Arch) -> str:
-    """The checkpoint's quant_method as vLLM reads it from config.json (config/model.py _verify_quantization:
-    quant_cfg["quant_method"]); "" for a 16-bit checkpoint."""
-    q = a.raw.get("quantization_config")
+    """The checkpoint's quant_method as vLLM reads it (config/model.py _verify_quantization: quant_cfg["quant_method"],
+    set from a modelopt producer's algorithm where there is one), each of ModelOpt's classes "modelopt"
+    (modelopt.quant_method_of); "" for a 16-bit checkpoint."""
+    q = a.quant_config
     named = quant_method_of(q) if isinstance(q, Mapping) else ""
     return named or (a.quant.method if a.quant is not None else "")
 
@@ -64,7 +64,7 @@ def quant_capability(a: Arch) -> Capability:
     """The compute capability vLLM serves this checkpoint's quantisation on (VLLM_QUANT_CAPABILITY; a
     compressed-tensors checkpoint's by its schemes: quant_schemes.capability); 0 for a 16-bit checkpoint or a method
     not listed."""
-    q = a.raw.get("quantization_config")
+    q = a.quant_config
     if quant_method(a) == "compressed-tensors" and isinstance(q, Mapping):
         return capability(q)
     if quant_method(a) == "modelopt" and isinstance(q, Mapping):
@@ -75,14 +75,36 @@ def quant_capability(a: Arch) -> Capability:
 def refused_everywhere(a: Arch) -> str:
     """What vLLM 0.19.1 refuses this checkpoint for on every GPU ("" where it does not): 2:4 sparsity in
     compressed-tensors (quant_schemes.sparse24), a ModelOpt config its from_config raises on (modelopt_refusal)."""
-    q = a.raw.get("quantization_config")
+    q = a.quant_config
     if not isinstance(q, Mapping):
         return ""
+    if why := reader_refusal(q):
+        return (f"fails to read this quantization_config: {why} (transformers_utils/model_arch_config_convertor.py "
+                "_normalize_quantization_config)")
     if quant_method(a) == "compressed-tensors" and sparse24(q):
         return ("no longer serves 2:4-sparse compressed-tensors checkpoints (CompressedTensors24: \"Sparse24 models "
                 "are no longer supported by vLLM\", quantization/compressed_tensors/)")
     why = modelopt_refusal(q) if quant_method(a) == "modelopt" else ""
     return f"refuses this ModelOpt checkpoint: {why} (quantization/modelopt.py)" if why else ""
+
+
+def reader_refusal(q: Mapping) -> str:
+    """Why vLLM's config reader fails on a quantization_config before any method sees it ("" where it does not): it
+    reads q.get("producer", {}).get("name"), and for a modelopt producer q.get("quantization", {}).get("quant_algo"),
+    whose algorithm must be FP8's three or NVFP4 (PRODUCER_ALGOS)."""
+    producer = q.get("producer", {})
+    if not isinstance(producer, Mapping):
+        return "its producer is not a mapping"
+    if producer.get("name") != "modelopt":
+        return ""
+    inner = q.get("quantization", {})
+    if not isinstance(inner, Mapping):
+        return "its quantization is not a mapping"
+    algo = inner.get("quant_algo")
+    if algo is not None and str(algo).upper() not in PRODUCER_ALGOS:
+        return (f"quant_algo {str(algo)[:40]}, which a modelopt producer's config may not name (\"Unknown ModelOpt "
+                "quant algo\")")
+    return ""
 
 
 def modelopt_refusal(q: Mapping) -> str:
@@ -91,9 +113,6 @@ def modelopt_refusal(q: Mapping) -> str:
     if "quantization" in q and not isinstance(q["quantization"], Mapping):
         return "its quantization is not a mapping"
     fields, algo = modelopt_fields(q), modelopt_algo(q)
-    if produced_by_modelopt(q) and algo not in PRODUCER_ALGOS:
-        return (f"hf_quant_config.json's quant_algo {algo}, which its config reader does not take (\"Unknown ModelOpt "
-                "quant algo\": transformers_utils/model_arch_config_convertor.py)")
     if algo not in MODELOPT_CAPABILITY:
         return (f"quant_algo {algo or 'unnamed'}, outside the {', '.join(MODELOPT_CAPABILITY)} it takes "
                 "(QUANT_ALGOS)")
@@ -125,7 +144,7 @@ def fp8_kv_cache(a: Arch) -> str:
     attention.py: "llm-compressor mdls need to set cache_dtype to fp8", which vLLM then does); ModelOpt's
     kv_cache_scheme of static 8-bit floats, or kv_cache_quant_algo FP8, its own or under "quantization"
     (utils/torch_utils.py get_kv_cache_quant_algo_string, resolve_kv_cache_dtype_string)."""
-    q = a.raw.get("quantization_config")
+    q = a.quant_config
     if not isinstance(q, Mapping):
         return ""
     if quant_method(a) == "compressed-tensors":

@@ -10,6 +10,7 @@ from typing import Any
 
 from .. import DISTRIBUTION
 from ..errors import ConfigError, ModelNotFound
+from ..estimator.config.modelopt import wants_quant_file
 from ..records import (
     MAX_CONFIG_BYTES,
     QUANT_CONFIG_FILE,
@@ -17,7 +18,6 @@ from ..records import (
     parse_config_text,
     quant_config_of,
     validate_repo_id,
-    wants_quant_config,
 )
 from .listing import SHA_RE, Listed, build_record, config_problem, listed_from_info
 
@@ -177,11 +177,11 @@ class HubClient:
         """config.json text at `revision` through the HF cache, and the commit it came from (download_file)."""
         return self.download_file(repo_id, "config.json", revision, local_only)
 
-    def download_file(self, repo_id: str, filename: str, revision: str,
-                      local_only: bool = False) -> tuple[str, str | None]:
+    def download_file(self, repo_id: str, filename: str, revision: str, local_only: bool = False,
+                      max_bytes: int | None = None) -> tuple[str, str | None]:
         """A small JSON file's text at `revision` through the HF cache, and the commit it came from.
 
-        A file larger than MAX_CONFIG_BYTES is refused before its body is requested: a dry run
+        A file larger than `max_bytes` (MAX_CONFIG_BYTES) is refused before its body is requested: a dry run
         (`hf_hub_download(dry_run=True)`, huggingface_hub >= 1.1; one HEAD, or the cache) gives its size
         from X-Linked-Size / Content-Length. The size on disk is checked again after the download, for
         a server whose HEAD does not tell the size or tells it wrong."""
@@ -189,17 +189,19 @@ class HubClient:
 
         s = self.settings
         repo_id = validate_repo_id(repo_id)
+        max_bytes = MAX_CONFIG_BYTES if max_bytes is None else max_bytes
         what = "config" if filename == "config.json" else filename
         # one set of options for the dry run and the download (the overloads are keyed on dry_run's literal)
         where = dict(revision=revision, endpoint=s.endpoint, token=s.token, cache_dir=s.cache_dir,
                      etag_timeout=s.etag_timeout, local_files_only=local_only or s.offline)
         try:
             planned = hf_hub_download(repo_id, filename, dry_run=True, **where)  # type: ignore[call-overload]
-            _check_size(repo_id, filename, getattr(planned, "file_size", None), "refused before downloading it")
+            _check_size(repo_id, filename, getattr(planned, "file_size", None), max_bytes,
+                        "refused before downloading it")
             path = Path(hf_hub_download(repo_id, filename, **where))  # type: ignore[call-overload]
         except Exception as exc:  # noqa: BLE001
             raise classify(exc, what) from exc
-        _check_size(repo_id, filename, path.stat().st_size, "refused unread")
+        _check_size(repo_id, filename, path.stat().st_size, max_bytes, "refused unread")
         try:
             text = path.read_bytes().decode("utf-8")
         except UnicodeDecodeError:
@@ -217,27 +219,30 @@ class HubClient:
             raise classify(exc, "safetensors header") from exc
 
 
-def _check_size(repo_id: str, filename: str, size: int | None, what: str) -> None:
-    """Refuse a config file over MAX_CONFIG_BYTES: one problem naming the model, the file and the size."""
-    if size is not None and size > MAX_CONFIG_BYTES:
-        raise HubFault(MALFORMED, f"{filename} of {repo_id} is {size:,} bytes, larger than {MAX_CONFIG_BYTES:,} "
+def _check_size(repo_id: str, filename: str, size: int | None, max_bytes: int, what: str) -> None:
+    """Refuse a config file over max_bytes: one problem naming the model, the file and the size."""
+    if size is not None and size > max_bytes:
+        raise HubFault(MALFORMED, f"{filename} of {repo_id} is {size:,} bytes, larger than {max_bytes:,} "
                                   f"bytes: {what}")
 
 
 def quant_config_of_repo(client: HubClient, listed: Listed, config_text: str, revision: str,
                          local_only: bool = False) -> tuple[str, str | None, HubFault | None]:
-    """hf_quant_config.json where vLLM reads it beside this config.json (records.wants_quant_config) and the
+    """hf_quant_config.json where vLLM reads it beside this config.json (estimator.config.modelopt.wants_quant_file) and the
     repo lists it; from the HF cache alone where `local_only` (a miss is no fault there: the file may not exist).
     Returns (text or "", its source, the fault that kept it out)."""
     try:
-        wanted = wants_quant_config(parse_config_text(config_text, listed.id))
+        wanted = wants_quant_file(parse_config_text(config_text, listed.id))
     except ConfigError:
         return "", None, None
     listed_file = listed.quant_config_listed
     if not wanted or listed_file is False or (listed_file is None and not local_only):
         return "", None, None
+    # the two files together within what one config may be, so that their record stays readable (MAX_RECORD_BYTES)
+    room = max(0, MAX_CONFIG_BYTES - len(config_text.encode()))
     try:
-        text, commit = client.download_file(listed.id, QUANT_CONFIG_FILE, revision, local_only=local_only)
+        text, commit = client.download_file(listed.id, QUANT_CONFIG_FILE, revision, local_only=local_only,
+                                            max_bytes=room)
     except HubFault as fault:
         return "", None, None if local_only else fault
     if quant_config_of(text) is None:
@@ -296,7 +301,8 @@ def fetch_record(repo_id: str) -> ModelRecord:
         raise ModelNotFound(repo_id, f"config.json could not be fetched: {fault}") from None
     if problem := config_problem(text, repo_id):
         problems.append(problem)
-    quant, quant_source, quant_fault = quant_config_of_repo(client, listed, text, "main", local_only=cached_only)
+    quant, quant_source, quant_fault = quant_config_of_repo(client, listed, text, commit or "main",
+                                                            local_only=cached_only)
     if quant_fault:
         problems.append(str(quant_fault))
     by_dtype: dict[str, int] = {}

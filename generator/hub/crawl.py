@@ -15,7 +15,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from ..errors import ConfigError, CrawlError, RecordError
-from ..records import HUB, ModelRecord, validate_repo_id
+from ..estimator.config.modelopt import wants_quant_file
+from ..records import HUB, QUANT_CONFIG_FILE, ModelRecord, validate_repo_id
 from ..settings import load_settings
 from .client import (
     BAD_ID,
@@ -87,6 +88,13 @@ def _needs_fetch(previous: ModelRecord, item: Listed, has_token: bool) -> bool:
     # failed for a reason that can pass (5xx, 429, timeout; gated once a token is configured).
     if previous.sha is None or item.sha is None or previous.sha != item.sha:
         return True
+    if item.quant_config_listed and not previous.quant_config_json \
+            and not any(p.startswith(QUANT_CONFIG_FILE) for p in previous.problems):
+        try:  # a record crawled before the file was read, or before the repo listed it
+            if wants_quant_file(previous.config()):
+                return True
+        except ConfigError:
+            pass
     return any(p.endswith(RETRY_NOTE) or (has_token and p.startswith(_GATED_PREFIXES))
                for p in previous.problems)
 
@@ -119,11 +127,13 @@ def _fetch(client: HubClient, item: Listed, previous: ModelRecord | None, summar
             problems.append(problem)
             summary.skipped[MALFORMED] += 1
         else:
-            summary.fetched += 1
             quant, quant_source, quant_fault = quant_config_of_repo(client, item, text, sha or "main")
-            if quant_fault is not None:  # the config stands; the next crawl tries a transient fault again
+            if quant_fault is not None and quant_fault.retry and previous is not None:
+                raise quant_fault  # as a failed config.json: the last good record stands, tried again next crawl
+            summary.fetched += 1
+            if quant_fault is not None:  # the config stands without it
                 problems.append(str(quant_fault))
-                summary.problems[quant_fault.reason] += 1
+                summary.problems[f"{QUANT_CONFIG_FILE} not read"] += 1
     except HubFault as fault:
         summary.skipped[fault.reason] += 1
         problems.append(str(fault))

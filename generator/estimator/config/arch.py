@@ -62,6 +62,8 @@ class Arch:
     layer_windows: tuple[int, ...] = ()  # per layer: sliding window (0 = full attention)
     approximate: str | None = None  # why the estimate is not exact (None: exact under transformers)
     quant: Quant | None = None
+    # the quantization_config vLLM reads: the top-level config's, else its text_config's (quantization.quant_config)
+    quant_config: Mapping[str, Any] | None = None
     experts: int = 0  # routed experts per MoE layer (0: dense)
     experts_per_token: int = 0
 

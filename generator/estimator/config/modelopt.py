@@ -60,6 +60,39 @@ def quant_method_of(q: Mapping[str, Any]) -> str:
     return "modelopt" if method in MODELOPT_METHODS else method
 
 
+def _mixed_without_layers(q: object) -> bool:
+    # vLLM's test: quantization "modelopt_mixed" and no "quantized_layers" key at the config's top
+    return isinstance(q, Mapping) and quant_method_of(q) == "modelopt" and modelopt_algo(q) == "MIXED_PRECISION" \
+        and "quantized_layers" not in q
+
+
+def wants_quant_file(cfg: Mapping[str, Any]) -> bool:
+    """Whether vLLM 0.19.1 reads a repo's hf_quant_config.json beside this config.json: where config.json has no
+    quantization_config (ModelOpt up to 0.29 writes its settings there alone: transformers_utils/config.py
+    get_config), or a ModelOpt MIXED_PRECISION one without its quantized_layers (model_loader/weight_utils.py
+    get_quant_config: "older ones keep it only in hf_quant_config.json")."""
+    q = cfg.get("quantization_config")
+    return q is None or _mixed_without_layers(q)
+
+
+def merge_quant_file(cfg: Mapping[str, Any], quant: Mapping[str, Any]) -> dict[str, Any]:
+    """cfg with hf_quant_config.json's object where vLLM takes it (wants_quant_file): as the quantization_config of a
+    config.json that has none; for a MIXED_PRECISION one, the file's quantized_layers and excluded modules where the
+    file is ModelOpt's with both (weight_utils.get_quant_config reads them from it and raises on any other file),
+    beside config.json's own keys, its KV cache's among them (utils/torch_utils.py resolve_kv_cache_dtype_string
+    reads config.json's)."""
+    q = cfg.get("quantization_config")
+    if q is None:
+        return {**cfg, "quantization_config": dict(quant)}
+    inner = quant.get("quantization")
+    producer = quant.get("producer")
+    if not _mixed_without_layers(q) or not isinstance(producer, Mapping) or producer.get("name") != "modelopt" \
+            or not isinstance(inner, Mapping) or not inner.get("quantized_layers"):
+        return dict(cfg)  # vLLM fails on it: config.json's MIXED_PRECISION without layers is refused as it is
+    return {**cfg, "quantization_config": {**q, "quantized_layers": inner["quantized_layers"],
+                                           "ignore": inner.get("exclude_modules", [])}}
+
+
 def modelopt_algo(q: Mapping[str, Any]) -> str:
     """A ModelOpt config's quant_algo, upper-cased: config.json's own, or hf_quant_config.json's under
     "quantization" (vLLM's ModelOptQuantConfigBase._extract_modelopt_quant_algo); "" where it names none."""

@@ -16,16 +16,28 @@ def _num(q: Mapping[str, Any], key: str, default: float) -> float:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else default
 
 
+def quant_config(cfg: Mapping[str, Any], model: str) -> Mapping[str, Any] | None:
+    """The quantization_config vLLM reads: the top-level config's, else a multimodal config's text_config's
+    (transformers_utils/model_arch_config_convertor.py get_quantization_config); None where neither has one."""
+    q = cfg.get("quantization_config")
+    text = cfg.get("text_config")
+    if q is None and isinstance(text, Mapping):
+        q = text.get("quantization_config")
+    if q is not None and not isinstance(q, Mapping):
+        raise ConfigError(model, "quantization_config", q, "must be a JSON object")
+    return q
+
+
 def read_quant(cfg: Mapping[str, Any], model: str) -> Quant | None:
     """The checkpoint's storage format from `quantization_config` (None: plain bf16/fp16/fp32)."""
-    q = cfg.get("quantization_config")
+    q = quant_config(cfg, model)
     if q is None:
         return None
-    if not isinstance(q, Mapping):
-        raise ConfigError(model, "quantization_config", q, "must be a JSON object")
     method = quant_method_of(q)
     if method in ("gptq", "awq"):
         bits = _num(q, "bits", 4)
+        if bits <= 0 or bits > 32:
+            raise ConfigError(model, "quantization_config.bits", q.get("bits"), "must be a number of bits, 1 to 32")
         group = int(_num(q, "group_size", 128))
         return Quant(method, bits, int(32 // bits) if bits in (2, 4, 8) else 1, group if group > 0 else 0, 2.0,
                      f"{method.upper()} int{int(bits)} weights packed {int(32 // bits)} per int32, fp16 scales "
