@@ -119,6 +119,10 @@ class Phase:
     # sampler's run (in its overhead)
     transient: int = 0
     last_stage: int = 0
+    # of activations, the working set of the one layer a checkpointed backward recomputes (or whose backward holds
+    # the most): each pipeline stage recomputes its own layers, so each holds one such set whole, where the layers'
+    # kept inputs follow them (pipeline.stage_rows)
+    stage_whole: int = 0
 
     @property
     def total_bytes(self) -> int:
@@ -354,7 +358,8 @@ def _tp(job: SingleGpuJob, ph: Phase, n: int) -> Phase:
     kv = _ceil(ph.kv_cache * (job.kv_latent + (1 - job.kv_latent) * split))
     return Phase(ph.name, w(ph.weights), w(ph.gradients), w(ph.optimizer_state), _ceil(ph.activations / n),
                  _ceil(ph.logits / n), kv, w(ph.overhead_weights), w(ph.overhead_step), ph.overhead_fixed,
-                 ph.computing, transient=_ceil(ph.transient / n), last_stage=ph.last_stage)
+                 ph.computing, transient=_ceil(ph.transient / n), last_stage=ph.last_stage,
+                 stage_whole=_ceil(ph.stage_whole / n))
 
 
 def default_setup(gpus: int, strategy: str | None, offload: str, grad_ckpt: bool = False,

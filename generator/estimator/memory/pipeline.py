@@ -48,11 +48,12 @@ def stage_rows(job: Any, phases: tuple[Any, ...], stages: int, tp: int = 1) -> t
             b = {f: getattr(ph, f) * layer_params / p for f in _SCALED}
         # a serving startup's layer transient on every stage, its sampler on the last (Phase.transient, last_stage),
         # the hidden states handed to every stage but the first (SingleGpuJob.handoff_bytes)
-        a.update(activations=0.0, kv_cache=0.0, logits=ph.logits if last else 0.0,
+        # each stage recomputes its own layers: one layer's working set whole on each (Phase.stage_whole)
+        a.update(activations=float(ph.stage_whole), kv_cache=0.0, logits=ph.logits if last else 0.0,
                  overhead_fixed=ph.overhead_fixed + (0 if first else job.handoff_bytes), transient=ph.transient,
                  last_stage=ph.last_stage if last else 0.0)
-        b.update(activations=ph.activations / layers, kv_cache=ph.kv_cache / layers, logits=0.0, overhead_fixed=0.0,
-                 transient=0.0, last_stage=0.0)
+        b.update(activations=(ph.activations - ph.stage_whole) / layers, kv_cache=ph.kv_cache / layers, logits=0.0,
+                 overhead_fixed=0.0, transient=0.0, last_stage=0.0)
         return ph.name, a, b
 
     # The stages between the first and the last hold the same terms: one row stands for all of them.
