@@ -281,9 +281,11 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
             # reruns one layer at a time, whose saved tensors live beside the gradients made so far (the head's at
             # the last layer; a full fine-tune's every later layer's at the first).
             inputs = embed + imaging[1] + kept_inputs * T * per_input
-            # the layer recomputed at the peak, and its per-expert tensors
-            recomputed = max(zip(lay, held, fixed, beside, strict=True), key=lambda t: B * (t[0] + t[1]) + sum(t[2:]),
-                             default=(0, 0, 0, 0))
+            # the layer recomputed at the peak, and its per-expert tensors. Its working set alone (`layer`, not
+            # `lay`: the recurrent layers' kept recomputation follows the layers) is each pipeline stage's whole
+            # (Phase.stage_whole)
+            recomputed = max(zip(lay, held, fixed, beside, layer, strict=True),
+                             key=lambda t: B * (t[0] + t[1]) + t[2] + t[3], default=(0, 0, 0, 0, 0))
             phases = [phase("loss (logits)", weights=weights, optimizer_state=state,
                             activations=B * (inputs + head + kept - logits) + carried, logits=B * logits,
                             overhead_weights=ckpt_copies[0], overhead_fixed=chunk),
@@ -291,7 +293,7 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
                             gradients=head_grads,
                             activations=B * inputs + B * (recomputed[0] + recomputed[1]) + recomputed[2],
                             overhead_weights=ckpt_copies[1], overhead_fixed=recomputed[3],
-                            experts=recomputed[2], stage_whole=B * (recomputed[0] + recomputed[1]) + recomputed[2])]
+                            experts=recomputed[2], stage_whole=B * (recomputed[4] + recomputed[1]) + recomputed[2])]
             if r.trained and r.amp:  # a full fine-tune under autocast: its cached copies at the loss (LoRA's
                 # are its adapters', in ckpt_copies already; a frozen weight's are not cached): autocast's cache
                 # keeps every layer's bf16 copy of its fp32 weights until the autocast region exits
@@ -306,21 +308,21 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
                                     optimizer_state=state, gradients=head_grads,
                                     activations=B * (inputs + lay[k] + chunked[k][0]) + fixed[k],
                                     overhead_weights=ckpt_copies[1], overhead_fixed=dequant, experts=fixed[k],
-                                    stage_whole=B * (lay[k] + chunked[k][0]) + fixed[k]))
+                                    stage_whole=B * (layer[k] + chunked[k][0]) + fixed[k]))
             if r.trained:  # a full fine-tune's gradients grow as the backward goes down the stack while the
                 # checkpointed inputs are freed: the first layer's recomputation, beside every later layer's gradients
                 phases.append(phase("backward (recomputing the first checkpointed layer)", weights=weights,
                                     optimizer_state=state, gradients=first_grads,
                                     activations=B * (first_inputs + lay[first] + held[first]) + fixed[first],
                                     overhead_weights=ckpt_copies[1], overhead_fixed=beside[first],
-                                    experts=fixed[first], stage_whole=B * (lay[first] + held[first]) + fixed[first]))
+                                    experts=fixed[first], stage_whole=B * (layer[first] + held[first]) + fixed[first]))
             elif lora:  # so do the adapters', which counts where they are large (LoRA on many experts' tensors):
                 # every later layer's, beside the first layer's recomputation
                 phases.append(phase("backward (recomputing the first checkpointed layer)", weights=weights,
                                     optimizer_state=state, gradients=adapter_grads_first,
                                     activations=B * (first_inputs + lay[first] + held[first]) + fixed[first],
                                     overhead_weights=ckpt_copies[1], overhead_fixed=beside[first],
-                                    experts=fixed[first], stage_whole=B * (lay[first] + held[first]) + fixed[first]))
+                                    experts=fixed[first], stage_whole=B * (layer[first] + held[first]) + fixed[first]))
         if any(g for g, _ in terms.grads):  # the last (recomputed) layer's adapted down's backward (F10)
             i, (weight_grad, per_token) = max(enumerate(terms.grads), key=lambda t: t[1][0] + B * T * t[1][1]
                                               + (B * lay[t[0]] + fixed[t[0]] if grad_ckpt else 0))
@@ -329,7 +331,8 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
                                 optimizer_state=state, activations=live + experts + weight_grad + B * T * per_token,
                                 overhead_weights=ckpt_copies[1] if grad_ckpt else copies, overhead_fixed=dequant,
                                 experts=experts + weight_grad,
-                                stage_whole=B * lay[i] + experts + weight_grad + B * T * per_token if grad_ckpt else 0))
+                                stage_whole=B * layer[i] + experts + weight_grad + B * T * per_token if grad_ckpt
+                                else 0))
         if math_grads:  # the last (the recomputed) layer's attention backward
             live = inputs if grad_ckpt else emb + layers_sum - min(layer) + T * views + kept
             phases.append(phase("backward (attention scores' gradients)", weights=weights, gradients=made,
@@ -348,7 +351,7 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
                                 gradients=head_grads + made_after, activations=live + experts,
                                 overhead_fixed=dequant, experts=experts,
                                 overhead_weights=(ckpt_copies[1] if grad_ckpt else copies) - freed,
-                                stage_whole=B * (lay[k] + extra) + experts if grad_ckpt else 0))
+                                stage_whole=B * (layer[k] + extra) + experts if grad_ckpt else 0))
         held_scores = eager_forward_scores(a, g, r, T, grad_ckpt) if job.attention == "eager" else 0
         if held_scores:  # the largest attention layer's softmax in the forward: its locals' scores (attention.py)
             k = max(range(len(distinct)), key=lambda i: lay[i])
@@ -356,7 +359,7 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
             phases.append(phase(EAGER_FORWARD_PHASE, weights=weights, optimizer_state=state, overhead_fixed=dequant,
                                 activations=B * (live + held_scores) + (fixed[k] if grad_ckpt else fixed_sum) + carried,
                                 overhead_weights=ckpt_copies[0] if grad_ckpt else copies,
-                                stage_whole=B * (lay[k] + held_scores) + fixed[k] if grad_ckpt else 0))
+                                stage_whole=B * (layer[k] + held_scores) + fixed[k] if grad_ckpt else 0))
         scan_first = [t for t in late if t[0] == SCAN_PHASE and t[1] == first]
         if grad_ckpt and r.trained and scan_first:  # a full fine-tune's first recomputed layer: every later
             # layer's gradients made (as F18's phase), beside that layer's scan backward
@@ -365,7 +368,7 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
                                 gradients=first_grads + made_after - param_bytes * last_linear_params(distinct[k][0]),
                                 activations=B * (first_inputs + lay[k] + extra) + fixed[k], overhead_fixed=dequant,
                                 experts=fixed[k], overhead_weights=ckpt_copies[1] - freed,
-                                stage_whole=B * (lay[k] + extra) + fixed[k]))
+                                stage_whole=B * (layer[k] + extra) + fixed[k]))
         ends = tuple(replace(p, activations=p.activations + B * sum(lru[k] for k in index)) for p in closing) \
             if grad_ckpt and any(lru) else closing  # every recurrent layer's recomputation, kept (F66)
         if pair:  # every phase holding activations holds the tower's mask, its blocks between the B samples too;
