@@ -264,17 +264,19 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
                 fwd += T * forward_locals_bytes(g, r)
                 phases.append(phase(FORWARD_PHASE, weights=weights, optimizer_state=state, overhead_weights=copies,
                                     activations=B * (emb + layers_sum + T * views + fwd + cache) + fixed_sum + carried,
-                                    experts=fixed_sum))
+                                    experts=fixed_sum, stage_whole=B * fwd))
             if dequant:  # the last layer's last quantised matmul: every layer's saved tensors, its weight dequantised
                 last = T * dequant_forward_bytes(a, g, distinct[index[-1]][0], r, roles, job.upcast_fp32)
                 phases.append(phase(DEQUANT_PHASE, weights=weights, optimizer_state=state,
                                     activations=B * (emb + layers_sum + T * views + cache + last) + fixed_sum + carried,
-                                    overhead_weights=copies, overhead_fixed=dequant, experts=fixed_sum))
+                                    overhead_weights=copies, overhead_fixed=dequant, experts=fixed_sum,
+                                    stage_whole=B * last))
             if any(f for f, _ in chunked):  # the last Mamba-2 layer's forward, before the head (recurrence)
                 phases.append(phase("forward (the torch scan's chunks)", weights=weights, optimizer_state=state,
                                     activations=B * (emb + layers_sum + max(f for f, _ in chunked)) + fixed_sum
                                     + carried,
-                                    overhead_weights=copies, overhead_fixed=dequant, experts=fixed_sum))
+                                    overhead_weights=copies, overhead_fixed=dequant, experts=fixed_sum,
+                                    stage_whole=B * max(f for f, _ in chunked)))
         else:
             # non-reentrant checkpointing per decoder layer (transformers gradient_checkpointing_enable): each
             # layer keeps only its input through the forward. At the loss nothing is recomputed; then the backward
@@ -331,15 +333,15 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
                                 optimizer_state=state, activations=live + experts + weight_grad + B * T * per_token,
                                 overhead_weights=ckpt_copies[1] if grad_ckpt else copies, overhead_fixed=dequant,
                                 experts=experts + weight_grad,
-                                stage_whole=B * layer[i] + experts + weight_grad + B * T * per_token if grad_ckpt
-                                else 0))
+                                stage_whole=(B * layer[i] + experts if grad_ckpt else 0) + weight_grad
+                                + B * T * per_token))
         if math_grads:  # the last (the recomputed) layer's attention backward
             live = inputs if grad_ckpt else emb + layers_sum - min(layer) + T * views + kept
             phases.append(phase("backward (attention scores' gradients)", weights=weights, gradients=made,
                                 optimizer_state=state, activations=B * (live + math_saved + math_grads)
                                 + (0 if grad_ckpt else fixed_sum),
                                 overhead_weights=ckpt_copies[-1] if grad_ckpt else copies, overhead_fixed=dequant,
-                                stage_whole=B * (math_saved + math_grads) if grad_ckpt else 0))
+                                stage_whole=B * (math_saved + math_grads)))
         if late:  # the layer whose (recomputed) softmax or scan backward holds the most, the head's tensors freed
             name, k, extra, made_after, freed = max(late, key=lambda t: B * t[2] + t[3] - t[4]
                                                     + (B * lay[t[1]] + fixed[t[1]] if grad_ckpt else -B * later[t[1]]))
@@ -351,7 +353,8 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
                                 gradients=head_grads + made_after, activations=live + experts,
                                 overhead_fixed=dequant, experts=experts,
                                 overhead_weights=(ckpt_copies[1] if grad_ckpt else copies) - freed,
-                                stage_whole=B * (layer[k] + extra) + experts if grad_ckpt else 0))
+                                # (a scan's `extra` is net of its tail's tensors freed: the rest follows the layers)
+                                stage_whole=B * (layer[k] + extra) + experts if grad_ckpt else B * max(0, extra)))
         held_scores = eager_forward_scores(a, g, r, T, grad_ckpt) if job.attention == "eager" else 0
         if held_scores:  # the largest attention layer's softmax in the forward: its locals' scores (attention.py)
             k = max(range(len(distinct)), key=lambda i: lay[i])
@@ -359,7 +362,7 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
             phases.append(phase(EAGER_FORWARD_PHASE, weights=weights, optimizer_state=state, overhead_fixed=dequant,
                                 activations=B * (live + held_scores) + (fixed[k] if grad_ckpt else fixed_sum) + carried,
                                 overhead_weights=ckpt_copies[0] if grad_ckpt else copies,
-                                stage_whole=B * (layer[k] + held_scores) + fixed[k] if grad_ckpt else 0))
+                                stage_whole=B * (layer[k] + held_scores) + fixed[k] if grad_ckpt else B * held_scores))
         scan_first = [t for t in late if t[0] == SCAN_PHASE and t[1] == first]
         if grad_ckpt and r.trained and scan_first:  # a full fine-tune's first recomputed layer: every later
             # layer's gradients made (as F18's phase), beside that layer's scan backward

@@ -119,9 +119,10 @@ class Phase:
     # sampler's run (in its overhead)
     transient: int = 0
     last_stage: int = 0
-    # of activations, the working set of the one layer a checkpointed backward recomputes (or whose backward holds
-    # the most): each pipeline stage recomputes its own layers, so each holds one such set whole, where the layers'
-    # kept inputs follow them (pipeline.stage_rows)
+    # of activations, one layer's working set: the layer a checkpointed backward recomputes, or a layer's transient
+    # beyond what every layer saved (the forward's last layer, a backward's softmax or scan): each pipeline stage
+    # runs its own layers, so each holds one such set whole, where what the layers keep follows them
+    # (pipeline.stage_rows)
     stage_whole: int = 0
 
     @property
