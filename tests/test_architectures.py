@@ -373,3 +373,15 @@ def test_mllama_serving_caches_the_image_cross_attention_k_v_and_drops_the_tower
     assert r.memory.kv_bytes_per_sequence == self_attention + cross
     a = normalise(SNAP["meta-llama/Llama-3.2-11B-Vision"][0], "m")
     assert a.spec.encoder_tokens == 4_100 and not a.spec.encoder_kept
+
+
+def test_qwen1s_own_code_is_priced_without_a_score_matrix(settings):
+    """Qwen-1's modeling_qwen.py runs FlashAttention-2 where flash-attn imports, else torch's SDPA (torch >= 2): it
+    keeps no score matrix, and was priced as custom code not read (eager), 22.1 GB for its LoRA at 2,048 tokens.
+    The finding names the SDPA path's per-layer mask, which the figures leave out, with its size."""
+    r = report(settings, "Qwen/Qwen-1_8B-Chat")
+    found = next(f for f in r.findings if f.check == "attention_default")
+    assert found.severity == "info" and "FlashAttention-2 where flash-attn is installed" in found.message
+    assert "[batch, 1, T, T] mask" in found.message and "2 B per token pair and layer" in found.message
+    eager = report(settings, "Qwen/Qwen-1_8B-Chat", job=Job(method="lora", attention="eager"))
+    assert r.memory.train_lora_bytes_batch1 < 0.6 * eager.memory.peak_bytes

@@ -246,7 +246,7 @@ def check_scope(a: Arch, train_tokens: int, requested_tokens: int, serve_tokens:
     elif a.custom_code and attends and a.model_type in CUSTOM_SDPA:
         out.append(Finding("attention_default", "info",
                            "the repository's own modeling code runs (transformers has no class of this type), and "
-                           "its attention calls torch's scaled_dot_product_attention: no score matrix kept."))
+                           f"{CUSTOM_SDPA[a.model_type]}."))
     elif a.custom_code and attends:
         out.append(Finding("attention_default", "info",
                            "transformers ships this model type, and from_pretrained builds its own class unless "

@@ -10,10 +10,22 @@ from ..graph.nodes import Graph, tied_weight_params
 from .activations import DIFFERENTIAL_ATTENTION, Regime, mask_bytes
 from .sdpa_table import NO_SDPA
 
-# Custom modeling code (auto_map) known to call torch's SDPA: THUDM/chatglm3-6b modeling_chatglm.py CoreAttention
-# (torch.nn.functional.scaled_dot_product_attention on torch >= 2). Other custom code is priced as keeping its
-# attention scores (eager): the worst measured misses were custom code at long sequences (issue 13).
-CUSTOM_SDPA = frozenset({"chatglm"})
+# Custom modeling code (auto_map) known to keep no score matrix, with what the page says of it. Other custom code is
+# priced as keeping its attention scores (eager): the worst measured misses were custom code at long sequences
+# (issue 13).
+# - THUDM/chatglm3-6b modeling_chatglm.py CoreAttention: torch.nn.functional.scaled_dot_product_attention on
+#   torch >= 2.
+# - Qwen-1 (Qwen/Qwen-1_8B-Chat) modeling_qwen.py QWenAttention.forward: FlashAttention-2 where flash_attn imports
+#   (config use_flash_attn "auto"), else F.scaled_dot_product_attention on torch >= 2 with the mask it builds in each
+#   layer (attention_mask.expand(...).masked_fill(~causal_mask, min)); its _attn, which keeps the scores, runs only
+#   with use_cache_quantization or torch 1.
+CUSTOM_SDPA = {
+    "chatglm": "its attention calls torch's scaled_dot_product_attention: no score matrix kept",
+    "qwen": ("its attention runs FlashAttention-2 where flash-attn is installed, else torch's "
+             "scaled_dot_product_attention: no score matrix kept. Without flash-attn, the [batch, 1, T, T] mask it "
+             "builds in each layer is kept for the backward (2 B per token pair and layer in bf16), which these "
+             "figures leave out"),
+}
 
 # Eager attention written out in the model's own class that masks by adding the mask and clamping at the dtype's
 # minimum (torch.max(scores + mask, finfo.min), whose backward keeps the masked scores), then softmax in the
