@@ -137,7 +137,7 @@ def accumulating_phases(phases: tuple[Phase, ...], grad_bytes: int) -> tuple[Pha
     step's first runs beside the gradients accumulated so far, all `grad_bytes` of them, and autograd adds each
     new gradient into .grad in place (torch/csrc/autograd/functions/accumulate_grad.h), so a phase holds them all
     and no more; the phases after the backward hold them already."""
-    return tuple(replace(ph, gradients=max(ph.gradients, grad_bytes)) for ph in phases)
+    return tuple(ph if ph.gradients >= grad_bytes else replace(ph, gradients=grad_bytes) for ph in phases)
 
 
 def accumulating_job(job: SingleGpuJob) -> SingleGpuJob:

@@ -37,8 +37,9 @@ class PeakTable:
                  summed: tuple[str, ...] = (), batch: int = 1, nccl_bytes: Mapping[str, int] | None = None) -> None:
         self.jobs, self.adjust, self.summed, self.batch = jobs, adjust, summed, batch
         self.nccl_bytes = dict(nccl_bytes or {})
-        self.accumulating = {m: accumulating_job(j) for m, j in jobs.items()
-                             if m in ("full", "lora", "qlora") and batch > 1}
+        # the methods that accumulate, their jobs made when a setup first asks (most estimates need few of them)
+        self.accumulates = frozenset(m for m in jobs if m in ("full", "lora", "qlora") and batch > 1)
+        self.accumulating: dict[str, SingleGpuJob] = {}
         self.seen: dict[tuple, tuple[int, int] | ParallelError] = {}
         self.shardings: dict[tuple, Sharding | ParallelError] = {}
         self.limits: dict[tuple[str, int], tuple[tuple[int, int], ...] | None] = {}  # (method, id(kind))
@@ -63,10 +64,14 @@ class PeakTable:
         return self.adjust(method, peak_parts(job, setup, method)[1]) + nccl, cpu_bytes_per_node(job, setup)
 
     def _accumulates(self, method: str, setup: Setup) -> bool:
-        return method in self.accumulating and isinstance(setup.gpus, int) and setup.gpus < self.batch
+        return method in self.accumulates and isinstance(setup.gpus, int) and setup.gpus < self.batch
 
     def _job(self, method: str, accumulating: bool) -> SingleGpuJob:
-        return self.accumulating[method] if accumulating else self.jobs[method]
+        if not accumulating:
+            return self.jobs[method]
+        if method not in self.accumulating:
+            self.accumulating[method] = accumulating_job(self.jobs[method])
+        return self.accumulating[method]
 
     def _sharding(self, method: str, setup: Setup, accumulating: bool = False) -> Sharding:
         """The method's job (accumulating its gradients or not) under `setup`'s line (strategy, checkpointing,
