@@ -382,6 +382,14 @@ def test_qwen1s_own_code_is_priced_without_a_score_matrix(settings):
     r = report(settings, "Qwen/Qwen-1_8B-Chat")
     found = next(f for f in r.findings if f.check == "attention_default")
     assert found.severity == "info" and "FlashAttention-2 where flash-attn is installed" in found.message
-    assert "[batch, 1, T, T] mask" in found.message and "2 B per token pair and layer" in found.message
+    assert "([batch, 1, T, T] where the batch carries" in found.message
+    assert "2 B per token pair and layer" in found.message
     eager = report(settings, "Qwen/Qwen-1_8B-Chat", job=Job(method="lora", attention="eager"))
     assert r.memory.train_lora_bytes_batch1 < 0.6 * eager.memory.peak_bytes
+    # Qwen-VL and Qwen-Audio share the model_type; their code (a "visual" or "audio" block) keeps the scores
+    cfg, _ = SNAP["Qwen/Qwen-1_8B-Chat"]
+    for block in ("visual", "audio"):
+        vl = report(settings, cfg={**cfg, block: {"layers": 2}})
+        found = next(f for f in vl.findings if f.check == "attention_default")
+        assert found.severity == "warning" and found.message.startswith("custom modeling code (auto_map) whose "
+                                                                        "attention was not read")

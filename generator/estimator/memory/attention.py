@@ -18,14 +18,23 @@ from .sdpa_table import NO_SDPA
 # - Qwen-1 (Qwen/Qwen-1_8B-Chat) modeling_qwen.py QWenAttention.forward: FlashAttention-2 where flash_attn imports
 #   (config use_flash_attn "auto"), else F.scaled_dot_product_attention on torch >= 2 with the mask it builds in each
 #   layer (attention_mask.expand(...).masked_fill(~causal_mask, min)); its _attn, which keeps the scores, runs only
-#   with use_cache_quantization or torch 1.
+#   with use_cache_quantization or torch 1. Not Qwen-VL's or Qwen-Audio's code, of the same model_type (a "visual"
+#   or "audio" block in the config), which keeps the scores (_attn only in the copies read: CUSTOM_SDPA_EXCEPT).
 CUSTOM_SDPA = {
     "chatglm": "its attention calls torch's scaled_dot_product_attention: no score matrix kept",
     "qwen": ("its attention runs FlashAttention-2 where flash-attn is installed, else torch's "
-             "scaled_dot_product_attention: no score matrix kept. Without flash-attn, the [batch, 1, T, T] mask it "
-             "builds in each layer is kept for the backward (2 B per token pair and layer in bf16), which these "
-             "figures leave out"),
+             "scaled_dot_product_attention: no score matrix kept. Without flash-attn, the mask it builds in each "
+             "layer ([batch, 1, T, T] where the batch carries an attention mask) is kept for the backward (2 B per "
+             "token pair and layer in bf16), which these figures leave out"),
 }
+CUSTOM_SDPA_EXCEPT = {"qwen": ("visual", "audio")}
+
+
+def custom_sdpa(a: Arch) -> str:
+    """What the page says of custom code known to keep no score matrix (CUSTOM_SDPA), '' for any other."""
+    if a.model_type not in CUSTOM_SDPA or any(k in a.raw for k in CUSTOM_SDPA_EXCEPT.get(a.model_type, ())):
+        return ""
+    return CUSTOM_SDPA[a.model_type]
 
 # Eager attention written out in the model's own class that masks by adding the mask and clamping at the dtype's
 # minimum (torch.max(scores + mask, finfo.min), whose backward keeps the masked scores), then softmax in the
@@ -135,7 +144,7 @@ def default_attention(a: Arch) -> tuple[str, str]:
     if a.model_type in NO_SDPA:
         return "eager", (f"transformers' {NO_SDPA[a.model_type]} has no SDPA path (_supports_sdpa is False): it "
                          "runs eager attention by default, which keeps every layer's attention scores")
-    if a.custom_code and a.model_type not in CLASS_DEFAULTS and a.model_type not in CUSTOM_SDPA:
+    if a.custom_code and a.model_type not in CLASS_DEFAULTS and not custom_sdpa(a):
         return "eager", ("custom modeling code (auto_map) whose attention was not read: priced as keeping its "
                          "attention scores (eager), the common case for repository code")
     return "sdpa", ""
