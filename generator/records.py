@@ -71,10 +71,10 @@ class ModelRecord:
 
     def config(self) -> dict[str, Any]:
         """config.json as vLLM reads it: parsed, with hf_quant_config.json merged where vLLM takes it
-        (estimator.config.modelopt.merge_quant_file). A non-object or malformed config.json raises ConfigError naming the model; a
-        malformed hf_quant_config.json is left out (the crawl records it as a problem)."""
+        (estimator.config.modelopt.merge_quant_file). A non-object or malformed config.json raises ConfigError naming
+        the model; a malformed hf_quant_config.json is left out (the crawl records it as a problem)."""
         cfg = parse_config_text(self.config_json, self.id)
-        if self.quant_config_json and (quant := quant_config_of(self.quant_config_json)) is not None:
+        if self.quant_config_json and (quant := parse_quant_file(self.quant_config_json)) is not None:
             return merge_quant_file(cfg, quant)
         return cfg
 
@@ -89,7 +89,7 @@ class ModelRecord:
 QUANT_CONFIG_FILE = "hf_quant_config.json"
 
 
-def quant_config_of(text: str) -> dict[str, Any] | None:
+def parse_quant_file(text: str) -> dict[str, Any] | None:
     """hf_quant_config.json's object, or None where the text is not a JSON object."""
     try:
         data = json.loads(text)

@@ -13,7 +13,7 @@ from .records import (
     REPO_ID_RE,
     ModelRecord,
     parse_config_text,
-    quant_config_of,
+    parse_quant_file,
 )
 
 LOCAL = "local config.json"  # config_source of a record read from the user's own file
@@ -39,7 +39,7 @@ def local_record(config: Path, model: str) -> ModelRecord:
     quant, beside = "", config.parent / QUANT_CONFIG_FILE
     if config.name == "config.json" and beside.is_file() and wants_quant_file(parse_config_text(text, model)):
         quant = read_config_file(beside, model, QUANT_CONFIG_FILE)
-        if quant_config_of(quant) is None:
+        if parse_quant_file(quant) is None:
             raise ConfigError(model, QUANT_CONFIG_FILE, quant[:60], "must hold a JSON object (the file beside its "
                                                                     "config.json, read as vLLM reads a model folder)")
     return ModelRecord(id=model, config_json=text, config_source=LOCAL, config_provenance="local",

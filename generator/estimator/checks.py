@@ -243,10 +243,10 @@ def check_scope(a: Arch, train_tokens: int, requested_tokens: int, serve_tokens:
                            "prices a run that asks for SDPA or FlashAttention."))
     elif why and attends:  # the config's own kernel (memory.attention.DECLARED_ATTENTION_KEYS)
         out.append(Finding("attention_default", "info", f"{why}; priced so."))
-    elif a.custom_code and attends and custom_sdpa(a):
+    elif a.custom_code and attends and (known := custom_sdpa(a)):
         out.append(Finding("attention_default", "info",
                            "the repository's own modeling code runs (transformers has no class of this type), and "
-                           f"{custom_sdpa(a)}."))
+                           f"{known}."))
     elif a.custom_code and attends:
         out.append(Finding("attention_default", "info",
                            "transformers ships this model type, and from_pretrained builds its own class unless "

@@ -16,7 +16,7 @@ from ..records import (
     QUANT_CONFIG_FILE,
     ModelRecord,
     parse_config_text,
-    quant_config_of,
+    parse_quant_file,
     validate_repo_id,
 )
 from .listing import SHA_RE, Listed, build_record, config_problem, listed_from_info
@@ -228,8 +228,8 @@ def _check_size(repo_id: str, filename: str, size: int | None, max_bytes: int, w
 
 def quant_config_of_repo(client: HubClient, listed: Listed, config_text: str, revision: str,
                          local_only: bool = False) -> tuple[str, str | None, HubFault | None]:
-    """hf_quant_config.json where vLLM reads it beside this config.json (estimator.config.modelopt.wants_quant_file) and the
-    repo lists it; from the HF cache alone where `local_only` (a miss is no fault there: the file may not exist).
+    """hf_quant_config.json where vLLM reads it beside this config.json (estimator.config.modelopt.wants_quant_file)
+    and the repo lists it; from the HF cache alone where `local_only` (a miss is no fault there: the file may not exist).
     Returns (text or "", its source, the fault that kept it out)."""
     try:
         wanted = wants_quant_file(parse_config_text(config_text, listed.id))
@@ -245,7 +245,7 @@ def quant_config_of_repo(client: HubClient, listed: Listed, config_text: str, re
                                             max_bytes=room)
     except HubFault as fault:
         return "", None, None if local_only else fault
-    if quant_config_of(text) is None:
+    if parse_quant_file(text) is None:
         return "", None, HubFault(MALFORMED, f"{QUANT_CONFIG_FILE} is not a JSON object: not read")
     return text, f"Hub file {QUANT_CONFIG_FILE} at revision {commit or revision}", None
 

@@ -46,12 +46,19 @@ PRODUCER_ALGOS = frozenset({"FP8", "FP8_PER_CHANNEL_PER_TOKEN", "FP8_PB_WO", "NV
 MODELOPT_METHODS = frozenset({"modelopt", "modelopt_fp4", "modelopt_mxfp8", "modelopt_mixed"})
 
 
-def produced_by_modelopt(q: Mapping[str, Any]) -> bool:
-    """Whether this is hf_quant_config.json's form as ModelOpt writes it: {"producer": {"name": "modelopt"},
-    "quantization": {"quant_algo": ...}}, whose quant_method vLLM sets whatever the file says."""
+def _produced_fields(q: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """hf_quant_config.json's "quantization" where ModelOpt wrote the file ({"producer": {"name": "modelopt"},
+    "quantization": {...}}), else None."""
     producer, inner = q.get("producer"), q.get("quantization")
-    return isinstance(producer, Mapping) and producer.get("name") == "modelopt" and isinstance(inner, Mapping) \
-        and inner.get("quant_algo") is not None
+    modelopt = isinstance(producer, Mapping) and producer.get("name") == "modelopt"
+    return inner if modelopt and isinstance(inner, Mapping) else None
+
+
+def produced_by_modelopt(q: Mapping[str, Any]) -> bool:
+    """Whether this is hf_quant_config.json's form as ModelOpt writes it, naming its quant_algo: vLLM sets its
+    quant_method whatever the file says."""
+    inner = _produced_fields(q)
+    return inner is not None and inner.get("quant_algo") is not None
 
 
 def quant_method_of(q: Mapping[str, Any]) -> str:
@@ -84,10 +91,8 @@ def merge_quant_file(cfg: Mapping[str, Any], quant: Mapping[str, Any]) -> dict[s
     q = cfg.get("quantization_config")
     if q is None:
         return {**cfg, "quantization_config": dict(quant)}
-    inner = quant.get("quantization")
-    producer = quant.get("producer")
-    if not _mixed_without_layers(q) or not isinstance(producer, Mapping) or producer.get("name") != "modelopt" \
-            or not isinstance(inner, Mapping) or not inner.get("quantized_layers"):
+    inner = _produced_fields(quant)
+    if not _mixed_without_layers(q) or inner is None or not inner.get("quantized_layers"):
         return dict(cfg)  # vLLM fails on it: config.json's MIXED_PRECISION without layers is refused as it is
     return {**cfg, "quantization_config": {**q, "quantized_layers": inner["quantized_layers"],
                                            "ignore": inner.get("exclude_modules", [])}}
