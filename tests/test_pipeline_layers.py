@@ -195,18 +195,60 @@ def test_every_checkpointed_stage_holds_one_recomputed_layer_whole(mid: str, mon
         assert max(held) >= recompute.stage_whole + min(counts) * kept / job.layers - 1, stages
 
 
-@pytest.mark.parametrize("mid", ["meta-llama/Llama-3.1-8B", "Qwen/Qwen3-30B-A3B", HYBRID])
-def test_the_setups_training_stages_agree_with_the_card_tables_split(mid: str) -> None:
-    """The site's LoRA at its length on two stages: the setups' (pipeline.stage_rows) and the card table's
-    (splits.best_cut, each backward branch whole on each stage) within 0.2% (a hybrid's stage holds the largest kind's
-    working set whatever its layers: 0.14% over on Nemotron-3-Nano). A backward's one-layer transients, spread over
-    the layers, had left the setups' 0.6% under on Llama-3.1-8B (17.40 GB against 17.51)."""
+@pytest.mark.parametrize("mid", ["meta-llama/Llama-3.1-8B", "Qwen/Qwen3-30B-A3B", HYBRID, LITE, "google/gemma-2-9b"])
+@pytest.mark.parametrize("method", ["lora", "full"])
+def test_the_setups_training_stages_agree_with_the_card_tables_split(mid: str, method: str) -> None:
+    """The site's jobs at its length on two stages: the setups' (pipeline.stage_rows) and the card table's
+    (splits.best_cut, each backward branch whole on each stage) within 0.2%. Each had left the setups' under:
+    - a backward's one-layer transients spread over the layers: Llama-3.1-8B's LoRA 0.6% (17.40 GB against 17.51);
+    - the embedding's and the head's activations spread, where they are the first and last stage's alone:
+      gemma-2-9b's LoRA (eager) 1.6% (36.05 GB against 36.65);
+    - the layers' activations spread evenly, where DeepSeek-V2-Lite's dense first layer keeps less than its MoE
+      layers: its LoRA 1.7% (40.03 GB against 40.71, now 40.65)."""
     a, g = _model(mid)
     tokens = min(S.train_tokens, a.max_context)
-    cut = best_cut(train_profile(a, g, S, tokens, "lora", S.lora_rank, {}))
-    job = training_job(a, g, S, site_job("lora", S.lora_rank, tokens=tokens, attention=default_attention(a)[0]),
+    cut = best_cut(train_profile(a, g, S, tokens, method, S.lora_rank, {}))
+    job = training_job(a, g, S, site_job(method, S.lora_rank, tokens=tokens, attention=default_attention(a)[0]),
                        model_shape(a, g))
     counts, rows = stage_rows(job, job.phases, 2)
     assert counts[0] == cut.layers
     got, want = max(sum(r) for _, r in rows), max(cut.first, cut.second)
     assert abs(got - want) <= 0.002 * want, (mid, got, want)
+
+
+@pytest.mark.parametrize("grad_ckpt", [False, True])
+def test_the_ends_activations_are_the_first_and_last_stages_alone(grad_ckpt: bool) -> None:
+    """A full fine-tune's embedding output is the first stage's, the head's and the loss's the last stage's
+    (Phase.embed_activations, head_activations); the layers between hold neither. On four stages of a model whose
+    layers are alike, a middle stage holds what the first holds less the embedding's, and the last holds the head's
+    on top of its layers' share."""
+    job = _checkpointed("meta-llama/Llama-3.1-8B", method="full", grad_ckpt=grad_ckpt)
+    loss = next(ph for ph in job.phases if ph.name.startswith("loss") or ph.name == "backward (activations)")
+    assert loss.embed_activations > 0 and loss.head_activations > 0
+    assert all(ph.embed_activations + ph.head_activations + ph.stage_whole <= ph.activations for ph in job.phases)
+    act = PARTS.index("activations")
+    even = dataclasses.replace(job, engine_cut=True)  # vLLM's cut: 8 of Llama-3.1-8B's 32 layers a stage
+    counts, rows = stage_rows(even, (loss,), 4, ckpt=grad_ckpt)
+    assert counts == (8, 8, 8, 8)  # the same layers on every stage: the ends alone differ
+    first, middle, last = (r[act] for _, r in rows)
+    assert first - middle == pytest.approx(loss.embed_activations, abs=2)
+    assert last - middle == pytest.approx(loss.head_activations, abs=2)
+
+
+def test_a_stages_activations_follow_its_own_layers() -> None:
+    """Without checkpointing each layer keeps its own activations (SingleGpuJob.layer_activations): DeepSeek-V2-Lite's
+    dense first layer keeps less than its MoE layers, so the stage holding it holds less than an even share; a
+    checkpointed stage's layers keep their inputs alone, alike, and share evenly."""
+    a, g = _model(LITE)
+    job = training_job(a, g, S, site_job("lora", S.lora_rank, tokens=2048), model_shape(a, g))
+    per = job.layer_activations
+    assert len(per) == job.layers and per[0] < min(per[1:])
+    act = PARTS.index("activations")
+    loss = job.phases[0]
+    rest = loss.activations - loss.stage_whole - loss.embed_activations - loss.head_activations
+    counts, rows = stage_rows(job, (loss,), 2)
+    first = rows[0][1][act] - loss.stage_whole - loss.embed_activations
+    assert first == pytest.approx(rest * sum(per[:counts[0]]) / sum(per), rel=1e-6)
+    assert first < rest * counts[0] / job.layers
+    even = stage_rows(job, (loss,), 2, ckpt=True)[1][0][1][act] - loss.stage_whole - loss.embed_activations
+    assert even == pytest.approx(rest * counts[0] / job.layers, rel=1e-6)

@@ -87,11 +87,13 @@ def training_job(a: Arch, g: Graph, s: Assumptions, job: Job, shape: Shape, mode
     the per-layer terms the estimate's other jobs and profiles worked out already (profile.memoised)."""
     # a recipe that always checkpoints (QLoRA): plans.candidates tries no other
     variants = ((True,) if job.grad_ckpt else (False, True)) if both else (job.grad_ckpt,)
-    phases, trainable, compute_bytes, param_bytes = training_variants(a, g, s, job, variants, model, memo)
+    phases, trainable, compute_bytes, param_bytes, layer_acts = training_variants(a, g, s, job, variants, model, memo)
     plain, ckpt, priced = phases[0], (phases[-1] if both else ()), resolve(job, a)
     return dataclasses.replace(_single(job.method, plain, ckpt, trainable, compute_bytes, param_bytes, shape,
                                        job.grad_accum > 1), unit_bytes=gathered_unit_bytes(a, g, priced.storage,
-                                                                                          priced.double_quant))
+                                                                                          priced.double_quant),
+                               # a checkpointed stack keeps each layer's input alike: its stages' share is even
+                               layer_activations=() if variants[0] else layer_acts)
 
 
 def exact_job(a: Arch, g: Graph, s: Assumptions, job: Job, shape: Shape, model: str = "") -> SingleGpuJob:

@@ -99,9 +99,10 @@ def job_phases(a: Arch, g: Graph, s: Assumptions, job: Job, model: str = "",
 
 
 def training_variants(a: Arch, g: Graph, s: Assumptions, job: Job, variants: tuple[bool, ...], model: str = "",
-                      memo: dict | None = None) -> tuple[list[tuple[Phase, ...]], int, int, int]:
+                      memo: dict | None = None) -> tuple[list[tuple[Phase, ...]], int, int, int, tuple[int, ...]]:
     """A training job's phases once per entry of `variants` (checkpointing off or on), its trainable parameters,
-    its compute bytes and its trainable weights' bytes per parameter: what setups.training_job needs, in one pass."""
+    its compute bytes, its trainable weights' bytes per parameter, and each layer's activations without checkpointing
+    (which a pipeline stage's share follows): what setups.training_job needs, in one pass."""
     a, g, job, model, memo = prepared(a, g, job, model, memo)
     return _training(a, g, s, job, model, variants, memo)
 
@@ -114,7 +115,7 @@ def job_memory(a: Arch, g: Graph, s: Assumptions, job: Job, model: str = "") -> 
 
 
 def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants: tuple[bool, ...],
-              memo: dict | None = None) -> tuple[list[tuple[Phase, ...]], int, int, int]:
+              memo: dict | None = None) -> tuple[list[tuple[Phase, ...]], int, int, int, tuple[int, ...]]:
     """The job's phases once per entry of `variants` (checkpointing off or on; job.grad_ckpt is not read), its
     trainable parameters, compute bytes and trainable bytes per parameter. The layer terms are worked out once per
     distinct layer (Spec.distinct_layers) and summed times their counts; `memo` shares them with other jobs."""
@@ -213,6 +214,7 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
                          2 * experts_made if r.amp else 0))
     # per distinct layer, the saved bytes of the layers after its last one, freed before the backward reaches it
     index = layer_index(spec, memo)
+    stack_acts = tuple(B * (layer[k] + T * terms.views[k]) + fixed[k] for k in index)  # SingleGpuJob.layer_activations
     last_of = {k: j for j, k in enumerate(index)}
     later = [sum(layer[k] for k in index[last_of[i] + 1:]) if i in last_of else 0 for i in range(len(distinct))]
     # checkpointed, per distinct layer at its lowest: what the recurrent layers above keep of their recomputation
@@ -242,22 +244,30 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
         lay = ckpt_layer if grad_ckpt else layer  # `lay` is read where the layers are checkpointed
         cache = T * kept_cache_bytes(a, g, r, grad_ckpt, job.upcast_fp32)  # kept output's (F8); upcast's (F62)
         kept, cache = (T * c * spec.logits + cache if job.keep_outputs else 0), (cache if job.upcast_fp32 else 0)
+        # what the last pipeline stage alone holds at the loss, and (a kept output's logits) after it
+        tail = B * (T * c * spec.logits if job.keep_outputs else 0)
+        at_loss = B * max(0, head - logits) + tail
         if not grad_ckpt:
             emb = embed - frozen_embed + imaging[0]
             views = sum(n * v for (_, n), v in zip(distinct, terms.views, strict=True))  # the cache's copies (F11)
             acts = emb + layers_sum + head + kept + T * views
             phases = [phase("loss (logits)" if logits * 2 > acts else "backward (activations)", weights=weights,
                             optimizer_state=state, activations=B * (acts - logits) + fixed_sum + carried,
-                            logits=B * logits, overhead_weights=copies, overhead_fixed=chunk, experts=fixed_sum)]
+                            logits=B * logits, overhead_weights=copies, overhead_fixed=chunk, experts=fixed_sum,
+                            head_activations=at_loss)]
             if cache and not kept:  # the loss, its gradient not made yet (F27), the cache alive (F62)
                 phases.append(phase("loss (logits)", weights=weights, optimizer_state=state, overhead_weights=copies,
                                     activations=B * (acts - logits + cache) + fixed_sum + carried,
-                                    logits=B * (logits - fwd_less), overhead_fixed=chunk, experts=fixed_sum))
+                                    logits=B * (logits - fwd_less), overhead_fixed=chunk, experts=fixed_sum,
+                                    head_activations=at_loss))
             mlp = T * last_mlp_backward_bytes(a, distinct[index[-1]][0], r, roles, job.upcast_fp32) if index else 0
             if final_norm or mlp:  # the final norm's backward, the head's freed; then the last frozen MLP's (F65)
-                phases.append(phase("backward (the final norm)" if head_norm + final_norm >= mlp else MLP_PHASE,
+                norm = head_norm + final_norm >= mlp  # (the last stage's; an MLP's backward is each stage's own)
+                phases.append(phase("backward (the final norm)" if norm else MLP_PHASE,
                                     weights=weights, optimizer_state=state, overhead_weights=copies, experts=fixed_sum,
-                                    activations=B * (acts - head + max(head_norm + final_norm, mlp)) + fixed_sum))
+                                    activations=B * (acts - head + max(head_norm + final_norm, mlp)) + fixed_sum,
+                                    head_activations=tail + (B * (head_norm + final_norm) if norm else 0),
+                                    stage_whole=0 if norm else B * mlp))
             fwd = T * held_transient_bytes(distinct[index[-1]][0], r, roles, saves, job.upcast_fp32, a,
                                             backward=False) if lora and index else 0
             if fwd:  # the last layer's end, every layer's tensors saved (F44), and the model's locals (F58)
@@ -290,7 +300,7 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
                              key=lambda t: B * (t[0] + t[1]) + t[2] + t[3], default=(0, 0, 0, 0, 0))
             phases = [phase("loss (logits)", weights=weights, optimizer_state=state,
                             activations=B * (inputs + head + kept - logits) + carried, logits=B * logits,
-                            overhead_weights=ckpt_copies[0], overhead_fixed=chunk),
+                            overhead_weights=ckpt_copies[0], overhead_fixed=chunk, head_activations=at_loss),
                       phase("backward (recomputing a checkpointed layer)", weights=weights, optimizer_state=state,
                             gradients=head_grads,
                             activations=B * inputs + B * (recomputed[0] + recomputed[1]) + recomputed[2],
@@ -302,7 +312,7 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
                 # (aten/src/ATen/autocast_mode.cpp cached_cast: fp32 leaves that require grad), checkpointed or not
                 phases.append(phase(CACHE_PHASE, weights=weights, optimizer_state=state,
                                     activations=B * (inputs + head + kept - logits) + carried,
-                                    logits=B * (logits - fwd_less),
+                                    logits=B * (logits - fwd_less), head_activations=at_loss,
                                     overhead_weights=copies, overhead_fixed=chunk))
             if any(f for f, _ in chunked):  # a Mamba-2 layer's recomputed forward at its chunks (recurrence)
                 k = max(range(len(distinct)), key=lambda i: B * (lay[i] + chunked[i][0]) + fixed[i])
@@ -341,7 +351,7 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
                                 optimizer_state=state, activations=B * (live + math_saved + math_grads)
                                 + (0 if grad_ckpt else fixed_sum),
                                 overhead_weights=ckpt_copies[-1] if grad_ckpt else copies, overhead_fixed=dequant,
-                                stage_whole=B * (math_saved + math_grads)))
+                                stage_whole=B * (math_saved + math_grads), head_activations=0 if grad_ckpt else tail))
         if late:  # the layer whose (recomputed) softmax or scan backward holds the most, the head's tensors freed
             name, k, extra, made_after, freed = max(late, key=lambda t: B * t[2] + t[3] - t[4]
                                                     + (B * lay[t[1]] + fixed[t[1]] if grad_ckpt else -B * later[t[1]]))
@@ -354,7 +364,8 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
                                 overhead_fixed=dequant, experts=experts,
                                 overhead_weights=(ckpt_copies[1] if grad_ckpt else copies) - freed,
                                 # (a scan's `extra` is net of its tail's tensors freed: the rest follows the layers)
-                                stage_whole=B * (layer[k] + extra) + experts if grad_ckpt else B * max(0, extra)))
+                                stage_whole=B * (layer[k] + extra) + experts if grad_ckpt else B * max(0, extra),
+                                head_activations=0 if grad_ckpt else tail))
         held_scores = eager_forward_scores(a, g, r, T, grad_ckpt) if job.attention == "eager" else 0
         if held_scores:  # the largest attention layer's softmax in the forward: its locals' scores (attention.py)
             k = max(range(len(distinct)), key=lambda i: lay[i])
@@ -362,7 +373,8 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
             phases.append(phase(EAGER_FORWARD_PHASE, weights=weights, optimizer_state=state, overhead_fixed=dequant,
                                 activations=B * (live + held_scores) + (fixed[k] if grad_ckpt else fixed_sum) + carried,
                                 overhead_weights=ckpt_copies[0] if grad_ckpt else copies,
-                                stage_whole=B * (layer[k] + held_scores) + fixed[k] if grad_ckpt else B * held_scores))
+                                stage_whole=B * (layer[k] + held_scores) + fixed[k] if grad_ckpt else B * held_scores,
+                                head_activations=0 if grad_ckpt else tail))
         scan_first = [t for t in late if t[0] == SCAN_PHASE and t[1] == first]
         if grad_ckpt and r.trained and scan_first:  # a full fine-tune's first recomputed layer: every later
             # layer's gradients made (as F18's phase), beside that layer's scan backward
@@ -374,11 +386,13 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
                                 stage_whole=B * (layer[k] + extra) + fixed[k]))
         ends = tuple(replace(p, activations=p.activations + B * sum(lru[k] for k in index)) for p in closing) \
             if grad_ckpt and any(lru) else closing  # every recurrent layer's recomputation, kept (F66)
-        if pair:  # every phase holding activations holds the tower's mask, its blocks between the B samples too;
-            # the closing ones hold neither. job_limits moves a batch-1 job to batch b by activations_pair
-            phases = [replace(p, activations=p.activations + B * (B - 1) * pair, activations_pair=pair)
-                      for p in phases]
+        # every phase holding activations holds the embedding's output (and a tower's) on the first pipeline stage,
+        # and a tower's mask, its blocks between the B samples too; the closing ones hold neither. job_limits moves a
+        # batch-1 job to batch b by activations_pair
+        firsts = B * (embed + imaging[1] if grad_ckpt else emb) + B * (B - 1) * pair
+        phases = [replace(p, activations=p.activations + B * (B - 1) * pair, activations_pair=pair,
+                          embed_activations=firsts) for p in phases]
         every = tuple(replace(p, overhead_fixed=p.overhead_fixed + buffers) for p in (*phases, *ends)) \
             if buffers else (*phases, *ends)  # only a framework's own model has buffers to add (the site's none)
         out.append(accumulating_phases(every, grad) if job.grad_accum > 1 else every)
-    return out, trainable, c, param_bytes
+    return out, trainable, c, param_bytes, stack_acts

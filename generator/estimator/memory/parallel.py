@@ -124,6 +124,11 @@ class Phase:
     # runs its own layers, so each holds one such set whole, where what the layers keep follows them
     # (pipeline.stage_rows)
     stage_whole: int = 0
+    # of activations, what only the first stage holds (the embedding's output, a tower's) and what only the last does
+    # (the head's and the loss's, a kept output's logits, the final norm's backward): the ends, where the stages'
+    # layers hold the rest (pipeline.stage_rows)
+    embed_activations: int = 0
+    head_activations: int = 0
 
     @property
     def total_bytes(self) -> int:
@@ -189,6 +194,10 @@ class SingleGpuJob:
     # the layers' weight-like parts and cache follows (pipeline.stage_rows); () or all alike: evenly
     layer_params: tuple[int, ...] = ()
     layer_kv: tuple[int, ...] = ()
+    # per layer of the stack, what it keeps without checkpointing (its saved tensors, its cache's copies, its experts'
+    # tensors), which a stage's share of `phases`' layer activations follows; () or all alike: evenly. Checkpointed,
+    # every layer keeps its input alone, alike: phases_ckpt's share is even (pipeline.stage_rows)
+    layer_activations: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -311,7 +320,7 @@ def peak_parts(job: SingleGpuJob, setup: Setup, model: str = "") -> tuple[str, t
         phases = tp_phases(job, phases, GPUS_PER_NODE)
     if s in ("pp", "tp+pp"):
         stages = n if s == "pp" else n // GPUS_PER_NODE
-        stage_layers, rows = stage_rows(job, phases, stages, 1 if s == "pp" else GPUS_PER_NODE)
+        stage_layers, rows = stage_rows(job, phases, stages, 1 if s == "pp" else GPUS_PER_NODE, setup.grad_ckpt)
     elif s in ("tp", "single"):
         rows = [(ph.name, _parts(ph, ph.overhead_weights + ph.overhead_step + ph.overhead_fixed)) for ph in phases]
     else:
@@ -360,7 +369,8 @@ def _tp(job: SingleGpuJob, ph: Phase, n: int) -> Phase:
     return Phase(ph.name, w(ph.weights), w(ph.gradients), w(ph.optimizer_state), _ceil(ph.activations / n),
                  _ceil(ph.logits / n), kv, w(ph.overhead_weights), w(ph.overhead_step), ph.overhead_fixed,
                  ph.computing, transient=_ceil(ph.transient / n), last_stage=ph.last_stage,
-                 stage_whole=_ceil(ph.stage_whole / n))
+                 stage_whole=_ceil(ph.stage_whole / n), embed_activations=_ceil(ph.embed_activations / n),
+                 head_activations=_ceil(ph.head_activations / n))
 
 
 def default_setup(gpus: int, strategy: str | None, offload: str, grad_ckpt: bool = False,

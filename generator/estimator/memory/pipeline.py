@@ -11,7 +11,8 @@ from itertools import accumulate
 from typing import Any
 
 
-def stage_rows(job: Any, phases: tuple[Any, ...], stages: int, tp: int = 1) -> tuple[tuple[int, ...], list]:
+def stage_rows(job: Any, phases: tuple[Any, ...], stages: int, tp: int = 1,
+               ckpt: bool = False) -> tuple[tuple[int, ...], list]:
     """The contiguous cut of the layers into `stages` minimising the largest stage (a serving job: vLLM's own
     cut, vllm_stage_layers), and every stage's phases.
 
@@ -26,7 +27,9 @@ def stage_rows(job: Any, phases: tuple[Any, ...], stages: int, tp: int = 1) -> t
     Layers differ (an MoE's dense first layers, a hybrid's kinds, an encoder-decoder's two stacks): each stage holds
     its own layers' share, by their parameters (SingleGpuJob.layer_params: the weight-like parts, a frozen base's
     weights alone, its adapters' spread evenly) and their KV caches (layer_kv), activations evenly, and the cut is
-    found on those bytes (_balanced_counts); where every layer is alike, b as above."""
+    found on those bytes (_balanced_counts); where every layer is alike, b as above. A stage's layer activations
+    follow its layers' own (SingleGpuJob.layer_activations), but in the checkpointed phases (`ckpt`: job.phases_ckpt),
+    whose layers keep their inputs alone, alike."""
     p, layers = job.params_total or 1, job.layers
     end_params = job.first_stage_params + job.last_stage_params
     layer_params = max(0, p - end_params) / layers
@@ -48,12 +51,16 @@ def stage_rows(job: Any, phases: tuple[Any, ...], stages: int, tp: int = 1) -> t
             b = {f: getattr(ph, f) * layer_params / p for f in _SCALED}
         # a serving startup's layer transient on every stage, its sampler on the last (Phase.transient, last_stage),
         # the hidden states handed to every stage but the first (SingleGpuJob.handoff_bytes)
-        # each stage recomputes its own layers: one layer's working set whole on each (Phase.stage_whole)
-        a.update(activations=float(ph.stage_whole), kv_cache=0.0, logits=ph.logits if last else 0.0,
+        # each stage recomputes its own layers: one layer's working set whole on each (Phase.stage_whole); the
+        # embedding's output on the first, the head's on the last (Phase.embed_activations, head_activations)
+        ends_acts = ph.embed_activations + ph.head_activations
+        a.update(activations=float(ph.stage_whole + (ph.embed_activations if first else 0)
+                                   + (ph.head_activations if last else 0)),
+                 kv_cache=0.0, logits=ph.logits if last else 0.0,
                  overhead_fixed=ph.overhead_fixed + (0 if first else job.handoff_bytes), transient=ph.transient,
                  last_stage=ph.last_stage if last else 0.0)
-        b.update(activations=(ph.activations - ph.stage_whole) / layers, kv_cache=ph.kv_cache / layers, logits=0.0,
-                 overhead_fixed=0.0, transient=0.0, last_stage=0.0)
+        b.update(activations=(ph.activations - ph.stage_whole - ends_acts) / layers, kv_cache=ph.kv_cache / layers,
+                 logits=0.0, overhead_fixed=0.0, transient=0.0, last_stage=0.0)
         return ph.name, a, b
 
     # The stages between the first and the last hold the same terms: one row stands for all of them.
@@ -88,7 +95,7 @@ def stage_rows(job: Any, phases: tuple[Any, ...], stages: int, tp: int = 1) -> t
             held += cap * count
         return held >= layers
 
-    share = _shares(job, frozen)
+    share = _shares(job, frozen, () if ckpt else job.layer_activations)
     if job.engine_cut:  # vLLM cuts its own way, whatever the stages then hold
         counts = vllm_stage_layers(layers, stages)
     elif share:  # layers that differ: each its own bytes
@@ -159,13 +166,14 @@ def _balanced_counts(row_of: dict, order: list[tuple[bool, bool]], layers: int,
     return best
 
 
-def _shares(job: Any, frozen: bool) -> dict[str, tuple[float, ...]]:
+def _shares(job: Any, frozen: bool, acts: tuple[int, ...]) -> dict[str, tuple[float, ...]]:
     """Per field a stage's layers scale (_LAYERED) and whose layers differ, the running share of the layers' whole
     (0 at layer 0, 1 past the last): parameters for the weight-like fields (a frozen base's weights and their
-    autocast copies alone), KV caches for the cache. {} where every layer is alike."""
+    autocast copies alone), KV caches for the cache, `acts` (each layer's activations) for the activations. {} where
+    every layer is alike."""
     out = {}
     by_params = ("weights", "overhead_weights") if frozen else _SCALED
-    for fields, values in ((by_params, job.layer_params), (("kv_cache",), job.layer_kv)):
+    for fields, values in ((by_params, job.layer_params), (("kv_cache",), job.layer_kv), (("activations",), acts)):
         if len(values) == job.layers and len(set(values)) > 1 and sum(values) > 0:
             total = sum(values)
             out.update(dict.fromkeys(fields, tuple(r / total for r in accumulate(values, initial=0))))
@@ -173,7 +181,7 @@ def _shares(job: Any, frozen: bool) -> dict[str, tuple[float, ...]]:
 
 
 _SCALED = ("weights", "gradients", "optimizer_state", "overhead_weights", "overhead_step")
-_LAYERED = (*_SCALED, "kv_cache")  # the fields whose stage bytes follow its layers' own share (_shares)
+_LAYERED = (*_SCALED, "kv_cache", "activations")  # the fields whose stage bytes follow its layers' own share
 
 
 def vllm_stage_layers(layers: int, stages: int) -> list[int]:
