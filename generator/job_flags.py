@@ -69,7 +69,9 @@ def add_setup_arguments(p: argparse.ArgumentParser) -> None:
     ex.add_argument("--transformers-version", metavar="X.Y.Z",
                     help="the transformers release of the run (default: a current one; before 4.36 generate held "
                          "the previous step's KV cache beside the new one; from 5, bitsandbytes leaves Falcon's "
-                         "nn.Linear subclasses unquantised, so its QLoRA is LoRA on its base)")
+                         "nn.Linear subclasses unquantised, so its QLoRA is LoRA on its base; before 5, an adapter "
+                         "job that quantises or adapts an MoE's nn.Linear experts is refused: the estimate prices "
+                         "transformers 5's expert tensors)")
     ex.add_argument("--scan", choices=j.SCANS,
                     help="a Mamba or Gated DeltaNet mixer's scan: fused (mamba-ssm's or flash-linear-attention's "
                          "kernels, the default on a GPU) or torch (transformers' own code, which runs without them)")

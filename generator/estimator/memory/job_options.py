@@ -15,8 +15,9 @@ from ..inputs import Assumptions
 from .activations import ADAPTER_NO_CAST, Regime, regime
 from .attention import default_attention
 from .frameworks import LITGPT_LOSS, TORCHTUNE_LOSS, framework_attention, framework_model, own_model
+from .lora import PEFT_DEFAULT, PEFT_DEFAULT_TARGETS
 from .recipes import RECIPES, SITE_RECIPES
-from .storage import ADAMW8BIT_STATE_BYTES, bnb_leaves_linears
+from .storage import ADAMW8BIT_STATE_BYTES, LINEAR_EXPERTS_V4, before_v5, bnb_keeps_experts, bnb_leaves_linears
 from .tower_adapters import unadaptable_target
 
 # The values each option of a Job takes (validate)
@@ -230,6 +231,8 @@ def prepared(a: Arch, g: Graph, job: Job, model: str, memo: dict | None
         raise JobError(model, "lora_targets", wrapped, f"peft cannot adapt {a.model_type}'s vision tower module of "
                                                        "that name (it wraps an nn.Linear named linear): target "
                                                        "all-linear, or the text model alone (--no-tower-adapters)")
+    if refused := linear_experts_refusal(a, job):
+        raise JobError(model, "transformers_version", job.transformers_version, refused)
     a2, g2 = framework_model(a, g, job.loss)
     if not job.attention and (own := framework_attention(a2, job.loss)):
         job = dataclasses.replace(job, attention=own)
@@ -320,3 +323,30 @@ def apply_metric(parts: dict[str, int], s: Assumptions, job: Job, g: Graph, gpus
         parts["overhead"] += 2 * job.batch * job.tokens * spec.logits
     if job.metric == "nvidia-smi":
         parts["overhead"] += s.cuda_context_bytes + (s.nccl_bytes_per_gpu if gpus > 1 else 0)
+
+
+def linear_experts_refusal(a: Arch, job: Job) -> str:
+    """Why an adapter job run on transformers 4 is not priced where that release built the routed experts as
+    nn.Linear modules (storage.LINEAR_EXPERTS_V4) and the job quantises them (bitsandbytes) or adapts them
+    (all-linear, or an expert Linear's name); "" where it is priced. The estimator prices transformers 5's experts,
+    3-D tensors in bf16 adapted through ParamWrapper: for such a job on 4.x, weights and adapters several times
+    what the run holds. Attention-only adapters on a bf16 base are priced (the experts frozen either way); so is a
+    framework's own model (LitGPT, torchtune), which transformers does not build."""
+    names = LINEAR_EXPERTS_V4.get(a.model_type)
+    if job.method == "full" or not names or a.experts <= 1 or not before_v5(job.transformers_version) \
+            or own_model(job.loss):
+        return ""
+    bnb = bnb_keeps_experts(a, job.storage)  # (4.x quantises them where 5 is priced keeping them)
+    targets = PEFT_DEFAULT_TARGETS.get(a.model_type, "") if job.lora_targets == PEFT_DEFAULT else job.lora_targets
+    named = {t.strip() for t in targets.split(",")}
+    adapted = "all-linear" in named or bool(named & set(names))
+    if not bnb and not adapted:
+        return ""
+    done = " and ".join(w for w, on in (("bitsandbytes quantises", bnb), ("peft adapts", adapted)) if on)
+    there = " and ".join(w for w, on in (("kept in bf16 by bitsandbytes", bnb), ("adapted through peft's "
+                                                                               "ParamWrapper", adapted)) if on)
+    fix = "omit --transformers-version for transformers 5's figure" + \
+        ("" if bnb else ", or adapt attention alone (--lora-targets q_proj,k_proj,v_proj,o_proj)")
+    return (f"transformers 4 builds {a.model_type}'s {a.experts} routed experts as nn.Linear modules "
+            f"({', '.join(names)} each), which {done} one by one; the estimate prices transformers 5's 3-D expert "
+            f"tensors, {there}, not this run: {fix}")

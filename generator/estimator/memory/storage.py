@@ -241,11 +241,30 @@ BNB_UNCONVERTED = {
 }
 
 
+# transformers 4 (4.57.3, its last release line) built these model types' routed experts as an nn.ModuleList of MLP
+# modules, each its own nn.Linear layers (models/<type>/modeling_<type>.py: `self.experts = nn.ModuleList(...)`, e.g.
+# mixtral's MixtralBlockSparseTop2MLP at L97, qwen3_moe's Qwen3MoeMLP at L222). bitsandbytes quantised them
+# (isinstance(module, nn.Linear)) and peft's "all-linear" adapted each, where transformers 5 holds the experts as 3-D
+# tensors (TENSOR_EXPERTS) that bitsandbytes leaves in bf16 and peft adapts through ParamWrapper. model_type -> the
+# Linears of one expert. Other MoE types kept 3-D experts in 4.57.3 too (dbrx, gpt_oss, granitemoe, jetmoe, llama4,
+# qwen3_vl_moe, aria's grouped GEMM) or did not exist yet.
+LINEAR_EXPERTS_V4 = {
+    **dict.fromkeys(("mixtral", "minimax", "phimoe"), ("w1", "w2", "w3")),
+    **dict.fromkeys(("deepseek_v2", "deepseek_v3", "dots1", "ernie4_5_moe", "flex_olmo", "glm4_moe", "glm4v_moe",
+                     "hunyuan_v1_moe", "jamba", "longcat_flash", "olmoe", "qwen2_moe", "qwen3_moe", "qwen3_next",
+                     "qwen3_omni_moe"), ("gate_proj", "up_proj", "down_proj")),
+}
+
+
+def before_v5(transformers_version: str) -> bool:
+    """Whether the run's transformers (`--transformers-version`, "" = a current release) is a 4.x or older one."""
+    return bool(transformers_version) and int(transformers_version.split(".")[0]) < 5
+
+
 def bnb_leaves_linears(a: Arch, storage: str, transformers_version: str = "") -> str:
     """The nn.Linear subclass whose layers a bitsandbytes `storage` (nf4, int8) leaves unquantised on this model
     under transformers 5 or later ("" = a current release), or "" where it quantises them."""
-    if storage not in QUANTS or QUANTS[storage].method != "bitsandbytes" \
-            or (transformers_version and int(transformers_version.split(".")[0]) < 5):
+    if storage not in QUANTS or QUANTS[storage].method != "bitsandbytes" or before_v5(transformers_version):
         return ""
     return BNB_UNCONVERTED.get(a.model_type, "")
 
