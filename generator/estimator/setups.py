@@ -197,7 +197,7 @@ def job_limits(job: SingleGpuJob, adjust: Callable[[str, tuple[int, ...]], int])
     out = []
     for ph in job.phases_ckpt or job.phases:
         parts = (ph.weights, ph.gradients, ph.optimizer_state, 0, 0, ph.kv_cache,
-                 ph.overhead_weights + ph.overhead_step + ph.overhead_fixed)
+                 ph.overhead_weights + ph.overhead_step + ph.overhead_fixed + ph.last_stage)
         out.append((adjust(job.method, parts), ph.activations + ph.logits, ph.activations_pair))
     return tuple(out)
 

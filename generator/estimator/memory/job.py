@@ -117,7 +117,8 @@ def job_memory(a: Arch, g: Graph, s: Assumptions, job: Job, model: str = "") -> 
 def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants: tuple[bool, ...],
               memo: dict | None = None) -> tuple[list[tuple[Phase, ...]], int, int, int, tuple[int, ...]]:
     """The job's phases once per entry of `variants` (checkpointing off or on; job.grad_ckpt is not read), its
-    trainable parameters, compute bytes and trainable bytes per parameter. The layer terms are worked out once per
+    trainable parameters, compute bytes and trainable bytes per parameter, and each layer's activations without
+    checkpointing (SingleGpuJob.layer_activations). The layer terms are worked out once per
     distinct layer (Spec.distinct_layers) and summed times their counts; `memo` shares them with other jobs."""
     spec = g.spec
     lora = job.method != "full"
@@ -245,29 +246,29 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
         cache = T * kept_cache_bytes(a, g, r, grad_ckpt, job.upcast_fp32)  # kept output's (F8); upcast's (F62)
         kept, cache = (T * c * spec.logits + cache if job.keep_outputs else 0), (cache if job.upcast_fp32 else 0)
         # what the last pipeline stage alone holds at the loss, and (a kept output's logits) after it
-        tail = B * (T * c * spec.logits if job.keep_outputs else 0)
-        at_loss = B * max(0, head - logits) + tail
+        kept_logits = B * (T * c * spec.logits if job.keep_outputs else 0)
+        at_loss = B * max(0, head - logits) + kept_logits
         if not grad_ckpt:
             emb = embed - frozen_embed + imaging[0]
             views = sum(n * v for (_, n), v in zip(distinct, terms.views, strict=True))  # the cache's copies (F11)
             acts = emb + layers_sum + head + kept + T * views
             phases = [phase("loss (logits)" if logits * 2 > acts else "backward (activations)", weights=weights,
                             optimizer_state=state, activations=B * (acts - logits) + fixed_sum + carried,
-                            logits=B * logits, overhead_weights=copies, overhead_fixed=chunk, experts=fixed_sum,
+                            logits=B * logits, overhead_weights=copies, last_stage=chunk, experts=fixed_sum,
                             head_activations=at_loss)]
             if cache and not kept:  # the loss, its gradient not made yet (F27), the cache alive (F62)
                 phases.append(phase("loss (logits)", weights=weights, optimizer_state=state, overhead_weights=copies,
                                     activations=B * (acts - logits + cache) + fixed_sum + carried,
-                                    logits=B * (logits - fwd_less), overhead_fixed=chunk, experts=fixed_sum,
+                                    logits=B * (logits - fwd_less), last_stage=chunk, experts=fixed_sum,
                                     head_activations=at_loss))
             mlp = T * last_mlp_backward_bytes(a, distinct[index[-1]][0], r, roles, job.upcast_fp32) if index else 0
             if final_norm or mlp:  # the final norm's backward, the head's freed; then the last frozen MLP's (F65)
-                norm = head_norm + final_norm >= mlp  # (the last stage's; an MLP's backward is each stage's own)
-                phases.append(phase("backward (the final norm)" if norm else MLP_PHASE,
+                # (the final norm's is the last pipeline stage's; an MLP's backward is each stage's own)
+                phases.append(phase("backward (the final norm)" if head_norm + final_norm >= mlp else MLP_PHASE,
                                     weights=weights, optimizer_state=state, overhead_weights=copies, experts=fixed_sum,
                                     activations=B * (acts - head + max(head_norm + final_norm, mlp)) + fixed_sum,
-                                    head_activations=tail + (B * (head_norm + final_norm) if norm else 0),
-                                    stage_whole=0 if norm else B * mlp))
+                                    head_activations=kept_logits + B * max(0, head_norm + final_norm - mlp),
+                                    stage_whole=B * mlp))
             fwd = T * held_transient_bytes(distinct[index[-1]][0], r, roles, saves, job.upcast_fp32, a,
                                             backward=False) if lora and index else 0
             if fwd:  # the last layer's end, every layer's tensors saved (F44), and the model's locals (F58)
@@ -300,7 +301,7 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
                              key=lambda t: B * (t[0] + t[1]) + t[2] + t[3], default=(0, 0, 0, 0, 0))
             phases = [phase("loss (logits)", weights=weights, optimizer_state=state,
                             activations=B * (inputs + head + kept - logits) + carried, logits=B * logits,
-                            overhead_weights=ckpt_copies[0], overhead_fixed=chunk, head_activations=at_loss),
+                            overhead_weights=ckpt_copies[0], last_stage=chunk, head_activations=at_loss),
                       phase("backward (recomputing a checkpointed layer)", weights=weights, optimizer_state=state,
                             gradients=head_grads,
                             activations=B * inputs + B * (recomputed[0] + recomputed[1]) + recomputed[2],
@@ -313,7 +314,7 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
                 phases.append(phase(CACHE_PHASE, weights=weights, optimizer_state=state,
                                     activations=B * (inputs + head + kept - logits) + carried,
                                     logits=B * (logits - fwd_less), head_activations=at_loss,
-                                    overhead_weights=copies, overhead_fixed=chunk))
+                                    overhead_weights=copies, last_stage=chunk))
             if any(f for f, _ in chunked):  # a Mamba-2 layer's recomputed forward at its chunks (recurrence)
                 k = max(range(len(distinct)), key=lambda i: B * (lay[i] + chunked[i][0]) + fixed[i])
                 phases.append(phase("backward (recomputing the torch scan's chunks)", weights=weights,
@@ -351,7 +352,8 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
                                 optimizer_state=state, activations=B * (live + math_saved + math_grads)
                                 + (0 if grad_ckpt else fixed_sum),
                                 overhead_weights=ckpt_copies[-1] if grad_ckpt else copies, overhead_fixed=dequant,
-                                stage_whole=B * (math_saved + math_grads), head_activations=0 if grad_ckpt else tail))
+                                stage_whole=B * (math_saved + math_grads),
+                                head_activations=0 if grad_ckpt else kept_logits))
         if late:  # the layer whose (recomputed) softmax or scan backward holds the most, the head's tensors freed
             name, k, extra, made_after, freed = max(late, key=lambda t: B * t[2] + t[3] - t[4]
                                                     + (B * lay[t[1]] + fixed[t[1]] if grad_ckpt else -B * later[t[1]]))
@@ -365,7 +367,7 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
                                 overhead_weights=(ckpt_copies[1] if grad_ckpt else copies) - freed,
                                 # (a scan's `extra` is net of its tail's tensors freed: the rest follows the layers)
                                 stage_whole=B * (layer[k] + extra) + experts if grad_ckpt else B * max(0, extra),
-                                head_activations=0 if grad_ckpt else tail))
+                                head_activations=0 if grad_ckpt else kept_logits))
         held_scores = eager_forward_scores(a, g, r, T, grad_ckpt) if job.attention == "eager" else 0
         if held_scores:  # the largest attention layer's softmax in the forward: its locals' scores (attention.py)
             k = max(range(len(distinct)), key=lambda i: lay[i])
@@ -374,7 +376,7 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
                                 activations=B * (live + held_scores) + (fixed[k] if grad_ckpt else fixed_sum) + carried,
                                 overhead_weights=ckpt_copies[0] if grad_ckpt else copies,
                                 stage_whole=B * (layer[k] + held_scores) + fixed[k] if grad_ckpt else B * held_scores,
-                                head_activations=0 if grad_ckpt else tail))
+                                head_activations=0 if grad_ckpt else kept_logits))
         scan_first = [t for t in late if t[0] == SCAN_PHASE and t[1] == first]
         if grad_ckpt and r.trained and scan_first:  # a full fine-tune's first recomputed layer: every later
             # layer's gradients made (as F18's phase), beside that layer's scan backward

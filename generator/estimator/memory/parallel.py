@@ -116,7 +116,7 @@ class Phase:
     # vLLM's startup run (setups.serving_job): one layer's working set every process holds while it computes, the
     # forward's column-parallel outputs, split by tensor parallelism and whole on every pipeline stage (in the
     # breakdown's activations); and what only the last pipeline stage holds, whole on every tensor-parallel rank, the
-    # sampler's run (in its overhead)
+    # sampler's run, or a training job's chunked loss's transient (in its overhead)
     transient: int = 0
     last_stage: int = 0
     # of activations, one layer's working set: the layer a checkpointed backward recomputes, or a layer's transient

@@ -143,7 +143,7 @@ def sharded(job: Any, strategy: str, grad_ckpt: bool = False, offload: str = "no
         act = ph.activations - (ph.expert_activations - _ceil(ph.expert_activations / EXPERT_PARALLEL)
                                 if s == "fsdp+ep" else 0)
         rows.append((ph.name, w0, wx, wm, g0, gx, sub_group, sx, act, ph.logits, ph.kv_cache,
-                     copies + ph.overhead_fixed + reducing, ox))
+                     copies + ph.overhead_fixed + ph.last_stage + reducing, ox))
     return Sharding(master, tuple(rows), _cpu_total(job, offload))
 
 
