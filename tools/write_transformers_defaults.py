@@ -5,8 +5,9 @@
 
 The estimator is pure, so it cannot ask transformers what a key missing from config.json becomes; the table holds
 the constructor default of every scalar field of every config class the estimator reads, each class's
-attribute_map, the model classes of those model_types, and which of them hold their routed experts as tensors of
-an experts module rather than nn.Linear layers (bitsandbytes leaves those unquantised). tests/test_oracle_defaults.py fails when the table and
+attribute_map, the model classes of those model_types, which of them hold their routed experts as tensors of
+an experts module rather than nn.Linear layers (bitsandbytes leaves those unquantised), and which of them cannot
+checkpoint their layers. tests/test_oracle_defaults.py fails when the table and
 the installed transformers differ (after a transformers upgrade: run this, review the diff).
 """
 
@@ -130,7 +131,32 @@ def render() -> str:
               "TENSOR_EXPERTS: frozenset[str] = frozenset({"]
     lines += [f"    {t!r}," for t in fused_expert_types()]
     lines.append("})")
+    lines += ["", "# Model types none of whose model classes supports gradient checkpointing (PreTrainedModel.",
+              "# supports_gradient_checkpointing False: gradient_checkpointing_enable raises ValueError, so neither the",
+              "# Trainer's gradient_checkpointing=True nor peft's prepare_model_for_kbit_training runs on them).",
+              "NO_GRADIENT_CHECKPOINTING: frozenset[str] = frozenset({"]
+    lines += [f"    {t!r}," for t in no_checkpointing_types()]
+    lines.append("})")
     return "\n".join(lines) + "\n"
+
+
+def no_checkpointing_types() -> list[str]:
+    """The model_types we read whose every model class in transformers' auto mappings (the classes a run builds:
+    AutoModelForCausalLM's, Seq2Seq's, ImageTextToText's, an encoder's heads) has supports_gradient_checkpointing
+    False; a type none of whose classes imports here is left out."""
+    classes: dict[str, list[str]] = {}
+    for name in sorted(dir(modeling_auto)):
+        table = getattr(modeling_auto, name)
+        if name.startswith("MODEL_") and name.endswith("_MAPPING_NAMES") and isinstance(table, dict):
+            for t, cls in table.items():
+                if isinstance(cls, str):
+                    classes.setdefault(t, []).append(cls)
+    out = []
+    for t in model_types():
+        found = [c for c in (getattr(transformers, name, None) for name in classes.get(t, ())) if c is not None]
+        if found and not any(getattr(c, "supports_gradient_checkpointing", False) for c in found):
+            out.append(t)
+    return out
 
 
 # Class defaults transformers cannot build a model from as they stand (the oracle tests repair them alike).

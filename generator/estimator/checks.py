@@ -13,7 +13,7 @@ from .inputs import Assumptions
 from .memory.attention import custom_sdpa, default_attention, math_sdpa
 from .memory.experts import runs_every_expert
 from .memory.job import job_memory
-from .memory.job_options import Job
+from .memory.job_options import Job, checkpoints
 from .memory.lora import FUSED_EXPERTS
 from .memory.storage import bnb_keeps_experts, bnb_leaves_linears
 from .normalise import plainly_custom
@@ -224,6 +224,12 @@ def check_scope(a: Arch, train_tokens: int, requested_tokens: int, serve_tokens:
         out.append(Finding("qlora_experts", "info",
                            "QLoRA keeps the routed experts in bf16: transformers 5 holds them as 3-D tensors, and "
                            "bitsandbytes quantises nn.Linear only (bitsandbytes#1849)."))
+    if not checkpoints(a):
+        out.append(Finding("no_grad_ckpt", "info",
+                           f"transformers' {a.model_type} classes cannot checkpoint their layers "
+                           "(supports_gradient_checkpointing is False): every training figure and setup here runs "
+                           "without gradient checkpointing, QLoRA's too (prepare_model_for_kbit_training with "
+                           "use_gradient_checkpointing=False; its default raises ValueError)."))
     if a.quant is None and (cls := bnb_leaves_linears(a, "nf4")):
         out.append(Finding("qlora_unquantised", "warning",
                            f"under transformers 5, QLoRA here is LoRA on a bf16 base (fp32 after "

@@ -29,7 +29,7 @@ from .graph.structure import StructureTable
 from .inputs import Assumptions, Card, Gpu
 from .memory.attention import default_attention
 from .memory.curve import memory_curve
-from .memory.job_options import Job, checkpoint_host_bytes, resolve, site_job
+from .memory.job_options import Job, checkpoint_host_bytes, checkpoints, resolve, site_job
 from .memory.job_result import metric_memory
 from .memory.layer_terms import all_linear_params, expert_adapters
 from .memory.parallel import Setup, accumulating_job, per_gpu, ranks
@@ -149,8 +149,9 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
     # the site's jobs, their attention the model class's already (what job_options.resolve fills in: done once, here)
     attention = default_attention(arch)[0]
     site_jobs = {  # each a recipe under the site's options (recipes.SITE_RECIPES)
-        **{m: training_job(arch, graph, s, site_job(m, s.lora_rank, tokens=train_tokens, attention=attention), shape,
-                           model_id, memo=memo) for m in ("full", "lora", "qlora")},
+        **{m: training_job(arch, graph, s, site_job(m, s.lora_rank, tokens=train_tokens, attention=attention,
+                                                    **({} if checkpoints(arch) else {"grad_ckpt": False})),
+                           shape, model_id, memo=memo) for m in ("full", "lora", "qlora")},
     }
     # vLLM's defaults and dtype differ by GPU (vllm_server.server_defaults, vllm_support.serving_scale): the serving
     # profile and jobs per (defaults, float32) that a card or a GPU takes

@@ -17,7 +17,7 @@ from .graph.nodes import Graph, tied_weight_params
 from .inputs import Assumptions, Card, Gpu
 from .memory.host_link import link_bytes
 from .memory.job import job_phases, training_variants
-from .memory.job_options import Job, resolve
+from .memory.job_options import Job, checkpoints, resolve
 from .memory.job_result import JobMemory, metric_memory
 from .memory.kinds import MAX_GPUS, TP_KINDS, kinds
 from .memory.parallel import PARTS, ParallelError, Phase, Setup, SingleGpuJob, experts_spread, per_gpu, ranks
@@ -86,6 +86,7 @@ def training_job(a: Arch, g: Graph, s: Assumptions, job: Job, shape: Shape, mode
     tries both; a job that asks for checkpointing has only those), else only the phases `job` asks for. `memo`:
     the per-layer terms the estimate's other jobs and profiles worked out already (profile.memoised)."""
     # a recipe that always checkpoints (QLoRA): plans.candidates tries no other
+    both = both and checkpoints(a, job.loss)  # a class that cannot checkpoint: its one variant (job_options)
     variants = ((True,) if job.grad_ckpt else (False, True)) if both else (job.grad_ckpt,)
     phases, trainable, compute_bytes, param_bytes, layer_acts = training_variants(a, g, s, job, variants, model, memo)
     plain, ckpt, priced = phases[0], (phases[-1] if both else ()), resolve(job, a)
@@ -242,13 +243,20 @@ def plans_for(jobs: Mapping[str, SingleGpuJob], peak: PeakTable,
     methods = tuple(m for m in SITE_METHODS if m in jobs and m not in not_applicable)
     experts = any(experts_spread(j) for j in jobs.values())
     plans, unreachable = search_plans(peak, methods, gpu_offers, job_flops, mfu, ckpt_flops, host_bytes_per_node,
-                                      peak.first_count, link_bytes(jobs, *job_samples), experts, moved)
+                                      peak.first_count, link_bytes(jobs, *job_samples), experts, moved,
+                                      checkpointed(jobs))
     unreachable += [Unreachable(m, why) for m, why in not_applicable.items()]
     order = {m: i for i, m in enumerate(SITE_METHODS)}
     return plans, sorted(unreachable, key=lambda u: order.get(u.method, 9))
 
 
 TRAINING = ("full", "lora", "qlora")
+
+
+def checkpointed(jobs: Mapping[str, SingleGpuJob]) -> bool:
+    """Whether the training jobs come with checkpointed phases: none does where the model's class cannot
+    checkpoint (training_job, job_options.checkpoints), and the plan search then tries no setup with it."""
+    return any(jobs[m].phases_ckpt for m in TRAINING if m in jobs) or not any(m in jobs for m in TRAINING)
 
 
 def training_nccl_bytes(s: Assumptions) -> dict[str, int]:
@@ -266,10 +274,11 @@ def plan_floors(peak: PeakTable, plans: list[Plan], gpu_offers: tuple[GpuOffer, 
     and `beyond` says how many of it that setup needs (_count_past_max)."""
     out = []
     experts = any(experts_spread(j) for j in peak.jobs.values())  # as plans_for tried them
+    ckpt = checkpointed(peak.jobs)
     budget_bytes = {g.name: g.budget_bytes for g in gpu_offers}
     for method in dict.fromkeys(p.method for p in plans if not p.fits and p.method != "serve"):
         best: tuple[int, tuple[int, ...], Setup] | None = None
-        for kind in kinds(method, experts=experts) + kinds(method, offload=True):
+        for kind in kinds(method, experts=experts, checkpoints=ckpt) + kinds(method, offload=True, checkpoints=ckpt):
             if kind.strategy not in SHARDED:
                 continue
             try:

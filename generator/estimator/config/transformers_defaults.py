@@ -1797,3 +1797,31 @@ TENSOR_EXPERTS: frozenset[str] = frozenset({
     'unlimited_ocr_vision_encoder',
     'zaya',
 })
+
+# Model types none of whose model classes supports gradient checkpointing (PreTrainedModel.
+# supports_gradient_checkpointing False: gradient_checkpointing_enable raises ValueError, so neither the
+# Trainer's gradient_checkpointing=True nor peft's prepare_model_for_kbit_training runs on them).
+NO_GRADIENT_CHECKPOINTING: frozenset[str] = frozenset({
+    'albert',
+    'cpmant',
+    'ctrl',
+    'flaubert',
+    'fsmt',
+    'funnel',
+    'gpt_neox_japanese',
+    'granite_speech',
+    'granite_speech_plus',
+    'ibert',
+    'jetmoe',
+    'mpnet',
+    'openai-gpt',
+    'perceiver',
+    'pix2struct',
+    'reformer',
+    'squeezebert',
+    'vibevoice_acoustic_tokenizer_encoder',
+    'wavtokenizer',
+    'wavtokenizer_encoder',
+    'xlm',
+    'xlnet',
+})

@@ -10,6 +10,7 @@ from typing import Any
 
 from ...errors import JobError
 from ..config.arch import Arch
+from ..config.transformers_defaults import NO_GRADIENT_CHECKPOINTING
 from ..graph.nodes import Graph
 from ..inputs import Assumptions
 from .activations import ADAPTER_NO_CAST, Regime, regime
@@ -233,6 +234,11 @@ def prepared(a: Arch, g: Graph, job: Job, model: str, memo: dict | None
                                                        "all-linear, or the text model alone (--no-tower-adapters)")
     if refused := linear_experts_refusal(a, job):
         raise JobError(model, "transformers_version", job.transformers_version, refused)
+    if job.grad_ckpt and not checkpoints(a, job.loss):
+        turned = f"; the {job.recipe} recipe turns it on: add --no-grad-ckpt" if job.recipe else ""
+        raise JobError(model, "grad_ckpt", True, f"transformers' {a.model_type} classes do not support gradient "
+                                                 "checkpointing (supports_gradient_checkpointing is False: "
+                                                 f"gradient_checkpointing_enable raises ValueError){turned}")
     a2, g2 = framework_model(a, g, job.loss)
     if not job.attention and (own := framework_attention(a2, job.loss)):
         job = dataclasses.replace(job, attention=own)
@@ -350,3 +356,10 @@ def linear_experts_refusal(a: Arch, job: Job) -> str:
     return (f"transformers 4 builds {a.model_type}'s {a.experts} routed experts as nn.Linear modules "
             f"({', '.join(names)} each), which {done} one by one; the estimate prices transformers 5's 3-D expert "
             f"tensors, {there}, not this run: {fix}")
+
+
+def checkpoints(a: Arch, loss: str = "hf") -> bool:
+    """Whether a training run can checkpoint this model's layers: transformers refuses where none of the model
+    type's classes supports it (transformers_defaults.NO_GRADIENT_CHECKPOINTING, read off the installed release);
+    a framework's own model code (LitGPT, torchtune) checkpoints its own blocks."""
+    return bool(own_model(loss)) or a.model_type not in NO_GRADIENT_CHECKPOINTING

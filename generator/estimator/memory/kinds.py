@@ -4,6 +4,7 @@ order first_fit probes them in, and the count index a number of GPUs needs. Pure
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
@@ -74,17 +75,27 @@ def count_index(need: float, first: int = 0) -> int:
     return i
 
 
-def kinds(method: str, offload: bool = False, experts: bool = False) -> tuple[Kind, ...]:
+def kinds(method: str, offload: bool = False, experts: bool = False, checkpoints: bool = True) -> tuple[Kind, ...]:
     """The setups tried for a method, most preferred first; QLoRA's recipe always checkpoints (Dettmers et al.
     2023, arXiv:2305.14314 §2: paged optimizers absorb the spikes of gradient checkpointing). `experts`: the model's
-    routed experts divide over a node, so fsdp+ep is tried too (training without offload)."""
-    return _KINDS[method == "qlora", method == "serve", offload, experts and not offload and method != "serve"]
+    routed experts divide over a node, so fsdp+ep is tried too (training without offload). `checkpoints` False: the
+    model's class cannot checkpoint (job_options.checkpoints), so every kind runs without, QLoRA's too."""
+    return _KINDS[method == "qlora", method == "serve", offload, experts and not offload and method != "serve",
+                  checkpoints or method == "serve"]
 
 
-_KINDS = {(q, serve, off, ep): (() if off else SERVE_KINDS) if serve else
-          tuple(k for k in (OFFLOAD_KINDS if off else TRAIN_KINDS + (EXPERT_KINDS if ep else ()))
-                if k.grad_ckpt or not q)
-          for q in (False, True) for serve in (False, True) for off in (False, True) for ep in (False, True)}
+def _training_kinds(qlora: bool, offload: bool, experts: bool, checkpoints: bool) -> tuple[Kind, ...]:
+    """kinds() of a training method: QLoRA's checkpointed ones alone; where the model cannot checkpoint, every
+    kind with it off, each once, in their order (a kind with and without it becomes one)."""
+    tried = OFFLOAD_KINDS if offload else TRAIN_KINDS + (EXPERT_KINDS if experts else ())
+    if checkpoints:
+        return tuple(k for k in tried if k.grad_ckpt or not qlora)
+    return tuple(dict.fromkeys(dataclasses.replace(k, grad_ckpt=False) for k in tried))
+
+
+_KINDS = {(q, serve, off, ep, ckpt): ((() if off else SERVE_KINDS) if serve else _training_kinds(q, off, ep, ckpt))
+          for q in (False, True) for serve in (False, True) for off in (False, True) for ep in (False, True)
+          for ckpt in (False, True)}
 
 
 def probe_order(tried: tuple[Kind, ...]) -> tuple[tuple[int, Kind], ...]:

@@ -235,7 +235,7 @@ def _pair(x: int | tuple[int, int]) -> tuple[int, int]:
 def plan_all(probe: Probe, method: str, gpus: tuple[GpuOffer, ...], job_flops: float | None, mfu: float,
              ckpt_flops: float | None = None, host_bytes_per_node: int | None = None,
              bound: Bound | None = None, link: LinkBytes | None = None, experts: bool = False,
-             moved: tuple[float, float] = (0.0, 0.0)) -> list[tuple]:
+             moved: tuple[float, float] = (0.0, 0.0), checkpoints: bool = True) -> list[tuple]:
     """Per GPU, first_fit over the method's setups without offload; only where none runs up to MAX_GPUS, over the
     offload setups whose CPU memory per node is within `host_bytes_per_node`; where nothing runs, the smallest
     peak any setup reaches at MAX_GPUS, with fits False. Probes are shared through the caller's cache. Each row:
@@ -244,11 +244,13 @@ def plan_all(probe: Probe, method: str, gpus: tuple[GpuOffer, ...], job_flops: f
     out = []
     by_budget: dict[int, tuple[Setup, int] | None] = {}  # cards listing several GPUs share one budget
     memo: dict[tuple[int, int], tuple[int, int] | None] = {}
-    top = kinds(method)[0].setup(0)  # one GPU, the most preferred kind: nothing beats it
+    top = kinds(method, checkpoints=checkpoints)[0].setup(0)  # one GPU, the most preferred kind: nothing beats it
     for budget in sorted({gpu.budget_bytes for gpu in gpus}):  # the smallest first
-        got = first_fit(probe, method, kinds(method, experts=experts), budget, None, memo, bound)
+        got = first_fit(probe, method, kinds(method, experts=experts, checkpoints=checkpoints), budget, None, memo,
+                        bound)
         if got is None and method != "serve":
-            got = first_fit(probe, method, kinds(method, offload=True), budget, host_bytes_per_node, memo, bound)
+            got = first_fit(probe, method, kinds(method, offload=True, checkpoints=checkpoints), budget,
+                            host_bytes_per_node, memo, bound)
         by_budget[budget] = got
         if got is not None and got[0] == top:  # it fits every larger budget too, and is their answer
             by_budget.update((gpu.budget_bytes, got) for gpu in gpus if gpu.budget_bytes > budget)
@@ -261,7 +263,7 @@ def plan_all(probe: Probe, method: str, gpus: tuple[GpuOffer, ...], job_flops: f
             out.append(_row(method, gpu, setup, bytes_, True, flops, mfu, link, moved[setup.grad_ckpt])
                        + (_host(probe, method, setup),))
             continue
-        best = _smallest_at_max(probe, method, experts)
+        best = _smallest_at_max(probe, method, experts, checkpoints)
         if best is None:
             out.append((method, gpu.name, MAX_GPUS, "", False, "none", 0, False, None, None, None, None, None))
         else:
@@ -275,9 +277,11 @@ def _host(probe: Probe, method: str, setup: Setup) -> int | None:
     return _pair(probe(method, setup))[1] if setup.offload != "none" else None
 
 
-def _smallest_at_max(probe: Probe, method: str, experts: bool = False) -> tuple[int, Setup] | None:
+def _smallest_at_max(probe: Probe, method: str, experts: bool = False,
+                     checkpoints: bool = True) -> tuple[int, Setup] | None:
     best: tuple[int, Setup] | None = None
-    for kind in kinds(method, experts=experts) + kinds(method, offload=True):
+    for kind in kinds(method, experts=experts, checkpoints=checkpoints) + kinds(method, offload=True,
+                                                                                 checkpoints=checkpoints):
         if kind.last != LAST:
             continue
         setup = kind.setup(LAST)
@@ -327,7 +331,8 @@ def search_plans(peak: Probe, methods: tuple[str, ...], gpus: tuple[GpuOffer, ..
                  host_bytes_per_node: int | None = None,
                  bound: Bound | None = None, link: LinkBytes | None = None,
                  experts: bool = False,
-                 moved: Mapping[str, tuple[float, float]] | None = None) -> tuple[list[Plan], list[Unreachable]]:
+                 moved: Mapping[str, tuple[float, float]] | None = None,
+                 checkpoints: bool = True) -> tuple[list[Plan], list[Unreachable]]:
     """Every (method, priced GPU) plan, marked cheapest (lowest job_usd of the method; serving: lowest usd_per_hour)
     and smallest (fewest GPUs of the method), ties all marked; a method no GPU runs at MAX_GPUS is unreachable.
     ckpt_flops: the job's FLOPs with gradient checkpointing (one more forward), for the setups that use it.
@@ -335,7 +340,8 @@ def search_plans(peak: Probe, methods: tuple[str, ...], gpus: tuple[GpuOffer, ..
     bound: first_fit's, where the caller knows where monotone kinds can start fitting. link: the bytes an offload
     setup moves over each GPU's host link in the job (host_link.link_bytes), which bound its hours from below.
     experts: the model's routed experts divide over a node, so fsdp+ep is among the setups tried (kinds.kinds).
-    moved: per method, the bytes the job moves on one GPU, without checkpointing and with it (0: FLOPs alone)."""
+    moved: per method, the bytes the job moves on one GPU, without checkpointing and with it (0: FLOPs alone).
+    checkpoints False: the model's class cannot checkpoint, so no setup does (kinds.kinds)."""
     plans: list[Plan] = []
     unreachable: list[Unreachable] = []
     for method in methods:
@@ -343,7 +349,7 @@ def search_plans(peak: Probe, methods: tuple[str, ...], gpus: tuple[GpuOffer, ..
             raise ParallelError("", "method", method, f"must be one of {', '.join(METHODS)}")
         rows = plan_all(peak, method, gpus, job_flops.get(method), mfu.get(method, 0.0),
                         (ckpt_flops or {}).get(method), host_bytes_per_node, bound, link, experts,
-                        (moved or {}).get(method, (0.0, 0.0)))
+                        (moved or {}).get(method, (0.0, 0.0)), checkpoints)
         # rows: Plan's fields method .. job_usd, then host_link_hours and host_bytes_per_node; 2 gpus, 7 fits,
         # 8 usd_per_hour, 10 job_usd
         fitting = [r for r in rows if r[7]]
