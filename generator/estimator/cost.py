@@ -63,11 +63,19 @@ def training_flops_per_token(a: Arch, g: Graph, s: Assumptions, lora_params: int
                              expert_delta_macs: int = 0) -> tuple[float, float]:
     """flops_per_token of a full fine-tune and of LoRA at the same tokens: the attention's sum once for both.
     lora_params: the adapters on Linears (per token); expert_delta_macs: the expert tensors' delta weights, made
-    once per step of the reference job's batch (s.job_batch x tokens)."""
+    once per step of the reference job's batch (s.job_batch x tokens). The passes a training forward runs under
+    torch.no_grad (Spec.no_grad: HRM-Text's early L cycles) run forward only: no backward through them."""
     linear = 2.0 * g.active_matmul
     attention = sum(flops * attention_keys(tokens, window, causal) for window, causal, flops in g.attention_terms)
     delta = 6.0 * expert_delta_macs / (max(1, s.job_batch) * max(1, tokens))
-    return 3.0 * (linear + attention), 2.0 * linear + 3.0 * attention + 6.0 * lora_params + delta
+    causal = g.spec.kind != "encoder"
+    frozen = [b for k, b in enumerate(g.spec.blocks) if k in g.spec.no_grad]
+    ng_linear = 2.0 * sum(b.active_matmul for b in frozen)
+    ng_attention = sum(flops * attention_keys(tokens, max(window, 0), causal and b.stack != "encoder")
+                       for b in frozen for window, flops in b.attn)
+    # a full fine-tune's backward is 2x its forward (weights and inputs); LoRA's 1x for the Linears, 2x attention
+    return (3.0 * (linear + attention) - 2.0 * (ng_linear + ng_attention),
+            2.0 * linear + 3.0 * attention + 6.0 * lora_params + delta - ng_linear - 2.0 * ng_attention)
 
 
 class StepWork(NamedTuple):

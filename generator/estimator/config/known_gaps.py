@@ -31,7 +31,8 @@ KNOWN_GAPS: dict[str, str] = {
 APPROXIMATE: dict[str, str] = {
     "blt": "the global transformer runs once per patch of bytes (about patch_size), yet its compute, activations "
            "and KV cache count it once per byte",
-    "hrm_text": "the H/L recurrence re-runs the layers (H_cycles x L_cycles); compute and activations count one pass",
+    "hrm_text": "the serving speed reads each stack's weights once per token, where every pass of the H/L "
+                "recurrence (H_cycles x (L_cycles + 1) stack passes) reads them again",
     "dory": "the recurrent section runs n_recurrent_loops times (and keeps a K/V copy per loop); compute, "
             "activations and the KV cache count one pass",
     "deepseek_v4": "its KV cache holds a sliding window plus compressed entries (1 per compress rate) and the "

@@ -5,20 +5,24 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ...errors import ConfigError
 from ..config.arch import Arch
 from ..config.reader import Reader
 from ..config.windows import RULES
 from ..graph.layout import standard_block
 from ..graph.parts import (
+    Block,
     Part,
     attention_part,
     attention_type,
     linear,
     lm_head_part,
     mlp_part,
+    norm_part,
 )
 from .assembly import Builder, assemble
 from .decoder import DecoderTraits, Dims, build, partial_rotary
+from .shared_layer_encoders import shared_pass
 
 ALL_LAYERS = RULES["mistral"]  # every layer uses config.sliding_window
 
@@ -52,25 +56,56 @@ def moshi(cfg: Mapping[str, Any], model: str) -> Arch:
 
 def hrm_text(cfg: Mapping[str, Any], model: str) -> Arch:
     """modeling_hrm_text.py: two stacks (L and H modules) of num_layers_per_stack layers with gated
-    attention (gate_proj hidden -> hidden) and SwiGLU, parameter-free norms, a learned z_L_init. Parameters
-    are counted once; the recurrence (H_cycles x L_cycles passes) is not multiplied into compute."""
+    attention (gate_proj hidden -> hidden) and SwiGLU, a learned z_L_init, and parameter-free RMSNorms
+    (HrmTextRMSNorm: x.float() times its rsqrt, its fp32 input saved) after attention and the MLP and at the end of
+    every pass of a stack (HrmTextStack.final_norm).
+    HrmTextModel.forward runs, per H cycle, the L stack L_cycles times and then the H stack once, each pass a cache
+    slot (H_cycles x (L_cycles + 1) x num_layers_per_stack of them, num_hidden_layers): every pass is a layer of
+    the graph, the first of each stack holding its parameters, the later ones shared (shared_pass). Of a cycle's L
+    passes only the last L_bp_cycles[h] (padded with 1s at the front to H_cycles) run with gradients; the earlier
+    ones run under torch.no_grad (Spec.no_grad): no activations kept, no backward."""
     r = Reader(cfg, model, "hrm_text")
     h, heads, hd, inter, vocab = (r.int("hidden_size"), r.int("num_attention_heads"), r.int("head_dim"),
                                   r.int("intermediate_size"), r.int("vocab_size"))
     per = r.int("num_layers_per_stack")
     kv = r.int("num_key_value_heads", heads)
     ab, mb = r.flag("attention_bias", False), r.flag("mlp_bias", False)
-    blocks = []
-    for i in range(1, 2 * per + 1):
-        attn = attention_part(f"Attention_{i}", attention_type(heads, kv), h, heads, kv, hd, qkv_bias=ab, o_bias=ab,
-                              extra=linear(h, heads * hd, ab), extra_linears=((h, heads * hd),))
-        blocks.append(standard_block(i, [], attn, mlp_part(f"FFN_{i}", "SwiGLU", h, inter, True, mb),
-                                     "layernorm_noparams", h, norms=("post_attn", "post_mlp")))
+    cycles_h, cycles_l = r.int("H_cycles", 2), r.int("L_cycles", 2)
+    raw = r.list("L_bp_cycles", int) or [2]  # HrmTextConfig.__post_init__'s default
+    if any(x < 1 for x in raw):
+        raise ConfigError(model, "L_bp_cycles", raw, "must be whole numbers of 1 or more")
+    grads = [1] * max(0, cycles_h - len(raw)) + raw  # HrmTextModel.L_bp_cycles_padded
+
+    def stack(first: int) -> list[Block]:  # one stack's layers, numbered from its first pass
+        out = []
+        for i in range(first, first + per):
+            attn = attention_part(f"Attention_{i}", attention_type(heads, kv), h, heads, kv, hd, qkv_bias=ab,
+                                  o_bias=ab, extra=linear(h, heads * hd, ab), extra_linears=((h, heads * hd),))
+            out.append(standard_block(i, [], attn, mlp_part(f"FFN_{i}", "SwiGLU", h, inter, True, mb),
+                                      "rmsnorm_noparams", h, norms=("post_attn", "post_mlp")))
+        # every pass of a stack ends in its final_norm (HrmTextStack.forward)
+        last = out[-1]
+        out[-1] = Block(last.index, last.kind, (*last.parts, norm_part(f"Stack_Norm_{last.index}", "rmsnorm_noparams",
+                                                                       h)), last.stack)
+        return out
+
+    made: dict[str, list[Block]] = {}  # each stack's layers as its first pass built them
+    blocks: list[Block] = []
+    no_grad: set[int] = set()
+    for c in range(cycles_h):
+        for pass_ in range(cycles_l + 1):  # the L stack's passes, then the H stack's
+            name = "H" if pass_ == cycles_l else "L"
+            if pass_ < cycles_l - (grads[c] if c < len(grads) else 1):  # under torch.no_grad
+                no_grad.update(range(len(blocks), len(blocks) + per))
+            first = name not in made
+            layers = made.setdefault(name, stack(len(blocks) + 1))
+            blocks += layers if first else [shared_pass(b, len(blocks) + k + 1) for k, b in enumerate(layers)]
     tie = r.flag("tie_word_embeddings", False)
     embed = [Part("Input", "Input", width=-1), Part("Embedding", "Embedding", vocab * h), Part("Z_L_Init", "Parameters", h)]
     head = [lm_head_part(vocab, h, tie), Part("Output", "Output", width=vocab)]
-    return assemble(cfg, model, r, hidden=h, layers=2 * per, heads=heads, kv=kv, head_dim=hd, inter=inter, vocab=vocab,
-                    ctx=r.int("max_position_embeddings", 2048), tie=tie, embed=embed, blocks=blocks, head=head)
+    return assemble(cfg, model, r, hidden=h, layers=len(blocks), heads=heads, kv=kv, head_dim=hd, inter=inter,
+                    vocab=vocab, ctx=r.int("max_position_embeddings", 2048), tie=tie, embed=embed, blocks=blocks,
+                    head=head, no_grad=frozenset(no_grad))
 
 
 def dory(cfg: Mapping[str, Any], model: str) -> Arch:

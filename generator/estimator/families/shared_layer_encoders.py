@@ -20,10 +20,12 @@ from .task_heads import head_kind, logits_of, num_labels
 
 
 def shared_pass(b: Block, index: int) -> Block:
-    """Block `b` run again as layer `index`: the same parts, renumbered, holding no parameters (and no
-    matrices a quantised checkpoint would store twice)."""
+    """Block `b` run again as layer `index`: the same parts, renumbered, holding no parameters, no weights of
+    their own in a matmul (autocast caches one bf16 copy of a weight however often it runs: matmul 0) while their
+    compute counts again (active_matmul), and no matrices a quantised checkpoint would store twice."""
     tag = f"_{b.index}"
-    parts = tuple(p._replace(name=p.name.replace(tag, f"_{index}", 1), params=0,
+    parts = tuple(p._replace(name=p.name.replace(tag, f"_{index}", 1), params=0, matmul=0,
+                             active_matmul=p.active_matmul_params,
                              mats=tuple((0, i, o) for _, i, o in p.weight_mats) or p.mats)
                   for p in b.parts)
     return Block(index, b.kind, parts, b.stack)

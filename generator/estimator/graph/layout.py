@@ -22,7 +22,7 @@ def standard_parts(n: int, parts_pre: list[Part], attn: Part, ffn: Part | None, 
     (+ cross-attention) and the feed-forward, each followed by its residual add. Parallel (GPT-J, phi, cohere,
     falcon): the norms first, then mixer and feed-forward reading the same normed input, then one add. Norms
     are numbered in forward order (`RMSNorm_3_2`: layer 3's second)."""
-    norm_type = "RMSNorm" if norm == "rmsnorm" else "LayerNorm"
+    norm_type = "RMSNorm" if norm.startswith("rmsnorm") else "LayerNorm"
     parts = list(parts_pre)
     k = 0
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 
 # Parameters per width of each norm kind (torch.nn.LayerNorm: weight + bias; RMSNorm: weight).
-NORM_PARAMS_PER_WIDTH = {"rmsnorm": 1, "layernorm": 2, "layernorm_nobias": 1, "layernorm_noparams": 0}
+NORM_PARAMS_PER_WIDTH = {"rmsnorm": 1, "layernorm": 2, "layernorm_nobias": 1, "layernorm_noparams": 0, "rmsnorm_noparams": 0}
 
 
 class Part(NamedTuple):
@@ -65,7 +65,7 @@ class Part(NamedTuple):
         """How many input projections read this part's input (q, k, v: 3; gate, up: 2; fused: 1): under AMP
         autocast casts a norm's fp32 output once per Linear that reads it (FINDINGS.md F3)."""
         n = len(self.linears)
-        return n - 1 if n >= 2 else (1 if self.matmul else 0)
+        return n - 1 if n >= 2 else (1 if self.active_matmul_params else 0)
 
     @property
     def active_params(self) -> int:
@@ -106,13 +106,11 @@ class Block:
     lora_io: int = field(init=False, repr=False, compare=False)  # sum of in + out over the Linears
     kv: tuple[tuple[int, int], ...] = field(init=False, repr=False, compare=False)  # (window, kv) per cached part
     attn: tuple[tuple[int, int], ...] = field(init=False, repr=False, compare=False)  # (window, attn_flops)
-    # The layer graph/stacks.numbered made this one from (an earlier layer, equal to it but for the number in its part
-    # names); None for one its builder made or remade (replace runs __post_init__); Spec.layer_groups groups by it.
+    # what graph/stacks.numbered copied this from, bar its names' number (Spec.layer_groups); None: made or remade
     source: Block | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        params = active = matmul = active_mm = norm_w = act = act32 = transient = state = 0
-        act_frozen = rms = stats = read = fed = 0
+        params = active = matmul = active_mm = norm_w = act = act32 = transient = state = act_frozen = 0
         linears: list[tuple[int, int]] = []
         kv: list[tuple[int, int]] = []
         attn: list[tuple[int, int]] = []
@@ -175,6 +173,7 @@ class Spec:
     encoder_kept: bool = True  # that output stays through decoding (mllama caches K/V over it and drops it)
     streams: int = 1  # hidden-width streams a layer reads (Gemma-3n's AltUp: 4): a checkpointed layer's input
     notes: tuple[str, ...] = field(default_factory=tuple)  # formulas and semantics to show
+    no_grad: frozenset[int] = frozenset()  # passes run under torch.no_grad in training (layer_terms.skipped_layers)
 
     @functools.cached_property
     def layer_groups(self) -> tuple[int, ...]:
@@ -183,13 +182,14 @@ class Spec:
         and this once per model, however many jobs and plans ask. The numbered copies of one layer (graph/stacks.py)
         (Block.source) are equal to it but for their names: its key is made once for all of them."""
         first: dict[tuple, int] = {}
-        group_of: dict[int, int] = {}  # id of a layer the builder made (perhaps a copies' source) -> its group
+        group_of: dict[tuple[int, bool], int] = {}  # (id of a layer the builder made, no_grad) -> its group
         groups = []
         for k, b in enumerate(self.blocks):
-            made = b.source or b  # a copy stands as its source
-            group = group_of.get(id(made))
+            made = b.source or b  # a copy stands as its source; a pass without gradients is not its twin's (no_grad)
+            key = (id(made), k in self.no_grad)
+            group = group_of.get(key)
             if group is None:
-                group = group_of[id(made)] = first.setdefault(_layer_key(made), k)
+                group = group_of[key] = first.setdefault((_layer_key(made), key[1]), k)
             groups.append(group)
         return tuple(groups)
 
@@ -248,7 +248,7 @@ def norm_params(kind: str, width: int) -> int:
 
 
 def norm_part(name: str, kind: str, width: int, out: int = 0) -> Part:
-    typ = "RMSNorm" if kind == "rmsnorm" else "LayerNorm"
+    typ = "RMSNorm" if kind.startswith("rmsnorm") else "LayerNorm"
     return Part(name, typ, norm_params(kind, width), width=out, norm_width=width)
 
 

@@ -49,12 +49,12 @@ from .layer_terms import (
     adapter_params,
     eager_backward_values,
     end_terms,
-    image_only,
     last_mlp_backward_bytes,
     layer_bytes,
     layer_index,
     memoised,
     regime_terms,
+    skipped_layers,
 )
 from .parallel import Phase, accumulating_phases
 from .recurrence import (
@@ -154,9 +154,9 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
         T * held_transient_bytes(b, r, roles, saves, job.upcast_fp32, a) for b, _ in distinct])
     fixed = [f + framework_fixed_bytes(a, b, r, job.loss, job.attention, T)  # LitGPT's sliding-window masks
              for (b, _), f in zip(distinct, terms.experts, strict=True)]
-    if not images:  # a text-only step skips the layers that run only beside an image (layer_terms.image_only)
-        layer, held = ([0 if image_only(a, b) else v for (b, _), v in zip(distinct, t, strict=True)]
-                       for t in (layer, held))
+    # a text-only step skips the layers that run only beside an image; a pass without gradients keeps nothing
+    skip = skipped_layers(a, spec, images)  # (layer_terms.skipped_layers)
+    layer, held = ([0 if k else v for k, v in zip(skip, t, strict=True)] for t in (layer, held))
     layers_sum = sum(n * v for (_, n), v in zip(distinct, layer, strict=True))
     fixed_sum = sum(n * f for (_, n), f in zip(distinct, fixed, strict=True)) - (  # without checkpointing
         0 if job.upcast_fp32 or own_model(job.loss) else frozen_input_expert_bytes(a, g, roles, r))
@@ -198,7 +198,7 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
     late = [(EAGER_PHASE, i, T * t.per_token + T * T * t.per_token_sq,
              param_bytes * t.params_after if r.trained else 0, 2 * t.matmul_after if r.trained and r.amp else 0)
             for i, t in enumerate(eager_backward_values(a, g, r, rank, roles, memo, saves, job.upcast_fp32))
-            if t.per_token_sq] if job.attention == "eager" else []
+            if t.per_token_sq and not skip[i]] if job.attention == "eager" else []
     chunked = [chunk_scan_moments(b, r, T) if r.torch_scan else (0, 0) for b, _ in distinct]
     # the torch scan's backward of a recurrent layer (recurrence.scan_backward_terms; RecurrentGemma's on any device)
     for i, (b, _) in enumerate(distinct):
@@ -227,10 +227,10 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
     # checkpointing a full fine-tune: the first layer of the stack, its input alone kept (and the embedding's
     # output), and the gradients of every other layer made before its recomputation, and of its own last Linear,
     # whose backward runs first while the layer's saved tensors are all still live (read off F18's peak)
-    first = layer_index(spec, memo)[0] if spec.blocks else 0
+    first = next((k for k in layer_index(spec, memo) if not skip[k]), 0) if spec.blocks else 0  # with gradients
     # the layer inputs checkpointing keeps on the GPU (all of them; with Unsloth's offload, its buffers and the last)
     per_input = layer_input_bytes(g, r)
-    kept_inputs, first_kept = checkpoint_inputs(job, len(spec.blocks), B * T * per_input)
+    kept_inputs, first_kept = checkpoint_inputs(job, len(spec.blocks) - len(spec.no_grad), B * T * per_input)
     first_inputs = embed + imaging[1] + first_kept * T * per_input
     first_grads = head_grads + param_bytes * (sum(n * b.params for b, n in distinct) - distinct[first][0].params
                                               + last_linear_params(distinct[first][0])) if r.trained and distinct else 0

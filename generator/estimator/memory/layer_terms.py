@@ -43,6 +43,17 @@ T = TypeVar("T")  # what a term is per layer (bytes, or a tuple of terms)
 IMAGE_ONLY_MIXERS = {"mllama": "Cross Attn"}
 
 
+def skipped_layers(a: Arch, spec: Spec, images: int = 1) -> tuple[bool, ...]:
+    """Per distinct layer (Spec.distinct_layers' order), whether a training step keeps nothing of it: a pass run
+    under torch.no_grad (Spec.no_grad), or, in a step without images, a layer that runs only beside one
+    (image_only)."""
+    if not spec.no_grad and images:
+        return (False,) * len(spec.distinct_layers)
+    no_grad = (k in spec.no_grad for k in dict.fromkeys(spec.layer_groups))  # each distinct layer's first
+    return tuple(skip or (not images and image_only(a, b))
+                 for (b, _), skip in zip(spec.distinct_layers, no_grad, strict=True))
+
+
 def image_only(a: Arch, b: Block) -> bool:
     """Whether layer `b` runs only when the step carries an image (IMAGE_ONLY_MIXERS): a text-only step skips it."""
     kind = IMAGE_ONLY_MIXERS.get(a.family)
@@ -95,14 +106,15 @@ def regime_terms(a: Arch, g: Graph, r: Regime, rank: int, roles: frozenset[str] 
     adapted only where the base is frozen: those of `roles` (None: every Linear's, all-linear)."""
     def make() -> RegimeTerms:
         expert_roles = None if r.trained else (all_linear_roles(a) if roles is None else roles)
-        act, views, experts, grads, windows = [], [], [], [], []
-        for b, _ in g.spec.distinct_layers:
-            act.append(block_activation_bytes(a, b, r, rank, roles))
-            views.append(fused_view_bytes(a, b, r))
-            experts.append(expert_weight_bytes(b, expert_roles, r))
-            grads.append(expert_grad_transient(b, expert_roles, r))
-            windows.append(masked_sdpa_windows(a, b, r))
-        return RegimeTerms(act, views, experts, grads, windows)
+        rows = []
+        for (b, _), skip in zip(g.spec.distinct_layers, skipped_layers(a, g.spec), strict=True):
+            # a pass without gradients keeps nothing for a backward (Spec.no_grad)
+            rows.append((0, 0, 0, (0, 0), ()) if skip else (
+                block_activation_bytes(a, b, r, rank, roles), fused_view_bytes(a, b, r),
+                expert_weight_bytes(b, expert_roles, r), expert_grad_transient(b, expert_roles, r),
+                masked_sdpa_windows(a, b, r)))
+        return RegimeTerms(*(list(column) for column in zip(*rows, strict=True))) if rows else \
+            RegimeTerms([], [], [], [], [])
     return memoised(memo, ("regime", r, rank, roles), make)
 
 

@@ -232,7 +232,11 @@ def expert_tensors(b: Block, roles: frozenset[str] | None) -> list[tuple[int, in
 
 def block_lora_params(b: Block, rank: int, roles: frozenset[str] | None) -> int:
     """LoRA parameters of one layer: A (r x in) and B (out x r) per adapted nn.Linear; per adapted tensor
-    ParamWrapper's lora_A nn.Linear(in, r x experts) and lora_B nn.Linear(r x experts, out)."""
+    ParamWrapper's lora_A nn.Linear(in, r x experts) and lora_B nn.Linear(r x experts, out). A layer holding no
+    parameters is a pass of an earlier one's weights (families/shared_layer_encoders.shared_pass): its adapters
+    are that layer's, counted there."""
+    if not b.params:
+        return 0
     linear = rank * b.lora_io if roles is None else sum(rank * (i + o) for i, o, _ in adapted_linears(b, roles))
     return linear + expert_lora_terms(b, rank, roles)[0]
 
@@ -253,6 +257,8 @@ def block_unpaged_lora_params(b: Block, rank: int, roles: frozenset[str] | None,
     out x rank, each its own tensor; an r=16 adapter on a 4,096-wide Linear is 65,536 elements, under the floor.
     `fused_qkv`: LitGPT's LoRAQKVLinear, one lora_A of (rank x the adapted of q, k, v) x in and one lora_B of their
     outputs x rank (litgpt/lora.py), for the Linears reading the attention's input."""
+    if not b.params:  # a shared pass: its adapters are its first pass's (block_lora_params)
+        return 0
     linears = adapted_linears(b, roles)
     fused = [(i, o) for i, o, group in linears if fused_qkv and group == "attn_in"]
     linear = unpaged_elements(rank * len(fused) * fused[0][0], rank * sum(o for _, o in fused)) if fused else 0

@@ -50,6 +50,7 @@ from .layer_terms import (
     layer_index,
     layer_values,
     regime_terms,
+    skipped_layers,
 )
 from .lora import all_linear_roles
 from .serve_weights import serve_weight_bytes
@@ -158,6 +159,10 @@ def train_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, method: str, r
         squares = [sq for _, sq in scores]
     else:  # SDPA handed a mask (a window at tokens >= its width) keeps it and GQA's repeated k/v (F11)
         windows = terms.windows
+    if spec.no_grad:  # passes without gradients keep nothing, their scores neither (layer_terms.skipped_layers)
+        skip = skipped_layers(a, spec)
+        rates, squares = ([0 if k else v for k, v in zip(skip, t, strict=True)] for t in (rates, squares))
+        windows = [() if k else w for k, w in zip(skip, windows, strict=True)]
     # every layer runs at the job's tokens (an encoder-decoder's encoder and decoder alike)
     n = tokens
     layer_act = [n * rate + n * n * sq + sum(n * m + n * n * msq for w, m, msq in ws if n >= w)
