@@ -43,7 +43,9 @@ def _print_cards(console: Console, report: Report, table_width: int | None) -> N
     m = report.memory
     a = dict(m.assumptions)
     qlora = not any(u.method == "qlora" for u in report.plans_unreachable)  # an already quantised checkpoint
-    labels = {"full": "Full fine-tune", "lora": f"LoRA r={a['lora_rank']}", "qlora": "QLoRA (checkpointed)",
+    checkpoints = not any(x.check == "no_grad_ckpt" for x in report.findings)  # the model's classes can
+    labels = {"full": "Full fine-tune", "lora": f"LoRA r={a['lora_rank']}",
+              "qlora": "QLoRA (checkpointed)" if checkpoints else "QLoRA",
               "serve": f"Serve {fmt.serve_weights(report.params.quantization)}"}
     methods = [(short, field) for short, field in _CARD_METHODS if qlora or short != "qlora"]
     grid = _table(f"Largest batch per card (training {fmt.count(m.train_tokens)} tokens per sample, serving "
@@ -74,8 +76,9 @@ def _print_cards(console: Console, report: Report, table_width: int | None) -> N
     console.print(Text(f"Budget = (driver-reported memory - {fmt.gb(a['cuda_context_bytes'])} CUDA context) / "
                        f"{fmt.ratio(a['headroom'])} headroom; tight: the memory less the context holds batch 1, "
                        "the budget does not. In this table the full fine-tune and LoRA run without gradient "
-                       "checkpointing, QLoRA (NF4 base, double quantisation, paged AdamW) with it, as the site's jobs "
-                       "do.", style="dim"))
+                       "checkpointing, QLoRA (NF4 base, double quantisation, paged AdamW) " + (
+                           "with it, as the site's jobs do." if checkpoints else
+                           "without it too: this model's classes cannot checkpoint."), style="dim"))
 
 
 def _card_cell(report: Report, card: CardPlan, method: str, batch: int, split: SplitPlan | None) -> str:

@@ -57,7 +57,8 @@ def test_asking_for_it_is_one_error_naming_the_key() -> None:
     assert not checkpoints(a) and checkpoints(a, "litgpt-chunked")  # LitGPT's own blocks checkpoint
     with pytest.raises(JobError) as err:
         job_memory(a, g, S, Job(method="lora", grad_ckpt=True, tokens=256), "ctrl")
-    assert (err.value.key, err.value.value) == ("grad_ckpt", True) and "supports_gradient_checkpointing" in str(err.value)
+    assert (err.value.key, err.value.value) == ("grad_ckpt", True)
+    assert "supports_gradient_checkpointing" in str(err.value)
     with pytest.raises(JobError) as err:
         job_memory(a, g, S, Job.from_options("trl-sft-qlora", tokens=256), "ctrl")
     assert "the trl-sft-qlora recipe turns it on: add --no-grad-ckpt" in str(err.value)

@@ -132,8 +132,9 @@ def render() -> str:
     lines += [f"    {t!r}," for t in fused_expert_types()]
     lines.append("})")
     lines += ["", "# Model types none of whose model classes supports gradient checkpointing (PreTrainedModel.",
-              "# supports_gradient_checkpointing False: gradient_checkpointing_enable raises ValueError, so neither the",
-              "# Trainer's gradient_checkpointing=True nor peft's prepare_model_for_kbit_training runs on them).",
+              "# supports_gradient_checkpointing False: gradient_checkpointing_enable raises ValueError, so",
+              "# neither the Trainer's gradient_checkpointing=True nor peft's prepare_model_for_kbit_training runs on",
+              "# them).",
               "NO_GRADIENT_CHECKPOINTING: frozenset[str] = frozenset({"]
     lines += [f"    {t!r}," for t in no_checkpointing_types()]
     lines.append("})")

@@ -31,14 +31,15 @@ def card_servers(cards: tuple[Card, ...], gpus: Mapping[str, Gpu], s: Assumption
 def card_plans(cards: tuple[Card, ...], profiles: Mapping[str, Profile], s: Assumptions,
                qlora_limits: Limits | None = None, serve_scale: Mapping[str, int] | None = None,
                card_serve: Mapping[str, Profile] | None = None,
-               raised: Mapping[str, Raised] | None = None) -> tuple[CardPlan, ...]:
+               raised: Mapping[str, Raised] | None = None, cuttable: bool = True) -> tuple[CardPlan, ...]:
     """Each card's largest batches (QLoRA's from its job's limits, 0 without them) and two-card splits. What a
     card is held against (the profiles' and QLoRA's limits, the best two-card cut per method) is the same on every
     card: worked out once per profile, each card then only divides its budget. `serve_scale`: per card,
     vllm_support.serving_scale of its GPUs; a card whose serving bytes are scaled serves what its budget over the scale
     holds (half in float32, none where vLLM has no kernel), with no two-card split. `card_serve`: per card, the
     serving profile at its server's defaults (card_servers), profiles["serve"] where it names none; `raised`: per
-    card, what its batch past max_num_seqs costs (vllm_server.raised_sequences)."""
+    card, what its batch past max_num_seqs costs (vllm_server.raised_sequences). `cuttable` False: no two-card split
+    (a model whose layers run an earlier layer's weights again, parallel.validate)."""
     limits: dict[int, tuple] = {}  # per profile (by id), its whole-model limits
     cuts: dict[int, Cut] = {}  # per profile, the best two-card cut, where a card asks for one
     plans = []
@@ -57,7 +58,7 @@ def card_plans(cards: tuple[Card, ...], profiles: Mapping[str, Profile], s: Assu
         for k, batch in batches.items():
             # an encoder's serving profile has no startup to cut (Profile.serving): vLLM's encoder classes (BertModel,
             # RobertaModel, ...) do not declare SupportsPP, so it runs on no pipeline of two cards
-            if batch == 0 and scale[k] == 1 and not (k == "serve" and own[k].serving == ServingStages()):
+            if batch == 0 and scale[k] == 1 and cuttable and not (k == "serve" and own[k].serving == ServingStages()):
                 # serving: vLLM's own cut (splits.engine_cut), as the setups' serving plans take; training: the
                 # cut that balances the two cards
                 cut = cuts.get(id(own[k])) or cuts.setdefault(id(own[k]), (engine_cut if k == "serve" else best_cut)(

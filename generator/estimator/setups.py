@@ -63,7 +63,8 @@ def model_shape(a: Arch, g: Graph) -> Shape:
     distinct = spec.distinct_layers  # each distinct layer summed once, times the layers it stands for
     replicated = sum(n * sum(max(0, p.params - p.matmul) for p in b.parts) for b, n in distinct)
     replicated += sum(max(0, p.params - p.matmul) for p in spec.head)
-    kv_proj = sum(n for b, n in distinct if b.kv) * 2 * a.hidden * a.kv_heads * a.head_dim  # per attention layer
+    # per attention layer holding its weights (a shared pass's are an earlier layer's)
+    kv_proj = sum(n for b, n in distinct if b.kv and b.params) * 2 * a.hidden * a.kv_heads * a.head_dim
     largest = g.largest_layer
     routed = sum(c * i * o for p in largest.parts for c, i, o in p.expert_mats) if largest else 0
     return Shape(g.params_total, max(1, len(spec.blocks)), largest.params if largest else 0,

@@ -49,4 +49,6 @@ def setups_context(report: Report) -> dict[str, Any]:
         "serve_tokens": f.count(report.memory.serve_tokens),
         # what each GPU of a training setup of several holds beside its tensors (setups.training_nccl_bytes)
         "nccl": f.gb(int(dict(report.memory.assumptions)["nccl_bytes_per_gpu"])),
+        # whether the model's classes can checkpoint (checks' no_grad_ckpt): QLoRA's recipe does, where they can
+        "checkpoints": not any(x.check == "no_grad_ckpt" for x in report.findings),
     }

@@ -1799,8 +1799,9 @@ TENSOR_EXPERTS: frozenset[str] = frozenset({
 })
 
 # Model types none of whose model classes supports gradient checkpointing (PreTrainedModel.
-# supports_gradient_checkpointing False: gradient_checkpointing_enable raises ValueError, so neither the
-# Trainer's gradient_checkpointing=True nor peft's prepare_model_for_kbit_training runs on them).
+# supports_gradient_checkpointing False: gradient_checkpointing_enable raises ValueError, so
+# neither the Trainer's gradient_checkpointing=True nor peft's prepare_model_for_kbit_training runs on
+# them).
 NO_GRADIENT_CHECKPOINTING: frozenset[str] = frozenset({
     'albert',
     'cpmant',

@@ -72,8 +72,8 @@ def hrm_text(cfg: Mapping[str, Any], model: str) -> Arch:
     ab, mb = r.flag("attention_bias", False), r.flag("mlp_bias", False)
     cycles_h, cycles_l = r.int("H_cycles", 2), r.int("L_cycles", 2)
     raw = r.list("L_bp_cycles", int) or [2]  # HrmTextConfig.__post_init__'s default
-    if any(x < 1 for x in raw):
-        raise ConfigError(model, "L_bp_cycles", raw, "must be whole numbers of 1 or more")
+    if any(x < 0 for x in raw):  # 0: every L pass of that cycle without gradients (HRM-Text-1B's [0, 3])
+        raise ConfigError(model, "L_bp_cycles", raw, "must be whole numbers of 0 or more")
     grads = [1] * max(0, cycles_h - len(raw)) + raw  # HrmTextModel.L_bp_cycles_padded
 
     def stack(first: int) -> list[Block]:  # one stack's layers, numbered from its first pass
@@ -95,7 +95,7 @@ def hrm_text(cfg: Mapping[str, Any], model: str) -> Arch:
     for c in range(cycles_h):
         for pass_ in range(cycles_l + 1):  # the L stack's passes, then the H stack's
             name = "H" if pass_ == cycles_l else "L"
-            if pass_ < cycles_l - (grads[c] if c < len(grads) else 1):  # under torch.no_grad
+            if pass_ < cycles_l - grads[c]:  # under torch.no_grad
                 no_grad.update(range(len(blocks), len(blocks) + per))
             first = name not in made
             layers = made.setdefault(name, stack(len(blocks) + 1))

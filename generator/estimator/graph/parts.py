@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 
 # Parameters per width of each norm kind (torch.nn.LayerNorm: weight + bias; RMSNorm: weight).
-NORM_PARAMS_PER_WIDTH = {"rmsnorm": 1, "layernorm": 2, "layernorm_nobias": 1, "layernorm_noparams": 0, "rmsnorm_noparams": 0}
+NORM_PARAMS_PER_WIDTH = dict(rmsnorm=1, layernorm=2, layernorm_nobias=1, layernorm_noparams=0, rmsnorm_noparams=0)
 
 
 class Part(NamedTuple):

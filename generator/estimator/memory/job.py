@@ -244,10 +244,10 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
     for grad_ckpt in variants:
         lay = ckpt_layer if grad_ckpt else layer  # `lay` is read where the layers are checkpointed
         cache = T * kept_cache_bytes(a, g, r, grad_ckpt, job.upcast_fp32)  # kept output's (F8); upcast's (F62)
-        kept, cache = (T * c * spec.logits + cache if job.keep_outputs else 0), (cache if job.upcast_fp32 else 0)
-        # what the last pipeline stage alone holds at the loss, and (a kept output's logits) after it
-        kept_logits = B * (T * c * spec.logits if job.keep_outputs else 0)
-        at_loss = B * max(0, head - logits) + kept_logits
+        kept, cache = (T * c * spec.logits + cache if job.keep_outputs else 0), \
+            (cache if job.upcast_fp32 or spec.no_grad else 0)
+        kept_logits = B * (T * c * spec.logits if job.keep_outputs else 0)  # the last pipeline stage's alone,
+        at_loss = B * max(0, head - logits) + kept_logits  # at the loss and (a kept output's logits) after it
         if not grad_ckpt:
             emb = embed - frozen_embed + imaging[0]
             views = sum(n * v for (_, n), v in zip(distinct, terms.views, strict=True))  # the cache's copies (F11)

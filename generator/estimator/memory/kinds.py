@@ -4,9 +4,8 @@ order first_fit probes them in, and the count index a number of GPUs needs. Pure
 
 from __future__ import annotations
 
-import dataclasses
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .parallel import Setup
 from .sharding import GPUS_PER_NODE
@@ -90,7 +89,7 @@ def _training_kinds(qlora: bool, offload: bool, experts: bool, checkpoints: bool
     tried = OFFLOAD_KINDS if offload else TRAIN_KINDS + (EXPERT_KINDS if experts else ())
     if checkpoints:
         return tuple(k for k in tried if k.grad_ckpt or not qlora)
-    return tuple(dict.fromkeys(dataclasses.replace(k, grad_ckpt=False) for k in tried))
+    return tuple(dict.fromkeys(replace(k, grad_ckpt=False) for k in tried))
 
 
 _KINDS = {(q, serve, off, ep, ckpt): ((() if off else SERVE_KINDS) if serve else _training_kinds(q, off, ep, ckpt))

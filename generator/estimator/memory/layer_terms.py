@@ -106,15 +106,15 @@ def regime_terms(a: Arch, g: Graph, r: Regime, rank: int, roles: frozenset[str] 
     adapted only where the base is frozen: those of `roles` (None: every Linear's, all-linear)."""
     def make() -> RegimeTerms:
         expert_roles = None if r.trained else (all_linear_roles(a) if roles is None else roles)
-        rows = []
+        terms = RegimeTerms([], [], [], [], [])
         for (b, _), skip in zip(g.spec.distinct_layers, skipped_layers(a, g.spec), strict=True):
-            # a pass without gradients keeps nothing for a backward (Spec.no_grad)
-            rows.append((0, 0, 0, (0, 0), ()) if skip else (
-                block_activation_bytes(a, b, r, rank, roles), fused_view_bytes(a, b, r),
-                expert_weight_bytes(b, expert_roles, r), expert_grad_transient(b, expert_roles, r),
-                masked_sdpa_windows(a, b, r)))
-        return RegimeTerms(*(list(column) for column in zip(*rows, strict=True))) if rows else \
-            RegimeTerms([], [], [], [], [])
+            # a pass without gradients keeps nothing for a backward (Spec.no_grad; its cache: kept_cache_bytes)
+            terms.act.append(0 if skip else block_activation_bytes(a, b, r, rank, roles))
+            terms.views.append(0 if skip else fused_view_bytes(a, b, r))
+            terms.experts.append(0 if skip else expert_weight_bytes(b, expert_roles, r))
+            terms.grads.append((0, 0) if skip else expert_grad_transient(b, expert_roles, r))
+            terms.windows.append(() if skip else masked_sdpa_windows(a, b, r))
+        return terms
     return memoised(memo, ("regime", r, rank, roles), make)
 
 

@@ -140,6 +140,14 @@ FAMILY_NAMES = {
     "internlm2": {"q": "wqkv", "k": "wqkv", "v": "wqkv", "o": "wo", "gate": "w1", "up": "w3", "down": "w2"},
     # Ling 2.0's modeling_bailing_moe_v2.py BailingMoeV2Attention query_key_value, dense (MLPs: gate/up/down_proj).
     "bailing_moe": {"q": "query_key_value", "k": "query_key_value", "v": "query_key_value", "o": "dense"},
+    # transformers 5.24 (each model's Linears on the meta device): CTRL's Wq/Wk/Wv/dense and an nn.Sequential MLP
+    # (a peft key matches a name's end, so "ffn.0", not "0", which ends the blocks' names too); OpenAI GPT's Conv1D
+    # as GPT-2's; Inkling-2's projections wrap an nn.Linear named `linear`; xLSTM's feed-forward
+    "ctrl": {"q": "Wq", "k": "Wk", "v": "Wv", "o": "dense", "up": "ffn.0", "down": "ffn.2"},
+    "openai-gpt": {"qkv": "c_attn", "o": "c_proj", "up": "c_fc", "down": "c_proj"},
+    **dict.fromkeys(("inkling2_text", "inkling2_loop_text"), {"q": "q_proj.linear", "k": "k_proj.linear",
+                                                              "v": "v_proj.linear", "o": "o_proj.linear"}),
+    "xlstm": {"gate": "proj_up_gate", "up": "proj_up", "down": "proj_down"},
 }
 
 

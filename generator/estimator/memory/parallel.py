@@ -274,6 +274,10 @@ def validate(job: SingleGpuJob, setup: Setup, model: str = "") -> None:
             raise ParallelError(model, "gpus", n, f"tensor parallel over {tp} GPUs must divide the {job.kv_heads} KV "
                                                   f"heads or be a multiple of them")
     if s in ("pp", "tp+pp"):
+        if 0 in job.layer_params and job.params_total:  # a layer holding no weights runs an earlier one's
+            raise ParallelError(model, "strategy", s, "this model runs its layers' weights in several passes (a "
+                                                      "recurrence or a shared layer group): a pipeline stage's "
+                                                      "layers would not hold their own weights (not priced)")
         stages = n if s == "pp" else n // GPUS_PER_NODE
         if stages > job.layers:
             raise ParallelError(model, "gpus", n, f"{stages} pipeline stages need at least as many layers "

@@ -159,7 +159,7 @@ def train_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, method: str, r
         squares = [sq for _, sq in scores]
     else:  # SDPA handed a mask (a window at tokens >= its width) keeps it and GQA's repeated k/v (F11)
         windows = terms.windows
-    if spec.no_grad:  # passes without gradients keep nothing, their scores neither (layer_terms.skipped_layers)
+    if spec.no_grad:  # passes without gradients keep no scores either (layer_terms.skipped_layers)
         skip = skipped_layers(a, spec)
         rates, squares = ([0 if k else v for k, v in zip(skip, t, strict=True)] for t in (rates, squares))
         windows = [() if k else w for k, w in zip(skip, windows, strict=True)]

@@ -252,7 +252,8 @@ LINEAR_EXPERTS_V4 = {
     **dict.fromkeys(("mixtral", "minimax", "phimoe"), ("w1", "w2", "w3")),
     **dict.fromkeys(("deepseek_v2", "deepseek_v3", "dots1", "ernie4_5_moe", "flex_olmo", "glm4_moe", "glm4v_moe",
                      "hunyuan_v1_moe", "jamba", "longcat_flash", "olmoe", "qwen2_moe", "qwen3_moe", "qwen3_next",
-                     "qwen3_omni_moe"), ("gate_proj", "up_proj", "down_proj")),
+                     "qwen3_omni_moe", "qwen3_omni_moe_thinker", "qwen3_omni_moe_text"),
+                    ("gate_proj", "up_proj", "down_proj")),  # (Qwen3-Omni's thinker: L1304)
 }
 
 

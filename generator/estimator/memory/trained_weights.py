@@ -10,7 +10,7 @@ from ..graph.nodes import Graph, tied_weight_params
 from .activations import Regime
 from .frameworks import framework_mats, runs_litgpt
 from .job_options import Job, fp32_base
-from .layer_terms import adapter_params, image_only, layer_index, unpaged_adapter_params
+from .layer_terms import adapter_params, image_only, layer_index, skipped_layers, unpaged_adapter_params
 from .lora import input_linear_params, target_roles
 from .storage import quantised_params, quantised_tower_params, stored_mats, weight_bytes
 from .tower_adapters import (
@@ -96,10 +96,14 @@ def trained_weights(a: Arch, g: Graph, job: Job, r: Regime, model: str, images: 
     if fp32:  # and every frozen fp32 Linear's: autocast casts it at each use (no cache: not a leaf that
         # requires grad, aten/src/ATen/autocast_mode.cpp cached_cast) and the matmul saves the copy for its
         # input's gradient, but in the first layer's input Linears, whose input needs none (a frozen embedding);
-        # checkpointing keeps the recomputed layer's, and at its attention's backward only q/k/v's (F28, F60)
+        # checkpointing keeps the recomputed layer's, and at its attention's backward only q/k/v's (F28, F60). A
+        # shared pass (active_matmul: its weights are an earlier layer's) makes its own copies; a pass without
+        # gradients saves none (layer_terms.skipped_layers)
         first_in = input_linear_params(distinct[layer_index(spec, memo)[0]][0]) if distinct else 0
-        copies += 2 * (sum(n * b.matmul for b, n in distinct) - first_in)
-        ckpt_copies = (ckpt_copies[0], ckpt_copies[1] + 2 * max((b.matmul for b, _ in distinct), default=0),
+        passes = [0 if k else b.matmul or b.active_matmul for (b, _), k in zip(distinct, skipped_layers(a, spec),
+                                                                                  strict=True)]
+        copies += 2 * (sum(n * m for (_, n), m in zip(distinct, passes, strict=True)) - first_in)
+        ckpt_copies = (ckpt_copies[0], ckpt_copies[1] + 2 * max(passes, default=0),
                        ckpt_copies[1] + 2 * max((input_linear_params(b) for b, _ in distinct), default=0))
     return Weights(trainable, param_bytes, weights, copies, ckpt_copies, roles, rank, mats, towers, tower_trained,
                    unpaged)
