@@ -124,20 +124,16 @@ def render() -> str:
                candidates.items()}
     lines += [f"    {c!r}: {t!r}," for c, t in sorted(classes.items())]
     lines.append("}")
-    lines += ["", "# Model types whose routed experts transformers holds as tensors of an experts module (3-D gate_up_proj,",
-              "# down_proj, ...), not as nn.Linear layers: bitsandbytes' 4-bit and 8-bit conversion",
-              "# (integrations/bitsandbytes.py replace_with_bnb_linear: Conv1D or nn.Linear only) leaves them in the",
-              "# dtype the model loads in.",
-              "TENSOR_EXPERTS: frozenset[str] = frozenset({"]
-    lines += [f"    {t!r}," for t in fused_expert_types()]
-    lines.append("})")
-    lines += ["", "# Model types none of whose model classes supports gradient checkpointing (PreTrainedModel.",
-              "# supports_gradient_checkpointing False: gradient_checkpointing_enable raises ValueError, so",
-              "# neither the Trainer's gradient_checkpointing=True nor peft's prepare_model_for_kbit_training runs on",
-              "# them).",
-              "NO_GRADIENT_CHECKPOINTING: frozenset[str] = frozenset({"]
-    lines += [f"    {t!r}," for t in no_checkpointing_types()]
-    lines.append("})")
+    lines += _type_set("TENSOR_EXPERTS", fused_expert_types(),
+                       "Model types whose routed experts transformers holds as tensors of an experts module (3-D "
+                       "gate_up_proj, down_proj, ...), not as nn.Linear layers: bitsandbytes' 4-bit and 8-bit "
+                       "conversion (integrations/bitsandbytes.py replace_with_bnb_linear: Conv1D or nn.Linear only) "
+                       "leaves them in the dtype the model loads in.")
+    lines += _type_set("NO_GRADIENT_CHECKPOINTING", no_checkpointing_types(),
+                       "Model types none of whose model classes supports gradient checkpointing (PreTrainedModel."
+                       "supports_gradient_checkpointing False: gradient_checkpointing_enable raises ValueError, so "
+                       "neither the Trainer's gradient_checkpointing=True nor peft's prepare_model_for_kbit_training "
+                       "runs on them).")
     return "\n".join(lines) + "\n"
 
 
@@ -158,6 +154,18 @@ def no_checkpointing_types() -> list[str]:
         if found and not any(getattr(c, "supports_gradient_checkpointing", False) for c in found):
             out.append(t)
     return out
+
+
+def _type_set(name: str, types: list[str], comment: str) -> list[str]:
+    """A frozenset literal of model types, after its comment wrapped to 116 characters a line."""
+    lines, words = [""], comment.split()
+    line = "#"
+    for word in words:
+        if len(line) + 1 + len(word) > 116:
+            lines.append(line)
+            line = "#"
+        line += " " + word
+    return [*lines, line, f"{name}: frozenset[str] = frozenset({{", *(f"    {t!r}," for t in types), "})"]
 
 
 # Class defaults transformers cannot build a model from as they stand (the oracle tests repair them alike).

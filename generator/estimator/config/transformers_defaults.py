@@ -1686,10 +1686,9 @@ ARCHITECTURE_TYPES: dict[str, str] = {
     'xLSTMModel': 'xlstm',
 }
 
-# Model types whose routed experts transformers holds as tensors of an experts module (3-D gate_up_proj,
-# down_proj, ...), not as nn.Linear layers: bitsandbytes' 4-bit and 8-bit conversion
-# (integrations/bitsandbytes.py replace_with_bnb_linear: Conv1D or nn.Linear only) leaves them in the
-# dtype the model loads in.
+# Model types whose routed experts transformers holds as tensors of an experts module (3-D gate_up_proj, down_proj,
+# ...), not as nn.Linear layers: bitsandbytes' 4-bit and 8-bit conversion (integrations/bitsandbytes.py
+# replace_with_bnb_linear: Conv1D or nn.Linear only) leaves them in the dtype the model loads in.
 TENSOR_EXPERTS: frozenset[str] = frozenset({
     'afmoe',
     'aria',
@@ -1798,10 +1797,9 @@ TENSOR_EXPERTS: frozenset[str] = frozenset({
     'zaya',
 })
 
-# Model types none of whose model classes supports gradient checkpointing (PreTrainedModel.
-# supports_gradient_checkpointing False: gradient_checkpointing_enable raises ValueError, so
-# neither the Trainer's gradient_checkpointing=True nor peft's prepare_model_for_kbit_training runs on
-# them).
+# Model types none of whose model classes supports gradient checkpointing
+# (PreTrainedModel.supports_gradient_checkpointing False: gradient_checkpointing_enable raises ValueError, so
+# neither the Trainer's gradient_checkpointing=True nor peft's prepare_model_for_kbit_training runs on them).
 NO_GRADIENT_CHECKPOINTING: frozenset[str] = frozenset({
     'albert',
     'cpmant',
