@@ -38,10 +38,12 @@ def test_fp32_base_runs_match_their_cpu_simulations():
     """Ten CPU-simulated runs (README: F28's commands) were 12-24% under before the term; within 0.5% now, but the
     two with a 1,024-token vocabulary: the one without checkpointing peaks in the last layer's down_proj forward
     (peft's fp32 cast of its input: a moment no phase prices, the bf16 base's same run reads -4.1%), and the
-    checkpointed one, rerun without the harness's leaked embedding leaf (F29), reads +2.7% at its recomputed layer."""
+    checkpointed one, rerun without the harness's leaked embedding leaf (F29), reads +2.7% at its recomputed layer.
+    And F95's two, whose layers run one set of weights more than once, each pass casting its own copy: ALBERT's
+    -0.1%, HRM-Text's -1.2% (held within 1.5%)."""
     rows = [r for r in measured_rows("cpu-sim-extra") if r["setup"].get("weights") == "fp32"
             and r["setup"]["method"] == "lora"]
-    assert len(rows) == 10
+    assert len(rows) == 12
     for r in rows:
         est, measured = estimate_bytes(r, S), tensor_bytes(r, S.cuda_context_bytes)
         small_vocab = (r.get("config_changes") or {}).get("vocab_size") is not None
@@ -49,5 +51,7 @@ def test_fp32_base_runs_match_their_cpu_simulations():
             assert 0 < est / measured - 1 < 0.03, (r["setup"], est / measured - 1)
         elif small_vocab:
             assert -0.075 < est / measured - 1 < 0, (r["setup"], est / measured - 1)
+        elif r["model_type"] == "hrm_text":
+            assert abs(est / measured - 1) < 0.015, (r["model"], r["setup"], est / measured - 1)
         else:
             assert abs(est / measured - 1) < 0.005, (r["model"], r["setup"], est / measured - 1)

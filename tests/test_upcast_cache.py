@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from generator.estimator.graph.nodes import build_graph
 from generator.estimator.inputs import Assumptions
-from generator.estimator.memory.activations import kept_cache_bytes, regime
+from generator.estimator.memory.activations import regime
+from generator.estimator.memory.layer_terms import kept_cache_bytes
 from generator.estimator.memory.job import job_memory, job_phases
 from generator.estimator.memory.job_options import Job
 from generator.estimator.normalise import normalise

@@ -387,21 +387,3 @@ def differential_attention_bytes(a: Arch, r: Regime) -> int:
     if r.trained:
         out += c * 3 * q
     return out
-
-
-def kept_cache_bytes(a: Arch, g: Graph, r, grad_ckpt: bool, upcast: bool = False) -> int:
-    """Per token: the DynamicCache a training forward builds (use_cache defaults to config.use_cache; gradient
-    checkpointing turns it off). Under full AMP it holds each attention layer's rope'd keys in fp32 (rope's cos/sin
-    take the hidden states' dtype, modeling_llama) where SDPA saved their bf16 cast, the values the tensors SDPA
-    saved; after prepare_model_for_kbit_training (`upcast`) keys and values, rope or not (F62's listings). A pass
-    run without gradients (Spec.no_grad: HRM-Text's early L cycles) saved nothing: its keys and values are all the
-    cache's own (F95: the CPU simulation's forward peak, 6,144 B a token for each such layer of HRM-Text)."""
-    if grad_ckpt or not a.raw.get("use_cache", True):
-        return 0
-    spec = g.spec
-    own = sum(kv for k, b in enumerate(spec.blocks) if k in spec.no_grad for _, kv in b.kv) \
-        * (r.residual_bytes + r.compute_bytes) // 2  # keys rope'd in the residual dtype, values in compute's
-    if r.residual_bytes == r.compute_bytes:
-        return own
-    layers = sum(1 for k, b in enumerate(spec.blocks) if k not in spec.no_grad for p in b.parts if p.attends)
-    return own + layers * r.residual_bytes * a.kv_heads * a.head_dim * (2 if upcast and not r.trained else 1)

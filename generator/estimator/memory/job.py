@@ -20,7 +20,6 @@ from ..inputs import Assumptions
 from .activations import (
     block_activation_bytes,
     forward_locals_bytes,
-    kept_cache_bytes,
     last_linear_params,
 )
 from .attention import eager_forward_scores, head_params, math_backward_bytes
@@ -49,6 +48,7 @@ from .layer_terms import (
     adapter_params,
     eager_backward_values,
     end_terms,
+    kept_cache_bytes,
     last_mlp_backward_bytes,
     layer_bytes,
     layer_index,
