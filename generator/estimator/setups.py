@@ -53,6 +53,8 @@ class Shape:
     tied_head_params: int = 0  # a tied head's weight, which a pipeline's last stage copies (SingleGpuJob)
     tower_params: int = 0  # of first_stage_params, the multimodal towers', on every stage of vLLM's (SingleGpuJob)
     layer_params: tuple[int, ...] = ()  # per layer of the stack, its parameters (SingleGpuJob.layer_params)
+    end_matmul: tuple[int, int] = (0, 0)  # the embedding's and the head's matmul weights (SingleGpuJob.end_matmul)
+    layer_matmul: tuple[int, ...] = ()  # per layer of the stack, its matmul weights (SingleGpuJob.layer_matmul)
 
 
 def model_shape(a: Arch, g: Graph) -> Shape:
@@ -70,7 +72,9 @@ def model_shape(a: Arch, g: Graph) -> Shape:
     return Shape(g.params_total, max(1, len(spec.blocks)), largest.params if largest else 0,
                  sum(p.params for p in spec.embed), sum(p.params for p in spec.head), replicated, kv_proj, a.heads,
                  a.kv_heads, routed, a.experts if routed else 0, kv_latent_share(g),
-                 tied_weight_params(a), g.params_towers, tuple(b.params for b in spec.blocks))
+                 tied_weight_params(a), g.params_towers, tuple(b.params for b in spec.blocks),
+                 (sum(p.matmul for p in spec.embed), sum(p.matmul for p in spec.head)),
+                 tuple(b.matmul for b in spec.blocks))
 
 
 def kv_latent_share(g: Graph) -> float:
@@ -188,7 +192,7 @@ def _single(method: str, phases: tuple[Phase, ...], ckpt: tuple[Phase, ...], tra
                         shape.kv_proj_params, shape.heads, shape.kv_heads, phases_ckpt=ckpt,
                         unit_expert_params=shape.unit_expert_params, experts=shape.experts, accumulating=accumulating,
                         kv_latent=shape.kv_latent, tied_head_params=shape.tied_head_params,
-                        layer_params=shape.layer_params)
+                        layer_params=shape.layer_params, end_matmul=shape.end_matmul, layer_matmul=shape.layer_matmul)
 
 
 def job_limits(job: SingleGpuJob, adjust: Callable[[str, tuple[int, ...]], int]) -> Limits:

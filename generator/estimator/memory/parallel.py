@@ -198,6 +198,10 @@ class SingleGpuJob:
     # tensors), which a stage's share of `phases`' layer activations follows; () or all alike: evenly. Checkpointed,
     # every layer keeps its input alone, alike: phases_ckpt's share is even (pipeline.stage_rows)
     layer_activations: tuple[int, ...] = ()
+    # the embedding's and the head's matmul weights, and each layer's: a trained model's autocast copies follow them
+    # on a pipeline's stages (the embedding has none; a tied head its whole, on the last stage) (pipeline.stage_rows)
+    end_matmul: tuple[int, int] = (0, 0)
+    layer_matmul: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,7 @@ def stage_rows(job: Any, phases: tuple[Any, ...], stages: int, tp: int = 1,
     # rank's (parallel.tp_phases): vocab-parallel embedding and head, towers split by vLLM's default
     # mm_encoder_tp_mode "weights" (config/multimodal.py)
     frozen, c = job.method != "full", job.compute_bytes / tp
+    mm = sum(job.end_matmul) + sum(job.layer_matmul) if len(job.layer_matmul) == layers else 0
 
     def terms(ph: Any, first: bool, last: bool) -> tuple[str, dict[str, float], dict[str, float]]:
         # a last stage that is not also the first keeps its own copy of a tied head (SingleGpuJob.tied_head_params);
@@ -49,6 +50,9 @@ def stage_rows(job: Any, phases: tuple[Any, ...], stages: int, tp: int = 1,
         else:
             a = {f: getattr(ph, f) * ends / p for f in _SCALED}
             b = {f: getattr(ph, f) * layer_params / p for f in _SCALED}
+            if mm:  # autocast's copies by matmul weights: the embedding's none, the head's whole (F3)
+                a["overhead_weights"] = ph.overhead_weights * (job.end_matmul[0] * first + job.end_matmul[1] * last) / mm
+                b["overhead_weights"] = ph.overhead_weights * sum(job.layer_matmul) / layers / mm
         # a serving startup's layer transient on every stage, its sampler on the last (Phase.transient, last_stage),
         # the hidden states handed to every stage but the first (SingleGpuJob.handoff_bytes)
         # each stage recomputes its own layers: one layer's working set whole on each (Phase.stage_whole); the
@@ -95,7 +99,7 @@ def stage_rows(job: Any, phases: tuple[Any, ...], stages: int, tp: int = 1,
             held += cap * count
         return held >= layers
 
-    share = _shares(job, frozen, () if ckpt else job.layer_activations)
+    share = _shares(job, frozen, () if ckpt else job.layer_activations, bool(mm))
     if job.engine_cut:  # vLLM cuts its own way, whatever the stages then hold
         counts = vllm_stage_layers(layers, stages)
     elif share:  # layers that differ: each its own bytes
@@ -166,14 +170,17 @@ def _balanced_counts(row_of: dict, order: list[tuple[bool, bool]], layers: int,
     return best
 
 
-def _shares(job: Any, frozen: bool, acts: tuple[int, ...]) -> dict[str, tuple[float, ...]]:
+def _shares(job: Any, frozen: bool, acts: tuple[int, ...], by_matmul: bool = False) -> dict[str, tuple[float, ...]]:
     """Per field a stage's layers scale (_LAYERED) and whose layers differ, the running share of the layers' whole
     (0 at layer 0, 1 past the last): parameters for the weight-like fields (a frozen base's weights and their
-    autocast copies alone), KV caches for the cache, `acts` (each layer's activations) for the activations. {} where
-    every layer is alike."""
+    autocast copies alone), KV caches for the cache, `acts` (each layer's activations) for the activations, and a
+    trained model's autocast copies by its layers' matmul weights (`by_matmul`). {} where every layer is alike."""
     out = {}
-    by_params = ("weights", "overhead_weights") if frozen else _SCALED
-    for fields, values in ((by_params, job.layer_params), (("kv_cache",), job.layer_kv), (("activations",), acts)):
+    copies = ("overhead_weights",), job.layer_matmul if by_matmul and not frozen else ()
+    by_params: tuple[str, ...] = ("weights", "overhead_weights") if frozen else \
+        tuple(f for f in _SCALED if not copies[1] or f != "overhead_weights")
+    for fields, values in ((by_params, job.layer_params), (("kv_cache",), job.layer_kv), (("activations",), acts),
+                           copies):
         if len(values) == job.layers and len(set(values)) > 1 and sum(values) > 0:
             total = sum(values)
             out.update(dict.fromkeys(fields, tuple(r / total for r in accumulate(values, initial=0))))
