@@ -23,7 +23,7 @@ CONFIGS = Path(__file__).resolve().parents[1] / "data" / "measurements" / "confi
 # current/delayed values, axk2's and hy_v4's indexer attention, modernbert-decoder's Wi/Wo shared by attention and
 # MLP); a target on them is checked by peft at run time, not here.
 OWN_LAYOUT = {"cpmant", "xlnet", "moshi", "zaya", "axk2", "hy_v4", "modernbert-decoder"}
-LAYER = re.compile(r"\.(layers|h|blocks|layer)\.\d+\.")
+LAYER = re.compile(r"\.(layers|h|blocks|layer|albert_layers)\.\d+\.")
 
 
 def _configs() -> list[Path]:
@@ -52,6 +52,7 @@ def test_every_accepted_name_is_a_linear_of_the_model(path):
         config = transformers.AutoConfig.for_model(**json.loads(json.dumps(cfg)))
         # a vision-language checkpoint is built whole, as the harness builds it (measure/build.model_kind)
         auto = transformers.AutoModelForImageTextToText if model_kind(config) == "vision" else \
+            transformers.AutoModelForMaskedLM if any("MaskedLM" in x for x in config.architectures or ()) else \
             transformers.AutoModelForCausalLM
         with torch.device("meta"):
             model = auto.from_config(config)

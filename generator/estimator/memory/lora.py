@@ -148,6 +148,8 @@ FAMILY_NAMES = {
     **dict.fromkeys(("inkling2_text", "inkling2_loop_text"), {"q": "q_proj.linear", "k": "k_proj.linear",
                                                               "v": "v_proj.linear", "o": "o_proj.linear"}),
     "xlstm": {"gate": "proj_up_gate", "up": "proj_up", "down": "proj_down"},
+    # ALBERT's AlbertAttention query/key/value/dense and AlbertLayer ffn/ffn_output
+    "albert": {"q": "query", "k": "key", "v": "value", "o": "dense", "up": "ffn", "down": "ffn_output"},
 }
 
 
