@@ -180,9 +180,9 @@ def estimate(config: Mapping[str, Any], *, model_id: str, assumptions: Assumptio
     qlora_limits = job_limits(site_jobs["qlora"], _site_metric) if arch.quant is None else None
     card_serve = {name: serve_at[v] for name, v in servers.items()}
     raised = {name: raised_at(spec, s, server, serve_tokens, fp32) for name, (server, fp32) in servers.items()}
-    # no two-card cut of a model whose layers run an earlier layer's weights again (shared passes: parallel.validate)
-    plans = card_plans(cards, profiles, s, qlora_limits, card_scale, card_serve, raised,
-                       all(b.params for b in spec.blocks))
+    # no two-card cut of a model whose layers run an earlier layer's weights again (a layer holding none, as
+    # parallel.validate refuses a pipeline of it)
+    plans = card_plans(cards, profiles, s, qlora_limits, card_scale, card_serve, raised, 0 not in shape.layer_params)
     kv_per_sequence = kv_bytes_per_sequence(arch, served_s, serve_tokens)
     # full and LoRA FLOPs per token of the reference job: priced per GPU by the costs and the plans alike
     on_experts, delta_macs = expert_adapters(arch, graph, s.lora_rank)

@@ -202,8 +202,7 @@ def job_limits(job: SingleGpuJob, adjust: Callable[[str, tuple[int, ...]], int])
     square (Phase.activations_pair). The same on every card: worked out once, each card's batch is largest_batch."""
     out = []
     for ph in job.phases_ckpt or job.phases:
-        parts = (ph.weights, ph.gradients, ph.optimizer_state, 0, 0, ph.kv_cache,
-                 ph.overhead_weights + ph.overhead_step + ph.overhead_fixed + ph.last_stage)
+        parts = (ph.weights, ph.gradients, ph.optimizer_state, 0, 0, ph.kv_cache, ph.overhead)
         out.append((adjust(job.method, parts), ph.activations + ph.logits, ph.activations_pair))
     return tuple(out)
 

@@ -40,7 +40,7 @@ def phase_parts(ph: Phase) -> dict[str, int]:
     """A phase as the breakdown's PARTS (overhead summed)."""
     return {"weights": ph.weights, "gradients": ph.gradients, "optimizer_state": ph.optimizer_state,
             "activations": ph.activations + ph.transient, "logits": ph.logits, "kv_cache": ph.kv_cache,
-            "overhead": ph.overhead_weights + ph.overhead_step + ph.overhead_fixed + ph.last_stage}
+            "overhead": ph.overhead}
 
 
 def metric_memory(name: str, parts: dict[str, int], s: Assumptions, job: Job, g: Graph, gpus: int = 1) -> JobMemory:

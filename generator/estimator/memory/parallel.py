@@ -131,10 +131,16 @@ class Phase:
     head_activations: int = 0
 
     @property
+    def overhead(self) -> int:
+        """The breakdown's overhead on one process: the weights' copies, the step's temporaries, what the process
+        holds whole and what the last pipeline stage alone holds (one process holds all of them)."""
+        return self.overhead_weights + self.overhead_step + self.overhead_fixed + self.last_stage
+
+    @property
     def total_bytes(self) -> int:
         """Everything live at this moment: the sum of its parts (PerGpu's breakdown sums to it on one GPU)."""
         return (self.weights + self.gradients + self.optimizer_state + self.activations + self.logits + self.kv_cache
-                + self.overhead_weights + self.overhead_step + self.overhead_fixed + self.transient + self.last_stage)
+                + self.overhead + self.transient)
 
 
 def accumulating_phases(phases: tuple[Phase, ...], grad_bytes: int) -> tuple[Phase, ...]:
@@ -330,7 +336,7 @@ def peak_parts(job: SingleGpuJob, setup: Setup, model: str = "") -> tuple[str, t
         stages = n if s == "pp" else n // GPUS_PER_NODE
         stage_layers, rows = stage_rows(job, phases, stages, 1 if s == "pp" else GPUS_PER_NODE, setup.grad_ckpt)
     elif s in ("tp", "single"):
-        rows = [(ph.name, _parts(ph, ph.overhead_weights + ph.overhead_step + ph.overhead_fixed)) for ph in phases]
+        rows = [(ph.name, _parts(ph)) for ph in phases]
     else:
         rows = _data_parallel(job, phases, setup)
     best = _peak_row(rows)
@@ -338,21 +344,18 @@ def peak_parts(job: SingleGpuJob, setup: Setup, model: str = "") -> tuple[str, t
 
 
 
-def _parts(ph: Phase, overhead: int, weights: int | None = None, gradients: int | None = None,
-           optimizer_state: int | None = None) -> tuple[int, ...]:
-    """A phase's parts in PARTS order; weights, gradients and optimizer state replaced where given (its transient
-    with the activations, what the last stage holds with the overhead: one process holds all of them)."""
-    return (ph.weights if weights is None else weights, ph.gradients if gradients is None else gradients,
-            ph.optimizer_state if optimizer_state is None else optimizer_state, ph.activations + ph.transient,
-            ph.logits, ph.kv_cache, overhead + ph.last_stage)
+def _parts(ph: Phase, extra_overhead: int = 0) -> tuple[int, ...]:
+    """A phase's parts in PARTS order on one process (its transient with the activations), `extra_overhead` (DDP's
+    gradient buckets) beside its own."""
+    return (ph.weights, ph.gradients, ph.optimizer_state, ph.activations + ph.transient, ph.logits, ph.kv_cache,
+            ph.overhead + extra_overhead)
 
 
 def _data_parallel(job: SingleGpuJob, phases: tuple[Phase, ...], setup: Setup) -> list[tuple[str, tuple[int, ...]]]:
     """Every phase's parts on one rank of ddp, zero2, zero3 or fsdp (module docstring)."""
     if setup.strategy == "ddp":
         bucket = job.grad_bytes * job.params_trainable
-        return [(ph.name, _parts(ph, ph.overhead_weights + ph.overhead_step + ph.overhead_fixed + bucket))
-                for ph in phases]
+        return [(ph.name, _parts(ph, bucket)) for ph in phases]
     return sharded(job, setup.strategy, setup.grad_ckpt, setup.offload, setup.prefetch, setup.sync_each_batch,
                    setup.mixed_units).rows(setup.gpus)
 

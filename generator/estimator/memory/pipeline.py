@@ -176,11 +176,11 @@ def _shares(job: Any, frozen: bool, acts: tuple[int, ...], by_matmul: bool = Fal
     autocast copies alone), KV caches for the cache, `acts` (each layer's activations) for the activations, and a
     trained model's autocast copies by its layers' matmul weights (`by_matmul`). {} where every layer is alike."""
     out = {}
-    copies = ("overhead_weights",), job.layer_matmul if by_matmul and not frozen else ()
-    by_params: tuple[str, ...] = ("weights", "overhead_weights") if frozen else \
-        tuple(f for f in _SCALED if not copies[1] or f != "overhead_weights")
+    matmul = by_matmul and not frozen  # a trained model's copies follow the matmul weights, not the parameters
+    by_params = ("weights", "overhead_weights") if frozen else \
+        tuple(f for f in _SCALED if not (matmul and f == "overhead_weights"))
     for fields, values in ((by_params, job.layer_params), (("kv_cache",), job.layer_kv), (("activations",), acts),
-                           copies):
+                           (("overhead_weights",), job.layer_matmul if matmul else ())):
         if len(values) == job.layers and len(set(values)) > 1 and sum(values) > 0:
             total = sum(values)
             out.update(dict.fromkeys(fields, tuple(r / total for r in accumulate(values, initial=0))))
