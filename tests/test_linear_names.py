@@ -14,7 +14,7 @@ from generator.errors import JobError
 from generator.estimator.graph.nodes import build_graph
 from generator.estimator.memory.lora import PEFT_DEFAULT_TARGETS, target_roles
 from generator.estimator.normalise import normalise
-from generator.measure.build import model_kind
+from generator.measure.build import causal_only_as_multimodal, model_kind
 from generator.measure.setup import shrink
 
 CONFIGS = Path(__file__).resolve().parents[1] / "data" / "measurements" / "configs"
@@ -51,7 +51,8 @@ def test_every_accepted_name_is_a_linear_of_the_model(path):
     try:
         config = transformers.AutoConfig.for_model(**json.loads(json.dumps(cfg)))
         # a vision-language checkpoint is built whole, as the harness builds it (measure/build.model_kind)
-        auto = transformers.AutoModelForImageTextToText if model_kind(config) == "vision" else \
+        auto = transformers.AutoModelForImageTextToText if model_kind(config) == "vision" \
+            or causal_only_as_multimodal(config.model_type) else \
             transformers.AutoModelForMaskedLM if any("MaskedLM" in x for x in config.architectures or ()) else \
             transformers.AutoModelForCausalLM
         with torch.device("meta"):

@@ -636,3 +636,19 @@ def test_a_padded_batch_masks_every_sample_but_the_first_on_its_last_quarter():
     for argv in (["--batch", "1", "--padded"], ["--method", "inference", "--batch", "2", "--padded"]):
         with pytest.raises(ValueError, match="--padded"):
             setup_from_args(parser().parse_args(["m", *argv]))
+
+
+def test_a_causal_lm_registered_among_image_text_to_text_models_is_built_through_them():
+    """transformers 5.24 registers Mistral4ForCausalLM in the image-text-to-text mapping alone (no
+    AutoModelForCausalLM entry): the harness builds it through that mapping, as a causal LM; a type with its own
+    causal-LM entry keeps it (FINDINGS.md F96)."""
+    from transformers import CONFIG_MAPPING
+
+    from generator.measure.build import build_on_meta, causal_only_as_multimodal, hf_config, model_kind
+
+    config = {**CONFIG_MAPPING["mistral4"]().to_dict(), "architectures": ["Mistral4ForCausalLM"]}
+    assert causal_only_as_multimodal("mistral4") and not causal_only_as_multimodal("llama")
+    assert not causal_only_as_multimodal("qwen3_vl")  # its image-text-to-text class is a ForConditionalGeneration
+    small = {**config, "num_hidden_layers": 1}
+    assert model_kind(hf_config(small, "sdpa")) == "causal"
+    assert type(build_on_meta(small, Setup("full", tokens=64))).__name__ == "Mistral4ForCausalLM"

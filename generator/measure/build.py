@@ -98,6 +98,18 @@ def model_kind(hf) -> str:
         else "causal"
 
 
+def causal_only_as_multimodal(model_type: str) -> bool:
+    """transformers 5.24 registers some causal LMs in the image-text-to-text mapping alone (modeling_auto.py:
+    mistral4 -> Mistral4ForCausalLM, with no AutoModelForCausalLM entry), so the harness builds them through it."""
+    from transformers.models.auto.modeling_auto import (
+        MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+        MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES,
+    )
+
+    return model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES \
+        and MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES.get(model_type, "").endswith("ForCausalLM")
+
+
 def build_on_meta(config: Mapping[str, Any], setup: Setup, with_lora: bool = True):
     """The model on the meta device (no memory), LoRA applied where asked. Move it with `materialise`. An
     encoder-decoder is built with its seq2seq LM class, whose training step (workload: labels = the input ids) runs
@@ -123,6 +135,8 @@ def build_on_meta(config: Mapping[str, Any], setup: Setup, with_lora: bool = Tru
     auto = {"seq2seq": AutoModelForSeq2SeqLM, "masked": AutoModelForMaskedLM, "embedding": AutoModel,
             "classifier": AutoModelForSequenceClassification, "causal": AutoModelForCausalLM,
             "vision": AutoModelForImageTextToText}[kind]
+    if kind == "causal" and causal_only_as_multimodal(str(config.get("model_type"))):
+        auto = AutoModelForImageTextToText
     # The default dtype is set before building: .to(bfloat16) on fake tensors fails ("Couldn't swap").
     with default_dtype(weight_dtype), torch.device("meta"):
         try:

@@ -94,4 +94,4 @@ def mla_part(name: str, r: Reader, hidden: int, heads: int, *, bias: bool = Fals
     return Part(name, "Multi-head Latent Attn", params, matmul=mm, linears=tuple(lin),
                 act=(q_rank or 0) + kv_rank + rope + 3 * q_all + kv_all + heads * v_dim * 2, act32=heads,
                 transient=q_all + kv_all + heads * v_dim, kv=kv_rank + rope + index_keys, window=window,
-                attn_flops=2 * heads * (qk + v_dim))
+                attn_flops=2 * heads * (qk + v_dim), heads=heads)

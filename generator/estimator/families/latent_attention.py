@@ -95,7 +95,7 @@ def _axk2_attention(t: DecoderTraits, d: Dims, n: int, window: int) -> Part:
     return Part(f"Attention_{n}", "Multi-head Latent Attn (gated)", params, matmul=sum(i * o for i, o in lin),
                 linears=lin, act=qr + kvr + rope + 4 * heads * (nope + rope + v), act32=heads,
                 transient=3 * heads * (nope + rope + v), kv=kvr + rope, window=window,
-                attn_flops=2 * heads * (nope + rope + v))
+                attn_flops=2 * heads * (nope + rope + v), heads=heads)
 
 
 _V4_RATIO_TYPES = {0: "sliding_attention", 4: "compressed_sparse_attention", 128: "heavily_compressed_attention"}
@@ -151,7 +151,7 @@ def _v4_part(d: Dims, kind: str, window: int, hd: int, rq: int, groups: int, ran
     return Part("Attention", "Compressed MQA" if kind != "sliding_attention" else "Sliding MQA", params,
                 matmul=sum(i * o for i, o in lin), linears=tuple(lin[:3]) + ((groups * rank, h),),
                 act=rq + 4 * heads * hd + 2 * hd, act32=heads, transient=2 * heads * hd + hd, kv=hd, window=window,
-                attn_flops=4 * heads * hd)
+                attn_flops=4 * heads * hd, heads=heads)
 
 
 def _v4_hyper(d: Dims) -> int:

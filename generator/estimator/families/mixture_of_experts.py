@@ -158,7 +158,7 @@ def _jetmoe_attention(t: DecoderTraits, d: Dims, n: int, window: int) -> Part:
                 matmul=h * 2 * inner + 2 * e * h * inner + e * h, active_matmul=h * 2 * inner + 2 * k * h * inner + e * h,
                 linears=((h, 2 * inner),), mats=((1, h, 2 * inner), (2 * e, h, inner)),
                 act=k * 4 * inner + 2 * inner, act32=d.heads, transient=4 * inner, kv=2 * inner, window=window,
-                attn_flops=4 * d.heads * kvc)
+                attn_flops=4 * d.heads * kvc, heads=d.heads)
 
 
 def dbrx(cfg: Mapping[str, Any], model: str) -> Arch:

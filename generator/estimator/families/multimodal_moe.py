@@ -79,7 +79,7 @@ def _mistral_large4_attention(t: DecoderTraits, d: Dims, n: int, window: int) ->
     return Part(f"Attention_{n}", "Multi-head Latent Attn", params, matmul=sum(a * b for a, b in lin),
                 linears=tuple(lin), act=rank + rk + 3 * q_all + kv_all + 2 * heads * v, act32=heads,
                 transient=q_all + kv_all + heads * v, kv=rank + rk if own else 0, window=window,
-                attn_flops=2 * heads * (nope + rope + v))
+                attn_flops=2 * heads * (nope + rope + v), heads=heads)
 
 
 TRAITS: dict[str, DecoderTraits] = {

@@ -36,11 +36,11 @@ class Part(NamedTuple):
     window: int = 0  # cached tokens capped at this window; 0 = every token
     state: int = 0  # serving: fixed recurrent state per sequence, elements (SSM, linear attention)
     attn_flops: int = 0  # attention FLOPs per token per attended key (QK^T and AV)
-    mats: tuple[tuple[int, int, int], ...] = ()  # (count, in, out) weight matrices a quantised
-    # checkpoint stores packed: every nn.Linear of the part and the experts' 3-D tensors. () = linears
+    mats: tuple[tuple[int, int, int], ...] = ()  # (count, in, out) of every Linear and 3-D expert tensor; () = linears
     top_k: int = 0  # routed experts: the experts each token runs (their rows of the gathered input)
     scan: tuple[int, ...] = ()  # a recurrent mixer's dims for memory.recurrence (Mamba, Gated DeltaNet, KDA)
     params32: int = 0  # of params, those the class keeps in fp32 in any load dtype (_keep_in_fp32_modules_strict)
+    heads: int = 0  # an attending part's query heads: its score matrices (act32 may hold more fp32 than their LSE)
 
     @property
     def weight_mats(self) -> tuple[tuple[int, int, int], ...]:
@@ -284,7 +284,7 @@ def attention_part(name: str, typ: str, hidden: int, heads: int, kv_heads: int, 
     mm = hidden * (q * q_mult + k + v) + o_in * hidden + sum(i * o for i, o in extra_linears)
     lin = ((hidden, q * q_mult + k + v),) if fused_qkv else ((hidden, q * q_mult), (hidden, k), (hidden, v))
     return Part(name, typ, params, matmul=mm, linears=lin + ((o_in, hidden),) + extra_linears,
-                act=2 * q + k + v + (q if q_mult > 1 else 0), act32=heads,
+                act=2 * q + k + v + (q if q_mult > 1 else 0), act32=heads, heads=heads,
                 transient=q * q_mult + q + k + v, kv=(k + v) if cached else 0, window=window,
                 attn_flops=2 * heads * (head_dim + v_dim))
 
@@ -297,7 +297,7 @@ def shared_kv_attention_part(name: str, hidden: int, heads: int, head_dim: int, 
     q = heads * head_dim
     return Part(name, "Shared-KV Attn", linear(hidden, q, bias) + linear(q, hidden, bias) + extra, matmul=2 * hidden * q,
                 linears=((hidden, q), (q, hidden)), act=5 * q, act32=heads, transient=2 * q, window=window,
-                attn_flops=4 * heads * head_dim)
+                attn_flops=4 * heads * head_dim, heads=heads)
 
 
 def cross_attention_part(n: int, hidden: int, heads: int, head_dim: int, *, bias: bool, fused_kv: bool = False) -> Part:
@@ -376,7 +376,7 @@ def combine(name: str, typ: str, *parts: Part) -> Part:
                 active_matmul=sum(p.active_matmul_params for p in parts), linears=tuple(x for p in parts for x in p.linears),
                 act=total("act"), act32=total("act32"), act_frozen=sum(p.frozen_act for p in parts),
                 transient=max(p.transient for p in parts), kv=total("kv"), params32=total("params32"),
-                window=max(p.window for p in parts), state=total("state"), attn_flops=total("attn_flops"),
+                window=max(p.window for p in parts), state=total("state"), attn_flops=total("attn_flops"), heads=total("heads"),
                 mats=tuple(x for p in parts for x in p.weight_mats), scan=next((p.scan for p in parts if p.scan), ()))
 
 

@@ -369,7 +369,7 @@ def masked_sdpa_windows(a: Arch, b: Block, r: Regime) -> tuple[tuple[int, int, i
     if padded or a.model_type not in POSITION_BIAS_SDPA:
         return windowed
     # from the first token on, each self-attention's heads x T x T mask, in the compute dtype (autocast's SDPA casts it)
-    return windowed + tuple((1, 0, p.act32 * c) for p in b.parts if p.attends and p.window == 0)
+    return windowed + tuple((1, 0, p.heads * c) for p in b.parts if p.attends and p.window == 0)
 
 
 def differential_attention_bytes(a: Arch, r: Regime) -> int:

@@ -194,7 +194,7 @@ def eager_backward_bytes(a: Arch, b, r: Regime) -> int:
     mask) are freed by then. Never less than one compute-dtype gradient (the AV matmul's backward, where the
     softmax is as narrow as its output). Read off CPU-simulated LoRA and full steps of llama, phi, diffllama and
     xglm with checkpointing: those tensors were the peak of the recomputed layer."""
-    heads = max((p.act32 for p in b.parts if p.attends), default=0)
+    heads = max((p.heads for p in b.parts if p.attends), default=0)
     if not heads:
         return 0
     _, soft, after = _score_widths(a, r.compute_bytes, r)
@@ -232,7 +232,7 @@ def eager_scores_bytes(a: Arch, g: Graph, tokens: int, c: int, one_layer: bool =
 
 def _attention_heads(g: Graph) -> list[int]:
     """Query heads of every attention part of the model (a score matrix each), in layer order."""
-    return [p.act32 for b in g.spec.blocks for p in b.parts if p.attends]
+    return [p.heads for b in g.spec.blocks for p in b.parts if p.attends]
 
 
 def eager_layer_terms(a: Arch, b, compute_bytes: int, trained: bool, r: Regime | None = None) -> tuple[int, int]:
@@ -247,7 +247,7 @@ def eager_layer_terms(a: Arch, b, compute_bytes: int, trained: bool, r: Regime |
     q, kv = a.heads * a.head_dim, a.kv_heads * a.head_dim
     delta = c * ((2 if trained else 1) * q - 2 * kv) - 4 * a.heads
     calls = 2 if a.model_type in DIFFERENTIAL_ATTENTION else 1
-    return len(attention) * delta, calls * sum(p.act32 for p in attention) * score_bytes(a, c, r)
+    return len(attention) * delta, calls * sum(p.heads for p in attention) * score_bytes(a, c, r)
 
 
 def head_params(a: Arch, g: Graph) -> int:
@@ -344,8 +344,8 @@ def math_layer_terms(a: Arch, b, r: Regime) -> tuple[int, int]:
     math = _math_fp32_bytes(a)[1] + (c * heads * dv if r.trained else 0)
     latents = sum(a.raw.get(k) or 0 for k in ("q_lora_rank", "kv_lora_rank", "qk_rope_head_dim"))
     fused = [c * (p.act - latents if p.type == MLA_PART else heads * dk + a.kv_heads * (dk + dv) + heads * dv)
-             + 4 * p.act32 for p in attention]
-    return len(attention) * math - sum(fused), sum(p.act32 for p in attention) * (4 + _dropped_bytes(a, r))
+             + 4 * p.heads for p in attention]
+    return len(attention) * math - sum(fused), sum(p.heads for p in attention) * (4 + _dropped_bytes(a, r))
 
 
 def math_backward_bytes(a: Arch, g: Graph, r: Regime, tokens: int, attention: str = "sdpa") -> tuple[int, int]:
