@@ -17,6 +17,7 @@ from ..config.reader import Reader, architectures_of
 from ..graph.layout import standard_block
 from ..graph.parts import Block, Part, attention_part, linear, lm_head_part, moe_part, norm_part
 from .assembly import Builder, TextReader, Wrapper, assemble
+from .shared_layer_encoders import shared_pass
 from .vision_towers import vit_layer
 
 
@@ -32,30 +33,109 @@ def _attention(r: Reader, i: int, sliding: bool) -> Part:
     extent = window if sliding else r.int("rel_extent")
     conv = 2 * kv * hd * kernel + (0 if sliding else 2 * linear(h, kv * kernel))
     extra = heads * hd + conv + h * heads * hd + h * heads + linear(h, heads * d_rel) + heads * d_rel + d_rel * extent
+    dynamic = () if sliding else ((h, kv * kernel),) * 2  # the dynamic convolutions' weight_proj Linears
     return attention_part(f"Attention_{i}", "Relative Attn", h, heads, kv, hd, window=window if sliding else 0,
-                          extra=extra, extra_linears=((h, heads * hd), (h, heads), (h, heads * d_rel)))
+                          extra=extra, extra_linears=((h, heads * hd), (h, heads), (h, heads * d_rel), *dynamic))
 
 
-def _layer(r: Reader, i: int, sliding: bool, looped: bool) -> Block:
+def _saved(r: Reader, i: int, sliding: bool, heads: int, kv: int, hd: int) -> tuple[int, int, int]:
+    """(compute-dtype, fp32, trained) elements per token layer i (from 1) saves beyond a plain eager layer, read off
+    modeling_inkling2.py and the live tensors of CPU-simulated LoRA and full steps (FINDINGS.md F97):
+    - attention: the fp32 scaled query (Inkling2ScaledL2Clip), the fp32 key and value norms' inputs, the fp32 gate
+      sigmoid and attention output of Inkling2GatedOutputProjection, the relative bias's fp32 scaled states and its
+      per-head bias profiles (rel_logits, heads x extent, which gather keeps), the norms' per-head statistics and the
+      sink's softmax column; a static short convolution's input cast (sliding layers) or a dynamic one's fp32 taps
+      and windows (Inkling2DynamicShortConvolution, full layers);
+    - the block attention residuals (Inkling2BlockAttentionResidual): each stacks the block states so far with the
+      partial state in fp32 (its norm's input), and its matmuls keep a compute-dtype copy of the stack and of the
+      queries; layer i reads ceil((i - 1) / n_layers_per_attn_res_block) block states, a block's first layer one
+      more at its MLP input;
+    - the post-attention and post-MLP convolutions' input casts;
+    - where the weights train (compute-dtype elements, two an fp32 one): the query's and the bias states' fp32 inputs
+      to their trained scales, and each residual's stack cast again for its trained queries' gradient."""
+    h, kernel, block = r.int("hidden_size"), r.int("conv_kernel_size"), r.int("n_layers_per_attn_res_block")
+    extent = r.int("sliding_window_size") if sliding else r.int("rel_extent")
+    f32 = 3 * heads * hd + 2 * kv * hd + heads * r.int("d_rel") + 9 * heads + (0 if sliding else 4 * kv * hd * kernel)
+    comp = heads * extent + (2 * kv * hd if sliding else 0)
+    states = -(-(i - 1) // block)  # block states at the layer's input
+    attn_in = states + 1 if i > 1 else 0
+    mlp_in = states + 1 + (1 if (i - 1) % block == 0 else 0)
+    queries = (1 if sliding else 3) if i > 1 else 0
+    f32 += (attn_in + mlp_in) * (h + 1)
+    comp += (attn_in + queries + mlp_in + 1) * h + 2 * h
+    return comp, f32, 2 * heads * (hd + r.int("d_rel")) + (attn_in + mlp_in) * h
+
+
+def _layer(r: Reader, i: int, sliding: bool, looped: bool, at: int) -> Block:
     """Decoder layer i (from 1): attention, an MoE (router weight, 3-D experts), the block attention residual
     queries (attention_input from the second layer on: three on full layers; mlp_input), RMSNorms (full layers
     normalise q, k and v inputs apart), two depthwise convolutions of hidden x kernel after attention and the MLP;
     a looped layer (modeling_inkling2_loop.Inkling2LoopMessageGate, four) adds down_proj 2 hidden -> rank and
-    forget/message gates rank -> hidden."""
+    forget/message gates rank -> hidden, which run from the loop's second pass on (_message_pass). `at`: the layer's
+    place in the graph, where a loop's passes come before the layers after it. Inkling2SoftcappedSwiGLU keeps six fp32 tensors per routed token and
+    intermediate unit (both softcaps' tanh and product, the sigmoid, the gated product) in place of a SwiGLU's
+    three; each routed token's weighted expert output is kept, and, where the experts train, its gathered input
+    and the down projection's input (F97)."""
     h, kernel = r.int("hidden_size"), r.int("conv_kernel_size")
-    experts, top_k = r.int("n_routed_experts"), r.int("num_experts_per_tok")
-    ffn = moe_part(f"MoE_{i}", h, experts, top_k, r.int("moe_intermediate_size"))
-    ffn = ffn._replace(type=f"MoE ({experts} experts, top-{top_k})")
-    block = standard_block(i, [], _attention(r, i, sliding), ffn, "rmsnorm", h, kind="sliding" if sliding else "attention")
+    experts, top_k, inter = r.int("n_routed_experts"), r.int("num_experts_per_tok"), r.int("moe_intermediate_size")
+    ffn = moe_part(f"MoE_{at}", h, experts, top_k, inter)
+    k = ffn.top_k
+    ffn = ffn._replace(type=f"MoE ({experts} experts, top-{top_k})", act=2 * k * h + k * inter, act_frozen=k * h,
+                       act32=ffn.act32 + 6 * k * inter)
+    pre = "swa_" if sliding else ""
+    attn = _attention(r, at, sliding)
+    comp, f32, trained = _saved(r, i, sliding, r.int(pre + "num_attention_heads"), r.int(pre + "num_key_value_heads"),
+                                r.int(pre + "head_dim"))
+    attn = attn._replace(act=attn.act + comp + trained, act_frozen=attn.frozen_act + comp, act32=attn.act32 + f32)
+    block = standard_block(at, [], attn, ffn, "rmsnorm", h, kind="sliding" if sliding else "attention")
     queries = (0 if i == 1 else h if sliding else 3 * h) + h
-    extra = [Part(f"Residual_Queries_{i}", "Parameters", queries), Part(f"Short_Convs_{i}", "Conv1d", 2 * h * kernel)]
+    extra = [Part(f"Residual_Queries_{at}", "Parameters", queries), Part(f"Short_Convs_{at}", "Conv1d", 2 * h * kernel)]
     if not sliding:
-        extra += [norm_part(f"K_Input_RMSNorm_{i}", "rmsnorm", h), norm_part(f"V_Input_RMSNorm_{i}", "rmsnorm", h)]
-    if looped:
+        extra += [norm_part(f"K_Input_RMSNorm_{at}", "rmsnorm", h), norm_part(f"V_Input_RMSNorm_{at}", "rmsnorm", h)]
+    if looped:  # held here, run by the later passes only (no compute in the first)
         rank = r.int("loop_gate_rank")
-        extra.append(Part(f"Message_Gates_{i}", "Message gates", 4 * (linear(2 * h, rank) + 2 * linear(rank, h)),
-                          matmul=4 * (2 * h * rank + 2 * rank * h)))
+        lin = ((2 * h, rank), (rank, h), (rank, h)) * 4
+        extra.append(Part(f"Message_Gates_{at}", "Message gates", sum(linear(a, b) for a, b in lin),
+                          matmul=sum(a * b for a, b in lin), active_matmul=0, linears=lin))
     return dataclasses.replace(block, parts=(*block.parts, *extra))
+
+
+def _message_pass(b: Block, r: Reader, sliding: bool, at: int) -> Block:
+    """Loop layer `b` run again as layer `at` (shared_pass), its message gates now running: per token, each of the
+    four Inkling2LoopMessageGate keeps its hidden and message inputs cast to fp32, both tanh gates and 1 - forget in
+    the compute dtype (its fp32 Linears' autocast output) and two norm statistics; a sliding layer's q, k and v gate
+    outputs are normed apart, two fp32 norm inputs more than the first pass's one (modeling_inkling2_loop.py, F97)."""
+    h = r.int("hidden_size")
+    f32 = 4 * (2 * h + 2) + (2 * (h + 1) if sliding else 0)
+    parts = tuple(p._replace(active_matmul=src.matmul, act=12 * h, act32=f32)
+                  if src.type == "Message gates" else p for src, p in zip(b.parts, shared_pass(b, at).parts, strict=True))
+    return Block(at, b.kind, parts, b.stack)
+
+
+def _outside(r: Reader, n: int, looped: range, passes: int) -> tuple[int, int, int]:
+    """(compute-dtype, fp32, checkpointed-input) rows of hidden width per token the model keeps outside its layers
+    (Inkling2TextModel.forward, Inkling2LoopTextModel.forward):
+    - final_input, a block attention residual over the last pass's block states and the hidden state (fp32 stack,
+      its compute-dtype copy, the query's);
+    - each later pass's message_input per loop layer (Inkling2LoopMessageAttentionResidual: the previous pass's
+      block states past the first it appended, and its last hidden state, stacked in fp32, their copy, four
+      queries');
+    - under checkpointing, the layers' inputs beside the hidden state: each block-states tensor a boundary layer
+      appends (read by the layers up to the next boundary), and each later pass's messages (four rows a layer)."""
+    block = r.int("n_layers_per_attn_res_block")
+    final = sum(1 for i in range(n) if i % block == 0) + 1
+    stacked = sum(1 for i in looped if i % block == 0)
+    messages = (passes - 1) * len(looped)
+    order = [*range(min(looped.start, n)), *[i for _ in range(passes) for i in looped], *range(looped.stop, n)]
+    states = rows = 0
+    for k, i in enumerate(order):  # a later pass starts again from the block states before the loop
+        if looped and k and i == looped.start and order[k - 1] != i - 1:
+            states = -(-looped.start // block)
+        if i % block == 0:
+            states += 1
+            rows += states if k + 1 < len(order) else 0
+    comp = final + 1 + messages * (4 + stacked)
+    return comp, final + messages * stacked, rows + 4 * messages
 
 
 def _text(cfg: Mapping[str, Any], model: str, model_type: str, loop: bool) -> Arch:
@@ -68,19 +148,30 @@ def _text(cfg: Mapping[str, Any], model: str, model_type: str, loop: bool) -> Ar
     start, end = (r.int("loop_layer_index_start"), r.int("loop_layer_index_end")) if loop else (0, 0)
     if loop and end < start:
         raise ConfigError(model, "loop_layer_index_end", end, f"is below loop_layer_index_start {start}")
-    blocks = [_layer(r, i + 1, types[i] == "hybrid_sliding", start <= i < end) for i in range(n)]
+    passes = r.int("loop_num_passes", 3) if loop else 1
+    looped = range(start, min(end, n))
+    extra = (passes - 1) * len(looped)  # the later passes' layers, laid out before the layers after the loop
+    blocks = [_layer(r, i + 1, types[i] == "hybrid_sliding", i in looped, i + 1 + (extra if i >= end else 0))
+              for i in range(n)]
+    again = [_message_pass(blocks[i], r, types[i] == "hybrid_sliding", start + (k + 1) * len(looped) + j + 1)
+             for k in range(passes - 1) for j, i in enumerate(looped)]
+    blocks = blocks[:end] + again + blocks[end:]
+    kinds = [types[i] for i in range(n) if i < end] + [types[i] for _ in range(passes - 1) for i in looped] \
+        + [types[i] for i in range(end, n)]
     embed = [Part("Input", "Input", width=-1), Part("Embedding", "Embedding", vocab * h), Part("RoPE", "RoPE"),
              norm_part("Embedding_RMSNorm", "rmsnorm", h)]
     if loop:
         embed.append(Part("Message_Queries", "Parameters", (end - start) * 4 * h))
-    head = [Part("Final_Input_Query", "Parameters", h), norm_part("Final_RMSNorm", "rmsnorm", h),
+    comp, f32, rows = _outside(r, n, looped if loop else range(0), passes)
+    head = [Part("Final_Input_Query", "Parameters", h, act=comp * h, act32=f32 * (h + 1)),
+            norm_part("Final_RMSNorm", "rmsnorm", h),
             lm_head_part(out, h, False), Part("Output", "Output", width=out)]
     window = r.int("sliding_window_size")
-    return assemble(cfg, model, r, hidden=h, layers=n, heads=r.int("num_attention_heads"),
+    return assemble(cfg, model, r, hidden=h, layers=len(blocks), heads=r.int("num_attention_heads"),
                     kv=r.int("num_key_value_heads"), head_dim=r.int("head_dim"), inter=r.int("moe_intermediate_size"),
                     vocab=vocab, ctx=r.int("max_position_embeddings"), tie=False, embed=embed, blocks=blocks,
-                    head=head, windows=tuple(window if t == "hybrid_sliding" else 0 for t in types[:n]),
-                    experts=r.int("n_routed_experts"), top_k=r.int("num_experts_per_tok"), logits=out)
+                    head=head, windows=tuple(window if t == "hybrid_sliding" else 0 for t in kinds),
+                    experts=r.int("n_routed_experts"), top_k=r.int("num_experts_per_tok"), logits=out, input_rows=rows)
 
 
 def inkling2_text(cfg: Mapping[str, Any], model: str) -> Arch:

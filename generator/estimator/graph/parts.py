@@ -163,8 +163,7 @@ class Spec:
     vision_act: int = 0  # training: saved elements of the vision tower per image
     vision_transient: int = 0  # serving: vision tower working set per image, elements
     image_pixels: int = 0  # one image's pixels as its processor hands them over, elements (generate holds them)
-    # the towers' and projector's nn.Linears, (count, in, out, LoRA role, module name, rows per image, checkpointed)
-    # each (families/tower_linears.py); None where not itemised there (a model without towers has none to itemise)
+    # the towers' and projector's nn.Linears (count, in, out, role, name, rows per image, checkpointed); None: none
     tower_linears: tuple[tuple[int, int, int, str, str, int, bool], ...] | None = None
     tower_layer_norm: bool = False  # the tower's layers normalise with LayerNorm (tower_linears.LAYER_NORM_TOWERS)
     # tokens the decoder's cross-attention reads when the encoder's input fixes them (one image's patches:
@@ -172,6 +171,7 @@ class Spec:
     encoder_tokens: int = 0
     encoder_kept: bool = True  # that output stays through decoding (mllama caches K/V over it and drops it)
     streams: int = 1  # hidden-width streams a layer reads (Gemma-3n's AltUp: 4): a checkpointed layer's input
+    input_rows: int = 0  # hidden-width rows the checkpointed layers keep as inputs beside their streams, all layers'
     notes: tuple[str, ...] = field(default_factory=tuple)  # formulas and semantics to show
     no_grad: frozenset[int] = frozenset()  # passes run under torch.no_grad in training (layer_terms.skipped_layers)
 

@@ -167,6 +167,9 @@ def adapter_activation_bytes(b: Block, roles: frozenset[str] | None, rank: int, 
     - LoRA dropout (p > 0) makes a dropped copy per adapter, saved by lora_A (under AMP: its bf16 autocast copy),
       plus the dropout's mask (mask_bytes of the adapter-dtype input);
     - lora_B saves A's output: rank x (c under AMP, else adapter bytes)."""
+    idle = [p for p in b.parts if p.linears and p.matmul and p.active_matmul == 0]
+    if idle:  # Linears held here that this pass does not run (Inkling's message gates in a loop's first pass)
+        b = Block(b.index, b.kind, tuple(p for p in b.parts if p not in idle), b.stack)
     c, ab = r.compute_bytes, adapter_input_bytes(r)
     saved = c if r.amp else ab  # the bytes per element lora_A's input copy and lora_B's input take
     if ab != c or r.lora_dropout:  # a copy per adapter: sums over the adapted Linears

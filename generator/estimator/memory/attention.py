@@ -46,6 +46,12 @@ CLAMPED_SCORES = {"xglm": "modeling_xglm.XGLMAttention"}
 LSE_SINK_SCORES = {"granite_swa": "modeling_granite_swa.eager_attention_forward",
                    "granitemoe_swa": "modeling_granitemoe_swa.eager_attention_forward"}
 
+# Bytes per token squared each attention layer keeps beside its scores, for a position bias gathered per query and
+# key: Inkling2RelativePositionBias (modeling_inkling2.py, modeling_inkling2_loop.py) gathers each head's bias
+# profile by relative_distance.clamp(...) (an int64 index, kept by gather) and zeroes the distances out of range
+# with masked_fill (a bool mask, kept), in every layer (FINDINGS.md F97).
+GATHERED_BIAS_INDEX = dict.fromkeys(("inkling2", "inkling2_text", "inkling2_loop", "inkling2_loop_text"), 8 + 1)
+
 
 # Eager attention with per-head sinks concatenated to the masked scores, softmax'd in their dtype (softmax(...,
 # dtype=combined_logits.dtype): the wider of the compute dtype and the sinks' parameter dtype; autocast leaves an
@@ -247,7 +253,8 @@ def eager_layer_terms(a: Arch, b, compute_bytes: int, trained: bool, r: Regime |
     q, kv = a.heads * a.head_dim, a.kv_heads * a.head_dim
     delta = c * ((2 if trained else 1) * q - 2 * kv) - 4 * a.heads
     calls = 2 if a.model_type in DIFFERENTIAL_ATTENTION else 1
-    return len(attention) * delta, calls * sum(p.heads for p in attention) * score_bytes(a, c, r)
+    return len(attention) * delta, calls * sum(p.heads for p in attention) * score_bytes(a, c, r) \
+        + len(attention) * GATHERED_BIAS_INDEX.get(a.model_type, 0)
 
 
 def head_params(a: Arch, g: Graph) -> int:

@@ -25,15 +25,22 @@ from .lora import adapted_linears, linear_roles
 # RecurrentGemma's logits_soft_cap (modeling_recurrent_gemma.py applies it unconditionally), xLSTM's
 # output_logit_soft_cap.
 LOGIT_SOFTCAP_KEYS = ("final_logit_softcapping", "logits_soft_cap", "output_logit_soft_cap")
+# Model types whose head casts the logits to fp32 before capping them, so tanh keeps an fp32 output:
+# Inkling2ForCausalLM.forward (lm_head(...).float(), then Inkling2Softcap; its looped variant alike), BeamForCausalLM
+# (logits.float() / final_logit_softcapping). Inkling's read off the live tensors at the loss backward (F97).
+FP32_SOFTCAP = frozenset({"inkling2", "inkling2_text", "inkling2_loop", "inkling2_loop_text", "beam"})
 
 
 def head_activation_bytes(a: Arch, g: Graph, r: Regime, s: Assumptions) -> int:
     """Per token after the stack: the final norm (read by the LM head) and `logits_bytes` per logit (F1);
     final-logit soft-capping (gemma2, recurrent_gemma: logits / cap, tanh, x cap) keeps tanh's output for its
-    backward."""
+    backward, in fp32 where the head upcast the logits first (FP32_SOFTCAP). A head part's own `act` and `act32`:
+    what a family keeps outside its layers (Inkling's block attention residuals over the block states)."""
     spec = g.spec
-    softcap = r.compute_bytes * spec.logits if any(a.raw.get(k) for k in LOGIT_SOFTCAP_KEYS) else 0
-    return head_norm_bytes(g, r) + s.logits_bytes * spec.logits + softcap
+    outside = sum(r.compute_bytes * (p.act if r.trained else p.frozen_act) + 4 * p.act32 for p in spec.head)
+    width = 4 if a.model_type in FP32_SOFTCAP else r.compute_bytes
+    softcap = width * spec.logits if any(a.raw.get(k) for k in LOGIT_SOFTCAP_KEYS) else 0
+    return head_norm_bytes(g, r) + s.logits_bytes * spec.logits + softcap + outside
 
 
 def head_norm_bytes(g: Graph, r: Regime) -> int:

@@ -275,8 +275,10 @@ def checkpoint_host_bytes(g: Graph, job: Job) -> int:
 
 def layer_input_bytes(g: Graph, r: Regime) -> int:
     """Per token, what a checkpointed layer keeps as its input: the residual stream, every stream of it
-    (Spec.streams)."""
-    return r.residual_bytes * g.spec.hidden * g.spec.streams
+    (Spec.streams), and its share of the other hidden-width inputs the layers take (Spec.input_rows: Inkling's block
+    states and messages)."""
+    width = r.residual_bytes * g.spec.hidden
+    return width * g.spec.streams + width * g.spec.input_rows // max(1, len(g.spec.blocks))
 
 
 def optimizer_bytes(optimizer: str, trainable: int, param_bytes: int) -> tuple[float, int]:
