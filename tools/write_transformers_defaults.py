@@ -129,6 +129,12 @@ def render() -> str:
                        "gate_up_proj, down_proj, ...), not as nn.Linear layers: bitsandbytes' 4-bit and 8-bit "
                        "conversion (integrations/bitsandbytes.py replace_with_bnb_linear: Conv1D or nn.Linear only) "
                        "leaves them in the dtype the model loads in.")
+    lines += _type_set("GROUPED_MM_EXPERTS", grouped_expert_types(),
+                       "Model types whose modeling file decorates its experts class with use_experts_implementation: "
+                       "by default their routed experts run through transformers' grouped_mm (integrations/moe.py "
+                       "grouped_mm_experts_forward), which is no autocast op: the input is cast to the experts' "
+                       "dtype, so under AMP the experts keep their tensors in fp32 and autocast caches no bf16 "
+                       "copy of their weights.")
     lines += _type_set("NO_GRADIENT_CHECKPOINTING", no_checkpointing_types(),
                        "Model types none of whose model classes supports gradient checkpointing (PreTrainedModel."
                        "supports_gradient_checkpointing False: gradient_checkpointing_enable raises ValueError, so "
@@ -172,31 +178,43 @@ def _type_set(name: str, types: list[str], comment: str) -> list[str]:
 BUILD_REPAIRS = {"dbrx": {"attn_config": {"rope_theta": 10000.0}}}
 
 
-def fused_expert_types() -> list[str]:
-    """The model_types we read whose routed experts transformers holds as parameters outside nn.Linear / Conv1D:
-    those whose modeling file decorates an experts class with use_experts_implementation (transformers 5's fused
-    experts), and those whose class, built from its defaults on the meta device, has parameters under an `experts`
-    module that no nn.Linear or Conv1D owns (dbrx, jetmoe, llama4, ...). nllb-moe and switch_transformers keep
-    nn.Linear experts: bitsandbytes quantises theirs."""
+def grouped_expert_types() -> list[str]:
+    """The model_types we read whose modeling file decorates an experts class with use_experts_implementation."""
     import importlib
     import inspect
-    import warnings
 
-    import torch
-    from torch import nn
     from transformers.models.auto.configuration_auto import model_type_to_module_name
-    from transformers.pytorch_utils import Conv1D
 
-    warnings.filterwarnings("ignore")
-    transformers.logging.set_verbosity_error()
     out = []
     for t in model_types():
         module = model_type_to_module_name(t)
         try:
             source = inspect.getsource(importlib.import_module(f"transformers.models.{module}.modeling_{module}"))
         except (ImportError, OSError, TypeError):
-            source = ""
+            continue
         if "@use_experts_implementation" in source:
+            out.append(t)
+    return out
+
+
+def fused_expert_types() -> list[str]:
+    """The model_types we read whose routed experts transformers holds as parameters outside nn.Linear / Conv1D:
+    those whose modeling file decorates an experts class with use_experts_implementation (transformers 5's fused
+    experts), and those whose class, built from its defaults on the meta device, has parameters under an `experts`
+    module that no nn.Linear or Conv1D owns (dbrx, jetmoe, llama4, ...). nllb-moe and switch_transformers keep
+    nn.Linear experts: bitsandbytes quantises theirs."""
+    import warnings
+
+    import torch
+    from torch import nn
+    from transformers.pytorch_utils import Conv1D
+
+    warnings.filterwarnings("ignore")
+    transformers.logging.set_verbosity_error()
+    grouped = set(grouped_expert_types())
+    out = []
+    for t in model_types():
+        if t in grouped:
             out.append(t)
             continue
         try:

@@ -15,6 +15,7 @@ from .config.arch import Arch
 from .cost import flops_per_token, job_tokens
 from .graph.nodes import Graph, tied_weight_params
 from .inputs import Assumptions, Card, Gpu
+from .memory.experts import cast_matmul
 from .memory.host_link import link_bytes
 from .memory.job import job_phases, training_variants
 from .memory.job_options import Job, checkpoints, resolve
@@ -74,7 +75,7 @@ def model_shape(a: Arch, g: Graph) -> Shape:
                  a.kv_heads, routed, a.experts if routed else 0, kv_latent_share(g),
                  tied_weight_params(a), g.params_towers, tuple(b.params for b in spec.blocks),
                  (sum(p.matmul for p in spec.embed), sum(p.matmul for p in spec.head)),
-                 tuple(b.matmul for b in spec.blocks))
+                 tuple(cast_matmul(a, b) for b in spec.blocks))
 
 
 def kv_latent_share(g: Graph) -> float:

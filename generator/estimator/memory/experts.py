@@ -5,6 +5,7 @@ gradients of an MoE that runs every expert on every token."""
 from __future__ import annotations
 
 from ..config.arch import Arch
+from ..config.transformers_defaults import GROUPED_MM_EXPERTS
 from ..graph.nodes import Graph
 from ..graph.parts import Block, Part
 from .activations import Regime, recompute_transient_bytes
@@ -52,6 +53,44 @@ def runs_every_expert(p: Part) -> bool:
     top-k is unknown and counted whole."""
     return p.type.startswith("MoE") and len(p.mats) >= 2 and p.top_k == p.mats[1][0] \
         and p.active_matmul_params < p.matmul
+
+
+def grouped(a: Arch, p: Part) -> bool:
+    """Routed experts run through transformers' grouped_mm (GROUPED_MM_EXPERTS, integrations/moe.py _grouped_mm):
+    no autocast op, so the input is cast to the experts' dtype. Under AMP their saved tensors are in that dtype (fp32
+    where the experts train or an fp32 base holds them) and autocast caches no copy of their weights."""
+    return bool(p.top_k) and len(p.mats) >= 2 and a.model_type in GROUPED_MM_EXPERTS and not runs_every_expert(p)
+
+
+def cast_matmul(a: Arch, b: Block) -> int:
+    """Of a layer's matmul weights, those autocast copies to the compute dtype: all but grouped experts' tensors."""
+    return b.matmul - sum(c * i * o for p in b.parts if grouped(a, p) for c, i, o in p.expert_mats)
+
+
+# Experts whose activation upcasts its inputs itself and keeps fp32 tensors of its own, priced in the part's act32
+# (Inkling2SoftcappedSwiGLU: gate.float(), up.float(), F97): of their routed tensors only the gathered input, the
+# down projection's input and the weighted output follow the experts' dtype.
+OWN_FP32_ACTIVATION = frozenset({"inkling2", "inkling2_text", "inkling2_loop", "inkling2_loop_text"})
+
+
+def grouped_dtype_bytes(a: Arch, b: Block, r: Regime) -> int:
+    """Per token, what a layer's trained grouped experts' saved tensors add under AMP, whose fp32 experts keep them
+    in fp32: the part's routed elements (moe_part: per routed token its gated product's tensors, the gathered
+    input, the down projection's input and the weighted output) at the residual stream's bytes, not the compute
+    dtype's. Read off the live tensors of a CPU-simulated OLMoE full fine-tune (FINDINGS.md F98). Frozen experts
+    upcast by prepare_model_for_kbit_training are priced by layer_terms.layer_bytes (F59); under an fp32 base
+    without it, not (left)."""
+    extra = r.residual_bytes - r.compute_bytes
+    if extra <= 0 or not r.trained:
+        return 0
+    out = 0
+    for p in b.parts:
+        if grouped(a, p):
+            (gate_up, hidden, inter), (experts, _, _) = p.mats[0], p.mats[1]
+            routed = 2 * hidden + (inter if a.model_type in OWN_FP32_ACTIVATION else
+                                   inter * (4 if gate_up == 2 * experts else 2))
+            out += p.top_k * routed
+    return extra * out
 
 
 def every_expert_backward_terms(b: Block, r: Regime) -> tuple[int, int]:

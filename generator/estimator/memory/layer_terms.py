@@ -23,7 +23,7 @@ from .activations import (
 )
 from .attention import eager_backward_bytes, eager_layer_terms, math_layer_terms, math_sdpa
 from .ends import embed_dropout_bytes, frozen_embedding_bytes, head_activation_bytes
-from .experts import expert_grad_transient, expert_weight_bytes
+from .experts import cast_matmul, expert_grad_transient, expert_weight_bytes, grouped_dtype_bytes
 from .lora import (
     all_linear_roles,
     block_lora_params,
@@ -109,7 +109,7 @@ def regime_terms(a: Arch, g: Graph, r: Regime, rank: int, roles: frozenset[str] 
         terms = RegimeTerms([], [], [], [], [])
         for (b, _), skip in zip(g.spec.distinct_layers, skipped_layers(a, g.spec), strict=True):
             # a pass without gradients keeps nothing for a backward (Spec.no_grad; its cache: kept_cache_bytes)
-            terms.act.append(0 if skip else block_activation_bytes(a, b, r, rank, roles))
+            terms.act.append(0 if skip else block_activation_bytes(a, b, r, rank, roles) + grouped_dtype_bytes(a, b, r))
             terms.views.append(0 if skip else fused_view_bytes(a, b, r))
             terms.experts.append(0 if skip else expert_weight_bytes(b, expert_roles, r))
             terms.grads.append((0, 0) if skip else expert_grad_transient(b, expert_roles, r))
@@ -233,7 +233,7 @@ def eager_backward_terms(a: Arch, b: Block, r: Regime, rank: int, roles: frozens
     last = max(i for i, p in enumerate(b.parts) if p.attends)
     after = Block(b.index, b.kind, b.parts[last + 1:], b.stack)
     saved = layer_bytes(a, after, r, "eager", 0, saves, upcast, block_activation_bytes(a, after, r, rank, roles))
-    return EagerBackward(-saved, squared, after.params, after.matmul)
+    return EagerBackward(-saved, squared, after.params, cast_matmul(a, after))
 
 
 class EagerBackward(NamedTuple):

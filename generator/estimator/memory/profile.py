@@ -41,7 +41,7 @@ from .attention import (
     math_layer_terms,
     math_sdpa,
 )
-from .experts import held_transient_bytes
+from .experts import cast_matmul, held_transient_bytes
 from .layer_terms import (
     adapter_params,
     distinct_values,
@@ -103,7 +103,7 @@ def train_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, method: str, r
 
         ends = [sum(p.params for p in part) for part in (embed, head)]
         step = s.foreach_temp_bytes
-        layer_static = [static(b.params, b.matmul) for b, _ in distinct]
+        layer_static = [static(b.params, cast_matmul(a, b)) for b, _ in distinct]
         embed_static, head_static = (static(n, sum(p.matmul for p in part)) for n, part in zip(ends, (embed, head), strict=True))
         layer_step = [late(b.params, step) for b, _ in distinct]
         layer_eob: list[int] = [late(b.params, 0) for b, _ in distinct]

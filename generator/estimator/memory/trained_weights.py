@@ -8,6 +8,7 @@ from typing import NamedTuple
 from ..config.arch import Arch
 from ..graph.nodes import Graph, tied_weight_params
 from .activations import Regime
+from .experts import cast_matmul
 from .frameworks import framework_mats, runs_litgpt
 from .job_options import Job, fp32_base
 from .layer_terms import adapter_params, image_only, layer_index, skipped_layers, unpaged_adapter_params
@@ -62,8 +63,9 @@ def trained_weights(a: Arch, g: Graph, job: Job, r: Regime, model: str, images: 
         # autocast's bf16 weight copies, saved for backward (F2). With checkpointing a layer's copies are made
         # inside its checkpointed forward and not kept: only the LM head's live at the loss, one layer's in the
         # recomputation (torch/utils/checkpoint.py: the recomputed forward's saved tensors).
-        copies = 2 * (g.params_matmul - unused[1]) if r.amp else 0
-        layer_mm = max((b.matmul for b, _ in distinct), default=0)
+        uncast = sum(n * (b.matmul - cast_matmul(a, b)) for b, n in distinct)  # grouped experts: no copy
+        copies = 2 * (g.params_matmul - unused[1] - uncast) if r.amp else 0
+        layer_mm = max((cast_matmul(a, b) for b, _ in distinct), default=0)
         ckpt_copies: tuple[int, ...] = (2 * head_mm, 2 * layer_mm) if r.amp else (0, 0)
         # the parameters the class keeps in fp32 (Graph.params_fp32) are 4 bytes in a pure-bf16 run too; their
         # gradients and AdamW states, which follow that dtype, are priced at param_bytes
@@ -100,8 +102,8 @@ def trained_weights(a: Arch, g: Graph, job: Job, r: Regime, model: str, images: 
         # shared pass (active_matmul: its weights are an earlier layer's) makes its own copies; a pass without
         # gradients saves none (layer_terms.skipped_layers)
         first_in = input_linear_params(distinct[layer_index(spec, memo)[0]][0]) if distinct else 0
-        passes = [0 if k else b.matmul or b.active_matmul for (b, _), k in zip(distinct, skipped_layers(a, spec),
-                                                                                  strict=True)]
+        passes = [0 if k else cast_matmul(a, b) or b.active_matmul
+                  for (b, _), k in zip(distinct, skipped_layers(a, spec), strict=True)]
         copies += 2 * (sum(n * m for (_, n), m in zip(distinct, passes, strict=True)) - first_in)
         ckpt_copies = (ckpt_copies[0], ckpt_copies[1] + 2 * max(passes, default=0),
                        ckpt_copies[1] + 2 * max((input_linear_params(b) for b, _ in distinct), default=0))
