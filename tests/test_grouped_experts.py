@@ -65,9 +65,10 @@ def test_autocast_copies_no_grouped_expert_weight() -> None:
 
 
 def test_the_simulated_steps() -> None:
-    """OLMoE's full fine-tune at 4,096 tokens (8 of its 64 experts, two layers: the activations make the peak) and
-    Inkling-2-Loop's at 2,048 (8 experts), within 0.5%; the QLoRA rows with prepare_model_for_kbit_training, whose
-    frozen upcast experts layer_terms.layer_bytes prices (F59), within 1%."""
+    """Full fine-tunes with fewer experts, so that the activations make the peak: OLMoE and Qwen1.5-MoE (its shared
+    expert and gate) at 4,096 tokens and Inkling-2-Loop at 2,048 within 0.5%; DeepSeek-V3 within 3%, whose peak is
+    the CPU's math-kernel attention backward (+2.3% before this term too); the QLoRA rows with
+    prepare_model_for_kbit_training, whose frozen upcast experts layer_terms.layer_bytes prices (F59), within 1%."""
     s = load_settings().assumptions
     full, kbit = [], []
     for r in measured_rows("cpu-sim-extra"):
@@ -78,8 +79,9 @@ def test_the_simulated_steps() -> None:
         changed = set(r["config_changes"] or ())
         if r["setup"]["method"] == "full" and r["setup"]["precision"] == "amp" and changed & {"num_experts",
                                                                                              "n_routed_experts"}:
-            full.append(error)
+            full.append((r["model_type"], error))
         elif r["setup"]["method"] == "qlora" and r["setup"].get("upcast_fp32"):
             kbit.append(error)
-    assert len(full) == 2 and all(abs(e) < 0.005 for e in full), full
+    assert sorted(t for t, _ in full) == ["deepseek_v3", "inkling2_loop_text", "olmoe", "qwen2_moe"], full
+    assert all(abs(e) < (0.03 if t == "deepseek_v3" else 0.005) for t, e in full), full
     assert len(kbit) >= 10 and all(abs(e) < 0.01 for e in kbit), kbit
