@@ -155,8 +155,10 @@ def test_the_calculator_adds_little_to_a_page_and_its_shared_files_are_once_per_
     # 478 kB with each pipeline stage's recomputed layer (Phase.stage_whole), 482 kB with each stage's ends and own
     # layers' activations (Phase.embed_activations, SingleGpuJob.layer_activations), transformers 4's nn.Linear
     # experts (storage.LINEAR_EXPERTS_V4) and the classes that cannot checkpoint (NO_GRADIENT_CHECKPOINTING, kinds),
-    # 485 kB with the passes of a recurrence (Spec.no_grad, layer_terms.skipped_layers, F95)
-    assert sum(v for k, v in shared.items() if k.endswith(".zip") and "estimator-" in k) < 488_000
+    # 485 kB with the passes of a recurrence (Spec.no_grad, layer_terms.skipped_layers, F95), 490 kB with Inkling's
+    # layers and loop (families/inkling.py, F97) and the grouped-experts table (GROUPED_MM_EXPERTS, experts.grouped,
+    # F98)
+    assert sum(v for k, v in shared.items() if k.endswith(".zip") and "estimator-" in k) < 494_000
     assert sum(shared.values()) < 16_000_000  # Pyodide's runtime is most of it (the wasm: 9.6 MB)
     artifacts = Path(__file__).resolve().parents[1] / "test-artifacts"
     artifacts.mkdir(exist_ok=True)
