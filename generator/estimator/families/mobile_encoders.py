@@ -43,9 +43,10 @@ def squeezebert(cfg: Mapping[str, Any], model: str) -> Arch:
     for i in range(1, n + 1):
         attn = attention_part(f"Attention_{i}", attention_type(heads, heads), h, heads, heads, h // heads,
                               qkv_bias=True, o_bias=True, rope=False, cached=False)
-        attn = attn._replace(type="Grouped-Conv Attn", params=qkvo, matmul=qkvo - 4 * h)
+        # nn.Conv1d, not nn.Linear: peft's all-linear adapts none of them (tuners_utils: Linear and Conv1D only)
+        attn = attn._replace(type="Grouped-Conv Attn", params=qkvo, matmul=qkvo - 4 * h, linears=())
         ffn = mlp_part(f"FFN_{i}", "Grouped-Conv MLP", h, inter, False, True)
-        ffn = ffn._replace(params=ffn_w, matmul=ffn_w - inter - h)
+        ffn = ffn._replace(params=ffn_w, matmul=ffn_w - inter - h, linears=())
         blocks.append(standard_block(i, [], attn, ffn, "layernorm", h, norms=("post_attn", "post_mlp"),
                                      kind="encoder", stack="encoder"))
     embed = [Part("Input", "Input", width=-1), Part("Embedding", "Embedding", vocab * emb, width=emb),

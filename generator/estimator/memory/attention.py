@@ -70,7 +70,8 @@ SINK_SOFTMAX = {"gpt_oss": "modeling_gpt_oss.eager_attention_forward",
 AUTOCAST_SOFTMAX = {"gpt_neo": "modeling_gpt_neo.GPTNeoSelfAttention._attn",
                     "bert": "modeling_bert.eager_attention_forward", "roberta": "modeling_roberta.eager_attention_forward",
                     "xlm-roberta": "modeling_xlm_roberta.eager_attention_forward",
-                    "distilbert": "modeling_distilbert.eager_attention_forward"}
+                    "distilbert": "modeling_distilbert.eager_attention_forward",
+                    "mvp": "modeling_mvp.MvpAttention.forward"}
 
 # Eager attention whose scores take the residual stream's dtype: baddbmm into zeros of the query's dtype (the
 # rotary embedding's cos and sin follow the embedding output: fp32 under a full fine-tune's AMP), the mask added,
