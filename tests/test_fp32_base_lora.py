@@ -40,10 +40,10 @@ def test_fp32_base_runs_match_their_cpu_simulations():
     (peft's fp32 cast of its input: a moment no phase prices, the bf16 base's same run reads -4.1%), and the
     checkpointed one, rerun without the harness's leaked embedding leaf (F29), reads +2.7% at its recomputed layer.
     And F95's two, whose layers run one set of weights more than once, each pass casting its own copy: ALBERT's
-    -0.1%, HRM-Text's -1.2% (held within 1.5%)."""
+    -0.1%, HRM-Text's -1.2% (held within 1.5%). And F98's OLMoE, its grouped experts in fp32 and adapted: 0.0%."""
     rows = [r for r in measured_rows("cpu-sim-extra") if r["setup"].get("weights") == "fp32"
             and r["setup"]["method"] == "lora"]
-    assert len(rows) == 12
+    assert len(rows) == 13
     for r in rows:
         est, measured = estimate_bytes(r, S), tensor_bytes(r, S.cuda_context_bytes)
         small_vocab = (r.get("config_changes") or {}).get("vocab_size") is not None

@@ -73,22 +73,26 @@ def cast_matmul(a: Arch, b: Block) -> int:
 OWN_FP32_ACTIVATION = frozenset({"inkling2", "inkling2_text", "inkling2_loop", "inkling2_loop_text"})
 
 
-def grouped_dtype_bytes(a: Arch, b: Block, r: Regime) -> int:
-    """Per token, what a layer's trained grouped experts' saved tensors add under AMP, whose fp32 experts keep them
-    in fp32: the part's routed elements (moe_part: per routed token its gated product's tensors, the gathered
-    input, the down projection's input and the weighted output) at the residual stream's bytes, not the compute
-    dtype's. Read off the live tensors of a CPU-simulated OLMoE full fine-tune (FINDINGS.md F98). Frozen experts
-    upcast by prepare_model_for_kbit_training are priced by layer_terms.layer_bytes (F59); under an fp32 base
-    without it, not (left)."""
+def grouped_dtype_bytes(a: Arch, b: Block, r: Regime, roles: frozenset[str] | None = None) -> int:
+    """Per token, what a layer's grouped experts' saved tensors add where the experts are wider than the compute
+    dtype (fp32 experts under AMP: a full fine-tune's, or an fp32 base's) and keep their tensors in fp32: the part's
+    routed elements (moe_part: per routed token its gated product's tensors and the weighted output, and, where the
+    experts train or peft's ParamWrapper adapts their tensors (`roles`, lora.expert_tensors), the gathered input
+    and the down projection's input) at the residual stream's bytes, not the compute dtype's. Read off the live tensors of CPU-simulated OLMoE steps (FINDINGS.md F98). Frozen experts that
+    prepare_model_for_kbit_training upcast (a bitsandbytes base: the adapters read their input uncast) are priced
+    by layer_terms.layer_bytes (F59)."""
     extra = r.residual_bytes - r.compute_bytes
-    if extra <= 0 or not r.trained:
+    if extra <= 0 or not (r.trained or r.input_cast):
         return 0
-    out = 0
+    out, grads = 0, r.trained or bool(expert_tensors(b, roles))
     for p in b.parts:
         if grouped(a, p):
             (gate_up, hidden, inter), (experts, _, _) = p.mats[0], p.mats[1]
-            routed = 2 * hidden + (inter if a.model_type in OWN_FP32_ACTIVATION else
-                                   inter * (4 if gate_up == 2 * experts else 2))
+            gated = gate_up == 2 * experts
+            if a.model_type in OWN_FP32_ACTIVATION:
+                routed = 2 * hidden + inter if grads else hidden
+            else:
+                routed = 2 * hidden + inter * (4 if gated else 2) if grads else hidden + inter * (3 if gated else 1)
             out += p.top_k * routed
     return extra * out
 
@@ -128,15 +132,20 @@ def routed_transient_bytes(b: Block, r: Regime, roles: frozenset[str] | None, ba
       the routed outputs the routing weights' gradient read freed by then.
     Read off CPU-simulated QLoRA steps on q and v (FINDINGS.md F61): Qwen3-30B-A3B checkpointed and not, and under
     the upcast; Qwen1.5-MoE-A2.7B (its shared expert runs first); Mixtral-8x7B, whose MLP-wide product is the
-    larger moment. 0 for a full fine-tune, adapted experts (F10's terms) and an MoE that runs every expert
+    larger moment. Where the experts train, the gathered input is saved, so two at the forward's end; at the
+    backward of the gathered rows, the weighted output's reordered gradient and the input's scattered gradient
+    (zeros and index_put), three k x hidden, beside the saved tensors (read off a checkpointed OLMoE full
+    fine-tune, F98). 0 for adapted experts (F10's terms) and an MoE that runs every expert
     (every_expert_backward_terms)."""
-    if r.trained or expert_tensors(b, roles):
+    if expert_tensors(b, roles):
         return 0
     part = next((p for p in b.parts if p.type.startswith("MoE") and len(p.mats) >= 2), None)
     if part is None or runs_every_expert(part):
         return 0
     experts, inter, hidden = part.mats[1]
     k, x = part.top_k, r.residual_bytes
+    if r.trained:
+        return (3 if backward else 2) * k * hidden * x
     routed = 3 * k * hidden * x
     if not backward:
         return routed

@@ -109,7 +109,8 @@ def regime_terms(a: Arch, g: Graph, r: Regime, rank: int, roles: frozenset[str] 
         terms = RegimeTerms([], [], [], [], [])
         for (b, _), skip in zip(g.spec.distinct_layers, skipped_layers(a, g.spec), strict=True):
             # a pass without gradients keeps nothing for a backward (Spec.no_grad; its cache: kept_cache_bytes)
-            terms.act.append(0 if skip else block_activation_bytes(a, b, r, rank, roles) + grouped_dtype_bytes(a, b, r))
+            terms.act.append(0 if skip else block_activation_bytes(a, b, r, rank, roles)
+                             + grouped_dtype_bytes(a, b, r, expert_roles))
             terms.views.append(0 if skip else fused_view_bytes(a, b, r))
             terms.experts.append(0 if skip else expert_weight_bytes(b, expert_roles, r))
             terms.grads.append((0, 0) if skip else expert_grad_transient(b, expert_roles, r))
