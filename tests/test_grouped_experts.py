@@ -14,8 +14,15 @@ from generator.accuracy_rows import estimate_bytes
 from generator.estimator.config.transformers_defaults import GROUPED_MM_EXPERTS, TENSOR_EXPERTS
 from generator.estimator.graph.nodes import build_graph
 from generator.estimator.memory.activations import regime
-from generator.estimator.memory.experts import cast_matmul, grouped, grouped_dtype_bytes, routed_transient_bytes
+from generator.estimator.memory.experts import (
+    cast_active_matmul,
+    cast_matmul,
+    grouped,
+    grouped_dtype_bytes,
+    routed_transient_bytes,
+)
 from generator.estimator.memory.job_options import Job
+from generator.estimator.memory.recurrence import mixer_tail, scan_backward_terms
 from generator.estimator.memory.trained_weights import trained_weights
 from generator.estimator.normalise import normalise
 from generator.settings import load_settings
@@ -52,6 +59,25 @@ def test_a_full_fine_tune_keeps_its_grouped_experts_tensors_in_fp32() -> None:
     assert grouped_dtype_bytes(a, b, regime("full", "bf16")) == 0
 
 
+def test_prepare_model_for_kbit_trainings_upcast_is_priced_once() -> None:
+    """Frozen experts upcast by prepare_model_for_kbit_training are priced by layer_bytes' upcast term (F59),
+    whatever the quantised storage; an fp32 base's (no upcast) by the grouped term."""
+    a, _ = _olmoe()
+    b = a.spec.blocks[0]
+    upcast = regime("lora", "amp", upcast=True)
+    assert grouped_dtype_bytes(a, b, upcast._replace(kbit_upcast=True)) == 0
+    assert grouped_dtype_bytes(a, b, upcast) > 0
+
+
+def test_a_shared_pass_casts_no_grouped_expert() -> None:
+    """Inkling-2-Loop's later passes hold no weights; on an fp32 base each casts what it runs, not its experts."""
+    a = normalise(CONFIG_MAPPING["inkling2_loop_text"]().to_dict(), "loop")
+    first, later = a.spec.blocks[6], a.spec.blocks[18]
+    assert later.matmul == 0 and cast_matmul(a, first) == cast_active_matmul(a, later) + sum(
+        p.matmul for p in first.parts if p.type == "Message gates") - sum(
+        p.active_matmul for p in later.parts if p.type == "Message gates")
+
+
 def test_a_trained_experts_backward_holds_three_routed_rows() -> None:
     """At the gathered rows' gradient: the reordered output's gradient and the input's scattered gradient (zeros,
     index_put), k x hidden each in the experts' dtype; two at the forward's end (the gathered input is saved)."""
@@ -74,6 +100,17 @@ def test_autocast_copies_no_grouped_expert_weight() -> None:
     w = trained_weights(a, g, Job(method="full"), regime("full", "amp"), "olmoe", 0)
     assert w.copies == 2 * (g.params_matmul - len(a.spec.blocks) * experts)
     assert w.ckpt_copies[1] == 2 * cast_matmul(a, b)
+
+
+def test_a_mixers_scan_backward_frees_no_expert_copy() -> None:
+    """Jamba's torch scan backward runs after the parts behind its mixer, whose autocast copies it frees: a grouped
+    MoE's experts have none to free (recurrence.scan_backward_terms)."""
+    a = normalise(json.loads((CONFIGS / "jamba.json").read_text()), "jamba")
+    b = next(b for b in a.spec.blocks if any(p.top_k for p in b.parts) and any(p.scan for p in b.parts))
+    tail = mixer_tail(b)
+    experts = sum(c * i * o for p in tail.parts for c, i, o in p.expert_mats)
+    mixer = next(p for p in b.parts if p.scan)
+    assert experts and scan_backward_terms(a, b)[2] == tail.matmul - experts + mixer.linears[-1][0] * mixer.linears[-1][1]
 
 
 def test_the_simulated_steps() -> None:

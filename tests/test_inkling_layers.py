@@ -86,6 +86,17 @@ def test_what_the_model_keeps_outside_its_layers() -> None:
     assert layer_input_bytes(g, r) == 2 * h + 2 * h * a.spec.input_rows // 48
 
 
+def test_a_block_state_no_layer_reads_is_not_kept() -> None:
+    """Blocks of one layer, layers 1-2 looped twice (4 layers): every layer appends a block state, but the one the
+    loop's last layer appends before the second pass starts again from the states before the loop is read by no
+    layer. Kept: 1 + 2 (the first pass), 2 + 3 (the second), and 4 rows of messages for each of the two layers of
+    the second pass; the message stack is the previous pass's one state past its first, and its hidden state."""
+    a = _loop(num_hidden_layers=4, layer_types=None, n_layers_per_attn_res_block=1, loop_layer_index_start=1,
+              loop_layer_index_end=3, loop_num_passes=2)
+    assert len(a.spec.blocks) == 6 and a.spec.input_rows == (1 + 2) + (2 + 3) + 2 * 4
+    assert a.spec.head[0].act == (5 + 1 + 2 * (4 + 2)) * a.hidden
+
+
 def test_the_first_pass_gates_hold_adapters_that_see_no_input() -> None:
     """peft adapts the message gates' Linears (all-linear): their LoRA weights are counted once, on the loop's first
     pass, which does not run them; only the later passes keep their inputs."""

@@ -124,16 +124,16 @@ def _outside(r: Reader, n: int, looped: range, passes: int) -> tuple[int, int, i
       appends (read by the layers up to the next boundary), and each later pass's messages (four rows a layer)."""
     block = r.int("n_layers_per_attn_res_block")
     final = sum(1 for i in range(n) if i % block == 0) + 1
-    stacked = sum(1 for i in looped if i % block == 0)
+    stacked = max(sum(1 for i in looped if i % block == 0) - 1, 0) + 1  # past the first it appended; its hidden
     messages = (passes - 1) * len(looped)
     order = [*range(min(looped.start, n)), *[i for _ in range(passes) for i in looped], *range(looped.stop, n)]
     states = rows = 0
     for k, i in enumerate(order):  # a later pass starts again from the block states before the loop
         if looped and k and i == looped.start and order[k - 1] != i - 1:
             states = -(-looped.start // block)
-        if i % block == 0:
+        if i % block == 0:  # a new tensor, kept where the next layer to run reads it (a later pass restarts)
             states += 1
-            rows += states if k + 1 < len(order) else 0
+            rows += states if k + 1 < len(order) and order[k + 1] == i + 1 else 0
     comp = final + 1 + messages * (4 + stacked)
     return comp, final + messages * stacked, rows + 4 * messages
 

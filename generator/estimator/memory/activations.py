@@ -78,6 +78,7 @@ class Regime(NamedTuple):
     torch_scan: bool = False  # a Mamba mixer runs transformers' torch scan, not mamba-ssm's kernels (recurrence)
     input_cast: bool = True  # peft casts each adapter's input to the adapters' dtype (not: ADAPTER_NO_CAST)
     padded: bool = False  # samples padded to the batch's longest: SDPA gets a mask in every layer (masked_sdpa_windows)
+    kbit_upcast: bool = False  # prepare_model_for_kbit_training upcast the non-quantised weights (layer_bytes, F59)
 
 
 def mask_bytes(r: Regime, input_bytes: int) -> int:

@@ -67,6 +67,18 @@ def cast_matmul(a: Arch, b: Block) -> int:
     return b.matmul - sum(c * i * o for p in b.parts if grouped(a, p) for c, i, o in p.expert_mats)
 
 
+def cast_active_matmul(a: Arch, b: Block) -> int:
+    """Of the matmul weights a layer runs per token (a shared pass's, whose weights an earlier layer holds), those
+    autocast casts: all but the top-k grouped experts' (each gate-up, or gate and up, and down: a shared pass's
+    `mats` keep no counts, and read as gated, as Inkling-2-Loop's, the one such layout, are)."""
+    out = b.active_matmul
+    for p in b.parts:
+        if grouped(a, p):
+            (gate_up, hidden, inter), (experts, _, _) = p.mats[0], p.mats[1]
+            out -= p.top_k * hidden * inter * (3 if gate_up == 2 * experts else 2)
+    return out
+
+
 # Experts whose activation upcasts its inputs itself and keeps fp32 tensors of its own, priced in the part's act32
 # (Inkling2SoftcappedSwiGLU: gate.float(), up.float(), F97): of their routed tensors only the gathered input, the
 # down projection's input and the weighted output follow the experts' dtype.
@@ -78,11 +90,11 @@ def grouped_dtype_bytes(a: Arch, b: Block, r: Regime, roles: frozenset[str] | No
     dtype (fp32 experts under AMP: a full fine-tune's, or an fp32 base's) and keep their tensors in fp32: the part's
     routed elements (moe_part: per routed token its gated product's tensors and the weighted output, and, where the
     experts train or peft's ParamWrapper adapts their tensors (`roles`, lora.expert_tensors), the gathered input
-    and the down projection's input) at the residual stream's bytes, not the compute dtype's. Read off the live tensors of CPU-simulated OLMoE steps (FINDINGS.md F98). Frozen experts that
-    prepare_model_for_kbit_training upcast (a bitsandbytes base: the adapters read their input uncast) are priced
-    by layer_terms.layer_bytes (F59)."""
+    and the down projection's input) at the residual stream's bytes, not the compute dtype's. Read off the live
+    tensors of CPU-simulated OLMoE steps (FINDINGS.md F98). Frozen experts that prepare_model_for_kbit_training
+    upcast are priced by layer_terms.layer_bytes (F59, Regime.kbit_upcast)."""
     extra = r.residual_bytes - r.compute_bytes
-    if extra <= 0 or not (r.trained or r.input_cast):
+    if extra <= 0 or (r.kbit_upcast and not r.trained):
         return 0
     out, grads = 0, r.trained or bool(expert_tensors(b, roles))
     for p in b.parts:

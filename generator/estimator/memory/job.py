@@ -202,7 +202,7 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
     chunked = [chunk_scan_moments(b, r, T) if r.torch_scan else (0, 0) for b, _ in distinct]
     # the torch scan's backward of a recurrent layer (recurrence.scan_backward_terms; RecurrentGemma's on any device)
     for i, (b, _) in enumerate(distinct):
-        scan, params_after, matmul_after = scan_backward_terms(b)
+        scan, params_after, matmul_after = scan_backward_terms(a, b)
         scan = (scan + wkv_backward_bytes(b, r) if r.torch_scan else 0) + rglru_backward_bytes(b, r)
         if scan or chunked[i][1] > 0:  # what the parts after the mixer saved is freed by then
             tail = T * block_activation_bytes(a, mixer_tail(b), r, rank, roles)

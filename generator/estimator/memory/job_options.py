@@ -311,7 +311,7 @@ def job_regime(job: Job) -> Regime:
                   lora and job.lora_dropout > 0, job.kernels == "cpu", lora and (job.upcast_fp32 or fp32_base(job)),
                   runs_torch_scan(job),
                   not (job.method == "qlora" and job.storage in ADAPTER_NO_CAST))._replace(
-        padded=job.padded and job.batch > 1)  # one sample is padded to its own length: no mask
+        padded=job.padded and job.batch > 1, kbit_upcast=lora and job.upcast_fp32)  # one sample padded: no mask
 
 
 def apply_metric(parts: dict[str, int], s: Assumptions, job: Job, g: Graph, gpus: int = 1) -> None:

@@ -19,8 +19,10 @@ FINDINGS.md F20).
 
 from __future__ import annotations
 
+from ..config.arch import Arch
 from ..graph.parts import Block, Part
 from .activations import Regime
+from .experts import cast_matmul
 
 
 def regime_key(r: Regime) -> tuple[bool, bool, int]:
@@ -112,16 +114,16 @@ def mixer_tail(b: Block) -> Block:
     return Block(b.index, b.kind, b.parts[last + 1:], b.stack)
 
 
-def scan_backward_terms(b: Block) -> tuple[int, int, int]:
-    """(scan_backward_bytes, the parameters whose gradients exist by then, the matmul parameters among them): the
-    backward of the mixer's out_proj and of every part after the mixer (mixer_tail) ran first (a full
-    fine-tune's gradients made, their autocast copies freed)."""
+def scan_backward_terms(a: Arch, b: Block) -> tuple[int, int, int]:
+    """(scan_backward_bytes, the parameters whose gradients exist by then, the autocast-copied matmul parameters
+    among them: no grouped experts', experts.cast_matmul): the backward of the mixer's out_proj and of every part
+    after the mixer (mixer_tail) ran first (a full fine-tune's gradients made, their autocast copies freed)."""
     mixer = next((p for p in reversed(b.parts) if p.scan), None)
     if mixer is None:
         return 0, 0, 0
     after = mixer_tail(b)
     out_proj = mixer.linears[-1][0] * mixer.linears[-1][1]
-    return scan_backward_bytes(b), after.params + out_proj, after.matmul + out_proj
+    return scan_backward_bytes(b), after.params + out_proj, cast_matmul(a, after) + out_proj
 
 
 def chunk_scan_bytes(p: Part, r: Regime, tokens: int) -> int:

@@ -8,7 +8,7 @@ from typing import NamedTuple
 from ..config.arch import Arch
 from ..graph.nodes import Graph, tied_weight_params
 from .activations import Regime
-from .experts import cast_matmul
+from .experts import cast_active_matmul, cast_matmul
 from .frameworks import framework_mats, runs_litgpt
 from .job_options import Job, fp32_base
 from .layer_terms import adapter_params, image_only, layer_index, skipped_layers, unpaged_adapter_params
@@ -102,7 +102,7 @@ def trained_weights(a: Arch, g: Graph, job: Job, r: Regime, model: str, images: 
         # shared pass (active_matmul: its weights are an earlier layer's) makes its own copies; a pass without
         # gradients saves none (layer_terms.skipped_layers)
         first_in = input_linear_params(distinct[layer_index(spec, memo)[0]][0]) if distinct else 0
-        passes = [0 if k else cast_matmul(a, b) or b.active_matmul
+        passes = [0 if k else cast_matmul(a, b) or cast_active_matmul(a, b)
                   for (b, _), k in zip(distinct, skipped_layers(a, spec), strict=True)]
         copies += 2 * (sum(n * m for (_, n), m in zip(distinct, passes, strict=True)) - first_in)
         ckpt_copies = (ckpt_copies[0], ckpt_copies[1] + 2 * max(passes, default=0),
