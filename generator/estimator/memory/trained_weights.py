@@ -23,6 +23,12 @@ from .tower_adapters import (
     unreached_weights,
 )
 
+# Heads that multiply by a weight they concatenate at each forward (MobileBertLMPredictionHead.forward:
+# hidden_states.matmul(torch.cat([self.decoder.weight.t(), self.dense.weight])), a hidden x vocab tensor in the
+# weights' dtype that the matmul saves, however the weights train, freed with the head's backward as a copy is
+# (FINDINGS.md F99). Under AMP autocast's bf16 cast of it is the head's copy already priced.
+CONCATENATED_HEAD = frozenset({"mobilebert"})
+
 
 class Weights(NamedTuple):
     trainable: int  # parameters that get a gradient (and optimizer state)
@@ -64,9 +70,10 @@ def trained_weights(a: Arch, g: Graph, job: Job, r: Regime, model: str, images: 
         # inside its checkpointed forward and not kept: only the LM head's live at the loss, one layer's in the
         # recomputation (torch/utils/checkpoint.py: the recomputed forward's saved tensors).
         uncast = sum(n * (b.matmul - cast_matmul(a, b)) for b, n in distinct)  # grouped experts: no copy
-        copies = 2 * (g.params_matmul - unused[1] - uncast) if r.amp else 0
+        cat = param_bytes * head_mm if a.model_type in CONCATENATED_HEAD and not r.amp else 0
+        copies = 2 * (g.params_matmul - unused[1] - uncast) if r.amp else cat
         layer_mm = max((cast_matmul(a, b) for b, _ in distinct), default=0)
-        ckpt_copies: tuple[int, ...] = (2 * head_mm, 2 * layer_mm) if r.amp else (0, 0)
+        ckpt_copies: tuple[int, ...] = (2 * head_mm, 2 * layer_mm) if r.amp else (cat, 0)
         # the parameters the class keeps in fp32 (Graph.params_fp32) are 4 bytes in a pure-bf16 run too; their
         # gradients and AdamW states, which follow that dtype, are priced at param_bytes
         weights = param_bytes * P + (4 - param_bytes) * g.params_fp32
@@ -93,6 +100,7 @@ def trained_weights(a: Arch, g: Graph, job: Job, r: Regime, model: str, images: 
     # checkpointed layer is recomputed. The head is fp32 in an fp32 or upcast base, and where the class keeps it so
     fp32 = fp32_base(job)
     head_copy = 2 * head_mm if r.amp and (job.upcast_fp32 or fp32 or any(p.params32 for p in spec.head)) else 0
+    head_copy = head_copy or (r.residual_bytes * head_mm if a.model_type in CONCATENATED_HEAD else 0)
     copies = (2 * trainable if r.amp and param_bytes != 2 else 0) + head_copy
     ckpt_copies = (copies, copies - head_copy)
     if fp32:  # and every frozen fp32 Linear's: autocast casts it at each use (no cache: not a leaf that
