@@ -124,17 +124,19 @@ def render() -> str:
                candidates.items()}
     lines += [f"    {c!r}: {t!r}," for c, t in sorted(classes.items())]
     lines.append("}")
-    lines += _type_set("TENSOR_EXPERTS", fused_expert_types(),
-                       "Model types whose routed experts transformers holds as tensors of an experts module (3-D "
-                       "gate_up_proj, down_proj, ...), not as nn.Linear layers: bitsandbytes' 4-bit and 8-bit "
-                       "conversion (integrations/bitsandbytes.py replace_with_bnb_linear: Conv1D or nn.Linear only) "
-                       "leaves them in the dtype the model loads in.")
-    lines += _type_set("GROUPED_MM_EXPERTS", grouped_expert_types(),
+    grouped = grouped_expert_types()
+    lines += _type_set("GROUPED_MM_EXPERTS", grouped,
                        "Model types whose modeling file decorates its experts class with use_experts_implementation: "
                        "by default their routed experts run through transformers' grouped_mm (integrations/moe.py "
                        "grouped_mm_experts_forward), which is no autocast op: the input is cast to the experts' "
                        "dtype, so under AMP the experts keep their tensors in fp32 and autocast caches no bf16 "
                        "copy of their weights.")
+    lines += _type_set("TENSOR_EXPERTS", other_tensor_expert_types(grouped),
+                       "Model types whose routed experts transformers holds as tensors of an experts module (3-D "
+                       "gate_up_proj, down_proj, ...), not as nn.Linear layers: bitsandbytes' 4-bit and 8-bit "
+                       "conversion (integrations/bitsandbytes.py replace_with_bnb_linear: Conv1D or nn.Linear only) "
+                       "leaves them in the dtype the model loads in. The grouped ones, and these:",
+                       base="GROUPED_MM_EXPERTS")
     lines += _type_set("NO_GRADIENT_CHECKPOINTING", no_checkpointing_types(),
                        "Model types none of whose model classes supports gradient checkpointing (PreTrainedModel."
                        "supports_gradient_checkpointing False: gradient_checkpointing_enable raises ValueError, so "
@@ -162,8 +164,9 @@ def no_checkpointing_types() -> list[str]:
     return out
 
 
-def _type_set(name: str, types: list[str], comment: str) -> list[str]:
-    """A frozenset literal of model types, after its comment wrapped to 116 characters a line."""
+def _type_set(name: str, types: list[str], comment: str, base: str = "") -> list[str]:
+    """A frozenset literal of model types, after its comment wrapped to 116 characters a line; `base`: another
+    set's name, the literal holding what it adds to it."""
     lines, words = [""], comment.split()
     line = "#"
     for word in words:
@@ -171,7 +174,8 @@ def _type_set(name: str, types: list[str], comment: str) -> list[str]:
             lines.append(line)
             line = "#"
         line += " " + word
-    return [*lines, line, f"{name}: frozenset[str] = frozenset({{", *(f"    {t!r}," for t in types), "})"]
+    union = f"{base} | " if base else ""
+    return [*lines, line, f"{name}: frozenset[str] = {union}frozenset({{", *(f"    {t!r}," for t in types), "})"]
 
 
 # Class defaults transformers cannot build a model from as they stand (the oracle tests repair them alike).
@@ -197,12 +201,12 @@ def grouped_expert_types() -> list[str]:
     return out
 
 
-def fused_expert_types() -> list[str]:
-    """The model_types we read whose routed experts transformers holds as parameters outside nn.Linear / Conv1D:
-    those whose modeling file decorates an experts class with use_experts_implementation (transformers 5's fused
-    experts), and those whose class, built from its defaults on the meta device, has parameters under an `experts`
-    module that no nn.Linear or Conv1D owns (dbrx, jetmoe, llama4, ...). nllb-moe and switch_transformers keep
-    nn.Linear experts: bitsandbytes quantises theirs."""
+def other_tensor_expert_types(grouped: list[str]) -> list[str]:
+    """Beside the `grouped` types (use_experts_implementation: transformers 5's fused experts), the model_types we
+    read whose routed experts transformers holds as parameters outside nn.Linear / Conv1D: those whose class, built
+    from its defaults on the meta device, has parameters under an `experts` module that no nn.Linear or Conv1D owns
+    (dbrx, jetmoe, llama4, ...). nllb-moe and switch_transformers keep nn.Linear experts: bitsandbytes quantises
+    theirs."""
     import warnings
 
     import torch
@@ -211,11 +215,9 @@ def fused_expert_types() -> list[str]:
 
     warnings.filterwarnings("ignore")
     transformers.logging.set_verbosity_error()
-    grouped = set(grouped_expert_types())
     out = []
     for t in model_types():
         if t in grouped:
-            out.append(t)
             continue
         try:
             config = CONFIG_MAPPING[t](**BUILD_REPAIRS.get(t, {}))

@@ -71,11 +71,11 @@ def _layer(r: Reader, i: int, sliding: bool, looped: bool, at: int) -> Block:
     queries (attention_input from the second layer on: three on full layers; mlp_input), RMSNorms (full layers
     normalise q, k and v inputs apart), two depthwise convolutions of hidden x kernel after attention and the MLP;
     a looped layer (modeling_inkling2_loop.Inkling2LoopMessageGate, four) adds down_proj 2 hidden -> rank and
-    forget/message gates rank -> hidden, which run from the loop's second pass on (_message_pass). `at`: the layer's
-    place in the graph, where a loop's passes come before the layers after it. Inkling2SoftcappedSwiGLU keeps six fp32 tensors per routed token and
-    intermediate unit (both softcaps' tanh and product, the sigmoid, the gated product) in place of a SwiGLU's
-    three; each routed token's weighted expert output is kept, and, where the experts train, its gathered input
-    and the down projection's input (F97)."""
+    forget/message gates rank -> hidden, which run from the loop's second pass on (_message_pass). `at`: the
+    layer's place in the graph, where a loop's passes come before the layers after it. Inkling2SoftcappedSwiGLU
+    keeps six fp32 tensors per routed token and intermediate unit (both softcaps' tanh and product, the sigmoid, the
+    gated product) in place of a SwiGLU's three; each routed token's weighted expert output is kept, and, where the
+    experts train, its gathered input and the down projection's input (F97)."""
     h, kernel = r.int("hidden_size"), r.int("conv_kernel_size")
     experts, top_k, inter = r.int("n_routed_experts"), r.int("num_experts_per_tok"), r.int("moe_intermediate_size")
     ffn = moe_part(f"MoE_{at}", h, experts, top_k, inter)
@@ -107,8 +107,9 @@ def _message_pass(b: Block, r: Reader, sliding: bool, at: int) -> Block:
     outputs are normed apart, two fp32 norm inputs more than the first pass's one (modeling_inkling2_loop.py, F97)."""
     h = r.int("hidden_size")
     f32 = 4 * (2 * h + 2) + (2 * (h + 1) if sliding else 0)
-    parts = tuple(p._replace(active_matmul=src.matmul, act=12 * h, act32=f32)
-                  if src.type == "Message gates" else p for src, p in zip(b.parts, shared_pass(b, at).parts, strict=True))
+    again = shared_pass(b, at).parts
+    parts = tuple(p._replace(active_matmul=src.matmul, act=12 * h, act32=f32) if src.type == "Message gates" else p
+                  for src, p in zip(b.parts, again, strict=True))
     return Block(at, b.kind, parts, b.stack)
 
 
