@@ -15,7 +15,7 @@ import re
 from collections.abc import Sequence
 from datetime import date, datetime, timezone
 
-from .estimator.memory.lora import PEFT_DEFAULT
+from .estimator.memory.target_names import PEFT_DEFAULT
 
 GB = 10**9
 MB = 10**6

@@ -12,7 +12,8 @@ import pytest
 
 from generator.errors import JobError
 from generator.estimator.graph.nodes import build_graph
-from generator.estimator.memory.lora import PEFT_DEFAULT_TARGETS, target_roles
+from generator.estimator.memory.lora import target_roles
+from generator.estimator.memory.target_names import PEFT_DEFAULT_TARGETS
 from generator.estimator.normalise import normalise
 from generator.measure.build import causal_only_as_multimodal, model_kind
 from generator.measure.setup import shrink
@@ -23,11 +24,11 @@ CONFIGS = Path(__file__).resolve().parents[1] / "data" / "measurements" / "confi
 # current/delayed values, axk2's and hy_v4's indexer attention, modernbert-decoder's Wi/Wo shared by attention and
 # MLP); a target on them is checked by peft at run time, not here.
 OWN_LAYOUT = {"cpmant", "xlnet", "moshi", "zaya", "axk2", "hy_v4", "modernbert-decoder"}
-LAYER = re.compile(r"\.(layers|h|blocks|layer|albert_layers)\.\d+\.")
+LAYER = re.compile(r"\.(layers|h|blocks|layer|block|albert_layers)\.\d+\.")  # T5's stacks: block
 
 
 def _configs() -> list[Path]:
-    return sorted(CONFIGS.glob("families/*.json")) + sorted(CONFIGS.glob("*.json"))
+    return sorted(CONFIGS.glob("families/*.json")) + sorted(CONFIGS.glob("encoders/*.json")) + sorted(CONFIGS.glob("*.json"))
 
 
 def _our_names(cfg: dict) -> set[str]:
@@ -54,6 +55,7 @@ def test_every_accepted_name_is_a_linear_of_the_model(path):
         auto = transformers.AutoModelForImageTextToText if model_kind(config) == "vision" \
             or causal_only_as_multimodal(config.model_type) else \
             transformers.AutoModelForMaskedLM if any("MaskedLM" in x for x in config.architectures or ()) else \
+            transformers.AutoModelForSeq2SeqLM if getattr(config, "is_encoder_decoder", False) else \
             transformers.AutoModelForCausalLM
         with torch.device("meta"):
             model = auto.from_config(config)

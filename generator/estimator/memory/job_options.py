@@ -16,9 +16,9 @@ from ..inputs import Assumptions
 from .activations import ADAPTER_NO_CAST, Regime, regime
 from .attention import default_attention
 from .frameworks import LITGPT_LOSS, TORCHTUNE_LOSS, framework_attention, framework_model, own_model
-from .lora import PEFT_DEFAULT, PEFT_DEFAULT_TARGETS
 from .recipes import RECIPES, SITE_RECIPES
 from .storage import ADAMW8BIT_STATE_BYTES, LINEAR_EXPERTS_V4, before_v5, bnb_keeps_experts, bnb_leaves_linears
+from .target_names import PEFT_DEFAULT, PEFT_DEFAULT_TARGETS
 from .tower_adapters import unadaptable_target
 
 # The values each option of a Job takes (validate)

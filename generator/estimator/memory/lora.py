@@ -8,6 +8,7 @@ from ...errors import JobError
 from ..config.arch import Arch
 from ..graph.nodes import Graph
 from ..graph.parts import Block, Part
+from .target_names import FAMILY_NAMES, NAMES, PEFT_DEFAULT, PEFT_DEFAULT_TARGETS
 
 # LoRA target roles of a part's nn.Linears, in the order the builders list them (spec.py attention_part,
 # mlp_part); a group is one input tensor that several adapters may share.
@@ -97,82 +98,7 @@ def _input_group(k: int, j: int, width: int, role: str, last: int) -> str:
     return f"{k}.{j}"
 
 
-# Module names per LoRA role, as transformers' modeling files name them (peft matches target_modules by the
-# last name component). Default: modeling_llama and its descendants; plain MLPs default to fc1/fc2.
-NAMES = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "o_proj", "qkv": "qkv_proj", "gate": "gate_proj",
-         "up": "up_proj", "down": "down_proj", "gate_up": "gate_up_proj", "ssm_in": "in_proj", "ssm_x": "x_proj",
-         "ssm_dt": "dt_proj", "ssm_out": "out_proj",
-         "q_a": "q_a_proj", "q_b": "q_b_proj", "kv_a": "kv_a_proj_with_mqa", "kv_b": "kv_b_proj", "kv": "kv_proj",
-         "o_b": "o_b_proj"}
-
-
-FAMILY_NAMES = {
-    "gpt2": {"qkv": "c_attn", "o": "c_proj", "up": "c_fc", "down": "c_proj"},
-    "gpt_bigcode": {"qkv": "c_attn", "o": "c_proj", "up": "c_fc", "down": "c_proj"},
-    "starcoder2": {"up": "c_fc", "down": "c_proj"},
-    "gpt_neox": {"qkv": "query_key_value", "o": "dense", "up": "dense_h_to_4h", "down": "dense_4h_to_h"},
-    "falcon": {"qkv": "query_key_value", "o": "dense", "up": "dense_h_to_4h", "down": "dense_4h_to_h"},
-    "bloom": {"qkv": "query_key_value", "o": "dense", "up": "dense_h_to_4h", "down": "dense_4h_to_h"},
-    "opt": {"o": "out_proj", "up": "fc1", "down": "fc2"},
-    "gptj": {"o": "out_proj", "up": "fc_in", "down": "fc_out"},
-    "phi": {"o": "dense", "up": "fc1", "down": "fc2"},
-    # transformers 5.24's modeling files (each model's Linears on the meta device, tests/test_linear_names.py)
-    **dict.fromkeys(("persimmon", "fuyu", "gpt_neox_japanese"), {"qkv": "query_key_value", "o": "dense",
-                                                                "up": "dense_h_to_4h", "down": "dense_4h_to_h"}),
-    "codegen": {"o": "out_proj", "up": "fc_in", "down": "fc_out"},
-    "gpt_neo": {"o": "out_proj", "up": "c_fc", "down": "c_proj"},
-    **dict.fromkeys(("biogpt", "xglm"), {"o": "out_proj"}),
-    **dict.fromkeys(("apertus", "apertus1p5_text", "arcee", "jais2", "nemotron"),
-                    {"up": "up_proj", "down": "down_proj"}),
-    "mpt": {"qkv": "Wqkv", "o": "out_proj", "up": "up_proj", "down": "down_proj"},
-    **dict.fromkeys(("lfm2", "lfm3", "lfm2_vl", "lfm3_vl"), {"o": "out_proj", "gate": "w1", "up": "w3", "down": "w2"}),
-    # transformers' BertSelfAttention query/key/value, BertSelfOutput, BertIntermediate and BertOutput all `dense`
-    **dict.fromkeys(("bert", "roberta", "xlm-roberta", "electra"), {"q": "query", "k": "key", "v": "value",
-                                                                   "o": "dense", "up": "dense", "down": "dense"}),
-    # ChatGLM's own code (modeling_chatglm.py): one fused query_key_value, dense, dense_h_to_4h, dense_4h_to_h
-    "chatglm": {"q": "query_key_value", "k": "query_key_value", "v": "query_key_value", "o": "dense",
-                "gate_up": "dense_h_to_4h", "down": "dense_4h_to_h"},
-    # The other custom-code types (config.custom_code) name their Linears in their own modeling files:
-    # Qwen-1's modeling_qwen.py QWenAttention c_attn (q, k, v fused), c_proj; QWenMLP w1 (the up half, a1),
-    # w2 (the gate, silu(a2)), c_proj (so `c_proj` adapts both, as in gpt2);
-    "qwen": {"q": "c_attn", "k": "c_attn", "v": "c_attn", "o": "c_proj", "gate": "w2", "up": "w1", "down": "c_proj"},
-    # InternLM2's modeling_internlm2.py attention.wqkv, wo; feed_forward w2(act(w1(x)) * w3(x));
-    "internlm2": {"q": "wqkv", "k": "wqkv", "v": "wqkv", "o": "wo", "gate": "w1", "up": "w3", "down": "w2"},
-    # Ling 2.0's modeling_bailing_moe_v2.py BailingMoeV2Attention query_key_value, dense (MLPs: gate/up/down_proj).
-    "bailing_moe": {"q": "query_key_value", "k": "query_key_value", "v": "query_key_value", "o": "dense"},
-    # transformers 5.24 (each model's Linears on the meta device): CTRL's Wq/Wk/Wv/dense and an nn.Sequential MLP
-    # (a peft key matches a name's end, so "ffn.0", not "0", which ends the blocks' names too); OpenAI GPT's Conv1D
-    # as GPT-2's; Inkling-2's projections wrap an nn.Linear named `linear`; xLSTM's feed-forward
-    "ctrl": {"q": "Wq", "k": "Wk", "v": "Wv", "o": "dense", "up": "ffn.0", "down": "ffn.2"},
-    "openai-gpt": {"qkv": "c_attn", "o": "c_proj", "up": "c_fc", "down": "c_proj"},
-    **dict.fromkeys(("inkling2_text", "inkling2_loop_text"), {"q": "q_proj.linear", "k": "k_proj.linear",
-                                                              "v": "v_proj.linear", "o": "o_proj.linear"}),
-    "xlstm": {"gate": "proj_up_gate", "up": "proj_up", "down": "proj_down"},
-    # ALBERT's AlbertAttention query/key/value/dense and AlbertLayer ffn/ffn_output
-    "albert": {"q": "query", "k": "key", "v": "value", "o": "dense", "up": "ffn", "down": "ffn_output"},
-}
-
-
 MLP_ROLES = frozenset({"gate", "up", "down", "gate_up"})
-
-# peft's own LoRA targets where a run names none (peft 0.21.2 peft/utils/constants.py
-# TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING, read by peft/tuners/lora/model.py _prepare_adapter_config):
-# TRL leaves lora_target_modules None by default (trl/trainer/model_config.py), so its LoRA runs adapt these. A model
-# type missing here makes peft raise ("Please specify `target_modules`").
-PEFT_DEFAULT = "peft-default"
-PEFT_DEFAULT_TARGETS = {
-    **dict.fromkeys(("bart", "opt", "gptj", "gpt_neo", "llama", "llama4", "mistral", "mixtral", "stablelm", "gemma",
-                     "gemma2", "gemma3_text", "gemma4", "qwen2", "qwen3"), "q_proj,v_proj"),
-    **dict.fromkeys(("bloom", "gpt_neox", "chatglm", "RefinedWebModel", "RefinedWeb", "falcon"), "query_key_value"),
-    **dict.fromkeys(("gpt2", "gpt_bigcode"), "c_attn"),
-    **dict.fromkeys(("t5", "mt5"), "q,v"),
-    **dict.fromkeys(("bert", "roberta", "xlm-roberta", "electra", "layoutlm"), "query,value"),
-    "blip-2": "q,v,q_proj,v_proj", "deberta-v2": "query_proj,value_proj", "deberta": "in_proj", "mpt": "Wqkv",
-    "btlm": "c_proj,c_attn", "codegen": "qkv_proj", "phi": "q_proj,v_proj,fc1,fc2",
-    "nemotron_h": "q_proj,k_proj,v_proj,o_proj", "rwkv": "key,value,receptance,output",
-    "rwkv7": "r_proj,k_proj,v_proj,o_proj,key,value",
-}
-
 
 # peft 0.21 on transformers 5 (peft/utils/transformers_weight_conversion.py convert_peft_config_for_transformers,
 # _convert_peft_config_moe): for the model types of transformers' conversion_mapping._MODEL_TO_CONVERSION_PATTERN
@@ -310,6 +236,8 @@ def target_roles(a: Arch, g: Graph, targets: str, model: str) -> frozenset[str] 
     plain = any(p.type == "MLP" for b in spec.blocks for p in b.parts)
     names = {**NAMES, **({"up": "fc1", "down": "fc2"} if plain else {}), **FAMILY_NAMES.get(a.family, {}),
              **FAMILY_NAMES.get(a.model_type, {})}
+    if "gate" in present and names.get("gate") == "wi_0":  # a gated T5 feed-forward: wi_0 (the gate), wi_1, wo
+        names["up"] = "wi_1"
     # torchtune's apply_lora_to_mlp adapts MoE layers too: their shared expert and expert tensors
     mlp = (MLP_ROLES | ({"shared"} if moe else set())) & present \
         | ({"experts_gate_up", "experts_down"} if moe and pattern else set())

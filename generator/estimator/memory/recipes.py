@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .frameworks import LITGPT_LOSS, TORCHTUNE_LOSS
-from .lora import PEFT_DEFAULT
+from .target_names import PEFT_DEFAULT
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,8 @@ from ..config.arch import Arch
 from ..graph.nodes import LAYER_ROLES, PROJECTOR_ROLE
 from ..graph.parts import Spec
 from .activations import Regime, adapter_input_bytes, mask_bytes
-from .lora import PEFT_DEFAULT, PEFT_DEFAULT_TARGETS, ROLE_GROUP, unpaged_elements
+from .lora import ROLE_GROUP, unpaged_elements
+from .target_names import PEFT_DEFAULT, PEFT_DEFAULT_TARGETS
 
 TowerLinears = tuple[tuple[int, int, int, str, str, int, bool], ...]
 
