@@ -26,7 +26,8 @@ WEIGHTS = {  # how a public row's base is stored → Job.weights (and double qua
     "int8 (bnb)": ("int8", False),
 }
 OPTIMIZERS = {"adamw": "adamw", "paged_adamw": "paged-adamw", "adamw8bit": "adamw8bit", "sgd": "sgd", "none": "adamw"}
-METRICS = {"memtracker_fake_cpu": "allocated", "cuda_max_memory_allocated": "allocated",
+METRICS = {"memtracker_fake_cpu": "allocated", "memtracker_cpu": "allocated",
+           "cuda_max_memory_allocated": "allocated",
            "max_memory_allocated": "allocated", "active_peak": "allocated", "max_memory_reserved": "reserved",
            "nvml_used": "nvidia-smi", "allocated_plus_non_torch": "nvidia-smi", "outcome": "allocated"}
 

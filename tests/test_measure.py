@@ -337,6 +337,31 @@ def test_the_embedding_loss_scores_in_batch_negatives():
 
 # --- harness pieces ----------------------------------------------------------------------------------------
 
+def test_real_cpu_tensors_count_what_the_simulation_counts(tmp_path, capsys):
+    """--device cpu-real runs the step on real CPU tensors (for a model whose step reads values fake tensors lack:
+    Longformer's global-attention test): the tracker counts the same storages, so a step both can run gives the
+    same figures, LoRA and full; the record says which ran. QLoRA is refused (its packing is fake-only)."""
+    from generator.measure.cli import run_measure
+    from generator.measure.run import run_cpu
+
+    for method in ("lora", "full"):
+        setup = Setup(method, tokens=128)
+        fake, real = run_cpu(TINY_LLAMA, setup), run_cpu(TINY_LLAMA, setup, real=True)
+        assert real["measured"]["peak_bytes"] == fake["measured"]["peak_bytes"] > 0
+        assert real["measured"]["categories"] == fake["measured"]["categories"]
+    folder = tmp_path / "tiny"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(TINY_LLAMA), encoding="utf-8")
+    out = tmp_path / "runs.jsonl"
+    assert run_measure([str(folder), "--method", "lora", "--tokens", "64", "--device", "cpu-real", "--out",
+                        str(out)], None) == 0
+    rec = json.loads(out.read_text(encoding="utf-8"))
+    assert rec["device"] == {"kind": "cpu-simulated", "name": "real tensors (cpu)"}
+    assert rec["measured"]["metric"] == "memtracker_cpu" and rec["estimate"]["peak_bytes"] > 0
+    assert run_measure([str(folder), "--method", "qlora", "--tokens", "64", "--device", "cpu-real"], None) == 2
+    assert "cpu-real" in capsys.readouterr().err
+
+
 def test_cli_writes_one_json_line(tmp_path, capsys):
     from generator.measure.cli import run_measure
 

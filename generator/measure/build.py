@@ -170,12 +170,13 @@ def apply_lora(model, setup: Setup, adapter_dtype: torch.dtype, device: str = "m
                                value=setup.lora_targets) from None
 
 
-def materialise(model, device: str):
-    """meta → device with uninitialised storage; re-tie tied weights (to_empty unties them)."""
+def materialise(model, device: str, values: bool = False):
+    """meta → device with uninitialised storage; re-tie tied weights (to_empty unties them). `values`: real memory
+    (CUDA, or real CPU tensors), whose weights are given values."""
     model = model.to_empty(device=device)
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     base.tie_weights()
-    if device == "cuda":  # real memory: give the weights values, so that no kernel meets NaN/denormal garbage
+    if device == "cuda" or values:  # real memory: give the weights values, so that no kernel meets NaN/denormal garbage
         with torch.no_grad():
             for p in model.parameters():
                 if p.dtype.is_floating_point:

@@ -82,7 +82,7 @@ def measure(model: str, setup, *, device: str = "auto", max_layers: int | None =
         device = "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cuda" and not torch.cuda.is_available():
         raise MeasureError("no CUDA device here", record.id, "--device", device)
-    if device == "cpu":
+    if device in ("cpu", "cpu-real"):
         if memory_fraction is not None:
             raise ConfigError(record.id, "--memory-fraction", memory_fraction, "needs a CUDA device (--device cpu)")
         if setup.optimizer == "adamw8bit":
@@ -92,7 +92,7 @@ def measure(model: str, setup, *, device: str = "auto", max_layers: int | None =
         if device == "cuda":
             result = run_cuda(config, setup, memory_fraction=memory_fraction)
         else:
-            result = run_cpu(config, setup, explain=explain, allocator=allocator)
+            result = run_cpu(config, setup, explain=explain, allocator=allocator, real=device == "cpu-real")
     except MeasureError as exc:
         raise exc.for_model(record.id) from None
     except TraceError:

@@ -243,12 +243,15 @@ def cuda_grouped_mm():
         yield
 
 
-def run_cpu(config: Mapping[str, Any], setup: Setup, explain: bool = False, allocator: bool = False) -> dict[str, Any]:
-    """MemTracker on fake CPU tensors: exact tensor bytes of the step, no CUDA kernels' own choices. With
-    `allocator`, the step's storages are also replayed through the CUDA caching allocator (allocator.py): the
-    measured record gains `reserved_bytes` (max_memory_reserved on a card with room) and `minimum_capacity_bytes`
-    (the least memory the step runs in, the allocator freeing its cached segments to make room), and both again with
-    expandable segments (`..._expandable`, expandable.py).
+def run_cpu(config: Mapping[str, Any], setup: Setup, explain: bool = False, allocator: bool = False,
+            real: bool = False) -> dict[str, Any]:
+    """MemTracker on fake CPU tensors: exact tensor bytes of the step, no CUDA kernels' own choices. `real`: the
+    same step on real CPU tensors (random weights), for a model whose step reads values fake tensors do not have
+    (Longformer's and LED's global-attention test, an expert loop's nonzero): the tracker counts the same storages
+    (a step both can run gives the same figures), at the cost of computing it. With `allocator`, the step's storages
+    are also replayed through the CUDA caching allocator (allocator.py): the measured record gains `reserved_bytes`
+    (max_memory_reserved on a card with room) and `minimum_capacity_bytes` (the least memory the step runs in, the
+    allocator freeing its cached segments to make room), and both again with expandable segments (expandable.py).
 
     transformers cannot read a fake tensor's values, so masking_utils.find_packed_sequence_indices takes the
     position ids of a forward without a cache (gradient checkpointing) for packed sequences (`not
@@ -262,6 +265,8 @@ def run_cpu(config: Mapping[str, Any], setup: Setup, explain: bool = False, allo
         raise MeasureError("adamw8bit's CUDA kernels are not simulated on the CPU")
     check_images(config, setup.images)
     qlora = setup.method == "qlora"
+    if real and (qlora or setup.images):
+        raise MeasureError("--device cpu-real runs text-only LoRA, full fine-tunes and serving, not QLoRA or images")
 
     def once(capture_at: int | None) -> tuple[PeakTracker, tuple[int, int]]:
         meta = build_on_meta(config, setup, with_lora=not qlora)
@@ -272,10 +277,10 @@ def run_cpu(config: Mapping[str, Any], setup: Setup, explain: bool = False, allo
             meta = apply_lora(meta, setup, dtypes(setup)[1])
             unwrap_params4bit(meta)
         vocab = meta.get_input_embeddings().num_embeddings
-        with value_mode(config, setup.images), mock.patch.object(
+        with contextlib.nullcontext() if real else value_mode(config, setup.images), mock.patch.object(
                 masking_utils, "find_packed_sequence_indices", _unpacked), cuda_4bit_step() if qlora \
                 else contextlib.nullcontext(), cuda_grouped_mm(), placeholder_check_skipped(meta):
-            model = materialise(meta, "cpu")
+            model = materialise(meta, "cpu", values=real)
             states = fake_pack_nf4(model, setup.double_quant) if qlora else []
             counts = count_params(model)
             tracker = PeakTracker(explain=explain, capture_at=capture_at,
@@ -295,7 +300,8 @@ def run_cpu(config: Mapping[str, Any], setup: Setup, explain: bool = False, allo
     if explain:
         again, _ = once(peak["total"])
         live = again.live_at_peak
-    measured = {"metric": "memtracker_fake_cpu", "status": "ok", "peak_bytes": peak["total"],
+    measured = {"metric": "memtracker_cpu" if real else "memtracker_fake_cpu", "status": "ok",
+                "peak_bytes": peak["total"],
                 "categories": {k: v for k, v in peak.items() if k != "total"}}
     if tracker.allocation_events is not None:
         # the default allocator, then PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (expandable.py)
@@ -303,7 +309,7 @@ def run_cpu(config: Mapping[str, Any], setup: Setup, explain: bool = False, allo
             reserved, least = capacity_figures(tracker.allocation_events, make)
             measured["reserved_bytes" + suffix], measured["minimum_capacity_bytes" + suffix] = reserved, least
     return {
-        "device": {"kind": "cpu-simulated", "name": "FakeTensorMode(cpu)"},
+        "device": {"kind": "cpu-simulated", "name": "real tensors (cpu)" if real else "FakeTensorMode(cpu)"},
         "measured": measured,
         "peak": dict(tracker.peak_where, phase_peaks=dict(tracker.phase_peaks)),
         "params": {"total": total, "trainable": trainable},

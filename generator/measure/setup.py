@@ -141,8 +141,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="override a config key, e.g. attn_pdrop=0.0, or a nested config's by a dotted key, e.g. "
                         "text_config.num_hidden_layers=2 (recorded in the JSON line)")
-    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
-                   help="auto: cuda when available, else the CPU simulation")
+    p.add_argument("--device", choices=("auto", "cpu", "cpu-real", "cuda"), default="auto",
+                   help="auto: cuda when available, else the CPU simulation (fake tensors); cpu-real: the same step "
+                        "on real CPU tensors, for a model whose step reads its values (small configs: it computes)")
     p.add_argument("--memory-fraction", type=float, default=None, metavar="F",
                    help="CUDA: torch.cuda.set_per_process_memory_fraction(F), to emulate a smaller card")
     p.add_argument("--card", default=None, metavar="NAME",
