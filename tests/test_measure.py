@@ -517,7 +517,7 @@ def test_a_torch_failure_is_reported_as_a_failed_run_not_as_bad_input(tmp_path, 
     it is not a usage error (exit 2) and not an internal error (exit 70)."""
     from generator.measure import run
 
-    def fails(config, setup, explain=False, allocator=False):
+    def fails(config, setup, explain=False, allocator=False, real=False):
         raise RuntimeError("Expected all tensors to be on the same device\nsecond line")
 
     monkeypatch.setattr(run, "run_cpu", fails)
