@@ -14,13 +14,8 @@ import pytest
 from generator.accuracy_rows import estimate_bytes
 from generator.estimator.graph.nodes import build_graph
 from generator.estimator.memory.activations import regime
-from generator.estimator.memory.attention import (
-    attention_dropout,
-    math_backward_bytes,
-    math_layer_terms,
-    math_scores_bytes,
-    math_sdpa,
-)
+from generator.estimator.memory.attention import attention_dropout
+from generator.estimator.memory.math_sdpa import math_backward_bytes, math_layer_terms, math_scores_bytes, math_sdpa
 from generator.estimator.memory.job import job_memory
 from generator.estimator.memory.job_options import Job
 from generator.estimator.normalise import normalise

@@ -10,11 +10,12 @@ from .checkpoint import explain
 from .config.arch import Arch
 from .graph.nodes import Graph
 from .inputs import Assumptions
-from .memory.attention import custom_sdpa, default_attention, math_sdpa
+from .memory.attention import custom_sdpa, default_attention
 from .memory.experts import runs_every_expert
 from .memory.job import job_memory
 from .memory.job_options import Job, checkpoints
 from .memory.lora import FUSED_EXPERTS
+from .memory.math_sdpa import math_sdpa
 from .memory.storage import bnb_keeps_experts, bnb_leaves_linears
 from .normalise import plainly_custom
 
@@ -23,6 +24,10 @@ from .normalise import plainly_custom
 # reads result.dtype). Seen in the CPU simulation of both (FINDINGS.md F42).
 TUPLE_ROUTERS = {"llama4": "modeling_llama4.Llama4Router", "llama4_text": "modeling_llama4.Llama4Router",
                  "phimoe": "modeling_phimoe.PhimoeTopKRouter"}
+# Linears whose forward regroups their input, which peft 0.21's all-linear wraps as plain Linears: the LoRA output
+# does not add to the base's and the step fails (a real step on a tiny config, FINDINGS.md F100). The estimate's
+# LoRA adapts every other Linear of the model (families/latent_attention._v4_part leaves it out).
+GROUPED_LINEARS = {"deepseek_v4": ("o_a_proj", "modeling_deepseek_v4.DeepseekV4GroupedLinear")}
 
 
 @dataclass(frozen=True)
@@ -214,6 +219,12 @@ def check_scope(a: Arch, train_tokens: int, requested_tokens: int, serve_tokens:
                            "whose forward returns a tuple, and the step fails ('tuple' object has no attribute "
                            "'dtype'): the LoRA figures price all-linear as if it ran; a run names its targets "
                            "(--lora-targets q_proj,k_proj,v_proj,o_proj)."))
+    if a.model_type in GROUPED_LINEARS:
+        name, cls = GROUPED_LINEARS[a.model_type]
+        out.append(Finding("lora_all_linear_fails", "warning",
+                           f"peft 0.21's target_modules='all-linear' wraps {name} ({cls}, an nn.Linear whose forward "
+                           "splits its input into groups) as a plain Linear, and the step fails on a size mismatch: "
+                           f"the LoRA figures adapt every Linear but {name}, the targets a run names to run."))
     if any(runs_every_expert(p) for b, _ in a.spec.distinct_layers for p in b.parts):
         out.append(Finding("every_expert_compute", "info",
                            "transformers runs every expert of this MoE on every token (a repeated copy of each token "

@@ -70,6 +70,12 @@ class Arch:
     def used(self) -> dict[str, dict[str, Any]]:
         return {u.name: {"value": u.value, "source": u.source} for u in self.uses}
 
+    def setting(self, key: str) -> Any:
+        """The config's `key`, else its decoder's, where an encoder-decoder nests its stacks' settings (T5Gemma's
+        attn_logit_softcapping and final_logit_softcapping, which its decoder's config holds)."""
+        value, nested = self.raw.get(key), self.raw.get("decoder")
+        return nested.get(key) if value is None and isinstance(nested, Mapping) else value
+
     @property
     def window(self) -> int:
         """The sliding window where every windowed layer shares one (0: none)."""

@@ -10,6 +10,7 @@ from ..config.reader import Reader
 from ..graph.parts import linear
 from .assembly import Builder, bind
 from .encoders import EncoderTraits, bert_like
+from .long_document import sliding_chunks
 
 
 def _mpnet_relative(r: Reader, h: int) -> int:
@@ -56,7 +57,8 @@ TRAITS: dict[str, EncoderTraits] = {
     # modeling_layoutlm.py: 2-D position embeddings; LayoutLMForMaskedLM keeps the pooler
     "layoutlm": EncoderTraits(extra=_layoutlm_2d, lm_pooler=True),
     "tapas": EncoderTraits(token_types=False, extra=_tapas_types),
-    "longformer": EncoderTraits(layer_extra=_longformer_global, **ROBERTA_HEADS),
+    "longformer": EncoderTraits(layer_extra=_longformer_global, local=sliding_chunks, positions="after_pad",
+                                **ROBERTA_HEADS),
 }
 
 BUILDERS: dict[str, Builder] = bind(TRAITS, bert_like)

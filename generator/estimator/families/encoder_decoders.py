@@ -54,6 +54,7 @@ class BartTraits:
     layer_pre: Any = None  # callable(reader, stack, layer, d) -> parts ahead of the layer (PEGASUS-X's global norm)
     ffn: Any = None  # callable(reader, stack, j (0-based in the stack), layer, d, ffn_dim) -> the FFN part
     encoder_extra: Any = None  # callable(reader, d) -> parts of the encoder's embeddings (PEGASUS-X's global tokens)
+    local: Any = None  # callable(reader, stack, j (0-based in the stack), d, self-attention) -> its local attention
 
 
 def is_causal_lm(cfg: Mapping[str, Any]) -> bool:
@@ -84,6 +85,7 @@ def bart_stack(r: Reader, b: BartTraits, stack: str, layers: int, heads: int, ff
                                  cached=stack == "decoder"), d, bias, b.k_bias)
         if b.attn_extra:
             attn = attn._replace(params=attn.params + b.attn_extra(r, stack, d))
+        attn = b.local(r, stack, i - first, d, attn) if b.local else attn
         cross = _v_bias_fix(_attn(f"Cross_Attention_{i}", "Cross Attn", d, heads, bias, b.k_bias, cross=True), d,
                             bias, b.k_bias) if stack == "decoder" else None
         # fc1/fc2 keep biases even without attention bias
@@ -91,7 +93,7 @@ def bart_stack(r: Reader, b: BartTraits, stack: str, layers: int, heads: int, ff
         pre = b.layer_pre(r, stack, i, d) if b.layer_pre else []
         return standard_block(i, pre, attn, mlp, "layernorm", d, norms=norms, kind=stack, stack=stack, cross=cross)
     numbers = range(first, first + layers)
-    return [layer(i) for i in numbers] if b.ffn or b.layer_pre else alike(numbers, layer)
+    return [layer(i) for i in numbers] if b.ffn or b.layer_pre or b.local else alike(numbers, layer)
 
 
 def _positions(r: Reader, b: BartTraits, d: int, name: str, key: str | None = None) -> Part:
@@ -150,7 +152,6 @@ BARTS: dict[str, BartTraits] = {
     "m2m_100": BartTraits(pos_offset=None, pre_norm=True, embed_norm=False, final_norm=True, table_params=False),
     "blenderbot": BartTraits(pos_offset=0, pre_norm=True, embed_norm=False, final_norm=True),
     "blenderbot-small": BartTraits(pos_offset=0),
-    "bigbird_pegasus": BartTraits(pos_offset=0, pre_norm=True, bias="use_bias", causal_tied=False),
 }
 
 
@@ -164,6 +165,7 @@ class T5Traits:
     read_tie: bool = False  # honour tie_word_embeddings (switch); t5/mt5/umt5/longt5 configs force it True
     # Hooks of the families that extend this layout (long_document.py, sparse_encoder_decoders.py):
     encoder_attn_extra: Any = None  # callable(reader, j (0-based), heads, d) -> extra encoder self-attention params
+    local: Any = None  # callable(reader, stack, j, d, encoder self-attention part) -> its local attention (Part.keys)
     ffn: Any = None  # callable(reader, stack, j, layer, d, d_ff, gated) -> the FFN part
 
 
@@ -196,6 +198,7 @@ def t5(cfg: Mapping[str, Any], model: str, mt: str, t: T5Traits) -> Arch:
             a = a._replace(kv=0)
             if t.encoder_attn_extra:
                 a = a._replace(params=a.params + t.encoder_attn_extra(r, j, heads, d))
+            a = t.local(r, stack, j, d, a) if t.local else a
         cross = att(f"Cross_Attention_{i}", "Cross Attn", False, True) if stack == "decoder" else None
         f = t.ffn(r, stack, j, i, d, ff, gated) if t.ffn else \
             mlp_part(f"FFN_{i}", "GeGLU" if gated else "MLP", d, ff, gated, False)

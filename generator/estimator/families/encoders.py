@@ -53,6 +53,7 @@ class EncoderTraits:
     pos_offset: int = 0
     extra: Any = None  # callable(reader, hidden) -> extra embedding parameters
     layer_extra: Any = None  # callable(reader, hidden) -> extra parameters per layer
+    local: Any = None  # callable(reader, stack, layer (0-based), hidden, attention part) -> its local attention
 
 
 def _decoder(vocab: int, emb: int, tie: bool) -> int:
@@ -134,6 +135,7 @@ def bert_like(cfg: Mapping[str, Any], model: str, mt: str, e: EncoderTraits) -> 
     def layer(i: int) -> Block:
         attn = attention_part(f"Attention_{i}", attention_type(heads_n, heads_n), h, heads_n, heads_n, hd,
                               qkv_bias=True, o_bias=True, rope=e.positions == "roformer", cached=dec)
+        attn = e.local(r, "decoder" if dec else "encoder", i - 1, h, attn) if e.local else attn
         cross = cross_attention_part(i, h, heads_n, hd, bias=True) if dec else None
         ffn = mlp_part(f"FFN_{i}", "MLP", h, inter, False, True)
         b = standard_block(i, [], attn, ffn, "layernorm", h, norms=norms, kind="attention" if dec else "encoder",
@@ -141,7 +143,8 @@ def bert_like(cfg: Mapping[str, Any], model: str, mt: str, e: EncoderTraits) -> 
         if e.layer_extra:
             b = Block(b.index, b.kind, (*b.parts, Part(f"Extra_{i}", "Parameters", e.layer_extra(r, h))), b.stack)
         return b
-    blocks = alike(range(1, n + 1), layer)  # every layer alike: built once, numbered (graph/stacks.py)
+    # every layer alike: built once, numbered (graph/stacks.py); a local attention may differ by layer
+    blocks = [layer(i) for i in range(1, n + 1)] if e.local else alike(range(1, n + 1), layer)
     head: list[Part] = [norm_part("Final_LayerNorm", "layernorm", h)] if e.pre_norm else []
     kind = head_kind(cfg)
     head += heads(e, r, kind, h, emb, vocab, tie, cfg)
@@ -179,7 +182,7 @@ ROBERTA: dict[str, Any] = {"lm_head": "roberta", "cls_head": "roberta", "positio
 FAMILIES: dict[str, EncoderTraits] = {
     "bert": EncoderTraits(), "megatron-bert": EncoderTraits(pre_norm=True, embed_norm=False),
     "ernie": EncoderTraits(extra=lambda r, h: r.int("task_type_vocab_size", 3) * h if r.flag("use_task_id", False) else 0),
-    "big_bird": EncoderTraits(lm_pooler=True), "roc_bert": EncoderTraits(extra=_roc_bert),
+    "roc_bert": EncoderTraits(extra=_roc_bert),
     **{t: EncoderTraits(**ROBERTA) for t in ("roberta", "camembert", "xlm-roberta", "data2vec-text")},
     "roberta-prelayernorm": EncoderTraits(**ROBERTA, pre_norm=True),
     "xlm-roberta-xl": EncoderTraits(**ROBERTA, pre_norm=True, embed_norm=False),

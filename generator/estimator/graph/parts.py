@@ -41,6 +41,8 @@ class Part(NamedTuple):
     scan: tuple[int, ...] = ()  # a recurrent mixer's dims for memory.recurrence (Mamba, Gated DeltaNet, KDA)
     params32: int = 0  # of params, those the class keeps in fp32 in any load dtype (_keep_in_fp32_modules_strict)
     heads: int = 0  # an attending part's query heads: its score matrices (act32 may hold more fp32 than their LSE)
+    keys: int = 0  # a local attention's score elements per query and head at any length (blocks, globals); 0: T
+    key_stride: int = 0  # a local attention's one more key per key_stride tokens (LongT5's transient global tokens)
 
     @property
     def weight_mats(self) -> tuple[tuple[int, int, int], ...]:
@@ -127,7 +129,7 @@ class Block:
             transient = max(transient, p.transient)
             linears += p.linears
             kv += [(p.window, p.kv)] if p.kv else []
-            attn += [(p.window, p.attn_flops)] if p.attn_flops else []
+            attn += [(p.window or p.keys, p.attn_flops)] if p.attn_flops else []  # a local attention's keys
         rms, stats, read, fed = norm_sums(self.parts)
         self.__dict__.update(  # frozen: fields set once, here (what object.__setattr__ would do, field by field)
             act_frozen=act_frozen, rms_width=rms, norm_stats_bytes=stats, norm_read=read, norm_fed=fed, params=params,
@@ -388,9 +390,7 @@ def attention_type(heads: int, kv_heads: int) -> str:
 
 
 def ffn_type(gated: bool, act: str) -> str:
-    if gated:
-        return "SwiGLU" if act in ("silu", "swish") else "GeGLU" if act.startswith("gelu") else "GLU"
-    return "MLP"
+    return ("SwiGLU" if act in ("silu", "swish") else "GeGLU" if act.startswith("gelu") else "GLU") if gated else "MLP"
 
 
 def lm_head_part(vocab: int, width: int, tied: bool, bias: bool = False, name: str = "LM_Head", fp32: bool = False

@@ -7,6 +7,7 @@ from __future__ import annotations
 from ..config.arch import Arch
 from ..config.transformers_defaults import CLASS_DEFAULTS
 from ..graph.nodes import Graph, tied_weight_params
+from ..graph.parts import Part
 from .activations import DIFFERENTIAL_ATTENTION, Regime, mask_bytes
 from .sdpa_table import NO_SDPA
 
@@ -71,7 +72,8 @@ AUTOCAST_SOFTMAX = {"gpt_neo": "modeling_gpt_neo.GPTNeoSelfAttention._attn",
                     "bert": "modeling_bert.eager_attention_forward", "roberta": "modeling_roberta.eager_attention_forward",
                     "xlm-roberta": "modeling_xlm_roberta.eager_attention_forward",
                     "distilbert": "modeling_distilbert.eager_attention_forward",
-                    "mvp": "modeling_mvp.MvpAttention.forward"}
+                    "mvp": "modeling_mvp.MvpAttention.forward",
+                    "big_bird": "modeling_big_bird.BigBirdSelfAttention, BigBirdBlockSparseAttention"}
 
 # Eager attention whose scores take the residual stream's dtype: baddbmm into zeros of the query's dtype (the
 # rotary embedding's cos and sin follow the embedding output: fp32 under a full fine-tune's AMP), the mask added,
@@ -81,7 +83,13 @@ AUTOCAST_SOFTMAX = {"gpt_neo": "modeling_gpt_neo.GPTNeoSelfAttention._attn",
 # to the scores, so they follow the same rule.
 PROMOTED_SOFTMAX = {"gpt_neox_japanese": "modeling_gpt_neox_japanese.GPTNeoXJapaneseAttention._attn",
                     "t5": "modeling_t5.eager_attention_forward", "mt5": "modeling_mt5.eager_attention_forward",
-                    "umt5": "modeling_umt5.eager_attention_forward"}
+                    "umt5": "modeling_umt5.eager_attention_forward",
+                    "longt5": "modeling_longt5.eager_attention_forward (its decoder's)",
+                    # the mask added before a softmax that names no dtype (the local attention's extended_mask too);
+                    # their cross-attention adds none: under a full fine-tune's CPU autocast it stays bf16 (over)
+                    "pegasus_x": "modeling_pegasus_x.eager_attention_forward, PegasusXGlobalLocalAttention",
+                    "bigbird_pegasus": "modeling_bigbird_pegasus.eager_attention_forward",
+                    "led": "modeling_led.LEDDecoderAttention"}
 
 # Eager attention whose forward holds more score-sized tensors at its softmax than its backward keeps: locals that
 # still reference them until the function returns, by their widths (the compute dtype's, or the residual stream's
@@ -95,6 +103,30 @@ FORWARD_HELD_SCORES = {"bloom": ("compute", "residual"), "gpt_neox_japanese": ("
 # modeling_gpt_neox_japanese.py L453): checkpointed, the previous layer's probabilities live through this one's
 # forward, which keeps none of its own.
 RETURNS_PROBS = frozenset({"bloom", "gpt_neox_japanese"})
+
+
+# Local attention whose probabilities take no dropout, whatever the config's attention dropout (Part.keys' scores).
+UNDROPPED_LOCAL = {"big_bird": "modeling_big_bird.BigBirdBlockSparseAttention.bigbird_block_sparse_attention",
+                   "bigbird_pegasus": "modeling_bigbird_pegasus.BigBirdPegasusBlockSparseAttention"}
+# Local attention that runs softmax(scores.float()).type_as(scores): an fp32 softmax whatever autocast does, then a
+# cast, where the model's other attention (score_bytes) differs.
+FP32_LOCAL_SOFTMAX = {"longt5": "modeling_longt5.LongT5LocalAttention, LongT5TransientGlobalAttention",
+                      "led": "modeling_led.LEDEncoderSelfAttention",
+                      "longformer": "modeling_longformer.LongformerSelfAttention"}
+
+
+def _local_score_widths(a: Arch, c: int, r: Regime) -> tuple[int, int, int]:
+    """_score_widths of a local attention's scores (Part.keys): UNDROPPED_LOCAL's keep no dropout mask,
+    FP32_LOCAL_SOFTMAX's an fp32 softmax and its cast (or the dropout's mask and output)."""
+    r = r._replace(dropout=False) if a.model_type in UNDROPPED_LOCAL else r
+    if a.model_type in FP32_LOCAL_SOFTMAX:
+        return 0, 4, mask_bytes(r, c) + c if r.dropout and attention_dropout(a) > 0 else c
+    return _score_widths(a, c, r)
+
+
+def local_score_bytes(a: Arch, c: int, r: Regime) -> int:
+    """score_bytes of a local attention's scores (_local_score_widths)."""
+    return sum(_local_score_widths(a, c, r))
 
 
 def eager_forward_excess(a: Arch, c: int, r: Regime) -> int:
@@ -125,7 +157,7 @@ def eager_forward_scores(a: Arch, g: Graph, r: Regime, tokens: int, grad_ckpt: b
     if not excess:
         return 0
     returned = r.compute_bytes if grad_ckpt and a.model_type in RETURNS_PROBS else 0
-    return max(_attention_heads(g), default=0) * tokens * tokens * (excess + returned)
+    return max(full_attention_heads(g), default=0) * tokens * tokens * (excess + returned)
 
 
 # config.json's own choice of attention: from_pretrained builds the model with it unless told otherwise
@@ -187,25 +219,30 @@ def _score_widths(a: Arch, c: int, r: Regime | None) -> tuple[int, int, int]:
     elif a.model_type in PROMOTED_SOFTMAX:
         before, soft = 0, 4 if r is not None and r.amp and not r.cpu else max(c, weights)
     else:
-        before = (c if a.raw.get("attn_logit_softcapping") else 0) + (c if a.model_type in LSE_SINK_SCORES else 0)
+        before = (c if a.setting("attn_logit_softcapping") else 0) + (c if a.model_type in LSE_SINK_SCORES else 0)
         soft, cast = 4, True
     if r is not None and r.dropout and attention_dropout(a) > 0:  # the dropped probabilities are a new tensor
         return before, soft, mask_bytes(r, soft if a.model_type in PROMOTED_SOFTMAX else c) + c
     return before, soft, c if soft != c or cast else 0  # no cast where the softmax kept the compute dtype
 
 
-def eager_backward_bytes(a: Arch, b, r: Regime) -> int:
-    """Bytes per token squared one layer's eager attention backward holds beside what the layer saved, at its
-    softmax's backward (_softmax_backward_data): the gradients of the probabilities and of the scores, each as
-    wide as the softmax (fp32), beside its saved output; the probabilities the AV matmul saved (and the dropout's
-    mask) are freed by then. Never less than one compute-dtype gradient (the AV matmul's backward, where the
-    softmax is as narrow as its output). Read off CPU-simulated LoRA and full steps of llama, phi, diffllama and
-    xglm with checkpointing: those tensors were the peak of the recomputed layer."""
-    heads = max((p.heads for p in b.parts if p.attends), default=0)
-    if not heads:
-        return 0
-    _, soft, after = _score_widths(a, r.compute_bytes, r)
-    return heads * max(r.compute_bytes, 2 * soft - after)
+def eager_backward_bytes(a: Arch, b, r: Regime) -> tuple[int, int]:
+    """(bytes per token, bytes per token squared) one layer's eager attention backward holds beside what the layer
+    saved, at its softmax's backward (_softmax_backward_data): the gradients of the probabilities and of the scores,
+    each as wide as the softmax (fp32), beside its saved output; the probabilities the AV matmul saved (and the
+    dropout's mask) are freed by then. Never less than one compute-dtype gradient (the AV matmul's backward, where
+    the softmax is as narrow as its output). Read off CPU-simulated LoRA and full steps of llama, phi, diffllama and
+    xglm with checkpointing: those tensors were the peak of the recomputed layer. A local attention's (Part.keys)
+    are per token: its largest part's, where the layer has no full one."""
+    full = max((p.heads for p in b.parts if p.attends and not p.keys), default=0)
+    local = None if full else max((p for p in b.parts if p.attends), key=lambda p: p.heads * p.keys, default=None)
+    c = r.compute_bytes
+    if local is None:
+        _, soft, after = _score_widths(a, c, r)
+        return 0, full * max(c, 2 * soft - after)
+    _, soft, after = _local_score_widths(a, c, r)
+    per_score = max(c, 2 * soft - after)
+    return local.heads * local.keys * per_score, local.heads * per_score // local.key_stride if local.key_stride else 0
 
 
 # Eager attention's score tensors alive at once in a forward without grad (generate's prefill), per score element as
@@ -227,26 +264,37 @@ def generate_scores_bytes(a: Arch, g: Graph, tokens: int, c: int) -> int:
     family's code differs, else the softmax and its cast (score_bytes)."""
     kept = GENERATE_SCORES.get(a.model_type)
     per_score = score_bytes(a, c) if kept is None else 4 * kept[0] + c * kept[1]
-    return max(_attention_heads(g), default=0) * tokens * tokens * per_score
+    return max(score_elements(g, tokens), default=0) * per_score
 
 
 def eager_scores_bytes(a: Arch, g: Graph, tokens: int, c: int, one_layer: bool = False) -> int:
-    """Per sequence: heads x T x T score elements per attention layer (every layer's, or the largest one's when
-    only one layer's tensors live: checkpointing's recomputation, serving)."""
-    heads = _attention_heads(g)
-    return (max(heads, default=0) if one_layer else sum(heads)) * tokens * tokens * score_bytes(a, c)
+    """Per sequence: heads x T x T score elements per attention layer, heads x T x keys per local one
+    (score_elements; every layer's, or the largest one's when only one layer's tensors live: checkpointing's
+    recomputation, serving)."""
+    scores = score_elements(g, tokens)
+    return (max(scores, default=0) if one_layer else sum(scores)) * score_bytes(a, c)
 
 
-def _attention_heads(g: Graph) -> list[int]:
-    """Query heads of every attention part of the model (a score matrix each), in layer order."""
-    return [p.heads for b in g.spec.blocks for p in b.parts if p.attends]
+def full_attention_heads(g: Graph) -> list[int]:
+    """Query heads of every attention part of the model with a T x T score matrix per head, in layer order."""
+    return [p.heads for b in g.spec.blocks for p in b.parts if p.attends and not p.keys]
+
+
+def score_elements(g: Graph, tokens: int) -> list[int]:
+    """Per sequence, the score elements of every attention part, in layer order: heads x T x T, or a local
+    attention's heads x T x keys (Part.keys: its blocks and global tokens, and T / key_stride side keys; or T where
+    T is shorter)."""
+    def keys(p: Part) -> int:
+        return min(tokens, p.keys + (tokens // p.key_stride if p.key_stride else 0)) if p.keys else tokens
+    return [p.heads * tokens * keys(p) for b in g.spec.blocks for p in b.parts if p.attends]
 
 
 def eager_layer_terms(a: Arch, b, compute_bytes: int, trained: bool, r: Regime | None = None) -> tuple[int, int]:
     """(bytes per token, bytes per token squared) eager attention adds to one layer's SDPA activations
     (transformers' eager_attention_forward): its matmuls save q and the heads-wide repeat_kv copies of k and v in
     place of SDPA's q, k, v; its output is saved by o_proj when that trains (SDPA saved it itself); no fp32 LSE;
-    and heads x T x T scores of score_bytes each (twice for differential attention: two calls, each its own)."""
+    and heads x T x T scores of score_bytes each (twice for differential attention: two calls, each its own); a
+    local attention's heads x keys per token (Part.keys)."""
     attention = [p for p in b.parts if p.attends]
     if not attention:
         return 0, 0
@@ -254,8 +302,11 @@ def eager_layer_terms(a: Arch, b, compute_bytes: int, trained: bool, r: Regime |
     q, kv = a.heads * a.head_dim, a.kv_heads * a.head_dim
     delta = c * ((2 if trained else 1) * q - 2 * kv) - 4 * a.heads
     calls = 2 if a.model_type in DIFFERENTIAL_ATTENTION else 1
-    return len(attention) * delta, calls * sum(p.heads for p in attention) * score_bytes(a, c, r) \
-        + len(attention) * GATHERED_BIAS_INDEX.get(a.model_type, 0)
+    local_bytes = calls * (local_score_bytes(a, c, r) if r else score_bytes(a, c))
+    local = sum(p.heads * p.keys for p in attention) * local_bytes
+    side = sum(p.heads * local_bytes // p.key_stride for p in attention if p.key_stride)  # T / key_stride keys
+    return len(attention) * delta + local, sum(p.heads for p in attention if not p.keys) * calls \
+        * score_bytes(a, c, r) + side + len(attention) * GATHERED_BIAS_INDEX.get(a.model_type, 0)
 
 
 def head_params(a: Arch, g: Graph) -> int:
@@ -263,20 +314,12 @@ def head_params(a: Arch, g: Graph) -> int:
     return sum(p.params for p in g.spec.head) + tied_weight_params(a)
 
 
-MLA_PART = "Multi-head Latent Attn"  # families/assembly.mla_part's node type
-
 # Config keys transformers' attention classes pass to SDPA as dropout_p in a training step (the generic
 # sdpa_attention_forward's `dropout=0.0 if not self.training else self.attention_dropout`, gpt2's attn_pdrop...).
 ATTENTION_DROPOUT_KEYS = ("attention_dropout", "attn_pdrop", "attn_dropout", "attention_probs_dropout_prob")
 # Model types whose attention reads another key: T5Attention's `self.dropout = config.dropout_rate` (modeling_t5.py,
-# modeling_mt5.py, modeling_umt5.py), the one dropout rate of the whole model.
-ATTENTION_DROPOUT_KEY = dict.fromkeys(("t5", "mt5", "umt5"), "dropout_rate")
-
-
-def _falcon_multi_query(a: Arch) -> bool:
-    """Falcon's original multi-query attention (modeling_falcon.FalconAttention, multi_query without
-    new_decoder_architecture): it hands SDPA one K/V head for all query heads, broadcast, without enable_gqa."""
-    return a.model_type == "falcon" and bool(a.raw.get("multi_query")) and not a.raw.get("new_decoder_architecture")
+# modeling_mt5.py, modeling_umt5.py, modeling_longt5.py's three attentions), the one dropout rate of the whole model.
+ATTENTION_DROPOUT_KEY = dict.fromkeys(("t5", "mt5", "umt5", "longt5"), "dropout_rate")
 
 
 def attention_dropout(a: Arch) -> float:
@@ -288,97 +331,3 @@ def attention_dropout(a: Arch) -> float:
         if isinstance(p, (int, float)) and not isinstance(p, bool):
             return float(p)
     return 0.0
-
-
-def _head_dims(a: Arch) -> tuple[int, int]:
-    """(q/k head dim, v head dim): multi-head latent attention's nope + rope and v_head_dim, else head_dim."""
-    v = a.raw.get("v_head_dim")
-    nope, rope = a.raw.get("qk_nope_head_dim"), a.raw.get("qk_rope_head_dim")
-    if all(isinstance(x, int) and not isinstance(x, bool) for x in (v, nope, rope)):
-        return nope + rope, v  # type: ignore[operator, return-value]
-    return a.head_dim, a.head_dim
-
-
-def _math_fp32_bytes(a: Arch) -> tuple[int, int]:
-    """(q/k head dim, per token the math kernel's fp32 q x scale, K^T x scale and V: heads-wide where enable_gqa
-    repeats K/V, K/V-wide where falcon broadcasts its one head)."""
-    dk, dv = _head_dims(a)
-    kv = a.kv_heads if _falcon_multi_query(a) else a.heads
-    return dk, 4 * (a.heads * dk + kv * (dk + dv))
-
-
-def _dropped_bytes(a: Arch, r: Regime) -> int:
-    """Per score element, what a training step's attention dropout adds in the math kernel: its mask (mask_bytes
-    of the fp32 scores) and the dropped scores."""
-    return (mask_bytes(r, 4) + 4) if r.dropout and attention_dropout(a) > 0 else 0
-
-
-def math_sdpa(a: Arch, cpu: bool, training: bool) -> str:
-    """Why torch's scaled_dot_product_attention runs its math kernel (aten _scaled_dot_product_attention_math)
-    for this model, '' where a fused one takes the call. torch picks a fused kernel only when its checks pass
-    (aten/src/ATen/native/transformers/sdp_utils_cpp.h and cuda/sdp_utils.cpp):
-    - equal query and K/V head counts unless enable_gqa (check_batch_size_and_num_heads_dense), on every device:
-      falcon's multi-query attention fails it;
-    - on the CPU (the simulation), the flash kernel alone: no dropout (check_for_dropout) and equal q/k and v head
-      dims (check_head_dim_size_cpp: multi-head latent attention's 192 vs 128). CUDA's memory-efficient kernel takes
-      both, so a GPU keeps no scores there."""
-    if _falcon_multi_query(a):
-        return ("falcon's multi-query attention hands torch's SDPA one K/V head for all query heads "
-                "(modeling_falcon.FalconAttention, no enable_gqa): the fused kernels need equal head counts, so it "
-                "runs the math kernel, which keeps every layer's attention scores in fp32")
-    if not cpu:
-        return ""
-    if training and attention_dropout(a) > 0:
-        return "attention dropout on the CPU: its flash kernel takes no dropout"
-    dk, dv = _head_dims(a)
-    return "unequal q/k and v head dims on the CPU: its flash kernel needs them equal" if dk != dv else ""
-
-
-def math_layer_terms(a: Arch, b, r: Regime) -> tuple[int, int]:
-    """(bytes per token, bytes per token squared) the math kernel adds to one layer's fused-SDPA activations
-    (at::_scaled_dot_product_attention_math, torch 2.13): it casts q, k, v to fp32 and saves q x scale, K^T x
-    scale and V (heads-wide when enable_gqa repeats them: transformers' use_gqa_in_sdpa; falcon broadcasts its one
-    K/V head) for its two matmuls, and the fp32 softmax of the scores (_safe_softmax); a training step's dropout
-    adds its mask (mask_bytes) and the dropped scores. In place of what the fused kernel kept: q, k, v and its
-    output (multi-head latent attention: every tensor of the part but its two compressed latents, which its norms
-    keep; o_proj keeps math's output copy when its weight trains) and the fp32 logsumexp. Read off CPU-simulated
-    steps with the fused kernels switched off (torch.backends.cuda.enable_flash_sdp(False)) and of DeepSeek-V3's
-    and MiniCPM3's latent attention."""
-    attention = [p for p in b.parts if p.attends]
-    if not attention:
-        return 0, 0
-    c, heads = r.compute_bytes, a.heads
-    dk, dv = _head_dims(a)
-    math = _math_fp32_bytes(a)[1] + (c * heads * dv if r.trained else 0)
-    latents = sum(a.raw.get(k) or 0 for k in ("q_lora_rank", "kv_lora_rank", "qk_rope_head_dim"))
-    fused = [c * (p.act - latents if p.type == MLA_PART else heads * dk + a.kv_heads * (dk + dv) + heads * dv)
-             + 4 * p.heads for p in attention]
-    return len(attention) * math - sum(fused), sum(p.heads for p in attention) * (4 + _dropped_bytes(a, r))
-
-
-def math_backward_bytes(a: Arch, g: Graph, r: Regime, tokens: int, attention: str = "sdpa") -> tuple[int, int]:
-    """Per sequence, at the backward of the largest math-kernel attention ((0, 0) where none runs: eager
-    attention, or a fused kernel): (what that attention saved, the fp32 heads x T x T gradients its backward holds beside them: the AV matmul's gradient of the probabilities (bmm)
-    and the softmax's (_softmax_backward_data)). By then the layer's later tensors (its MLP's) are freed.
-    Read off CPU-simulated steps (falcon and DeepSeek-V3 with checkpointing: those two tensors and the saved
-    softmax were the peak)."""
-    if attention == "eager" or not math_sdpa(a, r.cpu, True):
-        return 0, 0
-    heads = max(_attention_heads(g), default=0)
-    dropped = _dropped_bytes(a, r)
-    saved = tokens * _math_fp32_bytes(a)[1] + tokens * tokens * heads * (4 + dropped)
-    # with dropout the peak is the dropout's backward (the dropped scores, the mask, one gradient beside the
-    # softmax); without, the softmax's (its output and two gradients)
-    return saved, (4 if dropped else 8) * heads * tokens * tokens
-
-
-def math_scores_bytes(a: Arch, g: Graph, tokens: int, cpu: bool) -> int:
-    """Serving (no grad), per sequence, the largest attention layer (one layer's tensors live at a time; 0 where
-    a fused kernel runs): the math kernel's fp32 scores and the masked scores beside them (bmm, then + the causal mask), the fp32 [T, T] mask it
-    builds for is_causal, and its fp32 copies of q (and q x scale), k and v. Read off CPU-simulated prefills of
-    MiniCPM3 and DeepSeek-V3."""
-    if not math_sdpa(a, cpu, False):
-        return 0
-    dk, fp32 = _math_fp32_bytes(a)  # + the fp32 q beside q x scale
-    return max(_attention_heads(g), default=0) * tokens * tokens * 8 + 4 * tokens * tokens \
-        + tokens * (fp32 + 4 * a.heads * dk)

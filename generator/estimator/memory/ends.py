@@ -23,7 +23,7 @@ from .lora import adapted_linears, linear_roles
 
 # The config keys of final-logit soft-capping: gemma2's and its followers' final_logit_softcapping,
 # RecurrentGemma's logits_soft_cap (modeling_recurrent_gemma.py applies it unconditionally), xLSTM's
-# output_logit_soft_cap.
+# output_logit_soft_cap; T5Gemma's decoder config holds it (T5GemmaForConditionalGeneration reads the decoder's).
 LOGIT_SOFTCAP_KEYS = ("final_logit_softcapping", "logits_soft_cap", "output_logit_soft_cap")
 # Model types whose head casts the logits to fp32 before capping them, so tanh keeps an fp32 output:
 # Inkling2ForCausalLM.forward (lm_head(...).float(), then Inkling2Softcap; its looped variant alike), BeamForCausalLM
@@ -39,7 +39,7 @@ def head_activation_bytes(a: Arch, g: Graph, r: Regime, s: Assumptions) -> int:
     spec = g.spec
     outside = sum(r.compute_bytes * (p.act if r.trained else p.frozen_act) + 4 * p.act32 for p in spec.head)
     width = 4 if a.model_type in FP32_SOFTCAP else r.compute_bytes
-    softcap = width * spec.logits if any(a.raw.get(k) for k in LOGIT_SOFTCAP_KEYS) else 0
+    softcap = width * spec.logits if any(a.setting(k) for k in LOGIT_SOFTCAP_KEYS) else 0
     return head_norm_bytes(g, r) + s.logits_bytes * spec.logits + softcap + outside
 
 

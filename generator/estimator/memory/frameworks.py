@@ -81,7 +81,7 @@ def framework_attention(a: Arch, loss: str) -> str:
     scores itself (torchtune/models/gemma2/_attention.py)."""
     if not (runs_litgpt(loss) or runs_torchtune(loss)):
         return ""
-    return "eager" if a.raw.get("attn_logit_softcapping") else "sdpa"
+    return "eager" if a.setting("attn_logit_softcapping") else "sdpa"
 
 
 def framework_layer_bytes(a: Arch, b: Block, r: Regime, roles: frozenset[str] | None, targets: str, loss: str,

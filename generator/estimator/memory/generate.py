@@ -9,8 +9,9 @@ from ..graph.nodes import Graph
 from ..graph.parts import Block
 from ..inputs import Assumptions
 from .activations import RELU_SQUARED, mlp_act
-from .attention import generate_scores_bytes, math_scores_bytes
+from .attention import generate_scores_bytes
 from .job_options import Job, legacy_cache, runs_torch_scan
+from .math_sdpa import math_scores_bytes
 from .parallel import Phase
 from .profile import encoder_tokens, kv_bytes_of_block
 from .scan_prefill import prefill_scan_bytes

@@ -17,12 +17,8 @@ from dataclasses import replace
 from ..config.arch import Arch
 from ..graph.nodes import Graph, tied_weight_params
 from ..inputs import Assumptions
-from .activations import (
-    block_activation_bytes,
-    forward_locals_bytes,
-    last_linear_params,
-)
-from .attention import eager_forward_scores, head_params, math_backward_bytes
+from .activations import block_activation_bytes, forward_locals_bytes, last_linear_params
+from .attention import eager_forward_scores, head_params
 from .ends import final_norm_backward_bytes, head_norm_bytes
 from .experts import every_expert_backward_terms, frozen_input_expert_bytes, held_transient_bytes
 from .frameworks import (
@@ -56,6 +52,7 @@ from .layer_terms import (
     regime_terms,
     skipped_layers,
 )
+from .math_sdpa import math_backward_bytes
 from .parallel import Phase, accumulating_phases
 from .recurrence import (
     chunk_scan_moments,
@@ -189,7 +186,7 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
                          optimizer_state=state),)
     closing += (phase("optimizer step", weights=weights, gradients=grad, optimizer_state=state,
                       overhead_step=temp),)
-    # SDPA's math kernel: its score gradients beside its tensors (attention.math_backward_bytes), the gradients made
+    # SDPA's math kernel: its score gradients beside its tensors (math_sdpa.math_backward_bytes), the gradients made
     math_saved, math_grads = math_backward_bytes(a, g, r, T, job.attention)
     head_grads = param_bytes * head_params(a, g) if r.trained else 0  # the loss backward's first gradients
     made = head_grads + param_bytes * max(b.params for b, _ in distinct) if r.trained and math_grads else 0
@@ -198,7 +195,7 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
     late = [(EAGER_PHASE, i, T * t.per_token + T * T * t.per_token_sq,
              param_bytes * t.params_after if r.trained else 0, 2 * t.matmul_after if r.trained and r.amp else 0)
             for i, t in enumerate(eager_backward_values(a, g, r, rank, roles, memo, saves, job.upcast_fp32))
-            if t.per_token_sq and not skip[i]] if job.attention == "eager" else []
+            if t.attends and not skip[i]] if job.attention == "eager" else []
     chunked = [chunk_scan_moments(b, r, T) if r.torch_scan else (0, 0) for b, _ in distinct]
     # the torch scan's backward of a recurrent layer (recurrence.scan_backward_terms; RecurrentGemma's on any device)
     for i, (b, _) in enumerate(distinct):

@@ -21,7 +21,7 @@ from .activations import (
     mlp_act,
     python_gelu_bytes,
 )
-from .attention import eager_backward_bytes, eager_layer_terms, math_layer_terms, math_sdpa
+from .attention import eager_backward_bytes, eager_layer_terms
 from .ends import embed_dropout_bytes, frozen_embedding_bytes, head_activation_bytes
 from .experts import cast_matmul, expert_grad_transient, expert_weight_bytes, grouped_dtype_bytes
 from .lora import (
@@ -32,6 +32,7 @@ from .lora import (
     expert_lora_terms,
     linear_roles,
 )
+from .math_sdpa import math_layer_terms, math_sdpa
 from .recurrence import rglru_bytes, torch_scan_bytes
 from .tower_adapters import tower_adapted, tower_lora_params
 
@@ -228,13 +229,13 @@ def eager_backward_terms(a: Arch, b: Block, r: Regime, rank: int, roles: frozens
     with their adapters), which their backward has freed by then, as the CPU simulation's live tensors at that
     moment show; those parts' parameters have their gradients by then and their autocast copies are freed.
     Zeros for a layer without attention."""
-    squared = eager_backward_bytes(a, b, r)
-    if not squared:
+    linear, squared = eager_backward_bytes(a, b, r)
+    if not linear and not squared:
         return EagerBackward(0, 0, 0, 0)
     last = max(i for i, p in enumerate(b.parts) if p.attends)
     after = Block(b.index, b.kind, b.parts[last + 1:], b.stack)
     saved = layer_bytes(a, after, r, "eager", 0, saves, upcast, block_activation_bytes(a, after, r, rank, roles))
-    return EagerBackward(-saved, squared, after.params, cast_matmul(a, after))
+    return EagerBackward(linear - saved, squared, after.params, cast_matmul(a, after))
 
 
 class EagerBackward(NamedTuple):
@@ -244,6 +245,11 @@ class EagerBackward(NamedTuple):
     per_token_sq: int
     params_after: int
     matmul_after: int
+
+    @property
+    def attends(self) -> bool:
+        """The layer has attention (a full one's terms grow with T x T, a local one's with T alone)."""
+        return any(self)
 
 
 def eager_backward_values(a: Arch, g: Graph, r: Regime, rank: int, roles: frozenset[str] | None,

@@ -32,15 +32,7 @@ from ..graph.nodes import Graph, tied_weight_params, tower_parts
 from ..graph.parts import Block, Part, Spec
 from ..inputs import Assumptions, Card
 from .activations import forward_locals_bytes, regime
-from .attention import (
-    default_attention,
-    eager_forward_scores,
-    eager_layer_terms,
-    head_params,
-    math_backward_bytes,
-    math_layer_terms,
-    math_sdpa,
-)
+from .attention import default_attention, eager_forward_scores, eager_layer_terms, head_params
 from .experts import cast_matmul, held_transient_bytes
 from .layer_terms import (
     adapter_params,
@@ -53,6 +45,7 @@ from .layer_terms import (
     skipped_layers,
 )
 from .lora import all_linear_roles
+from .math_sdpa import math_backward_bytes, math_layer_terms, math_sdpa
 from .serve_weights import serve_weight_bytes
 from .stages import Branch, Profile, ServingStages
 from .tower_adapters import (
@@ -196,7 +189,7 @@ def train_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, method: str, r
     # attention, the largest of which is the layer's, at any tokens and batch: its score gradients, its MLP's tensors
     # freed (a full fine-tune has made the head's gradients and its MLP's, whose autocast copies are freed)
     for eager_terms in sorted(set(eager_backward_values(a, g, r, terms_rank, roles, memo)) if eager else ()):
-        if eager_terms.per_token_sq:
+        if eager_terms.attends:
             made = s.grad_bytes * (head_params(a, g) + eager_terms.params_after) \
                 - s.autocast_copy_bytes * eager_terms.matmul_after if method == "full" else 0
             backward.append(Branch("backward (attention scores' gradients)", made,
