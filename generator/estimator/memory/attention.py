@@ -89,7 +89,8 @@ PROMOTED_SOFTMAX = {"gpt_neox_japanese": "modeling_gpt_neox_japanese.GPTNeoXJapa
                     # their cross-attention adds none: under a full fine-tune's CPU autocast it stays bf16 (over)
                     "pegasus_x": "modeling_pegasus_x.eager_attention_forward, PegasusXGlobalLocalAttention",
                     "bigbird_pegasus": "modeling_bigbird_pegasus.eager_attention_forward",
-                    "led": "modeling_led.LEDDecoderAttention"}
+                    "led": "modeling_led.LEDDecoderAttention", "fsmt": "modeling_fsmt.Attention",
+                    "nllb-moe": "modeling_nllb_moe.eager_attention_forward"}
 
 # Eager attention whose forward holds more score-sized tensors at its softmax than its backward keeps: locals that
 # still reference them until the function returns, by their widths (the compute dtype's, or the residual stream's

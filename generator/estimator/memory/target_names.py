@@ -76,6 +76,8 @@ FAMILY_NAMES = {
                     {"q": "q", "k": "k", "v": "v", "o": "o", "gate": "wi_0", "up": "wi", "down": "wo"}),
     "prophetnet": {"q": "query_proj", "k": "key_proj", "v": "value_proj", "o": "out_proj", "up": "intermediate",
                    "down": "output"},
+    # DbrxAttention's fused Wqkv and out_proj (its experts are 3-D tensors, its router's Linear `layer`)
+    "dbrx": {"qkv": "Wqkv", "o": "out_proj"},
     # ALBERT's AlbertAttention query/key/value/dense and AlbertLayer ffn/ffn_output
     "albert": {"q": "query", "k": "key", "v": "value", "o": "dense", "up": "ffn", "down": "ffn_output"},
 }
