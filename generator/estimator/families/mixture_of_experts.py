@@ -59,8 +59,7 @@ def first_k_dense(key: str = "first_k_dense_replace", freq: str | None = None, k
 
 
 def _qwen_sparse(d: Dims) -> list[bool]:
-    # modeling_qwen2_moe.py: (layer_idx not in mlp_only_layers) and num_experts > 0 and
-    # (layer_idx + 1) % decoder_sparse_step == 0
+    # modeling_qwen2_moe.py: not in mlp_only_layers, num_experts > 0 and (layer_idx + 1) % decoder_sparse_step == 0
     only = d.r.list("mlp_only_layers", int) or []
     step = d.k("decoder_sparse_step", 1)
     return [i not in only and (i + 1) % step == 0 for i in range(d.layers)]
@@ -78,8 +77,8 @@ def _width(key: str) -> Callable[[Dims], int]:
 
 
 def _ernie_sparse(d: Dims, i: int) -> bool:
-    # modeling_ernie4_5_moe.py: experts from moe_layer_start_index to moe_layer_end_index (-1: the last
-    # layer), every moe_layer_interval-th layer.
+    # modeling_ernie4_5_moe.py: experts from moe_layer_start_index to moe_layer_end_index (-1: the last layer), every
+    # moe_layer_interval-th layer.
     start = d.k("moe_layer_start_index", 0, minimum=0)
     end = d.k("moe_layer_end_index", -1, minimum=-1)
     end = d.layers - 1 if end < 0 else end
@@ -161,6 +160,18 @@ def _jetmoe_attention(t: DecoderTraits, d: Dims, n: int, window: int) -> Part:
                 attn_flops=4 * d.heads * kvc, heads=d.heads)
 
 
+def _dbrx_attention(t: DecoderTraits, d: Dims, n: int, window: int) -> Part:
+    # DbrxAttention clamps the fused Wqkv output (clip_qkv): clamp's backward keeps its input (F100, a real CPU step)
+    p = attention(t, d, n, window)
+    qkv = (d.heads + 2 * d.kv) * d.hd if d.r.cfg.get("clip_qkv") is not None else 0
+    return p._replace(act=p.act + qkv, act_frozen=p.frozen_act + qkv)
+
+
+def _dbrx_experts(p: Part, d: Dims) -> Part:
+    # DbrxExperts.forward keeps each routed token's expert output times its routing weight for index_add_ (F100)
+    return p._replace(act=p.act + p.top_k * d.hidden, act_frozen=p.frozen_act + p.top_k * d.hidden)
+
+
 def dbrx(cfg: Mapping[str, Any], model: str) -> Arch:
     # modeling_dbrx.py: d_model / n_heads / n_layers / max_seq_len, attn_config.kv_n_heads, fused Wqkv and
     # out_proj without bias, LayerNorm without bias, ffn_config experts (w1, v1, w2) of ffn_hidden_size.
@@ -174,12 +185,14 @@ def dbrx(cfg: Mapping[str, Any], model: str) -> Arch:
         if name in src:
             flat[key] = src[name]
     flat.setdefault("num_key_value_heads", 1)
+    flat["clip_qkv"] = attn.get("clip_qkv")  # None: no clamp
     flat.setdefault("num_experts", 4)
     flat.setdefault("num_experts_per_tok", 1)
     flat.setdefault("moe_intermediate_size", 3584)
     t = DecoderTraits(norm="layernorm_nobias", fused_qkv=True, inter_key=None,
           aliases={"hidden_size": ("d_model",), "num_attention_heads": ("n_heads",), "num_hidden_layers": ("n_layers",),
-                   "max_position_embeddings": ("max_seq_len",)}, moe=ExpertTraits())
+                   "max_position_embeddings": ("max_seq_len",)}, moe=ExpertTraits(part=_dbrx_experts),
+          attn=_dbrx_attention, attn_by_window=True)
     return build(flat, model, "dbrx", t)
 
 
