@@ -245,13 +245,12 @@ def cuda_grouped_mm():
 
 def run_cpu(config: Mapping[str, Any], setup: Setup, explain: bool = False, allocator: bool = False,
             real: bool = False) -> dict[str, Any]:
-    """MemTracker on fake CPU tensors: exact tensor bytes of the step, no CUDA kernels' own choices. `real`: the
-    same step on real CPU tensors (random weights), for a model whose step reads values fake tensors do not have
-    (Longformer's and LED's global-attention test, an expert loop's nonzero): the tracker counts the same storages
-    (a step both can run gives the same figures), at the cost of computing it. With `allocator`, the step's storages
-    are also replayed through the CUDA caching allocator (allocator.py): the measured record gains `reserved_bytes`
-    (max_memory_reserved on a card with room) and `minimum_capacity_bytes` (the least memory the step runs in, the
-    allocator freeing its cached segments to make room), and both again with expandable segments (expandable.py).
+    """MemTracker on fake CPU tensors: exact tensor bytes of the step, no CUDA kernels' own choices. `real`: on real
+    CPU tensors (seeded random weights), for a step that reads values fake tensors lack (Longformer's global-attention
+    test, an expert loop's nonzero): the same storages counted, at the cost of computing them. `allocator`: the
+    storages replayed through the CUDA caching allocator (allocator.py) give `reserved_bytes` (max_memory_reserved on
+    a card with room) and `minimum_capacity_bytes` (the least memory the step runs in, cached segments freed to make
+    room), and both again with expandable segments (expandable.py).
 
     transformers cannot read a fake tensor's values, so masking_utils.find_packed_sequence_indices takes the
     position ids of a forward without a cache (gradient checkpointing) for packed sequences (`not
@@ -269,6 +268,8 @@ def run_cpu(config: Mapping[str, Any], setup: Setup, explain: bool = False, allo
         raise MeasureError("--device cpu-real runs text-only LoRA, full fine-tunes and serving, not QLoRA or images")
 
     def once(capture_at: int | None) -> tuple[PeakTracker, tuple[int, int]]:
+        if real:  # the same weights and tokens each run: a router's choices, and so the peak, repeat (--explain)
+            torch.manual_seed(0)
         meta = build_on_meta(config, setup, with_lora=not qlora)
         if qlora:  # quantise first, then peft wraps the 4-bit Linears (its bnb LoRA layers), all on meta
             meta_linear4bit(meta, setup.double_quant)
@@ -301,8 +302,7 @@ def run_cpu(config: Mapping[str, Any], setup: Setup, explain: bool = False, allo
         again, _ = once(peak["total"])
         live = again.live_at_peak
     measured = {"metric": "memtracker_cpu" if real else "memtracker_fake_cpu", "status": "ok",
-                "peak_bytes": peak["total"],
-                "categories": {k: v for k, v in peak.items() if k != "total"}}
+                "peak_bytes": peak["total"], "categories": {k: v for k, v in peak.items() if k != "total"}}
     if tracker.allocation_events is not None:
         # the default allocator, then PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (expandable.py)
         for suffix, make in (("", CachingAllocator), ("_expandable", ExpandableAllocator)):
