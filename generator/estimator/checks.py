@@ -28,6 +28,9 @@ TUPLE_ROUTERS = {"llama4": "modeling_llama4.Llama4Router", "llama4_text": "model
 # does not add to the base's and the step fails (a real step on a tiny config, FINDINGS.md F100). The estimate's
 # LoRA adapts every other Linear of the model (families/latent_attention._v4_part leaves it out).
 GROUPED_LINEARS = {"deepseek_v4": ("o_a_proj", "modeling_deepseek_v4.DeepseekV4GroupedLinear")}
+# Fused expert tensors that peft's all-linear adapts (lora.FUSED_EXPERTS) and that the model's own loop indexes
+# expert by expert, whose backward holds full-size gradients of the adapted tensors: measured, not yet priced (F100).
+LOOPED_FUSED_EXPERTS = {"longcat_flash": "modeling_longcat_flash.LongcatFlashExperts"}
 
 
 @dataclass(frozen=True)
@@ -213,6 +216,14 @@ def check_scope(a: Arch, train_tokens: int, requested_tokens: int, serve_tokens:
                            "adapts the fused expert tensors and the router (target_parameters) and keeps each adapted "
                            "tensor's effective weight, about a second copy of the experts; --lora-targets "
                            "q_proj,k_proj,v_proj,o_proj prices attention-only adapters."))
+    if a.model_type in LOOPED_FUSED_EXPERTS:
+        out.append(Finding("lora_expert_loop", "warning",
+                           f"{LOOPED_FUSED_EXPERTS[a.model_type]} runs its experts one by one, indexing the fused "
+                           "tensors peft's all-linear adapts; the backward then holds full-size gradients of the "
+                           "adapted gate+up tensor (the zero experts' rows included), which the LoRA and QLoRA figures "
+                           "leave out: a CPU step on real tensors read 27% above them at one layer and 16 experts. "
+                           "Attention-only targets (--lora-targets q_a_proj,q_b_proj,kv_a_proj_with_mqa,kv_b_proj,"
+                           "o_proj) avoid it."))
     if a.model_type in TUPLE_ROUTERS:
         out.append(Finding("lora_all_linear_fails", "warning",
                            f"peft 0.21's target_modules='all-linear' wraps {TUPLE_ROUTERS[a.model_type]}, an nn.Linear "
