@@ -235,7 +235,8 @@ def check_scope(a: Arch, train_tokens: int, requested_tokens: int, serve_tokens:
         out.append(Finding("lora_all_linear_fails", "warning",
                            f"peft 0.21's target_modules='all-linear' wraps {name} ({cls}, an nn.Linear whose forward "
                            "splits its input into groups) as a plain Linear, and the step fails on a size mismatch: "
-                           f"the LoRA figures adapt every Linear but {name}, the targets a run names to run."))
+                           f"the LoRA figures adapt every other Linear, which a run names in its target_modules to "
+                           "run (--lora-targets prices a subset)."))
     if any(runs_every_expert(p) for b, _ in a.spec.distinct_layers for p in b.parts):
         out.append(Finding("every_expert_compute", "info",
                            "transformers runs every expert of this MoE on every token (a repeated copy of each token "
