@@ -42,6 +42,12 @@ def _pegasus_x_global_norm(r: Reader, stack: str, i: int, d: int) -> list[Part]:
     return [norm_part(f"Global_LayerNorm_{i}", "layernorm", d)] if stack == "encoder" else []
 
 
+def _local(p: Part, keys: int, kept: int = 0, stride: int = 0) -> Part:
+    """The self-attention part `p` as a local attention: `keys` scored per query (Part.keys), one side key per
+    `stride` tokens (Part.key_stride), and `kept` more elements per token its code saves (trained or frozen)."""
+    return p._replace(keys=keys, key_stride=stride, act=p.act + kept, act_frozen=p.frozen_act + kept)
+
+
 def _pegasus_x_local(r: Reader, stack: str, j: int, d: int, p: Part) -> Part:
     """modeling_pegasus_x.PegasusXGlobalLocalAttention: each block of block_size tokens scores its own block and the
     num_global_tokens global tokens (compute_local_attention_representations), and the global tokens score every
@@ -49,7 +55,7 @@ def _pegasus_x_local(r: Reader, stack: str, j: int, d: int, p: Part) -> Part:
     A staggered layer (every other one) pads half a block at either end: a block's more, per sequence, not priced."""
     if stack != "encoder":
         return p
-    return p._replace(keys=r.int("block_size", 512) + 2 * r.int("num_global_tokens", 32))
+    return _local(p, r.int("block_size", 512) + 2 * r.int("num_global_tokens", 32))
 
 
 def _block_sparse(r: Reader, stack: str, j: int, d: int, p: Part) -> Part:
@@ -65,8 +71,7 @@ def _block_sparse(r: Reader, stack: str, j: int, d: int, p: Part) -> Part:
     if stack != "encoder" or r.str("attention_type", "block_sparse") != "block_sparse":
         return p
     block, rand = r.int("block_size", 64), r.int("num_random_blocks", 3, minimum=0)
-    copies = p.heads * (d // p.heads) * (8 + 2 * rand)
-    return p._replace(keys=(7 + rand) * block, act=p.act + copies, act_frozen=p.frozen_act + copies)
+    return _local(p, (7 + rand) * block, p.heads * (d // p.heads) * (8 + 2 * rand))
 
 
 def _longt5_local(r: Reader, stack: str, j: int, d: int, p: Part) -> Part:
@@ -77,9 +82,8 @@ def _longt5_local(r: Reader, stack: str, j: int, d: int, p: Part) -> Part:
     tiles beside them, 2 x T / global_block_size / block of them per token, are not priced). Read off CPU-simulated
     steps at 4,096 and 8,192 tokens (F100)."""
     block = r.int("local_radius", 127, minimum=0) + 1
-    copies = 7 * p.heads * r.int("d_kv")
     stride = r.int("global_block_size", 16) if r.str("encoder_attention_type", "local") == "transient-global" else 0
-    return p._replace(keys=3 * block, key_stride=stride, act=p.act + copies, act_frozen=p.frozen_act + copies)
+    return _local(p, 3 * block, 7 * p.heads * r.int("d_kv"), stride)
 
 
 def sliding_chunks(r: Reader, stack: str, j: int, d: int, p: Part) -> Part:
@@ -94,9 +98,8 @@ def sliding_chunks(r: Reader, stack: str, j: int, d: int, p: Part) -> Part:
         return p
     windows = r.cfg.get("attention_window")
     window = r.list("attention_window", int, j + 1)[j] if isinstance(windows, list) else r.int("attention_window", 512)
-    w, dh = window // 2, d // p.heads
-    extra = p.heads * (w + 1 + 7 * dh)
-    return p._replace(keys=2 * w + 1, act=p.act + extra, act_frozen=p.frozen_act + extra)
+    w = window // 2
+    return _local(p, 2 * w + 1, p.heads * (w + 1 + 7 * (d // p.heads)))
 
 
 def _longt5_global(r: Reader, j: int, heads: int, d: int) -> int:
