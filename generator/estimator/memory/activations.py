@@ -60,6 +60,11 @@ PYTHON_LAYER_NORM = {"cohere": "modeling_cohere.CohereLayerNorm", "cohere2": "mo
                      "cohere2_moe": "modeling_cohere2_moe.Cohere2MoeLayerNorm",
                      "cohere_compass": "modeling_cohere_compass.CohereCompassLayerNorm",
                      "cohere_compass_text": "modeling_cohere_compass.CohereCompassLayerNorm"}
+# RMSNorms that multiply their input as it came (bf16) by the fp32 rsqrt of its upcast's mean square: the mul keeps
+# that input beside the upcast pow keeps (T5LayerNorm.forward and its copies; F101). An fp32 input is its own upcast.
+INPUT_KEEPING_RMS_NORM = {"t5": "T5LayerNorm", "mt5": "MT5LayerNorm", "umt5": "UMT5LayerNorm",
+                          "longt5": "LongT5LayerNorm", "switch_transformers": "SwitchTransformersLayerNorm",
+                          "udop": "UdopLayerNorm", "pix2struct": "Pix2StructLayerNorm", "idefics": "IdeficsRMSNorm"}
 
 
 class Regime(NamedTuple):
@@ -146,7 +151,10 @@ def norm_bytes(rms_width: int, width: int, stats: int, read: int, fed: int, r: R
 def python_layer_norm_bytes(a: Arch, parts: tuple[Part, ...] | list[Part], r: Regime) -> int:
     """Per token, what a PYTHON_LAYER_NORM family's LayerNorms among `parts` save beyond what norm_bytes charged
     them as native layer_norm (its input in fp32 under CUDA autocast, else in the residual's dtype, with mean and
-    rstd): 8 B per element and 4 per norm, 12 B per element where the weight trains. 0 for other families."""
+    rstd): 8 B per element and 4 per norm, 12 B per element where the weight trains; an INPUT_KEEPING_RMS_NORM
+    family's RMSNorms their input below fp32. 0 for other families."""
+    if a.model_type in INPUT_KEEPING_RMS_NORM and r.residual_bytes < 4:
+        return r.residual_bytes * sum(p.norm_width for p in parts if p.type == "RMSNorm")
     if a.model_type not in PYTHON_LAYER_NORM:
         return 0
     norms = [p for p in parts if p.norm_width and p.type != "RMSNorm"]

@@ -84,6 +84,7 @@ AUTOCAST_SOFTMAX = {"gpt_neo": "modeling_gpt_neo.GPTNeoSelfAttention._attn",
 PROMOTED_SOFTMAX = {"gpt_neox_japanese": "modeling_gpt_neox_japanese.GPTNeoXJapaneseAttention._attn",
                     "t5": "modeling_t5.eager_attention_forward", "mt5": "modeling_mt5.eager_attention_forward",
                     "umt5": "modeling_umt5.eager_attention_forward",
+                    "switch_transformers": "modeling_switch_transformers.eager_attention_forward",
                     "longt5": "modeling_longt5.eager_attention_forward (its decoder's)",
                     # the mask added before a softmax that names no dtype (the local attention's extended_mask too);
                     # their cross-attention adds none: under a full fine-tune's CPU autocast it stays bf16 (over)
@@ -319,8 +320,9 @@ def head_params(a: Arch, g: Graph) -> int:
 # sdpa_attention_forward's `dropout=0.0 if not self.training else self.attention_dropout`, gpt2's attn_pdrop...).
 ATTENTION_DROPOUT_KEYS = ("attention_dropout", "attn_pdrop", "attn_dropout", "attention_probs_dropout_prob")
 # Model types whose attention reads another key: T5Attention's `self.dropout = config.dropout_rate` (modeling_t5.py,
-# modeling_mt5.py, modeling_umt5.py, modeling_longt5.py's three attentions), the one dropout rate of the whole model.
-ATTENTION_DROPOUT_KEY = dict.fromkeys(("t5", "mt5", "umt5", "longt5"), "dropout_rate")
+# modeling_mt5.py, modeling_umt5.py, modeling_longt5.py's three attentions, modeling_switch_transformers.py), the one
+# dropout rate of the whole model.
+ATTENTION_DROPOUT_KEY = dict.fromkeys(("t5", "mt5", "umt5", "longt5", "switch_transformers"), "dropout_rate")
 
 
 def attention_dropout(a: Arch) -> float:
@@ -332,3 +334,22 @@ def attention_dropout(a: Arch) -> float:
         if isinstance(p, (int, float)) and not isinstance(p, bool):
             return float(p)
     return 0.0
+
+
+# Stacks whose first layer computes the relative position biases and hands them to every later layer
+# (T5Stack.forward: position_bias, encoder_decoder_position_bias passed as the layer's arguments).
+PASSED_POSITION_BIAS = {"t5": "modeling_t5.T5Stack", "mt5": "modeling_mt5.MT5Stack",
+                        "switch_transformers": "modeling_switch_transformers.SwitchTransformersStack"}
+
+
+def passed_position_bias_bytes(a: Arch, g: Graph, r: Regime) -> int:
+    """Bytes per token squared, one for the batch: what checkpointing keeps of a PASSED_POSITION_BIAS stack, whose
+    later layers take the biases as inputs, kept until their backward: per stack of two or more layers the bias
+    Embedding's [T, T, heads] output in the weights' dtype (the residual stream's), and in a decoder the
+    cross-attention's zero bias [1, heads, T, S] in the query's (compute) dtype. Without checkpointing they go with
+    their stack's forward. Read off a checkpointed CPU-simulated LoRA step of t5-small (FINDINGS.md F101)."""
+    if a.model_type not in PASSED_POSITION_BIAS:
+        return 0
+    layers = {s: sum(1 for b in g.spec.blocks if b.stack == s) for s in ("encoder", "decoder")}
+    return a.heads * (r.residual_bytes * sum(n > 1 for n in layers.values())
+                      + (r.compute_bytes if layers["decoder"] > 1 else 0))

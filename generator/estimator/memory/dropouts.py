@@ -32,9 +32,10 @@ BRANCHES = -1
 # (resid_dropout on both branches, embed_dropout), starcoder2 (attention and MLP residual_dropout,
 # embedding_dropout), gpt_neox (post_attention/post_mlp_dropout, emb_dropout), bloom (dropout_add after attention
 # and MLP), xglm (two per layer + the embeddings'). T5 and its copies (modeling_t5.py, modeling_mt5.py,
-# modeling_umt5.py), all on config.dropout_rate: T5LayerSelfAttention, T5LayerCrossAttention and T5LayerFF each drop
-# their branch's output; T5DenseActDense and T5DenseGatedActDense drop the MLP-wide tensor wo reads; each T5Stack
-# drops its input embeddings and its final norm's output (four per token for an encoder and a decoder). BART and
+# modeling_umt5.py, modeling_longt5.py, modeling_switch_transformers.py), all on config.dropout_rate:
+# T5LayerSelfAttention, T5LayerCrossAttention and T5LayerFF each drop their branch's output; T5DenseActDense and
+# T5DenseGatedActDense drop the MLP-wide tensor wo reads; each T5Stack drops its input embeddings and its final
+# norm's output (four per token for an encoder and a decoder). BART and
 # the encoder-decoders copied from it (modeling_bart.py, mbart, marian, pegasus, m2m_100, blenderbot,
 # blenderbot_small, plbart): config.dropout on each residual branch's output and on each stack's embeddings (two per
 # token), config.activation_dropout between fc1's activation and fc2. BERT and its copies (modeling_bert.py,
@@ -48,7 +49,8 @@ DROPOUTS: dict[str, ModelDropouts] = {
     "starcoder2": ModelDropouts("residual_dropout", 2, "embedding_dropout", 1),
     "gpt_neox": ModelDropouts("hidden_dropout", 2, "hidden_dropout", 1), "bloom": ModelDropouts("hidden_dropout", 2),
     "xglm": ModelDropouts("dropout", 2, "dropout", 1),
-    **dict.fromkeys(("t5", "mt5", "umt5"), ModelDropouts("dropout_rate", BRANCHES, "dropout_rate", 4, 1)),
+    **dict.fromkeys(("t5", "mt5", "umt5", "longt5", "switch_transformers"),
+                    ModelDropouts("dropout_rate", BRANCHES, "dropout_rate", 4, 1)),
     **dict.fromkeys(("bart", "mbart", "marian", "pegasus", "m2m_100", "blenderbot", "blenderbot-small", "plbart"),
                     ModelDropouts("dropout", BRANCHES, "dropout", 2, 1, "activation_dropout")),
     **dict.fromkeys(("bert", "roberta", "xlm-roberta"), ModelDropouts("hidden_dropout_prob", 2, "hidden_dropout_prob", 1)),

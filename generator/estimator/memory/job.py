@@ -18,7 +18,7 @@ from ..config.arch import Arch
 from ..graph.nodes import Graph, tied_weight_params
 from ..inputs import Assumptions
 from .activations import block_activation_bytes, forward_locals_bytes, last_linear_params
-from .attention import eager_forward_scores, head_params
+from .attention import eager_forward_scores, head_params, passed_position_bias_bytes
 from .ends import final_norm_backward_bytes, head_norm_bytes
 from .experts import every_expert_backward_terms, frozen_input_expert_bytes, held_transient_bytes
 from .frameworks import (
@@ -240,6 +240,7 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
     out: list[tuple[Phase, ...]] = []
     for grad_ckpt in variants:
         lay = ckpt_layer if grad_ckpt else layer  # `lay` is read where the layers are checkpointed
+        biases = T * T * passed_position_bias_bytes(a, g, r) if grad_ckpt else 0  # T5's, later layers' inputs
         cache = T * kept_cache_bytes(a, g, r, grad_ckpt, job.upcast_fp32)  # kept output's (F8); upcast's (F62)
         kept, cache = (T * c * spec.logits + cache if job.keep_outputs else 0), \
             (cache if job.upcast_fp32 or spec.no_grad else 0)
@@ -297,11 +298,11 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
             recomputed = max(zip(lay, held, fixed, beside, layer, strict=True),
                              key=lambda t: B * (t[0] + t[1]) + t[2] + t[3], default=(0, 0, 0, 0, 0))
             phases = [phase("loss (logits)", weights=weights, optimizer_state=state,
-                            activations=B * (inputs + head + kept - logits) + carried, logits=B * logits,
+                            activations=B * (inputs + head + kept - logits) + carried + biases, logits=B * logits,
                             overhead_weights=ckpt_copies[0], last_stage=chunk, head_activations=at_loss),
                       phase("backward (recomputing a checkpointed layer)", weights=weights, optimizer_state=state,
                             gradients=head_grads,
-                            activations=B * inputs + B * (recomputed[0] + recomputed[1]) + recomputed[2],
+                            activations=B * inputs + B * (recomputed[0] + recomputed[1]) + recomputed[2] + biases,
                             overhead_weights=ckpt_copies[1], overhead_fixed=recomputed[3],
                             experts=recomputed[2], stage_whole=B * (recomputed[4] + recomputed[1]) + recomputed[2])]
             if r.trained and r.amp:  # a full fine-tune under autocast: its cached copies at the loss (LoRA's
@@ -309,14 +310,14 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
                 # keeps every layer's bf16 copy of its fp32 weights until the autocast region exits
                 # (aten/src/ATen/autocast_mode.cpp cached_cast: fp32 leaves that require grad), checkpointed or not
                 phases.append(phase(CACHE_PHASE, weights=weights, optimizer_state=state,
-                                    activations=B * (inputs + head + kept - logits) + carried,
+                                    activations=B * (inputs + head + kept - logits) + carried + biases,
                                     logits=B * (logits - fwd_less), head_activations=at_loss,
                                     overhead_weights=copies, last_stage=chunk))
             if any(f for f, _ in chunked):  # a Mamba-2 layer's recomputed forward at its chunks (recurrence)
                 k = max(range(len(distinct)), key=lambda i: B * (lay[i] + chunked[i][0]) + fixed[i])
                 phases.append(phase("backward (recomputing the torch scan's chunks)", weights=weights,
                                     optimizer_state=state, gradients=head_grads,
-                                    activations=B * (inputs + lay[k] + chunked[k][0]) + fixed[k],
+                                    activations=B * (inputs + lay[k] + chunked[k][0]) + fixed[k] + biases,
                                     overhead_weights=ckpt_copies[1], overhead_fixed=dequant, experts=fixed[k],
                                     stage_whole=B * (layer[k] + chunked[k][0]) + fixed[k]))
             if r.trained:  # a full fine-tune's gradients grow as the backward goes down the stack while the
@@ -336,7 +337,7 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
         if any(g for g, _ in terms.grads):  # the last (recomputed) layer's adapted down's backward (F10)
             i, (weight_grad, per_token) = max(enumerate(terms.grads), key=lambda t: t[1][0] + B * T * t[1][1]
                                               + (B * lay[t[0]] + fixed[t[0]] if grad_ckpt else 0))
-            live, experts = (B * (inputs + lay[i]), fixed[i]) if grad_ckpt else (B * (emb + layers_sum), fixed_sum)
+            live, experts = (B * (inputs + lay[i]) + biases, fixed[i]) if grad_ckpt else (B * (emb + layers_sum), fixed_sum)
             phases.append(phase("backward (an adapted expert tensor's gradient)", weights=weights,
                                 optimizer_state=state, activations=live + experts + weight_grad + B * T * per_token,
                                 overhead_weights=ckpt_copies[1] if grad_ckpt else copies, overhead_fixed=dequant,
@@ -347,14 +348,14 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
             live = inputs if grad_ckpt else emb + layers_sum - min(layer) + T * views + kept
             phases.append(phase("backward (attention scores' gradients)", weights=weights, gradients=made,
                                 optimizer_state=state, activations=B * (live + math_saved + math_grads)
-                                + (0 if grad_ckpt else fixed_sum),
+                                + (biases if grad_ckpt else fixed_sum),
                                 overhead_weights=ckpt_copies[-1] if grad_ckpt else copies, overhead_fixed=dequant,
                                 stage_whole=B * (math_saved + math_grads),
                                 head_activations=0 if grad_ckpt else kept_logits))
         if late:  # the layer whose (recomputed) softmax or scan backward holds the most, the head's tensors freed
             name, k, extra, made_after, freed = max(late, key=lambda t: B * t[2] + t[3] - t[4]
                                                     + (B * lay[t[1]] + fixed[t[1]] if grad_ckpt else -B * later[t[1]]))
-            live, experts = (B * (inputs + lay[k] + extra), fixed[k]) if grad_ckpt else \
+            live, experts = (B * (inputs + lay[k] + extra) + biases, fixed[k]) if grad_ckpt else \
                 (B * (emb + layers_sum - later[k] + T * views + kept + extra), fixed_sum)
             if name in (SCAN_PHASE, EXPERTS_PHASE) and not grad_ckpt and r.trained and r.amp:
                 freed += 2 * head_mm  # the head's backward ran: its autocast copy is freed
@@ -370,7 +371,7 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
             k = max(range(len(distinct)), key=lambda i: lay[i])
             live = inputs + lay[k] if grad_ckpt else emb + layers_sum + T * views + kept
             phases.append(phase(EAGER_FORWARD_PHASE, weights=weights, optimizer_state=state, overhead_fixed=dequant,
-                                activations=B * (live + held_scores) + (fixed[k] if grad_ckpt else fixed_sum) + carried,
+                                activations=B * (live + held_scores) + (fixed[k] + biases if grad_ckpt else fixed_sum) + carried,
                                 overhead_weights=ckpt_copies[0] if grad_ckpt else copies,
                                 stage_whole=B * (layer[k] + held_scores) + fixed[k] if grad_ckpt else B * held_scores,
                                 head_activations=0 if grad_ckpt else kept_logits))

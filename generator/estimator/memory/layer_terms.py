@@ -199,7 +199,7 @@ def layer_bytes(a: Arch, b: Block, r: Regime, attention: str, T: int, saves: boo
     out = base
     if attention == "eager":  # eager keeps its scores
         linear, squared = eager_layer_terms(a, b, c, r.trained, r)
-    elif math_sdpa(a, r.cpu, True):  # so does SDPA's math kernel, in fp32
+    elif math_sdpa(a, r.cpu, True, r.trained):  # so does SDPA's math kernel, in fp32
         linear, squared = math_layer_terms(a, b, r)
     else:  # SDPA handed a mask keeps it (F11)
         linear, squared = masked_sdpa_terms(a, b, T, r)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..config.arch import Arch
 from ..graph.nodes import Graph
-from .activations import Regime, mask_bytes
+from .activations import POSITION_BIAS_SDPA, Regime, mask_bytes
 from .attention import attention_dropout, full_attention_heads
 
 MLA_PART = "Multi-head Latent Attn"  # families/assembly.mla_part's node type
@@ -38,15 +38,16 @@ def _dropped_bytes(a: Arch, r: Regime) -> int:
     return (mask_bytes(r, 4) + 4) if r.dropout and attention_dropout(a) > 0 else 0
 
 
-def math_sdpa(a: Arch, cpu: bool, training: bool) -> str:
+def math_sdpa(a: Arch, cpu: bool, training: bool, trained: bool = False) -> str:
     """Why torch's scaled_dot_product_attention runs its math kernel (aten _scaled_dot_product_attention_math)
     for this model, '' where a fused one takes the call. torch picks a fused kernel only when its checks pass
     (aten/src/ATen/native/transformers/sdp_utils_cpp.h and cuda/sdp_utils.cpp):
     - equal query and K/V head counts unless enable_gqa (check_batch_size_and_num_heads_dense), on every device:
       falcon's multi-query attention fails it;
-    - on the CPU (the simulation), the flash kernel alone: no dropout (check_for_dropout) and equal q/k and v head
-      dims (check_head_dim_size_cpp: multi-head latent attention's 192 vs 128). CUDA's memory-efficient kernel takes
-      both, so a GPU keeps no scores there."""
+    - on the CPU (the simulation), the flash kernel alone: no dropout (check_for_dropout), equal q/k and v head
+      dims (check_head_dim_size_cpp: multi-head latent attention's 192 vs 128) and no mask that needs a gradient
+      (a `trained` relative position bias, POSITION_BIAS_SDPA: seen in torch 2.13's profile, F101). CUDA's
+      memory-efficient kernel takes all three, so a GPU keeps no scores there."""
     if _falcon_multi_query(a):
         return ("falcon's multi-query attention hands torch's SDPA one K/V head for all query heads "
                 "(modeling_falcon.FalconAttention, no enable_gqa): the fused kernels need equal head counts, so it "
@@ -55,6 +56,8 @@ def math_sdpa(a: Arch, cpu: bool, training: bool) -> str:
         return ""
     if training and attention_dropout(a) > 0:
         return "attention dropout on the CPU: its flash kernel takes no dropout"
+    if training and trained and a.model_type in POSITION_BIAS_SDPA:
+        return "a trained relative position bias on the CPU: its flash kernel takes no mask that needs a gradient"
     dk, dv = _head_dims(a)
     return "unequal q/k and v head dims on the CPU: its flash kernel needs them equal" if dk != dv else ""
 
@@ -68,8 +71,10 @@ def math_layer_terms(a: Arch, b, r: Regime) -> tuple[int, int]:
     output (multi-head latent attention: every tensor of the part but its two compressed latents, which its norms
     keep; o_proj keeps math's output copy when its weight trains) and the fp32 logsumexp. Read off CPU-simulated
     steps with the fused kernels switched off (torch.backends.cuda.enable_flash_sdp(False)) and of DeepSeek-V3's
-    and MiniCPM3's latent attention."""
-    attention = [p for p in b.parts if p.attends]
+    and MiniCPM3's latent attention. A trained relative position bias sends the self-attentions alone there (the
+    cross-attention's zero bias needs no gradient): their mask copies (masked_sdpa_terms) are not kept."""
+    bias_only = a.model_type in POSITION_BIAS_SDPA and not (r.dropout and attention_dropout(a) > 0)
+    attention = [p for p in b.parts if p.attends and not (bias_only and p.window < 0)]
     if not attention:
         return 0, 0
     c, heads = r.compute_bytes, a.heads
@@ -87,7 +92,7 @@ def math_backward_bytes(a: Arch, g: Graph, r: Regime, tokens: int, attention: st
     beside them: the AV matmul's gradient of the probabilities (bmm) and the softmax's (_softmax_backward_data)). By then the layer's later tensors (its MLP's) are freed.
     Read off CPU-simulated steps (falcon and DeepSeek-V3 with checkpointing: those two tensors and the saved
     softmax were the peak)."""
-    if attention == "eager" or not math_sdpa(a, r.cpu, True):
+    if attention == "eager" or not math_sdpa(a, r.cpu, True, r.trained):
         return 0, 0
     heads = max(full_attention_heads(g), default=0)
     dropped = _dropped_bytes(a, r)

@@ -145,7 +145,7 @@ def train_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, method: str, r
     # SDPA's math kernel: the fp32 score gradients of its last attention's backward (job.py's phase "backward
     # (attention scores' gradients)"), folded into every phase here: at most the head's bytes above that job
     math_sq = math_backward_bytes(a, g, r, 1, "eager" if eager else "sdpa")[1]
-    if eager or math_sdpa(a, r.cpu, True):  # and so does SDPA's math kernel, in fp32
+    if eager or math_sdpa(a, r.cpu, True, r.trained):  # and so does SDPA's math kernel, in fp32
         scores = distinct_values(spec, lambda b: eager_layer_terms(a, b, r.compute_bytes, r.trained, r) if eager
                                  else math_layer_terms(a, b, r))
         rates = [rate + linear for rate, (linear, _) in zip(rates, scores, strict=True)]
