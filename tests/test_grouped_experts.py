@@ -38,9 +38,11 @@ def _olmoe():
 
 def test_the_grouped_types_are_the_decorated_ones() -> None:
     """Every grouped type holds its experts as tensors; Llama 4 (bmm over every expert: autocast caches its copies)
-    and DBRX (its own loop) hold tensors but are not grouped."""
+    and DBRX (its own loop) hold tensors but are not grouped. Sarvam's two types have no modeling file of their own:
+    the auto mappings build DeepseekV3ForCausalLM and Glm4MoeForCausalLM, both grouped."""
     assert GROUPED_MM_EXPERTS <= TENSOR_EXPERTS
     assert {"olmoe", "qwen3_moe", "mixtral", "deepseek_v3", "gpt_oss", "gemma4_text"} <= GROUPED_MM_EXPERTS
+    assert {"sarvam_mla", "sarvam_moe"} <= GROUPED_MM_EXPERTS
     assert not {"llama4_text", "dbrx", "jetmoe"} & GROUPED_MM_EXPERTS
     llama4 = normalise(CONFIG_MAPPING["llama4_text"]().to_dict(), "l4")
     assert not any(grouped(llama4, p) for b in llama4.spec.blocks for p in b.parts)

@@ -183,7 +183,9 @@ BUILD_REPAIRS = {"dbrx": {"attn_config": {"rope_theta": 10000.0}}}
 
 
 def grouped_expert_types() -> list[str]:
-    """The model_types we read whose modeling file decorates an experts class with use_experts_implementation."""
+    """The model_types we read whose modeling file decorates an experts class with use_experts_implementation: the
+    type's own modeling file, and the file of the class the auto mappings build for it (sarvam_mla builds
+    DeepseekV3ForCausalLM, sarvam_moe Glm4MoeForCausalLM: neither has a modeling file of its own)."""
     import importlib
     import inspect
 
@@ -192,11 +194,19 @@ def grouped_expert_types() -> list[str]:
     out = []
     for t in model_types():
         module = model_type_to_module_name(t)
-        try:
-            source = inspect.getsource(importlib.import_module(f"transformers.models.{module}.modeling_{module}"))
-        except (ImportError, OSError, TypeError):
-            continue
-        if "@use_experts_implementation" in source:
+        modules = {f"transformers.models.{module}.modeling_{module}"}
+        for table in (modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, modeling_auto.MODEL_MAPPING_NAMES):
+            name = table.get(t)
+            cls = getattr(transformers, name[0] if isinstance(name, (list, tuple)) else name, None) if name else None
+            if cls is not None:
+                modules.add(cls.__module__)
+        sources = []
+        for m in sorted(modules):
+            try:
+                sources.append(inspect.getsource(importlib.import_module(m)))
+            except (ImportError, OSError, TypeError):
+                continue
+        if any("@use_experts_implementation" in s for s in sources):
             out.append(t)
     return out
 

@@ -29,8 +29,15 @@ TUPLE_ROUTERS = {"llama4": "modeling_llama4.Llama4Router", "llama4_text": "model
 # LoRA adapts every other Linear of the model (families/latent_attention._v4_part leaves it out).
 GROUPED_LINEARS = {"deepseek_v4": ("o_a_proj", "modeling_deepseek_v4.DeepseekV4GroupedLinear")}
 # Fused expert tensors that peft's all-linear adapts (lora.FUSED_EXPERTS) and that the model's own loop indexes
-# expert by expert, whose backward holds full-size gradients of the adapted tensors: measured, not yet priced (F100).
+# expert by expert, whose backward holds full-size gradients of the adapted tensors (experts.expert_grad_transient,
+# F100, F101): priced, and said, being the largest term of such a job.
 LOOPED_FUSED_EXPERTS = {"longcat_flash": "modeling_longcat_flash.LongcatFlashExperts"}
+# Expert loops of transformers 5.24 that misread their router's output (F101): NllbMoeSparseMLP hands
+# NllbMoeExperts.forward the router's one-hot top-1 mask ([tokens, experts]), which it one-hots again as if it held
+# expert indices: expert 0 runs on every (token, expert) entry that is 0, (experts - 1) x tokens rows, expert 1 on
+# the top-1 entries, the other experts on none, and the second expert is lost. A real step at 16 experts, two
+# sparse layers and 512 tokens: expert 0's rows 7,966 and 7,833 (of 8,192), the step 13.9% above the top-2 figure.
+MISROUTED_EXPERTS = {"nllb-moe": "modeling_nllb_moe.NllbMoeExperts"}
 
 
 @dataclass(frozen=True)
@@ -217,13 +224,19 @@ def check_scope(a: Arch, train_tokens: int, requested_tokens: int, serve_tokens:
                            "tensor's effective weight, about a second copy of the experts; --lora-targets "
                            "q_proj,k_proj,v_proj,o_proj prices attention-only adapters."))
     if a.model_type in LOOPED_FUSED_EXPERTS:
-        out.append(Finding("lora_expert_loop", "warning",
+        out.append(Finding("lora_expert_loop", "info",
                            f"{LOOPED_FUSED_EXPERTS[a.model_type]} runs its experts one by one, indexing the fused "
-                           "tensors peft's all-linear adapts; the backward then holds full-size gradients of the "
-                           "adapted gate+up tensor (the zero experts' rows included), which the LoRA and QLoRA figures "
-                           "leave out: a CPU step on real tensors read 27% above them at one layer and 16 experts. "
-                           "Attention-only targets (--lora-targets q_a_proj,q_b_proj,kv_a_proj_with_mqa,kv_b_proj,"
-                           "o_proj) avoid it."))
+                           "tensors peft's all-linear adapts; the backward then sums full-size gradients of each "
+                           "adapted tensor, three gate+up-sized ones at once (the zero experts' rows included) beside "
+                           "the down tensor's, which the LoRA and QLoRA figures include. Attention-only targets "
+                           "(--lora-targets q_a_proj,q_b_proj,kv_a_proj_with_mqa,kv_b_proj,o_proj) avoid them."))
+    if a.model_type in MISROUTED_EXPERTS:
+        out.append(Finding("misrouted_experts", "warning",
+                           f"transformers 5.24's {MISROUTED_EXPERTS[a.model_type]} reads the router's one-hot mask as "
+                           "expert indices: expert 0 runs on (experts - 1) x tokens rows, expert 1 on the top-1 "
+                           "tokens, no other expert on any. A training step there holds far more than the top-2 "
+                           "routing these figures price (and computes something else); serving and training figures "
+                           "are those of the routing the config defines."))
     if a.model_type in TUPLE_ROUTERS:
         out.append(Finding("lora_all_linear_fails", "warning",
                            f"peft 0.21's target_modules='all-linear' wraps {TUPLE_ROUTERS[a.model_type]}, an nn.Linear "

@@ -1779,6 +1779,8 @@ GROUPED_MM_EXPERTS: frozenset[str] = frozenset({
     'qwen3_vl_moe',
     'qwen3_vl_moe_text',
     'qwen3_vl_moe_vision',
+    'sarvam_mla',
+    'sarvam_moe',
     'solar_open',
     'unlimited_ocr',
     'unlimited_ocr_sam_vision_model',
@@ -1800,8 +1802,6 @@ TENSOR_EXPERTS: frozenset[str] = GROUPED_MM_EXPERTS | frozenset({
     'llama4_text',
     'longcat_flash',
     'nemo_speechlm',
-    'sarvam_mla',
-    'sarvam_moe',
     'step3p7',
 })
 

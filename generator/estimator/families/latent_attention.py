@@ -68,8 +68,13 @@ def longcat_flash(cfg: Mapping[str, Any], model: str) -> Arch:
         moe = moe_part(f"MoE_{i}", h, routed, k, e_inter, router_params=router,
                        extra=zero * 2 * e_inter * h)
         idle = zero * 2 * e_inter * h  # allocated for the zero experts, never multiplied
+        # LongcatFlashExperts' loop keeps each pick's output times its routing weight for index_add_ (as DBRX's,
+        # F100), and the weighting mul a zero expert's input, its identity output: a hidden width each per pick
+        # beyond moe_part's, which counts at most n_routed_experts picks (F101)
+        kept = (k - moe.top_k) * h + k * h
         parts.append(moe._replace(type=f"MoE ({routed} experts + {zero} zero, top-{k})",
-                                  active=moe.active_params - idle))
+                                  active=moe.active_params - idle, mats=((2 * total, h, e_inter),) + moe.mats[1:],
+                                  act=moe.act + kept, act_frozen=moe.frozen_act + kept))
         blocks.append(Block(i, "mla", tuple(parts)))
     tie = r.flag("tie_word_embeddings", False)
     embed = [Part("Input", "Input", width=-1), Part("Embedding", "Embedding", vocab * h), Part("RoPE", "RoPE")]

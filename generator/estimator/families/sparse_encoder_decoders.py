@@ -21,6 +21,7 @@ from typing import Any
 from ..config.arch import Arch
 from ..config.reader import Reader
 from ..graph.parts import Part, mlp_part, moe_part
+from ..memory.lora import LINEAR_EXPERTS_PART
 from .assembly import Builder
 from .encoder_decoders import BartTraits, T5Traits, bart_like, t5
 
@@ -41,7 +42,7 @@ def _switch_ffn(r: Reader, stack: str, j: int, i: int, d: int, ff: int, gated: b
     step = _switch_step(r, stack)
     if step > 0 and (j % step == 1 or step == 1):
         return moe_part(f"FFN_{i}", d, r.int("num_experts", 8), 1, ff, gated=False,
-                        router_bias=r.flag("router_bias", False))
+                        router_bias=r.flag("router_bias", False))._replace(type=LINEAR_EXPERTS_PART)
     return mlp_part(f"FFN_{i}", "MLP", d, ff, False, False)
 
 
@@ -50,7 +51,7 @@ def _nllb_ffn(r: Reader, stack: str, j: int, i: int, d: int, ffn: int) -> Part:
     step = r.int(f"{stack}_sparse_step", 4, minimum=0)
     if step > 0 and (j + 1) % step == 0:
         return moe_part(f"FFN_{i}", d, r.int("num_experts", 128), 2, ffn, gated=False, bias=True,
-                        router_bias=r.flag("router_bias", False))
+                        router_bias=r.flag("router_bias", False))._replace(type=LINEAR_EXPERTS_PART)
     return mlp_part(f"FFN_{i}", "MLP", d, ffn, False, True)
 
 

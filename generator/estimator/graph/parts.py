@@ -1,9 +1,7 @@
 """The generic model spec every family builder produces: parts (nodes) grouped into blocks (layers).
 
-A Part is one node of the structure table with its parameter count and, per token, what it adds to compute (matmul
-weights, attention FLOPs), to training memory (saved activations), and to serving (working set, KV cache or recurrent
-state). The family builders (families/) fill these from a config; graph/nodes.py, memory/ and cost.py only read them.
-The per-part formulas live in the helpers below and cite the modeling files they follow.
+A Part is one node of the structure table with its parameters and, per token, what it adds to compute, to training
+memory and to serving. The builders (families/) fill these; graph/nodes.py, memory/ and cost.py only read them.
 """
 
 from __future__ import annotations
@@ -52,6 +50,12 @@ class Part(NamedTuple):
     def expert_mats(self) -> tuple[tuple[int, int, int], ...]:
         """The routed experts' weight tensors (gate+up, down: the first two of moe_part's `mats`); () elsewhere."""
         return self.mats[:2] if self.top_k else ()
+
+    @property
+    def gated_experts(self) -> bool:
+        """Routed experts with a gate+up tensor: its rows (mats[0]) twice the down tensor's experts, or more where zero
+        experts hold rows too (LongCat-Flash: n_routed_experts + zero_expert_num, families/latent_attention.py)."""
+        return len(self.mats) >= 2 and self.mats[0][0] >= 2 * self.mats[1][0]
 
     @property
     def attends(self) -> bool:
@@ -271,12 +275,11 @@ def attention_part(name: str, typ: str, hidden: int, heads: int, kv_heads: int, 
                    extra_linears: tuple[tuple[int, int], ...] = (), cached: bool = True) -> Part:
     """Self-attention with q/k/v/o projections (modeling_llama.LlamaAttention and its descendants).
 
-    kv: 2 x kv_heads x head_dim per token (K and V; GQA/MQA share K/V heads: Ainslie et al. 2023,
-    arXiv:2305.13245). Saved per token (measured, data/measurements/FINDINGS.md F3/F4): the rope'd q and k
-    once (RoPE's multiplies save only the shared cos/sin), v, the SDPA output (= o_proj's input; no score
-    matrix with fused kernels) and the fp32 log-sum-exp per head; the same with the weights frozen.
-    `q_mult` 2 for gated attention (q_proj also emits the output gate, modeling_qwen3_next.py).
-    """
+    kv: 2 x kv_heads x head_dim per token (K and V; GQA/MQA share K/V heads: Ainslie et al. 2023, arXiv:2305.13245).
+    Saved per token (measured, data/measurements/FINDINGS.md F3/F4): the rope'd q and k once (RoPE's multiplies save
+    only the shared cos/sin), v, the SDPA output (= o_proj's input; no score matrix with fused kernels) and the fp32
+    log-sum-exp per head; the same with the weights frozen. `q_mult` 2 for gated attention (q_proj also emits the
+    output gate, modeling_qwen3_next.py)."""
     v_dim = v_dim or head_dim
     q, k, v = heads * head_dim, kv_heads * head_dim, kv_heads * v_dim
     o_in = o_in or heads * v_dim
@@ -305,10 +308,9 @@ def shared_kv_attention_part(name: str, hidden: int, heads: int, head_dim: int, 
 def cross_attention_part(n: int, hidden: int, heads: int, head_dim: int, *, bias: bool, fused_kv: bool = False) -> Part:
     """Layer n's cross-attention over the encoder's output (already at the decoder's width): q from the decoder's
     stream, k/v from the encoder's tokens, o back, every head its own K/V; its cache is K and V over the encoder's
-    tokens (window -1), not over the generated ones. `fused_kv`: one projection emits K and V
-    (modeling_gpt2.GPT2Attention(is_cross_attention=True): q_attn hidden x hidden, c_attn hidden x 2 hidden,
-    c_proj; modeling_gpt_bigcode.GPTBigCodeAttention alike), else q/k/v/o apart (modeling_bert.BertLayer.crossattention,
-    modeling_xglm.XGLMDecoderLayer.encoder_attn)."""
+    tokens (window -1), not over the generated ones. `fused_kv`: one projection emits K and V (GPT2Attention with
+    is_cross_attention: q_attn hidden x hidden, c_attn hidden x 2 hidden, c_proj; GPTBigCodeAttention alike), else
+    q/k/v/o apart (modeling_bert.BertLayer.crossattention, modeling_xglm.XGLMDecoderLayer.encoder_attn)."""
     p = attention_part(f"Cross_Attention_{n}", "Cross Attn", hidden, heads, heads, head_dim, qkv_bias=bias, o_bias=bias,
                        rope=False, window=-1)
     if fused_kv:
@@ -340,17 +342,15 @@ def moe_part(name: str, hidden: int, experts: int, top_k: int, inter: int, *, ga
              shared_lora: bool = True, expert_extra: int = 0, router_params: int | None = None) -> Part:
     """Routed experts (+ shared experts): every expert is held, top_k of them run per token.
 
-    Parameters: router hidden x experts, experts x (gate/up/down), shared expert MLP of width `shared`
-    (+ its sigmoid gate hidden -> 1, modeling_qwen2_moe.py). Active per token: the router, top_k experts
-    and the shared expert. Saved per token: each chosen expert's gated MLP tensors (4 x inter), the
-    shared expert's, and the fp32 router logits; per routed token (top_k per token) its gathered input (for the
-    experts' weight gradient) and its expert's output (for the routing weight's gradient), as transformers'
-    experts implementations keep them (integrations/moe.py grouped_mm_experts_forward: hidden_states[perm // k]
-    and proj_out * sample_weights_g; the eager loop: hidden_states[token_idx] and the weighted down output;
-    data/measurements/FINDINGS.md F9); frozen experts keep no input. A sigmoid shared-expert gate keeps the
-    shared output (modeling_qwen2_moe.Qwen2MoeSparseMoeBlock). `linears` are the shared experts' nn.Linear
-    layers; `mats` (gate+up, then down, 3-D) and `top_k` say which tensors peft's ParamWrapper adapts for the
-    model types whose experts peft converts (memory/lora.py FUSED_EXPERTS)."""
+    Parameters: router hidden x experts, experts x (gate/up/down), shared expert MLP of width `shared` (+ its sigmoid
+    gate hidden -> 1, modeling_qwen2_moe.py). Active per token: the router, top_k experts and the shared expert.
+    Saved per token: each chosen expert's gated MLP tensors (4 x inter), the shared expert's, the fp32 router logits;
+    per routed token its gathered input (the experts' weight gradient) and its expert's output (the routing weight's
+    gradient), as transformers keeps them (integrations/moe.py grouped_mm_experts_forward: hidden_states[perm // k],
+    proj_out * sample_weights_g; the eager loop: hidden_states[token_idx], the weighted down output; FINDINGS.md F9);
+    frozen experts keep no input. A sigmoid shared-expert gate keeps the shared output (Qwen2MoeSparseMoeBlock).
+    `linears`: the shared experts' nn.Linears; `mats` (gate+up, down, 3-D: Part.gated_experts) and `top_k`: the
+    tensors peft's ParamWrapper adapts for the types whose experts peft converts (memory/lora.py FUSED_EXPERTS)."""
     per_expert = (2 if gated else 1) * linear(hidden, inter, bias) + linear(inter, hidden, bias) + expert_extra
     router = linear(hidden, experts, router_bias) if router_params is None else router_params
     shared_p = (3 if gated else 2) * hidden * shared + (hidden if shared_gate else 0) if shared else 0

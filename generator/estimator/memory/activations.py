@@ -15,7 +15,7 @@ from ..config.arch import Arch
 from ..graph.nodes import Graph
 from ..graph.parts import Block, Part
 from .dropouts import layer_dropouts
-from .lora import adapted_linears, all_linear_roles, expert_tensors, linear_roles
+from .lora import adapted_linears, all_linear_roles, expert_tensors, linear_experts, linear_roles
 
 # transformers' Python-written GELUs (activations.py NewGELUActivation, FastGELUActivation, QuickGELUActivation)
 # save three more MLP-width tensors than one fused op (FINDINGS.md F8: gpt2's gelu_new).
@@ -181,14 +181,17 @@ def adapter_activation_bytes(b: Block, roles: frozenset[str] | None, rank: int, 
         b = Block(b.index, b.kind, tuple(p for p in b.parts if p not in idle), b.stack)
     c, ab = r.compute_bytes, adapter_input_bytes(r)
     saved = c if r.amp else ab  # the bytes per element lora_A's input copy and lora_B's input take
+    # an nn.Linear expert's adapter (lora.linear_experts) as a Linear's, over the rows routed to it: top_k a token
+    routed = sum(k * ((saved + (mask_bytes(r, ab) if r.lora_dropout else 0)) * i + saved * rank)
+                 for _, i, _, k in linear_experts(b, roles))
     if ab != c or r.lora_dropout:  # a copy per adapter: sums over the adapted Linears
         per_input = saved + (mask_bytes(r, ab) if r.lora_dropout else 0)
         if roles is None:
-            return per_input * b.lora_in + saved * rank * len(b.linears)
-        return sum(per_input * i + saved * rank for i, _, _ in adapted_linears(b, roles))
+            return per_input * b.lora_in + saved * rank * len(b.linears) + routed
+        return sum(per_input * i + saved * rank for i, _, _ in adapted_linears(b, roles)) + routed
     adapted = adapted_linears(b, roles)
     groups = {g: i for i, _, g in adapted if g != "attn_out"}
-    return saved * (sum(groups.values()) + rank * len(adapted))
+    return saved * (sum(groups.values()) + rank * len(adapted)) + routed
 
 
 def recompute_transient_bytes(b: Block, r: Regime, roles: frozenset[str] | None, saves: bool = False,

@@ -10,7 +10,7 @@ from ..graph.nodes import Graph
 from ..graph.parts import Block, Part
 from .activations import Regime, recompute_transient_bytes
 from .ends import frozen_input
-from .lora import all_linear_roles, expert_tensors
+from .lora import FUSED_EXPERTS, all_linear_roles, expert_tensors
 
 
 def expert_weight_bytes(b: Block, roles: frozenset[str] | None, r: Regime) -> int:
@@ -36,15 +36,27 @@ def frozen_input_expert_bytes(a: Arch, g: Graph, roles: frozenset[str] | None, r
     return r.residual_bytes * sum(e * i * o for e, i, o, m, _ in tensors if e == 1 or m == 2)
 
 
-def expert_grad_transient(b: Block, roles: frozenset[str] | None, r: Regime) -> tuple[int, int]:
+def expert_grad_transient(a: Arch, b: Block, roles: frozenset[str] | None, r: Regime) -> tuple[int, int]:
     """(batch-free bytes, bytes per token) the backward of an adapted down tensor holds at once (FINDINGS.md F10):
     the effective weight's gradient (experts x inter x hidden, the weight's dtype), the gradients of its input
-    (k x inter) and of the routed outputs (k x hidden), and the residual stream's gradient (hidden)."""
-    down = [(e, i, o, k) for e, i, o, m, k in expert_tensors(b, roles) if e > 1 and m == 1]
+    (k x inter) and of the routed outputs (k x hidden), and the residual stream's gradient (hidden).
+    Experts that loop, indexing the effective tensors expert by expert (looped), hold more: each index's backward
+    (select_backward) makes a full-size gradient of the tensor it indexed, which autograd sums into one gradient per
+    effective tensor until every expert's backward has run. At the gate+up tensor's sum: the down tensor's summed
+    gradient and three gate+up-sized tensors (the sum so far, the expert's select_backward and their out-of-place
+    sum; the gate+up tensor's rows include LongCat-Flash's zero experts'). Read off a seeded real-tensor LongCat-Flash
+    LoRA step (F100's listing: two select_backward gradients and an add.Tensor sum of [24, 4096, 6144] beside the
+    down tensor's [16, 6144, 2048] sum; F101)."""
+    tensors = expert_tensors(b, roles)
+    down = [(e, i, o, k) for e, i, o, m, k in tensors if e > 1 and m == 1]
     if not down:
         return 0, 0
     e, i, o, k = max(down, key=lambda t: t[0] * t[1] * t[2])
-    return r.residual_bytes * e * i * o, r.compute_bytes * (k * i + k * o + o)
+    per_token = r.compute_bytes * (k * i + k * o + o)
+    gate_up = max((e * i * o for e, i, o, m, _ in tensors if m == 2), default=0)
+    if any(looped(a, p) for p in b.parts):
+        return r.residual_bytes * (e * i * o + 3 * gate_up), per_token
+    return r.residual_bytes * e * i * o, per_token
 
 
 def runs_every_expert(p: Part) -> bool:
@@ -62,6 +74,14 @@ def grouped(a: Arch, p: Part) -> bool:
     return bool(p.top_k) and len(p.mats) >= 2 and a.model_type in GROUPED_MM_EXPERTS and not runs_every_expert(p)
 
 
+def looped(a: Arch, p: Part) -> bool:
+    """Routed experts peft adapts as fused tensors (lora.FUSED_EXPERTS) that run outside grouped_mm: the experts
+    module's own loop indexes gate_up_proj[expert_idx] and down_proj[expert_idx] (modeling_longcat_flash.py
+    LongcatFlashExperts.forward; integrations/moe.py's eager implementation alike)."""
+    return bool(p.top_k) and len(p.mats) >= 2 and a.model_type in FUSED_EXPERTS and not grouped(a, p) \
+        and not runs_every_expert(p)
+
+
 def cast_matmul(a: Arch, b: Block) -> int:
     """Of a layer's matmul weights, those autocast copies to the compute dtype: all but grouped experts' tensors."""
     return b.matmul - sum(c * i * o for p in b.parts if grouped(a, p) for c, i, o in p.expert_mats)
@@ -74,8 +94,8 @@ def cast_active_matmul(a: Arch, b: Block) -> int:
     out = b.active_matmul
     for p in b.parts:
         if grouped(a, p):
-            (gate_up, hidden, inter), (experts, _, _) = p.mats[0], p.mats[1]
-            out -= p.top_k * hidden * inter * (3 if gate_up == 2 * experts else 2)
+            _, hidden, inter = p.mats[0]
+            out -= p.top_k * hidden * inter * (3 if p.gated_experts else 2)
     return out
 
 
@@ -99,8 +119,8 @@ def grouped_dtype_bytes(a: Arch, b: Block, r: Regime, roles: frozenset[str] | No
     out, grads = 0, r.trained or bool(expert_tensors(b, roles))
     for p in b.parts:
         if grouped(a, p):
-            (gate_up, hidden, inter), (experts, _, _) = p.mats[0], p.mats[1]
-            gated = gate_up == 2 * experts
+            _, hidden, inter = p.mats[0]
+            gated = p.gated_experts
             if a.model_type in OWN_FP32_ACTIVATION:
                 routed = 2 * hidden + inter if grads else hidden
             else:
@@ -154,14 +174,14 @@ def routed_transient_bytes(b: Block, r: Regime, roles: frozenset[str] | None, ba
     part = next((p for p in b.parts if p.type.startswith("MoE") and len(p.mats) >= 2), None)
     if part is None or runs_every_expert(part):
         return 0
-    experts, inter, hidden = part.mats[1]
+    _, inter, hidden = part.mats[1]
     k, x = part.top_k, r.residual_bytes
     if r.trained:
         return (3 if backward else 2) * k * hidden * x
     routed = 3 * k * hidden * x
     if not backward:
         return routed
-    factors = 3 if part.mats[0][0] == 2 * experts else 2
+    factors = 3 if part.gated_experts else 2
     return max(routed, factors * k * inter * x + hidden * r.residual_bytes - k * hidden * x)
 
 

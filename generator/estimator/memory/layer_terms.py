@@ -114,7 +114,7 @@ def regime_terms(a: Arch, g: Graph, r: Regime, rank: int, roles: frozenset[str] 
                              + grouped_dtype_bytes(a, b, r, expert_roles))
             terms.views.append(0 if skip else fused_view_bytes(a, b, r))
             terms.experts.append(0 if skip else expert_weight_bytes(b, expert_roles, r))
-            terms.grads.append((0, 0) if skip else expert_grad_transient(b, expert_roles, r))
+            terms.grads.append((0, 0) if skip else expert_grad_transient(a, b, expert_roles, r))
             terms.windows.append(() if skip else masked_sdpa_windows(a, b, r))
         return terms
     return memoised(memo, ("regime", r, rank, roles), make)

@@ -154,15 +154,39 @@ def expert_tensors(b: Block, roles: frozenset[str] | None) -> list[tuple[int, in
         return []
     out = []
     for p in b.parts:
-        if not p.type.startswith("MoE") or len(p.mats) < 2 or p.mats[0][0] != 2 * p.mats[1][0]:
+        if not p.type.startswith("MoE") or not p.gated_experts:
             continue
-        experts, hidden, inter = p.mats[1][0], p.mats[0][1], p.mats[0][2]
+        # the router scores, and the gate+up tensor holds, every expert: LongCat-Flash's zero experts too (its
+        # gate+up rows, Part.gated_experts); the down tensor only the routed ones
+        (rows, hidden, inter), experts = p.mats[0], p.mats[1][0]
         if "router" in roles:
-            out.append((1, hidden, experts, 1, 0))
+            out.append((1, hidden, rows // 2, 1, 0))
         if "experts_gate_up" in roles:
-            out.append((experts, hidden, 2 * inter, 2, p.top_k))
+            out.append((rows // 2, hidden, 2 * inter, 2, p.top_k))
         if "experts_down" in roles:
             out.append((experts, inter, hidden, 1, p.top_k))
+    return out
+
+
+# The node type of routed experts transformers 5 builds as nn.Linear modules, one pair per expert (Switch
+# Transformers' SwitchTransformersDenseActDense wi and wo, NLLB-MoE's NllbMoeDenseActDense fc1 and fc2), routed by a
+# Top-k router's classifier Linear: peft's all-linear adapts each as a plain Linear, and their names are the dense
+# MLP's, so naming those (up, down) adapts the experts too. Their builders type the part so.
+LINEAR_EXPERTS_PART = "MoE (nn.Linear experts)"
+
+
+def linear_experts(b: Block, roles: frozenset[str] | None) -> list[tuple[int, int, int, int]]:
+    """(count, in, out, Linears of the count each token runs) of the adapted nn.Linears of a layer's
+    LINEAR_EXPERTS_PART: every expert's up and down Linear (top_k of them per token) and, under all-linear, the
+    router's classifier (every token). graph/parts.moe_part's `mats` hold their shapes."""
+    out = []
+    for p in b.parts:
+        if p.type != LINEAR_EXPERTS_PART:
+            continue
+        (_, hidden, inter), experts = p.mats[0], p.mats[1][0]
+        out += [(experts, hidden, inter, p.top_k)] if roles is None or "up" in roles else []
+        out += [(experts, inter, hidden, p.top_k)] if roles is None or "down" in roles else []
+        out += [(1, hidden, experts, 1)] if roles is None else []
     return out
 
 
@@ -174,6 +198,7 @@ def block_lora_params(b: Block, rank: int, roles: frozenset[str] | None) -> int:
     if not b.params:
         return 0
     linear = rank * b.lora_io if roles is None else sum(rank * (i + o) for i, o, _ in adapted_linears(b, roles))
+    linear += sum(n * rank * (i + o) for n, i, o, _ in linear_experts(b, roles))
     return linear + expert_lora_terms(b, rank, roles)[0]
 
 
@@ -200,6 +225,7 @@ def block_unpaged_lora_params(b: Block, rank: int, roles: frozenset[str] | None,
     linear = unpaged_elements(rank * len(fused) * fused[0][0], rank * sum(o for _, o in fused)) if fused else 0
     linear += sum(unpaged_elements(rank * i, rank * o) for i, o, group in linears
                   if not (fused_qkv and group == "attn_in"))
+    linear += sum(n * unpaged_elements(rank * i, rank * o) for n, i, o, _ in linear_experts(b, roles))
     return linear + sum(unpaged_elements(rank * m * e * i, rank * m * e * o)
                         for e, i, o, m, _ in expert_tensors(b, roles))
 
