@@ -1,7 +1,8 @@
 """SDPA's math kernel (at::_scaled_dot_product_attention_math): where torch cannot run a fused kernel it casts q, k
 and v to fp32 and keeps the scores, like eager attention but in fp32. On every device that is falcon's multi-query
-attention (one K/V head for 71 query heads, no enable_gqa); on the CPU (the simulation) also attention dropout and
-multi-head latent attention's unequal q/k and v head dims, which CUDA's memory-efficient kernel takes. Reference
+attention (one K/V head for 71 query heads, no enable_gqa); on the CPU (the simulation) also attention dropout,
+multi-head latent attention's unequal q/k and v head dims and a mask that needs a gradient, which CUDA's
+memory-efficient kernel takes. Reference
 values: CPU-simulated steps of transformers' class-default configs (data/measurements/cpu-sim-extra.jsonl)."""
 
 from __future__ import annotations
@@ -48,6 +49,20 @@ def test_where_torch_runs_the_math_kernel():
     assert not math_sdpa(dropout, cpu=False, training=True)
     assert attention_dropout(falcon) == 0.0  # its SDPA call passes dropout_p=0.0 without alibi
     assert not math_sdpa(_model("seed_oss", attention_dropout=0.0)[0], cpu=True, training=True)
+
+
+def test_a_mask_made_from_the_layers_values_takes_the_math_kernel_on_the_cpu():
+    """torch 2.13's CPU SDPA runs _scaled_dot_product_attention_math for a mask that requires grad (its profile,
+    FINDINGS.md F101). Doge's dynamic mask is exp(A x softplus(dt_proj(values))): a training step's needs one, so the
+    CPU keeps fp32 scores; serving, and CUDA's memory-efficient kernel, do not. Its simulated step (2 layers, 1,024
+    tokens, LoRA) read -10.0% priced with the flash kernel's terms."""
+    cfg = json.loads((DATA / "configs" / "families" / "doge.json").read_text(encoding="utf-8"))
+    doge = normalise({**cfg, "num_hidden_layers": 2}, "doge")
+    assert math_sdpa(doge, cpu=True, training=True) and not math_sdpa(doge, cpu=True, training=False)
+    assert not math_sdpa(doge, cpu=False, training=True)
+    s = load_settings().assumptions
+    rows = [r for r in measured_rows("cpu-sim-families") if r["model_type"] == "doge"]
+    assert len(rows) == 2 and all(abs(estimate_bytes(r, s) / r["measured"]["peak_bytes"] - 1) < 0.01 for r in rows)
 
 
 def test_falcon_layer_terms_by_hand():

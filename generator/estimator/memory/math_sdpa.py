@@ -8,6 +8,10 @@ from .activations import POSITION_BIAS_SDPA, Regime, mask_bytes
 from .attention import attention_dropout, full_attention_heads
 
 MLA_PART = "Multi-head Latent Attn"  # families/assembly.mla_part's node type
+# Attention masks computed from the layer's own activations, so a training step's mask needs a gradient: Doge's
+# dynamic mask, exp(A x softplus(dt_proj(values))) expanded over the queries (modeling_doge.py
+# DogeAttention.forward, prepare_dynamic_mask).
+ACTIVATION_MASK = {"doge": "modeling_doge.DogeAttention.prepare_dynamic_mask"}
 
 def _falcon_multi_query(a: Arch) -> bool:
     """Falcon's original multi-query attention (modeling_falcon.FalconAttention, multi_query without
@@ -46,8 +50,9 @@ def math_sdpa(a: Arch, cpu: bool, training: bool, trained: bool = False) -> str:
       falcon's multi-query attention fails it;
     - on the CPU (the simulation), the flash kernel alone: no dropout (check_for_dropout), equal q/k and v head
       dims (check_head_dim_size_cpp: multi-head latent attention's 192 vs 128) and no mask that needs a gradient
-      (a `trained` relative position bias, POSITION_BIAS_SDPA: seen in torch 2.13's profile, F101). CUDA's
-      memory-efficient kernel takes all three, so a GPU keeps no scores there."""
+      (a `trained` relative position bias, POSITION_BIAS_SDPA; a mask made from activations, ACTIVATION_MASK: seen
+      in torch 2.13's profile, F101). CUDA's memory-efficient kernel takes all three, so a GPU keeps no scores
+      there."""
     if _falcon_multi_query(a):
         return ("falcon's multi-query attention hands torch's SDPA one K/V head for all query heads "
                 "(modeling_falcon.FalconAttention, no enable_gqa): the fused kernels need equal head counts, so it "
@@ -58,6 +63,8 @@ def math_sdpa(a: Arch, cpu: bool, training: bool, trained: bool = False) -> str:
         return "attention dropout on the CPU: its flash kernel takes no dropout"
     if training and trained and a.model_type in POSITION_BIAS_SDPA:
         return "a trained relative position bias on the CPU: its flash kernel takes no mask that needs a gradient"
+    if training and a.model_type in ACTIVATION_MASK:
+        return "a mask made from the layer's values on the CPU: its flash kernel takes no mask that needs a gradient"
     dk, dv = _head_dims(a)
     return "unequal q/k and v head dims on the CPU: its flash kernel needs them equal" if dk != dv else ""
 
