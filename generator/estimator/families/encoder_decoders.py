@@ -342,9 +342,15 @@ def prophetnet(cfg: Mapping[str, Any], model: str) -> Arch:
     if not tie:  # the decoder wrapper's own word embeddings are then a third copy; with an encoder, a fourth too
         embed.append(Part("Decoder_Embedding", "Embedding", (1 if causal else 2) * vocab * h))
     head = [lm_head_part(vocab, h, tie), Part("Output", "Output", width=vocab)]
-    return assemble(cfg, model, r, hidden=h, layers=len(blocks), heads=dh, kv=dh, head_dim=h // dh, inter=df,
+    arch = assemble(cfg, model, r, hidden=h, layers=len(blocks), heads=dh, kv=dh, head_dim=h // dh, inter=df,
                     vocab=vocab, ctx=ctx, tie=tie, embed=embed, blocks=blocks, head=head,
                     kind="decoder" if causal else "encoder-decoder", position="learned")
+    # ProphetNetDecoder runs the main stream and its ngram predicting streams together, (1 + ngram) x tokens through
+    # every decoder layer, with fp32 scores over 2 x tokens keys and int64 relative-position gathers, and the loss
+    # reads ngram x tokens of logits: priced here as one stream (a CPU step of the class default, two layers of
+    # each stack at 256 tokens, LoRA: 47% above the estimate; FINDINGS.md F101)
+    return dataclasses.replace(arch, approximate="the decoder's n-gram streams are priced as one: training memory is "
+                                                 "understated (a simulated LoRA step read 47% more)")
 
 # modeling_seamless_m4t.SeamlessM4TForTextToText (v2 alike): shared embeddings, a text encoder and a text decoder of
 # pre-norm BART layers, sinusoidal positions (a buffer), a LayerNorm closing each stack, the LM head tied to shared.
