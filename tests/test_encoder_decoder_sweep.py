@@ -104,7 +104,8 @@ def test_nn_linear_experts_carry_adapters_of_their_own() -> None:
     count (its record's params.trainable); before F101 none of them was priced (-5.8% on the step, once its T5
     terms were in: dropouts, bf16 softmax, the norm's kept input)."""
     from generator.estimator.graph.nodes import build_graph
-    from generator.estimator.memory.lora import LINEAR_EXPERTS_PART, block_lora_params, linear_experts
+    from generator.estimator.graph.parts import LINEAR_EXPERTS_PART
+    from generator.estimator.memory.lora import block_lora_params, linear_experts
     from generator.estimator.normalise import normalise
 
     step = next(r for r in measured_rows("cpu-sim-extra") if r["model_type"] == "switch_transformers")

@@ -13,7 +13,8 @@ import pytest
 
 from generator.cli import main
 from generator.errors import JobError
-from generator.estimator.memory.activations import masked_sdpa_windows, regime
+from generator.estimator.memory.activations import regime
+from generator.estimator.memory.attention import masked_sdpa_windows
 from generator.estimator.memory.job import job_memory, job_phases
 from generator.estimator.memory.job_options import Job
 from generator.estimator.memory.recipes import RECIPES

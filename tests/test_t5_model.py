@@ -10,14 +10,8 @@ import statistics
 import pytest
 
 from generator.estimator.graph.nodes import build_graph
-from generator.estimator.memory.activations import (
-    block_activation_bytes,
-    masked_sdpa_windows,
-    mlp_act,
-    python_layer_norm_bytes,
-    regime,
-)
-from generator.estimator.memory.attention import attention_dropout, passed_position_bias_bytes
+from generator.estimator.memory.activations import block_activation_bytes, mlp_act, python_layer_norm_bytes, regime
+from generator.estimator.memory.attention import attention_dropout, masked_sdpa_windows, passed_position_bias_bytes
 from generator.estimator.memory.dropouts import embed_dropouts, layer_dropouts
 from generator.estimator.memory.math_sdpa import math_layer_terms, math_sdpa
 from generator.estimator.normalise import normalise

@@ -20,8 +20,7 @@ from typing import Any
 
 from ..config.arch import Arch
 from ..config.reader import Reader
-from ..graph.parts import Part, mlp_part, moe_part
-from ..memory.lora import LINEAR_EXPERTS_PART
+from ..graph.parts import LINEAR_EXPERTS_PART, Part, mlp_part, moe_part
 from .assembly import Builder
 from .encoder_decoders import BartTraits, T5Traits, bart_like, t5
 

@@ -360,8 +360,7 @@ def moe_part(name: str, hidden: int, experts: int, top_k: int, inter: int, *, ga
     lin = (((hidden, shared), (hidden, shared), (shared, hidden)) if gated else ((hidden, shared), (shared, hidden))) \
         if shared and shared_lora else ()
     k = min(top_k, experts)
-    n_in = 2 if gated else 1
-    gate_out = hidden if shared and shared_gate else 0
+    n_in, gate_out = (2 if gated else 1), (hidden if shared and shared_gate else 0)
     mats = ((experts * n_in, hidden, inter), (experts, inter, hidden)) + tuple((1, i, o) for i, o in lin)
     return Part(name, "MoE", params, mats=mats, active=router + k * per_expert + shared_p + extra,
                 matmul=hidden * experts + experts * mm_e + mm_s, active_matmul=hidden * experts + k * mm_e + mm_s,
@@ -383,6 +382,7 @@ def combine(name: str, typ: str, *parts: Part) -> Part:
 
 
 ATTENTION_TYPE = {"mha": "Multi-Head Attn", "gqa": "Grouped Query Attn", "mqa": "Multi-Query Attn"}  # table names
+LINEAR_EXPERTS_PART = "MoE (nn.Linear experts)"  # a moe_part whose experts are nn.Linear modules (lora.linear_experts)
 
 
 def attention_type(heads: int, kv_heads: int) -> str:

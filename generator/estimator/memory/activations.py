@@ -351,42 +351,6 @@ def expert_adapter_activation_bytes(b: Block, roles: frozenset[str] | None, r: R
     return out
 
 
-# Relative position biases handed to SDPA as a float mask (transformers integrations/sdpa_attention.py
-# create_position_bias_mask): every self-attention call makes its own [1, heads, T, T] mask from the stack's bias,
-# torch.where with the causal mask in a decoder, .contiguous() of the permuted bias Embedding's output in an encoder,
-# and the kernel keeps it for its backward. Cross-attention's zero bias is contiguous already: one, shared.
-POSITION_BIAS_SDPA = {"t5": "modeling_t5.T5Attention", "mt5": "modeling_mt5.MT5Attention",
-                      "umt5": "modeling_umt5.UMT5Attention"}
-
-
-def masked_sdpa_terms(a: Arch, b: Block, tokens: int, r: Regime) -> tuple[int, int]:
-    """(bytes per token, bytes per token squared) SDPA keeps in one layer when the model hands it a mask instead of
-    is_causal (FINDINGS.md F11): a sliding-window layer at tokens >= its window (transformers masking_utils
-    ._ignore_causal_mask_sdpa: `local_attention_size is not None and kv_length >= local_attention_size` builds the
-    [B, 1, T, T] bool mask). torch's scaled_dot_product_attention converts a bool mask to the query's dtype
-    (convert_boolean_attn_mask: where(mask, 0, -inf)), a new [B, 1, T, T] tensor per call that the kernel saves
-    for its backward (the CPU flash kernel and CUDA's memory-efficient one, which takes masks); and with a mask
-    integrations/sdpa_attention.use_gqa_in_sdpa is False, so GQA's k and v are repeat_kv'd to every head and SDPA
-    saves the copies (heads - kv_heads more heads of each) in place of the kv-wide tensors; in every layer where a
-    batch is padded (Regime.padded, F72)."""
-    active = [(linear, squared) for window, linear, squared in masked_sdpa_windows(a, b, r) if window <= tokens]
-    return sum(t[0] for t in active), sum(t[1] for t in active)
-
-
-def masked_sdpa_windows(a: Arch, b: Block, r: Regime) -> tuple[tuple[int, int, int], ...]:
-    """(window, bytes per token, bytes per token squared) of masked_sdpa_terms for each windowed attention part of
-    the layer, each applying from tokens >= window on (Profile.total_at moves a profile across that step)."""
-    c = r.compute_bytes
-    repeated = c * 2 * max(a.heads - a.kv_heads, 0) * a.head_dim
-    padded = r.padded and a.model_type not in POSITION_BIAS_SDPA  # padding keeps the mask (_ignore_causal_mask_sdpa)
-    windowed = tuple((1 if padded else p.window, repeated, c) for p in b.parts
-                     if p.attends and (padded or p.window > 0))
-    if padded or a.model_type not in POSITION_BIAS_SDPA:
-        return windowed
-    # from the first token on, each self-attention's heads x T x T mask, in the compute dtype (autocast's SDPA casts it)
-    return windowed + tuple((1, 0, p.heads * c) for p in b.parts if p.attends and p.window == 0)
-
-
 def differential_attention_bytes(a: Arch, r: Regime) -> int:
     """Per token, what one differential attention layer saves over plain SDPA attention (DIFFERENTIAL_ATTENTION):
     the second call's output and fp32 LSE; two half-V tensors repeated to every KV head (v.repeat(1, 2, 1, 1))

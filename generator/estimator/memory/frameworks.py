@@ -17,10 +17,10 @@ from .activations import (
     Regime,
     adapter_input_bytes,
     mask_bytes,
-    masked_sdpa_windows,
     mlp_act,
     python_gelu_bytes,
 )
+from .attention import masked_sdpa_windows
 
 # TRL SFTTrainer's default loss_type "chunked_nll" (trl/trainer/sft_trainer.py _chunked_cross_entropy_loss,
 # _CHUNKED_LM_HEAD_CHUNK_SIZE = 256): each chunk of 256 tokens' fp32 logits (h.float() @ w.float().t()) lives only
@@ -133,7 +133,7 @@ def framework_fixed_bytes(a: Arch, b: Block, r: Regime, loss: str, attention: st
     builds a T x T additive mask in the compute dtype, whatever the window, and passes it to SDPA, which keeps it
     for its backward (litgpt/model.py CausalSelfAttention.forward). Soft-capped attention (gemma-2) takes LitGPT's
     eager path, where the mask is only added to the scores (FINDINGS.md F30). Where the window is shorter than the
-    sequence, transformers' SDPA is handed a mask too, already priced (activations.masked_sdpa_terms)."""
+    sequence, transformers' SDPA is handed a mask too, already priced (attention.masked_sdpa_terms)."""
     if not runs_litgpt(loss) or b.kind != "sliding" or attention != "sdpa" or _masked_by_transformers(a, b, r, tokens):
         return 0
     return tokens * tokens * r.compute_bytes

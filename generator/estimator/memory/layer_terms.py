@@ -16,12 +16,10 @@ from .activations import (
     block_activation_bytes,
     frozen_mlp_backward_bytes,
     last_linear_part,
-    masked_sdpa_terms,
-    masked_sdpa_windows,
     mlp_act,
     python_gelu_bytes,
 )
-from .attention import eager_backward_bytes, eager_layer_terms
+from .attention import eager_backward_bytes, eager_layer_terms, masked_sdpa_terms, masked_sdpa_windows
 from .ends import embed_dropout_bytes, frozen_embedding_bytes, head_activation_bytes
 from .experts import cast_matmul, expert_grad_transient, expert_weight_bytes, grouped_dtype_bytes
 from .lora import (

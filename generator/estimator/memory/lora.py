@@ -7,7 +7,7 @@ from __future__ import annotations
 from ...errors import JobError
 from ..config.arch import Arch
 from ..graph.nodes import Graph
-from ..graph.parts import Block, Part
+from ..graph.parts import LINEAR_EXPERTS_PART, Block, Part
 from .target_names import FAMILY_NAMES, NAMES, PEFT_DEFAULT, PEFT_DEFAULT_TARGETS
 
 # LoRA target roles of a part's nn.Linears, in the order the builders list them (spec.py attention_part,
@@ -171,8 +171,7 @@ def expert_tensors(b: Block, roles: frozenset[str] | None) -> list[tuple[int, in
 # The node type of routed experts transformers 5 builds as nn.Linear modules, one pair per expert (Switch
 # Transformers' SwitchTransformersDenseActDense wi and wo, NLLB-MoE's NllbMoeDenseActDense fc1 and fc2), routed by a
 # Top-k router's classifier Linear: peft's all-linear adapts each as a plain Linear, and their names are the dense
-# MLP's, so naming those (up, down) adapts the experts too. Their builders type the part so.
-LINEAR_EXPERTS_PART = "MoE (nn.Linear experts)"
+# MLP's, so naming those (up, down) adapts the experts too. Their builders type the part so (LINEAR_EXPERTS_PART).
 
 
 def linear_experts(b: Block, roles: frozenset[str] | None) -> list[tuple[int, int, int, int]]:

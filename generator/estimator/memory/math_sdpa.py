@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from ..config.arch import Arch
 from ..graph.nodes import Graph
-from .activations import POSITION_BIAS_SDPA, Regime, mask_bytes
-from .attention import attention_dropout, full_attention_heads
+from .activations import Regime, mask_bytes
+from .attention import POSITION_BIAS_SDPA, attention_dropout, full_attention_heads
 
 MLA_PART = "Multi-head Latent Attn"  # families/assembly.mla_part's node type
 # Attention masks computed from the layer's own activations, so a training step's mask needs a gradient: Doge's

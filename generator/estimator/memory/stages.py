@@ -74,7 +74,7 @@ class Profile:
     # Eager attention (a model class without SDPA, attention.default_attention): its scores add heads x T x T per
     # layer, so the per-sample bytes are tokens x per_token + tokens^2 x per_token_sq + per_sample_fixed.
     per_token_sq: int = 0
-    # SDPA handed a mask (activations.masked_sdpa_windows): (window, bytes per token, per token squared) summed
+    # SDPA handed a mask (attention.masked_sdpa_windows): (window, bytes per token, per token squared) summed
     # over the layers, added from tokens >= window on; per_token and per_token_sq leave them out.
     masked: tuple[tuple[int, int, int], ...] = ()
     # Late-backward branches beside the loss backward's: LoRA on fused expert tensors (an adapted expert tensor's
