@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,6 +39,27 @@ LOOPED_FUSED_EXPERTS = {"longcat_flash": "modeling_longcat_flash.LongcatFlashExp
 # the top-1 entries, the other experts on none, and the second expert is lost. A real step at 16 experts, two
 # sparse layers and 512 tokens: expert 0's rows 7,966 and 7,833 (of 8,192), the step 13.9% above the top-2 figure.
 MISROUTED_EXPERTS = {"nllb-moe": "modeling_nllb_moe.NllbMoeExperts"}
+# Each table above, with the finding its model types get ({cls}: the class it names; {name}: its module's name).
+CLASS_NOTES: tuple[tuple[Mapping[str, str | tuple[str, str]], str, str, str], ...] = (
+    (LOOPED_FUSED_EXPERTS, "lora_expert_loop", "info",
+     "{cls} runs its experts one by one, indexing the fused tensors peft's all-linear adapts; the backward then sums "
+     "full-size gradients of each adapted tensor, three gate+up-sized ones at once (the zero experts' rows included) "
+     "beside the down tensor's, which the LoRA and QLoRA figures include. Attention-only targets (--lora-targets "
+     "q_a_proj,q_b_proj,kv_a_proj_with_mqa,kv_b_proj,o_proj) avoid them."),
+    (MISROUTED_EXPERTS, "misrouted_experts", "warning",
+     "transformers 5.24's {cls} reads the router's one-hot mask as expert indices: expert 0 runs on (experts - 1) x "
+     "tokens rows, expert 1 on the top-1 tokens, no other expert on any. A training step there holds far more than "
+     "the top-2 routing these figures price (and computes something else); serving and training figures are those of "
+     "the routing the config defines."),
+    (TUPLE_ROUTERS, "lora_all_linear_fails", "warning",
+     "peft 0.21's target_modules='all-linear' wraps {cls}, an nn.Linear whose forward returns a tuple, and the step "
+     "fails ('tuple' object has no attribute 'dtype'): the LoRA figures price all-linear as if it ran; a run names "
+     "its targets (--lora-targets q_proj,k_proj,v_proj,o_proj)."),
+    (GROUPED_LINEARS, "lora_all_linear_fails", "warning",
+     "peft 0.21's target_modules='all-linear' wraps {name} ({cls}, an nn.Linear whose forward splits its input into "
+     "groups) as a plain Linear, and the step fails on a size mismatch: the LoRA figures adapt every other Linear, "
+     "which a run names in its target_modules to run (--lora-targets prices a subset)."),
+)
 
 
 @dataclass(frozen=True)
@@ -223,33 +245,11 @@ def check_scope(a: Arch, train_tokens: int, requested_tokens: int, serve_tokens:
                            "adapts the fused expert tensors and the router (target_parameters) and keeps each adapted "
                            "tensor's effective weight, about a second copy of the experts; --lora-targets "
                            "q_proj,k_proj,v_proj,o_proj prices attention-only adapters."))
-    if a.model_type in LOOPED_FUSED_EXPERTS:
-        out.append(Finding("lora_expert_loop", "info",
-                           f"{LOOPED_FUSED_EXPERTS[a.model_type]} runs its experts one by one, indexing the fused "
-                           "tensors peft's all-linear adapts; the backward then sums full-size gradients of each "
-                           "adapted tensor, three gate+up-sized ones at once (the zero experts' rows included) beside "
-                           "the down tensor's, which the LoRA and QLoRA figures include. Attention-only targets "
-                           "(--lora-targets q_a_proj,q_b_proj,kv_a_proj_with_mqa,kv_b_proj,o_proj) avoid them."))
-    if a.model_type in MISROUTED_EXPERTS:
-        out.append(Finding("misrouted_experts", "warning",
-                           f"transformers 5.24's {MISROUTED_EXPERTS[a.model_type]} reads the router's one-hot mask as "
-                           "expert indices: expert 0 runs on (experts - 1) x tokens rows, expert 1 on the top-1 "
-                           "tokens, no other expert on any. A training step there holds far more than the top-2 "
-                           "routing these figures price (and computes something else); serving and training figures "
-                           "are those of the routing the config defines."))
-    if a.model_type in TUPLE_ROUTERS:
-        out.append(Finding("lora_all_linear_fails", "warning",
-                           f"peft 0.21's target_modules='all-linear' wraps {TUPLE_ROUTERS[a.model_type]}, an nn.Linear "
-                           "whose forward returns a tuple, and the step fails ('tuple' object has no attribute "
-                           "'dtype'): the LoRA figures price all-linear as if it ran; a run names its targets "
-                           "(--lora-targets q_proj,k_proj,v_proj,o_proj)."))
-    if a.model_type in GROUPED_LINEARS:
-        name, cls = GROUPED_LINEARS[a.model_type]
-        out.append(Finding("lora_all_linear_fails", "warning",
-                           f"peft 0.21's target_modules='all-linear' wraps {name} ({cls}, an nn.Linear whose forward "
-                           "splits its input into groups) as a plain Linear, and the step fails on a size mismatch: "
-                           f"the LoRA figures adapt every other Linear, which a run names in its target_modules to "
-                           "run (--lora-targets prices a subset)."))
+    for table, check, severity, text in CLASS_NOTES:  # what a framework's class does that the figures say
+        if a.model_type in table:
+            value = table[a.model_type]
+            name, cls = value if isinstance(value, tuple) else ("", value)
+            out.append(Finding(check, severity, text.format(cls=cls, name=name)))
     if any(runs_every_expert(p) for b, _ in a.spec.distinct_layers for p in b.parts):
         out.append(Finding("every_expert_compute", "info",
                            "transformers runs every expert of this MoE on every token (a repeated copy of each token "
