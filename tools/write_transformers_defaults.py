@@ -145,23 +145,26 @@ def render() -> str:
     return "\n".join(lines) + "\n"
 
 
-def no_checkpointing_types() -> list[str]:
-    """The model_types we read whose every model class in transformers' auto mappings (the classes a run builds:
-    AutoModelForCausalLM's, Seq2Seq's, ImageTextToText's, an encoder's heads) has supports_gradient_checkpointing
-    False; a type none of whose classes imports here is left out."""
-    classes: dict[str, list[str]] = {}
+def auto_classes() -> dict[str, list[type]]:
+    """Per model_type, the model classes transformers' auto mappings build for it (AutoModelForCausalLM's, Seq2Seq's,
+    ImageTextToText's, an encoder's heads...) that import here."""
+    out: dict[str, list[type]] = {}
     for name in sorted(dir(modeling_auto)):
         table = getattr(modeling_auto, name)
         if name.startswith("MODEL_") and name.endswith("_MAPPING_NAMES") and isinstance(table, dict):
-            for t, cls in table.items():
-                if isinstance(cls, str):
-                    classes.setdefault(t, []).append(cls)
-    out = []
-    for t in model_types():
-        found = [c for c in (getattr(transformers, name, None) for name in classes.get(t, ())) if c is not None]
-        if found and not any(getattr(c, "supports_gradient_checkpointing", False) for c in found):
-            out.append(t)
+            for t, cls_name in table.items():
+                cls = getattr(transformers, cls_name, None) if isinstance(cls_name, str) else None
+                if cls is not None:
+                    out.setdefault(t, []).append(cls)
     return out
+
+
+def no_checkpointing_types() -> list[str]:
+    """The model_types we read whose every model class (auto_classes) has supports_gradient_checkpointing False; a
+    type none of whose classes imports here is left out."""
+    classes = auto_classes()
+    return [t for t in model_types() if classes.get(t)
+            and not any(getattr(c, "supports_gradient_checkpointing", False) for c in classes[t])]
 
 
 def _type_set(name: str, types: list[str], comment: str, base: str = "") -> list[str]:
@@ -184,22 +187,18 @@ BUILD_REPAIRS = {"dbrx": {"attn_config": {"rope_theta": 10000.0}}}
 
 def grouped_expert_types() -> list[str]:
     """The model_types we read whose modeling file decorates an experts class with use_experts_implementation: the
-    type's own modeling file, and the file of the class the auto mappings build for it (sarvam_mla builds
-    DeepseekV3ForCausalLM, sarvam_moe Glm4MoeForCausalLM: neither has a modeling file of its own)."""
+    type's own modeling file, and the files of the classes the auto mappings build for it (auto_classes: sarvam_mla
+    builds DeepseekV3ForCausalLM, sarvam_moe Glm4MoeForCausalLM, neither with a modeling file of its own)."""
     import importlib
     import inspect
 
     from transformers.models.auto.configuration_auto import model_type_to_module_name
 
+    classes = auto_classes()
     out = []
     for t in model_types():
         module = model_type_to_module_name(t)
-        modules = {f"transformers.models.{module}.modeling_{module}"}
-        for table in (modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, modeling_auto.MODEL_MAPPING_NAMES):
-            name = table.get(t)
-            cls = getattr(transformers, name[0] if isinstance(name, (list, tuple)) else name, None) if name else None
-            if cls is not None:
-                modules.add(cls.__module__)
+        modules = {f"transformers.models.{module}.modeling_{module}"} | {c.__module__ for c in classes.get(t, ())}
         sources = []
         for m in sorted(modules):
             try:

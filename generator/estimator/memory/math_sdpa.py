@@ -13,6 +13,7 @@ MLA_PART = "Multi-head Latent Attn"  # families/assembly.mla_part's node type
 # DogeAttention.forward, prepare_dynamic_mask).
 ACTIVATION_MASK = {"doge": "modeling_doge.DogeAttention.prepare_dynamic_mask"}
 
+
 def _falcon_multi_query(a: Arch) -> bool:
     """Falcon's original multi-query attention (modeling_falcon.FalconAttention, multi_query without
     new_decoder_architecture): it hands SDPA one K/V head for all query heads, broadcast, without enable_gqa."""
