@@ -181,11 +181,10 @@ def adapter_activation_bytes(b: Block, roles: frozenset[str] | None, rank: int, 
         b = Block(b.index, b.kind, tuple(p for p in b.parts if p not in idle), b.stack)
     c, ab = r.compute_bytes, adapter_input_bytes(r)
     saved = c if r.amp else ab  # the bytes per element lora_A's input copy and lora_B's input take
+    per_input = saved + (mask_bytes(r, ab) if r.lora_dropout else 0)
     # an nn.Linear expert's adapter (lora.linear_experts) as a Linear's, over the rows routed to it: top_k a token
-    routed = sum(k * ((saved + (mask_bytes(r, ab) if r.lora_dropout else 0)) * i + saved * rank)
-                 for _, i, _, k in linear_experts(b, roles))
+    routed = sum(k * (per_input * i + saved * rank) for _, i, _, k in linear_experts(b, roles))
     if ab != c or r.lora_dropout:  # a copy per adapter: sums over the adapted Linears
-        per_input = saved + (mask_bytes(r, ab) if r.lora_dropout else 0)
         if roles is None:
             return per_input * b.lora_in + saved * rank * len(b.linears) + routed
         return sum(per_input * i + saved * rank for i, _, _ in adapted_linears(b, roles)) + routed
