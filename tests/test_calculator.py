@@ -5,6 +5,7 @@ The same comparison in a real browser is tests/test_calculator_browser.py."""
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import io
 import json
@@ -12,6 +13,7 @@ import re
 import shlex
 import subprocess
 import sys
+import tokenize
 import zipfile
 from pathlib import Path
 
@@ -244,6 +246,35 @@ def test_the_zip_is_deterministic_pure_and_enough_alone(tmp_path: Path) -> None:
                          check=True)
     answer = json.loads(out.stdout)
     assert answer["peak_bytes"] == cli_json(record.id, ["--method", "lora", "--grad-ckpt"])[1]["memory"]["peak_bytes"]
+
+
+class _Prose(ast.NodeTransformer):
+    """Every statement that is a string alone (a docstring) reads the same: what browser_source may change."""
+
+    def visit_Expr(self, node: ast.Expr) -> ast.Expr:
+        if isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
+            node.value.value = ""
+        return node
+
+
+def test_the_zip_drops_prose_only_and_keeps_every_line_where_it_was() -> None:
+    """browser_source on every shipped module: the same program (the AST, docstrings aside), the same line
+    count, every docstring empty, no comment left, and no shipped module reading a __doc__ it would lose."""
+    for name, path in site_calc._shipped_files():
+        source = path.read_text(encoding="utf-8")
+        shipped = site_calc.browser_source(source)
+        assert "__doc__" not in source, name
+        assert ast.dump(_Prose().visit(ast.parse(source))) == ast.dump(_Prose().visit(ast.parse(shipped))), name
+        assert shipped.count("\n") == source.count("\n"), name
+        assert not [n.lineno for n in ast.walk(ast.parse(shipped)) if isinstance(n, ast.Expr)
+                    and isinstance(n.value, ast.Constant) and isinstance(n.value.value, str)
+                    and n.value.value.strip()], name
+        comments = [t for t in tokenize.generate_tokens(io.StringIO(shipped).readline) if t.type == tokenize.COMMENT]
+        assert not comments, (name, comments[:1])
+    source = ('"""Module."""\n\nX = "kept"  # why\n\n\ndef f() -> str:\n    """Two\n    lines."""  # after\n'
+              '    # alone\n    return f"{X}#not a comment"\n')
+    assert site_calc.browser_source(source) == ('""\n\nX = "kept"\n\n\ndef f() -> str:\n    """\n"""\n\n'
+                                                '    return f"{X}#not a comment"\n')
 
 
 def test_a_module_that_imports_outside_the_zip_is_refused() -> None:

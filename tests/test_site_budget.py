@@ -158,8 +158,10 @@ def test_the_calculator_adds_little_to_a_page_and_its_shared_files_are_once_per_
     # 485 kB with the passes of a recurrence (Spec.no_grad, layer_terms.skipped_layers, F95), 490 kB with Inkling's
     # layers and loop (families/inkling.py, F97) and the grouped-experts table (GROUPED_MM_EXPERTS, experts.grouped,
     # F98), 495 kB with local attention (Part.keys, long_document.py's hooks, F100) and every family's LoRA target
-    # names (memory/target_names.py)
-    assert sum(v for k, v in shared.items() if k.endswith(".zip") and "estimator-" in k) < 500_000
+    # names (memory/target_names.py), 499 kB with T5's position biases and nn.Linear experts (F101). Since then
+    # the zip holds each module with its comments and docstrings blanked (site/calculator.browser_source): the
+    # same sources make 307 kB
+    assert sum(v for k, v in shared.items() if k.endswith(".zip") and "estimator-" in k) < 320_000
     assert sum(shared.values()) < 16_000_000  # Pyodide's runtime is most of it (the wasm: 9.6 MB)
     artifacts = Path(__file__).resolve().parents[1] / "test-artifacts"
     artifacts.mkdir(exist_ok=True)

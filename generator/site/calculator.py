@@ -25,6 +25,7 @@ import functools
 import hashlib
 import io
 import json
+import tokenize
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -114,10 +115,43 @@ def check_imports(files: dict[str, str]) -> None:
                              "(only the standard library and the shipped modules)")
 
 
+# A statement that is a string alone, once its line's tokens before it are only indentation: a docstring.
+_STATEMENT_STARTS = frozenset({tokenize.NEWLINE, tokenize.NL, tokenize.INDENT, tokenize.DEDENT, tokenize.ENCODING})
+
+
+def browser_source(source: str) -> str:
+    """A module as the browser runs it: its comments dropped and its docstrings emptied, every code line
+    unchanged and on its own line number, so a traceback in the calculator points where the checkout's does.
+    What it keeps is what the interpreter reads; a third of the zip's bytes were the prose around it.
+    (No shipped module reads a __doc__: tests/test_calculator.py checks.)"""
+    lines = source.splitlines(keepends=True)
+    edits: list[tuple[tuple[int, int], tuple[int, int], str]] = []
+    previous = tokenize.NEWLINE
+    tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
+    code = [t for t in tokens if t.type != tokenize.COMMENT]
+    after = {id(t): code[i + 1] for i, t in enumerate(code[:-1])}  # past a comment on the same line
+    for token in tokens:
+        following = after.get(id(token), token)
+        if token.type == tokenize.COMMENT:
+            edits.append((token.start, token.end, ""))
+        elif (token.type == tokenize.STRING and previous in _STATEMENT_STARTS
+              and following.type in (tokenize.NEWLINE, tokenize.ENDMARKER)
+              and not token.string.lstrip("rRbBuU").startswith(("f", "F"))):
+            breaks = token.string.count("\n")
+            edits.append((token.start, token.end, '""' if not breaks else '"""' + "\n" * breaks + '"""'))
+        if token.type not in (tokenize.COMMENT, tokenize.NL):
+            previous = token.type
+    for (row, col), (end_row, end_col), text in reversed(edits):
+        head, tail = lines[row - 1][:col], lines[end_row - 1][end_col:]
+        lines[row - 1:end_row] = [(head + text).rstrip(" ") + tail if not text else head + text + tail]
+    return "".join(lines)
+
+
 @functools.lru_cache(maxsize=1)
 def estimator_zip() -> bytes:
-    """The pure modules as one zip: entries sorted, dates fixed, so the same sources give the same bytes."""
-    files = {name: path.read_text(encoding="utf-8") for name, path in _shipped_files()}
+    """The pure modules as one zip: entries sorted, dates fixed, so the same sources give the same bytes;
+    each module as browser_source gives it."""
+    files = {name: browser_source(path.read_text(encoding="utf-8")) for name, path in _shipped_files()}
     files["generator/__init__.py"] = (f'"""neurarch-trace\'s estimator, as the model pages\' calculator runs it."""\n\n'
                                       f"__version__ = {__version__!r}\n")
     check_imports(files)
