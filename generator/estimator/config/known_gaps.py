@@ -47,8 +47,6 @@ APPROXIMATE: dict[str, str] = {
                 "activations and the cache are those of a standard decoder",
     "zaya": "CCA keeps a convolution state of the last cca_time0 + cca_time1 - 2 tokens per layer beside its K/V "
             "cache; serving memory counts the K/V cache only",
-    "gemma3n_text": "activations leave out the AltUp projections' tensors before and after the layers (the "
-                    "streams' copies and magnitudes, a few dozen hidden-width tensors per token); each layer's count",
     "funnel": "the encoder pools the sequence (halving it) between blocks; activations count every layer at the "
               "full length",
     "perceiver": "the latent layers run over num_latents latents, not the input tokens; activations and compute "

@@ -249,9 +249,11 @@ def gemma3n_text(cfg: Mapping[str, Any], model: str) -> Arch:
         coefs = h * alt + alt * alt + alt ** 3  # modality_router, correction_coefs, prediction_coefs
         # AltUp's predict saves the layer's alt stacked inputs (its matmul's operand), correct the repeated
         # innovation (its mul's): 2 x alt streams, in the residual stream's dtype, so fp32 (twice act's 2 B) in an
-        # AMP full fine-tune, which also keeps the router's inputs and the scaled output's clone (FINDINGS.md F41)
+        # AMP full fine-tune, which also keeps the router's inputs and the scaled output's clone (FINDINGS.md F41);
+        # there the input norm's fp32 input is a view of predict's fp32 output (x.float() makes no copy), so the
+        # other alt - 1 predictions stay with it (F102)
         extras = (Part(f"AltUp_{i}", "AltUp", 2 * h + coefs, matmul=coefs,
-                       linears=((h, alt), (alt, alt), (alt, alt * alt)), act=4 * alt * h + 3 * h,
+                       linears=((h, alt), (alt, alt), (alt, alt * alt)), act=4 * alt * h + 3 * h + 2 * (alt - 1) * h,
                        act_frozen=2 * alt * h),
                   Part(f"LAuReL_{i}", "LAuReL", 2 * h * rank + h, matmul=2 * h * rank, linears=((h, rank), (rank, h))),
                   Part(f"Per_Layer_Input_{i}", "Per-layer input", 2 * h * ple + h, matmul=2 * h * ple,

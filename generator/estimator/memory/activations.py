@@ -163,6 +163,14 @@ def python_layer_norm_bytes(a: Arch, parts: tuple[Part, ...] | list[Part], r: Re
     return (12 if r.trained else 8) * width + 4 * len(norms) - native
 
 
+def adapter_copy_bytes(r: Regime) -> tuple[int, int]:
+    """Bytes per element that lora_A's input copy and lora_B's input take (bf16 under AMP, else the adapters'
+    dtype), and what an adapter keeps per element of its input: that copy and, with LoRA dropout, its mask
+    (adapter_activation_bytes)."""
+    saved = r.compute_bytes if r.amp else adapter_input_bytes(r)
+    return saved, saved + (mask_bytes(r, adapter_input_bytes(r)) if r.lora_dropout else 0)
+
+
 def adapter_activation_bytes(b: Block, roles: frozenset[str] | None, rank: int, r: Regime) -> int:
     """Per token, from peft's lora.Linear.forward (peft/tuners/lora/layer.py: x = self._cast_input_dtype(x,
     lora_A.weight.dtype); result + lora_B(lora_A(dropout(x))) * scaling), over the layer's Linears adapted on
@@ -180,8 +188,7 @@ def adapter_activation_bytes(b: Block, roles: frozenset[str] | None, rank: int, 
     if idle:  # Linears held here that this pass does not run (Inkling's message gates in a loop's first pass)
         b = Block(b.index, b.kind, tuple(p for p in b.parts if p not in idle), b.stack)
     c, ab = r.compute_bytes, adapter_input_bytes(r)
-    saved = c if r.amp else ab  # the bytes per element lora_A's input copy and lora_B's input take
-    per_input = saved + (mask_bytes(r, ab) if r.lora_dropout else 0)
+    saved, per_input = adapter_copy_bytes(r)
     # an nn.Linear expert's adapter (lora.linear_experts) as a Linear's, over the rows routed to it: top_k a token
     routed = sum(k * (per_input * i + saved * rank) for _, i, _, k in linear_experts(b, roles))
     if ab != c or r.lora_dropout:  # a copy per adapter: sums over the adapted Linears

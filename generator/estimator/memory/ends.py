@@ -11,6 +11,7 @@ from .activations import (
     MLP_TYPES,
     PYTHON_GELU,
     Regime,
+    adapter_copy_bytes,
     adapter_input_bytes,
     mask_bytes,
     mlp_act,
@@ -41,6 +42,44 @@ def head_activation_bytes(a: Arch, g: Graph, r: Regime, s: Assumptions) -> int:
     width = 4 if a.model_type in FP32_SOFTCAP else r.compute_bytes
     softcap = width * spec.logits if any(a.setting(k) for k in LOGIT_SOFTCAP_KEYS) else 0
     return head_norm_bytes(g, r) + s.logits_bytes * spec.logits + softcap + outside
+
+
+# The parts of Gemma-3n's text model outside its layers (families/gemma.gemma3n_text), by name.
+ALTUP_PROJECTIONS, ALTUP_UNEMBED, PER_LAYER_PROJECTION = (
+    "AltUp_Projections", "AltUp_Unembed_Projections", "Per_Layer_Projection")
+
+
+def altup_end_bytes(g: Graph, r: Regime, roles: frozenset[str] | None) -> tuple[int, int]:
+    """Per token, what Gemma-3n's text model keeps for its backward outside its layers, on the embedding side
+    (live until the backward's end) and on the head's (freed before the layers' backward) (transformers 5.24
+    modeling_gemma3n.Gemma3nTextModel.forward, project_per_layer_inputs; read off the live tensors of
+    CPU-simulated LoRA and full steps at their peaks, FINDINGS.md F102), with n = altup_num_inputs streams:
+    - before the layers, where its outputs need a gradient (the weights train, or the projections carry
+      adapters): each of the n - 1 altup_projections keeps its input's copy (autocast's bf16 cast when the
+      weights train; an adapter's, adapter_copy_bytes), its output in the stream's dtype (the square of the
+      magnitude reads it) and the rescaled stream (the division by the new magnitude reads it); the stacked
+      streams, n hidden widths, are the first layer's input;
+    - after them, the same three for each of the n - 1 altup_unembed_projections (the last layer's output needs a
+      gradient in any training step); the stack they make is averaged (mean saves nothing);
+    - the per-layer inputs: per_layer_model_projection's input copy, its norm's fp32 input (and its normalised
+      output where the weight trains), and the scaled sum every layer's gate multiplies by, in the stream's dtype
+      (the embedding side's).
+    (0, 0) for a model without these parts."""
+    spec = g.spec
+    parts = {p.name: p for p in (*spec.embed, *spec.head)}
+    if ALTUP_PROJECTIONS not in parts or ALTUP_UNEMBED not in parts or PER_LAYER_PROJECTION not in parts:
+        return 0, 0
+    h, stream = spec.hidden, r.residual_bytes
+    adapted = not r.trained and (roles is None or "linear" in roles)
+    # each Linear's input copy: autocast's bf16 cast where the weights train (without autocast the input itself,
+    # kept already); an adapter's (lora_A's rank-wide output, under 1% of these, is left out)
+    copy = (r.compute_bytes * h if r.amp else 0) if r.trained else adapter_copy_bytes(r)[1] * h if adapted else 0
+    streams = len(parts[ALTUP_UNEMBED].linears) + 1
+    width = parts[PER_LAYER_PROJECTION].width
+    before = (streams - 1) * (copy + 2 * stream * h) + streams * stream * h if r.trained or adapted else 0
+    after = (streams - 1) * (copy + 2 * stream * h)
+    per_layer = width * stream + ((copy + 4 * width + (4 * width if r.trained else 0)) if r.trained or adapted else 0)
+    return before + per_layer, after
 
 
 def head_norm_bytes(g: Graph, r: Regime) -> int:

@@ -162,8 +162,8 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
     # and a sample's block of Pixtral's mask over the step's images, whose blocks between samples are added below
     pair = pair_bytes(spec, w.towers, r, a.model_type, images)
     imaging = [images * v + pair for v in image_bytes(spec, w.towers, rank, r, a.model_type)]
-    dropout, frozen, head_rate = end_terms(a, g, s, r, memo, None if own_model(job.loss) else roles)
-    embed += T * dropout
+    embed_side, frozen, head_rate = end_terms(a, g, s, r, memo, None if own_model(job.loss) else roles)
+    embed += T * embed_side
     # a frozen embedding's output needs no gradient: layer 0's norm and the dropout after it keep nothing, unless
     # enable_input_require_grads runs (checkpointing, prepare_model_for_kbit_training)
     frozen_embed = 0 if job.upcast_fp32 else T * frozen

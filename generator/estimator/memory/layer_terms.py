@@ -20,7 +20,7 @@ from .activations import (
     python_gelu_bytes,
 )
 from .attention import eager_backward_bytes, eager_layer_terms, masked_sdpa_terms, masked_sdpa_windows
-from .ends import embed_dropout_bytes, frozen_embedding_bytes, head_activation_bytes
+from .ends import altup_end_bytes, embed_dropout_bytes, frozen_embedding_bytes, head_activation_bytes
 from .experts import cast_matmul, expert_grad_transient, expert_weight_bytes, grouped_dtype_bytes
 from .lora import (
     all_linear_roles,
@@ -77,12 +77,15 @@ def fused_view_bytes(a: Arch, b: Block, r: Regime) -> int:
 
 def end_terms(a: Arch, g: Graph, s: Assumptions, r: Regime, memo: dict | None = None,
               roles: frozenset[str] | None = None) -> tuple[int, int, int]:
-    """Per token under `r` (adapters on `roles`): the embedding dropout's mask (embed_dropout_bytes), what a frozen
-    embedding does not keep (frozen_embedding_bytes) and the head's activations (head_activation_bytes), once per
-    estimate."""
-    return memoised(memo, ("ends", r, roles), lambda: (embed_dropout_bytes(a, g, r),
-                                                       frozen_embedding_bytes(a, g, r, roles),
-                                                       head_activation_bytes(a, g, r, s)))
+    """Per token under `r` (adapters on `roles`): what the embedding side keeps (the embedding dropout's mask,
+    embed_dropout_bytes; Gemma-3n's AltUp before the layers, altup_end_bytes), what a frozen embedding does not
+    keep (frozen_embedding_bytes) and the head's activations (head_activation_bytes; Gemma-3n's AltUp after the
+    layers), once per estimate."""
+    def make() -> tuple[int, int, int]:
+        before, after = altup_end_bytes(g, r, roles)
+        return (embed_dropout_bytes(a, g, r) + before, frozen_embedding_bytes(a, g, r, roles),
+                head_activation_bytes(a, g, r, s) + after)
+    return memoised(memo, ("ends", r, roles), make)
 
 
 class RegimeTerms(NamedTuple):

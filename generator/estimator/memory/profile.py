@@ -135,8 +135,8 @@ def train_profile(a: Arch, g: Graph, s: Assumptions, tokens: int, method: str, r
         grad_fixed, grad_token = 0, 0
         if any(t != (0, 0) for t in grads):  # the last layer of the largest transient (its latest on a tie)
             grad_fixed, grad_token = max(layer_values(spec, grads, memo)[::-1], key=lambda t: t[0] + tokens * t[1])
-    dropout, _, head_rate = end_terms(a, g, s, r, memo, roles)
-    embed_act += dropout  # the embedding dropout's mask (dropouts.DROPOUTS)
+    embed_side, _, head_rate = end_terms(a, g, s, r, memo, roles)
+    embed_act += embed_side  # the embedding dropout's mask (dropouts.DROPOUTS), Gemma-3n's AltUp
     # the fused qkv output kept by q's view (gpt2): the training forward's cache is on without checkpointing
     rates = [rate + view for rate, view in zip(terms.act, terms.views, strict=True)]
     squares = [0] * len(rates)
