@@ -36,11 +36,7 @@ APPROXIMATE: dict[str, str] = {
     "dory": "the recurrent section runs n_recurrent_loops times (and keeps a K/V copy per loop); compute, "
             "activations and the KV cache count one pass",
     "deepseek_v4": "its KV cache holds a sliding window plus compressed entries (1 per compress rate) and the "
-                   "indexer's keys: served as a single K=V head per token; a layer's input holds its hc_mult hidden "
-                   "streams (a checkpointed layer keeps them all), but the hyper-connections' own saved tensors "
-                   "inside a layer count one stream",
-    "hy_v4": "hyper-connections carry hc_mult copies of the hidden state: a checkpointed layer's input holds them "
-             "all, the saved tensors inside a layer count one",
+                   "indexer's keys: served as a single K=V head per token",
     "inkling_text": "its four short convolutions per layer keep a state of conv_kernel_size - 1 tokens beside the K/V "
                     "cache; serving memory counts the K/V cache only",
     "reformer": "reversible layers recompute their activations in backward, and LSH/local attention works in chunks: "

@@ -56,11 +56,8 @@ class Dims:
             hd = self.hidden // self.heads  # MLA's head dims are its own keys: build records them
             hd = hd if t.mla else r.derived("head_dim", hd, "hidden_size // num_attention_heads")
         self.hd = hd
-        if t.inter_x4_always:  # modeling_bloom.BloomMLP: 4 x hidden, no config key
-            self.inter = 4 * self.hidden
-        else:
-            self.inter = (r.int(t.inter_key, 4 * self.hidden if t.inter_x4 else None, required=not t.moe) or 0) \
-                if t.inter_key else 0
+        self.inter = 4 * self.hidden if t.inter_x4_always else (  # modeling_bloom.BloomMLP: 4 x hidden, no config key
+            r.int(t.inter_key, 4 * self.hidden if t.inter_x4 else None, required=not t.moe) or 0) if t.inter_key else 0
         self.vocab = r.int("vocab_size")
         self.ctx = r.int("max_position_embeddings", t.default_context or None, required=False) or \
             r.derived("max_position_embeddings", 131072, "not in the config; assumed 131,072")
@@ -81,8 +78,7 @@ class Dims:
 
 
 Count = Callable[[Dims], int]
-
-
+Extra = Callable[[Dims], int | Part]  # extra parameters: a count, or a family's own Part (its activations too)
 Linears = Callable[[Dims], tuple[tuple[int, int], ...]]
 
 
@@ -134,7 +130,7 @@ class DecoderTraits:
     attn_extra: Count | None = None  # extra attention parameters (sinks, lambdas, ...)
     attn_linears: Linears | None = None  # extra Linears inside attention (gates)
     mlp_extra: Count | None = None
-    layer_extra: Count | None = None
+    layer_extra: Extra | None = None
     top_extra: Count | None = None  # outside the layers (embedding norms, projections)
     embed_norm: bool = False
     q_mult: int = 1  # 2: q_proj also emits the output gate
@@ -146,7 +142,7 @@ class DecoderTraits:
     mixer: Callable[[Dims, int], str] | None = None  # per layer: "attention" or a hybrid mixer (hybrids.py)
     mixers: Mapping[str, Callable[[Dims, int], Part]] = field(default_factory=dict)  # hybrid mixer builders
     ffn: Callable[[Dims, int], str] | None = None  # per layer: "dense", "moe", "none"
-    extra_head: Count | None = None
+    extra_head: Extra | None = None
     attn: Callable[[DecoderTraits, Dims, int, int], Part] | None = None  # custom attention (layer index from 1, window)
     attn_by_window: bool = False  # the custom attention depends on its layer only through the name and window
     never_tie: bool = False  # the class has no tied-weights map: tie_word_embeddings is ignored
@@ -286,9 +282,13 @@ def layer(t: DecoderTraits, d: Dims, i: int, window: int, kind: str, fk: str, mi
         if d.cross else None
     parts = standard_parts(n, [], mix, ffn, d.norm, d.hidden, norms=d.norms, parallel=d.parallel, cross=cross)
     if t.layer_extra:
-        parts.append(Part(f"Extra_{n}", "Parameters", t.layer_extra(d)))
+        parts.append(_extra(t.layer_extra(d), f"Extra_{n}"))
     bkind = kind if kind != "attention" else ("mla" if t.mla else "sliding" if window else "attention")
     return Block(n, bkind, tuple(parts))
+
+
+def _extra(value: int | Part, name: str) -> Part:  # a trait's count, or a family's own Part (its activations)
+    return value._replace(name=name) if isinstance(value, Part) else Part(name, "Parameters", value)
 
 
 def _layers(t: DecoderTraits, d: Dims, windows: tuple[int, ...]) -> tuple[Block, ...]:
@@ -371,7 +371,7 @@ def build(cfg: Mapping[str, Any], model: str, model_type: str, t: DecoderTraits,
     if t.final_norm_rule(d) if t.final_norm_rule else t.final_norm:
         head.append(norm_part(f"Final_{norm_type}", d.norm, h))
     if t.extra_head:
-        head.append(Part("Head_Extra", "Parameters", t.extra_head(d)))
+        head.append(_extra(t.extra_head(d), "Head_Extra"))
     if e != h:
         head.append(Part("Project_Out", "Linear", linear(h, e), width=e, matmul=h * e))
     head += [lm_head_part(d.vocab, e, tie, d.f(t.head_bias), fp32=t.fp32_head), Part("Output", "Output", width=d.vocab)]

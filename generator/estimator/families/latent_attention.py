@@ -17,6 +17,7 @@ from ..graph.parts import (
     moe_part,
     norm_part,
 )
+from . import hyper_connections
 from .assembly import Builder, assemble, mla_part
 from .decoder import DecoderTraits, Dims, ExpertTraits
 from .mixture_of_experts import _n_shared, first_k_dense
@@ -159,12 +160,6 @@ def _v4_part(d: Dims, kind: str, window: int, hd: int, rq: int, groups: int, ran
                 attn_flops=4 * heads * hd, heads=heads)
 
 
-def _v4_hyper(d: Dims) -> int:
-    # DeepseekV4HyperConnection (attn_hc, ffn_hc): fn ((2 + m) m x m.hidden), base ((2 + m) m), scale (3)
-    m = d.k("hc_mult")
-    return 2 * ((2 + m) * m * m * d.hidden + (2 + m) * m + 3)
-
-
 TRAITS: dict[str, DecoderTraits] = {
     "dots3_note_text": DecoderTraits(mla=True, attn=_dots3_attention,
                               moe=ExpertTraits(experts="n_routed_experts", shared=lambda d: d.k("shared_experts_intermediate_size")
@@ -174,9 +169,8 @@ TRAITS: dict[str, DecoderTraits] = {
                          sparse=first_k_dense(freq="moe_layer_freq", k0=1),
                          extra=lambda d: 2 * d.hidden * d.k("gated_norm_rank", 16))),
     # DeepseekV4HyperHead: hc_fn (m x m.hidden), hc_base (m), hc_scale (1)
-"deepseek_v4": DecoderTraits(attn=_v4_attention, inter_key=None, layer_extra=_v4_hyper, mha=False, streams="hc_mult",
-                          # DeepseekV4HyperHead: hc_fn (m x m.hidden), hc_base (m), hc_scale (1)
-                          extra_head=lambda d: d.k("hc_mult") ** 2 * d.hidden + d.k("hc_mult") + 1,
+"deepseek_v4": DecoderTraits(attn=_v4_attention, inter_key=None, layer_extra=hyper_connections.deepseek_v4_layer,
+                          mha=False, streams="hc_mult", extra_head=hyper_connections.deepseek_v4_head,
                           moe=ExpertTraits(experts="n_routed_experts", shared=lambda d: d.k("moe_intermediate_size"),
                                 shared_bias="mlp_bias")),
 }

@@ -26,6 +26,7 @@ from ..graph.parts import (
     moe_part,
     norm_part,
 )
+from . import hyper_connections
 from .assembly import Builder, assemble, mla_part
 from .decoder import DecoderTraits, Dims, ExpertTraits, StackRule, attention, build
 
@@ -136,12 +137,6 @@ def _hy_v4_attention(t: DecoderTraits, d: Dims, n: int, window: int) -> Part:
     p = mla_part(f"Attention_{n}", d.r, d.hidden, d.heads, bias=d.f("attention_bias"), extra=gate + d.heads,
                  indexer=full, window=window)
     return p._replace(matmul=p.matmul + gate, linears=(*p.linears, (d.hidden, gate // d.hidden)))
-
-
-def _hyper_connections(d: Dims) -> int:
-    # modeling_hy_v4.HYV4HyperConnection (attn_hc and ffn_hc per layer): fn (2m x m.hidden), base (2m), scale (2)
-    m = d.k("hc_mult")
-    return 2 * (2 * m * m * d.hidden + 2 * m + 2)
 
 
 def _jetmoe_attention(t: DecoderTraits, d: Dims, n: int, window: int) -> Part:
@@ -343,10 +338,8 @@ TRAITS: dict[str, DecoderTraits] = {
                      moe=ExpertTraits(shared=_n_shared("num_shared_experts", "intermediate_size"), inter="intermediate_size",
                            sparse=first_k_dense(k0=0))),
     # HYV4ForCausalLM: _keep_in_fp32_modules_strict = ["lm_head"], nn.Linear(..., dtype=torch.float32)
-    "hy_v4": DecoderTraits(mla=True, mha=True, attn=_hy_v4_attention, layer_extra=_hyper_connections, streams="hc_mult",
-               fp32_head=True,
-               # HYV4HyperHead: hc_fn (m x m.hidden), hc_base (m), hc_scale (1)
-               extra_head=lambda d: d.k("hc_mult") ** 2 * d.hidden + d.k("hc_mult") + 1,
+    "hy_v4": DecoderTraits(mla=True, mha=True, attn=_hy_v4_attention, layer_extra=hyper_connections.hy_v4_layer,
+               streams="hc_mult", fp32_head=True, extra_head=hyper_connections.hy_v4_head,
                moe=ExpertTraits(experts="n_routed_experts", shared=_n_shared("n_shared_experts"),
                      sparse=sparse_by_types(from_layer(1)))),
     "deepseek_v32": DecoderTraits(mla=True, attn=_mla_indexed, attn_by_window=True, moe=DEEPSEEK),

@@ -372,3 +372,15 @@ def differential_attention_bytes(a: Arch, r: Regime) -> int:
     if r.trained:
         out += c * 3 * q
     return out
+
+
+# families/hyper_connections.py's layer Part type where the streams are mixed in fp32 (HY-V4)
+HYPER_CONNECTIONS_FP32 = "Hyper-connections (fp32 mixing)"
+
+
+def hyper_gradient_bytes(b: Block) -> int:
+    """Per token, what a layer whose hyper-connections mix the streams in fp32 holds through its backward beside
+    its saved tensors: the m streams' gradient cast to fp32 by the backward of the mix's `.to(dtype)`, m x hidden
+    (modeling_hy_v4.HYV4DecoderLayer; read off a checkpointed CPU-simulated HY-V4 step, FINDINGS.md F103). The
+    Part's act_frozen is its two modules' streams, 2 x m x hidden (hyper_connections.layer_part)."""
+    return sum(4 * p.act_frozen // 2 for p in b.parts if p.type == HYPER_CONNECTIONS_FP32)

@@ -8,6 +8,7 @@ from ..graph.nodes import Graph
 from ..graph.parts import Block, Part, norm_sums
 from ..inputs import Assumptions
 from .activations import (
+    HYPER_CONNECTIONS_FP32,
     MLP_TYPES,
     PYTHON_GELU,
     Regime,
@@ -88,12 +89,30 @@ def head_norm_bytes(g: Graph, r: Regime) -> int:
     return norm_bytes(rms, sum(p.norm_width for p in g.spec.head), stats, read, fed, r)
 
 
-def final_norm_backward_bytes(g: Graph) -> int:
+def final_norm_backward_bytes(g: Graph, r: Regime) -> int:
     """Per token, what the final RMSNorm's backward holds beside the saved tensors, once the LM head's backward
     has run and freed the logits and their gradients: five fp32 tensors of its width (the fp32 upcast's gradient
     terms; read off the live tensors of CPU-simulated steps whose small vocabulary leaves this the peak,
-    qwen3_5_text and recurrent_gemma, FINDINGS.md F25). 0 where the head has no RMSNorm."""
-    return 20 * norm_sums(g.spec.head)[0]
+    qwen3_5_text and recurrent_gemma, FINDINGS.md F25). 0 where the head has no RMSNorm.
+    A hyper-connections head's backward runs next, the final norm's tensors freed; the larger of the two counts.
+    Its norm's backward holds its saved fp32 input of the m streams, HYPER_HEAD_TEMPORARIES fp32 temporaries as
+    wide, and the streams' gradient in their dtype (read off CPU-simulated DeepSeek-V4 and HY-V4 steps, F103);
+    head_norm_bytes, which the caller adds, is taken off it."""
+    rms = 20 * norm_sums(g.spec.head)[0]
+    hyper = next((p for p in g.spec.head if p.type in HYPER_HEAD_TEMPORARIES), None)
+    if hyper is None:
+        return rms
+    streams = hyper.act32  # head_part: m x hidden
+    held = (4 * (1 + HYPER_HEAD_TEMPORARIES[hyper.type]) + r.residual_bytes) * streams
+    return max(rms, held - head_norm_bytes(g, r))
+
+
+# families/hyper_connections.py's layer Part type
+HYPER_CONNECTIONS = "Hyper-connections"
+# The fp32 temporaries, each m x hidden wide, of a hyper-connections head's norm backward at once, by its Part's
+# type (families/hyper_connections.py): DeepSeek-V4's norm returns x * rsqrt(mean(x^2)), five; HY-V4's the
+# rsqrt alone, four (F103).
+HYPER_HEAD_TEMPORARIES = {"Hyper-connections head": 5, "Hyper-connections head (rsqrt norm)": 4}
 
 
 def frozen_input(g: Graph, r: Regime) -> bool:
@@ -124,6 +143,9 @@ def frozen_embedding_bytes(a: Arch, g: Graph, r: Regime, roles: frozenset[str] |
         rms, stats, read, fed = norm_sums(first)
         out += norm_bytes(rms, sum(p.norm_width for p in first), stats, read, fed, r) \
             + python_layer_norm_bytes(a, first, r)
+    if any(p.type in (HYPER_CONNECTIONS, HYPER_CONNECTIONS_FP32) for p in block.parts):  # attn_hc on the layer's input streams: their fp32
+        # flattening and the streams (families/hyper_connections.layer_part; its Sinkhorn divisions, under 3%, stay)
+        out += (4 + r.residual_bytes) * g.spec.streams * g.spec.hidden
     if roles is None:  # every Linear adapted, or a framework's own model (LitGPT's keeps these: F30's rows)
         return out
     if mlp is not None and not set(linear_roles(mlp)) & roles:

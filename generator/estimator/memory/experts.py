@@ -8,7 +8,7 @@ from ..config.arch import Arch
 from ..config.transformers_defaults import GROUPED_MM_EXPERTS
 from ..graph.nodes import Graph
 from ..graph.parts import Block, Part
-from .activations import Regime, recompute_transient_bytes
+from .activations import Regime, hyper_gradient_bytes, recompute_transient_bytes
 from .ends import frozen_input
 from .lora import FUSED_EXPERTS, all_linear_roles, expert_tensors
 
@@ -194,4 +194,5 @@ def held_transient_bytes(b: Block, r: Regime, roles: frozenset[str] | None, save
     first term is prepare_model_for_kbit_training's norm input counted twice, which holds for both."""
     last = recompute_transient_bytes(b, r, roles, saves, upcast, a, backward)
     routed = routed_transient_bytes(b, r, roles, backward)
-    return max(last, routed + min(last, 0)) if routed else last
+    grad = hyper_gradient_bytes(b) if backward else 0  # beside either (HY-V4's fp32 stream gradient)
+    return grad + (max(last, routed + min(last, 0)) if routed else last)

@@ -231,7 +231,7 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
     first_inputs = embed + imaging[1] + first_kept * T * per_input
     first_grads = head_grads + param_bytes * (sum(n * b.params for b, n in distinct) - distinct[first][0].params
                                               + last_linear_params(distinct[first][0])) if r.trained and distinct else 0
-    head_norm, final_norm = T * head_norm_bytes(g, r), T * final_norm_backward_bytes(g)
+    head_norm, final_norm = T * head_norm_bytes(g, r), T * final_norm_backward_bytes(g, r)
     # the towers' adapters take their gradients after the text layers'
     adapter_grads_first = param_bytes * (trainable - w.tower_trained - adapter_params(spec, rank, roles, memo)[first]) \
         if lora and distinct else 0
