@@ -53,8 +53,10 @@ class Graph:
 def tied_weight_params(a: Arch) -> int:
     """The weight an LM head tied to the embedding shares with it, vocab x the embedding's width (0 untied): counted
     once in the graph, it is the head's matmul, makes a second gradient (F6) and is copied to a pipeline's last
-    stage."""
-    return a.spec.vocab * (a.embed_dim or a.hidden) if a.spec.tied else 0
+    stage. The width: OPT's projected embedding's, else the word embedding Part's own (ALBERT's embedding_size),
+    else the hidden size."""
+    word = next((p.width for p in a.spec.embed if p.type == "Embedding"), 0)
+    return a.spec.vocab * (a.embed_dim or max(word, 0) or a.hidden) if a.spec.tied else 0
 
 
 def build_graph(a: Arch) -> Graph:

@@ -17,10 +17,10 @@ from dataclasses import replace
 from ..config.arch import Arch
 from ..graph.nodes import Graph, tied_weight_params
 from ..inputs import Assumptions
-from .activations import block_activation_bytes, forward_locals_bytes, last_linear_params
+from .activations import forward_locals_bytes, last_linear_params
 from .attention import eager_forward_scores, head_params, passed_position_bias_bytes
 from .ends import final_norm_backward_bytes, head_norm_bytes
-from .experts import every_expert_backward_terms, frozen_input_expert_bytes, held_transient_bytes
+from .experts import frozen_input_expert_bytes, held_transient_bytes
 from .frameworks import (
     dequant_bytes_per_weight,
     framework_buffer_bytes,
@@ -40,9 +40,9 @@ from .job_options import (
     prepared,
 )
 from .job_result import JobMemory, metric_memory, phase, phase_parts
+from .late_backward import EXPERTS_PHASE, SCAN_PHASE, SHARED_PHASE, late_moments
 from .layer_terms import (
     adapter_params,
-    eager_backward_values,
     end_terms,
     kept_cache_bytes,
     last_mlp_backward_bytes,
@@ -54,14 +54,7 @@ from .layer_terms import (
 )
 from .math_sdpa import math_backward_bytes
 from .parallel import Phase, accumulating_phases
-from .recurrence import (
-    chunk_scan_moments,
-    mixer_tail,
-    rglru_backward_bytes,
-    rglru_kept_bytes,
-    scan_backward_terms,
-    wkv_backward_bytes,
-)
+from .recurrence import chunk_scan_moments, rglru_kept_bytes
 from .storage import (
     beside_held,
     carried_input_bytes,
@@ -73,10 +66,6 @@ from .storage import (
 from .tower_adapters import image_bytes, image_regime, pair_bytes
 from .trained_weights import trained_weights
 
-# The late-backward moments a layer's own backward adds (beside what the layers saved, the head's tensors freed).
-EAGER_PHASE = "backward (attention scores' gradients)"
-SCAN_PHASE = "backward (the torch scan's state gradients)"
-EXPERTS_PHASE = "backward (every expert's gradients)"
 EAGER_FORWARD_PHASE = "forward (the last attention layer's softmax)"
 CACHE_PHASE = "forward (the loss, autocast's cached weight copies)"
 FORWARD_PHASE = "forward (the end of the last layer)"
@@ -190,26 +179,10 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
     math_saved, math_grads = math_backward_bytes(a, g, r, T, job.attention)
     head_grads = param_bytes * head_params(a, g) if r.trained else 0  # the loss backward's first gradients
     made = head_grads + param_bytes * max(b.params for b, _ in distinct) if r.trained and math_grads else 0
-    # eager attention's softmax backward, per distinct layer with attention: bytes beside what the layer saved, and
-    # (a full fine-tune) the gradients made by then and the autocast copies freed (eager_backward_terms)
-    late = [(EAGER_PHASE, i, T * t.per_token + T * T * t.per_token_sq,
-             param_bytes * t.params_after if r.trained else 0, 2 * t.matmul_after if r.trained and r.amp else 0)
-            for i, t in enumerate(eager_backward_values(a, g, r, rank, roles, memo, saves, job.upcast_fp32))
-            if t.attends and not skip[i]] if job.attention == "eager" else []
     chunked = [chunk_scan_moments(b, r, T) if r.torch_scan else (0, 0) for b, _ in distinct]
-    # the torch scan's backward of a recurrent layer (recurrence.scan_backward_terms; RecurrentGemma's on any device)
-    for i, (b, _) in enumerate(distinct):
-        scan, params_after, matmul_after = scan_backward_terms(a, b)
-        scan = (scan + wkv_backward_bytes(b, r) if r.torch_scan else 0) + rglru_backward_bytes(b, r)
-        if scan or chunked[i][1] > 0:  # what the parts after the mixer saved is freed by then
-            tail = T * block_activation_bytes(a, mixer_tail(b), r, rank, roles)
-            late.append((SCAN_PHASE, i, T * scan + chunked[i][1] - tail,
-                         param_bytes * params_after if r.trained else 0,
-                         2 * matmul_after if r.trained and r.amp else 0))
-        experts_bwd, experts_made = every_expert_backward_terms(b, r)  # Llama 4's MoE: every expert's gradients
-        if experts_bwd:
-            late.append((EXPERTS_PHASE, i, T * experts_bwd, param_bytes * experts_made,
-                         2 * experts_made if r.amp else 0))
+    # what one layer's own backward adds late (eager softmax, torch scan, every expert, a shared layer's weights)
+    late = late_moments(a, g, r, rank, roles, memo, saves, job.upcast_fp32, T, param_bytes, job.attention, skip,
+                        chunked, layer)
     # per distinct layer, the saved bytes of the layers after its last one, freed before the backward reaches it
     index = layer_index(spec, memo)
     stack_acts = tuple(B * (layer[k] + T * terms.views[k]) + fixed[k] for k in index)  # SingleGpuJob.layer_activations
@@ -352,8 +325,9 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
                                 overhead_weights=ckpt_copies[-1] if grad_ckpt else copies, overhead_fixed=dequant,
                                 stage_whole=B * (math_saved + math_grads),
                                 head_activations=0 if grad_ckpt else kept_logits))
-        if late:  # the layer whose (recomputed) softmax or scan backward holds the most, the head's tensors freed
-            name, k, extra, made_after, freed = max(late, key=lambda t: B * t[2] + t[3] - t[4]
+        moments = [m for m in late if not grad_ckpt or m.name != SHARED_PHASE]  # the recomputation casts anew
+        if moments:  # the layer whose (recomputed) softmax or scan backward holds the most, the head's tensors freed
+            name, k, extra, made_after, freed = max(moments, key=lambda t: B * t[2] + t[3] - t[4]
                                                     + (B * lay[t[1]] + fixed[t[1]] if grad_ckpt else -B * later[t[1]]))
             live, experts = (B * (inputs + lay[k] + extra) + biases, fixed[k]) if grad_ckpt else \
                 (B * (emb + layers_sum - later[k] + T * views + kept + extra), fixed_sum)
