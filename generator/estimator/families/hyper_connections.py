@@ -12,7 +12,7 @@ HYPER_CONNECTIONS, HYPER_CONNECTIONS_FP32 = "Hyper-connections", "Hyper-connecti
 HYPER_HEAD, HYPER_HEAD_RSQRT = "Hyper-connections head", "Hyper-connections head (rsqrt norm)"
 
 
-def layer_part(streams: int, hidden: int, params: int, sinkhorn: int = 0, autocast: bool = True) -> Part:
+def layer_part(streams: int, hidden: int, params: int, sinkhorn: int | None = None, autocast: bool = True) -> Part:
     """A layer's attn_hc and ffn_hc (transformers 5.24 modeling_deepseek_v4.DeepseekV4HyperConnection and
     DeepseekV4DecoderLayer; modeling_hy_v4.HYV4HyperConnection and HYV4DecoderLayer), m = `streams` streams of
     `hidden` width. Each module reads the m streams (the layer's input, then the stream between its two sublayers)
@@ -25,14 +25,14 @@ def layer_part(streams: int, hidden: int, params: int, sinkhorn: int = 0, autoca
       takes its fp32 copy (`.float()`, act32);
     - with autocast on (DeepSeek-V4's modules; HY-V4's turn it off): where fn trains, autocast's bf16 copy of the
       normalised streams, the projection's input;
-    - DeepSeek-V4's Sinkhorn projection of comb (`sinkhorn` = hc_sinkhorn_iters): 2 x iters - 1 divisions, each
-      [m, m] fp32 per token.
+    - DeepSeek-V4's Sinkhorn projection of comb (`sinkhorn` = hc_sinkhorn_iters; None: no comb, HY-V4): one
+      division, then two per further iteration, each [m, m] fp32 per token.
     HY-V4's layer mixes the streams in fp32 ((post.float() x out.float() + residual.float()).to(dtype)): its type
     says so (HYPER_CONNECTIONS_FP32), and its backward makes the streams' gradient in fp32 (activations.py).
     Read off the live tensors of CPU-simulated steps (data/measurements/FINDINGS.md F103)."""
     m, h = streams, hidden
     flat = 2 * m * h  # both modules
-    sink = 2 * (2 * sinkhorn - 1) * m * m if sinkhorn else 0
+    sink = 0 if sinkhorn is None else 2 * max(1, 2 * sinkhorn - 1) * m * m
     outputs = 2 * h
     return Part("Hyper_Connections", HYPER_CONNECTIONS if autocast else HYPER_CONNECTIONS_FP32, params,
                 act32=flat + sink + (0 if autocast else outputs),
@@ -52,7 +52,7 @@ def deepseek_v4_layer(d: Dims) -> Part:
     # DeepseekV4HyperConnection (attn_hc, ffn_hc): fn ((2 + m) m x m.hidden), base ((2 + m) m), scale (3)
     m = d.k("hc_mult")
     return layer_part(m, d.hidden, 2 * ((2 + m) * m * m * d.hidden + (2 + m) * m + 3),
-                      sinkhorn=d.k("hc_sinkhorn_iters", 20))  # DeepseekV4Config's default
+                      sinkhorn=d.k("hc_sinkhorn_iters", 20, minimum=0))  # DeepseekV4Config's default
 
 
 def hy_v4_layer(d: Dims) -> Part:
