@@ -136,7 +136,9 @@ def test_the_simulated_steps() -> None:
             kbit.append(error)
         elif r["setup"]["method"] == "lora" and r["setup"]["weights"] == "fp32" and changed:
             fp32.append(error)
-    assert sorted(t for t, _ in full) == ["deepseek_v3", "inkling2_loop_text", "olmoe", "olmoe", "qwen2_moe"], full
+    # (DeepSeek-V4's with 8 experts is F103's, test_layer_streams: its peak is the optimizer step's)
+    assert sorted(t for t, _ in full) == ["deepseek_v3", "deepseek_v4", "inkling2_loop_text", "olmoe", "olmoe",
+                                          "qwen2_moe"], full
     assert all(abs(e) < (0.03 if t == "deepseek_v3" else 0.005) for t, e in full), full
     assert len(kbit) >= 10 and all(abs(e) < 0.01 for e in kbit), kbit
     assert len(fp32) == 1 and abs(fp32[0]) < 0.005, fp32
