@@ -88,9 +88,10 @@ def _simple(cfg: Mapping[str, Any], model: str, mt: str, *, aliases: Mapping[str
             fused: bool = False, kv: int | None = None, norms: tuple[str, ...] = ("pre_attn", "pre_mlp"),
             final_norm: bool = True, head_bias: bool = False, inter_x4: bool = True, norm: str = "layernorm",
             rope: bool = False, windows: tuple[int, ...] = (), inter: int | None = None,
-            parallel: bool = False, cross: bool = False, **kw: Any) -> Arch:
+            parallel: bool = False, cross: bool = False, cached_windows: bool = True, **kw: Any) -> Arch:
     """Learned/sinusoidal positions, LayerNorm, fc1/fc2 MLP: the GPT-2 block and its relatives. `cross`: the
-    family's layers take a cross-attention when add_cross_attention is on (decoder.DecoderTraits.cross)."""
+    family's layers take a cross-attention when add_cross_attention is on (decoder.DecoderTraits.cross).
+    `cached_windows` False: the layers attend to their windows, but the cache keeps every token."""
     r = Reader(cfg, model, mt, aliases)
     crossed = cross and r.on("add_cross_attention")
     h, n, heads = r.int("hidden_size"), r.int("num_hidden_layers"), r.int("num_attention_heads")
@@ -102,7 +103,8 @@ def _simple(cfg: Mapping[str, Any], model: str, mt: str, *, aliases: Mapping[str
     def layer(i: int) -> Block:
         w = windows[i - 1] if windows else 0
         attn = attention_part(f"Attention_{i}", attention_type(heads, kv_heads), h, heads, kv_heads, hd,
-                              qkv_bias=qkv_bias, o_bias=o_bias, fused_qkv=fused, rope=rope, window=w)
+                              qkv_bias=qkv_bias, o_bias=o_bias, fused_qkv=fused, rope=rope,
+                              window=w if cached_windows else 0)
         ffn = mlp_part(f"FFN_{i}", "MLP", h, inter, False, mlp_bias)
         xattn = cross_attention_part(i, h, heads, hd, bias=qkv_bias, fused_kv=fused) if crossed else None
         if parallel:  # one norm feeds attention and MLP (GPT-J)
@@ -133,14 +135,16 @@ def gpt_bigcode(cfg: Mapping[str, Any], model: str) -> Arch:
 
 
 def gpt_neo(cfg: Mapping[str, Any], model: str) -> Arch:
-    # modeling_gpt_neo.py: q/k/v without bias, out_proj with; "local" layers attend to window_size.
+    # modeling_gpt_neo.py: q/k/v without bias, out_proj with; "local" layers attend to window_size, masking full
+    # T x T scores. transformers' cache keeps every token of them: its DynamicCache windows a layer the config's
+    # layer_types or sliding_window name (cache_utils.get_layer_types_and_kwargs), and GPTNeoConfig has neither.
     aliases = {"num_hidden_layers": ("num_layers",), "num_attention_heads": ("num_heads",)}
     r = Reader(cfg, model, "gpt_neo", aliases)
     types = r.list("attention_layers")
     w = r.int("window_size", 256)
     n = r.int("num_hidden_layers")
     windows = tuple(w if types and i < len(types) and types[i] == "local" else 0 for i in range(n))
-    return _simple(cfg, model, "gpt_neo", aliases=aliases, qkv_bias=False, windows=windows)
+    return _simple(cfg, model, "gpt_neo", aliases=aliases, qkv_bias=False, windows=windows, cached_windows=False)
 
 
 def codegen(cfg: Mapping[str, Any], model: str) -> Arch:
