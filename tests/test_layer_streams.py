@@ -99,3 +99,13 @@ def test_the_hyper_head_backward_and_the_frozen_first_layer():
     bare = dataclasses.replace(first, parts=tuple(p for p in first.parts if p.type != HYPER_CONNECTIONS))
     without = dataclasses.replace(g, spec=dataclasses.replace(g.spec, blocks=(bare, *g.spec.blocks[1:])))
     assert frozen_embedding_bytes(a, g, lora) - frozen_embedding_bytes(a, without, lora) == 6 * 4 * 4096
+
+
+def test_the_part_types_memory_reads_are_the_familys() -> None:
+    """memory/ reads the hyper-connection Parts by their types (it may not import the families): the same strings."""
+    from generator.estimator.families import hyper_connections as family
+    from generator.estimator.memory.activations import HYPER_CONNECTION_TYPES
+    from generator.estimator.memory.ends import HYPER_HEAD_TEMPORARIES
+
+    assert HYPER_CONNECTION_TYPES == (family.HYPER_CONNECTIONS, family.HYPER_CONNECTIONS_FP32)
+    assert set(HYPER_HEAD_TEMPORARIES) == {family.HYPER_HEAD, family.HYPER_HEAD_RSQRT}

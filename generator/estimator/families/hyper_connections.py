@@ -6,8 +6,9 @@ from __future__ import annotations
 from ..graph.parts import Part
 from .decoder import Dims
 
-# The Parts' types; memory/ends.py reads them (the first layer's frozen input, the head's backward). The head's
-# names its norm's form: DeepSeek-V4's returns x * rsqrt(mean(x^2)), HY-V4's the rsqrt alone.
+# The Parts' types, which memory/ reads as the same strings (activations.HYPER_CONNECTION_TYPES, ends.
+# HYPER_HEAD_TEMPORARIES; tests/test_layer_streams.py holds them equal). The head's names its norm's form:
+# DeepSeek-V4's returns x * rsqrt(mean(x^2)), HY-V4's the rsqrt alone.
 HYPER_CONNECTIONS, HYPER_CONNECTIONS_FP32 = "Hyper-connections", "Hyper-connections (fp32 mixing)"
 HYPER_HEAD, HYPER_HEAD_RSQRT = "Hyper-connections head", "Hyper-connections head (rsqrt norm)"
 

@@ -374,8 +374,9 @@ def differential_attention_bytes(a: Arch, r: Regime) -> int:
     return out
 
 
-# families/hyper_connections.py's layer Part type where the streams are mixed in fp32 (HY-V4)
-HYPER_CONNECTIONS_FP32 = "Hyper-connections (fp32 mixing)"
+# families/hyper_connections.py's layer Part types: DeepSeek-V4's, and HY-V4's, whose streams are mixed in fp32
+HYPER_CONNECTIONS, HYPER_CONNECTIONS_FP32 = "Hyper-connections", "Hyper-connections (fp32 mixing)"
+HYPER_CONNECTION_TYPES = (HYPER_CONNECTIONS, HYPER_CONNECTIONS_FP32)
 
 
 def hyper_gradient_bytes(b: Block) -> int:

@@ -8,7 +8,7 @@ from ..graph.nodes import Graph
 from ..graph.parts import Block, Part, norm_sums
 from ..inputs import Assumptions
 from .activations import (
-    HYPER_CONNECTIONS_FP32,
+    HYPER_CONNECTION_TYPES,
     MLP_TYPES,
     PYTHON_GELU,
     Regime,
@@ -107,8 +107,6 @@ def final_norm_backward_bytes(g: Graph, r: Regime) -> int:
     return max(rms, held - head_norm_bytes(g, r))
 
 
-# families/hyper_connections.py's layer Part type
-HYPER_CONNECTIONS = "Hyper-connections"
 # The fp32 temporaries, each m x hidden wide, of a hyper-connections head's norm backward at once, by its Part's
 # type (families/hyper_connections.py): DeepSeek-V4's norm returns x * rsqrt(mean(x^2)), five; HY-V4's the
 # rsqrt alone, four (F103).
@@ -143,8 +141,9 @@ def frozen_embedding_bytes(a: Arch, g: Graph, r: Regime, roles: frozenset[str] |
         rms, stats, read, fed = norm_sums(first)
         out += norm_bytes(rms, sum(p.norm_width for p in first), stats, read, fed, r) \
             + python_layer_norm_bytes(a, first, r)
-    if any(p.type in (HYPER_CONNECTIONS, HYPER_CONNECTIONS_FP32) for p in block.parts):  # attn_hc on the layer's input streams: their fp32
-        # flattening and the streams (families/hyper_connections.layer_part; its Sinkhorn divisions, under 3%, stay)
+    if any(p.type in HYPER_CONNECTION_TYPES for p in block.parts):
+        # attn_hc on the layer's input streams keeps nothing: their fp32 flattening and the streams
+        # (families/hyper_connections.layer_part; its Sinkhorn divisions, under 3%, stay)
         out += (4 + r.residual_bytes) * g.spec.streams * g.spec.hidden
     if roles is None:  # every Linear adapted, or a framework's own model (LitGPT's keeps these: F30's rows)
         return out
