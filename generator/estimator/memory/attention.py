@@ -307,8 +307,13 @@ def eager_layer_terms(a: Arch, b, compute_bytes: int, trained: bool, r: Regime |
     local_bytes = calls * (local_score_bytes(a, c, r) if r else score_bytes(a, c))
     local = sum(p.heads * p.keys for p in attention) * local_bytes
     side = sum(p.heads * local_bytes // p.key_stride for p in attention if p.key_stride)  # T / key_stride keys
-    return len(attention) * delta + local, sum(p.heads for p in attention if not p.keys) * calls \
-        * score_bytes(a, c, r) + side + len(attention) * GATHERED_BIAS_INDEX.get(a.model_type, 0)
+    full = sum(p.heads for p in attention if not p.keys) * calls * score_bytes(a, c, r)
+    if r is not None and r.cpu and not r.padded and a.model_type in PROMOTED_SOFTMAX:
+        # a cross-attention (its cache over the encoder's tokens: window -1) adds no tensor of the weights' dtype (T5's
+        # zero bias takes the query's): under CPU autocast its softmax stays in the compute dtype (CUDA's runs fp32)
+        narrow = score_bytes(a, c, r._replace(residual_bytes=c)) - score_bytes(a, c, r)
+        full += sum(p.heads for p in attention if p.window < 0 and not p.keys) * calls * narrow
+    return len(attention) * delta + local, full + side + len(attention) * GATHERED_BIAS_INDEX.get(a.model_type, 0)
 
 
 def head_params(a: Arch, g: Graph) -> int:
