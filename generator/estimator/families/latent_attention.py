@@ -168,7 +168,6 @@ TRAITS: dict[str, DecoderTraits] = {
                    moe=ExpertTraits(experts="n_routed_experts", shared=_n_shared("n_shared_experts"),
                          sparse=first_k_dense(freq="moe_layer_freq", k0=1),
                          extra=lambda d: 2 * d.hidden * d.k("gated_norm_rank", 16))),
-    # DeepseekV4HyperHead: hc_fn (m x m.hidden), hc_base (m), hc_scale (1)
 "deepseek_v4": DecoderTraits(attn=_v4_attention, inter_key=None, layer_extra=hyper_connections.deepseek_v4_layer,
                           mha=False, streams="hc_mult", extra_head=hyper_connections.deepseek_v4_head,
                           moe=ExpertTraits(experts="n_routed_experts", shared=lambda d: d.k("moe_intermediate_size"),

@@ -383,5 +383,5 @@ def hyper_gradient_bytes(b: Block) -> int:
     """Per token, what a layer whose hyper-connections mix the streams in fp32 holds through its backward beside
     its saved tensors: the m streams' gradient cast to fp32 by the backward of the mix's `.to(dtype)`, m x hidden
     (modeling_hy_v4.HYV4DecoderLayer; read off a checkpointed CPU-simulated HY-V4 step, FINDINGS.md F103). The
-    Part's act_frozen is its two modules' streams, 2 x m x hidden (hyper_connections.layer_part)."""
-    return sum(4 * p.act_frozen // 2 for p in b.parts if p.type == HYPER_CONNECTIONS_FP32)
+    Part's act_frozen is its two modules' streams, 2 x m x hidden (hyper_connections.layer_part): 4 B x half of it."""
+    return sum(2 * p.act_frozen for p in b.parts if p.type == HYPER_CONNECTIONS_FP32)

@@ -331,7 +331,7 @@ def _training(a: Arch, g: Graph, s: Assumptions, job: Job, model: str, variants:
                                                     + (B * lay[t[1]] + fixed[t[1]] if grad_ckpt else -B * later[t[1]]))
             live, experts = (B * (inputs + lay[k] + extra) + biases, fixed[k]) if grad_ckpt else \
                 (B * (emb + layers_sum - later[k] + T * views + kept + extra), fixed_sum)
-            if name in (SCAN_PHASE, EXPERTS_PHASE) and not grad_ckpt and r.trained and r.amp:
+            if name in (SCAN_PHASE, EXPERTS_PHASE, SHARED_PHASE) and not grad_ckpt and r.trained and r.amp:
                 freed += 2 * head_mm  # the head's backward ran: its autocast copy is freed
             phases.append(phase(name, weights=weights, optimizer_state=state,
                                 gradients=head_grads + made_after, activations=live + experts,

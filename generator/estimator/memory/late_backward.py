@@ -60,9 +60,9 @@ def late_moments(a: Arch, g: Graph, r: Regime, rank: int, roles: frozenset[str] 
                                2 * experts_made if r.amp else 0))
     shared = shared_weight_gradient_bytes(g.spec, r)
     if shared:  # at the second-last pass's backward, the last pass's saved tensors freed
-        k = max(shared_passes(g.spec), key=lambda i: max(j for j, d in enumerate(layer_index(g.spec, memo)) if d == i))
-        head = 2 * sum(p.matmul for p in g.spec.head) if r.amp else 0  # the head's backward freed its copies
-        late.append(Moment(SHARED_PHASE, k, -layer[k], shared, head))
+        passes = shared_passes(g.spec)
+        k = next(i for i in reversed(layer_index(g.spec, memo)) if i in passes)  # the last pass's distinct layer
+        late.append(Moment(SHARED_PHASE, k, -layer[k], shared, 0))
     return late
 
 

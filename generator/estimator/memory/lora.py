@@ -168,16 +168,14 @@ def expert_tensors(b: Block, roles: frozenset[str] | None) -> list[tuple[int, in
     return out
 
 
-# The node type of routed experts transformers 5 builds as nn.Linear modules, one pair per expert (Switch
-# Transformers' SwitchTransformersDenseActDense wi and wo, NLLB-MoE's NllbMoeDenseActDense fc1 and fc2), routed by a
-# Top-k router's classifier Linear: peft's all-linear adapts each as a plain Linear, and their names are the dense
-# MLP's, so naming those (up, down) adapts the experts too. Their builders type the part so (LINEAR_EXPERTS_PART).
-
-
 def linear_experts(b: Block, roles: frozenset[str] | None) -> list[tuple[int, int, int, int]]:
     """(count, in, out, Linears of the count each token runs) of the adapted nn.Linears of a layer's
     LINEAR_EXPERTS_PART: every expert's up and down Linear (top_k of them per token) and, under all-linear, the
-    router's classifier (every token). graph/parts.moe_part's `mats` hold their shapes."""
+    router's classifier (every token). graph/parts.moe_part's `mats` hold their shapes. Those are the routed experts
+    transformers 5 builds as nn.Linear modules, one pair per expert (Switch Transformers'
+    SwitchTransformersDenseActDense wi and wo, NLLB-MoE's NllbMoeDenseActDense fc1 and fc2), routed by a Top-k
+    router's classifier Linear: peft's all-linear adapts each as a plain Linear, and their names are the dense MLP's,
+    so naming those (up, down) adapts the experts too."""
     out = []
     for p in b.parts:
         if p.type != LINEAR_EXPERTS_PART:
